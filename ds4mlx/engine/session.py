@@ -1,0 +1,48 @@
+"""A Session: one sequence's caches over a loaded model, fed in any chunking."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import mlx.core as mx
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """An opaque, independent copy of a session's state (caches and position)."""
+
+    state: Any
+    n_tokens: int
+
+
+class Session:
+    def __init__(self, model):
+        self.model = model
+        self.state = model.new_state()
+        self.tokens: list[int] = []
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.tokens)
+
+    def feed_mx(self, tokens: Sequence[int]) -> mx.array:
+        """Advance by ``tokens``; returns their logits [T, vocab] as an MLX array."""
+        if len(tokens) == 0:
+            raise ValueError("feed() needs at least one token")
+        logits = self.model.forward(mx.array(list(tokens), dtype=mx.int32), self.state)
+        self.tokens.extend(int(t) for t in tokens)
+        return logits
+
+    def feed(self, tokens: Sequence[int]) -> np.ndarray:
+        """Advance by ``tokens``; returns their logits as float32 numpy [T, vocab]."""
+        return np.array(self.feed_mx(tokens).astype(mx.float32))
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(self.state.copy(), len(self.tokens))
+
+    def restore(self, snap: Snapshot) -> None:
+        # Copy again so that the same snapshot can be restored more than once.
+        self.state = snap.state.copy()
+        del self.tokens[snap.n_tokens:]

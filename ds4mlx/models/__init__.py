@@ -1,0 +1,29 @@
+"""Model architectures, one file each, looked up by ``general.architecture``.
+
+Every architecture module exposes ``Model.from_gguf(gguf_file, options)`` returning an object with:
+  - ``args``: its ModelArgs dataclass (``vocab_size`` among the fields),
+  - ``new_state()``: an empty per-sequence state (all caches),
+  - ``forward(tokens, state)``: logits [T, vocab] for int32 tokens [T] continuing ``state``
+    (which it advances); state objects have ``copy()`` giving an independent, cheap copy.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from ds4mlx.gguf import GGUFError, GGUFFile
+
+ARCHITECTURES = {
+    "deepseek4": "ds4mlx.models.deepseek4",
+}
+
+
+def model_class_for(gguf_file: GGUFFile):
+    arch = gguf_file.arch
+    module_name = ARCHITECTURES.get(arch)
+    if module_name is None:
+        supported = ", ".join(sorted(ARCHITECTURES))
+        raise GGUFError(
+            f"{gguf_file.path}: architecture '{arch}' is not supported (supported: {supported})"
+        )
+    return importlib.import_module(module_name).Model
