@@ -1,7 +1,8 @@
 """Model architectures, one file each, looked up by ``general.architecture``.
 
 Every architecture module exposes ``Model.from_gguf(gguf_file, options)`` returning an object with:
-  - ``args``: its ModelArgs dataclass (``vocab_size`` among the fields),
+  - ``args``: its ModelArgs dataclass (every architecture names ``vocab_size``, ``hidden_size``
+    and ``num_layers`` alike),
   - ``new_state()``: an empty per-sequence state (all caches),
   - ``forward(tokens, state)``: logits [T, vocab] for int32 tokens [T] continuing ``state``
     (which it advances); state objects have ``copy()`` giving an independent, cheap copy.

@@ -1,0 +1,599 @@
+"""Chat templates: messages to prompt text, and model output back to reasoning, content and tools.
+
+A :class:`ChatFormat` renders OpenAI-style messages (dicts with ``role``, ``content``, and for
+assistants ``reasoning_content`` and ``tool_calls``; for tools ``tool_call_id``) into the exact
+prompt a model was trained on, and parses what the model writes, whole or while streaming.
+Only DeepSeek-V4 is implemented; GLM's XML-style ``<tool_call>`` format is meant to be a second
+subclass.
+
+DeepSeek-V4 facts and where they come from:
+- [enc] DeepSeek's reference encoder ``encoding/encoding_dsv4.py`` in the DeepSeek-V4-Flash model
+  repository (the README beside it documents the format): special tokens, the tools section text,
+  DSML tool-call layout, ``<tool_result>`` wrapping, tool messages merged into user turns and
+  sorted by call order, when reasoning is kept (``drop_thinking``), the reasoning-effort prefix.
+- [vllm] vLLM's DeepSeek-V4 tokenizer wrapper: request-level ``tools`` are attached to the first
+  system message, or to an empty system message inserted at the front.
+- [ds4] antirez/ds4 ``ds4_server.c`` (parse_generated_message_ex): DSML inside unfinished
+  reasoning is reasoning text; models sometimes drop the first bar (``<DSML｜tool_calls>``);
+  whitespace between tags is tolerated; a parameter without ``string=`` is a string.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+# Special tokens [enc].
+BOS = "<｜begin▁of▁sentence｜>"
+EOS = "<｜end▁of▁sentence｜>"
+USER = "<｜User｜>"
+ASSISTANT = "<｜Assistant｜>"
+THINK_START = "<think>"
+THINK_END = "</think>"
+DSML = "｜DSML｜"
+
+# Written before the first message in thinking mode with reasoning_effort="max" [enc].
+REASONING_EFFORT_MAX = (
+    "Reasoning Effort: Absolute maximum with no shortcuts permitted.\n"
+    "You MUST be very thorough in your thinking and comprehensively decompose the problem to "
+    "resolve the root cause, rigorously stress-testing your logic against all potential paths, "
+    "edge cases, and adversarial scenarios.\n"
+    "Explicitly write out your entire deliberation process, documenting every intermediate step, "
+    "considered alternative, and rejected hypothesis to ensure absolutely no assumption is left "
+    "unchecked.\n\n"
+)
+
+# Appended to the system message when tools are offered [enc TOOLS_TEMPLATE].
+_TOOLS_SECTION = f"""## Tools
+
+You have access to a set of tools to help answer the user's question. You can invoke tools by \
+writing a "<{DSML}tool_calls>" block like the following:
+
+<{DSML}tool_calls>
+<{DSML}invoke name="$TOOL_NAME">
+<{DSML}parameter name="$PARAMETER_NAME" string="true|false">$PARAMETER_VALUE</{DSML}parameter>
+...
+</{DSML}invoke>
+<{DSML}invoke name="$TOOL_NAME2">
+...
+</{DSML}invoke>
+</{DSML}tool_calls>
+
+String parameters should be specified as is and set `string="true"`. For all other types \
+(numbers, booleans, arrays, objects), pass the value in JSON format and set `string="false"`.
+
+If thinking_mode is enabled (triggered by {THINK_START}), you MUST output your complete reasoning \
+inside {THINK_START}...{THINK_END} BEFORE any tool calls or final response.
+
+Otherwise, output directly after {THINK_END} with tool calls or final response.
+
+### Available Tool Schemas
+
+{{schemas}}
+
+You MUST strictly follow the above defined tool name and parameter schemas to invoke tool calls.
+"""
+
+Message = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    """Visible answer text."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class ReasoningDelta:
+    """Text inside the thinking block."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolCallComplete:
+    call: ToolCall
+
+
+@dataclass(frozen=True)
+class ToolCallError:
+    """Tool-call markup that could not be understood; ``raw`` is the model's text for it."""
+
+    raw: str
+    reason: str
+
+
+ChatEvent = TextDelta | ReasoningDelta | ToolCallComplete | ToolCallError
+
+
+@dataclass
+class AssistantTurn:
+    reasoning: str = ""
+    content: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    errors: list[ToolCallError] = field(default_factory=list)
+
+    @classmethod
+    def from_events(cls, events: Sequence[ChatEvent]) -> AssistantTurn:
+        turn = cls()
+        for event in events:
+            if isinstance(event, TextDelta):
+                turn.content += event.text
+            elif isinstance(event, ReasoningDelta):
+                turn.reasoning += event.text
+            elif isinstance(event, ToolCallComplete):
+                turn.tool_calls.append(event.call)
+            else:
+                turn.errors.append(event)
+        return turn
+
+
+class StreamParser(Protocol):
+    """Turns model output, fed in any chunking, into events; markup is never shown as text."""
+
+    def feed(self, text: str) -> list[ChatEvent]: ...
+
+    def finish(self) -> list[ChatEvent]:
+        """End of output: flush held-back text and report anything left unterminated."""
+        ...
+
+
+class ChatFormat(ABC):
+    """One model family's chat template and output syntax."""
+
+    name: str
+
+    @abstractmethod
+    def render(self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None = None,
+               *, add_generation_prompt: bool = True, thinking: bool = False) -> str:
+        """The prompt text for ``messages`` (special tokens written as text)."""
+
+    @abstractmethod
+    def stream_parser(self, *, thinking: bool = False) -> StreamParser:
+        """A parser for output generated after a prompt rendered with the same ``thinking``."""
+
+    @abstractmethod
+    def stop_strings(self) -> list[str]:
+        """Text that ends the assistant's turn."""
+
+    def parse(self, text: str, *, thinking: bool = False) -> AssistantTurn:
+        parser = self.stream_parser(thinking=thinking)
+        return AssistantTurn.from_events([*parser.feed(text), *parser.finish()])
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+@dataclass
+class _Turn:
+    """A message after DeepSeek's preprocessing: tool results live in user turns as blocks."""
+
+    role: str
+    content: str = ""
+    reasoning: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    call_ids: list[str | None] = field(default_factory=list)
+    # User turns: ("text", text, "") or ("tool_result", text, tool_call_id).
+    blocks: list[tuple[str, str, str]] = field(default_factory=list)
+    tools: Sequence[Mapping[str, Any]] = ()
+
+
+def _text(message: Message, key: str) -> str:
+    value = message.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise TypeError(f"message {key} must be a string, got {type(value).__name__}")
+    return value
+
+
+def _tool_call_from_message(entry: ToolCall | Mapping[str, Any]) -> tuple[ToolCall, str | None]:
+    """A ToolCall and its id from a ToolCall or an OpenAI ``{"id", "function": {...}}`` entry."""
+    if isinstance(entry, ToolCall):
+        return entry, None
+    function = entry.get("function", entry)
+    arguments = function.get("arguments") or {}
+    if isinstance(arguments, str):
+        # Unparseable argument strings are kept whole under "arguments" [enc].
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError:
+            arguments = {"arguments": arguments}
+    if not isinstance(arguments, dict):
+        arguments = {"arguments": arguments}
+    return ToolCall(function["name"], arguments), entry.get("id")
+
+
+def _preprocess(messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None
+                ) -> list[_Turn]:
+    turns: list[_Turn] = []
+    for message in messages:
+        role = message.get("role")
+        content = _text(message, "content")
+        if role in ("user", "tool"):
+            # Consecutive user/tool messages form one user turn [enc merge_tool_messages].
+            block = (("text", content, "") if role == "user"
+                     else ("tool_result", content, _text(message, "tool_call_id")))
+            if turns and turns[-1].role == "user":
+                turns[-1].blocks.append(block)
+            else:
+                turns.append(_Turn("user", blocks=[block]))
+        elif role == "assistant":
+            calls = [_tool_call_from_message(entry) for entry in message.get("tool_calls") or ()]
+            turns.append(_Turn("assistant", content,
+                               reasoning=_text(message, "reasoning_content"),
+                               tool_calls=[call for call, _ in calls],
+                               call_ids=[call_id for _, call_id in calls]))
+        elif role in ("system", "developer"):
+            turns.append(_Turn(role, content))
+        else:
+            raise ValueError(f"unsupported message role {role!r}")
+    if tools:
+        # Request-level tools go on the first system message, or a new empty one [vllm].
+        if not turns or turns[0].role != "system":
+            turns.insert(0, _Turn("system"))
+        turns[0].tools = tools
+    _sort_tool_results_by_call_order(turns)
+    return turns
+
+
+def _sort_tool_results_by_call_order(turns: list[_Turn]) -> None:
+    """Tool results follow the order of the calls that produced them [enc]."""
+    call_order: dict[str, int] = {}
+    for turn in turns:
+        if turn.role == "assistant" and turn.tool_calls:
+            call_order = {call_id: i for i, call_id in enumerate(turn.call_ids) if call_id}
+        elif turn.role == "user" and call_order:
+            results = [block for block in turn.blocks if block[0] == "tool_result"]
+            if len(results) > 1:
+                ordered = iter(sorted(results, key=lambda block: call_order.get(block[2], 0)))
+                turn.blocks = [next(ordered) if block[0] == "tool_result" else block
+                               for block in turn.blocks]
+
+
+def _render_tools_section(tools: Sequence[Mapping[str, Any]]) -> str:
+    schemas = "\n".join(json.dumps(tool.get("function", tool), ensure_ascii=False)
+                        for tool in tools)
+    return _TOOLS_SECTION.replace("{schemas}", schemas)
+
+
+def _render_tool_calls(calls: Sequence[ToolCall]) -> str:
+    invokes = []
+    for call in calls:
+        parameters = "\n".join(
+            f'<{DSML}parameter name="{key}" string="true">{value}</{DSML}parameter>'
+            if isinstance(value, str) else
+            f'<{DSML}parameter name="{key}" string="false">'
+            f'{json.dumps(value, ensure_ascii=False)}</{DSML}parameter>'
+            for key, value in call.arguments.items())
+        invokes.append(f'<{DSML}invoke name="{call.name}">\n{parameters}\n</{DSML}invoke>')
+    invoke_lines = "\n".join(invokes)
+    return f"\n\n<{DSML}tool_calls>\n{invoke_lines}\n</{DSML}tool_calls>"
+
+
+def _render_user_blocks(blocks: Sequence[tuple[str, str, str]]) -> str:
+    return "\n\n".join(text if kind == "text" else f"<tool_result>{text}</tool_result>"
+                       for kind, text, _ in blocks)
+
+
+# --------------------------------------------------------------------------- parsing
+
+_REASONING, _CONTENT, _TOOL_BLOCK, _DONE = "reasoning", "content", "tool_block", "done"
+# DSML spellings accepted in output: the real one, and the first-bar-dropped drift [ds4].
+_DSML_SPELLINGS = (DSML, DSML[1:])
+_TOOL_BLOCK_STARTS = {
+    start: dsml
+    for dsml in _DSML_SPELLINGS
+    # The block is separated from the content by a blank line [enc]; accept it without one.
+    for start in (f"\n\n<{dsml}tool_calls>", f"<{dsml}tool_calls>")
+}
+_ATTRIBUTES = re.compile(r'(?:\s+[\w-]+="[^"]*")*\s*')
+_ATTRIBUTE = re.compile(r'([\w-]+)="([^"]*)"')
+
+
+def _first_marker(text: str, markers: Sequence[str]) -> tuple[int, str] | None:
+    """The earliest complete marker in ``text`` (the longest one when several start there)."""
+    best: tuple[int, str] | None = None
+    for marker in markers:
+        position = text.find(marker)
+        if position >= 0 and (best is None or position < best[0]
+                              or (position == best[0] and len(marker) > len(best[1]))):
+            best = (position, marker)
+    return best
+
+
+def _marker_prefix_length(text: str, markers: Sequence[str]) -> int:
+    """Length of the longest end of ``text`` that could be the start of a marker."""
+    for length in range(min(len(text), max(len(m) for m in markers) - 1), 0, -1):
+        tail = text[-length:]
+        if any(marker.startswith(tail) for marker in markers):
+            return length
+    return 0
+
+
+def _attributes(tag_body: str) -> dict[str, str] | None:
+    if not _ATTRIBUTES.fullmatch(tag_body):
+        return None
+    return dict(_ATTRIBUTE.findall(tag_body))
+
+
+def _skip_whitespace(text: str, position: int) -> int:
+    while position < len(text) and text[position].isspace():
+        position += 1
+    return position
+
+
+class _DeepSeekV4StreamParser:
+    """Reasoning until ``</think>``, then content until a DSML tool_calls block or EOS.
+
+    Text that might be the start of a marker is held back until it is decided; a tool_calls block
+    is buffered one invoke at a time and each invoke is reported once it is closed.
+    """
+
+    def __init__(self, thinking: bool):
+        self._state = _REASONING if thinking else _CONTENT
+        self._pending = ""
+        self._dsml = DSML  # spelling used by the open tool_calls block
+
+    def feed(self, text: str) -> list[ChatEvent]:
+        events: list[ChatEvent] = []
+        if self._state != _DONE:
+            self._pending += text
+            self._advance(events, final=False)
+        return events
+
+    def finish(self) -> list[ChatEvent]:
+        events: list[ChatEvent] = []
+        if self._state != _DONE:
+            self._advance(events, final=True)
+        self._state, self._pending = _DONE, ""
+        return events
+
+    def _advance(self, events: list[ChatEvent], final: bool) -> None:
+        while True:
+            if self._state == _REASONING:
+                if not self._scan_text(events, (THINK_END, EOS), ReasoningDelta, final):
+                    return
+            elif self._state == _CONTENT:
+                if not self._scan_text(events, (*_TOOL_BLOCK_STARTS, EOS), TextDelta, final):
+                    return
+            elif self._state == _TOOL_BLOCK:
+                if not self._scan_tool_block(events, final):
+                    return
+            else:
+                return
+
+    def _scan_text(self, events: list[ChatEvent], markers: Sequence[str],
+                   delta: type[TextDelta] | type[ReasoningDelta], final: bool) -> bool:
+        """Emit text up to the next marker and switch state; False when more input is needed."""
+        hit = _first_marker(self._pending, markers)
+        if hit is None:
+            keep = 0 if final else _marker_prefix_length(self._pending, markers)
+            ready, self._pending = (self._pending[:len(self._pending) - keep],
+                                    self._pending[len(self._pending) - keep:])
+            if ready:
+                events.append(delta(ready))
+            return False
+        position, marker = hit
+        if position:
+            events.append(delta(self._pending[:position]))
+        self._pending = self._pending[position + len(marker):]
+        if marker == EOS:
+            self._state = _DONE
+        elif marker == THINK_END:
+            self._state = _CONTENT
+        else:
+            self._state, self._dsml = _TOOL_BLOCK, _TOOL_BLOCK_STARTS[marker]
+        return True
+
+    def _scan_tool_block(self, events: list[ChatEvent], final: bool) -> bool:
+        """Report the block's complete invokes; True once the block is closed."""
+        # EOS cannot occur inside a block: everything before it is all the block will get.
+        eos = self._pending.find(EOS)
+        ended = final or eos >= 0
+        block = self._pending if eos < 0 else self._pending[:eos]
+        after_block = self._pending[len(block):]
+        block_end = f"</{self._dsml}tool_calls>"
+        invoke_start = f"<{self._dsml}invoke"
+        while True:
+            rest = block[_skip_whitespace(block, 0):]
+            if rest.startswith(block_end):
+                self._pending = rest[len(block_end):] + after_block
+                self._state = _CONTENT
+                return True
+            if rest.startswith(invoke_start):
+                scanned = _scan_invoke(rest, self._dsml)
+                if scanned is not None:
+                    length, event = scanned
+                    events.append(event)
+                    block = rest[length:]
+                    continue
+            elif rest and not (invoke_start.startswith(rest) or block_end.startswith(rest)):
+                garbage_end = rest.find(block_end)
+                if garbage_end >= 0:
+                    events.append(ToolCallError(rest[:garbage_end],
+                                                "unexpected text in tool_calls block"))
+                    block = rest[garbage_end:]
+                    continue
+            break
+        if ended:
+            if rest:
+                events.append(ToolCallError(rest, "unterminated tool_calls block"))
+            self._state, self._pending = _DONE, ""
+        else:
+            self._pending = block
+        return False
+
+
+def _scan_invoke(text: str, dsml: str) -> tuple[int, ChatEvent] | None:
+    """Parse the invoke at the start of ``text``: (its length, the call or an error), or None
+    while it is incomplete."""
+    invoke_end = f"</{dsml}invoke>"
+    parameter_start = f"<{dsml}parameter"
+    parameter_end = f"</{dsml}parameter>"
+    problems: list[str] = []
+
+    tag_close = text.find(">")
+    if tag_close < 0:
+        return None
+    invoke_name = (_attributes(text[len(f"<{dsml}invoke"):tag_close]) or {}).get("name")
+    if invoke_name is None:
+        problems.append("invoke tag without a name")
+    arguments: dict[str, Any] = {}
+    position = tag_close + 1
+    while True:
+        position = _skip_whitespace(text, position)
+        rest = text[position:]
+        if rest.startswith(invoke_end):
+            position += len(invoke_end)
+            break
+        if rest.startswith(parameter_start):
+            tag_close = text.find(">", position)
+            value_end = text.find(parameter_end, tag_close + 1) if tag_close >= 0 else -1
+            if value_end < 0:
+                return None
+            problem = _add_parameter(arguments, text[position + len(parameter_start):tag_close],
+                                     text[tag_close + 1:value_end])
+            if problem:
+                problems.append(problem)
+            position = value_end + len(parameter_end)
+        elif invoke_end.startswith(rest) or parameter_start.startswith(rest):
+            return None
+        else:
+            skip_to = text.find(invoke_end, position)
+            if skip_to < 0:
+                return None
+            problems.append("unexpected text in invoke")
+            position = skip_to + len(invoke_end)
+            break
+    if problems or invoke_name is None:
+        return position, ToolCallError(text[:position], "; ".join(problems))
+    return position, ToolCallComplete(ToolCall(invoke_name, arguments))
+
+
+def _add_parameter(arguments: dict[str, Any], tag_body: str, raw_value: str) -> str | None:
+    """Decode one parameter into ``arguments``; returns what is wrong with it, if anything."""
+    attributes = _attributes(tag_body)
+    if attributes is None or "name" not in attributes:
+        return "parameter tag without a name"
+    name = attributes["name"]
+    if name in arguments:
+        return f"duplicate parameter {name!r}"
+    is_string = attributes.get("string", "true")  # a missing flag means a string [ds4]
+    if is_string == "true":
+        arguments[name] = raw_value
+    elif is_string == "false":
+        try:
+            arguments[name] = json.loads(raw_value)
+        except json.JSONDecodeError:
+            return f"parameter {name!r} is marked string=\"false\" but is not JSON"
+    else:
+        return f"parameter {name!r} has string={is_string!r}"
+    return None
+
+
+# --------------------------------------------------------------------------- the format
+
+
+class DeepSeekV4ChatFormat(ChatFormat):
+    """DeepSeek-V4's prompt encoding and DSML tool calls [enc]."""
+
+    name = "deepseek-v4"
+
+    def render(self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None = None,
+               *, add_generation_prompt: bool = True, thinking: bool = False,
+               reasoning_effort: str | None = None, drop_thinking: bool = True) -> str:
+        """Render ``messages`` the way DeepSeek's ``encode_messages`` does.
+
+        ``thinking`` ends the prompt with ``<think>`` (else ``</think>``).  ``reasoning_effort``
+        "max" prepends the maximum-effort instructions in thinking mode ("high" and None add
+        nothing).  ``drop_thinking`` leaves out the reasoning of turns before the last user
+        message; it has no effect when tools are offered.  ``add_generation_prompt=False`` omits
+        the assistant prefix after a final user or tool message.
+        """
+        if reasoning_effort not in (None, "high", "max"):
+            raise ValueError(f"reasoning_effort must be None, 'high' or 'max', "
+                             f"not {reasoning_effort!r}")
+        turns = _preprocess(messages, tools)
+        keep_all_reasoning = not drop_thinking or bool(tools)
+        if thinking and not keep_all_reasoning:
+            # Developer messages before the last user message are dropped as well [enc].
+            last_user = _last_user_index(turns)
+            turns = [turn for index, turn in enumerate(turns)
+                     if turn.role != "developer" or index >= last_user]
+        last_user = _last_user_index(turns)
+
+        parts = [BOS]
+        if turns and thinking and reasoning_effort == "max":
+            parts.append(REASONING_EFFORT_MAX)
+        for index, turn in enumerate(turns):
+            if turn.role == "system":
+                parts.append(turn.content)
+                if turn.tools:
+                    parts.append("\n\n" + _render_tools_section(turn.tools))
+            elif turn.role == "developer":
+                parts.append(USER + turn.content)
+            elif turn.role == "user":
+                parts.append(USER + _render_user_blocks(turn.blocks))
+            else:
+                if thinking and (keep_all_reasoning or index > last_user):
+                    parts.append(turn.reasoning + THINK_END)
+                parts.append(turn.content)
+                if turn.tool_calls:
+                    parts.append(_render_tool_calls(turn.tool_calls))
+                parts.append(EOS)
+
+            # The assistant prefix belongs to the user turn before it [enc render_message].
+            is_last = index + 1 == len(turns)
+            next_is_assistant = not is_last and turns[index + 1].role == "assistant"
+            if turn.role in ("user", "developer") and (
+                    next_is_assistant or (is_last and add_generation_prompt)):
+                opens_thinking = thinking and (keep_all_reasoning or index >= last_user)
+                parts.append(ASSISTANT + (THINK_START if opens_thinking else THINK_END))
+        return "".join(parts)
+
+    def stream_parser(self, *, thinking: bool = False) -> StreamParser:
+        return _DeepSeekV4StreamParser(thinking)
+
+    def stop_strings(self) -> list[str]:
+        return [EOS]
+
+
+def _last_user_index(turns: Sequence[_Turn]) -> int:
+    return max((i for i, turn in enumerate(turns) if turn.role in ("user", "developer")),
+               default=-1)
+
+
+DEEPSEEK_V4 = DeepSeekV4ChatFormat()
+
+# general.architecture values (llama.cpp names) whose chat format is implemented.
+_FORMATS_BY_ARCH: dict[str, ChatFormat] = {"deepseek4": DEEPSEEK_V4}
+
+
+def chat_format_for_arch(arch: str) -> ChatFormat | None:
+    """The chat format for a GGUF ``general.architecture``, or None when none is implemented."""
+    return _FORMATS_BY_ARCH.get(arch)
+
+
+def render_chat(messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None = None,
+                add_generation_prompt: bool = True, thinking: bool = False, **options: Any) -> str:
+    """DeepSeek-V4 prompt text for ``messages``; ``options`` as DeepSeekV4ChatFormat.render."""
+    return DEEPSEEK_V4.render(messages, tools, add_generation_prompt=add_generation_prompt,
+                              thinking=thinking, **options)
+
+
+def parse_assistant(text: str, thinking: bool = False) -> AssistantTurn:
+    """Split DeepSeek-V4 output into reasoning, content and tool calls; never raises on bad
+    markup (see ``AssistantTurn.errors``)."""
+    return DEEPSEEK_V4.parse(text, thinking=thinking)

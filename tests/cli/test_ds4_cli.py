@@ -1,0 +1,68 @@
+"""The ds4 command: stdout carries only generated text, diagnostics go to stderr."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+def run_ds4(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ds4mlx.cli.main", *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_generates_to_stdout_and_reports_to_stderr(ds4_fixture_path):
+    result = run_ds4("-m", str(ds4_fixture_path), "-p", "hello", "-n", "20")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip(), "no generated text on stdout"
+    assert "prompt" in result.stderr and "decode" in result.stderr and "t/s" in result.stderr
+    assert "generated 20 tokens" in result.stderr
+    assert "ds4:" not in result.stdout
+
+
+def test_greedy_runs_are_byte_identical(ds4_fixture_path):
+    first = run_ds4("-m", str(ds4_fixture_path), "-p", "abc", "-n", "12")
+    second = run_ds4("-m", str(ds4_fixture_path), "-p", "abc", "-n", "12")
+    assert first.returncode == 0 and second.returncode == 0
+    assert first.stdout == second.stdout
+
+
+def test_seeded_sampling_is_reproducible(ds4_fixture_path):
+    flags = ["-m", str(ds4_fixture_path), "-p", "abc", "-n", "12", "--temp", "1.0",
+             "--top-k", "40", "--top-p", "0.9", "--min-p", "0.01", "--seed", "7"]
+    assert run_ds4(*flags).stdout == run_ds4(*flags).stdout
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--temp", "-1"], "--temp"),
+    (["--top-p", "0"], "--top-p"),
+    (["--top-p", "abc"], "--top-p"),
+    (["-n", "0"], "--n-predict"),
+    (["-c", "-5"], "--ctx"),
+    (["--weights-dtype", "int3"], "--weights-dtype"),
+])
+def test_bad_flags_fail_with_a_message(ds4_fixture_path, flags, message):
+    result = run_ds4("-m", str(ds4_fixture_path), "-p", "x", *flags)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert result.stdout == ""
+
+
+def test_missing_and_corrupt_model_files(tmp_path):
+    missing = run_ds4("-m", str(tmp_path / "nope.gguf"), "-p", "x")
+    assert missing.returncode == 1
+    assert "nope.gguf" in missing.stderr and "Traceback" not in missing.stderr
+
+    corrupt = tmp_path / "corrupt.gguf"
+    corrupt.write_bytes(b"GGUF" + b"\x00" * 10)
+    result = run_ds4("-m", str(corrupt), "-p", "x")
+    assert result.returncode == 1
+    assert "corrupt.gguf" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_context_limit_is_enforced(ds4_fixture_path):
+    result = run_ds4("-m", str(ds4_fixture_path), "-p", "hello world", "-n", "50", "-c", "16")
+    assert result.returncode == 0, result.stderr
+    assert "(context)" in result.stderr

@@ -1,0 +1,42 @@
+"""Shared test fixtures: where llama.cpp's oracle GGUFs live."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+import ds4mlx  # noqa: F401  (preloads the BLAS before any test imports mlx.core)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def oracle_dir() -> Path:
+    return Path(os.environ.get("DS4MLX_ORACLE_DIR", REPO_ROOT.parent / "shared" / "oracle"))
+
+
+def oracle_manifest() -> dict | None:
+    path = oracle_dir() / "manifest.json"
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text())
+
+
+@pytest.fixture(scope="session")
+def oracle() -> dict:
+    manifest = oracle_manifest()
+    if manifest is None:
+        pytest.skip(f"llama.cpp oracle fixtures not found at {oracle_dir()} "
+                    "(set DS4MLX_ORACLE_DIR)")
+    return manifest
+
+
+@pytest.fixture(scope="session")
+def ds4_fixture_path(oracle) -> Path:
+    """The smallest deepseek4 oracle model, for tests that only need some real model."""
+    path = oracle_dir() / "deepseek4-a-f16.gguf"
+    if not path.is_file():
+        pytest.skip(f"{path} is missing")
+    return path
