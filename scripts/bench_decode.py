@@ -9,14 +9,18 @@ the ds4mlx / llama.cpp ratio.
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
 
-import mlx.core as mx
-
 import ds4mlx  # noqa: F401  (preloads the BLAS before mlx.core)
+
+import mlx.core as mx
 
 
 def ds4mlx_runner(model):
@@ -56,6 +60,30 @@ def llamacpp_runner(path: str, n_ctx: int, threads: int):
     return run
 
 
+def measure_llamacpp_in_child(args, prompt: list[int], n_ctx: int):
+    """llama.cpp runs in a child process: an abort inside it (GGML_ASSERT) must not end the bench.
+
+    Returns (prefill, decode) lists, or a string saying why there is no measurement.
+    """
+    if importlib.util.find_spec("llama_cpp") is None:
+        return "llama-cpp-python is not importable; install the 'bench' extra"
+    request = json.dumps({"model": args.model, "n_ctx": n_ctx, "threads": args.threads,
+                          "prompt": prompt, "n_decode": args.n_decode, "runs": args.runs})
+    child = subprocess.run([sys.executable, __file__, "--llamacpp-child", request],
+                           capture_output=True, text=True)
+    if child.returncode != 0:
+        reason = next((line for line in child.stderr.splitlines() if "GGML_ASSERT" in line
+                       or "error" in line.lower()), f"exit status {child.returncode}")
+        return f"llama.cpp failed on this model: {reason.strip()[-160:]}"
+    return tuple(json.loads(child.stdout.strip().splitlines()[-1]))
+
+
+def llamacpp_child(request_json: str) -> None:
+    request = json.loads(request_json)
+    run = llamacpp_runner(request["model"], request["n_ctx"], request["threads"])
+    print(json.dumps(measure(run, request["prompt"], request["n_decode"], request["runs"])))
+
+
 def measure(run, prompt: list[int], n_decode: int, runs: int) -> tuple[list[float], list[float]]:
     run(prompt[:8], 4)  # warm-up: first-call allocations and graph caches
     results = [run(prompt, n_decode) for _ in range(runs)]
@@ -68,14 +96,20 @@ def fmt(values: list[float]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-m", "--model", required=True)
+    parser.add_argument("-m", "--model")
     parser.add_argument("--prompt-tokens", type=int, default=128)
     parser.add_argument("-n", "--n-decode", type=int, default=64)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--weights-dtype", default="auto", choices=("auto", "f32", "native"))
+    parser.add_argument("--llamacpp-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.llamacpp_child:
+        llamacpp_child(args.llamacpp_child)
+        return
 
+    if not args.model:
+        parser.error("-m/--model is required")
     model = ds4mlx.load_model(args.model, weights_dtype=args.weights_dtype)
     ours = ds4mlx_runner(model)
     vocab = model.args.vocab_size
@@ -87,11 +121,11 @@ def main() -> None:
     print(f"model: {args.model}; prompt {args.prompt_tokens} tokens, decode {args.n_decode} "
           f"tokens, median of {args.runs} (min..max)\n")
     rows = [("ds4mlx", measure(ours, prompt, args.n_decode, args.runs))]
-    peer = llamacpp_runner(args.model, n_ctx, args.threads)
-    if peer is None:
-        print("(llama-cpp-python is not importable: install the 'bench' extra for the peer)\n")
+    peer = measure_llamacpp_in_child(args, prompt, n_ctx)
+    if isinstance(peer, str):
+        print(f"(llama.cpp peer not measured: {peer})\n")
     else:
-        rows.append(("llama.cpp (CPU)", measure(peer, prompt, args.n_decode, args.runs)))
+        rows.append(("llama.cpp (CPU)", peer))
 
     print("| engine | prefill t/s | decode t/s |")
     print("| --- | --- | --- |")

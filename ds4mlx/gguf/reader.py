@@ -1,27 +1,37 @@
-"""Memory-mapped GGUF access (first cut: validation and quant mapping are being added)."""
+"""Memory-mapped, validated GGUF access.
+
+``open_gguf`` first walks the file with ``validate.validate_gguf`` (bounded reads only), then
+hands it to ``gguf.GGUFReader``, which memory-maps it: metadata values and tensor bytes are read
+on demand and tensors are converted one at a time, so the file is never copied into RAM.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ds4mlx.gguf import quants
+from ds4mlx.gguf.errors import GGUFError
+from ds4mlx.gguf.validate import GGUFLayout, TensorInfo, validate_gguf
+from ds4mlx.kernels import Weight
+
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFReader
-from gguf import quants as gguf_quants
-
-from ds4mlx.gguf.errors import GGUFError
 
 
 class GGUFFile:
-    """A GGUF file opened read-only through a memory map."""
+    """A GGUF file opened read-only through a memory map, after full structural validation."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        self.layout: GGUFLayout = validate_gguf(self.path)
         try:
             self.reader = GGUFReader(self.path, "r")
-        except Exception as exc:  # noqa: BLE001 - any reader failure is a bad file
-            raise GGUFError(f"{self.path}: cannot read GGUF: {exc}") from exc
-        self._tensors = {t.name: t for t in self.reader.tensors}
+        except (ValueError, KeyError, IndexError, OverflowError) as exc:
+            # Should be unreachable: validation covers every check the reader makes.
+            raise GGUFError(f"{self.path}: gguf.GGUFReader rejected the file: {exc}") from exc
+        self._data = {t.name: t.data for t in self.reader.tensors}
 
     @property
     def arch(self) -> str:
@@ -31,42 +41,75 @@ class GGUFFile:
         field = self.reader.fields.get(key)
         if field is None:
             return default
-        return field.contents()
+        try:
+            return field.contents()
+        except UnicodeDecodeError as exc:
+            raise GGUFError(
+                f"{self.path}: metadata key '{key}' holds a string that is not valid UTF-8 "
+                f"({exc.reason} at byte {exc.start})"
+            ) from None
 
     def require(self, key: str) -> Any:
-        field = self.reader.fields.get(key)
-        if field is None:
+        if key not in self.reader.fields:
             raise GGUFError(f"{self.path}: missing required metadata key '{key}'")
-        return field.contents()
+        return self.get(key)
 
     def tensor_names(self) -> list[str]:
-        return list(self._tensors)
+        return list(self.layout.tensors)
 
     def has_tensor(self, name: str) -> bool:
-        return name in self._tensors
+        return name in self.layout.tensors
 
-    def _tensor(self, name: str):
+    def _info(self, name: str) -> TensorInfo:
         try:
-            return self._tensors[name]
+            return self.layout.tensors[name]
         except KeyError:
             raise GGUFError(f"{self.path}: missing tensor '{name}'") from None
 
     def tensor_shape(self, name: str) -> tuple[int, ...]:
         """Shape in numpy (row-major) order, i.e. ggml's ne reversed."""
-        return tuple(int(d) for d in reversed(self._tensor(name).shape.tolist()))
+        return self._info(name).shape
 
     def tensor_type(self, name: str) -> GGMLQuantizationType:
-        return self._tensor(name).tensor_type
+        return self._info(name).qtype
+
+    def expect_shape(self, name: str, shape: Sequence[int]) -> None:
+        """Raises GGUFError unless tensor ``name`` exists with exactly this (numpy-order) shape."""
+        actual = self.tensor_shape(name)
+        if actual != tuple(shape):
+            raise GGUFError(
+                f"{self.path}: tensor '{name}' has shape {list(actual)}, expected {list(shape)}"
+            )
 
     def raw(self, name: str) -> np.ndarray:
         """The tensor's stored bytes/elements as a memory-mapped numpy view (no copy)."""
-        return self._tensor(name).data
+        self._info(name)
+        return self._data[name]
+
+    def _supported_info(self, name: str) -> TensorInfo:
+        info = self._info(name)
+        if info.qtype not in quants.SUPPORTED_TYPES:
+            supported = ", ".join(sorted(t.name for t in quants.SUPPORTED_TYPES))
+            raise GGUFError(
+                f"{self.path}: unsupported tensor type {info.qtype.name} in tensor '{name}' "
+                f"(supported: {supported})"
+            )
+        return info
 
     def dequantize(self, name: str) -> np.ndarray:
-        """The tensor as float32 in numpy order."""
-        t = self._tensor(name)
-        out = gguf_quants.dequantize(t.data, t.tensor_type)
-        return np.ascontiguousarray(out, dtype=np.float32).reshape(self.tensor_shape(name))
+        """The tensor as float32 in numpy order (via the ``gguf`` package's reference code)."""
+        info = self._supported_info(name)
+        return quants.dequantize(self._data[name], info.qtype, info.shape)
+
+    def load_weight(self, name: str, mode: str | None = None) -> Weight:
+        """The tensor as a weight for ``kernels.linear``/``gather_linear``/``take_rows``.
+
+        ``mode`` is "f32" (float32 array) or "native" (the file's precision, MLX-quantized where
+        that is exact, else packed blocks); None picks ``quants.DEFAULT_WEIGHT_MODE`` ("native"
+        with Metal, "f32" without). See ``ds4mlx.gguf.quants``.
+        """
+        info = self._supported_info(name)
+        return quants.load_weight(self._data[name], info.qtype, info.shape, mode)
 
 
 def open_gguf(path: str | Path) -> GGUFFile:

@@ -1,10 +1,144 @@
-"""The only place model code gets matmuls on stored weights from (Metal kernels or MLX twins)."""
+"""The only place model code gets matmuls on stored weights from (Metal kernels or MLX twins).
+
+A weight is one of (see ``kernels.weights``):
+- ``mx.array`` [..., out, in] (float32, float16 or bfloat16): a plain matmul;
+- ``QuantizedWeight``: MLX's own quantized layouts (``mx.quantized_matmul`` / ``mx.gather_qmm``);
+- ``PackedWeight``: GGML blocks MLX cannot represent, computed by the Metal kernels in
+  ``metal/`` or by their pure-MLX twins in ``kernels.twins``.
+
+Results have the dtype of ``x`` whatever the weight kind; the arithmetic is at least float32
+for quantized kinds. ``DS4MLX_KERNELS=metal|mlx|auto`` (default auto: Metal where available)
+picks the packed-weight implementation; like the BLAS switch it is read once, at import.
+"""
 
 from __future__ import annotations
 
+import math
+import os
+
+from ds4mlx.kernels import metal, twins
+from ds4mlx.kernels.weights import PackedWeight, QuantizedWeight, Weight
+
 import mlx.core as mx
 
+KERNEL_CHOICES = ("auto", "metal", "mlx")
 
-def linear(x: mx.array, w: mx.array) -> mx.array:
-    """x @ w.T for a weight stored GGUF-style as [out_features, in_features]."""
-    return x @ w.T
+
+def select_kernel_backend(choice: str, metal_is_available: bool) -> str:
+    """'metal' or 'mlx' for a DS4MLX_KERNELS value; raises ValueError for an unusable choice."""
+    choice = choice.strip().lower() or "auto"
+    if choice not in KERNEL_CHOICES:
+        raise ValueError(f"DS4MLX_KERNELS={choice!r}: expected one of {', '.join(KERNEL_CHOICES)}")
+    if choice == "metal" and not metal_is_available:
+        raise ValueError("DS4MLX_KERNELS=metal, but Metal is not available on this machine")
+    if choice == "auto":
+        return "metal" if metal_is_available else "mlx"
+    return choice
+
+
+PACKED_KERNELS = select_kernel_backend(
+    os.environ.get("DS4MLX_KERNELS", "auto"), metal.metal_available()
+)
+_packed = metal if PACKED_KERNELS == "metal" else twins
+
+
+def _expert_grid(w: QuantizedWeight | PackedWeight) -> mx.array:
+    """Indices of every matrix in a stacked weight [..., out, in], shaped like its leading dims."""
+    leading = w.shape[:-2]
+    return mx.arange(math.prod(leading), dtype=mx.uint32).reshape(leading)
+
+
+def linear(x: mx.array, w: Weight) -> mx.array:
+    """x @ w.T for a weight stored GGUF-style as [out_features, in_features].
+
+    A weight with leading dims [..., out, in] is a stack of matrices: the product broadcasts over
+    them like ``x @ w.swapaxes(-1, -2)``.
+    """
+    if isinstance(w, mx.array):
+        return (x @ mx.swapaxes(w, -1, -2)).astype(x.dtype)
+    if len(w.shape) > 2:
+        return gather_linear(x, w, _expert_grid(w))
+    if isinstance(w, QuantizedWeight):
+        out = mx.quantized_matmul(
+            x, w.packed, w.scales, w.biases, True, w.group_size, w.bits, w.mode
+        )
+        return out.astype(x.dtype)
+    return _packed.linear(x, w)
+
+
+def gather_linear(
+    x: mx.array, w: Weight, expert_indices: mx.array, sorted_indices: bool = False
+) -> mx.array:
+    """Routed-expert matmul: ``mx.gather_mm(x, w.swapaxes(-1, -2), rhs_indices=expert_indices)``.
+
+    ``w`` is [n_expert, out, in]; ``x`` is [..., M, in] and its leading dims broadcast with
+    ``expert_indices``; the result is [*broadcast, M, out]. This is mlx-lm's ``SwitchLinear``
+    convention: x = expand_dims(x, (-2, -3)) with indices [tokens, top_k] gives
+    [tokens, top_k, 1, out]. ``sorted_indices`` is the hint ``mx.gather_mm`` takes.
+    """
+    if isinstance(w, mx.array):
+        out = mx.gather_mm(
+            x, mx.swapaxes(w, -1, -2), rhs_indices=expert_indices, sorted_indices=sorted_indices
+        )
+        return out.astype(x.dtype)
+    if isinstance(w, QuantizedWeight):
+        out = mx.gather_qmm(
+            x,
+            w.packed,
+            w.scales,
+            w.biases,
+            rhs_indices=expert_indices,
+            transpose=True,
+            group_size=w.group_size,
+            bits=w.bits,
+            mode=w.mode,
+            sorted_indices=sorted_indices,
+        )
+        return out.astype(x.dtype)
+    return _packed.gather_linear(x, w, expert_indices, sorted_indices)
+
+
+def dequantize(w: Weight) -> mx.array:
+    """The weight as a float32 array [..., out, in] (for checks and small one-off uses)."""
+    if isinstance(w, mx.array):
+        return w.astype(mx.float32)
+    if isinstance(w, QuantizedWeight):
+        return mx.dequantize(
+            w.packed, w.scales, w.biases, w.group_size, w.bits, w.mode, dtype=mx.float32
+        )
+    return twins.dequantize_packed(w.data, w.qtype)
+
+
+def take_rows(w: Weight, indices: mx.array) -> mx.array:
+    """Rows ``w[indices]`` of a 2-D weight, e.g. an embedding lookup [..., in].
+
+    Plain arrays keep their dtype; quantized weights decode only the rows taken, to float32.
+    """
+    if isinstance(w, mx.array):
+        return w[indices]
+    if isinstance(w, QuantizedWeight):
+        biases = None if w.biases is None else w.biases[indices]
+        return mx.dequantize(
+            w.packed[indices],
+            w.scales[indices],
+            biases,
+            w.group_size,
+            w.bits,
+            w.mode,
+            dtype=mx.float32,
+        )
+    return twins.dequantize_packed(w.data[indices], w.qtype)
+
+
+__all__ = [
+    "KERNEL_CHOICES",
+    "PACKED_KERNELS",
+    "PackedWeight",
+    "QuantizedWeight",
+    "Weight",
+    "dequantize",
+    "gather_linear",
+    "linear",
+    "select_kernel_backend",
+    "take_rows",
+]

@@ -1,0 +1,167 @@
+"""From a GGUF tensor's stored bytes to a weight ``kernels.linear`` accepts.
+
+Two modes:
+- "f32": float32 ``mx.array`` via ``gguf.quants.dequantize`` (the reference). The CPU default:
+  MLX's CPU backend runs fp16 and quantized matmuls without BLAS, so they are much slower.
+- "native": keep the file's precision. F32/F16/BF16 stay dense in their dtype. Q8_0, Q4_0, Q4_K
+  and MXFP4 are re-laid out, exactly, into MLX's quantized formats (``QuantizedWeight``); Q2_K,
+  Q6_K and IQ2_XXS keep their blocks (``PackedWeight``) for the kernels. The Metal default.
+Quantized tensors with fewer than 2 dims or no elements (never matmul weights) are dequantized to
+float32.
+
+The exact mappings, per 32-value group (MLX's "affine" value is ``scale * q + bias``):
+- Q8_0 (d, int8 q):        q + 128 as 8 bits, scale d, bias -128 d
+- Q4_0 (d, 4-bit q):       q as 4 bits, scale d, bias -8 d
+- Q4_K (d, dmin, 6-bit sc, m per 32 values): q as 4 bits, scale d*sc, bias -dmin*m
+- MXFP4 (e8m0 e, e2m1 q):  MLX "mxfp4" with the same e and q, nibbles reordered
+Affine scales and biases are float32: MLX evaluates ``scale * q + bias`` in the scales' dtype, and
+in float16 products like d*q (Q8_0: up to 19 significant bits) or d*sc (Q4_K: 17) would round.
+This costs 2 bits per weight over the 32-value groups (float16 would cost 1).
+
+Conversion streams over row chunks of the memory map, so only one tensor's output (plus a chunk
+of temporaries) is ever in memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ds4mlx.kernels import PackedWeight, QuantizedWeight, Weight
+from ds4mlx.kernels.metal import metal_available
+from ds4mlx.kernels.twins import PACKED_TYPES
+
+import mlx.core as mx
+import numpy as np
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+from gguf import quants as gguf_quants
+
+T = GGMLQuantizationType
+DENSE_TYPES = frozenset({T.F32, T.F16, T.BF16})
+AFFINE_TYPES = frozenset({T.Q8_0, T.Q4_0, T.Q4_K})
+SUPPORTED_TYPES = DENSE_TYPES | AFFINE_TYPES | {T.MXFP4} | PACKED_TYPES
+WEIGHT_MODES = ("f32", "native")
+DEFAULT_WEIGHT_MODE = "native" if metal_available() else "f32"
+
+GROUP_SIZE = 32
+CHUNK_BYTES = 32 * 2**20  # raw bytes converted per step: bounds the temporaries
+
+
+def dequantize(raw: np.ndarray, qtype: GGMLQuantizationType, shape: tuple[int, ...]) -> np.ndarray:
+    """The tensor as float32 numpy [shape], through the ``gguf`` package's reference code."""
+    out = gguf_quants.dequantize(raw, qtype)
+    return np.ascontiguousarray(out, dtype=np.float32).reshape(shape)
+
+
+def load_weight(
+    raw: np.ndarray, qtype: GGMLQuantizationType, shape: tuple[int, ...], mode: str | None = None
+) -> Weight:
+    """The tensor (stored bytes ``raw`` as ``GGUFReader`` maps them) as a weight for ``kernels``.
+
+    ``qtype`` must be in ``SUPPORTED_TYPES`` (the reader checks, naming the file and tensor).
+    """
+    mode = mode or DEFAULT_WEIGHT_MODE
+    if mode not in WEIGHT_MODES:
+        raise ValueError(f"weight mode {mode!r}: expected one of {', '.join(WEIGHT_MODES)}")
+    is_matrix = len(shape) >= 2 and raw.size > 0
+    if mode == "f32" or (qtype not in DENSE_TYPES and not is_matrix):
+        return mx.array(dequantize(raw, qtype, shape))
+    if qtype == T.BF16:  # numpy has no bfloat16: move the bits, then reinterpret them in MLX
+        return mx.view(mx.array(raw.view(np.uint16)), mx.bfloat16).reshape(shape)
+    if qtype in DENSE_TYPES:
+        return mx.array(raw).reshape(shape)
+    if qtype in PACKED_TYPES:
+        return PackedWeight(mx.array(raw), qtype)
+    return _to_mlx_quantized(raw, qtype, shape)
+
+
+def _to_mlx_quantized(
+    raw: np.ndarray, qtype: GGMLQuantizationType, shape: tuple[int, ...]
+) -> QuantizedWeight:
+    block_size, type_size = GGML_QUANT_SIZES[qtype]
+    n_blocks_per_row = shape[-1] // block_size
+    rows = raw.reshape(-1, n_blocks_per_row, type_size)
+    convert, bits, mode = _CONVERTERS[qtype]
+    packed, scales, *rest = _convert_in_chunks(rows, convert)
+    biases = rest[0] if rest else None
+    outer = shape[:-1]
+    return QuantizedWeight(
+        packed=mx.array(packed).reshape(*outer, -1),
+        scales=mx.array(scales).reshape(*outer, -1),
+        biases=None if biases is None else mx.array(biases).reshape(*outer, -1),
+        bits=bits,
+        group_size=GROUP_SIZE,
+        mode=mode,
+    )
+
+
+def _convert_in_chunks(
+    rows: np.ndarray, convert: Callable[[np.ndarray], tuple[np.ndarray, ...]]
+) -> list[np.ndarray]:
+    """Applies ``convert`` to row chunks of a (memory-mapped) [rows, blocks, bytes] array."""
+    n_rows, n_blocks, type_size = rows.shape
+    rows_per_chunk = max(1, CHUNK_BYTES // (n_blocks * type_size))
+    outputs: list[np.ndarray] = []
+    for start in range(0, n_rows, rows_per_chunk):
+        parts = convert(np.asarray(rows[start : start + rows_per_chunk]))
+        if not outputs:
+            outputs = [np.empty((n_rows, *p.shape[1:]), dtype=p.dtype) for p in parts]
+        for output, part in zip(outputs, parts, strict=True):
+            output[start : start + len(part)] = part
+    return outputs
+
+
+def _f16(blocks: np.ndarray, offset: int) -> np.ndarray:
+    """The float16 at byte ``offset`` of each block, as float32 [rows, blocks]."""
+    return blocks[..., offset : offset + 2].copy().view(np.float16)[..., 0].astype(np.float32)
+
+
+def _low_then_high_nibbles(qs: np.ndarray, span: int) -> np.ndarray:
+    """GGML's nibble order: each ``span`` bytes hold ``span`` values in their low nibbles, then
+    the next ``span`` values in their high nibbles. Returns the values in order [..., 2 * n]."""
+    grouped = qs.reshape(*qs.shape[:-1], -1, 1, span)
+    values = (grouped >> np.array([0, 4], dtype=np.uint8).reshape(2, 1)) & 0xF
+    return values.reshape(*qs.shape[:-1], -1)
+
+
+def _pack(values: np.ndarray, bits: int) -> np.ndarray:
+    """MLX's packing: consecutive ``bits``-bit values fill each uint32 from its low bits up."""
+    values = values.reshape(values.shape[0], -1)
+    if bits == 4:
+        values = values[:, 0::2] | (values[:, 1::2] << 4)
+    return np.ascontiguousarray(values, dtype=np.uint8).view(np.uint32)
+
+
+def _q8_0(blocks: np.ndarray) -> tuple[np.ndarray, ...]:
+    d = _f16(blocks, 0)
+    unsigned_q = blocks[..., 2:] ^ np.uint8(0x80)  # int8 q -> q + 128 in [0, 255]
+    return _pack(unsigned_q, 8), d, -128 * d
+
+
+def _q4_0(blocks: np.ndarray) -> tuple[np.ndarray, ...]:
+    d = _f16(blocks, 0)
+    return _pack(_low_then_high_nibbles(blocks[..., 2:], 16), 4), d, -8 * d
+
+
+def _q4_k(blocks: np.ndarray) -> tuple[np.ndarray, ...]:
+    # d | dmin | 12 bytes of 6-bit (sc, m) pairs for 8 sub-blocks | qs[128]: 32 bytes hold
+    # 2 sub-blocks, the first in the low nibbles
+    n_rows, n_blocks, _ = blocks.shape
+    d, dmin = _f16(blocks, 0)[..., None], _f16(blocks, 2)[..., None]
+    sc, m = gguf_quants.Q4_K.get_scale_min(blocks[..., 4:16].reshape(-1, 12))
+    scales = d * sc.reshape(n_rows, n_blocks, 8).astype(np.float32)
+    biases = -(dmin * m.reshape(n_rows, n_blocks, 8).astype(np.float32))
+    q = _low_then_high_nibbles(blocks[..., 16:], 32)
+    return _pack(q, 4), scales.reshape(n_rows, -1), biases.reshape(n_rows, -1)
+
+
+def _mxfp4(blocks: np.ndarray) -> tuple[np.ndarray, ...]:
+    # Same e8m0 exponent and e2m1 codes as MLX's "mxfp4"; only the nibble order differs.
+    return _pack(_low_then_high_nibbles(blocks[..., 1:], 16), 4), blocks[..., 0]
+
+
+_CONVERTERS: dict[GGMLQuantizationType, tuple[Callable, int, str]] = {
+    T.Q8_0: (_q8_0, 8, "affine"),
+    T.Q4_0: (_q4_0, 4, "affine"),
+    T.Q4_K: (_q4_k, 4, "affine"),
+    T.MXFP4: (_mxfp4, 4, "mxfp4"),
+}

@@ -1,0 +1,131 @@
+"""Pure-MLX twins of the Metal kernels: the readable specification of each packed format.
+
+Each ``_decode_*`` turns GGML blocks (uint8 [..., n_blocks, type_size]) into float32 values
+[..., n_blocks, 256] with the same arithmetic, in the same order, as ``gguf.quants`` (and ggml's
+``dequantize_row_*``), so the result is bit-identical to the reference. The matmuls then run on
+the decoded float32 weight. The Metal kernels in ``metal/`` compute the same sums without
+materialising the weight.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from ds4mlx.kernels.weights import PackedWeight
+
+import mlx.core as mx
+import numpy as np
+from gguf import GGML_QUANT_SIZES, QK_K, GGMLQuantizationType
+from gguf.quants import IQ2_XXS
+
+PACKED_TYPES = frozenset(
+    {GGMLQuantizationType.Q2_K, GGMLQuantizationType.Q6_K, GGMLQuantizationType.IQ2_XXS}
+)
+
+
+def _f16_at(blocks: mx.array, offset: int) -> mx.array:
+    """The little-endian float16 at byte ``offset`` of every block, as float32 [..., n, 1]."""
+    return mx.view(blocks[..., offset : offset + 2], mx.float16).astype(mx.float32)
+
+
+def _shifts(*values: int) -> mx.array:
+    return mx.array(values, dtype=mx.uint8)
+
+
+def _decode_q2_k(blocks: mx.array) -> mx.array:
+    # scales[16] | qs[64] | d | dmin. Value half*128 + pass*32 + l is bits [2*pass, 2*pass + 2) of
+    # qs[half*32 + l]; 16-value sub-block s uses d*(scales[s] & 15) and dmin*(scales[s] >> 4).
+    *outer, n_blocks, _ = blocks.shape
+    scales = blocks[..., 0:16]
+    qs = blocks[..., 16:80].reshape(*outer, n_blocks, 2, 1, 32)
+    d, dmin = _f16_at(blocks, 80), _f16_at(blocks, 82)
+    sub_scale = (d * (scales & 0xF).astype(mx.float32))[..., None]
+    sub_min = (dmin * (scales >> 4).astype(mx.float32))[..., None]
+    q = (qs >> _shifts(0, 2, 4, 6).reshape(4, 1)) & 3  # [..., n, half, pass, l]
+    q = q.reshape(*outer, n_blocks, 16, 16).astype(mx.float32)
+    return (sub_scale * q - sub_min).reshape(*outer, n_blocks, QK_K)
+
+
+def _decode_q6_k(blocks: mx.array) -> mx.array:
+    # ql[128] | qh[64] | scales[16] (int8) | d. Value half*128 + quarter*32 + l takes nibble
+    # (quarter // 2) of ql[half*64 + (quarter % 2)*32 + l] and bits [2*quarter, 2*quarter + 2) of
+    # qh[half*32 + l]; value = d * scales[sub-block] * (q - 32) with 16-value sub-blocks.
+    *outer, n_blocks, _ = blocks.shape
+    ql = blocks[..., 0:128].reshape(*outer, n_blocks, 2, 1, 64)
+    qh = blocks[..., 128:192].reshape(*outer, n_blocks, 2, 1, 32)
+    scales = mx.view(blocks[..., 192:208], mx.int8).astype(mx.float32)
+    d = _f16_at(blocks, 208)
+    sub_scale = (d * scales).reshape(*outer, n_blocks, 16, 1)
+    low = ((ql >> _shifts(0, 4).reshape(2, 1)) & 0xF).reshape(*outer, n_blocks, 2, 4, 32)
+    high = ((qh >> _shifts(0, 2, 4, 6).reshape(4, 1)) & 3).reshape(*outer, n_blocks, 2, 4, 32)
+    q = (low | (high << 4)).astype(mx.int8) - 32
+    q = q.reshape(*outer, n_blocks, 16, 16).astype(mx.float32)
+    return (sub_scale * q).reshape(*outer, n_blocks, QK_K)
+
+
+@cache
+def iq2_xxs_tables() -> tuple[mx.array, mx.array]:
+    """(grid [256, 8] float32 of 8/25/43, ksigns [128] uint8), taken from ``gguf.quants``."""
+    IQ2_XXS.init_grid()
+    grid = np.asarray(IQ2_XXS.grid, dtype=np.float32).reshape(256, 8)
+    ksigns = np.frombuffer(IQ2_XXS.ksigns, dtype=np.uint8)
+    return mx.array(grid), mx.array(ksigns)
+
+
+def _decode_iq2_xxs(blocks: mx.array) -> mx.array:
+    # d | 8 sub-blocks of 32 values in 8 bytes: bytes 0-3 pick 4 rows of the 8-value grid, bytes
+    # 4-7 are a uint32 whose four 7-bit fields pick each row's signs from ksigns (bit j set: value j
+    # negative) and whose top 4 bits are the scale: value = d * (0.5 + scale) * 0.25 * grid.
+    *outer, n_blocks, _ = blocks.shape
+    grid, ksigns = iq2_xxs_tables()
+    d = _f16_at(blocks, 0)[..., None]  # [..., n, 1, 1]
+    sub_blocks = blocks[..., 2:].reshape(*outer, n_blocks, 8, 8)
+    grid_rows = sub_blocks[..., 0:4]  # [..., n, sub, 4]
+    packed = mx.view(sub_blocks[..., 4:8], mx.uint32)  # [..., n, sub, 1]
+    db = (d * (0.5 + (packed >> 28).astype(mx.float32)) * 0.25)[..., None]  # [..., n, sub, 1, 1]
+    sign_index = (packed >> mx.array([0, 7, 14, 21], dtype=mx.uint32)) & 0x7F
+    sign_bits = (ksigns[sign_index][..., None] >> mx.arange(8, dtype=mx.uint8)) & 1
+    signs = mx.where(sign_bits == 0, 1.0, -1.0)  # [..., n, sub, 4, 8]
+    values = db * grid[grid_rows] * signs
+    return values.reshape(*outer, n_blocks, QK_K)
+
+
+_DECODERS = {
+    GGMLQuantizationType.Q2_K: _decode_q2_k,
+    GGMLQuantizationType.Q6_K: _decode_q6_k,
+    GGMLQuantizationType.IQ2_XXS: _decode_iq2_xxs,
+}
+
+
+def dequantize_packed(data: mx.array, qtype: GGMLQuantizationType) -> mx.array:
+    """GGML rows uint8 [..., row_bytes] of ``qtype`` as float32 [..., row_length]."""
+    _, type_size = GGML_QUANT_SIZES[qtype]
+    *outer, row_bytes = data.shape
+    blocks = data.reshape(*outer, row_bytes // type_size, type_size)
+    return _DECODERS[qtype](blocks).reshape(*outer, row_bytes // type_size * QK_K)
+
+
+def linear(x: mx.array, w: PackedWeight) -> mx.array:
+    """x @ W.T (batched over W's leading dims) in float32, returned in x's dtype."""
+    weight = dequantize_packed(w.data, w.qtype)
+    return (x @ mx.swapaxes(weight, -1, -2)).astype(x.dtype)
+
+
+def gather_linear(
+    x: mx.array, w: PackedWeight, expert_indices: mx.array, sorted_indices: bool = False
+) -> mx.array:
+    """``mx.gather_mm(x, W.swapaxes(-1, -2), rhs_indices=expert_indices)`` for a packed W.
+
+    As in ``mx.gather_mm``, indices are flat over W's leading dims.
+    """
+    experts = w.data.reshape(-1, *w.data.shape[-2:])
+    if expert_indices.size < experts.shape[0]:
+        # Few routed rows (decode): decode only the experts they use, one copy per index.
+        weight = dequantize_packed(experts[expert_indices.flatten()], w.qtype)
+        expert_indices = mx.arange(expert_indices.size).reshape(expert_indices.shape)
+    else:
+        weight = dequantize_packed(experts, w.qtype)
+    out = mx.gather_mm(
+        x, mx.swapaxes(weight, -1, -2), rhs_indices=expert_indices, sorted_indices=sorted_indices
+    )
+    return out.astype(x.dtype)

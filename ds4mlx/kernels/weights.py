@@ -1,0 +1,53 @@
+"""The weight kinds ``kernels.linear`` accepts besides a plain ``mx.array``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mlx.core as mx
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+
+@dataclass(frozen=True)
+class QuantizedWeight:
+    """A weight in one of MLX's own quantized layouts, for ``mx.quantized_matmul``/``gather_qmm``.
+
+    ``packed`` is uint32 [..., out, in * bits / 32]; ``scales`` (and ``biases`` in "affine" mode,
+    None in "mxfp4" mode) are [..., out, in / group_size]. Each value is
+    ``scale * q + bias`` ("affine") or ``e2m1(q) * 2**(scale - 127)`` ("mxfp4").
+    """
+
+    packed: mx.array
+    scales: mx.array
+    biases: mx.array | None
+    bits: int
+    group_size: int
+    mode: str
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Logical shape [..., out, in] of the matrix (or stack of matrices)."""
+        *outer, packed_columns = self.packed.shape
+        return (*outer, packed_columns * 32 // self.bits)
+
+
+@dataclass(frozen=True)
+class PackedWeight:
+    """A GGML block-quantized weight MLX cannot represent, kept as the file's bytes.
+
+    ``data`` is uint8 [..., out, row_bytes]: each row is the row's GGML blocks exactly as stored.
+    The kernels decode it on the fly (Metal) or with MLX ops (the twin in ``kernels.twins``).
+    """
+
+    data: mx.array
+    qtype: GGMLQuantizationType
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Logical shape [..., out, in] of the matrix (or stack of matrices)."""
+        block_size, type_size = GGML_QUANT_SIZES[self.qtype]
+        *outer, row_bytes = self.data.shape
+        return (*outer, row_bytes // type_size * block_size)
+
+
+Weight = mx.array | QuantizedWeight | PackedWeight
