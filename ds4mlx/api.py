@@ -2,27 +2,26 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-
-import mlx.core as mx
-import numpy as np
 
 from ds4mlx.engine.chat import ChatFormat, chat_format_for_arch
 from ds4mlx.engine.session import Session
 from ds4mlx.engine.tokenizer import NumericTokenizer, Tokenizer, load_tokenizer
-from ds4mlx.gguf import GGUFFile, open_gguf
+from ds4mlx.gguf import DEFAULT_WEIGHT_MODE, WEIGHT_MODES, GGUFFile, open_gguf
 from ds4mlx.models import model_class_for
 
-WEIGHTS_DTYPES = ("auto", "f32", "native")
+import numpy as np
 
 
 def resolve_weights_dtype(weights_dtype: str) -> str:
     """``auto``: float32 on the CPU backend (BLAS-backed), GGUF-native quantization on Metal."""
-    if weights_dtype not in WEIGHTS_DTYPES:
-        raise ValueError(f"weights_dtype must be one of {WEIGHTS_DTYPES}, got '{weights_dtype}'")
     if weights_dtype == "auto":
-        return "native" if mx.metal.is_available() else "f32"
+        return DEFAULT_WEIGHT_MODE
+    if weights_dtype not in WEIGHT_MODES:
+        raise ValueError(f"weights_dtype must be auto or one of {WEIGHT_MODES}, "
+                         f"got '{weights_dtype}'")
     return weights_dtype
 
 
@@ -64,17 +63,49 @@ class LoadedModel:
         return self.new_session().feed(tokens)
 
 
+class _LoadProgress:
+    """Reports the share of tensor bytes converted, at most every half second."""
+
+    def __init__(self, total_bytes: int, report: Callable[[str], None]):
+        self.total = max(total_bytes, 1)
+        self.done = 0
+        self.report = report
+        self.last = 0.0
+
+    def __call__(self, _name: str, nbytes: int) -> None:
+        self.done += nbytes
+        now = time.monotonic()
+        if now - self.last >= 0.5:
+            self.last = now
+            self._show(min(self.done / self.total, 0.999))
+
+    def finish(self) -> None:
+        self._show(1.0)
+
+    def _show(self, share: float) -> None:
+        bar = "#" * int(share * 30)
+        self.report(f"loading [{bar:<30}] {share:6.1%} of {self.total / 2**20:.0f} MiB")
+
+
 def load_model(
     path: str | Path,
     weights_dtype: str = "auto",
     progress: Callable[[str], None] | None = None,
 ) -> LoadedModel:
-    """Open, validate and load a GGUF model of any supported architecture."""
+    """Open, validate and load a GGUF model of any supported architecture.
+
+    ``weights_dtype``: "auto", "f32" (dequantize matmul weights to float32) or "native" (keep
+    the file's quantization). ``progress`` receives human-readable loading progress lines.
+    """
     path = Path(path)
     dtype = resolve_weights_dtype(weights_dtype)
     gguf_file = open_gguf(path)
+    reporter = None
     if progress is not None:
-        progress(f"loading {path.name} ({path.stat().st_size / 2**20:.1f} MiB, "
-                 f"{gguf_file.arch}, weights {dtype})")
-    network = model_class_for(gguf_file).from_gguf(gguf_file)
+        total = sum(info.nbytes for info in gguf_file.layout.tensors.values())
+        reporter = gguf_file.on_tensor_loaded = _LoadProgress(total, progress)
+    network = model_class_for(gguf_file).from_gguf(gguf_file, weights_dtype=dtype)
+    gguf_file.on_tensor_loaded = None
+    if reporter is not None:
+        reporter.finish()
     return LoadedModel(path, gguf_file, network, dtype)

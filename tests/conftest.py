@@ -6,9 +6,9 @@ import json
 import os
 from pathlib import Path
 
-import pytest
-
 import ds4mlx  # noqa: F401  (preloads the BLAS before any test imports mlx.core)
+
+import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

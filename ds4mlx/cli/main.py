@@ -13,6 +13,7 @@ from ds4mlx.cli.options import (
     sampling_options,
 )
 from ds4mlx.engine.generate import DoneEvent, generate
+from ds4mlx.engine.tokenizer import TokenizerError
 from ds4mlx.gguf import GGUFError
 
 
@@ -33,6 +34,15 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def progress_line(message: str) -> None:
+    """Loading progress: redrawn in place on a terminal, one line per update otherwise."""
+    if sys.stderr.isatty():
+        end = "\n" if "100.0%" in message else ""
+        print(f"\r{message}", end=end, file=sys.stderr, flush=True)
+    else:
+        log(message)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -48,8 +58,9 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.perf_counter()
     try:
-        model = load_model(options.model, weights_dtype=options.weights_dtype, progress=log)
-    except (GGUFError, FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+        model = load_model(options.model, weights_dtype=options.weights_dtype,
+                           progress=progress_line)
+    except (GGUFError, TokenizerError, OSError) as exc:
         log(f"ds4: error: {exc}")
         return 1
     log(f"ds4: loaded {options.model} ({model.args_summary()}) "

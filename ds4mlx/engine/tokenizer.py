@@ -24,15 +24,15 @@ from enum import IntEnum
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ds4mlx.engine.detokenizer import StreamingDetokenizer
+
 from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
 
-from ds4mlx.engine.detokenizer import StreamingDetokenizer
-
 if TYPE_CHECKING:
-    from gguf import GGUFWriter
-
     from ds4mlx.gguf import GGUFFile
+
+    from gguf import GGUFWriter
 
 
 class TokenizerError(Exception):

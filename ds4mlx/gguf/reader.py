@@ -7,7 +7,7 @@ on demand and tensors are converted one at a time, so the file is never copied i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,8 @@ class GGUFFile:
             # Should be unreachable: validation covers every check the reader makes.
             raise GGUFError(f"{self.path}: gguf.GGUFReader rejected the file: {exc}") from exc
         self._data = {t.name: t.data for t in self.reader.tensors}
+        # Called with (tensor name, bytes) after each tensor is converted: loading progress.
+        self.on_tensor_loaded: Callable[[str, int], None] | None = None
 
     @property
     def arch(self) -> str:
@@ -99,7 +101,13 @@ class GGUFFile:
     def dequantize(self, name: str) -> np.ndarray:
         """The tensor as float32 in numpy order (via the ``gguf`` package's reference code)."""
         info = self._supported_info(name)
-        return quants.dequantize(self._data[name], info.qtype, info.shape)
+        array = quants.dequantize(self._data[name], info.qtype, info.shape)
+        self._loaded(info)
+        return array
+
+    def _loaded(self, info: TensorInfo) -> None:
+        if self.on_tensor_loaded is not None:
+            self.on_tensor_loaded(info.name, info.nbytes)
 
     def load_weight(self, name: str, mode: str | None = None) -> Weight:
         """The tensor as a weight for ``kernels.linear``/``gather_linear``/``take_rows``.
@@ -109,7 +117,9 @@ class GGUFFile:
         with Metal, "f32" without). See ``ds4mlx.gguf.quants``.
         """
         info = self._supported_info(name)
-        return quants.load_weight(self._data[name], info.qtype, info.shape, mode)
+        weight = quants.load_weight(self._data[name], info.qtype, info.shape, mode)
+        self._loaded(info)
+        return weight
 
 
 def open_gguf(path: str | Path) -> GGUFFile:

@@ -1,6 +1,7 @@
 """Model architectures, one file each, looked up by ``general.architecture``.
 
-Every architecture module exposes ``Model.from_gguf(gguf_file, options)`` returning an object with:
+Every architecture module exposes ``Model.from_gguf(gguf_file, weights_dtype)`` returning an
+object with:
   - ``args``: its ModelArgs dataclass (every architecture names ``vocab_size``, ``hidden_size``
     and ``num_layers`` alike),
   - ``new_state()``: an empty per-sequence state (all caches),

@@ -6,10 +6,6 @@ the DeepSeek-V4-Flash repository).
 
 from __future__ import annotations
 
-import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from ds4mlx.engine.chat import (
     DEEPSEEK_V4,
     AssistantTurn,
@@ -23,6 +19,10 @@ from ds4mlx.engine.chat import (
     parse_assistant,
     render_chat,
 )
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 BOS = "<｜begin▁of▁sentence｜>"
 EOS = "<｜end▁of▁sentence｜>"

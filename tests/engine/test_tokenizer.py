@@ -4,12 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import gguf
-import numpy as np
-import pytest
-from tokenizers import Tokenizer as HFTokenizer
-from tokenizers import decoders, models, pre_tokenizers, trainers
-
 from ds4mlx.engine.detokenizer import StreamingDetokenizer
 from ds4mlx.engine.tokenizer import (
     PRE_TOKENIZERS,
@@ -24,6 +18,12 @@ from ds4mlx.engine.tokenizer import (
     write_tokenizer_metadata,
 )
 from ds4mlx.gguf import open_gguf
+
+import gguf
+import numpy as np
+import pytest
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import decoders, models, pre_tokenizers, trainers
 
 BOS, EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
 CONTROL_TOKENS = [BOS, EOS, "<｜User｜>", "<｜Assistant｜>"]

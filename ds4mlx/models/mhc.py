@@ -1,0 +1,100 @@
+"""Manifold-constrained hyper-connections (mHC): ``hc`` residual streams mixed around each block.
+
+Per token the streams ``x`` [hc, D] are RMS-normed as one flat vector and projected to
+``(2 + hc) * hc`` mixes: ``pre`` weights collapse the streams into the block input, ``post`` weights
+spread the block output back over the streams, and ``comb`` (made doubly stochastic by Sinkhorn)
+mixes the residual streams. Layouts follow llama.cpp: ``comb`` is [T, src, dst].
+"""
+
+from __future__ import annotations
+
+from ds4mlx.kernels import Weight, linear
+from ds4mlx.models.norms import rms_norm
+
+import mlx.core as mx
+import mlx.nn as nn
+
+
+def sinkhorn(comb: mx.array, iters: int, eps: float) -> mx.array:
+    """Sinkhorn-normalise mixing logits ``comb`` [..., src, dst].
+
+    llama.cpp's order (``build_hc_sinkhorn`` / ``ggml_dsv4_hc_comb``): softmax over dst plus eps,
+    one column normalisation (over src, for each dst), then ``iters - 1`` rounds of row
+    (over dst) and column normalisation, each sum padded by eps.
+    """
+    comb = mx.softmax(comb, axis=-1, precise=True) + eps
+    comb = comb / (mx.sum(comb, axis=-2, keepdims=True) + eps)
+    for _ in range(iters - 1):
+        comb = comb / (mx.sum(comb, axis=-1, keepdims=True) + eps)
+        comb = comb / (mx.sum(comb, axis=-2, keepdims=True) + eps)
+    return comb
+
+
+def hc_collapse(x: mx.array, weights: mx.array) -> mx.array:
+    """Weighted sum of the streams: x [T, hc, D], weights [T, hc] -> [T, D]."""
+    return mx.sum(x * weights[..., None], axis=1)
+
+
+def hc_expand(out: mx.array, residual: mx.array, post: mx.array, comb: mx.array) -> mx.array:
+    """New streams: ``post[dst] * out + sum_src comb[src, dst] * residual[src]`` -> [T, hc, D]."""
+    mixed = mx.matmul(mx.swapaxes(comb, -1, -2), residual)
+    return post[..., None] * out[:, None, :] + mixed
+
+
+def hc_mean(x: mx.array) -> mx.array:
+    """The mean of the streams [T, hc, D] -> [T, D] (what drafters tap)."""
+    return mx.mean(x, axis=1)
+
+
+class HyperConnection(nn.Module):
+    """The mixes of one mHC site (before attention or before the FFN)."""
+
+    def __init__(
+        self,
+        fn: Weight,
+        base: mx.array,
+        scale: mx.array,
+        *,
+        hc: int,
+        sinkhorn_iters: int,
+        hc_eps: float,
+        norm_eps: float,
+    ):
+        super().__init__()
+        self.fn = fn  # [(2 + hc) * hc, hc * D]
+        self.base = base  # [(2 + hc) * hc]
+        self.scale = scale  # [3]: pre, post, comb
+        self.hc = hc
+        self.sinkhorn_iters = sinkhorn_iters
+        self.hc_eps = hc_eps
+        self.norm_eps = norm_eps
+
+    def __call__(self, x: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+        """x [T, hc, D] -> pre [T, hc], post [T, hc], comb [T, hc(src), hc(dst)]."""
+        tokens, hc = x.shape[0], self.hc
+        flat = rms_norm(x.reshape(tokens, -1), None, self.norm_eps)
+        mixes = linear(flat, self.fn)
+        pre = mx.sigmoid(mixes[:, :hc] * self.scale[0] + self.base[:hc]) + self.hc_eps
+        post = 2.0 * mx.sigmoid(mixes[:, hc : 2 * hc] * self.scale[1] + self.base[hc : 2 * hc])
+        comb = mixes[:, 2 * hc :] * self.scale[2] + self.base[2 * hc :]
+        comb = sinkhorn(comb.reshape(tokens, hc, hc), self.sinkhorn_iters, self.hc_eps)
+        return pre, post, comb
+
+
+class HyperHead(nn.Module):
+    """The final collapse of the streams before the output norm (llama.cpp ``build_hc_head``)."""
+
+    def __init__(self, fn: Weight, base: mx.array, scale: mx.array, *, hc_eps: float,
+                 norm_eps: float):
+        super().__init__()
+        self.fn = fn  # [hc, hc * D]
+        self.base = base  # [hc]
+        self.scale = scale  # [1]
+        self.hc_eps = hc_eps
+        self.norm_eps = norm_eps
+
+    def __call__(self, x: mx.array) -> mx.array:
+        flat = rms_norm(x.reshape(x.shape[0], -1), None, self.norm_eps)
+        pre = mx.sigmoid(linear(flat, self.fn) * self.scale[0] + self.base) + self.hc_eps
+        return hc_collapse(x, pre)
+

@@ -1,0 +1,122 @@
+"""Mixture-of-experts pieces: expert gating/routing and the routed-expert FFN.
+
+``RoutedExperts`` holds one layer's routed experts and applies them with gathered matmuls; it is the
+seam a future expert store (streamed or quantized experts) replaces, keeping its call signature.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+from ds4mlx.kernels import Weight, gather_linear
+
+import mlx.core as mx
+import mlx.nn as nn
+
+# ggml clamps the routing-weight sum to the smallest normal float16 before dividing.
+_MIN_WEIGHT_SUM = 6.103515625e-5
+# Above this many (token, expert) pairs, sorting them by expert makes gather_mm faster.
+_SORT_THRESHOLD = 64
+
+
+class GatingFunc(IntEnum):
+    """``<arch>.expert_gating_func`` values (llama.cpp ``llama_expert_gating_func_type``)."""
+
+    SOFTMAX = 1
+    SIGMOID = 2
+    SOFTMAX_WEIGHT = 3  # softmax over the selected logits, not over all experts
+    SQRT_SOFTPLUS = 4
+
+
+def softplus(x: mx.array) -> mx.array:
+    """ggml's softplus: x above 20, else log(1 + exp(x))."""
+    return mx.where(x > 20.0, x, mx.log1p(mx.exp(mx.minimum(x, 20.0))))
+
+
+def gate_probs(logits: mx.array, func: GatingFunc) -> mx.array:
+    """Per-expert router probabilities from the router logits [T, E]."""
+    if func == GatingFunc.SOFTMAX:
+        return mx.softmax(logits, axis=-1, precise=True)
+    if func == GatingFunc.SIGMOID:
+        return mx.sigmoid(logits)
+    if func == GatingFunc.SOFTMAX_WEIGHT:
+        return logits
+    if func == GatingFunc.SQRT_SOFTPLUS:
+        return mx.sqrt(softplus(logits))
+    raise ValueError(f"unsupported expert gating function {func}")
+
+
+def route(
+    probs: mx.array,
+    n_used: int,
+    *,
+    func: GatingFunc,
+    bias: mx.array | None = None,
+    selected: mx.array | None = None,
+    normalize: bool,
+    scale: float,
+) -> tuple[mx.array, mx.array]:
+    """Pick ``n_used`` experts per token and their weights, as llama.cpp's ``build_moe_ffn``.
+
+    Experts are chosen on ``probs + bias`` (the bias only steers selection) unless ``selected``
+    (e.g. hash routing) fixes them; weights are the unbiased probs of the chosen experts, optionally
+    renormalised to sum 1, then multiplied by ``scale`` (skipped for 0 and 1, as llama.cpp does).
+    Returns (indices [T, k] int32, weights [T, k]).
+    """
+    if selected is None:
+        scores = probs if bias is None else probs + bias
+        selected = mx.argsort(-scores, axis=-1)[:, :n_used]
+    selected = selected.astype(mx.int32)
+    weights = mx.take_along_axis(probs, selected, axis=-1)
+    if func == GatingFunc.SOFTMAX_WEIGHT:
+        weights = mx.softmax(weights, axis=-1, precise=True)
+    if normalize:
+        total = mx.maximum(mx.sum(weights, axis=-1, keepdims=True), _MIN_WEIGHT_SUM)
+        weights = weights / total
+    if scale not in (0.0, 1.0):
+        weights = weights * scale
+    return selected, weights
+
+
+def swiglu(gate: mx.array, up: mx.array, limit: float = 0.0) -> mx.array:
+    """silu(gate) * up; with ``limit`` > 0 as ``ggml_swiglu_clamp``: gate clamped from above and
+    up to [-limit, limit] before the product."""
+    if limit > 1e-6:
+        gate = mx.minimum(gate, limit)
+        up = mx.clip(up, -limit, limit)
+    return nn.silu(gate) * up
+
+
+class RoutedExperts(nn.Module):
+    """One layer's routed SwiGLU experts, stacked [E, out, in], applied with gathered matmuls
+    (``kernels.gather_linear``)."""
+
+    def __init__(self, gate: Weight, up: Weight, down: Weight, *, swiglu_limit: float):
+        """gate/up [E, F, D] and down [E, D, F] as GGUF stores them ([expert, out, in])."""
+        super().__init__()
+        self.gate = gate
+        self.up = up
+        self.down = down
+        self.swiglu_limit = swiglu_limit
+
+    def __call__(self, x: mx.array, indices: mx.array, weights: mx.array) -> mx.array:
+        """x [T, D], indices/weights [T, k] -> sum_k weights * expert_k(x), [T, D]."""
+        tokens, k = indices.shape
+        sort = indices.size >= _SORT_THRESHOLD
+        if sort:
+            # Grouping the (token, expert) pairs by expert lets gather_mm run per-expert GEMMs.
+            flat = indices.flatten()
+            order = mx.argsort(flat)
+            inv_order = mx.argsort(order)
+            xs = x[order // k][:, None, :]  # [T*k, 1, D]
+            idx = flat[order]
+        else:
+            xs = x[:, None, None, :]  # [T, 1, 1, D], broadcast against indices [T, k]
+            idx = indices
+        gate = gather_linear(xs, self.gate, idx, sort)
+        up = gather_linear(xs, self.up, idx, sort)
+        out = gather_linear(swiglu(gate, up, self.swiglu_limit), self.down, idx, sort)
+        if sort:
+            out = out[inv_order]
+        out = out.reshape(tokens, k, -1)
+        return mx.sum(out * weights[..., None], axis=1)

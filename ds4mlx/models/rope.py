@@ -1,0 +1,122 @@
+"""Rotary position embeddings with YaRN, as ggml's ``ggml_rope_ext`` / ``ggml_rope_ext_back`` do.
+
+Angles are computed on the host in float64 from the integer positions (always known there), so
+they are at least as accurate as ggml's float32 recurrence ``theta *= theta_scale``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import mlx.core as mx
+import numpy as np
+
+
+@dataclass(frozen=True)
+class RopeConfig:
+    """The parameters of one ``ggml_rope_ext`` call.
+
+    ``interleaved`` selects GGML_ROPE_TYPE_NORMAL (rotate the pairs ``(x[2i], x[2i+1])``), as
+    DeepSeek uses; ``False`` is GGML_ROPE_TYPE_NEOX (pairs ``(x[i], x[i + n_dims/2])``).
+    """
+
+    n_dims: int
+    base: float
+    freq_scale: float = 1.0
+    ext_factor: float = 0.0
+    attn_factor: float = 1.0
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    n_ctx_orig: int = 0
+    interleaved: bool = True
+
+
+def yarn_corr_dims(
+    n_dims: int, n_ctx_orig: int, base: float, beta_fast: float, beta_slow: float
+) -> tuple[float, float]:
+    """The rotary pair range over which YaRN ramps from interpolation to extrapolation."""
+
+    def corr_dim(n_rot: float) -> float:
+        return n_dims * math.log(n_ctx_orig / (n_rot * 2 * math.pi)) / (2 * math.log(base))
+
+    low = math.floor(corr_dim(beta_fast))
+    high = math.ceil(corr_dim(beta_slow))
+    return max(0.0, low), min(n_dims - 1.0, high)
+
+
+@dataclass(frozen=True)
+class RopeAngles:
+    """cos and sin (already multiplied by the YaRN magnitude scale), each [T, n_dims / 2]."""
+
+    cos: mx.array
+    sin: mx.array
+
+
+class RoPE:
+    """Rotates ``n_dims`` channels starting at a channel offset, by token position."""
+
+    def __init__(self, config: RopeConfig):
+        if config.n_dims % 2:
+            raise ValueError(f"RoPE needs an even number of rotated dims, got {config.n_dims}")
+        self.config = config
+        half = config.n_dims // 2
+        pair = np.arange(half, dtype=np.float64)
+        theta_extrap = config.base ** (-2.0 * pair / config.n_dims)
+        theta_interp = config.freq_scale * theta_extrap
+        mscale = config.attn_factor
+        if config.ext_factor != 0.0:
+            low, high = yarn_corr_dims(
+                config.n_dims, config.n_ctx_orig, config.base, config.beta_fast, config.beta_slow
+            )
+            y = (pair - low) / max(0.001, high - low)
+            ramp_mix = (1.0 - np.clip(y, 0.0, 1.0)) * config.ext_factor
+            inv_freq = theta_interp * (1.0 - ramp_mix) + theta_extrap * ramp_mix
+            # ggml multiplies the magnitude by this whenever YaRN extrapolation is on.
+            mscale *= 1.0 + 0.1 * math.log(1.0 / config.freq_scale)
+        else:
+            inv_freq = theta_interp
+        self._inv_freq = inv_freq
+        self._mscale = mscale
+
+    @property
+    def n_dims(self) -> int:
+        return self.config.n_dims
+
+    def angles(self, positions: np.ndarray) -> RopeAngles:
+        theta = np.asarray(positions, dtype=np.float64)[:, None] * self._inv_freq[None, :]
+        return RopeAngles(
+            mx.array((np.cos(theta) * self._mscale).astype(np.float32)),
+            mx.array((np.sin(theta) * self._mscale).astype(np.float32)),
+        )
+
+    def apply(
+        self, x: mx.array, angles: RopeAngles, *, offset: int = 0, inverse: bool = False
+    ) -> mx.array:
+        """Rotate channels ``[offset, offset + n_dims)`` of x ([T, ..., D], token axis first).
+
+        ``inverse`` is ``ggml_rope_ext_back``: the transposed rotation (sin negated) with the same
+        magnitude scale.
+        """
+        n = self.config.n_dims
+        if n == 0:
+            return x
+        tokens, dim = x.shape[0], x.shape[-1]
+        if offset < 0 or offset + n > dim:
+            raise ValueError(f"RoPE channels [{offset}, {offset + n}) do not fit in {dim}")
+        bshape = (tokens,) + (1,) * (x.ndim - 2) + (n // 2,)
+        cos = angles.cos.reshape(bshape)
+        sin = angles.sin.reshape(bshape)
+        if inverse:
+            sin = -sin
+        part = x[..., offset : offset + n]
+        if self.config.interleaved:
+            pairs = part.reshape(*part.shape[:-1], n // 2, 2)
+            x0, x1 = pairs[..., 0], pairs[..., 1]
+            rotated = mx.stack([x0 * cos - x1 * sin, x0 * sin + x1 * cos], axis=-1)
+            rotated = rotated.reshape(part.shape)
+        else:
+            x0, x1 = part[..., : n // 2], part[..., n // 2 :]
+            rotated = mx.concatenate([x0 * cos - x1 * sin, x0 * sin + x1 * cos], axis=-1)
+        pieces = [x[..., :offset], rotated, x[..., offset + n :]]
+        return mx.concatenate([p for p in pieces if p.shape[-1] > 0], axis=-1)
