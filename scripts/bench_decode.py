@@ -9,7 +9,6 @@ the ds4mlx / llama.cpp ratio.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import platform
@@ -19,6 +18,7 @@ import sys
 import time
 
 import ds4mlx  # noqa: F401  (preloads the BLAS before mlx.core)
+from ds4mlx.bench.llamacpp_peer import llamacpp_available
 
 import mlx.core as mx
 
@@ -38,23 +38,18 @@ def ds4mlx_runner(model):
 
 
 def llamacpp_runner(path: str, n_ctx: int, threads: int):
-    try:
-        import llama_cpp
-    except ImportError:
-        return None
-    llm = llama_cpp.Llama(model_path=path, n_ctx=n_ctx, n_threads=threads, n_batch=n_ctx,
-                          logits_all=False, verbose=False)
+    from ds4mlx.bench.llamacpp_peer import LlamaCppModel
+
+    llm = LlamaCppModel(path, n_ctx=n_ctx, threads=threads)
 
     def run(prompt: list[int], n_decode: int) -> tuple[float, float]:
         llm.reset()
         start = time.perf_counter()
-        llm.eval(prompt)
+        token = int(llm.eval(prompt, all_logits=False)[-1].argmax())
         prefill = time.perf_counter() - start
-        token = int(llm.scores[llm.n_tokens - 1].argmax())
         start = time.perf_counter()
         for _ in range(n_decode):
-            llm.eval([token])
-            token = int(llm.scores[llm.n_tokens - 1].argmax())
+            token = int(llm.eval([token], all_logits=False)[-1].argmax())
         return len(prompt) / prefill, n_decode / (time.perf_counter() - start)
 
     return run
@@ -65,7 +60,7 @@ def measure_llamacpp_in_child(args, prompt: list[int], n_ctx: int):
 
     Returns (prefill, decode) lists, or a string saying why there is no measurement.
     """
-    if importlib.util.find_spec("llama_cpp") is None:
+    if not llamacpp_available():
         return "llama-cpp-python is not importable; install the 'bench' extra"
     request = json.dumps({"model": args.model, "n_ctx": n_ctx, "threads": args.threads,
                           "prompt": prompt, "n_decode": args.n_decode, "runs": args.runs})
