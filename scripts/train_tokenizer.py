@@ -12,11 +12,11 @@ import argparse
 import json
 from pathlib import Path
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
 import ds4mlx  # noqa: F401
 from ds4mlx.engine import chat
 from ds4mlx.engine.tokenizer import pre_tokenizer_for
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 PRE = "deepseek-v3"
 # Control tokens of the template (never produced from plain text) ...

@@ -1,11 +1,15 @@
-"""Token sampling: temperature, top-k, top-p, min-p on top of mlx-lm's samplers."""
+"""Token sampling: temperature, top-k, top-p, min-p built from mlx-lm's sampler pieces.
+
+The filtered distribution is exposed (``probabilities``) because exact speculative acceptance
+needs the very distribution that ordinary sampling draws from.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import mlx.core as mx
-from mlx_lm.sample_utils import make_sampler
+from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p, categorical_sampling
 
 
 @dataclass(frozen=True)
@@ -32,20 +36,40 @@ class SamplingOptions:
 
 
 class Sampler:
-    """Draws one token from a row of logits; seeded once so that runs are reproducible."""
+    """Draws tokens from rows of logits; seeded once so that runs are reproducible.
+
+    Filters apply to the untempered log-probabilities in mlx-lm's order (top-p, min-p, top-k),
+    then the temperature scales what is left.
+    """
 
     def __init__(self, options: SamplingOptions):
         self.options = options
-        self._draw = make_sampler(
-            temp=options.temperature,
-            top_p=options.top_p if options.top_p < 1.0 else 0.0,
-            min_p=options.min_p,
-            top_k=options.top_k,
-        )
         if options.seed is not None:
             mx.random.seed(options.seed)
 
-    def __call__(self, logits: mx.array) -> int:
+    def filtered_logprobs(self, logits: mx.array) -> mx.array:
+        """Log-probabilities [..., vocab] with filtered-out tokens at -inf (untempered)."""
         logits = logits.astype(mx.float32)
         logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-        return int(self._draw(logprobs[None])[0])
+        o = self.options
+        if 0.0 < o.top_p < 1.0:
+            logprobs = apply_top_p(logprobs, o.top_p)
+        if o.min_p > 0.0:
+            logprobs = apply_min_p(logprobs, o.min_p)
+        if o.top_k > 0:
+            logprobs = apply_top_k(logprobs, o.top_k)
+        return logprobs
+
+    def probabilities(self, logits: mx.array) -> mx.array:
+        """The distribution ``__call__`` samples from (point mass on the argmax when greedy)."""
+        if self.options.greedy:
+            best = mx.argmax(logits, axis=-1, keepdims=True)
+            return mx.put_along_axis(mx.zeros(logits.shape), best, mx.array(1.0), axis=-1)
+        return mx.softmax(self.filtered_logprobs(logits) / self.options.temperature, axis=-1)
+
+    def __call__(self, logits: mx.array) -> int:
+        """One token from a single row of logits [vocab]."""
+        if self.options.greedy:
+            return int(mx.argmax(logits))
+        row = self.filtered_logprobs(logits[None])
+        return int(categorical_sampling(row, self.options.temperature)[0])

@@ -36,6 +36,22 @@ class Session:
         self.tokens.extend(int(t) for t in tokens)
         return logits
 
+    def feed_hidden(self, tokens: Sequence[int], capture_layers: Sequence[int] = ()):
+        """Advance by ``tokens``; returns the model's ForwardOutput (logits and hidden states of
+        ``capture_layers`` and of the head), which drafters consume."""
+        if len(tokens) == 0:
+            raise ValueError("feed() needs at least one token")
+        out = self.model.forward(mx.array(list(tokens), dtype=mx.int32), self.state,
+                                 capture_layers=capture_layers, return_hidden=True)
+        self.tokens.extend(int(t) for t in tokens)
+        return out
+
+    def truncate(self, n_tokens: int) -> None:
+        """Drop the last tokens so that ``n_tokens`` remain, without recomputing anything (the
+        model bounds how far back: a speculative verify's rejected rows)."""
+        self.model.truncate(self.state, n_tokens)
+        del self.tokens[n_tokens:]
+
     def feed(self, tokens: Sequence[int]) -> np.ndarray:
         """Advance by ``tokens``; returns their logits as float32 numpy [T, vocab]."""
         return np.array(self.feed_mx(tokens).astype(mx.float32))

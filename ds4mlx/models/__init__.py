@@ -17,6 +17,7 @@ from ds4mlx.gguf import GGUFError, GGUFFile
 
 ARCHITECTURES = {
     "deepseek4": "ds4mlx.models.deepseek4",
+    "glm5-next": "ds4mlx.models.glm5_next",
 }
 
 

@@ -37,7 +37,8 @@ not emulated.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, overload
 
@@ -53,10 +54,15 @@ from ds4mlx.models.rope import RoPE, RopeAngles, RopeConfig
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
+from gguf import GGUFValueType
+from gguf.gguf_writer import GGUFValue
 
 ARCH = "deepseek4"
 CSA_RATIO = 4
 HCA_RATIO = 128
+# Positions a state can be rolled back by (``Model.truncate``): a speculative verify pass feeds
+# at most this many rows, and the rejected ones are cut off afterwards.
+MAX_ROLLBACK = 16
 # Attention score elements materialised per query block; longer inputs are processed in blocks.
 _SCORE_BUDGET = 1 << 24
 
@@ -158,6 +164,10 @@ class ModelArgs:
             clamp_shexp = per_layer("swiglu_clamp_shexp", clamp_shexp)
 
         head_dim = int(req("attention.key_length"))
+        num_heads = int(first(req("attention.head_count")))
+        o_groups = int(req("attention.output_group_count"))
+        if num_heads % o_groups:
+            raise GGUFError(f"{gguf.path}: {num_heads} heads do not split into {o_groups} groups")
         value_dim = int(opt("attention.value_length", head_dim))
         if value_dim != head_dim:
             raise GGUFError(
@@ -174,11 +184,11 @@ class ModelArgs:
             vocab_size=int(vocab),
             hidden_size=int(req("embedding_length")),
             num_layers=block_count - n_nextn,
-            num_heads=int(first(req("attention.head_count"))),
+            num_heads=num_heads,
             head_dim=head_dim,
             rope_dims=int(req("rope.dimension_count")),
             q_lora_rank=int(req("attention.q_lora_rank")),
-            o_groups=int(req("attention.output_group_count")),
+            o_groups=o_groups,
             o_lora_rank=int(req("attention.output_lora_rank")),
             sliding_window=int(req("attention.sliding_window")),
             compress_ratios=ratios[:block_count],
@@ -229,50 +239,246 @@ class ModelArgs:
             n_ctx_orig=self.rope_orig_ctx,
         )
 
+    def to_gguf_metadata(self, context_length: int) -> dict[str, GGUFValue]:
+        """The ``deepseek4.*`` keys that describe these hyper-parameters, typed as llama.cpp's
+        loader reads them (it rejects a key of another type), so ``from_gguf`` reads them back.
+
+        ``context_length`` (the trained context) is not a ModelArgs field: inference never
+        needs it.
+        """
+        u32, f32 = GGUFValueType.UINT32, GGUFValueType.FLOAT32
+
+        def array(values: Sequence[Any], sub_type: GGUFValueType) -> GGUFValue:
+            return GGUFValue(list(values), GGUFValueType.ARRAY, sub_type)
+
+        values: dict[str, GGUFValue] = {
+            "vocab_size": GGUFValue(self.vocab_size, u32),
+            "context_length": GGUFValue(context_length, u32),
+            "embedding_length": GGUFValue(self.hidden_size, u32),
+            "embedding_length_out": GGUFValue(self.hc_mult * self.hidden_size, u32),
+            "block_count": GGUFValue(self.num_layers, u32),
+            "attention.head_count": GGUFValue(self.num_heads, u32),
+            "attention.head_count_kv": GGUFValue(1, u32),  # one shared key/value head
+            "attention.key_length": GGUFValue(self.head_dim, u32),
+            "attention.value_length": GGUFValue(self.head_dim, u32),
+            "attention.layer_norm_rms_epsilon": GGUFValue(self.rms_norm_eps, f32),
+            "attention.q_lora_rank": GGUFValue(self.q_lora_rank, u32),
+            "attention.output_group_count": GGUFValue(self.o_groups, u32),
+            "attention.output_lora_rank": GGUFValue(self.o_lora_rank, u32),
+            "attention.sliding_window": GGUFValue(self.sliding_window, u32),
+            "attention.compress_ratios": array(self.compress_ratios, u32),
+            "attention.compress_rope_freq_base": GGUFValue(self.compress_rope_theta, f32),
+            "attention.indexer.head_count": GGUFValue(self.index_heads, u32),
+            "attention.indexer.key_length": GGUFValue(self.index_head_dim, u32),
+            "attention.indexer.top_k": GGUFValue(self.index_topk, u32),
+            "rope.dimension_count": GGUFValue(self.rope_dims, u32),
+            "rope.freq_base": GGUFValue(self.rope_theta, f32),
+            "rope.scaling.type": GGUFValue(self.rope_scaling_type, GGUFValueType.STRING),
+            "rope.scaling.factor": GGUFValue(1.0 / self.rope_freq_scale, f32),
+            "rope.scaling.original_context_length": GGUFValue(self.rope_orig_ctx, u32),
+            "expert_count": GGUFValue(self.n_experts, u32),
+            "expert_used_count": GGUFValue(self.n_experts_used, u32),
+            "expert_shared_count": GGUFValue(self.n_shared_experts, u32),
+            "expert_feed_forward_length": GGUFValue(self.expert_ff, u32),
+            "expert_weights_scale": GGUFValue(self.expert_weights_scale, f32),
+            "expert_weights_norm": GGUFValue(self.expert_weights_norm, GGUFValueType.BOOL),
+            "expert_gating_func": GGUFValue(int(self.gating_func), u32),
+            "swiglu_clamp_exp": array(self.swiglu_limits, f32),
+            "swiglu_clamp_shexp": array(self.swiglu_limits_shared, f32),
+            "hash_layer_count": GGUFValue(self.n_hash_layers, u32),
+            "hyper_connection.count": GGUFValue(self.hc_mult, u32),
+            "hyper_connection.sinkhorn_iterations": GGUFValue(self.hc_sinkhorn_iters, u32),
+            "hyper_connection.epsilon": GGUFValue(self.hc_eps, f32),
+        }
+        return {f"{ARCH}.{name}": value for name, value in values.items()}
+
+
+def tensor_shapes(args: ModelArgs) -> dict[str, tuple[int, ...]]:
+    """Every tensor of a deepseek4 model (without the MTP block), name -> shape in numpy order:
+    [out, in] for matmul weights, [expert, out, in] for stacked experts (ggml's ne reversed).
+
+    The loader checks each tensor against this table; exporters write exactly these tensors.
+    """
+    d, hc, vocab = args.hidden_size, args.hc_mult, args.vocab_size
+    h, hd, q_rank = args.num_heads, args.head_dim, args.q_lora_rank
+    e, f = args.n_experts, args.expert_ff
+    fs = f * args.n_shared_experts
+    mix = (2 + hc) * hc
+    o_rank, group_dim = args.o_lora_rank, h * hd // args.o_groups
+
+    def compressor(prefix: str, dim: int, ratio: int) -> dict[str, tuple[int, ...]]:
+        width = (2 if ratio == CSA_RATIO else 1) * dim  # CSA rows overlap two blocks
+        return {
+            f"{prefix}_kv.weight": (width, d),
+            f"{prefix}_gate.weight": (width, d),
+            f"{prefix}_ape.weight": (ratio, width),
+            f"{prefix}_norm.weight": (dim,),
+        }
+
+    shapes: dict[str, tuple[int, ...]] = {
+        "token_embd.weight": (vocab, d),
+        "output_hc_fn.weight": (hc, hc * d),
+        "output_hc_base.weight": (hc,),
+        "output_hc_scale.weight": (1,),
+        "output_norm.weight": (d,),
+        "output.weight": (vocab, d),
+    }
+    for layer in range(args.num_layers):
+        p = f"blk.{layer}"
+        for site in ("attn", "ffn"):
+            shapes |= {
+                f"{p}.hc_{site}_fn.weight": (mix, hc * d),
+                f"{p}.hc_{site}_base.weight": (mix,),
+                f"{p}.hc_{site}_scale.weight": (3,),
+            }
+        shapes |= {
+            f"{p}.attn_norm.weight": (d,),
+            f"{p}.attn_q_a.weight": (q_rank, d),
+            f"{p}.attn_q_a_norm.weight": (q_rank,),
+            f"{p}.attn_q_b.weight": (h * hd, q_rank),
+            f"{p}.attn_kv.weight": (hd, d),
+            f"{p}.attn_kv_a_norm.weight": (hd,),
+            f"{p}.attn_sinks.weight": (h,),
+            # Block diagonal: one [o_lora_rank, group_dim] projection per group, stacked by rows
+            # (files may also store it as [groups, o_lora_rank, group_dim]).
+            f"{p}.attn_output_a.weight": (args.o_groups * o_rank, group_dim),
+            f"{p}.attn_output_b.weight": (d, args.o_groups * o_rank),
+        }
+        ratio = args.compress_ratios[layer]
+        if ratio:
+            shapes |= compressor(f"{p}.attn_compressor", hd, ratio)
+        if ratio == CSA_RATIO:
+            shapes |= {
+                f"{p}.indexer.attn_q_b.weight": (args.index_heads * args.index_head_dim, q_rank),
+                f"{p}.indexer.proj.weight": (args.index_heads, d),
+            }
+            shapes |= compressor(f"{p}.indexer_compressor", args.index_head_dim, CSA_RATIO)
+        shapes[f"{p}.ffn_norm.weight"] = (d,)
+        shapes[f"{p}.ffn_gate_inp.weight"] = (e, d)
+        if layer < args.n_hash_layers:
+            shapes[f"{p}.ffn_gate_tid2eid.weight"] = (vocab, args.n_experts_used)
+        else:
+            shapes[f"{p}.exp_probs_b.bias"] = (e,)
+        shapes |= {
+            f"{p}.ffn_gate_exps.weight": (e, f, d),
+            f"{p}.ffn_up_exps.weight": (e, f, d),
+            f"{p}.ffn_down_exps.weight": (e, d, f),
+            f"{p}.ffn_gate_shexp.weight": (fs, d),
+            f"{p}.ffn_up_shexp.weight": (fs, d),
+            f"{p}.ffn_down_shexp.weight": (d, fs),
+        }
+    return shapes
+
 
 # --------------------------------------------------------------------------------------------
 # Weights
 # --------------------------------------------------------------------------------------------
 
 
-class _Weights:
-    """Reads GGUF tensors, checking each shape (numpy order) against ModelArgs.
+class _Weights(ABC):
+    """Named tensors for the modules, each checked against ``tensor_shapes(args)``.
 
-    Matmul weights come from ``GGUFFile.load_weight`` (whatever ``kernels`` takes); the small
-    tensors used elementwise (norms, biases, sinks, mixes) are float32 arrays.
+    Matmul weights are whatever ``kernels`` takes; the small tensors used elementwise (norms,
+    biases, sinks, mixes) are float32 arrays; hash-routing tables are int32.
     """
 
-    def __init__(self, gguf: GGUFFile, mode: str | None):
-        self.gguf = gguf
-        self.mode = mode  # GGUFFile.load_weight's mode: "f32", "native" or None (its default)
+    error: type[Exception] = ValueError  # what a missing or misshapen tensor raises
 
-    def _check(self, name: str, shapes: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
-        actual = self.gguf.tensor_shape(name)
-        if actual not in shapes:
-            want = " or ".join(str(list(s)) for s in shapes)
-            raise GGUFError(
-                f"{self.gguf.path}: tensor '{name}' has shape {list(actual)}, expected {want}"
+    def __init__(self, args: ModelArgs, source: str):
+        self.shapes = tensor_shapes(args)
+        self.source = source  # where the tensors come from, for error messages
+
+    @abstractmethod
+    def _shape(self, name: str) -> tuple[int, ...]: ...
+
+    @abstractmethod
+    def _matrix(self, name: str) -> Weight: ...
+
+    @abstractmethod
+    def _floats(self, name: str) -> mx.array: ...
+
+    @abstractmethod
+    def _ints(self, name: str) -> mx.array: ...
+
+    def _check(self, name: str, alternatives: Sequence[tuple[int, ...]] = ()) -> tuple[int, ...]:
+        allowed = (self.shapes[name], *alternatives)
+        actual = self._shape(name)
+        if actual not in allowed:
+            want = " or ".join(str(list(s)) for s in allowed)
+            raise self.error(
+                f"{self.source}: tensor '{name}' has shape {list(actual)}, expected {want}"
             )
         return actual
 
-    def matrix(self, name: str, shape: tuple[int, ...]) -> Weight:
-        self._check(name, (shape,))
+    def matrix(self, name: str) -> Weight:
+        self._check(name)
+        return self._matrix(name)
+
+    def param(self, name: str) -> mx.array:
+        self._check(name)
+        return self._floats(name)
+
+    def ints(self, name: str) -> mx.array:
+        self._check(name)
+        return self._ints(name)
+
+    def grouped(self, name: str, groups: int) -> Weight:
+        """A block-diagonal weight [groups * rows, cols] as a stack [groups, rows, cols] (files
+        may store either)."""
+        rows, cols = self.shapes[name]
+        stacked = (groups, rows // groups, cols)
+        if self._check(name, (stacked,)) == stacked:
+            return self._matrix(name)
+        return _split_rows(self._matrix(name), groups)
+
+
+class _GGUFWeights(_Weights):
+    """Tensors read from a GGUF file; matmul weights through ``GGUFFile.load_weight``."""
+
+    error = GGUFError
+
+    def __init__(self, args: ModelArgs, gguf: GGUFFile, mode: str | None):
+        super().__init__(args, str(gguf.path))
+        self.gguf = gguf
+        self.mode = mode  # GGUFFile.load_weight's mode: "f32", "native" or None (its default)
+
+    def _shape(self, name: str) -> tuple[int, ...]:
+        return self.gguf.tensor_shape(name)
+
+    def _matrix(self, name: str) -> Weight:
         return self.gguf.load_weight(name, self.mode)
 
-    def param(self, name: str, shape: tuple[int, ...]) -> mx.array:
-        self._check(name, (shape,))
+    def _floats(self, name: str) -> mx.array:
         return mx.array(self.gguf.dequantize(name))
 
-    def ints(self, name: str, shape: tuple[int, ...]) -> mx.array:
-        self._check(name, (shape,))
-        return mx.array(np.asarray(self.gguf.raw(name)).astype(np.int32).reshape(shape))
+    def _ints(self, name: str) -> mx.array:
+        raw = np.asarray(self.gguf.raw(name))
+        return mx.array(raw.astype(np.int32).reshape(self.shapes[name]))
 
-    def grouped(self, name: str, groups: int, rows: int, cols: int) -> Weight:
-        """A block-diagonal weight as a stack [groups, rows, cols]; files store it either so or
-        flattened to [groups * rows, cols]."""
-        if self._check(name, ((groups, rows, cols), (groups * rows, cols))) == (groups, rows, cols):
-            return self.gguf.load_weight(name, self.mode)
-        return _split_rows(self.gguf.load_weight(name, self.mode), groups)
+
+class _ArrayWeights(_Weights):
+    """Tensors given as float32 MLX arrays keyed by their GGUF names (training, export checks).
+
+    The arrays are used as given, so gradients taken with respect to them flow into the model.
+    """
+
+    def __init__(self, args: ModelArgs, arrays: Mapping[str, mx.array]):
+        super().__init__(args, "model arrays")
+        self.arrays = arrays
+
+    def _shape(self, name: str) -> tuple[int, ...]:
+        if name not in self.arrays:
+            raise self.error(f"{self.source}: missing tensor '{name}'")
+        return tuple(self.arrays[name].shape)
+
+    def _matrix(self, name: str) -> Weight:
+        return self.arrays[name]
+
+    def _floats(self, name: str) -> mx.array:
+        return self.arrays[name]
+
+    def _ints(self, name: str) -> mx.array:
+        return self.arrays[name].astype(mx.int32)
 
 
 def _split_rows(w: Weight, groups: int) -> Weight:
@@ -296,10 +502,17 @@ def _split_rows(w: Weight, groups: int) -> Weight:
 
 @dataclass(frozen=True)
 class PendingRows:
-    """Compressor rows (kv and gate scores, [n, width]) not yet consumed by a completed block."""
+    """Compressor rows (kv and gate scores, [n, width]) of positions ``start ..``: the rows not
+    yet consumed by a completed block, plus the last ``MAX_ROLLBACK`` rows so that a rejected
+    speculative suffix can be cut off (``truncate``) without recomputing anything."""
 
+    start: int
     kv: mx.array
     score: mx.array
+
+    def truncate(self, pos: int) -> PendingRows:
+        return PendingRows(self.start, self.kv[: pos - self.start],
+                           self.score[: pos - self.start])
 
 
 @dataclass(frozen=True)
@@ -312,6 +525,22 @@ class LayerCache:
     comp_pending: PendingRows | None = None
     index: mx.array | None = None
     index_pending: PendingRows | None = None
+
+    def truncate(self, old_pos: int, pos: int, ratio: int) -> LayerCache:
+        """This cache as it was after position ``pos`` (``old_pos - pos <= MAX_ROLLBACK``)."""
+        cut = old_pos - pos
+        blocks = pos // ratio if ratio else 0
+
+        def pending(rows: PendingRows | None) -> PendingRows | None:
+            return None if rows is None else rows.truncate(pos)
+
+        return LayerCache(
+            window=None if self.window is None else self.window[: self.window.shape[0] - cut],
+            comp=None if self.comp is None else self.comp[:blocks],
+            comp_pending=pending(self.comp_pending),
+            index=None if self.index is None else self.index[:blocks],
+            index_pending=pending(self.index_pending),
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -328,15 +557,14 @@ class Compressor(nn.Module):
     half feeds the next block, the second half the block itself.
     """
 
-    def __init__(self, w: _Weights, prefix: str, *, dim: int, hidden: int, ratio: int,
-                 rope: RoPE, eps: float):
+    def __init__(self, w: _Weights, prefix: str, *, dim: int, ratio: int, rope: RoPE,
+                 eps: float):
         super().__init__()
         self.overlap = ratio == CSA_RATIO
-        width = (2 if self.overlap else 1) * dim
-        self.wkv = w.matrix(f"{prefix}_kv.weight", (width, hidden))
-        self.wgate = w.matrix(f"{prefix}_gate.weight", (width, hidden))
-        self.ape = w.param(f"{prefix}_ape.weight", (ratio, width))
-        self.norm = w.param(f"{prefix}_norm.weight", (dim,))
+        self.wkv = w.matrix(f"{prefix}_kv.weight")
+        self.wgate = w.matrix(f"{prefix}_gate.weight")
+        self.ape = w.param(f"{prefix}_ape.weight")
+        self.norm = w.param(f"{prefix}_norm.weight")
         self.dim = dim
         self.ratio = ratio
         self.rope = rope
@@ -355,12 +583,13 @@ class Compressor(nn.Module):
         positions = np.arange(pos0, end)
         kv = linear(x, self.wkv)
         score = linear(x, self.wgate) + self.ape[mx.array(positions % r)]
+        start = pos0  # position of row 0 of kv / score
         if pending is not None:
             kv = append_rows(pending.kv, kv)
             score = append_rows(pending.score, score)
-        start = self.pending_start(pos0)  # position of row 0 of kv / score
-        keep = self.pending_start(end) - start
-        kept = PendingRows(kv[keep:], score[keep:])
+            start = pending.start
+        keep_from = max(start, self.pending_start(max(0, end - MAX_ROLLBACK)))
+        kept = PendingRows(keep_from, kv[keep_from - start :], score[keep_from - start :])
 
         b0, b1 = pos0 // r, end // r  # blocks completed in this chunk: [b0, b1)
         if b1 == b0:
@@ -397,11 +626,11 @@ class LightningIndexer(nn.Module):
         super().__init__()
         p = f"blk.{layer}"
         heads, dim = args.index_heads, args.index_head_dim
-        self.q_b = w.matrix(f"{p}.indexer.attn_q_b.weight", (heads * dim, args.q_lora_rank))
-        self.proj = w.matrix(f"{p}.indexer.proj.weight", (heads, args.hidden_size))
+        self.q_b = w.matrix(f"{p}.indexer.attn_q_b.weight")
+        self.proj = w.matrix(f"{p}.indexer.proj.weight")
         self.compressor = Compressor(
-            w, f"{p}.indexer_compressor", dim=dim, hidden=args.hidden_size, ratio=CSA_RATIO,
-            rope=rope, eps=args.rms_norm_eps,
+            w, f"{p}.indexer_compressor", dim=dim, ratio=CSA_RATIO, rope=rope,
+            eps=args.rms_norm_eps,
         )
         self.heads, self.dim, self.top_k = heads, dim, args.index_topk
         self.rope = rope
@@ -421,7 +650,9 @@ class LightningIndexer(nn.Module):
         scores = mx.maximum(mx.matmul(q, keys.T), 0.0)  # [T, heads, N]
         scores = mx.sum(scores * weights[..., None], axis=1)
         scores = mx.where(visible, scores, -mx.inf)
-        top = mx.argpartition(-scores, self.top_k - 1, axis=-1)[:, : self.top_k]
+        # A selection has no gradient; stop_gradient says so to MLX, which cannot differentiate
+        # a scatter with respect to its indices.
+        top = mx.stop_gradient(mx.argpartition(-scores, self.top_k - 1, axis=-1)[:, : self.top_k])
         chosen = mx.put_along_axis(mx.zeros(visible.shape, mx.bool_), top, mx.array(True), axis=-1)
         return chosen & visible
 
@@ -430,21 +661,16 @@ class Attention(nn.Module):
     def __init__(self, args: ModelArgs, w: _Weights, layer: int):
         super().__init__()
         p = f"blk.{layer}"
-        d, h, hd = args.hidden_size, args.num_heads, args.head_dim
-        if h % args.o_groups:
-            raise GGUFError(f"{w.gguf.path}: {h} heads do not split into {args.o_groups} groups")
-        group_dim = h * hd // args.o_groups
-        self.wq_a = w.matrix(f"{p}.attn_q_a.weight", (args.q_lora_rank, d))
-        self.q_a_norm = RMSNorm(w.param(f"{p}.attn_q_a_norm.weight", (args.q_lora_rank,)),
-                                args.rms_norm_eps)
-        self.wq_b = w.matrix(f"{p}.attn_q_b.weight", (h * hd, args.q_lora_rank))
-        self.wkv = w.matrix(f"{p}.attn_kv.weight", (hd, d))
-        self.kv_norm = RMSNorm(w.param(f"{p}.attn_kv_a_norm.weight", (hd,)), args.rms_norm_eps)
-        self.sinks = w.param(f"{p}.attn_sinks.weight", (h,))
+        h, hd = args.num_heads, args.head_dim
+        self.wq_a = w.matrix(f"{p}.attn_q_a.weight")
+        self.q_a_norm = RMSNorm(w.param(f"{p}.attn_q_a_norm.weight"), args.rms_norm_eps)
+        self.wq_b = w.matrix(f"{p}.attn_q_b.weight")
+        self.wkv = w.matrix(f"{p}.attn_kv.weight")
+        self.kv_norm = RMSNorm(w.param(f"{p}.attn_kv_a_norm.weight"), args.rms_norm_eps)
+        self.sinks = w.param(f"{p}.attn_sinks.weight")
         # wo_a is block diagonal: one [o_lora_rank, group_dim] projection per group of heads.
-        self.wo_a = w.grouped(f"{p}.attn_output_a.weight", args.o_groups, args.o_lora_rank,
-                              group_dim)
-        self.wo_b = w.matrix(f"{p}.attn_output_b.weight", (d, args.o_groups * args.o_lora_rank))
+        self.wo_a = w.grouped(f"{p}.attn_output_a.weight", args.o_groups)
+        self.wo_b = w.matrix(f"{p}.attn_output_b.weight")
 
         self.heads, self.head_dim, self.groups = h, hd, args.o_groups
         self.eps = args.rms_norm_eps
@@ -457,7 +683,7 @@ class Attention(nn.Module):
         if self.ratio:
             comp_rope = RoPE(args.compress_rope_config())
             self.compressor = Compressor(
-                w, f"{p}.attn_compressor", dim=hd, hidden=d, ratio=self.ratio, rope=comp_rope,
+                w, f"{p}.attn_compressor", dim=hd, ratio=self.ratio, rope=comp_rope,
                 eps=args.rms_norm_eps,
             )
             if self.ratio == CSA_RATIO:
@@ -465,18 +691,17 @@ class Attention(nn.Module):
 
     def __call__(self, x: mx.array, pos0: int, cache: LayerCache) -> tuple[mx.array, LayerCache]:
         """x [T, D] at positions pos0.. -> attention output [T, D] and the updated cache."""
-        tokens, nope = x.shape[0], self.head_dim - self.rope.n_dims
-        positions = np.arange(pos0, pos0 + tokens)
+        positions = np.arange(pos0, pos0 + x.shape[0])
         angles = self.rope.angles(positions)
-
-        qr = self.q_a_norm(linear(x, self.wq_a))
-        q = linear(qr, self.wq_b).reshape(tokens, self.heads, self.head_dim)
-        q = self.rope.apply(rms_norm(q, None, self.eps), angles, offset=nope)
-        kv = self.rope.apply(self.kv_norm(linear(x, self.wkv)), angles, offset=nope)
+        qr, q = self.queries(x, angles)
+        kv = self.keys(x, angles)
 
         window = append_rows(cache.window, kv)
         # The next chunk needs the keys of the last sliding_window - 1 positions.
-        new_cache = LayerCache(window=window[max(0, window.shape[0] - (self.window - 1)) :])
+        # The next chunk needs the keys of the last sliding_window - 1 positions; MAX_ROLLBACK more
+        # let a rejected speculative suffix be cut off.
+        keep = self.window - 1 + MAX_ROLLBACK
+        new_cache = LayerCache(window=window[max(0, window.shape[0] - keep) :])
         index_q = index_w = None
         if self.compressor is not None:
             rows, pending = self.compressor(x, pos0, cache.comp_pending)
@@ -489,10 +714,30 @@ class Attention(nn.Module):
             index_q, index_w = self.indexer.queries(qr, x, angles)
 
         out = self._attend(q, positions, window, new_cache, index_q, index_w)
+        return self.output(out, angles), new_cache
+
+    # The pieces around the attention proper, shared with drafters that attend differently.
+
+    def queries(self, x: mx.array, angles: RopeAngles) -> tuple[mx.array, mx.array]:
+        """The low-rank query input [T, q_lora_rank] and the queries [T, H, hd] of x [T, D]."""
+        qr = self.q_a_norm(linear(x, self.wq_a))
+        q = linear(qr, self.wq_b).reshape(x.shape[0], self.heads, self.head_dim)
+        nope = self.head_dim - self.rope.n_dims
+        return qr, self.rope.apply(rms_norm(q, None, self.eps), angles, offset=nope)
+
+    def keys(self, x: mx.array, angles: RopeAngles) -> mx.array:
+        """The keys of x [T, D], which are also the values: [T, hd]."""
+        nope = self.head_dim - self.rope.n_dims
+        return self.rope.apply(self.kv_norm(linear(x, self.wkv)), angles, offset=nope)
+
+    def output(self, out: mx.array, angles: RopeAngles) -> mx.array:
+        """Attention results [T, H, hd] -> [T, D]: de-rotated at the query positions, then the
+        grouped low-rank output projection."""
+        tokens, nope = out.shape[0], self.head_dim - self.rope.n_dims
         out = self.rope.apply(out, angles, offset=nope, inverse=True)
         grouped = mx.swapaxes(out.reshape(tokens, self.groups, -1), 0, 1)  # [G, T, group_dim]
         lora = mx.swapaxes(linear(grouped, self.wo_a), 0, 1)  # [T, G, o_lora_rank]
-        return linear(lora.reshape(tokens, -1), self.wo_b), new_cache
+        return linear(lora.reshape(tokens, -1), self.wo_b)
 
     def _attend(self, q: mx.array, positions: np.ndarray, window: mx.array, cache: LayerCache,
                 index_q: mx.array | None, index_w: mx.array | None) -> mx.array:
@@ -536,26 +781,23 @@ class MoE(nn.Module):
     def __init__(self, args: ModelArgs, w: _Weights, layer: int):
         super().__init__()
         p = f"blk.{layer}"
-        d, e, f = args.hidden_size, args.n_experts, args.expert_ff
-        fs = f * args.n_shared_experts
-        self.router = w.matrix(f"{p}.ffn_gate_inp.weight", (e, d))
+        self.router = w.matrix(f"{p}.ffn_gate_inp.weight")
         self.hash_routes: mx.array | None = None
         self.bias: mx.array | None = None
         if layer < args.n_hash_layers:
             # Hash layers route by token id through a fixed table; no selection bias.
-            self.hash_routes = w.ints(f"{p}.ffn_gate_tid2eid.weight",
-                                      (args.vocab_size, args.n_experts_used))
+            self.hash_routes = w.ints(f"{p}.ffn_gate_tid2eid.weight")
         else:
-            self.bias = w.param(f"{p}.exp_probs_b.bias", (e,))
+            self.bias = w.param(f"{p}.exp_probs_b.bias")
         self.experts = RoutedExperts(
-            w.matrix(f"{p}.ffn_gate_exps.weight", (e, f, d)),
-            w.matrix(f"{p}.ffn_up_exps.weight", (e, f, d)),
-            w.matrix(f"{p}.ffn_down_exps.weight", (e, d, f)),
+            w.matrix(f"{p}.ffn_gate_exps.weight"),
+            w.matrix(f"{p}.ffn_up_exps.weight"),
+            w.matrix(f"{p}.ffn_down_exps.weight"),
             swiglu_limit=args.swiglu_limits[layer],
         )
-        self.shared_gate = w.matrix(f"{p}.ffn_gate_shexp.weight", (fs, d))
-        self.shared_up = w.matrix(f"{p}.ffn_up_shexp.weight", (fs, d))
-        self.shared_down = w.matrix(f"{p}.ffn_down_shexp.weight", (d, fs))
+        self.shared_gate = w.matrix(f"{p}.ffn_gate_shexp.weight")
+        self.shared_up = w.matrix(f"{p}.ffn_up_shexp.weight")
+        self.shared_down = w.matrix(f"{p}.ffn_down_shexp.weight")
         self.shared_limit = args.swiglu_limits_shared[layer]
         self.n_used = args.n_experts_used
         self.gating = args.gating_func
@@ -578,22 +820,20 @@ class Block(nn.Module):
     def __init__(self, args: ModelArgs, w: _Weights, layer: int):
         super().__init__()
         p = f"blk.{layer}"
-        d, hc = args.hidden_size, args.hc_mult
-        mix = (2 + hc) * hc
 
         def hyper(site: str) -> HyperConnection:
             return HyperConnection(
-                w.matrix(f"{p}.hc_{site}_fn.weight", (mix, hc * d)),
-                w.param(f"{p}.hc_{site}_base.weight", (mix,)),
-                w.param(f"{p}.hc_{site}_scale.weight", (3,)),
-                hc=hc, sinkhorn_iters=args.hc_sinkhorn_iters, hc_eps=args.hc_eps,
+                w.matrix(f"{p}.hc_{site}_fn.weight"),
+                w.param(f"{p}.hc_{site}_base.weight"),
+                w.param(f"{p}.hc_{site}_scale.weight"),
+                hc=args.hc_mult, sinkhorn_iters=args.hc_sinkhorn_iters, hc_eps=args.hc_eps,
                 norm_eps=args.rms_norm_eps,
             )
 
         self.hc_attn = hyper("attn")
         self.hc_ffn = hyper("ffn")
-        self.attn_norm = RMSNorm(w.param(f"{p}.attn_norm.weight", (d,)), args.rms_norm_eps)
-        self.ffn_norm = RMSNorm(w.param(f"{p}.ffn_norm.weight", (d,)), args.rms_norm_eps)
+        self.attn_norm = RMSNorm(w.param(f"{p}.attn_norm.weight"), args.rms_norm_eps)
+        self.ffn_norm = RMSNorm(w.param(f"{p}.ffn_norm.weight"), args.rms_norm_eps)
         self.attn = Attention(args, w, layer)
         self.moe = MoE(args, w, layer)
 
@@ -631,18 +871,17 @@ class ForwardOutput:
 class Model(nn.Module):
     def __init__(self, args: ModelArgs, w: _Weights):
         super().__init__()
-        d, hc = args.hidden_size, args.hc_mult
         self.args = args
-        self.embed = w.matrix("token_embd.weight", (args.vocab_size, d))
+        self.embed = w.matrix("token_embd.weight")
         self.blocks = [Block(args, w, i) for i in range(args.num_layers)]
         self.hc_head = HyperHead(
-            w.matrix("output_hc_fn.weight", (hc, hc * d)),
-            w.param("output_hc_base.weight", (hc,)),
-            w.param("output_hc_scale.weight", (1,)),
+            w.matrix("output_hc_fn.weight"),
+            w.param("output_hc_base.weight"),
+            w.param("output_hc_scale.weight"),
             hc_eps=args.hc_eps, norm_eps=args.rms_norm_eps,
         )
-        self.output_norm = RMSNorm(w.param("output_norm.weight", (d,)), args.rms_norm_eps)
-        self.output = w.matrix("output.weight", (args.vocab_size, d))
+        self.output_norm = RMSNorm(w.param("output_norm.weight"), args.rms_norm_eps)
+        self.output = w.matrix("output.weight")
 
     @classmethod
     def from_gguf(cls, gguf_file: GGUFFile, weights_dtype: str | None = None) -> Model:
@@ -651,28 +890,49 @@ class Model(nn.Module):
         ``weights_dtype`` ("f32" or "native") is how matmul weights are held (see
         ``ds4mlx.gguf.quants``); None leaves the choice to ``GGUFFile.load_weight``.
         """
-        return cls(ModelArgs.from_gguf(gguf_file), _Weights(gguf_file, weights_dtype))
+        args = ModelArgs.from_gguf(gguf_file)
+        return cls(args, _GGUFWeights(args, gguf_file, weights_dtype))
+
+    @classmethod
+    def from_arrays(cls, args: ModelArgs, arrays: Mapping[str, mx.array]) -> Model:
+        """Build the model on float32 arrays named as in ``tensor_shapes(args)`` (the hash tables
+        may be integer arrays), used as they are: training differentiates through them."""
+        return cls(args, _ArrayWeights(args, arrays))
 
     def new_state(self) -> ModelState:
         return ModelState([LayerCache() for _ in self.blocks])
 
-    @overload
-    def forward(self, tokens: mx.array, state: ModelState, *,
-                capture_layers: Sequence[int] = (),
-                return_hidden: Literal[False] = False) -> mx.array: ...
+    def truncate(self, state: ModelState, pos: int) -> None:
+        """Roll ``state`` back to just after position ``pos - 1`` (at most MAX_ROLLBACK
+        positions back): how a speculative verify drops its rejected rows without recomputing
+        the accepted ones."""
+        if not 0 <= state.pos - pos <= MAX_ROLLBACK:
+            raise ValueError(f"cannot roll back from {state.pos} to {pos} tokens "
+                             f"(at most {MAX_ROLLBACK} positions)")
+        ratios = self.args.compress_ratios
+        state.layers = [cache.truncate(state.pos, pos, ratios[i])
+                        for i, cache in enumerate(state.layers)]
+        state.pos = pos
 
     @overload
     def forward(self, tokens: mx.array, state: ModelState, *,
                 capture_layers: Sequence[int] = (),
-                return_hidden: Literal[True]) -> ForwardOutput: ...
+                return_hidden: Literal[False] = False, evaluate: bool = True) -> mx.array: ...
+
+    @overload
+    def forward(self, tokens: mx.array, state: ModelState, *,
+                capture_layers: Sequence[int] = (),
+                return_hidden: Literal[True], evaluate: bool = True) -> ForwardOutput: ...
 
     def forward(self, tokens: mx.array, state: ModelState, *,
                 capture_layers: Sequence[int] = (),
-                return_hidden: bool = False) -> mx.array | ForwardOutput:
+                return_hidden: bool = False, evaluate: bool = True) -> mx.array | ForwardOutput:
         """Logits [T, vocab] of int32 ``tokens`` [T] continuing ``state``, which it advances.
 
         With ``return_hidden`` a ``ForwardOutput`` also carries the hidden states of
-        ``capture_layers`` and of the head.
+        ``capture_layers`` and of the head. ``evaluate=False`` returns the results (and leaves
+        the caches) unevaluated, for callers that transform the computation (training takes
+        gradients through it).
         """
         if capture_layers and not return_hidden:
             raise ValueError("capture_layers needs return_hidden=True")
@@ -694,8 +954,9 @@ class Model(nn.Module):
         logits = linear(final, self.output)
 
         state.layers, state.pos = caches, pos0 + tokens.shape[0]
-        # One evaluation for the outputs and the new caches keeps the caches' graphs short.
-        mx.eval(logits, *captured.values(), x, final, *state.arrays())
+        if evaluate:
+            # One evaluation for the outputs and the new caches keeps the caches' graphs short.
+            mx.eval(logits, *captured.values(), x, final, *state.arrays())
         if not return_hidden:
             return logits
         return ForwardOutput(logits, captured, x, final)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ds4mlx.kernels import Weight, linear
 from ds4mlx.models.norms import rms_norm
+from ds4mlx.models.weights import Weights
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -68,6 +69,15 @@ class HyperConnection(nn.Module):
         self.sinkhorn_iters = sinkhorn_iters
         self.hc_eps = hc_eps
         self.norm_eps = norm_eps
+
+    @classmethod
+    def load(cls, w: Weights, prefix: str, *, hc: int, sinkhorn_iters: int, hc_eps: float,
+             norm_eps: float) -> HyperConnection:
+        """The site whose tensors are ``{prefix}_fn``, ``_base`` and ``_scale`` (``.weight``),
+        e.g. ``prefix="blk.3.hc_attn"``."""
+        return cls(w.matrix(f"{prefix}_fn.weight"), w.param(f"{prefix}_base.weight"),
+                   w.param(f"{prefix}_scale.weight"), hc=hc, sinkhorn_iters=sinkhorn_iters,
+                   hc_eps=hc_eps, norm_eps=norm_eps)
 
     def __call__(self, x: mx.array) -> tuple[mx.array, mx.array, mx.array]:
         """x [T, hc, D] -> pre [T, hc], post [T, hc], comb [T, hc(src), hc(dst)]."""

@@ -2,13 +2,16 @@
 
 ``RoutedExperts`` holds one layer's routed experts and applies them with gathered matmuls; it is the
 seam a future expert store (streamed or quantized experts) replaces, keeping its call signature.
+``SharedExpertMoE`` is the DeepSeek-style FFN around it (router, selection bias or hash routing,
+shared expert), as llama.cpp's ``build_moe_ffn`` plus ``build_ffn`` compute it.
 """
 
 from __future__ import annotations
 
 from enum import IntEnum
 
-from ds4mlx.kernels import Weight, gather_linear
+from ds4mlx.kernels import Weight, gather_linear, linear
+from ds4mlx.models.weights import Weights
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -65,7 +68,9 @@ def route(
     """
     if selected is None:
         scores = probs if bias is None else probs + bias
-        selected = mx.argsort(-scores, axis=-1)[:, :n_used]
+        # stop_gradient: a selection has no gradient (MLX cannot differentiate a gather with
+        # respect to its indices), which matters when training differentiates through routing.
+        selected = mx.stop_gradient(mx.argsort(-scores, axis=-1)[:, :n_used])
     selected = selected.astype(mx.int32)
     weights = mx.take_along_axis(probs, selected, axis=-1)
     if func == GatingFunc.SOFTMAX_WEIGHT:
@@ -120,3 +125,69 @@ class RoutedExperts(nn.Module):
             out = out[inv_order]
         out = out.reshape(tokens, k, -1)
         return mx.sum(out * weights[..., None], axis=1)
+
+
+class SwiGLU(nn.Module):
+    """A dense SwiGLU FFN, ``down(swiglu(gate x, up x, limit))`` (llama.cpp ``build_ffn`` with
+    LLM_FFN_SILU / LLM_FFN_PAR); weights [out, in] as GGUF stores them."""
+
+    def __init__(self, gate: Weight, up: Weight, down: Weight, limit: float = 0.0):
+        super().__init__()
+        self.gate = gate
+        self.up = up
+        self.down = down
+        self.limit = limit
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return linear(swiglu(linear(x, self.gate), linear(x, self.up), self.limit), self.down)
+
+
+class SharedExpertMoE(nn.Module):
+    """Routed experts plus the shared expert of one layer (tensors ``{prefix}.ffn_*``).
+
+    Experts are chosen on the router's ``gating`` probabilities plus the selection bias
+    ``exp_probs_b`` or, with ``hash_routed``, by the token id through ``ffn_gate_tid2eid``
+    (no bias then); see ``route`` for the weights.
+    """
+
+    def __init__(self, w: Weights, prefix: str, *, n_used: int, gating: GatingFunc,
+                 normalize: bool, weights_scale: float, swiglu_limit: float,
+                 swiglu_limit_shared: float, hash_routed: bool = False):
+        super().__init__()
+        self.router = w.matrix(f"{prefix}.ffn_gate_inp.weight")
+        self.hash_routes: mx.array | None = None
+        self.bias: mx.array | None = None
+        if hash_routed:
+            self.hash_routes = w.ints(f"{prefix}.ffn_gate_tid2eid.weight")
+        else:
+            self.bias = w.param(f"{prefix}.exp_probs_b.bias")
+        self.experts = RoutedExperts(
+            w.matrix(f"{prefix}.ffn_gate_exps.weight"),
+            w.matrix(f"{prefix}.ffn_up_exps.weight"),
+            w.matrix(f"{prefix}.ffn_down_exps.weight"),
+            swiglu_limit=swiglu_limit,
+        )
+        self.shared = SwiGLU(
+            w.matrix(f"{prefix}.ffn_gate_shexp.weight"),
+            w.matrix(f"{prefix}.ffn_up_shexp.weight"),
+            w.matrix(f"{prefix}.ffn_down_shexp.weight"),
+            swiglu_limit_shared,
+        )
+        self.n_used = n_used
+        self.gating = gating
+        self.normalize = normalize
+        self.weights_scale = weights_scale
+
+    def __call__(self, x: mx.array, tokens: mx.array | None = None) -> mx.array:
+        """x [T, D] (``tokens`` [T] int32 for hash-routed layers) -> [T, D]."""
+        probs = gate_probs(linear(x, self.router), self.gating)
+        selected = None
+        if self.hash_routes is not None:
+            if tokens is None:
+                raise ValueError("a hash-routed MoE layer needs the token ids")
+            selected = self.hash_routes[tokens]
+        indices, weights = route(
+            probs, self.n_used, func=self.gating, bias=self.bias, selected=selected,
+            normalize=self.normalize, scale=self.weights_scale,
+        )
+        return self.experts(x, indices, weights) + self.shared(x)

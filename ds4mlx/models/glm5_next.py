@@ -1,0 +1,858 @@
+"""GLM-5.3-Flash: llama.cpp architecture ``glm5-next``.
+
+Follows llama.cpp (commit 0c1e570) ``src/models/glm5-next.cpp``, its hybrid memory
+(``llama-memory-hybrid-idx.cpp``: recurrent state, K-only MLA cache, k-pool indexer cache) and
+the CPU ops it runs by default (``ggml_gated_delta_net``, ``ggml_lightning_indexer``, the
+fused mHC ops). Per layer:
+
+* mHC: ``hc`` residual streams collapsed before, and re-expanded after, the token mixer and the
+  FFN (the same mixes as DeepSeek-V4, ``models.mhc``). The head is the plain mean of the
+  streams, then the output norm: no ``hc_head`` tensors.
+* Token mixer, by layer: ``head_count_kv == 0`` marks a KDA layer, otherwise nope-only MLA with
+  a DSA indexer.
+* KDA (Kimi Delta Attention, recurrent): q/k/v projections each through a causal depthwise conv
+  (``ssm_conv``, kernel ``ssm.conv_kernel``) and SiLU; q and k L2-normalised; a per-channel decay
+  ``g = lower_bound * sigmoid(-A * (f_b f_a x + dt_b))`` (or ``softplus(...) * A`` without a lower
+  bound); ``beta = sigmoid(ssm_beta x)``. Per head, state S [key, value]:
+  ``S = diag(exp(g)) S;  d = beta (v - S^T k);  S += k d^T;  o = S^T q / sqrt(head_dim)``.
+  The output is RMS-normed per head (``ssm_norm``), gated by ``sigmoid(g_b g_a x)``, projected.
+* MLA without RoPE: ``q = wq_b norm(wq_a x)``, the key/value is the normed latent
+  ``norm(wkv_a x)`` (the only thing cached); queries are absorbed through ``wk_b``, the attended
+  latent is expanded through ``wv_b``; scale ``1/sqrt(key_length_mla)``.
+* DSA k-pool indexer: every position caches a LayerNorm'd key and a gate row; each complete pool
+  of ``kpool`` positions (counted from position 0) is pooled by a per-channel softmax over
+  ``gate + ape``. A query scores the pools it has fully seen with
+  ``sum_h relu(q_h . pooled) * w_h`` and attends the positions of its top ``top_k / kpool``
+  pools (all of them when fewer are visible) plus, with ``kpool_select_tail``, its own incomplete
+  pool up to itself. Layers with ``indexer.types == 0`` reuse the selection of the last full
+  indexer layer before them.
+* FFN: dense SwiGLU in the leading ``leading_dense_block_count`` layers, else routed experts
+  (sigmoid gating by default, selection bias) plus the shared expert.
+* NextN (MTP): ``blk.{n_layer}`` holds one more MLA + FFN block without mHC, and
+  ``nextn.{eh_proj,enorm,hnorm}`` (+ optional ``embed_tokens``, ``shared_head_{norm,head}``). See
+  ``NextNPredictor``.
+
+Notes where llama.cpp's semantics are the contract:
+
+* ``attn_q/k/v.bias`` and every ``.scale`` / ``.input_scale`` companion are loaded by llama.cpp
+  but never used by this graph; they are ignored here.
+* KDA prefill is computed chunk-wise (``_kda_chunk``: the WY/UT form over 16-position chunks);
+  llama.cpp's CPU op scans token by token. Both compute the same recurrence.
+* A query that sees no position (only without ``kpool_select_tail``) gets a zero output, as
+  ggml's flash attention gives it.
+
+All math is float32; llama.cpp's default F16 K cache (latents and indexer rows) and F16
+flash-attention queries are not emulated.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, overload
+
+from ds4mlx.gguf import GGUFError, GGUFFile
+from ds4mlx.kernels import linear, take_rows
+from ds4mlx.models.cache import ModelState, append_rows
+from ds4mlx.models.mhc import HyperConnection, hc_collapse, hc_expand, hc_mean
+from ds4mlx.models.moe import GatingFunc, SharedExpertMoE, SwiGLU, softplus
+from ds4mlx.models.norms import RMSNorm, rms_norm
+from ds4mlx.models.outputs import ForwardOutput
+from ds4mlx.models.weights import GGUFWeights, Shape, Weights
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+
+ARCH = "glm5-next"
+# Positions per KDA chunk (llama.cpp's chunked KDA uses 16 too).
+_KDA_CHUNK = 16
+# Score elements materialised per query block; longer inputs are processed in blocks.
+_SCORE_BUDGET = 1 << 24
+# ggml_gated_delta_net's L2 norm epsilon (build_gdn_l2_norm, "Match FLA l2 norm").
+_L2_EPS = 1e-6
+
+
+# --------------------------------------------------------------------------------------------
+# Hyper-parameters
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelArgs:
+    """Hyper-parameters from the GGUF metadata (keys ``glm5-next.*``), as llama.cpp reads them.
+
+    Per-layer tuples cover every block in the file, the NextN block(s) included.
+    """
+
+    vocab_size: int
+    hidden_size: int
+    num_layers: int  # main layers, without the NextN block(s)
+    nextn_layers: int
+    num_heads: int
+    recurrent: tuple[bool, ...]
+    q_lora_rank: int
+    kv_lora_rank: int
+    qk_head_dim: int
+    v_head_dim: int
+    index_heads: int
+    index_head_dim: int
+    index_topk: int
+    kpool: int
+    kpool_select_tail: bool
+    index_full: tuple[bool, ...]
+    kda_head_dim: int
+    conv_kernel: int
+    kda_gate_lower_bound: float
+    ff: int
+    n_dense_layers: int
+    n_experts: int
+    n_experts_used: int
+    n_shared_experts: int
+    expert_ff: tuple[int, ...]
+    expert_weights_scale: float
+    expert_weights_norm: bool
+    gating_func: GatingFunc
+    swiglu_limits: tuple[float, ...]
+    swiglu_limits_shared: tuple[float, ...]
+    rms_norm_eps: float
+    norm_eps: float
+    hc_mult: int
+    hc_sinkhorn_iters: int
+    hc_eps: float
+
+    @classmethod
+    def from_gguf(cls, gguf: GGUFFile) -> ModelArgs:
+        def key(name: str) -> str:
+            return f"{ARCH}.{name}"
+
+        def req(name: str) -> Any:
+            return gguf.require(key(name))
+
+        def opt(name: str, default: Any) -> Any:
+            return gguf.get(key(name), default)
+
+        def fail(message: str) -> GGUFError:
+            return GGUFError(f"{gguf.path}: {message}")
+
+        block_count = int(req("block_count"))
+        nextn = int(opt("nextn_predict_layers", 0))
+        if not 0 <= nextn < block_count:
+            raise fail(f"'{key('nextn_predict_layers')}' is {nextn} for {block_count} blocks")
+        n_layer = block_count - nextn
+
+        def per_layer(name: str, value: Any, count: int = block_count) -> tuple[Any, ...]:
+            """llama.cpp's get_key_or_arr: a scalar for every layer, or one entry per layer."""
+            if not isinstance(value, (list, tuple)):
+                return (value,) * count
+            if len(value) < count:
+                raise fail(f"metadata '{key(name)}' has {len(value)} entries, expected {count}")
+            return tuple(value[:count])
+
+        def first(value: Any) -> Any:
+            return value[0] if isinstance(value, (list, tuple)) else value
+
+        kv_heads = per_layer("attention.head_count_kv", req("attention.head_count_kv"))
+        recurrent = tuple(int(h) == 0 for h in kv_heads)
+        if any(recurrent[n_layer:]):
+            raise fail("the NextN block must be an MLA layer (head_count_kv > 0)")
+
+        rope_dims = int(req("rope.dimension_count"))
+        if rope_dims != 0:
+            raise fail(f"glm5-next MLA is nope-only, but rope.dimension_count is {rope_dims}")
+
+        kpool = int(req("attention.indexer.kpool"))
+        topk = int(req("attention.indexer.top_k"))
+        if kpool < 2 or topk % kpool:
+            raise fail(f"indexer kpool {kpool} must be > 1 and divide top_k {topk}")
+        index_full = tuple(bool(int(t)) for t in
+                           per_layer("attention.indexer.types",
+                                     opt("attention.indexer.types", 1), n_layer))
+        attn_layers = [i for i in range(n_layer) if not recurrent[i]]
+        if attn_layers and not index_full[attn_layers[0]]:
+            raise fail(f"MLA layer {attn_layers[0]} shares an indexer, but no full indexer "
+                       "layer comes before it")
+
+        gating = int(opt("expert_gating_func", 0)) or int(GatingFunc.SIGMOID)
+        if gating not in set(GatingFunc):
+            raise fail(f"'{key('expert_gating_func')}' is {gating}, not a known gating function")
+
+        clamp_exp = per_layer("swiglu_clamp_exp", opt("swiglu_clamp_exp", 0.0))
+        clamp_shexp = per_layer("swiglu_clamp_shexp", opt("swiglu_clamp_shexp", clamp_exp))
+
+        hc = int(req("hyper_connection.count"))
+        if hc != 4:
+            raise fail(f"mHC with {hc} streams is not supported (llama.cpp requires 4)")
+
+        tokens = gguf.get("tokenizer.ggml.tokens")
+        vocab = opt("vocab_size", None)
+        if vocab is None:
+            vocab = len(tokens) if tokens is not None else gguf.tensor_shape("token_embd.weight")[0]
+        return cls(
+            vocab_size=int(vocab),
+            hidden_size=int(req("embedding_length")),
+            num_layers=n_layer,
+            nextn_layers=nextn,
+            num_heads=int(first(req("attention.head_count"))),
+            recurrent=recurrent,
+            q_lora_rank=int(req("attention.q_lora_rank")),
+            kv_lora_rank=int(req("attention.kv_lora_rank")),
+            qk_head_dim=int(req("attention.key_length_mla")),
+            v_head_dim=int(req("attention.value_length_mla")),
+            index_heads=int(req("attention.indexer.head_count")),
+            index_head_dim=int(req("attention.indexer.key_length")),
+            index_topk=topk,
+            kpool=kpool,
+            kpool_select_tail=bool(opt("attention.indexer.kpool_select_tail", True)),
+            index_full=index_full,
+            kda_head_dim=int(req("kda.head_dim")),
+            conv_kernel=int(req("ssm.conv_kernel")),
+            kda_gate_lower_bound=float(opt("kda.gate_lower_bound", -math.inf)),
+            ff=int(first(req("feed_forward_length"))),
+            n_dense_layers=int(opt("leading_dense_block_count", 0)),
+            n_experts=int(opt("expert_count", 0)),
+            n_experts_used=int(first(opt("expert_used_count", 0))),
+            n_shared_experts=int(req("expert_shared_count")),
+            expert_ff=tuple(int(f) for f in per_layer(
+                "expert_feed_forward_length", req("expert_feed_forward_length"))),
+            expert_weights_scale=float(opt("expert_weights_scale", 0.0)),
+            expert_weights_norm=bool(opt("expert_weights_norm", False)),
+            gating_func=GatingFunc(gating),
+            swiglu_limits=tuple(float(v) for v in clamp_exp),
+            swiglu_limits_shared=tuple(float(v) for v in clamp_shexp),
+            rms_norm_eps=float(req("attention.layer_norm_rms_epsilon")),
+            norm_eps=float(opt("attention.layer_norm_epsilon", 0.0)),
+            hc_mult=hc,
+            hc_sinkhorn_iters=int(req("hyper_connection.sinkhorn_iterations")),
+            hc_eps=float(req("hyper_connection.epsilon")),
+        )
+
+    def has_full_indexer(self, layer: int) -> bool:
+        """The NextN block always has its own indexer."""
+        return layer >= self.num_layers or self.index_full[layer]
+
+
+def tensor_shapes(args: ModelArgs) -> dict[str, Shape]:
+    """Every tensor a glm5-next model may have, name -> shape in numpy order ([out, in] for
+    matmul weights, [expert, out, in] for stacked experts: ggml's ne reversed).
+
+    The NextN block's tensors are listed too; they are read only when the file has them.
+    """
+    d, hc, vocab = args.hidden_size, args.hc_mult, args.vocab_size
+    h, mix = args.num_heads, (2 + hc) * hc
+    hd, inner = args.kda_head_dim, args.kda_head_dim * args.num_heads
+    q_rank, kv_rank = args.q_lora_rank, args.kv_lora_rank
+    ih, idim = args.index_heads, args.index_head_dim
+    e = args.n_experts
+
+    shapes: dict[str, Shape] = {
+        "token_embd.weight": (vocab, d),
+        "output_norm.weight": (d,),
+        "output.weight": (vocab, d),
+    }
+    for layer in range(args.num_layers + args.nextn_layers):
+        p = f"blk.{layer}"
+        shapes |= {f"{p}.attn_norm.weight": (d,), f"{p}.ffn_norm.weight": (d,)}
+        if layer < args.num_layers:
+            for site in ("attn", "ffn"):
+                shapes |= {
+                    f"{p}.hc_{site}_fn.weight": (mix, hc * d),
+                    f"{p}.hc_{site}_base.weight": (mix,),
+                    f"{p}.hc_{site}_scale.weight": (3,),
+                }
+        else:
+            shapes |= {
+                f"{p}.nextn.eh_proj.weight": (d, 2 * d),
+                f"{p}.nextn.enorm.weight": (d,),
+                f"{p}.nextn.hnorm.weight": (d,),
+                f"{p}.nextn.embed_tokens.weight": (vocab, d),
+                f"{p}.nextn.shared_head_head.weight": (vocab, d),
+                f"{p}.nextn.shared_head_norm.weight": (d,),
+            }
+        if args.recurrent[layer]:
+            shapes |= {f"{p}.ssm_conv1d_{x}.weight": (inner, 1, args.conv_kernel) for x in "qkv"}
+            shapes |= {f"{p}.attn_{x}.weight": (inner, d) for x in "qkv"}
+            shapes |= {
+                f"{p}.ssm_f_a.weight": (hd, d),
+                f"{p}.ssm_f_b.weight": (inner, hd),
+                f"{p}.ssm_beta.weight": (h, d),
+                f"{p}.ssm_a": (h,),
+                f"{p}.ssm_dt.bias": (inner,),
+                f"{p}.ssm_g_a.weight": (hd, d),
+                f"{p}.ssm_g_b.weight": (inner, hd),
+                f"{p}.ssm_norm.weight": (hd,),
+                f"{p}.attn_output.weight": (d, inner),
+            }
+        else:
+            shapes |= {
+                f"{p}.attn_q_a_norm.weight": (q_rank,),
+                f"{p}.attn_kv_a_norm.weight": (kv_rank,),
+                f"{p}.attn_q_a.weight": (q_rank, d),
+                f"{p}.attn_q_b.weight": (h * args.qk_head_dim, q_rank),
+                f"{p}.attn_kv_a_mqa.weight": (kv_rank, d),
+                f"{p}.attn_k_b.weight": (h, kv_rank, args.qk_head_dim),
+                f"{p}.attn_v_b.weight": (h, args.v_head_dim, kv_rank),
+                f"{p}.attn_output.weight": (d, h * args.v_head_dim),
+            }
+            if args.has_full_indexer(layer):
+                shapes |= {
+                    f"{p}.indexer.k_norm.weight": (idim,),
+                    f"{p}.indexer.k_norm.bias": (idim,),
+                    f"{p}.indexer.proj.weight": (ih, d),
+                    f"{p}.indexer.attn_k.weight": (idim, d),
+                    f"{p}.indexer.attn_q_b.weight": (ih * idim, q_rank),
+                    f"{p}.indexer_compressor_gate.weight": (idim, d),
+                    f"{p}.indexer_compressor_ape.weight": (args.kpool, idim),
+                }
+        if layer < args.n_dense_layers:
+            shapes |= {
+                f"{p}.ffn_gate.weight": (args.ff, d),
+                f"{p}.ffn_up.weight": (args.ff, d),
+                f"{p}.ffn_down.weight": (d, args.ff),
+            }
+        else:
+            f = args.expert_ff[layer]
+            fs = f * args.n_shared_experts
+            shapes |= {
+                f"{p}.ffn_gate_inp.weight": (e, d),
+                f"{p}.exp_probs_b.bias": (e,),
+                f"{p}.ffn_gate_exps.weight": (e, f, d),
+                f"{p}.ffn_up_exps.weight": (e, f, d),
+                f"{p}.ffn_down_exps.weight": (e, d, f),
+                f"{p}.ffn_gate_shexp.weight": (fs, d),
+                f"{p}.ffn_up_shexp.weight": (fs, d),
+                f"{p}.ffn_down_shexp.weight": (d, fs),
+            }
+    return shapes
+
+
+# --------------------------------------------------------------------------------------------
+# Per-layer caches (frozen: a forward pass returns new ones, so ModelState.copy() is shallow)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KDACache:
+    """A KDA layer's recurrent state: the last ``conv_kernel - 1`` projected q/k/v rows
+    [3, kernel - 1, inner] and the delta-rule state per head [heads, key, value]."""
+
+    conv: mx.array | None = None
+    ssm: mx.array | None = None
+
+
+@dataclass(frozen=True)
+class IndexCache:
+    """A full indexer's cache: pooled keys of every complete pool [pools, dim], and the key and
+    gate rows of the positions of the incomplete pool [pos % kpool, dim]."""
+
+    pooled: mx.array | None = None
+    pending_key: mx.array | None = None
+    pending_gate: mx.array | None = None
+
+
+@dataclass(frozen=True)
+class MLACache:
+    """An MLA layer's cache: the normed latent of every position [N, kv_lora_rank]."""
+
+    latent: mx.array | None = None
+    index: IndexCache | None = None
+
+
+# --------------------------------------------------------------------------------------------
+# KDA
+# --------------------------------------------------------------------------------------------
+
+
+def _unit_lower_inverse(a: mx.array) -> mx.array:
+    """(I + a)^-1 for strictly lower triangular ``a`` [..., C, C].
+
+    ``a`` is nilpotent, so the inverse is the finite series sum_k (-a)^k, evaluated as the
+    product (I - a)(I + a^2)(I + a^4)...: log2(C) matmuls instead of C substitution steps.
+    """
+    size = a.shape[-1]
+    eye = mx.eye(size)
+    inverse, power, span = eye - a, a, 2
+    while span < size:
+        power = power @ power
+        inverse = inverse @ (eye + power)
+        span *= 2
+    return inverse
+
+
+def _kda_chunk(q: mx.array, k: mx.array, v: mx.array, g: mx.array, beta: mx.array,
+               state: mx.array, scale: float) -> tuple[mx.array, mx.array]:
+    """The KDA recurrence over one chunk of C positions, in closed form.
+
+    q, k, g [H, C, K]; v [H, C, V]; beta [H, C]; state [H, K, V]. With B_t the cumulative
+    decay (sum of g up to t), the deltas solve (I + A) D = beta (V - (K e^B) S) where
+    A[t, s] = beta_t sum_c k_t,c k_s,c e^(B_t,c - B_s,c) for s < t; then
+    O = scale ((Q e^B) S + M D) with M[t, s] the same sum over q_t for s <= t, and
+    S' = e^(B_last) S + (K e^(B_last - B))^T D. Returns (O [H, C, V], S').
+    """
+    size = q.shape[1]
+    cum = mx.cumsum(g, axis=1)
+    causal = mx.array(np.tril(np.ones((size, size), dtype=bool)))[..., None]
+    diff = cum[:, :, None, :] - cum[:, None, :, :]  # [H, t, s, K]
+    # Zero the decay above the diagonal before exp, where the differences may overflow.
+    decay = mx.where(causal, mx.exp(mx.where(causal, diff, 0.0)), 0.0)
+    k_decayed = decay * k[:, None, :, :]
+    qk = mx.sum(q[:, :, None, :] * k_decayed, axis=-1)  # M, lower triangle with diagonal
+    kk = mx.sum(k[:, :, None, :] * k_decayed, axis=-1)
+    strict = mx.array(np.tril(np.ones((size, size), dtype=np.float32), -1))
+    a = beta[..., None] * kk * strict
+    grow = mx.exp(cum)
+    rhs = beta[..., None] * (v - (k * grow) @ state)
+    delta = _unit_lower_inverse(a) @ rhs
+    out = scale * ((q * grow) @ state + qk @ delta)
+    last = cum[:, -1:, :]
+    new_state = mx.exp(last[:, 0, :])[..., None] * state
+    new_state = new_state + mx.swapaxes(k * mx.exp(last - cum), 1, 2) @ delta
+    return out, new_state
+
+
+def kda_scan(q: mx.array, k: mx.array, v: mx.array, g: mx.array, beta: mx.array,
+             state: mx.array) -> tuple[mx.array, mx.array]:
+    """``ggml_gated_delta_net`` with per-channel gates, over any number of positions.
+
+    q, k, g [H, T, K]; v [H, T, V]; beta [H, T]; state [H, K, V] (key-major). Returns the
+    outputs [H, T, V] (scaled by 1/sqrt(V)) and the state after the last position.
+    """
+    scale = 1.0 / math.sqrt(v.shape[-1])
+    outs = []
+    for c0 in range(0, q.shape[1], _KDA_CHUNK):
+        c1 = c0 + _KDA_CHUNK
+        out, state = _kda_chunk(q[:, c0:c1], k[:, c0:c1], v[:, c0:c1], g[:, c0:c1],
+                                beta[:, c0:c1], state, scale)
+        outs.append(out)
+    return (outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=1)), state
+
+
+def _l2_norm(x: mx.array) -> mx.array:
+    """x / sqrt(sum(x^2) + eps) over the last axis, computed as llama.cpp's
+    ``build_gdn_l2_norm`` does (an RMS norm with eps / n, times 1 / sqrt(n))."""
+    n = x.shape[-1]
+    return rms_norm(x, None, _L2_EPS / n) * (1.0 / math.sqrt(n))
+
+
+class KDA(nn.Module):
+    """A Kimi-Delta-Attention layer (llama.cpp ``build_kda_layer``)."""
+
+    def __init__(self, args: ModelArgs, w: Weights, layer: int):
+        super().__init__()
+        p = f"blk.{layer}"
+        self.wqkv = [w.matrix(f"{p}.attn_{x}.weight") for x in "qkv"]
+        # [3, inner, kernel]: the depthwise causal conv weights of q, k and v.
+        self.conv = mx.stack([w.param(f"{p}.ssm_conv1d_{x}.weight")[:, 0] for x in "qkv"])
+        self.f_a = w.matrix(f"{p}.ssm_f_a.weight")
+        self.f_b = w.matrix(f"{p}.ssm_f_b.weight")
+        self.dt_bias = w.param(f"{p}.ssm_dt.bias")
+        self.a = w.param(f"{p}.ssm_a")  # -exp(A_log), per head
+        self.w_beta = w.matrix(f"{p}.ssm_beta.weight")
+        self.g_a = w.matrix(f"{p}.ssm_g_a.weight")
+        self.g_b = w.matrix(f"{p}.ssm_g_b.weight")
+        self.o_norm = RMSNorm(w.param(f"{p}.ssm_norm.weight"), args.rms_norm_eps)
+        self.wo = w.matrix(f"{p}.attn_output.weight")
+        self.heads, self.head_dim = args.num_heads, args.kda_head_dim
+        self.kernel = args.conv_kernel
+        self.lower_bound = args.kda_gate_lower_bound
+
+    def _conv(self, x: mx.array, prev: mx.array | None) -> tuple[mx.array, mx.array]:
+        """Causal depthwise conv + SiLU of the q/k/v projections -> ([3, T, inner], new rows)."""
+        tokens = x.shape[0]
+        proj = mx.stack([linear(x, wt) for wt in self.wqkv])  # [3, T, inner]
+        if prev is None:
+            prev = mx.zeros((3, self.kernel - 1, proj.shape[-1]))
+        window = mx.concatenate([prev, proj], axis=1)  # [3, kernel - 1 + T, inner]
+        out = window[:, :tokens] * self.conv[:, None, :, 0]
+        for i in range(1, self.kernel):
+            out = out + window[:, i : i + tokens] * self.conv[:, None, :, i]
+        return nn.silu(out), window[:, tokens:]
+
+    def _decay(self, x: mx.array) -> mx.array:
+        """Per-channel log decay g [T, H, K] (llama.cpp's ``kda_g1``)."""
+        g = linear(linear(x, self.f_a), self.f_b) + self.dt_bias
+        g = g.reshape(x.shape[0], self.heads, self.head_dim)
+        a = self.a[:, None]
+        if self.lower_bound > -math.inf:
+            return self.lower_bound * mx.sigmoid(-(g * a))
+        return softplus(g) * a
+
+    def __call__(self, x: mx.array, cache: KDACache) -> tuple[mx.array, KDACache]:
+        tokens, h, hd = x.shape[0], self.heads, self.head_dim
+        qkv, conv = self._conv(x, cache.conv)
+        q, k, v = (mx.swapaxes(t.reshape(tokens, h, hd), 0, 1) for t in qkv)  # [H, T, hd]
+        beta = mx.swapaxes(mx.sigmoid(linear(x, self.w_beta)), 0, 1)  # [H, T]
+        g = mx.swapaxes(self._decay(x), 0, 1)
+        state = cache.ssm if cache.ssm is not None else mx.zeros((h, hd, hd))
+        out, state = kda_scan(_l2_norm(q), _l2_norm(k), v, g, beta, state)
+        gate = linear(linear(x, self.g_a), self.g_b).reshape(tokens, h, hd)
+        out = self.o_norm(mx.swapaxes(out, 0, 1)) * mx.sigmoid(gate)
+        return linear(out.reshape(tokens, h * hd), self.wo), KDACache(conv=conv, ssm=state)
+
+
+# --------------------------------------------------------------------------------------------
+# MLA with the k-pool indexer
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which positions each query of a chunk attends (llama.cpp's ``indexer_sel``).
+
+    ``positions`` [T] are the queries'; ``pools`` [T, P] bool marks the complete pools each one
+    selected (only pools it has fully seen). Layers sharing an indexer reuse it as is.
+    """
+
+    positions: np.ndarray
+    pools: mx.array
+    kpool: int
+    tail: bool
+
+    def mask(self, t0: int, t1: int) -> mx.array:
+        """bool [t1 - t0, positions[t1 - 1] + 1]: the keys of queries t0 .. t1 - 1."""
+        q_pos = self.positions[t0:t1]
+        n_keys = int(q_pos[-1]) + 1
+        r = self.kpool
+        pools = self.pools[t0:t1, : n_keys // r]
+        mask = mx.repeat(pools, r, axis=1)
+        if mask.shape[1] < n_keys:
+            pad = mx.zeros((len(q_pos), n_keys - mask.shape[1]), dtype=mx.bool_)
+            mask = mx.concatenate([mask, pad], axis=1)
+        if self.tail:
+            # The query's own incomplete pool, up to the query itself.
+            keys, queries = np.arange(n_keys)[None, :], q_pos[:, None]
+            own = (keys // r == (queries + 1) // r) & (keys <= queries)
+            mask = mask | mx.array(own)
+        return mask
+
+
+class PoolIndexer(nn.Module):
+    """The DSA indexer over k-pools (llama.cpp ``build_kpool_select``)."""
+
+    def __init__(self, args: ModelArgs, w: Weights, layer: int):
+        super().__init__()
+        p = f"blk.{layer}"
+        self.q_b = w.matrix(f"{p}.indexer.attn_q_b.weight")
+        self.wk = w.matrix(f"{p}.indexer.attn_k.weight")
+        self.k_norm = w.param(f"{p}.indexer.k_norm.weight")
+        self.k_norm_bias = w.param(f"{p}.indexer.k_norm.bias")
+        self.proj = w.matrix(f"{p}.indexer.proj.weight")
+        self.wgate = w.matrix(f"{p}.indexer_compressor_gate.weight")
+        self.ape = w.param(f"{p}.indexer_compressor_ape.weight")  # [kpool, dim]
+        self.heads, self.dim, self.kpool = args.index_heads, args.index_head_dim, args.kpool
+        self.top_pools = args.index_topk // args.kpool
+        self.tail = args.kpool_select_tail
+        self.norm_eps = args.norm_eps
+
+    def pool(self, x: mx.array, pos0: int, cache: IndexCache | None) -> IndexCache:
+        """Caches the key and gate rows of x (positions pos0 ..), pooling completed pools."""
+        r = self.kpool
+        key = mx.fast.layer_norm(linear(x, self.wk), self.k_norm, self.k_norm_bias,
+                                 self.norm_eps)
+        gate = linear(x, self.wgate)
+        pooled = None
+        if cache is not None:
+            key = append_rows(cache.pending_key, key)
+            gate = append_rows(cache.pending_gate, gate)
+            pooled = cache.pooled
+        done = ((pos0 + x.shape[0]) // r - pos0 // r) * r  # rows of the pools completed now
+        if done:
+            keys = key[:done].reshape(-1, r, self.dim)
+            scores = gate[:done].reshape(-1, r, self.dim) + self.ape
+            new = mx.sum(keys * mx.softmax(scores, axis=1, precise=True), axis=1)
+            pooled = append_rows(pooled, new)
+        return IndexCache(pooled=pooled, pending_key=key[done:], pending_gate=gate[done:])
+
+    def select(self, x: mx.array, qr: mx.array, positions: np.ndarray,
+               pooled: mx.array | None) -> Selection:
+        """The top pools of each query among those it has fully seen."""
+        n_pools = 0 if pooled is None else pooled.shape[0]
+        visible = mx.array(np.arange(n_pools)[None, :] < ((positions + 1) // self.kpool)[:, None])
+        chosen = visible
+        if n_pools > self.top_pools:
+            chosen = self._top_pools(x, qr, pooled, visible)
+        return Selection(positions, chosen, self.kpool, self.tail)
+
+    def _top_pools(self, x: mx.array, qr: mx.array, pooled: mx.array,
+                   visible: mx.array) -> mx.array:
+        if self.top_pools == 0:
+            return mx.zeros(visible.shape, dtype=mx.bool_)
+        tokens, n_pools = visible.shape
+        q = linear(qr, self.q_b).reshape(tokens, self.heads, self.dim)
+        weights = linear(x, self.proj) * (1.0 / math.sqrt(self.dim * self.heads))
+        step = max(1, _SCORE_BUDGET // (self.heads * n_pools))
+        chosen = []
+        for t0 in range(0, tokens, step):
+            t1 = t0 + step
+            scores = mx.maximum(mx.matmul(q[t0:t1], pooled.T), 0.0)  # [t, heads, P]
+            scores = mx.sum(scores * weights[t0:t1, :, None], axis=1)
+            scores = mx.where(visible[t0:t1], scores, -mx.inf)
+            top = mx.argpartition(-scores, self.top_pools - 1, axis=-1)[:, : self.top_pools]
+            picked = mx.put_along_axis(mx.zeros(scores.shape, dtype=mx.bool_), top,
+                                       mx.array(True), axis=-1)
+            chosen.append(picked & visible[t0:t1])
+        return chosen[0] if len(chosen) == 1 else mx.concatenate(chosen)
+
+
+class SparseMLA(nn.Module):
+    """Nope-only MLA attending the indexer's selection (llama.cpp ``build_dsa_layer``)."""
+
+    def __init__(self, args: ModelArgs, w: Weights, layer: int):
+        super().__init__()
+        p = f"blk.{layer}"
+        self.wq_a = w.matrix(f"{p}.attn_q_a.weight")
+        self.q_a_norm = RMSNorm(w.param(f"{p}.attn_q_a_norm.weight"), args.rms_norm_eps)
+        self.wq_b = w.matrix(f"{p}.attn_q_b.weight")
+        self.wkv_a = w.matrix(f"{p}.attn_kv_a_mqa.weight")
+        self.kv_norm = RMSNorm(w.param(f"{p}.attn_kv_a_norm.weight"), args.rms_norm_eps)
+        self.wk_b = w.matrix(f"{p}.attn_k_b.weight")  # [H, kv_lora_rank, qk_head_dim]
+        self.wv_b = w.matrix(f"{p}.attn_v_b.weight")  # [H, v_head_dim, kv_lora_rank]
+        self.wo = w.matrix(f"{p}.attn_output.weight")
+        self.indexer = PoolIndexer(args, w, layer) if args.has_full_indexer(layer) else None
+        self.heads, self.head_dim = args.num_heads, args.qk_head_dim
+        self.scale = 1.0 / math.sqrt(args.qk_head_dim)
+        self.tail = args.kpool_select_tail
+
+    def __call__(self, x: mx.array, pos0: int, cache: MLACache,
+                 shared: Selection | None) -> tuple[mx.array, MLACache, Selection]:
+        """x [T, D] at positions pos0 .. -> (output [T, D], new cache, the selection used).
+
+        ``shared`` is the selection of the last full indexer layer (for a layer without one).
+        """
+        tokens = x.shape[0]
+        qr = self.q_a_norm(linear(x, self.wq_a))
+        q = linear(qr, self.wq_b).reshape(tokens, self.heads, self.head_dim)
+        q = linear(mx.swapaxes(q, 0, 1), self.wk_b)  # absorbed: [H, T, kv_lora_rank]
+        latent = append_rows(cache.latent, self.kv_norm(linear(x, self.wkv_a)))
+        index = cache.index
+        if self.indexer is not None:
+            index = self.indexer.pool(x, pos0, index)
+            positions = np.arange(pos0, pos0 + tokens)
+            shared = self.indexer.select(x, qr, positions, index.pooled)
+        if shared is None:
+            raise ValueError("an MLA layer without its own indexer needs a full indexer layer "
+                             "before it")
+        out = self._attend(q, latent, shared)  # [H, T, kv_lora_rank]
+        out = mx.swapaxes(linear(out, self.wv_b), 0, 1).reshape(tokens, -1)
+        return linear(out, self.wo), MLACache(latent=latent, index=index), shared
+
+    def _attend(self, q: mx.array, latent: mx.array, selection: Selection) -> mx.array:
+        """Attention of the absorbed queries over the selected latents (keys = values)."""
+        heads, tokens = q.shape[:2]
+        step = max(1, _SCORE_BUDGET // (heads * latent.shape[0]))
+        outs = []
+        for t0 in range(0, tokens, step):
+            t1 = min(tokens, t0 + step)
+            mask = selection.mask(t0, t1)
+            keys = latent[None, None, : mask.shape[1]]
+            out = mx.fast.scaled_dot_product_attention(
+                q[None, :, t0:t1], keys, keys, scale=self.scale, mask=mask[None, None]
+            )[0]
+            if not self.tail:
+                # A query that sees no position gets zeros, as from ggml's flash attention.
+                out = mx.where(mx.any(mask, axis=-1)[None, :, None], out, 0.0)
+            outs.append(out)
+        return outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=1)
+
+
+# --------------------------------------------------------------------------------------------
+# Blocks
+# --------------------------------------------------------------------------------------------
+
+
+def _ffn(args: ModelArgs, w: Weights, layer: int) -> SwiGLU | SharedExpertMoE:
+    """The layer's FFN: dense in the leading layers, routed + shared experts after."""
+    p = f"blk.{layer}"
+    if layer < args.n_dense_layers:
+        return SwiGLU(w.matrix(f"{p}.ffn_gate.weight"), w.matrix(f"{p}.ffn_up.weight"),
+                      w.matrix(f"{p}.ffn_down.weight"), args.swiglu_limits_shared[layer])
+    return SharedExpertMoE(
+        w, p, n_used=args.n_experts_used, gating=args.gating_func,
+        normalize=args.expert_weights_norm, weights_scale=args.expert_weights_scale,
+        swiglu_limit=args.swiglu_limits[layer],
+        swiglu_limit_shared=args.swiglu_limits_shared[layer],
+    )
+
+
+class Block(nn.Module):
+    """A main layer: mHC around a KDA or MLA mixer and around the FFN."""
+
+    def __init__(self, args: ModelArgs, w: Weights, layer: int):
+        super().__init__()
+        p = f"blk.{layer}"
+
+        def hyper(site: str) -> HyperConnection:
+            return HyperConnection.load(
+                w, f"{p}.hc_{site}", hc=args.hc_mult, sinkhorn_iters=args.hc_sinkhorn_iters,
+                hc_eps=args.hc_eps, norm_eps=args.rms_norm_eps,
+            )
+
+        self.hc_attn = hyper("attn")
+        self.hc_ffn = hyper("ffn")
+        self.attn_norm = RMSNorm(w.param(f"{p}.attn_norm.weight"), args.rms_norm_eps)
+        self.ffn_norm = RMSNorm(w.param(f"{p}.ffn_norm.weight"), args.rms_norm_eps)
+        self.mixer = KDA(args, w, layer) if args.recurrent[layer] else SparseMLA(args, w, layer)
+        self.ffn = _ffn(args, w, layer)
+
+    def new_cache(self) -> KDACache | MLACache:
+        return KDACache() if isinstance(self.mixer, KDA) else MLACache()
+
+    def __call__(self, x: mx.array, pos0: int, cache: Any,
+                 selection: Selection | None) -> tuple[mx.array, Any, Selection | None]:
+        pre, post, comb = self.hc_attn(x)
+        h = self.attn_norm(hc_collapse(x, pre))
+        if isinstance(self.mixer, KDA):
+            h, cache = self.mixer(h, cache)
+        else:
+            h, cache, selection = self.mixer(h, pos0, cache, selection)
+        x = hc_expand(h, x, post, comb)
+        pre, post, comb = self.hc_ffn(x)
+        h = self.ffn(self.ffn_norm(hc_collapse(x, pre)))
+        return hc_expand(h, x, post, comb), cache, selection
+
+
+class NextNPredictor(nn.Module):
+    """GLM's built-in MTP head: the NextN block ``blk.{n_layer}``.
+
+    llama.cpp 0c1e570 loads these tensors but has no glm5-next MTP graph yet; this follows its
+    MTP graph for the sibling architecture ``glm-dsa`` (GLM-5.2), with glm5-next's own DSA layer
+    (it always has a full indexer) and no mHC (the block has no ``hc_*`` tensors):
+
+        x = eh_proj([enorm(embed(token_{t+1})); hnorm(h_t)])
+        x = x + attn(attn_norm(x));  x = x + ffn(ffn_norm(x))
+        h' = shared_head_norm(x);  logits = shared_head_head(h')
+
+    where ``h_t`` is the main model's final hidden state at t (``ForwardOutput.final_hidden``:
+    after the stream mean and the output norm), and ``embed`` / ``shared_head_norm`` /
+    ``shared_head_head`` fall back to ``token_embd`` / ``output_norm`` / ``output``. The logits
+    at row t predict token t + 2; ``h'`` can seed a further draft step. The block keeps its own
+    MLA and indexer cache, row t at position t.
+    """
+
+    def __init__(self, args: ModelArgs, w: Weights, main: Model):
+        super().__init__()
+        layer = args.num_layers
+        p = f"blk.{layer}.nextn"
+
+        def optional(name: str, fallback: Any, read: Any) -> Any:
+            return read(f"{p}.{name}.weight") if w.has(f"{p}.{name}.weight") else fallback
+
+        self.eh_proj = w.matrix(f"{p}.eh_proj.weight")
+        self.enorm = RMSNorm(w.param(f"{p}.enorm.weight"), args.rms_norm_eps)
+        self.hnorm = RMSNorm(w.param(f"{p}.hnorm.weight"), args.rms_norm_eps)
+        self.embed = optional("embed_tokens", main.embed, w.matrix)
+        head_norm = optional("shared_head_norm", None, w.param)
+        self.head_norm = main.output_norm if head_norm is None else RMSNorm(
+            head_norm, args.rms_norm_eps)
+        self.head = optional("shared_head_head", main.output, w.matrix)
+        self.attn_norm = RMSNorm(w.param(f"blk.{layer}.attn_norm.weight"), args.rms_norm_eps)
+        self.ffn_norm = RMSNorm(w.param(f"blk.{layer}.ffn_norm.weight"), args.rms_norm_eps)
+        self.attn = SparseMLA(args, w, layer)
+        self.ffn = _ffn(args, w, layer)
+
+    def __call__(self, hidden: mx.array, next_tokens: mx.array,
+                 state: ModelState) -> tuple[mx.array, mx.array]:
+        """hidden [T, D] at positions state.pos .., next_tokens [T] -> (logits [T, vocab],
+        the block's normed output [T, D]); advances ``state``."""
+        e = self.enorm(take_rows(self.embed, next_tokens).astype(mx.float32))
+        x = linear(mx.concatenate([e, self.hnorm(hidden)], axis=-1), self.eh_proj)
+        h, cache, _ = self.attn(self.attn_norm(x), state.pos, state.layers[0], None)
+        x = x + h
+        x = x + self.ffn(self.ffn_norm(x))
+        out = self.head_norm(x)
+        logits = linear(out, self.head)
+        state.layers, state.pos = [cache], state.pos + hidden.shape[0]
+        mx.eval(logits, out, *state.arrays())
+        return logits, out
+
+
+# --------------------------------------------------------------------------------------------
+# Model
+# --------------------------------------------------------------------------------------------
+
+
+class Model(nn.Module):
+    def __init__(self, args: ModelArgs, w: Weights):
+        super().__init__()
+        self.args = args
+        self.embed = w.matrix("token_embd.weight")
+        self.blocks = [Block(args, w, i) for i in range(args.num_layers)]
+        self.output_norm = RMSNorm(w.param("output_norm.weight"), args.rms_norm_eps)
+        self.output = w.matrix("output.weight")
+        has_nextn = args.nextn_layers and w.has(f"blk.{args.num_layers}.nextn.eh_proj.weight")
+        self.mtp = NextNPredictor(args, w, self) if has_nextn else None
+
+    @classmethod
+    def from_gguf(cls, gguf_file: GGUFFile, weights_dtype: str | None = None) -> Model:
+        """Build the model from an opened GGUF file.
+
+        ``weights_dtype`` ("f32" or "native") is how matmul weights are held (see
+        ``ds4mlx.gguf.quants``); None leaves the choice to ``GGUFFile.load_weight``.
+        """
+        args = ModelArgs.from_gguf(gguf_file)
+        return cls(args, GGUFWeights(tensor_shapes(args), gguf_file, weights_dtype))
+
+    def new_state(self) -> ModelState:
+        return ModelState([block.new_cache() for block in self.blocks])
+
+    def new_mtp_state(self) -> ModelState:
+        """An empty cache for ``mtp_logits`` (the NextN block's MLA + indexer)."""
+        if self.mtp is None:
+            raise ValueError("this model file has no NextN (MTP) block")
+        return ModelState([MLACache()])
+
+    def mtp_logits(self, hidden: mx.array, next_tokens: mx.array,
+                   mtp_state: ModelState) -> mx.array:
+        """Draft logits [T, vocab] of tokens t + 2 from the main model's ``final_hidden`` rows
+        ``hidden`` [T, D] at t and the tokens at t + 1; advances ``mtp_state``."""
+        if self.mtp is None:
+            raise ValueError("this model file has no NextN (MTP) block")
+        tokens = next_tokens.astype(mx.int32).reshape(-1)
+        return self.mtp(hidden, tokens, mtp_state)[0]
+
+    @overload
+    def forward(self, tokens: mx.array, state: ModelState, *,
+                capture_layers: Sequence[int] = (),
+                return_hidden: Literal[False] = False) -> mx.array: ...
+
+    @overload
+    def forward(self, tokens: mx.array, state: ModelState, *,
+                capture_layers: Sequence[int] = (),
+                return_hidden: Literal[True]) -> ForwardOutput: ...
+
+    def forward(self, tokens: mx.array, state: ModelState, *,
+                capture_layers: Sequence[int] = (),
+                return_hidden: bool = False) -> mx.array | ForwardOutput:
+        """Logits [T, vocab] of int32 ``tokens`` [T] continuing ``state``, which it advances.
+
+        With ``return_hidden`` a ``ForwardOutput`` also carries the hidden states of
+        ``capture_layers`` and of the head (``final_hidden`` feeds ``mtp_logits``).
+        """
+        if capture_layers and not return_hidden:
+            raise ValueError("capture_layers needs return_hidden=True")
+        capture = set(capture_layers)
+        bad = sorted(i for i in capture if not 0 <= i < len(self.blocks))
+        if bad:
+            raise ValueError(f"capture_layers {bad} out of range [0, {len(self.blocks)})")
+        tokens = tokens.astype(mx.int32).reshape(-1)
+        pos0 = state.pos
+        h = take_rows(self.embed, tokens).astype(mx.float32)
+        x = mx.broadcast_to(h[:, None, :], (h.shape[0], self.args.hc_mult, h.shape[1]))
+        caches = list(state.layers)
+        captured: dict[int, mx.array] = {}
+        selection: Selection | None = None
+        for i, block in enumerate(self.blocks):
+            x, caches[i], selection = block(x, pos0, caches[i], selection)
+            if i in capture:
+                captured[i] = hc_mean(x)
+        final = self.output_norm(hc_mean(x))
+        logits = linear(final, self.output)
+
+        state.layers, state.pos = caches, pos0 + tokens.shape[0]
+        # One evaluation for the outputs and the new caches keeps the caches' graphs short.
+        mx.eval(logits, *captured.values(), x, final, *state.arrays())
+        if not return_hidden:
+            return logits
+        return ForwardOutput(logits, captured, x, final)
+

@@ -1,0 +1,155 @@
+"""Named model tensors checked against an architecture's shape table.
+
+Each architecture lists every tensor it reads with its shape in numpy order ([out, in] for
+matmul weights, [expert, out, in] for stacks: ggml's ``ne`` reversed). Modules then ask for
+tensors by name only. Matmul weights are whatever ``ds4mlx.kernels`` takes; the small tensors
+used elementwise (norms, biases, mixes) are float32 arrays; routing tables are int32.
+
+GGUF writers drop trailing ``ne`` entries of 1 (ggml's ``n_dims``), so a [1, out, in] stack may
+be stored as [out, in] and a [1, n] row as [n]: such a file is accepted and the tensor reshaped
+to the table's shape.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from ds4mlx.gguf import GGUFError, GGUFFile
+from ds4mlx.kernels import QuantizedWeight, Weight
+
+import mlx.core as mx
+import numpy as np
+
+Shape = tuple[int, ...]
+
+
+def _strip_leading_ones(shape: Shape) -> Shape:
+    start = 0
+    while start < len(shape) - 1 and shape[start] == 1:
+        start += 1
+    return shape[start:]
+
+
+def view_weight(w: Weight, shape: Shape) -> Weight:
+    """``w`` with its leading dims (everything but the input dim) regrouped to ``shape``, for
+    any weight kind; e.g. [groups * rows, cols] -> [groups, rows, cols]."""
+
+    def view(a: mx.array) -> mx.array:
+        return a.reshape(*shape[:-1], a.shape[-1])
+
+    if isinstance(w, mx.array):
+        return w.reshape(shape)
+    if isinstance(w, QuantizedWeight):
+        biases = None if w.biases is None else view(w.biases)
+        return replace(w, packed=view(w.packed), scales=view(w.scales), biases=biases)
+    return replace(w, data=view(w.data))
+
+
+class Weights(ABC):
+    """Tensors by name, each checked against ``shapes`` (name -> numpy-order shape)."""
+
+    error: type[Exception] = ValueError  # what a missing or misshapen tensor raises
+
+    def __init__(self, shapes: Mapping[str, Shape], source: str):
+        self.shapes = shapes
+        self.source = source  # where the tensors come from, for error messages
+
+    @abstractmethod
+    def _shape(self, name: str) -> Shape | None:
+        """The stored shape, None when the tensor is absent."""
+
+    @abstractmethod
+    def _matrix(self, name: str) -> Weight: ...
+
+    @abstractmethod
+    def _floats(self, name: str) -> mx.array: ...
+
+    @abstractmethod
+    def _ints(self, name: str) -> mx.array: ...
+
+    def has(self, name: str) -> bool:
+        """Whether an optional tensor is present (it is still checked when read)."""
+        return self._shape(name) is not None
+
+    def _check(self, name: str, alternatives: Sequence[Shape] = ()) -> tuple[Shape, Shape]:
+        """(the allowed shape the stored one matches, the stored shape)."""
+        allowed = (self.shapes[name], *alternatives)
+        actual = self._shape(name)
+        if actual is None:
+            raise self.error(f"{self.source}: missing tensor '{name}'")
+        for shape in allowed:
+            if _strip_leading_ones(actual) == _strip_leading_ones(shape):
+                return shape, actual
+        want = " or ".join(str(list(s)) for s in allowed)
+        raise self.error(
+            f"{self.source}: tensor '{name}' has shape {list(actual)}, expected {want}"
+        )
+
+    def matrix(self, name: str) -> Weight:
+        shape, actual = self._check(name)
+        w = self._matrix(name)
+        return w if actual == shape else view_weight(w, shape)
+
+    def param(self, name: str) -> mx.array:
+        shape, _ = self._check(name)
+        return self._floats(name).reshape(shape)
+
+    def ints(self, name: str) -> mx.array:
+        shape, _ = self._check(name)
+        return self._ints(name).reshape(shape)
+
+    def grouped(self, name: str, groups: int) -> Weight:
+        """A block-diagonal weight listed as [groups * rows, cols], as a stack [groups, rows,
+        cols] (files may store either)."""
+        rows, cols = self.shapes[name]
+        stacked = (groups, rows // groups, cols)
+        self._check(name, (stacked,))
+        return view_weight(self._matrix(name), stacked)
+
+
+class GGUFWeights(Weights):
+    """Tensors read from a GGUF file; matmul weights through ``GGUFFile.load_weight``."""
+
+    error = GGUFError
+
+    def __init__(self, shapes: Mapping[str, Shape], gguf: GGUFFile, mode: str | None):
+        super().__init__(shapes, str(gguf.path))
+        self.gguf = gguf
+        self.mode = mode  # GGUFFile.load_weight's mode: "f32", "native" or None (its default)
+
+    def _shape(self, name: str) -> Shape | None:
+        return self.gguf.tensor_shape(name) if self.gguf.has_tensor(name) else None
+
+    def _matrix(self, name: str) -> Weight:
+        return self.gguf.load_weight(name, self.mode)
+
+    def _floats(self, name: str) -> mx.array:
+        return mx.array(self.gguf.dequantize(name))
+
+    def _ints(self, name: str) -> mx.array:
+        return mx.array(np.asarray(self.gguf.raw(name)).astype(np.int32))
+
+
+class ArrayWeights(Weights):
+    """Tensors given as float32 MLX arrays keyed by their GGUF names (training, export checks).
+
+    The arrays are used as given, so gradients taken with respect to them flow into the model.
+    """
+
+    def __init__(self, shapes: Mapping[str, Shape], arrays: Mapping[str, mx.array]):
+        super().__init__(shapes, "model arrays")
+        self.arrays = arrays
+
+    def _shape(self, name: str) -> Shape | None:
+        return tuple(self.arrays[name].shape) if name in self.arrays else None
+
+    def _matrix(self, name: str) -> Weight:
+        return self.arrays[name]
+
+    def _floats(self, name: str) -> mx.array:
+        return self.arrays[name]
+
+    def _ints(self, name: str) -> mx.array:
+        return self.arrays[name].astype(mx.int32)

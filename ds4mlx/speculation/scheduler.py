@@ -1,0 +1,84 @@
+"""When to draft: back off while drafting does not pay (ds4's scheduler defaults).
+
+Drafted cycles are judged in windows. A window whose mean accepted length is too short, or in
+which too many cycles produced no draft at all, pauses drafting for a few cycles; pauses caused by
+missing drafts grow when they repeat. Near the end of the token budget drafting stops, since a
+verify pass cannot pay for itself there. One scheduler serves one request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+#: Drafted cycles per judgement window.
+WINDOW_CYCLES = 4
+#: A window whose mean accepted draft length is below this pauses drafting.
+MIN_MEAN_ACCEPTED = 1.5
+#: A window in which at least this share of cycles produced no draft pauses drafting.
+MAX_NO_DRAFT_SHARE = 0.5
+#: Pause after a window of poor acceptance, in cycles.
+LOW_ACCEPTANCE_PAUSE = 2
+#: Pauses after consecutive windows without drafts, in cycles (the last one repeats).
+NO_DRAFT_PAUSES = (3, 4, 7)
+#: No drafting when fewer tokens than this remain in the budget.
+MIN_BUDGET_FOR_DRAFT = 10
+
+
+@dataclass
+class SchedulerStats:
+    cycles: int = 0
+    drafted_cycles: int = 0
+    no_draft_cycles: int = 0
+    paused_cycles: int = 0
+    pauses: int = 0
+    no_draft_pauses: int = 0
+    tail_cycles: int = 0
+
+
+@dataclass
+class DraftScheduler:
+    stats: SchedulerStats = field(default_factory=SchedulerStats)
+    _window_accepted: list[int] = field(default_factory=list)
+    _window_no_draft: int = 0
+    _pause_left: int = 0
+    _no_draft_streak: int = 0
+
+    def should_draft(self, remaining_budget: int) -> bool:
+        """Whether the next cycle drafts; a cycle that does not draft is counted here."""
+        if remaining_budget < MIN_BUDGET_FOR_DRAFT:
+            self.stats.cycles += 1
+            self.stats.tail_cycles += 1
+            return False
+        if self._pause_left > 0:
+            self._pause_left -= 1
+            self.stats.cycles += 1
+            self.stats.paused_cycles += 1
+            return False
+        return True
+
+    def record(self, drafted: int, accepted: int) -> None:
+        """The outcome of a cycle that was allowed to draft."""
+        self.stats.cycles += 1
+        if drafted == 0:
+            self.stats.no_draft_cycles += 1
+            self._window_no_draft += 1
+        else:
+            self.stats.drafted_cycles += 1
+        self._window_accepted.append(accepted)
+        if len(self._window_accepted) == WINDOW_CYCLES:
+            self._judge_window()
+
+    def _judge_window(self) -> None:
+        window, no_draft = self._window_accepted, self._window_no_draft
+        self._window_accepted, self._window_no_draft = [], 0
+        if no_draft >= MAX_NO_DRAFT_SHARE * len(window):
+            self._pause_left = NO_DRAFT_PAUSES[min(self._no_draft_streak,
+                                                   len(NO_DRAFT_PAUSES) - 1)]
+            self._no_draft_streak += 1
+            self.stats.pauses += 1
+            self.stats.no_draft_pauses += 1
+            return
+        self._no_draft_streak = 0
+        if sum(window) / len(window) < MIN_MEAN_ACCEPTED:
+            self._pause_left = LOW_ACCEPTANCE_PAUSE
+            self.stats.pauses += 1

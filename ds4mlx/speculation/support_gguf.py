@@ -1,0 +1,209 @@
+"""What the drafters' support GGUFs share: the target identity, stage hyper-parameters, tensor
+renaming, and writing.
+
+**Target identity.** A drafter is trained for one target checkpoint. Files ds4mlx writes record it
+under ``ds4mlx.target_sha256``: the sha256 of a byte stream built from the target's tensors,
+sorted by name, each contributing ``name``, its GGML type name, its numpy-order shape and byte
+count, then its data. Tensors up to ``FULL_HASH_BYTES`` contribute all their bytes; larger ones
+``HASH_WINDOWS`` windows of ``HASH_WINDOW_BYTES`` (at the start, evenly spaced, the end). So the
+identity depends on the weights only (not on metadata, tensor order or alignment), is reproducible
+from the file alone, and costs a few hundred MiB of reads even for a 80 GB target. A requantized
+target has a different identity; pass ``check_target=False`` to the loaders to use a drafter with
+it anyway. Files without the key (ds4's and llama.cpp's exports) are not checked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from pathlib import Path
+
+from ds4mlx.gguf import GGUFError, GGUFFile
+from ds4mlx.gguf.quantize import quantize
+from ds4mlx.kernels import Weight
+from ds4mlx.models.deepseek4 import ModelArgs, tensor_shapes
+from ds4mlx.models.weights import Weights
+
+import mlx.core as mx
+import numpy as np
+from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter
+from gguf.gguf_writer import GGUFValue
+
+TARGET_ID_KEY = "ds4mlx.target_sha256"
+TARGET_FILE_KEY = "ds4mlx.target_file"  # the target's file name when the drafter was trained
+FULL_HASH_BYTES = 1 << 20
+HASH_WINDOWS = 4
+HASH_WINDOW_BYTES = 1 << 16
+
+Shape = tuple[int, ...]
+
+
+# --------------------------------------------------------------------------------------------
+# Target identity
+# --------------------------------------------------------------------------------------------
+
+
+def _windows(nbytes: int) -> list[tuple[int, int]]:
+    """(offset, length) of the byte ranges of a tensor that enter its fingerprint."""
+    if nbytes <= FULL_HASH_BYTES:
+        return [(0, nbytes)]
+    last = nbytes - HASH_WINDOW_BYTES
+    return [(last * i // (HASH_WINDOWS - 1), HASH_WINDOW_BYTES) for i in range(HASH_WINDOWS)]
+
+
+def target_fingerprint(gguf: GGUFFile) -> str:
+    """The target identity (see the module docstring), as a hex sha256."""
+    digest = hashlib.sha256()
+    infos = sorted(gguf.layout.tensors.values(), key=lambda info: info.name)
+    with open(gguf.path, "rb") as handle:
+        for info in infos:
+            header = f"{info.name}\0{info.qtype.name}\0{list(info.shape)}\0{info.nbytes}\0"
+            digest.update(header.encode())
+            for offset, length in _windows(info.nbytes):
+                handle.seek(info.file_offset + offset)
+                digest.update(handle.read(length))
+    return digest.hexdigest()
+
+
+def identity_metadata(target: GGUFFile) -> dict[str, GGUFValue]:
+    """The keys a support file written for ``target`` carries."""
+    return {
+        TARGET_ID_KEY: GGUFValue(target_fingerprint(target), GGUFValueType.STRING),
+        TARGET_FILE_KEY: GGUFValue(Path(target.path).name, GGUFValueType.STRING),
+    }
+
+
+def tokenizer_metadata(target: GGUFFile) -> dict[str, GGUFValue]:
+    """The target's ``tokenizer.*`` keys, which llama.cpp expects in a drafter file too."""
+    out = {}
+    for key, field in target.reader.fields.items():
+        if key.startswith("tokenizer."):
+            sub_type = field.types[1] if len(field.types) > 1 else None
+            out[key] = GGUFValue(target.get(key), field.types[0], sub_type)
+    return out
+
+
+def check_target(support: GGUFFile, target: GGUFFile) -> None:
+    """Raise GGUFError if ``support`` records a target identity that ``target`` does not have."""
+    expected = support.get(TARGET_ID_KEY)
+    if expected is None:
+        return
+    actual = target_fingerprint(target)
+    if actual != expected:
+        trained_for = support.get(TARGET_FILE_KEY, "another model")
+        raise GGUFError(
+            f"{support.path} was trained for a different target ({trained_for}, identity "
+            f"{str(expected)[:16]}...) than {target.path} (identity {actual[:16]}...); "
+            f"load the matching target, or skip the check (check_target=False) at your own risk"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Stage hyper-parameters and tensor names
+# --------------------------------------------------------------------------------------------
+
+
+def stage_args(target: ModelArgs, n_stages: int) -> ModelArgs:
+    """Hyper-parameters of drafter blocks built like the target's layers (ds4 hard-codes the
+    real model's): ``n_stages`` layers with uncompressed sliding-window attention and
+    score-routed experts (no hash routing), SwiGLU limits of the target's last layer."""
+    return replace(
+        target,
+        num_layers=n_stages,
+        compress_ratios=(0,) * n_stages,
+        n_hash_layers=0,
+        swiglu_limits=(target.swiglu_limits[-1],) * n_stages,
+        swiglu_limits_shared=(target.swiglu_limits_shared[-1],) * n_stages,
+    )
+
+
+def block_shapes(args: ModelArgs) -> dict[str, Shape]:
+    """The ``blk.*`` tensors of ``args``'s layers, name -> numpy-order shape."""
+    return {name: shape for name, shape in tensor_shapes(args).items()
+            if name.startswith("blk.")}
+
+
+class RenamedWeights:
+    """What the model modules read (``blk.{i}.*`` and friends) served from tensors stored under
+    other names: ``file_name`` maps a module's name to the stored one. Shape checks and their
+    errors happen in ``inner``, whose shape table uses the stored names."""
+
+    def __init__(self, inner: Weights, file_name: Callable[[str], str]):
+        self.inner = inner
+        self.file_name = file_name
+
+    def has(self, name: str) -> bool:
+        return self.inner.has(self.file_name(name))
+
+    def matrix(self, name: str) -> Weight:
+        return self.inner.matrix(self.file_name(name))
+
+    def param(self, name: str) -> mx.array:
+        return self.inner.param(self.file_name(name))
+
+    def ints(self, name: str) -> mx.array:
+        return self.inner.ints(self.file_name(name))
+
+    def grouped(self, name: str, groups: int) -> Weight:
+        return self.inner.grouped(self.file_name(name), groups)
+
+
+def require_arch(gguf: GGUFFile, allowed: Mapping[str, str]) -> str:
+    """The file's architecture, which must be a key of ``allowed`` (arch -> description)."""
+    arch = gguf.arch
+    if arch not in allowed:
+        expected = ", ".join(f"'{a}' ({what})" for a, what in allowed.items())
+        raise GGUFError(f"{gguf.path}: architecture '{arch}' is not a supported drafter; "
+                        f"expected {expected}")
+    return arch
+
+
+def random_arrays(shapes: Mapping[str, Shape], rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Float32 tensors for ``shapes`` that make a well-behaved untrained model: unit norm
+    weights, zero biases, sinks and mHC biases, small mHC scales, and matmul weights with
+    variance 1 / fan-in."""
+
+    def make(name: str, shape: Shape) -> np.ndarray:
+        if name.endswith("norm.weight"):
+            return np.ones(shape, np.float32)
+        if name.endswith(("sinks.weight", ".bias", "_base.weight")):
+            return np.zeros(shape, np.float32)
+        if name.endswith("_scale.weight"):
+            return np.full(shape, 0.1, np.float32)
+        return (rng.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float32)
+
+    return {name: make(name, shape) for name, shape in shapes.items()}
+
+
+# --------------------------------------------------------------------------------------------
+# Writing
+# --------------------------------------------------------------------------------------------
+
+
+def storage_type(name: str, shape: Shape) -> GGMLQuantizationType:
+    """How a drafter tensor is stored: Q8_0 for matmul weights whose rows fit its blocks (as ds4
+    stores its support files), float32 for everything small or elementwise."""
+    is_matrix = len(shape) >= 2 and not name.endswith(("_fn.weight", "conf_proj.weight",
+                                                       "confidence_head.proj.weight"))
+    if is_matrix and shape[-1] % 32 == 0:
+        return GGMLQuantizationType.Q8_0
+    return GGMLQuantizationType.F32
+
+
+def write_support_gguf(path: Path, arch: str, metadata: Mapping[str, GGUFValue],
+                       tensors: Mapping[str, np.ndarray]) -> None:
+    """Write a drafter GGUF: ``metadata`` (typed values) and float tensors in numpy order, each
+    stored as ``storage_type`` says."""
+    writer = GGUFWriter(path, arch)
+    for key, value in metadata.items():
+        writer.add_key_value(key, value.value, value.type, value.sub_type)
+    for name, array in tensors.items():
+        array = np.ascontiguousarray(array, dtype=np.float32)
+        qtype = storage_type(name, array.shape)
+        data = array if qtype == GGMLQuantizationType.F32 else quantize(array, qtype)
+        writer.add_tensor(name, data, raw_dtype=qtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()

@@ -1,0 +1,58 @@
+"""Test drafters: they know the target's plain continuation and propose (corrupted) pieces of it,
+so the loop's bookkeeping can be checked against plain decoding without a trained drafter."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+import ds4mlx
+from ds4mlx.speculation.drafter import Draft, TargetRows
+
+import pytest
+
+
+class ScriptedDrafter:
+    """Proposes the next tokens of ``reference`` (what plain decoding generates after the
+    prompt), replacing each with a wrong token with probability ``error_rate``."""
+
+    name = "scripted"
+    capture_layers = (0,)
+
+    def __init__(self, prompt: Sequence[int], reference: Sequence[int], vocab: int,
+                 max_draft: int = 5, error_rate: float = 0.2, seed: int = 0,
+                 confidences: bool = False):
+        self.sequence = [*prompt, *reference]
+        self.vocab = vocab
+        self.max_draft = max_draft
+        self.error_rate = error_rate
+        self.rng = random.Random(seed)
+        self.confidences = confidences
+        self.committed = 0
+        self.observed_rows: list[int] = []
+
+    def reset(self) -> None:
+        self.committed = 0
+        self.observed_rows.clear()
+
+    def observe(self, tokens: Sequence[int], next_token: int, rows: TargetRows) -> None:
+        assert rows.n_rows == len(tokens)
+        assert rows.pos0 == self.committed
+        assert set(rows.layers) == set(self.capture_layers)
+        self.committed += len(tokens)
+        self.observed_rows.append(rows.n_rows)
+
+    def propose(self, max_tokens: int) -> Draft:
+        start = self.committed + 1  # the position after next_token
+        tokens = []
+        for token in self.sequence[start : start + min(max_tokens, self.max_draft)]:
+            if self.rng.random() < self.error_rate:
+                token = (token + 1 + self.rng.randrange(self.vocab - 1)) % self.vocab
+            tokens.append(token)
+        confidences = [1.0 - 0.15 * i for i in range(len(tokens))] if self.confidences else None
+        return Draft(tokens, confidences)
+
+
+@pytest.fixture(scope="module")
+def ds4_model(ds4_fixture_path):
+    return ds4mlx.load_model(ds4_fixture_path)

@@ -1,0 +1,91 @@
+"""The speculative loop commits exactly what plain decoding would, and counts what it did."""
+
+from __future__ import annotations
+
+from ds4mlx.engine.generate import DoneEvent, generate
+from ds4mlx.engine.sampling import SamplingOptions
+from ds4mlx.speculation.loop import SpeculationOptions, speculative_generate
+
+import pytest
+
+from .conftest import ScriptedDrafter
+
+PROMPTS = [[115, 78, 104, 2, 65, 24], [9, 56, 25, 61, 80, 12, 12, 86], [1, 2, 3]]
+
+
+def run(events):
+    tokens, stats = [], None
+    for event in events:
+        if isinstance(event, DoneEvent):
+            stats = event.stats
+        else:
+            tokens.append(event.token)
+    return tokens, stats
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+@pytest.mark.parametrize("error_rate", [0.0, 0.3, 1.0])
+def test_greedy_speculation_equals_plain_decoding(ds4_model, prompt, error_rate):
+    n = 40
+    plain, _ = run(generate(ds4_model.new_session(), prompt, n))
+    drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=error_rate)
+    session = ds4_model.new_session()
+    spec, stats = run(speculative_generate(session, drafter, prompt, n))
+    assert spec == plain
+    assert stats.generated_tokens == n
+    # The session holds everything but the last generated token, as after plain decoding.
+    assert session.tokens == [*prompt, *plain[:-1]]
+    assert sum(drafter.observed_rows) == len(prompt) + n - 1
+    if error_rate == 0.0:
+        assert stats.accepted_tokens == stats.drafted_tokens > 0
+        assert stats.tau == 6.0  # every draft of five accepted, plus the target's token
+    if error_rate == 1.0:
+        assert stats.accepted_tokens == 0
+        assert stats.scheduler.pauses > 0  # the scheduler backs off useless drafting
+
+
+def test_confidence_threshold_cuts_drafts(ds4_model):
+    prompt, n = PROMPTS[0], 24
+    plain, _ = run(generate(ds4_model.new_session(), prompt, n))
+    drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=0.0,
+                              confidences=True)
+    spec, stats = run(speculative_generate(ds4_model.new_session(), drafter, prompt, n,
+                                           options=SpeculationOptions(confidence_threshold=0.6)))
+    assert spec == plain
+    # Confidences 1.0, 0.85, 0.7, 0.55, ...: at most three tokens survive per draft.
+    assert stats.drafted_tokens <= 3 * stats.verify_passes
+
+
+def test_stop_token_inside_an_accepted_draft(ds4_model):
+    prompt, n = PROMPTS[1], 30
+    plain, _ = run(generate(ds4_model.new_session(), prompt, n))
+    stop = plain[12]
+    expected = plain[: plain.index(stop) + 1]
+    drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=0.0)
+    session = ds4_model.new_session()
+    spec, stats = run(speculative_generate(session, drafter, prompt, n, stop_tokens=[stop]))
+    assert spec == expected and stats.stop_reason == "stop"
+    assert session.tokens == [*prompt, *expected[:-1]]
+
+
+def test_sampled_speculation_is_reproducible_with_a_seed(ds4_model):
+    prompt, n = PROMPTS[0], 24
+    plain, _ = run(generate(ds4_model.new_session(), prompt, n))
+    sampling = SamplingOptions(temperature=0.8, top_k=20, seed=5)
+
+    def once():
+        drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=0.1)
+        return run(speculative_generate(ds4_model.new_session(), drafter, prompt, n,
+                                        sampling=sampling))[0]
+
+    assert once() == once()
+
+
+def test_context_limit(ds4_model):
+    prompt = PROMPTS[2]
+    plain, _ = run(generate(ds4_model.new_session(), prompt, 20))
+    drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=0.0)
+    spec, stats = run(speculative_generate(ds4_model.new_session(), drafter, prompt, 20,
+                                           max_context=12))
+    assert stats.stop_reason == "context"
+    assert spec == plain[: len(spec)] and len(prompt) + len(spec) - 1 <= 12
