@@ -9,12 +9,15 @@ import time
 from ds4mlx.cli.options import (
     add_model_flags,
     add_sampling_flags,
+    add_speculation_flags,
     model_options,
     sampling_options,
+    speculation_config,
 )
-from ds4mlx.engine.generate import DoneEvent, generate
+from ds4mlx.engine.generate import DoneEvent
 from ds4mlx.engine.tokenizer import TokenizerError
 from ds4mlx.gguf import GGUFError
+from ds4mlx.speculation import SpeculativeStats, generate, load_drafter
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--chat", action="store_true",
                         help="wrap the prompt in the model's chat template as a user turn")
     add_sampling_flags(parser)
+    add_speculation_flags(parser)
     return parser
 
 
@@ -50,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--n-predict must be positive, got {args.n_predict}")
     try:
         sampling = sampling_options(args)
+        speculation = speculation_config(args)
     except ValueError as exc:
         parser.error(str(exc))
     options = model_options(args)
@@ -65,6 +70,15 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     log(f"ds4: loaded {options.model} ({model.args_summary()}) "
         f"in {time.perf_counter() - started:.2f}s")
+    try:
+        drafter = load_drafter(speculation, model)
+    except (GGUFError, OSError, ValueError) as exc:
+        log(f"ds4: error: {exc}")
+        return 1
+    if drafter is not None:
+        mode = "strict: target-only decoding" if speculation.strict else \
+            f"up to {drafter.max_draft} tokens a draft"
+        log(f"ds4: drafter {drafter.name} ({mode})")
 
     tokenizer = model.tokenizer
     if args.chat:
@@ -78,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     detokenizer = tokenizer.streaming_detokenizer()
     session = model.new_session()
     try:
-        for event in generate(session, prompt, args.n_predict, sampling,
+        for event in generate(session, prompt, args.n_predict, sampling, drafter, speculation,
                               stop_tokens=tokenizer.stop_ids, max_context=options.ctx):
             if isinstance(event, DoneEvent):
                 stats = event.stats
@@ -99,7 +113,23 @@ def main(argv: list[str] | None = None) -> int:
     log(f"ds4: prompt {stats.prompt_tokens} tokens, prefill {stats.prefill_tps:.1f} t/s | "
         f"generated {stats.generated_tokens} tokens, decode {stats.decode_tps:.1f} t/s "
         f"({stats.stop_reason})")
+    if isinstance(stats, SpeculativeStats):
+        log(speculation_summary(stats, detailed=speculation.timing))
     return 0
+
+
+def speculation_summary(stats: SpeculativeStats, detailed: bool) -> str:
+    line = (f"ds4: speculation: {stats.drafted_passes} drafts, {stats.drafted_tokens} drafted, "
+            f"{stats.accepted_tokens} accepted ({stats.acceptance_rate:.0%}), "
+            f"tau {stats.tau:.2f}")
+    if not detailed:
+        return line
+    s = stats.scheduler
+    return (f"{line}\nds4: timing: draft {stats.draft_seconds * 1e3:.0f} ms, verify "
+            f"{stats.verify_seconds * 1e3:.0f} ms in {stats.verify_passes} passes, accept "
+            f"{stats.accept_seconds * 1e3:.0f} ms | scheduler: {s.cycles} cycles, "
+            f"{s.pauses} pauses ({s.no_draft_pauses} for missing drafts), {s.paused_cycles} "
+            f"paused, {s.tail_cycles} in the budget tail")
 
 
 if __name__ == "__main__":

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+from pathlib import Path
 
 from ds4mlx.engine.sampling import SamplingOptions
+from ds4mlx.speculation.config import DEFAULT_MTP_MARGIN, DrafterKind, SpeculationConfig
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,62 @@ def add_sampling_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--top-k", type=int, default=0, help="0 = off")
     group.add_argument("--min-p", type=_float_in(0.0, 0.999), default=0.0)
     group.add_argument("--seed", type=int, default=None)
+
+
+def add_speculation_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("speculative decoding")
+    group.add_argument("--mtp-model", metavar="FILE",
+                       help="drafter GGUF: DSpark support file (with --dspark) or legacy MTP "
+                            "(with --mtp-draft N)")
+    group.add_argument("--dspark", action="store_true",
+                       help="draft with DSpark (the support file given by --mtp-model)")
+    group.add_argument("--dspark-confidence", type=_float_in(0.0, 1.0), metavar="X",
+                       help="cut DSpark drafts at the first token under this confidence "
+                            "(implies --dspark; default: no cut)")
+    group.add_argument("--dspark-strict", action="store_true",
+                       help="load the drafter but decode with the target alone (implies --dspark)")
+    group.add_argument("--quality", action="store_true",
+                       help="disable speculative acceptance (target-only decoding)")
+    group.add_argument("--mtp-draft", type=_positive_int, default=1, metavar="N",
+                       help="legacy MTP: draft up to N tokens (default 1 = off)")
+    group.add_argument("--mtp-margin", type=_float_in(0.0, 1000.0), default=DEFAULT_MTP_MARGIN,
+                       help="legacy MTP: stop drafting when the top-1 logit margin is smaller "
+                            f"(default {DEFAULT_MTP_MARGIN})")
+    group.add_argument("--mtp", action="store_true",
+                       help="draft with the MTP block inside the main GGUF (GLM nextn)")
+    group.add_argument("--mtp-timing", action="store_true",
+                       help="print drafting/verify counters and timing (enables --mtp if no "
+                            "other drafter is chosen)")
+    group.add_argument("--mtp-exact-sampling", action="store_true",
+                       help="at temperature > 0, accept drafts by rejection sampling so the "
+                            "output distribution equals ordinary sampling")
+
+
+def speculation_config(args: argparse.Namespace) -> SpeculationConfig:
+    """Raises ValueError with a message naming the flags when they contradict each other."""
+    dspark = args.dspark or args.dspark_strict or args.dspark_confidence is not None
+    if dspark:
+        kind = DrafterKind.DSPARK
+    elif args.mtp_draft > 1:
+        kind = DrafterKind.MTP
+    elif args.mtp or args.mtp_timing:
+        kind = DrafterKind.NEXTN
+    elif args.mtp_model:
+        raise ValueError("--mtp-model given without --dspark or --mtp-draft N")
+    else:
+        kind = DrafterKind.NONE
+    if kind is DrafterKind.NEXTN and args.mtp_model:
+        raise ValueError("--mtp uses the draft block inside the main model; drop --mtp-model")
+    return SpeculationConfig(
+        kind=kind,
+        support_path=Path(args.mtp_model) if args.mtp_model else None,
+        confidence=args.dspark_confidence or 0.0,
+        strict=args.dspark_strict or args.quality,
+        mtp_draft=args.mtp_draft,
+        mtp_margin=args.mtp_margin,
+        exact_sampling=args.mtp_exact_sampling,
+        timing=args.mtp_timing,
+    )
 
 
 def model_options(args: argparse.Namespace) -> ModelOptions:

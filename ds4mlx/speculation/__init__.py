@@ -1,1 +1,56 @@
-"""speculation"""
+"""Speculative decoding: drafters (DSpark, legacy MTP, GLM nextn), verification, acceptance and
+the drafting scheduler. ``generate`` is the one generation entry point the faces use: it runs the
+speculative loop when a drafter is configured and plain decoding otherwise."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from ds4mlx.engine.generate import DoneEvent, TokenEvent
+from ds4mlx.engine.generate import generate as plain_generate
+from ds4mlx.engine.sampling import SamplingOptions
+from ds4mlx.engine.session import Session
+from ds4mlx.speculation.config import DrafterKind, SpeculationConfig
+from ds4mlx.speculation.drafter import Draft, Drafter, TargetRows
+from ds4mlx.speculation.loop import SpeculativeStats, speculative_generate
+
+__all__ = ["Draft", "Drafter", "DrafterKind", "SpeculationConfig", "SpeculativeStats",
+           "TargetRows", "generate", "load_drafter"]
+
+
+def load_drafter(config: SpeculationConfig, target) -> Drafter | None:
+    """The drafter ``config`` asks for, loaded against ``target`` (a LoadedModel); None for
+    target-only decoding. Mismatched files raise GGUFError."""
+    if config.kind is DrafterKind.DSPARK:
+        from ds4mlx.speculation.dspark import load_dspark
+
+        return load_dspark(config.support_path, target)
+    if config.kind is DrafterKind.MTP:
+        from ds4mlx.speculation.mtp import load_mtp
+
+        return load_mtp(target, config.support_path, max_draft=config.mtp_draft,
+                        margin=config.mtp_margin)
+    if config.kind is DrafterKind.NEXTN:
+        from ds4mlx.speculation.nextn import load_nextn
+
+        return load_nextn(target)
+    return None
+
+
+def generate(
+    session: Session,
+    prompt: Sequence[int],
+    max_tokens: int,
+    sampling: SamplingOptions | None = None,
+    drafter: Drafter | None = None,
+    config: SpeculationConfig | None = None,
+    stop_tokens: Sequence[int] = (),
+    max_context: int | None = None,
+) -> Iterator[TokenEvent | DoneEvent]:
+    """Generate after ``prompt``: speculatively with ``drafter`` unless none is given or the
+    config is strict (target-only, for comparisons)."""
+    config = config or SpeculationConfig()
+    if drafter is None or config.strict:
+        return plain_generate(session, prompt, max_tokens, sampling, stop_tokens, max_context)
+    return speculative_generate(session, drafter, prompt, max_tokens, sampling,
+                                config.loop_options, stop_tokens, max_context)

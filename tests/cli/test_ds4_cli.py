@@ -66,3 +66,24 @@ def test_context_limit_is_enforced(ds4_fixture_path):
     result = run_ds4("-m", str(ds4_fixture_path), "-p", "hello world", "-n", "50", "-c", "16")
     assert result.returncode == 0, result.stderr
     assert "(context)" in result.stderr
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--dspark"], "--mtp-model"),
+    (["--mtp-draft", "3"], "--mtp-model"),
+    (["--mtp-model", "x.gguf"], "without --dspark or --mtp-draft"),
+    (["--dspark", "--mtp-model", "x.gguf", "--mtp-draft", "3"], "never stacked"),
+    (["--mtp", "--mtp-model", "x.gguf"], "inside the main model"),
+    (["--dspark-confidence", "1.5"], "--dspark-confidence"),
+])
+def test_contradicting_speculation_flags(ds4_fixture_path, flags, message):
+    result = run_ds4("-m", str(ds4_fixture_path), "-p", "x", *flags)
+    assert result.returncode == 2
+    assert message in result.stderr
+
+
+def test_a_target_model_is_refused_as_a_drafter(ds4_fixture_path):
+    result = run_ds4("-m", str(ds4_fixture_path), "-p", "x", "--dspark", "--mtp-model",
+                     str(ds4_fixture_path))
+    assert result.returncode == 1
+    assert "not a supported drafter" in result.stderr and "Traceback" not in result.stderr
