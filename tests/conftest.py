@@ -40,3 +40,14 @@ def ds4_fixture_path(oracle) -> Path:
     if not path.is_file():
         pytest.skip(f"{path} is missing")
     return path
+
+
+@pytest.fixture(scope="session")
+def chat_model_path(oracle, tmp_path_factory) -> Path:
+    """A small deepseek4 GGUF with a real BPE tokenizer (random weights); see chat_model.py."""
+    from chat_model import build_chat_model
+
+    source = oracle_dir() / "deepseek4-b-f16.gguf"
+    if not source.is_file():
+        pytest.skip(f"{source} is missing")
+    return build_chat_model(source, tmp_path_factory.mktemp("chat") / "chat-model.gguf")

@@ -1,0 +1,62 @@
+"""ChatService: prompts rendered and streamed, sessions reused across turns, stop strings."""
+
+from __future__ import annotations
+
+import ds4mlx
+from ds4mlx.engine.chat import TextDelta
+from ds4mlx.engine.generate import generate
+from ds4mlx.speculation.service import ChatService, Finished
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def service(chat_model_path):
+    return ChatService(ds4mlx.load_model(chat_model_path), max_context=512)
+
+
+def collect(events):
+    events = list(events)
+    assert isinstance(events[-1], Finished)
+    text = "".join(e.text for e in events if isinstance(e, TextDelta))
+    return text, events[-1]
+
+
+def test_chat_generates_what_plain_decoding_generates(service):
+    messages = [{"role": "user", "content": "hello there"}]
+    text, done = collect(service.chat(messages, max_tokens=12))
+    model = service.model
+    prompt = model.tokenizer.encode(model.chat_format.render(messages))
+    tokens = [e.token for e in generate(model.new_session(), prompt, 12) if hasattr(e, "token")]
+    assert done.prompt_tokens == len(prompt) and done.completion_tokens == 12
+    expected = model.tokenizer.decode([t for t in tokens if t not in model.tokenizer.stop_ids],
+                                      skip_special=True)
+    assert text == expected
+    assert done.finish_reason == "length"
+
+
+def test_a_growing_conversation_reuses_the_session(service):
+    first = [{"role": "user", "content": "Write a Python function that adds two numbers."}]
+    answer, _ = collect(service.chat(first, max_tokens=8))
+    second = [*first, {"role": "assistant", "content": answer},
+              {"role": "user", "content": "Thanks!"}]
+    _, done = collect(service.chat(second, max_tokens=8))
+    assert done.cached_tokens > done.prompt_tokens // 2
+    # An unrelated prompt starts over.
+    _, done = collect(service.chat([{"role": "user", "content": "List the files."}],
+                                   max_tokens=4))
+    assert done.cached_tokens < 5
+
+
+def test_stop_strings_cut_the_text(service):
+    text, _ = collect(service.complete("The quick brown fox", max_tokens=24))
+    assert len(text) > 4
+    stop = text[2:4]
+    cut, done = collect(service.complete("The quick brown fox", max_tokens=24, stop=[stop]))
+    assert cut == text[: text.index(stop)]
+    assert done.finish_reason == "stop"
+
+
+def test_overlong_prompt_is_refused(service):
+    with pytest.raises(ValueError, match="context"):
+        list(service.complete("hello " * 600, max_tokens=4))
