@@ -42,6 +42,28 @@ class DoneEvent:
     stats: GenerationStats = field(default_factory=GenerationStats)
 
 
+def check_prompt_fits(session: Session, prompt: Sequence[int], max_context: int | None) -> None:
+    if not prompt:
+        raise ValueError("the prompt is empty")
+    if max_context is not None and session.n_tokens + len(prompt) > max_context:
+        raise ValueError(
+            f"prompt of {len(prompt)} tokens does not fit the context of {max_context} "
+            f"({session.n_tokens} already used)"
+        )
+
+
+def stop_reason(token: int, generated: int, stop_tokens: set[int], max_tokens: int,
+                session_tokens: int, max_context: int | None) -> str:
+    """Why generation ends after yielding ``token`` ("" when it goes on)."""
+    if token in stop_tokens:
+        return "stop"
+    if generated >= max_tokens:
+        return "length"
+    if max_context is not None and session_tokens >= max_context:
+        return "context"
+    return ""
+
+
 def generate(
     session: Session,
     prompt: Sequence[int],
@@ -55,15 +77,9 @@ def generate(
     Stops at ``max_tokens``, at a stop token (which is yielded; callers decide whether to show
     it), or when the session reaches ``max_context`` tokens.
     """
-    if not prompt:
-        raise ValueError("the prompt is empty")
     sampler = Sampler(sampling or SamplingOptions())
     stats = GenerationStats(prompt_tokens=len(prompt))
-    if max_context is not None and session.n_tokens + len(prompt) > max_context:
-        raise ValueError(
-            f"prompt of {len(prompt)} tokens does not fit the context of {max_context} "
-            f"({session.n_tokens} already used)"
-        )
+    check_prompt_fits(session, prompt, max_context)
 
     start = time.perf_counter()
     logits = session.feed_mx(prompt)[-1]
@@ -75,14 +91,9 @@ def generate(
     while True:
         stats.generated_tokens += 1
         yield TokenEvent(token)
-        if token in stop_set:
-            stats.stop_reason = "stop"
-            break
-        if stats.generated_tokens >= max_tokens:
-            stats.stop_reason = "length"
-            break
-        if max_context is not None and session.n_tokens >= max_context:
-            stats.stop_reason = "context"
+        stats.stop_reason = stop_reason(token, stats.generated_tokens, stop_set, max_tokens,
+                                        session.n_tokens, max_context)
+        if stats.stop_reason:
             break
         token = sampler(session.feed_mx([token])[-1])
     stats.decode_seconds = time.perf_counter() - start

@@ -7,7 +7,13 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from ds4mlx.engine.generate import DoneEvent, GenerationStats, TokenEvent
+from ds4mlx.engine.generate import (
+    DoneEvent,
+    GenerationStats,
+    TokenEvent,
+    check_prompt_fits,
+    stop_reason,
+)
 from ds4mlx.engine.sampling import Sampler, SamplingOptions
 from ds4mlx.engine.session import Session
 from ds4mlx.speculation.acceptance import AcceptanceMode, accept
@@ -77,19 +83,13 @@ def speculative_generate(
     At temperature 0 the committed tokens are the target's greedy tokens. The DoneEvent carries
     SpeculativeStats.
     """
-    if not prompt:
-        raise ValueError("the prompt is empty")
+    check_prompt_fits(session, prompt, max_context)
     options = options or SpeculationOptions()
     sampler = Sampler(sampling or SamplingOptions())
     capture = tuple(drafter.capture_layers)
     stats = SpeculativeStats(prompt_tokens=len(prompt))
     scheduler = DraftScheduler(stats.scheduler)
     stop_set = set(stop_tokens)
-    if max_context is not None and session.n_tokens + len(prompt) > max_context:
-        raise ValueError(
-            f"prompt of {len(prompt)} tokens does not fit the context of {max_context} "
-            f"({session.n_tokens} already used)"
-        )
 
     start = time.perf_counter()
     pos0 = session.n_tokens
@@ -105,14 +105,9 @@ def speculative_generate(
         token = pending.pop(0)
         stats.generated_tokens += 1
         yield TokenEvent(token)
-        if token in stop_set:
-            stats.stop_reason = "stop"
-            break
-        if stats.generated_tokens >= max_tokens:
-            stats.stop_reason = "length"
-            break
-        if max_context is not None and session.n_tokens >= max_context:
-            stats.stop_reason = "context"
+        stats.stop_reason = stop_reason(token, stats.generated_tokens, stop_set, max_tokens,
+                                        session.n_tokens, max_context)
+        if stats.stop_reason:
             break
         if pending:
             continue
