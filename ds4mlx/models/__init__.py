@@ -5,8 +5,13 @@ object with:
   - ``args``: its ModelArgs dataclass (every architecture names ``vocab_size``, ``hidden_size``
     and ``num_layers`` alike),
   - ``new_state()``: an empty per-sequence state (all caches),
-  - ``forward(tokens, state)``: logits [T, vocab] for int32 tokens [T] continuing ``state``
-    (which it advances); state objects have ``copy()`` giving an independent, cheap copy.
+  - ``forward(tokens, state, capture_layers=(), return_hidden=False)``: logits [T, vocab] for
+    int32 tokens [T] continuing ``state`` (which it advances), or a ``ForwardOutput`` with the
+    hidden states drafters need; state objects have ``copy()`` giving an independent, cheap copy,
+  - ``truncate(state, n_tokens)``: roll the state back by a few positions (a speculative
+    verify's rejected rows) without recomputing anything,
+  - ``max_invariant_rows``: chunks up to this many tokens give logits bit-identical to
+    one-token decode (so greedy speculation reproduces plain greedy decoding exactly).
 """
 
 from __future__ import annotations

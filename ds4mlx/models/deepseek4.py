@@ -37,25 +37,33 @@ not emulated.
 from __future__ import annotations
 
 import math
-from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, overload
 
-from ds4mlx.gguf import GGUFError, GGUFFile
-from ds4mlx.kernels import QuantizedWeight, Weight, linear, take_rows
+from ds4mlx.gguf import GGUFError, GGUFFile, MetaValue
+from ds4mlx.kernels import linear, take_rows
 from ds4mlx.models.attention import sink_attention, sliding_window_mask
 from ds4mlx.models.cache import ModelState, append_rows
-from ds4mlx.models.mhc import HyperConnection, HyperHead, hc_collapse, hc_expand, hc_mean
-from ds4mlx.models.moe import GatingFunc, RoutedExperts, gate_probs, route, swiglu
+from ds4mlx.models.metadata import ArchMetadata, first
+from ds4mlx.models.mhc import (
+    HyperHead,
+    block_site_shapes,
+    hc_collapse,
+    hc_expand,
+    hc_mean,
+    load_block_sites,
+)
+from ds4mlx.models.moe import GatingFunc, SharedExpertMoE, shared_expert_moe_shapes
 from ds4mlx.models.norms import RMSNorm, rms_norm
+from ds4mlx.models.outputs import ForwardOutput, capture_set
 from ds4mlx.models.rope import RoPE, RopeAngles, RopeConfig
+from ds4mlx.models.weights import ArrayWeights, GGUFWeights, Weights
 
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 from gguf import GGUFValueType
-from gguf.gguf_writer import GGUFValue
 
 ARCH = "deepseek4"
 CSA_RATIO = 4
@@ -63,6 +71,12 @@ HCA_RATIO = 128
 # Positions a state can be rolled back by (``Model.truncate``): a speculative verify pass feeds
 # at most this many rows, and the rejected ones are cut off afterwards.
 MAX_ROLLBACK = 16
+# Chunks of at most this many tokens (one-token decode and speculative verify) run as a tile of
+# exactly this many rows, padded with dummy tokens, so that every matmul sees the same shape and
+# each row's result is bit-identical however many real rows the chunk had. Attention and the
+# routed experts, whose shapes would depend on the chunk, run row by row on the real rows only.
+# This is what makes greedy speculative output equal plain greedy output byte for byte.
+DECODE_TILE = 8
 # Attention score elements materialised per query block; longer inputs are processed in blocks.
 _SCORE_BUDGET = 1 << 24
 
@@ -112,15 +126,8 @@ class ModelArgs:
 
     @classmethod
     def from_gguf(cls, gguf: GGUFFile) -> ModelArgs:
-        def key(name: str) -> str:
-            return f"{ARCH}.{name}"
-
-        def req(name: str) -> Any:
-            return gguf.require(key(name))
-
-        def opt(name: str, default: Any) -> Any:
-            return gguf.get(key(name), default)
-
+        meta = ArchMetadata(gguf, ARCH)
+        key, req, opt = meta.key, meta.req, meta.opt
         block_count = int(req("block_count"))
         n_nextn = int(opt("nextn_predict_layers", 0))
         # As llama.cpp: the MTP block only counts when its tensors are in the file.
@@ -128,16 +135,7 @@ class ModelArgs:
             n_nextn = 0
 
         def per_layer(name: str, value: Any) -> tuple[float, ...]:
-            values = list(value) if isinstance(value, (list, tuple)) else [value] * block_count
-            if len(values) < block_count:
-                raise GGUFError(
-                    f"{gguf.path}: metadata '{key(name)}' has {len(values)} entries, "
-                    f"expected {block_count}"
-                )
-            return tuple(float(v) for v in values)
-
-        def first(value: Any) -> Any:
-            return value[0] if isinstance(value, (list, tuple)) else value
+            return tuple(float(v) for v in meta.per_layer(name, value, block_count))
 
         ratios = tuple(int(r) for r in req("attention.compress_ratios"))
         if len(ratios) < block_count:
@@ -176,12 +174,8 @@ class ModelArgs:
             )
 
         factor = float(opt("rope.scaling.factor", 0.0))
-        tokens = gguf.get("tokenizer.ggml.tokens")
-        vocab = opt("vocab_size", None)
-        if vocab is None:
-            vocab = len(tokens) if tokens is not None else gguf.tensor_shape("token_embd.weight")[0]
         return cls(
-            vocab_size=int(vocab),
+            vocab_size=meta.vocab_size(),
             hidden_size=int(req("embedding_length")),
             num_layers=block_count - n_nextn,
             num_heads=num_heads,
@@ -239,7 +233,7 @@ class ModelArgs:
             n_ctx_orig=self.rope_orig_ctx,
         )
 
-    def to_gguf_metadata(self, context_length: int) -> dict[str, GGUFValue]:
+    def to_gguf_metadata(self, context_length: int) -> dict[str, MetaValue]:
         """The ``deepseek4.*`` keys that describe these hyper-parameters, typed as llama.cpp's
         loader reads them (it rejects a key of another type), so ``from_gguf`` reads them back.
 
@@ -247,48 +241,44 @@ class ModelArgs:
         needs it.
         """
         u32, f32 = GGUFValueType.UINT32, GGUFValueType.FLOAT32
-
-        def array(values: Sequence[Any], sub_type: GGUFValueType) -> GGUFValue:
-            return GGUFValue(list(values), GGUFValueType.ARRAY, sub_type)
-
-        values: dict[str, GGUFValue] = {
-            "vocab_size": GGUFValue(self.vocab_size, u32),
-            "context_length": GGUFValue(context_length, u32),
-            "embedding_length": GGUFValue(self.hidden_size, u32),
-            "embedding_length_out": GGUFValue(self.hc_mult * self.hidden_size, u32),
-            "block_count": GGUFValue(self.num_layers, u32),
-            "attention.head_count": GGUFValue(self.num_heads, u32),
-            "attention.head_count_kv": GGUFValue(1, u32),  # one shared key/value head
-            "attention.key_length": GGUFValue(self.head_dim, u32),
-            "attention.value_length": GGUFValue(self.head_dim, u32),
-            "attention.layer_norm_rms_epsilon": GGUFValue(self.rms_norm_eps, f32),
-            "attention.q_lora_rank": GGUFValue(self.q_lora_rank, u32),
-            "attention.output_group_count": GGUFValue(self.o_groups, u32),
-            "attention.output_lora_rank": GGUFValue(self.o_lora_rank, u32),
-            "attention.sliding_window": GGUFValue(self.sliding_window, u32),
-            "attention.compress_ratios": array(self.compress_ratios, u32),
-            "attention.compress_rope_freq_base": GGUFValue(self.compress_rope_theta, f32),
-            "attention.indexer.head_count": GGUFValue(self.index_heads, u32),
-            "attention.indexer.key_length": GGUFValue(self.index_head_dim, u32),
-            "attention.indexer.top_k": GGUFValue(self.index_topk, u32),
-            "rope.dimension_count": GGUFValue(self.rope_dims, u32),
-            "rope.freq_base": GGUFValue(self.rope_theta, f32),
-            "rope.scaling.type": GGUFValue(self.rope_scaling_type, GGUFValueType.STRING),
-            "rope.scaling.factor": GGUFValue(1.0 / self.rope_freq_scale, f32),
-            "rope.scaling.original_context_length": GGUFValue(self.rope_orig_ctx, u32),
-            "expert_count": GGUFValue(self.n_experts, u32),
-            "expert_used_count": GGUFValue(self.n_experts_used, u32),
-            "expert_shared_count": GGUFValue(self.n_shared_experts, u32),
-            "expert_feed_forward_length": GGUFValue(self.expert_ff, u32),
-            "expert_weights_scale": GGUFValue(self.expert_weights_scale, f32),
-            "expert_weights_norm": GGUFValue(self.expert_weights_norm, GGUFValueType.BOOL),
-            "expert_gating_func": GGUFValue(int(self.gating_func), u32),
-            "swiglu_clamp_exp": array(self.swiglu_limits, f32),
-            "swiglu_clamp_shexp": array(self.swiglu_limits_shared, f32),
-            "hash_layer_count": GGUFValue(self.n_hash_layers, u32),
-            "hyper_connection.count": GGUFValue(self.hc_mult, u32),
-            "hyper_connection.sinkhorn_iterations": GGUFValue(self.hc_sinkhorn_iters, u32),
-            "hyper_connection.epsilon": GGUFValue(self.hc_eps, f32),
+        values: dict[str, MetaValue] = {
+            "vocab_size": MetaValue(self.vocab_size, u32),
+            "context_length": MetaValue(context_length, u32),
+            "embedding_length": MetaValue(self.hidden_size, u32),
+            "embedding_length_out": MetaValue(self.hc_mult * self.hidden_size, u32),
+            "block_count": MetaValue(self.num_layers, u32),
+            "attention.head_count": MetaValue(self.num_heads, u32),
+            "attention.head_count_kv": MetaValue(1, u32),  # one shared key/value head
+            "attention.key_length": MetaValue(self.head_dim, u32),
+            "attention.value_length": MetaValue(self.head_dim, u32),
+            "attention.layer_norm_rms_epsilon": MetaValue(self.rms_norm_eps, f32),
+            "attention.q_lora_rank": MetaValue(self.q_lora_rank, u32),
+            "attention.output_group_count": MetaValue(self.o_groups, u32),
+            "attention.output_lora_rank": MetaValue(self.o_lora_rank, u32),
+            "attention.sliding_window": MetaValue(self.sliding_window, u32),
+            "attention.compress_ratios": MetaValue(list(self.compress_ratios), u32),
+            "attention.compress_rope_freq_base": MetaValue(self.compress_rope_theta, f32),
+            "attention.indexer.head_count": MetaValue(self.index_heads, u32),
+            "attention.indexer.key_length": MetaValue(self.index_head_dim, u32),
+            "attention.indexer.top_k": MetaValue(self.index_topk, u32),
+            "rope.dimension_count": MetaValue(self.rope_dims, u32),
+            "rope.freq_base": MetaValue(self.rope_theta, f32),
+            "rope.scaling.type": MetaValue(self.rope_scaling_type, GGUFValueType.STRING),
+            "rope.scaling.factor": MetaValue(1.0 / self.rope_freq_scale, f32),
+            "rope.scaling.original_context_length": MetaValue(self.rope_orig_ctx, u32),
+            "expert_count": MetaValue(self.n_experts, u32),
+            "expert_used_count": MetaValue(self.n_experts_used, u32),
+            "expert_shared_count": MetaValue(self.n_shared_experts, u32),
+            "expert_feed_forward_length": MetaValue(self.expert_ff, u32),
+            "expert_weights_scale": MetaValue(self.expert_weights_scale, f32),
+            "expert_weights_norm": MetaValue(self.expert_weights_norm, GGUFValueType.BOOL),
+            "expert_gating_func": MetaValue(int(self.gating_func), u32),
+            "swiglu_clamp_exp": MetaValue(list(self.swiglu_limits), f32),
+            "swiglu_clamp_shexp": MetaValue(list(self.swiglu_limits_shared), f32),
+            "hash_layer_count": MetaValue(self.n_hash_layers, u32),
+            "hyper_connection.count": MetaValue(self.hc_mult, u32),
+            "hyper_connection.sinkhorn_iterations": MetaValue(self.hc_sinkhorn_iters, u32),
+            "hyper_connection.epsilon": MetaValue(self.hc_eps, f32),
         }
         return {f"{ARCH}.{name}": value for name, value in values.items()}
 
@@ -303,7 +293,6 @@ def tensor_shapes(args: ModelArgs) -> dict[str, tuple[int, ...]]:
     h, hd, q_rank = args.num_heads, args.head_dim, args.q_lora_rank
     e, f = args.n_experts, args.expert_ff
     fs = f * args.n_shared_experts
-    mix = (2 + hc) * hc
     o_rank, group_dim = args.o_lora_rank, h * hd // args.o_groups
 
     def compressor(prefix: str, dim: int, ratio: int) -> dict[str, tuple[int, ...]]:
@@ -325,12 +314,7 @@ def tensor_shapes(args: ModelArgs) -> dict[str, tuple[int, ...]]:
     }
     for layer in range(args.num_layers):
         p = f"blk.{layer}"
-        for site in ("attn", "ffn"):
-            shapes |= {
-                f"{p}.hc_{site}_fn.weight": (mix, hc * d),
-                f"{p}.hc_{site}_base.weight": (mix,),
-                f"{p}.hc_{site}_scale.weight": (3,),
-            }
+        shapes |= block_site_shapes(p, hc, d)
         shapes |= {
             f"{p}.attn_norm.weight": (d,),
             f"{p}.attn_q_a.weight": (q_rank, d),
@@ -354,145 +338,11 @@ def tensor_shapes(args: ModelArgs) -> dict[str, tuple[int, ...]]:
             }
             shapes |= compressor(f"{p}.indexer_compressor", args.index_head_dim, CSA_RATIO)
         shapes[f"{p}.ffn_norm.weight"] = (d,)
-        shapes[f"{p}.ffn_gate_inp.weight"] = (e, d)
-        if layer < args.n_hash_layers:
-            shapes[f"{p}.ffn_gate_tid2eid.weight"] = (vocab, args.n_experts_used)
-        else:
-            shapes[f"{p}.exp_probs_b.bias"] = (e,)
-        shapes |= {
-            f"{p}.ffn_gate_exps.weight": (e, f, d),
-            f"{p}.ffn_up_exps.weight": (e, f, d),
-            f"{p}.ffn_down_exps.weight": (e, d, f),
-            f"{p}.ffn_gate_shexp.weight": (fs, d),
-            f"{p}.ffn_up_shexp.weight": (fs, d),
-            f"{p}.ffn_down_shexp.weight": (d, fs),
-        }
+        hashed = layer < args.n_hash_layers
+        shapes |= shared_expert_moe_shapes(
+            p, hidden=d, n_experts=e, expert_ff=f, shared_ff=fs,
+            hash_table=(vocab, args.n_experts_used) if hashed else None)
     return shapes
-
-
-# --------------------------------------------------------------------------------------------
-# Weights
-# --------------------------------------------------------------------------------------------
-
-
-class _Weights(ABC):
-    """Named tensors for the modules, each checked against ``tensor_shapes(args)``.
-
-    Matmul weights are whatever ``kernels`` takes; the small tensors used elementwise (norms,
-    biases, sinks, mixes) are float32 arrays; hash-routing tables are int32.
-    """
-
-    error: type[Exception] = ValueError  # what a missing or misshapen tensor raises
-
-    def __init__(self, args: ModelArgs, source: str):
-        self.shapes = tensor_shapes(args)
-        self.source = source  # where the tensors come from, for error messages
-
-    @abstractmethod
-    def _shape(self, name: str) -> tuple[int, ...]: ...
-
-    @abstractmethod
-    def _matrix(self, name: str) -> Weight: ...
-
-    @abstractmethod
-    def _floats(self, name: str) -> mx.array: ...
-
-    @abstractmethod
-    def _ints(self, name: str) -> mx.array: ...
-
-    def _check(self, name: str, alternatives: Sequence[tuple[int, ...]] = ()) -> tuple[int, ...]:
-        allowed = (self.shapes[name], *alternatives)
-        actual = self._shape(name)
-        if actual not in allowed:
-            want = " or ".join(str(list(s)) for s in allowed)
-            raise self.error(
-                f"{self.source}: tensor '{name}' has shape {list(actual)}, expected {want}"
-            )
-        return actual
-
-    def matrix(self, name: str) -> Weight:
-        self._check(name)
-        return self._matrix(name)
-
-    def param(self, name: str) -> mx.array:
-        self._check(name)
-        return self._floats(name)
-
-    def ints(self, name: str) -> mx.array:
-        self._check(name)
-        return self._ints(name)
-
-    def grouped(self, name: str, groups: int) -> Weight:
-        """A block-diagonal weight [groups * rows, cols] as a stack [groups, rows, cols] (files
-        may store either)."""
-        rows, cols = self.shapes[name]
-        stacked = (groups, rows // groups, cols)
-        if self._check(name, (stacked,)) == stacked:
-            return self._matrix(name)
-        return _split_rows(self._matrix(name), groups)
-
-
-class _GGUFWeights(_Weights):
-    """Tensors read from a GGUF file; matmul weights through ``GGUFFile.load_weight``."""
-
-    error = GGUFError
-
-    def __init__(self, args: ModelArgs, gguf: GGUFFile, mode: str | None):
-        super().__init__(args, str(gguf.path))
-        self.gguf = gguf
-        self.mode = mode  # GGUFFile.load_weight's mode: "f32", "native" or None (its default)
-
-    def _shape(self, name: str) -> tuple[int, ...]:
-        return self.gguf.tensor_shape(name)
-
-    def _matrix(self, name: str) -> Weight:
-        return self.gguf.load_weight(name, self.mode)
-
-    def _floats(self, name: str) -> mx.array:
-        return mx.array(self.gguf.dequantize(name))
-
-    def _ints(self, name: str) -> mx.array:
-        raw = np.asarray(self.gguf.raw(name))
-        return mx.array(raw.astype(np.int32).reshape(self.shapes[name]))
-
-
-class _ArrayWeights(_Weights):
-    """Tensors given as float32 MLX arrays keyed by their GGUF names (training, export checks).
-
-    The arrays are used as given, so gradients taken with respect to them flow into the model.
-    """
-
-    def __init__(self, args: ModelArgs, arrays: Mapping[str, mx.array]):
-        super().__init__(args, "model arrays")
-        self.arrays = arrays
-
-    def _shape(self, name: str) -> tuple[int, ...]:
-        if name not in self.arrays:
-            raise self.error(f"{self.source}: missing tensor '{name}'")
-        return tuple(self.arrays[name].shape)
-
-    def _matrix(self, name: str) -> Weight:
-        return self.arrays[name]
-
-    def _floats(self, name: str) -> mx.array:
-        return self.arrays[name]
-
-    def _ints(self, name: str) -> mx.array:
-        return self.arrays[name].astype(mx.int32)
-
-
-def _split_rows(w: Weight, groups: int) -> Weight:
-    """View a [groups * rows, ...] weight as [groups, rows, ...] (any weight kind)."""
-
-    def split(a: mx.array) -> mx.array:
-        return a.reshape(groups, -1, *a.shape[1:])
-
-    if isinstance(w, mx.array):
-        return split(w)
-    if isinstance(w, QuantizedWeight):
-        biases = None if w.biases is None else split(w.biases)
-        return replace(w, packed=split(w.packed), scales=split(w.scales), biases=biases)
-    return replace(w, data=split(w.data))
 
 
 # --------------------------------------------------------------------------------------------
@@ -557,7 +407,7 @@ class Compressor(nn.Module):
     half feeds the next block, the second half the block itself.
     """
 
-    def __init__(self, w: _Weights, prefix: str, *, dim: int, ratio: int, rope: RoPE,
+    def __init__(self, w: Weights, prefix: str, *, dim: int, ratio: int, rope: RoPE,
                  eps: float):
         super().__init__()
         self.overlap = ratio == CSA_RATIO
@@ -622,7 +472,7 @@ class Compressor(nn.Module):
 class LightningIndexer(nn.Module):
     """Scores compressed blocks per query and keeps the top-k (CSA layers)."""
 
-    def __init__(self, args: ModelArgs, w: _Weights, layer: int, rope: RoPE):
+    def __init__(self, args: ModelArgs, w: Weights, layer: int, rope: RoPE):
         super().__init__()
         p = f"blk.{layer}"
         heads, dim = args.index_heads, args.index_head_dim
@@ -658,7 +508,7 @@ class LightningIndexer(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, args: ModelArgs, w: _Weights, layer: int):
+    def __init__(self, args: ModelArgs, w: Weights, layer: int):
         super().__init__()
         p = f"blk.{layer}"
         h, hd = args.num_heads, args.head_dim
@@ -689,8 +539,13 @@ class Attention(nn.Module):
             if self.ratio == CSA_RATIO:
                 self.indexer = LightningIndexer(args, w, layer, comp_rope)
 
-    def __call__(self, x: mx.array, pos0: int, cache: LayerCache) -> tuple[mx.array, LayerCache]:
-        """x [T, D] at positions pos0.. -> attention output [T, D] and the updated cache."""
+    def __call__(self, x: mx.array, pos0: int, cache: LayerCache,
+                 n_real: int | None = None) -> tuple[mx.array, LayerCache]:
+        """x [T, D] at positions pos0.. -> attention output [T, D] and the updated cache.
+
+        ``n_real`` marks a decode tile (see DECODE_TILE): only the first ``n_real`` rows are
+        real; each attends on its own, the padding rows get zeros.
+        """
         positions = np.arange(pos0, pos0 + x.shape[0])
         angles = self.rope.angles(positions)
         qr, q = self.queries(x, angles)
@@ -713,7 +568,10 @@ class Attention(nn.Module):
             new_cache = replace(new_cache, index=index, index_pending=pending)
             index_q, index_w = self.indexer.queries(qr, x, angles)
 
-        out = self._attend(q, positions, window, new_cache, index_q, index_w)
+        if n_real is None:
+            out = self._attend(q, positions, window, new_cache, index_q, index_w)
+        else:
+            out = self._attend_rows(q, positions, window, new_cache, index_q, index_w, n_real)
         return self.output(out, angles), new_cache
 
     # The pieces around the attention proper, shared with drafters that attend differently.
@@ -738,6 +596,22 @@ class Attention(nn.Module):
         grouped = mx.swapaxes(out.reshape(tokens, self.groups, -1), 0, 1)  # [G, T, group_dim]
         lora = mx.swapaxes(linear(grouped, self.wo_a), 0, 1)  # [T, G, o_lora_rank]
         return linear(lora.reshape(tokens, -1), self.wo_b)
+
+    def _attend_rows(self, q: mx.array, positions: np.ndarray, window: mx.array,
+                     cache: LayerCache, index_q: mx.array | None, index_w: mx.array | None,
+                     n_real: int) -> mx.array:
+        """``_attend`` one real row at a time, each over exactly the keys its position sees, so
+        its result does not depend on the other rows of the chunk; zeros for padding rows."""
+        tokens = q.shape[0]
+        outs = []
+        for r in range(n_real):
+            row = slice(r, r + 1)
+            outs.append(self._attend(
+                q[row], positions[row], window[: window.shape[0] - (tokens - 1 - r)], cache,
+                None if index_q is None else index_q[row],
+                None if index_w is None else index_w[row]))
+        outs.append(mx.zeros((tokens - n_real, *q.shape[1:]), q.dtype))
+        return mx.concatenate(outs)
 
     def _attend(self, q: mx.array, positions: np.ndarray, window: mx.array, cache: LayerCache,
                 index_q: mx.array | None, index_w: mx.array | None) -> mx.array:
@@ -775,75 +649,34 @@ class Attention(nn.Module):
         return outs[0] if len(outs) == 1 else mx.concatenate(outs)
 
 
-class MoE(nn.Module):
-    """Routed experts plus the shared expert (llama.cpp ``build_moe_ffn`` + ``build_ffn``)."""
-
-    def __init__(self, args: ModelArgs, w: _Weights, layer: int):
-        super().__init__()
-        p = f"blk.{layer}"
-        self.router = w.matrix(f"{p}.ffn_gate_inp.weight")
-        self.hash_routes: mx.array | None = None
-        self.bias: mx.array | None = None
-        if layer < args.n_hash_layers:
-            # Hash layers route by token id through a fixed table; no selection bias.
-            self.hash_routes = w.ints(f"{p}.ffn_gate_tid2eid.weight")
-        else:
-            self.bias = w.param(f"{p}.exp_probs_b.bias")
-        self.experts = RoutedExperts(
-            w.matrix(f"{p}.ffn_gate_exps.weight"),
-            w.matrix(f"{p}.ffn_up_exps.weight"),
-            w.matrix(f"{p}.ffn_down_exps.weight"),
-            swiglu_limit=args.swiglu_limits[layer],
-        )
-        self.shared_gate = w.matrix(f"{p}.ffn_gate_shexp.weight")
-        self.shared_up = w.matrix(f"{p}.ffn_up_shexp.weight")
-        self.shared_down = w.matrix(f"{p}.ffn_down_shexp.weight")
-        self.shared_limit = args.swiglu_limits_shared[layer]
-        self.n_used = args.n_experts_used
-        self.gating = args.gating_func
-        self.normalize = args.expert_weights_norm
-        self.weights_scale = args.expert_weights_scale
-
-    def __call__(self, x: mx.array, tokens: mx.array) -> mx.array:
-        probs = gate_probs(linear(x, self.router), self.gating)
-        selected = None if self.hash_routes is None else self.hash_routes[tokens]
-        indices, weights = route(
-            probs, self.n_used, func=self.gating, bias=self.bias, selected=selected,
-            normalize=self.normalize, scale=self.weights_scale,
-        )
-        routed = self.experts(x, indices, weights)
-        hidden = swiglu(linear(x, self.shared_gate), linear(x, self.shared_up), self.shared_limit)
-        return routed + linear(hidden, self.shared_down)
-
-
 class Block(nn.Module):
-    def __init__(self, args: ModelArgs, w: _Weights, layer: int):
+    def __init__(self, args: ModelArgs, w: Weights, layer: int):
         super().__init__()
         p = f"blk.{layer}"
 
-        def hyper(site: str) -> HyperConnection:
-            return HyperConnection(
-                w.matrix(f"{p}.hc_{site}_fn.weight"),
-                w.param(f"{p}.hc_{site}_base.weight"),
-                w.param(f"{p}.hc_{site}_scale.weight"),
-                hc=args.hc_mult, sinkhorn_iters=args.hc_sinkhorn_iters, hc_eps=args.hc_eps,
-                norm_eps=args.rms_norm_eps,
-            )
-
-        self.hc_attn = hyper("attn")
-        self.hc_ffn = hyper("ffn")
+        self.hc_attn, self.hc_ffn = load_block_sites(
+            w, p, hc=args.hc_mult, sinkhorn_iters=args.hc_sinkhorn_iters, hc_eps=args.hc_eps,
+            norm_eps=args.rms_norm_eps,
+        )
         self.attn_norm = RMSNorm(w.param(f"{p}.attn_norm.weight"), args.rms_norm_eps)
         self.ffn_norm = RMSNorm(w.param(f"{p}.ffn_norm.weight"), args.rms_norm_eps)
         self.attn = Attention(args, w, layer)
-        self.moe = MoE(args, w, layer)
+        # Hash layers route by token id through a fixed table (no selection bias).
+        self.moe = SharedExpertMoE(
+            w, p, n_used=args.n_experts_used, gating=args.gating_func,
+            normalize=args.expert_weights_norm, weights_scale=args.expert_weights_scale,
+            swiglu_limit=args.swiglu_limits[layer],
+            swiglu_limit_shared=args.swiglu_limits_shared[layer],
+            hash_routed=layer < args.n_hash_layers,
+        )
 
-    def __call__(self, x: mx.array, tokens: mx.array, pos0: int,
-                 cache: LayerCache) -> tuple[mx.array, LayerCache]:
+    def __call__(self, x: mx.array, tokens: mx.array, pos0: int, cache: LayerCache,
+                 n_real: int | None = None) -> tuple[mx.array, LayerCache]:
         pre, post, comb = self.hc_attn(x)
-        h, cache = self.attn(self.attn_norm(hc_collapse(x, pre)), pos0, cache)
+        h, cache = self.attn(self.attn_norm(hc_collapse(x, pre)), pos0, cache, n_real)
         x = hc_expand(h, x, post, comb)
         pre, post, comb = self.hc_ffn(x)
-        h = self.moe(self.ffn_norm(hc_collapse(x, pre)), tokens)
+        h = self.moe(self.ffn_norm(hc_collapse(x, pre)), tokens, n_real)
         return hc_expand(h, x, post, comb), cache
 
 
@@ -852,24 +685,11 @@ class Block(nn.Module):
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ForwardOutput:
-    """What ``forward(..., return_hidden=True)`` returns.
-
-    ``layers[i]``: mean over the mHC streams of the hidden state after layer i, [T, D], for each
-    requested layer (llama.cpp's ``layer_inp[i + 1]``). ``head_input``: the streams after the last
-    layer, [T, hc, D] (before ``hc_head``; llama.cpp's ``h_nextn``, what an MTP block consumes).
-    ``final_hidden``: after ``hc_head`` and the output norm, [T, D] (the head's input).
-    """
-
-    logits: mx.array
-    layers: dict[int, mx.array]
-    head_input: mx.array
-    final_hidden: mx.array
-
-
 class Model(nn.Module):
-    def __init__(self, args: ModelArgs, w: _Weights):
+    #: The most rows a chunk may have for its logits to be bit-identical to one-token decode.
+    max_invariant_rows = DECODE_TILE - 1
+
+    def __init__(self, args: ModelArgs, w: Weights):
         super().__init__()
         self.args = args
         self.embed = w.matrix("token_embd.weight")
@@ -891,13 +711,13 @@ class Model(nn.Module):
         ``ds4mlx.gguf.quants``); None leaves the choice to ``GGUFFile.load_weight``.
         """
         args = ModelArgs.from_gguf(gguf_file)
-        return cls(args, _GGUFWeights(args, gguf_file, weights_dtype))
+        return cls(args, GGUFWeights(tensor_shapes(args), gguf_file, weights_dtype))
 
     @classmethod
     def from_arrays(cls, args: ModelArgs, arrays: Mapping[str, mx.array]) -> Model:
         """Build the model on float32 arrays named as in ``tensor_shapes(args)`` (the hash tables
         may be integer arrays), used as they are: training differentiates through them."""
-        return cls(args, _ArrayWeights(args, arrays))
+        return cls(args, ArrayWeights(tensor_shapes(args), arrays))
 
     def new_state(self) -> ModelState:
         return ModelState([LayerCache() for _ in self.blocks])
@@ -934,26 +754,28 @@ class Model(nn.Module):
         the caches) unevaluated, for callers that transform the computation (training takes
         gradients through it).
         """
-        if capture_layers and not return_hidden:
-            raise ValueError("capture_layers needs return_hidden=True")
-        capture = set(capture_layers)
-        bad = sorted(i for i in capture if not 0 <= i < len(self.blocks))
-        if bad:
-            raise ValueError(f"capture_layers {bad} out of range [0, {len(self.blocks)})")
+        capture = capture_set(capture_layers, return_hidden, len(self.blocks))
         tokens = tokens.astype(mx.int32).reshape(-1)
-        pos0 = state.pos
+        pos0, n = state.pos, tokens.shape[0]
+        # Short chunks (decode, verify) run as a fixed-shape tile; see DECODE_TILE.
+        n_real = n if evaluate and n < DECODE_TILE else None
+        if n_real is not None:
+            tokens = mx.concatenate([tokens, mx.zeros((DECODE_TILE - n,), mx.int32)])
         h = take_rows(self.embed, tokens).astype(mx.float32)
         x = mx.broadcast_to(h[:, None, :], (h.shape[0], self.args.hc_mult, h.shape[1]))
         caches = list(state.layers)
         captured: dict[int, mx.array] = {}
         for i, block in enumerate(self.blocks):
-            x, caches[i] = block(x, tokens, pos0, caches[i])
+            x, caches[i] = block(x, tokens, pos0, caches[i], n_real)
             if i in capture:
-                captured[i] = hc_mean(x)
+                captured[i] = hc_mean(x)[:n]
         final = self.output_norm(self.hc_head(x))
-        logits = linear(final, self.output)
+        logits = linear(final, self.output)[:n]
+        x, final = x[:n], final[:n]
 
         state.layers, state.pos = caches, pos0 + tokens.shape[0]
+        if n_real is not None:
+            self.truncate(state, pos0 + n)  # the padding rows leave the caches
         if evaluate:
             # One evaluation for the outputs and the new caches keeps the caches' graphs short.
             mx.eval(logits, *captured.values(), x, final, *state.arrays())

@@ -142,6 +142,27 @@ class SwiGLU(nn.Module):
         return linear(swiglu(linear(x, self.gate), linear(x, self.up), self.limit), self.down)
 
 
+def shared_expert_moe_shapes(prefix: str, *, hidden: int, n_experts: int, expert_ff: int,
+                             shared_ff: int, hash_table: tuple[int, int] | None = None
+                             ) -> dict[str, tuple[int, ...]]:
+    """The tensors ``SharedExpertMoE`` reads; ``hash_table`` (vocab, n_used) for a hash-routed
+    layer, which has no selection bias."""
+    d, e, f = hidden, n_experts, expert_ff
+    shapes: dict[str, tuple[int, ...]] = {f"{prefix}.ffn_gate_inp.weight": (e, d)}
+    if hash_table is not None:
+        shapes[f"{prefix}.ffn_gate_tid2eid.weight"] = hash_table
+    else:
+        shapes[f"{prefix}.exp_probs_b.bias"] = (e,)
+    return shapes | {
+        f"{prefix}.ffn_gate_exps.weight": (e, f, d),
+        f"{prefix}.ffn_up_exps.weight": (e, f, d),
+        f"{prefix}.ffn_down_exps.weight": (e, d, f),
+        f"{prefix}.ffn_gate_shexp.weight": (shared_ff, d),
+        f"{prefix}.ffn_up_shexp.weight": (shared_ff, d),
+        f"{prefix}.ffn_down_shexp.weight": (d, shared_ff),
+    }
+
+
 class SharedExpertMoE(nn.Module):
     """Routed experts plus the shared expert of one layer (tensors ``{prefix}.ffn_*``).
 
@@ -178,8 +199,14 @@ class SharedExpertMoE(nn.Module):
         self.normalize = normalize
         self.weights_scale = weights_scale
 
-    def __call__(self, x: mx.array, tokens: mx.array | None = None) -> mx.array:
-        """x [T, D] (``tokens`` [T] int32 for hash-routed layers) -> [T, D]."""
+    def __call__(self, x: mx.array, tokens: mx.array | None = None,
+                 n_real: int | None = None) -> mx.array:
+        """x [T, D] (``tokens`` [T] int32 for hash-routed layers) -> [T, D].
+
+        ``n_real``: only the first rows are real (a fixed-shape decode tile); the routed experts
+        run on those alone; their per-row results do not depend on the number of rows, and
+        padding rows would only cost expert reads. Padding rows get the shared expert only.
+        """
         probs = gate_probs(linear(x, self.router), self.gating)
         selected = None
         if self.hash_routes is not None:
@@ -190,4 +217,8 @@ class SharedExpertMoE(nn.Module):
             probs, self.n_used, func=self.gating, bias=self.bias, selected=selected,
             normalize=self.normalize, scale=self.weights_scale,
         )
-        return self.experts(x, indices, weights) + self.shared(x)
+        if n_real is None:
+            return self.experts(x, indices, weights) + self.shared(x)
+        routed = self.experts(x[:n_real], indices[:n_real], weights[:n_real])
+        padding = mx.zeros((x.shape[0] - n_real, routed.shape[1]), routed.dtype)
+        return mx.concatenate([routed, padding]) + self.shared(x)

@@ -90,6 +90,8 @@ def speculative_generate(
     stats = SpeculativeStats(prompt_tokens=len(prompt))
     scheduler = DraftScheduler(stats.scheduler)
     stop_set = set(stop_tokens)
+    # Drafts short enough that the verify pass's logits equal one-token decode's bit for bit.
+    max_draft_for_parity = getattr(session.model, "max_invariant_rows", 1 << 30) - 1
 
     start = time.perf_counter()
     pos0 = session.n_tokens
@@ -120,7 +122,8 @@ def speculative_generate(
         drafting = room > 0 and scheduler.should_draft(max_tokens - stats.generated_tokens)
         if drafting:
             tick = time.perf_counter()
-            proposal = drafter.propose(min(room, drafter.max_draft, options.max_draft))
+            proposal = drafter.propose(min(room, drafter.max_draft, options.max_draft,
+                                           max_draft_for_parity))
             draft = _cut_by_confidence(proposal, options.confidence_threshold)
             stats.draft_seconds += time.perf_counter() - tick
 

@@ -89,3 +89,21 @@ def test_context_limit(ds4_model):
                                            max_context=12))
     assert stats.stop_reason == "context"
     assert spec == plain[: len(spec)] and len(prompt) + len(spec) - 1 <= 12
+
+
+def test_verify_logits_are_bit_identical_to_one_token_decode(ds4_model):
+    """The decode tile makes each row's logits independent of the chunk it was computed in."""
+    import mlx.core as mx
+    import numpy as np
+
+    net = ds4_model.network
+    prompt = [115, 78, 104, 2, 65, 24, 98, 109, 23, 9] * 4
+    chunk = [61, 80, 7, 7, 3, 9][: net.max_invariant_rows]
+    decoded = net.new_state()
+    net.forward(mx.array(prompt), decoded)
+    one_by_one = [np.array(net.forward(mx.array([t]), decoded))[0] for t in chunk]
+    verified = net.new_state()
+    net.forward(mx.array(prompt), verified)
+    batch = np.array(net.forward(mx.array(chunk), verified))
+    for row, expected in zip(batch, one_by_one, strict=True):
+        assert np.array_equal(row, expected)
