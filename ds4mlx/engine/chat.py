@@ -3,8 +3,8 @@
 A :class:`ChatFormat` renders OpenAI-style messages (dicts with ``role``, ``content``, and for
 assistants ``reasoning_content`` and ``tool_calls``; for tools ``tool_call_id``) into the exact
 prompt a model was trained on, and parses what the model writes, whole or while streaming.
-Only DeepSeek-V4 is implemented; GLM's XML-style ``<tool_call>`` format is meant to be a second
-subclass.
+DeepSeek-V4 is implemented here; GLM-5.3-Flash's XML-style ``<tool_call>`` format is the
+subclass in ``ds4mlx.engine.chat_glm``.
 
 DeepSeek-V4 facts and where they come from:
 - [enc] DeepSeek's reference encoder ``encoding/encoding_dsv4.py`` in the DeepSeek-V4-Flash model
@@ -334,17 +334,19 @@ def _skip_whitespace(text: str, position: int) -> int:
     return position
 
 
-class _DeepSeekV4StreamParser:
-    """Reasoning until ``</think>``, then content until a DSML tool_calls block or EOS.
+class MarkerStreamParser(ABC):
+    """A streaming parser that moves between states on markers.
 
-    Text that might be the start of a marker is held back until it is decided; a tool_calls block
-    is buffered one invoke at a time and each invoke is reported once it is closed.
+    ``feed`` appends to the pending text and lets ``_step`` consume it until it needs more;
+    ``_text_until`` emits the text before a marker, holding back an end that might still become
+    one. The state ``DONE`` ignores all further input.
     """
 
-    def __init__(self, thinking: bool):
-        self._state = _REASONING if thinking else _CONTENT
+    DONE = _DONE
+
+    def __init__(self, state: str):
+        self._state = state
         self._pending = ""
-        self._dsml = DSML  # spelling used by the open tool_calls block
 
     def feed(self, text: str) -> list[ChatEvent]:
         events: list[ChatEvent] = []
@@ -361,22 +363,17 @@ class _DeepSeekV4StreamParser:
         return events
 
     def _advance(self, events: list[ChatEvent], final: bool) -> None:
-        while True:
-            if self._state == _REASONING:
-                if not self._scan_text(events, (THINK_END, EOS), ReasoningDelta, final):
-                    return
-            elif self._state == _CONTENT:
-                if not self._scan_text(events, (*_TOOL_BLOCK_STARTS, EOS), TextDelta, final):
-                    return
-            elif self._state == _TOOL_BLOCK:
-                if not self._scan_tool_block(events, final):
-                    return
-            else:
-                return
+        while self._state != _DONE and self._step(events, final):
+            pass
 
-    def _scan_text(self, events: list[ChatEvent], markers: Sequence[str],
-                   delta: type[TextDelta] | type[ReasoningDelta], final: bool) -> bool:
-        """Emit text up to the next marker and switch state; False when more input is needed."""
+    @abstractmethod
+    def _step(self, events: list[ChatEvent], final: bool) -> bool:
+        """Consume pending text in the current state; False when more input is needed."""
+
+    def _text_until(self, events: list[ChatEvent], markers: Sequence[str],
+                    delta: type[TextDelta] | type[ReasoningDelta], final: bool) -> str | None:
+        """Emit the text before the earliest marker and drop the marker, which is returned;
+        None while no marker is complete (all text that cannot begin one is emitted)."""
         hit = _first_marker(self._pending, markers)
         if hit is None:
             keep = 0 if final else _marker_prefix_length(self._pending, markers)
@@ -384,11 +381,34 @@ class _DeepSeekV4StreamParser:
                                     self._pending[len(self._pending) - keep:])
             if ready:
                 events.append(delta(ready))
-            return False
+            return None
         position, marker = hit
         if position:
             events.append(delta(self._pending[:position]))
         self._pending = self._pending[position + len(marker):]
+        return marker
+
+
+class _DeepSeekV4StreamParser(MarkerStreamParser):
+    """Reasoning until ``</think>``, then content until a DSML tool_calls block or EOS.
+
+    A tool_calls block is buffered one invoke at a time and each invoke is reported once it is
+    closed.
+    """
+
+    def __init__(self, thinking: bool):
+        super().__init__(_REASONING if thinking else _CONTENT)
+        self._dsml = DSML  # spelling used by the open tool_calls block
+
+    def _step(self, events: list[ChatEvent], final: bool) -> bool:
+        if self._state == _TOOL_BLOCK:
+            return self._scan_tool_block(events, final)
+        if self._state == _REASONING:
+            marker = self._text_until(events, (THINK_END, EOS), ReasoningDelta, final)
+        else:
+            marker = self._text_until(events, (*_TOOL_BLOCK_STARTS, EOS), TextDelta, final)
+        if marker is None:
+            return False
         if marker == EOS:
             self._state = _DONE
         elif marker == THINK_END:
@@ -583,6 +603,10 @@ _FORMATS_BY_ARCH: dict[str, ChatFormat] = {"deepseek4": DEEPSEEK_V4}
 
 def chat_format_for_arch(arch: str) -> ChatFormat | None:
     """The chat format for a GGUF ``general.architecture``, or None when none is implemented."""
+    if arch == "glm5-next":
+        from ds4mlx.engine.chat_glm import GLM5  # imported here: chat_glm imports this module
+
+        return GLM5
     return _FORMATS_BY_ARCH.get(arch)
 
 

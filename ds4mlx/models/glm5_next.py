@@ -52,13 +52,26 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, overload
 
-from ds4mlx.gguf import GGUFError, GGUFFile
+from ds4mlx.gguf import GGUFFile
 from ds4mlx.kernels import linear, take_rows
 from ds4mlx.models.cache import ModelState, append_rows
-from ds4mlx.models.mhc import HyperConnection, hc_collapse, hc_expand, hc_mean
-from ds4mlx.models.moe import GatingFunc, SharedExpertMoE, SwiGLU, softplus
+from ds4mlx.models.metadata import ArchMetadata, first
+from ds4mlx.models.mhc import (
+    block_site_shapes,
+    hc_collapse,
+    hc_expand,
+    hc_mean,
+    load_block_sites,
+)
+from ds4mlx.models.moe import (
+    GatingFunc,
+    SharedExpertMoE,
+    SwiGLU,
+    shared_expert_moe_shapes,
+    softplus,
+)
 from ds4mlx.models.norms import RMSNorm, rms_norm
-from ds4mlx.models.outputs import ForwardOutput
+from ds4mlx.models.outputs import ForwardOutput, capture_set
 from ds4mlx.models.weights import GGUFWeights, Shape, Weights
 
 import mlx.core as mx
@@ -124,36 +137,20 @@ class ModelArgs:
 
     @classmethod
     def from_gguf(cls, gguf: GGUFFile) -> ModelArgs:
-        def key(name: str) -> str:
-            return f"{ARCH}.{name}"
-
-        def req(name: str) -> Any:
-            return gguf.require(key(name))
-
-        def opt(name: str, default: Any) -> Any:
-            return gguf.get(key(name), default)
-
-        def fail(message: str) -> GGUFError:
-            return GGUFError(f"{gguf.path}: {message}")
-
+        meta = ArchMetadata(gguf, ARCH)
+        key, req, opt, fail = meta.key, meta.req, meta.opt, meta.error
         block_count = int(req("block_count"))
         nextn = int(opt("nextn_predict_layers", 0))
         if not 0 <= nextn < block_count:
             raise fail(f"'{key('nextn_predict_layers')}' is {nextn} for {block_count} blocks")
         n_layer = block_count - nextn
 
-        def per_layer(name: str, value: Any, count: int = block_count) -> tuple[Any, ...]:
-            """llama.cpp's get_key_or_arr: a scalar for every layer, or one entry per layer."""
-            if not isinstance(value, (list, tuple)):
-                return (value,) * count
-            if len(value) < count:
-                raise fail(f"metadata '{key(name)}' has {len(value)} entries, expected {count}")
-            return tuple(value[:count])
+        def per_layer(name: str, default: Any = None, count: int = block_count) -> tuple[Any, ...]:
+            """A per-layer key (required unless it has a default)."""
+            return meta.per_layer(name, req(name) if default is None else opt(name, default),
+                                  count)
 
-        def first(value: Any) -> Any:
-            return value[0] if isinstance(value, (list, tuple)) else value
-
-        kv_heads = per_layer("attention.head_count_kv", req("attention.head_count_kv"))
+        kv_heads = per_layer("attention.head_count_kv")
         recurrent = tuple(int(h) == 0 for h in kv_heads)
         if any(recurrent[n_layer:]):
             raise fail("the NextN block must be an MLA layer (head_count_kv > 0)")
@@ -166,9 +163,7 @@ class ModelArgs:
         topk = int(req("attention.indexer.top_k"))
         if kpool < 2 or topk % kpool:
             raise fail(f"indexer kpool {kpool} must be > 1 and divide top_k {topk}")
-        index_full = tuple(bool(int(t)) for t in
-                           per_layer("attention.indexer.types",
-                                     opt("attention.indexer.types", 1), n_layer))
+        index_full = tuple(bool(int(t)) for t in per_layer("attention.indexer.types", 1, n_layer))
         attn_layers = [i for i in range(n_layer) if not recurrent[i]]
         if attn_layers and not index_full[attn_layers[0]]:
             raise fail(f"MLA layer {attn_layers[0]} shares an indexer, but no full indexer "
@@ -178,19 +173,15 @@ class ModelArgs:
         if gating not in set(GatingFunc):
             raise fail(f"'{key('expert_gating_func')}' is {gating}, not a known gating function")
 
-        clamp_exp = per_layer("swiglu_clamp_exp", opt("swiglu_clamp_exp", 0.0))
-        clamp_shexp = per_layer("swiglu_clamp_shexp", opt("swiglu_clamp_shexp", clamp_exp))
+        clamp_exp = per_layer("swiglu_clamp_exp", 0.0)
+        clamp_shexp = per_layer("swiglu_clamp_shexp", clamp_exp)
 
         hc = int(req("hyper_connection.count"))
         if hc != 4:
             raise fail(f"mHC with {hc} streams is not supported (llama.cpp requires 4)")
 
-        tokens = gguf.get("tokenizer.ggml.tokens")
-        vocab = opt("vocab_size", None)
-        if vocab is None:
-            vocab = len(tokens) if tokens is not None else gguf.tensor_shape("token_embd.weight")[0]
         return cls(
-            vocab_size=int(vocab),
+            vocab_size=meta.vocab_size(),
             hidden_size=int(req("embedding_length")),
             num_layers=n_layer,
             nextn_layers=nextn,
@@ -214,8 +205,7 @@ class ModelArgs:
             n_experts=int(opt("expert_count", 0)),
             n_experts_used=int(first(opt("expert_used_count", 0))),
             n_shared_experts=int(req("expert_shared_count")),
-            expert_ff=tuple(int(f) for f in per_layer(
-                "expert_feed_forward_length", req("expert_feed_forward_length"))),
+            expert_ff=tuple(int(f) for f in per_layer("expert_feed_forward_length")),
             expert_weights_scale=float(opt("expert_weights_scale", 0.0)),
             expert_weights_norm=bool(opt("expert_weights_norm", False)),
             gating_func=GatingFunc(gating),
@@ -240,11 +230,10 @@ def tensor_shapes(args: ModelArgs) -> dict[str, Shape]:
     The NextN block's tensors are listed too; they are read only when the file has them.
     """
     d, hc, vocab = args.hidden_size, args.hc_mult, args.vocab_size
-    h, mix = args.num_heads, (2 + hc) * hc
+    h = args.num_heads
     hd, inner = args.kda_head_dim, args.kda_head_dim * args.num_heads
     q_rank, kv_rank = args.q_lora_rank, args.kv_lora_rank
     ih, idim = args.index_heads, args.index_head_dim
-    e = args.n_experts
 
     shapes: dict[str, Shape] = {
         "token_embd.weight": (vocab, d),
@@ -255,12 +244,7 @@ def tensor_shapes(args: ModelArgs) -> dict[str, Shape]:
         p = f"blk.{layer}"
         shapes |= {f"{p}.attn_norm.weight": (d,), f"{p}.ffn_norm.weight": (d,)}
         if layer < args.num_layers:
-            for site in ("attn", "ffn"):
-                shapes |= {
-                    f"{p}.hc_{site}_fn.weight": (mix, hc * d),
-                    f"{p}.hc_{site}_base.weight": (mix,),
-                    f"{p}.hc_{site}_scale.weight": (3,),
-                }
+            shapes |= block_site_shapes(p, hc, d)
         else:
             shapes |= {
                 f"{p}.nextn.eh_proj.weight": (d, 2 * d),
@@ -313,17 +297,8 @@ def tensor_shapes(args: ModelArgs) -> dict[str, Shape]:
             }
         else:
             f = args.expert_ff[layer]
-            fs = f * args.n_shared_experts
-            shapes |= {
-                f"{p}.ffn_gate_inp.weight": (e, d),
-                f"{p}.exp_probs_b.bias": (e,),
-                f"{p}.ffn_gate_exps.weight": (e, f, d),
-                f"{p}.ffn_up_exps.weight": (e, f, d),
-                f"{p}.ffn_down_exps.weight": (e, d, f),
-                f"{p}.ffn_gate_shexp.weight": (fs, d),
-                f"{p}.ffn_up_shexp.weight": (fs, d),
-                f"{p}.ffn_down_shexp.weight": (d, fs),
-            }
+            shapes |= shared_expert_moe_shapes(p, hidden=d, n_experts=args.n_experts,
+                                               expert_ff=f, shared_ff=f * args.n_shared_experts)
     return shapes
 
 
@@ -682,14 +657,10 @@ class Block(nn.Module):
         super().__init__()
         p = f"blk.{layer}"
 
-        def hyper(site: str) -> HyperConnection:
-            return HyperConnection.load(
-                w, f"{p}.hc_{site}", hc=args.hc_mult, sinkhorn_iters=args.hc_sinkhorn_iters,
-                hc_eps=args.hc_eps, norm_eps=args.rms_norm_eps,
-            )
-
-        self.hc_attn = hyper("attn")
-        self.hc_ffn = hyper("ffn")
+        self.hc_attn, self.hc_ffn = load_block_sites(
+            w, p, hc=args.hc_mult, sinkhorn_iters=args.hc_sinkhorn_iters, hc_eps=args.hc_eps,
+            norm_eps=args.rms_norm_eps,
+        )
         self.attn_norm = RMSNorm(w.param(f"{p}.attn_norm.weight"), args.rms_norm_eps)
         self.ffn_norm = RMSNorm(w.param(f"{p}.ffn_norm.weight"), args.rms_norm_eps)
         self.mixer = KDA(args, w, layer) if args.recurrent[layer] else SparseMLA(args, w, layer)
@@ -829,12 +800,7 @@ class Model(nn.Module):
         With ``return_hidden`` a ``ForwardOutput`` also carries the hidden states of
         ``capture_layers`` and of the head (``final_hidden`` feeds ``mtp_logits``).
         """
-        if capture_layers and not return_hidden:
-            raise ValueError("capture_layers needs return_hidden=True")
-        capture = set(capture_layers)
-        bad = sorted(i for i in capture if not 0 <= i < len(self.blocks))
-        if bad:
-            raise ValueError(f"capture_layers {bad} out of range [0, {len(self.blocks)})")
+        capture = capture_set(capture_layers, return_hidden, len(self.blocks))
         tokens = tokens.astype(mx.int32).reshape(-1)
         pos0 = state.pos
         h = take_rows(self.embed, tokens).astype(mx.float32)

@@ -70,15 +70,6 @@ class HyperConnection(nn.Module):
         self.hc_eps = hc_eps
         self.norm_eps = norm_eps
 
-    @classmethod
-    def load(cls, w: Weights, prefix: str, *, hc: int, sinkhorn_iters: int, hc_eps: float,
-             norm_eps: float) -> HyperConnection:
-        """The site whose tensors are ``{prefix}_fn``, ``_base`` and ``_scale`` (``.weight``),
-        e.g. ``prefix="blk.3.hc_attn"``."""
-        return cls(w.matrix(f"{prefix}_fn.weight"), w.param(f"{prefix}_base.weight"),
-                   w.param(f"{prefix}_scale.weight"), hc=hc, sinkhorn_iters=sinkhorn_iters,
-                   hc_eps=hc_eps, norm_eps=norm_eps)
-
     def __call__(self, x: mx.array) -> tuple[mx.array, mx.array, mx.array]:
         """x [T, hc, D] -> pre [T, hc], post [T, hc], comb [T, hc(src), hc(dst)]."""
         tokens, hc = x.shape[0], self.hc
@@ -89,6 +80,35 @@ class HyperConnection(nn.Module):
         comb = mixes[:, 2 * hc :] * self.scale[2] + self.base[2 * hc :]
         comb = sinkhorn(comb.reshape(tokens, hc, hc), self.sinkhorn_iters, self.hc_eps)
         return pre, post, comb
+
+
+BLOCK_SITES = ("attn", "ffn")
+
+
+def block_site_shapes(prefix: str, hc: int, hidden: int) -> dict[str, tuple[int, ...]]:
+    """The tensors of a block's two sites, ``{prefix}.hc_{attn,ffn}_{fn,base,scale}.weight``."""
+    mix = (2 + hc) * hc
+    shapes: dict[str, tuple[int, ...]] = {}
+    for site in BLOCK_SITES:
+        shapes |= {
+            f"{prefix}.hc_{site}_fn.weight": (mix, hc * hidden),
+            f"{prefix}.hc_{site}_base.weight": (mix,),
+            f"{prefix}.hc_{site}_scale.weight": (3,),
+        }
+    return shapes
+
+
+def load_block_sites(w: Weights, prefix: str, *, hc: int, sinkhorn_iters: int, hc_eps: float,
+                     norm_eps: float) -> tuple[HyperConnection, HyperConnection]:
+    """The sites before the token mixer and before the FFN of block ``prefix`` (``blk.{i}``)."""
+    attn, ffn = (
+        HyperConnection(w.matrix(f"{prefix}.hc_{site}_fn.weight"),
+                        w.param(f"{prefix}.hc_{site}_base.weight"),
+                        w.param(f"{prefix}.hc_{site}_scale.weight"), hc=hc,
+                        sinkhorn_iters=sinkhorn_iters, hc_eps=hc_eps, norm_eps=norm_eps)
+        for site in BLOCK_SITES
+    )
+    return attn, ffn
 
 
 class HyperHead(nn.Module):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import mlx.core as mx
@@ -21,3 +22,14 @@ class ForwardOutput:
     layers: dict[int, mx.array]
     head_input: mx.array
     final_hidden: mx.array
+
+
+def capture_set(capture_layers: Sequence[int], return_hidden: bool, n_layers: int) -> set[int]:
+    """``forward``'s ``capture_layers`` as a set, checked (ValueError) against the layer count."""
+    if capture_layers and not return_hidden:
+        raise ValueError("capture_layers needs return_hidden=True")
+    capture = set(capture_layers)
+    bad = sorted(i for i in capture if not 0 <= i < n_layers)
+    if bad:
+        raise ValueError(f"capture_layers {bad} out of range [0, {n_layers})")
+    return capture

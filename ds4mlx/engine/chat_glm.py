@@ -1,0 +1,364 @@
+"""GLM-5.3-Flash's chat template and its XML-style ``<tool_call>`` syntax.
+
+Facts and where they come from:
+- [tmpl] The released ``zai-org/GLM-5.3-Flash`` ``chat_template.jinja`` (revision eb9eb208),
+  as mirrored by NVIDIA NeMo Automodel's ``glm5_3_flash_training_chat_template.jinja``, which
+  renders byte-identically apart from training markers, and the released renderings quoted in
+  that repository's tests: ``[gMASK]<sop>``, then always a ``<|system|>Reasoning Effort: Max``
+  (or ``High`` / ``Low``) turn; the tools section; turns opened by ``<|user|>``,
+  ``<|assistant|>``, ``<|system|>`` and ``<|observation|>`` (one for a run of tool results) with
+  no separators; every assistant turn starts ``<think>...</think>`` (``<think></think>`` without
+  reasoning; earlier reasoning is kept unless ``clear_thinking``); tool calls
+  ``<tool_call>name<arg_key>k</arg_key><arg_value>v</arg_value>...</tool_call>`` right after the
+  stripped content, string values raw and others as JSON; tool results as
+  ``<tool_response>...</tool_response>``, sorted into the order of the calls when every result
+  names a distinct call; ``tool_reference`` results expand to the referenced tools' schemas; the
+  generation prompt is ``<|assistant|><think>``. An assistant turn ends with the next role token:
+  generation stops at ``<|user|>`` or ``<|observation|>`` (both in the model's
+  ``eos_token_id``) or ``<|endoftext|>``.
+- [llama.cpp] ``common/chat-peg-parser.cpp`` (tagged ``arg_key``/``arg_value`` tools): a value
+  whose schema type is ``string`` is literal text, any other value is JSON.
+- [harness] ``zai-org/GLM-5`` ``harness.py`` (``parse_tool_calls``): without a schema a value is
+  JSON when it parses, else text; the name is the text before the first ``<arg_key>``;
+  whitespace between the tags (GLM-4.5/4.6's layout) is tolerated.
+
+One addition of ours: the released template has no thinking switch and always ends the prompt
+with ``<|assistant|><think>`` (``thinking=True`` here). ``thinking=False`` (the ChatFormat
+default) closes the block, ``<|assistant|><think></think>``, as the template renders an
+assistant turn without reasoning.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ds4mlx.engine.chat import (
+    AssistantTurn,
+    ChatEvent,
+    ChatFormat,
+    MarkerStreamParser,
+    Message,
+    ReasoningDelta,
+    StreamParser,
+    TextDelta,
+    ToolCall,
+    ToolCallComplete,
+    ToolCallError,
+    _first_marker,
+    _tool_call_from_message,
+)
+
+PREFIX = "[gMASK]<sop>"
+SYSTEM = "<|system|>"
+USER = "<|user|>"
+ASSISTANT = "<|assistant|>"
+OBSERVATION = "<|observation|>"
+END_OF_TEXT = "<|endoftext|>"
+THINK_START = "<think>"
+THINK_END = "</think>"
+CALL_START, CALL_END = "<tool_call>", "</tool_call>"
+KEY_START, KEY_END = "<arg_key>", "</arg_key>"
+VALUE_START, VALUE_END = "<arg_value>", "</arg_value>"
+REASONING_EFFORTS = ("low", "high", "max")
+
+_TOOLS_HEADER = (
+    "# Tools\n\n"
+    "You may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n"
+    "<tools>\n"
+)
+_TOOLS_FOOTER = (
+    "</tools>\n\n"
+    "For each function call, output the function name and arguments within the following XML "
+    "format:\n"
+    "<tool_call>{function-name}<arg_key>{arg-key-1}</arg_key><arg_value>{arg-value-1}</arg_value>"
+    "<arg_key>{arg-key-2}</arg_key><arg_value>{arg-value-2}</arg_value>...</tool_call>"
+)
+_MEDIA = {
+    "image": "<|begin_of_image|><|image|><|end_of_image|>",
+    "image_url": "<|begin_of_image|><|image|><|end_of_image|>",
+    "video": "<|begin_of_video|><|video|><|end_of_video|>",
+    "video_url": "<|begin_of_video|><|video|><|end_of_video|>",
+    "audio": "<|begin_of_audio|><|end_of_audio|>",
+    "audio_url": "<|begin_of_audio|><|end_of_audio|>",
+    "input_audio": "<|begin_of_audio|><|end_of_audio|>",
+}
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _function(tool: Mapping[str, Any]) -> Mapping[str, Any]:
+    return tool.get("function", tool)
+
+
+def _tool_json(tool: Mapping[str, Any]) -> str:
+    """A tool's schema line: its keys in order, without ``defer_loading`` and ``strict``."""
+    return json.dumps({k: v for k, v in _function(tool).items()
+                       if k not in ("defer_loading", "strict")}, ensure_ascii=False)
+
+
+def _visible_text(content: Any) -> str:
+    """Text of a message content: a string, or a list of parts (media become placeholders)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):
+        out = []
+        for item in content:
+            if isinstance(item, str):
+                out.append(item)
+            elif isinstance(item, Mapping) and item.get("type") == "text":
+                out.append(item.get("text", ""))
+            elif isinstance(item, Mapping):
+                out.append(_MEDIA.get(item.get("type"), ""))
+        return "".join(out)
+    return str(content)
+
+
+def _is_tool_reference(value: Any) -> bool:
+    return (isinstance(value, Sequence) and not isinstance(value, str) and len(value) > 0
+            and isinstance(value[0], Mapping) and value[0].get("type") == "tool_reference")
+
+
+def _tool_response(value: Any, tools: Sequence[Mapping[str, Any]]) -> str:
+    """One result: text, or the schemas of the tools a ``tool_reference`` list names."""
+    if _is_tool_reference(value):
+        names = [ref.get("name") for ref in value]
+        schemas = "".join(_tool_json(tool) + "\n" for name in names for tool in tools
+                          if _function(tool).get("name") == name)
+        return f"<tool_response><tools>\n{schemas}</tools></tool_response>"
+    return f"<tool_response>{_visible_text(value)}</tool_response>"
+
+
+def _result_id(entry: Mapping[str, Any]) -> str:
+    return str(entry.get("tool_call_id") or entry.get("id") or "")
+
+
+def _result_entries(message: Message) -> list[tuple[str, Any]]:
+    """(id, value) of each result a tool message holds: itself, or each entry of a list of
+    ``{"output": ...}`` results."""
+    content = message.get("content")
+    if (isinstance(content, Sequence) and not isinstance(content, str) and content
+            and isinstance(content[0], Mapping) and "output" in content[0]):
+        return [(_result_id(entry), entry.get("output")) for entry in content]
+    return [(_result_id(message), content)]
+
+
+def _render_results(run: Sequence[Message], calls: Sequence[Any],
+                    tools: Sequence[Mapping[str, Any]]) -> str:
+    """A run of tool messages, in the order of ``calls`` (the assistant's tool_calls before the
+    run) when every result names a distinct one of them and the calls' ids are distinct."""
+    entries = [entry for message in run for entry in _result_entries(message)]
+    ids = [entry_id for entry_id, _ in entries]
+    call_ids = [str(call.get("id") or "") if isinstance(call, Mapping) else "" for call in calls]
+    sortable = (bool(calls) and all(ids) and len(set(ids)) == len(ids)
+                and set(ids) <= set(call_ids) and all(call_ids)
+                and len(set(call_ids)) == len(call_ids))
+    if sortable:
+        by_id = dict(entries)
+        entries = [(call_id, by_id[call_id]) for call_id in call_ids if call_id in by_id]
+    return "".join(_tool_response(value, tools) for _, value in entries)
+
+
+def _render_tool_call(entry: ToolCall | Mapping[str, Any]) -> str:
+    call, _ = _tool_call_from_message(entry)
+    arguments = "".join(
+        f"{KEY_START}{key}{KEY_END}{VALUE_START}"
+        f"{value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)}"
+        f"{VALUE_END}" for key, value in call.arguments.items())
+    return f"{CALL_START}{call.name}{arguments}{CALL_END}"
+
+
+def _split_reasoning(message: Message) -> tuple[str | None, str]:
+    """(reasoning or None, answer) of an assistant message; reasoning may also be written
+    inline as ``<think>...</think>`` in the content."""
+    content = _visible_text(message.get("content"))
+    reasoning = message.get("reasoning_content")
+    if isinstance(reasoning, str):
+        return reasoning, content
+    if THINK_END in content:
+        before, _, after = content.rpartition(THINK_END)
+        return before.split(THINK_END)[0].split(THINK_START)[-1], after
+    return None, content
+
+
+class GLM5ChatFormat(ChatFormat):
+    """GLM-5.3-Flash's prompt template and ``<tool_call>`` output syntax [tmpl]."""
+
+    name = "glm-5"
+
+    def render(self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None = None,
+               *, add_generation_prompt: bool = True, thinking: bool = False,
+               reasoning_effort: str | None = None, clear_thinking: bool = False) -> str:
+        """Render ``messages`` as the released template does.
+
+        ``reasoning_effort`` "low", "high" or "max" (None: "max") is stated in the system turn
+        every prompt starts with. ``clear_thinking`` drops the reasoning of assistant turns
+        before the last user message. ``thinking=False`` closes the generation prompt's
+        thinking block (see the module notes).
+        """
+        effort = reasoning_effort or "max"
+        if effort not in REASONING_EFFORTS:
+            raise ValueError(f"reasoning_effort must be one of {REASONING_EFFORTS} or None, "
+                             f"not {reasoning_effort!r}")
+        tools = list(tools or ())
+        parts = [PREFIX, f"{SYSTEM}Reasoning Effort: {effort.capitalize()}"]
+        if tools:
+            schemas = "".join(_tool_json(tool) + "\n" for tool in tools
+                              if not _function(tool).get("defer_loading"))
+            parts.append(f"{SYSTEM}\n{_TOOLS_HEADER}{schemas}{_TOOLS_FOOTER}")
+        last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"),
+                        default=-1)
+        index = 0
+        while index < len(messages):
+            message, role = messages[index], messages[index].get("role")
+            if role == "user":
+                parts.append(USER + _visible_text(message.get("content")))
+            elif role == "system":
+                parts.append(SYSTEM + _visible_text(message.get("content")))
+            elif role == "assistant":
+                reasoning, content = _split_reasoning(message)
+                keep = reasoning is not None and (not clear_thinking or index > last_user)
+                parts.append(f"{ASSISTANT}{THINK_START}{reasoning if keep else ''}{THINK_END}"
+                             f"{content.strip()}")
+                parts.extend(_render_tool_call(c) for c in message.get("tool_calls") or ())
+            elif role == "tool":
+                end = index
+                while end < len(messages) and messages[end].get("role") == "tool":
+                    end += 1
+                previous = messages[index - 1] if index else {}
+                calls = (previous.get("tool_calls") or ()) if previous.get("role") == "assistant" \
+                    else ()
+                parts.append(OBSERVATION + _render_results(messages[index:end], calls, tools))
+                index = end
+                continue
+            else:
+                raise ValueError(f"unsupported message role {role!r}")
+            index += 1
+        if add_generation_prompt:
+            parts.append(ASSISTANT + THINK_START + ("" if thinking else THINK_END))
+        return "".join(parts)
+
+    def stream_parser(self, *, thinking: bool = False,
+                      tools: Sequence[Mapping[str, Any]] | None = None) -> StreamParser:
+        """``tools`` (the offered schemas) decide which argument values are literal strings."""
+        return _GLMStreamParser(thinking, tools or ())
+
+    def parse(self, text: str, *, thinking: bool = False,
+              tools: Sequence[Mapping[str, Any]] | None = None) -> AssistantTurn:
+        parser = self.stream_parser(thinking=thinking, tools=tools)
+        return AssistantTurn.from_events([*parser.feed(text), *parser.finish()])
+
+    def stop_strings(self) -> list[str]:
+        return [USER, OBSERVATION, END_OF_TEXT]
+
+
+# --------------------------------------------------------------------------- parsing
+
+_REASONING, _CONTENT, _CALL = "reasoning", "content", "call"
+_STOPS = (USER, OBSERVATION, END_OF_TEXT)
+
+
+def _string_parameters(tools: Sequence[Mapping[str, Any]]) -> dict[str, set[str]]:
+    """Per tool name, the parameters its schema types as strings [llama.cpp]."""
+    out: dict[str, set[str]] = {}
+    for tool in tools:
+        function = _function(tool)
+        properties = (function.get("parameters") or {}).get("properties") or {}
+        out[str(function.get("name"))] = {name for name, schema in properties.items()
+                                         if isinstance(schema, Mapping)
+                                         and schema.get("type") == "string"}
+    return out
+
+
+class _GLMStreamParser(MarkerStreamParser):
+    """Reasoning until ``</think>``, then content and ``<tool_call>`` blocks until a role token.
+
+    A tool call is reported once its ``</tool_call>`` arrives.
+    """
+
+    def __init__(self, thinking: bool, tools: Sequence[Mapping[str, Any]]):
+        super().__init__(_REASONING if thinking else _CONTENT)
+        self._strings = _string_parameters(tools)
+
+    def _step(self, events: list[ChatEvent], final: bool) -> bool:
+        if self._state == _CALL:
+            return self._scan_call(events, final)
+        if self._state == _REASONING:
+            marker = self._text_until(events, (THINK_END, *_STOPS), ReasoningDelta, final)
+        else:
+            marker = self._text_until(events, (CALL_START, *_STOPS), TextDelta, final)
+        if marker is not None:
+            self._state = {THINK_END: _CONTENT, CALL_START: _CALL}.get(marker, self.DONE)
+        return marker is not None
+
+    def _scan_call(self, events: list[ChatEvent], final: bool) -> bool:
+        """Report the call once it is closed; a role token or the end cuts it off."""
+        hit = _first_marker(self._pending, (CALL_END, *_STOPS))
+        if hit is None or hit[1] != CALL_END:
+            if hit is None and not final:
+                return False
+            cut = len(self._pending) if hit is None else hit[0]
+            events.append(ToolCallError(CALL_START + self._pending[:cut],
+                                        "unterminated tool_call"))
+            self._state, self._pending = self.DONE, ""
+            return False
+        body = self._pending[:hit[0]]
+        self._pending = self._pending[hit[0] + len(CALL_END):]
+        events.append(self._decode_call(body))
+        self._state = _CONTENT
+        return True
+
+    def _decode_call(self, body: str) -> ChatEvent:
+        raw = CALL_START + body + CALL_END
+        name, _, rest = body.partition(KEY_START)
+        name = name.strip()
+        if not name or "<" in name:
+            return ToolCallError(raw, "tool_call without a function name")
+        rest = KEY_START + rest if rest else ""
+        strings = self._strings.get(name, set())
+        arguments: dict[str, Any] = {}
+        while rest.strip():
+            rest = rest.lstrip()
+            key, value, rest, problem = _next_argument(rest)
+            if problem:
+                return ToolCallError(raw, problem)
+            if key in arguments:
+                return ToolCallError(raw, f"duplicate argument {key!r}")
+            arguments[key] = value if key in strings else _json_or_text(value)
+        return ToolCallComplete(ToolCall(name, arguments))
+
+
+def _next_argument(text: str) -> tuple[str, str, str, str | None]:
+    """(key, raw value, the text after, problem) for the ``<arg_key>..<arg_value>..`` pair
+    at the start of ``text``."""
+    if not text.startswith(KEY_START):
+        return "", "", "", "unexpected text in tool_call"
+    key_end = text.find(KEY_END)
+    if key_end < 0:
+        return "", "", "", "arg_key without </arg_key>"
+    key = text[len(KEY_START):key_end].strip()
+    after = text[key_end + len(KEY_END):].lstrip()
+    if not after.startswith(VALUE_START):
+        return "", "", "", f"argument {key!r} has no <arg_value>"
+    value_end = after.find(VALUE_END)
+    if value_end < 0:
+        return "", "", "", f"argument {key!r} has no </arg_value>"
+    if not key:
+        return "", "", "", "empty arg_key"
+    return key, after[len(VALUE_START):value_end], after[value_end + len(VALUE_END):], None
+
+
+def _json_or_text(value: str) -> Any:
+    """A value without a string schema: JSON when it parses, else the text [harness]."""
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        return value
+
+
+GLM5 = GLM5ChatFormat()
