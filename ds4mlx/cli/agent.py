@@ -1,13 +1,196 @@
-"""`ds4-agent`: not built yet (see the agent issue)."""
+"""``ds4-agent``: the interactive coding agent (Textual UI), or one scripted turn with --print.
+
+The model runs in-process (the same model, sampling and speculation flags as ``ds4``), or on any
+OpenAI-compatible server with ``--api-base``. With ``--print`` the agent answers one prompt
+without a terminal UI: the final answer goes to stdout, tool activity and progress to stderr.
+"""
 
 from __future__ import annotations
 
+import argparse
+import os
 import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import ds4mlx
+from ds4mlx.agent.backend import LocalBackend, ModelBackend, OpenAIBackend
+from ds4mlx.agent.conversations import ConversationStore
+from ds4mlx.agent.loop import (
+    Agent,
+    AgentSettings,
+    CompactionFinished,
+    CompactionStarted,
+    MalformedToolCall,
+    PermissionRequest,
+    RunFinished,
+    ToolFinished,
+    ToolStarted,
+)
+from ds4mlx.agent.permissions import Permissions
+from ds4mlx.agent.tools import ToolBox, describe_call
+from ds4mlx.agent.workspace import Workspace
+from ds4mlx.cli.main import log, progress_line
+from ds4mlx.cli.options import (
+    add_model_flags,
+    add_sampling_flags,
+    add_speculation_flags,
+    model_options,
+    sampling_options,
+    speculation_config,
+)
+
+DEFAULT_MODEL = Path(ds4mlx.__file__).resolve().parent.parent / "assets" / "ds4-tiny.gguf"
+# Exit codes of --print besides 0 (answered) and 1 (error).
+EXIT_STEP_LIMIT = 3
+EXIT_INTERRUPTED = 130
+
+
+def default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(base) / "ds4mlx" / "conversations"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ds4-agent", description="A coding agent in the terminal, on a local "
+        "DeepSeek-V4-Flash / GLM GGUF model or an OpenAI-compatible server.")
+    add_model_flags(parser, default_model=str(DEFAULT_MODEL))
+    agent = parser.add_argument_group("agent")
+    agent.add_argument("--print", metavar="PROMPT", dest="print_prompt",
+                       help="answer PROMPT without the UI: the answer to stdout, tool activity "
+                            "to stderr; write/edit/bash are denied unless --yolo")
+    agent.add_argument("--workspace", metavar="DIR", default=".",
+                       help="the folder the tools may read and change (default: current)")
+    agent.add_argument("--yolo", action="store_true",
+                       help="run write, edit and bash without asking")
+    agent.add_argument("-n", "--n-predict", type=int, default=1024,
+                       help="most tokens per model turn (default 1024)")
+    agent.add_argument("--max-steps", type=int, default=20,
+                       help="most model turns per prompt (default 20)")
+    agent.add_argument("--think", action="store_true", help="start with thinking on")
+    agent.add_argument("--bash-timeout", type=float, default=60.0,
+                       help="seconds before a foreground bash command is stopped (default 60)")
+    agent.add_argument("--data-dir", metavar="DIR",
+                       default=os.environ.get("DS4MLX_DATA_DIR") or str(default_data_dir()),
+                       help="where conversations are saved (env DS4MLX_DATA_DIR; default "
+                            "$XDG_DATA_HOME/ds4mlx/conversations)")
+    api = parser.add_argument_group("OpenAI-compatible server (instead of the local engine)")
+    api.add_argument("--api-base", metavar="URL",
+                     help="server URL, e.g. http://127.0.0.1:8000/v1 (ds4-server)")
+    api.add_argument("--api-model", metavar="NAME", default="default",
+                     help="model name to request (default: default)")
+    api.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY") or "none",
+                     help="API key (env OPENAI_API_KEY)")
+    add_sampling_flags(parser)
+    add_speculation_flags(parser)
+    return parser
+
+
+def load_backend(args: argparse.Namespace,
+                 progress: Callable[[str], None] | None = None) -> ModelBackend:
+    """The backend the flags ask for (model loading reported to ``progress``)."""
+    sampling = sampling_options(args)
+    options = model_options(args)
+    if args.api_base:
+        return OpenAIBackend(args.api_base, args.api_model, api_key=args.api_key,
+                             context_size=options.ctx, sampling=sampling)
+    from ds4mlx.api import load_model
+    from ds4mlx.speculation import load_drafter
+    from ds4mlx.speculation.service import ChatService
+
+    speculation = speculation_config(args)
+    model = load_model(options.model, weights_dtype=options.weights_dtype, progress=progress)
+    drafter = load_drafter(speculation, model)
+    service = ChatService(model, drafter, speculation, max_context=options.ctx)
+    return LocalBackend(service, sampling)
+
+
+def make_agent(args: argparse.Namespace, backend: ModelBackend) -> Agent:
+    toolbox = ToolBox(Workspace(args.workspace), bash_timeout=args.bash_timeout,
+                      max_output_chars=min(16000, args.ctx))
+    settings = AgentSettings(max_steps=args.max_steps, max_tokens=args.n_predict,
+                             thinking=args.think)
+    return Agent(backend, toolbox, Permissions(yolo=args.yolo), settings)
+
+
+def run_print(agent: Agent, prompt: str) -> int:
+    """One prompt, no UI: returns the exit code."""
+    for event in agent.run(prompt):
+        if isinstance(event, ToolStarted):
+            log(f"ds4-agent: > {describe_call(event.call)}")
+        elif isinstance(event, PermissionRequest):
+            log(f"ds4-agent: denied {event.call.name} (--print asks nobody; pass --yolo to "
+                "allow write, edit and bash)")
+        elif isinstance(event, ToolFinished):
+            lines = event.result.output.splitlines() or [""]
+            more = f" (+{len(lines) - 1} lines)" if len(lines) > 1 else ""
+            log(f"ds4-agent:   {lines[0][:120]}{more}")
+        elif isinstance(event, MalformedToolCall):
+            log(f"ds4-agent: malformed tool call ({event.error.reason}); reported to the model")
+        elif isinstance(event, CompactionStarted):
+            log(f"ds4-agent: compacting the context ({event.tokens} tokens)")
+        elif isinstance(event, CompactionFinished):
+            log(f"ds4-agent: context {event.tokens_before} -> {event.tokens_after} tokens")
+        elif isinstance(event, RunFinished):
+            if event.answer:
+                print(event.answer, flush=True)
+            if event.reason == "error":
+                log(f"ds4-agent: error: {event.error}")
+                return 1
+            if event.reason == "step_limit":
+                log(f"ds4-agent: {event.error}")
+                return EXIT_STEP_LIMIT
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    print("ds4-agent: not built yet; use `ds4` for one-shot generation", file=sys.stderr)
-    return 2
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    for flag, value in (("--n-predict", args.n_predict), ("--max-steps", args.max_steps),
+                        ("--bash-timeout", args.bash_timeout)):
+        if value <= 0:
+            parser.error(f"{flag} must be positive, got {value}")
+    try:
+        speculation_config(args)
+        Workspace(args.workspace)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if not args.api_base and not Path(args.model).is_file():
+        parser.error(f"model file {args.model} not found"
+                     + (" (the tiny model is built by scripts/train_tiny.py)"
+                        if Path(args.model) == DEFAULT_MODEL else ""))
+    store = ConversationStore(args.data_dir)
+
+    if args.print_prompt is not None:
+        try:
+            agent = make_agent(args, load_backend(args, progress_line))
+        except Exception as exc:  # GGUF, tokenizer, drafter and server errors alike
+            log(f"ds4-agent: error: {exc}")
+            return 1
+        try:
+            return run_print(agent, args.print_prompt)
+        except KeyboardInterrupt:
+            log("ds4-agent: interrupted")
+            return EXIT_INTERRUPTED
+        finally:
+            agent.toolbox.close()
+
+    from ds4mlx.agent.app import AgentApp
+
+    agents: list[Agent] = []
+
+    def load_agent() -> Agent:
+        agents.append(make_agent(args, load_backend(args)))
+        return agents[0]
+
+    name = args.api_model if args.api_base else Path(args.model).stem
+    try:
+        AgentApp(load_agent, store, model_name=name).run()
+    finally:
+        for agent in agents:
+            agent.toolbox.close()
+    return 0
 
 
 if __name__ == "__main__":

@@ -77,6 +77,9 @@ MAX_ROLLBACK = 16
 # routed experts, whose shapes would depend on the chunk, run row by row on the real rows only.
 # This is what makes greedy speculative output equal plain greedy output byte for byte.
 DECODE_TILE = 8
+# Rows of history caches keep beyond what the next chunk needs: a tile drops its padding rows
+# (up to DECODE_TILE - 1) and then a caller may still roll back MAX_ROLLBACK positions.
+CACHE_SLACK = MAX_ROLLBACK + DECODE_TILE
 # Attention score elements materialised per query block; longer inputs are processed in blocks.
 _SCORE_BUDGET = 1 << 24
 
@@ -353,7 +356,7 @@ def tensor_shapes(args: ModelArgs) -> dict[str, tuple[int, ...]]:
 @dataclass(frozen=True)
 class PendingRows:
     """Compressor rows (kv and gate scores, [n, width]) of positions ``start ..``: the rows not
-    yet consumed by a completed block, plus the last ``MAX_ROLLBACK`` rows so that a rejected
+    yet consumed by a completed block, plus the last ``CACHE_SLACK`` rows so that a rejected
     speculative suffix can be cut off (``truncate``) without recomputing anything."""
 
     start: int
@@ -438,7 +441,7 @@ class Compressor(nn.Module):
             kv = append_rows(pending.kv, kv)
             score = append_rows(pending.score, score)
             start = pending.start
-        keep_from = max(start, self.pending_start(max(0, end - MAX_ROLLBACK)))
+        keep_from = max(start, self.pending_start(max(0, end - CACHE_SLACK)))
         kept = PendingRows(keep_from, kv[keep_from - start :], score[keep_from - start :])
 
         b0, b1 = pos0 // r, end // r  # blocks completed in this chunk: [b0, b1)
@@ -553,9 +556,9 @@ class Attention(nn.Module):
 
         window = append_rows(cache.window, kv)
         # The next chunk needs the keys of the last sliding_window - 1 positions.
-        # The next chunk needs the keys of the last sliding_window - 1 positions; MAX_ROLLBACK more
-        # let a rejected speculative suffix be cut off.
-        keep = self.window - 1 + MAX_ROLLBACK
+        # The next chunk needs the keys of the last sliding_window - 1 positions; the slack lets
+        # padding rows and a rejected speculative suffix be cut off.
+        keep = self.window - 1 + CACHE_SLACK
         new_cache = LayerCache(window=window[max(0, window.shape[0] - keep) :])
         index_q = index_w = None
         if self.compressor is not None:

@@ -74,8 +74,8 @@ class ChatService:
         self.speculation = speculation or SpeculationConfig()
         self.max_context = max_context
         self._session: Session | None = None
-        # The session as the previous request found it (before its new tokens): a conversation
-        # whose next prompt re-renders the assistant's turn differently still reuses that.
+        # The session right after the previous prompt's prefill: a conversation whose next
+        # prompt re-renders the assistant's turn differently still reuses the prompt before it.
         self._prompt_snapshot: tuple[list[int], Snapshot] | None = None
 
     # ------------------------------------------------------------------ requests
@@ -137,6 +137,10 @@ class ChatService:
                 if isinstance(event, DoneEvent):
                     stats = event.stats
                     break
+                if completion == 0:
+                    # The first token comes right after the prefill: the session holds exactly
+                    # the prompt now, the best restore point for the next request.
+                    self._prompt_snapshot = (list(session.tokens), session.snapshot())
                 completion += 1
                 if event.token in tokenizer.stop_ids:
                     continue
@@ -172,7 +176,6 @@ class ChatService:
         if session is None:
             session = self.model.new_session()
         self._session = session
-        self._prompt_snapshot = (list(session.tokens), session.snapshot())
         return session, session.n_tokens
 
     def _restore_prompt_snapshot(self, tokens: list[int]) -> Session | None:

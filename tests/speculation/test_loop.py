@@ -107,3 +107,22 @@ def test_verify_logits_are_bit_identical_to_one_token_decode(ds4_model):
     batch = np.array(net.forward(mx.array(chunk), verified))
     for row, expected in zip(batch, one_by_one, strict=True):
         assert np.array_equal(row, expected)
+
+
+def test_full_rollback_after_one_token_decodes(ds4_model):
+    """A decode tile drops its padding rows; the caches must still allow a full rollback."""
+    from ds4mlx.models.deepseek4 import MAX_ROLLBACK
+
+    import mlx.core as mx
+    import numpy as np
+
+    net = ds4_model.network
+    prompt = [115, 78, 104, 2, 65, 24, 98, 109, 23, 9] * 6
+    state = net.new_state()
+    net.forward(mx.array(prompt[:-MAX_ROLLBACK]), state)
+    for token in prompt[-MAX_ROLLBACK:]:
+        net.forward(mx.array([token]), state)
+    net.truncate(state, len(prompt) - MAX_ROLLBACK)
+    again = np.array(net.forward(mx.array(prompt[-MAX_ROLLBACK:]), state))
+    reference = ds4_model.logits(prompt)[-MAX_ROLLBACK:]
+    assert np.abs(again - reference).max() < 1e-4 * np.abs(reference).max()

@@ -60,3 +60,14 @@ def test_stop_strings_cut_the_text(service):
 def test_overlong_prompt_is_refused(service):
     with pytest.raises(ValueError, match="context"):
         list(service.complete("hello " * 600, max_tokens=4))
+
+
+def test_every_turn_reuses_the_previous_prompt(service):
+    messages = [{"role": "system", "content": "You are ds4-agent."}]
+    previous_prompt = 0
+    for turn in ["hello there", "second", "third", "fourth"]:
+        messages.append({"role": "user", "content": turn})
+        answer, done = collect(service.chat(messages, max_tokens=24))
+        assert done.cached_tokens >= previous_prompt
+        previous_prompt = done.prompt_tokens
+        messages.append({"role": "assistant", "content": answer})

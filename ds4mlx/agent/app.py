@@ -1,0 +1,447 @@
+"""The Textual UI of ds4-agent: chat log, tool panels, permission prompts, input and status bar.
+
+The agent loop runs in a worker thread and every event it produces is shown through
+``call_from_thread``, so the UI stays responsive: the user can type while the model runs (the
+input is queued and runs next), and Ctrl+C stops the current generation or tool without
+quitting. The model is loaded in the background too, so the window appears at once.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from ds4mlx.agent.commands import SlashCommands
+from ds4mlx.agent.conversations import ConversationStore
+from ds4mlx.agent.loop import (
+    Agent,
+    AgentEvent,
+    CompactionFinished,
+    CompactionStarted,
+    MalformedToolCall,
+    PermissionRequest,
+    RunFinished,
+    ToolFinished,
+    ToolStarted,
+    TurnFinished,
+    TurnStarted,
+)
+from ds4mlx.agent.permissions import Decision
+from ds4mlx.agent.tools import ToolResult, describe_call
+from ds4mlx.engine.chat import ReasoningDelta, TextDelta, ToolCall
+from ds4mlx.speculation import SpeculativeStats
+
+from rich.console import Group
+from rich.syntax import Syntax
+from rich.text import Text
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.markup import escape
+from textual.screen import ModalScreen
+from textual.widgets import Button, Collapsible, Footer, Input, Markdown, Static
+from textual.widgets.markdown import MarkdownStream
+
+# Tools whose result is a change worth seeing without a click.
+_EXPANDED_TOOLS = {"edit", "write"}
+
+
+class ToolPanel(Collapsible):
+    """One tool call: a title line with its state, and its arguments, result or diff inside."""
+
+    def __init__(self, call: ToolCall, call_id: str):
+        self.call = call
+        self.call_id = call_id
+        self.body = Static(_arguments(call), classes="tool-body")
+        super().__init__(self.body, title=_title("…", call), collapsed=True, classes="tool")
+
+    def finish(self, result: ToolResult) -> None:
+        self.title = _title("✗" if result.is_error else "✓", self.call)
+        shown = Syntax(result.diff, "diff", theme="ansi_dark") if result.diff else \
+            Text(result.output)
+        self.body.update(Group(_arguments(self.call), shown))
+        if result.is_error:
+            self.add_class("failed")
+        if result.diff or self.call.name in _EXPANDED_TOOLS:
+            self.collapsed = False
+
+
+class PermissionScreen(ModalScreen[Decision]):
+    """Asks whether a write, edit or bash call may run: once, always this session, or not."""
+
+    BINDINGS = [
+        Binding("y", "decide('once')", "allow once"),
+        Binding("a", "decide('always')", "always"),
+        Binding("n,escape", "decide('deny')", "deny"),
+    ]
+
+    def __init__(self, call: ToolCall):
+        super().__init__()
+        self.call = call
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="permission"):
+            yield Static(Text(f"Allow {describe_call(self.call)}?", style="bold"))
+            yield Static(_permission_preview(self.call), id="permission-preview")
+            with Horizontal(id="permission-buttons"):
+                yield Button("Allow once (y)", id="once", variant="primary")
+                yield Button("Always this session (a)", id="always")
+                yield Button("Deny (n)", id="deny", variant="error")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.action_decide(event.button.id or "deny")
+
+    def action_decide(self, choice: str) -> None:
+        self.dismiss(Decision(choice))
+
+
+@dataclass
+class _Stats:
+    context_tokens: int = 0
+    generated: int = 0
+    tokens_per_second: float = 0.0
+    tau: float | None = None
+
+
+class AgentApp(App[None]):
+    TITLE = "ds4-agent"
+    CSS = """
+    #log { height: 1fr; padding: 0 1; }
+    .user { margin: 1 0 0 0; padding: 0 1; border-left: thick $accent; background: $boost; }
+    .note { color: $text-muted; margin: 1 0 0 0; }
+    .error { color: $error; margin: 1 0 0 0; }
+    Markdown.assistant { margin: 1 0 0 0; padding: 0; }
+    .reasoning { color: $text-muted; }
+    Collapsible.tool { margin: 0; padding: 0; border: none; background: $surface; }
+    Collapsible.failed CollapsibleTitle { color: $error; }
+    .tool-body { padding: 0 1; }
+    #prompt { margin: 0 0; }
+    #status { height: 1; padding: 0 1; background: $panel; color: $text-muted; }
+    PermissionScreen { align: center middle; }
+    #permission { width: 80%; height: auto; max-height: 80%; padding: 1 2;
+                  border: round $warning; background: $surface; }
+    #permission-preview { margin: 1 0; height: auto; max-height: 20; }
+    #permission-buttons { height: auto; }
+    #permission-buttons Button { width: auto; margin: 0 1 0 0; }
+    """
+    BINDINGS = [
+        Binding("ctrl+c", "interrupt", "stop", priority=True),
+        Binding("ctrl+q", "quit_agent", "quit", priority=True),
+    ]
+
+    def __init__(self, load_agent: Callable[[], Agent], store: ConversationStore,
+                 model_name: str = ""):
+        super().__init__()
+        self.load_agent = load_agent
+        self.store = store
+        self.model_name = model_name
+        self.agent: Agent | None = None
+        self.commands: SlashCommands | None = None
+        self.pending: deque[str] = deque()
+        self.busy = False
+        self.phase = "loading the model…"
+        self.stats = _Stats()
+        self._answer_stream: MarkdownStream | None = None
+        self._reasoning: Static | None = None
+        self._reasoning_text = ""
+        self._panels: dict[str, ToolPanel] = {}
+        self._permission: PermissionScreen | None = None
+
+    # ------------------------------------------------------------------ layout
+
+    def compose(self) -> ComposeResult:
+        yield VerticalScroll(id="log")
+        yield Input(placeholder="Ask ds4-agent… (/help lists the commands)", id="prompt")
+        yield Static(id="status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#log", VerticalScroll).anchor()
+        self.query_one("#prompt", Input).focus()
+        self._update_status()
+        self._load()
+
+    @work(thread=True, group="load")
+    def _load(self) -> None:
+        try:
+            agent = self.load_agent()
+        except Exception as exc:  # a bad model file must leave a readable message, not a trace
+            self.call_from_thread(self._note, f"could not load the model: {exc}", "error")
+            self.call_from_thread(self._set_phase, "no model")
+            return
+        self.call_from_thread(self._loaded, agent)
+
+    def _loaded(self, agent: Agent) -> None:
+        self.agent = agent
+        self.commands = SlashCommands(agent, self.store)
+        self.model_name = agent.backend.name
+        self.stats.context_tokens = agent.context_tokens()
+        self._note(f"{self.model_name} in {agent.toolbox.workspace.root} · Ctrl+C stops the "
+                   "model · /help lists the commands · Ctrl+Q quits")
+        self._set_phase("ready")
+        self._start_next()
+
+    # ------------------------------------------------------------------ input
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        text = event.value.strip()
+        event.input.value = ""
+        if not text:
+            return
+        if text.split()[0] == "/quit":
+            self.action_quit_agent()
+            return
+        self.pending.append(text)
+        if self.busy or self.agent is None:
+            self._note(f"queued: {text}")
+            self._update_status()
+        else:
+            self._start_next()
+
+    def _start_next(self) -> None:
+        """Run the oldest queued input, if the agent is free."""
+        while self.pending and not self.busy and self.agent is not None:
+            text = self.pending.popleft()
+            if SlashCommands.is_command(text):
+                self._run_command(text)
+            else:
+                self._mount(Static(Text(text), classes="user"))
+                self._drive(self.agent.run(text))
+
+    def _run_command(self, line: str) -> None:
+        assert self.commands is not None
+        outcome = self.commands.handle(line)
+        if outcome.conversation_changed:
+            self._redraw_conversation()
+        if outcome.text:
+            self._note(outcome.text)
+        self.query_one(Footer).display = self.commands.hints
+        if outcome.quit:
+            self.exit()
+        elif outcome.work is not None:
+            self._drive(outcome.work)
+        else:
+            self._refresh_context()
+
+    def action_interrupt(self) -> None:
+        """Ctrl+C: stop what the agent is doing; when idle, only say how to quit."""
+        if self.busy and self.agent is not None:
+            self.agent.stop()
+            self._set_phase("stopping…")
+        else:
+            self.query_one("#prompt", Input).value = ""
+            self.notify("Ctrl+Q or /quit exits", timeout=3)
+
+    def action_quit_agent(self) -> None:
+        if self.agent is not None:
+            self.agent.stop()
+        if self.commands is not None:
+            self.commands.handle("/quit")
+        self.exit()
+
+    # ------------------------------------------------------------------ running the agent
+
+    def _drive(self, events: Iterator[AgentEvent]) -> None:
+        self.busy = True
+        self._set_phase("working…")
+        self._consume(events)
+
+    @work(thread=True, group="agent")
+    def _consume(self, events: Iterator[AgentEvent]) -> None:
+        try:
+            for event in events:
+                if isinstance(event, PermissionRequest):
+                    event.answer(self._ask_permission(event.call))
+                else:
+                    self.call_from_thread(self._show, event)
+        except Exception as exc:  # a failing tool or backend must not take the UI down
+            self.call_from_thread(self._note, f"error: {exc}", "error")
+        finally:
+            self.call_from_thread(self._run_done)
+
+    def _ask_permission(self, call: ToolCall) -> Decision:
+        """Show the permission dialog and wait for the answer (in the worker thread)."""
+        assert self.agent is not None
+        answered = threading.Event()
+        decisions: list[Decision] = []
+
+        def decided(decision: Decision | None) -> None:
+            decisions.append(decision or Decision.DENY)
+            answered.set()
+
+        self.call_from_thread(self._open_permission, call, decided)
+        while not answered.wait(0.05):
+            if self.agent.cancel.is_set():
+                self.call_from_thread(self._close_permission)
+                return Decision.DENY
+        return decisions[0]
+
+    def _open_permission(self, call: ToolCall, decided: Callable[[Decision | None], None]) -> None:
+        self._set_phase("waiting for permission")
+        self._permission = PermissionScreen(call)
+        self.push_screen(self._permission, decided)
+
+    def _close_permission(self) -> None:
+        if self._permission is not None and self._permission.is_current:
+            self._permission.dismiss(Decision.DENY)
+        self._permission = None
+
+    async def _show(self, event: AgentEvent) -> None:
+        if isinstance(event, TurnStarted):
+            self._set_phase("generating…")
+        elif isinstance(event, TextDelta):
+            if self._answer_stream is None:
+                answer = Markdown(classes="assistant")
+                self._mount(answer)
+                self._answer_stream = Markdown.get_stream(answer)
+            await self._answer_stream.write(event.text)
+        elif isinstance(event, ReasoningDelta):
+            self._show_reasoning(event.text)
+        elif isinstance(event, ToolStarted):
+            await self._end_answer()
+            panel = ToolPanel(event.call, event.call_id)
+            self._panels[event.call_id] = panel
+            self._mount(panel)
+            self._set_phase(f"running {event.call.name}…")
+        elif isinstance(event, ToolFinished):
+            self._panels[event.call_id].finish(event.result)
+        elif isinstance(event, MalformedToolCall):
+            await self._end_answer()
+            self._note(f"malformed tool call ({event.error.reason}); reported to the model",
+                       "error")
+        elif isinstance(event, TurnFinished):
+            await self._end_answer()
+            self._record_stats(event)
+        elif isinstance(event, CompactionStarted):
+            self._set_phase("compacting…")
+            self._note(f"compacting… ({event.reason}; {event.tokens} tokens)")
+        elif isinstance(event, CompactionFinished):
+            self.stats.context_tokens = event.tokens_after
+            self._note(f"compacted the context: {event.tokens_before} -> {event.tokens_after} "
+                       "tokens" if event.compacted else f"context not compacted: {event.note}")
+        elif isinstance(event, RunFinished):
+            await self._end_answer()
+            if event.reason == "cancelled":
+                self._note("stopped")
+            elif event.reason != "answer":
+                self._note(f"{event.reason.replace('_', ' ')}: {event.error}", "error")
+
+    async def _end_answer(self) -> None:
+        if self._answer_stream is not None:
+            await self._answer_stream.stop()
+            self._answer_stream = None
+        self._reasoning = None
+        self._reasoning_text = ""
+
+    def _show_reasoning(self, text: str) -> None:
+        self._reasoning_text += text
+        if self._reasoning is None:
+            self._reasoning = Static(classes="reasoning")
+            self._mount(Collapsible(self._reasoning, title="thinking", collapsed=True,
+                                    classes="tool"))
+        self._reasoning.update(Text(self._reasoning_text))
+
+    def _run_done(self) -> None:
+        self.busy = False
+        self._panels.clear()
+        self._answer_stream = None
+        self._refresh_context()
+        self._set_phase("ready")
+        self._start_next()
+
+    # ------------------------------------------------------------------ the log
+
+    def _mount(self, widget) -> None:
+        self.query_one("#log", VerticalScroll).mount(widget)
+
+    def _note(self, text: str, kind: str = "note") -> None:
+        self._mount(Static(Text(text), classes=kind))
+
+    def _redraw_conversation(self) -> None:
+        """Show a conversation that was switched to or started: its messages, tool calls with
+        their results."""
+        assert self.agent is not None
+        log = self.query_one("#log", VerticalScroll)
+        log.remove_children()
+        panels: dict[str, ToolPanel] = {}
+        for message in self.agent.messages:
+            role, content = message["role"], message.get("content") or ""
+            if role == "user":
+                self._mount(Static(Text(content), classes="user"))
+            elif role == "assistant":
+                if content:
+                    self._mount(Markdown(content, classes="assistant"))
+                for call in message.get("tool_calls") or ():
+                    function = call["function"]
+                    panel = ToolPanel(ToolCall(function["name"], function["arguments"]),
+                                      call["id"])
+                    panels[call["id"]] = panel
+                    self._mount(panel)
+            elif role == "tool" and message.get("tool_call_id") in panels:
+                panels[message["tool_call_id"]].finish(ToolResult(content))
+
+    # ------------------------------------------------------------------ status bar
+
+    def _set_phase(self, phase: str) -> None:
+        self.phase = phase
+        self._update_status()
+
+    def _record_stats(self, event: TurnFinished) -> None:
+        stats = event.finished.stats
+        self.stats.context_tokens = event.context_tokens
+        self.stats.generated = event.finished.completion_tokens
+        self.stats.tokens_per_second = stats.decode_tps
+        self.stats.tau = stats.tau if isinstance(stats, SpeculativeStats) else None
+        self._update_status()
+
+    def _refresh_context(self) -> None:
+        if self.agent is not None:
+            self.stats.context_tokens = self.agent.context_tokens()
+        self._update_status()
+
+    def _update_status(self) -> None:
+        parts = []
+        if self.agent is not None:
+            size = self.agent.backend.context_size
+            used = self.stats.context_tokens
+            parts.append(f"ctx {used}/{size} ({used / size:.0%})")
+            parts.append(f"{self.stats.generated} tok {self.stats.tokens_per_second:.1f} t/s")
+            if self.stats.tau is not None:
+                parts.append(f"τ {self.stats.tau:.2f}")
+            parts.append(f"think {'on' if self.agent.settings.thinking else 'off'}")
+        if self.model_name:
+            parts.append(self.model_name)
+        parts.append(self.phase)
+        if self.pending:
+            parts.append(f"{len(self.pending)} queued")
+        self.query_one("#status", Static).update(Text(" │ ".join(parts)))
+
+
+def _title(mark: str, call: ToolCall) -> str:
+    # Collapsible titles are parsed as markup; the model's text must not be.
+    return f"{mark} {escape(describe_call(call))}"
+
+
+def _arguments(call: ToolCall) -> Text:
+    text = Text()
+    for key, value in call.arguments.items():
+        text.append(f"{key}: ", style="bold")
+        text.append(f"{value}\n")
+    return text
+
+
+def _permission_preview(call: ToolCall):
+    arguments = call.arguments
+    if call.name == "bash":
+        return Syntax(str(arguments.get("command", "")), "bash", theme="ansi_dark")
+    if call.name == "edit":
+        removed = "".join(f"-{line}\n" for line in str(arguments.get("old", "")).splitlines())
+        added = "".join(f"+{line}\n" for line in str(arguments.get("new", "")).splitlines())
+        return Syntax(removed + added, "diff", theme="ansi_dark")
+    if call.name == "write":
+        content = str(arguments.get("content", ""))
+        return Text(content if len(content) < 2000 else content[:2000] + "\n…")
+    return _arguments(call)

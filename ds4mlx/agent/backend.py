@@ -1,0 +1,204 @@
+"""Where the agent's model turns come from: the in-process engine, or an OpenAI-compatible server.
+
+Both backends speak the generation API's event vocabulary (``TextDelta``, ``ReasoningDelta``,
+``ToolCallComplete``, ``ToolCallError``, then ``Finished``), so the agent loop does not know
+which one it talks to. Closing a backend's event iterator stops the generation.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Protocol
+
+from ds4mlx.engine.chat import (
+    ChatEvent,
+    ReasoningDelta,
+    TextDelta,
+    ToolCall,
+    ToolCallComplete,
+    ToolCallError,
+)
+from ds4mlx.engine.generate import GenerationStats
+from ds4mlx.engine.sampling import SamplingOptions
+from ds4mlx.speculation.service import ChatService, Finished
+
+BackendEvent = ChatEvent | Finished
+Message = Mapping[str, Any]
+Tools = Sequence[Mapping[str, Any]]
+
+# Without a tokenizer, the OpenAI backend estimates tokens from characters (about 4 per token
+# for English and code with BPE vocabularies).
+_CHARS_PER_TOKEN = 4
+
+
+class BackendError(Exception):
+    """The model could not produce a turn (prompt too long, server unreachable, ...)."""
+
+
+class ModelBackend(Protocol):
+    name: str
+    context_size: int
+
+    def chat(self, messages: Sequence[Message], tools: Tools, *, max_tokens: int,
+             thinking: bool) -> Iterator[BackendEvent]:
+        """The assistant's next turn as events, ending with Finished; BackendError when the
+        request cannot be served."""
+        ...
+
+    def count_tokens(self, messages: Sequence[Message], tools: Tools, *,
+                     thinking: bool) -> int:
+        """How many context tokens the prompt for ``messages`` takes."""
+        ...
+
+
+class LocalBackend:
+    """The in-process engine through ChatService (speculation included)."""
+
+    def __init__(self, service: ChatService, sampling: SamplingOptions | None = None,
+                 name: str | None = None):
+        if service.model.chat_format is None:
+            raise BackendError(f"{service.model.path.name} has no chat template")
+        self.service = service
+        self.sampling = sampling
+        self.name = name or service.model.path.stem
+        self.context_size = service.max_context
+
+    def chat(self, messages: Sequence[Message], tools: Tools, *, max_tokens: int,
+             thinking: bool) -> Iterator[BackendEvent]:
+        stream = self.service.chat(messages, tools, max_tokens=max_tokens,
+                                   sampling=self.sampling, thinking=thinking)
+        try:
+            yield from stream
+        except ValueError as exc:  # the prompt does not fit the context
+            raise BackendError(str(exc)) from exc
+        finally:
+            stream.close()
+
+    def count_tokens(self, messages: Sequence[Message], tools: Tools, *,
+                     thinking: bool) -> int:
+        prompt = self.service.model.chat_format.render(messages, tools, thinking=thinking)
+        return self.service.count_tokens(prompt)
+
+
+class OpenAIBackend:
+    """Any server with an OpenAI-compatible ``/v1/chat/completions`` (ds4-server, llama.cpp,
+    vLLM, ...), streamed with the official client."""
+
+    def __init__(self, base_url: str, model: str, *, api_key: str = "none",
+                 context_size: int = 4096, sampling: SamplingOptions | None = None,
+                 timeout: float = 600.0):
+        import openai  # imported here: the local engine path does not need it
+
+        self._openai = openai
+        self.client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout)
+        self.name = model
+        self.context_size = context_size
+        self.sampling = sampling or SamplingOptions()
+
+    def chat(self, messages: Sequence[Message], tools: Tools, *, max_tokens: int,
+             thinking: bool) -> Iterator[BackendEvent]:
+        options: dict[str, Any] = {"temperature": self.sampling.temperature,
+                                   "top_p": self.sampling.top_p}
+        if self.sampling.seed is not None:
+            options["seed"] = self.sampling.seed
+        if tools:  # an explicit null is refused by some servers
+            options["tools"] = list(tools)
+        if thinking:
+            # DeepSeek's switch; servers that do not know it ignore unknown fields.
+            options["extra_body"] = {"thinking": {"type": "enabled"}}
+        started = time.perf_counter()
+        try:
+            stream = self.client.chat.completions.create(
+                model=self.name, messages=openai_messages(messages), max_tokens=max_tokens,
+                stream=True, stream_options={"include_usage": True}, **options)
+        except self._openai.OpenAIError as exc:
+            raise BackendError(f"{self.client.base_url}: {exc}") from exc
+        try:
+            yield from self._events(stream, started)
+        except self._openai.OpenAIError as exc:
+            raise BackendError(f"{self.client.base_url}: {exc}") from exc
+        finally:
+            stream.close()
+
+    def _events(self, stream, started: float) -> Iterator[BackendEvent]:
+        calls: dict[int, dict[str, str]] = {}  # tool calls arrive in pieces, by index
+        finish_reason, usage, chunks = "stop", None, 0
+        first_token_at: float | None = None
+        for chunk in stream:
+            usage = chunk.usage or usage
+            for choice in chunk.choices:
+                delta = choice.delta
+                reasoning = (delta.model_extra or {}).get("reasoning_content")
+                if reasoning:
+                    yield ReasoningDelta(reasoning)
+                if delta.content:
+                    yield TextDelta(delta.content)
+                for piece in delta.tool_calls or ():
+                    call = calls.setdefault(piece.index, {"name": "", "arguments": ""})
+                    if piece.function is not None:
+                        call["name"] += piece.function.name or ""
+                        call["arguments"] += piece.function.arguments or ""
+                if reasoning or delta.content or delta.tool_calls:
+                    chunks += 1
+                    first_token_at = first_token_at or time.perf_counter()
+                finish_reason = choice.finish_reason or finish_reason
+        for index in sorted(calls):
+            yield _tool_call_event(calls[index])
+        ended = time.perf_counter()
+        completion = usage.completion_tokens if usage else chunks
+        prompt = usage.prompt_tokens if usage else 0
+        details = getattr(usage, "prompt_tokens_details", None)
+        stats = GenerationStats(
+            prompt_tokens=prompt, prefill_seconds=(first_token_at or ended) - started,
+            generated_tokens=completion, decode_seconds=ended - (first_token_at or ended),
+            stop_reason=finish_reason)
+        yield Finished(finish_reason, prompt, completion,
+                       getattr(details, "cached_tokens", None) or 0, stats, ended - started)
+
+    def count_tokens(self, messages: Sequence[Message], tools: Tools, *,
+                     thinking: bool) -> int:
+        text = json.dumps([list(messages), list(tools)], ensure_ascii=False)
+        return len(text) // _CHARS_PER_TOKEN
+
+
+def _tool_call_event(call: dict[str, str]) -> ToolCallComplete | ToolCallError:
+    raw = f"{call['name']}({call['arguments']})"
+    if not call["name"]:
+        return ToolCallError(raw, "tool call without a name")
+    try:
+        arguments = json.loads(call["arguments"] or "{}")
+    except json.JSONDecodeError as exc:
+        return ToolCallError(raw, f"arguments are not valid JSON: {exc}")
+    if not isinstance(arguments, dict):
+        return ToolCallError(raw, "arguments are not a JSON object")
+    return ToolCallComplete(ToolCall(call["name"], arguments))
+
+
+def openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """The conversation in the shape OpenAI servers accept: arguments as JSON strings, no
+    reasoning fields, and tool results without a matching call (reports about malformed calls)
+    sent as user messages, which strict servers require."""
+    converted: list[dict[str, Any]] = []
+    open_call_ids: set[str] = set()
+    for message in messages:
+        role = message["role"]
+        if role == "assistant":
+            entry: dict[str, Any] = {"role": "assistant", "content": message.get("content", "")}
+            calls = message.get("tool_calls") or []
+            if calls:
+                entry["tool_calls"] = [
+                    {"id": call["id"], "type": "function", "function": {
+                        "name": call["function"]["name"],
+                        "arguments": json.dumps(call["function"]["arguments"],
+                                                ensure_ascii=False)}}
+                    for call in calls]
+            open_call_ids = {call["id"] for call in calls}
+            converted.append(entry)
+        elif role == "tool" and message.get("tool_call_id") not in open_call_ids:
+            converted.append({"role": "user", "content": message.get("content", "")})
+        else:
+            converted.append({key: message[key] for key in ("role", "content", "tool_call_id")
+                              if key in message})
+    return converted

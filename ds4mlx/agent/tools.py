@@ -1,0 +1,379 @@
+"""The agent's tools: what each call does to the workspace and what the model reads back.
+
+Results are plain text shaped like the tool results in the tiny model's training corpus
+(``list``: size then path; ``read``: numbered lines; ``search``: ``path:line: text``; ``edit``:
+a summary line then the changed lines). Anything wrong with a call (unknown tool, bad argument,
+refused path, missing file) becomes an error result the model can react to; nothing raises.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ds4mlx.agent import symbols
+from ds4mlx.agent.jobs import JobRunner
+from ds4mlx.agent.tool_schemas import AGENT_TOOLS
+from ds4mlx.agent.workspace import ToolError, Workspace
+from ds4mlx.engine.chat import ToolCall
+
+TOOLS_NEEDING_PERMISSION = frozenset({"write", "edit", "bash"})
+
+_SCHEMAS: dict[str, dict[str, Any]] = {
+    tool["function"]["name"]: tool["function"]["parameters"] for tool in AGENT_TOOLS}
+
+MAX_FILE_BYTES = 16 * 2**20
+MAX_SEARCH_FILE_BYTES = 2 * 2**20
+MAX_SEARCH_MATCHES = 100
+MAX_LIST_ENTRIES = 300
+LIST_DEPTH = 3
+MAX_MATCH_LINE_CHARS = 200
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    output: str  # what the model reads
+    is_error: bool = False
+    diff: str = ""  # a unified diff of the change, for people to look at
+
+
+@dataclass
+class _ReadPosition:
+    """Where the last read stopped, for ``more``."""
+
+    path: Path
+    next_line: int
+
+
+class ToolBox:
+    """Runs tool calls inside one workspace."""
+
+    schemas = AGENT_TOOLS
+
+    def __init__(self, workspace: Workspace, *, bash_timeout: float = 60.0,
+                 max_output_chars: int = 16000, read_lines: int = 200):
+        self.workspace = workspace
+        self.bash_timeout = bash_timeout
+        self.max_output_chars = max_output_chars
+        self.read_lines = read_lines
+        self.jobs = JobRunner(workspace.root)
+        self.changed_files: set[str] = set()
+        self._read_position: _ReadPosition | None = None
+        self._tools: dict[str, Callable[..., ToolResult]] = {
+            "list": self._list, "read": self._read, "more": self._more,
+            "search": self._search, "write": self._write, "edit": self._edit,
+            "bash": self._bash, "status": self._status, "stop": self._stop,
+            "symbols": self._symbols,
+        }
+
+    def run(self, call: ToolCall, cancel: threading.Event | None = None) -> ToolResult:
+        try:
+            arguments = _checked_arguments(call)
+            if call.name == "bash":
+                arguments["cancel"] = cancel or threading.Event()
+            result = self._tools[call.name](**arguments)
+        except ToolError as exc:
+            return ToolResult(f"error: {exc}", is_error=True)
+        except OSError as exc:
+            return ToolResult(f"error: {exc.strerror or exc}", is_error=True)
+        except ValueError as exc:  # e.g. text that cannot be encoded as UTF-8
+            return ToolResult(f"error: {exc}", is_error=True)
+        return ToolResult(_clip(result.output, self.max_output_chars), result.is_error,
+                          result.diff)
+
+    def open_state(self) -> str:
+        """What a summary of the conversation must not lose: running jobs, changed files."""
+        lines = [job.state() for job in self.jobs.running_jobs()]
+        if self.changed_files:
+            lines.append("files changed so far: " + ", ".join(sorted(self.changed_files)))
+        return "\n".join(lines)
+
+    def close(self) -> None:
+        self.jobs.close()
+
+    # ------------------------------------------------------------------ files
+
+    def _list(self, path: str = ".") -> ToolResult:
+        target = self._existing(path)
+        if target.is_file():
+            return ToolResult(f"{target.stat().st_size:8d}  {self.workspace.relative(target)}")
+        lines: list[str] = []
+        omitted = 0
+        for entry, is_folder in self.workspace.walk(target):
+            relative = entry.relative_to(target)
+            if len(relative.parts) > LIST_DEPTH:
+                continue
+            if len(lines) == MAX_LIST_ENTRIES:
+                omitted += 1
+                continue
+            if is_folder:
+                lines.append(f"{'-':>8}  {relative.as_posix()}/")
+            else:
+                lines.append(f"{_size(entry):8d}  {relative.as_posix()}")
+        if omitted:
+            lines.append(f"... {omitted} more entries; list a subfolder to see them")
+        return ToolResult("\n".join(lines) if lines else "(empty folder)")
+
+    def _read(self, path: str, start: int = 1, end: int | None = None) -> ToolResult:
+        target = self._existing(path)
+        lines = _text_lines(target)
+        if start < 1:
+            raise ToolError("start is 1-based and must be at least 1")
+        if lines and start > len(lines):
+            raise ToolError(f"{path} has {len(lines)} lines; start {start} is past the end")
+        if end is None:
+            end = start + self.read_lines - 1
+        if end < start:
+            raise ToolError(f"end ({end}) is before start ({start})")
+        return self._show_lines(target, lines, start, end)
+
+    def _more(self, count: int | None = None) -> ToolResult:
+        position = self._read_position
+        if position is None:
+            raise ToolError("nothing to continue: read a file first")
+        lines = _text_lines(position.path)
+        if position.next_line > len(lines):
+            return ToolResult(f"(end of {self.workspace.relative(position.path)})")
+        count = count if count and count > 0 else self.read_lines
+        return self._show_lines(position.path, lines, position.next_line,
+                                position.next_line + count - 1)
+
+    def _show_lines(self, path: Path, lines: list[str], start: int, end: int) -> ToolResult:
+        end = min(end, len(lines))
+        shown = "\n".join(f"{n:5d}  {line}" for n, line in enumerate(lines[start - 1:end], start))
+        self._read_position = _ReadPosition(path, end + 1)
+        remaining = len(lines) - end
+        if remaining > 0:
+            shown += f"\n... {remaining} more lines; call more to continue"
+        return ToolResult(shown or "(empty file)")
+
+    def _search(self, pattern: str, path: str = ".") -> ToolResult:
+        try:
+            regex = re.compile(pattern)
+        except re.error as exc:
+            raise ToolError(f"bad regular expression {pattern!r}: {exc}") from None
+        target = self._existing(path)
+        files = [target] if target.is_file() else [
+            entry for entry, is_folder in self.workspace.walk(target) if not is_folder]
+        matches: list[str] = []
+        for file in files:
+            if _size(file) > MAX_SEARCH_FILE_BYTES:
+                continue
+            try:
+                lines = _text_lines(file)
+            except ToolError:  # binary or unreadable: not what a text search is about
+                continue
+            relative = self.workspace.relative(file)
+            for number, line in enumerate(lines, 1):
+                if regex.search(line):
+                    matches.append(f"{relative}:{number}: {line.strip()[:MAX_MATCH_LINE_CHARS]}")
+                    if len(matches) > MAX_SEARCH_MATCHES:
+                        matches[-1] = f"... more than {MAX_SEARCH_MATCHES} matches; narrow the " \
+                                      "pattern or the path"
+                        return ToolResult("\n".join(matches))
+        return ToolResult("\n".join(matches) if matches else f"no match for {pattern!r}")
+
+    def _write(self, path: str, content: str) -> ToolResult:
+        target = self.workspace.resolve(path)
+        if target.is_dir():
+            raise ToolError(f"{path} is a folder")
+        before = _read_text(target) if target.exists() else ""
+        data = content.encode("utf-8")  # fails before the file is touched
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        relative = self.workspace.relative(target)
+        self.changed_files.add(relative)
+        lines = content.count("\n") + (1 if content and not content.endswith("\n") else 0)
+        return ToolResult(f"wrote {relative}: {lines} lines, {len(data)} bytes",
+                          diff=_unified_diff(relative, before, content))
+
+    def _edit(self, path: str, old: str, new: str) -> ToolResult:
+        target = self._existing(path)
+        if not target.is_file():
+            raise ToolError(f"{path} is not a file")
+        if not old:
+            raise ToolError("old is empty; give the exact text to replace")
+        # Bytes that are not UTF-8 survive the edit untouched (surrogateescape round trip).
+        before = _read_text(target, errors="surrogateescape")
+        count = before.count(old)
+        if count == 0:
+            raise ToolError(f"the old text was not found in {path}; read the file and copy "
+                            "the text exactly, including whitespace")
+        if count > 1:
+            raise ToolError(f"the old text occurs {count} times in {path}; include more "
+                            "surrounding lines so that it is unique")
+        after = before.replace(old, new, 1)
+        target.write_bytes(after.encode("utf-8", errors="surrogateescape"))
+        relative = self.workspace.relative(target)
+        self.changed_files.add(relative)
+        diff = _unified_diff(relative, _printable(before), _printable(after))
+        changed = [line for line in diff.splitlines()[2:] if line[:1] in "+-"]
+        return ToolResult(f"edited {relative}: 1 replacement\n" + "\n".join(changed), diff=diff)
+
+    def _symbols(self, path: str = ".", name: str | None = None) -> ToolResult:
+        target = self._existing(path)
+        if target.is_file():
+            found = [(target, s) for s in self._outline(target) if name in (None, s.name)]
+        elif name is None:
+            raise ToolError("give a file to outline, or a name to find")
+        else:
+            found = [(file, s) for file, is_folder in self.workspace.walk(target)
+                     if not is_folder and symbols.language_for(file)
+                     and _size(file) <= MAX_SEARCH_FILE_BYTES
+                     for s in self._outline(file) if s.name == name]
+        if not found:
+            return ToolResult(f"no definition of {name!r}" if name else "no definitions")
+        if target.is_file() and name is None:
+            return ToolResult("\n".join(f"{s.start_line:5d}-{s.end_line:<5d} {'  ' * s.depth}"
+                                        f"{s.kind} {s.name}" for _, s in found))
+        return ToolResult("\n".join(f"{self.workspace.relative(file)}:{s.start_line}-"
+                                    f"{s.end_line}: {s.kind} {s.name}" for file, s in found))
+
+    def _outline(self, file: Path) -> list[symbols.Symbol]:
+        language = symbols.language_for(file)
+        if language is None:
+            raise ToolError(f"{self.workspace.relative(file)}: no outline for this kind of file "
+                            f"(supported: {', '.join(sorted(symbols.LANGUAGE_BY_SUFFIX))})")
+        return symbols.outline(file.read_bytes(), language)
+
+    def _existing(self, path: str) -> Path:
+        target = self.workspace.resolve(path)
+        if not target.exists():
+            raise ToolError(f"{path} does not exist")
+        return target
+
+    # ------------------------------------------------------------------ commands
+
+    def _bash(self, command: str, cancel: threading.Event) -> ToolResult:
+        command = command.strip()
+        if not command:
+            raise ToolError("the command is empty")
+        if command.endswith("&") and not command.endswith("&&"):
+            job = self.jobs.start(command[:-1].rstrip())
+            return ToolResult(f"started background job {job.number}: {job.command}\n"
+                              "use status to see its output and stop to end it")
+        outcome = self.jobs.run(command, self.bash_timeout, cancel)
+        output = outcome.output.rstrip("\n")
+        if outcome.timed_out:
+            output += (f"\n(timed out after {self.bash_timeout:g}s and was stopped; end a "
+                       "long command with & to run it in the background)")
+        elif outcome.cancelled:
+            output += "\n(stopped by the user)"
+        elif outcome.exit_code:
+            output += f"\n(exit code {outcome.exit_code})"
+        return ToolResult(output.strip("\n") or "(no output)",
+                          is_error=outcome.exit_code != 0)
+
+    def _status(self, job: int | None = None) -> ToolResult:
+        jobs = [self._job(job)] if job is not None else list(self.jobs.jobs.values())
+        if not jobs:
+            return ToolResult("no background jobs")
+        reports = []
+        for each in jobs:
+            output = each.new_output().rstrip("\n")
+            reports.append(each.state() + (f"\n{output}" if output else ""))
+        return ToolResult("\n\n".join(reports))
+
+    def _stop(self, job: int) -> ToolResult:
+        found = self._job(job)
+        if not found.running:
+            return ToolResult(found.state())
+        self.jobs.stop(found)
+        output = found.new_output().rstrip("\n")
+        return ToolResult(f"stopped job {job}" + (f"\n{output}" if output else ""))
+
+    def _job(self, number: int):
+        if number not in self.jobs.jobs:
+            raise ToolError(f"there is no job {number}")
+        return self.jobs.jobs[number]
+
+
+# Arguments too bulky for a one-line description of a call.
+_UNDESCRIBED = {"old", "new", "content"}
+
+
+def describe_call(call: ToolCall, width: int = 80) -> str:
+    """One line naming a call and its main arguments, e.g. ``read src/a.py 10 20``."""
+    values = [" ".join(str(value).split()) for key, value in call.arguments.items()
+              if key not in _UNDESCRIBED]
+    line = " ".join([call.name, *values])
+    return line if len(line) <= width else line[:width - 1] + "…"
+
+
+def _checked_arguments(call: ToolCall) -> dict[str, Any]:
+    """The call's arguments converted to the schema's types; ToolError when they do not fit."""
+    schema = _SCHEMAS.get(call.name)
+    if schema is None:
+        raise ToolError(f"unknown tool {call.name!r}; the tools are {', '.join(_SCHEMAS)}")
+    properties = schema["properties"]
+    unknown = sorted(set(call.arguments) - set(properties))
+    if unknown:
+        raise ToolError(f"{call.name} has no parameter {', '.join(map(repr, unknown))}; its "
+                        f"parameters are {', '.join(properties)}")
+    missing = [name for name in schema["required"] if name not in call.arguments]
+    if missing:
+        raise ToolError(f"{call.name} needs {', '.join(map(repr, missing))}")
+    return {name: _converted(call.name, name, value, properties[name]["type"])
+            for name, value in call.arguments.items()}
+
+
+def _converted(tool: str, name: str, value: Any, kind: str) -> Any:
+    # Models often write numbers as strings (string="true"); accept what is unambiguous.
+    if kind == "integer":
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
+            return int(value)
+        raise ToolError(f"{tool}: {name} must be an integer, got {value!r}")
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    raise ToolError(f"{tool}: {name} must be a string, got {value!r}")
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _read_text(path: Path, errors: str = "replace") -> str:
+    """The file's text, line endings as they are; undecodable bytes per ``errors``."""
+    if _size(path) > MAX_FILE_BYTES:
+        raise ToolError(f"{path.name} is larger than {MAX_FILE_BYTES // 2**20} MiB")
+    data = path.read_bytes()
+    if b"\x00" in data[:8192]:
+        raise ToolError(f"{path.name} is a binary file")
+    return data.decode("utf-8", errors=errors)
+
+
+def _printable(text: str) -> str:
+    """``text`` with escaped undecodable bytes shown as replacement characters."""
+    return text.encode("utf-8", errors="surrogateescape").decode("utf-8", errors="replace")
+
+
+def _text_lines(path: Path) -> list[str]:
+    if path.is_dir():
+        raise ToolError(f"{path.name} is a folder; use list")
+    return _read_text(path).splitlines()
+
+
+def _unified_diff(relative: str, before: str, after: str) -> str:
+    return "\n".join(difflib.unified_diff(
+        before.splitlines(), after.splitlines(), fromfile=f"a/{relative}",
+        tofile=f"b/{relative}", n=2, lineterm=""))
+
+
+def _clip(text: str, limit: int) -> str:
+    """Keep the start and the end of an over-long result (the end of a log matters most)."""
+    if len(text) <= limit:
+        return text
+    head, tail = limit * 2 // 3, limit // 3
+    return f"{text[:head]}\n[... {len(text) - head - tail} characters cut ...]\n{text[-tail:]}"

