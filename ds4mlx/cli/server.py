@@ -1,13 +1,121 @@
-"""`ds4-server`: not built yet (see the server issue)."""
+"""``ds4-server``: serve a model over OpenAI- and Anthropic-compatible HTTP endpoints.
+
+Takes the same model, sampling and speculation flags as ``ds4``; the sampling flags become the
+defaults for requests that do not set those options.
+"""
 
 from __future__ import annotations
 
+import argparse
+import logging
 import sys
+import time
+from functools import partial
+from pathlib import Path
+
+from ds4mlx.api import LoadedModel, load_model
+from ds4mlx.cli.main import progress_line
+from ds4mlx.cli.options import (
+    ModelOptions,
+    add_model_flags,
+    add_sampling_flags,
+    add_speculation_flags,
+    model_options,
+    sampling_options,
+    speculation_config,
+)
+from ds4mlx.engine.tokenizer import TokenizerError
+from ds4mlx.gguf import GGUFError
+from ds4mlx.server import GenerationDefaults, GenerationQueue, ServerConfig, create_app
+from ds4mlx.speculation import Drafter, SpeculationConfig, load_drafter
+from ds4mlx.speculation.service import ChatService
+
+import uvicorn
+
+log = logging.getLogger("ds4mlx.server")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ds4-server",
+        description="Serve a DeepSeek-V4-Flash / GLM GGUF model over OpenAI- and "
+                    "Anthropic-compatible HTTP endpoints.")
+    add_model_flags(parser, default_model=None)
+    group = parser.add_argument_group("server")
+    group.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    group.add_argument("--port", type=int, default=8000, help="port to bind (default 8000)")
+    group.add_argument("-n", "--tokens", type=int, default=None, metavar="N",
+                       help="generation limit for requests that set none (default: until the "
+                            "context is full)")
+    group.add_argument("--alias", action="append", default=[], metavar="NAME",
+                       help="another model name requests may use (repeatable); the served "
+                            "name is the model file's stem")
+    group.add_argument("--think", action="store_true",
+                       help="reason before answering unless a request says otherwise")
+    group.add_argument("--keepalive", type=float, default=5.0, metavar="SECONDS",
+                       help="SSE keep-alive comment interval while a request waits or "
+                            "prefills (default 5)")
+    group.add_argument("--cors", action="store_true",
+                       help="allow cross-origin requests from any origin (browser clients)")
+    add_sampling_flags(parser)
+    add_speculation_flags(parser)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    print("ds4-server: not built yet; use `ds4` for one-shot generation", file=sys.stderr)
-    return 2
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.tokens is not None and args.tokens <= 0:
+        parser.error(f"--tokens must be positive, got {args.tokens}")
+    if args.keepalive <= 0:
+        parser.error(f"--keepalive must be positive, got {args.keepalive}")
+    try:
+        sampling = sampling_options(args)
+        speculation = speculation_config(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    options = model_options(args)
+    logging.basicConfig(level=logging.INFO, format="ds4-server: %(message)s")
+
+    # The model is loaded on the engine thread, where every generation will run.
+    engine = GenerationQueue()
+    try:
+        try:
+            model, drafter = engine.run(partial(load_engine, options, speculation))
+        except (GGUFError, TokenizerError, OSError, ValueError) as exc:
+            log.error("error: %s", exc)
+            return 1
+        if model.chat_format is None:
+            log.warning("%s has no chat template: only /v1/completions can serve it",
+                        Path(options.model).name)
+        service = ChatService(model, drafter, speculation, max_context=options.ctx)
+        config = ServerConfig(
+            model_id=Path(options.model).stem,
+            aliases=tuple(args.alias),
+            defaults=GenerationDefaults(max_tokens=args.tokens or options.ctx,
+                                        sampling=sampling, thinking=args.think),
+            keepalive_seconds=args.keepalive,
+            cors=args.cors)
+        log.info("serving '%s' on http://%s:%d/v1", config.model_id, args.host, args.port)
+        uvicorn.run(create_app(service, config, engine), host=args.host, port=args.port,
+                    log_level="info", timeout_graceful_shutdown=5)
+    finally:
+        engine.close()
+    return 0
+
+
+def load_engine(options: ModelOptions, speculation: SpeculationConfig
+                ) -> tuple[LoadedModel, Drafter | None]:
+    started = time.perf_counter()
+    model = load_model(options.model, weights_dtype=options.weights_dtype,
+                       progress=progress_line)
+    drafter = load_drafter(speculation, model)
+    log.info("loaded %s (%s) in %.2fs", options.model, model.args_summary(),
+             time.perf_counter() - started)
+    if drafter is not None:
+        log.info("drafter %s%s", drafter.name,
+                 " (strict: target-only decoding)" if speculation.strict else "")
+    return model, drafter
 
 
 if __name__ == "__main__":

@@ -1,0 +1,198 @@
+"""What every endpoint shares: request validation, server defaults, and the generation a request
+asks the ChatService for."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Generator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, TypeVar
+
+from ds4mlx.engine.sampling import SamplingOptions
+from ds4mlx.server.errors import APIError
+from ds4mlx.speculation.service import ServiceEvent
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class GenerationService(Protocol):
+    """The part of ``ChatService`` the server uses."""
+
+    def chat(self, messages: Sequence[Mapping[str, Any]],
+             tools: Sequence[Mapping[str, Any]] | None = None, *, max_tokens: int = ...,
+             sampling: SamplingOptions | None = None, stop: Sequence[str] = (),
+             thinking: bool = False) -> Generator[ServiceEvent, None, None]: ...
+
+    def complete(self, prompt: str, *, max_tokens: int = ...,
+                 sampling: SamplingOptions | None = None,
+                 stop: Sequence[str] = ()) -> Generator[ServiceEvent, None, None]: ...
+
+
+@dataclass(frozen=True)
+class GenerationDefaults:
+    """What a request gets for the options it leaves out (from the server's flags)."""
+
+    max_tokens: int
+    sampling: SamplingOptions = SamplingOptions()
+    thinking: bool = False
+
+
+@dataclass(frozen=True)
+class GenerationCall:
+    """One request translated into a ChatService call: ``messages`` for a chat, ``prompt`` for
+    a raw completion."""
+
+    max_tokens: int
+    sampling: SamplingOptions
+    stop: tuple[str, ...] = ()
+    messages: list[dict[str, Any]] | None = None
+    tools: list[dict[str, Any]] | None = None
+    thinking: bool = False
+    prompt: str | None = None
+
+    def run(self, service: GenerationService) -> Generator[ServiceEvent, None, None]:
+        if self.messages is not None:
+            return service.chat(self.messages, self.tools, max_tokens=self.max_tokens,
+                                sampling=self.sampling, stop=self.stop, thinking=self.thinking)
+        assert self.prompt is not None
+        return service.complete(self.prompt, max_tokens=self.max_tokens, sampling=self.sampling,
+                                stop=self.stop)
+
+
+# --------------------------------------------------------------------------- request models
+
+
+class RequestModel(BaseModel):
+    """Base of every request body: JSON types are checked strictly (no "3" for 3), NaN and
+    infinities are refused, and fields the server does not use are ignored."""
+
+    model_config = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)
+
+
+class ThinkingControl(RequestModel):
+    """DeepSeek/Anthropic style ``{"type": "enabled" | "disabled"}``."""
+
+    type: Literal["enabled", "disabled", "adaptive"]
+    budget_tokens: int | None = None  # Anthropic's; accepted, not enforced
+
+
+class SamplingFields(RequestModel):
+    """Sampling options every API accepts (top_k, min_p and seed as extensions where the API
+    has none, as llama.cpp and ds4 do)."""
+
+    temperature: float | None = Field(None, ge=0.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=0)
+    min_p: float | None = Field(None, ge=0.0, lt=1.0)
+    seed: int | None = None
+
+    def sampling(self, defaults: GenerationDefaults) -> SamplingOptions:
+        overrides = {name: getattr(self, name) for name in
+                     ("temperature", "top_p", "top_k", "min_p", "seed")
+                     if getattr(self, name) is not None}
+        return dataclasses.replace(defaults.sampling, **overrides)
+
+
+class APIRequest(SamplingFields):
+    """Fields every endpoint's request has."""
+
+    model: str
+    stream: bool = False
+
+
+Model = TypeVar("Model", bound=RequestModel)
+
+
+def parse_request(model: type[Model], body: bytes) -> Model:
+    """Validate a JSON body; every problem becomes a 400 naming the offending field."""
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+    if errors[0]["type"] == "json_invalid":
+        raise APIError(400, f"the body is not valid JSON: {errors[0]['msg']}")
+    if not errors[0]["loc"]:
+        raise APIError(400, f"the body must be a JSON object: {errors[0]['msg']}")
+    # A value that fits no member of a union fails once per member: report the deepest field
+    # reached (the most specific problem) with what each member wanted there.
+    named = [(_param_name(error["loc"]), error) for error in errors]
+    deepest = max(named, key=lambda pair: len(pair[1]["loc"]))[0]
+    messages = dict.fromkeys(error["msg"] for param, error in named if param == deepest)
+    raise APIError(400, f"invalid '{deepest}': {'; or '.join(messages)}", param=deepest)
+
+
+# The names pydantic gives union members in error locations; they name no field.
+_UNION_MEMBER_TAGS = {"str", "int", "float", "bool", "dict", "list", "none"}
+
+
+def _param_name(loc: Sequence[int | str]) -> str:
+    """``("messages", 0, "content", "str")`` as ``messages[0].content``."""
+    name = ""
+    for part in loc:
+        if isinstance(part, int):
+            name += f"[{part}]"
+        elif not (part in _UNION_MEMBER_TAGS or "[" in part or part[:1].isupper()):
+            name += f".{part}" if name else part
+    return name
+
+
+def stop_strings(stop: str | list[str] | None) -> tuple[str, ...]:
+    if stop is None:
+        return ()
+    return (stop,) if isinstance(stop, str) else tuple(stop)
+
+
+def resolve_thinking(control: bool | ThinkingControl | None, effort: str | None,
+                     default: bool) -> bool:
+    """Thinking mode from the request's ``thinking`` switch, else its reasoning effort (any
+    effort but "none" asks for reasoning), else the server default."""
+    if isinstance(control, bool):
+        return control
+    if control is not None:
+        return control.type != "disabled"
+    if effort is not None:
+        return effort != "none"
+    return default
+
+
+def token_limit(requested: int | None, defaults: GenerationDefaults) -> int:
+    return requested if requested is not None else defaults.max_tokens
+
+
+class TextPart(Protocol):
+    """A content part or block: only those of a text type are understood."""
+
+    @property
+    def type(self) -> str: ...
+
+    @property
+    def text(self) -> str | None: ...
+
+
+def joined_text(content: str | Sequence[TextPart] | None, param: str,
+                text_types: Sequence[str] = ("text",)) -> str:
+    """Content as text: a string, or the text parts of a list joined by newlines (anything else,
+    such as images, is refused)."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    texts = []
+    for index, part in enumerate(content):
+        if part.type not in text_types or part.text is None:
+            raise unsupported_content(f"{param}[{index}]", part.type)
+        texts.append(part.text)
+    return "\n".join(texts)
+
+
+def unsupported(param: str, reason: str) -> APIError:
+    return APIError(400, f"'{param}' is not supported: {reason}", param=param,
+                    code="unsupported_parameter")
+
+
+def unsupported_content(param: str, content_type: str) -> APIError:
+    return unsupported(param, f"content of type '{content_type}' (only text is understood)")
+
+
+def json_arguments(arguments: Mapping[str, Any]) -> str:
+    """Tool-call arguments as the JSON string OpenAI's APIs carry."""
+    return json.dumps(arguments, ensure_ascii=False)

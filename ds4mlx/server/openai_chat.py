@@ -1,0 +1,243 @@
+"""``POST /v1/chat/completions``: OpenAI chat completions, with DeepSeek's ``reasoning_content``.
+
+Tools are OpenAI function tools; the model's tool calls come back as ``tool_calls`` with JSON
+string arguments. Thinking is switched on by ``thinking`` (true/false or DeepSeek's
+``{"type": "enabled"}``), ``reasoning_effort``, or llama.cpp's
+``chat_template_kwargs.enable_thinking``; the reasoning is returned in ``reasoning_content`` as
+DeepSeek's API and llama.cpp do.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from ds4mlx.engine.chat import ChatEvent
+from ds4mlx.server.errors import APIError, openai_error_body
+from ds4mlx.server.generation import (
+    APIRequest,
+    GenerationCall,
+    GenerationDefaults,
+    RequestModel,
+    ThinkingControl,
+    joined_text,
+    json_arguments,
+    resolve_thinking,
+    stop_strings,
+    token_limit,
+    unsupported,
+)
+from ds4mlx.server.sse import DONE_FRAME, data_frame
+from ds4mlx.server.turn import Block, BlockTracker, ResponseMeta, chat_usage, new_id, track
+from ds4mlx.speculation.service import Finished
+
+from pydantic import Field
+
+FINISH_REASONS = {"stop": "stop", "length": "length", "context": "length",
+                  "tool_calls": "tool_calls"}
+CALL_ID_PREFIX = "call_"
+
+
+class ContentPart(RequestModel):
+    type: str
+    text: str | None = None
+
+
+class FunctionCall(RequestModel):
+    name: str
+    arguments: str | dict[str, Any] = "{}"
+
+
+class MessageToolCall(RequestModel):
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ChatMessage(RequestModel):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+    tool_calls: list[MessageToolCall] | None = None
+    tool_call_id: str | None = None
+    reasoning_content: str | None = None
+
+
+class FunctionDefinition(RequestModel):
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class FunctionTool(RequestModel):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class NamedFunction(RequestModel):
+    name: str
+
+
+class NamedToolChoice(RequestModel):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+class StreamOptions(RequestModel):
+    include_usage: bool = False
+
+
+class ResponseFormat(RequestModel):
+    type: str
+
+
+class ChatTemplateKwargs(RequestModel):
+    enable_thinking: bool | None = None
+
+
+class ChatCompletionRequest(APIRequest):
+    messages: list[ChatMessage] = Field(min_length=1)
+    tools: list[FunctionTool] | None = None
+    # Accepted; only "none" changes anything (it hides the tools): nothing forces a call.
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    stop: str | list[str] | None = None
+    stream_options: StreamOptions | None = None
+    n: int = Field(1, ge=1)
+    logprobs: bool | None = None
+    response_format: ResponseFormat | None = None
+    thinking: bool | ThinkingControl | None = None
+    reasoning_effort: str | None = None
+    chat_template_kwargs: ChatTemplateKwargs | None = None
+
+
+def _service_message(message: ChatMessage, index: int) -> dict[str, Any]:
+    converted: dict[str, Any] = {"role": message.role,
+                                 "content": joined_text(message.content,
+                                                        f"messages[{index}].content")}
+    if message.tool_calls:
+        converted["tool_calls"] = [
+            {"id": call.id, "function": {"name": call.function.name,
+                                         "arguments": call.function.arguments}}
+            for call in message.tool_calls]
+    if message.tool_call_id is not None:
+        converted["tool_call_id"] = message.tool_call_id
+    if message.reasoning_content:
+        converted["reasoning_content"] = message.reasoning_content
+    return converted
+
+
+def tool_call_json(block: Block) -> dict[str, Any]:
+    assert block.call is not None
+    return {"id": block.call_id, "type": "function",
+            "function": {"name": block.call.name,
+                         "arguments": json_arguments(block.call.arguments)}}
+
+
+class ChatCompletionsEndpoint:
+    path = "/v1/chat/completions"
+    request_model = ChatCompletionRequest
+    error_body = staticmethod(openai_error_body)
+
+    def call(self, request: ChatCompletionRequest, defaults: GenerationDefaults
+             ) -> GenerationCall:
+        if request.n != 1:
+            raise unsupported("n", "one choice per request")
+        if request.logprobs:
+            raise unsupported("logprobs", "log-probabilities are not returned")
+        if request.response_format is not None and request.response_format.type != "text":
+            raise unsupported("response_format", "constrained output formats")
+        offer_tools = request.tools and request.tool_choice != "none"
+        template_thinking = (request.chat_template_kwargs.enable_thinking
+                             if request.chat_template_kwargs else None)
+        return GenerationCall(
+            messages=[_service_message(m, i) for i, m in enumerate(request.messages)],
+            tools=[tool.model_dump(exclude_none=True) for tool in request.tools]
+            if offer_tools and request.tools else None,
+            max_tokens=token_limit(request.max_completion_tokens or request.max_tokens, defaults),
+            sampling=request.sampling(defaults),
+            stop=stop_strings(request.stop),
+            thinking=resolve_thinking(
+                request.thinking if request.thinking is not None else template_thinking,
+                request.reasoning_effort, defaults.thinking))
+
+    def response(self, request: ChatCompletionRequest, events: Sequence[ChatEvent],
+                 finished: Finished, meta: ResponseMeta) -> dict[str, Any]:
+        turn = track(events, CALL_ID_PREFIX)
+        calls = [tool_call_json(block) for block in turn.tool_calls]
+        text = turn.joined("text")
+        message: dict[str, Any] = {"role": "assistant",
+                                   "content": text if text or not calls else None}
+        reasoning = turn.joined("reasoning")
+        if reasoning:
+            message["reasoning_content"] = reasoning
+        if calls:
+            message["tool_calls"] = calls
+        return {"id": new_id("chatcmpl-"), "object": "chat.completion", "created": meta.created,
+                "model": meta.model,
+                "choices": [{"index": 0, "message": message, "logprobs": None,
+                             "finish_reason": FINISH_REASONS[finished.finish_reason]}],
+                "usage": chat_usage(finished)}
+
+    def stream(self, request: ChatCompletionRequest, meta: ResponseMeta) -> ChatCompletionStream:
+        include_usage = bool(request.stream_options and request.stream_options.include_usage)
+        return ChatCompletionStream(meta, include_usage)
+
+
+class ChunkStream(ABC):
+    """OpenAI's chunked streams (chat and legacy completions): one object a frame, the finish
+    reason in a last choice, usage in a chunk without choices when asked for, then [DONE]."""
+
+    object_name: str
+    id_prefix: str
+
+    def __init__(self, meta: ResponseMeta, include_usage: bool):
+        self.meta = meta
+        self.include_usage = include_usage
+        self.id = new_id(self.id_prefix)
+
+    @abstractmethod
+    def _choice(self, content: Any, finish_reason: str | None = None) -> dict[str, Any]:
+        """One choice carrying ``content`` (a chat delta or completion text; None for none)."""
+
+    def _frame(self, choices: list[dict[str, Any]], **extra: Any) -> bytes:
+        return data_frame({"id": self.id, "object": self.object_name,
+                           "created": self.meta.created, "model": self.meta.model,
+                           "choices": choices, **extra})
+
+    def finish(self, finished: Finished) -> list[bytes]:
+        frames = [self._frame([self._choice(None, FINISH_REASONS[finished.finish_reason])])]
+        if self.include_usage:
+            frames.append(self._frame([], usage=chat_usage(finished)))
+        return [*frames, DONE_FRAME]
+
+    def error(self, error: APIError) -> list[bytes]:
+        return [data_frame(openai_error_body(error))]
+
+
+class ChatCompletionStream(ChunkStream):
+    """``chat.completion.chunk`` frames: content, reasoning_content and tool_calls deltas."""
+
+    object_name = "chat.completion.chunk"
+    id_prefix = "chatcmpl-"
+
+    def __init__(self, meta: ResponseMeta, include_usage: bool):
+        super().__init__(meta, include_usage)
+        self.turn = BlockTracker(CALL_ID_PREFIX)
+
+    def _choice(self, content: Any, finish_reason: str | None = None) -> dict[str, Any]:
+        return {"index": 0, "delta": content or {}, "logprobs": None,
+                "finish_reason": finish_reason}
+
+    def start(self) -> list[bytes]:
+        return [self._frame([self._choice({"role": "assistant", "content": ""})])]
+
+    def event(self, event: ChatEvent) -> list[bytes]:
+        block, text, _ = self.turn.add(event)
+        if block.kind == "tool_call":
+            index = len(self.turn.tool_calls) - 1
+            delta = {"tool_calls": [{"index": index, **tool_call_json(block)}]}
+        else:
+            delta = {"reasoning_content" if block.kind == "reasoning" else "content": text}
+        return [self._frame([self._choice(delta)])]

@@ -1,0 +1,319 @@
+"""``POST /v1/responses``: OpenAI's Responses API, stateless.
+
+The conversation travels in ``input`` (messages, ``function_call`` and ``function_call_output``
+items, ``reasoning`` items); nothing is stored, so ``previous_response_id`` is refused. The
+output is reasoning items (``reasoning_text`` content), assistant messages and ``function_call``
+items, in the order the model wrote them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from ds4mlx.engine.chat import ChatEvent
+from ds4mlx.server.errors import APIError, openai_error_body
+from ds4mlx.server.generation import (
+    APIRequest,
+    GenerationCall,
+    GenerationDefaults,
+    RequestModel,
+    ThinkingControl,
+    joined_text,
+    json_arguments,
+    resolve_thinking,
+    stop_strings,
+    token_limit,
+    unsupported,
+)
+from ds4mlx.server.sse import event_frame
+from ds4mlx.server.turn import (
+    Block,
+    BlockStream,
+    ResponseMeta,
+    is_truncated,
+    new_id,
+    track,
+)
+from ds4mlx.speculation.service import Finished
+
+from pydantic import Field
+
+CALL_ID_PREFIX = "call_"
+_TEXT_PART_TYPES = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
+
+
+class ContentPart(RequestModel):
+    type: str
+    text: str | None = None
+
+
+class InputItem(RequestModel):
+    """Any input item; which fields matter depends on ``type`` (a message when absent)."""
+
+    type: str = "message"
+    role: Literal["user", "assistant", "system", "developer"] | None = None
+    content: str | list[ContentPart] | None = None
+    call_id: str | None = None
+    name: str | None = None
+    arguments: str | None = None
+    output: str | list[ContentPart] | None = None
+    summary: list[ContentPart] | None = None
+
+
+class Tool(RequestModel):
+    type: str
+    name: str | None = None
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class ReasoningOptions(RequestModel):
+    effort: str | None = None
+
+
+class TextFormat(RequestModel):
+    type: str
+
+
+class TextOptions(RequestModel):
+    format: TextFormat | None = None
+
+
+class ResponsesRequest(APIRequest):
+    input: str | list[InputItem]
+    instructions: str | None = None
+    tools: list[Tool] | None = None
+    # Accepted; only "none" changes anything (it hides the tools): nothing forces a call.
+    tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
+    max_output_tokens: int | None = Field(None, ge=1)
+    reasoning: ReasoningOptions | None = None
+    previous_response_id: str | None = None
+    text: TextOptions | None = None
+    thinking: bool | ThinkingControl | None = None
+    stop: str | list[str] | None = None
+
+
+def _text(parts: str | Sequence[ContentPart] | None, param: str) -> str:
+    return joined_text(parts, param, _TEXT_PART_TYPES)
+
+
+def _service_messages(request: ResponsesRequest) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    if request.instructions:
+        messages.append({"role": "system", "content": request.instructions})
+    if isinstance(request.input, str):
+        return [*messages, {"role": "user", "content": request.input}]
+    # Reasoning, assistant text and function calls in a row are one assistant turn.
+    assistant: dict[str, Any] | None = None
+    for index, item in enumerate(request.input):
+        param = f"input[{index}]"
+        is_assistant_side = item.type in ("reasoning", "function_call") or (
+            item.type == "message" and item.role == "assistant")
+        if is_assistant_side and assistant is None:
+            assistant = {"role": "assistant", "content": "", "reasoning_content": "",
+                         "tool_calls": []}
+            messages.append(assistant)
+        elif not is_assistant_side:
+            assistant = None
+        if item.type == "message":
+            if item.role is None:
+                raise APIError(400, f"'{param}.role' is required for a message",
+                               param=f"{param}.role")
+            text = _text(item.content, f"{param}.content")
+            if assistant is not None:
+                assistant["content"] += text
+            else:
+                messages.append({"role": item.role, "content": text})
+        elif item.type == "reasoning" and assistant is not None:
+            assistant["reasoning_content"] += _text(item.content or item.summary,
+                                                    f"{param}.content")
+        elif item.type == "function_call" and assistant is not None:
+            if item.name is None:
+                raise APIError(400, f"'{param}.name' is required for a function_call",
+                               param=f"{param}.name")
+            assistant["tool_calls"].append(
+                {"id": item.call_id, "function": {"name": item.name,
+                                                  "arguments": item.arguments or "{}"}})
+        elif item.type == "function_call_output":
+            messages.append({"role": "tool", "tool_call_id": item.call_id or "",
+                             "content": _text(item.output, f"{param}.output")})
+        else:
+            raise unsupported(f"{param}.type", f"input items of type '{item.type}'")
+    return messages
+
+
+def _tools(request: ResponsesRequest) -> list[dict[str, Any]] | None:
+    if not request.tools or request.tool_choice == "none":
+        return None
+    tools = []
+    for index, tool in enumerate(request.tools):
+        if tool.type != "function" or tool.name is None:
+            raise unsupported(f"tools[{index}]", f"tools of type '{tool.type}' (only named "
+                              "function tools run here)")
+        tools.append({"type": "function", "function": tool.model_dump(
+            include={"name", "description", "parameters"}, exclude_none=True)})
+    return tools
+
+
+def _output_item(block: Block, item_id: str, status: str = "completed") -> dict[str, Any]:
+    if block.kind == "tool_call":
+        assert block.call is not None
+        return {"id": item_id, "type": "function_call", "call_id": block.call_id,
+                "name": block.call.name, "arguments": json_arguments(block.call.arguments),
+                "status": status}
+    if block.kind == "reasoning":
+        return {"id": item_id, "type": "reasoning", "summary": [],
+                "content": [{"type": "reasoning_text", "text": block.text}], "status": status}
+    return {"id": item_id, "type": "message", "role": "assistant", "status": status,
+            "content": [_output_text(block.text)]}
+
+
+def _output_text(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def _item_id(block: Block) -> str:
+    return new_id({"tool_call": "fc_", "reasoning": "rs_", "text": "msg_"}[block.kind])
+
+
+def _response_object(request: ResponsesRequest, meta: ResponseMeta, response_id: str,
+                     output: list[dict[str, Any]], finished: Finished | None) -> dict[str, Any]:
+    """The response; ``finished`` None means still in progress."""
+    status, incomplete, usage = "in_progress", None, None
+    if finished is not None:
+        truncated = is_truncated(finished)
+        status = "incomplete" if truncated else "completed"
+        incomplete = {"reason": "max_output_tokens"} if truncated else None
+        usage = {"input_tokens": finished.prompt_tokens,
+                 "input_tokens_details": {"cached_tokens": finished.cached_tokens},
+                 "output_tokens": finished.completion_tokens,
+                 "total_tokens": finished.prompt_tokens + finished.completion_tokens}
+    return {"id": response_id, "object": "response", "created_at": meta.created,
+            "status": status, "error": None, "incomplete_details": incomplete,
+            "instructions": request.instructions, "max_output_tokens": request.max_output_tokens,
+            "model": meta.model, "output": output, "parallel_tool_calls": True,
+            "temperature": request.temperature, "top_p": request.top_p,
+            "tool_choice": request.tool_choice or "auto",
+            "tools": [tool.model_dump(exclude_none=True) for tool in request.tools or ()],
+            "text": {"format": {"type": "text"}}, "store": False, "truncation": "disabled",
+            "metadata": {}, "usage": usage}
+
+
+class ResponsesEndpoint:
+    path = "/v1/responses"
+    request_model = ResponsesRequest
+    error_body = staticmethod(openai_error_body)
+
+    def call(self, request: ResponsesRequest, defaults: GenerationDefaults) -> GenerationCall:
+        if request.previous_response_id is not None:
+            raise unsupported("previous_response_id", "responses are not stored; send the "
+                              "whole conversation in 'input'")
+        text_format = request.text.format if request.text else None
+        if text_format is not None and text_format.type != "text":
+            raise unsupported("text.format", "constrained output formats")
+        effort = request.reasoning.effort if request.reasoning else None
+        return GenerationCall(
+            messages=_service_messages(request), tools=_tools(request),
+            max_tokens=token_limit(request.max_output_tokens, defaults),
+            sampling=request.sampling(defaults), stop=stop_strings(request.stop),
+            thinking=resolve_thinking(request.thinking, effort, defaults.thinking))
+
+    def response(self, request: ResponsesRequest, events: Sequence[ChatEvent],
+                 finished: Finished, meta: ResponseMeta) -> dict[str, Any]:
+        output = [_output_item(block, _item_id(block))
+                  for block in track(events, CALL_ID_PREFIX).blocks]
+        return _response_object(request, meta, new_id("resp_"), output, finished)
+
+    def stream(self, request: ResponsesRequest, meta: ResponseMeta) -> ResponsesStream:
+        return ResponsesStream(request, meta)
+
+
+class ResponsesStream(BlockStream):
+    """The Responses event sequence: created, then per output item added / deltas / done, then
+    completed (or incomplete)."""
+
+    def __init__(self, request: ResponsesRequest, meta: ResponseMeta):
+        super().__init__(CALL_ID_PREFIX)
+        self.request = request
+        self.meta = meta
+        self.id = new_id("resp_")
+        self.item_ids: list[str] = []
+        self.sequence = 0
+
+    def _frame(self, event_type: str, **fields: Any) -> bytes:
+        frame = event_frame(event_type, {"type": event_type, "sequence_number": self.sequence,
+                                         **fields})
+        self.sequence += 1
+        return frame
+
+    def _response(self, finished: Finished | None) -> dict[str, Any]:
+        if finished is None:
+            output = []
+        else:
+            output = [_output_item(block, item_id) for block, item_id in
+                      zip(self.turn.blocks, self.item_ids, strict=True)]
+        return _response_object(self.request, self.meta, self.id, output, finished)
+
+    def start(self) -> list[bytes]:
+        return [self._frame("response.created", response=self._response(None)),
+                self._frame("response.in_progress", response=self._response(None))]
+
+    def _added(self, index: int, block: Block) -> tuple[str, dict[str, Any], bytes]:
+        """A new output item's id, its final form and its output_item.added frame (the item
+        as it starts out: no text, no arguments)."""
+        item_id = _item_id(block)
+        self.item_ids.append(item_id)
+        item = _output_item(block, item_id, status="in_progress")
+        empty = {"arguments": ""} if block.kind == "tool_call" else {"content": []}
+        added = self._frame("response.output_item.added", output_index=index,
+                            item=item | empty)
+        return item_id, item, added
+
+    def _open(self, index: int, block: Block) -> list[bytes]:
+        item_id, item, added = self._added(index, block)
+        empty_part = item["content"][0] | {"text": ""}
+        return [added, self._frame("response.content_part.added", item_id=item_id,
+                                   output_index=index, content_index=0, part=empty_part)]
+
+    def _delta(self, index: int, block: Block, text: str) -> list[bytes]:
+        item_id = self.item_ids[index]
+        if block.kind == "reasoning":
+            return [self._frame("response.reasoning_text.delta", item_id=item_id,
+                                output_index=index, content_index=0, delta=text)]
+        return [self._frame("response.output_text.delta", item_id=item_id, output_index=index,
+                            content_index=0, delta=text, logprobs=[])]
+
+    def _close(self, index: int, block: Block) -> list[bytes]:
+        item_id = self.item_ids[index]
+        item = _output_item(block, item_id)
+        if block.kind == "reasoning":
+            done = self._frame("response.reasoning_text.done", item_id=item_id,
+                               output_index=index, content_index=0, text=block.text)
+        else:
+            done = self._frame("response.output_text.done", item_id=item_id,
+                               output_index=index, content_index=0, text=block.text, logprobs=[])
+        return [done, self._frame("response.content_part.done", item_id=item_id,
+                                  output_index=index, content_index=0, part=item["content"][0]),
+                self._frame("response.output_item.done", output_index=index, item=item)]
+
+    def _tool_call(self, index: int, block: Block) -> list[bytes]:
+        assert block.call is not None
+        item_id, item, added = self._added(index, block)
+        arguments = item["arguments"]
+        return [added,
+                self._frame("response.function_call_arguments.delta", item_id=item_id,
+                            output_index=index, delta=arguments),
+                self._frame("response.function_call_arguments.done", item_id=item_id,
+                            output_index=index, name=block.call.name, arguments=arguments),
+                self._frame("response.output_item.done", output_index=index,
+                            item=item | {"status": "completed"})]
+
+    def finish(self, finished: Finished) -> list[bytes]:
+        final_type = "response.incomplete" if is_truncated(finished) else "response.completed"
+        return [*self.close_open_block(),
+                self._frame(final_type, response=self._response(finished))]
+
+    def error(self, error: APIError) -> list[bytes]:
+        return [self._frame("error", code=error.code, message=error.message,
+                            param=error.param)]

@@ -1,0 +1,116 @@
+"""Running the real server in process (uvicorn on a free loopback port, in a thread) and the
+services tests put behind it: the chat model, slowed down, or scripted."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Generator, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any
+
+from ds4mlx.server import GenerationDefaults, GenerationQueue, ServerConfig, create_app
+from ds4mlx.server.generation import GenerationService
+from ds4mlx.speculation.service import ServiceEvent
+
+import httpx
+import uvicorn
+
+MODEL_ID = "chat-model"
+TIMEOUT = 30.0  # seconds: the bound on every network wait in these tests
+DEFAULT_CONFIG = ServerConfig(model_id=MODEL_ID, defaults=GenerationDefaults(max_tokens=16),
+                              keepalive_seconds=0.2)
+
+
+@contextmanager
+def serve(service: GenerationService, engine: GenerationQueue,
+          config: ServerConfig = DEFAULT_CONFIG) -> Iterator[str]:
+    """Run the server until the block ends; yields its base URL. ``engine`` is the thread the
+    service's model was loaded on."""
+    app = create_app(service, config, engine)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + TIMEOUT
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(TIMEOUT)
+        assert not thread.is_alive(), "the server did not stop"
+
+
+def stats(base_url: str) -> dict[str, int]:
+    return httpx.get(f"{base_url}/stats", timeout=TIMEOUT).json()
+
+
+def wait_for_stats(base_url: str, since: dict[str, int], **expected: int) -> None:
+    """Wait until the engine's counters have grown by ``expected`` since the ``since`` stats
+    (the engine outlives each test's server) and its ``queued`` and ``running`` levels equal
+    ``expected``."""
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        current = stats(base_url)
+        seen = {key: current[key] - (0 if key in ("queued", "running") else since[key])
+                for key in expected}
+        if seen == expected:
+            return
+        assert time.monotonic() < deadline, f"saw {seen}, expected {expected}"
+        time.sleep(0.02)
+
+
+class DelayedService:
+    """A service whose generations wait before their first event (a slow prefill) and between
+    events (slow decoding): the delay hook for keep-alive and disconnect tests."""
+
+    def __init__(self, inner: GenerationService, first_event_delay: float = 0.0,
+                 event_delay: float = 0.0):
+        self.inner = inner
+        self.first_event_delay = first_event_delay
+        self.event_delay = event_delay
+
+    def chat(self, *args: Any, **kwargs: Any) -> Generator[ServiceEvent, None, None]:
+        return self._delayed(self.inner.chat(*args, **kwargs))
+
+    def complete(self, *args: Any, **kwargs: Any) -> Generator[ServiceEvent, None, None]:
+        return self._delayed(self.inner.complete(*args, **kwargs))
+
+    def _delayed(self, events: Generator[ServiceEvent, None, None]
+                 ) -> Generator[ServiceEvent, None, None]:
+        time.sleep(self.first_event_delay)
+        try:
+            for event in events:
+                yield event
+                time.sleep(self.event_delay)
+        finally:
+            events.close()
+
+
+class ScriptedService:
+    """Answers request k with ``scripts[k]`` (the last script once they run out): how tests get
+    tool calls and reasoning out of a server whose model cannot write them. Records what each
+    request asked for."""
+
+    def __init__(self, *scripts: list[ServiceEvent]):
+        self.scripts = scripts
+        self.requests: list[dict[str, Any]] = []
+
+    def chat(self, messages: Any, tools: Any = None, **options: Any
+             ) -> Generator[ServiceEvent, None, None]:
+        return self._answer({"messages": messages, "tools": tools, **options})
+
+    def complete(self, prompt: str, **options: Any) -> Generator[ServiceEvent, None, None]:
+        return self._answer({"prompt": prompt, **options})
+
+    def _answer(self, request: dict[str, Any]) -> Generator[ServiceEvent, None, None]:
+        self.requests.append(request)
+        yield from self.scripts[min(len(self.requests), len(self.scripts)) - 1]
+
+
+def config_with(**changes: Any) -> ServerConfig:
+    return replace(DEFAULT_CONFIG, **changes)

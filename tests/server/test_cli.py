@@ -1,0 +1,100 @@
+"""The ds4-server command: flags, serving, clean shutdown; and a smoke test with the trained tiny
+model when it has been built."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ds4mlx.cli.server import main
+from ds4mlx.speculation.service import ChatService
+
+import httpx
+import openai
+import pytest
+
+from server.harness import TIMEOUT, ScriptedService, config_with, serve
+
+TINY_MODEL = Path(__file__).resolve().parents[2] / "assets" / "ds4-tiny.gguf"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_serves_until_interrupted_and_exits_cleanly(chat_model_path):
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "ds4mlx.cli.server", "-m", str(chat_model_path), "--port",
+         str(port), "--alias", "deepseek-v4-flash", "-n", "4", "--temp", "0", "-c", "512"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while True:
+            assert server.poll() is None, server.communicate()[1]
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/health", timeout=1.0)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "ds4-server did not come up"
+                time.sleep(0.1)
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused",
+                               timeout=TIMEOUT, max_retries=0)
+        assert [m.id for m in client.models.list().data] == [chat_model_path.stem,
+                                                              "deepseek-v4-flash"]
+        reply = client.chat.completions.create(
+            model="deepseek-v4-flash", messages=[{"role": "user", "content": "hi"}])
+        assert reply.usage.completion_tokens == 4  # the -n default
+    finally:
+        server.send_signal(signal.SIGINT)
+        _, stderr = server.communicate(timeout=TIMEOUT)
+    assert server.returncode == 0, stderr
+    assert "serving" in stderr and "Traceback" not in stderr
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--port", "http"], "--port"),
+    (["--temp", "-1"], "--temp"),
+    (["-n", "0"], "--tokens"),
+    (["--keepalive", "0"], "--keepalive"),
+    (["--dspark"], "--mtp-model"),
+])
+def test_bad_flags_fail_with_a_message(chat_model_path, capsys, flags, message):
+    with pytest.raises(SystemExit) as exited:
+        main(["-m", str(chat_model_path), *flags])
+    assert exited.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_missing_model_file_is_reported(tmp_path, caplog):
+    assert main(["-m", str(tmp_path / "nope.gguf")]) == 1
+    assert "nope.gguf" in caplog.text
+
+
+def test_cors_lets_browser_clients_in(engine):
+    with serve(ScriptedService(), engine, config_with(cors=True)) as base_url:
+        preflight = httpx.options(f"{base_url}/v1/chat/completions", timeout=TIMEOUT, headers={
+            "Origin": "http://localhost:3000", "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "content-type,authorization"})
+    assert preflight.status_code == 200
+    assert preflight.headers["access-control-allow-origin"] in ("*", "http://localhost:3000")
+
+
+@pytest.mark.skipif(not TINY_MODEL.is_file(), reason=f"{TINY_MODEL} has not been built")
+def test_the_trained_tiny_model_answers(engine):
+    import ds4mlx
+
+    model = engine.run(lambda: ds4mlx.load_model(TINY_MODEL))
+    with serve(ChatService(model, max_context=1024), engine) as base_url:
+        client = openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused", timeout=TIMEOUT,
+                               max_retries=0)
+        reply = client.chat.completions.create(
+            model="chat-model", max_tokens=12,
+            messages=[{"role": "user", "content": "Write a Python function that adds two "
+                                                  "numbers."}])
+    assert reply.choices[0].message.content.strip()
