@@ -13,7 +13,6 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import ds4mlx
 from ds4mlx.agent.backend import LocalBackend, ModelBackend, OpenAIBackend
 from ds4mlx.agent.conversations import ConversationStore
 from ds4mlx.agent.loop import (
@@ -32,6 +31,7 @@ from ds4mlx.agent.tools import ToolBox, describe_call
 from ds4mlx.agent.workspace import Workspace
 from ds4mlx.cli.main import log, progress_line
 from ds4mlx.cli.options import (
+    DEFAULT_MODEL,
     add_model_flags,
     add_sampling_flags,
     add_speculation_flags,
@@ -40,7 +40,6 @@ from ds4mlx.cli.options import (
     speculation_config,
 )
 
-DEFAULT_MODEL = Path(ds4mlx.__file__).resolve().parent.parent / "assets" / "ds4-tiny.gguf"
 # Exit codes of --print besides 0 (answered) and 1 (error).
 EXIT_STEP_LIMIT = 3
 EXIT_INTERRUPTED = 130
@@ -55,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ds4-agent", description="A coding agent in the terminal, on a local "
         "DeepSeek-V4-Flash / GLM GGUF model or an OpenAI-compatible server.")
-    add_model_flags(parser, default_model=str(DEFAULT_MODEL))
+    add_model_flags(parser)
     agent = parser.add_argument_group("agent")
     agent.add_argument("--print", metavar="PROMPT", dest="print_prompt",
                        help="answer PROMPT without the UI: the answer to stdout, tool activity "

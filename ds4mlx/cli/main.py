@@ -23,7 +23,7 @@ from ds4mlx.speculation import SpeculativeStats, generate, load_drafter
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ds4", description="Generate text with a DeepSeek-V4-Flash / GLM GGUF model.")
-    add_model_flags(parser, default_model=None)
+    add_model_flags(parser)
     parser.add_argument("-p", "--prompt", required=True, help="prompt text")
     parser.add_argument("-n", "--n-predict", type=int, default=128,
                         help="number of tokens to generate (default 128)")

@@ -43,10 +43,16 @@ def _float_in(low: float, high: float, *, low_open: bool = False):
     return parse
 
 
-def add_model_flags(parser: argparse.ArgumentParser, default_model: str | None) -> None:
+# The embedded default: the tiny DeepSeek-V4 model shipped in the repository's assets/
+# (``scripts/train_tiny.py`` rebuilds it); found next to the package of an editable install.
+DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "assets" / "ds4-tiny.gguf"
+
+
+def add_model_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("model")
-    group.add_argument("-m", "--model", default=default_model, required=default_model is None,
-                       help="GGUF model file (default: the shipped tiny model)")
+    group.add_argument("-m", "--model", default=str(DEFAULT_MODEL),
+                       help="GGUF model file (default: the shipped tiny model, "
+                            "assets/ds4-tiny.gguf)")
     group.add_argument("-c", "--ctx", type=_positive_int, default=4096,
                        help="context size in tokens (default 4096)")
     group.add_argument("--weights-dtype", choices=("auto", "f32", "native"), default="auto",

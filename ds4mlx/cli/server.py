@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ds4-server",
         description="Serve a DeepSeek-V4-Flash / GLM GGUF model over OpenAI- and "
                     "Anthropic-compatible HTTP endpoints.")
-    add_model_flags(parser, default_model=None)
+    add_model_flags(parser)
     group = parser.add_argument_group("server")
     group.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     group.add_argument("--port", type=int, default=8000, help="port to bind (default 8000)")
