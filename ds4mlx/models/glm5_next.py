@@ -48,11 +48,11 @@ flash-attention queries are not emulated.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, overload
 
-from ds4mlx.gguf import GGUFFile
+from ds4mlx.gguf import GGUFFile, MetaValue
 from ds4mlx.kernels import linear, take_rows
 from ds4mlx.models.cache import ModelState, append_rows
 from ds4mlx.models.metadata import ArchMetadata, first
@@ -72,13 +72,27 @@ from ds4mlx.models.moe import (
 )
 from ds4mlx.models.norms import RMSNorm, rms_norm
 from ds4mlx.models.outputs import ForwardOutput, capture_set
-from ds4mlx.models.weights import GGUFWeights, Shape, Weights
+from ds4mlx.models.weights import ArrayWeights, GGUFWeights, Shape, Weights
 
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
+from gguf import GGUFValueType
 
 ARCH = "glm5-next"
+# Chunks of fewer than this many tokens (one-token decode and speculative verify) run as a tile of
+# exactly this many rows, padded with dummy tokens, so that every dense matmul sees the same shape
+# and each row's result is bit-identical however many real rows the chunk had (as deepseek4's
+# DECODE_TILE). The parts whose shapes would depend on the chunk (the KDA recurrence, the
+# indexer's pooling and selection, MLA attention, routed experts) run row by row on the real rows
+# only, and the padding rows never enter a cache. This makes greedy speculative output equal plain
+# greedy output byte for byte.
+DECODE_TILE = 8
+# Positions a state can be rolled back by (``Model.truncate``): a speculative verify pass has at
+# most DECODE_TILE - 1 rows, and its rejected ones are cut off. KDA layers keep a recurrent state
+# per position for this (only of positions fed in decode tiles: a longer chunk keeps its final
+# state alone, which bounds the memory a long prefill costs).
+MAX_ROLLBACK = DECODE_TILE - 1
 # Positions per KDA chunk (llama.cpp's chunked KDA uses 16 too).
 _KDA_CHUNK = 16
 # Score elements materialised per query block; longer inputs are processed in blocks.
@@ -222,6 +236,60 @@ class ModelArgs:
         """The NextN block always has its own indexer."""
         return layer >= self.num_layers or self.index_full[layer]
 
+    def to_gguf_metadata(self, context_length: int) -> dict[str, MetaValue]:
+        """The ``glm5-next.*`` keys that describe these hyper-parameters, typed as llama.cpp's
+        loader reads them (it rejects a key of another type), so ``from_gguf`` reads them back.
+
+        ``context_length`` (the trained context) is not a ModelArgs field: inference never
+        needs it. MLA's generic key/value lengths are the latent width, as llama.cpp's converter
+        writes them.
+        """
+        u32, f32, boolean = GGUFValueType.UINT32, GGUFValueType.FLOAT32, GGUFValueType.BOOL
+        blocks = self.num_layers + self.nextn_layers
+        values: dict[str, MetaValue] = {
+            "vocab_size": MetaValue(self.vocab_size, u32),
+            "context_length": MetaValue(context_length, u32),
+            "embedding_length": MetaValue(self.hidden_size, u32),
+            "block_count": MetaValue(blocks, u32),
+            "nextn_predict_layers": MetaValue(self.nextn_layers, u32),
+            "leading_dense_block_count": MetaValue(self.n_dense_layers, u32),
+            "feed_forward_length": MetaValue(self.ff, u32),
+            "expert_feed_forward_length": MetaValue(list(self.expert_ff), u32),
+            "expert_count": MetaValue(self.n_experts, u32),
+            "expert_used_count": MetaValue(self.n_experts_used, u32),
+            "expert_shared_count": MetaValue(self.n_shared_experts, u32),
+            "expert_weights_scale": MetaValue(self.expert_weights_scale, f32),
+            "expert_weights_norm": MetaValue(self.expert_weights_norm, boolean),
+            "expert_gating_func": MetaValue(int(self.gating_func), u32),
+            "swiglu_clamp_exp": MetaValue(list(self.swiglu_limits), f32),
+            "swiglu_clamp_shexp": MetaValue(list(self.swiglu_limits_shared), f32),
+            "attention.head_count": MetaValue(self.num_heads, u32),
+            "attention.head_count_kv": MetaValue([0 if r else 1 for r in self.recurrent], u32),
+            "attention.key_length": MetaValue(self.kv_lora_rank, u32),
+            "attention.value_length": MetaValue(self.kv_lora_rank, u32),
+            "attention.key_length_mla": MetaValue(self.qk_head_dim, u32),
+            "attention.value_length_mla": MetaValue(self.v_head_dim, u32),
+            "attention.q_lora_rank": MetaValue(self.q_lora_rank, u32),
+            "attention.kv_lora_rank": MetaValue(self.kv_lora_rank, u32),
+            "attention.layer_norm_rms_epsilon": MetaValue(self.rms_norm_eps, f32),
+            "attention.layer_norm_epsilon": MetaValue(self.norm_eps, f32),
+            "attention.indexer.head_count": MetaValue(self.index_heads, u32),
+            "attention.indexer.key_length": MetaValue(self.index_head_dim, u32),
+            "attention.indexer.top_k": MetaValue(self.index_topk, u32),
+            "attention.indexer.kpool": MetaValue(self.kpool, u32),
+            "attention.indexer.kpool_select_tail": MetaValue(self.kpool_select_tail, boolean),
+            "attention.indexer.types": MetaValue([int(t) for t in self.index_full], u32),
+            "rope.dimension_count": MetaValue(0, u32),
+            "ssm.conv_kernel": MetaValue(self.conv_kernel, u32),
+            "kda.head_dim": MetaValue(self.kda_head_dim, u32),
+            "hyper_connection.count": MetaValue(self.hc_mult, u32),
+            "hyper_connection.sinkhorn_iterations": MetaValue(self.hc_sinkhorn_iters, u32),
+            "hyper_connection.epsilon": MetaValue(self.hc_eps, f32),
+        }
+        if self.kda_gate_lower_bound > -math.inf:
+            values["kda.gate_lower_bound"] = MetaValue(self.kda_gate_lower_bound, f32)
+        return {f"{ARCH}.{name}": value for name, value in values.items()}
+
 
 def tensor_shapes(args: ModelArgs) -> dict[str, Shape]:
     """Every tensor a glm5-next model may have, name -> shape in numpy order ([out, in] for
@@ -309,21 +377,46 @@ def tensor_shapes(args: ModelArgs) -> dict[str, Shape]:
 
 @dataclass(frozen=True)
 class KDACache:
-    """A KDA layer's recurrent state: the last ``conv_kernel - 1`` projected q/k/v rows
-    [3, kernel - 1, inner] and the delta-rule state per head [heads, key, value]."""
+    """A KDA layer's recurrent state: the projected q/k/v rows of the last positions
+    [3, rows, inner] (the conv reads the last ``conv_kernel - 1``; up to MAX_ROLLBACK more allow
+    a rollback) and the delta-rule states [n, heads, key, value] after each of the last n
+    positions, the current one last (n - 1 is how far the state can be rolled back)."""
 
     conv: mx.array | None = None
     ssm: mx.array | None = None
+
+    @property
+    def rollback(self) -> int:
+        return 0 if self.ssm is None else self.ssm.shape[0] - 1
+
+    def truncate(self, cut: int) -> KDACache:
+        """This cache as it was ``cut`` positions ago (``cut <= rollback``)."""
+        if cut == 0:
+            return self
+        return KDACache(conv=self.conv[:, : self.conv.shape[1] - cut],
+                        ssm=self.ssm[: self.ssm.shape[0] - cut])
 
 
 @dataclass(frozen=True)
 class IndexCache:
     """A full indexer's cache: pooled keys of every complete pool [pools, dim], and the key and
-    gate rows of the positions of the incomplete pool [pos % kpool, dim]."""
+    gate rows [n, dim] of the positions ``start ..``: those of the incomplete pool, plus those of
+    the pools completed within the last MAX_ROLLBACK positions, so that a rollback can reopen
+    them."""
 
     pooled: mx.array | None = None
-    pending_key: mx.array | None = None
-    pending_gate: mx.array | None = None
+    start: int = 0
+    keys: mx.array | None = None
+    gates: mx.array | None = None
+
+    def truncate(self, pos: int, kpool: int) -> IndexCache:
+        """This cache as it was after ``pos`` positions."""
+        return IndexCache(
+            pooled=None if self.pooled is None else self.pooled[: pos // kpool],
+            start=self.start,
+            keys=None if self.keys is None else self.keys[: pos - self.start],
+            gates=None if self.gates is None else self.gates[: pos - self.start],
+        )
 
 
 @dataclass(frozen=True)
@@ -332,6 +425,11 @@ class MLACache:
 
     latent: mx.array | None = None
     index: IndexCache | None = None
+
+    def truncate(self, pos: int, kpool: int) -> MLACache:
+        """This cache as it was after ``pos`` positions."""
+        return MLACache(latent=None if self.latent is None else self.latent[:pos],
+                        index=None if self.index is None else self.index.truncate(pos, kpool))
 
 
 # --------------------------------------------------------------------------------------------
@@ -403,6 +501,27 @@ def kda_scan(q: mx.array, k: mx.array, v: mx.array, g: mx.array, beta: mx.array,
     return (outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=1)), state
 
 
+def kda_steps(q: mx.array, k: mx.array, v: mx.array, g: mx.array, beta: mx.array,
+              states: mx.array) -> tuple[mx.array, mx.array]:
+    """The KDA recurrence one position at a time (as ``ggml_gated_delta_net`` scans), on the
+    shapes of a single position whatever the number of positions: a position's result does not
+    depend on how many positions share the call.
+
+    q, k, g [H, T, K]; v [H, T, V]; beta [H, T]; ``states`` [n, H, K, V] ends with the state to
+    continue. Returns the outputs [H, T, V] and ``states`` followed by the state after each
+    position.
+    """
+    scale = 1.0 / math.sqrt(v.shape[-1])
+    state, outs, new_states = states[-1], [], [states]
+    for t in range(q.shape[1]):
+        state = mx.exp(g[:, t])[..., None] * state
+        delta = beta[:, t, None] * (v[:, t] - (k[:, t, None, :] @ state)[:, 0])
+        state = state + k[:, t, :, None] * delta[:, None, :]
+        outs.append((q[:, t, None, :] @ state) * scale)
+        new_states.append(state[None])
+    return mx.concatenate(outs, axis=1), mx.concatenate(new_states)
+
+
 def _l2_norm(x: mx.array) -> mx.array:
     """x / sqrt(sum(x^2) + eps) over the last axis, computed as llama.cpp's
     ``build_gdn_l2_norm`` does (an RMS norm with eps / n, times 1 / sqrt(n))."""
@@ -432,17 +551,21 @@ class KDA(nn.Module):
         self.kernel = args.conv_kernel
         self.lower_bound = args.kda_gate_lower_bound
 
-    def _conv(self, x: mx.array, prev: mx.array | None) -> tuple[mx.array, mx.array]:
-        """Causal depthwise conv + SiLU of the q/k/v projections -> ([3, T, inner], new rows)."""
-        tokens = x.shape[0]
+    def _conv(self, x: mx.array, rows: mx.array | None,
+              n_real: int) -> tuple[mx.array, mx.array]:
+        """Causal depthwise conv + SiLU of the q/k/v projections -> ([3, T, inner], the rows to
+        keep: those of the last ``kernel - 1 + MAX_ROLLBACK`` real positions)."""
+        tokens, history = x.shape[0], self.kernel - 1
         proj = mx.stack([linear(x, wt) for wt in self.wqkv])  # [3, T, inner]
-        if prev is None:
-            prev = mx.zeros((3, self.kernel - 1, proj.shape[-1]))
-        window = mx.concatenate([prev, proj], axis=1)  # [3, kernel - 1 + T, inner]
+        if rows is None:
+            rows = mx.zeros((3, history, proj.shape[-1]))
+        window = mx.concatenate([rows[:, rows.shape[1] - history :], proj], axis=1)
         out = window[:, :tokens] * self.conv[:, None, :, 0]
         for i in range(1, self.kernel):
             out = out + window[:, i : i + tokens] * self.conv[:, None, :, i]
-        return nn.silu(out), window[:, tokens:]
+        keep = history + MAX_ROLLBACK
+        kept = mx.concatenate([rows, proj[:, max(0, n_real - keep) : n_real]], axis=1)
+        return nn.silu(out), kept[:, max(0, kept.shape[1] - keep) :]
 
     def _decay(self, x: mx.array) -> mx.array:
         """Per-channel log decay g [T, H, K] (llama.cpp's ``kda_g1``)."""
@@ -453,17 +576,31 @@ class KDA(nn.Module):
             return self.lower_bound * mx.sigmoid(-(g * a))
         return softplus(g) * a
 
-    def __call__(self, x: mx.array, cache: KDACache) -> tuple[mx.array, KDACache]:
+    def __call__(self, x: mx.array, cache: KDACache,
+                 n_real: int | None = None) -> tuple[mx.array, KDACache]:
+        """x [T, D] -> (output [T, D], the new cache). ``n_real`` marks a decode tile (see
+        DECODE_TILE): the recurrence runs one position at a time on the first ``n_real`` rows,
+        keeping the state after each for a rollback; the padding rows get zeros. Otherwise it
+        runs chunk-wise and keeps the final state only."""
         tokens, h, hd = x.shape[0], self.heads, self.head_dim
-        qkv, conv = self._conv(x, cache.conv)
+        real = tokens if n_real is None else n_real
+        qkv, conv = self._conv(x, cache.conv, real)
         q, k, v = (mx.swapaxes(t.reshape(tokens, h, hd), 0, 1) for t in qkv)  # [H, T, hd]
+        q, k = _l2_norm(q), _l2_norm(k)
         beta = mx.swapaxes(mx.sigmoid(linear(x, self.w_beta)), 0, 1)  # [H, T]
         g = mx.swapaxes(self._decay(x), 0, 1)
-        state = cache.ssm if cache.ssm is not None else mx.zeros((h, hd, hd))
-        out, state = kda_scan(_l2_norm(q), _l2_norm(k), v, g, beta, state)
+        states = cache.ssm if cache.ssm is not None else mx.zeros((1, h, hd, hd))
+        if n_real is None:
+            out, state = kda_scan(q, k, v, g, beta, states[-1])
+            states = state[None]
+        else:
+            out, states = kda_steps(q[:, :real], k[:, :real], v[:, :real], g[:, :real],
+                                    beta[:, :real], states)
+            out = mx.concatenate([out, mx.zeros((h, tokens - real, hd))], axis=1)
+            states = states[max(0, states.shape[0] - MAX_ROLLBACK - 1) :]
         gate = linear(linear(x, self.g_a), self.g_b).reshape(tokens, h, hd)
         out = self.o_norm(mx.swapaxes(out, 0, 1)) * mx.sigmoid(gate)
-        return linear(out.reshape(tokens, h * hd), self.wo), KDACache(conv=conv, ssm=state)
+        return linear(out.reshape(tokens, h * hd), self.wo), KDACache(conv=conv, ssm=states)
 
 
 # --------------------------------------------------------------------------------------------
@@ -520,42 +657,69 @@ class PoolIndexer(nn.Module):
         self.tail = args.kpool_select_tail
         self.norm_eps = args.norm_eps
 
-    def pool(self, x: mx.array, pos0: int, cache: IndexCache | None) -> IndexCache:
-        """Caches the key and gate rows of x (positions pos0 ..), pooling completed pools."""
+    def pool(self, x: mx.array, pos0: int, cache: IndexCache | None,
+             n_real: int | None = None) -> IndexCache:
+        """Caches the key and gate rows of x (positions pos0 ..; of a decode tile, the first
+        ``n_real`` rows only), pooling the pools they complete: in a tile one pool at a time, so
+        that a pool's key does not depend on the chunk that completed it."""
         r = self.kpool
-        key = mx.fast.layer_norm(linear(x, self.wk), self.k_norm, self.k_norm_bias,
-                                 self.norm_eps)
-        gate = linear(x, self.wgate)
-        pooled = None
+        real = x.shape[0] if n_real is None else n_real
+        keys = mx.fast.layer_norm(linear(x, self.wk), self.k_norm, self.k_norm_bias,
+                                  self.norm_eps)[:real]
+        gates = linear(x, self.wgate)[:real]
+        start, pooled = pos0, None
         if cache is not None:
-            key = append_rows(cache.pending_key, key)
-            gate = append_rows(cache.pending_gate, gate)
-            pooled = cache.pooled
-        done = ((pos0 + x.shape[0]) // r - pos0 // r) * r  # rows of the pools completed now
-        if done:
-            keys = key[:done].reshape(-1, r, self.dim)
-            scores = gate[:done].reshape(-1, r, self.dim) + self.ape
-            new = mx.sum(keys * mx.softmax(scores, axis=1, precise=True), axis=1)
-            pooled = append_rows(pooled, new)
-        return IndexCache(pooled=pooled, pending_key=key[done:], pending_gate=gate[done:])
+            keys, gates = append_rows(cache.keys, keys), append_rows(cache.gates, gates)
+            start, pooled = cache.start, cache.pooled
+        end = pos0 + real
+        first, last = pos0 // r, end // r  # the pools completed now: [first, last)
+        spans = [(first, last)] if n_real is None else [(b, b + 1) for b in range(first, last)]
+        for b0, b1 in spans:
+            if b1 > b0:
+                lo, hi = b0 * r - start, b1 * r - start
+                rows = keys[lo:hi].reshape(-1, r, self.dim)
+                scores = gates[lo:hi].reshape(-1, r, self.dim) + self.ape
+                new = mx.sum(rows * mx.softmax(scores, axis=1, precise=True), axis=1)
+                pooled = append_rows(pooled, new)
+        keep = max(start, max(0, end - MAX_ROLLBACK) // r * r)
+        return IndexCache(pooled=pooled, start=keep, keys=keys[keep - start :],
+                          gates=gates[keep - start :])
 
     def select(self, x: mx.array, qr: mx.array, positions: np.ndarray,
-               pooled: mx.array | None) -> Selection:
-        """The top pools of each query among those it has fully seen."""
+               pooled: mx.array | None, n_real: int | None = None) -> Selection:
+        """The top pools of each query among those it has fully seen. In a decode tile
+        (``n_real``) each real row is scored on its own over exactly the pools its position
+        sees, as one-token decode scores it; the padding rows select nothing."""
         n_pools = 0 if pooled is None else pooled.shape[0]
-        visible = mx.array(np.arange(n_pools)[None, :] < ((positions + 1) // self.kpool)[:, None])
-        chosen = visible
-        if n_pools > self.top_pools:
-            chosen = self._top_pools(x, qr, pooled, visible)
-        return Selection(positions, chosen, self.kpool, self.tail)
+        if n_real is None:
+            visible = mx.array(np.arange(n_pools)[None, :]
+                               < ((positions + 1) // self.kpool)[:, None])
+            chosen = visible
+            if n_pools > self.top_pools:
+                chosen = self._top_pools(*self._queries(x, qr), pooled, visible)
+            return Selection(positions, chosen, self.kpool, self.tail)
+        q, weights = self._queries(x, qr)
+        rows = []
+        for r in range(n_real):
+            n_seen = (int(positions[r]) + 1) // self.kpool
+            seen = mx.ones((1, n_seen), dtype=mx.bool_)
+            if n_seen > self.top_pools:
+                seen = self._top_pools(q[r : r + 1], weights[r : r + 1], pooled[:n_seen], seen)
+            rows.append(mx.concatenate([seen, mx.zeros((1, n_pools - n_seen), mx.bool_)],
+                                       axis=1))
+        rows.append(mx.zeros((len(positions) - n_real, n_pools), mx.bool_))
+        return Selection(positions, mx.concatenate(rows), self.kpool, self.tail)
 
-    def _top_pools(self, x: mx.array, qr: mx.array, pooled: mx.array,
+    def _queries(self, x: mx.array, qr: mx.array) -> tuple[mx.array, mx.array]:
+        """Indexer queries [T, heads, dim] and head weights [T, heads]."""
+        q = linear(qr, self.q_b).reshape(x.shape[0], self.heads, self.dim)
+        return q, linear(x, self.proj) * (1.0 / math.sqrt(self.dim * self.heads))
+
+    def _top_pools(self, q: mx.array, weights: mx.array, pooled: mx.array,
                    visible: mx.array) -> mx.array:
         if self.top_pools == 0:
             return mx.zeros(visible.shape, dtype=mx.bool_)
         tokens, n_pools = visible.shape
-        q = linear(qr, self.q_b).reshape(tokens, self.heads, self.dim)
-        weights = linear(x, self.proj) * (1.0 / math.sqrt(self.dim * self.heads))
         step = max(1, _SCORE_BUDGET // (self.heads * n_pools))
         chosen = []
         for t0 in range(0, tokens, step):
@@ -563,7 +727,10 @@ class PoolIndexer(nn.Module):
             scores = mx.maximum(mx.matmul(q[t0:t1], pooled.T), 0.0)  # [t, heads, P]
             scores = mx.sum(scores * weights[t0:t1, :, None], axis=1)
             scores = mx.where(visible[t0:t1], scores, -mx.inf)
-            top = mx.argpartition(-scores, self.top_pools - 1, axis=-1)[:, : self.top_pools]
+            # A selection has no gradient; stop_gradient says so to MLX, which cannot
+            # differentiate a scatter with respect to its indices.
+            top = mx.stop_gradient(
+                mx.argpartition(-scores, self.top_pools - 1, axis=-1)[:, : self.top_pools])
             picked = mx.put_along_axis(mx.zeros(scores.shape, dtype=mx.bool_), top,
                                        mx.array(True), axis=-1)
             chosen.append(picked & visible[t0:t1])
@@ -589,46 +756,64 @@ class SparseMLA(nn.Module):
         self.scale = 1.0 / math.sqrt(args.qk_head_dim)
         self.tail = args.kpool_select_tail
 
-    def __call__(self, x: mx.array, pos0: int, cache: MLACache,
-                 shared: Selection | None) -> tuple[mx.array, MLACache, Selection]:
+    def __call__(self, x: mx.array, pos0: int, cache: MLACache, shared: Selection | None,
+                 n_real: int | None = None) -> tuple[mx.array, MLACache, Selection]:
         """x [T, D] at positions pos0 .. -> (output [T, D], new cache, the selection used).
 
         ``shared`` is the selection of the last full indexer layer (for a layer without one).
+        ``n_real`` marks a decode tile (see DECODE_TILE): only its first rows are real; each
+        attends on its own, the padding rows get zeros and stay out of the cache.
         """
         tokens = x.shape[0]
         qr = self.q_a_norm(linear(x, self.wq_a))
         q = linear(qr, self.wq_b).reshape(tokens, self.heads, self.head_dim)
         q = linear(mx.swapaxes(q, 0, 1), self.wk_b)  # absorbed: [H, T, kv_lora_rank]
-        latent = append_rows(cache.latent, self.kv_norm(linear(x, self.wkv_a)))
+        rows = self.kv_norm(linear(x, self.wkv_a))
+        latent = append_rows(cache.latent, rows if n_real is None else rows[:n_real])
         index = cache.index
         if self.indexer is not None:
-            index = self.indexer.pool(x, pos0, index)
+            index = self.indexer.pool(x, pos0, index, n_real)
             positions = np.arange(pos0, pos0 + tokens)
-            shared = self.indexer.select(x, qr, positions, index.pooled)
+            shared = self.indexer.select(x, qr, positions, index.pooled, n_real)
         if shared is None:
             raise ValueError("an MLA layer without its own indexer needs a full indexer layer "
                              "before it")
-        out = self._attend(q, latent, shared)  # [H, T, kv_lora_rank]
+        if n_real is None:
+            out = self._attend(q, latent, shared)  # [H, T, kv_lora_rank]
+        else:
+            out = self._attend_rows(q, latent, shared, n_real)
         out = mx.swapaxes(linear(out, self.wv_b), 0, 1).reshape(tokens, -1)
         return linear(out, self.wo), MLACache(latent=latent, index=index), shared
 
     def _attend(self, q: mx.array, latent: mx.array, selection: Selection) -> mx.array:
-        """Attention of the absorbed queries over the selected latents (keys = values)."""
+        """Attention of the absorbed queries over the selected latents (keys = values), in
+        blocks of queries that bound the score memory."""
         heads, tokens = q.shape[:2]
         step = max(1, _SCORE_BUDGET // (heads * latent.shape[0]))
-        outs = []
-        for t0 in range(0, tokens, step):
-            t1 = min(tokens, t0 + step)
-            mask = selection.mask(t0, t1)
-            keys = latent[None, None, : mask.shape[1]]
-            out = mx.fast.scaled_dot_product_attention(
-                q[None, :, t0:t1], keys, keys, scale=self.scale, mask=mask[None, None]
-            )[0]
-            if not self.tail:
-                # A query that sees no position gets zeros, as from ggml's flash attention.
-                out = mx.where(mx.any(mask, axis=-1)[None, :, None], out, 0.0)
-            outs.append(out)
+        outs = [self._attend_block(q, latent, selection, t0, min(tokens, t0 + step))
+                for t0 in range(0, tokens, step)]
         return outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=1)
+
+    def _attend_rows(self, q: mx.array, latent: mx.array, selection: Selection,
+                     n_real: int) -> mx.array:
+        """``_attend`` one real row at a time, each over exactly the latents its position sees,
+        so that its result does not depend on the other rows of the chunk; zeros for padding."""
+        outs = [self._attend_block(q, latent, selection, r, r + 1) for r in range(n_real)]
+        outs.append(mx.zeros((q.shape[0], q.shape[1] - n_real, q.shape[2])))
+        return mx.concatenate(outs, axis=1)
+
+    def _attend_block(self, q: mx.array, latent: mx.array, selection: Selection, t0: int,
+                      t1: int) -> mx.array:
+        """The attention of queries t0 .. t1 - 1: [H, t1 - t0, kv_lora_rank]."""
+        mask = selection.mask(t0, t1)
+        keys = latent[None, None, : mask.shape[1]]
+        out = mx.fast.scaled_dot_product_attention(
+            q[None, :, t0:t1], keys, keys, scale=self.scale, mask=mask[None, None]
+        )[0]
+        if not self.tail:
+            # A query that sees no position gets zeros, as from ggml's flash attention.
+            out = mx.where(mx.any(mask, axis=-1)[None, :, None], out, 0.0)
+        return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -669,17 +854,19 @@ class Block(nn.Module):
     def new_cache(self) -> KDACache | MLACache:
         return KDACache() if isinstance(self.mixer, KDA) else MLACache()
 
-    def __call__(self, x: mx.array, pos0: int, cache: Any,
-                 selection: Selection | None) -> tuple[mx.array, Any, Selection | None]:
+    def __call__(self, x: mx.array, pos0: int, cache: Any, selection: Selection | None,
+                 n_real: int | None = None) -> tuple[mx.array, Any, Selection | None]:
+        """``n_real``: x is a decode tile whose first ``n_real`` rows are real (DECODE_TILE)."""
         pre, post, comb = self.hc_attn(x)
         h = self.attn_norm(hc_collapse(x, pre))
         if isinstance(self.mixer, KDA):
-            h, cache = self.mixer(h, cache)
+            h, cache = self.mixer(h, cache, n_real)
         else:
-            h, cache, selection = self.mixer(h, pos0, cache, selection)
+            h, cache, selection = self.mixer(h, pos0, cache, selection, n_real)
         x = hc_expand(h, x, post, comb)
         pre, post, comb = self.hc_ffn(x)
-        h = self.ffn(self.ffn_norm(hc_collapse(x, pre)))
+        h = self.ffn_norm(hc_collapse(x, pre))
+        h = self.ffn(h, None, n_real) if isinstance(self.ffn, SharedExpertMoE) else self.ffn(h)
         return hc_expand(h, x, post, comb), cache, selection
 
 
@@ -722,20 +909,25 @@ class NextNPredictor(nn.Module):
         self.attn = SparseMLA(args, w, layer)
         self.ffn = _ffn(args, w, layer)
 
-    def __call__(self, hidden: mx.array, next_tokens: mx.array,
-                 state: ModelState) -> tuple[mx.array, mx.array]:
-        """hidden [T, D] at positions state.pos .., next_tokens [T] -> (logits [T, vocab],
-        the block's normed output [T, D]); advances ``state``."""
+    def __call__(self, hidden: mx.array, next_tokens: mx.array, state: ModelState, *,
+                 evaluate: bool = True) -> mx.array:
+        """hidden [T, D] at positions state.pos .., next_tokens [T] -> the block's normed output
+        [T, D] (``logits`` of it predict the tokens t + 2); advances ``state``. ``evaluate=False``
+        leaves the result and the cache unevaluated (training)."""
         e = self.enorm(take_rows(self.embed, next_tokens).astype(mx.float32))
         x = linear(mx.concatenate([e, self.hnorm(hidden)], axis=-1), self.eh_proj)
         h, cache, _ = self.attn(self.attn_norm(x), state.pos, state.layers[0], None)
         x = x + h
         x = x + self.ffn(self.ffn_norm(x))
         out = self.head_norm(x)
-        logits = linear(out, self.head)
         state.layers, state.pos = [cache], state.pos + hidden.shape[0]
-        mx.eval(logits, out, *state.arrays())
-        return logits, out
+        if evaluate:
+            mx.eval(out, *state.arrays())
+        return out
+
+    def logits(self, out: mx.array) -> mx.array:
+        """The shared head over the block's output rows: [T, vocab]."""
+        return linear(out, self.head)
 
 
 # --------------------------------------------------------------------------------------------
@@ -744,6 +936,9 @@ class NextNPredictor(nn.Module):
 
 
 class Model(nn.Module):
+    #: The most rows a chunk may have for its logits to be bit-identical to one-token decode.
+    max_invariant_rows = DECODE_TILE - 1
+
     def __init__(self, args: ModelArgs, w: Weights):
         super().__init__()
         self.args = args
@@ -764,8 +959,32 @@ class Model(nn.Module):
         args = ModelArgs.from_gguf(gguf_file)
         return cls(args, GGUFWeights(tensor_shapes(args), gguf_file, weights_dtype))
 
+    @classmethod
+    def from_arrays(cls, args: ModelArgs, arrays: Mapping[str, mx.array]) -> Model:
+        """Build the model on float32 arrays named as in ``tensor_shapes(args)`` (the NextN
+        block's optional tensors may be left out), used as they are: training differentiates
+        through them."""
+        return cls(args, ArrayWeights(tensor_shapes(args), arrays))
+
     def new_state(self) -> ModelState:
         return ModelState([block.new_cache() for block in self.blocks])
+
+    def truncate(self, state: ModelState, pos: int) -> None:
+        """Roll ``state`` back to just after position ``pos - 1``, without recomputing anything:
+        how a speculative verify drops its rejected rows. At most MAX_ROLLBACK positions, and
+        only over positions fed in decode tiles (chunks of fewer than DECODE_TILE tokens): a KDA
+        layer keeps no per-position states of a longer chunk."""
+        cut = state.pos - pos
+        limit = min([MAX_ROLLBACK] + [c.rollback for c in state.layers
+                                      if isinstance(c, KDACache)])
+        if not 0 <= cut <= limit:
+            raise ValueError(f"cannot roll back from {state.pos} to {pos} tokens (at most "
+                             f"{limit} positions here: the recurrent state is kept for up to "
+                             f"{MAX_ROLLBACK} positions fed in chunks of under {DECODE_TILE} "
+                             "tokens)")
+        state.layers = [c.truncate(cut) if isinstance(c, KDACache) else
+                        c.truncate(pos, self.args.kpool) for c in state.layers]
+        state.pos = pos
 
     def new_mtp_state(self) -> ModelState:
         """An empty cache for ``mtp_logits`` (the NextN block's MLA + indexer)."""
@@ -773,52 +992,68 @@ class Model(nn.Module):
             raise ValueError("this model file has no NextN (MTP) block")
         return ModelState([MLACache()])
 
-    def mtp_logits(self, hidden: mx.array, next_tokens: mx.array,
-                   mtp_state: ModelState) -> mx.array:
+    def mtp_logits(self, hidden: mx.array, next_tokens: mx.array, mtp_state: ModelState, *,
+                   last_only: bool = False, evaluate: bool = True) -> mx.array:
         """Draft logits [T, vocab] of tokens t + 2 from the main model's ``final_hidden`` rows
-        ``hidden`` [T, D] at t and the tokens at t + 1; advances ``mtp_state``."""
+        ``hidden`` [T, D] at t and the tokens at t + 1; advances ``mtp_state``.
+
+        ``last_only``: the last row's logits alone, [1, vocab] (a drafter's next proposal; the
+        head over every row of a long prompt would cost T x vocab for nothing).
+        ``evaluate=False`` leaves everything unevaluated (training).
+        """
         if self.mtp is None:
             raise ValueError("this model file has no NextN (MTP) block")
         tokens = next_tokens.astype(mx.int32).reshape(-1)
-        return self.mtp(hidden, tokens, mtp_state)[0]
+        out = self.mtp(hidden, tokens, mtp_state, evaluate=evaluate)
+        logits = self.mtp.logits(out[-1:] if last_only else out)
+        if evaluate:
+            mx.eval(logits)
+        return logits
 
     @overload
     def forward(self, tokens: mx.array, state: ModelState, *,
                 capture_layers: Sequence[int] = (),
-                return_hidden: Literal[False] = False) -> mx.array: ...
+                return_hidden: Literal[False] = False, evaluate: bool = True) -> mx.array: ...
 
     @overload
     def forward(self, tokens: mx.array, state: ModelState, *,
                 capture_layers: Sequence[int] = (),
-                return_hidden: Literal[True]) -> ForwardOutput: ...
+                return_hidden: Literal[True], evaluate: bool = True) -> ForwardOutput: ...
 
     def forward(self, tokens: mx.array, state: ModelState, *,
                 capture_layers: Sequence[int] = (),
-                return_hidden: bool = False) -> mx.array | ForwardOutput:
+                return_hidden: bool = False, evaluate: bool = True) -> mx.array | ForwardOutput:
         """Logits [T, vocab] of int32 ``tokens`` [T] continuing ``state``, which it advances.
 
         With ``return_hidden`` a ``ForwardOutput`` also carries the hidden states of
         ``capture_layers`` and of the head (``final_hidden`` feeds ``mtp_logits``).
+        ``evaluate=False`` returns the results (and leaves the caches) unevaluated, for callers
+        that transform the computation (training takes gradients through it).
         """
         capture = capture_set(capture_layers, return_hidden, len(self.blocks))
         tokens = tokens.astype(mx.int32).reshape(-1)
-        pos0 = state.pos
+        pos0, n = state.pos, tokens.shape[0]
+        # Short chunks (decode, verify) run as a fixed-shape tile; see DECODE_TILE.
+        n_real = n if evaluate and n < DECODE_TILE else None
+        if n_real is not None:
+            tokens = mx.concatenate([tokens, mx.zeros((DECODE_TILE - n,), mx.int32)])
         h = take_rows(self.embed, tokens).astype(mx.float32)
         x = mx.broadcast_to(h[:, None, :], (h.shape[0], self.args.hc_mult, h.shape[1]))
         caches = list(state.layers)
         captured: dict[int, mx.array] = {}
         selection: Selection | None = None
         for i, block in enumerate(self.blocks):
-            x, caches[i], selection = block(x, pos0, caches[i], selection)
+            x, caches[i], selection = block(x, pos0, caches[i], selection, n_real)
             if i in capture:
-                captured[i] = hc_mean(x)
+                captured[i] = hc_mean(x)[:n]
         final = self.output_norm(hc_mean(x))
-        logits = linear(final, self.output)
+        logits = linear(final, self.output)[:n]
+        x, final = x[:n], final[:n]
 
-        state.layers, state.pos = caches, pos0 + tokens.shape[0]
-        # One evaluation for the outputs and the new caches keeps the caches' graphs short.
-        mx.eval(logits, *captured.values(), x, final, *state.arrays())
+        state.layers, state.pos = caches, pos0 + n
+        if evaluate:
+            # One evaluation for the outputs and the new caches keeps the caches' graphs short.
+            mx.eval(logits, *captured.values(), x, final, *state.arrays())
         if not return_hidden:
             return logits
         return ForwardOutput(logits, captured, x, final)
-

@@ -88,7 +88,7 @@ def speculative_generate(
     sampler = Sampler(sampling or SamplingOptions())
     capture = tuple(drafter.capture_layers)
     stats = SpeculativeStats(prompt_tokens=len(prompt))
-    scheduler = DraftScheduler(stats.scheduler)
+    scheduler = DraftScheduler(stats.scheduler, max_draft=drafter.max_draft)
     stop_set = set(stop_tokens)
     # Drafts short enough that the verify pass's logits equal one-token decode's bit for bit.
     max_draft_for_parity = getattr(session.model, "max_invariant_rows", 1 << 30) - 1

@@ -12,8 +12,11 @@ from dataclasses import dataclass, field
 
 #: Drafted cycles per judgement window.
 WINDOW_CYCLES = 4
-#: A window whose mean accepted draft length is below this pauses drafting.
+#: A window whose mean accepted draft length is below this pauses drafting (ds4's value for
+#: five-token DSpark drafts). Drafters with shorter drafts are held to the same share of their
+#: draft cap: a one-token drafter (GLM nextn) pauses below half its drafts accepted.
 MIN_MEAN_ACCEPTED = 1.5
+MIN_ACCEPTED_SHARE = 0.5
 #: A window in which at least this share of cycles produced no draft pauses drafting.
 MAX_NO_DRAFT_SHARE = 0.5
 #: Pause after a window of poor acceptance, in cycles.
@@ -38,6 +41,8 @@ class SchedulerStats:
 @dataclass
 class DraftScheduler:
     stats: SchedulerStats = field(default_factory=SchedulerStats)
+    #: The drafter's longest draft; it scales the acceptance threshold (see MIN_ACCEPTED_SHARE).
+    max_draft: int = 5
     _window_accepted: list[int] = field(default_factory=list)
     _window_no_draft: int = 0
     _pause_left: int = 0
@@ -79,6 +84,7 @@ class DraftScheduler:
             self.stats.no_draft_pauses += 1
             return
         self._no_draft_streak = 0
-        if sum(window) / len(window) < MIN_MEAN_ACCEPTED:
+        threshold = min(MIN_MEAN_ACCEPTED, MIN_ACCEPTED_SHARE * self.max_draft)
+        if sum(window) / len(window) < threshold:
             self._pause_left = LOW_ACCEPTANCE_PAUSE
             self.stats.pauses += 1

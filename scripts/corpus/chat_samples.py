@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import ds4mlx  # noqa: F401
 from ds4mlx.agent.tool_schemas import AGENT_TOOLS
@@ -106,7 +106,14 @@ def _show_code(rng: random.Random, fn) -> list[dict]:
     ]
 
 
-def render_samples(stdlib_texts: list[str], count: int, seed: int) -> Iterator[str]:
+def default_render(messages: list[dict]) -> str:
+    """A conversation in the DeepSeek-V4 template, with the agent's tools."""
+    return render_chat(messages, tools=AGENT_TOOLS, add_generation_prompt=False)
+
+
+def render_samples(stdlib_texts: list[str], count: int, seed: int,
+                   render: Callable[[list[dict]], str] = default_render) -> Iterator[str]:
+    """``count`` conversations, each rendered by ``render`` (other templates: the GLM model)."""
     rng = random.Random(seed)
     fns = _functions(stdlib_texts)
     for _ in range(count):
@@ -121,5 +128,4 @@ def render_samples(stdlib_texts: list[str], count: int, seed: int) -> Iterator[s
             messages = _rename(rng, rng.choice(fns))
         else:
             messages = _show_code(rng, rng.choice(fns))
-        yield render_chat([{"role": "system", "content": SYSTEM}, *messages], tools=AGENT_TOOLS,
-                          add_generation_prompt=False)
+        yield render([{"role": "system", "content": SYSTEM}, *messages])

@@ -21,7 +21,8 @@ QUANTIZED_TOLERANCE = 2e-3
 
 
 def shipped_models() -> list[Path]:
-    return sorted(p for p in ASSETS.glob("*.gguf") if open_gguf(p).arch == "deepseek4")
+    return sorted(p for p in ASSETS.glob("*.gguf")
+                  if open_gguf(p).arch in ("deepseek4", "glm5-next"))
 
 
 @pytest.mark.skipif(not llamacpp_available(), reason="llama-cpp-python is not installed "

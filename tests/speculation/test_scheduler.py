@@ -90,3 +90,13 @@ def test_a_new_scheduler_per_request_starts_fresh():
         first.record(5, 0)
     assert not first.should_draft(BUDGET)  # paused
     assert DraftScheduler().should_draft(BUDGET)
+
+
+def test_one_token_drafters_are_judged_by_their_share_accepted():
+    # A GLM nextn drafter accepts at most one token a cycle; 3 of 4 accepted keeps drafting ...
+    scheduler = DraftScheduler(max_draft=1)
+    assert all(drive(scheduler, [(1, 1), (1, 0), (1, 1), (1, 1)]))
+    # ... while 1 of 4 pauses it.
+    scheduler = DraftScheduler(max_draft=1)
+    drive(scheduler, [(1, 0), (1, 0), (1, 1), (1, 0)])
+    assert scheduler.stats.pauses == 1

@@ -1,0 +1,86 @@
+"""The MTP block inside the main GGUF as a drafter (ds4's ``--mtp``), GLM's built-in MTP above all.
+
+GLM-5.3-Flash (``glm5-next``) carries a NextN block (``blk.{n_layer}.nextn.*``, see
+``models.glm5_next.NextNPredictor``): its row for position t pairs the target's final hidden state
+at t with the token at t + 1 and predicts the token at t + 2. As in ds4's GLM cycle it drafts one
+token; the loop verifies [current, draft] in one target pass and commits up to two tokens.
+
+The block keeps its own MLA cache, row t at position t, and sees committed rows only: ``observe``
+feeds each committed position paired with the committed token after it (the last one with the
+token the target sampled next), so the cache stays aligned with the target's committed rows, and
+a rejected draft never enters it (its row is computed after the verify, with the token the target
+chose instead). The logits of the last row fed give the next draft.
+
+A DeepSeek-V4 target with llama.cpp's ``blk.{n_layer}.nextn.*`` block gets the legacy MTP
+drafter on that block, one token per cycle too (``speculation.mtp``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ds4mlx.gguf import GGUFError
+from ds4mlx.models import glm5_next
+from ds4mlx.speculation.drafter import Draft, Drafter, TargetRows
+
+import mlx.core as mx
+
+if TYPE_CHECKING:
+    from ds4mlx.api import LoadedModel
+
+
+class NextNDrafter:
+    """The ``Drafter`` over a glm5-next model's NextN block."""
+
+    name = "nextn"
+    max_draft = 1  # ds4's GLM cycle: one draft token, up to two tokens committed
+    capture_layers: tuple[int, ...] = ()
+
+    def __init__(self, network: glm5_next.Model):
+        if network.mtp is None:
+            raise ValueError("the model has no NextN (MTP) block")
+        self.network = network
+        self.reset()
+
+    def reset(self) -> None:
+        #: The NextN block's cache: one row per committed position, in order.
+        self.mtp_state = self.network.new_mtp_state()
+        self._draft: int | None = None
+
+    def observe(self, tokens: Sequence[int], next_token: int, rows: TargetRows) -> None:
+        if len(tokens) != rows.n_rows:
+            raise ValueError(f"{len(tokens)} tokens but {rows.n_rows} target rows")
+        if rows.pos0 != self.mtp_state.pos:
+            raise ValueError(f"rows start at position {rows.pos0}, but the NextN cache holds "
+                             f"{self.mtp_state.pos} (call reset() to start over)")
+        # Row j pairs the target's hidden state at pos0 + j with the token at pos0 + j + 1.
+        following = mx.array([*tokens[1:], next_token], dtype=mx.int32)
+        logits = self.network.mtp_logits(rows.final_hidden, following, self.mtp_state,
+                                         last_only=True)
+        self._draft = int(mx.argmax(logits[0]))
+
+    def propose(self, max_tokens: int) -> Draft:
+        if max_tokens < 1 or self._draft is None:
+            return Draft()
+        return Draft([self._draft])
+
+
+def load_nextn(target: LoadedModel) -> Drafter:
+    """The drafter of the MTP block inside ``target``'s own file (``--mtp``). Raises GGUFError
+    when the file has none."""
+    gguf, args = target.gguf, target.args
+    block = f"blk.{args.num_layers}.nextn.eh_proj.weight"
+    if not gguf.has_tensor(block):
+        raise GGUFError(f"{gguf.path}: --mtp needs the MTP draft block inside the model, but "
+                        f"this {gguf.arch} file has none ({gguf.arch}.nextn_predict_layers = "
+                        f"{gguf.get(f'{gguf.arch}.nextn_predict_layers', 0)}, no tensor "
+                        f"'{block}')")
+    if gguf.arch == "deepseek4":
+        from ds4mlx.speculation.mtp import load_mtp
+
+        # No margin cut: one draft token every cycle, as with GLM's block.
+        return load_mtp(target, None, max_draft=1, margin=0.0)
+    if gguf.arch != glm5_next.ARCH:
+        raise GGUFError(f"{gguf.path}: --mtp does not support architecture '{gguf.arch}'")
+    return NextNDrafter(target.network)
