@@ -280,6 +280,9 @@ def _tensor_nbytes(
     cursor: _BoundedCursor, info: _RawTensorInfo, qtype: GGMLQuantizationType
 ) -> int:
     where = f"tensor '{info.name}'"
+    if 0 in info.ggml_dims:
+        # No model has an empty weight, and readers downstream cannot shape one.
+        raise cursor.fail(f"{where} has dimensions {list(info.ggml_dims)}: a dimension is zero")
     n_elements = 1
     for dim in info.ggml_dims:
         n_elements *= dim  # Python ints: the product itself cannot overflow here

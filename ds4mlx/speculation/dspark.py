@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ds4mlx.gguf import GGUFError, GGUFFile, open_gguf
+from ds4mlx.gguf import GGUFError, GGUFFile, MetaValue, open_gguf
 from ds4mlx.kernels import Weight, linear, take_rows
 from ds4mlx.models.attention import sink_attention
 from ds4mlx.models.deepseek4 import Attention, Block, ModelArgs
@@ -69,7 +69,6 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 from gguf import GGUFValueType
-from gguf.gguf_writer import GGUFValue
 
 if TYPE_CHECKING:
     from ds4mlx.api import LoadedModel
@@ -200,8 +199,10 @@ class BlockAttention(nn.Module):
         angles = self.inner.rope.angles(np.arange(pos0, pos0 + x.shape[0]))
         return self.inner.keys(x, angles)
 
-    def __call__(self, x: mx.array, _pos0: int,
-                 context: BlockContext) -> tuple[mx.array, BlockContext]:
+    def __call__(self, x: mx.array, _pos0: int, context: BlockContext,
+                 _n_real: int | None = None) -> tuple[mx.array, BlockContext]:
+        """As ``Attention.__call__``; positions come from ``context`` and a block is never a
+        decode tile (``n_real``)."""
         angles = self.inner.rope.angles(context.positions())
         _, q = self.inner.queries(x, angles)
         keys = mx.concatenate([context.keys, self.inner.keys(x, angles)])
@@ -427,12 +428,11 @@ def save_dspark(path: str | Path, arch: str, config: DSparkConfig, target: Loade
     if arch == ARCH_DS4:
         tensors = {ds4_name(name, config.stage_count): a for name, a in arrays.items()}
         meta |= {
-            "dspark.block_size": GGUFValue(config.block_size, u32),
-            "dspark.markov_rank": GGUFValue(config.markov_rank, u32),
-            "dspark.noise_token_id": GGUFValue(config.noise_token_id, u32),
-            "dspark.target_layer_ids": GGUFValue(list(config.target_layers),
-                                                 GGUFValueType.ARRAY, u32),
-            "dspark.stage_count": GGUFValue(config.stage_count, u32),
+            "dspark.block_size": MetaValue(config.block_size, u32),
+            "dspark.markov_rank": MetaValue(config.markov_rank, u32),
+            "dspark.noise_token_id": MetaValue(config.noise_token_id, u32),
+            "dspark.target_layer_ids": MetaValue(list(config.target_layers), u32),
+            "dspark.stage_count": MetaValue(config.stage_count, u32),
         }
     else:
         tensors = dict(arrays)
@@ -440,9 +440,8 @@ def save_dspark(path: str | Path, arch: str, config: DSparkConfig, target: Loade
         for key, value in s_args.to_gguf_metadata(context_length).items():
             meta[f"{ARCH_LLAMA}.{key.split('.', 1)[1]}"] = value
         meta |= tokenizer_metadata(target.gguf) | {
-            "dflash.block_size": GGUFValue(config.block_size, u32),
-            "dflash.target_layers": GGUFValue([i + 1 for i in config.target_layers],
-                                              GGUFValueType.ARRAY, u32),
-            "tokenizer.ggml.mask_token_id": GGUFValue(config.noise_token_id, u32),
+            "dflash.block_size": MetaValue(config.block_size, u32),
+            "dflash.target_layers": MetaValue([i + 1 for i in config.target_layers], u32),
+            "tokenizer.ggml.mask_token_id": MetaValue(config.noise_token_id, u32),
         }
     write_support_gguf(Path(path), arch, meta, tensors)

@@ -34,10 +34,12 @@ from typing import TYPE_CHECKING
 
 from ds4mlx.gguf import GGUFError, open_gguf
 from ds4mlx.kernels import Weight, linear, take_rows
+from ds4mlx.models.cache import ModelState
 from ds4mlx.models.deepseek4 import Block, LayerCache, ModelArgs
 from ds4mlx.models.mhc import HyperHead
 from ds4mlx.models.norms import RMSNorm
 from ds4mlx.models.weights import ArrayWeights, GGUFWeights
+from ds4mlx.speculation.config import DEFAULT_MTP_MARGIN
 from ds4mlx.speculation.drafter import Draft, TargetRows
 from ds4mlx.speculation.dspark import TargetHead, target_head
 from ds4mlx.speculation.support_gguf import (
@@ -59,7 +61,6 @@ if TYPE_CHECKING:
 
 ARCH_MTP = "deepseek4-mtp"
 LAYOUTS = {ARCH_MTP: "ds4's MTP support file", "deepseek4": "ds4's MTP support file"}
-DEFAULT_MARGIN = 3.0
 # The most tokens one draft may hold (ds4's cap on --mtp-draft).
 MAX_DRAFT = 16
 
@@ -170,7 +171,7 @@ class MTPDrafter:
     name = "mtp"
     capture_layers: tuple[int, ...] = ()
 
-    def __init__(self, net: MTPNet, max_draft: int, margin: float = DEFAULT_MARGIN):
+    def __init__(self, net: MTPNet, max_draft: int, margin: float = DEFAULT_MTP_MARGIN):
         if not 1 <= max_draft <= MAX_DRAFT:
             raise ValueError(f"max_draft must be in [1, {MAX_DRAFT}], got {max_draft}")
         self.net = net
@@ -195,7 +196,7 @@ class MTPDrafter:
         streams, logits, self._cache = self.net(following, rows.head_input, rows.pos0 + 1,
                                                 self._cache)
         self._streams, self._logits = streams[-1:], logits[-1]
-        mx.eval(self._streams, self._logits, self._cache.window)
+        mx.eval(self._streams, self._logits, *ModelState([self._cache]).arrays())
         self._next_pos = rows.pos0 + rows.n_rows
 
     def propose(self, max_tokens: int) -> Draft:
@@ -219,7 +220,7 @@ class MTPDrafter:
 
 
 def load_mtp(target: LoadedModel, path: str | Path | None = None, *, max_draft: int,
-             margin: float = DEFAULT_MARGIN, check_target_id: bool = True,
+             margin: float = DEFAULT_MTP_MARGIN, check_target_id: bool = True,
              weights_dtype: str | None = None) -> MTPDrafter:
     """The MTP drafter for ``target``: from ds4's support file ``path``, or (no path) from the
     ``blk.{n_layer}.nextn.*`` block of the target's own file. Raises GGUFError for a file of

@@ -7,9 +7,9 @@ sorted by name, each contributing ``name``, its GGML type name, its numpy-order 
 count, then its data. Tensors up to ``FULL_HASH_BYTES`` contribute all their bytes; larger ones
 ``HASH_WINDOWS`` windows of ``HASH_WINDOW_BYTES`` (at the start, evenly spaced, the end). So the
 identity depends on the weights only (not on metadata, tensor order or alignment), is reproducible
-from the file alone, and costs a few hundred MiB of reads even for a 80 GB target. A requantized
-target has a different identity; pass ``check_target=False`` to the loaders to use a drafter with
-it anyway. Files without the key (ds4's and llama.cpp's exports) are not checked.
+from the file alone, and costs a few hundred MiB of reads even for an 80 GB target. A
+requantized target has a different identity; pass ``check_target_id=False`` to the loaders to use
+a drafter with it anyway. Files without the key (ds4's and llama.cpp's exports) are not checked.
 """
 
 from __future__ import annotations
@@ -19,16 +19,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from ds4mlx.gguf import GGUFError, GGUFFile
-from ds4mlx.gguf.quantize import quantize
+from ds4mlx.gguf import GGUFError, GGUFFile, MetaValue, TensorToWrite, write_gguf
 from ds4mlx.kernels import Weight
 from ds4mlx.models.deepseek4 import ModelArgs, tensor_shapes
 from ds4mlx.models.weights import Weights
 
 import mlx.core as mx
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter
-from gguf.gguf_writer import GGUFValue
+from gguf import GGMLQuantizationType, GGUFValueType
 
 TARGET_ID_KEY = "ds4mlx.target_sha256"
 TARGET_FILE_KEY = "ds4mlx.target_file"  # the target's file name when the drafter was trained
@@ -53,34 +51,36 @@ def _windows(nbytes: int) -> list[tuple[int, int]]:
 
 
 def target_fingerprint(gguf: GGUFFile) -> str:
-    """The target identity (see the module docstring), as a hex sha256."""
+    """The target identity (see the module docstring), as a hex sha256. It reads the file's
+    memory map, i.e. the weights the loaded model holds even if the path was replaced since."""
     digest = hashlib.sha256()
-    infos = sorted(gguf.layout.tensors.values(), key=lambda info: info.name)
-    with open(gguf.path, "rb") as handle:
-        for info in infos:
-            header = f"{info.name}\0{info.qtype.name}\0{list(info.shape)}\0{info.nbytes}\0"
-            digest.update(header.encode())
-            for offset, length in _windows(info.nbytes):
-                handle.seek(info.file_offset + offset)
-                digest.update(handle.read(length))
+    data = gguf.reader.data
+    for info in sorted(gguf.layout.tensors.values(), key=lambda info: info.name):
+        header = f"{info.name}\0{info.qtype.name}\0{list(info.shape)}\0{info.nbytes}\0"
+        digest.update(header.encode())
+        for offset, length in _windows(info.nbytes):
+            start = info.file_offset + offset
+            digest.update(data[start : start + length].tobytes())
     return digest.hexdigest()
 
 
-def identity_metadata(target: GGUFFile) -> dict[str, GGUFValue]:
+def identity_metadata(target: GGUFFile) -> dict[str, MetaValue]:
     """The keys a support file written for ``target`` carries."""
     return {
-        TARGET_ID_KEY: GGUFValue(target_fingerprint(target), GGUFValueType.STRING),
-        TARGET_FILE_KEY: GGUFValue(Path(target.path).name, GGUFValueType.STRING),
+        TARGET_ID_KEY: MetaValue(target_fingerprint(target), GGUFValueType.STRING),
+        TARGET_FILE_KEY: MetaValue(Path(target.path).name, GGUFValueType.STRING),
     }
 
 
-def tokenizer_metadata(target: GGUFFile) -> dict[str, GGUFValue]:
-    """The target's ``tokenizer.*`` keys, which llama.cpp expects in a drafter file too."""
+def tokenizer_metadata(target: GGUFFile) -> dict[str, MetaValue]:
+    """The target's ``tokenizer.*`` keys, which llama.cpp expects in a drafter file too (empty
+    arrays left out: GGUF writers refuse them)."""
     out = {}
     for key, field in target.reader.fields.items():
-        if key.startswith("tokenizer."):
-            sub_type = field.types[1] if len(field.types) > 1 else None
-            out[key] = GGUFValue(target.get(key), field.types[0], sub_type)
+        value = target.get(key)
+        if key.startswith("tokenizer.") and value != []:
+            # types: [scalar type] or [ARRAY, item type]
+            out[key] = MetaValue(value, field.types[-1])
     return out
 
 
@@ -191,19 +191,11 @@ def storage_type(name: str, shape: Shape) -> GGMLQuantizationType:
     return GGMLQuantizationType.F32
 
 
-def write_support_gguf(path: Path, arch: str, metadata: Mapping[str, GGUFValue],
+def write_support_gguf(path: Path, arch: str, metadata: Mapping[str, MetaValue],
                        tensors: Mapping[str, np.ndarray]) -> None:
-    """Write a drafter GGUF: ``metadata`` (typed values) and float tensors in numpy order, each
-    stored as ``storage_type`` says."""
-    writer = GGUFWriter(path, arch)
-    for key, value in metadata.items():
-        writer.add_key_value(key, value.value, value.type, value.sub_type)
-    for name, array in tensors.items():
-        array = np.ascontiguousarray(array, dtype=np.float32)
-        qtype = storage_type(name, array.shape)
-        data = array if qtype == GGMLQuantizationType.F32 else quantize(array, qtype)
-        writer.add_tensor(name, data, raw_dtype=qtype)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    """Write a drafter GGUF: ``metadata`` and float tensors in numpy order, each stored as
+    ``storage_type`` says."""
+    write_gguf(path, arch, metadata, [
+        TensorToWrite(name, array, storage_type(name, array.shape))
+        for name, array in tensors.items()
+    ])

@@ -261,3 +261,21 @@ def test_string_value_that_is_not_utf8_fails_when_read(anatomy: Anatomy, tmp_pat
     with pytest.raises(GGUFError, match="metadata key 'test.name' holds a string that is not"):
         gguf_file.get("test.name")
     assert gguf_file.get("test.key_a") == 7
+
+
+def test_tensor_with_a_zero_dimension(tmp_path):
+    """Found by the fuzz test: an empty tensor passed validation, then crashed in reshape."""
+    import gguf
+    import numpy as np
+
+    from ds4mlx.gguf import GGUFError, open_gguf
+
+    path = tmp_path / "empty.gguf"
+    writer = gguf.GGUFWriter(path, "deepseek4")
+    writer.add_tensor("empty.weight", np.zeros((4, 0), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(GGUFError, match="empty.gguf.*'empty.weight'.*dimension is zero"):
+        open_gguf(path)

@@ -16,6 +16,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
+from .conftest import ScriptedDrafter
 from .tiny_targets import write_target
 
 REPO = Path(__file__).resolve().parents[2]
@@ -175,6 +176,19 @@ def test_markov_chain_and_confidence_match_numpy(files):
     np.testing.assert_allclose(draft.confidences, confidences, rtol=1e-4, atol=1e-6)
     # The bias matters here: the plain head alone would pick other tokens.
     assert [int(t) for t in np.argmax(logits, axis=-1)] != tokens
+
+
+@pytest.mark.parametrize("error_rate, tau", [(0.0, 6.0), (1.0, 1.0)])
+def test_probe_counts_as_the_loop_does(files, error_rate, tau):
+    target = files[0]
+    continuation = greedy_continuation(target, PROMPT, 24)
+    drafter = ScriptedDrafter(PROMPT, continuation, target.args.vocab_size,
+                              error_rate=error_rate)
+    stats = probe_greedy(target, drafter, PROMPT, continuation)
+    assert stats.tau == tau
+    # 23 tokens follow the first: four blocks of five plus the target's own tokens, or 23
+    # single tokens.
+    assert stats.cycles == (4 if error_rate == 0.0 else 23)
 
 
 # --------------------------------------------------------------------------------------------
