@@ -265,10 +265,10 @@ def test_string_value_that_is_not_utf8_fails_when_read(anatomy: Anatomy, tmp_pat
 
 def test_tensor_with_a_zero_dimension(tmp_path):
     """Found by the fuzz test: an empty tensor passed validation, then crashed in reshape."""
+    from ds4mlx.gguf import GGUFError, open_gguf
+
     import gguf
     import numpy as np
-
-    from ds4mlx.gguf import GGUFError, open_gguf
 
     path = tmp_path / "empty.gguf"
     writer = gguf.GGUFWriter(path, "deepseek4")
