@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import time
 
 import ds4mlx  # noqa: F401  (preloads the BLAS before mlx.core)
 from ds4mlx.bench.llamacpp_peer import llamacpp_available
+from ds4mlx.bench.machine import machine_description
 
 import mlx.core as mx
 
@@ -111,8 +111,7 @@ def main() -> None:
     prompt = [(i * 7919 + 13) % vocab for i in range(args.prompt_tokens)]
     n_ctx = args.prompt_tokens + args.n_decode + 16
 
-    print(f"machine: {platform.machine()} {platform.system()}, {os.cpu_count()} cores, "
-          f"mlx {mx.__version__} ({mx.default_device()}), BLAS {ds4mlx._blas.loaded_blas}")
+    print(f"machine: {machine_description()}")
     print(f"model: {args.model}; prompt {args.prompt_tokens} tokens, decode {args.n_decode} "
           f"tokens, median of {args.runs} (min..max)\n")
     rows = [("ds4mlx", measure(ours, prompt, args.n_decode, args.runs))]

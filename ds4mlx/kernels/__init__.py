@@ -39,7 +39,7 @@ def select_kernel_backend(choice: str, metal_is_available: bool) -> str:
 PACKED_KERNELS = select_kernel_backend(
     os.environ.get("DS4MLX_KERNELS", "auto"), metal.metal_available()
 )
-_packed = metal if PACKED_KERNELS == "metal" else twins
+_backend = metal if PACKED_KERNELS == "metal" else twins
 
 
 def _expert_grid(w: QuantizedWeight | PackedWeight) -> mx.array:
@@ -63,7 +63,7 @@ def linear(x: mx.array, w: Weight) -> mx.array:
             x, w.packed, w.scales, w.biases, True, w.group_size, w.bits, w.mode
         )
         return out.astype(x.dtype)
-    return _packed.linear(x, w)
+    return _backend.linear(x, w)
 
 
 def gather_linear(
@@ -95,7 +95,19 @@ def gather_linear(
             sorted_indices=sorted_indices,
         )
         return out.astype(x.dtype)
-    return _packed.gather_linear(x, w, expert_indices, sorted_indices)
+    return _backend.gather_linear(x, w, expert_indices, sorted_indices)
+
+
+def sinkhorn(comb: mx.array, iters: int, eps: float) -> mx.array:
+    """Sinkhorn-normalised mHC mixing matrices [..., src, dst] (``twins.sinkhorn`` says how)."""
+    return _backend.sinkhorn(comb, iters, eps)
+
+
+def sparse_attention(q: mx.array, window: mx.array, window_range: mx.array, comp: mx.array,
+                     comp_index: mx.array, sinks: mx.array, scale: float) -> mx.array:
+    """CSA attention over each row's window and selected compressed rows
+    (``twins.sparse_attention`` says how)."""
+    return _backend.sparse_attention(q, window, window_range, comp, comp_index, sinks, scale)
 
 
 def dequantize(w: Weight) -> mx.array:
@@ -140,5 +152,7 @@ __all__ = [
     "gather_linear",
     "linear",
     "select_kernel_backend",
+    "sinkhorn",
+    "sparse_attention",
     "take_rows",
 ]

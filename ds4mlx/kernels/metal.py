@@ -1,8 +1,10 @@
-"""Metal kernels for packed GGML weights, built with ``mx.fast.metal_kernel`` from ``metal/``.
+"""Metal kernels built with ``mx.fast.metal_kernel`` from the sources in ``metal/``.
 
-The header is ``metal/common.metal`` + ``metal/<type>.metal`` (block layout and decoder); the
-body is ``metal/linear.metal``, shared by every format. A plain matmul is the gather with one
-expert, so one kernel serves ``linear`` and ``gather_linear``. Semantics match ``kernels.twins``.
+Packed GGML weights: the header is ``metal/common.metal`` + ``metal/<type>.metal`` (block layout
+and decoder); the body is ``metal/linear.metal``, shared by every format. A plain matmul is the
+gather with one expert, so one kernel serves ``linear`` and ``gather_linear``. Besides:
+``metal/sinkhorn.metal`` (fused mHC Sinkhorn) and ``metal/sparse_attention.metal`` (CSA
+attention over selected compressed rows). Semantics match ``kernels.twins``.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
+from ds4mlx.kernels import twins
 from ds4mlx.kernels.twins import iq2_xxs_tables
 from ds4mlx.kernels.weights import PackedWeight
 
@@ -80,3 +83,82 @@ def gather_linear(
     x_flat = mx.broadcast_to(x, (*batch, n_rows, k)).reshape(-1, n_rows, k)
     indices = mx.broadcast_to(expert_indices, batch).reshape(-1)
     return _run(x_flat, w, indices).reshape(*batch, n_rows, w.shape[-2])
+
+
+@cache
+def _body_kernel(name: str, inputs: tuple[str, ...]):
+    """A kernel whose whole body is ``metal/<name>.metal``."""
+    return mx.fast.metal_kernel(
+        name=f"ds4_{name}", input_names=list(inputs), output_names=["out"],
+        source=(METAL_SOURCE_DIR / f"{name}.metal").read_text(),
+    )
+
+
+def _with_twin_gradient(kernel_call, twin_call):
+    """``kernel_call`` for values, differentiated through ``twin_call`` (same semantics):
+    Metal kernels have no automatic derivative, and training runs through these functions."""
+    function = mx.custom_function(kernel_call)
+
+    @function.vjp
+    def _vjp(primals, cotangent, _outputs):
+        # MLX passes a lone primal as itself and expects its cotangent likewise.
+        single = isinstance(primals, mx.array)
+        grads = mx.vjp(twin_call, [primals] if single else list(primals), [cotangent])[1]
+        return grads[0] if single else tuple(grads)
+
+    return function
+
+
+def sinkhorn(comb: mx.array, iters: int, eps: float) -> mx.array:
+    """``twins.sinkhorn`` in one launch: one thread per [hc, hc] matrix."""
+    return _with_twin_gradient(lambda c: _sinkhorn_kernel(c, iters, eps),
+                               lambda c: twins.sinkhorn(c, iters, eps))(comb)
+
+
+def _sinkhorn_kernel(comb: mx.array, iters: int, eps: float) -> mx.array:
+    hc = comb.shape[-1]
+    flat = comb.astype(mx.float32).reshape(-1, hc, hc)
+    n = flat.shape[0]
+    out = _body_kernel("sinkhorn", ("comb", "eps"))(
+        inputs=[flat, mx.array([eps], dtype=mx.float32)],
+        template=[("HC", hc), ("ITERS", iters)],
+        grid=(n, 1, 1),
+        threadgroup=(max(1, min(n, MAX_THREADGROUP)), 1, 1),
+        output_shapes=[flat.shape],
+        output_dtypes=[mx.float32],
+    )[0]
+    return out.reshape(comb.shape)
+
+
+def sparse_attention(q: mx.array, window: mx.array, window_range: mx.array, comp: mx.array,
+                     comp_index: mx.array, sinks: mx.array, scale: float) -> mx.array:
+    """``twins.sparse_attention`` without the gathered key copy; head dims that are not a
+    multiple of the SIMD width fall back to the twin."""
+    if q.shape[-1] % SIMD_WIDTH:
+        return twins.sparse_attention(q, window, window_range, comp, comp_index, sinks, scale)
+    return _with_twin_gradient(
+        lambda q_, w_, c_, s_: _sparse_attention_kernel(q_, w_, window_range, c_, comp_index,
+                                                        s_, scale),
+        lambda q_, w_, c_, s_: twins.sparse_attention(q_, w_, window_range, c_, comp_index, s_,
+                                                      scale),
+    )(q, window, comp, sinks)
+
+
+def _sparse_attention_kernel(q: mx.array, window: mx.array, window_range: mx.array,
+                             comp: mx.array, comp_index: mx.array, sinks: mx.array,
+                             scale: float) -> mx.array:
+    tokens, heads, dim = q.shape
+    if comp.shape[0] == 0:  # an empty input cannot be bound; no slot may point into it
+        comp = mx.zeros((1, dim), q.dtype)
+        comp_index = mx.full(comp_index.shape, -1, mx.int32)
+    return _body_kernel("sparse_attention", ("q", "window", "window_range", "comp",
+                                             "comp_index", "sinks", "scale"))(
+        inputs=[q, window.astype(q.dtype), window_range.astype(mx.int32), comp.astype(q.dtype),
+                comp_index.astype(mx.int32), sinks.astype(mx.float32),
+                mx.array([scale], dtype=mx.float32)],
+        template=[("T_", q.dtype), ("D", dim), ("K", comp_index.shape[1])],
+        grid=(SIMD_WIDTH, heads, tokens),
+        threadgroup=(SIMD_WIDTH, 1, 1),
+        output_shapes=[q.shape],
+        output_dtypes=[q.dtype],
+    )[0]

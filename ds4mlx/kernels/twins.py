@@ -129,3 +129,53 @@ def gather_linear(
         x, mx.swapaxes(weight, -1, -2), rhs_indices=expert_indices, sorted_indices=sorted_indices
     )
     return out.astype(x.dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# mHC Sinkhorn and sparse compressed-KV attention (metal/sinkhorn.metal,
+# metal/sparse_attention.metal)
+# --------------------------------------------------------------------------------------------
+
+
+def sinkhorn(comb: mx.array, iters: int, eps: float) -> mx.array:
+    """Sinkhorn-normalise mixing logits ``comb`` [..., src, dst].
+
+    llama.cpp's order (``build_hc_sinkhorn`` / ``ggml_dsv4_hc_comb``): softmax over dst plus eps,
+    one column normalisation (over src, for each dst), then ``iters - 1`` rounds of row
+    (over dst) and column normalisation, each sum padded by eps.
+    """
+    comb = mx.softmax(comb, axis=-1, precise=True) + eps
+    comb = comb / (mx.sum(comb, axis=-2, keepdims=True) + eps)
+    for _ in range(iters - 1):
+        comb = comb / (mx.sum(comb, axis=-1, keepdims=True) + eps)
+        comb = comb / (mx.sum(comb, axis=-2, keepdims=True) + eps)
+    return comb
+
+
+def sparse_attention(q: mx.array, window: mx.array, window_range: mx.array, comp: mx.array,
+                     comp_index: mx.array, sinks: mx.array, scale: float) -> mx.array:
+    """Sink attention of each query row over its sliding window and its selected compressed rows.
+
+    q [T, H, D]; window [W, D] raw keys (also the values), row t seeing rows
+    ``window_range[t, 0] <= w < window_range[t, 1]``; comp [N, D] compressed keys, row t seeing
+    ``comp[comp_index[t, k]]`` for each slot k with an index >= 0; sinks [H] (unscaled logits in
+    the denominator only). Returns [T, H, D] in q's dtype. This twin gathers the selected rows
+    into [T, W + K, D] keys; the kernel reads them in place. Every row is computed on its own
+    keys, so its result does not depend on the other rows.
+    """
+    rows = mx.arange(window.shape[0])
+    visible = [(rows >= window_range[:, :1]) & (rows < window_range[:, 1:])]
+    keys = [mx.broadcast_to(window, (q.shape[0], *window.shape))]
+    if comp_index.shape[1] and comp.shape[0]:
+        valid = (comp_index >= 0) & (comp_index < comp.shape[0])
+        keys.append(comp[mx.where(valid, comp_index, 0)])
+        visible.append(valid)
+    keys_t = mx.concatenate(keys, axis=1).astype(mx.float32)  # [T, W + K, D]
+    mask = mx.concatenate(visible, axis=1)[:, None, :]  # [T, 1, W + K]
+    scores = mx.matmul(q.astype(mx.float32), mx.swapaxes(keys_t, -1, -2)) * scale  # [T, H, W+K]
+    scores = mx.where(mask, scores, -mx.inf)
+    top = mx.maximum(mx.max(scores, axis=-1), sinks.astype(mx.float32))  # [T, H]
+    weights = mx.exp(scores - top[..., None])
+    denominator = mx.sum(weights, axis=-1) + mx.exp(sinks - top)
+    out = mx.matmul(weights / denominator[..., None], keys_t)
+    return out.astype(q.dtype)

@@ -3,32 +3,18 @@
 Per token the streams ``x`` [hc, D] are RMS-normed as one flat vector and projected to
 ``(2 + hc) * hc`` mixes: ``pre`` weights collapse the streams into the block input, ``post`` weights
 spread the block output back over the streams, and ``comb`` (made doubly stochastic by Sinkhorn)
-mixes the residual streams. Layouts follow llama.cpp: ``comb`` is [T, src, dst].
+mixes the residual streams (``kernels.sinkhorn``: one fused Metal launch, or its MLX twin).
+Layouts follow llama.cpp: ``comb`` is [T, src, dst].
 """
 
 from __future__ import annotations
 
-from ds4mlx.kernels import Weight, linear
+from ds4mlx.kernels import Weight, linear, sinkhorn
 from ds4mlx.models.norms import rms_norm
 from ds4mlx.models.weights import Weights
 
 import mlx.core as mx
 import mlx.nn as nn
-
-
-def sinkhorn(comb: mx.array, iters: int, eps: float) -> mx.array:
-    """Sinkhorn-normalise mixing logits ``comb`` [..., src, dst].
-
-    llama.cpp's order (``build_hc_sinkhorn`` / ``ggml_dsv4_hc_comb``): softmax over dst plus eps,
-    one column normalisation (over src, for each dst), then ``iters - 1`` rounds of row
-    (over dst) and column normalisation, each sum padded by eps.
-    """
-    comb = mx.softmax(comb, axis=-1, precise=True) + eps
-    comb = comb / (mx.sum(comb, axis=-2, keepdims=True) + eps)
-    for _ in range(iters - 1):
-        comb = comb / (mx.sum(comb, axis=-1, keepdims=True) + eps)
-        comb = comb / (mx.sum(comb, axis=-2, keepdims=True) + eps)
-    return comb
 
 
 def hc_collapse(x: mx.array, weights: mx.array) -> mx.array:

@@ -10,6 +10,12 @@
 //   input:  int32 P, M, E | float32 x [P, M, K] | uint8 w [E, N, row_bytes] |
 //           uint32 table_bytes | uint8 tables | uint32 expert_indices [P]
 //   output: float32 y [P, M, N]
+//        metal_emulation sinkhorn <input> <output>      (-DDS4_HC=... -DDS4_ITERS=...)
+//   input:  int32 T | float32 eps | float32 comb [T, HC, HC];  output: float32 [T, HC, HC]
+//        metal_emulation sparse_attention <input> <output>  (-DDS4_D=... -DDS4_SLOTS=...)
+//   input:  int32 T, H, W, N | float32 scale | float32 q [T, H, D] | float32 window [W, D] |
+//           int32 window_range [T, 2] | float32 comp [N, D] | int32 comp_index [T, SLOTS] |
+//           float32 sinks [H];  output: float32 [T, H, D]
 
 #include <barrier>
 #include <cmath>
@@ -70,6 +76,11 @@ template <typename A>
 A min(A a, A b) {
   return a < b ? a : b;
 }
+template <typename A>
+A max(A a, A b) {
+  return a > b ? a : b;
+}
+inline float exp(float value) { return std::exp(value); }
 
 inline float simd_sum(float value) {
   SimdGroup& group = *current_group;
@@ -119,6 +130,33 @@ DS4_KERNEL_SIGNATURE {
 }
 }  // namespace iq2_xxs
 
+#ifndef DS4_HC
+#define DS4_HC 4
+#define DS4_ITERS 20
+#endif
+#ifndef DS4_D
+#define DS4_D 64
+#define DS4_SLOTS 4
+#endif
+
+namespace sinkhorn {
+template <uint HC, uint ITERS>
+void kernel(const float* comb, const int* comb_shape, const float* eps, float* out,
+            uint3 thread_position_in_grid) {
+#include "sinkhorn.metal"
+}
+}  // namespace sinkhorn
+
+namespace sparse_attention {
+template <typename T_, uint D, uint K>
+void kernel(const T_* q, const int* q_shape, const T_* window, const int* window_shape,
+            const int* window_range, const T_* comp, const int* comp_shape, const int* comp_index,
+            const float* sinks, const float* scale, T_* out, uint3 thread_position_in_grid,
+            uint thread_index_in_simdgroup) {
+#include "sparse_attention.metal"
+}
+}  // namespace sparse_attention
+
 #undef device
 #undef constant
 #undef thread
@@ -136,12 +174,79 @@ std::vector<Value> read_values(std::FILE* file, size_t count) {
   return values;
 }
 
+void write_output(const char* path, const std::vector<float>& values) {
+  std::FILE* output = std::fopen(path, "wb");
+  std::fwrite(values.data(), sizeof(float), values.size(), output);
+  std::fclose(output);
+}
+
+// One thread per matrix, as the grid (T, 1, 1) launches it.
+int run_sinkhorn(const char* in_path, const char* out_path) {
+  std::FILE* input = std::fopen(in_path, "rb");
+  const int T = read_values<int32_t>(input, 1)[0];
+  const auto eps = read_values<float>(input, 1);
+  const auto comb = read_values<float>(input, size_t(T) * DS4_HC * DS4_HC);
+  std::fclose(input);
+  const int comb_shape[3] = {T, DS4_HC, DS4_HC};
+  std::vector<float> out(comb.size(), NAN);
+  for (uint t = 0; t < uint(T) + 3; ++t) {  // extra threads must return without writing
+    sinkhorn::kernel<DS4_HC, DS4_ITERS>(comb.data(), comb_shape, eps.data(), out.data(),
+                                        uint3{t, 0, 0});
+  }
+  write_output(out_path, out);
+  return 0;
+}
+
+// One simdgroup (32 host threads) per (row, head), as the grid (32, H, T) launches it.
+int run_sparse_attention(const char* in_path, const char* out_path) {
+  std::FILE* input = std::fopen(in_path, "rb");
+  const auto sizes = read_values<int32_t>(input, 4);
+  const int T = sizes[0], H = sizes[1], W = sizes[2], N = sizes[3];
+  const auto scale = read_values<float>(input, 1);
+  const auto q = read_values<float>(input, size_t(T) * H * DS4_D);
+  const auto window = read_values<float>(input, size_t(W) * DS4_D);
+  const auto window_range = read_values<int32_t>(input, size_t(T) * 2);
+  const auto comp = read_values<float>(input, size_t(N) * DS4_D);
+  const auto comp_index = read_values<int32_t>(input, size_t(T) * DS4_SLOTS);
+  const auto sinks = read_values<float>(input, H);
+  std::fclose(input);
+  const int q_shape[3] = {T, H, DS4_D}, window_shape[2] = {W, DS4_D}, comp_shape[2] = {N, DS4_D};
+  std::vector<float> out(q.size(), NAN);
+  for (uint t = 0; t < uint(T); ++t) {
+    for (uint h = 0; h < uint(H); ++h) {
+      SimdGroup group;
+      std::vector<host_thread> lanes;
+      for (uint lane = 0; lane < 32; ++lane) {
+        lanes.emplace_back([&, lane] {
+          current_group = &group;
+          current_lane = lane;
+          sparse_attention::kernel<float, DS4_D, DS4_SLOTS>(
+              q.data(), q_shape, window.data(), window_shape, window_range.data(), comp.data(),
+              comp_shape, comp_index.data(), sinks.data(), scale.data(), out.data(),
+              uint3{lane, h, t}, lane);
+        });
+      }
+      for (auto& lane : lanes) {
+        lane.join();
+      }
+    }
+  }
+  write_output(out_path, out);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc != 4) {
     std::fprintf(stderr, "usage: %s <format> <input> <output>\n", argv[0]);
     return 2;
   }
   const std::string format = argv[1];
+  if (format == "sinkhorn") {
+    return run_sinkhorn(argv[2], argv[3]);
+  }
+  if (format == "sparse_attention") {
+    return run_sparse_attention(argv[2], argv[3]);
+  }
   Kernel kernel;
   uint block_values, block_bytes;
   if (format == "q2_k") {
@@ -194,8 +299,6 @@ int main(int argc, char** argv) {
     }
   }
 
-  std::FILE* output = std::fopen(argv[3], "wb");
-  std::fwrite(y.data(), sizeof(float), y.size(), output);
-  std::fclose(output);
+  write_output(argv[3], y);
   return 0;
 }

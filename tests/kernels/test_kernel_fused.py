@@ -1,0 +1,195 @@
+"""The fused mHC Sinkhorn and the sparse CSA attention kernels: twins against dense references,
+row independence, the Metal sources through the CPU emulator, and on a Mac the real kernels.
+
+The Sinkhorn twin is checked against ggml's own order in tests/models/test_model_pieces.py.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+from ds4mlx.kernels import metal, twins
+from ds4mlx.models.attention import sink_attention
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+EMULATOR = Path(__file__).with_name("metal_emulation.cpp")
+NO_METAL = "Metal is not available (needs macOS on Apple silicon with MLX's Metal backend)"
+HC, ITERS, EPS = 4, 20, 1e-6
+T, H, D, W, N, SLOTS = 7, 3, 64, 20, 9, 4  # odd sizes; D is two SIMD widths
+
+
+def attention_case(seed: int) -> dict[str, np.ndarray]:
+    """Random inputs; each row sees a window range inside (or clipped to) the window, and a mix
+    of valid, repeated-nothing and unused (-1) compressed slots; row 0 sees nothing at all."""
+    rng = np.random.default_rng(seed)
+    lo = rng.integers(0, W // 2, T)
+    hi = np.minimum(lo + rng.integers(1, W, T), W)
+    ranges = np.stack([lo, hi], axis=1).astype(np.int32)
+    index = np.stack([rng.permutation(N)[:SLOTS] for _ in range(T)]).astype(np.int32)
+    index[rng.random((T, SLOTS)) < 0.3] = -1
+    ranges[0] = (5, 5)
+    index[0] = -1
+    return {
+        "q": rng.standard_normal((T, H, D)).astype(np.float32),
+        "window": rng.standard_normal((W, D)).astype(np.float32),
+        "window_range": ranges,
+        "comp": rng.standard_normal((N, D)).astype(np.float32),
+        "comp_index": index,
+        "sinks": rng.standard_normal(H).astype(np.float32),
+    }
+
+
+def dense_reference(case: dict[str, np.ndarray], scale: float) -> np.ndarray:
+    """The model's masked formulation: all window and compressed keys, a visibility mask."""
+    keys = np.concatenate([case["window"], case["comp"]])
+    mask = np.zeros((T, W + N), bool)
+    for t, (lo, hi) in enumerate(case["window_range"]):
+        mask[t, lo:hi] = True
+        for row in case["comp_index"][t]:
+            if row >= 0:
+                mask[t, W + row] = True
+    out = sink_attention(mx.array(case["q"]), mx.array(keys), mx.array(mask),
+                         mx.array(case["sinks"]), scale)
+    return np.array(out)
+
+
+def run_twin(case: dict[str, np.ndarray], scale: float, rows: slice = slice(None)) -> np.ndarray:
+    return np.array(twins.sparse_attention(
+        mx.array(case["q"][rows]), mx.array(case["window"]), mx.array(case["window_range"][rows]),
+        mx.array(case["comp"]), mx.array(case["comp_index"][rows]), mx.array(case["sinks"]),
+        scale))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_sparse_attention_twin_equals_the_masked_dense_attention(seed):
+    case, scale = attention_case(seed), D ** -0.5
+    np.testing.assert_allclose(run_twin(case, scale), dense_reference(case, scale), rtol=1e-5,
+                               atol=1e-5)
+    assert not run_twin(case, scale)[0].any()  # nothing visible: the sink takes everything
+
+
+def test_sparse_attention_twin_rows_do_not_depend_on_each_other():
+    """Decode (one row) and verify (several rows) give bit-identical rows."""
+    case, scale = attention_case(3), D ** -0.5
+    together = run_twin(case, scale)
+    for t in range(T):
+        assert np.array_equal(run_twin(case, scale, slice(t, t + 1))[0], together[t])
+
+
+def test_sparse_attention_without_compressed_rows():
+    case, scale = attention_case(4), D ** -0.5
+    case["comp"] = np.zeros((0, D), np.float32)
+    case["comp_index"] = np.full((T, SLOTS), -1, np.int32)
+    expected = dense_reference(case | {"comp": np.zeros((N, D), np.float32)}, scale)
+    np.testing.assert_allclose(run_twin(case, scale), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_metal_kernels_differentiate_through_their_twins():
+    """Metal kernels have no derivative of their own; the wrapper's VJP uses the twin. Checked
+    here with the twin standing in for the kernel."""
+    comb = mx.array(np.random.default_rng(5).standard_normal((3, HC, HC)).astype(np.float32))
+    wrapped = metal._with_twin_gradient(lambda c: twins.sinkhorn(c, ITERS, EPS),
+                                        lambda c: twins.sinkhorn(c, ITERS, EPS))
+
+    def loss(function):
+        return lambda c: mx.sum(function(c) * mx.arange(HC * HC).reshape(HC, HC))
+
+    expected = mx.grad(loss(lambda c: twins.sinkhorn(c, ITERS, EPS)))(comb)
+    np.testing.assert_allclose(np.array(mx.grad(loss(wrapped))(comb)), np.array(expected),
+                               rtol=1e-6, atol=1e-7)
+
+
+# --------------------------------------------------------------------------------------------
+# The Metal sources, run on the CPU by the emulator
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def emulator(tmp_path_factory) -> Path:
+    compiler = shutil.which("g++") or shutil.which("clang++")
+    if compiler is None:
+        pytest.skip("no C++20 compiler (g++ or clang++) to build the Metal emulator")
+    binary = tmp_path_factory.mktemp("metal-fused") / "metal_emulation"
+    subprocess.run(
+        [compiler, "-std=c++20", "-O1", "-pthread", f"-I{metal.METAL_SOURCE_DIR}",
+         "-DDS4_K=256", "-DDS4_N=1", "-DDS4_ROWS=8", f"-DDS4_HC={HC}", f"-DDS4_ITERS={ITERS}",
+         f"-DDS4_D={D}", f"-DDS4_SLOTS={SLOTS}", str(EMULATOR), "-o", str(binary)],
+        check=True, capture_output=True,
+    )
+    return binary
+
+
+def emulate(emulator: Path, mode: str, payload: bytes, tmp_path: Path) -> np.ndarray:
+    (tmp_path / "in.bin").write_bytes(payload)
+    subprocess.run([str(emulator), mode, str(tmp_path / "in.bin"), str(tmp_path / "out.bin")],
+                   check=True, capture_output=True)
+    return np.fromfile(tmp_path / "out.bin", dtype=np.float32)
+
+
+def test_emulated_sinkhorn_kernel_matches_twin(emulator: Path, tmp_path):
+    comb = (np.random.default_rng(6).standard_normal((5, HC, HC)) * 3).astype(np.float32)
+    got = emulate(emulator, "sinkhorn", np.array([5], np.int32).tobytes()
+                  + np.array([EPS], np.float32).tobytes() + comb.tobytes(), tmp_path)
+    expected = np.array(twins.sinkhorn(mx.array(comb), ITERS, EPS))
+    np.testing.assert_allclose(got.reshape(comb.shape), expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_emulated_sparse_attention_kernel_matches_twin(emulator: Path, tmp_path, seed):
+    case, scale = attention_case(seed), D ** -0.5
+    case["comp_index"][1, 0] = N + 3  # out of range: skipped, never read
+    payload = (np.array([T, H, W, N], np.int32).tobytes() + np.array([scale], np.float32).tobytes()
+               + b"".join(case[name].tobytes() for name in
+                          ("q", "window", "window_range", "comp", "comp_index", "sinks")))
+    got = emulate(emulator, "sparse_attention", payload, tmp_path).reshape(T, H, D)
+    np.testing.assert_allclose(got, run_twin(case, scale), rtol=1e-5, atol=1e-5)
+
+
+# --------------------------------------------------------------------------------------------
+# The real kernels (Apple silicon)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not metal.metal_available(), reason=NO_METAL)
+def test_metal_sinkhorn_matches_twin():
+    comb = mx.array((np.random.default_rng(7).standard_normal((33, HC, HC)) * 3)
+                    .astype(np.float32))
+    np.testing.assert_allclose(np.array(metal.sinkhorn(comb, ITERS, EPS)),
+                               np.array(twins.sinkhorn(comb, ITERS, EPS)), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.skipif(not metal.metal_available(), reason=NO_METAL)
+@pytest.mark.parametrize("dtype", (mx.float32, mx.float16), ids=str)
+def test_metal_sparse_attention_matches_twin(dtype):
+    case, scale = attention_case(8), D ** -0.5
+    args = [mx.array(case[name]) for name in ("q", "window", "window_range", "comp",
+                                              "comp_index", "sinks")]
+    args[0], args[1], args[3] = (a.astype(dtype) for a in (args[0], args[1], args[3]))
+    got = metal.sparse_attention(*args, scale)
+    expected = twins.sparse_attention(*args, scale)
+    tolerance = 1e-5 if dtype == mx.float32 else 2e-2
+    np.testing.assert_allclose(np.array(got.astype(mx.float32)),
+                               np.array(expected.astype(mx.float32)), rtol=0,
+                               atol=tolerance * float(mx.abs(expected).max()))
+
+
+def test_metal_kernel_gradients_with_several_inputs():
+    case, scale = attention_case(9), D ** -0.5
+    fixed = {name: mx.array(case[name]) for name in ("window_range", "comp_index")}
+
+    def twin(q, window, comp, sinks):
+        return twins.sparse_attention(q, window, fixed["window_range"], comp,
+                                      fixed["comp_index"], sinks, scale)
+
+    wrapped = metal._with_twin_gradient(twin, twin)
+    inputs = [mx.array(case[name]) for name in ("q", "window", "comp", "sinks")]
+    argnums = list(range(len(inputs)))
+    got = mx.grad(lambda *a: mx.sum(wrapped(*a) ** 2), argnums)(*inputs)
+    expected = mx.grad(lambda *a: mx.sum(twin(*a) ** 2), argnums)(*inputs)
+    for g, e in zip(got, expected, strict=True):
+        np.testing.assert_allclose(np.array(g), np.array(e), rtol=1e-5, atol=1e-6)
