@@ -12,6 +12,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from ds4mlx.agent.commands import SlashCommands
 from ds4mlx.agent.conversations import ConversationStore
@@ -256,11 +257,23 @@ class AgentApp(App[None]):
                 if isinstance(event, PermissionRequest):
                     event.answer(self._ask_permission(event.call))
                 else:
-                    self.call_from_thread(self._show, event)
+                    self._from_worker(self._show, event)
         except Exception as exc:  # a failing tool or backend must not take the UI down
-            self.call_from_thread(self._note, f"error: {exc}", "error")
+            self._from_worker(self._note, f"error: {exc}", "error")
         finally:
-            self.call_from_thread(self._run_done)
+            self._from_worker(self._run_done)
+
+    def _from_worker(self, callback: Callable[..., Any], *args: Any) -> None:
+        """``call_from_thread`` while the app runs; once it has ended there is nothing to show
+        (and Textual would raise), but the worker must still run to its end."""
+        if self.is_running:
+            self.call_from_thread(callback, *args)
+
+    def on_unmount(self) -> None:
+        # However the app ends (Ctrl+Q, /quit, the terminal closing, a test harness), a worker
+        # still generating or waiting for a permission answer must stop, or the process hangs.
+        if self.agent is not None:
+            self.agent.stop()
 
     def _ask_permission(self, call: ToolCall) -> Decision:
         """Show the permission dialog and wait for the answer (in the worker thread)."""
@@ -272,10 +285,10 @@ class AgentApp(App[None]):
             decisions.append(decision or Decision.DENY)
             answered.set()
 
-        self.call_from_thread(self._open_permission, call, decided)
+        self._from_worker(self._open_permission, call, decided)
         while not answered.wait(0.05):
-            if self.agent.cancel.is_set():
-                self.call_from_thread(self._close_permission)
+            if self.agent.cancel.is_set() or not self.is_running:
+                self._from_worker(self._close_permission)
                 return Decision.DENY
         return decisions[0]
 
