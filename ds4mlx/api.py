@@ -9,8 +9,10 @@ from pathlib import Path
 from ds4mlx.engine.chat import ChatFormat, chat_format_for_arch
 from ds4mlx.engine.session import Session
 from ds4mlx.engine.tokenizer import NumericTokenizer, Tokenizer, load_tokenizer
+from ds4mlx.experts import ExpertOptions, ExpertStats, ExpertStore, open_expert_store
 from ds4mlx.gguf import DEFAULT_WEIGHT_MODE, WEIGHT_MODES, GGUFFile, open_gguf
 from ds4mlx.models import model_class_for
+from ds4mlx.models.moe import link_expert_prefetch, moe_layers
 
 import numpy as np
 
@@ -28,11 +30,13 @@ def resolve_weights_dtype(weights_dtype: str) -> str:
 class LoadedModel:
     """A model loaded from a GGUF file, with its tokenizer and chat format."""
 
-    def __init__(self, path: Path, gguf_file: GGUFFile, network, weights_dtype: str):
+    def __init__(self, path: Path, gguf_file: GGUFFile, network, weights_dtype: str,
+                 experts: ExpertStore | None = None):
         self.path = path
         self.gguf = gguf_file
         self.network = network
         self.weights_dtype = weights_dtype
+        self.experts = experts  # where the routed experts live (resident or streamed)
         self.tokenizer: Tokenizer | NumericTokenizer = load_tokenizer(gguf_file)
         # Fixtures with llama.cpp's dummy vocabulary have no chat format: prompts stay raw.
         self.chat_format: ChatFormat | None = (
@@ -61,6 +65,16 @@ class LoadedModel:
     def logits(self, tokens: Sequence[int]) -> np.ndarray:
         """Logits [T, vocab] (float32) of ``tokens`` computed as one batched prefill."""
         return self.new_session().feed(tokens)
+
+    def expert_stats(self) -> ExpertStats | None:
+        """Routed-expert counters (hits, misses, bytes read, read GB/s, evictions, resident
+        bytes); None for a model without routed experts."""
+        return None if self.experts is None else self.experts.stats()
+
+    def close(self) -> None:
+        """Stops expert reader threads and saves the expert hot-list where asked."""
+        if self.experts is not None:
+            self.experts.close()
 
 
 class _LoadProgress:
@@ -91,21 +105,42 @@ def load_model(
     path: str | Path,
     weights_dtype: str = "auto",
     progress: Callable[[str], None] | None = None,
+    experts: ExpertOptions | None = None,
 ) -> LoadedModel:
     """Open, validate and load a GGUF model of any supported architecture.
 
     ``weights_dtype``: "auto", "f32" (dequantize matmul weights to float32) or "native" (keep
     the file's quantization). ``progress`` receives human-readable loading progress lines.
+    ``experts``: stream routed experts from the file through a bounded cache (default:
+    resident); call ``close()`` when done with a streamed model.
     """
     path = Path(path)
     dtype = resolve_weights_dtype(weights_dtype)
     gguf_file = open_gguf(path)
+    store = open_expert_store(gguf_file, dtype, experts)
     reporter = None
     if progress is not None:
         total = sum(info.nbytes for info in gguf_file.layout.tensors.values())
-        reporter = gguf_file.on_tensor_loaded = _LoadProgress(total, progress)
-    network = model_class_for(gguf_file).from_gguf(gguf_file, weights_dtype=dtype)
-    gguf_file.on_tensor_loaded = None
-    if reporter is not None:
-        reporter.finish()
-    return LoadedModel(path, gguf_file, network, dtype)
+        if experts is not None and experts.stream:  # routed experts are not loaded now
+            total -= sum(info.nbytes for name, info in gguf_file.layout.tensors.items()
+                         if "_exps." in name)
+        reporter = _LoadProgress(total, progress)
+
+    def loaded(name: str, nbytes: int) -> None:
+        store.tensor_loaded(name, nbytes)
+        if reporter is not None:
+            reporter(name, nbytes)
+
+    gguf_file.on_tensor_loaded = loaded
+    try:
+        network = model_class_for(gguf_file).from_gguf(gguf_file, weights_dtype=dtype,
+                                                       expert_store=store)
+        gguf_file.on_tensor_loaded = None
+        if reporter is not None:
+            reporter.finish()
+        store.finish_loading()
+        link_expert_prefetch(moe_layers(network, network.args.num_layers))
+    except BaseException:
+        store.close()
+        raise
+    return LoadedModel(path, gguf_file, network, dtype, store)

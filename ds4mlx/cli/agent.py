@@ -8,6 +8,7 @@ without a terminal UI: the final answer goes to stdout, tool activity and progre
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import sys
 from collections.abc import Callable
@@ -99,7 +100,11 @@ def load_backend(args: argparse.Namespace,
     from ds4mlx.speculation.service import ChatService
 
     speculation = speculation_config(args)
-    model = load_model(options.model, weights_dtype=options.weights_dtype, progress=progress)
+    model = load_model(options.model, weights_dtype=options.weights_dtype, progress=progress,
+                       experts=options.experts)
+    # The backend outlives this function: reader threads stop (and a hot-list asked for is
+    # saved) when the process exits.
+    atexit.register(model.close)
     drafter = load_drafter(speculation, model)
     service = ChatService(model, drafter, speculation, max_context=options.ctx)
     return LocalBackend(service, sampling)

@@ -6,7 +6,9 @@ import argparse
 import sys
 import time
 
+from ds4mlx.api import LoadedModel
 from ds4mlx.cli.options import (
+    ModelOptions,
     add_model_flags,
     add_sampling_flags,
     add_speculation_flags,
@@ -15,9 +17,11 @@ from ds4mlx.cli.options import (
     speculation_config,
 )
 from ds4mlx.engine.generate import DoneEvent
+from ds4mlx.engine.sampling import SamplingOptions
 from ds4mlx.engine.tokenizer import TokenizerError
 from ds4mlx.gguf import GGUFError
 from ds4mlx.speculation import SpeculativeStats, generate, load_drafter
+from ds4mlx.speculation.config import SpeculationConfig
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,21 +59,29 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sampling = sampling_options(args)
         speculation = speculation_config(args)
+        options = model_options(args)
     except ValueError as exc:
         parser.error(str(exc))
-    options = model_options(args)
 
     from ds4mlx.api import load_model
 
     started = time.perf_counter()
     try:
         model = load_model(options.model, weights_dtype=options.weights_dtype,
-                           progress=progress_line)
-    except (GGUFError, TokenizerError, OSError) as exc:
+                           progress=progress_line, experts=options.experts)
+    except (GGUFError, TokenizerError, OSError, ValueError) as exc:
         log(f"ds4: error: {exc}")
         return 1
     log(f"ds4: loaded {options.model} ({model.args_summary()}) "
         f"in {time.perf_counter() - started:.2f}s")
+    try:
+        return run(args, options, model, sampling, speculation)
+    finally:
+        model.close()  # reader threads; the expert hot-list is saved here when asked
+
+
+def run(args: argparse.Namespace, options: ModelOptions, model: LoadedModel,
+        sampling: SamplingOptions, speculation: SpeculationConfig) -> int:
     try:
         drafter = load_drafter(speculation, model)
     except (GGUFError, OSError, ValueError) as exc:
@@ -115,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
         f"({stats.stop_reason})")
     if isinstance(stats, SpeculativeStats):
         log(speculation_summary(stats, detailed=speculation.timing))
+    expert_stats = model.expert_stats()
+    if expert_stats is not None and (options.verbose or speculation.timing):
+        log(f"ds4: {expert_stats.summary()}")
     return 0
 
 

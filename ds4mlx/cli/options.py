@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ds4mlx.engine.sampling import SamplingOptions
+from ds4mlx.experts.options import ExpertOptions, parse_cache_budget
 from ds4mlx.speculation.config import DEFAULT_MTP_MARGIN, DrafterKind, SpeculationConfig
 
 
@@ -15,6 +16,8 @@ class ModelOptions:
     model: str
     ctx: int
     weights_dtype: str
+    experts: ExpertOptions = ExpertOptions()
+    verbose: bool = False
 
 
 def _positive_int(text: str) -> int:
@@ -58,6 +61,26 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--weights-dtype", choices=("auto", "f32", "native"), default="auto",
                        help="f32: dequantize weights to float32 (fast on the CPU backend); "
                             "native: keep GGUF quantization (Metal); auto picks by backend")
+    group.add_argument("--verbose", action="store_true",
+                       help="print routed-expert cache counters and other details")
+    experts = parser.add_argument_group("routed experts")
+    experts.add_argument("--ssd-stream", action="store_true",
+                         help="keep routed experts in the GGUF file and read them on demand "
+                              "into a bounded cache (for models larger than memory)")
+    experts.add_argument("--expert-cache", type=_cache_budget, default=None, metavar="GiB|auto",
+                         help="with --ssd-stream: cache size in GiB, or auto (default: 80%% of "
+                              "the routed experts, capped by available memory)")
+    experts.add_argument("--expert-hotlist", metavar="FILE",
+                         help="with --ssd-stream: warm the cache from this hot-expert list")
+    experts.add_argument("--save-expert-hotlist", action="store_true",
+                         help="write the hot-expert list to --expert-hotlist FILE at exit")
+
+
+def _cache_budget(text: str) -> float | None:
+    try:
+        return parse_cache_budget(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_sampling_flags(parser: argparse.ArgumentParser) -> None:
@@ -127,7 +150,13 @@ def speculation_config(args: argparse.Namespace) -> SpeculationConfig:
 
 
 def model_options(args: argparse.Namespace) -> ModelOptions:
-    return ModelOptions(model=args.model, ctx=args.ctx, weights_dtype=args.weights_dtype)
+    """Raises ValueError (naming the flags) for expert flags that contradict each other."""
+    experts = ExpertOptions(
+        stream=args.ssd_stream, cache_gib=args.expert_cache,
+        hotlist=Path(args.expert_hotlist) if args.expert_hotlist else None,
+        save_hotlist=args.save_expert_hotlist)
+    return ModelOptions(model=args.model, ctx=args.ctx, weights_dtype=args.weights_dtype,
+                        experts=experts, verbose=args.verbose)
 
 
 def sampling_options(args: argparse.Namespace) -> SamplingOptions:

@@ -7,6 +7,7 @@ defaults for requests that do not set those options.
 from __future__ import annotations
 
 import argparse
+import atexit
 import logging
 import sys
 import time
@@ -57,6 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "prefills (default 5)")
     group.add_argument("--cors", action="store_true",
                        help="allow cross-origin requests from any origin (browser clients)")
+    group.add_argument("--batched-session", type=int, default=1, metavar="N",
+                       help="serve up to N requests together, decoding their next tokens in "
+                            "one batched pass without speculation; a request running alone "
+                            "still speculates (default 1: one request at a time)")
     add_sampling_flags(parser)
     add_speculation_flags(parser)
     return parser
@@ -69,16 +74,18 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--tokens must be positive, got {args.tokens}")
     if args.keepalive <= 0:
         parser.error(f"--keepalive must be positive, got {args.keepalive}")
+    if args.batched_session < 1:
+        parser.error(f"--batched-session must be at least 1, got {args.batched_session}")
     try:
         sampling = sampling_options(args)
         speculation = speculation_config(args)
+        options = model_options(args)
     except ValueError as exc:
         parser.error(str(exc))
-    options = model_options(args)
     logging.basicConfig(level=logging.INFO, format="ds4-server: %(message)s")
 
     # The model is loaded on the engine thread, where every generation will run.
-    engine = GenerationQueue()
+    engine = GenerationQueue(max_sessions=args.batched_session)
     try:
         try:
             model, drafter = engine.run(partial(load_engine, options, speculation))
@@ -88,7 +95,12 @@ def main(argv: list[str] | None = None) -> int:
         if model.chat_format is None:
             log.warning("%s has no chat template: only /v1/completions can serve it",
                         Path(options.model).name)
-        service = ChatService(model, drafter, speculation, max_context=options.ctx)
+        try:
+            service = ChatService(model, drafter, speculation, max_context=options.ctx,
+                                  sessions=args.batched_session)
+        except ValueError as exc:  # a model without batched decode (GLM)
+            log.error("error: --batched-session %d: %s", args.batched_session, exc)
+            return 1
         config = ServerConfig(
             model_id=Path(options.model).stem,
             aliases=tuple(args.alias),
@@ -108,7 +120,9 @@ def load_engine(options: ModelOptions, speculation: SpeculationConfig
                 ) -> tuple[LoadedModel, Drafter | None]:
     started = time.perf_counter()
     model = load_model(options.model, weights_dtype=options.weights_dtype,
-                       progress=progress_line)
+                       progress=progress_line, experts=options.experts)
+    # Reader threads stop (and a hot-list asked for is saved) when the server exits.
+    atexit.register(model.close)
     drafter = load_drafter(speculation, model)
     log.info("loaded %s (%s) in %.2fs", options.model, model.args_summary(),
              time.perf_counter() - started)

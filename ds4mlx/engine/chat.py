@@ -148,11 +148,37 @@ class StreamParser(Protocol):
         """End of output: flush held-back text and report anything left unterminated."""
         ...
 
+    @property
+    def reasoning(self) -> bool:
+        """Whether the output fed so far ends inside the reasoning block."""
+        ...
+
+
+# OpenAI's reasoning efforts, weakest first, and "max" where a template has a maximum mode.
+REASONING_EFFORT_ORDER = ("minimal", "low", "medium", "high", "xhigh", "max")
+
 
 class ChatFormat(ABC):
     """One model family's chat template and output syntax."""
 
     name: str
+    #: The ``reasoning_effort`` values ``render`` accepts, weakest first.
+    reasoning_efforts: tuple[str, ...] = ()
+
+    def template_effort(self, effort: str) -> str | None:
+        """The template's effort for a requested one (a REASONING_EFFORT_ORDER name): the
+        strongest it has that is not stronger, else its weakest; None for a template that takes
+        none. "max" must be one of its own: without a maximum mode it raises ValueError."""
+        if effort not in REASONING_EFFORT_ORDER:
+            raise ValueError(f"reasoning effort must be one of {REASONING_EFFORT_ORDER}, "
+                             f"got {effort!r}")
+        if effort == "max" and "max" not in self.reasoning_efforts:
+            raise ValueError(f"the {self.name} chat template has no 'max' reasoning effort")
+        if not self.reasoning_efforts:
+            return None
+        rank = REASONING_EFFORT_ORDER.index
+        weaker = [e for e in self.reasoning_efforts if rank(e) <= rank(effort)]
+        return weaker[-1] if weaker else self.reasoning_efforts[0]
 
     @abstractmethod
     def render(self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None = None,
@@ -362,6 +388,11 @@ class MarkerStreamParser(ABC):
         self._state, self._pending = _DONE, ""
         return events
 
+    @property
+    def reasoning(self) -> bool:
+        # Subclasses name their reasoning state "reasoning" too.
+        return self._state == _REASONING
+
     def _advance(self, events: list[ChatEvent], final: bool) -> None:
         while self._state != _DONE and self._step(events, final):
             pass
@@ -530,6 +561,7 @@ class DeepSeekV4ChatFormat(ChatFormat):
     """DeepSeek-V4's prompt encoding and DSML tool calls [enc]."""
 
     name = "deepseek-v4"
+    reasoning_efforts = ("high", "max")
 
     def render(self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None = None,
                *, add_generation_prompt: bool = True, thinking: bool = False,

@@ -190,6 +190,7 @@ class GLM5ChatFormat(ChatFormat):
     """GLM-5.3-Flash's prompt template and ``<tool_call>`` output syntax [tmpl]."""
 
     name = "glm-5"
+    reasoning_efforts = REASONING_EFFORTS
 
     def render(self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None = None,
                *, add_generation_prompt: bool = True, thinking: bool = False,

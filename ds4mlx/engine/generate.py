@@ -1,16 +1,20 @@
-"""The plain generation loop: prefill a prompt, then decode one token at a time.
+"""The generation loop: prefill a prompt, then decode step by step.
 
-Faces (CLI, agent, server) consume the event stream; speculative decoding plugs in here later.
+Faces (CLI, agent, server) consume the event stream. A ``Decoder`` says how a generation
+advances on its own (one token at a time here; drafting and verifying in ``speculation``); the
+stepped form lets a scheduler decode many generations' steps in one batched pass instead.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence, Set
 from dataclasses import dataclass, field
 
 from ds4mlx.engine.sampling import Sampler, SamplingOptions
 from ds4mlx.engine.session import Session
+
+import mlx.core as mx
 
 
 @dataclass
@@ -52,7 +56,7 @@ def check_prompt_fits(session: Session, prompt: Sequence[int], max_context: int 
         )
 
 
-def stop_reason(token: int, generated: int, stop_tokens: set[int], max_tokens: int,
+def stop_reason(token: int, generated: int, stop_tokens: Set[int], max_tokens: int,
                 session_tokens: int, max_context: int | None) -> str:
     """Why generation ends after yielding ``token`` ("" when it goes on)."""
     if token in stop_tokens:
@@ -62,6 +66,101 @@ def stop_reason(token: int, generated: int, stop_tokens: set[int], max_tokens: i
     if max_context is not None and session_tokens >= max_context:
         return "context"
     return ""
+
+
+@dataclass(frozen=True)
+class DecodeStep:
+    """What a stepped generation yields when its session holds every token but ``token``, the
+    last one sampled: the driver answers (``send``) with the logits row of ``token``, computed in
+    one batched step with other sessions' steps (``feed_batch``), or with None to let the
+    generation decode on its own, speculatively if its decoder can."""
+
+    session: Session
+    token: int
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Where a generation must end: after ``max_tokens``, at a stop token, or with the session
+    at ``max_context`` tokens."""
+
+    max_tokens: int
+    stop_tokens: frozenset[int] = frozenset()
+    max_context: int | None = None
+
+
+class Decoder:
+    """How a generation advances on its own: one token per target pass. The speculative decoder
+    (``speculation.loop``) overrides the prefill and the step to draft and verify."""
+
+    def new_stats(self, prompt_tokens: int) -> GenerationStats:
+        return GenerationStats(prompt_tokens=prompt_tokens)
+
+    def prefill(self, session: Session, prompt: Sequence[int], sampler: Sampler,
+                stats: GenerationStats) -> int:
+        """Feed ``prompt``; the first generated token."""
+        return sampler(session.feed_mx(prompt)[-1])
+
+    def advance(self, session: Session, token: int, sampler: Sampler, stats: GenerationStats,
+                limits: Limits) -> list[int]:
+        """Feed ``token``, the last committed one; the tokens that follow it (at least one)."""
+        return [sampler(session.feed_mx([token])[-1])]
+
+    def batched(self) -> None:
+        """A batched step, which this decoder did not take part in, advanced the session."""
+
+
+def stepped_generate(
+    session: Session,
+    prompt: Sequence[int],
+    max_tokens: int,
+    sampling: SamplingOptions | None = None,
+    stop_tokens: Sequence[int] = (),
+    max_context: int | None = None,
+    decoder: Decoder | None = None,
+) -> Generator[TokenEvent | DoneEvent | DecodeStep, mx.array | None, None]:
+    """``generate`` that yields a DecodeStep before each decode step (see DecodeStep), so that a
+    scheduler can decode many generations in one batched pass. The prefill always runs alone."""
+    decoder = decoder or Decoder()
+    sampler = Sampler(sampling or SamplingOptions())
+    stats = decoder.new_stats(len(prompt))
+    check_prompt_fits(session, prompt, max_context)
+
+    start = time.perf_counter()
+    pending = [decoder.prefill(session, prompt, sampler, stats)]  # tokens to yield, in order
+    stats.prefill_seconds = time.perf_counter() - start  # sampling forced the evaluation
+
+    start = time.perf_counter()
+    limits = Limits(max_tokens, frozenset(stop_tokens), max_context)
+    while pending:
+        token = pending.pop(0)
+        stats.generated_tokens += 1
+        yield TokenEvent(token)
+        stats.stop_reason = stop_reason(token, stats.generated_tokens, limits.stop_tokens,
+                                        max_tokens, session.n_tokens, max_context)
+        if stats.stop_reason:
+            break
+        if pending:
+            continue
+        logits = yield DecodeStep(session, token)
+        if logits is None:
+            pending = decoder.advance(session, token, sampler, stats, limits)
+        else:
+            decoder.batched()
+            pending = [sampler(logits)]
+    stats.decode_seconds = time.perf_counter() - start
+    yield DoneEvent(stats)
+
+
+def run_alone(events: Generator[TokenEvent | DoneEvent | DecodeStep, mx.array | None, None]
+              ) -> Iterator[TokenEvent | DoneEvent]:
+    """A stepped generation driven by itself: it decodes every step on its own."""
+    try:
+        for event in events:
+            if not isinstance(event, DecodeStep):
+                yield event
+    finally:
+        events.close()
 
 
 def generate(
@@ -77,24 +176,5 @@ def generate(
     Stops at ``max_tokens``, at a stop token (which is yielded; callers decide whether to show
     it), or when the session reaches ``max_context`` tokens.
     """
-    sampler = Sampler(sampling or SamplingOptions())
-    stats = GenerationStats(prompt_tokens=len(prompt))
-    check_prompt_fits(session, prompt, max_context)
-
-    start = time.perf_counter()
-    logits = session.feed_mx(prompt)[-1]
-    token = sampler(logits)  # forces evaluation, so the prefill time is real
-    stats.prefill_seconds = time.perf_counter() - start
-
-    start = time.perf_counter()
-    stop_set = set(stop_tokens)
-    while True:
-        stats.generated_tokens += 1
-        yield TokenEvent(token)
-        stats.stop_reason = stop_reason(token, stats.generated_tokens, stop_set, max_tokens,
-                                        session.n_tokens, max_context)
-        if stats.stop_reason:
-            break
-        token = sampler(session.feed_mx([token])[-1])
-    stats.decode_seconds = time.perf_counter() - start
-    yield DoneEvent(stats)
+    return run_alone(stepped_generate(session, prompt, max_tokens, sampling, stop_tokens,
+                                      max_context))

@@ -44,8 +44,13 @@ class Sampler:
 
     def __init__(self, options: SamplingOptions):
         self.options = options
+        # A seeded sampler draws from its own key, so that its tokens do not depend on other
+        # generations drawing in between (batched sessions interleave). The global seed still
+        # makes speculative acceptance, which draws from the global generator, reproducible.
+        self._key: mx.array | None = None
         if options.seed is not None:
             mx.random.seed(options.seed)
+            self._key = mx.random.key(options.seed)
 
     def filtered_logprobs(self, logits: mx.array) -> mx.array:
         """Log-probabilities [..., vocab] with filtered-out tokens at -inf (untempered)."""
@@ -72,4 +77,7 @@ class Sampler:
         if self.options.greedy:
             return int(mx.argmax(logits))
         row = self.filtered_logprobs(logits[None])
-        return int(categorical_sampling(row, self.options.temperature)[0])
+        if self._key is None:
+            return int(categorical_sampling(row, self.options.temperature)[0])
+        self._key, key = mx.random.split(self._key)
+        return int(mx.random.categorical(row * (1 / self.options.temperature), key=key)[0])

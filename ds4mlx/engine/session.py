@@ -63,3 +63,24 @@ class Session:
         # Copy again so that the same snapshot can be restored more than once.
         self.state = snap.state.copy()
         del self.tokens[snap.n_tokens:]
+
+
+def supports_batched_decode(model: Any) -> bool:
+    """Whether ``model`` (a network, as Session holds) can decode many sessions in one step."""
+    return callable(getattr(model, "forward_batch", None))
+
+
+def feed_batch(sessions: Sequence[Session], tokens: Sequence[int]) -> mx.array:
+    """Advance each session by its one token in a single batched decode step (no speculation);
+    returns the logits [N, vocab], row i equal to ``sessions[i].feed_mx([tokens[i]])[0]``."""
+    if not sessions:
+        raise ValueError("feed_batch() needs at least one session")
+    model = sessions[0].model
+    if any(session.model is not model for session in sessions):
+        raise ValueError("a batched step needs sessions of one model")
+    if not supports_batched_decode(model):
+        raise ValueError(f"{type(model).__module__} has no batched decode")
+    logits = model.forward_batch(list(tokens), [session.state for session in sessions])
+    for session, token in zip(sessions, tokens, strict=True):
+        session.tokens.append(int(token))
+    return logits

@@ -24,7 +24,8 @@ of temporaries) is ever in memory.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from ds4mlx.kernels import PackedWeight, QuantizedWeight, Weight
 from ds4mlx.kernels.metal import metal_available
@@ -52,6 +53,68 @@ def dequantize(raw: np.ndarray, qtype: GGMLQuantizationType, shape: tuple[int, .
     return np.ascontiguousarray(out, dtype=np.float32).reshape(shape)
 
 
+@dataclass(frozen=True)
+class HostWeight:
+    """A converted weight still in numpy memory: building one needs no MLX call, so reader
+    threads can (the streamed expert store does), and ``to_device`` then makes the weight.
+
+    ``parts``: (values,) for "dense" and "bf16" (uint16 bits), (blocks,) for "packed",
+    (packed, scales[, biases]) for "quantized"; each already in the weight's final shape.
+    """
+
+    kind: str
+    parts: tuple[np.ndarray, ...]
+    qtype: GGMLQuantizationType
+    bits: int = 0
+    mode: str = ""
+
+    @property
+    def nbytes(self) -> int:
+        return sum(part.nbytes for part in self.parts)
+
+
+def host_weight(
+    raw: np.ndarray, qtype: GGMLQuantizationType, shape: tuple[int, ...], mode: str | None = None
+) -> HostWeight:
+    """The conversion half of ``load_weight``, in numpy only (see ``HostWeight``)."""
+    mode = mode or DEFAULT_WEIGHT_MODE
+    if mode not in WEIGHT_MODES:
+        raise ValueError(f"weight mode {mode!r}: expected one of {', '.join(WEIGHT_MODES)}")
+    is_matrix = len(shape) >= 2 and raw.size > 0
+    if mode == "f32" or (qtype not in DENSE_TYPES and not is_matrix):
+        return HostWeight("dense", (dequantize(raw, qtype, shape),), qtype)
+    if qtype == T.BF16:  # numpy has no bfloat16: move the bits, reinterpret them in MLX
+        return HostWeight("bf16", (raw.view(np.uint16).reshape(shape),), qtype)
+    if qtype in DENSE_TYPES:
+        return HostWeight("dense", (raw.reshape(shape),), qtype)
+    if qtype in PACKED_TYPES:
+        return HostWeight("packed", (raw,), qtype)
+    block_size, type_size = GGML_QUANT_SIZES[qtype]
+    rows = raw.reshape(-1, shape[-1] // block_size, type_size)
+    convert, bits, quant_mode = _CONVERTERS[qtype]
+    parts = _convert_in_chunks(rows, convert)
+    outer = shape[:-1]
+    return HostWeight("quantized", tuple(p.reshape(*outer, -1) for p in parts), qtype, bits,
+                      quant_mode)
+
+
+def to_device(host: HostWeight, arrays: Sequence[mx.array] | None = None) -> Weight:
+    """The ``kernels`` weight of a ``HostWeight``: copies of its parts in MLX arrays, or, with
+    ``arrays``, a weight of the same kind over those MLX arrays (parts of the same layout, e.g.
+    an expert slab with a leading slot dim; a bf16 part already viewed as bfloat16)."""
+    if arrays is None:
+        arrays = [mx.array(p) for p in host.parts]
+        if host.kind == "bf16":
+            arrays = [mx.view(arrays[0], mx.bfloat16)]
+    if host.kind in ("dense", "bf16"):
+        return arrays[0]
+    if host.kind == "packed":
+        return PackedWeight(arrays[0], host.qtype)
+    packed, scales, *rest = arrays
+    return QuantizedWeight(packed=packed, scales=scales, biases=rest[0] if rest else None,
+                           bits=host.bits, group_size=GROUP_SIZE, mode=host.mode)
+
+
 def load_weight(
     raw: np.ndarray, qtype: GGMLQuantizationType, shape: tuple[int, ...], mode: str | None = None
 ) -> Weight:
@@ -59,39 +122,7 @@ def load_weight(
 
     ``qtype`` must be in ``SUPPORTED_TYPES`` (the reader checks, naming the file and tensor).
     """
-    mode = mode or DEFAULT_WEIGHT_MODE
-    if mode not in WEIGHT_MODES:
-        raise ValueError(f"weight mode {mode!r}: expected one of {', '.join(WEIGHT_MODES)}")
-    is_matrix = len(shape) >= 2 and raw.size > 0
-    if mode == "f32" or (qtype not in DENSE_TYPES and not is_matrix):
-        return mx.array(dequantize(raw, qtype, shape))
-    if qtype == T.BF16:  # numpy has no bfloat16: move the bits, then reinterpret them in MLX
-        return mx.view(mx.array(raw.view(np.uint16)), mx.bfloat16).reshape(shape)
-    if qtype in DENSE_TYPES:
-        return mx.array(raw).reshape(shape)
-    if qtype in PACKED_TYPES:
-        return PackedWeight(mx.array(raw), qtype)
-    return _to_mlx_quantized(raw, qtype, shape)
-
-
-def _to_mlx_quantized(
-    raw: np.ndarray, qtype: GGMLQuantizationType, shape: tuple[int, ...]
-) -> QuantizedWeight:
-    block_size, type_size = GGML_QUANT_SIZES[qtype]
-    n_blocks_per_row = shape[-1] // block_size
-    rows = raw.reshape(-1, n_blocks_per_row, type_size)
-    convert, bits, mode = _CONVERTERS[qtype]
-    packed, scales, *rest = _convert_in_chunks(rows, convert)
-    biases = rest[0] if rest else None
-    outer = shape[:-1]
-    return QuantizedWeight(
-        packed=mx.array(packed).reshape(*outer, -1),
-        scales=mx.array(scales).reshape(*outer, -1),
-        biases=None if biases is None else mx.array(biases).reshape(*outer, -1),
-        bits=bits,
-        group_size=GROUP_SIZE,
-        mode=mode,
-    )
+    return to_device(host_weight(raw, qtype, shape, mode))
 
 
 def _convert_in_chunks(

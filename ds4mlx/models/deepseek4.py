@@ -37,12 +37,13 @@ not emulated.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal, overload
+from typing import Any, Literal, TypeVar, overload
 
+from ds4mlx.experts import ExpertStore
 from ds4mlx.gguf import GGUFError, GGUFFile, MetaValue
-from ds4mlx.kernels import linear, take_rows
+from ds4mlx.kernels import linear, sparse_attention, take_rows
 from ds4mlx.models.attention import sink_attention, sliding_window_mask
 from ds4mlx.models.cache import ModelState, append_rows
 from ds4mlx.models.metadata import ArchMetadata, first
@@ -82,6 +83,11 @@ DECODE_TILE = 8
 CACHE_SLACK = MAX_ROLLBACK + DECODE_TILE
 # Attention score elements materialised per query block; longer inputs are processed in blocks.
 _SCORE_BUDGET = 1 << 24
+#: Chunks up to this many rows (decode tiles, verify passes) attend CSA blocks sparsely; longer
+#: prefill chunks use one mask over all blocks, which batches better.
+SPARSE_ATTENTION_ROWS = DECODE_TILE
+
+_C = TypeVar("_C")  # what a block's attention returns besides its output: one or more caches
 
 
 # --------------------------------------------------------------------------------------------
@@ -432,10 +438,20 @@ class Compressor(nn.Module):
         self, x: mx.array, pos0: int, pending: PendingRows | None
     ) -> tuple[mx.array | None, PendingRows]:
         """Rows of the blocks completed by x (positions pos0...), and the rows to keep."""
-        r, dim, end = self.ratio, self.dim, pos0 + x.shape[0]
-        positions = np.arange(pos0, end)
+        kv, score = self.project(x, np.arange(pos0, pos0 + x.shape[0]))
+        return self.pool(kv, score, pos0, pending)
+
+    def project(self, x: mx.array, positions: np.ndarray) -> tuple[mx.array, mx.array]:
+        """The kv and gate-score rows [T, width] of x [T, D] at ``positions``: row by row, so a
+        batched decode computes them once for all of its sessions."""
         kv = linear(x, self.wkv)
-        score = linear(x, self.wgate) + self.ape[mx.array(positions % r)]
+        return kv, linear(x, self.wgate) + self.ape[mx.array(positions % self.ratio)]
+
+    def pool(
+        self, kv: mx.array, score: mx.array, pos0: int, pending: PendingRows | None
+    ) -> tuple[mx.array | None, PendingRows]:
+        """``__call__`` on rows already projected (``project``) for positions pos0...."""
+        r, dim, end = self.ratio, self.dim, pos0 + kv.shape[0]
         start = pos0  # position of row 0 of kv / score
         if pending is not None:
             kv = append_rows(pending.kv, kv)
@@ -500,14 +516,47 @@ class LightningIndexer(nn.Module):
         """Which visible blocks each query attends: bool [T, N] (at most top_k per row)."""
         if keys.shape[0] <= self.top_k:
             return visible
+        top = self.top_blocks(q, weights, keys, visible)
+        # A selection has no gradient; stop_gradient says so to MLX, which cannot differentiate
+        # a scatter with respect to its indices.
+        chosen = mx.put_along_axis(mx.zeros(visible.shape, mx.bool_), mx.maximum(top, 0),
+                                   mx.array(True), axis=-1)
+        return chosen & visible
+
+    def top_blocks(self, q: mx.array, weights: mx.array, keys: mx.array,
+                   visible: mx.array) -> mx.array:
+        """The top_k visible blocks of each query, int32 [T, top_k] in no particular order;
+        -1 fills the slots of a row that sees fewer blocks. Needs N > top_k keys."""
         scores = mx.maximum(mx.matmul(q, keys.T), 0.0)  # [T, heads, N]
         scores = mx.sum(scores * weights[..., None], axis=1)
         scores = mx.where(visible, scores, -mx.inf)
-        # A selection has no gradient; stop_gradient says so to MLX, which cannot differentiate
-        # a scatter with respect to its indices.
-        top = mx.stop_gradient(mx.argpartition(-scores, self.top_k - 1, axis=-1)[:, : self.top_k])
-        chosen = mx.put_along_axis(mx.zeros(visible.shape, mx.bool_), top, mx.array(True), axis=-1)
-        return chosen & visible
+        top = mx.argpartition(-scores, self.top_k - 1, axis=-1)[:, : self.top_k]
+        top = mx.where(mx.take_along_axis(visible, top, axis=-1), top.astype(mx.int32), -1)
+        return mx.stop_gradient(top)
+
+
+@dataclass
+class _Projected:
+    """What attention computes from its input rows alone, before any cache is involved."""
+
+    angles: RopeAngles
+    q: mx.array  # [T, H, hd]
+    kv: mx.array  # [T, hd]
+    comp: tuple[mx.array, mx.array] | None = None  # compressor kv and score rows
+    index: tuple[mx.array, mx.array] | None = None  # indexer compressor kv and score rows
+    index_q: mx.array | None = None
+    index_w: mx.array | None = None
+
+    def row(self, r: int) -> _Projected:
+        def take(pair: tuple[mx.array, mx.array] | None) -> tuple[mx.array, mx.array] | None:
+            return None if pair is None else (pair[0][r : r + 1], pair[1][r : r + 1])
+
+        at = slice(r, r + 1)
+        return _Projected(
+            RopeAngles(self.angles.cos[at], self.angles.sin[at]), self.q[at], self.kv[at],
+            take(self.comp), take(self.index),
+            None if self.index_q is None else self.index_q[at],
+            None if self.index_w is None else self.index_w[at])
 
 
 class Attention(nn.Module):
@@ -550,32 +599,61 @@ class Attention(nn.Module):
         real; each attends on its own, the padding rows get zeros.
         """
         positions = np.arange(pos0, pos0 + x.shape[0])
+        rows = self._project(x, positions)
+        window, new_cache = self._extend(cache, rows, pos0)
+        if n_real is None:
+            out = self._attend(rows.q, positions, window, new_cache, rows.index_q, rows.index_w)
+        else:
+            out = self._attend_rows(rows.q, positions, window, new_cache, rows.index_q,
+                                    rows.index_w, n_real)
+        return self.output(out, rows.angles), new_cache
+
+    def batched(self, x: mx.array, positions: np.ndarray, caches: Sequence[LayerCache]
+                ) -> tuple[mx.array, list[LayerCache]]:
+        """One decode step of independent sessions: row r of x [T, D] is the next token of the
+        session with cache ``caches[r]``, at ``positions[r]``; rows past ``len(caches)`` are
+        padding (zeros out). The projections run once over all rows; the cache update and the
+        attention run per session, exactly as that session's own one-token decode runs them."""
+        rows = self._project(x, positions)
+        outs, new_caches = [], []
+        for r, cache in enumerate(caches):
+            row = rows.row(r)
+            window, new_cache = self._extend(cache, row, int(positions[r]))
+            outs.append(self._attend(row.q, positions[r : r + 1], window, new_cache,
+                                     row.index_q, row.index_w))
+            new_caches.append(new_cache)
+        outs.append(mx.zeros((x.shape[0] - len(caches), *rows.q.shape[1:]), rows.q.dtype))
+        return self.output(mx.concatenate(outs), rows.angles), new_caches
+
+    def _project(self, x: mx.array, positions: np.ndarray) -> _Projected:
         angles = self.rope.angles(positions)
         qr, q = self.queries(x, angles)
-        kv = self.keys(x, angles)
+        rows = _Projected(angles, q, self.keys(x, angles))
+        if self.compressor is not None:
+            rows.comp = self.compressor.project(x, positions)
+        if self.indexer is not None:
+            rows.index = self.indexer.compressor.project(x, positions)
+            rows.index_q, rows.index_w = self.indexer.queries(qr, x, angles)
+        return rows
 
-        window = append_rows(cache.window, kv)
-        # The next chunk needs the keys of the last sliding_window - 1 positions.
+    def _extend(self, cache: LayerCache, rows: _Projected, pos0: int
+                ) -> tuple[mx.array, LayerCache]:
+        """The raw keys up to and including ``rows`` (positions pos0..), and the new cache."""
+        window = append_rows(cache.window, rows.kv)
         # The next chunk needs the keys of the last sliding_window - 1 positions; the slack lets
         # padding rows and a rejected speculative suffix be cut off.
         keep = self.window - 1 + CACHE_SLACK
         new_cache = LayerCache(window=window[max(0, window.shape[0] - keep) :])
-        index_q = index_w = None
-        if self.compressor is not None:
-            rows, pending = self.compressor(x, pos0, cache.comp_pending)
-            comp = cache.comp if rows is None else append_rows(cache.comp, rows)
+        if self.compressor is not None and rows.comp is not None:
+            pooled, pending = self.compressor.pool(*rows.comp, pos0, cache.comp_pending)
+            comp = cache.comp if pooled is None else append_rows(cache.comp, pooled)
             new_cache = replace(new_cache, comp=comp, comp_pending=pending)
-        if self.indexer is not None:
-            rows, pending = self.indexer.compressor(x, pos0, cache.index_pending)
-            index = cache.index if rows is None else append_rows(cache.index, rows)
+        if self.indexer is not None and rows.index is not None:
+            pooled, pending = self.indexer.compressor.pool(*rows.index, pos0,
+                                                           cache.index_pending)
+            index = cache.index if pooled is None else append_rows(cache.index, pooled)
             new_cache = replace(new_cache, index=index, index_pending=pending)
-            index_q, index_w = self.indexer.queries(qr, x, angles)
-
-        if n_real is None:
-            out = self._attend(q, positions, window, new_cache, index_q, index_w)
-        else:
-            out = self._attend_rows(q, positions, window, new_cache, index_q, index_w, n_real)
-        return self.output(out, angles), new_cache
+        return window, new_cache
 
     # The pieces around the attention proper, shared with drafters that attend differently.
 
@@ -626,6 +704,11 @@ class Attention(nn.Module):
         tokens = q.shape[0]
         window_start = int(positions[-1]) + 1 - window.shape[0]
         n_comp = 0 if cache.comp is None else cache.comp.shape[0]
+        n_vis = (int(positions[-1]) + 1) // self.ratio if n_comp else 0
+        if (self.indexer is not None and tokens <= SPARSE_ATTENTION_ROWS
+                and n_vis > self.indexer.top_k):
+            return self._attend_sparse(q, positions, window, window_start, cache, n_vis,
+                                       index_q, index_w)
         # Query blocks bound the [heads, rows, keys] score memory of long prefills.
         n_keys = min(window.shape[0], tokens + self.window) + n_comp
         per_row = n_keys * (self.heads + (self.indexer.heads if self.indexer else 0))
@@ -651,6 +734,24 @@ class Attention(nn.Module):
             outs.append(sink_attention(q[t0 : t0 + step], keys, mask, self.sinks, self.scale))
         return outs[0] if len(outs) == 1 else mx.concatenate(outs)
 
+    def _attend_sparse(self, q: mx.array, positions: np.ndarray, window: mx.array,
+                       window_start: int, cache: LayerCache, n_vis: int, index_q: mx.array,
+                       index_w: mx.array) -> mx.array:
+        """``_attend`` for decode and verify rows of a CSA layer whose indexer keeps fewer
+        blocks than are visible: each row reads its window and its top-k compressed rows in
+        place (``kernels.sparse_attention``) instead of a mask over every block."""
+        visible = mx.array(np.arange(n_vis) < ((positions + 1) // self.ratio)[:, None])
+        top = self.indexer.top_blocks(index_q, index_w, cache.index[:n_vis], visible)
+        # Row p sees the raw keys of positions p - window + 1 .. p. Only the rows some query
+        # sees are passed: a one-row call then reduces over exactly its own keys, whatever the
+        # caller's window holds, which keeps decode and verify rows bit-identical.
+        hi = positions + 1 - window_start
+        lo = np.maximum(hi - self.window, 0)
+        first = int(lo.min())
+        ranges = np.stack([lo - first, hi - first], axis=1).astype(np.int32)
+        return sparse_attention(q, window[first : int(hi.max())], mx.array(ranges),
+                                cache.comp[:n_vis], top, self.sinks, self.scale)
+
 
 class Block(nn.Module):
     def __init__(self, args: ModelArgs, w: Weights, layer: int):
@@ -675,8 +776,18 @@ class Block(nn.Module):
 
     def __call__(self, x: mx.array, tokens: mx.array, pos0: int, cache: LayerCache,
                  n_real: int | None = None) -> tuple[mx.array, LayerCache]:
+        return self._run(x, tokens, n_real, lambda h: self.attn(h, pos0, cache, n_real))
+
+    def batched(self, x: mx.array, tokens: mx.array, positions: np.ndarray,
+                caches: Sequence[LayerCache]) -> tuple[mx.array, list[LayerCache]]:
+        """A decode tile whose row r is the next token of the session with ``caches[r]``."""
+        return self._run(x, tokens, len(caches),
+                         lambda h: self.attn.batched(h, positions, caches))
+
+    def _run(self, x: mx.array, tokens: mx.array, n_real: int | None,
+             attend: Callable[[mx.array], tuple[mx.array, _C]]) -> tuple[mx.array, _C]:
         pre, post, comb = self.hc_attn(x)
-        h, cache = self.attn(self.attn_norm(hc_collapse(x, pre)), pos0, cache, n_real)
+        h, cache = attend(self.attn_norm(hc_collapse(x, pre)))
         x = hc_expand(h, x, post, comb)
         pre, post, comb = self.hc_ffn(x)
         h = self.moe(self.ffn_norm(hc_collapse(x, pre)), tokens, n_real)
@@ -707,14 +818,17 @@ class Model(nn.Module):
         self.output = w.matrix("output.weight")
 
     @classmethod
-    def from_gguf(cls, gguf_file: GGUFFile, weights_dtype: str | None = None) -> Model:
+    def from_gguf(cls, gguf_file: GGUFFile, weights_dtype: str | None = None,
+                  expert_store: ExpertStore | None = None) -> Model:
         """Build the model from an opened GGUF file.
 
         ``weights_dtype`` ("f32" or "native") is how matmul weights are held (see
         ``ds4mlx.gguf.quants``); None leaves the choice to ``GGUFFile.load_weight``.
+        ``expert_store`` holds the routed experts (default: resident).
         """
         args = ModelArgs.from_gguf(gguf_file)
-        return cls(args, GGUFWeights(tensor_shapes(args), gguf_file, weights_dtype))
+        return cls(args, GGUFWeights(tensor_shapes(args), gguf_file, weights_dtype,
+                                     expert_store))
 
     @classmethod
     def from_arrays(cls, args: ModelArgs, arrays: Mapping[str, mx.array]) -> Model:
@@ -763,9 +877,8 @@ class Model(nn.Module):
         # Short chunks (decode, verify) run as a fixed-shape tile; see DECODE_TILE.
         n_real = n if evaluate and n < DECODE_TILE else None
         if n_real is not None:
-            tokens = mx.concatenate([tokens, mx.zeros((DECODE_TILE - n,), mx.int32)])
-        h = take_rows(self.embed, tokens).astype(mx.float32)
-        x = mx.broadcast_to(h[:, None, :], (h.shape[0], self.args.hc_mult, h.shape[1]))
+            tokens = _pad_to_tile(tokens)
+        x = self._embed(tokens)
         caches = list(state.layers)
         captured: dict[int, mx.array] = {}
         for i, block in enumerate(self.blocks):
@@ -785,3 +898,52 @@ class Model(nn.Module):
         if not return_hidden:
             return logits
         return ForwardOutput(logits, captured, x, final)
+
+    def forward_batch(self, tokens: Sequence[int], states: Sequence[ModelState]) -> mx.array:
+        """Logits [N, vocab] of one decode step of N independent sequences: ``tokens[i]``
+        continues ``states[i]``, which it advances by one position.
+
+        Everything row-independent (embeddings, mHC mixing, projections, experts, the head) runs
+        once over a tile of up to ``max_invariant_rows`` sessions; attention, with its
+        compressor and indexer, runs per session on its own caches. Each row is bit-identical to
+        that sequence's own ``forward`` of its one token: the tile has the shape of the decode
+        tile, and the routed experts stay in the row count where their per-row results are
+        invariant. Larger batches run tile after tile.
+        """
+        if len(tokens) != len(states):
+            raise ValueError(f"{len(tokens)} tokens for {len(states)} states")
+        if len({id(state) for state in states}) != len(states):
+            raise ValueError("a state appears twice in one batched step")
+        if not states:
+            raise ValueError("forward_batch() needs at least one state")
+        step = self.max_invariant_rows
+        logits = [self._decode_tile(tokens[i : i + step], states[i : i + step])
+                  for i in range(0, len(states), step)]
+        return logits[0] if len(logits) == 1 else mx.concatenate(logits)
+
+    def _decode_tile(self, tokens: Sequence[int], states: Sequence[ModelState]) -> mx.array:
+        n = len(states)
+        ids = _pad_to_tile(mx.array([int(t) for t in tokens], dtype=mx.int32))
+        # Padding rows sit at position 0: their results are discarded and touch no cache.
+        positions = np.array([state.pos for state in states] + [0] * (DECODE_TILE - n))
+        x = self._embed(ids)
+        layers: list[list[LayerCache]] = []
+        for i, block in enumerate(self.blocks):
+            x, caches = block.batched(x, ids, positions, [state.layers[i] for state in states])
+            layers.append(caches)
+        logits = linear(self.output_norm(self.hc_head(x)), self.output)[:n]
+        for r, state in enumerate(states):
+            state.layers = [caches[r] for caches in layers]
+            state.pos += 1
+        mx.eval(logits, *(a for state in states for a in state.arrays()))
+        return logits
+
+    def _embed(self, tokens: mx.array) -> mx.array:
+        """The hc residual streams [T, hc, D] entering the first block: the token embeddings."""
+        h = take_rows(self.embed, tokens).astype(mx.float32)
+        return mx.broadcast_to(h[:, None, :], (h.shape[0], self.args.hc_mult, h.shape[1]))
+
+
+def _pad_to_tile(tokens: mx.array) -> mx.array:
+    """int32 ``tokens`` (fewer than DECODE_TILE) padded with dummy tokens to DECODE_TILE."""
+    return mx.concatenate([tokens, mx.zeros((DECODE_TILE - tokens.shape[0],), mx.int32)])

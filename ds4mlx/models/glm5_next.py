@@ -52,6 +52,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, overload
 
+from ds4mlx.experts import ExpertStore
 from ds4mlx.gguf import GGUFFile, MetaValue
 from ds4mlx.kernels import linear, take_rows
 from ds4mlx.models.cache import ModelState, append_rows
@@ -950,14 +951,17 @@ class Model(nn.Module):
         self.mtp = NextNPredictor(args, w, self) if has_nextn else None
 
     @classmethod
-    def from_gguf(cls, gguf_file: GGUFFile, weights_dtype: str | None = None) -> Model:
+    def from_gguf(cls, gguf_file: GGUFFile, weights_dtype: str | None = None,
+                  expert_store: ExpertStore | None = None) -> Model:
         """Build the model from an opened GGUF file.
 
         ``weights_dtype`` ("f32" or "native") is how matmul weights are held (see
         ``ds4mlx.gguf.quants``); None leaves the choice to ``GGUFFile.load_weight``.
+        ``expert_store`` holds the routed experts (default: resident).
         """
         args = ModelArgs.from_gguf(gguf_file)
-        return cls(args, GGUFWeights(tensor_shapes(args), gguf_file, weights_dtype))
+        return cls(args, GGUFWeights(tensor_shapes(args), gguf_file, weights_dtype,
+                                     expert_store))
 
     @classmethod
     def from_arrays(cls, args: ModelArgs, arrays: Mapping[str, mx.array]) -> Model:

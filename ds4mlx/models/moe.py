@@ -1,20 +1,23 @@
 """Mixture-of-experts pieces: expert gating/routing and the routed-expert FFN.
 
-``RoutedExperts`` holds one layer's routed experts and applies them with gathered matmuls; it is the
-seam a future expert store (streamed or quantized experts) replaces, keeping its call signature.
-``SharedExpertMoE`` is the DeepSeek-style FFN around it (router, selection bias or hash routing,
-shared expert), as llama.cpp's ``build_moe_ffn`` plus ``build_ffn`` compute it.
+``RoutedExperts`` applies one layer's routed experts with gathered matmuls over the stacked weights
+an expert store (``ds4mlx.experts``: resident, or streamed from the GGUF through a slab cache)
+hands it. ``SharedExpertMoE`` is the DeepSeek-style FFN around it (router, selection bias or hash
+routing, shared expert), as llama.cpp's ``build_moe_ffn`` plus ``build_ffn`` compute it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import IntEnum
 
+from ds4mlx.experts import ExpertBatch, LayerExperts, ResidentLayer
 from ds4mlx.kernels import Weight, gather_linear, linear
 from ds4mlx.models.weights import Weights
 
 import mlx.core as mx
 import mlx.nn as nn
+import numpy as np
 
 # ggml clamps the routing-weight sum to the smallest normal float16 before dividing.
 _MIN_WEIGHT_SUM = 6.103515625e-5
@@ -94,35 +97,61 @@ def swiglu(gate: mx.array, up: mx.array, limit: float = 0.0) -> mx.array:
 
 class RoutedExperts(nn.Module):
     """One layer's routed SwiGLU experts, stacked [E, out, in], applied with gathered matmuls
-    (``kernels.gather_linear``)."""
+    (``kernels.gather_linear``) over the batches its ``LayerExperts`` yields."""
 
-    def __init__(self, gate: Weight, up: Weight, down: Weight, *, swiglu_limit: float):
-        """gate/up [E, F, D] and down [E, D, F] as GGUF stores them ([expert, out, in])."""
+    def __init__(self, gate: Weight | None = None, up: Weight | None = None,
+                 down: Weight | None = None, *, swiglu_limit: float,
+                 layer: LayerExperts | None = None):
+        """gate/up [E, F, D] and down [E, D, F] as GGUF stores them ([expert, out, in]), held
+        resident; or ``layer``, an expert store's view of them."""
         super().__init__()
-        self.gate = gate
-        self.up = up
-        self.down = down
+        if layer is None:
+            if gate is None or up is None or down is None:
+                raise ValueError("RoutedExperts needs gate, up and down weights or a layer")
+            layer = ResidentLayer(gate, up, down)
+        if isinstance(layer, ResidentLayer):
+            # Resident weights stay module members (parameter tree, training subclasses).
+            self.gate, self.up, self.down = layer.gate, layer.up, layer.down
+        self.layer = layer
         self.swiglu_limit = swiglu_limit
+
+    def _ffn(self, xs: mx.array, batch: ExpertBatch, idx: mx.array, sort: bool) -> mx.array:
+        gate = gather_linear(xs, batch.gate, idx, sort)
+        up = gather_linear(xs, batch.up, idx, sort)
+        return gather_linear(swiglu(gate, up, self.swiglu_limit), batch.down, idx, sort)
+
+    def _all_pairs(self, x: mx.array, batch: ExpertBatch) -> mx.array:
+        """Every (token, expert) pair: [T, k, 1, D] or, sorted, [T * k, 1, D]."""
+        k = batch.indices.shape[1]
+        sort = batch.indices.size >= _SORT_THRESHOLD
+        if not sort:
+            # x [T, 1, 1, D] broadcasts against indices [T, k]
+            return self._ffn(x[:, None, None, :], batch, batch.indices, False)
+        # Grouping the (token, expert) pairs by expert lets gather_mm run per-expert GEMMs.
+        flat = batch.indices.flatten()
+        order = mx.argsort(flat)
+        out = self._ffn(x[order // k][:, None, :], batch, flat[order], True)
+        return out[mx.argsort(order)]
 
     def __call__(self, x: mx.array, indices: mx.array, weights: mx.array) -> mx.array:
         """x [T, D], indices/weights [T, k] -> sum_k weights * expert_k(x), [T, D]."""
         tokens, k = indices.shape
-        sort = indices.size >= _SORT_THRESHOLD
-        if sort:
-            # Grouping the (token, expert) pairs by expert lets gather_mm run per-expert GEMMs.
-            flat = indices.flatten()
-            order = mx.argsort(flat)
-            inv_order = mx.argsort(order)
-            xs = x[order // k][:, None, :]  # [T*k, 1, D]
-            idx = flat[order]
-        else:
-            xs = x[:, None, None, :]  # [T, 1, 1, D], broadcast against indices [T, k]
-            idx = indices
-        gate = gather_linear(xs, self.gate, idx, sort)
-        up = gather_linear(xs, self.up, idx, sort)
-        out = gather_linear(swiglu(gate, up, self.swiglu_limit), self.down, idx, sort)
-        if sort:
-            out = out[inv_order]
+        out = None
+        parts: list[mx.array] = []
+        pairs: list[np.ndarray] = []
+        for batch in self.layer.batches(indices):
+            if batch.pairs is None:
+                out = self._all_pairs(x, batch)
+                continue
+            # Some pairs only (a streamed layer needing more experts than its cache holds):
+            # each pair's result is the same matmul on the same rows, so the same bits.
+            part = self._ffn(x[mx.array(batch.pairs // k)][:, None, :], batch, batch.indices,
+                             True)
+            mx.eval(part)  # before the store refills the slots it reads
+            parts.append(part)
+            pairs.append(batch.pairs)
+        if out is None:
+            out = mx.concatenate(parts)[mx.array(np.argsort(np.concatenate(pairs)))]
         out = out.reshape(tokens, k, -1)
         return mx.sum(out * weights[..., None], axis=1)
 
@@ -182,12 +211,10 @@ class SharedExpertMoE(nn.Module):
             self.hash_routes = w.ints(f"{prefix}.ffn_gate_tid2eid.weight")
         else:
             self.bias = w.param(f"{prefix}.exp_probs_b.bias")
-        self.experts = RoutedExperts(
-            w.matrix(f"{prefix}.ffn_gate_exps.weight"),
-            w.matrix(f"{prefix}.ffn_up_exps.weight"),
-            w.matrix(f"{prefix}.ffn_down_exps.weight"),
-            swiglu_limit=swiglu_limit,
-        )
+        names = (f"{prefix}.ffn_gate_exps.weight", f"{prefix}.ffn_up_exps.weight",
+                 f"{prefix}.ffn_down_exps.weight")
+        self.experts = RoutedExperts(layer=w.routed_experts(names, n_used),
+                                     swiglu_limit=swiglu_limit)
         self.shared = SwiGLU(
             w.matrix(f"{prefix}.ffn_gate_shexp.weight"),
             w.matrix(f"{prefix}.ffn_up_shexp.weight"),
@@ -198,6 +225,22 @@ class SharedExpertMoE(nn.Module):
         self.gating = gating
         self.normalize = normalize
         self.weights_scale = weights_scale
+        self.prefix = prefix
+        # Set by ``link_expert_prefetch`` when the next layer's experts are streamed.
+        self.prefetch_next: _PrefetchHint | None = None
+
+    def select(self, x: mx.array, tokens: mx.array | None = None) -> tuple[mx.array, mx.array]:
+        """The routing of x [T, D]: (indices, weights) [T, k]."""
+        probs = gate_probs(linear(x, self.router), self.gating)
+        selected = None
+        if self.hash_routes is not None:
+            if tokens is None:
+                raise ValueError("a hash-routed MoE layer needs the token ids")
+            selected = self.hash_routes[tokens]
+        return route(
+            probs, self.n_used, func=self.gating, bias=self.bias, selected=selected,
+            normalize=self.normalize, scale=self.weights_scale,
+        )
 
     def __call__(self, x: mx.array, tokens: mx.array | None = None,
                  n_real: int | None = None) -> mx.array:
@@ -207,18 +250,40 @@ class SharedExpertMoE(nn.Module):
         run on those alone; their per-row results do not depend on the number of rows, and
         padding rows would only cost expert reads. Padding rows get the shared expert only.
         """
-        probs = gate_probs(linear(x, self.router), self.gating)
-        selected = None
-        if self.hash_routes is not None:
-            if tokens is None:
-                raise ValueError("a hash-routed MoE layer needs the token ids")
-            selected = self.hash_routes[tokens]
-        indices, weights = route(
-            probs, self.n_used, func=self.gating, bias=self.bias, selected=selected,
-            normalize=self.normalize, scale=self.weights_scale,
-        )
+        indices, weights = self.select(x, tokens)
         if n_real is None:
-            return self.experts(x, indices, weights) + self.shared(x)
+            routed = self.experts(x, indices, weights)
+            if self.prefetch_next is not None:  # prefill: overlap the next layer's reads
+                self.prefetch_next(x, tokens)
+            return routed + self.shared(x)
         routed = self.experts(x[:n_real], indices[:n_real], weights[:n_real])
         padding = mx.zeros((x.shape[0] - n_real, routed.shape[1]), routed.dtype)
         return mx.concatenate([routed, padding]) + self.shared(x)
+
+
+class _PrefetchHint:
+    """Guesses the next MoE layer's experts by routing this layer's FFN input through the next
+    layer's router (the residual stream changes little between layers; hash-routed layers are
+    exact) and asks its store to start reading them. A plain object, not a module, so the next
+    layer does not become part of this one's parameter tree."""
+
+    def __init__(self, next_moe: SharedExpertMoE):
+        self.next_moe = next_moe
+
+    def __call__(self, x: mx.array, tokens: mx.array | None) -> None:
+        self.next_moe.experts.layer.prefetch(self.next_moe.select(x, tokens)[0])
+
+
+def moe_layers(network: nn.Module, num_layers: int) -> list[SharedExpertMoE]:
+    """The main model's MoE layers (``blk.N`` with N < ``num_layers``) in layer order."""
+    found = [m for _, m in network.named_modules() if isinstance(m, SharedExpertMoE)]
+    main = [m for m in found if int(m.prefix.split(".")[1]) < num_layers]
+    return sorted(main, key=lambda m: int(m.prefix.split(".")[1]))
+
+
+def link_expert_prefetch(moes: Sequence[SharedExpertMoE]) -> None:
+    """Each layer of ``moes`` (in execution order) hints the next one's store during prefill,
+    where that store reads experts (a streamed one)."""
+    for current, following in zip(moes, moes[1:], strict=False):
+        current.prefetch_next = (_PrefetchHint(following)
+                                 if following.experts.layer.prefetches else None)

@@ -16,6 +16,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
+from ds4mlx.experts import ExpertStore, LayerExperts, ResidentStore
 from ds4mlx.gguf import GGUFError, GGUFFile
 from ds4mlx.kernels import QuantizedWeight, Weight
 
@@ -52,9 +53,11 @@ class Weights(ABC):
 
     error: type[Exception] = ValueError  # what a missing or misshapen tensor raises
 
-    def __init__(self, shapes: Mapping[str, Shape], source: str):
+    def __init__(self, shapes: Mapping[str, Shape], source: str,
+                 expert_store: ExpertStore | None = None):
         self.shapes = shapes
         self.source = source  # where the tensors come from, for error messages
+        self.expert_store = expert_store or ResidentStore()
 
     @abstractmethod
     def _shape(self, name: str) -> Shape | None:
@@ -100,6 +103,14 @@ class Weights(ABC):
         shape, _ = self._check(name)
         return self._ints(name).reshape(shape)
 
+    def routed_experts(self, names: Sequence[str], n_used: int) -> LayerExperts:
+        """A layer's stacked routed experts (gate, up, down tensor names), held by this
+        weights' expert store (resident unless a streamed store was given)."""
+        for name in names:
+            self._check(name)
+        gate, up, down = names
+        return self.expert_store.layer((gate, up, down), self.matrix, n_used)
+
     def grouped(self, name: str, groups: int) -> Weight:
         """A block-diagonal weight listed as [groups * rows, cols], as a stack [groups, rows,
         cols] (files may store either)."""
@@ -114,8 +125,9 @@ class GGUFWeights(Weights):
 
     error = GGUFError
 
-    def __init__(self, shapes: Mapping[str, Shape], gguf: GGUFFile, mode: str | None):
-        super().__init__(shapes, str(gguf.path))
+    def __init__(self, shapes: Mapping[str, Shape], gguf: GGUFFile, mode: str | None,
+                 expert_store: ExpertStore | None = None):
+        super().__init__(shapes, str(gguf.path), expert_store)
         self.gguf = gguf
         self.mode = mode  # GGUFFile.load_weight's mode: "f32", "native" or None (its default)
 

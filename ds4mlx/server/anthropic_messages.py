@@ -141,7 +141,9 @@ def _tools(request: MessagesRequest) -> list[dict[str, Any]] | None:
 def _stop_reason(finished: Finished) -> str:
     if is_truncated(finished):
         return "max_tokens"
-    return "tool_use" if finished.finish_reason == "tool_calls" else "end_turn"
+    if finished.finish_reason == "tool_calls":
+        return "tool_use"
+    return "end_turn" if finished.stop_sequence is None else "stop_sequence"
 
 
 def _usage(finished: Finished) -> dict[str, Any]:
@@ -179,8 +181,8 @@ class MessagesEndpoint:
         blocks = track(events, CALL_ID_PREFIX).blocks
         return {"id": new_id("msg_"), "type": "message", "role": "assistant",
                 "model": meta.model, "content": [_content_block(block) for block in blocks],
-                "stop_reason": _stop_reason(finished), "stop_sequence": None,
-                "usage": _usage(finished)}
+                "stop_reason": _stop_reason(finished),
+                "stop_sequence": finished.stop_sequence, "usage": _usage(finished)}
 
     def stream(self, request: MessagesRequest, meta: ResponseMeta) -> MessagesStream:
         return MessagesStream(meta)
@@ -229,7 +231,8 @@ class MessagesStream(BlockStream):
     def finish(self, finished: Finished) -> list[bytes]:
         return [*self.close_open_block(),
                 self._frame("message_delta",
-                            delta={"stop_reason": _stop_reason(finished), "stop_sequence": None},
+                            delta={"stop_reason": _stop_reason(finished),
+                                   "stop_sequence": finished.stop_sequence},
                             usage=_usage(finished)),
                 self._frame("message_stop")]
 

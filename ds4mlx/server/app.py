@@ -10,6 +10,7 @@ that, errors travel in the stream in the API's own shape. The response's end, ho
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -85,6 +86,15 @@ class _JobStreamingResponse(StreamingResponse):
             await super().__call__(scope, receive, send)
         finally:
             self.job.cancel()
+
+
+async def _cancel_on_disconnect(request: Request, job: Job) -> None:
+    """Cancel ``job`` as soon as the client of a non-streamed request leaves. The body has been
+    read, so the next ASGI message can only be the disconnect; waiting for it (rather than
+    polling between events) notices a client that gives up while tokens flow steadily."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    job.cancel()
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -173,13 +183,14 @@ class _Server:
         events = job.events(self.config.keepalive_seconds)
         if parsed.stream:
             return await self._stream(job, events, endpoint.stream(parsed, meta), endpoint)
+        watcher = asyncio.create_task(_cancel_on_disconnect(request, job))
         try:
-            return await self._respond(request, events, endpoint, parsed, meta)
+            return await self._respond(events, endpoint, parsed, meta)
         finally:
+            watcher.cancel()
             job.cancel()
 
-    async def _respond(self, request: Request,
-                       events: AsyncIterator[ChatEvent | Finished | KeepAlive],
+    async def _respond(self, events: AsyncIterator[ChatEvent | Finished | KeepAlive],
                        endpoint: Endpoint[Any], parsed: APIRequest,
                        meta: ResponseMeta) -> Response:
         collected: list[ChatEvent] = []
@@ -187,9 +198,8 @@ class _Server:
         try:
             async for item in events:
                 if isinstance(item, KeepAlive):
-                    if await request.is_disconnected():
-                        return Response(status_code=204)  # nobody is left to read it
-                elif isinstance(item, Finished):
+                    continue
+                if isinstance(item, Finished):
                     finished = item
                 else:
                     collected.append(item)

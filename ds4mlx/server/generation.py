@@ -11,7 +11,7 @@ from typing import Any, Literal, Protocol, TypeVar
 
 from ds4mlx.engine.sampling import SamplingOptions
 from ds4mlx.server.errors import APIError
-from ds4mlx.speculation.service import ServiceEvent
+from ds4mlx.speculation.service import ScheduledEvent
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -22,11 +22,12 @@ class GenerationService(Protocol):
     def chat(self, messages: Sequence[Mapping[str, Any]],
              tools: Sequence[Mapping[str, Any]] | None = None, *, max_tokens: int = ...,
              sampling: SamplingOptions | None = None, stop: Sequence[str] = (),
-             thinking: bool = False) -> Generator[ServiceEvent, None, None]: ...
+             thinking: bool = False, reasoning_effort: str | None = None
+             ) -> Generator[ScheduledEvent, Any, None]: ...
 
     def complete(self, prompt: str, *, max_tokens: int = ...,
                  sampling: SamplingOptions | None = None,
-                 stop: Sequence[str] = ()) -> Generator[ServiceEvent, None, None]: ...
+                 stop: Sequence[str] = ()) -> Generator[ScheduledEvent, Any, None]: ...
 
 
 @dataclass(frozen=True)
@@ -49,12 +50,16 @@ class GenerationCall:
     messages: list[dict[str, Any]] | None = None
     tools: list[dict[str, Any]] | None = None
     thinking: bool = False
+    reasoning_effort: str | None = None  # a REASONING_EFFORT_ORDER name, for thinking turns
     prompt: str | None = None
 
-    def run(self, service: GenerationService) -> Generator[ServiceEvent, None, None]:
+    def run(self, service: GenerationService) -> Generator[ScheduledEvent, Any, None]:
         if self.messages is not None:
+            options = ({} if self.reasoning_effort is None
+                       else {"reasoning_effort": self.reasoning_effort})
             return service.chat(self.messages, self.tools, max_tokens=self.max_tokens,
-                                sampling=self.sampling, stop=self.stop, thinking=self.thinking)
+                                sampling=self.sampling, stop=self.stop, thinking=self.thinking,
+                                **options)
         assert self.prompt is not None
         return service.complete(self.prompt, max_tokens=self.max_tokens, sampling=self.sampling,
                                 stop=self.stop)
@@ -141,6 +146,15 @@ def stop_strings(stop: str | list[str] | None) -> tuple[str, ...]:
     if stop is None:
         return ()
     return (stop,) if isinstance(stop, str) else tuple(stop)
+
+
+# OpenAI's reasoning efforts, plus "max" for chat templates with a maximum-effort mode.
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
+
+
+def template_effort(effort: ReasoningEffort | None) -> str | None:
+    """The effort to render a thinking prompt with ("none" turns thinking off instead)."""
+    return None if effort in (None, "none") else effort
 
 
 def resolve_thinking(control: bool | ThinkingControl | None, effort: str | None,

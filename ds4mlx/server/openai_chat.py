@@ -19,12 +19,14 @@ from ds4mlx.server.generation import (
     APIRequest,
     GenerationCall,
     GenerationDefaults,
+    ReasoningEffort,
     RequestModel,
     ThinkingControl,
     joined_text,
     json_arguments,
     resolve_thinking,
     stop_strings,
+    template_effort,
     token_limit,
     unsupported,
 )
@@ -108,7 +110,7 @@ class ChatCompletionRequest(APIRequest):
     logprobs: bool | None = None
     response_format: ResponseFormat | None = None
     thinking: bool | ThinkingControl | None = None
-    reasoning_effort: str | None = None
+    reasoning_effort: ReasoningEffort | None = None
     chat_template_kwargs: ChatTemplateKwargs | None = None
 
 
@@ -160,7 +162,8 @@ class ChatCompletionsEndpoint:
             stop=stop_strings(request.stop),
             thinking=resolve_thinking(
                 request.thinking if request.thinking is not None else template_thinking,
-                request.reasoning_effort, defaults.thinking))
+                request.reasoning_effort, defaults.thinking),
+            reasoning_effort=template_effort(request.reasoning_effort))
 
     def response(self, request: ChatCompletionRequest, events: Sequence[ChatEvent],
                  finished: Finished, meta: ResponseMeta) -> dict[str, Any]:

@@ -17,12 +17,14 @@ from ds4mlx.server.generation import (
     APIRequest,
     GenerationCall,
     GenerationDefaults,
+    ReasoningEffort,
     RequestModel,
     ThinkingControl,
     joined_text,
     json_arguments,
     resolve_thinking,
     stop_strings,
+    template_effort,
     token_limit,
     unsupported,
 )
@@ -69,7 +71,7 @@ class Tool(RequestModel):
 
 
 class ReasoningOptions(RequestModel):
-    effort: str | None = None
+    effort: ReasoningEffort | None = None
 
 
 class TextFormat(RequestModel):
@@ -188,6 +190,7 @@ def _response_object(request: ResponsesRequest, meta: ResponseMeta, response_id:
         usage = {"input_tokens": finished.prompt_tokens,
                  "input_tokens_details": {"cached_tokens": finished.cached_tokens},
                  "output_tokens": finished.completion_tokens,
+                 "output_tokens_details": {"reasoning_tokens": finished.reasoning_tokens},
                  "total_tokens": finished.prompt_tokens + finished.completion_tokens}
     return {"id": response_id, "object": "response", "created_at": meta.created,
             "status": status, "error": None, "incomplete_details": incomplete,
@@ -217,7 +220,8 @@ class ResponsesEndpoint:
             messages=_service_messages(request), tools=_tools(request),
             max_tokens=token_limit(request.max_output_tokens, defaults),
             sampling=request.sampling(defaults), stop=stop_strings(request.stop),
-            thinking=resolve_thinking(request.thinking, effort, defaults.thinking))
+            thinking=resolve_thinking(request.thinking, effort, defaults.thinking),
+            reasoning_effort=template_effort(effort))
 
     def response(self, request: ResponsesRequest, events: Sequence[ChatEvent],
                  finished: Finished, meta: ResponseMeta) -> dict[str, Any]:

@@ -1,17 +1,23 @@
-"""The engine thread: one worker runs generations one at a time, in arrival order.
+"""The engine thread: one worker runs every generation, in arrival order.
 
 MLX work never runs on the event loop. Each request becomes a :class:`Job` that the worker runs
 when its turn comes; the worker hands every event to the job's event loop as it is produced, and
 the request's coroutine reads them with a timeout so that it can send keep-alives while the job
 waits in the queue or prefills. Cancelling a job (the client went away) skips it if it has not
-started and otherwise closes its generator after the current token, freeing the engine.
+started and otherwise closes its generator before its next step, freeing its session.
+
+With ``max_sessions`` > 1 (``--batched-session N``) up to that many jobs run together: the
+worker prefills each new job on its own, then decodes the next token of every running job in
+one batched pass (``feed_batch``) per step; jobs join and leave between steps, and each samples
+its own token from its row. A job running alone decodes on its own, speculatively if it can.
+Generations tell the worker where their steps are by yielding ``DecodeStep`` (see
+``ds4mlx.engine.generate``); one that never does runs to its end in one go.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import queue
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Generator
@@ -20,14 +26,18 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from ds4mlx.engine.chat import ChatEvent
+from ds4mlx.engine.generate import DecodeStep
+from ds4mlx.engine.session import feed_batch
 from ds4mlx.server.errors import APIError
-from ds4mlx.speculation.service import Finished, ServiceEvent
+from ds4mlx.speculation.service import Finished, ScheduledEvent
 
 import mlx.core as mx
 
 log = logging.getLogger("ds4mlx.server")
 
 T = TypeVar("T")
+
+Generation = Generator[ScheduledEvent, mx.array | None, None]
 
 
 class KeepAlive:
@@ -49,8 +59,7 @@ JobItem = ChatEvent | Finished | APIError | _End
 class Job:
     """One request's generation: started on the worker thread, read on the event loop."""
 
-    def __init__(self, start: Callable[[], Generator[ServiceEvent, None, None]],
-                 loop: asyncio.AbstractEventLoop):
+    def __init__(self, start: Callable[[], Generation], loop: asyncio.AbstractEventLoop):
         self.start = start
         self._loop = loop
         self._items: deque[JobItem] = deque()
@@ -106,6 +115,8 @@ class QueueStats:
     failed: int = 0
     queued: int = 0
     running: int = 0
+    batched_steps: int = 0  # decode steps that advanced more than one job in one pass
+    max_batch: int = 0  # the most jobs one batched step advanced
 
 
 @dataclass
@@ -116,18 +127,34 @@ class _Call:
     result: Future[Any] = field(default_factory=Future)
 
 
+@dataclass
+class _Running:
+    """A started job: its generation, and the decode step it waits on (None while it runs)."""
+
+    job: Job
+    events: Generation
+    step: DecodeStep | None = None
+    started: bool = False  # it has delivered an event
+
+
 class GenerationQueue:
-    """The engine thread: one worker that runs all MLX work, generations in FIFO order.
+    """The engine thread: one worker that runs all MLX work, generations in FIFO order, up to
+    ``max_sessions`` of them at once (see the module notes).
 
     Loading the model must happen here too (:meth:`run`): MLX arrays belong to the thread
     that created them, and a model loaded on one thread fails to generate on another.
+    ``max_sessions`` may be changed between requests; the service must have that many sessions.
     """
 
-    def __init__(self) -> None:
-        self._items: queue.Queue[Job | _Call | None] = queue.Queue()
-        self._lock = threading.Lock()
+    def __init__(self, max_sessions: int = 1) -> None:
+        if max_sessions < 1:
+            raise ValueError(f"max_sessions must be at least 1, got {max_sessions}")
+        self.max_sessions = max_sessions
+        self._wake = threading.Condition()
+        self._calls: deque[_Call] = deque()
+        self._waiting: deque[Job] = deque()
+        self._running: list[_Running] = []
         self._stats = QueueStats()
-        self._current: Job | None = None
         self._closing = False
         self._worker = threading.Thread(target=self._work, name="ds4-engine", daemon=True)
         self._worker.start()
@@ -136,57 +163,79 @@ class GenerationQueue:
         """Run ``function`` on the engine thread and return its result (or raise its error);
         blocks, so never call it on the event loop."""
         call = _Call(function)
-        with self._lock:
+        with self._wake:
             if self._closing:
                 raise RuntimeError("the engine thread has stopped")
-            self._items.put(call)
+            self._calls.append(call)
+            self._wake.notify()
         return call.result.result()
 
-    def submit(self, start: Callable[[], Generator[ServiceEvent, None, None]]) -> Job:
+    def submit(self, start: Callable[[], Generation]) -> Job:
         """Queue a generation; must be called on the event loop that will read the job."""
         job = Job(start, asyncio.get_running_loop())
-        with self._lock:
+        with self._wake:
             if self._closing:
                 raise APIError(503, "the server is shutting down")
             self._stats.submitted += 1
             self._stats.queued += 1
-            self._items.put(job)
+            self._waiting.append(job)
+            self._wake.notify()
         return job
 
     def stats(self) -> QueueStats:
-        with self._lock:
+        with self._wake:
             return replace(self._stats)
 
     def close(self, timeout: float = 30.0) -> None:
-        """Stop the running job, refuse the queued ones and wait for the worker to exit."""
-        with self._lock:
+        """Stop the running jobs, refuse the queued ones and wait for the worker to exit."""
+        with self._wake:
             self._closing = True
-            if self._current is not None:
-                self._current.cancel()
-            self._items.put(None)
+            for run in self._running:
+                run.job.cancel()
+            self._wake.notify()
         self._worker.join(timeout)
 
     # ------------------------------------------------------------------ engine thread
 
     def _work(self) -> None:
         try:
-            while (item := self._items.get()) is not None:
-                if isinstance(item, _Call):
-                    self._call(item)
-                    continue
-                with self._lock:
-                    self._stats.queued -= 1
-                    self._current = item
-                    if self._closing:
-                        item.cancel()
-                outcome = self._run(item)
-                with self._lock:
-                    self._current = None
-                    setattr(self._stats, outcome, getattr(self._stats, outcome) + 1)
+            while self._turn():
+                pass
         finally:
             # MLX requires each thread to destroy its streams before the interpreter exits,
             # or the process aborts at exit.
             mx.clear_streams()
+
+    def _turn(self) -> bool:
+        """Run the calls that came in, admit waiting jobs while there is room, then advance the
+        running jobs by one step; False once the queue is closed."""
+        with self._wake:
+            while not (self._calls or self._waiting or self._running or self._closing):
+                self._wake.wait()
+            calls = list(self._calls)
+            self._calls.clear()
+            closing = self._closing
+            admitted: list[Job] = []
+            room = 0 if closing else self.max_sessions - len(self._running)
+            while self._waiting and len(admitted) < room:
+                admitted.append(self._waiting.popleft())
+            refused = list(self._waiting) if closing else []
+            if closing:
+                self._waiting.clear()
+            self._stats.queued -= len(admitted) + len(refused)
+        for call in calls:
+            self._call(call)
+        if closing:
+            for job in refused:
+                job.deliver(APIError(503, "the server is shutting down"))
+                self._end(job, "cancelled")
+            for run in list(self._running):
+                self._finish(run, "cancelled")
+            return False
+        for job in admitted:
+            self._start(job)
+        self._step()
+        return True
 
     @staticmethod
     def _call(call: _Call) -> None:
@@ -195,37 +244,97 @@ class GenerationQueue:
         except BaseException as exc:  # handed to the caller, who re-raises it
             call.result.set_exception(exc)
 
-    def _run(self, job: Job) -> str:
-        """Run one job to its end; returns the QueueStats counter it adds to."""
+    def _start(self, job: Job) -> None:
         if job.cancelled:
-            if self._closing:
-                job.deliver(APIError(503, "the server is shutting down"))
-            job.deliver(_END)
-            return "cancelled"
-        events: Generator[ServiceEvent, None, None] | None = None
-        started = False
-        with self._lock:
-            self._stats.running = 1
+            self._end(job, "cancelled")
+            return
         try:
             events = job.start()
-            for event in events:
-                started = True
+        except Exception as exc:
+            self._fail(job, exc, started=False)
+            self._end(job, "failed")
+            return
+        run = _Running(job, events)
+        with self._wake:
+            self._running.append(run)
+            self._stats.running = len(self._running)
+        self._advance(run, None)  # the prefill, up to the first decode step
+
+    def _step(self) -> None:
+        """One decode step for every running job: alone, a job decodes on its own (and may
+        speculate); together, the steps run as one batched pass."""
+        for run in [r for r in self._running if r.job.cancelled]:
+            self._finish(run, "cancelled")
+        waiting = [run for run in self._running if run.step is not None]
+        if not waiting:
+            return
+        if len(self._running) == 1:
+            self._resume(waiting[0], None)
+            return
+        steps = [run.step for run in waiting if run.step is not None]
+        try:
+            logits = feed_batch([step.session for step in steps],
+                                [step.token for step in steps])
+        except Exception as exc:  # a failed pass fails its jobs, never the engine thread
+            for run in waiting:
+                self._fail(run.job, exc, started=True)
+                self._finish(run, "failed")
+            return
+        with self._wake:
+            self._stats.batched_steps += 1
+            self._stats.max_batch = max(self._stats.max_batch, len(steps))
+        for row, run in enumerate(waiting):
+            self._resume(run, logits[row])
+
+    def _resume(self, run: _Running, reply: mx.array | None) -> None:
+        run.step = None
+        self._advance(run, reply)
+
+    def _advance(self, run: _Running, reply: mx.array | None) -> None:
+        """Run ``run``'s generation, delivering its events, up to its next decode step or its
+        end; ``reply`` answers the step it waited on."""
+        job = run.job
+        try:
+            item = run.events.send(reply)
+            while True:
                 if job.cancelled:
-                    return "cancelled"
-                job.deliver(event)
-            return "completed"
+                    self._finish(run, "cancelled")
+                    return
+                if isinstance(item, DecodeStep):
+                    run.step = item
+                    return
+                run.started = True
+                job.deliver(item)
+                item = next(run.events)
+        except StopIteration:
+            self._finish(run, "completed")
         except Exception as exc:  # a failure ends this request, never the engine thread
-            if isinstance(exc, (ValueError, TypeError)) and not started:
-                # The service raises these for requests it cannot serve (a prompt over the
-                # context, a malformed message) before it generates anything.
-                job.deliver(APIError(400, str(exc)))
-            else:
-                log.exception("generation failed")
-                job.deliver(APIError(500, f"generation failed: {exc}"))
-            return "failed"
-        finally:
-            if events is not None:
-                events.close()
-            with self._lock:
-                self._stats.running = 0
-            job.deliver(_END)
+            self._fail(job, exc, run.started)
+            self._finish(run, "failed")
+
+    @staticmethod
+    def _fail(job: Job, exc: Exception, started: bool) -> None:
+        if isinstance(exc, (ValueError, TypeError)) and not started:
+            # The service raises these for requests it cannot serve (a prompt over the
+            # context, a malformed message) before it generates anything.
+            job.deliver(APIError(400, str(exc)))
+        else:
+            log.error("generation failed", exc_info=exc)
+            job.deliver(APIError(500, f"generation failed: {exc}"))
+
+    def _finish(self, run: _Running, outcome: str) -> None:
+        """End a started job: close its generation (which frees its session)."""
+        try:
+            run.events.close()
+        except Exception:  # closing runs the generation's cleanup; it must not stop the worker
+            log.exception("closing a generation failed")
+        with self._wake:
+            self._running.remove(run)
+            self._stats.running = len(self._running)
+        self._end(run.job, outcome)
+
+    def _end(self, job: Job, outcome: str) -> None:
+        """Count ``job`` under ``outcome`` (a QueueStats counter) and end its events."""
+        with self._wake:
+            setattr(self._stats, outcome, getattr(self._stats, outcome) + 1)
+        job.deliver(_END)

@@ -85,7 +85,8 @@ def chat_usage(finished: Finished) -> dict[str, Any]:
     return {"prompt_tokens": finished.prompt_tokens,
             "completion_tokens": finished.completion_tokens,
             "total_tokens": finished.prompt_tokens + finished.completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": finished.cached_tokens}}
+            "prompt_tokens_details": {"cached_tokens": finished.cached_tokens},
+            "completion_tokens_details": {"reasoning_tokens": finished.reasoning_tokens}}
 
 
 def is_truncated(finished: Finished) -> bool:

@@ -4,18 +4,19 @@ speculative loop when a drafter is configured and plain decoding otherwise."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 
-from ds4mlx.engine.generate import DoneEvent, TokenEvent
-from ds4mlx.engine.generate import generate as plain_generate
+from ds4mlx.engine.generate import DecodeStep, DoneEvent, TokenEvent, run_alone, stepped_generate
 from ds4mlx.engine.sampling import SamplingOptions
 from ds4mlx.engine.session import Session
 from ds4mlx.speculation.config import DrafterKind, SpeculationConfig
 from ds4mlx.speculation.drafter import Draft, Drafter, TargetRows
-from ds4mlx.speculation.loop import SpeculativeStats, speculative_generate
+from ds4mlx.speculation.loop import DrafterLease, SpeculativeDecoder, SpeculativeStats
 
-__all__ = ["Draft", "Drafter", "DrafterKind", "SpeculationConfig", "SpeculativeStats",
-           "TargetRows", "generate", "load_drafter"]
+import mlx.core as mx
+
+__all__ = ["Draft", "Drafter", "DrafterKind", "DrafterLease", "SpeculationConfig",
+           "SpeculativeStats", "TargetRows", "generate", "load_drafter", "stepped"]
 
 
 def load_drafter(config: SpeculationConfig, target) -> Drafter | None:
@@ -37,6 +38,27 @@ def load_drafter(config: SpeculationConfig, target) -> Drafter | None:
     return None
 
 
+def stepped(
+    session: Session,
+    prompt: Sequence[int],
+    max_tokens: int,
+    sampling: SamplingOptions | None = None,
+    drafter: Drafter | None = None,
+    config: SpeculationConfig | None = None,
+    stop_tokens: Sequence[int] = (),
+    max_context: int | None = None,
+    lease: DrafterLease | None = None,
+) -> Generator[TokenEvent | DoneEvent | DecodeStep, mx.array | None, None]:
+    """``generate`` in stepped form (see ``engine.generate.DecodeStep``): a step decoded on its
+    own drafts with ``drafter`` (unless the config is strict), a batched one does not.
+    ``lease`` tracks which generation the shared drafter follows."""
+    config = config or SpeculationConfig()
+    decoder = (None if drafter is None or config.strict
+               else SpeculativeDecoder(drafter, config.loop_options, lease))
+    return stepped_generate(session, prompt, max_tokens, sampling, stop_tokens, max_context,
+                            decoder)
+
+
 def generate(
     session: Session,
     prompt: Sequence[int],
@@ -49,8 +71,5 @@ def generate(
 ) -> Iterator[TokenEvent | DoneEvent]:
     """Generate after ``prompt``: speculatively with ``drafter`` unless none is given or the
     config is strict (target-only, for comparisons)."""
-    config = config or SpeculationConfig()
-    if drafter is None or config.strict:
-        return plain_generate(session, prompt, max_tokens, sampling, stop_tokens, max_context)
-    return speculative_generate(session, drafter, prompt, max_tokens, sampling,
-                                config.loop_options, stop_tokens, max_context)
+    return run_alone(stepped(session, prompt, max_tokens, sampling, drafter, config,
+                             stop_tokens, max_context))

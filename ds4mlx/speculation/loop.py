@@ -8,11 +8,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from ds4mlx.engine.generate import (
+    Decoder,
     DoneEvent,
     GenerationStats,
+    Limits,
     TokenEvent,
-    check_prompt_fits,
-    stop_reason,
+    run_alone,
+    stepped_generate,
 )
 from ds4mlx.engine.sampling import Sampler, SamplingOptions
 from ds4mlx.engine.session import Session
@@ -40,6 +42,26 @@ class SpeculativeStats(GenerationStats):
     verify_seconds: float = 0.0
     accept_seconds: float = 0.0
     scheduler: SchedulerStats = field(default_factory=SchedulerStats)
+    #: Per draft position k: verified drafts that reached k, and those whose token k was kept.
+    position_drafted: list[int] = field(default_factory=list)
+    position_accepted: list[int] = field(default_factory=list)
+
+    @property
+    def position_acceptance(self) -> list[float]:
+        return [kept / reached for kept, reached
+                in zip(self.position_accepted, self.position_drafted, strict=True)]
+
+    def record_draft(self, drafted: int, accepted: int) -> None:
+        grow = drafted - len(self.position_drafted)
+        if grow > 0:
+            self.position_drafted += [0] * grow
+            self.position_accepted += [0] * grow
+        for k in range(drafted):
+            self.position_drafted[k] += 1
+            self.position_accepted[k] += k < accepted
+        self.drafted_passes += drafted > 0
+        self.drafted_tokens += drafted
+        self.accepted_tokens += accepted
 
     @property
     def acceptance_rate(self) -> float:
@@ -68,6 +90,93 @@ def _cut_by_confidence(draft: Draft, threshold: float) -> list[int]:
     return kept
 
 
+class DrafterLease:
+    """Which generation a drafter's state belongs to. A drafter follows one sequence; a
+    generation that prefills with it takes it over, and any other generation sharing the drafter
+    decodes without drafts from then on."""
+
+    holder: object | None = None
+
+
+class SpeculativeDecoder(Decoder):
+    """Advances a generation by drafting with ``drafter`` and verifying in one target pass.
+
+    Once a batched step advances the session (the drafter saw none of it), or another
+    generation takes the drafter over, it decodes one token per pass like the plain decoder.
+    """
+
+    def __init__(self, drafter: Drafter, options: SpeculationOptions | None = None,
+                 lease: DrafterLease | None = None):
+        self.drafter = drafter
+        self.options = options or SpeculationOptions()
+        self.lease = lease or DrafterLease()
+        self.capture = tuple(drafter.capture_layers)
+        self.detached = False
+        self.stats = SpeculativeStats()
+        self.scheduler = DraftScheduler(self.stats.scheduler, max_draft=drafter.max_draft)
+
+    def new_stats(self, prompt_tokens: int) -> SpeculativeStats:
+        self.stats.prompt_tokens = prompt_tokens
+        return self.stats
+
+    def prefill(self, session: Session, prompt: Sequence[int], sampler: Sampler,
+                stats: GenerationStats) -> int:
+        pos0 = session.n_tokens
+        out = session.feed_hidden(prompt, self.capture)
+        current = sampler(out.logits[-1])
+        self.lease.holder = self
+        self.drafter.reset()
+        self.drafter.observe(prompt, current, _rows(out, pos0))
+        return current
+
+    def batched(self) -> None:
+        self.detached = True
+
+    def advance(self, session: Session, token: int, sampler: Sampler, stats: GenerationStats,
+                limits: Limits) -> list[int]:
+        """One cycle: ``token`` is the last committed token, not yet fed to the target."""
+        if self.detached or self.lease.holder is not self:
+            return super().advance(session, token, sampler, stats, limits)
+        stats, options, drafter = self.stats, self.options, self.drafter
+        # Drafts short enough that the verify pass's logits equal one-token decode's bit for bit.
+        max_draft_for_parity = getattr(session.model, "max_invariant_rows", 1 << 30) - 1
+        room = limits.max_tokens - stats.generated_tokens - 1
+        if limits.max_context is not None:
+            room = min(room, limits.max_context - session.n_tokens - 1)
+        draft: list[int] = []
+        left = limits.max_tokens - stats.generated_tokens
+        drafting = room > 0 and self.scheduler.should_draft(left)
+        if drafting:
+            tick = time.perf_counter()
+            proposal = drafter.propose(min(room, drafter.max_draft, options.max_draft,
+                                           max_draft_for_parity))
+            draft = _cut_by_confidence(proposal, options.confidence_threshold)
+            stats.draft_seconds += time.perf_counter() - tick
+
+        tick = time.perf_counter()
+        pos = session.n_tokens
+        out = session.feed_hidden([token, *draft], self.capture)
+        stats.verify_seconds += time.perf_counter() - tick
+        tick = time.perf_counter()
+        verdict = accept(out.logits, draft, sampler, options.mode)
+        stats.accept_seconds += time.perf_counter() - tick
+        if drafting:
+            self.scheduler.record(len(draft), verdict.accepted)
+
+        committed = draft[: verdict.accepted]
+        stats.verify_passes += 1
+        stats.record_draft(len(draft), len(committed))
+        stop_at = next((i for i, t in enumerate(committed) if t in limits.stop_tokens), None)
+        if stop_at is not None:
+            # As in plain decoding, generation ends with the stop token, which is never fed.
+            session.truncate(pos + 1 + stop_at)
+            return committed[: stop_at + 1]
+        session.truncate(pos + 1 + len(committed))
+        drafter.observe([token, *committed], verdict.next_token,
+                        _rows(out, pos).take(1 + len(committed)))
+        return [*committed, verdict.next_token]
+
+
 def speculative_generate(
     session: Session,
     drafter: Drafter,
@@ -83,74 +192,6 @@ def speculative_generate(
     At temperature 0 the committed tokens are the target's greedy tokens. The DoneEvent carries
     SpeculativeStats.
     """
-    check_prompt_fits(session, prompt, max_context)
-    options = options or SpeculationOptions()
-    sampler = Sampler(sampling or SamplingOptions())
-    capture = tuple(drafter.capture_layers)
-    stats = SpeculativeStats(prompt_tokens=len(prompt))
-    scheduler = DraftScheduler(stats.scheduler, max_draft=drafter.max_draft)
-    stop_set = set(stop_tokens)
-    # Drafts short enough that the verify pass's logits equal one-token decode's bit for bit.
-    max_draft_for_parity = getattr(session.model, "max_invariant_rows", 1 << 30) - 1
-
-    start = time.perf_counter()
-    pos0 = session.n_tokens
-    out = session.feed_hidden(prompt, capture)
-    current = sampler(out.logits[-1])
-    stats.prefill_seconds = time.perf_counter() - start
-    drafter.reset()
-    drafter.observe(prompt, current, _rows(out, pos0))
-
-    start = time.perf_counter()
-    pending = [current]  # tokens to yield, in order
-    while pending:
-        token = pending.pop(0)
-        stats.generated_tokens += 1
-        yield TokenEvent(token)
-        stats.stop_reason = stop_reason(token, stats.generated_tokens, stop_set, max_tokens,
-                                        session.n_tokens, max_context)
-        if stats.stop_reason:
-            break
-        if pending:
-            continue
-
-        # One cycle: `token` is the last committed token, not yet fed to the target.
-        room = max_tokens - stats.generated_tokens - 1
-        if max_context is not None:
-            room = min(room, max_context - session.n_tokens - 1)
-        draft: list[int] = []
-        drafting = room > 0 and scheduler.should_draft(max_tokens - stats.generated_tokens)
-        if drafting:
-            tick = time.perf_counter()
-            proposal = drafter.propose(min(room, drafter.max_draft, options.max_draft,
-                                           max_draft_for_parity))
-            draft = _cut_by_confidence(proposal, options.confidence_threshold)
-            stats.draft_seconds += time.perf_counter() - tick
-
-        tick = time.perf_counter()
-        pos = session.n_tokens
-        out = session.feed_hidden([token, *draft], capture)
-        stats.verify_seconds += time.perf_counter() - tick
-        tick = time.perf_counter()
-        verdict = accept(out.logits, draft, sampler, options.mode)
-        stats.accept_seconds += time.perf_counter() - tick
-        if drafting:
-            scheduler.record(len(draft), verdict.accepted)
-
-        committed = draft[: verdict.accepted]
-        stats.verify_passes += 1
-        stats.drafted_passes += bool(draft)
-        stats.drafted_tokens += len(draft)
-        stats.accepted_tokens += len(committed)
-        stop_at = next((i for i, t in enumerate(committed) if t in stop_set), None)
-        if stop_at is not None:
-            # As in plain decoding, generation ends with the stop token, which is never fed.
-            session.truncate(pos + 1 + stop_at)
-            pending = committed[: stop_at + 1]
-            continue
-        session.truncate(pos + 1 + len(committed))
-        drafter.observe([token, *committed], verdict.next_token,
-                        _rows(out, pos).take(1 + len(committed)))
-        pending = [*committed, verdict.next_token]
-    stats.decode_seconds = time.perf_counter() - start
-    yield DoneEvent(stats)
+    decoder = SpeculativeDecoder(drafter, options)
+    return run_alone(stepped_generate(session, prompt, max_tokens, sampling, stop_tokens,
+                                      max_context, decoder))

@@ -1,27 +1,36 @@
 """The generation API the faces use: messages or a prompt in, a stream of events out.
 
-``ChatService`` owns one loaded model, its drafter and one session that it reuses across
-requests when a new prompt extends what the session already holds (a conversation growing turn
-by turn), so only the new tokens are prefilled. It renders messages with the model's chat
-format, decodes tokens to text without splitting characters, cuts at stop strings, and parses
-the model's reasoning and tool calls while streaming. The agent and the server both drive it;
-it serves one request at a time (callers serialise).
+``ChatService`` owns one loaded model, its drafter and its sessions (one unless the server
+batches), which it reuses across requests when a new prompt extends what a session already
+holds (a conversation growing turn by turn), so only the new tokens are prefilled. It renders
+messages with the model's chat format, decodes tokens to text without splitting characters,
+cuts at stop strings, and parses the model's reasoning and tool calls while streaming. The agent
+and the server both drive it, from one thread; no more generations may run at once than it has
+sessions (the server's engine thread admits that many).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ds4mlx.engine.chat import ChatEvent, ReasoningDelta, TextDelta, ToolCallComplete
-from ds4mlx.engine.generate import DoneEvent, GenerationStats
+from ds4mlx.engine.chat import (
+    ChatEvent,
+    ReasoningDelta,
+    StreamParser,
+    TextDelta,
+    ToolCallComplete,
+)
+from ds4mlx.engine.generate import DecodeStep, DoneEvent, GenerationStats
 from ds4mlx.engine.sampling import SamplingOptions
-from ds4mlx.engine.session import Session, Snapshot
-from ds4mlx.speculation import generate
+from ds4mlx.engine.session import Session, Snapshot, supports_batched_decode
+from ds4mlx.speculation import DrafterLease, stepped
 from ds4mlx.speculation.config import SpeculationConfig
 from ds4mlx.speculation.drafter import Drafter
+
+import mlx.core as mx
 
 
 @dataclass(frozen=True)
@@ -34,9 +43,13 @@ class Finished:
     cached_tokens: int  # prompt tokens reused from the session instead of prefilled
     stats: GenerationStats = field(default_factory=GenerationStats)
     seconds: float = 0.0
+    stop_sequence: str | None = None  # the stop string that ended the output, if one did
+    reasoning_tokens: int = 0  # completion tokens generated inside the reasoning block
 
 
 ServiceEvent = ChatEvent | Finished
+# What a service generation yields to a scheduler that batches (``ChatService(sessions > 1)``).
+ScheduledEvent = ServiceEvent | DecodeStep
 
 
 class _StopMatcher:
@@ -45,16 +58,19 @@ class _StopMatcher:
     def __init__(self, stops: Sequence[str]):
         self.stops = [s for s in stops if s]
         self.pending = ""
-        self.stopped = False
+        self.matched: str | None = None
+
+    @property
+    def stopped(self) -> bool:
+        return self.matched is not None
 
     def feed(self, text: str) -> str:
         self.pending += text
-        for stop in self.stops:
-            at = self.pending.find(stop)
-            if at >= 0:
-                self.stopped = True
-                out, self.pending = self.pending[:at], ""
-                return out
+        hits = [(at, stop) for stop in self.stops if (at := self.pending.find(stop)) >= 0]
+        if hits:
+            at, self.matched = min(hits)  # the stop string that appears first
+            out, self.pending = self.pending[:at], ""
+            return out
         hold = max((k for s in self.stops for k in range(1, len(s))
                     if self.pending.endswith(s[:k])), default=0)
         out = self.pending[: len(self.pending) - hold]
@@ -66,37 +82,66 @@ class _StopMatcher:
         return out
 
 
+@dataclass
+class _Slot:
+    """One session of the service and the restore point after its last prompt's prefill."""
+
+    session: Session
+    busy: bool = False
+    # The session right after the previous prompt's prefill: a conversation whose next prompt
+    # re-renders the assistant's turn differently still reuses the prompt before it.
+    prompt_snapshot: tuple[list[int], Snapshot] | None = None
+
+
 class ChatService:
+    """See the module notes. ``sessions`` > 1 serves that many requests at once (the server's
+    ``--batched-session``): each gets a session of its own, and its generation yields a
+    DecodeStep before every decode step so that the scheduler can decode the steps of all
+    running requests in one batched pass (``engine.session.feed_batch``). A step the scheduler
+    answers with None is decoded alone, speculatively when the drafter still follows it."""
+
     def __init__(self, model, drafter: Drafter | None = None,
-                 speculation: SpeculationConfig | None = None, max_context: int = 4096):
+                 speculation: SpeculationConfig | None = None, max_context: int = 4096,
+                 sessions: int = 1):
+        if sessions < 1:
+            raise ValueError(f"sessions must be at least 1, got {sessions}")
+        if sessions > 1 and not supports_batched_decode(model.network):
+            raise ValueError(f"{model.path.name} ({model.gguf.arch}) has no batched decode: "
+                             "serve it one session at a time")
         self.model = model
         self.drafter = drafter
         self.speculation = speculation or SpeculationConfig()
         self.max_context = max_context
-        self._session: Session | None = None
-        # The session right after the previous prompt's prefill: a conversation whose next
-        # prompt re-renders the assistant's turn differently still reuses the prompt before it.
-        self._prompt_snapshot: tuple[list[int], Snapshot] | None = None
+        self.sessions = sessions
+        self._slots: list[_Slot] = []
+        self._lease = DrafterLease()
 
     # ------------------------------------------------------------------ requests
 
     def chat(self, messages: Sequence[Mapping[str, Any]],
              tools: Sequence[Mapping[str, Any]] | None = None, *, max_tokens: int = 512,
              sampling: SamplingOptions | None = None, stop: Sequence[str] = (),
-             thinking: bool = False) -> Iterator[ServiceEvent]:
+             thinking: bool = False, reasoning_effort: str | None = None
+             ) -> Generator[ScheduledEvent, mx.array | None, None]:
         """Generate the assistant's next turn: text, reasoning and tool-call events, then
-        Finished."""
+        Finished. ``reasoning_effort`` is mapped onto the efforts the chat template knows
+        (``ChatFormat.template_effort``)."""
         chat_format = self.model.chat_format
         if chat_format is None:
             raise ValueError(f"{self.model.path.name} has no chat template")
-        prompt = chat_format.render(messages, tools, thinking=thinking)
+        options = {}
+        effort = (chat_format.template_effort(reasoning_effort)
+                  if thinking and reasoning_effort is not None else None)
+        if effort is not None:
+            options["reasoning_effort"] = effort
+        prompt = chat_format.render(messages, tools, thinking=thinking, **options)
         tokens = self.model.tokenizer.encode(prompt, add_special=False)
         parser = chat_format.stream_parser(thinking=thinking)
         yield from self._run(tokens, max_tokens, sampling, stop, parser)
 
     def complete(self, prompt: str, *, max_tokens: int = 256,
                  sampling: SamplingOptions | None = None,
-                 stop: Sequence[str] = ()) -> Iterator[ServiceEvent]:
+                 stop: Sequence[str] = ()) -> Generator[ScheduledEvent, mx.array | None, None]:
         """Continue raw ``prompt`` text (no chat template): TextDelta events, then Finished."""
         tokens = self.model.tokenizer.encode(prompt, add_special=True)
         yield from self._run(tokens, max_tokens, sampling, stop, None)
@@ -107,20 +152,31 @@ class ChatService:
     # ------------------------------------------------------------------ internals
 
     def _run(self, tokens: list[int], max_tokens: int, sampling: SamplingOptions | None,
-             stop: Sequence[str], parser) -> Iterator[ServiceEvent]:
+             stop: Sequence[str], parser: StreamParser | None
+             ) -> Generator[ScheduledEvent, mx.array | None, None]:
         if not tokens:
             raise ValueError("the prompt is empty")
         if len(tokens) >= self.max_context:
             raise ValueError(f"the prompt has {len(tokens)} tokens; the context is "
                              f"{self.max_context}")
         started = time.perf_counter()
-        session, cached = self._session_for(tokens)
+        slot = self._slot_for(tokens)
+        try:
+            yield from self._generate(slot, tokens, max_tokens, sampling, stop, parser, started)
+        finally:
+            slot.busy = False
+
+    def _generate(self, slot: _Slot, tokens: list[int], max_tokens: int,
+                  sampling: SamplingOptions | None, stop: Sequence[str],
+                  parser: StreamParser | None, started: float
+                  ) -> Generator[ScheduledEvent, mx.array | None, None]:
+        session, cached = slot.session, slot.session.n_tokens
         tokenizer = self.model.tokenizer
         detokenizer = tokenizer.streaming_detokenizer(skip_special=True)
         stops = _StopMatcher(stop)
         saw_tool_call = False
         stats = GenerationStats()
-        completion = 0
+        completion = reasoning = 0
 
         def emit(text: str) -> list[ChatEvent]:
             nonlocal saw_tool_call
@@ -129,19 +185,29 @@ class ChatService:
             return [e for e in events if not (isinstance(e, (TextDelta, ReasoningDelta))
                                               and not e.text)]
 
-        stream = generate(session, tokens[cached:], max_tokens, sampling, self.drafter,
-                          self.speculation, stop_tokens=tokenizer.stop_ids,
-                          max_context=self.max_context)
+        stream = stepped(session, tokens[cached:], max_tokens, sampling, self.drafter,
+                         self.speculation, stop_tokens=tokenizer.stop_ids,
+                         max_context=self.max_context, lease=self._lease)
+        reply: mx.array | None = None
         try:
-            for event in stream:
+            while True:
+                event = stream.send(reply)
+                reply = None
+                if isinstance(event, DecodeStep):
+                    if self.sessions > 1:
+                        reply = yield event
+                    continue
                 if isinstance(event, DoneEvent):
                     stats = event.stats
                     break
                 if completion == 0:
                     # The first token comes right after the prefill: the session holds exactly
                     # the prompt now, the best restore point for the next request.
-                    self._prompt_snapshot = (list(session.tokens), session.snapshot())
+                    slot.prompt_snapshot = (list(session.tokens), session.snapshot())
                 completion += 1
+                # The parser's state before this token's text: a token that closes the
+                # reasoning block still belongs to it.
+                reasoning += parser is not None and parser.reasoning
                 if event.token in tokenizer.stop_ids:
                     continue
                 yield from emit(stops.feed(detokenizer.add(event.token)))
@@ -160,32 +226,45 @@ class ChatService:
         if saw_tool_call and reason == "stop":
             reason = "tool_calls"
         yield Finished(reason, len(tokens), completion, cached, stats,
-                       time.perf_counter() - started)
+                       time.perf_counter() - started, stops.matched, reasoning)
 
-    def _session_for(self, tokens: list[int]) -> tuple[Session, int]:
-        """A session holding a prefix of ``tokens`` (and how long it is), leaving at least one
-        token to feed; a snapshot of it after the prompt is kept for the next request."""
-        session = self._session
-        if session is not None:
-            shared = _common_prefix(session.tokens, tokens[:-1])
-            if shared < session.n_tokens:
-                try:
-                    session.truncate(shared)
-                except ValueError:
-                    session = self._restore_prompt_snapshot(tokens)
-        if session is None:
-            session = self.model.new_session()
-        self._session = session
-        return session, session.n_tokens
+    def _slot_for(self, tokens: list[int]) -> _Slot:
+        """A free slot whose session holds a prefix of ``tokens`` (the longest one found),
+        leaving at least one token to feed; a new slot while fewer than ``sessions`` exist and
+        no free one shares anything."""
+        free = [slot for slot in self._slots if not slot.busy]
+        shares = [_common_prefix(slot.session.tokens, tokens[:-1]) for slot in free]
+        best = max(range(len(free)), key=shares.__getitem__, default=None)
+        if best is None or (shares[best] == 0 and len(self._slots) < self.sessions):
+            if len(self._slots) >= self.sessions:
+                raise RuntimeError(f"all {self.sessions} sessions are busy")
+            slot = _Slot(self.model.new_session())
+            self._slots.append(slot)
+        else:
+            slot = free[best]
+            self._rewind(slot, tokens, shares[best])
+        slot.busy = True
+        return slot
 
-    def _restore_prompt_snapshot(self, tokens: list[int]) -> Session | None:
-        if self._prompt_snapshot is None or self._session is None:
-            return None
-        prompt, snapshot = self._prompt_snapshot
-        if _common_prefix(prompt, tokens[:-1]) < len(prompt):
-            return None
-        self._session.restore(snapshot)
-        return self._session
+    @staticmethod
+    def _rewind(slot: _Slot, tokens: list[int], shared: int) -> None:
+        """Cut ``slot``'s session back to the ``shared`` tokens it has in common with
+        ``tokens``: by rollback when that is short, else from the prompt snapshot, else from
+        scratch."""
+        session = slot.session
+        if shared >= session.n_tokens:
+            return
+        try:
+            session.truncate(shared)
+            return
+        except ValueError:
+            pass
+        if slot.prompt_snapshot is not None:
+            prompt, snapshot = slot.prompt_snapshot
+            if _common_prefix(prompt, tokens[:-1]) == len(prompt):
+                session.restore(snapshot)
+                return
+        slot.session = Session(session.model)
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

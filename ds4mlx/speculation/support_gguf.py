@@ -15,10 +15,11 @@ a drafter with it anyway. Files without the key (ds4's and llama.cpp's exports) 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from ds4mlx.experts.store import LayerExperts
 from ds4mlx.gguf import GGUFError, GGUFFile, MetaValue, TensorToWrite, write_gguf
 from ds4mlx.kernels import Weight
 from ds4mlx.models.deepseek4 import ModelArgs, tensor_shapes
@@ -147,6 +148,9 @@ class RenamedWeights:
 
     def grouped(self, name: str, groups: int) -> Weight:
         return self.inner.grouped(self.file_name(name), groups)
+
+    def routed_experts(self, names: Sequence[str], n_used: int) -> LayerExperts:
+        return self.inner.routed_experts([self.file_name(name) for name in names], n_used)
 
 
 def require_arch(gguf: GGUFFile, allowed: Mapping[str, str]) -> str:

@@ -80,7 +80,14 @@ def test_stop_sequences_cut_the_text(client):
     cut = client.messages.create(model=MODEL_ID, max_tokens=12, messages=messages,
                                  stop_sequences=[stop])
     assert cut.content[0].text == text[: text.index(stop)]
-    assert cut.stop_reason != "max_tokens"
+    assert cut.stop_reason == "stop_sequence" and cut.stop_sequence == stop
+    with client.messages.stream(model=MODEL_ID, max_tokens=12, messages=messages,
+                                stop_sequences=["never in this text", stop]) as stream:
+        final = stream.get_final_message()
+    assert final.stop_reason == "stop_sequence" and final.stop_sequence == stop
+    uncut = client.messages.create(model=MODEL_ID, max_tokens=12, messages=messages,
+                                   stop_sequences=["never in this text"])
+    assert uncut.stop_sequence is None and uncut.stop_reason == "max_tokens"
 
 
 def test_errors_have_the_anthropic_shape(client):

@@ -4,12 +4,12 @@ model when it has been built."""
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from ds4mlx.bench.server import free_port
 from ds4mlx.cli.server import main
 from ds4mlx.speculation.service import ChatService
 
@@ -20,12 +20,7 @@ import pytest
 from server.harness import TIMEOUT, ScriptedService, config_with, serve
 
 TINY_MODEL = Path(__file__).resolve().parents[2] / "assets" / "ds4-tiny.gguf"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+GLM_TINY_MODEL = TINY_MODEL.with_name("glm-tiny.gguf")
 
 
 def test_serves_until_interrupted_and_exits_cleanly(chat_model_path):
@@ -64,11 +59,19 @@ def test_serves_until_interrupted_and_exits_cleanly(chat_model_path):
     (["-n", "0"], "--tokens"),
     (["--keepalive", "0"], "--keepalive"),
     (["--dspark"], "--mtp-model"),
+    (["--batched-session", "0"], "--batched-session"),
 ])
 def test_bad_flags_fail_with_a_message(chat_model_path, capsys, flags, message):
     with pytest.raises(SystemExit) as exited:
         main(["-m", str(chat_model_path), *flags])
     assert exited.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not GLM_TINY_MODEL.is_file(), reason=f"{GLM_TINY_MODEL} has not been built")
+def test_batched_sessions_are_refused_for_glm(caplog):
+    """GLM's recurrent (KDA) layers have no batched decode: the server says so and exits."""
+    assert main(["-m", str(GLM_TINY_MODEL), "--batched-session", "2"]) == 1
+    assert "--batched-session 2" in caplog.text and "no batched decode" in caplog.text
 
 
 def test_a_missing_model_file_is_reported(tmp_path, caplog):

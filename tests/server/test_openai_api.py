@@ -181,3 +181,34 @@ def test_responses_api_plain_and_streamed(client, prompt_tokens):
     text = "".join(event.delta for event in events if event.type == "response.output_text.delta")
     assert text == response.output_text == events[-1].response.output_text
     assert [event.sequence_number for event in events] == list(range(len(events)))
+
+
+def test_reasoning_tokens_are_counted(client):
+    """The random model never closes its thinking block: all it writes is reasoning."""
+    messages = [{"role": "user", "content": "hello there"}]
+    thinking = client.chat.completions.create(model=MODEL_ID, messages=messages, max_tokens=6,
+                                              reasoning_effort="high")
+    assert thinking.choices[0].message.reasoning_content
+    assert thinking.usage.completion_tokens_details.reasoning_tokens == 6
+    plain = client.chat.completions.create(model=MODEL_ID, messages=messages, max_tokens=6,
+                                           reasoning_effort="none")
+    assert plain.usage.completion_tokens_details.reasoning_tokens == 0
+    response = client.responses.create(model=MODEL_ID, input="hello there",
+                                       max_output_tokens=5, reasoning={"effort": "low"})
+    assert response.usage.output_tokens_details.reasoning_tokens == 5
+
+
+def test_max_reasoning_effort_renders_the_templates_max_mode(client, chat_model):
+    """DeepSeek-V4's template has a maximum-effort mode; "max" selects it (a longer prompt)."""
+    messages = [{"role": "user", "content": "hello there"}]
+    usage = {effort: client.chat.completions.create(
+        model=MODEL_ID, messages=messages, max_tokens=1, reasoning_effort=effort).usage
+        for effort in ("high", "max")}
+    expected = chat_model.chat_format.render(messages, thinking=True, reasoning_effort="max")
+    assert usage["max"].prompt_tokens == len(chat_model.tokenizer.encode(
+        expected, add_special=False))
+    assert usage["max"].prompt_tokens > usage["high"].prompt_tokens
+    with pytest.raises(openai.BadRequestError) as error:
+        client.chat.completions.create(model=MODEL_ID, messages=messages, max_tokens=1,
+                                       reasoning_effort="extreme")
+    assert "reasoning_effort" in error.value.body["message"]

@@ -26,7 +26,8 @@ WEATHER = ToolCall("get_weather", {"city": "Paris", "days": 2})
 TIME = ToolCall("get_time", {"zone": "CET"})
 EVENTS = [ReasoningDelta("The user wants "), ReasoningDelta("the weather."),
           TextDelta("Checking."), ToolCallComplete(WEATHER), ToolCallComplete(TIME)]
-FINISHED = Finished("tool_calls", prompt_tokens=40, completion_tokens=25, cached_tokens=30)
+FINISHED = Finished("tool_calls", prompt_tokens=40, completion_tokens=25, cached_tokens=30,
+                    reasoning_tokens=6)
 META = ResponseMeta(MODEL_ID)
 QUESTION = [{"role": "user", "content": "Weather in Paris?"}]
 
@@ -49,7 +50,8 @@ def test_chat_completion_builder():
     assert len({call["id"] for call in message["tool_calls"]}) == 2
     assert body["choices"][0]["finish_reason"] == "tool_calls"
     assert body["usage"] == {"prompt_tokens": 40, "completion_tokens": 25, "total_tokens": 65,
-                             "prompt_tokens_details": {"cached_tokens": 30}}
+                             "prompt_tokens_details": {"cached_tokens": 30},
+                             "completion_tokens_details": {"reasoning_tokens": 6}}
 
 
 def test_responses_builder():
@@ -65,6 +67,7 @@ def test_responses_builder():
     assert weather["call_id"] != time["call_id"]
     assert body["status"] == "completed"
     assert body["usage"]["input_tokens_details"] == {"cached_tokens": 30}
+    assert body["usage"]["output_tokens_details"] == {"reasoning_tokens": 6}
 
 
 def test_messages_builder():

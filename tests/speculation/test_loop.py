@@ -36,6 +36,13 @@ def test_greedy_speculation_equals_plain_decoding(ds4_model, prompt, error_rate)
     # The session holds everything but the last generated token, as after plain decoding.
     assert session.tokens == [*prompt, *plain[:-1]]
     assert sum(drafter.observed_rows) == len(prompt) + n - 1
+    # Per-position counters add up to the totals; a draft always reaches position 0.
+    assert stats.position_drafted[0] == stats.drafted_passes
+    assert sum(stats.position_drafted) == stats.drafted_tokens
+    assert sum(stats.position_accepted) == stats.accepted_tokens
+    assert stats.position_drafted == sorted(stats.position_drafted, reverse=True)
+    if error_rate in (0.0, 1.0):
+        assert set(stats.position_acceptance) == {1.0 - error_rate}
     if error_rate == 0.0:
         assert stats.accepted_tokens == stats.drafted_tokens > 0
         assert stats.tau == 6.0  # every draft of five accepted, plus the target's token

@@ -1,0 +1,192 @@
+"""Speculative decoding measured against target-only decoding on the same prompts, in one run.
+
+For every (prompt, drafter) pair: greedy generation with the target alone and with the drafter,
+each a warm-up then ``runs`` timed runs (median, min and max kept); the drafted run's τ, acceptance
+per draft position and scheduler pauses; and greedy parity (the drafted output must be the
+target's own tokens). ds4's acceptance fixtures name the chat prompts (``hello``, ``redis``,
+``math``, ``python_reverse``, ``c_add``); a prose continuation and the beginnings of standard-
+library files the drafter trainer held out (``scripts/train_drafters.py``) complete the set.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sysconfig
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ds4mlx.engine.generate import DoneEvent, TokenEvent
+from ds4mlx.speculation import SpeculationConfig, SpeculativeStats, generate, load_drafter
+
+if TYPE_CHECKING:
+    from ds4mlx.api import LoadedModel
+    from ds4mlx.speculation.drafter import Drafter
+
+
+@dataclass(frozen=True)
+class BenchPrompt:
+    name: str
+    kind: str  # "chat": rendered with the model's chat template; "text": continued as is
+    text: str
+
+
+CHAT_PROMPTS = (
+    BenchPrompt("hello", "chat", "Hello! Who are you?"),
+    BenchPrompt("redis", "chat", "Explain what Redis is and when to use it."),
+    BenchPrompt("math", "chat", "What is 17 * 23? Show the steps."),
+    BenchPrompt("python_reverse", "chat", "Write a Python function that reverses a string."),
+    BenchPrompt("c_add", "chat", "Write a C function that adds two integers."),
+)
+PROSE_PROMPT = BenchPrompt(
+    "prose", "text",
+    "The harbour was quiet in the early morning. Fishing boats rocked against the pier, and "
+    "the old lighthouse keeper walked slowly along the sea wall, counting the gulls as he went.")
+
+#: Standard-library files that ``scripts/train_drafters.py`` holds out from drafter training
+#: (every tenth stdlib document of the corpus, in name order); the trainer checks this list.
+HELD_OUT_CODE_FILES = ("copy.py", "glob.py", "netrc.py", "rlcompleter.py", "token.py",
+                       "filecmp.py")
+CODE_PROMPT_TOKENS = 64
+
+
+def code_prompts(names: Sequence[str] = HELD_OUT_CODE_FILES) -> list[BenchPrompt]:
+    """Held-out code prompts: the files as the running interpreter ships them (cut to
+    ``CODE_PROMPT_TOKENS`` tokens when encoded); files this Python lacks are skipped."""
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    return [BenchPrompt(f"code:{name}", "code", (stdlib / name).read_text(encoding="utf-8"))
+            for name in names if (stdlib / name).is_file()]
+
+
+def prompt_ids(model: LoadedModel, prompt: BenchPrompt) -> list[int]:
+    if prompt.kind == "chat":
+        return model.tokenizer.encode(model.render_user_prompt(prompt.text))
+    ids = model.tokenizer.encode(prompt.text)
+    return ids[:CODE_PROMPT_TOKENS] if prompt.kind == "code" else ids
+
+
+@dataclass
+class Timing:
+    """Decode speed over repeated runs, tokens/s."""
+
+    runs: list[float] = field(default_factory=list)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.runs) if self.runs else 0.0
+
+    def span(self) -> str:
+        return f"{min(self.runs):.1f}..{max(self.runs):.1f}" if self.runs else "-"
+
+
+@dataclass
+class SpecResult:
+    prompt: str
+    drafter: str
+    target: Timing
+    drafted: Timing
+    tokens: int
+    tau: float
+    acceptance: float
+    #: Accepted share per draft position: position k counts drafts that reached it.
+    position_acceptance: list[float]
+    pauses: int
+    parity: bool
+
+    @property
+    def speedup(self) -> float:
+        return self.drafted.median / self.target.median if self.target.median else 0.0
+
+    def as_json(self) -> dict:
+        data = asdict(self)
+        data["target"] = {"median": self.target.median, "runs": self.target.runs}
+        data["drafted"] = {"median": self.drafted.median, "runs": self.drafted.runs}
+        data["speedup"] = self.speedup
+        return data
+
+
+def _run(model: LoadedModel, ids: list[int], max_tokens: int, drafter: Drafter | None,
+         config: SpeculationConfig, stop_tokens: Sequence[int]
+         ) -> tuple[list[int], float, DoneEvent]:
+    """One greedy generation on a fresh session: tokens, decode tokens/s and its DoneEvent."""
+    session = model.new_session()
+    if drafter is not None:
+        drafter.reset()
+    tokens: list[int] = []
+    done: DoneEvent | None = None
+    for event in generate(session, ids, max_tokens, drafter=drafter, config=config,
+                          stop_tokens=stop_tokens):
+        if isinstance(event, TokenEvent):
+            tokens.append(event.token)
+        else:
+            done = event
+    assert done is not None
+    return tokens, done.stats.decode_tps, done
+
+
+def bench_prompt(model: LoadedModel, prompt: BenchPrompt, drafter_name: str, drafter: Drafter,
+                 config: SpeculationConfig, *, max_tokens: int, runs: int) -> SpecResult:
+    ids = prompt_ids(model, prompt)
+    # A chat answer ends at its end-of-turn; text and code run the full length, so that each
+    # row measures the same amount of decoding (a tiny model may end prose at once).
+    stop = model.tokenizer.stop_ids if prompt.kind == "chat" else ()
+    target, drafted = Timing(), Timing()
+    plain_tokens, _, _ = _run(model, ids, max_tokens, None, config, stop)  # warm-up
+    spec_tokens, _, done = _run(model, ids, max_tokens, drafter, config, stop)
+    for _ in range(runs):
+        target.runs.append(_run(model, ids, max_tokens, None, config, stop)[1])
+        drafted.runs.append(_run(model, ids, max_tokens, drafter, config, stop)[1])
+    # Greedy runs repeat the same cycles: the warm-up's counters are every run's.
+    stats = done.stats
+    assert isinstance(stats, SpeculativeStats)
+    return SpecResult(prompt.name, drafter_name, target, drafted, len(spec_tokens), stats.tau,
+                      stats.acceptance_rate, stats.position_acceptance, stats.scheduler.pauses,
+                      spec_tokens == plain_tokens)
+
+
+def bench_model(model: LoadedModel, drafters: Sequence[tuple[str, SpeculationConfig]],
+                prompts: Sequence[BenchPrompt], *, max_tokens: int, runs: int,
+                progress: Callable[[str], None] = lambda _line: None) -> list[SpecResult]:
+    results = []
+    for name, config in drafters:
+        drafter = load_drafter(config, model)
+        assert drafter is not None, f"{name}: no drafter configured"
+        for prompt in prompts:
+            started = time.perf_counter()
+            results.append(bench_prompt(model, prompt, name, drafter, config,
+                                        max_tokens=max_tokens, runs=runs))
+            progress(f"{name} {prompt.name}: {time.perf_counter() - started:.1f} s")
+    return results
+
+
+def summary_rows(results: Sequence[SpecResult]) -> Iterator[SpecResult]:
+    """Per drafter, a pooled row over its code prompts (``code:*``): the τ the tiny-family
+    issue asks for."""
+    by_drafter: dict[str, list[SpecResult]] = {}
+    for result in results:
+        if result.prompt.startswith("code:"):
+            by_drafter.setdefault(result.drafter, []).append(result)
+    for drafter, rows in by_drafter.items():
+        yield SpecResult(
+            "code (mean)", drafter,
+            Timing([statistics.mean(r.target.median for r in rows)]),
+            Timing([statistics.mean(r.drafted.median for r in rows)]),
+            sum(r.tokens for r in rows), statistics.mean(r.tau for r in rows),
+            statistics.mean(r.acceptance for r in rows), [], sum(r.pauses for r in rows),
+            all(r.parity for r in rows))
+
+
+def markdown_table(results: Sequence[SpecResult]) -> str:
+    lines = ["| prompt | drafter | tokens | target t/s | drafted t/s | speed-up | τ | "
+             "acceptance | per position | pauses | parity |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---|"]
+    for r in results:
+        positions = " ".join(f"{rate:.2f}" for rate in r.position_acceptance) or "-"
+        lines.append(
+            f"| {r.prompt} | {r.drafter} | {r.tokens} | {r.target.median:.1f} "
+            f"({r.target.span()}) | {r.drafted.median:.1f} ({r.drafted.span()}) | "
+            f"{r.speedup:.2f}x | {r.tau:.2f} | {r.acceptance:.2f} | {positions} | {r.pauses} | "
+            f"{'yes' if r.parity else 'NO'} |")
+    return "\n".join(lines)

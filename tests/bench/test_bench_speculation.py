@@ -1,0 +1,62 @@
+"""The speculation benchmark's measurements on the shipped GLM tiny model (its NextN drafter is
+inside the file): parity, counters and the table agree with a plain run of the same prompt."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import ds4mlx
+from ds4mlx.bench.speculation import (
+    CHAT_PROMPTS,
+    BenchPrompt,
+    bench_model,
+    code_prompts,
+    markdown_table,
+    prompt_ids,
+    summary_rows,
+)
+from ds4mlx.engine.generate import generate
+from ds4mlx.speculation import DrafterKind, SpeculationConfig
+
+import pytest
+
+GLM = Path(__file__).resolve().parents[2] / "assets" / "glm-tiny.gguf"
+MAX_TOKENS = 12
+
+
+@pytest.fixture(scope="module")
+def glm():
+    if not GLM.is_file():
+        pytest.skip(f"{GLM} is not built")
+    return ds4mlx.load_model(GLM)
+
+
+def test_code_prompts_are_the_held_out_files_this_python_ships():
+    prompts = code_prompts()
+    assert prompts and all(p.kind == "code" and p.name.startswith("code:") for p in prompts)
+    assert len({p.text for p in prompts}) == len(prompts)
+
+
+def test_bench_rows_match_plain_generation(glm):
+    prompts = [CHAT_PROMPTS[0], code_prompts()[0]]
+    config = SpeculationConfig(DrafterKind.NEXTN)
+    results = bench_model(glm, [("nextn", config)], prompts, max_tokens=MAX_TOKENS, runs=1)
+    assert [r.prompt for r in results] == [p.name for p in prompts]
+    for prompt, result in zip(prompts, results, strict=True):
+        stop = glm.tokenizer.stop_ids if prompt.kind == "chat" else ()
+        plain = [e.token for e in generate(glm.new_session(), prompt_ids(glm, prompt),
+                                           MAX_TOKENS, stop_tokens=stop) if hasattr(e, "token")]
+        assert result.parity and result.tokens == len(plain)
+        assert 1.0 <= result.tau <= 2.0  # NextN drafts one token a verify
+        assert len(result.position_acceptance) <= 1
+        assert len(result.target.runs) == len(result.drafted.runs) == 1
+    assert results[1].tokens == MAX_TOKENS  # code runs the full length, EOS or not
+    pooled = list(summary_rows(results))
+    assert [r.prompt for r in pooled] == ["code (mean)"] and pooled[0].tau == results[1].tau
+    table = markdown_table([*results, *pooled]).splitlines()
+    assert len(table) == 2 + len(results) + 1 and all(line.count("|") == 12 for line in table)
+
+
+def test_text_prompts_keep_their_whole_text(glm):
+    prompt = BenchPrompt("t", "text", "one two three " * 40)
+    assert glm.tokenizer.decode(prompt_ids(glm, prompt)) == prompt.text

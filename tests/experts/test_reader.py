@@ -1,0 +1,69 @@
+"""Bounded expert reads: corrupt placements and truncated files give clear GGUFErrors."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import replace
+
+from ds4mlx.experts import ExpertReader, ExpertTensor
+from ds4mlx.gguf import GGUFError, open_gguf
+
+import numpy as np
+import pytest
+from expert_helpers import TINY
+
+NAME = "blk.1.ffn_down_exps.weight"
+
+
+def tensor_and_reader(path=TINY):
+    gguf = open_gguf(path)
+    reader = ExpertReader(path, "native")
+    return gguf, ExpertTensor.from_info(path, gguf.layout.tensors[NAME], reader.file_size), reader
+
+
+def test_expert_bytes_match_the_memory_map():
+    gguf, tensor, reader = tensor_and_reader()
+    for expert in (0, tensor.n_experts - 1):
+        assert np.array_equal(reader.read_bytes(tensor, expert),
+                              np.asarray(gguf.raw(NAME)[expert]).reshape(-1))
+    assert reader.bytes_read == 2 * tensor.expert_nbytes
+    reader.close()
+
+
+def test_expert_out_of_range():
+    _, tensor, reader = tensor_and_reader()
+    with pytest.raises(GGUFError, match="out of range"):
+        reader.read_bytes(tensor, tensor.n_experts)
+    reader.close()
+
+
+def test_corrupt_offset_or_size_is_refused_before_reading():
+    gguf, _, reader = tensor_and_reader()
+    info = gguf.layout.tensors[NAME]
+    with pytest.raises(GGUFError, match="past the end of the file"):
+        ExpertTensor.from_info(TINY, replace(info, file_offset=reader.file_size - 10),
+                               reader.file_size)
+    with pytest.raises(GGUFError, match="holds .* bytes, expected"):
+        ExpertTensor.from_info(TINY, replace(info, nbytes=info.nbytes - 1), reader.file_size)
+    tensor = ExpertTensor.from_info(TINY, info, reader.file_size)
+    with pytest.raises(GGUFError, match="outside the file"):
+        reader.read_bytes(replace(tensor, file_offset=reader.file_size), 0)
+    reader.close()
+
+
+def test_truncated_file_is_a_short_read(tmp_path):
+    path = tmp_path / "tiny.gguf"
+    shutil.copy(TINY, path)
+    _, tensor, reader = tensor_and_reader(path)
+    end = tensor.file_offset + tensor.expert_nbytes // 2
+    os.truncate(path, end)  # shrunk after opening: the checks above passed
+    with pytest.raises(GGUFError, match="short read"):
+        reader.read_bytes(tensor, 0)
+    reader.close()
+
+
+def test_drop_page_cache_is_supported_on_linux():
+    _, _, reader = tensor_and_reader()
+    assert reader.drop_page_cache() == hasattr(os, "posix_fadvise")
+    reader.close()
