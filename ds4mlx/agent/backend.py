@@ -81,6 +81,11 @@ class LocalBackend:
         prompt = self.service.model.chat_format.render(messages, tools, thinking=thinking)
         return self.service.count_tokens(prompt)
 
+    def expert_hit_rate(self) -> float | None:
+        """The streamed expert cache's hit rate so far; None when experts are resident."""
+        stats = self.service.model.expert_stats()
+        return None if stats is None or stats.kind == "resident" else stats.hit_rate
+
 
 class OpenAIBackend:
     """Any server with an OpenAI-compatible ``/v1/chat/completions`` (ds4-server, llama.cpp,

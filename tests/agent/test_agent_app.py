@@ -221,3 +221,22 @@ def test_markup_in_model_text_is_shown_as_text(toolbox, store):
         assert "does not exist" in str(app.query_one(ToolPanel).body.content.renderables[1])
 
     play(app, scenario)
+
+
+class StreamingScriptedBackend(ScriptedBackend):
+    """A scripted backend that reports an expert-cache hit rate, as a streamed model does."""
+
+    def expert_hit_rate(self) -> float:
+        return 0.75
+
+
+def test_status_bar_shows_the_expert_cache_hit_rate_when_streaming(toolbox, store):
+    agent = Agent(StreamingScriptedBackend([[text("ok")]]), toolbox, Permissions(yolo=True))
+    app = AgentApp(lambda: agent, store)
+
+    async def scenario(pilot):
+        await submit(pilot, "hi")
+        await until(pilot, lambda: answers(app) == ["ok"] and not app.busy)
+        assert "experts 75% hit" in str(app.query_one("#status").content)
+
+    play(app, scenario)

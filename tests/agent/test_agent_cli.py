@@ -38,9 +38,6 @@ def test_the_default_model_is_the_tiny_model():
 
 
 @pytest.mark.skipif(not cli.DEFAULT_MODEL.is_file(), reason="assets/ds4-tiny.gguf not built yet")
-@pytest.mark.xfail(reason="the shipped tiny model had 120 training steps on a shared machine and "
-                   "does not yet finish a tool call within 128 tokens (issue 3: retrain longer)",
-                   strict=False)
 def test_the_tiny_model_lists_files_with_a_tool_call(workspace, capsys):
     code = cli.main(["--print", "List the files.", "--workspace", str(workspace),
                      "--max-steps", "3", "-n", "128"])
