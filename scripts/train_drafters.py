@@ -33,6 +33,7 @@ from pathlib import Path
 
 import ds4mlx
 from ds4mlx.api import LoadedModel
+from ds4mlx.bench.speculation import HELD_OUT_CODE_FILES
 from ds4mlx.models.deepseek4 import LayerCache
 from ds4mlx.speculation import dspark, mtp
 from ds4mlx.speculation.config import DEFAULT_MTP_MARGIN
@@ -75,6 +76,9 @@ def load_corpus(path: Path, target: LoadedModel, min_tokens: int) -> Corpus:
             continue
         if doc["name"].startswith("stdlib/"):
             held_out = n_code % HOLDOUT_EVERY == HOLDOUT_EVERY - 1
+            if Path(doc["name"]).name in HELD_OUT_CODE_FILES and not held_out:
+                raise SystemExit(f"{doc['name']} is a held-out bench prompt "
+                                 "(ds4mlx.bench.speculation) but would be trained on")
             (corpus.held_out_code if held_out else corpus.code).append(ids)
             n_code += 1
         else:

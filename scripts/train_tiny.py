@@ -117,20 +117,20 @@ CONTEXT_LENGTH = 4096  # rope_orig_ctx times the YaRN factor
 @dataclass(frozen=True)
 class TrainConfig:
     seed: int = 0
-    steps: int = 180
+    steps: int = 400
     # Every chat sample opens with the same ~840 tokens (BOS, the agent's system prompt and its
     # ten tool schemas), so its tool calls sit at positions 840 and beyond. A chat step
     # continues the model state after that prefix with the rest of several samples back to
     # back (a multi-turn conversation); the loss is on the assistant turns only. No gradient
     # flows into the prefix (the model never has to write it), so its state is only recomputed
     # every ``prefix_refresh`` chat steps: the weights move little in between.
-    chat_tokens: int = 512  # continuation length of a chat step
-    prefix_refresh: int = 4
+    chat_tokens: int = 256  # continuation length of a chat step
+    prefix_refresh: int = 8
     text_window: int = 512
-    chat_fraction: float = 0.85  # of the steps
+    chat_fraction: float = 0.9  # of the steps
     peak_lr: float = 3e-3
     final_lr_fraction: float = 0.1
-    warmup_steps: int = 10
+    warmup_steps: int = 20
     weight_decay: float = 0.1
     grad_clip: float = 1.0
     # Aux-loss-free balancing (DeepSeek-V3): each step, the selection bias of an expert that got
@@ -399,6 +399,24 @@ def heldout_nll(model: Model, prefix: np.ndarray, eval_set: EvalSet) -> dict[str
             "text": text_sum / text_count}
 
 
+def unigram_nll(corpus: Corpus, eval_set: EvalSet, vocab_size: int) -> dict[str, float]:
+    """``heldout_nll``'s figures for add-one token frequencies of the training data: the
+    baseline that shows what the model learned beyond them."""
+
+    def log_probs(ids: np.ndarray) -> np.ndarray:
+        counts = np.bincount(ids, minlength=vocab_size) + 1.0
+        return np.log(counts / counts.sum())
+
+    chat_log_probs = log_probs(np.concatenate([c.ids for c in corpus.chat_train]))
+    text_log_probs = log_probs(corpus.text_train)
+    return {
+        "chat": -float(np.mean(chat_log_probs[np.concatenate([c.ids for c in eval_set.chats])])),
+        "assistant": -float(np.mean(chat_log_probs[np.concatenate(
+            [c.ids[c.assistant] for c in eval_set.chats])])),
+        "text": -float(np.mean(text_log_probs[np.concatenate([w[1:] for w in eval_set.texts])])),
+    }
+
+
 def train(cfg: TrainConfig, corpus: Corpus, vocab_size: int) -> None:
     args = model_args(vocab_size)
     mx.random.seed(cfg.seed)
@@ -620,8 +638,10 @@ def verify(cfg: TrainConfig, corpus: Corpus) -> None:
     checkpoint_nll = heldout_nll(Model.from_arrays(args, arrays), corpus.chat_prefix, eval_set)
     loaded = ds4mlx.load_model(GGUF_PATH)
     gguf_nll = heldout_nll(loaded.network, corpus.chat_prefix, eval_set)
+    unigram = unigram_nll(corpus, eval_set, args.vocab_size)
     print(f"held-out NLL (uniform: {math.log(args.vocab_size):.3f})")
-    for label, nll in (("f32 checkpoint", checkpoint_nll), ("quantized GGUF", gguf_nll)):
+    for label, nll in (("f32 checkpoint", checkpoint_nll), ("quantized GGUF", gguf_nll),
+                       ("unigram", unigram)):
         print(f"  {label:15s} chat {nll['chat']:.3f}  assistant {nll['assistant']:.3f}  "
               f"text {nll['text']:.3f}")
 
@@ -638,7 +658,8 @@ def verify(cfg: TrainConfig, corpus: Corpus) -> None:
     well_formed = sum(bool(r["tool_calls"]) and not r["errors"] for r in replies)
     print(f"well-formed tool calls in {well_formed} of {len(replies)} replies")
     report |= {"checkpoint_heldout_nll": checkpoint_nll, "gguf_heldout_nll": gguf_nll,
-               "uniform_nll": math.log(args.vocab_size), "agent_replies": replies,
+               "unigram_heldout_nll": unigram, "uniform_nll": math.log(args.vocab_size),
+               "agent_replies": replies,
                "well_formed_tool_calls": [well_formed, len(replies)],
                "gguf_bytes": GGUF_PATH.stat().st_size}
     REPORT_PATH.write_text(json.dumps(report, indent=1) + "\n")

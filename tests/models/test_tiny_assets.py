@@ -24,11 +24,15 @@ from gguf import GGMLQuantizationType
 
 T = GGMLQuantizationType
 ASSET = Path(__file__).resolve().parents[2] / "assets" / "ds4-tiny.gguf"
-# Held-out NLL per token measured on the shipped asset (chat 3.57, code 7.27 nats; uniform
-# log(6144) = 8.72), plus a margin. The code figure is weak: the asset had 120 training steps on
-# a shared machine (issue 3 asks for a wide margin over a unigram baseline: retrain longer).
-CHAT_NLL_LIMIT = 3.8
+# Held-out NLL per token measured on the shipped asset (chat 3.77, code 7.32 nats; uniform
+# log(6144) = 8.72), plus a margin. The code figure is weak: training spent 90% of its 400 steps
+# on agent chats (see test_code_beats_a_unigram_baseline).
+CHAT_NLL_LIMIT = 4.0
 CODE_NLL_LIMIT = 7.5
+# Standard-library modules whose token frequencies make the unigram baseline.
+UNIGRAM_SOURCES = ("textwrap.py", "shlex.py", "fnmatch.py", "heapq.py", "string.py",
+                   "queue.py", "calendar.py", "bisect.py", "contextlib.py", "functools.py")
+UNIGRAM_MARGIN = 1.0  # nats per token: "a wide margin"
 
 # Expected tensor types, first match wins (the real DeepSeek-V4-Flash Q2_K mix).
 TENSOR_TYPES = [
@@ -167,3 +171,34 @@ def test_agent_request_starts_a_tool_call(request_text):
         out.append(int(np.argmax(logits[-1])))
         logits = session.feed(out[-1:])
     assert f"<{chat.DSML}tool_calls>" in model.tokenizer.decode(out)
+
+
+def _stdlib_ids(name: str) -> list[int]:
+    return _model().tokenizer.encode((Path(sysconfig.get_paths()["stdlib"]) / name).read_text())
+
+
+@pytest.mark.xfail(strict=True, reason="issue 3: the shipped target's text/code NLL is at the "
+                   "unigram level; its training needs many more text tokens (batched windows)")
+def test_code_beats_a_unigram_baseline():
+    """Held-out code NLL under the model vs under add-one unigram frequencies of other stdlib
+    modules."""
+    model = _model()
+    counts = np.bincount(np.concatenate([_stdlib_ids(n) for n in UNIGRAM_SOURCES]),
+                         minlength=model.args.vocab_size) + 1.0
+    ids = _stdlib_ids("getpass.py")[:512]
+    unigram = float(-np.mean(np.log(counts / counts.sum())[ids[1:]]))
+    nll = _nll(model.logits(ids[:-1]), ids[1:])
+    assert nll < unigram - UNIGRAM_MARGIN, f"model {nll:.3f} vs unigram {unigram:.3f} nats/token"
+
+
+def test_greedy_code_continuation_round_trips_through_the_tokenizer():
+    model = _model()
+    session = model.new_session()
+    logits = session.feed(_stdlib_ids("getpass.py")[:64])
+    generated = []
+    for _ in range(48):
+        generated.append(int(np.argmax(logits[-1])))
+        logits = session.feed(generated[-1:])
+    text = model.tokenizer.decode(generated)
+    assert text.strip()
+    assert model.tokenizer.decode(model.tokenizer.encode(text)) == text

@@ -205,9 +205,9 @@ CODE_PROMPT = '''def parse_header(line):
 
 def read_headers(lines):
 '''
-# Measured greedy acceptance of the shipped drafter on CODE_PROMPT (see assets/README.md),
-# less a margin for float differences between machines.
-MIN_ACCEPTANCE = 0.0
+# Measured greedy acceptance of the shipped drafter on CODE_PROMPT: 0.91 (32 of 35 drafted
+# tokens, tau 5.57 over 7 verifies), less a margin for float differences between machines.
+MIN_ACCEPTANCE = 0.8
 
 
 @pytest.mark.skipif(not (TINY_TARGET.is_file() and TINY_DSPARK.is_file()),
