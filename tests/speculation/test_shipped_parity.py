@@ -1,0 +1,51 @@
+"""Greedy speculative output equals plain greedy output, token for token, on the shipped tiny
+family: ds4-tiny with its DSpark and legacy MTP drafters, glm-tiny with its NextN layer; ten
+prompts (chat and held-out code), 128 tokens each."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import ds4mlx
+from ds4mlx.bench.speculation import CHAT_PROMPTS, PROSE_PROMPT, code_prompts, prompt_ids
+from ds4mlx.engine.generate import TokenEvent
+from ds4mlx.speculation import DrafterKind, SpeculationConfig, generate, load_drafter
+
+import pytest
+
+ASSETS = Path(__file__).resolve().parents[2] / "assets"
+N_TOKENS = 128
+PROMPTS = [*CHAT_PROMPTS, PROSE_PROMPT, *code_prompts()[:4]]
+CASES = {
+    "dspark": ("ds4-tiny.gguf", SpeculationConfig(DrafterKind.DSPARK,
+                                                  ASSETS / "ds4-tiny-dspark.gguf")),
+    "mtp": ("ds4-tiny.gguf", SpeculationConfig(DrafterKind.MTP, ASSETS / "ds4-tiny-mtp.gguf",
+                                               mtp_draft=3, mtp_margin=0.0)),
+    "nextn": ("glm-tiny.gguf", SpeculationConfig(DrafterKind.NEXTN)),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_speculative_greedy_equals_plain_greedy(case):
+    target_file, config = CASES[case]
+    files = [ASSETS / target_file] + ([config.support_path] if config.support_path else [])
+    if not all(f.is_file() for f in files):
+        pytest.skip(f"{', '.join(f.name for f in files)} not all built")
+    assert len(PROMPTS) >= 10
+    model = ds4mlx.load_model(ASSETS / target_file)
+    drafter = load_drafter(config, model)
+
+    def run(ids, drafter):
+        events = list(generate(model.new_session(), ids, N_TOKENS, drafter=drafter,
+                               config=config))
+        return [e.token for e in events if isinstance(e, TokenEvent)], events[-1].stats
+
+    accepted = 0
+    for prompt in PROMPTS:
+        ids = prompt_ids(model, prompt)
+        plain, _ = run(ids, None)
+        drafted, stats = run(ids, drafter)
+        assert drafted == plain, prompt.name
+        assert len(plain) == N_TOKENS  # no stop tokens: the whole length is compared
+        accepted += stats.accepted_tokens
+    assert accepted > 0  # the drafts were really used
