@@ -5,16 +5,20 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ds4mlx.engine.chat import ChatFormat, chat_format_for_arch
 from ds4mlx.engine.session import Session
 from ds4mlx.engine.tokenizer import NumericTokenizer, Tokenizer, load_tokenizer
 from ds4mlx.experts import ExpertOptions, ExpertStats, ExpertStore, open_expert_store
-from ds4mlx.gguf import DEFAULT_WEIGHT_MODE, WEIGHT_MODES, GGUFFile, open_gguf
+from ds4mlx.gguf import DEFAULT_WEIGHT_MODE, WEIGHT_MODES, GGUFError, GGUFFile, open_gguf
 from ds4mlx.models import model_class_for
 from ds4mlx.models.moe import link_expert_prefetch, moe_layers
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from ds4mlx.distributed import RankGroup
 
 
 def resolve_weights_dtype(weights_dtype: str) -> str:
@@ -106,6 +110,7 @@ def load_model(
     weights_dtype: str = "auto",
     progress: Callable[[str], None] | None = None,
     experts: ExpertOptions | None = None,
+    ranks: RankGroup | None = None,
 ) -> LoadedModel:
     """Open, validate and load a GGUF model of any supported architecture.
 
@@ -113,10 +118,15 @@ def load_model(
     the file's quantization). ``progress`` receives human-readable loading progress lines.
     ``experts``: stream routed experts from the file through a bounded cache (default:
     resident); call ``close()`` when done with a streamed model.
+    ``ranks``: load this rank's shard only (``ds4mlx.distributed``; every rank of the group
+    calls this with the same file).
     """
     path = Path(path)
     dtype = resolve_weights_dtype(weights_dtype)
     gguf_file = open_gguf(path)
+    model_class = model_class_for(gguf_file)
+    if ranks is not None:
+        model_class = _sharded_model_class(gguf_file, path, ranks, experts)
     store = open_expert_store(gguf_file, dtype, experts)
     reporter = None
     if progress is not None:
@@ -133,8 +143,9 @@ def load_model(
 
     gguf_file.on_tensor_loaded = loaded
     try:
-        network = model_class_for(gguf_file).from_gguf(gguf_file, weights_dtype=dtype,
-                                                       expert_store=store)
+        shard = {} if ranks is None else {"ranks": ranks}
+        network = model_class.from_gguf(gguf_file, weights_dtype=dtype, expert_store=store,
+                                        **shard)
         gguf_file.on_tensor_loaded = None
         if reporter is not None:
             reporter.finish()
@@ -144,3 +155,20 @@ def load_model(
         store.close()
         raise
     return LoadedModel(path, gguf_file, network, dtype, store)
+
+
+def _sharded_model_class(gguf_file: GGUFFile, path: Path, ranks: RankGroup,
+                         experts: ExpertOptions | None):
+    """The sharded model class for ``gguf_file``, after checking that every rank opened the
+    same file (a collective: all ranks must get here)."""
+    from ds4mlx.distributed import check_same_model
+    from ds4mlx.distributed.model import ShardedModel
+
+    check_same_model(ranks, path)
+    if gguf_file.arch != "deepseek4":
+        raise GGUFError(f"{path}: --distributed supports deepseek4 models, not "
+                        f"'{gguf_file.arch}'")
+    if experts is not None and experts.stream:
+        raise ValueError("--distributed keeps each rank's routed experts resident; "
+                         "drop --ssd-stream")
+    return ShardedModel

@@ -9,6 +9,7 @@ import time
 from ds4mlx.api import LoadedModel
 from ds4mlx.cli.options import (
     ModelOptions,
+    add_distributed_flags,
     add_model_flags,
     add_sampling_flags,
     add_speculation_flags,
@@ -35,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="wrap the prompt in the model's chat template as a user turn")
     add_sampling_flags(parser)
     add_speculation_flags(parser)
+    add_distributed_flags(parser)
     return parser
 
 
@@ -52,6 +54,13 @@ def progress_line(message: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    # ``ds4 bench ...`` is a subcommand; anything else is the one-shot generator, whose flags
+    # stay top-level (``ds4 -p ...``), so subcommands are matched by the first word only.
+    if argv[:1] == ["bench"]:
+        from ds4mlx.cli.bench import main as bench_main
+
+        return bench_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.n_predict <= 0:
@@ -64,18 +73,27 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
 
     from ds4mlx.api import load_model
+    from ds4mlx.distributed import DistributedError
+    from ds4mlx.distributed.cli import start_ranks
 
     started = time.perf_counter()
     try:
+        ranks, sampling = start_ranks(options.distributed, sampling)
         model = load_model(options.model, weights_dtype=options.weights_dtype,
-                           progress=progress_line, experts=options.experts)
-    except (GGUFError, TokenizerError, OSError, ValueError) as exc:
+                           progress=progress_line, experts=options.experts, ranks=ranks)
+    except (GGUFError, TokenizerError, OSError, ValueError, DistributedError) as exc:
         log(f"ds4: error: {exc}")
         return 1
     log(f"ds4: loaded {options.model} ({model.args_summary()}) "
         f"in {time.perf_counter() - started:.2f}s")
     try:
         return run(args, options, model, sampling, speculation)
+    except RuntimeError as exc:
+        if ranks is None:
+            raise
+        # The ring backend fails a collective when a peer's connection drops.
+        log(f"ds4: error: distributed run stopped on rank {ranks.rank}: {exc}")
+        return 1
     finally:
         model.close()  # reader threads; the expert hot-list is saved here when asked
 

@@ -18,6 +18,7 @@ class ModelOptions:
     weights_dtype: str
     experts: ExpertOptions = ExpertOptions()
     verbose: bool = False
+    distributed: bool = False  # this process is one rank of an mlx.launch group
 
 
 def _positive_int(text: str) -> int:
@@ -74,6 +75,13 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
                          help="with --ssd-stream: warm the cache from this hot-expert list")
     experts.add_argument("--save-expert-hotlist", action="store_true",
                          help="write the hot-expert list to --expert-hotlist FILE at exit")
+
+
+def add_distributed_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument_group("distributed").add_argument(
+        "--distributed", action="store_true",
+        help="run as one rank of a group started by mlx.launch: each rank holds a shard "
+             "(attention heads, routed experts); rank 0 prints the output")
 
 
 def _cache_budget(text: str) -> float | None:
@@ -155,8 +163,10 @@ def model_options(args: argparse.Namespace) -> ModelOptions:
         stream=args.ssd_stream, cache_gib=args.expert_cache,
         hotlist=Path(args.expert_hotlist) if args.expert_hotlist else None,
         save_hotlist=args.save_expert_hotlist)
+    # Only the front ends that can run as ranks add --distributed (see add_distributed_flags).
     return ModelOptions(model=args.model, ctx=args.ctx, weights_dtype=args.weights_dtype,
-                        experts=experts, verbose=args.verbose)
+                        experts=experts, verbose=args.verbose,
+                        distributed=getattr(args, "distributed", False))
 
 
 def sampling_options(args: argparse.Namespace) -> SamplingOptions:

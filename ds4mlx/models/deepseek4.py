@@ -754,6 +754,10 @@ class Attention(nn.Module):
 
 
 class Block(nn.Module):
+    # The module kinds a block is made of; ``ds4mlx.distributed`` substitutes sharded ones.
+    attention_class: type[Attention] = Attention
+    moe_class: type[SharedExpertMoE] = SharedExpertMoE
+
     def __init__(self, args: ModelArgs, w: Weights, layer: int):
         super().__init__()
         p = f"blk.{layer}"
@@ -764,9 +768,9 @@ class Block(nn.Module):
         )
         self.attn_norm = RMSNorm(w.param(f"{p}.attn_norm.weight"), args.rms_norm_eps)
         self.ffn_norm = RMSNorm(w.param(f"{p}.ffn_norm.weight"), args.rms_norm_eps)
-        self.attn = Attention(args, w, layer)
+        self.attn = self.attention_class(args, w, layer)
         # Hash layers route by token id through a fixed table (no selection bias).
-        self.moe = SharedExpertMoE(
+        self.moe = self.moe_class(
             w, p, n_used=args.n_experts_used, gating=args.gating_func,
             normalize=args.expert_weights_norm, weights_scale=args.expert_weights_scale,
             swiglu_limit=args.swiglu_limits[layer],
@@ -802,12 +806,13 @@ class Block(nn.Module):
 class Model(nn.Module):
     #: The most rows a chunk may have for its logits to be bit-identical to one-token decode.
     max_invariant_rows = DECODE_TILE - 1
+    block_class: type[Block] = Block  # ``ds4mlx.distributed`` substitutes a sharded one
 
     def __init__(self, args: ModelArgs, w: Weights):
         super().__init__()
         self.args = args
         self.embed = w.matrix("token_embd.weight")
-        self.blocks = [Block(args, w, i) for i in range(args.num_layers)]
+        self.blocks = [self.block_class(args, w, i) for i in range(args.num_layers)]
         self.hc_head = HyperHead(
             w.matrix("output_hc_fn.weight"),
             w.param("output_hc_base.weight"),
