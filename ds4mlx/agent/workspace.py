@@ -50,6 +50,13 @@ class Workspace:
         text = raw.strip() or "."
         if "\x00" in text:
             raise PathRefused("the path contains a NUL byte")
+        try:
+            # JSON tool arguments can carry lone surrogates ("\ud800"), which no file system
+            # name can hold; surrogateescape still admits names read back from undecodable bytes.
+            text.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            raise PathRefused(f"{raw!r}: the path is not valid Unicode (a lone surrogate)"
+                              ) from None
         if len(text) > MAX_PATH_CHARS:
             raise PathRefused(f"the path is longer than {MAX_PATH_CHARS} characters")
         if text.startswith("~"):

@@ -27,6 +27,7 @@ ESCAPES = [
     ("~root/.ssh/id_rsa", "'~'"),
     ("src/app.py\x00.txt", "NUL"),
     ("\x00", "NUL"),
+    ("src/\ud800", "lone surrogate"),  # found by tests/robustness/test_agent_paths.py
     ("a/" * 600 + "x", "longer than"),
     ("x" * 300, "longer than 255 bytes"),
     ("link_out/secret.txt", "symbolic link"),

@@ -1,0 +1,124 @@
+"""Resident vs streamed routed experts: tokens/s, cache hit rate, bytes read per token, peak RSS.
+
+Each configuration runs in its own child process (``python -m ds4mlx.bench.experts``) because
+peak RSS is per process. "cold" drops the model file's pages with posix_fadvise(DONTNEED) before
+loading, so reads come from the disk where the kernel honours it; "warm" reads hit the page cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+
+@dataclass
+class ExpertRun:
+    """One configuration: ``budget`` is "resident" or the cache's share of the routed experts."""
+
+    budget: str
+    cold: bool
+    tps: float
+    hit_rate: float
+    bytes_per_token: float
+    peak_rss: int
+    gbps: float
+    dropped: bool  # the cold run could drop the file's pages
+    routed: int  # routed-expert bytes as computed
+
+    def as_json(self) -> dict:
+        return asdict(self)
+
+
+def _measure_here(path: str, budget: str, cold: bool, routed: int, n_tokens: int) -> ExpertRun:
+    """The child's side: load, prefill 16 tokens, time ``n_tokens`` greedy decode steps."""
+    import ds4mlx
+    from ds4mlx.experts import ExpertOptions
+
+    dropped = False
+    if cold and hasattr(os, "posix_fadvise"):
+        fd = os.open(path, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+        dropped = True
+    experts = None if budget == "resident" else ExpertOptions(
+        stream=True, cache_gib=float(budget) * routed / 2**30)
+    model = ds4mlx.load_model(path, weights_dtype="native", experts=experts)
+    try:
+        session = model.new_session()
+        logits = session.feed(list(range(1, 17)))
+        start_stats = model.expert_stats()
+        if start_stats is None:
+            raise SystemExit(f"{path} has no routed experts")
+        started = time.perf_counter()
+        for _ in range(n_tokens):
+            logits = session.feed([int(logits[-1].argmax())])
+        seconds = time.perf_counter() - started
+        stats = model.expert_stats()
+    finally:
+        model.close()
+    # ru_maxrss is KiB on Linux and bytes on macOS.
+    scale = 1 if sys.platform == "darwin" else 1024
+    return ExpertRun(budget, cold, n_tokens / seconds, stats.hit_rate,
+                     (stats.bytes_read - start_stats.bytes_read) / n_tokens,
+                     resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale,
+                     stats.read_gbps, dropped, stats.routed_bytes)
+
+
+def measure(path: Path | str, budget: str, cold: bool, routed: int, n_tokens: int) -> ExpertRun:
+    """One configuration in a child process; RuntimeError with its log if it fails."""
+    child = subprocess.run([sys.executable, "-m", "ds4mlx.bench.experts", str(path), budget,
+                            "1" if cold else "0", str(routed), str(n_tokens)],
+                           capture_output=True, text=True)
+    if child.returncode:
+        raise RuntimeError(f"experts run {budget} failed:\n{child.stderr[-2000:]}")
+    return ExpertRun(**json.loads(child.stdout.strip().splitlines()[-1]))
+
+
+def bench_experts(path: Path | str, shares: Sequence[float] = (1.0, 0.5, 0.25, 0.10),
+                  n_tokens: int = 16, colds: Sequence[bool] = (False, True),
+                  skipped: Callable[[str], None] = lambda _line: None) -> list[ExpertRun]:
+    """Resident, then streamed at each share of the routed experts, per page-cache state. A
+    share too small for the store (under one layer's top-k experts, which a small model reaches
+    at 10%) is reported through ``skipped`` instead of ending the benchmark."""
+    results = []
+    for cold in colds:
+        resident = measure(path, "resident", cold, 0, n_tokens)
+        results.append(resident)
+        for share in shares:
+            try:
+                results.append(measure(path, str(share), cold, resident.routed, n_tokens))
+            except RuntimeError as exc:
+                if "below the minimum" not in str(exc):
+                    raise
+                skipped(f"(streamed at {share * 100:g}% not measured: "
+                        f"{str(exc).strip().splitlines()[-1]})")
+    return results
+
+
+def markdown_table(results: Sequence[ExpertRun]) -> str:
+    lines = ["| experts | pages | t/s | vs resident | hit rate | MiB/token | read GB/s | "
+             "peak RSS MiB |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    base: dict[bool, float] = {}
+    for r in results:
+        if r.budget == "resident":
+            base[r.cold] = r.tps
+        name = r.budget if r.budget == "resident" else f"streamed, {float(r.budget):.0%} cache"
+        pages = ("cold" if r.dropped else "warm?") if r.cold else "warm"
+        ratio = r.tps / base[r.cold] if base.get(r.cold) else 0.0
+        lines.append(f"| {name} | {pages} | {r.tps:.1f} | {ratio:.2f}x | {r.hit_rate:.1%} | "
+                     f"{r.bytes_per_token / 2**20:.3f} | {r.gbps:.2f} | "
+                     f"{r.peak_rss / 2**20:.1f} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # the child of measure()
+    _path, _budget, _cold, _routed, _tokens = sys.argv[1:6]
+    print(json.dumps(_measure_here(_path, _budget, _cold == "1", int(_routed),
+                                   int(_tokens)).as_json()))

@@ -1,0 +1,233 @@
+"""``ds4 bench``: every benchmark section in one run, one report (Markdown, JSON, PNG charts).
+
+Sections: decode (target-only decode and prefill at several context sizes, llama.cpp beside it
+when importable), speculation (each drafter against target-only on the fixture prompts, with τ,
+acceptance per position, pauses and greedy parity), experts (resident vs streamed at several cache
+budgets, each in its own process for peak RSS) and quality (held-out NLL and logprob agreement
+between paths). The JSON report carries a flat ``metrics`` map of speeds that ``--compare``
+checks against a baseline report.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ds4mlx.bench import decode, experts, quality, speculation
+from ds4mlx.bench.machine import machine_description
+from ds4mlx.speculation import DrafterKind, SpeculationConfig
+
+ASSETS = Path(__file__).resolve().parents[2] / "assets"
+SECTIONS = ("decode", "speculation", "experts", "quality")
+
+
+@dataclass
+class BenchConfig:
+    model: Path = ASSETS / "ds4-tiny.gguf"
+    dspark: Path = ASSETS / "ds4-tiny-dspark.gguf"
+    dflash: Path = ASSETS / "ds4-tiny-dflash.gguf"
+    mtp: Path = ASSETS / "ds4-tiny-mtp.gguf"
+    mtp_draft: int = 3
+    glm: Path | None = ASSETS / "glm-tiny.gguf"
+    sections: tuple[str, ...] = SECTIONS
+    runs: int = 3
+    max_tokens: int = 64
+    contexts: tuple[int, ...] = decode.PREFILL_CONTEXTS
+    n_decode: int = 64
+    prompts: tuple[str, ...] = ("hello", "redis", "math", "python_reverse", "c_add", "prose",
+                                "code")
+    expert_shares: tuple[float, ...] = (1.0, 0.5, 0.25, 0.10)
+    expert_colds: tuple[bool, ...] = (False, True)
+    expert_tokens: int = 16
+    agreement_snippets: int = 5
+    peers: bool = True
+    threads: int = 2
+    #: settings that are recorded in the report but do not steer a section
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def quick(cls, **overrides: Any) -> BenchConfig:
+        """Fewer runs, tokens and prompts, so the whole bench fits in a few minutes on 2 cores:
+        one timed run after the warm-up, the dflash-layout file (the same drafter as DSpark in
+        llama.cpp's layout) and the held-out code prompts left out, warm page cache only."""
+        values: dict[str, Any] = dict(
+            runs=1, max_tokens=32, n_decode=32, expert_shares=(0.5, 0.25),
+            expert_colds=(False,), expert_tokens=8, agreement_snippets=2,
+            prompts=("hello", "redis", "math", "python_reverse", "c_add", "prose"),
+            dflash=None)
+        values.update(overrides)
+        return cls(**values)
+
+
+Progress = Callable[[str], None]
+
+
+def selected_prompts(names: tuple[str, ...]) -> list[speculation.BenchPrompt]:
+    everything = [*speculation.CHAT_PROMPTS, speculation.PROSE_PROMPT,
+                  *speculation.code_prompts()]
+    return [p for p in everything if p.name in names or p.name.split(":")[0] in names]
+
+
+def _ds4_drafters(config: BenchConfig, progress: Progress
+                  ) -> list[tuple[str, SpeculationConfig]]:
+    drafters = []
+    for name, kind, path, extra in (
+            ("dspark", DrafterKind.DSPARK, config.dspark, {}),
+            ("dspark (dflash file)", DrafterKind.DSPARK, config.dflash, {}),
+            (f"mtp (draft {config.mtp_draft})", DrafterKind.MTP, config.mtp,
+             {"mtp_draft": config.mtp_draft})):
+        if path is None:
+            continue
+        if Path(path).is_file():
+            drafters.append((name, SpeculationConfig(kind, Path(path), **extra)))
+        else:
+            progress(f"({name} not measured: {path} does not exist)")
+    return drafters
+
+
+def run_decode(config: BenchConfig, progress: Progress) -> tuple[dict, str]:
+    import ds4mlx
+
+    model = ds4mlx.load_model(config.model)
+    rows = [decode.measure_ds4mlx(model, config.contexts, config.n_decode, config.runs)]
+    notes = []
+    if config.peers:
+        peer = decode.measure_llamacpp(str(config.model), model.args.vocab_size,
+                                       config.contexts, config.n_decode, config.runs,
+                                       config.threads)
+        if isinstance(peer, str):
+            notes.append(f"(llama.cpp peer not measured: {peer})")
+        else:
+            rows.append(peer)
+    model.close()
+    text = "\n".join([*notes, decode.markdown_table(rows)])
+    return {"rows": [r.as_json() for r in rows]}, text
+
+
+def run_speculation(config: BenchConfig, progress: Progress
+                    ) -> tuple[dict, str, list[speculation.SpecResult]]:
+    import ds4mlx
+
+    prompts = selected_prompts(config.prompts)
+    results: list[speculation.SpecResult] = []
+    drafters = _ds4_drafters(config, progress)
+    if drafters:
+        model = ds4mlx.load_model(config.model)
+        results += speculation.bench_model(model, drafters, prompts,
+                                           max_tokens=config.max_tokens, runs=config.runs,
+                                           progress=progress)
+        model.close()
+    if config.glm is not None and Path(config.glm).is_file():
+        glm = ds4mlx.load_model(config.glm)
+        results += speculation.bench_model(
+            glm, [("glm nextn", SpeculationConfig(DrafterKind.NEXTN))], prompts,
+            max_tokens=config.max_tokens, runs=config.runs, progress=progress)
+        glm.close()
+    elif config.glm is not None:
+        progress(f"(glm nextn not measured: {config.glm} does not exist)")
+    rows = [*results, *speculation.summary_rows(results)]
+    lines = [speculation.markdown_table(rows)]
+    if config.peers:
+        # llama-cpp-python's API has no speculative decoding with a separate DSpark support
+        # file; its target-only speed is in the decode section.
+        lines.append("\n(llama.cpp with the DSpark drafter not measured: llama-cpp-python "
+                     "exposes no speculative decoding with a separate drafter file)")
+    if not all(r.parity for r in results):
+        lines.append("\nPARITY FAILURE: a drafted run's greedy output differs from the "
+                     "target's own")
+    return {"rows": [r.as_json() for r in rows]}, "\n".join(lines), results
+
+
+def run_experts(config: BenchConfig, progress: Progress) -> tuple[dict, str]:
+    notes: list[str] = []
+    rows = experts.bench_experts(config.model, config.expert_shares, config.expert_tokens,
+                                 config.expert_colds, skipped=notes.append)
+    text = "".join(f"{note}\n" for note in notes) + (
+        f"{config.expert_tokens} decoded tokens per run, each configuration in its own "
+        f"process (routed experts {rows[0].routed / 2**20:.1f} MiB)\n\n"
+        + experts.markdown_table(rows))
+    return {"rows": [r.as_json() for r in rows]}, text
+
+
+def run_quality(config: BenchConfig, progress: Progress) -> tuple[dict, str]:
+    import ds4mlx
+    from ds4mlx.experts import ExpertOptions
+
+    model = ds4mlx.load_model(config.model)
+    snippets = quality.load_snippets()
+    nll = quality.heldout_nll(model, snippets)
+    # A cache of ~half the routed experts: evictions happen, so the streamed path really reads.
+    streamed = ds4mlx.load_model(config.model, experts=ExpertOptions(
+        stream=True, cache_gib=quality.half_expert_cache_gib(model)))
+    worst: dict[str, float] = {}
+    for text in snippets[:config.agreement_snippets]:
+        ids = quality.snippet_ids(model, text)
+        for path, diff in quality.logprob_agreement(model, ids, streamed=streamed).items():
+            worst[path] = max(worst.get(path, 0.0), diff)
+    streamed.close()
+    model.close()
+    lines = [f"held-out NLL: {nll.mean:.4f} nats/token over {len(snippets)} snippets "
+             f"(up to {quality.MAX_TOKENS} tokens each)", "",
+             f"| path (vs one batched prefill, {config.agreement_snippets} snippets) "
+             "| max abs Δ logprob |", "|---|---:|"]
+    lines += [f"| {path} | {diff:.2e} |" for path, diff in worst.items()]
+    return {"nll": nll.as_json(), "agreement": worst}, "\n".join(lines)
+
+
+def metrics(report: dict) -> dict[str, float]:
+    """The report's speeds (higher is better) by stable names, for ``--compare``."""
+    out: dict[str, float] = {}
+    for row in report.get("decode", {}).get("rows", []):
+        engine = row["engine"]
+        out[f"decode {engine} t/s"] = decode.Samples(row["decode"]).median
+        for n, runs in row["prefill"].items():
+            out[f"prefill {n} {engine} t/s"] = decode.Samples(runs).median
+    for row in report.get("speculation", {}).get("rows", []):
+        key = f"{row['prompt']} / {row['drafter']}"
+        out[f"spec {key} drafted t/s"] = row["drafted"]["median"]
+        out[f"spec {key} speed-up"] = row["speedup"]
+    for row in report.get("experts", {}).get("rows", []):
+        pages = "cold" if row["cold"] else "warm"
+        out[f"experts {row['budget']} {pages} t/s"] = row["tps"]
+    return out
+
+
+def section_of(metric: str) -> str:
+    """The section a ``metrics`` name comes from (its first word names it)."""
+    first = metric.split(" ", 1)[0]
+    return {"prefill": "decode", "spec": "speculation"}.get(first, first)
+
+
+def run(config: BenchConfig, progress: Progress
+        ) -> tuple[dict, list[tuple[str, str]], list[speculation.SpecResult]]:
+    """Runs the configured sections: (JSON report, [(section title, Markdown)], speculation
+    rows for the charts)."""
+    report: dict[str, Any] = {"machine": machine_description(), "model": str(config.model),
+                              "runs": config.runs, **config.notes}
+    texts: list[tuple[str, str]] = []
+    spec_results: list[speculation.SpecResult] = []
+    for section in config.sections:
+        started = time.perf_counter()
+        progress(f"bench: {section}...")
+        if section == "decode":
+            report["decode"], text = run_decode(config, progress)
+            title = (f"Decode: target-only, {config.n_decode} tokens after the shortest prompt; "
+                     f"prefill at {'/'.join(map(str, config.contexts))} tokens")
+        elif section == "speculation":
+            report["speculation"], text, spec_results = run_speculation(config, progress)
+            title = f"Speculation: greedy, up to {config.max_tokens} tokens"
+        elif section == "experts":
+            report["experts"], text = run_experts(config, progress)
+            title = "Experts: resident vs streamed"
+        elif section == "quality":
+            report["quality"], text = run_quality(config, progress)
+            title = "Quality"
+        else:
+            raise ValueError(f"unknown section {section!r}; known: {', '.join(SECTIONS)}")
+        progress(f"bench: {section} took {time.perf_counter() - started:.0f} s")
+        texts.append((title, text))
+    report["metrics"] = metrics(report)
+    return report, texts, spec_results
