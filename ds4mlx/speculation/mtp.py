@@ -184,6 +184,8 @@ class MTPDrafter:
         self._next_pos: int | None = None
         self._streams: mx.array | None = None  # the block's output streams of the last row
         self._logits: mx.array | None = None  # and its logits: the first draft token's
+        # Observed rows the block has not run on yet (tokens, target streams, first position).
+        self._pending: list[tuple[list[int], mx.array, int]] = []
 
     def observe(self, tokens: Sequence[int], next_token: int, rows: TargetRows) -> None:
         if len(tokens) != rows.n_rows:
@@ -191,17 +193,31 @@ class MTPDrafter:
         if self._next_pos is not None and rows.pos0 != self._next_pos:
             raise ValueError(f"rows start at position {rows.pos0}, expected {self._next_pos} "
                              "(call reset() to start over)")
-        # Row j pairs the token at pos0 + j + 1 with the target's streams at pos0 + j.
-        following = mx.array([*tokens[1:], next_token], dtype=mx.int32)
-        streams, logits, self._cache = self.net(following, rows.head_input, rows.pos0 + 1,
+        # Row j pairs the token at pos0 + j + 1 with the target's streams at pos0 + j. The
+        # block runs on them at the next proposal: while the scheduler pauses drafting (or the
+        # margin stops it), the committed rows of several cycles then cost one chunked pass
+        # instead of one block pass per token.
+        self._pending.append(([*tokens[1:], next_token], rows.head_input, rows.pos0 + 1))
+        self._next_pos = rows.pos0 + rows.n_rows
+
+    def _catch_up(self) -> None:
+        if not self._pending:
+            return
+        following = mx.array([t for tokens, _, _ in self._pending for t in tokens],
+                             dtype=mx.int32)
+        head_input = mx.concatenate([rows for _, rows, _ in self._pending])
+        streams, logits, self._cache = self.net(following, head_input, self._pending[0][2],
                                                 self._cache)
         self._streams, self._logits = streams[-1:], logits[-1]
         mx.eval(self._streams, self._logits, *ModelState([self._cache]).arrays())
-        self._next_pos = rows.pos0 + rows.n_rows
+        self._pending = []
 
     def propose(self, max_tokens: int) -> Draft:
         n = min(max_tokens, self.max_draft)
-        if n <= 0 or self._logits is None:
+        if n <= 0:
+            return Draft()
+        self._catch_up()
+        if self._logits is None:
             return Draft()
         tokens: list[int] = []
         streams, logits, cache = self._streams, self._logits, self._cache
