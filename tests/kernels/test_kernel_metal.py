@@ -8,7 +8,6 @@ decoding and indexing logic is still exercised.
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -18,13 +17,13 @@ from ds4mlx.kernels import metal, twins
 import mlx.core as mx
 import numpy as np
 import pytest
+from emulator import build_emulator
 from ggml_blocks import random_blocks
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 T = GGMLQuantizationType
 PACKED = sorted(twins.PACKED_TYPES, key=lambda t: t.name)
 N_EXPERTS, N_OUT, K_IN, N_ROWS, N_BATCHES = 4, 6, 768, 9, 3  # rows not a multiple of ROWS
-EMULATOR = Path(__file__).with_name("metal_emulation.cpp")
 NO_METAL = "Metal is not available (needs macOS on Apple silicon with MLX's Metal backend)"
 
 
@@ -47,20 +46,8 @@ def test_metal_sources_declare_the_ggml_block_layout(qtype: GGMLQuantizationType
 
 @pytest.fixture(scope="module")
 def emulator(tmp_path_factory) -> Path:
-    compiler = shutil.which("g++") or shutil.which("clang++")
-    if compiler is None:
-        pytest.skip("no C++20 compiler (g++ or clang++) to build the Metal emulator")
-    binary = tmp_path_factory.mktemp("metal") / "metal_emulation"
-    subprocess.run(
-        [
-            compiler, "-std=c++20", "-O1", "-pthread", f"-I{metal.METAL_SOURCE_DIR}",
-            f"-DDS4_K={K_IN}", f"-DDS4_N={N_OUT}", f"-DDS4_ROWS={metal.ROWS_PER_SIMDGROUP}",
-            str(EMULATOR), "-o", str(binary),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return binary
+    return build_emulator(tmp_path_factory.mktemp("metal"), DS4_K=K_IN, DS4_N=N_OUT,
+                          DS4_ROWS=metal.ROWS_PER_SIMDGROUP)
 
 
 @pytest.mark.parametrize("qtype", PACKED, ids=lambda t: t.name)
