@@ -6,6 +6,8 @@ from ds4mlx.engine.generate import DoneEvent, generate
 from ds4mlx.engine.sampling import SamplingOptions
 from ds4mlx.speculation.loop import SpeculationOptions, speculative_generate
 
+import mlx.core as mx
+import numpy as np
 import pytest
 
 from .conftest import ScriptedDrafter
@@ -100,12 +102,15 @@ def test_context_limit(ds4_model):
 
 def test_verify_logits_are_bit_identical_to_one_token_decode(ds4_model):
     """The decode tile makes each row's logits independent of the chunk it was computed in."""
-    import mlx.core as mx
-    import numpy as np
-
     net = ds4_model.network
     prompt = [115, 78, 104, 2, 65, 24, 98, 109, 23, 9] * 4
     chunk = [61, 80, 7, 7, 3, 9][: net.max_invariant_rows]
+    assert_verify_rows_equal_decode(net, prompt, chunk)
+
+
+def assert_verify_rows_equal_decode(net, prompt: list[int], chunk: list[int]) -> None:
+    """After ``prompt``, feeding ``chunk`` as one verify pass gives, row for row, bit for bit,
+    the logits of feeding it one token at a time."""
     decoded = net.new_state()
     net.forward(mx.array(prompt), decoded)
     one_by_one = [np.array(net.forward(mx.array([t]), decoded))[0] for t in chunk]

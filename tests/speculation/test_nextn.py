@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 from models.test_glm5_next_oracle import VARIANTS, D, nextn_variant, oracle_dir, write_variant
 
-from .test_loop import run
+from .test_loop import assert_verify_rows_equal_decode, run
 from .tiny_targets import LAYERS, TINY, write_target
 
 K = "glm5-next."
@@ -98,14 +98,7 @@ def test_verify_logits_are_bit_identical_to_one_token_decode(models, name, promp
     net = models[name].network
     prompt = (PROMPTS[-1] * 2)[:prompt_length]
     chunk = [61, 80, 7, 7, 3, 9, 11][: net.max_invariant_rows]
-    decoded = net.new_state()
-    net.forward(mx.array(prompt), decoded)
-    one_by_one = [np.array(net.forward(mx.array([t]), decoded))[0] for t in chunk]
-    verified = net.new_state()
-    net.forward(mx.array(prompt), verified)
-    batch = np.array(net.forward(mx.array(chunk), verified))
-    for row, expected in zip(batch, one_by_one, strict=True):
-        assert np.array_equal(row, expected)
+    assert_verify_rows_equal_decode(net, prompt, chunk)
 
 
 def _state_after(net, chunks: list[list[int]]):
