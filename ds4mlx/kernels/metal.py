@@ -111,8 +111,14 @@ def _with_twin_gradient(kernel_call, twin_call):
 
 def sinkhorn(comb: mx.array, iters: int, eps: float) -> mx.array:
     """``twins.sinkhorn`` in one launch: one thread per [hc, hc] matrix."""
+    return _sinkhorn_function(iters, eps)(comb)
+
+
+@cache
+def _sinkhorn_function(iters: int, eps: float):
+    # Built once per model configuration, not once per layer call: Sinkhorn runs twice a layer.
     return _with_twin_gradient(lambda c: _sinkhorn_kernel(c, iters, eps),
-                               lambda c: twins.sinkhorn(c, iters, eps))(comb)
+                               lambda c: twins.sinkhorn(c, iters, eps))
 
 
 def _sinkhorn_kernel(comb: mx.array, iters: int, eps: float) -> mx.array:
