@@ -721,10 +721,9 @@ class Attention(nn.Module):
             keys = window[k0:k1]
             mask = mx.array(sliding_window_mask(q_pos, np.arange(k0, k1) + window_start,
                                                 self.window))
-            # A block is visible to the query that completes it and to all later ones.
             n_vis = (int(q_pos[-1]) + 1) // self.ratio if n_comp else 0
             if n_vis:
-                visible = mx.array(np.arange(n_vis) < ((q_pos + 1) // self.ratio)[:, None])
+                visible = self._visible_blocks(q_pos, n_vis)
                 if self.indexer is not None:
                     t1 = t0 + len(q_pos)
                     visible = self.indexer.select(index_q[t0:t1], index_w[t0:t1],
@@ -734,13 +733,18 @@ class Attention(nn.Module):
             outs.append(sink_attention(q[t0 : t0 + step], keys, mask, self.sinks, self.scale))
         return outs[0] if len(outs) == 1 else mx.concatenate(outs)
 
+    def _visible_blocks(self, positions: np.ndarray, n_blocks: int) -> mx.array:
+        """bool [T, n_blocks]: a block is visible to the query that completes it and to all
+        later ones."""
+        return mx.array(np.arange(n_blocks) < ((positions + 1) // self.ratio)[:, None])
+
     def _attend_sparse(self, q: mx.array, positions: np.ndarray, window: mx.array,
                        window_start: int, cache: LayerCache, n_vis: int, index_q: mx.array,
                        index_w: mx.array) -> mx.array:
         """``_attend`` for decode and verify rows of a CSA layer whose indexer keeps fewer
         blocks than are visible: each row reads its window and its top-k compressed rows in
         place (``kernels.sparse_attention``) instead of a mask over every block."""
-        visible = mx.array(np.arange(n_vis) < ((positions + 1) // self.ratio)[:, None])
+        visible = self._visible_blocks(positions, n_vis)
         top = self.indexer.top_blocks(index_q, index_w, cache.index[:n_vis], visible)
         # Row p sees the raw keys of positions p - window + 1 .. p. Only the rows some query
         # sees are passed: a one-row call then reduces over exactly its own keys, whatever the
