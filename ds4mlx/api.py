@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ds4mlx.engine.chat import ChatFormat, chat_format_for_arch
 from ds4mlx.engine.session import Session
@@ -41,6 +41,9 @@ class LoadedModel:
         self.network = network
         self.weights_dtype = weights_dtype
         self.experts = experts  # where the routed experts live (resident or streamed)
+        # What new_session builds on the network: a distributed rank 0 swaps in sessions whose
+        # operations the other ranks replay (ds4mlx.distributed.driven.lead).
+        self.session_factory: Callable[[Any], Session] = Session
         self.tokenizer: Tokenizer | NumericTokenizer = load_tokenizer(gguf_file)
         # Fixtures with llama.cpp's dummy vocabulary have no chat format: prompts stay raw.
         self.chat_format: ChatFormat | None = (
@@ -64,7 +67,7 @@ class LoadedModel:
         return self.chat_format.render([{"role": "user", "content": text}])
 
     def new_session(self) -> Session:
-        return Session(self.network)
+        return self.session_factory(self.network)
 
     def logits(self, tokens: Sequence[int]) -> np.ndarray:
         """Logits [T, vocab] (float32) of ``tokens`` computed as one batched prefill."""

@@ -33,6 +33,7 @@ from ds4mlx.agent.workspace import Workspace
 from ds4mlx.cli.main import log, progress_line
 from ds4mlx.cli.options import (
     DEFAULT_MODEL,
+    add_distributed_flags,
     add_model_flags,
     add_sampling_flags,
     add_speculation_flags,
@@ -40,6 +41,8 @@ from ds4mlx.cli.options import (
     sampling_options,
     speculation_config,
 )
+from ds4mlx.distributed import DistributedError, RankGroup
+from ds4mlx.distributed.cli import follow_rank_0, start_ranks
 
 # Exit codes of --print besides 0 (answered) and 1 (error).
 EXIT_STEP_LIMIT = 3
@@ -84,27 +87,34 @@ def build_parser() -> argparse.ArgumentParser:
                      help="API key (env OPENAI_API_KEY)")
     add_sampling_flags(parser)
     add_speculation_flags(parser)
+    add_distributed_flags(parser, "rank 0 runs the agent, the other ranks follow its model "
+                                  "calls")
     return parser
 
 
 def load_backend(args: argparse.Namespace,
-                 progress: Callable[[str], None] | None = None) -> ModelBackend:
-    """The backend the flags ask for (model loading reported to ``progress``)."""
+                 progress: Callable[[str], None] | None = None,
+                 ranks: RankGroup | None = None) -> ModelBackend:
+    """The backend the flags ask for (model loading reported to ``progress``); with ``ranks``,
+    rank 0's shard of the model, whose calls the other ranks follow until the process ends."""
     sampling = sampling_options(args)
     options = model_options(args)
     if args.api_base:
         return OpenAIBackend(args.api_base, args.api_model, api_key=args.api_key,
                              context_size=options.ctx, sampling=sampling)
     from ds4mlx.api import load_model
+    from ds4mlx.distributed.driven import lead
     from ds4mlx.speculation import load_drafter
     from ds4mlx.speculation.service import ChatService
 
     speculation = speculation_config(args)
     model = load_model(options.model, weights_dtype=options.weights_dtype, progress=progress,
-                       experts=options.experts)
+                       experts=options.experts, ranks=ranks)
     # The backend outlives this function: reader threads stop (and a hot-list asked for is
-    # saved) when the process exits.
+    # saved) when the process exits, after the followers have been let go.
     atexit.register(model.close)
+    if ranks is not None:
+        atexit.register(lead(model, ranks).stop)
     drafter = load_drafter(speculation, model)
     service = ChatService(model, drafter, speculation, max_context=options.ctx)
     return LocalBackend(service, sampling)
@@ -157,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"{flag} must be positive, got {value}")
     try:
         speculation_config(args)
+        model_options(args)
         Workspace(args.workspace)
     except ValueError as exc:
         parser.error(str(exc))
@@ -164,11 +175,21 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"model file {args.model} not found"
                      + (" (the tiny model is built by scripts/train_tiny.py)"
                         if Path(args.model) == DEFAULT_MODEL else ""))
+    if args.distributed and args.api_base:
+        parser.error("--distributed runs the model in this group of processes; it cannot be "
+                     "combined with --api-base")
+    try:
+        ranks, _ = start_ranks(args.distributed, sampling_options(args))
+    except DistributedError as exc:
+        log(f"ds4-agent: error: {exc}")
+        return 1
+    if ranks is not None and ranks.rank != 0:
+        return follow_rank_0("ds4-agent", model_options(args), ranks)
     store = ConversationStore(args.data_dir)
 
     if args.print_prompt is not None:
         try:
-            agent = make_agent(args, load_backend(args, progress_line))
+            agent = make_agent(args, load_backend(args, progress_line, ranks))
         except Exception as exc:  # GGUF, tokenizer, drafter and server errors alike
             log(f"ds4-agent: error: {exc}")
             return 1
@@ -185,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     agents: list[Agent] = []
 
     def load_agent() -> Agent:
-        agents.append(make_agent(args, load_backend(args)))
+        agents.append(make_agent(args, load_backend(args, ranks=ranks)))
         return agents[0]
 
     name = args.api_model if args.api_base else Path(args.model).stem

@@ -77,11 +77,12 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
                          help="write the hot-expert list to --expert-hotlist FILE at exit")
 
 
-def add_distributed_flags(parser: argparse.ArgumentParser) -> None:
+def add_distributed_flags(parser: argparse.ArgumentParser,
+                          roles: str = "rank 0 prints the output") -> None:
     parser.add_argument_group("distributed").add_argument(
         "--distributed", action="store_true",
         help="run as one rank of a group started by mlx.launch: each rank holds a shard "
-             "(attention heads, routed experts); rank 0 prints the output")
+             f"(attention heads, routed experts); {roles}")
 
 
 def _cache_budget(text: str) -> float | None:

@@ -18,6 +18,7 @@ from ds4mlx.api import LoadedModel, load_model
 from ds4mlx.cli.main import progress_line
 from ds4mlx.cli.options import (
     ModelOptions,
+    add_distributed_flags,
     add_model_flags,
     add_sampling_flags,
     add_speculation_flags,
@@ -25,6 +26,9 @@ from ds4mlx.cli.options import (
     sampling_options,
     speculation_config,
 )
+from ds4mlx.distributed import DistributedError, RankGroup
+from ds4mlx.distributed.cli import follow_rank_0, start_ranks
+from ds4mlx.distributed.driven import Conductor, lead
 from ds4mlx.engine.tokenizer import TokenizerError
 from ds4mlx.gguf import GGUFError
 from ds4mlx.server import GenerationDefaults, GenerationQueue, ServerConfig, create_app
@@ -64,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "still speculates (default 1: one request at a time)")
     add_sampling_flags(parser)
     add_speculation_flags(parser)
+    add_distributed_flags(parser, "rank 0 serves HTTP, the other ranks follow its model calls")
     return parser
 
 
@@ -83,13 +88,22 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     logging.basicConfig(level=logging.INFO, format="ds4-server: %(message)s")
+    try:
+        ranks, sampling = start_ranks(options.distributed, sampling)
+    except DistributedError as exc:
+        log.error("error: %s", exc)
+        return 1
+    if ranks is not None and ranks.rank != 0:
+        return follow_rank_0("ds4-server", options, ranks)
 
     # The model is loaded on the engine thread, where every generation will run.
     engine = GenerationQueue(max_sessions=args.batched_session)
+    conductor: Conductor | None = None
     try:
         try:
-            model, drafter = engine.run(partial(load_engine, options, speculation))
-        except (GGUFError, TokenizerError, OSError, ValueError) as exc:
+            model, drafter, conductor = engine.run(
+                partial(load_engine, options, speculation, ranks))
+        except (GGUFError, TokenizerError, OSError, ValueError, DistributedError) as exc:
             log.error("error: %s", exc)
             return 1
         if model.chat_format is None:
@@ -113,23 +127,36 @@ def main(argv: list[str] | None = None) -> int:
                     log_level="info", timeout_graceful_shutdown=5)
     finally:
         engine.close()
+        if conductor is not None:
+            conductor.stop()
     return 0
 
 
-def load_engine(options: ModelOptions, speculation: SpeculationConfig
-                ) -> tuple[LoadedModel, Drafter | None]:
+def load_engine(options: ModelOptions, speculation: SpeculationConfig,
+                ranks: RankGroup | None = None
+                ) -> tuple[LoadedModel, Drafter | None, Conductor | None]:
+    """The model (rank 0's shard with ``ranks``, the other ranks then following its calls),
+    its drafter, and the conductor that stops the followers."""
     started = time.perf_counter()
     model = load_model(options.model, weights_dtype=options.weights_dtype,
-                       progress=progress_line, experts=options.experts)
+                       progress=progress_line, experts=options.experts, ranks=ranks)
     # Reader threads stop (and a hot-list asked for is saved) when the server exits.
     atexit.register(model.close)
-    drafter = load_drafter(speculation, model)
+    conductor = None if ranks is None else lead(model, ranks)
+    try:
+        drafter = load_drafter(speculation, model)
+    except BaseException:
+        if conductor is not None:
+            conductor.stop()
+        raise
     log.info("loaded %s (%s) in %.2fs", options.model, model.args_summary(),
              time.perf_counter() - started)
     if drafter is not None:
         log.info("drafter %s%s", drafter.name,
                  " (strict: target-only decoding)" if speculation.strict else "")
-    return model, drafter
+    if ranks is not None:
+        log.info("rank 0 of %d: the other ranks follow this one's model calls", ranks.size)
+    return model, drafter, conductor
 
 
 if __name__ == "__main__":

@@ -1,17 +1,25 @@
 """What a command-line front end does with ``--distributed``: join the group, keep every rank's
-sampling in step, and let rank 0 alone write the output."""
+sampling in step, and let rank 0 alone write the output; under a server or an agent, the other
+ranks follow rank 0 (``driven``)."""
 
 from __future__ import annotations
 
 import os
 import secrets
+import signal
 import sys
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from ds4mlx.distributed.group import RankGroup, init_group
+from ds4mlx.distributed.group import DistributedError, RankGroup, init_group
 from ds4mlx.engine.sampling import SamplingOptions
+from ds4mlx.engine.tokenizer import TokenizerError
+from ds4mlx.gguf import GGUFError
 
 import mlx.core as mx
+
+if TYPE_CHECKING:
+    from ds4mlx.cli.options import ModelOptions
 
 
 def shared_seed(ranks: RankGroup, seed: int | None) -> int:
@@ -35,3 +43,33 @@ def start_ranks(distributed: bool, sampling: SamplingOptions
     if ranks.rank != 0:
         sys.stdout = open(os.devnull, "w")  # for the rest of the process
     return ranks, sampling
+
+
+def follow_rank_0(front_end: str, options: ModelOptions, ranks: RankGroup) -> int:
+    """The whole life of a rank other than 0 under a server or an agent (whose input reaches
+    rank 0 alone): load this rank's shard, then replay rank 0's model operations until rank 0
+    stops. Returns the exit code; messages go to stderr, prefixed by ``front_end``."""
+    from ds4mlx.api import load_model
+    from ds4mlx.distributed.driven import Follower
+
+    def log(text: str) -> None:
+        print(f"{front_end}: rank {ranks.rank}: {text}", file=sys.stderr, flush=True)
+
+    try:
+        model = load_model(options.model, weights_dtype=options.weights_dtype,
+                           experts=options.experts, ranks=ranks)
+    except (GGUFError, TokenizerError, OSError, ValueError, DistributedError) as exc:
+        log(f"error: {exc}")
+        return 1
+    # Ctrl-C in the launcher's terminal reaches every rank: rank 0 ends its front end and
+    # then stops the followers, which must not quit first (rank 0 would wait on them).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        operations = Follower(model, ranks).run()
+    except RuntimeError as exc:  # the ring backend fails a collective when a peer drops
+        log(f"error: rank 0 stopped answering ({exc})")
+        return 1
+    finally:
+        model.close()
+    log(f"done after {operations} model operations")
+    return 0

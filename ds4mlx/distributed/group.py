@@ -13,6 +13,7 @@ import hashlib
 import os
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import mlx.core as mx
@@ -51,6 +52,17 @@ class RankGroup:
             return x
         self.summed_bytes += x.nbytes
         return mx.distributed.all_sum(x, group=self.group)
+
+    def share_ints(self, values: Sequence[int] | np.ndarray | None, n: int) -> np.ndarray:
+        """Rank 0's ``n`` int32 ``values`` on every rank (the other ranks pass None and add
+        zeros to the sum)."""
+        if self.rank == 0:
+            if values is None or len(values) != n:
+                raise ValueError(f"rank 0 shares exactly {n} values")
+            x = mx.array(np.asarray(values, np.int32))
+        else:
+            x = mx.zeros((n,), mx.int32)
+        return np.array(self.all_sum(x))
 
     def all_gather_rows(self, row: np.ndarray) -> np.ndarray:
         """Every rank's ``row`` (1-D, same length on all ranks), stacked by rank: [size, n]."""

@@ -64,6 +64,10 @@ class Session:
         self.state = snap.state.copy()
         del self.tokens[snap.n_tokens:]
 
+    def announce_batch(self, sessions: Sequence[Session], tokens: Sequence[int]) -> None:
+        """Called before a batched step of ``sessions`` (this one first): a session whose
+        operations other processes replay (``ds4mlx.distributed.driven``) tells them here."""
+
 
 def supports_batched_decode(model: Any) -> bool:
     """Whether ``model`` (a network, as Session holds) can decode many sessions in one step."""
@@ -80,6 +84,7 @@ def feed_batch(sessions: Sequence[Session], tokens: Sequence[int]) -> mx.array:
         raise ValueError("a batched step needs sessions of one model")
     if not supports_batched_decode(model):
         raise ValueError(f"{type(model).__module__} has no batched decode")
+    sessions[0].announce_batch(sessions, tokens)
     logits = model.forward_batch(list(tokens), [session.state for session in sessions])
     for session, token in zip(sessions, tokens, strict=True):
         session.tokens.append(int(token))

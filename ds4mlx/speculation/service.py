@@ -246,8 +246,7 @@ class ChatService:
         slot.busy = True
         return slot
 
-    @staticmethod
-    def _rewind(slot: _Slot, tokens: list[int], shared: int) -> None:
+    def _rewind(self, slot: _Slot, tokens: list[int], shared: int) -> None:
         """Cut ``slot``'s session back to the ``shared`` tokens it has in common with
         ``tokens``: by rollback when that is short, else from the prompt snapshot, else from
         scratch."""
@@ -264,7 +263,7 @@ class ChatService:
             if _common_prefix(prompt, tokens[:-1]) == len(prompt):
                 session.restore(snapshot)
                 return
-        slot.session = Session(session.model)
+        slot.session = self.model.new_session()
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
