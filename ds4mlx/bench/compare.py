@@ -1,9 +1,11 @@
-"""The regression gate: this run's speeds against a stored baseline, like ds4's release QA.
+"""The regression gate: this run's metrics against a stored baseline, like ds4's release QA.
 
-Every compared metric is a speed (higher is better) named the same way in both reports (see
-``ds4mlx.bench.report.metrics``). A metric more than 5% slower than the baseline is flagged
-"investigate", more than 10% slower "regression"; only regressions fail the gate. Metrics present on
-one side only are listed but never fail it: a new drafter or an absent asset is not a slowdown.
+Metrics are named the same way in both reports (``ds4mlx.bench.suite.metrics``). Speeds (higher
+is better): more than 5% slower than the baseline is flagged "investigate", more than 10% slower
+"regression". Held-out NLL (names ending in "nll", nats/token, lower is better) is deterministic
+for a given model file, so it gets absolute bounds: 0.01 nats worse is "investigate", 0.05 nats
+"regression". Only regressions fail the gate. Metrics present on one side only are listed but
+never fail it: a new drafter or an absent asset is not a slowdown.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from dataclasses import dataclass
 
 INVESTIGATE = 0.05
 REGRESSION = 0.10
+NLL_INVESTIGATE = 0.01
+NLL_REGRESSION = 0.05
 
 
 @dataclass(frozen=True)
@@ -22,9 +26,18 @@ class Comparison:
     current: float | None
 
     @property
+    def is_nll(self) -> bool:
+        return self.metric.endswith("nll")
+
+    @property
     def change(self) -> float | None:
-        """Relative change, current vs baseline (-0.12 = 12% slower)."""
-        if self.baseline is None or self.current is None or self.baseline <= 0:
+        """Relative change of a speed, current vs baseline (-0.12 = 12% slower); for an NLL
+        the difference in nats (+0.02 = worse)."""
+        if self.baseline is None or self.current is None:
+            return None
+        if self.is_nll:
+            return self.current - self.baseline
+        if self.baseline <= 0:
             return None
         return self.current / self.baseline - 1.0
 
@@ -34,6 +47,14 @@ class Comparison:
             return "new"
         if self.current is None:
             return "missing"
+        if self.is_nll:
+            # Rounded so that exactly 0.01 or 0.05 nats worse sits on the lenient side.
+            worse = round(self.current - self.baseline, 9)
+            if worse > NLL_REGRESSION:
+                return "regression"
+            if worse > NLL_INVESTIGATE:
+                return "investigate"
+            return "ok"
         # Thresholds scale the baseline (rather than comparing the relative change) so that
         # exactly 5% or 10% slower sits on the lenient side of the line despite rounding.
         if self.current < self.baseline * (1 - REGRESSION):
@@ -55,8 +76,12 @@ def has_regression(comparisons: list[Comparison]) -> bool:
 def markdown_table(comparisons: list[Comparison]) -> str:
     lines = ["| metric | baseline | current | change | verdict |", "|---|---:|---:|---:|---|"]
     for c in comparisons:
-        base = "-" if c.baseline is None else f"{c.baseline:.2f}"
-        current = "-" if c.current is None else f"{c.current:.2f}"
-        change = "-" if c.change is None else f"{c.change:+.1%}"
+        digits = 4 if c.is_nll else 2
+        base = "-" if c.baseline is None else f"{c.baseline:.{digits}f}"
+        current = "-" if c.current is None else f"{c.current:.{digits}f}"
+        if c.change is None:
+            change = "-"
+        else:
+            change = f"{c.change:+.4f} nats" if c.is_nll else f"{c.change:+.1%}"
         lines.append(f"| {c.metric} | {base} | {current} | {change} | {c.verdict} |")
     return "\n".join(lines)

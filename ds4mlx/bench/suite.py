@@ -178,7 +178,8 @@ def run_quality(config: BenchConfig, progress: Progress) -> tuple[dict, str]:
 
 
 def metrics(report: dict) -> dict[str, float]:
-    """The report's speeds (higher is better) by stable names, for ``--compare``."""
+    """The report's speeds (higher is better) and held-out NLL (lower is better) by stable
+    names, for ``--compare``."""
     out: dict[str, float] = {}
     for row in report.get("decode", {}).get("rows", []):
         engine = row["engine"]
@@ -192,6 +193,8 @@ def metrics(report: dict) -> dict[str, float]:
     for row in report.get("experts", {}).get("rows", []):
         pages = "cold" if row["cold"] else "warm"
         out[f"experts {row['budget']} {pages} t/s"] = row["tps"]
+    if "quality" in report:
+        out["quality held-out nll"] = report["quality"]["nll"]["mean"]
     return out
 
 

@@ -30,6 +30,17 @@ def test_verdict_thresholds(current, verdict):
     assert compare.has_regression([result]) == (verdict == "regression")
 
 
+@pytest.mark.parametrize(("current", "verdict"), [
+    (6.85, "ok"), (6.80, "ok"), (6.86, "ok"), (6.861, "investigate"), (6.90, "investigate"),
+    (6.901, "regression"), (7.5, "regression")])
+def test_nll_gets_absolute_bounds_and_lower_is_better(current, verdict):
+    [result] = compare.compare({"quality held-out nll": 6.85},
+                               {"quality held-out nll": current})
+    assert result.verdict == verdict
+    assert result.change == pytest.approx(current - 6.85)
+    assert "nats" in compare.markdown_table([result])
+
+
 def test_metrics_on_one_side_only_never_fail_the_gate():
     results = compare.compare({"old": 10.0, "both": 5.0}, {"both": 5.0, "new": 1.0})
     assert [(r.metric, r.verdict) for r in results] == [
@@ -47,9 +58,9 @@ def spec_row(prompt: str, drafter: str, target: float, drafted: float,
 
 def test_every_metric_names_its_section():
     names = ["decode ds4mlx t/s", "prefill 128 llama.cpp (CPU) t/s",
-             "spec hello / dspark speed-up", "experts 0.5 cold t/s"]
+             "spec hello / dspark speed-up", "experts 0.5 cold t/s", "quality held-out nll"]
     assert [suite.section_of(n) for n in names] == ["decode", "decode", "speculation",
-                                                    "experts"]
+                                                    "experts", "quality"]
     assert all(suite.section_of(n) in suite.SECTIONS for n in names)
 
 
@@ -60,11 +71,12 @@ def test_metrics_name_every_speed_of_a_report():
             8).as_json()]},
         "speculation": {"rows": [spec_row("hello", "dspark", 10.0, 15.0, [0.5]).as_json()]},
         "experts": {"rows": [{"budget": "0.5", "cold": False, "tps": 7.0}]},
+        "quality": {"nll": {"mean": 6.85, "per_snippet": [6.8, 6.9]}},
     }
     assert suite.metrics(report) == {
         "decode ds4mlx t/s": 5.0, "prefill 128 ds4mlx t/s": 20.0,
         "spec hello / dspark drafted t/s": 15.0, "spec hello / dspark speed-up": 1.5,
-        "experts 0.5 warm t/s": 7.0}
+        "experts 0.5 warm t/s": 7.0, "quality held-out nll": 6.85}
 
 
 def test_decode_measurement_and_table():
