@@ -424,7 +424,7 @@ class AgentApp(App[None]):
             parts.append(f"{self.stats.generated} tok {self.stats.tokens_per_second:.1f} t/s")
             if self.stats.tau is not None:
                 parts.append(f"τ {self.stats.tau:.2f}")
-            hit_rate = getattr(self.agent.backend, "expert_hit_rate", lambda: None)()
+            hit_rate = self.agent.backend.expert_hit_rate()
             if hit_rate is not None:
                 parts.append(f"experts {hit_rate:.0%} hit")
             parts.append(f"think {'on' if self.agent.settings.thinking else 'off'}")

@@ -52,6 +52,11 @@ class ModelBackend(Protocol):
         """How many context tokens the prompt for ``messages`` takes."""
         ...
 
+    def expert_hit_rate(self) -> float | None:
+        """The streamed expert cache's hit rate so far (the status bar shows it); None when
+        there is none to show."""
+        ...
+
 
 class LocalBackend:
     """The in-process engine through ChatService (speculation included)."""
@@ -166,6 +171,9 @@ class OpenAIBackend:
                      thinking: bool) -> int:
         text = json.dumps([list(messages), list(tools)], ensure_ascii=False)
         return len(text) // _CHARS_PER_TOKEN
+
+    def expert_hit_rate(self) -> float | None:
+        return None  # the server's experts are not visible through the OpenAI API
 
 
 def _tool_call_event(call: dict[str, str]) -> ToolCallComplete | ToolCallError:

@@ -61,3 +61,6 @@ class ScriptedBackend:
     def count_tokens(self, messages, tools, *, thinking: bool) -> int:
         # Four characters a token, like the OpenAI backend's estimate.
         return len(json.dumps([list(messages), list(tools)], ensure_ascii=False)) // 4
+
+    def expert_hit_rate(self) -> float | None:
+        return None
