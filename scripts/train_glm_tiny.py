@@ -47,8 +47,8 @@ from ds4mlx.speculation.nextn import load_nextn
 
 import mlx.core as mx
 import mlx.nn as nn
-import mlx.optimizers as optim
 import numpy as np
+import tiny_training
 import train_tiny
 import train_tokenizer
 from corpus.chat_samples import render_samples
@@ -314,70 +314,37 @@ def train(cfg: TrainConfig, data: Data, vocab_size: int) -> None:
     n_params = sum(v.size for v in params.values()) + sum(v.size for v in fixed.values())
     print(f"model: {n_params / 1e6:.2f}M parameters; {cfg.steps} steps of {cfg.window} tokens")
 
-    warmup = min(cfg.warmup_steps, cfg.steps // 2)  # short (smoke-test) runs decay too
-    schedule = optim.join_schedules(
-        [optim.linear_schedule(0.0, cfg.peak_lr, warmup),
-         optim.cosine_decay(cfg.peak_lr, cfg.steps - warmup, cfg.peak_lr * cfg.final_lr_fraction)],
-        [warmup],
-    )
-    # Weight decay for matrices only; norms, biases and mHC base/scale keep their scale. (Two
-    # optimizers on flat dicts: MultiOptimizer would read the dots in GGUF names as nesting.)
-    betas = [0.9, 0.95]
-    optimizers = {"matrices": optim.AdamW(schedule, betas, weight_decay=cfg.weight_decay),
-                  "vectors": optim.AdamW(schedule, betas, weight_decay=0.0)}
-    groups = {kind: {name: value for name, value in params.items()
-                     if (value.ndim >= 2) == (kind == "matrices")} for kind in optimizers}
+    optimizer = tiny_training.Optimizer(cfg, params)
 
-    def arrays_of(groups: dict[str, dict[str, mx.array]]) -> dict[str, mx.array]:
-        return groups["matrices"] | groups["vectors"] | fixed
-
-    def loss_and_load(groups: dict[str, dict[str, mx.array]], window: np.ndarray
+    def loss_and_load(groups: tiny_training.Groups, window: np.ndarray
                       ) -> tuple[mx.array, tuple[mx.array, mx.array, dict[int, mx.array]]]:
-        model, experts = training_model(args, arrays_of(groups))
+        model, experts = training_model(args, groups["matrices"] | groups["vectors"] | fixed)
         main, nextn = window_nll(model, window)
         loads = {layer: mx.array(e.load) for layer, e in experts.items()}
         return main + cfg.nextn_weight * nextn, (main, nextn, loads)
 
     step_fn = mx.value_and_grad(loss_and_load)
     rng = np.random.default_rng(cfg.seed + 1)
-    eval_steps = {round(cfg.steps * (i + 1) / (cfg.eval_points + 1))
-                  for i in range(cfg.eval_points)} | {cfg.steps}
-    history: list[dict[str, Any]] = []
-    losses: dict[str, list[tuple[float, float]]] = {"text": [], "chat": []}
-    started = time.monotonic()
+    eval_steps = tiny_training.evaluation_steps(cfg.steps, cfg.eval_points)
+    log = tiny_training.ProgressLog(cfg.steps, optimizer.schedule)
     for step in range(1, cfg.steps + 1):
         kind = "chat" if rng.random() < cfg.chat_fraction else "text"
         stream = data.chat_train if kind == "chat" else data.text_train
         window = train_tiny.text_window(stream, int(rng.integers(len(stream))), cfg.window + 1)
-        (_, (main, nextn, loads)), grads = step_fn(groups, window)
-        grads, grad_norm = optim.clip_grad_norm(grads, cfg.grad_clip)
-        groups = {k: optimizer.apply_gradients(grads[k], groups[k])
-                  for k, optimizer in optimizers.items()}
-        for layer, load in loads.items():
-            bias = f"blk.{layer}.exp_probs_b.bias"
-            load = load.astype(mx.float32)
-            fixed[bias] = fixed[bias] + cfg.balance_rate * mx.sign(mx.mean(load) - load)
-        mx.eval(groups, [o.state for o in optimizers.values()], fixed, main, nextn)
-        losses[kind].append((main.item(), nextn.item()))
-        if step % 10 == 0 or step == 1:
-            elapsed = time.monotonic() - started
-            means = {k: np.mean(v, axis=0).tolist() for k, v in losses.items() if v}
-            shown = "  ".join(f"{k} {m:.3f}/{n:.3f}" for k, (m, n) in means.items())
-            rate = step * cfg.window / elapsed
-            eta = (cfg.steps - step) * elapsed / step / 60
-            print(f"step {step:4d}  loss {shown}  grad-norm {grad_norm.item():.2f}  "
-                  f"lr {schedule(step).item():.2e}  {rate:.0f} tok/s  "
-                  f"{elapsed / 60:.1f} min, ETA {eta:.1f} min", flush=True)
-            history.append({"step": step, "train_loss": means, "minutes": elapsed / 60})
-            losses = {"text": [], "chat": []}
+        (_, (main, nextn, loads)), grads = step_fn(optimizer.groups, window)
+        grad_norm = optimizer.step(grads)
+        tiny_training.rebalance_experts(fixed, loads, cfg.balance_rate)
+        mx.eval(optimizer.groups, optimizer.state(), fixed, main, nextn)
+        log.record(step, kind, (main.item(), nextn.item()), cfg.window, grad_norm,
+                   lambda mean: f"{mean[0]:.3f}/{mean[1]:.3f}")
         if step in eval_steps:
-            nll = heldout_nll(Model.from_arrays(args, arrays_of(groups)), data, cfg)
+            nll = heldout_nll(Model.from_arrays(args, optimizer.params() | fixed), data, cfg)
             print(show_nll(f"step {step:4d}  held-out NLL", nll), flush=True)
-            history.append({"step": step, "heldout_nll": nll})
-    minutes = (time.monotonic() - started) / 60
+            log.history.append({"step": step, "heldout_nll": nll})
+    minutes = log.elapsed_minutes()
     report = {"config": asdict(cfg), "parameters": n_params, "train_minutes": minutes,
-              "history": history}
-    save_checkpoint(arrays_of(groups), args, report)
+              "history": log.history}
+    save_checkpoint(optimizer.params() | fixed, args, report)
     print(f"trained in {minutes:.1f} min -> {CHECKPOINT_PATH}")
 
 

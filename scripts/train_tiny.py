@@ -24,7 +24,6 @@ import json
 import math
 import os
 import sys
-import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -46,8 +45,8 @@ from ds4mlx.models.moe import GatingFunc, RoutedExperts, swiglu
 import build_corpus
 import mlx.core as mx
 import mlx.nn as nn
-import mlx.optimizers as optim
 import numpy as np
+import tiny_training
 import train_tokenizer
 from gguf import GGML_QUANT_VERSION, GGMLQuantizationType, GGUFWriter, LlamaFileType
 from gguf import GGUFValueType as V
@@ -117,7 +116,7 @@ CONTEXT_LENGTH = 4096  # rope_orig_ctx times the YaRN factor
 @dataclass(frozen=True)
 class TrainConfig:
     seed: int = 0
-    steps: int = 400
+    steps: int = 1000
     # Every chat sample opens with the same ~840 tokens (BOS, the agent's system prompt and its
     # ten tool schemas), so its tool calls sit at positions 840 and beyond. A chat step
     # continues the model state after that prefix with the rest of several samples back to
@@ -127,10 +126,12 @@ class TrainConfig:
     chat_tokens: int = 256  # continuation length of a chat step
     prefix_refresh: int = 8
     text_window: int = 512
-    chat_fraction: float = 0.9  # of the steps
+    # Half the steps: the chat format is learned in a few hundred steps, code and prose need
+    # every token they can get.
+    chat_fraction: float = 0.5  # of the steps
     peak_lr: float = 3e-3
     final_lr_fraction: float = 0.1
-    warmup_steps: int = 20
+    warmup_steps: int = 30
     weight_decay: float = 0.1
     grad_clip: float = 1.0
     # Aux-loss-free balancing (DeepSeek-V3): each step, the selection bias of an expert that got
@@ -426,27 +427,15 @@ def train(cfg: TrainConfig, corpus: Corpus, vocab_size: int) -> None:
     n_active = n_params - idle_experts * 3 * args.expert_ff * args.hidden_size
     print(f"model: {n_params / 1e6:.2f}M parameters, {n_active / 1e6:.2f}M active per token")
 
-    warmup = min(cfg.warmup_steps, cfg.steps // 2)  # short (smoke-test) runs decay too
-    schedule = optim.join_schedules(
-        [optim.linear_schedule(0.0, cfg.peak_lr, warmup),
-         optim.cosine_decay(cfg.peak_lr, cfg.steps - warmup, cfg.peak_lr * cfg.final_lr_fraction)],
-        [warmup],
-    )
-    # Weight decay for matrices only; norms, sinks and mHC base/scale keep their scale. (Two
-    # optimizers on flat dicts: MultiOptimizer would read the dots in GGUF names as nesting.)
-    betas = [0.9, 0.95]
-    optimizers = {"matrices": optim.AdamW(schedule, betas, weight_decay=cfg.weight_decay),
-                  "vectors": optim.AdamW(schedule, betas, weight_decay=0.0)}
-    groups = {kind: {name: value for name, value in params.items()
-                     if (value.ndim >= 2) == (kind == "matrices")} for kind in optimizers}
+    optimizer = tiny_training.Optimizer(cfg, params)
 
-    def arrays_of(groups: dict[str, dict[str, mx.array]]) -> dict[str, mx.array]:
-        return groups["matrices"] | groups["vectors"] | fixed
+    def arrays_of(params: dict[str, mx.array]) -> dict[str, mx.array]:
+        return params | fixed
 
-    def loss_and_load(groups: dict[str, dict[str, mx.array]], window: np.ndarray | None,
+    def loss_and_load(groups: tiny_training.Groups, window: np.ndarray | None,
                       chats: ChatTokens | None, prefix: tuple[ModelState, mx.array] | None
                       ) -> tuple[mx.array, list[mx.array]]:
-        model, experts = training_model(args, arrays_of(groups))
+        model, experts = training_model(args, arrays_of(groups["matrices"] | groups["vectors"]))
         if chats is None:
             nll, count = text_nll(model, window)
             loss = nll / count
@@ -458,11 +447,8 @@ def train(cfg: TrainConfig, corpus: Corpus, vocab_size: int) -> None:
     step_fn = mx.value_and_grad(loss_and_load)
     rng = np.random.default_rng(cfg.seed + 1)
     eval_set = EvalSet.from_corpus(corpus, cfg)
-    eval_steps = {round(cfg.steps * (i + 1) / (cfg.eval_points + 1))
-                  for i in range(cfg.eval_points)} | {cfg.steps}
-    history: list[dict[str, Any]] = []
-    started = time.monotonic()
-    losses: dict[str, list[float]] = {"assistant": [], "text": []}
+    eval_steps = tiny_training.evaluation_steps(cfg.steps, cfg.eval_points)
+    log = tiny_training.ProgressLog(cfg.steps, optimizer.schedule)
     prefix: tuple[ModelState, mx.array] | None = None
     chat_steps = 0
     for step in range(1, cfg.steps + 1):
@@ -472,42 +458,33 @@ def train(cfg: TrainConfig, corpus: Corpus, vocab_size: int) -> None:
             picks = rng.choice(len(corpus.chat_train), cfg.chat_tokens // 32, replace=False)
             chats = ChatTokens.packed([corpus.chat_train[i] for i in picks], cfg.chat_tokens)
             if chat_steps % cfg.prefix_refresh == 0:
-                prefix = prefix_state(training_model(args, arrays_of(groups))[0],
+                prefix = prefix_state(training_model(args, arrays_of(optimizer.params()))[0],
                                       corpus.chat_prefix)
             chat_steps += 1
         else:
             start = int(rng.integers(len(corpus.text_train)))
             window = text_window(corpus.text_train, start, cfg.text_window + 1)
-        (loss, loads), grads = step_fn(groups, window, chats, prefix)
-        grads, grad_norm = optim.clip_grad_norm(grads, cfg.grad_clip)
-        groups = {kind: optimizer.apply_gradients(grads[kind], groups[kind])
-                  for kind, optimizer in optimizers.items()}
-        for layer in range(args.n_hash_layers, args.num_layers):
-            bias_name = f"blk.{layer}.exp_probs_b.bias"
-            load = loads[layer].astype(mx.float32)
-            fixed[bias_name] = fixed[bias_name] + cfg.balance_rate * mx.sign(mx.mean(load) - load)
-        mx.eval(groups, [o.state for o in optimizers.values()], fixed, loss)
-        losses["text" if chats is None else "assistant"].append(loss.item())
-        if step % 10 == 0 or step == 1:
-            minutes = (time.monotonic() - started) / 60
-            means = {kind: float(np.mean(v)) if v else None for kind, v in losses.items()}
-            shown = "  ".join(f"{kind} {v:.3f}" for kind, v in means.items() if v is not None)
-            print(f"step {step:4d}  train loss  {shown}  grad-norm {grad_norm.item():.2f}  "
-                  f"lr {schedule(step).item():.2e}  {minutes:.1f} min", flush=True)
-            history.append({"step": step, "train_loss": means, "minutes": minutes})
-            losses = {"assistant": [], "text": []}
+        (loss, loads), grads = step_fn(optimizer.groups, window, chats, prefix)
+        grad_norm = optimizer.step(grads)
+        tiny_training.rebalance_experts(
+            fixed, {layer: loads[layer] for layer in range(args.n_hash_layers, args.num_layers)},
+            cfg.balance_rate)
+        mx.eval(optimizer.groups, optimizer.state(), fixed, loss)
+        log.record(step, "text" if chats is None else "assistant", loss.item(),
+                   cfg.text_window if chats is None else len(chats.ids), grad_norm,
+                   lambda mean: f"{mean:.3f}")
         if step in eval_steps:
-            nll = heldout_nll(training_model(args, arrays_of(groups))[0], corpus.chat_prefix,
-                              eval_set)
+            nll = heldout_nll(training_model(args, arrays_of(optimizer.params()))[0],
+                              corpus.chat_prefix, eval_set)
             print(f"step {step:4d}  held-out NLL  chat {nll['chat']:.3f}  assistant "
                   f"{nll['assistant']:.3f}  text {nll['text']:.3f}", flush=True)
-            history.append({"step": step, "heldout_nll": nll})
-    minutes = (time.monotonic() - started) / 60
+            log.history.append({"step": step, "heldout_nll": nll})
+    minutes = log.elapsed_minutes()
     expert_loads = {layer: loads[layer].tolist() for layer in range(args.num_layers)}
     report = {"config": asdict(cfg), "parameters": n_params, "active_parameters": n_active,
-              "train_minutes": minutes, "history": history,
+              "train_minutes": minutes, "history": log.history,
               "last_step_expert_loads": expert_loads}
-    save_checkpoint(arrays_of(groups), args, report)
+    save_checkpoint(arrays_of(optimizer.params()), args, report)
     print(f"trained in {minutes:.1f} min -> {CHECKPOINT_PATH}")
 
 
