@@ -94,17 +94,29 @@ def _body_kernel(name: str, inputs: tuple[str, ...]):
     )
 
 
-def _with_twin_gradient(kernel_call, twin_call):
+def _with_twin_gradient(kernel_call, twin_call, constants: tuple[int, ...] = ()):
     """``kernel_call`` for values, differentiated through ``twin_call`` (same semantics):
-    Metal kernels have no automatic derivative, and training runs through these functions."""
+    Metal kernels have no automatic derivative, and training runs through these functions.
+    The inputs at positions ``constants`` (integer ranges and indices) get zero cotangents."""
     function = mx.custom_function(kernel_call)
 
     @function.vjp
     def _vjp(primals, cotangent, _outputs):
         # MLX passes a lone primal as itself and expects its cotangent likewise.
-        single = isinstance(primals, mx.array)
-        grads = mx.vjp(twin_call, [primals] if single else list(primals), [cotangent])[1]
-        return grads[0] if single else tuple(grads)
+        if isinstance(primals, mx.array):
+            return mx.vjp(twin_call, [primals], [cotangent])[1][0]
+        primals = list(primals)
+        varying = [i for i in range(len(primals)) if i not in constants]
+
+        def twin_of_varying(*values: mx.array) -> mx.array:
+            full = list(primals)
+            for i, value in zip(varying, values, strict=True):
+                full[i] = value
+            return twin_call(*full)
+
+        grads = iter(mx.vjp(twin_of_varying, [primals[i] for i in varying], [cotangent])[1])
+        return tuple(mx.zeros_like(p) if i in constants else next(grads)
+                     for i, p in enumerate(primals))
 
     return function
 
@@ -142,12 +154,17 @@ def sparse_attention(q: mx.array, window: mx.array, window_range: mx.array, comp
     multiple of the SIMD width fall back to the twin."""
     if q.shape[-1] % SIMD_WIDTH:
         return twins.sparse_attention(q, window, window_range, comp, comp_index, sinks, scale)
+    return _sparse_attention_function(scale)(q, window, window_range, comp, comp_index, sinks)
+
+
+@cache
+def _sparse_attention_function(scale: float):
+    # Built once per attention scale (once per model), not once per call: the window ranges
+    # and block indices are inputs, not captured values.
     return _with_twin_gradient(
-        lambda q_, w_, c_, s_: _sparse_attention_kernel(q_, w_, window_range, c_, comp_index,
-                                                        s_, scale),
-        lambda q_, w_, c_, s_: twins.sparse_attention(q_, w_, window_range, c_, comp_index, s_,
-                                                      scale),
-    )(q, window, comp, sinks)
+        lambda q, w, r, c, i, s: _sparse_attention_kernel(q, w, r, c, i, s, scale),
+        lambda q, w, r, c, i, s: twins.sparse_attention(q, w, r, c, i, s, scale),
+        constants=(2, 4))
 
 
 def _sparse_attention_kernel(q: mx.array, window: mx.array, window_range: mx.array,

@@ -184,3 +184,30 @@ def test_metal_kernel_gradients_with_several_inputs():
     expected = mx.grad(lambda *a: mx.sum(twin(*a) ** 2), argnums)(*inputs)
     for g, e in zip(got, expected, strict=True):
         np.testing.assert_allclose(np.array(g), np.array(e), rtol=1e-5, atol=1e-6)
+
+
+def test_metal_sparse_attention_wrapper_is_built_once_and_differentiates(monkeypatch):
+    """The wrapper itself, with the twin standing in for the Metal kernel: one custom function
+    per scale whatever the ranges and indices, the twin's values, its gradients for the float
+    inputs and zeros for the integer ones."""
+    monkeypatch.setattr(metal, "_sparse_attention_kernel", twins.sparse_attention)
+    metal._sparse_attention_function.cache_clear()
+    scale = D ** -0.5
+    names = ("q", "window", "window_range", "comp", "comp_index", "sinks")
+    for seed in (3, 4):
+        case = attention_case(seed)
+        inputs = [mx.array(case[name]) for name in names]
+        got = metal.sparse_attention(*inputs, scale)
+        expected = twins.sparse_attention(*inputs, scale)
+        np.testing.assert_array_equal(np.array(got), np.array(expected))
+
+        def loss(function, *args):
+            return mx.sum(function(*args, scale) ** 2)
+
+        argnums = [0, 1, 3, 5]
+        grads = mx.grad(lambda *a: loss(metal.sparse_attention, *a), argnums)(*inputs)
+        reference = mx.grad(lambda *a: loss(twins.sparse_attention, *a), argnums)(*inputs)
+        for g, e in zip(grads, reference, strict=True):
+            np.testing.assert_allclose(np.array(g), np.array(e), rtol=1e-5, atol=1e-6)
+    assert metal._sparse_attention_function.cache_info().misses == 1
+    metal._sparse_attention_function.cache_clear()
