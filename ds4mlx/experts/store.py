@@ -48,6 +48,10 @@ HOTLIST_FORMAT = "ds4mlx-expert-hotlist"
 HALF_LIFE_STEPS = 64
 # Share of the slots above the minimum kept as staging for hinted (prefetched) reads.
 STAGING_SHARE = 1 / 8
+# Slots' worth of MLX memory outside the slab while experts are written into it: the expert's
+# device copy being written, and the freed buffers MLX keeps for reuse (its cache limit).
+MLX_CACHE_SLOTS = 2
+WRITE_SLOTS = 1 + MLX_CACHE_SLOTS
 
 
 def format_bytes(n: float) -> str:
@@ -358,9 +362,10 @@ class StreamedStore(ExpertStore):
             if slots < total:
                 # Converted experts waiting for a slot (demand reads in flight) are part of
                 # the budget too: as many as there is room for, at least one.
-                # Each costs about two slots while it converts (the bytes read + the result).
+                # Each costs about two slots while it converts (the bytes read + the result);
+                # writing into the slab costs WRITE_SLOTS more.
                 window = max(1, min(window, (slots - low) // 2))
-                reserved = min(2 * window, slots - low)  # none at the minimum budget
+                reserved = min(2 * window + WRITE_SLOTS, slots - low)  # none at the minimum
                 slots -= reserved
                 if self.options.prefetch:
                     staging = min(max(layer.n_experts for layer in layers),
@@ -378,7 +383,7 @@ class StreamedStore(ExpertStore):
         _return_freed_memory_to_os()
         # MLX keeps freed buffers for reuse: the copies of written experts and activation
         # buffers would sit outside the budget. A few slots' worth is enough to reuse them.
-        mx.set_cache_limit(min(mx.set_cache_limit(0), 2 * max(
+        mx.set_cache_limit(min(mx.set_cache_limit(0), MLX_CACHE_SLOTS * max(
             p.slab.slot_bytes for p in self.pools)))
         if self.options.hotlist is not None and self.options.hotlist.exists():
             self.load_hotlist(self.options.hotlist)
@@ -595,10 +600,12 @@ class StreamedStore(ExpertStore):
 
 
 def _return_freed_memory_to_os() -> None:
-    """glibc keeps freed large blocks in its heaps once its adaptive mmap threshold has grown
-    (and each reader thread has its own heap), so expert buffers read and freed again would
-    stay in the process's RSS. A fixed 1 MiB threshold serves them from mmap, unmapped on
-    free, so RSS follows the budget. No-op where glibc's mallopt is not available."""
+    """glibc keeps freed large blocks in its heaps once its adaptive mmap threshold has grown,
+    and each reader thread gets a heap of its own that keeps what it freed, so expert buffers
+    read and freed again would stay in the process's RSS. A fixed 1 MiB threshold serves them
+    from mmap, unmapped on free, and one heap for all threads (set before the reader threads
+    start) stops the per-thread heaps from holding the smaller conversion temporaries: RSS
+    follows the budget. No-op where glibc's mallopt is not available."""
     try:
         import ctypes
 
@@ -606,8 +613,9 @@ def _return_freed_memory_to_os() -> None:
         mallopt = libc.mallopt
     except (OSError, AttributeError):
         return
-    m_mmap_threshold = -3
-    mallopt(m_mmap_threshold, 1 << 20)
+    m_mmap_threshold, m_arena_max = -3, -8
+    mallopt(m_mmap_threshold, 1 << 18)
+    mallopt(m_arena_max, 1)
 
 
 def open_expert_store(gguf: GGUFFile, mode: str | None,

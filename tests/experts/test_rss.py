@@ -81,8 +81,10 @@ def test_peak_rss_no_blowup(measured):
     assert measured["peak"] <= 1.25 * (measured["budget"] + measured["non_routed"]), measured
 
 
-@pytest.mark.xfail(strict=False, reason="measured ~6% over on a 200 MiB model: ~20 MiB of "
-                   "activations, allocator and reader transients beyond the slab")
+@pytest.mark.xfail(strict=False, reason="at the line: measured 148.9-150.8 MB against a 149.4 MB "
+                   "limit on this 200 MiB model (was 160 MB before the slab made room for "
+                   "MLX's write copy and cache and glibc kept one heap); a few MiB of library "
+                   "code pages and allocator slack remain")
 def test_peak_rss_within_budget_plus_ten_percent(measured):
     limit = 1.10 * (measured["budget"] + measured["non_routed"])
     assert measured["peak"] <= limit, measured
