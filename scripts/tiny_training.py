@@ -4,9 +4,14 @@ balancing, evaluation points and the progress line (loss, tokens/s, ETA)."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import asdict
+from pathlib import Path
 from typing import Any, Protocol
+
+from ds4mlx.models.moe import GatingFunc
 
 import mlx.core as mx
 import mlx.optimizers as optim
@@ -110,3 +115,19 @@ class ProgressLog:
 
     def elapsed_minutes(self) -> float:
         return (time.monotonic() - self.started) / 60
+
+
+def save_checkpoint(path: Path, arrays: Mapping[str, mx.array], args: Any, report: dict) -> None:
+    """The trained tensors with the model's arguments (a ModelArgs dataclass) and the training
+    report as safetensors metadata."""
+    metadata = {"args": json.dumps(asdict(args)), "report": json.dumps(report)}
+    mx.save_safetensors(str(path), dict(arrays), metadata=metadata)
+
+
+def load_checkpoint(path: Path, args_class: type) -> tuple[dict[str, mx.array], Any, dict]:
+    """(tensors, ``args_class`` instance, report) of a checkpoint ``save_checkpoint`` wrote."""
+    arrays, metadata = mx.load(str(path), return_metadata=True)
+    fields = json.loads(metadata["args"])
+    tuples = {k: tuple(v) for k, v in fields.items() if isinstance(v, list)}
+    args = args_class(**(fields | tuples | {"gating_func": GatingFunc(fields["gating_func"])}))
+    return arrays, args, json.loads(metadata["report"])

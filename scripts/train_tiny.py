@@ -342,16 +342,11 @@ def init_arrays(args: ModelArgs, seed: int) -> tuple[dict[str, mx.array], dict[s
 
 
 def save_checkpoint(arrays: Mapping[str, mx.array], args: ModelArgs, report: dict) -> None:
-    metadata = {"args": json.dumps(asdict(args)), "report": json.dumps(report)}
-    mx.save_safetensors(str(CHECKPOINT_PATH), dict(arrays), metadata=metadata)
+    tiny_training.save_checkpoint(CHECKPOINT_PATH, arrays, args, report)
 
 
 def load_checkpoint() -> tuple[dict[str, mx.array], ModelArgs, dict]:
-    arrays, metadata = mx.load(str(CHECKPOINT_PATH), return_metadata=True)
-    fields = json.loads(metadata["args"])
-    tuples = {k: tuple(v) for k, v in fields.items() if isinstance(v, list)}
-    args = ModelArgs(**(fields | tuples | {"gating_func": GatingFunc(fields["gating_func"])}))
-    return arrays, args, json.loads(metadata["report"])
+    return tiny_training.load_checkpoint(CHECKPOINT_PATH, ModelArgs)
 
 
 # --------------------------------------------------------------------------------------------
