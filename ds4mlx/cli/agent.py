@@ -42,7 +42,7 @@ from ds4mlx.cli.options import (
     speculation_config,
 )
 from ds4mlx.distributed import DistributedError, RankGroup
-from ds4mlx.distributed.cli import follow_rank_0, start_ranks
+from ds4mlx.distributed.cli import follow_rank_0, join_ranks
 
 # Exit codes of --print besides 0 (answered) and 1 (error).
 EXIT_STEP_LIMIT = 3
@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--distributed runs the model in this group of processes; it cannot be "
                      "combined with --api-base")
     try:
-        ranks, _ = start_ranks(args.distributed, sampling_options(args))
+        ranks = join_ranks(args.distributed)
     except DistributedError as exc:
         log(f"ds4-agent: error: {exc}")
         return 1

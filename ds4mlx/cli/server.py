@@ -27,7 +27,7 @@ from ds4mlx.cli.options import (
     speculation_config,
 )
 from ds4mlx.distributed import DistributedError, RankGroup
-from ds4mlx.distributed.cli import follow_rank_0, start_ranks
+from ds4mlx.distributed.cli import follow_rank_0, join_ranks
 from ds4mlx.distributed.driven import Conductor, lead
 from ds4mlx.engine.tokenizer import TokenizerError
 from ds4mlx.gguf import GGUFError
@@ -89,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     logging.basicConfig(level=logging.INFO, format="ds4-server: %(message)s")
     try:
-        ranks, sampling = start_ranks(options.distributed, sampling)
+        # Only rank 0 samples: requests without a seed keep drawing their own.
+        ranks = join_ranks(options.distributed)
     except DistributedError as exc:
         log.error("error: %s", exc)
         return 1

@@ -1,6 +1,7 @@
-"""What a command-line front end does with ``--distributed``: join the group, keep every rank's
-sampling in step, and let rank 0 alone write the output; under a server or an agent, the other
-ranks follow rank 0 (``driven``)."""
+"""What a command-line front end does with ``--distributed``: join the group and let rank 0 alone
+write the output. Under ``ds4`` every rank runs the same generation, so their sampling must be in
+step; under a server or an agent only rank 0 samples, and the other ranks follow its model calls
+(``driven``)."""
 
 from __future__ import annotations
 
@@ -31,18 +32,26 @@ def shared_seed(ranks: RankGroup, seed: int | None) -> int:
     return int(ranks.all_sum(mx.array(mine, dtype=mx.int32)).item())
 
 
-def start_ranks(distributed: bool, sampling: SamplingOptions
-                ) -> tuple[RankGroup | None, SamplingOptions]:
-    """(the group, the sampling every rank uses) for ``--distributed``; (None, sampling)
-    without it. Ranks other than 0 write nothing to stdout from here on (errors still go to
-    stderr). Raises DistributedError when the process was not started by mlx.launch."""
+def join_ranks(distributed: bool) -> RankGroup | None:
+    """The group for ``--distributed`` (None without it). Ranks other than 0 write nothing to
+    stdout from here on (errors still go to stderr). Raises DistributedError when the process
+    was not started by mlx.launch."""
     if not distributed:
-        return None, sampling
+        return None
     ranks = init_group()
-    sampling = replace(sampling, seed=shared_seed(ranks, sampling.seed))
     if ranks.rank != 0:
         sys.stdout = open(os.devnull, "w")  # for the rest of the process
-    return ranks, sampling
+    return ranks
+
+
+def start_ranks(distributed: bool, sampling: SamplingOptions
+                ) -> tuple[RankGroup | None, SamplingOptions]:
+    """``join_ranks`` for a front end whose ranks all run the same generation (``ds4``): also
+    the sampling every rank uses, with a shared seed."""
+    ranks = join_ranks(distributed)
+    if ranks is None:
+        return None, sampling
+    return ranks, replace(sampling, seed=shared_seed(ranks, sampling.seed))
 
 
 def follow_rank_0(front_end: str, options: ModelOptions, ranks: RankGroup) -> int:
