@@ -10,6 +10,12 @@ import mlx.core as mx
 import numpy as np
 
 
+def require_tokens(tokens: Sequence[int]) -> None:
+    """Raises ValueError for an empty feed (before anything has been computed or announced)."""
+    if len(tokens) == 0:
+        raise ValueError("feed() needs at least one token")
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """An opaque, independent copy of a session's state (caches and position)."""
@@ -30,8 +36,7 @@ class Session:
 
     def feed_mx(self, tokens: Sequence[int]) -> mx.array:
         """Advance by ``tokens``; returns their logits [T, vocab] as an MLX array."""
-        if len(tokens) == 0:
-            raise ValueError("feed() needs at least one token")
+        require_tokens(tokens)
         logits = self.model.forward(mx.array(list(tokens), dtype=mx.int32), self.state)
         self.tokens.extend(int(t) for t in tokens)
         return logits
@@ -39,8 +44,7 @@ class Session:
     def feed_hidden(self, tokens: Sequence[int], capture_layers: Sequence[int] = ()):
         """Advance by ``tokens``; returns the model's ForwardOutput (logits and hidden states of
         ``capture_layers`` and of the head), which drafters consume."""
-        if len(tokens) == 0:
-            raise ValueError("feed() needs at least one token")
+        require_tokens(tokens)
         out = self.model.forward(mx.array(list(tokens), dtype=mx.int32), self.state,
                                  capture_layers=capture_layers, return_hidden=True)
         self.tokens.extend(int(t) for t in tokens)
