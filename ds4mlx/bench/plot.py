@@ -41,11 +41,7 @@ def plot_speculation(results: Sequence[SpecResult], directory: Path) -> list[Pat
     axes.set_xticks(range(len(prompts)), prompts, rotation=30, ha="right")
     axes.set_ylabel("speed-up vs target-only (×)")
     axes.set_title("Speculative decoding speed-up per prompt (greedy, median of runs)")
-    axes.legend(fontsize="small")
-    figure.tight_layout()
-    written.append(directory / "speedup.png")
-    figure.savefig(written[-1], dpi=110)
-    plt.close(figure)
+    written.append(_save(plt, figure, axes, directory / "speedup.png"))
 
     figure, axes = plt.subplots(figsize=(6.4, 4.2))
     for drafter in drafters:
@@ -65,9 +61,14 @@ def plot_speculation(results: Sequence[SpecResult], directory: Path) -> list[Pat
     axes.set_ylabel("acceptance (share of drafts reaching it)")
     axes.set_ylim(0, 1.05)
     axes.set_title("Acceptance per draft position (mean over prompts)")
+    written.append(_save(plt, figure, axes, directory / "acceptance.png"))
+    return written
+
+
+def _save(plt, figure, axes, path: Path) -> Path:
+    """Legend, layout, PNG at ``path``; the figure is closed (pyplot keeps every open one)."""
     axes.legend(fontsize="small")
     figure.tight_layout()
-    written.append(directory / "acceptance.png")
-    figure.savefig(written[-1], dpi=110)
+    figure.savefig(path, dpi=110)
     plt.close(figure)
-    return written
+    return path
