@@ -602,10 +602,10 @@ class StreamedStore(ExpertStore):
 def _return_freed_memory_to_os() -> None:
     """glibc keeps freed large blocks in its heaps once its adaptive mmap threshold has grown,
     and each reader thread gets a heap of its own that keeps what it freed, so expert buffers
-    read and freed again would stay in the process's RSS. A fixed 1 MiB threshold serves them
-    from mmap, unmapped on free, and one heap for all threads (set before the reader threads
-    start) stops the per-thread heaps from holding the smaller conversion temporaries: RSS
-    follows the budget. No-op where glibc's mallopt is not available."""
+    read and freed again would stay in the process's RSS. A fixed 256 KiB threshold serves them
+    and the larger conversion temporaries from mmap, unmapped on free; one heap for all threads
+    (set before the reader threads start) stops per-thread heaps from holding the smaller
+    ones. RSS then follows the budget. No-op where glibc's mallopt is not available."""
     try:
         import ctypes
 
