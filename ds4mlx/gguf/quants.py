@@ -146,31 +146,32 @@ def _f16(blocks: np.ndarray, offset: int) -> np.ndarray:
     return blocks[..., offset : offset + 2].copy().view(np.float16)[..., 0].astype(np.float32)
 
 
-def _low_then_high_nibbles(qs: np.ndarray, span: int) -> np.ndarray:
-    """GGML's nibble order: each ``span`` bytes hold ``span`` values in their low nibbles, then
-    the next ``span`` values in their high nibbles. Returns the values in order [..., 2 * n]."""
-    grouped = qs.reshape(*qs.shape[:-1], -1, 1, span)
-    values = (grouped >> np.array([0, 4], dtype=np.uint8).reshape(2, 1)) & 0xF
-    return values.reshape(*qs.shape[:-1], -1)
+def _nibbles_to_mlx(qs: np.ndarray, span: int) -> np.ndarray:
+    """GGML's 4-bit order to MLX's, byte for byte, as uint32 [rows, ...].
 
-
-def _pack(values: np.ndarray, bits: int) -> np.ndarray:
-    """MLX's packing: consecutive ``bits``-bit values fill each uint32 from its low bits up."""
-    values = values.reshape(values.shape[0], -1)
-    if bits == 4:
-        values = values[:, 0::2] | (values[:, 1::2] << 4)
-    return np.ascontiguousarray(values, dtype=np.uint8).view(np.uint32)
+    GGML: each ``span`` bytes hold ``span`` values in their low nibbles, then the next ``span``
+    values in their high nibbles. MLX: byte k holds values 2k (low nibble) and 2k + 1 (high).
+    So MLX's first ``span / 2`` bytes pair the low nibbles of GGML's bytes 2k and 2k + 1, the
+    rest their high nibbles. Read as little-endian uint16 words, each pair is one contiguous
+    element: a few word-wide operations, no array of unpacked values (the streamed expert
+    store converts on every cache miss)."""
+    rows = qs.shape[0]
+    words = np.ascontiguousarray(qs).view(np.uint16).reshape(rows, -1, span // 2)
+    out = np.empty((rows, words.shape[1], 2, span // 2), np.uint8)
+    out[:, :, 0] = (words & 0x0F) | ((words >> 4) & 0xF0)
+    out[:, :, 1] = ((words >> 4) & 0x0F) | ((words >> 8) & 0xF0)
+    return out.reshape(rows, -1).view(np.uint32)
 
 
 def _q8_0(blocks: np.ndarray) -> tuple[np.ndarray, ...]:
     d = _f16(blocks, 0)
     unsigned_q = blocks[..., 2:] ^ np.uint8(0x80)  # int8 q -> q + 128 in [0, 255]
-    return _pack(unsigned_q, 8), d, -128 * d
+    return np.ascontiguousarray(unsigned_q).reshape(len(blocks), -1).view(np.uint32), d, -128 * d
 
 
 def _q4_0(blocks: np.ndarray) -> tuple[np.ndarray, ...]:
     d = _f16(blocks, 0)
-    return _pack(_low_then_high_nibbles(blocks[..., 2:], 16), 4), d, -8 * d
+    return _nibbles_to_mlx(blocks[..., 2:], 16), d, -8 * d
 
 
 def _q4_k(blocks: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -181,13 +182,13 @@ def _q4_k(blocks: np.ndarray) -> tuple[np.ndarray, ...]:
     sc, m = gguf_quants.Q4_K.get_scale_min(blocks[..., 4:16].reshape(-1, 12))
     scales = d * sc.reshape(n_rows, n_blocks, 8).astype(np.float32)
     biases = -(dmin * m.reshape(n_rows, n_blocks, 8).astype(np.float32))
-    q = _low_then_high_nibbles(blocks[..., 16:], 32)
-    return _pack(q, 4), scales.reshape(n_rows, -1), biases.reshape(n_rows, -1)
+    q = _nibbles_to_mlx(blocks[..., 16:], 32)
+    return q, scales.reshape(n_rows, -1), biases.reshape(n_rows, -1)
 
 
 def _mxfp4(blocks: np.ndarray) -> tuple[np.ndarray, ...]:
     # Same e8m0 exponent and e2m1 codes as MLX's "mxfp4"; only the nibble order differs.
-    return _pack(_low_then_high_nibbles(blocks[..., 1:], 16), 4), blocks[..., 0]
+    return _nibbles_to_mlx(blocks[..., 1:], 16), blocks[..., 0]
 
 
 _CONVERTERS: dict[GGMLQuantizationType, tuple[Callable, int, str]] = {
