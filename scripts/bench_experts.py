@@ -1,5 +1,6 @@
 """Resident vs streamed routed experts on a synthetic model: tokens/s, hit rate, bytes read per
-token and peak RSS at 100/50/25/10% expert-cache budgets, warm and cold page cache separately.
+token and peak RSS at 100/50/25/10% expert-cache budgets, with a warmed-up expert cache and a
+cold one (empty, the file's pages dropped) separately.
 
 The measurement lives in ``ds4mlx.bench.experts`` (``ds4 bench`` runs it on the tiny model); this
 script writes a synthetic MoE of a chosen size first, so that streaming is measured at sizes the
@@ -41,8 +42,9 @@ def main() -> None:
               f"{results[0].routed / 2**20:.0f} MiB as computed; {args.tokens} decoded tokens "
               f"per run\n")
         print(markdown_table(results))
-        print("\nwarm: the file's pages may be in the OS page cache; cold: dropped with "
-              "posix_fadvise(DONTNEED) before each run (reads from the disk).")
+        print("\nwarm: a warm-up generation on another prompt filled the expert cache and the "
+              "OS page cache first; cold: an empty expert cache, and the file's pages dropped "
+              "with posix_fadvise(DONTNEED) before loading (first reads come from the disk).")
 
 
 if __name__ == "__main__":
