@@ -118,14 +118,15 @@ class ExpertReader:
             self.read_seconds += elapsed
         return buffer
 
+    def read_tensor(self, tensor: ExpertTensor, expert: int) -> HostWeight:
+        """One expert of one tensor, converted as the resident weights are."""
+        return host_weight(tensor.raw_view(self.read_bytes(tensor, expert)), tensor.qtype,
+                           tensor.expert_shape, self.mode)
+
     def read_expert(self, tensors: tuple[ExpertTensor, ...], expert: int
                     ) -> tuple[HostWeight, ...]:
-        """One expert of each tensor (gate, up, down), converted as the resident weights are."""
-        return tuple(
-            host_weight(t.raw_view(self.read_bytes(t, expert)), t.qtype, t.expert_shape,
-                        self.mode)
-            for t in tensors
-        )
+        """One expert of each tensor (gate, up, down)."""
+        return tuple(self.read_tensor(t, expert) for t in tensors)
 
     def drop_page_cache(self) -> bool:
         """Asks the kernel to drop this file's cached pages (so later reads come from the disk).

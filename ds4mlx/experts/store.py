@@ -29,7 +29,7 @@ import mmap
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -230,6 +230,25 @@ class _Slab:
         return gate, up, down
 
 
+class _ExpertRead:
+    """One expert's read in flight: a future per tensor (gate, up, down), so that a lone miss
+    (decode with a good hit rate) converts on several cores at once instead of one."""
+
+    def __init__(self, store: StreamedStore, layer: _StreamedLayer, expert: int):
+        self.parts = [store.executor.submit(store.reader.read_tensor, tensor, expert)
+                      for tensor in layer.tensors]
+
+    def result(self) -> tuple[HostWeight, ...]:
+        return tuple(part.result() for part in self.parts)
+
+    def cancel(self) -> bool:
+        """True when no part will run (else the started ones finish on their own)."""
+        return all([part.cancel() for part in self.parts])
+
+    def done(self) -> bool:
+        return all(part.done() for part in self.parts)
+
+
 @dataclass
 class _Pool:
     """The layers whose experts share a format, their slab, policy and staged reads."""
@@ -241,8 +260,8 @@ class _Pool:
     staging: int = 0
     window: int = 1  # demand reads in flight at once
     reserved: int = 0  # slots' worth of budget kept for them
-    inflight: dict[int, Future] = field(default_factory=dict)  # key -> hinted read
-    draining: list[Future] = field(default_factory=list)  # unwanted reads still running
+    inflight: dict[int, _ExpertRead] = field(default_factory=dict)  # key -> hinted read
+    draining: list[_ExpertRead] = field(default_factory=list)  # unwanted reads still running
 
     def staged(self) -> int:
         self.draining = [f for f in self.draining if not f.done()]
@@ -446,24 +465,23 @@ class StreamedStore(ExpertStore):
         if not len(missing):
             return slots
         victims = pool.policy.victims(len(missing), protected=keys)
-        reads: deque[tuple[int, Future]] = deque()
+        reads: deque[tuple[int, _ExpertRead]] = deque()
         todo = deque(missing.tolist())
         window = pool.window  # bounds the converted experts waiting for a slot
         filled = 0
         while todo or reads:
             while todo and len(reads) < window:
                 i = todo.popleft()
-                future = pool.inflight.pop(int(keys[i]), None)
-                if future is not None:
+                read = pool.inflight.pop(int(keys[i]), None)
+                if read is not None:
                     self._stats.prefetch_used += 1
                 else:
-                    expert = int(keys[i]) - layer.key_base
-                    future = self.executor.submit(self.reader.read_expert, layer.tensors, expert)
-                reads.append((i, future))
-            i, future = reads.popleft()
+                    read = _ExpertRead(self, layer, int(keys[i]) - layer.key_base)
+                reads.append((i, read))
+            i, read = reads.popleft()
             slot = int(victims[filled])
             filled += 1
-            self._fill(pool, slot, int(keys[i]), future.result())
+            self._fill(pool, slot, int(keys[i]), read.result())
             slots[i] = slot
         return slots
 
@@ -485,8 +503,7 @@ class StreamedStore(ExpertStore):
                 continue
             if pool.staged() >= pool.staging:
                 break
-            pool.inflight[key] = self.executor.submit(self.reader.read_expert, layer.tensors,
-                                                      expert)
+            pool.inflight[key] = _ExpertRead(self, layer, expert)
             self._stats.prefetched += 1
 
     def _drop_unwanted_prefetches(self, layer: _StreamedLayer, pool: _Pool,
@@ -495,9 +512,9 @@ class StreamedStore(ExpertStore):
         wanted = set(keys.tolist())
         end = layer.key_base + layer.n_experts
         for key in [k for k in pool.inflight if layer.key_base <= k < end and k not in wanted]:
-            future = pool.inflight.pop(key)
-            if not future.cancel():
-                pool.draining.append(future)
+            read = pool.inflight.pop(key)
+            if not read.cancel():
+                pool.draining.append(read)
 
     # -- hot-list ----------------------------------------------------------------------------
 
