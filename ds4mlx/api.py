@@ -139,12 +139,7 @@ def load_model(
                          if "_exps." in name)
         reporter = _LoadProgress(total, progress)
 
-    def loaded(name: str, nbytes: int) -> None:
-        store.tensor_loaded(name, nbytes)
-        if reporter is not None:
-            reporter(name, nbytes)
-
-    gguf_file.on_tensor_loaded = loaded
+    gguf_file.on_tensor_loaded = reporter
     try:
         shard = {} if ranks is None else {"ranks": ranks}
         network = model_class.from_gguf(gguf_file, weights_dtype=dtype, expert_store=store,

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import math
-import mmap
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -144,9 +143,6 @@ class ExpertStore(ABC):
               n_used: int) -> LayerExperts:
         """The layer whose stacked gate/up/down tensors are ``names`` (already shape-checked);
         ``load`` loads a tensor as a resident weight; ``n_used`` experts route each token."""
-
-    def tensor_loaded(self, name: str, nbytes: int) -> None:  # noqa: B027 (optional hook)
-        """Called after each tensor of the model file is loaded."""
 
     def finish_loading(self) -> None:  # noqa: B027 (optional hook)
         """Every layer is registered: size caches, warm-start."""
@@ -334,19 +330,6 @@ class StreamedStore(ExpertStore):
         self.n_keys += layer.n_experts
         self.layers.append(layer)
         return layer
-
-    def tensor_loaded(self, name: str, nbytes: int) -> None:
-        """Unmaps the pages of a loaded (converted, copied) tensor from this process: file
-        pages touched through the memory map count in its RSS, and a streamed model is for
-        machines that cannot hold it twice. They stay in the OS page cache."""
-        mapping = getattr(self.gguf.reader.data, "_mmap", None)  # numpy memmap's mmap object
-        info = self.gguf.layout.tensors.get(name)
-        if mapping is None or info is None or not hasattr(mmap, "MADV_DONTNEED"):
-            return
-        start = info.file_offset - info.file_offset % mmap.PAGESIZE
-        length = info.file_offset + info.nbytes - start
-        if length > 0 and start + length <= len(mapping):
-            mapping.madvise(mmap.MADV_DONTNEED, start, length)
 
     def finish_loading(self) -> None:
         """Sizes and allocates the slabs, then warm-starts from the hot-list (once)."""

@@ -7,6 +7,7 @@ on demand and tensors are converted one at a time, so the file is never copied i
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -106,8 +107,22 @@ class GGUFFile:
         return array
 
     def _loaded(self, info: TensorInfo) -> None:
+        self._release_pages(info)
         if self.on_tensor_loaded is not None:
             self.on_tensor_loaded(info.name, info.nbytes)
+
+    def _release_pages(self, info: TensorInfo) -> None:
+        """Unmaps a converted tensor's file pages from this process. Pages touched through the
+        memory map count in its RSS until unmapped, so a loaded model would otherwise show
+        twice its weights (the converted copy and the file). They stay in the OS page cache;
+        every weight is a copy, so nothing reads them again."""
+        mapping = getattr(self.reader.data, "_mmap", None)  # numpy memmap's mmap object
+        if mapping is None or not hasattr(mmap, "MADV_DONTNEED"):
+            return
+        start = info.file_offset - info.file_offset % mmap.PAGESIZE
+        length = info.file_offset + info.nbytes - start
+        if length > 0 and start + length <= len(mapping):
+            mapping.madvise(mmap.MADV_DONTNEED, start, length)
 
     def load_weight(self, name: str, mode: str | None = None) -> Weight:
         """The tensor as a weight for ``kernels.linear``/``gather_linear``/``take_rows``.

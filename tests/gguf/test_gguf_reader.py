@@ -102,3 +102,37 @@ def test_every_supported_type_loads_exactly_from_a_file(every_type_gguf: Path, q
         native = gguf_file.load_weight(name, "native")
         assert tuple(native.shape) == gguf_file.tensor_shape(name)
         np.testing.assert_array_equal(np.array(kernels.dequantize(native)), expected)
+
+
+def _mapped_rss_bytes(path: Path) -> int:
+    """This process's resident bytes in the mappings of ``path`` (/proc/self/smaps)."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        fields = line.split()
+        if "-" in fields[0] and len(fields) >= 5:  # a mapping's header line
+            inside = fields[-1] == str(path)
+        elif inside and fields[0] == "Rss:":
+            total += int(fields[1]) * 1024
+    return total
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="reads /proc/self/smaps")
+@pytest.mark.parametrize("mode", ["f32", "native"])
+def test_loaded_tensors_leave_no_file_pages_in_rss(tmp_path: Path, mode: str):
+    # Converted weights are copies: the file's pages must not stay charged to the process too,
+    # or a loaded model shows twice its size in RSS.
+    path = tmp_path / "big.gguf"
+    writer = GGUFWriter(path, "deepseek4")
+    rng = np.random.default_rng(0)
+    for i in range(4):
+        writer.add_tensor(f"w{i}.weight", stored_tensor(T.Q8_0, (1024, 2048), rng),
+                          raw_dtype=T.Q8_0)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    gguf_file = open_gguf(path.resolve())
+    weights = [gguf_file.load_weight(f"w{i}.weight", mode) for i in range(4)]
+    mx.eval([w if isinstance(w, mx.array) else w.packed for w in weights])
+    tensor_bytes = 4 * 1024 * 2048 // 32 * 34
+    assert _mapped_rss_bytes(path.resolve()) < tensor_bytes // 16
