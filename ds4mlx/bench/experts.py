@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -54,6 +53,7 @@ def _measure_here(path: str, budget: str, cold: bool, routed: int, n_tokens: int
     """The child's side: load, warm up unless cold, prefill the timed prompt, then time
     ``n_tokens`` greedy decode steps."""
     import ds4mlx
+    from ds4mlx.bench.machine import peak_rss_bytes
     from ds4mlx.experts import ExpertOptions
 
     dropped = False
@@ -80,13 +80,11 @@ def _measure_here(path: str, budget: str, cold: bool, routed: int, n_tokens: int
         stats = model.expert_stats()
     finally:
         model.close()
-    # ru_maxrss is KiB on Linux and bytes on macOS.
-    scale = 1 if sys.platform == "darwin" else 1024
     hits = stats.hits - start_stats.hits
     needed = hits + stats.misses - start_stats.misses
     return ExpertRun(budget, cold, n_tokens / seconds, hits / needed if needed else 1.0,
                      (stats.bytes_read - start_stats.bytes_read) / n_tokens,
-                     resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale,
+                     peak_rss_bytes(),
                      stats.read_gbps, dropped, stats.routed_bytes)
 
 

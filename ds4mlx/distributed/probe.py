@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import time
 from pathlib import Path
 
 from ds4mlx.api import LoadedModel, load_model
+from ds4mlx.bench.machine import peak_rss_bytes
 from ds4mlx.distributed.group import init_group, watchdog
 from ds4mlx.engine.generate import TokenEvent
 from ds4mlx.engine.sampling import SamplingOptions
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         config = SpeculationConfig(kind=DrafterKind.DSPARK, support_path=Path(args.drafter))
         report["dspark"], report["dspark_decode_tps"] = greedy(model, prompt, args.n_predict,
                                                                config)
-    report["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    report["peak_rss_bytes"] = peak_rss_bytes()
     args.out.mkdir(parents=True, exist_ok=True)
     np.save(args.out / f"rank{rank}_logits.npy", logits)
     (args.out / f"rank{rank}.json").write_text(json.dumps(report))
