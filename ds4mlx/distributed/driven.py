@@ -25,7 +25,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ds4mlx.distributed.group import RankGroup
-from ds4mlx.engine.session import Session, Snapshot, feed_batch, require_tokens
+from ds4mlx.engine.session import Session, Snapshot, feed_batch
 
 import numpy as np
 
@@ -132,12 +132,12 @@ class DrivenSession(Session):
         weakref.finalize(self, conductor.forget_session, self.key)
 
     def feed_mx(self, tokens: Sequence[int]):
-        require_tokens(tokens)
+        self.check_tokens(tokens)
         self.conductor.announce(Op.FEED, self.key, payload=tokens)
         return super().feed_mx(tokens)
 
     def feed_hidden(self, tokens: Sequence[int], capture_layers: Sequence[int] = ()):
-        require_tokens(tokens)
+        self.check_tokens(tokens)
         self.conductor.announce(Op.FEED_HIDDEN, self.key, len(tokens),
                                 [*tokens, *capture_layers])
         return super().feed_hidden(tokens, capture_layers)

@@ -10,10 +10,20 @@ import mlx.core as mx
 import numpy as np
 
 
-def require_tokens(tokens: Sequence[int]) -> None:
-    """Raises ValueError for an empty feed (before anything has been computed or announced)."""
+def require_tokens(tokens: Sequence[int], vocab_size: int) -> None:
+    """Raises ValueError for an empty feed or a token id outside the vocabulary, before anything
+    has been computed or announced. The range check is not optional: MLX's gather does not
+    bounds-check, so an id past the embedding table would read whatever memory follows it and
+    the logits would change from run to run."""
     if len(tokens) == 0:
         raise ValueError("feed() needs at least one token")
+    ids = np.asarray(tokens)
+    if ids.dtype.kind not in "iu":
+        raise ValueError(f"token ids must be integers, got {ids.dtype} values")
+    outside = ids[(ids < 0) | (ids >= vocab_size)]
+    if outside.size:
+        raise ValueError(f"token id {int(outside[0])} is outside the model's vocabulary "
+                         f"(0..{vocab_size - 1})")
 
 
 @dataclass(frozen=True)
@@ -34,9 +44,13 @@ class Session:
     def n_tokens(self) -> int:
         return len(self.tokens)
 
+    def check_tokens(self, tokens: Sequence[int]) -> None:
+        """``require_tokens`` against this session's model."""
+        require_tokens(tokens, self.model.args.vocab_size)
+
     def feed_mx(self, tokens: Sequence[int]) -> mx.array:
         """Advance by ``tokens``; returns their logits [T, vocab] as an MLX array."""
-        require_tokens(tokens)
+        self.check_tokens(tokens)
         logits = self.model.forward(mx.array(list(tokens), dtype=mx.int32), self.state)
         self.tokens.extend(int(t) for t in tokens)
         return logits
@@ -44,7 +58,7 @@ class Session:
     def feed_hidden(self, tokens: Sequence[int], capture_layers: Sequence[int] = ()):
         """Advance by ``tokens``; returns the model's ForwardOutput (logits and hidden states of
         ``capture_layers`` and of the head), which drafters consume."""
-        require_tokens(tokens)
+        self.check_tokens(tokens)
         out = self.model.forward(mx.array(list(tokens), dtype=mx.int32), self.state,
                                  capture_layers=capture_layers, return_hidden=True)
         self.tokens.extend(int(t) for t in tokens)
@@ -88,6 +102,9 @@ def feed_batch(sessions: Sequence[Session], tokens: Sequence[int]) -> mx.array:
         raise ValueError("a batched step needs sessions of one model")
     if not supports_batched_decode(model):
         raise ValueError(f"{type(model).__module__} has no batched decode")
+    if len(tokens) != len(sessions):
+        raise ValueError(f"{len(tokens)} tokens for {len(sessions)} sessions")
+    sessions[0].check_tokens(tokens)
     sessions[0].announce_batch(sessions, tokens)
     logits = model.forward_batch(list(tokens), [session.state for session in sessions])
     for session, token in zip(sessions, tokens, strict=True):
