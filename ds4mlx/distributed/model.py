@@ -4,7 +4,7 @@ Every rank runs the same program on the same tokens (SPMD): the collectives are 
 communication, and since an ``all_sum`` hands every rank the same bits, every rank computes the
 same logits and so makes the same sampling and speculation decisions; rank 0 alone talks to
 the user. Per layer and chunk two [T, D] float32 partials are summed: the attention output and
-the routed experts' output.
+the routed experts' output (in a decode tile, of its real rows only).
 """
 
 from __future__ import annotations
@@ -47,8 +47,15 @@ class ShardedAttention(Attention):
         super().__init__(args, w, layer)
         self.ranks = _sharded(w).ranks
 
-    def output(self, out: mx.array, angles: RopeAngles) -> mx.array:
-        return self.ranks.all_sum(super().output(out, angles))
+    def output(self, out: mx.array, angles: RopeAngles, n_real: int | None = None) -> mx.array:
+        partial = super().output(out, angles)
+        if n_real is None or n_real == partial.shape[0]:
+            return self.ranks.all_sum(partial)
+        # A decode tile's padding rows are discarded, so only the real rows travel (on the
+        # tiny model 54 -> 12 KiB a token); the padding rows become zeros, the same bits on
+        # every rank, as rows past n_real must be for the ranks to stay in step.
+        real = self.ranks.all_sum(partial[:n_real])
+        return mx.concatenate([real, mx.zeros_like(partial[n_real:])])
 
 
 class ExpertShard(nn.Module):

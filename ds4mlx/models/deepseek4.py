@@ -606,7 +606,7 @@ class Attention(nn.Module):
         else:
             out = self._attend_rows(rows.q, positions, window, new_cache, rows.index_q,
                                     rows.index_w, n_real)
-        return self.output(out, rows.angles), new_cache
+        return self.output(out, rows.angles, n_real), new_cache
 
     def batched(self, x: mx.array, positions: np.ndarray, caches: Sequence[LayerCache]
                 ) -> tuple[mx.array, list[LayerCache]]:
@@ -623,7 +623,7 @@ class Attention(nn.Module):
                                      row.index_q, row.index_w))
             new_caches.append(new_cache)
         outs.append(mx.zeros((x.shape[0] - len(caches), *rows.q.shape[1:]), rows.q.dtype))
-        return self.output(mx.concatenate(outs), rows.angles), new_caches
+        return self.output(mx.concatenate(outs), rows.angles, len(caches)), new_caches
 
     def _project(self, x: mx.array, positions: np.ndarray) -> _Projected:
         angles = self.rope.angles(positions)
@@ -669,9 +669,10 @@ class Attention(nn.Module):
         nope = self.head_dim - self.rope.n_dims
         return self.rope.apply(self.kv_norm(linear(x, self.wkv)), angles, offset=nope)
 
-    def output(self, out: mx.array, angles: RopeAngles) -> mx.array:
+    def output(self, out: mx.array, angles: RopeAngles, n_real: int | None = None) -> mx.array:
         """Attention results [T, H, hd] -> [T, D]: de-rotated at the query positions, then the
-        grouped low-rank output projection."""
+        grouped low-rank output projection. ``n_real``: in a decode tile, the rows after it are
+        padding, whose results are discarded (a sharded rank then sums only the real rows)."""
         tokens, nope = out.shape[0], self.head_dim - self.rope.n_dims
         out = self.rope.apply(out, angles, offset=nope, inverse=True)
         grouped = mx.swapaxes(out.reshape(tokens, self.groups, -1), 0, 1)  # [G, T, group_dim]
