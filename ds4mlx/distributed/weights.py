@@ -69,18 +69,20 @@ class ShardedGGUFWeights(GGUFWeights):
             raise GGUFError(f"{self.gguf.path}: unsupported tensor type {qtype.name} in tensor "
                             f"'{name}'")
         raw = slice_raw(self.gguf.raw(name), qtype, stored, cut, name)
-        if self.gguf.on_tensor_loaded is not None:  # loading progress, resident-bytes count
-            self.gguf.on_tensor_loaded(name, raw.nbytes)
         return raw, qtype, cut.shape(stored)
 
     def _matrix(self, name: str) -> Weight:
         part = self._part(name)
         if part is None:
             return super()._matrix(name)
-        return quants.load_weight(*part, self.mode)
+        weight = quants.load_weight(*part, self.mode)
+        self.gguf.mark_loaded(name, part[0].nbytes)  # the slice is copied: unmap, report
+        return weight
 
     def _floats(self, name: str) -> mx.array:
         part = self._part(name)
         if part is None:
             return super()._floats(name)
-        return mx.array(quants.dequantize(*part))
+        floats = mx.array(quants.dequantize(*part))
+        self.gguf.mark_loaded(name, part[0].nbytes)
+        return floats

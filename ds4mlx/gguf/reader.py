@@ -103,13 +103,16 @@ class GGUFFile:
         """The tensor as float32 in numpy order (via the ``gguf`` package's reference code)."""
         info = self._supported_info(name)
         array = quants.dequantize(self._data[name], info.qtype, info.shape)
-        self._loaded(info)
+        self.mark_loaded(name)
         return array
 
-    def _loaded(self, info: TensorInfo) -> None:
+    def mark_loaded(self, name: str, nbytes: int | None = None) -> None:
+        """Tensor ``name`` (``nbytes`` of it: a shard) is converted: unmap its file pages and
+        report it to ``on_tensor_loaded``."""
+        info = self._info(name)
         self._release_pages(info)
         if self.on_tensor_loaded is not None:
-            self.on_tensor_loaded(info.name, info.nbytes)
+            self.on_tensor_loaded(name, info.nbytes if nbytes is None else nbytes)
 
     def _release_pages(self, info: TensorInfo) -> None:
         """Unmaps a converted tensor's file pages from this process. Pages touched through the
@@ -133,7 +136,7 @@ class GGUFFile:
         """
         info = self._supported_info(name)
         weight = quants.load_weight(self._data[name], info.qtype, info.shape, mode)
-        self._loaded(info)
+        self.mark_loaded(name)
         return weight
 
 
