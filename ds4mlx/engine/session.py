@@ -10,22 +10,6 @@ import mlx.core as mx
 import numpy as np
 
 
-def require_tokens(tokens: Sequence[int], vocab_size: int) -> None:
-    """Raises ValueError for an empty feed or a token id outside the vocabulary, before anything
-    has been computed or announced. The range check is not optional: MLX's gather does not
-    bounds-check, so an id past the embedding table would read whatever memory follows it and
-    the logits would change from run to run."""
-    if len(tokens) == 0:
-        raise ValueError("feed() needs at least one token")
-    ids = np.asarray(tokens)
-    if ids.dtype.kind not in "iu":
-        raise ValueError(f"token ids must be integers, got {ids.dtype} values")
-    outside = ids[(ids < 0) | (ids >= vocab_size)]
-    if outside.size:
-        raise ValueError(f"token id {int(outside[0])} is outside the model's vocabulary "
-                         f"(0..{vocab_size - 1})")
-
-
 @dataclass(frozen=True)
 class Snapshot:
     """An opaque, independent copy of a session's state (caches and position)."""
@@ -45,8 +29,20 @@ class Session:
         return len(self.tokens)
 
     def check_tokens(self, tokens: Sequence[int]) -> None:
-        """``require_tokens`` against this session's model."""
-        require_tokens(tokens, self.model.args.vocab_size)
+        """Raises ValueError for an empty feed or a token id outside the model's vocabulary,
+        before anything has been computed or announced. The range check is not optional: MLX's
+        gather does not bounds-check, so an id past the embedding table would read whatever
+        memory follows it and the logits would change from run to run."""
+        if len(tokens) == 0:
+            raise ValueError("feed() needs at least one token")
+        ids = np.asarray(tokens)
+        if ids.dtype.kind not in "iu":
+            raise ValueError(f"token ids must be integers, got {ids.dtype} values")
+        vocab_size = self.model.args.vocab_size
+        outside = ids[(ids < 0) | (ids >= vocab_size)]
+        if outside.size:
+            raise ValueError(f"token id {int(outside[0])} is outside the model's vocabulary "
+                             f"(0..{vocab_size - 1})")
 
     def feed_mx(self, tokens: Sequence[int]) -> mx.array:
         """Advance by ``tokens``; returns their logits [T, vocab] as an MLX array."""
