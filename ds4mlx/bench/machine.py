@@ -6,9 +6,9 @@ import os
 import platform
 import resource
 import sys
-from pathlib import Path
 
 from ds4mlx import _blas
+from ds4mlx.experts.options import proc_kib_bytes
 
 import mlx.core as mx
 
@@ -23,11 +23,8 @@ def peak_rss_bytes() -> int:
     """This process's peak RSS. Linux: VmHWM, because ``ru_maxrss`` survives execve, so a child
     that a large process starts would report its parent's peak (the full ``ds4 bench`` showed
     its own 459 MiB for every experts run). Elsewhere ``ru_maxrss`` (bytes on macOS)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
+    peak = proc_kib_bytes("/proc/self/status", "VmHWM")
+    if peak is not None:
+        return peak
     scale = 1 if sys.platform == "darwin" else 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale

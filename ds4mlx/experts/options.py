@@ -52,15 +52,24 @@ def parse_cache_budget(text: str) -> float | None:
     return value
 
 
-def available_memory_bytes() -> int | None:
-    """Memory the system could give us now: Linux MemAvailable, else free physical pages, else
-    all physical memory (macOS has neither of the first two); None when unknown."""
+def proc_kib_bytes(path: str, key: str) -> int | None:
+    """The ``key:`` line of a Linux /proc file such as /proc/meminfo or /proc/self/status (a
+    value in kB), in bytes; None where the file or the line does not exist."""
     try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
+        for line in Path(path).read_text().splitlines():
+            if line.startswith(key + ":"):
                 return int(line.split()[1]) * 1024
     except OSError:
         pass
+    return None
+
+
+def available_memory_bytes() -> int | None:
+    """Memory the system could give us now: Linux MemAvailable, else free physical pages, else
+    all physical memory (macOS has neither of the first two); None when unknown."""
+    available = proc_kib_bytes("/proc/meminfo", "MemAvailable")
+    if available is not None:
+        return available
     for pages in ("SC_AVPHYS_PAGES", "SC_PHYS_PAGES"):
         try:
             return os.sysconf("SC_PAGE_SIZE") * os.sysconf(pages)

@@ -14,11 +14,10 @@ SCRIPT = textwrap.dedent("""
     import json, sys
     import ds4mlx, mlx.core as mx
     from ds4mlx.experts import ExpertOptions
+    from ds4mlx.experts.options import proc_kib_bytes
 
     def status(key):
-        for line in open("/proc/self/status"):
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
+        return proc_kib_bytes("/proc/self/status", key)
 
     path, share, routed_bytes = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
     # The runtime's fixed working memory (MLX start-up, the BLAS's GEMM buffers) is baseline:
