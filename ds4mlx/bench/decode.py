@@ -9,15 +9,15 @@ is exact at each context size. llama.cpp runs in a child process: an abort insid
 from __future__ import annotations
 
 import json
-import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ds4mlx.bench.llamacpp_peer import llamacpp_available
+from ds4mlx.bench.samples import Samples
 
 import mlx.core as mx
 
@@ -28,22 +28,6 @@ if TYPE_CHECKING:
 Runner = Callable[[Sequence[int], int], tuple[float, float]]
 
 PREFILL_CONTEXTS = (128, 512, 2048)
-
-
-@dataclass
-class Samples:
-    """Repeated measurements of one quantity (tokens/s)."""
-
-    runs: list[float] = field(default_factory=list)
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.runs) if self.runs else 0.0
-
-    def cell(self) -> str:
-        if not self.runs:
-            return "-"
-        return f"{self.median:.1f} ({min(self.runs):.1f}..{max(self.runs):.1f})"
 
 
 @dataclass

@@ -6,7 +6,9 @@ peak RSS is per process. Two states, each timed over decode steps only:
   cache), as in a long-running session; the timed generation then starts from that cache.
 - "cold": the model file's pages are dropped with posix_fadvise(DONTNEED) before loading, and
   the expert cache starts empty, so the timed steps include first reads from the disk.
-Hit rate and bytes per token count the timed steps alone.
+Hit rate and bytes per token count the timed steps alone. With ``runs`` > 1 every configuration
+is measured that many times, in rounds over all configurations (so that the machine's drift
+reaches them alike); t/s is the median, shown with min..max.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+
+from ds4mlx.bench.samples import Samples
 
 
 @dataclass
@@ -34,6 +38,7 @@ class ExpertRun:
     gbps: float
     dropped: bool  # the cold run could drop the file's pages
     routed: int  # routed-expert bytes as computed
+    tps_runs: list[float] = field(default_factory=list)  # every timed run's t/s
 
     def as_json(self) -> dict:
         return asdict(self)
@@ -98,24 +103,43 @@ def measure(path: Path | str, budget: str, cold: bool, routed: int, n_tokens: in
     return ExpertRun(**json.loads(child.stdout.strip().splitlines()[-1]))
 
 
+def _combined(runs: Sequence[ExpertRun]) -> ExpertRun:
+    """One configuration's runs as one row: median t/s and read speed, the highest peak RSS.
+    Hit rate and bytes per token are the same in every run (routing is deterministic)."""
+    speeds = Samples([r.tps for r in runs])
+    return replace(runs[0], tps=speeds.median, tps_runs=speeds.runs,
+                   gbps=Samples([r.gbps for r in runs]).median,
+                   peak_rss=max(r.peak_rss for r in runs))
+
+
 def bench_experts(path: Path | str, shares: Sequence[float] = (1.0, 0.5, 0.25, 0.10),
-                  n_tokens: int = 16, colds: Sequence[bool] = (False, True),
+                  n_tokens: int = 16, colds: Sequence[bool] = (False, True), runs: int = 1,
                   skipped: Callable[[str], None] = lambda _line: None) -> list[ExpertRun]:
-    """Resident, then streamed at each share of the routed experts, per page-cache state. A
-    share too small for the store (under one layer's top-k experts, which a small model reaches
-    at 10%) is reported through ``skipped`` instead of ending the benchmark."""
+    """Resident, then streamed at each share of the routed experts, per page-cache state, each
+    ``runs`` times. A share too small for the store (under one layer's top-k experts, which a
+    small model reaches at 10%) is reported through ``skipped`` instead of ending the
+    benchmark."""
+    if runs < 1:
+        raise ValueError(f"runs must be at least 1, got {runs}")
     results = []
     for cold in colds:
-        resident = measure(path, "resident", cold, 0, n_tokens)
-        results.append(resident)
-        for share in shares:
-            try:
-                results.append(measure(path, str(share), cold, resident.routed, n_tokens))
-            except RuntimeError as exc:
-                if "below the minimum" not in str(exc):
-                    raise
-                skipped(f"(streamed at {share * 100:g}% not measured: "
-                        f"{str(exc).strip().splitlines()[-1]})")
+        budgets = ["resident", *(str(share) for share in shares)]
+        samples: dict[str, list[ExpertRun]] = {budget: [] for budget in budgets}
+        routed = 0  # known once the resident run (always first) has loaded the model
+        for _ in range(runs):
+            for budget in list(budgets):
+                try:
+                    run = measure(path, budget, cold, routed, n_tokens)
+                except RuntimeError as exc:
+                    if budget == "resident" or "below the minimum" not in str(exc):
+                        raise
+                    budgets.remove(budget)
+                    skipped(f"(streamed at {float(budget) * 100:g}% not measured: "
+                            f"{str(exc).strip().splitlines()[-1]})")
+                    continue
+                routed = run.routed
+                samples[budget].append(run)
+        results += [_combined(samples[budget]) for budget in budgets]
     return results
 
 
@@ -129,7 +153,8 @@ def markdown_table(results: Sequence[ExpertRun]) -> str:
         name = r.budget if r.budget == "resident" else f"streamed, {float(r.budget):.0%} cache"
         pages = ("cold" if r.dropped else "cold, pages kept") if r.cold else "warm"
         ratio = r.tps / base[r.cold] if base.get(r.cold) else 0.0
-        lines.append(f"| {name} | {pages} | {r.tps:.1f} | {ratio:.2f}x | {r.hit_rate:.1%} | "
+        speed = Samples(r.tps_runs).cell() if r.tps_runs else f"{r.tps:.1f}"
+        lines.append(f"| {name} | {pages} | {speed} | {ratio:.2f}x | {r.hit_rate:.1%} | "
                      f"{r.bytes_per_token / 2**20:.3f} | {r.gbps:.2f} | "
                      f"{r.peak_rss / 2**20:.1f} |")
     return "\n".join(lines)

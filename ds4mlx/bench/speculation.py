@@ -14,10 +14,11 @@ import statistics
 import sysconfig
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ds4mlx.bench.samples import Samples
 from ds4mlx.engine.generate import DoneEvent, TokenEvent
 from ds4mlx.speculation import SpeculationConfig, SpeculativeStats, generate, load_drafter
 
@@ -68,25 +69,11 @@ def prompt_ids(model: LoadedModel, prompt: BenchPrompt) -> list[int]:
 
 
 @dataclass
-class Timing:
-    """Decode speed over repeated runs, tokens/s."""
-
-    runs: list[float] = field(default_factory=list)
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.runs) if self.runs else 0.0
-
-    def span(self) -> str:
-        return f"{min(self.runs):.1f}..{max(self.runs):.1f}" if self.runs else "-"
-
-
-@dataclass
 class SpecResult:
     prompt: str
     drafter: str
-    target: Timing
-    drafted: Timing
+    target: Samples
+    drafted: Samples
     tokens: int
     tau: float
     acceptance: float
@@ -132,7 +119,7 @@ def bench_prompt(model: LoadedModel, prompt: BenchPrompt, drafter_name: str, dra
     # A chat answer ends at its end-of-turn; text and code run the full length, so that each
     # row measures the same amount of decoding (a tiny model may end prose at once).
     stop = model.tokenizer.stop_ids if prompt.kind == "chat" else ()
-    target, drafted = Timing(), Timing()
+    target, drafted = Samples(), Samples()
     plain_tokens, _, _ = _run(model, ids, max_tokens, None, config, stop)  # warm-up
     spec_tokens, _, done = _run(model, ids, max_tokens, drafter, config, stop)
     for _ in range(runs):
@@ -171,8 +158,8 @@ def summary_rows(results: Sequence[SpecResult]) -> Iterator[SpecResult]:
     for drafter, rows in by_drafter.items():
         yield SpecResult(
             "code (mean)", drafter,
-            Timing([statistics.mean(r.target.median for r in rows)]),
-            Timing([statistics.mean(r.drafted.median for r in rows)]),
+            Samples([statistics.mean(r.target.median for r in rows)]),
+            Samples([statistics.mean(r.drafted.median for r in rows)]),
             sum(r.tokens for r in rows), statistics.mean(r.tau for r in rows),
             statistics.mean(r.acceptance for r in rows), [], sum(r.pauses for r in rows),
             all(r.parity for r in rows))

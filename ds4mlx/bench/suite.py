@@ -144,7 +144,7 @@ def run_speculation(config: BenchConfig, progress: Progress
 def run_experts(config: BenchConfig, progress: Progress) -> tuple[dict, str]:
     notes: list[str] = []
     rows = experts.bench_experts(config.model, config.expert_shares, config.expert_tokens,
-                                 config.expert_colds, skipped=notes.append)
+                                 config.expert_colds, config.runs, skipped=notes.append)
     text = "".join(f"{note}\n" for note in notes) + (
         f"{config.expert_tokens} decoded tokens per run, each configuration in its own "
         f"process (routed experts {rows[0].routed / 2**20:.1f} MiB)\n\n"

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import ds4mlx
 from ds4mlx.bench import compare, decode, suite
-from ds4mlx.bench.speculation import SpecResult, Timing
+from ds4mlx.bench.samples import Samples
+from ds4mlx.bench.speculation import SpecResult
 from ds4mlx.cli import bench as bench_cli
 from ds4mlx.cli import main as ds4_main
 
@@ -52,7 +53,7 @@ def test_metrics_on_one_side_only_never_fail_the_gate():
 
 def spec_row(prompt: str, drafter: str, target: float, drafted: float,
              positions: list[float]) -> SpecResult:
-    return SpecResult(prompt, drafter, Timing([target]), Timing([drafted]), 32, 2.0, 0.5,
+    return SpecResult(prompt, drafter, Samples([target]), Samples([drafted]), 32, 2.0, 0.5,
                       positions, 1, True)
 
 
@@ -171,10 +172,10 @@ def test_experts_resident_vs_streamed_in_child_processes():
     from ds4mlx.bench import experts
 
     skipped: list[str] = []
-    rows = experts.bench_experts(TINY, shares=(0.5, 0.001), n_tokens=2, colds=(False,),
+    rows = experts.bench_experts(TINY, shares=(0.5, 0.001), n_tokens=2, colds=(False,), runs=2,
                                  skipped=skipped.append)
     resident, streamed = rows
-    # 0.1% of the routed experts cannot hold one layer's top-k: reported, not fatal.
+    # 0.1% of the routed experts cannot hold one layer's top-k: reported once, not fatal.
     assert len(skipped) == 1 and "streamed at 0.1% not measured" in skipped[0]
     assert "below the minimum" in skipped[0]
     assert (resident.budget, streamed.budget) == ("resident", "0.5")
@@ -182,6 +183,10 @@ def test_experts_resident_vs_streamed_in_child_processes():
     # Half the experts cached: some routed experts are read from the file every token.
     assert streamed.hit_rate < 1.0 and streamed.bytes_per_token > 0
     assert resident.routed == streamed.routed > 0 and min(r.peak_rss for r in rows) > 0
+    # Two timed runs per configuration: the row's speed is their median.
+    for row in rows:
+        assert len(row.tps_runs) == 2 and row.tps == sum(row.tps_runs) / 2
     table = experts.markdown_table(rows).splitlines()
     assert table[2].startswith("| resident | warm |") and "| 1.00x |" in table[2]
+    assert f"({min(resident.tps_runs):.1f}..{max(resident.tps_runs):.1f})" in table[2]
     assert table[3].startswith("| streamed, 50% cache | warm |")
