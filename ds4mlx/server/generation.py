@@ -99,6 +99,23 @@ class SamplingFields(RequestModel):
         return dataclasses.replace(defaults.sampling, **overrides)
 
 
+class PenaltyFields(RequestModel):
+    """OpenAI's token penalties and biases (chat and text completions). ds4mlx samples without
+    them: their neutral values, which clients send by default, are accepted; anything else is
+    refused by name rather than silently ignored."""
+
+    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    logit_bias: dict[str, float] | None = None
+
+    def refuse_penalties(self) -> None:
+        for name in ("frequency_penalty", "presence_penalty"):
+            if getattr(self, name):
+                raise unsupported(name, "sampling applies no token penalties")
+        if self.logit_bias:
+            raise unsupported("logit_bias", "sampling applies no token biases")
+
+
 class APIRequest(SamplingFields):
     """Fields every endpoint's request has."""
 

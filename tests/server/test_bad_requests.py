@@ -45,6 +45,8 @@ BAD_REQUESTS = [
     (CHAT, chat(stream="yes"), 400, "stream"),
     (CHAT, chat(tools=[{"type": "function"}]), 400, "tools[0].function"),
     (CHAT, chat(n=3), 400, "n"),
+    (CHAT, chat(frequency_penalty=0.5), 400, "frequency_penalty"),
+    (CHAT, chat(presence_penalty=3), 400, "presence_penalty"),
     (CHAT, chat(reasoning_effort="extreme"), 400, "reasoning_effort"),
     ("/v1/responses", json.dumps({"model": MODEL_ID, "input": "x",
                                   "reasoning": {"effort": 3}}).encode(), 400,

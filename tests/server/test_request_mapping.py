@@ -133,6 +133,11 @@ def test_anthropic_blocks_become_turns():
     (ChatCompletionsEndpoint(), {"messages": [{"role": "user", "content": "x"}], "n": 2}, "n"),
     (CompletionsEndpoint(), {"prompt": ["a", "b"]}, "prompt"),
     (CompletionsEndpoint(), {"prompt": "a", "echo": True}, "echo"),
+    (ChatCompletionsEndpoint(), {"messages": [{"role": "user", "content": "x"}],
+                                 "frequency_penalty": 0.5}, "frequency_penalty"),
+    (CompletionsEndpoint(), {"prompt": "a", "presence_penalty": -1.0}, "presence_penalty"),
+    (ChatCompletionsEndpoint(), {"messages": [{"role": "user", "content": "x"}],
+                                 "logit_bias": {"42": -100}}, "logit_bias"),
     (ResponsesEndpoint(), {"input": "x", "previous_response_id": "resp_1"},
      "previous_response_id"),
     (ResponsesEndpoint(), {"input": [{"type": "item_reference", "id": "x"}]}, "input[0].type"),
@@ -144,3 +149,14 @@ def test_what_cannot_be_served_is_refused_by_name(endpoint, body, param):
     with pytest.raises(APIError) as refused:
         call_for(endpoint, {"model": "m", **body})
     assert refused.value.status == 400 and refused.value.param == param
+
+
+@pytest.mark.parametrize("endpoint, body", [
+    (ChatCompletionsEndpoint(), {"messages": [{"role": "user", "content": "x"}]}),
+    (CompletionsEndpoint(), {"prompt": "a"}),
+])
+def test_neutral_penalties_are_accepted(endpoint, body):
+    """Clients send frequency/presence penalties of 0 and an empty logit_bias by default."""
+    call = call_for(endpoint, {"model": "m", **body, "frequency_penalty": 0.0,
+                               "presence_penalty": 0, "logit_bias": {}})
+    assert call.sampling == DEFAULTS.sampling  # nothing to apply, nothing refused
