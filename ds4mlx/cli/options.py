@@ -100,6 +100,14 @@ def add_sampling_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--top-k", type=int, default=0, help="0 = off")
     group.add_argument("--min-p", type=_float_in(0.0, 0.999), default=0.0)
     group.add_argument("--seed", type=int, default=None)
+    group.add_argument("--repeat-penalty", type=_float_in(0.0, 10.0, low_open=True), default=1.0,
+                       help="divide the logits of recent tokens by this (llama.cpp's; 1 = off)")
+    group.add_argument("--presence-penalty", type=_float_in(-2.0, 2.0), default=0.0,
+                       help="subtract this from the logits of recent tokens")
+    group.add_argument("--frequency-penalty", type=_float_in(-2.0, 2.0), default=0.0,
+                       help="subtract this per occurrence from the logits of recent tokens")
+    group.add_argument("--repeat-last-n", type=_positive_int, default=64,
+                       help="how many recent tokens the penalties look at (default 64)")
 
 
 def add_speculation_flags(parser: argparse.ArgumentParser) -> None:
@@ -174,4 +182,7 @@ def sampling_options(args: argparse.Namespace) -> SamplingOptions:
     if args.top_k < 0:
         raise SystemExit(f"error: --top-k must be >= 0, got {args.top_k}")
     return SamplingOptions(temperature=args.temp, top_p=args.top_p, top_k=args.top_k,
-                           min_p=args.min_p, seed=args.seed)
+                           min_p=args.min_p, seed=args.seed, repeat_penalty=args.repeat_penalty,
+                           presence_penalty=args.presence_penalty,
+                           frequency_penalty=args.frequency_penalty,
+                           repeat_last_n=args.repeat_last_n)

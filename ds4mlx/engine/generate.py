@@ -127,6 +127,7 @@ def stepped_generate(
     check_prompt_fits(session, prompt, max_context)
 
     start = time.perf_counter()
+    sampler.record(prompt)
     pending = [decoder.prefill(session, prompt, sampler, stats)]  # tokens to yield, in order
     stats.prefill_seconds = time.perf_counter() - start  # sampling forced the evaluation
 
@@ -134,6 +135,7 @@ def stepped_generate(
     limits = Limits(max_tokens, frozenset(stop_tokens), max_context)
     while pending:
         token = pending.pop(0)
+        sampler.record([token])
         stats.generated_tokens += 1
         yield TokenEvent(token)
         stats.stop_reason = stop_reason(token, stats.generated_tokens, limits.stop_tokens,

@@ -1,14 +1,20 @@
-"""Token sampling: temperature, top-k, top-p, min-p built from mlx-lm's sampler pieces.
+"""Token sampling: repetition penalties (llama.cpp's), then temperature, top-k, top-p, min-p
+built from mlx-lm's sampler pieces.
 
 The filtered distribution is exposed (``probabilities``) because exact speculative acceptance
-needs the very distribution that ordinary sampling draws from.
+needs the very distribution that ordinary sampling draws from. Penalties depend on the tokens
+that came before, so a sampler keeps the recent ones (``record``), and ``penalized`` scores the
+rows of a speculative verify pass as if each draft token before a row had been committed.
 """
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import mlx.core as mx
+import numpy as np
 from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p, categorical_sampling
 
 
@@ -19,6 +25,13 @@ class SamplingOptions:
     top_k: int = 0
     min_p: float = 0.0
     seed: int | None = None
+    #: llama.cpp's penalties over the last ``repeat_last_n`` tokens (prompt included): a seen
+    #: token's logit is divided by ``repeat_penalty`` (multiplied when negative), then lowered by
+    #: ``frequency_penalty`` per occurrence and by ``presence_penalty`` once.
+    repeat_penalty: float = 1.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    repeat_last_n: int = 64
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -29,6 +42,15 @@ class SamplingOptions:
             raise ValueError(f"top_k must be >= 0, got {self.top_k}")
         if not 0.0 <= self.min_p < 1.0:
             raise ValueError(f"min_p must be in [0, 1), got {self.min_p}")
+        if self.repeat_penalty <= 0:
+            raise ValueError(f"repeat_penalty must be > 0, got {self.repeat_penalty}")
+        if self.repeat_last_n < 1:
+            raise ValueError(f"repeat_last_n must be >= 1, got {self.repeat_last_n}")
+
+    @property
+    def penalizes(self) -> bool:
+        return (self.repeat_penalty != 1.0 or self.frequency_penalty != 0.0
+                or self.presence_penalty != 0.0)
 
     @property
     def greedy(self) -> bool:
@@ -38,12 +60,14 @@ class SamplingOptions:
 class Sampler:
     """Draws tokens from rows of logits; seeded once so that runs are reproducible.
 
-    Filters apply to the untempered log-probabilities in mlx-lm's order (top-p, min-p, top-k),
-    then the temperature scales what is left.
+    Penalties apply to the raw logits first (``penalized``; greedy decoding takes the argmax of
+    the penalised logits). Filters apply to the untempered log-probabilities in mlx-lm's order
+    (top-p, min-p, top-k), then the temperature scales what is left.
     """
 
     def __init__(self, options: SamplingOptions):
         self.options = options
+        self._recent: deque[int] = deque(maxlen=options.repeat_last_n)
         # A seeded sampler draws from its own key, so that its tokens do not depend on other
         # generations drawing in between (batched sessions interleave). The global seed still
         # makes speculative acceptance, which draws from the global generator, reproducible.
@@ -51,6 +75,33 @@ class Sampler:
         if options.seed is not None:
             mx.random.seed(options.seed)
             self._key = mx.random.key(options.seed)
+
+    def record(self, tokens: Iterable[int]) -> None:
+        """Tokens the penalties look back on: the prompt, then each committed token."""
+        self._recent.extend(int(t) for t in tokens)
+
+    def penalized(self, rows: mx.array, draft: Sequence[int] = ()) -> mx.array:
+        """Logits rows [N, V] with the penalties applied; row i as if ``draft[:i]`` had been
+        committed after the recorded tokens (the rows of a verify pass). Unchanged without
+        penalties."""
+        o = self.options
+        if not o.penalizes:
+            return rows
+        out = []
+        for i in range(rows.shape[0]):
+            window = [*self._recent, *draft[:i]][-o.repeat_last_n :]
+            if not window:
+                out.append(rows[i])
+                continue
+            tokens, counts = np.unique(np.array(window, np.int64), return_counts=True)
+            ids = mx.array(tokens)
+            seen = rows[i, ids].astype(mx.float32)
+            seen = mx.where(seen <= 0, seen * o.repeat_penalty, seen / o.repeat_penalty)
+            seen = seen - mx.array(counts, mx.float32) * o.frequency_penalty - o.presence_penalty
+            row = rows[i].astype(mx.float32)
+            row[ids] = seen
+            out.append(row)
+        return mx.stack(out)
 
     def filtered_logprobs(self, logits: mx.array) -> mx.array:
         """Log-probabilities [..., vocab] with filtered-out tokens at -inf (untempered)."""
@@ -66,14 +117,19 @@ class Sampler:
         return logprobs
 
     def probabilities(self, logits: mx.array) -> mx.array:
-        """The distribution ``__call__`` samples from (point mass on the argmax when greedy)."""
+        """The distribution ``draw`` samples from, for penalised rows (point mass on the argmax
+        when greedy)."""
         if self.options.greedy:
             best = mx.argmax(logits, axis=-1, keepdims=True)
             return mx.put_along_axis(mx.zeros(logits.shape), best, mx.array(1.0), axis=-1)
         return mx.softmax(self.filtered_logprobs(logits) / self.options.temperature, axis=-1)
 
     def __call__(self, logits: mx.array) -> int:
-        """One token from a single row of logits [vocab]."""
+        """One token from a single row of logits [vocab], penalised by the recorded tokens."""
+        return self.draw(self.penalized(logits[None])[0])
+
+    def draw(self, logits: mx.array) -> int:
+        """One token from a row of logits [vocab] that is already penalised."""
         if self.options.greedy:
             return int(mx.argmax(logits))
         row = self.filtered_logprobs(logits[None])

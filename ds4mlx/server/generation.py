@@ -83,35 +83,36 @@ class ThinkingControl(RequestModel):
 
 
 class SamplingFields(RequestModel):
-    """Sampling options every API accepts (top_k, min_p and seed as extensions where the API
-    has none, as llama.cpp and ds4 do)."""
+    """Sampling options every API accepts (top_k, min_p, seed and the penalties as extensions
+    where the API has none, with llama.cpp's server names: ``repeat_penalty``,
+    ``repeat_last_n``)."""
 
     temperature: float | None = Field(None, ge=0.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     top_k: int | None = Field(None, ge=0)
     min_p: float | None = Field(None, ge=0.0, lt=1.0)
     seed: int | None = None
+    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    repeat_penalty: float | None = Field(None, gt=0.0, le=10.0)
+    repeat_last_n: int | None = Field(None, ge=1)
 
     def sampling(self, defaults: GenerationDefaults) -> SamplingOptions:
         overrides = {name: getattr(self, name) for name in
-                     ("temperature", "top_p", "top_k", "min_p", "seed")
+                     ("temperature", "top_p", "top_k", "min_p", "seed", "frequency_penalty",
+                      "presence_penalty", "repeat_penalty", "repeat_last_n")
                      if getattr(self, name) is not None}
         return dataclasses.replace(defaults.sampling, **overrides)
 
 
-class PenaltyFields(RequestModel):
-    """OpenAI's token penalties and biases (chat and text completions). ds4mlx samples without
-    them: their neutral values, which clients send by default, are accepted; anything else is
-    refused by name rather than silently ignored."""
+class LogitBiasField(RequestModel):
+    """OpenAI's ``logit_bias`` (chat and text completions). ds4mlx samples without token biases:
+    an empty map, which clients may send by default, is accepted; a bias is refused by name
+    rather than silently ignored."""
 
-    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
-    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     logit_bias: dict[str, float] | None = None
 
-    def refuse_penalties(self) -> None:
-        for name in ("frequency_penalty", "presence_penalty"):
-            if getattr(self, name):
-                raise unsupported(name, "sampling applies no token penalties")
+    def refuse_logit_bias(self) -> None:
         if self.logit_bias:
             raise unsupported("logit_bias", "sampling applies no token biases")
 

@@ -53,9 +53,13 @@ def exact_acceptance(probs: mx.array, drafts: mx.array) -> tuple[mx.array, mx.ar
 
 def accept(logits: mx.array, draft: Sequence[int], sampler: Sampler,
            mode: AcceptanceMode = AcceptanceMode.OPPORTUNISTIC) -> Verdict:
-    """How many of ``draft`` the target accepts, from its verify logits [len(draft) + 1, V]."""
+    """How many of ``draft`` the target accepts, from its verify logits [len(draft) + 1, V].
+
+    The rows are scored as plain decoding would score them, each penalised (``Sampler.
+    penalized``) as if the draft tokens before it were committed."""
     if logits.shape[0] != len(draft) + 1:
         raise ValueError(f"{logits.shape[0]} logit rows for a draft of {len(draft)} tokens")
+    logits = sampler.penalized(logits, draft)
     if sampler.options.greedy:
         targets = mx.argmax(logits, axis=-1).tolist()
         n = 0
@@ -68,9 +72,9 @@ def accept(logits: mx.array, draft: Sequence[int], sampler: Sampler,
                                                      mx.array([token]))
             if not bool(accepted[0]):
                 return Verdict(i, int(replacement[0]))
-        return Verdict(len(draft), sampler(logits[-1]))
+        return Verdict(len(draft), sampler.draw(logits[-1]))
     greedy = mx.argmax(logits, axis=-1).tolist()
     for i, token in enumerate(draft):
         if token != greedy[i]:
-            return Verdict(i, sampler(logits[i]))
-    return Verdict(len(draft), sampler(logits[-1]))
+            return Verdict(i, sampler.draw(logits[i]))
+    return Verdict(len(draft), sampler.draw(logits[-1]))

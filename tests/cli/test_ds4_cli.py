@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -35,7 +36,27 @@ def test_seeded_sampling_is_reproducible(ds4_fixture_path):
     assert run_ds4(*flags).stdout == run_ds4(*flags).stdout
 
 
+def test_repeat_penalty_with_and_without_dspark():
+    """The README's first command: the penalty changes what the tiny model writes (without it,
+    it repeats a line), and DSpark drafting with the penalty writes exactly the same text."""
+    assets = Path(__file__).resolve().parents[2] / "assets"
+    flags = ["-p", "def fibonacci(n):", "-n", "32"]
+    plain = run_ds4(*flags)
+    penalized = run_ds4(*flags, "--repeat-penalty", "1.3")
+    drafted = run_ds4(*flags, "--repeat-penalty", "1.3", "--dspark", "--mtp-model",
+                      str(assets / "ds4-tiny-dspark.gguf"), "--mtp-timing")
+    assert plain.returncode == penalized.returncode == drafted.returncode == 0, drafted.stderr
+    assert penalized.stdout != plain.stdout
+    lines = [line for line in penalized.stdout.splitlines() if line.strip()]
+    assert len(set(lines)) == len(lines)  # no line written twice
+    assert drafted.stdout == penalized.stdout
+    assert "accepted" in drafted.stderr
+
+
 @pytest.mark.parametrize("flags, message", [
+    (["--repeat-penalty", "0"], "--repeat-penalty"),
+    (["--presence-penalty", "3"], "--presence-penalty"),
+    (["--repeat-last-n", "0"], "--repeat-last-n"),
     (["--temp", "-1"], "--temp"),
     (["--top-p", "0"], "--top-p"),
     (["--top-p", "abc"], "--top-p"),

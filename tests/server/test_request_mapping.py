@@ -134,9 +134,6 @@ def test_anthropic_blocks_become_turns():
     (CompletionsEndpoint(), {"prompt": ["a", "b"]}, "prompt"),
     (CompletionsEndpoint(), {"prompt": "a", "echo": True}, "echo"),
     (ChatCompletionsEndpoint(), {"messages": [{"role": "user", "content": "x"}],
-                                 "frequency_penalty": 0.5}, "frequency_penalty"),
-    (CompletionsEndpoint(), {"prompt": "a", "presence_penalty": -1.0}, "presence_penalty"),
-    (ChatCompletionsEndpoint(), {"messages": [{"role": "user", "content": "x"}],
                                  "logit_bias": {"42": -100}}, "logit_bias"),
     (ResponsesEndpoint(), {"input": "x", "previous_response_id": "resp_1"},
      "previous_response_id"),
@@ -154,9 +151,19 @@ def test_what_cannot_be_served_is_refused_by_name(endpoint, body, param):
 @pytest.mark.parametrize("endpoint, body", [
     (ChatCompletionsEndpoint(), {"messages": [{"role": "user", "content": "x"}]}),
     (CompletionsEndpoint(), {"prompt": "a"}),
+    (ResponsesEndpoint(), {"input": "x"}),
+    (MessagesEndpoint(), {"max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}),
 ])
-def test_neutral_penalties_are_accepted(endpoint, body):
-    """Clients send frequency/presence penalties of 0 and an empty logit_bias by default."""
-    call = call_for(endpoint, {"model": "m", **body, "frequency_penalty": 0.0,
-                               "presence_penalty": 0, "logit_bias": {}})
-    assert call.sampling == DEFAULTS.sampling  # nothing to apply, nothing refused
+def test_penalties_reach_the_sampler(endpoint, body):
+    """OpenAI's frequency/presence penalties, and llama.cpp's repeat_penalty/repeat_last_n
+    as extensions, on every API; an empty logit_bias (sent by default) is no bias."""
+    call = call_for(endpoint, {"model": "m", **body, "frequency_penalty": 0.25,
+                               "presence_penalty": -0.5, "repeat_penalty": 1.2,
+                               "repeat_last_n": 32})
+    sampling = call.sampling
+    assert (sampling.frequency_penalty, sampling.presence_penalty, sampling.repeat_penalty,
+            sampling.repeat_last_n) == (0.25, -0.5, 1.2, 32)
+    assert call_for(endpoint, {"model": "m", **body}).sampling == DEFAULTS.sampling
+    if isinstance(endpoint, (ChatCompletionsEndpoint, CompletionsEndpoint)):
+        assert call_for(endpoint, {"model": "m", **body, "logit_bias": {}}).sampling == (
+            DEFAULTS.sampling)

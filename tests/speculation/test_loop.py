@@ -138,3 +138,31 @@ def test_full_rollback_after_one_token_decodes(ds4_model):
     again = np.array(net.forward(mx.array(prompt[-MAX_ROLLBACK:]), state))
     reference = ds4_model.logits(prompt)[-MAX_ROLLBACK:]
     assert np.abs(again - reference).max() < 1e-4 * np.abs(reference).max()
+
+
+PENALIZED = SamplingOptions(repeat_penalty=1.5, frequency_penalty=0.5, presence_penalty=0.5,
+                            repeat_last_n=16)
+
+
+@pytest.mark.parametrize("error_rate", [0.0, 0.3])
+def test_penalized_greedy_speculation_equals_plain_decoding(ds4_model, error_rate):
+    """Each verify row is penalised as if the draft tokens before it were committed, so the
+    committed tokens are still exactly plain decoding's."""
+    prompt, n = PROMPTS[1], 40
+    unpenalized, _ = run(generate(ds4_model.new_session(), prompt, n))
+    plain, _ = run(generate(ds4_model.new_session(), prompt, n, PENALIZED))
+    assert plain != unpenalized
+    drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=error_rate)
+    spec, stats = run(speculative_generate(ds4_model.new_session(), drafter, prompt, n,
+                                           PENALIZED))
+    assert spec == plain
+    assert stats.accepted_tokens > 0
+
+
+def test_presence_penalty_stops_repeats_within_the_window(ds4_model):
+    prompt, n, window = PROMPTS[2], 24, 12
+    options = SamplingOptions(presence_penalty=1e4, repeat_last_n=window)
+    tokens, _ = run(generate(ds4_model.new_session(), prompt, n, options))
+    history = [*prompt, *tokens]
+    for i in range(len(prompt), len(history)):
+        assert history[i] not in history[max(0, i - window) : i]

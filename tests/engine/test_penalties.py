@@ -1,0 +1,67 @@
+"""Repetition penalties as llama.cpp applies them, and their effect on generation."""
+
+from __future__ import annotations
+
+from ds4mlx.engine.sampling import Sampler, SamplingOptions
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+
+def reference(logits: np.ndarray, recent: list[int], o: SamplingOptions) -> np.ndarray:
+    """llama.cpp's ``llama_sampler_penalties_apply``, token by token."""
+    out = logits.astype(np.float32).copy()
+    window = recent[-o.repeat_last_n:]
+    for token in set(window):
+        count = window.count(token)
+        if out[token] <= 0:
+            out[token] *= o.repeat_penalty
+        else:
+            out[token] /= o.repeat_penalty
+        out[token] -= count * o.frequency_penalty + o.presence_penalty
+    return out
+
+
+OPTIONS = [SamplingOptions(repeat_penalty=1.3), SamplingOptions(frequency_penalty=0.7),
+           SamplingOptions(presence_penalty=1.5, repeat_last_n=4),
+           SamplingOptions(repeat_penalty=0.8, frequency_penalty=-0.5, presence_penalty=0.25,
+                           repeat_last_n=6)]
+
+
+@pytest.mark.parametrize("options", OPTIONS)
+def test_penalties_match_llamacpp(options):
+    rng = np.random.default_rng(0)
+    logits = rng.standard_normal((3, 20)).astype(np.float32) * 4
+    recent = [3, 5, 5, 7, 3, 3, 11, 0]
+    draft = [5, 19]
+    sampler = Sampler(options)
+    sampler.record(recent)
+    got = np.array(sampler.penalized(mx.array(logits), draft))
+    for i in range(3):  # row i follows the draft's first i tokens
+        expected = reference(logits[i], recent + draft[:i], options)
+        np.testing.assert_allclose(got[i], expected, rtol=1e-6)
+    assert not np.array_equal(got, logits)
+
+
+def test_no_penalty_leaves_logits_alone():
+    sampler = Sampler(SamplingOptions())
+    sampler.record([1, 2, 2])
+    logits = mx.array(np.arange(10, dtype=np.float32)[None])
+    assert sampler.penalized(logits, [4]) is logits
+    assert sampler(logits[0]) == 9
+
+
+def test_recent_tokens_are_a_window():
+    sampler = Sampler(SamplingOptions(presence_penalty=100.0, repeat_last_n=2))
+    logits = mx.array(np.array([5.0, 4.0, 3.0, 0.0], np.float32))
+    sampler.record([0, 1])
+    assert sampler(logits) == 2  # 0 and 1 are penalised
+    sampler.record([2, 3])
+    assert sampler(logits) == 0  # only 2 and 3 are recent now
+
+
+@pytest.mark.parametrize("field, value", [("repeat_penalty", 0.0), ("repeat_last_n", 0)])
+def test_bad_penalty_options(field, value):
+    with pytest.raises(ValueError, match=field):
+        SamplingOptions(**{field: value})
