@@ -108,6 +108,21 @@ def add_sampling_flags(parser: argparse.ArgumentParser) -> None:
                        help="subtract this per occurrence from the logits of recent tokens")
     group.add_argument("--repeat-last-n", type=_positive_int, default=64,
                        help="how many recent tokens the penalties look at (default 64)")
+    group.add_argument("--logit-bias", type=_logit_bias, action="append", default=[],
+                       metavar="ID=BIAS",
+                       help="add BIAS to token ID's logit (repeatable; -100 bans the token)")
+
+
+def _logit_bias(text: str) -> tuple[int, float]:
+    token, _, bias = text.partition("=")
+    try:
+        pair = int(token), float(bias)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected TOKEN_ID=BIAS, got '{text}'") from None
+    if pair[0] < 0 or not -100.0 <= pair[1] <= 100.0:
+        raise argparse.ArgumentTypeError(
+            f"expected a token id >= 0 and a bias in [-100, 100], got '{text}'")
+    return pair
 
 
 def add_speculation_flags(parser: argparse.ArgumentParser) -> None:
@@ -185,4 +200,5 @@ def sampling_options(args: argparse.Namespace) -> SamplingOptions:
                            min_p=args.min_p, seed=args.seed, repeat_penalty=args.repeat_penalty,
                            presence_penalty=args.presence_penalty,
                            frequency_penalty=args.frequency_penalty,
-                           repeat_last_n=args.repeat_last_n)
+                           repeat_last_n=args.repeat_last_n,
+                           logit_bias=tuple(dict(args.logit_bias).items()))

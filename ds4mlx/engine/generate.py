@@ -125,6 +125,11 @@ def stepped_generate(
     sampler = Sampler(sampling or SamplingOptions())
     stats = decoder.new_stats(len(prompt))
     check_prompt_fits(session, prompt, max_context)
+    if sampler.options.logit_bias:
+        try:
+            session.check_tokens([token for token, _ in sampler.options.logit_bias])
+        except ValueError as exc:
+            raise ValueError(f"logit_bias: {exc}") from None
 
     start = time.perf_counter()
     sampler.record(prompt)

@@ -1,5 +1,5 @@
-"""Token sampling: repetition penalties (llama.cpp's), then temperature, top-k, top-p, min-p
-built from mlx-lm's sampler pieces.
+"""Token sampling: logit biases and repetition penalties (llama.cpp's), then temperature, top-k,
+top-p, min-p built from mlx-lm's sampler pieces.
 
 The filtered distribution is exposed (``probabilities``) because exact speculative acceptance
 needs the very distribution that ordinary sampling draws from. Penalties depend on the tokens
@@ -32,6 +32,9 @@ class SamplingOptions:
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
     repeat_last_n: int = 64
+    #: (token id, bias) pairs added to those tokens' logits before the penalties (OpenAI's
+    #: ``logit_bias``; -100 in practice bans a token, +100 forces it).
+    logit_bias: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -46,6 +49,9 @@ class SamplingOptions:
             raise ValueError(f"repeat_penalty must be > 0, got {self.repeat_penalty}")
         if self.repeat_last_n < 1:
             raise ValueError(f"repeat_last_n must be >= 1, got {self.repeat_last_n}")
+        ids = [token for token, _ in self.logit_bias]
+        if any(token < 0 for token in ids) or len(set(ids)) != len(ids):
+            raise ValueError(f"logit_bias needs distinct token ids >= 0, got {sorted(ids)}")
 
     @property
     def penalizes(self) -> bool:
@@ -81,10 +87,15 @@ class Sampler:
         self._recent.extend(int(t) for t in tokens)
 
     def penalized(self, rows: mx.array, draft: Sequence[int] = ()) -> mx.array:
-        """Logits rows [N, V] with the penalties applied; row i as if ``draft[:i]`` had been
-        committed after the recorded tokens (the rows of a verify pass). Unchanged without
-        penalties."""
+        """Logits rows [N, V] with the logit biases and then the penalties applied; row i as if
+        ``draft[:i]`` had been committed after the recorded tokens (the rows of a verify pass).
+        Unchanged without either."""
         o = self.options
+        if o.logit_bias:
+            ids = mx.array([token for token, _ in o.logit_bias])
+            rows = rows.astype(mx.float32)
+            rows[:, ids] = rows[:, ids] + mx.array([bias for _, bias in o.logit_bias],
+                                                   mx.float32)
         if not o.penalizes:
             return rows
         out = []

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Annotated, Any, Literal, Protocol, TypeVar
 
 from ds4mlx.engine.sampling import SamplingOptions
 from ds4mlx.server.errors import APIError
@@ -96,25 +96,24 @@ class SamplingFields(RequestModel):
     presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     repeat_penalty: float | None = Field(None, gt=0.0, le=10.0)
     repeat_last_n: int | None = Field(None, ge=1)
+    # OpenAI's: token id (a JSON object key, so a string) -> bias added to its logit.
+    logit_bias: dict[str, Annotated[float, Field(ge=-100.0, le=100.0)]] | None = None
 
     def sampling(self, defaults: GenerationDefaults) -> SamplingOptions:
         overrides = {name: getattr(self, name) for name in
                      ("temperature", "top_p", "top_k", "min_p", "seed", "frequency_penalty",
                       "presence_penalty", "repeat_penalty", "repeat_last_n")
                      if getattr(self, name) is not None}
+        if self.logit_bias:
+            overrides["logit_bias"] = tuple(self._token_biases())
         return dataclasses.replace(defaults.sampling, **overrides)
 
-
-class LogitBiasField(RequestModel):
-    """OpenAI's ``logit_bias`` (chat and text completions). ds4mlx samples without token biases:
-    an empty map, which clients may send by default, is accepted; a bias is refused by name
-    rather than silently ignored."""
-
-    logit_bias: dict[str, float] | None = None
-
-    def refuse_logit_bias(self) -> None:
-        if self.logit_bias:
-            raise unsupported("logit_bias", "sampling applies no token biases")
+    def _token_biases(self) -> Iterator[tuple[int, float]]:
+        for key, bias in (self.logit_bias or {}).items():
+            if not key.isdigit():
+                raise APIError(400, f"invalid 'logit_bias': key '{key}' is not a token id",
+                               param="logit_bias")
+            yield int(key), bias
 
 
 class APIRequest(SamplingFields):

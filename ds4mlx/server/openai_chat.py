@@ -19,7 +19,6 @@ from ds4mlx.server.generation import (
     APIRequest,
     GenerationCall,
     GenerationDefaults,
-    LogitBiasField,
     ReasoningEffort,
     RequestModel,
     ThinkingControl,
@@ -98,7 +97,7 @@ class ChatTemplateKwargs(RequestModel):
     enable_thinking: bool | None = None
 
 
-class ChatCompletionRequest(APIRequest, LogitBiasField):
+class ChatCompletionRequest(APIRequest):
     messages: list[ChatMessage] = Field(min_length=1)
     tools: list[FunctionTool] | None = None
     # Accepted; only "none" changes anything (it hides the tools): nothing forces a call.
@@ -151,7 +150,6 @@ class ChatCompletionsEndpoint:
             raise unsupported("logprobs", "log-probabilities are not returned")
         if request.response_format is not None and request.response_format.type != "text":
             raise unsupported("response_format", "constrained output formats")
-        request.refuse_logit_bias()
         offer_tools = request.tools and request.tool_choice != "none"
         template_thinking = (request.chat_template_kwargs.enable_thinking
                              if request.chat_template_kwargs else None)

@@ -11,7 +11,6 @@ from ds4mlx.server.generation import (
     APIRequest,
     GenerationCall,
     GenerationDefaults,
-    LogitBiasField,
     stop_strings,
     token_limit,
     unsupported,
@@ -23,7 +22,7 @@ from ds4mlx.speculation.service import Finished
 from pydantic import Field
 
 
-class CompletionRequest(APIRequest, LogitBiasField):
+class CompletionRequest(APIRequest):
     prompt: str | list[str]
     max_tokens: int | None = Field(None, ge=1)
     stop: str | list[str] | None = None
@@ -54,7 +53,6 @@ class CompletionsEndpoint:
             raise unsupported("logprobs", "log-probabilities are not returned")
         if request.suffix:
             raise unsupported("suffix", "fill-in-the-middle")
-        request.refuse_logit_bias()
         prompt = request.prompt
         if isinstance(prompt, list):
             if len(prompt) != 1:

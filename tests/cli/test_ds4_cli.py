@@ -57,6 +57,7 @@ def test_repeat_penalty_with_and_without_dspark():
     (["--repeat-penalty", "0"], "--repeat-penalty"),
     (["--presence-penalty", "3"], "--presence-penalty"),
     (["--repeat-last-n", "0"], "--repeat-last-n"),
+    (["--logit-bias", "5=abc"], "--logit-bias"),
     (["--temp", "-1"], "--temp"),
     (["--top-p", "0"], "--top-p"),
     (["--top-p", "abc"], "--top-p"),

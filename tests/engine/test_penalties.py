@@ -1,4 +1,4 @@
-"""Repetition penalties as llama.cpp applies them, and their effect on generation."""
+"""Logit biases and repetition penalties as llama.cpp applies them."""
 
 from __future__ import annotations
 
@@ -61,7 +61,19 @@ def test_recent_tokens_are_a_window():
     assert sampler(logits) == 0  # only 2 and 3 are recent now
 
 
-@pytest.mark.parametrize("field, value", [("repeat_penalty", 0.0), ("repeat_last_n", 0)])
+def test_logit_bias_comes_before_the_penalties():
+    options = SamplingOptions(repeat_penalty=2.0, logit_bias=((1, 3.0), (2, -1.0)))
+    sampler = Sampler(options)
+    sampler.record([1, 2])
+    logits = np.array([[0.5, 1.0, 1.0, 0.25]], np.float32)
+    got = np.array(sampler.penalized(mx.array(logits)))
+    # token 1: (1 + 3) / 2; token 2: (1 - 1) * 2 (not positive: multiplied)
+    np.testing.assert_allclose(got[0], [0.5, 2.0, 0.0, 0.25])
+
+
+@pytest.mark.parametrize("field, value", [("repeat_penalty", 0.0), ("repeat_last_n", 0),
+                                          ("logit_bias", ((3, 1.0), (3, 2.0))),
+                                          ("logit_bias", ((-1, 1.0),))])
 def test_bad_penalty_options(field, value):
     with pytest.raises(ValueError, match=field):
         SamplingOptions(**{field: value})

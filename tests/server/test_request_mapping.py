@@ -133,8 +133,6 @@ def test_anthropic_blocks_become_turns():
     (ChatCompletionsEndpoint(), {"messages": [{"role": "user", "content": "x"}], "n": 2}, "n"),
     (CompletionsEndpoint(), {"prompt": ["a", "b"]}, "prompt"),
     (CompletionsEndpoint(), {"prompt": "a", "echo": True}, "echo"),
-    (ChatCompletionsEndpoint(), {"messages": [{"role": "user", "content": "x"}],
-                                 "logit_bias": {"42": -100}}, "logit_bias"),
     (ResponsesEndpoint(), {"input": "x", "previous_response_id": "resp_1"},
      "previous_response_id"),
     (ResponsesEndpoint(), {"input": [{"type": "item_reference", "id": "x"}]}, "input[0].type"),
@@ -154,16 +152,17 @@ def test_what_cannot_be_served_is_refused_by_name(endpoint, body, param):
     (ResponsesEndpoint(), {"input": "x"}),
     (MessagesEndpoint(), {"max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}),
 ])
-def test_penalties_reach_the_sampler(endpoint, body):
-    """OpenAI's frequency/presence penalties, and llama.cpp's repeat_penalty/repeat_last_n
-    as extensions, on every API; an empty logit_bias (sent by default) is no bias."""
+def test_penalties_and_biases_reach_the_sampler(endpoint, body):
+    """OpenAI's frequency/presence penalties and logit_bias, and llama.cpp's repeat_penalty/
+    repeat_last_n as extensions, on every API; an empty logit_bias (sent by default) is no
+    bias."""
     call = call_for(endpoint, {"model": "m", **body, "frequency_penalty": 0.25,
                                "presence_penalty": -0.5, "repeat_penalty": 1.2,
-                               "repeat_last_n": 32})
+                               "repeat_last_n": 32, "logit_bias": {"42": -100, "7": 2.5}})
     sampling = call.sampling
     assert (sampling.frequency_penalty, sampling.presence_penalty, sampling.repeat_penalty,
             sampling.repeat_last_n) == (0.25, -0.5, 1.2, 32)
+    assert sampling.logit_bias == ((42, -100.0), (7, 2.5))
     assert call_for(endpoint, {"model": "m", **body}).sampling == DEFAULTS.sampling
-    if isinstance(endpoint, (ChatCompletionsEndpoint, CompletionsEndpoint)):
-        assert call_for(endpoint, {"model": "m", **body, "logit_bias": {}}).sampling == (
-            DEFAULTS.sampling)
+    assert call_for(endpoint, {"model": "m", **body, "logit_bias": {}}).sampling == (
+        DEFAULTS.sampling)

@@ -166,3 +166,20 @@ def test_presence_penalty_stops_repeats_within_the_window(ds4_model):
     history = [*prompt, *tokens]
     for i in range(len(prompt), len(history)):
         assert history[i] not in history[max(0, i - window) : i]
+
+
+def test_logit_bias_bans_and_forces_tokens(ds4_model):
+    prompt, n = PROMPTS[0], 12
+    plain, _ = run(generate(ds4_model.new_session(), prompt, n))
+    banned = plain[0]
+    tokens, _ = run(generate(ds4_model.new_session(), prompt, n,
+                             SamplingOptions(logit_bias=((banned, -1e4),))))
+    assert banned not in tokens and tokens != plain
+    forced, _ = run(generate(ds4_model.new_session(), prompt, n,
+                             SamplingOptions(logit_bias=((5, 1e4),))))
+    assert forced == [5] * n
+    vocab = ds4_model.args.vocab_size
+    session = ds4_model.new_session()
+    with pytest.raises(ValueError, match="logit_bias: token id .* outside"):
+        run(generate(session, prompt, n, SamplingOptions(logit_bias=((vocab, 1.0),))))
+    assert session.tokens == []  # refused before the prefill
