@@ -91,26 +91,26 @@ class Sampler:
         ``draft[:i]`` had been committed after the recorded tokens (the rows of a verify pass).
         Unchanged without either."""
         o = self.options
+        if not (o.logit_bias or o.penalizes):
+            return rows
+        rows = rows.astype(mx.float32)
         if o.logit_bias:
             ids = mx.array([token for token, _ in o.logit_bias])
-            rows = rows.astype(mx.float32)
             rows[:, ids] = rows[:, ids] + mx.array([bias for _, bias in o.logit_bias],
                                                    mx.float32)
         if not o.penalizes:
             return rows
         out = []
         for i in range(rows.shape[0]):
+            row = rows[i]
             window = [*self._recent, *draft[:i]][-o.repeat_last_n :]
-            if not window:
-                out.append(rows[i])
-                continue
-            tokens, counts = np.unique(np.array(window, np.int64), return_counts=True)
-            ids = mx.array(tokens)
-            seen = rows[i, ids].astype(mx.float32)
-            seen = mx.where(seen <= 0, seen * o.repeat_penalty, seen / o.repeat_penalty)
-            seen = seen - mx.array(counts, mx.float32) * o.frequency_penalty - o.presence_penalty
-            row = rows[i].astype(mx.float32)
-            row[ids] = seen
+            if window:
+                tokens, counts = np.unique(np.array(window, np.int64), return_counts=True)
+                ids = mx.array(tokens)
+                seen = row[ids]
+                seen = mx.where(seen <= 0, seen * o.repeat_penalty, seen / o.repeat_penalty)
+                row[ids] = (seen - mx.array(counts, mx.float32) * o.frequency_penalty
+                            - o.presence_penalty)
             out.append(row)
         return mx.stack(out)
 
