@@ -153,8 +153,8 @@ def markdown_table(results: Sequence[ExpertRun]) -> str:
         name = r.budget if r.budget == "resident" else f"streamed, {float(r.budget):.0%} cache"
         pages = ("cold" if r.dropped else "cold, pages kept") if r.cold else "warm"
         ratio = r.tps / base[r.cold] if base.get(r.cold) else 0.0
-        speed = Samples(r.tps_runs).cell() if r.tps_runs else f"{r.tps:.1f}"
-        lines.append(f"| {name} | {pages} | {speed} | {ratio:.2f}x | {r.hit_rate:.1%} | "
+        lines.append(f"| {name} | {pages} | {Samples(r.tps_runs).cell()} | {ratio:.2f}x | "
+                     f"{r.hit_rate:.1%} | "
                      f"{r.bytes_per_token / 2**20:.3f} | {r.gbps:.2f} | "
                      f"{r.peak_rss / 2**20:.1f} |")
     return "\n".join(lines)
