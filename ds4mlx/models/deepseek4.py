@@ -895,9 +895,8 @@ class Model(nn.Module):
             x, caches[i] = block(x, tokens, pos0, caches[i], n_real)
             if i in capture:
                 captured[i] = hc_mean(x)[:n]
-        final = self.output_norm(self.hc_head(x))
-        logits = linear(final, self.output)[:n]
-        x, final = x[:n], final[:n]
+        final, logits = self.head(x)
+        x, final, logits = x[:n], final[:n], logits[:n]
 
         state.layers, state.pos = caches, pos0 + tokens.shape[0]
         if n_real is not None:
@@ -941,12 +940,18 @@ class Model(nn.Module):
         for i, block in enumerate(self.blocks):
             x, caches = block.batched(x, ids, positions, [state.layers[i] for state in states])
             layers.append(caches)
-        logits = linear(self.output_norm(self.hc_head(x)), self.output)[:n]
+        logits = self.head(x)[1][:n]
         for r, state in enumerate(states):
             state.layers = [caches[r] for caches in layers]
             state.pos += 1
         mx.eval(logits, *(a for state in states for a in state.arrays()))
         return logits
+
+    def head(self, x: mx.array) -> tuple[mx.array, mx.array]:
+        """The streams after the last block [T, hc, D] -> (the LM head's input [T, D], logits
+        [T, vocab])."""
+        final = self.output_norm(self.hc_head(x))
+        return final, linear(final, self.output)
 
     def _embed(self, tokens: mx.array) -> mx.array:
         """The hc residual streams [T, hc, D] entering the first block: the token embeddings."""

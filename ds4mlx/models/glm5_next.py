@@ -973,6 +973,12 @@ class Model(nn.Module):
     def new_state(self) -> ModelState:
         return ModelState([block.new_cache() for block in self.blocks])
 
+    def head(self, x: mx.array) -> tuple[mx.array, mx.array]:
+        """The streams after the last block [T, hc, D] -> (the LM head's input [T, D], logits
+        [T, vocab])."""
+        final = self.output_norm(hc_mean(x))
+        return final, linear(final, self.output)
+
     def truncate(self, state: ModelState, pos: int) -> None:
         """Roll ``state`` back to just after position ``pos - 1``, without recomputing anything:
         how a speculative verify drops its rejected rows. At most MAX_ROLLBACK positions, and
@@ -1050,9 +1056,8 @@ class Model(nn.Module):
             x, caches[i], selection = block(x, pos0, caches[i], selection, n_real)
             if i in capture:
                 captured[i] = hc_mean(x)[:n]
-        final = self.output_norm(hc_mean(x))
-        logits = linear(final, self.output)[:n]
-        x, final = x[:n], final[:n]
+        final, logits = self.head(x)
+        x, final, logits = x[:n], final[:n], logits[:n]
 
         state.layers, state.pos = caches, pos0 + n
         if evaluate:

@@ -1,0 +1,254 @@
+"""How big a decode step's MLX graph is: primitives per token, by block and by layer.
+
+On the CPU every primitive costs a few microseconds of scheduling whatever its size, and on Metal
+each is a dispatch, so for a small-batch decode step the primitive count, not the FLOPs, sets the
+floor of a token's time. Counts are deterministic (a test may bound them); times are not.
+
+How counting works: ``mx.export_to_dot`` writes the unevaluated graph behind some arrays, one
+``shape=rectangle`` node per primitive application (a compiled function's fused kernel is one).
+Attribution to blocks cuts the graph where a block's code starts and ends: the arrays pending at
+a cut are counted for the block whose code built them and then evaluated, so every primitive is
+counted once, by the block that made it. Cuts cannot change what each block builds, only where
+evaluation happens, so the per-block sum equals the uncut total unless the cuts split a compiled
+region; both are reported.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+
+#: The blocks a step's primitives are attributed to ("other": embedding, cache bookkeeping and
+#: whatever runs outside the named pieces).
+BLOCKS = ("mhc", "attention", "indexer", "moe", "head", "other")
+
+_RECTANGLE = re.compile(r'label ="([^"]*)", shape=rectangle')
+
+
+def _arrays(obj: Any, out: list[mx.array]) -> list[mx.array]:
+    """Every mx.array inside ``obj`` (through tuples, lists, dicts and dataclasses)."""
+    if isinstance(obj, mx.array):
+        out.append(obj)
+    elif isinstance(obj, (tuple, list)):
+        for item in obj:
+            _arrays(item, out)
+    elif isinstance(obj, dict):
+        for item in obj.values():
+            _arrays(item, out)
+    elif hasattr(obj, "__dataclass_fields__"):
+        for name in obj.__dataclass_fields__:
+            _arrays(getattr(obj, name), out)
+    return out
+
+
+def primitive_names(*arrays: mx.array) -> list[str]:
+    """The primitive applications (by name) still to run to evaluate ``arrays``."""
+    if not arrays:
+        return []
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "graph.dot"
+        mx.export_to_dot(str(path), *arrays)
+        return _RECTANGLE.findall(path.read_text())
+
+
+@dataclass
+class GraphCount:
+    """Primitive counts of one profiled computation."""
+
+    total: int = 0  # the sum over blocks
+    uncut_total: int = 0  # the same step counted on its whole graph
+    per_block: Counter = field(default_factory=Counter)
+    per_layer: Counter = field(default_factory=Counter)
+    per_name: Counter = field(default_factory=Counter)
+
+
+class _Profiler:
+    """Patches the model's pieces with cutting wrappers while active (see the module doc)."""
+
+    def __init__(self, real_eval: Callable[..., None]):
+        self.real_eval = real_eval
+        self.count = GraphCount()
+        self.tags: list[str] = []
+        self.layer: int | None = None
+
+    def cut(self, obj: Any, tag: str | None = None) -> None:
+        arrays = _arrays(obj, [])
+        names = primitive_names(*arrays)
+        tag = tag or (self.tags[-1] if self.tags else "other")
+        self.count.total += len(names)
+        self.count.per_block[tag] += len(names)
+        self.count.per_name.update(names)
+        if self.layer is not None:
+            self.count.per_layer[self.layer] += len(names)
+        if arrays:
+            self.real_eval(*arrays)
+
+    def wrap(self, fn: Callable[..., Any], tag: str) -> Callable[..., Any]:
+        def cutting(*args: Any, **kwargs: Any) -> Any:
+            self.cut((args, kwargs))  # what the caller built so far is the caller's
+            self.tags.append(tag)
+            try:
+                out = fn(*args, **kwargs)
+                self.cut(out)
+            finally:
+                self.tags.pop()
+            return out
+
+        return cutting
+
+    def wrap_layer(self, fn: Callable[..., Any], layer_of: Callable[[Any], int]
+                   ) -> Callable[..., Any]:
+        def in_layer(block: Any, *args: Any, **kwargs: Any) -> Any:
+            self.cut((args, kwargs))
+            self.layer = layer_of(block)
+            try:
+                out = fn(block, *args, **kwargs)
+                self.cut(out)
+            finally:
+                self.layer = None
+            return out
+
+        return in_layer
+
+
+def _mhc_targets(model_module: Any) -> list[tuple[Any, str, str]]:
+    """The mHC sites and the stream collapse/expand a model module imported."""
+    from ds4mlx.models import mhc
+
+    return [(mhc.HyperConnection, "__call__", "mhc"), (model_module, "hc_collapse", "mhc"),
+            (model_module, "hc_expand", "mhc")]
+
+
+def _deepseek4_targets() -> list[tuple[Any, str, str]]:
+    """(owner, attribute, block) of the deepseek4 code to cut at."""
+    from ds4mlx.models import deepseek4, moe
+
+    return _mhc_targets(deepseek4) + [
+        (deepseek4.Attention, "__call__", "attention"),
+        (deepseek4.Compressor, "project", "indexer"),
+        (deepseek4.Compressor, "pool", "indexer"),
+        (deepseek4.LightningIndexer, "queries", "indexer"),
+        (deepseek4.LightningIndexer, "select", "indexer"),
+        (deepseek4.LightningIndexer, "top_blocks", "indexer"),
+        (moe.SharedExpertMoE, "__call__", "moe"),
+        (deepseek4.Model, "head", "head"),
+    ]
+
+
+def _glm5_targets() -> list[tuple[Any, str, str]]:
+    from ds4mlx.models import glm5_next, moe
+
+    return _mhc_targets(glm5_next) + [
+        (glm5_next.KDA, "__call__", "attention"),
+        (glm5_next.SparseMLA, "__call__", "attention"),
+        (glm5_next.PoolIndexer, "pool", "indexer"),
+        (glm5_next.PoolIndexer, "select", "indexer"),
+        (moe.SharedExpertMoE, "__call__", "moe"),
+        (moe.SwiGLU, "__call__", "moe"),
+        (glm5_next.Model, "head", "head"),
+    ]
+
+
+_TARGETS = {"deepseek4": _deepseek4_targets, "glm5_next": _glm5_targets}
+
+
+@contextmanager
+def _patched(network: Any, profiler: _Profiler | None, sink: list[tuple[Any, ...]] | None
+             ) -> Iterator[None]:
+    """While active, ``mx.eval`` inside the model either cuts (``profiler``) or only records
+    its arguments (``sink``, to time graph building apart from evaluation)."""
+    arch = type(network).__module__.rsplit(".", 1)[-1]
+    saved: list[tuple[Any, str, Any]] = []
+    real_eval, real_async = mx.eval, mx.async_eval
+
+    def swap(owner: Any, name: str, value: Any) -> None:
+        saved.append((owner, name, owner.__dict__[name] if isinstance(owner, type)
+                       else getattr(owner, name)))
+        setattr(owner, name, value)
+
+    try:
+        if profiler is not None:
+            for owner, name, tag in _TARGETS.get(arch, lambda: [])():
+                if name in vars(owner):
+                    swap(owner, name, profiler.wrap(vars(owner)[name], tag))
+            block_class = type(network.blocks[0])
+            layers = {id(block): i for i, block in enumerate(network.blocks)}
+            swap(block_class, "__call__",
+                 profiler.wrap_layer(vars(block_class)["__call__"], lambda b: layers[id(b)]))
+            mx.eval = mx.async_eval = lambda *a: profiler.cut(a)
+        elif sink is not None:
+            mx.eval = mx.async_eval = lambda *a: sink.append(a)
+        yield
+    finally:
+        mx.eval, mx.async_eval = real_eval, real_async
+        for owner, name, value in reversed(saved):
+            setattr(owner, name, value)
+
+
+def count_step(network: Any, state: Any, tokens: Sequence[int]) -> GraphCount:
+    """Primitives of one ``network.forward`` of ``tokens`` on ``state`` (advanced), per block
+    and per layer; ``total`` is counted on the uncut graph of a copy of the same step."""
+    ids = mx.array(list(tokens), dtype=mx.int32)
+    uncut: list[tuple[Any, ...]] = []
+    with _patched(network, None, uncut):
+        network.forward(ids, state.copy())
+    total = len(primitive_names(*_arrays(uncut, [])))
+    profiler = _Profiler(mx.eval)
+    with _patched(network, profiler, None):
+        network.forward(ids, state)
+    profiler.count.per_layer = Counter(dict(sorted(profiler.count.per_layer.items())))
+    profiler.count.uncut_total = total
+    return profiler.count
+
+
+def time_step(network: Any, state: Any, tokens: Sequence[int], repeats: int
+              ) -> tuple[float, float]:
+    """Median ms to build and to evaluate the graph of one forward of ``tokens``, repeated on
+    copies of ``state`` (so every repeat computes the same step)."""
+    ids = mx.array(list(tokens), dtype=mx.int32)
+    build, run = [], []
+    for _ in range(repeats):
+        pending: list[tuple[Any, ...]] = []
+        copy = state.copy()
+        start = time.perf_counter()
+        with _patched(network, None, pending):
+            network.forward(ids, copy)
+        middle = time.perf_counter()
+        mx.eval(*_arrays(pending, []))
+        end = time.perf_counter()
+        build.append((middle - start) * 1e3)
+        run.append((end - middle) * 1e3)
+    return statistics.median(build), statistics.median(run)
+
+
+# DeepSeek-V4-Flash's compress ratio per layer (ds4-reference): none in layers 0-1, then CSA (4)
+# and HCA (128) alternating; 43 layers.
+FLASH_RATIOS = (0, 0) + (4, 128) * 20 + (4,)
+
+
+def project_to_ratios(count: GraphCount, ratios: Sequence[int], target: Sequence[int]) -> int:
+    """Primitives per token of a model with per-layer compress ratios ``target``, from the
+    measured ``count`` of a model with ``ratios``: each target layer costs the mean of the
+    measured layers of its ratio, and the rest (embedding, head, bookkeeping) stays.
+
+    The count does not depend on widths, expert count or top-k (the same ops run on bigger
+    arrays), only on the kinds of layers, so the tiny model predicts the real one's graph.
+    """
+    by_ratio: dict[int, list[int]] = {}
+    for layer, n in count.per_layer.items():
+        by_ratio.setdefault(ratios[layer], []).append(n)
+    missing = sorted(set(target) - set(by_ratio))
+    if missing:
+        raise ValueError(f"no measured layer with compress ratio {missing}")
+    outside = count.total - sum(count.per_layer.values())
+    return outside + round(sum(statistics.mean(by_ratio[r]) for r in target))

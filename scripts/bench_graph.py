@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""The size of a decode step's MLX graph: primitives per token by block and layer, build and
+evaluation time, the same for a verify pass, and the projection to DeepSeek-V4-Flash's 43 layers.
+
+Counts are exact and deterministic; times are medians of ``--steps`` repeats of the same step.
+``--json`` prints one JSON object instead of the tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import ds4mlx
+from ds4mlx.bench.graph import BLOCKS, FLASH_RATIOS, count_step, project_to_ratios, time_step
+
+
+def measure(network, state, tokens: list[int], steps: int) -> dict:
+    count = count_step(network, state.copy(), tokens)
+    build_ms, eval_ms = time_step(network, state, tokens, steps)
+    return {
+        "rows": len(tokens),
+        "primitives": count.uncut_total,
+        "primitives_counted_by_block": count.total,
+        "per_block": {b: count.per_block.get(b, 0) for b in BLOCKS},
+        "per_layer": {str(k): v for k, v in count.per_layer.items()},
+        "top_primitives": dict(count.per_name.most_common(12)),
+        "build_ms": round(build_ms, 3),
+        "eval_ms": round(eval_ms, 3),
+        "_count": count,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-m", "--model", required=True)
+    parser.add_argument("--context", type=int, default=32,
+                        help="prompt tokens before the measured step (default 32)")
+    parser.add_argument("--verify-rows", type=int, default=6)
+    parser.add_argument("--steps", type=int, default=30, help="timed repeats (median)")
+    parser.add_argument("--weights-dtype", default="auto", choices=("auto", "f32", "native"))
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+
+    model = ds4mlx.load_model(args.model, weights_dtype=args.weights_dtype)
+    vocab = model.args.vocab_size
+    session = model.new_session()
+    session.feed([(i * 7919 + 13) % vocab for i in range(args.context)])
+    network, state = model.network, session.state
+    decode = measure(network, state, [1], args.steps)
+    verify = measure(network, state, [(i * 31 + 7) % vocab for i in range(args.verify_rows)],
+                     args.steps)
+    ratios = getattr(model.args, "compress_ratios", None)
+    flash = None
+    if ratios is not None and set(FLASH_RATIOS) <= set(ratios[: len(network.blocks)]):
+        flash = project_to_ratios(decode.pop("_count"), ratios, FLASH_RATIOS)
+    decode.pop("_count", None)
+    verify.pop("_count")
+    report = {
+        "model": args.model,
+        "context": args.context,
+        "primitives_per_token": decode["primitives"],
+        "per_block": decode["per_block"],
+        "per_layer": decode["per_layer"],
+        "build_ms": decode["build_ms"],
+        "eval_ms": decode["eval_ms"],
+        "decode": decode,
+        "verify": verify,
+        "flash_43_layer_primitives_per_token": flash,
+    }
+    if args.json:
+        print(json.dumps(report, indent=1))
+        return
+    print(f"model: {args.model} ({model.args_summary()}); step after {args.context} tokens\n")
+    print("| step | rows | primitives | " + " | ".join(BLOCKS) + " | build ms | eval ms |")
+    print("|---|---:|---:|" + "---:|" * len(BLOCKS) + "---:|---:|")
+    for name, row in (("decode", decode), (f"verify {args.verify_rows}", verify)):
+        blocks = " | ".join(str(row["per_block"][b]) for b in BLOCKS)
+        print(f"| {name} | {row['rows']} | {row['primitives']} | {blocks} | "
+              f"{row['build_ms']:.2f} | {row['eval_ms']:.2f} |")
+    print("\nper layer (decode): " + ", ".join(f"{k}: {v}" for k, v in decode["per_layer"].items()))
+    print("most frequent (decode): " + ", ".join(f"{k} {v}"
+                                                  for k, v in decode["top_primitives"].items()))
+    if flash is not None:
+        print(f"\nprojected to DeepSeek-V4-Flash's 43 layers: {flash} primitives per token")
+
+
+if __name__ == "__main__":
+    main()
