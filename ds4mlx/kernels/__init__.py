@@ -15,8 +15,13 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
+from functools import cache
+from types import ModuleType
 
 from ds4mlx.kernels import metal, twins
+from ds4mlx.kernels.gradients import with_twin_gradient
+from ds4mlx.kernels.native import native_ops
 from ds4mlx.kernels.weights import PackedWeight, QuantizedWeight, Weight
 
 import mlx.core as mx
@@ -98,9 +103,45 @@ def gather_linear(
     return _backend.gather_linear(x, w, expert_indices, sorted_indices)
 
 
+def _native_cpu_ops() -> ModuleType | None:
+    """The native CPU operations when computing on the CPU (``kernels.native``)."""
+    if mx.default_device() != mx.cpu:
+        return None
+    return native_ops()
+
+
 def sinkhorn(comb: mx.array, iters: int, eps: float) -> mx.array:
     """Sinkhorn-normalised mHC mixing matrices [..., src, dst] (``twins.sinkhorn`` says how)."""
+    ops = _native_cpu_ops()
+    if ops is not None:
+        return _native_sinkhorn(iters, eps)(comb)
     return _backend.sinkhorn(comb, iters, eps)
+
+
+def hc_mixes(mixes: mx.array, scale: mx.array, base: mx.array, hc: int, iters: int,
+             eps: float) -> tuple[mx.array, mx.array, mx.array]:
+    """One mHC site's (pre, post, comb) from its projected mixes (``twins.hc_mixes`` says
+    how): one native primitive on the CPU, the Sinkhorn in one Metal launch on Metal."""
+    ops = _native_cpu_ops()
+    if ops is not None:
+        return _native_hc_mixes(hc, iters, eps)(mixes, scale, base)
+    return twins.hc_mixes(mixes, scale, base, hc, iters, eps, sinkhorn_fn=_backend.sinkhorn)
+
+
+@cache
+def _native_sinkhorn(iters: int, eps: float) -> Callable[[mx.array], mx.array]:
+    ops = native_ops()
+    return mx.compile(with_twin_gradient(lambda c: ops.sinkhorn(c, iters, eps),
+                                         lambda c: twins.sinkhorn(c, iters, eps)))
+
+
+@cache
+def _native_hc_mixes(hc: int, iters: int, eps: float) -> Callable[..., tuple[mx.array, ...]]:
+    # Compiled, the gradient wrapper costs one primitive (four uncompiled).
+    ops = native_ops()
+    return mx.compile(with_twin_gradient(
+        lambda m, s, b: tuple(ops.hc_mixes(m, s, b, hc, iters, eps)),
+        lambda m, s, b: twins.hc_mixes(m, s, b, hc, iters, eps)))
 
 
 def sparse_attention(q: mx.array, window: mx.array, window_range: mx.array, comp: mx.array,
@@ -152,6 +193,7 @@ __all__ = [
     "gather_linear",
     "linear",
     "select_kernel_backend",
+    "hc_mixes",
     "sinkhorn",
     "sparse_attention",
     "take_rows",

@@ -13,6 +13,7 @@ from functools import cache
 from pathlib import Path
 
 from ds4mlx.kernels import twins
+from ds4mlx.kernels.gradients import with_twin_gradient
 from ds4mlx.kernels.twins import iq2_xxs_tables
 from ds4mlx.kernels.weights import PackedWeight
 
@@ -94,33 +95,6 @@ def _body_kernel(name: str, inputs: tuple[str, ...]):
     )
 
 
-def _with_twin_gradient(kernel_call, twin_call, constants: tuple[int, ...] = ()):
-    """``kernel_call`` for values, differentiated through ``twin_call`` (same semantics):
-    Metal kernels have no automatic derivative, and training runs through these functions.
-    The inputs at positions ``constants`` (integer ranges and indices) get zero cotangents."""
-    function = mx.custom_function(kernel_call)
-
-    @function.vjp
-    def _vjp(primals, cotangent, _outputs):
-        # MLX passes a lone primal as itself and expects its cotangent likewise.
-        if isinstance(primals, mx.array):
-            return mx.vjp(twin_call, [primals], [cotangent])[1][0]
-        primals = list(primals)
-        varying = [i for i in range(len(primals)) if i not in constants]
-
-        def twin_of_varying(*values: mx.array) -> mx.array:
-            full = list(primals)
-            for i, value in zip(varying, values, strict=True):
-                full[i] = value
-            return twin_call(*full)
-
-        grads = iter(mx.vjp(twin_of_varying, [primals[i] for i in varying], [cotangent])[1])
-        return tuple(mx.zeros_like(p) if i in constants else next(grads)
-                     for i, p in enumerate(primals))
-
-    return function
-
-
 def sinkhorn(comb: mx.array, iters: int, eps: float) -> mx.array:
     """``twins.sinkhorn`` in one launch: one thread per [hc, hc] matrix."""
     return _sinkhorn_function(iters, eps)(comb)
@@ -129,7 +103,7 @@ def sinkhorn(comb: mx.array, iters: int, eps: float) -> mx.array:
 @cache
 def _sinkhorn_function(iters: int, eps: float):
     # Built once per model configuration, not once per layer call: Sinkhorn runs twice a layer.
-    return _with_twin_gradient(lambda c: _sinkhorn_kernel(c, iters, eps),
+    return with_twin_gradient(lambda c: _sinkhorn_kernel(c, iters, eps),
                                lambda c: twins.sinkhorn(c, iters, eps))
 
 
@@ -161,7 +135,7 @@ def sparse_attention(q: mx.array, window: mx.array, window_range: mx.array, comp
 def _sparse_attention_function(scale: float):
     # Built once per attention scale (once per model), not once per call: the window ranges
     # and block indices are inputs, not captured values.
-    return _with_twin_gradient(
+    return with_twin_gradient(
         lambda q, w, r, c, i, s: _sparse_attention_kernel(q, w, r, c, i, s, scale),
         lambda q, w, r, c, i, s: twins.sparse_attention(q, w, r, c, i, s, scale),
         constants=(2, 4))

@@ -167,6 +167,19 @@ def _compiled_sinkhorn(iters: int, eps: float) -> Callable[[mx.array], mx.array]
     return mx.compile(partial(_sinkhorn_rounds, iters=iters, eps=eps))
 
 
+def hc_mixes(mixes: mx.array, scale: mx.array, base: mx.array, hc: int, iters: int, eps: float,
+             sinkhorn_fn: Callable[[mx.array, int, float], mx.array] = sinkhorn
+             ) -> tuple[mx.array, mx.array, mx.array]:
+    """One mHC site's mixes from its projection ``mixes`` [T, (2 + hc) * hc], the per-section
+    ``scale`` [3] and bias ``base`` [(2 + hc) * hc]: collapse weights ``pre`` [T, hc] (sigmoid
+    plus eps), expansion weights ``post`` [T, hc] (2 * sigmoid) and the Sinkhorn-normalised
+    stream mix ``comb`` [T, hc(src), hc(dst)] (``sinkhorn_fn``: this twin's or a kernel)."""
+    pre = mx.sigmoid(mixes[:, :hc] * scale[0] + base[:hc]) + eps
+    post = 2.0 * mx.sigmoid(mixes[:, hc : 2 * hc] * scale[1] + base[hc : 2 * hc])
+    comb = mixes[:, 2 * hc :] * scale[2] + base[2 * hc :]
+    return pre, post, sinkhorn_fn(comb.reshape(mixes.shape[0], hc, hc), iters, eps)
+
+
 def sparse_attention(q: mx.array, window: mx.array, window_range: mx.array, comp: mx.array,
                      comp_index: mx.array, sinks: mx.array, scale: float) -> mx.array:
     """Sink attention of each query row over its sliding window and its selected compressed rows.

@@ -3,13 +3,14 @@
 Per token the streams ``x`` [hc, D] are RMS-normed as one flat vector and projected to
 ``(2 + hc) * hc`` mixes: ``pre`` weights collapse the streams into the block input, ``post`` weights
 spread the block output back over the streams, and ``comb`` (made doubly stochastic by Sinkhorn)
-mixes the residual streams (``kernels.sinkhorn``: one fused Metal launch, or its MLX twin).
+mixes the residual streams (``kernels.hc_mixes``: one native CPU primitive, a fused Metal
+Sinkhorn, or the MLX twin).
 Layouts follow llama.cpp: ``comb`` is [T, src, dst].
 """
 
 from __future__ import annotations
 
-from ds4mlx.kernels import Weight, linear, sinkhorn
+from ds4mlx.kernels import Weight, hc_mixes, linear
 from ds4mlx.models.norms import rms_norm
 from ds4mlx.models.weights import Weights
 
@@ -58,14 +59,9 @@ class HyperConnection(nn.Module):
 
     def __call__(self, x: mx.array) -> tuple[mx.array, mx.array, mx.array]:
         """x [T, hc, D] -> pre [T, hc], post [T, hc], comb [T, hc(src), hc(dst)]."""
-        tokens, hc = x.shape[0], self.hc
-        flat = rms_norm(x.reshape(tokens, -1), None, self.norm_eps)
-        mixes = linear(flat, self.fn)
-        pre = mx.sigmoid(mixes[:, :hc] * self.scale[0] + self.base[:hc]) + self.hc_eps
-        post = 2.0 * mx.sigmoid(mixes[:, hc : 2 * hc] * self.scale[1] + self.base[hc : 2 * hc])
-        comb = mixes[:, 2 * hc :] * self.scale[2] + self.base[2 * hc :]
-        comb = sinkhorn(comb.reshape(tokens, hc, hc), self.sinkhorn_iters, self.hc_eps)
-        return pre, post, comb
+        flat = rms_norm(x.reshape(x.shape[0], -1), None, self.norm_eps)
+        return hc_mixes(linear(flat, self.fn), self.scale, self.base, self.hc,
+                        self.sinkhorn_iters, self.hc_eps)
 
 
 BLOCK_SITES = ("attn", "ffn")

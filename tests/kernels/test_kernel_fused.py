@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 from ds4mlx.kernels import metal, twins
+from ds4mlx.kernels.gradients import with_twin_gradient
 from ds4mlx.models.attention import sink_attention
 
 import mlx.core as mx
@@ -111,7 +112,7 @@ def test_metal_kernels_differentiate_through_their_twins():
     """Metal kernels have no derivative of their own; the wrapper's VJP uses the twin. Checked
     here with the twin standing in for the kernel."""
     comb = mx.array(np.random.default_rng(5).standard_normal((3, HC, HC)).astype(np.float32))
-    wrapped = metal._with_twin_gradient(lambda c: twins.sinkhorn(c, ITERS, EPS),
+    wrapped = with_twin_gradient(lambda c: twins.sinkhorn(c, ITERS, EPS),
                                         lambda c: twins.sinkhorn(c, ITERS, EPS))
 
     def loss(function):
@@ -196,7 +197,7 @@ def test_metal_kernel_gradients_with_several_inputs():
         return twins.sparse_attention(q, window, fixed["window_range"], comp,
                                       fixed["comp_index"], sinks, scale)
 
-    wrapped = metal._with_twin_gradient(twin, twin)
+    wrapped = with_twin_gradient(twin, twin)
     inputs = [mx.array(case[name]) for name in ("q", "window", "comp", "sinks")]
     argnums = list(range(len(inputs)))
     got = mx.grad(lambda *a: mx.sum(wrapped(*a) ** 2), argnums)(*inputs)

@@ -1,0 +1,145 @@
+"""The native CPU operations (kernels/cpu_ops): built on this machine, equal to their twins
+within float rounding, row-independent, differentiable through the twin, and a failed build
+falls back to the twins with one clear line."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+from ds4mlx import kernels
+from ds4mlx.kernels import native, twins
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+HC, ITERS, EPS = 4, 20, 1e-6
+WIDTH = (2 + HC) * HC
+
+
+@pytest.fixture(scope="module")
+def ops():
+    if shutil.which("c++") is None and shutil.which("g++") is None:
+        pytest.skip("no C++ compiler: the native CPU operations cannot be built here")
+    if os.environ.get("DS4MLX_KERNELS", "").lower() == "mlx":
+        pytest.skip("DS4MLX_KERNELS=mlx turns the native operations off")
+    module = native.native_ops()
+    assert module is not None, "the native CPU operations failed to build (see stderr)"
+    return module
+
+
+def mixes_case(seed: int, tokens: int) -> tuple[mx.array, mx.array, mx.array]:
+    rng = np.random.default_rng(seed)
+    return (mx.array(rng.standard_normal((tokens, WIDTH)).astype(np.float32) * 3),
+            mx.array(rng.uniform(0.2, 2.0, 3).astype(np.float32)),
+            mx.array(rng.standard_normal(WIDTH).astype(np.float32)))
+
+
+@pytest.mark.parametrize("tokens", [1, 8, 37])
+def test_hc_mixes_equals_the_twin(ops, tokens):
+    case = mixes_case(tokens, tokens)
+    got = ops.hc_mixes(*case, HC, ITERS, EPS)
+    want = twins.hc_mixes(*case, HC, ITERS, EPS)
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape and g.dtype == mx.float32
+        np.testing.assert_allclose(np.array(g), np.array(w), rtol=2e-6, atol=1e-7)
+    comb = np.array(got[2])
+    # the last normalisation is over src: those sums are 1; 20 rounds leave rows near 1
+    np.testing.assert_allclose(comb.sum(axis=1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(comb.sum(axis=2), 1.0, atol=2e-2)
+
+
+def test_rows_do_not_depend_on_the_other_rows(ops):
+    mixes, scale, base = mixes_case(3, 8)
+    together = ops.hc_mixes(mixes, scale, base, HC, ITERS, EPS)
+    for r in range(8):
+        alone = ops.hc_mixes(mixes[r : r + 1], scale, base, HC, ITERS, EPS)
+        for a, t in zip(alone, together, strict=True):
+            assert mx.array_equal(a[0], t[r]).item()
+
+
+def test_strided_and_non_float32_inputs(ops):
+    mixes, scale, base = mixes_case(5, 6)
+    strided = mx.swapaxes(mx.swapaxes(mixes, 0, 1) * 1.0, 0, 1)  # a transposed view
+    for g, w in zip(ops.hc_mixes(strided[::2], scale, base, HC, ITERS, EPS),
+                    ops.hc_mixes(mixes[::2] + 0.0, scale, base, HC, ITERS, EPS), strict=True):
+        assert mx.array_equal(g, w).item()
+    half = ops.hc_mixes(mixes.astype(mx.float16), scale, base, HC, ITERS, EPS)
+    want = twins.hc_mixes(mixes.astype(mx.float16).astype(mx.float32), scale, base, HC,
+                          ITERS, EPS)
+    np.testing.assert_allclose(np.array(half[2]), np.array(want[2]), rtol=2e-6, atol=1e-7)
+
+
+def test_sinkhorn_equals_the_twin(ops):
+    comb = mx.array(np.random.default_rng(7).standard_normal((3, 5, HC, HC)).astype(np.float32))
+    np.testing.assert_allclose(np.array(ops.sinkhorn(comb, ITERS, EPS)),
+                               np.array(twins.sinkhorn(comb, ITERS, EPS)), rtol=2e-6, atol=1e-7)
+    transposed = mx.swapaxes(comb, -1, -2)
+    np.testing.assert_allclose(np.array(ops.sinkhorn(transposed, ITERS, EPS)),
+                               np.array(twins.sinkhorn(transposed, ITERS, EPS)),
+                               rtol=2e-6, atol=1e-7)
+
+
+def test_bad_shapes_are_refused(ops):
+    with pytest.raises(ValueError, match="hc_mixes"):
+        ops.hc_mixes(mx.zeros((2, WIDTH + 1)), mx.ones(3), mx.zeros(WIDTH), HC, ITERS, EPS)
+    with pytest.raises(ValueError, match="sinkhorn"):
+        ops.sinkhorn(mx.zeros((2, 3, 4)), ITERS, EPS)
+
+
+def test_kernels_dispatch_one_primitive_and_the_twin_gradient(ops):
+    from ds4mlx.bench.graph import primitive_names
+
+    mixes, scale, base = mixes_case(11, 8)
+    mx.eval(mixes, scale, base)
+    assert mx.default_device() == mx.cpu
+    names = primitive_names(*kernels.hc_mixes(mixes, scale, base, HC, ITERS, EPS))
+    assert "DS4HcMixes" in names and len(names) <= 2
+
+    def loss(fn):
+        def f(m, s, b):
+            pre, post, comb = fn(m, s, b, HC, ITERS, EPS)
+            return (pre * 1.5).sum() + (post**2).sum() + (comb * mx.arange(16).reshape(4, 4)).sum()
+        return f
+
+    got = mx.grad(loss(kernels.hc_mixes), argnums=(0, 1, 2))(mixes, scale, base)
+    want = mx.grad(loss(twins.hc_mixes), argnums=(0, 1, 2))(mixes, scale, base)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(np.array(g), np.array(w), rtol=1e-4, atol=1e-6)
+
+
+def test_a_failed_build_falls_back_to_the_twins_with_one_line(tmp_path):
+    broken = tmp_path / "src"
+    broken.mkdir()
+    (broken / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.25)\n"
+                                          "message(FATAL_ERROR \"deliberately broken\")\n")
+    script = (
+        "import ds4mlx.kernels.native as n, pathlib, sys\n"
+        f"n.SOURCE_DIR = pathlib.Path({str(broken)!r})\n"
+        "assert n.native_ops() is None\n"
+        "from ds4mlx import kernels\n"
+        "import mlx.core as mx\n"
+        "pre, post, comb = kernels.hc_mixes(mx.zeros((1, 24)), mx.ones(3), mx.zeros(24), 4, 20,"
+        " 1e-6)\n"
+        "print(comb.sum().item())\n"
+    )
+    env = dict(os.environ, DS4MLX_CACHE_DIR=str(tmp_path / "cache"))
+    env.pop("DS4MLX_KERNELS", None)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    notices = [line for line in done.stderr.splitlines() if "native CPU operations" in line]
+    assert any("unavailable" in line and "deliberately broken" in line for line in notices), \
+        done.stderr
+    assert abs(float(done.stdout) - 4.0) < 1e-3  # the twin computed it
+
+
+def test_mlx_choice_turns_them_off():
+    script = "import ds4mlx.kernels.native as n; print(n.native_ops() is None)"
+    env = dict(os.environ, DS4MLX_KERNELS="mlx")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert done.stdout.strip() == "True" and "native" not in done.stderr
