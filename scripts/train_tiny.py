@@ -37,10 +37,10 @@ from ds4mlx.engine.generate import TokenEvent, generate
 from ds4mlx.engine.sampling import SamplingOptions
 from ds4mlx.engine.tokenizer import write_tokenizer_metadata
 from ds4mlx.gguf import MetaValue, quantize
-from ds4mlx.kernels import linear
+from ds4mlx.kernels import linear, swiglu
 from ds4mlx.models.cache import ModelState
 from ds4mlx.models.deepseek4 import ARCH, Model, ModelArgs, tensor_shapes
-from ds4mlx.models.moe import GatingFunc, RoutedExperts, swiglu
+from ds4mlx.models.moe import GatingFunc, RoutedExperts
 
 import build_corpus
 import mlx.core as mx

@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING
 
 from ds4mlx.bench.llamacpp_peer import llamacpp_available
 from ds4mlx.bench.samples import Samples
-
-import mlx.core as mx
+from ds4mlx.engine.generate import generate
 
 if TYPE_CHECKING:
     from ds4mlx.api import LoadedModel
@@ -50,15 +49,14 @@ def synthetic_prompt(vocab_size: int, length: int) -> list[int]:
 
 
 def ds4mlx_runner(model: LoadedModel) -> Runner:
+    """Greedy generation as users get it (``engine.generate``: pipelined decoding, tokens
+    sampled on the device); prefill time includes sampling the first token."""
+
     def run(prompt: Sequence[int], n_decode: int) -> tuple[float, float]:
-        session = model.new_session()
-        start = time.perf_counter()
-        token = int(mx.argmax(session.feed_mx(prompt)[-1]))  # int() forces the evaluation
-        prefill = time.perf_counter() - start
-        start = time.perf_counter()
-        for _ in range(n_decode):
-            token = int(mx.argmax(session.feed_mx([token])[-1]))
-        return len(prompt) / prefill, n_decode / max(time.perf_counter() - start, 1e-9)
+        events = list(generate(model.new_session(), prompt, n_decode + 1))
+        stats = events[-1].stats
+        decode = n_decode / stats.decode_seconds if n_decode and stats.decode_seconds else 0.0
+        return len(prompt) / stats.prefill_seconds, decode
 
     return run
 

@@ -124,6 +124,8 @@ class DrivenSnapshot(Snapshot):
 class DrivenSession(Session):
     """A ``Session`` on rank 0 whose every operation on the model the followers replay."""
 
+    lazy_feeds = False  # the other ranks replay each token id
+
     def __init__(self, model: Any, conductor: Conductor):
         super().__init__(model)
         self.conductor = conductor

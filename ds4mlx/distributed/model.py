@@ -82,11 +82,13 @@ class ExpertShard(nn.Module):
         """The local experts' store view (``link_expert_prefetch`` reads it)."""
         return self.inner.layer
 
-    def __call__(self, x: mx.array, indices: mx.array, weights: mx.array) -> mx.array:
+    def __call__(self, x: mx.array, indices: mx.array, weights: mx.array,
+                 row_invariant: bool = False) -> mx.array:
         local = indices - self.lo
         mine = (local >= 0) & (local < self.n)
         if indices.shape[0] <= DECODE_TILE:
-            out = self.inner(x, mx.where(mine, local, 0), mx.where(mine, weights, 0.0))
+            out = self.inner(x, mx.where(mine, local, 0), mx.where(mine, weights, 0.0),
+                             row_invariant=row_invariant)
         else:
             out = self._local_pairs(x, local, mine, weights)
         return self.ranks.all_sum(out)

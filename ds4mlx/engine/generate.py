@@ -91,7 +91,17 @@ class Limits:
 
 class Decoder:
     """How a generation advances on its own: one token per target pass. The speculative decoder
-    (``speculation.loop``) overrides the prefill and the step to draft and verify."""
+    (``speculation.loop``) overrides the prefill and the step to draft and verify.
+
+    Plain decoding is pipelined: an ``advance`` decodes up to ``pipeline`` tokens back to back,
+    sampling on the device and feeding each sampled token to the next step before the host has
+    read it, so the host builds step t + 1's graph while the device computes step t and syncs
+    once for the lot. Greedy output is the same as one step at a time; a stop token or the
+    limits inside the run cut it there (the steps past a stop are rolled back).
+    """
+
+    #: steps one ``advance`` queues before the host reads their tokens
+    pipeline: int = 4
 
     def new_stats(self, prompt_tokens: int) -> GenerationStats:
         return GenerationStats(prompt_tokens=prompt_tokens)
@@ -104,7 +114,34 @@ class Decoder:
     def advance(self, session: Session, token: int, sampler: Sampler, stats: GenerationStats,
                 limits: Limits) -> list[int]:
         """Feed ``token``, the last committed one; the tokens that follow it (at least one)."""
-        return [sampler(session.feed_mx([token])[-1])]
+        room = limits.max_tokens - stats.generated_tokens
+        if limits.max_context is not None:
+            room = min(room, limits.max_context - session.n_tokens)
+        steps = min(self.pipeline, room)
+        if steps <= 1 or not session.lazy_feeds:
+            return [sampler(session.feed_mx([token])[-1])]
+        pos = session.n_tokens
+        session.check_tokens([token])
+        window = sampler.recent_tokens()
+        last_n = sampler.options.repeat_last_n
+        logits = session.feed_lazy(mx.array([token], dtype=mx.int32))
+        drawn: list[mx.array] = []
+        for step in range(steps):
+            sampled = sampler.draw_on_device(sampler.penalized_on_device(logits[-1], window))
+            drawn.append(sampled)
+            if step == steps - 1:
+                mx.async_eval(sampled)
+                break
+            window = mx.concatenate([window, sampled])[-last_n:]
+            logits = session.feed_lazy(sampled)
+        tokens = [int(t) for t in mx.concatenate(drawn).tolist()]
+        session.confirm([token, *tokens[:-1]])
+        stop_at = next((i for i, t in enumerate(tokens) if t in limits.stop_tokens), None)
+        if stop_at is not None:
+            # As in plain decoding, generation ends with the stop token, which is never fed.
+            session.truncate(pos + 1 + stop_at)
+            return tokens[: stop_at + 1]
+        return tokens
 
     def batched(self) -> None:
         """A batched step, which this decoder did not take part in, advanced the session."""

@@ -114,6 +114,29 @@ class Sampler:
             out.append(row)
         return mx.stack(out)
 
+    def recent_tokens(self) -> mx.array:
+        """The recorded tokens the penalties look back on, int32 [n] (n <= repeat_last_n)."""
+        return mx.array(list(self._recent), dtype=mx.int32)
+
+    def penalized_on_device(self, row: mx.array, window: mx.array) -> mx.array:
+        """``penalized`` of one row [V] whose look-back tokens ``window`` (int32 [n], the last
+        ``repeat_last_n``) need not be known on the host, as in pipelined decoding. The same
+        arithmetic in the same order: a seen token's logit is penalised once, its count
+        weighs the frequency penalty, so the result equals ``penalized`` bit for bit."""
+        o = self.options
+        if not (o.logit_bias or o.penalizes):
+            return row
+        row = row.astype(mx.float32)
+        if o.logit_bias:
+            ids = mx.array([token for token, _ in o.logit_bias])
+            row[ids] = row[ids] + mx.array([bias for _, bias in o.logit_bias], mx.float32)
+        if not o.penalizes or window.size == 0:
+            return row
+        counts = mx.zeros(row.shape, mx.float32).at[window].add(1.0)
+        penalties = mx.where(row <= 0, row * o.repeat_penalty, row / o.repeat_penalty)
+        penalties = penalties - counts * o.frequency_penalty - o.presence_penalty
+        return mx.where(counts > 0, penalties, row)
+
     def filtered_logprobs(self, logits: mx.array) -> mx.array:
         """Log-probabilities [..., vocab] with filtered-out tokens at -inf (untempered)."""
         logits = logits.astype(mx.float32)
@@ -141,10 +164,15 @@ class Sampler:
 
     def draw(self, logits: mx.array) -> int:
         """One token from a row of logits [vocab] that is already penalised."""
+        return int(self.draw_on_device(logits)[0])
+
+    def draw_on_device(self, logits: mx.array) -> mx.array:
+        """``draw`` left on the device: the token as an unevaluated int32 [1]."""
         if self.options.greedy:
-            return int(mx.argmax(logits))
+            return mx.argmax(logits, keepdims=True).astype(mx.int32)
         row = self.filtered_logprobs(logits[None])
         if self._key is None:
-            return int(categorical_sampling(row, self.options.temperature)[0])
+            return categorical_sampling(row, self.options.temperature).astype(mx.int32)
         self._key, key = mx.random.split(self._key)
-        return int(mx.random.categorical(row * (1 / self.options.temperature), key=key)[0])
+        return mx.random.categorical(row * (1 / self.options.temperature),
+                                     key=key).astype(mx.int32)

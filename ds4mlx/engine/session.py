@@ -19,6 +19,10 @@ class Snapshot:
 
 
 class Session:
+    #: Whether ``feed_lazy`` may be used. A session whose every operation other processes replay
+    #: (``ds4mlx.distributed.driven``) needs each token id on the host first.
+    lazy_feeds = True
+
     def __init__(self, model):
         self.model = model
         self.state = model.new_state()
@@ -50,6 +54,19 @@ class Session:
         logits = self.model.forward(mx.array(list(tokens), dtype=mx.int32), self.state)
         self.tokens.extend(int(t) for t in tokens)
         return logits
+
+    def feed_lazy(self, token: mx.array) -> mx.array:
+        """Advance by one token the device computed (a sampler's int32 [1]) without reading it:
+        the step is queued (``mx.async_eval``) and the host goes on, e.g. to build the next one.
+        Returns its logits [1, vocab], unevaluated. Such a token's id is unknown here until the
+        caller reads it and hands it to ``confirm``; no range check is needed, since a sampler
+        draws from the vocabulary."""
+        return self.model.forward(token.astype(mx.int32).reshape(-1), self.state,
+                                  asynchronous=True)
+
+    def confirm(self, tokens: Sequence[int]) -> None:
+        """The ids of tokens fed by ``feed_lazy``, in order, once read."""
+        self.tokens.extend(int(t) for t in tokens)
 
     def feed_hidden(self, tokens: Sequence[int], capture_layers: Sequence[int] = ()):
         """Advance by ``tokens``; returns the model's ForwardOutput (logits and hidden states of

@@ -22,6 +22,7 @@ from types import ModuleType
 from ds4mlx.kernels import metal, twins
 from ds4mlx.kernels.gradients import with_twin_gradient
 from ds4mlx.kernels.native import native_ops
+from ds4mlx.kernels.twins import swiglu
 from ds4mlx.kernels.weights import PackedWeight, QuantizedWeight, Weight
 
 import mlx.core as mx
@@ -128,6 +129,29 @@ def hc_mixes(mixes: mx.array, scale: mx.array, base: mx.array, hc: int, iters: i
     return twins.hc_mixes(mixes, scale, base, hc, iters, eps, sinkhorn_fn=_backend.sinkhorn)
 
 
+def routed_experts(x: mx.array, gate: Weight, up: Weight, down: Weight, indices: mx.array,
+                   limit: float, *, row_invariant: bool) -> mx.array | None:
+    """Every (token, slot) pair's routed SwiGLU expert output [T, k, D] as one fused native
+    operation on the CPU (``twins.routed_experts`` says what it computes): the pairs of one
+    expert share one GEMM, unless ``row_invariant`` asks for every row on its own (decode
+    tiles). None where it does not apply (not on the CPU, weights not float32 arrays): the
+    caller runs its own matmuls."""
+    if not all(isinstance(w, mx.array) and w.dtype == mx.float32 for w in (gate, up, down)):
+        return None
+    if _native_cpu_ops() is None:
+        return None
+    return _native_routed_experts(limit, not row_invariant)(x, gate, up, down, indices)
+
+
+@cache
+def _native_routed_experts(limit: float, grouped: bool) -> Callable[..., mx.array]:
+    ops = native_ops()
+    return mx.compile(with_twin_gradient(
+        lambda x, g, u, d, i: ops.routed_experts(x, g, u, d, i, limit, grouped),
+        lambda x, g, u, d, i: twins.routed_experts(x, g, u, d, i, limit),
+        constants=(4,)))
+
+
 @cache
 def _native_sinkhorn(iters: int, eps: float) -> Callable[[mx.array], mx.array]:
     ops = native_ops()
@@ -194,7 +218,9 @@ __all__ = [
     "linear",
     "select_kernel_backend",
     "hc_mixes",
+    "routed_experts",
     "sinkhorn",
     "sparse_attention",
+    "swiglu",
     "take_rows",
 ]

@@ -15,6 +15,7 @@ from functools import cache, partial
 from ds4mlx.kernels.weights import PackedWeight
 
 import mlx.core as mx
+import mlx.nn as nn
 import numpy as np
 from gguf import GGML_QUANT_SIZES, QK_K, GGMLQuantizationType
 from gguf.quants import IQ2_XXS
@@ -165,6 +166,29 @@ def _compiled_sinkhorn(iters: int, eps: float) -> Callable[[mx.array], mx.array]
     # unchanged, so the results are bit-identical (checked in tests/kernels). On a CPU without a
     # C++ compiler MLX runs the same graph unfused.
     return mx.compile(partial(_sinkhorn_rounds, iters=iters, eps=eps))
+
+
+def swiglu(gate: mx.array, up: mx.array, limit: float = 0.0) -> mx.array:
+    """silu(gate) * up; with ``limit`` > 0 as ``ggml_swiglu_clamp``: gate clamped from above and
+    up to [-limit, limit] before the product."""
+    if limit > 1e-6:
+        gate = mx.minimum(gate, limit)
+        up = mx.clip(up, -limit, limit)
+    return nn.silu(gate) * up
+
+
+def routed_experts(x: mx.array, gate: mx.array, up: mx.array, down: mx.array,
+                   indices: mx.array, limit: float) -> mx.array:
+    """Every (token, slot) pair's routed SwiGLU expert output [T, k, D]:
+    ``down_e(swiglu(gate_e x[t], up_e x[t]))`` with ``e = indices[t, k]``, on stacked weights as
+    GGUF stores them (gate/up [E, F, D], down [E, D, F]); one gathered matmul per pair."""
+    rows = x[:, None, None, :]  # broadcasts against indices [T, k]
+
+    def gathered(inputs: mx.array, w: mx.array) -> mx.array:
+        return mx.gather_mm(inputs, mx.swapaxes(w, -1, -2), rhs_indices=indices)
+
+    hidden = swiglu(gathered(rows, gate), gathered(rows, up), limit)
+    return gathered(hidden, down).reshape(*indices.shape, -1)
 
 
 def hc_mixes(mixes: mx.array, scale: mx.array, base: mx.array, hc: int, iters: int, eps: float,

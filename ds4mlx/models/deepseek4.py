@@ -553,7 +553,7 @@ class _Projected:
 
         at = slice(r, r + 1)
         return _Projected(
-            RopeAngles(self.angles.cos[at], self.angles.sin[at]), self.q[at], self.kv[at],
+            self.angles.row(r), self.q[at], self.kv[at],
             take(self.comp), take(self.index),
             None if self.index_q is None else self.index_q[at],
             None if self.index_w is None else self.index_w[at])
@@ -864,16 +864,19 @@ class Model(nn.Module):
     @overload
     def forward(self, tokens: mx.array, state: ModelState, *,
                 capture_layers: Sequence[int] = (),
-                return_hidden: Literal[False] = False, evaluate: bool = True) -> mx.array: ...
+                return_hidden: Literal[False] = False, evaluate: bool = True,
+                asynchronous: bool = False) -> mx.array: ...
 
     @overload
     def forward(self, tokens: mx.array, state: ModelState, *,
                 capture_layers: Sequence[int] = (),
-                return_hidden: Literal[True], evaluate: bool = True) -> ForwardOutput: ...
+                return_hidden: Literal[True], evaluate: bool = True,
+                asynchronous: bool = False) -> ForwardOutput: ...
 
     def forward(self, tokens: mx.array, state: ModelState, *,
                 capture_layers: Sequence[int] = (),
-                return_hidden: bool = False, evaluate: bool = True) -> mx.array | ForwardOutput:
+                return_hidden: bool = False, evaluate: bool = True,
+                asynchronous: bool = False) -> mx.array | ForwardOutput:
         """Logits [T, vocab] of int32 ``tokens`` [T] continuing ``state``, which it advances.
 
         With ``return_hidden`` a ``ForwardOutput`` also carries the hidden states of
@@ -903,7 +906,10 @@ class Model(nn.Module):
             self.truncate(state, pos0 + n)  # the padding rows leave the caches
         if evaluate:
             # One evaluation for the outputs and the new caches keeps the caches' graphs short.
-            mx.eval(logits, *captured.values(), x, final, *state.arrays())
+            # ``asynchronous`` only queues it: the host may build the next step meanwhile
+            # (pipelined decoding, ``engine.generate``), even on a token it has not read.
+            (mx.async_eval if asynchronous else mx.eval)(logits, *captured.values(), x, final,
+                                                         *state.arrays())
         if not return_hidden:
             return logits
         return ForwardOutput(logits, captured, x, final)

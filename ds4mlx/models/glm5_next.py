@@ -1023,16 +1023,19 @@ class Model(nn.Module):
     @overload
     def forward(self, tokens: mx.array, state: ModelState, *,
                 capture_layers: Sequence[int] = (),
-                return_hidden: Literal[False] = False, evaluate: bool = True) -> mx.array: ...
+                return_hidden: Literal[False] = False, evaluate: bool = True,
+                asynchronous: bool = False) -> mx.array: ...
 
     @overload
     def forward(self, tokens: mx.array, state: ModelState, *,
                 capture_layers: Sequence[int] = (),
-                return_hidden: Literal[True], evaluate: bool = True) -> ForwardOutput: ...
+                return_hidden: Literal[True], evaluate: bool = True,
+                asynchronous: bool = False) -> ForwardOutput: ...
 
     def forward(self, tokens: mx.array, state: ModelState, *,
                 capture_layers: Sequence[int] = (),
-                return_hidden: bool = False, evaluate: bool = True) -> mx.array | ForwardOutput:
+                return_hidden: bool = False, evaluate: bool = True,
+                asynchronous: bool = False) -> mx.array | ForwardOutput:
         """Logits [T, vocab] of int32 ``tokens`` [T] continuing ``state``, which it advances.
 
         With ``return_hidden`` a ``ForwardOutput`` also carries the hidden states of
@@ -1062,7 +1065,10 @@ class Model(nn.Module):
         state.layers, state.pos = caches, pos0 + n
         if evaluate:
             # One evaluation for the outputs and the new caches keeps the caches' graphs short.
-            mx.eval(logits, *captured.values(), x, final, *state.arrays())
+            # ``asynchronous`` only queues it: the host may build the next step meanwhile
+            # (pipelined decoding, ``engine.generate``), even on a token it has not read.
+            (mx.async_eval if asynchronous else mx.eval)(logits, *captured.values(), x, final,
+                                                         *state.arrays())
         if not return_hidden:
             return logits
         return ForwardOutput(logits, captured, x, final)

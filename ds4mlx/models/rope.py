@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import mlx.core as mx
 import numpy as np
@@ -47,10 +48,15 @@ def yarn_corr_dims(
 
 @dataclass(frozen=True)
 class RopeAngles:
-    """cos and sin (already multiplied by the YaRN magnitude scale), each [T, n_dims / 2]."""
+    """cos and sin (already multiplied by the YaRN magnitude scale), each [T, n_dims / 2], kept
+    on the host: ``RoPE.apply`` turns them into full-width tables there."""
 
-    cos: mx.array
-    sin: mx.array
+    cos: np.ndarray
+    sin: np.ndarray
+
+    def row(self, r: int) -> RopeAngles:
+        """The angles of row ``r`` alone."""
+        return RopeAngles(self.cos[r : r + 1], self.sin[r : r + 1])
 
 
 class RoPE:
@@ -85,10 +91,8 @@ class RoPE:
 
     def angles(self, positions: np.ndarray) -> RopeAngles:
         theta = np.asarray(positions, dtype=np.float64)[:, None] * self._inv_freq[None, :]
-        return RopeAngles(
-            mx.array((np.cos(theta) * self._mscale).astype(np.float32)),
-            mx.array((np.sin(theta) * self._mscale).astype(np.float32)),
-        )
+        return RopeAngles((np.cos(theta) * self._mscale).astype(np.float32),
+                          (np.sin(theta) * self._mscale).astype(np.float32))
 
     def apply(
         self, x: mx.array, angles: RopeAngles, *, offset: int = 0, inverse: bool = False
@@ -97,6 +101,12 @@ class RoPE:
 
         ``inverse`` is ``ggml_rope_ext_back``: the transposed rotation (sin negated) with the same
         magnitude scale.
+
+        Each rotated pair ``(a, b)`` becomes ``(a cos - b sin, a sin + b cos)``, computed as
+        ``r * C + (r @ P) * S`` on the rotated channels r: P swaps each pair's members (an exact
+        permutation matmul), C holds cos and S the signed sin, both built on the host. That is
+        five primitives (the slices, the matmul, one fused kernel, the concatenation) where
+        splitting pairs and stacking them back was fifteen; the products are the same.
         """
         n = self.config.n_dims
         if n == 0:
@@ -104,19 +114,34 @@ class RoPE:
         tokens, dim = x.shape[0], x.shape[-1]
         if offset < 0 or offset + n > dim:
             raise ValueError(f"RoPE channels [{offset}, {offset + n}) do not fit in {dim}")
-        bshape = (tokens,) + (1,) * (x.ndim - 2) + (n // 2,)
-        cos = angles.cos.reshape(bshape)
-        sin = angles.sin.reshape(bshape)
-        if inverse:
-            sin = -sin
-        part = x[..., offset : offset + n]
-        if self.config.interleaved:
-            pairs = part.reshape(*part.shape[:-1], n // 2, 2)
-            x0, x1 = pairs[..., 0], pairs[..., 1]
-            rotated = mx.stack([x0 * cos - x1 * sin, x0 * sin + x1 * cos], axis=-1)
-            rotated = rotated.reshape(part.shape)
-        else:
-            x0, x1 = part[..., : n // 2], part[..., n // 2 :]
-            rotated = mx.concatenate([x0 * cos - x1 * sin, x0 * sin + x1 * cos], axis=-1)
+        cos = np.repeat(angles.cos, 2, axis=-1) if self.config.interleaved else np.tile(
+            angles.cos, 2)
+        sin = -angles.sin if inverse else angles.sin
+        # S's signs: the first member of a pair takes -sin, the second +sin.
+        signed = (np.stack([-sin, sin], axis=-1).reshape(tokens, n) if self.config.interleaved
+                  else np.concatenate([-sin, sin], axis=-1))
+        bshape = (tokens,) + (1,) * (x.ndim - 2) + (n,)
+        part = x if n == dim else x[..., offset : offset + n]
+        rotated = _rotate(part, part @ self._swap, mx.array(cos.reshape(bshape)),
+                          mx.array(signed.reshape(bshape)))
         pieces = [x[..., :offset], rotated, x[..., offset + n :]]
-        return mx.concatenate([p for p in pieces if p.shape[-1] > 0], axis=-1)
+        pieces = [p for p in pieces if p.shape[-1] > 0]
+        return pieces[0] if len(pieces) == 1 else mx.concatenate(pieces, axis=-1)
+
+    @cached_property
+    def _swap(self) -> mx.array:
+        """The permutation [n, n] that swaps the members of each rotated pair."""
+        n = self.config.n_dims
+        index = np.arange(n)
+        if self.config.interleaved:
+            partner = index ^ 1
+        else:
+            partner = (index + n // 2) % n
+        swap = np.zeros((n, n), np.float32)
+        swap[partner, index] = 1.0
+        return mx.array(swap)
+
+
+@mx.compile
+def _rotate(x: mx.array, swapped: mx.array, cos: mx.array, signed_sin: mx.array) -> mx.array:
+    return x * cos + swapped * signed_sin

@@ -143,3 +143,77 @@ def test_mlx_choice_turns_them_off():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           env=env, timeout=120)
     assert done.stdout.strip() == "True" and "native" not in done.stderr
+
+
+def experts_case(seed: int, tokens: int, experts: int = 8, k: int = 2, dim: int = 64,
+                 ff: int = 48) -> tuple[mx.array, ...]:
+    rng = np.random.default_rng(seed)
+
+    def normal(*shape: int, scale: float = 1.0) -> mx.array:
+        return mx.array(rng.standard_normal(shape).astype(np.float32) * scale)
+
+    indices = np.stack([rng.permutation(experts)[:k] for _ in range(tokens)]).astype(np.int32)
+    return (normal(tokens, dim), normal(experts, ff, dim, scale=0.3),
+            normal(experts, ff, dim, scale=0.3), normal(experts, dim, ff, scale=0.3),
+            mx.array(indices))
+
+
+@pytest.mark.parametrize("grouped", [True, False], ids=["grouped", "per-row"])
+@pytest.mark.parametrize("limit", [0.0, 1.5])
+def test_routed_experts_equal_the_twin(ops, grouped, limit):
+    case = experts_case(1, 37)
+    got = ops.routed_experts(*case, limit, grouped)
+    want = twins.routed_experts(*case, limit)
+    np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-5, atol=1e-5)
+
+
+def test_routed_experts_per_row_results_do_not_depend_on_the_other_rows(ops):
+    x, gate, up, down, indices = experts_case(2, 7, experts=3)  # experts shared
+    together = ops.routed_experts(x, gate, up, down, indices, 10.0, False)
+    for r in range(7):
+        alone = ops.routed_experts(x[r : r + 1], gate, up, down, indices[r : r + 1], 10.0, False)
+        assert mx.array_equal(alone[0], together[r]).item()
+
+
+def test_routed_experts_on_a_subset_of_the_pairs_give_the_same_bits(ops):
+    # What a streamed store does: the pairs of some experts, in order, with [P, 1] indices.
+    x, gate, up, down, indices = experts_case(6, 40)
+    whole = np.array(ops.routed_experts(x, gate, up, down, indices, 10.0, True))
+    flat = np.array(indices).reshape(-1)
+    subset = np.flatnonzero(np.isin(flat, [1, 4, 6]))
+    subset = subset[np.argsort(flat[subset], kind="stable")]
+    part = ops.routed_experts(x[mx.array(subset // 2)], gate, up, down,
+                              mx.array(flat[subset][:, None]), 10.0, True)
+    np.testing.assert_array_equal(np.array(part)[:, 0], whole.reshape(-1, whole.shape[-1])[subset])
+
+
+def test_routed_experts_refuse_mismatched_shapes(ops):
+    x, gate, up, down, indices = experts_case(3, 4)
+    with pytest.raises(ValueError, match="routed_experts"):
+        ops.routed_experts(x, gate, up, mx.swapaxes(down, 1, 2), indices, 0.0, True)
+    with pytest.raises(ValueError, match="routed_experts"):
+        ops.routed_experts(x, gate, up, down, indices[:2], 0.0, True)
+
+
+def test_kernels_routed_experts_gradient_is_the_twins(ops):
+    x, gate, up, down, indices = experts_case(4, 5)
+
+    def loss(fn):
+        def f(x, gate, down):
+            out = fn(x, gate, up, down, indices, 1.5)
+            return (out * mx.arange(out.size).reshape(out.shape) / out.size).sum()
+        return f
+
+    def fused(x, gate, up, down, indices, limit):
+        return kernels.routed_experts(x, gate, up, down, indices, limit, row_invariant=False)
+
+    got = mx.grad(loss(fused), argnums=(0, 1, 2))(x, gate, down)
+    want = mx.grad(loss(twins.routed_experts), argnums=(0, 1, 2))(x, gate, down)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(np.array(g), np.array(w), rtol=1e-4, atol=1e-5)
+
+
+def test_kernels_routed_experts_leave_other_weight_kinds_to_the_caller(ops):
+    x, gate, up, down, indices = experts_case(5, 3)
+    half = gate.astype(mx.float16)
+    assert kernels.routed_experts(x, half, up, down, indices, 0.0, row_invariant=True) is None

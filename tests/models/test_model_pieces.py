@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 
+from ds4mlx.kernels import swiglu
 from ds4mlx.kernels.twins import sinkhorn
-from ds4mlx.models.moe import GatingFunc, gate_probs, route, swiglu
+from ds4mlx.models.moe import GatingFunc, gate_probs, route
 from ds4mlx.models.rope import RoPE, RopeConfig
 
 import mlx.core as mx
