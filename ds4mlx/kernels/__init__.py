@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import os
+import weakref
 from collections.abc import Callable
 from functools import cache
 from types import ModuleType
@@ -54,6 +55,30 @@ def _expert_grid(w: QuantizedWeight | PackedWeight) -> mx.array:
     return mx.arange(math.prod(leading), dtype=mx.uint32).reshape(leading)
 
 
+# Transposed views of frozen weights (``freeze``), by the weight's id; an entry leaves with its
+# weight (a weak reference's callback).
+_TRANSPOSED: dict[int, tuple[weakref.ref, mx.array]] = {}
+
+
+def freeze(w: Weight) -> Weight:
+    """Declare an inference weight that is never updated nor differentiated: a plain array
+    gets its transposed view made once (a view of the same memory, no copy), so that each
+    ``linear`` is one Matmul primitive instead of a Transpose and a Matmul. Returns ``w``."""
+    if isinstance(w, mx.array) and w.ndim >= 2:
+        transposed = mx.swapaxes(w, -1, -2)
+        mx.eval(transposed)
+        key = id(w)
+        _TRANSPOSED[key] = (weakref.ref(w, lambda _: _TRANSPOSED.pop(key, None)), transposed)
+    return w
+
+
+def _transposed(w: mx.array) -> mx.array:
+    entry = _TRANSPOSED.get(id(w))
+    if entry is not None and entry[0]() is w:
+        return entry[1]
+    return mx.swapaxes(w, -1, -2)
+
+
 def linear(x: mx.array, w: Weight) -> mx.array:
     """x @ w.T for a weight stored GGUF-style as [out_features, in_features].
 
@@ -61,7 +86,7 @@ def linear(x: mx.array, w: Weight) -> mx.array:
     them like ``x @ w.swapaxes(-1, -2)``.
     """
     if isinstance(w, mx.array):
-        return (x @ mx.swapaxes(w, -1, -2)).astype(x.dtype)
+        return (x @ _transposed(w)).astype(x.dtype)
     if len(w.shape) > 2:
         return gather_linear(x, w, _expert_grid(w))
     if isinstance(w, QuantizedWeight):
@@ -84,7 +109,7 @@ def gather_linear(
     """
     if isinstance(w, mx.array):
         out = mx.gather_mm(
-            x, mx.swapaxes(w, -1, -2), rhs_indices=expert_indices, sorted_indices=sorted_indices
+            x, _transposed(w), rhs_indices=expert_indices, sorted_indices=sorted_indices
         )
         return out.astype(x.dtype)
     if isinstance(w, QuantizedWeight):
@@ -153,6 +178,15 @@ def _native_routed_experts(limit: float, grouped: bool) -> Callable[..., mx.arra
 
 
 @cache
+def _native_sparse_attention(scale: float) -> Callable[..., mx.array]:
+    ops = native_ops()
+    return mx.compile(with_twin_gradient(
+        lambda q, w, r, c, i, s: ops.sparse_attention(q, w, r, c, i, s, scale),
+        lambda q, w, r, c, i, s: twins.sparse_attention(q, w, r, c, i, s, scale),
+        constants=(2, 4)))
+
+
+@cache
 def _native_sinkhorn(iters: int, eps: float) -> Callable[[mx.array], mx.array]:
     ops = native_ops()
     return mx.compile(with_twin_gradient(lambda c: ops.sinkhorn(c, iters, eps),
@@ -170,9 +204,20 @@ def _native_hc_mixes(hc: int, iters: int, eps: float) -> Callable[..., tuple[mx.
 
 def sparse_attention(q: mx.array, window: mx.array, window_range: mx.array, comp: mx.array,
                      comp_index: mx.array, sinks: mx.array, scale: float) -> mx.array:
-    """CSA attention over each row's window and selected compressed rows
-    (``twins.sparse_attention`` says how)."""
+    """Attention of each row over its window range and its selected compressed rows
+    (``twins.sparse_attention`` says how). Each row's result depends on its own keys only."""
+    if _native_cpu_ops() is not None and q.dtype == mx.float32:
+        return _native_sparse_attention(scale)(q, window, window_range, comp, comp_index, sinks)
     return _backend.sparse_attention(q, window, window_range, comp, comp_index, sinks, scale)
+
+
+def rotary(x: mx.array, cos: mx.array, sin: mx.array, offset: int, n_dims: int,
+           interleaved: bool, inverse: bool) -> mx.array | None:
+    """``models.rope.RoPE.apply`` (its formula is the twin) as one native primitive on the CPU;
+    None where that does not apply (not on the CPU, x not float32)."""
+    if x.dtype != mx.float32 or _native_cpu_ops() is None:
+        return None
+    return native_ops().rope(x, cos, sin, offset, n_dims, interleaved, inverse)
 
 
 def dequantize(w: Weight) -> mx.array:
@@ -214,10 +259,12 @@ __all__ = [
     "QuantizedWeight",
     "Weight",
     "dequantize",
+    "freeze",
     "gather_linear",
     "linear",
     "select_kernel_backend",
     "hc_mixes",
+    "rotary",
     "routed_experts",
     "sinkhorn",
     "sparse_attention",

@@ -210,24 +210,32 @@ def sparse_attention(q: mx.array, window: mx.array, window_range: mx.array, comp
 
     q [T, H, D]; window [W, D] raw keys (also the values), row t seeing rows
     ``window_range[t, 0] <= w < window_range[t, 1]``; comp [N, D] compressed keys, row t seeing
-    ``comp[comp_index[t, k]]`` for each slot k with an index >= 0; sinks [H] (unscaled logits in
-    the denominator only). Returns [T, H, D] in q's dtype. This twin gathers the selected rows
-    into [T, W + K, D] keys; the kernel reads them in place. Every row is computed on its own
-    keys, so its result does not depend on the other rows.
+    ``comp[comp_index[t, k]]`` for each slot k with an index in [0, N); sinks [H] (unscaled
+    logits in the denominator only). Returns [T, H, D] in q's dtype; a row that sees no key
+    gets zeros. This twin reads the ranges and indices on the host and gathers each row's keys
+    on their own, so that, as in the fused kernels that read them in place, a row's result
+    depends on nothing but its own keys: not on the other rows, nor on the window's length.
     """
-    rows = mx.arange(window.shape[0])
-    visible = [(rows >= window_range[:, :1]) & (rows < window_range[:, 1:])]
-    keys = [mx.broadcast_to(window, (q.shape[0], *window.shape))]
-    if comp_index.shape[1] and comp.shape[0]:
-        valid = (comp_index >= 0) & (comp_index < comp.shape[0])
-        keys.append(comp[mx.where(valid, comp_index, 0)])
-        visible.append(valid)
-    keys_t = mx.concatenate(keys, axis=1).astype(mx.float32)  # [T, W + K, D]
-    mask = mx.concatenate(visible, axis=1)[:, None, :]  # [T, 1, W + K]
-    scores = mx.matmul(q.astype(mx.float32), mx.swapaxes(keys_t, -1, -2)) * scale  # [T, H, W+K]
-    scores = mx.where(mask, scores, -mx.inf)
-    top = mx.maximum(mx.max(scores, axis=-1), sinks.astype(mx.float32))  # [T, H]
-    weights = mx.exp(scores - top[..., None])
+    ranges = np.array(window_range).reshape(-1, 2)
+    index = np.array(comp_index).reshape(ranges.shape[0], -1)
+    rows = []
+    for t in range(q.shape[0]):
+        lo, hi = max(int(ranges[t, 0]), 0), min(int(ranges[t, 1]), window.shape[0])
+        picked = index[t][(index[t] >= 0) & (index[t] < comp.shape[0])]
+        keys = ([window[lo:hi]] if hi > lo else []) + ([comp[mx.array(picked)]]
+                                                       if picked.size else [])
+        rows.append(_sink_attention_row(q[t], keys, sinks, scale))
+    return mx.stack(rows).astype(q.dtype)
+
+
+def _sink_attention_row(q: mx.array, keys: list[mx.array], sinks: mx.array,
+                        scale: float) -> mx.array:
+    """One query row q [H, D] over ``keys`` (pieces [n, D]): softmax with each head's sink."""
+    if not keys:
+        return mx.zeros(q.shape, mx.float32)
+    k = mx.concatenate(keys).astype(mx.float32)
+    scores = (q.astype(mx.float32) @ k.T) * scale  # [H, n]
+    top = mx.maximum(mx.max(scores, axis=-1), sinks.astype(mx.float32))
+    weights = mx.exp(scores - top[:, None])
     denominator = mx.sum(weights, axis=-1) + mx.exp(sinks - top)
-    out = mx.matmul(weights / denominator[..., None], keys_t)
-    return out.astype(q.dtype)
+    return (weights / denominator[:, None]) @ k

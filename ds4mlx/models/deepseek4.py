@@ -36,6 +36,7 @@ not emulated.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -604,7 +605,7 @@ class Attention(nn.Module):
         if n_real is None:
             out = self._attend(rows.q, positions, window, new_cache, rows.index_q, rows.index_w)
         else:
-            out = self._attend_rows(rows.q, positions, window, new_cache, rows.index_q,
+            out = self._attend_tile(rows.q, positions, window, new_cache, rows.index_q,
                                     rows.index_w, n_real)
         return self.output(out, rows.angles, n_real), new_cache
 
@@ -619,8 +620,8 @@ class Attention(nn.Module):
         for r, cache in enumerate(caches):
             row = rows.row(r)
             window, new_cache = self._extend(cache, row, int(positions[r]))
-            outs.append(self._attend(row.q, positions[r : r + 1], window, new_cache,
-                                     row.index_q, row.index_w))
+            outs.append(self._attend_tile(row.q, positions[r : r + 1], window, new_cache,
+                                          row.index_q, row.index_w, 1))
             new_caches.append(new_cache)
         outs.append(mx.zeros((x.shape[0] - len(caches), *rows.q.shape[1:]), rows.q.dtype))
         return self.output(mx.concatenate(outs), rows.angles, len(caches)), new_caches
@@ -679,21 +680,49 @@ class Attention(nn.Module):
         lora = mx.swapaxes(linear(grouped, self.wo_a), 0, 1)  # [T, G, o_lora_rank]
         return linear(lora.reshape(tokens, -1), self.wo_b)
 
-    def _attend_rows(self, q: mx.array, positions: np.ndarray, window: mx.array,
+    def _attend_tile(self, q: mx.array, positions: np.ndarray, window: mx.array,
                      cache: LayerCache, index_q: mx.array | None, index_w: mx.array | None,
                      n_real: int) -> mx.array:
-        """``_attend`` one real row at a time, each over exactly the keys its position sees, so
-        its result does not depend on the other rows of the chunk; zeros for padding rows."""
+        """A decode tile's attention in one call: each of the first ``n_real`` rows over exactly
+        the keys its position sees (its window rows, its visible or indexer-selected compressed
+        rows), padding rows over none (zeros out). ``kernels.sparse_attention`` reads each
+        row's keys on their own, so a row's result does not depend on the other rows: a verify
+        row equals decoding its token alone, bit for bit."""
         tokens = q.shape[0]
-        outs = []
-        for r in range(n_real):
-            row = slice(r, r + 1)
-            outs.append(self._attend(
-                q[row], positions[row], window[: window.shape[0] - (tokens - 1 - r)], cache,
-                None if index_q is None else index_q[row],
-                None if index_w is None else index_w[row]))
-        outs.append(mx.zeros((tokens - n_real, *q.shape[1:]), q.dtype))
-        return mx.concatenate(outs)
+        real = np.arange(tokens) < n_real
+        window_start = int(positions[-1]) + 1 - window.shape[0]
+        hi = positions + 1 - window_start
+        ranges = np.where(real[:, None], np.stack([np.maximum(hi - self.window, 0), hi], 1), 0)
+        comp, index = self._tile_blocks(positions, real, cache, index_q, index_w)
+        return sparse_attention(q, window, mx.array(ranges.astype(np.int32)), comp, index,
+                                self.sinks, self.scale)
+
+    def _tile_blocks(self, positions: np.ndarray, real: np.ndarray, cache: LayerCache,
+                     index_q: mx.array | None, index_w: mx.array | None
+                     ) -> tuple[mx.array, mx.array]:
+        """The compressed rows and, per tile row, the ones it attends (int32 [T, K], -1 for an
+        unused slot): every visible block, or the indexer's top-k where a row sees more."""
+        n_comp = 0 if cache.comp is None else cache.comp.shape[0]
+        n_vis = np.where(real, np.minimum((positions + 1) // max(self.ratio, 1), n_comp), 0)
+        if not n_vis.any():
+            return _no_blocks(self.head_dim, len(positions))
+        top_k = self.indexer.top_k if self.indexer is not None else 0
+        if not top_k or n_vis.max() <= top_k:
+            slots = np.arange(n_vis.max())
+            return cache.comp, mx.array(np.where(slots < n_vis[:, None], slots, -1)
+                                        .astype(np.int32))
+        # The indexer's choice for each row over exactly that row's blocks, as a one-row
+        # decode makes it; rows that see at most top_k blocks take them all.
+        slots = np.arange(top_k)
+        picks = []
+        for r, n in enumerate(n_vis):
+            if n > top_k:
+                picks.append(self.indexer.top_blocks(
+                    index_q[r : r + 1], index_w[r : r + 1], cache.index[:n],
+                    mx.array(np.ones((1, n), bool))))
+            else:
+                picks.append(mx.array(np.where(slots < n, slots, -1)[None].astype(np.int32)))
+        return cache.comp, mx.concatenate(picks)
 
     def _attend(self, q: mx.array, positions: np.ndarray, window: mx.array, cache: LayerCache,
                 index_q: mx.array | None, index_w: mx.array | None) -> mx.array:
@@ -963,6 +992,15 @@ class Model(nn.Module):
         """The hc residual streams [T, hc, D] entering the first block: the token embeddings."""
         h = take_rows(self.embed, tokens).astype(mx.float32)
         return mx.broadcast_to(h[:, None, :], (h.shape[0], self.args.hc_mult, h.shape[1]))
+
+
+@functools.cache
+def _no_blocks(dim: int, tokens: int) -> tuple[mx.array, mx.array]:
+    """No compressed rows [0, dim] and no slots [tokens, 0], evaluated once: constants, not
+    primitives on every call."""
+    empty = (mx.zeros((0, dim), mx.float32), mx.zeros((tokens, 0), mx.int32))
+    mx.eval(*empty)
+    return empty
 
 
 def _pad_to_tile(tokens: mx.array) -> mx.array:

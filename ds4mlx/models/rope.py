@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 
+from ds4mlx.kernels import rotary
+
 import mlx.core as mx
 import numpy as np
 
@@ -100,7 +102,8 @@ class RoPE:
         """Rotate channels ``[offset, offset + n_dims)`` of x ([T, ..., D], token axis first).
 
         ``inverse`` is ``ggml_rope_ext_back``: the transposed rotation (sin negated) with the same
-        magnitude scale.
+        magnitude scale. On the CPU one native primitive computes it (``kernels.rotary``); this
+        formula is its twin.
 
         Each rotated pair ``(a, b)`` becomes ``(a cos - b sin, a sin + b cos)``, computed as
         ``r * C + (r @ P) * S`` on the rotated channels r: P swaps each pair's members (an exact
@@ -111,9 +114,16 @@ class RoPE:
         n = self.config.n_dims
         if n == 0:
             return x
-        tokens, dim = x.shape[0], x.shape[-1]
+        dim = x.shape[-1]
         if offset < 0 or offset + n > dim:
             raise ValueError(f"RoPE channels [{offset}, {offset + n}) do not fit in {dim}")
+        native = rotary(x, mx.array(angles.cos), mx.array(angles.sin), offset, n,
+                        self.config.interleaved, inverse)
+        return self.twin(x, angles, offset, inverse) if native is None else native
+
+    def twin(self, x: mx.array, angles: RopeAngles, offset: int, inverse: bool) -> mx.array:
+        """``apply`` in MLX operations (the native primitive's twin)."""
+        n, tokens, dim = self.config.n_dims, x.shape[0], x.shape[-1]
         cos = np.repeat(angles.cos, 2, axis=-1) if self.config.interleaved else np.tile(
             angles.cos, 2)
         sin = -angles.sin if inverse else angles.sin

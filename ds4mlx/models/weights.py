@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from ds4mlx.experts import ExpertStore, LayerExperts, ResidentStore
 from ds4mlx.gguf import GGUFError, GGUFFile
-from ds4mlx.kernels import QuantizedWeight, Weight
+from ds4mlx.kernels import QuantizedWeight, Weight, freeze
 
 import mlx.core as mx
 import numpy as np
@@ -52,6 +52,8 @@ class Weights(ABC):
     """Tensors by name, each checked against ``shapes`` (name -> numpy-order shape)."""
 
     error: type[Exception] = ValueError  # what a missing or misshapen tensor raises
+    #: Inference weights, never updated nor differentiated: matmul weights are ``freeze``d.
+    frozen: bool = False
 
     def __init__(self, shapes: Mapping[str, Shape], source: str,
                  expert_store: ExpertStore | None = None):
@@ -93,7 +95,10 @@ class Weights(ABC):
     def matrix(self, name: str) -> Weight:
         shape, actual = self._check(name)
         w = self._matrix(name)
-        return w if actual == shape else view_weight(w, shape)
+        return self._prepared(w if actual == shape else view_weight(w, shape))
+
+    def _prepared(self, w: Weight) -> Weight:
+        return freeze(w) if self.frozen else w
 
     def param(self, name: str) -> mx.array:
         shape, _ = self._check(name)
@@ -117,13 +122,14 @@ class Weights(ABC):
         rows, cols = self.shapes[name]
         stacked = (groups, rows // groups, cols)
         self._check(name, (stacked,))
-        return view_weight(self._matrix(name), stacked)
+        return self._prepared(view_weight(self._matrix(name), stacked))
 
 
 class GGUFWeights(Weights):
     """Tensors read from a GGUF file; matmul weights through ``GGUFFile.load_weight``."""
 
     error = GGUFError
+    frozen = True
 
     def __init__(self, shapes: Mapping[str, Shape], gguf: GGUFFile, mode: str | None,
                  expert_store: ExpertStore | None = None):

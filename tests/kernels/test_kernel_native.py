@@ -217,3 +217,43 @@ def test_kernels_routed_experts_leave_other_weight_kinds_to_the_caller(ops):
     x, gate, up, down, indices = experts_case(5, 3)
     half = gate.astype(mx.float16)
     assert kernels.routed_experts(x, half, up, down, indices, 0.0, row_invariant=True) is None
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_sparse_attention_equals_the_twin_row_by_row(ops, seed):
+    from test_kernel_fused import attention_case
+
+    case = attention_case(seed)
+    names = ("q", "window", "window_range", "comp", "comp_index", "sinks")
+    args = [mx.array(case[name]) for name in names]
+    got = ops.sparse_attention(*args, 0.125)
+    np.testing.assert_allclose(np.array(got), np.array(twins.sparse_attention(*args, 0.125)),
+                               rtol=1e-5, atol=1e-6)
+    assert not np.array(got)[0].any()  # row 0 sees no key at all
+    q, window, ranges, comp, index, sinks = args
+    for t in range(q.shape[0]):
+        lo, hi = (int(v) for v in case["window_range"][t])
+        # alone, with only its own window rows: the same bits
+        alone = ops.sparse_attention(q[t : t + 1], window[lo:hi], mx.array([[0, hi - lo]]),
+                                     comp, index[t : t + 1], sinks, 0.125)
+        assert mx.array_equal(alone[0], got[t]).item()
+
+
+@pytest.mark.parametrize("interleaved", [True, False], ids=["normal", "neox"])
+def test_rope_equals_the_formula_and_its_gradient(ops, interleaved):
+    from ds4mlx.models.rope import RoPE, RopeConfig
+
+    rope = RoPE(RopeConfig(n_dims=32, base=10000.0, interleaved=interleaved))
+    x = mx.array(np.random.default_rng(9).standard_normal((5, 3, 64)).astype(np.float32))
+    angles = rope.angles(np.arange(7, 12))
+    cos, sin = mx.array(angles.cos), mx.array(angles.sin)
+    weights = mx.arange(x.size).reshape(x.shape) / x.size
+    for inverse in (False, True):
+        got = ops.rope(x, cos, sin, 24, 32, interleaved, inverse)
+        want = rope.twin(x, angles, 24, inverse)
+        np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-6, atol=1e-6)
+    grad = mx.grad(lambda v: (ops.rope(v, cos, sin, 24, 32, interleaved, False) * weights).sum())
+    inverse = ops.rope(weights, cos, sin, 24, 32, interleaved, True)  # a rotation's transpose
+    np.testing.assert_allclose(np.array(grad(x)), np.array(inverse), rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="rope"):
+        ops.rope(x, cos, sin, 40, 32, interleaved, False)

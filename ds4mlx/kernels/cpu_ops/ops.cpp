@@ -298,6 +298,170 @@ class RoutedExpertsFFN : public mx::Primitive {
   bool grouped_;
 };
 
+// twins.sparse_attention: each query row t attends its raw window rows [lo, hi) and the
+// compressed rows comp_index[t, :] (a slot outside [0, N) is unused), keys being also values
+// (one KV head), with each head's sink logit in the softmax denominator only. A row reads
+// exactly its own keys, in order, so its result never depends on the other rows of the call.
+class SparseAttention : public mx::Primitive {
+ public:
+  SparseAttention(mx::Stream stream, float scale) : mx::Primitive(stream), scale_(scale) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
+    mx::array& out = outputs[0];
+    out.set_data(mx::allocator::malloc(out.nbytes()));
+    auto& encoder = mx::cpu::get_command_encoder(stream());
+    for (const auto& in : inputs) encoder.set_input_array(in);
+    encoder.set_output_array(out);
+    encoder.dispatch([inputs, dst = out.data<float>(), scale = scale_]() {
+      run(inputs, dst, scale);
+    });
+  }
+
+  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
+    throw std::runtime_error("ds4mlx SparseAttention: no GPU implementation (Metal kernel)");
+  }
+
+  const char* name() const override { return "DS4SparseAttention"; }
+
+  bool is_equivalent(const mx::Primitive& other) const override {
+    return scale_ == static_cast<const SparseAttention&>(other).scale_;
+  }
+
+ private:
+  static std::vector<int> int_values(const mx::array& a) {
+    std::vector<int> out(a.size());
+    for (size_t i = 0; i < a.size(); i++) {
+      out[i] = a.data<int32_t>()[mx::elem_to_loc(static_cast<int>(i), a)];
+    }
+    return out;
+  }
+
+  static void run(const std::vector<mx::array>& inputs, float* out, float scale) {
+    const int tokens = inputs[0].shape(0), heads = inputs[0].shape(1), dim = inputs[0].shape(2);
+    const int window_rows = inputs[1].shape(0), comp_rows = inputs[3].shape(0);
+    const int slots = inputs[4].shape(1);
+    std::vector<float> q = row_major(inputs[0]), window = row_major(inputs[1]);
+    std::vector<float> comp = row_major(inputs[3]), sinks = row_major(inputs[5]);
+    std::vector<int> ranges = int_values(inputs[2]), index = int_values(inputs[4]);
+    std::vector<const float*> keys;
+    std::vector<float> scores;
+    for (int t = 0; t < tokens; t++) {
+      keys.clear();
+      const int lo = std::max(ranges[2 * t], 0), hi = std::min(ranges[2 * t + 1], window_rows);
+      for (int r = lo; r < hi; r++) keys.push_back(window.data() + static_cast<size_t>(r) * dim);
+      for (int k = 0; k < slots; k++) {
+        const int row = index[t * slots + k];
+        if (row >= 0 && row < comp_rows) {
+          keys.push_back(comp.data() + static_cast<size_t>(row) * dim);
+        }
+      }
+      scores.resize(keys.size());
+      for (int h = 0; h < heads; h++) {
+        const float* qv = q.data() + (static_cast<size_t>(t) * heads + h) * dim;
+        float top = sinks[h];
+        for (size_t j = 0; j < keys.size(); j++) {
+          float dot = 0.0f;
+          for (int d = 0; d < dim; d++) dot += qv[d] * keys[j][d];
+          scores[j] = dot * scale;
+          top = std::max(top, scores[j]);
+        }
+        float denominator = 0.0f;
+        for (size_t j = 0; j < keys.size(); j++) {
+          scores[j] = std::exp(scores[j] - top);
+          denominator += scores[j];
+        }
+        denominator += std::exp(sinks[h] - top);
+        float* o = out + (static_cast<size_t>(t) * heads + h) * dim;
+        std::fill(o, o + dim, 0.0f);
+        for (size_t j = 0; j < keys.size(); j++) {
+          const float p = scores[j] / denominator;
+          for (int d = 0; d < dim; d++) o[d] += p * keys[j][d];
+        }
+      }
+    }
+  }
+
+  float scale_;
+};
+
+// models.rope.RoPE.apply: channels [offset, offset + n_dims) of x [T, ..., D] rotated pairwise
+// by token t's angles, cos/sin [T, n_dims / 2] (already scaled); ``interleaved`` pairs
+// (2i, 2i + 1) (GGML_ROPE_TYPE_NORMAL), else (i, i + n_dims / 2) (NEOX). ``inverse`` rotates
+// back (sin negated), which is also the vector-Jacobian product, so this primitive is
+// differentiable without a twin.
+class Rope : public mx::Primitive {
+ public:
+  Rope(mx::Stream stream, int offset, int n_dims, bool interleaved, bool inverse)
+      : mx::Primitive(stream), offset_(offset), n_dims_(n_dims), interleaved_(interleaved),
+        inverse_(inverse) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
+    mx::array& out = outputs[0];
+    out.set_data(mx::allocator::malloc(out.nbytes()));
+    auto& encoder = mx::cpu::get_command_encoder(stream());
+    for (const auto& in : inputs) encoder.set_input_array(in);
+    encoder.set_output_array(out);
+    encoder.dispatch([inputs, dst = out.data<float>(), offset = offset_, n = n_dims_,
+                      interleaved = interleaved_, inverse = inverse_]() {
+      const mx::array& x_in = inputs[0];
+      std::vector<float> x = row_major(x_in), cos = row_major(inputs[1]);
+      std::vector<float> sin = row_major(inputs[2]);
+      const int tokens = x_in.shape(0), dim = x_in.shape(-1), half = n / 2;
+      const size_t per_token = x_in.size() / tokens, vectors = per_token / dim;
+      std::copy(x.begin(), x.end(), dst);
+      for (int t = 0; t < tokens; t++) {
+        for (size_t v = 0; v < vectors; v++) {
+          const float* src = x.data() + t * per_token + v * dim + offset;
+          float* o = dst + t * per_token + v * dim + offset;
+          for (int i = 0; i < half; i++) {
+            const int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + half;
+            const float c = cos[t * half + i], s = inverse ? -sin[t * half + i]
+                                                           : sin[t * half + i];
+            o[a] = src[a] * c - src[b] * s;
+            o[b] = src[a] * s + src[b] * c;
+          }
+        }
+      }
+    });
+  }
+
+  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
+    throw std::runtime_error("ds4mlx Rope: no GPU implementation");
+  }
+
+  std::vector<mx::array> vjp(const std::vector<mx::array>& primals,
+                             const std::vector<mx::array>& cotangents,
+                             const std::vector<int>& argnums,
+                             const std::vector<mx::array>&) override {
+    std::vector<mx::array> grads;
+    for (int arg : argnums) {
+      if (arg == 0) {
+        grads.push_back(mx::array(
+            cotangents[0].shape(), mx::float32,
+            std::make_shared<Rope>(stream(), offset_, n_dims_, interleaved_, !inverse_),
+            {mx::astype(cotangents[0], mx::float32, stream()), primals[1], primals[2]}));
+      } else {
+        grads.push_back(mx::zeros_like(primals[arg], stream()));  // the angles are constants
+      }
+    }
+    return grads;
+  }
+
+  const char* name() const override { return "DS4Rope"; }
+
+  bool is_equivalent(const mx::Primitive& other) const override {
+    const auto& o = static_cast<const Rope&>(other);
+    return offset_ == o.offset_ && n_dims_ == o.n_dims_ && interleaved_ == o.interleaved_ &&
+           inverse_ == o.inverse_;
+  }
+
+ private:
+  int offset_;
+  int n_dims_;
+  bool interleaved_;
+  bool inverse_;
+};
+
 mx::array sinkhorn(const mx::array& comb, int iters, float eps) {
   auto s = mx::default_stream(mx::Device::cpu);
   if (comb.ndim() < 2 || comb.shape(-1) != comb.shape(-2)) {
@@ -344,6 +508,42 @@ mx::array routed_experts(const mx::array& x, const mx::array& gate, const mx::ar
                    std::make_shared<RoutedExpertsFFN>(s, limit, grouped), in);
 }
 
+mx::array sparse_attention(const mx::array& q, const mx::array& window,
+                           const mx::array& window_range, const mx::array& comp,
+                           const mx::array& comp_index, const mx::array& sinks, float scale) {
+  auto s = mx::default_stream(mx::Device::cpu);
+  const int tokens = q.ndim() == 3 ? q.shape(0) : -1;
+  if (q.ndim() != 3 || window.ndim() != 2 || window.shape(1) != q.shape(2) ||
+      comp.ndim() != 2 || comp.shape(1) != q.shape(2) ||
+      window_range.shape() != mx::Shape{tokens, 2} || comp_index.ndim() != 2 ||
+      comp_index.shape(0) != tokens || sinks.ndim() != 1 || sinks.shape(0) != q.shape(1)) {
+    throw std::invalid_argument(
+        "sparse_attention: expected q [T, H, D], window [W, D], window_range [T, 2], "
+        "comp [N, D], comp_index [T, K], sinks [H]");
+  }
+  std::vector<mx::array> in = {mx::astype(q, mx::float32, s), mx::astype(window, mx::float32, s),
+                               mx::astype(window_range, mx::int32, s),
+                               mx::astype(comp, mx::float32, s),
+                               mx::astype(comp_index, mx::int32, s),
+                               mx::astype(sinks, mx::float32, s)};
+  return mx::array(q.shape(), mx::float32, std::make_shared<SparseAttention>(s, scale), in);
+}
+
+mx::array rope(const mx::array& x, const mx::array& cos, const mx::array& sin, int offset,
+               int n_dims, bool interleaved, bool inverse) {
+  auto s = mx::default_stream(mx::Device::cpu);
+  if (x.ndim() < 2 || n_dims % 2 || offset < 0 || offset + n_dims > x.shape(-1) ||
+      cos.shape() != mx::Shape{x.shape(0), n_dims / 2} || sin.shape() != cos.shape()) {
+    throw std::invalid_argument(
+        "rope: expected x [T, ..., D] with channels [offset, offset + n_dims) inside D and "
+        "cos, sin [T, n_dims / 2]");
+  }
+  return mx::array(x.shape(), mx::float32,
+                   std::make_shared<Rope>(s, offset, n_dims, interleaved, inverse),
+                   {mx::astype(x, mx::float32, s), mx::astype(cos, mx::float32, s),
+                    mx::astype(sin, mx::float32, s)});
+}
+
 }  // namespace
 
 NB_MODULE(_cpu_ops, m) {
@@ -355,4 +555,9 @@ NB_MODULE(_cpu_ops, m) {
   m.def("routed_experts", &routed_experts, "x"_a, "gate"_a, "up"_a, "down"_a, "indices"_a,
         "limit"_a, "grouped"_a,
         "Every (token, slot) pair's routed SwiGLU expert output [T, k, D], as one primitive.");
+  m.def("rope", &rope, "x"_a, "cos"_a, "sin"_a, "offset"_a, "n_dims"_a, "interleaved"_a,
+        "inverse"_a, "Rotary embedding of channels [offset, offset + n_dims), one primitive.");
+  m.def("sparse_attention", &sparse_attention, "q"_a, "window"_a, "window_range"_a, "comp"_a,
+        "comp_index"_a, "sinks"_a, "scale"_a,
+        "Sink attention of each row over its window range and selected compressed rows.");
 }
