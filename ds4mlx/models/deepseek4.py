@@ -996,11 +996,9 @@ class Model(nn.Module):
 
 @functools.cache
 def _no_blocks(dim: int, tokens: int) -> tuple[mx.array, mx.array]:
-    """No compressed rows [0, dim] and no slots [tokens, 0], evaluated once: constants, not
-    primitives on every call."""
-    empty = (mx.zeros((0, dim), mx.float32), mx.zeros((tokens, 0), mx.int32))
-    mx.eval(*empty)
-    return empty
+    """No compressed rows [0, dim] and no slots [tokens, 0]: constants made from host arrays,
+    not primitives on every call."""
+    return mx.array(np.zeros((0, dim), np.float32)), mx.array(np.zeros((tokens, 0), np.int32))
 
 
 def _pad_to_tile(tokens: mx.array) -> mx.array:
