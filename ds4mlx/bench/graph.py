@@ -122,11 +122,10 @@ class _Profiler:
 
 
 def _mhc_targets(model_module: Any) -> list[tuple[Any, str, str]]:
-    """The mHC sites and the stream collapse/expand a model module imported."""
+    """The mHC sites and the stream expansion a model module imported."""
     from ds4mlx.models import mhc
 
-    return [(mhc.HyperConnection, "__call__", "mhc"), (model_module, "hc_collapse", "mhc"),
-            (model_module, "hc_expand", "mhc")]
+    return [(mhc.HyperConnection, "__call__", "mhc"), (model_module, "hc_expand", "mhc")]
 
 
 def _deepseek4_targets() -> list[tuple[Any, str, str]]:

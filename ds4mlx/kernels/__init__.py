@@ -154,6 +154,41 @@ def hc_mixes(mixes: mx.array, scale: mx.array, base: mx.array, hc: int, iters: i
     return twins.hc_mixes(mixes, scale, base, hc, iters, eps, sinkhorn_fn=_backend.sinkhorn)
 
 
+def hc_pre(x: mx.array, fn: Weight, scale: mx.array, base: mx.array, hc: int, iters: int,
+           eps: float, norm_eps: float) -> tuple[mx.array, mx.array, mx.array] | None:
+    """A whole mHC site before its block as one native primitive on the CPU
+    (``twins.hc_pre`` says what it computes): (block input [T, D], post, comb). None where
+    that does not apply (not on the CPU, ``fn`` not a float32 array)."""
+    if not (isinstance(fn, mx.array) and fn.dtype == mx.float32 and x.dtype == mx.float32):
+        return None
+    if _native_cpu_ops() is None:
+        return None
+    return _native_hc_pre(hc, iters, eps, norm_eps)(x, fn, scale, base)
+
+
+def hc_expand(out: mx.array, residual: mx.array, post: mx.array, comb: mx.array) -> mx.array:
+    """The mHC streams after a block (``twins.hc_expand`` says how): one native primitive on
+    the CPU."""
+    if _native_cpu_ops() is None or residual.dtype != mx.float32:
+        return twins.hc_expand(out, residual, post, comb)
+    return _native_hc_expand()(out, residual, post, comb)
+
+
+@cache
+def _native_hc_pre(hc: int, iters: int, eps: float, norm_eps: float
+                   ) -> Callable[..., tuple[mx.array, ...]]:
+    ops = native_ops()
+    return mx.compile(with_twin_gradient(
+        lambda x, f, s, b: tuple(ops.hc_pre(x, f, s, b, hc, iters, eps, norm_eps)),
+        lambda x, f, s, b: twins.hc_pre(x, f, s, b, hc, iters, eps, norm_eps)))
+
+
+@cache
+def _native_hc_expand() -> Callable[..., mx.array]:
+    ops = native_ops()
+    return mx.compile(with_twin_gradient(ops.hc_expand, twins.hc_expand))
+
+
 def routed_experts(x: mx.array, gate: Weight, up: Weight, down: Weight, indices: mx.array,
                    limit: float, *, row_invariant: bool) -> mx.array | None:
     """Every (token, slot) pair's routed SwiGLU expert output [T, k, D] as one fused native
@@ -263,7 +298,9 @@ __all__ = [
     "gather_linear",
     "linear",
     "select_kernel_backend",
+    "hc_expand",
     "hc_mixes",
+    "hc_pre",
     "rotary",
     "routed_experts",
     "sinkhorn",

@@ -204,6 +204,24 @@ def hc_mixes(mixes: mx.array, scale: mx.array, base: mx.array, hc: int, iters: i
     return pre, post, sinkhorn_fn(comb.reshape(mixes.shape[0], hc, hc), iters, eps)
 
 
+def hc_pre(x: mx.array, fn: mx.array, scale: mx.array, base: mx.array, hc: int, iters: int,
+           eps: float, norm_eps: float) -> tuple[mx.array, mx.array, mx.array]:
+    """A whole mHC site before its block, on a float32 projection ``fn`` [(2 + hc) * hc, hc * D]:
+    the streams x [T, hc, D] RMS-normed as one flat vector per token, projected, mixed
+    (``hc_mixes``) and collapsed by ``pre``. Returns (block input [T, D], post, comb)."""
+    flat = mx.fast.rms_norm(x.reshape(x.shape[0], -1), None, norm_eps)
+    pre, post, comb = hc_mixes(flat @ fn.T, scale, base, hc, iters, eps)
+    return (pre[:, None, :] @ x)[:, 0], post, comb
+
+
+@mx.compile
+def hc_expand(out: mx.array, residual: mx.array, post: mx.array, comb: mx.array) -> mx.array:
+    """The streams after a block [T, hc, D]: ``post[dst] * out + sum_src comb[src, dst] *
+    residual[src]``. Compiled, the scaling and the sum are one kernel after the matmul."""
+    mixed = mx.matmul(mx.swapaxes(comb, -1, -2), residual)
+    return post[..., None] * out[:, None, :] + mixed
+
+
 def sparse_attention(q: mx.array, window: mx.array, window_range: mx.array, comp: mx.array,
                      comp_index: mx.array, sinks: mx.array, scale: float) -> mx.array:
     """Sink attention of each query row over its sliding window and its selected compressed rows.

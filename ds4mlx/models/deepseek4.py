@@ -51,7 +51,6 @@ from ds4mlx.models.metadata import ArchMetadata, first
 from ds4mlx.models.mhc import (
     HyperHead,
     block_site_shapes,
-    hc_collapse,
     hc_expand,
     hc_mean,
     load_block_sites,
@@ -824,11 +823,11 @@ class Block(nn.Module):
 
     def _run(self, x: mx.array, tokens: mx.array, n_real: int | None,
              attend: Callable[[mx.array], tuple[mx.array, _C]]) -> tuple[mx.array, _C]:
-        pre, post, comb = self.hc_attn(x)
-        h, cache = attend(self.attn_norm(hc_collapse(x, pre)))
+        h, post, comb = self.hc_attn(x)
+        h, cache = attend(self.attn_norm(h))
         x = hc_expand(h, x, post, comb)
-        pre, post, comb = self.hc_ffn(x)
-        h = self.moe(self.ffn_norm(hc_collapse(x, pre)), tokens, n_real)
+        h, post, comb = self.hc_ffn(x)
+        h = self.moe(self.ffn_norm(h), tokens, n_real)
         return hc_expand(h, x, post, comb), cache
 
 

@@ -59,7 +59,6 @@ from ds4mlx.models.cache import ModelState, append_rows
 from ds4mlx.models.metadata import ArchMetadata, first
 from ds4mlx.models.mhc import (
     block_site_shapes,
-    hc_collapse,
     hc_expand,
     hc_mean,
     load_block_sites,
@@ -858,15 +857,15 @@ class Block(nn.Module):
     def __call__(self, x: mx.array, pos0: int, cache: Any, selection: Selection | None,
                  n_real: int | None = None) -> tuple[mx.array, Any, Selection | None]:
         """``n_real``: x is a decode tile whose first ``n_real`` rows are real (DECODE_TILE)."""
-        pre, post, comb = self.hc_attn(x)
-        h = self.attn_norm(hc_collapse(x, pre))
+        h, post, comb = self.hc_attn(x)
+        h = self.attn_norm(h)
         if isinstance(self.mixer, KDA):
             h, cache = self.mixer(h, cache, n_real)
         else:
             h, cache, selection = self.mixer(h, pos0, cache, selection, n_real)
         x = hc_expand(h, x, post, comb)
-        pre, post, comb = self.hc_ffn(x)
-        h = self.ffn_norm(hc_collapse(x, pre))
+        h, post, comb = self.hc_ffn(x)
+        h = self.ffn_norm(h)
         h = self.ffn(h, None, n_real) if isinstance(self.ffn, SharedExpertMoE) else self.ffn(h)
         return hc_expand(h, x, post, comb), cache, selection
 

@@ -3,14 +3,16 @@
 Per token the streams ``x`` [hc, D] are RMS-normed as one flat vector and projected to
 ``(2 + hc) * hc`` mixes: ``pre`` weights collapse the streams into the block input, ``post`` weights
 spread the block output back over the streams, and ``comb`` (made doubly stochastic by Sinkhorn)
-mixes the residual streams (``kernels.hc_mixes``: one native CPU primitive, a fused Metal
-Sinkhorn, or the MLX twin).
+mixes the residual streams. On the CPU a whole site is one native primitive (``kernels.hc_pre``)
+and so is the expansion (``kernels.hc_expand``); elsewhere the mixes run as ``kernels.hc_mixes``
+(a fused Metal Sinkhorn, or the MLX twin).
 Layouts follow llama.cpp: ``comb`` is [T, src, dst].
 """
 
 from __future__ import annotations
 
-from ds4mlx.kernels import Weight, hc_mixes, linear
+from ds4mlx import kernels
+from ds4mlx.kernels import Weight, linear
 from ds4mlx.models.norms import rms_norm
 from ds4mlx.models.weights import Weights
 
@@ -24,12 +26,10 @@ def hc_collapse(x: mx.array, weights: mx.array) -> mx.array:
     return (weights[:, None, :] @ x)[:, 0]
 
 
-@mx.compile
 def hc_expand(out: mx.array, residual: mx.array, post: mx.array, comb: mx.array) -> mx.array:
-    """New streams: ``post[dst] * out + sum_src comb[src, dst] * residual[src]`` -> [T, hc, D].
-    Compiled, the scaling and the sum are one kernel after the matmul (eight primitives were)."""
-    mixed = mx.matmul(mx.swapaxes(comb, -1, -2), residual)
-    return post[..., None] * out[:, None, :] + mixed
+    """New streams: ``post[dst] * out + sum_src comb[src, dst] * residual[src]`` -> [T, hc, D]
+    (``kernels.hc_expand``: one native primitive on the CPU, else compiled)."""
+    return kernels.hc_expand(out, residual, post, comb)
 
 
 def hc_mean(x: mx.array) -> mx.array:
@@ -61,10 +61,17 @@ class HyperConnection(nn.Module):
         self.norm_eps = norm_eps
 
     def __call__(self, x: mx.array) -> tuple[mx.array, mx.array, mx.array]:
-        """x [T, hc, D] -> pre [T, hc], post [T, hc], comb [T, hc(src), hc(dst)]."""
+        """x [T, hc, D] -> the block's input (the streams collapsed by pre) [T, D], post
+        [T, hc], comb [T, hc(src), hc(dst)]. One native primitive on the CPU
+        (``kernels.hc_pre``); the composition below elsewhere and for other weight kinds."""
+        fused = kernels.hc_pre(x, self.fn, self.scale, self.base, self.hc, self.sinkhorn_iters,
+                               self.hc_eps, self.norm_eps)
+        if fused is not None:
+            return fused
         flat = rms_norm(x.reshape(x.shape[0], -1), None, self.norm_eps)
-        return hc_mixes(linear(flat, self.fn), self.scale, self.base, self.hc,
-                        self.sinkhorn_iters, self.hc_eps)
+        pre, post, comb = kernels.hc_mixes(linear(flat, self.fn), self.scale, self.base,
+                                           self.hc, self.sinkhorn_iters, self.hc_eps)
+        return hc_collapse(x, pre), post, comb
 
 
 BLOCK_SITES = ("attn", "ffn")

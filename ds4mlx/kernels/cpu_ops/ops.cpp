@@ -136,6 +136,122 @@ class Sinkhorn : public mx::Primitive {
   float eps_;
 };
 
+// One token's mixes at an mHC site (twins.hc_mixes): from its projected mixes m [(2 + hc) * hc],
+// the collapse weights pre [hc], the expansion weights post [hc] and comb [hc, hc].
+void mix_row(const float* m, const float* scale, const float* base, int hc, int iters,
+             float eps, float* pre, float* post, float* comb) {
+  for (int i = 0; i < hc; i++) {
+    pre[i] = sigmoid(m[i] * scale[0] + base[i]) + eps;
+    post[i] = 2.0f * sigmoid(m[hc + i] * scale[1] + base[hc + i]);
+  }
+  for (int k = 0; k < hc * hc; k++) comb[k] = m[2 * hc + k] * scale[2] + base[2 * hc + k];
+  sinkhorn_matrix(comb, hc, iters, eps);
+}
+
+// A whole mHC site before its block (twins.hc_pre): the streams x [T, hc, D] RMS-normed as one
+// flat vector per token, projected by fn [(2 + hc) * hc, hc * D] (one GEMM), mixed, and
+// collapsed by pre: outputs the block input [T, D], post [T, hc] and comb [T, hc, hc]. With
+// every tile the same number of rows, the GEMM gives each row the same bits however the rows
+// were gathered.
+class HcPre : public mx::Primitive {
+ public:
+  HcPre(mx::Stream stream, int hc, int iters, float eps, float norm_eps)
+      : mx::Primitive(stream), hc_(hc), iters_(iters), eps_(eps), norm_eps_(norm_eps) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
+    for (auto& out : outputs) out.set_data(mx::allocator::malloc(out.nbytes()));
+    auto& encoder = mx::cpu::get_command_encoder(stream());
+    for (const auto& in : inputs) encoder.set_input_array(in);
+    for (auto& out : outputs) encoder.set_output_array(out);
+    encoder.dispatch([inputs, block_in = outputs[0].data<float>(),
+                      post = outputs[1].data<float>(), comb = outputs[2].data<float>(), hc = hc_,
+                      iters = iters_, eps = eps_, norm_eps = norm_eps_]() {
+      std::vector<float> x = row_major(inputs[0]), fn = row_major(inputs[1]);
+      std::vector<float> scale = row_major(inputs[2]), base = row_major(inputs[3]);
+      const int tokens = inputs[0].shape(0), dim = inputs[0].shape(2);
+      const int flat = hc * dim, width = (2 + hc) * hc;
+      std::vector<float> normed(x.size()), mixes(static_cast<size_t>(tokens) * width);
+      for (int t = 0; t < tokens; t++) {
+        const float* row = x.data() + static_cast<size_t>(t) * flat;
+        float squares = 0.0f;
+        for (int i = 0; i < flat; i++) squares += row[i] * row[i];
+        const float inv = 1.0f / std::sqrt(squares / flat + norm_eps);
+        for (int i = 0; i < flat; i++) normed[static_cast<size_t>(t) * flat + i] = row[i] * inv;
+      }
+      cblas_sgemm(kRowMajor, kNoTrans, kTrans, tokens, width, flat, 1.0f, normed.data(), flat,
+                  fn.data(), flat, 0.0f, mixes.data(), width);
+      std::vector<float> pre(hc);
+      for (int t = 0; t < tokens; t++) {
+        mix_row(mixes.data() + static_cast<size_t>(t) * width, scale.data(), base.data(), hc,
+                iters, eps, pre.data(), post + t * hc, comb + t * hc * hc);
+        float* out = block_in + static_cast<size_t>(t) * dim;
+        const float* streams = x.data() + static_cast<size_t>(t) * flat;
+        std::fill(out, out + dim, 0.0f);
+        for (int s = 0; s < hc; s++) {
+          for (int d = 0; d < dim; d++) out[d] += pre[s] * streams[s * dim + d];
+        }
+      }
+    });
+  }
+
+  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
+    throw std::runtime_error("ds4mlx HcPre: no GPU implementation");
+  }
+
+  const char* name() const override { return "DS4HcPre"; }
+
+  bool is_equivalent(const mx::Primitive& other) const override {
+    const auto& o = static_cast<const HcPre&>(other);
+    return hc_ == o.hc_ && iters_ == o.iters_ && eps_ == o.eps_ && norm_eps_ == o.norm_eps_;
+  }
+
+ private:
+  int hc_;
+  int iters_;
+  float eps_;
+  float norm_eps_;
+};
+
+// The streams after a block (twins.hc_expand): new[t, dst] = post[t, dst] * out[t] +
+// sum over src of comb[t, src, dst] * residual[t, src], from the block output out [T, D], the
+// residual streams [T, hc, D], post [T, hc] and comb [T, hc, hc].
+class HcExpand : public mx::Primitive {
+ public:
+  explicit HcExpand(mx::Stream stream) : mx::Primitive(stream) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
+    mx::array& result = outputs[0];
+    result.set_data(mx::allocator::malloc(result.nbytes()));
+    auto& encoder = mx::cpu::get_command_encoder(stream());
+    for (const auto& in : inputs) encoder.set_input_array(in);
+    encoder.set_output_array(result);
+    encoder.dispatch([inputs, dst = result.data<float>()]() {
+      std::vector<float> out = row_major(inputs[0]), residual = row_major(inputs[1]);
+      std::vector<float> post = row_major(inputs[2]), comb = row_major(inputs[3]);
+      const int tokens = inputs[1].shape(0), hc = inputs[1].shape(1), dim = inputs[1].shape(2);
+      for (int t = 0; t < tokens; t++) {
+        const float* streams = residual.data() + static_cast<size_t>(t) * hc * dim;
+        for (int j = 0; j < hc; j++) {
+          float* o = dst + (static_cast<size_t>(t) * hc + j) * dim;
+          for (int d = 0; d < dim; d++) {
+            float mixed = 0.0f;
+            for (int i = 0; i < hc; i++) mixed += comb[(t * hc + i) * hc + j] * streams[i * dim + d];
+            o[d] = post[t * hc + j] * out[static_cast<size_t>(t) * dim + d] + mixed;
+          }
+        }
+      }
+    });
+  }
+
+  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
+    throw std::runtime_error("ds4mlx HcExpand: no GPU implementation");
+  }
+
+  const char* name() const override { return "DS4HcExpand"; }
+
+  bool is_equivalent(const mx::Primitive&) const override { return true; }
+};
+
 // One mHC site's mixes (mhc.HyperConnection after its projection): from the projected mixes
 // [T, (2 + hc) * hc], the per-section scale [3] and the bias [(2 + hc) * hc], the collapse
 // weights pre [T, hc], the expansion weights post [T, hc] and the Sinkhorn-normalised stream
@@ -158,14 +274,8 @@ class HcMixes : public mx::Primitive {
       const int tokens = inputs[0].shape(0);
       const int width = (2 + hc) * hc;
       for (int t = 0; t < tokens; t++) {
-        const float* m = mixes.data() + t * width;
-        for (int i = 0; i < hc; i++) {
-          pre[t * hc + i] = sigmoid(m[i] * scale[0] + base[i]) + eps;
-          post[t * hc + i] = 2.0f * sigmoid(m[hc + i] * scale[1] + base[hc + i]);
-        }
-        float* c = comb + t * hc * hc;
-        for (int k = 0; k < hc * hc; k++) c[k] = m[2 * hc + k] * scale[2] + base[2 * hc + k];
-        sinkhorn_matrix(c, hc, iters, eps);
+        mix_row(mixes.data() + t * width, scale.data(), base.data(), hc, iters, eps,
+                pre + t * hc, post + t * hc, comb + t * hc * hc);
       }
     });
   }
@@ -490,6 +600,40 @@ std::vector<mx::array> hc_mixes(const mx::array& mixes, const mx::array& scale,
                                 std::make_shared<HcMixes>(s, hc, iters, eps), in);
 }
 
+std::vector<mx::array> hc_pre(const mx::array& x, const mx::array& fn, const mx::array& scale,
+                              const mx::array& base, int hc, int iters, float eps,
+                              float norm_eps) {
+  auto s = mx::default_stream(mx::Device::cpu);
+  const int width = (2 + hc) * hc;
+  if (x.ndim() != 3 || x.shape(1) != hc || fn.ndim() != 2 || fn.shape(0) != width ||
+      fn.shape(1) != hc * x.shape(2) || scale.size() != 3 ||
+      base.size() != static_cast<size_t>(width)) {
+    throw std::invalid_argument("hc_pre: expected x [T, hc, D], fn [(2 + hc) * hc, hc * D], "
+                                "scale [3] and base [(2 + hc) * hc]");
+  }
+  const int tokens = x.shape(0), dim = x.shape(2);
+  std::vector<mx::array> in = {mx::astype(x, mx::float32, s), mx::astype(fn, mx::float32, s),
+                               mx::astype(scale, mx::float32, s),
+                               mx::astype(base, mx::float32, s)};
+  return mx::array::make_arrays({{tokens, dim}, {tokens, hc}, {tokens, hc, hc}},
+                                {mx::float32, mx::float32, mx::float32},
+                                std::make_shared<HcPre>(s, hc, iters, eps, norm_eps), in);
+}
+
+mx::array hc_expand(const mx::array& out, const mx::array& residual, const mx::array& post,
+                    const mx::array& comb) {
+  auto s = mx::default_stream(mx::Device::cpu);
+  if (residual.ndim() != 3 || out.shape() != mx::Shape{residual.shape(0), residual.shape(2)} ||
+      post.shape() != mx::Shape{residual.shape(0), residual.shape(1)} ||
+      comb.shape() != mx::Shape{residual.shape(0), residual.shape(1), residual.shape(1)}) {
+    throw std::invalid_argument("hc_expand: expected out [T, D], residual [T, hc, D], "
+                                "post [T, hc] and comb [T, hc, hc]");
+  }
+  return mx::array(residual.shape(), mx::float32, std::make_shared<HcExpand>(s),
+                   {mx::astype(out, mx::float32, s), mx::astype(residual, mx::float32, s),
+                    mx::astype(post, mx::float32, s), mx::astype(comb, mx::float32, s)});
+}
+
 mx::array routed_experts(const mx::array& x, const mx::array& gate, const mx::array& up,
                          const mx::array& down, const mx::array& indices, float limit,
                          bool grouped) {
@@ -552,6 +696,10 @@ NB_MODULE(_cpu_ops, m) {
         "Sinkhorn-normalised [..., n, n] matrices (twins.sinkhorn) as one primitive.");
   m.def("hc_mixes", &hc_mixes, "mixes"_a, "scale"_a, "base"_a, "hc"_a, "iters"_a, "eps"_a,
         "One mHC site's (pre, post, comb) from its projected mixes, as one primitive.");
+  m.def("hc_pre", &hc_pre, "x"_a, "fn"_a, "scale"_a, "base"_a, "hc"_a, "iters"_a, "eps"_a,
+        "norm_eps"_a, "A whole mHC site before its block: (block input, post, comb).");
+  m.def("hc_expand", &hc_expand, "out"_a, "residual"_a, "post"_a, "comb"_a,
+        "The mHC streams after a block, as one primitive.");
   m.def("routed_experts", &routed_experts, "x"_a, "gate"_a, "up"_a, "down"_a, "indices"_a,
         "limit"_a, "grouped"_a,
         "Every (token, slot) pair's routed SwiGLU expert output [T, k, D], as one primitive.");
