@@ -600,7 +600,7 @@ class Attention(nn.Module):
         """
         positions = np.arange(pos0, pos0 + x.shape[0])
         rows = self._project(x, positions)
-        window, new_cache = self._extend(cache, rows, pos0)
+        window, new_cache = self._extend(cache, rows, pos0, n_real)
         if n_real is None:
             out = self._attend(rows.q, positions, window, new_cache, rows.index_q, rows.index_w)
         else:
@@ -636,20 +636,28 @@ class Attention(nn.Module):
             rows.index_q, rows.index_w = self.indexer.queries(qr, x, angles)
         return rows
 
-    def _extend(self, cache: LayerCache, rows: _Projected, pos0: int
-                ) -> tuple[mx.array, LayerCache]:
-        """The raw keys up to and including ``rows`` (positions pos0..), and the new cache."""
-        window = append_rows(cache.window, rows.kv)
+    def _extend(self, cache: LayerCache, rows: _Projected, pos0: int,
+                n_real: int | None = None) -> tuple[mx.array, LayerCache]:
+        """The raw keys up to and including ``rows`` (positions pos0..), and the new cache.
+
+        In a decode tile only the first ``n_real`` rows enter the caches: padding rows would
+        only complete compressed blocks to be cut off again (a CSA block every step)."""
+
+        def real(pair: tuple[mx.array, mx.array]) -> tuple[mx.array, mx.array]:
+            return pair if n_real is None else (pair[0][:n_real], pair[1][:n_real])
+
+        window = append_rows(cache.window, rows.kv if n_real is None else rows.kv[:n_real])
         # The next chunk needs the keys of the last sliding_window - 1 positions; the slack lets
-        # padding rows and a rejected speculative suffix be cut off.
+        # a rejected speculative suffix be cut off.
         keep = self.window - 1 + CACHE_SLACK
-        new_cache = LayerCache(window=window[max(0, window.shape[0] - keep) :])
+        new_cache = LayerCache(window=window[window.shape[0] - keep :]
+                               if window.shape[0] > keep else window)
         if self.compressor is not None and rows.comp is not None:
-            pooled, pending = self.compressor.pool(*rows.comp, pos0, cache.comp_pending)
+            pooled, pending = self.compressor.pool(*real(rows.comp), pos0, cache.comp_pending)
             comp = cache.comp if pooled is None else append_rows(cache.comp, pooled)
             new_cache = replace(new_cache, comp=comp, comp_pending=pending)
         if self.indexer is not None and rows.index is not None:
-            pooled, pending = self.indexer.compressor.pool(*rows.index, pos0,
+            pooled, pending = self.indexer.compressor.pool(*real(rows.index), pos0,
                                                            cache.index_pending)
             index = cache.index if pooled is None else append_rows(cache.index, pooled)
             new_cache = replace(new_cache, index=index, index_pending=pending)
@@ -689,7 +697,7 @@ class Attention(nn.Module):
         row equals decoding its token alone, bit for bit."""
         tokens = q.shape[0]
         real = np.arange(tokens) < n_real
-        window_start = int(positions[-1]) + 1 - window.shape[0]
+        window_start = int(positions[n_real - 1]) + 1 - window.shape[0]  # holds real rows only
         hi = positions + 1 - window_start
         ranges = np.where(real[:, None], np.stack([np.maximum(hi - self.window, 0), hi], 1), 0)
         comp, index = self._tile_blocks(positions, real, cache, index_q, index_w)
@@ -929,9 +937,8 @@ class Model(nn.Module):
         final, logits = self.head(x)
         x, final, logits = x[:n], final[:n], logits[:n]
 
-        state.layers, state.pos = caches, pos0 + tokens.shape[0]
-        if n_real is not None:
-            self.truncate(state, pos0 + n)  # the padding rows leave the caches
+        # A tile's padding rows never entered the caches (Attention._extend).
+        state.layers, state.pos = caches, pos0 + n
         if evaluate:
             # One evaluation for the outputs and the new caches keeps the caches' graphs short.
             # ``asynchronous`` only queues it: the host may build the next step meanwhile

@@ -9,7 +9,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include <nanobind/nanobind.h>
@@ -92,36 +94,53 @@ float sigmoid(float x) {
   return 1.0f / (1.0f + std::exp(-x));
 }
 
-void require_cpu(const mx::Stream& s, const char* name) {
-  if (s.device != mx::Device::cpu) {
-    throw std::invalid_argument(std::string(name) + " runs on the CPU stream only");
-  }
-}
+// A primitive's computation: (its evaluated inputs, its float32 outputs' memory).
+using Task = std::function<void(const std::vector<mx::array>&, const std::vector<float*>&)>;
 
-class Sinkhorn : public mx::Primitive {
+// What every primitive here does on the CPU: allocate its float32 outputs, register them and its
+// inputs with the stream's encoder and queue its computation as one task. The task reads the
+// inputs when it runs (they may still be in flight when eval_cpu returns) and owns copies of its
+// parameters (the primitive may be gone by then).
+class CpuPrimitive : public mx::Primitive {
  public:
-  Sinkhorn(mx::Stream stream, int iters, float eps)
-      : mx::Primitive(stream), iters_(iters), eps_(eps) {}
+  using mx::Primitive::Primitive;
 
   void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
-    const mx::array& comb = inputs[0];
-    mx::array& out = outputs[0];
-    out.set_data(mx::allocator::malloc(out.nbytes()));
     auto& encoder = mx::cpu::get_command_encoder(stream());
-    encoder.set_input_array(comb);
-    encoder.set_output_array(out);
-    // Inputs are read inside the task: they may still be being computed when this runs.
-    encoder.dispatch([comb, dst = out.data<float>(), n = comb.shape(-1), iters = iters_,
-                      eps = eps_]() {
-      std::vector<float> values = row_major(comb);
-      size_t matrices = values.size() / (n * n);
-      std::copy(values.begin(), values.end(), dst);
-      for (size_t m = 0; m < matrices; m++) sinkhorn_matrix(dst + m * n * n, n, iters, eps);
-    });
+    for (const auto& in : inputs) encoder.set_input_array(in);
+    std::vector<float*> memory;
+    for (auto& out : outputs) {
+      out.set_data(mx::allocator::malloc(out.nbytes()));
+      encoder.set_output_array(out);
+      memory.push_back(out.data<float>());
+    }
+    encoder.dispatch([task = task(), inputs, memory]() { task(inputs, memory); });
   }
 
   void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
-    throw std::runtime_error("ds4mlx Sinkhorn: no GPU implementation (use the Metal kernel)");
+    throw std::runtime_error(std::string(name()) +
+                             " runs on the CPU only (on the GPU: the Metal kernels or twins)");
+  }
+
+ protected:
+  virtual Task task() const = 0;
+};
+
+class Sinkhorn : public CpuPrimitive {
+ public:
+  Sinkhorn(mx::Stream stream, int iters, float eps)
+      : CpuPrimitive(stream), iters_(iters), eps_(eps) {}
+
+  Task task() const override {
+    return [iters = iters_, eps = eps_](const std::vector<mx::array>& in,
+                                        const std::vector<float*>& out) {
+      const int n = in[0].shape(-1);
+      std::vector<float> values = row_major(in[0]);
+      std::copy(values.begin(), values.end(), out[0]);
+      for (size_t m = 0; m < values.size() / (n * n); m++) {
+        sinkhorn_matrix(out[0] + m * n * n, n, iters, eps);
+      }
+    };
   }
 
   const char* name() const override { return "DS4Sinkhorn"; }
@@ -153,22 +172,17 @@ void mix_row(const float* m, const float* scale, const float* base, int hc, int 
 // collapsed by pre: outputs the block input [T, D], post [T, hc] and comb [T, hc, hc]. With
 // every tile the same number of rows, the GEMM gives each row the same bits however the rows
 // were gathered.
-class HcPre : public mx::Primitive {
+class HcPre : public CpuPrimitive {
  public:
   HcPre(mx::Stream stream, int hc, int iters, float eps, float norm_eps)
-      : mx::Primitive(stream), hc_(hc), iters_(iters), eps_(eps), norm_eps_(norm_eps) {}
+      : CpuPrimitive(stream), hc_(hc), iters_(iters), eps_(eps), norm_eps_(norm_eps) {}
 
-  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
-    for (auto& out : outputs) out.set_data(mx::allocator::malloc(out.nbytes()));
-    auto& encoder = mx::cpu::get_command_encoder(stream());
-    for (const auto& in : inputs) encoder.set_input_array(in);
-    for (auto& out : outputs) encoder.set_output_array(out);
-    encoder.dispatch([inputs, block_in = outputs[0].data<float>(),
-                      post = outputs[1].data<float>(), comb = outputs[2].data<float>(), hc = hc_,
-                      iters = iters_, eps = eps_, norm_eps = norm_eps_]() {
-      std::vector<float> x = row_major(inputs[0]), fn = row_major(inputs[1]);
-      std::vector<float> scale = row_major(inputs[2]), base = row_major(inputs[3]);
-      const int tokens = inputs[0].shape(0), dim = inputs[0].shape(2);
+  Task task() const override {
+    return [hc = hc_, iters = iters_, eps = eps_, norm_eps = norm_eps_](
+               const std::vector<mx::array>& in, const std::vector<float*>& out) {
+      std::vector<float> x = row_major(in[0]), fn = row_major(in[1]);
+      std::vector<float> scale = row_major(in[2]), base = row_major(in[3]);
+      const int tokens = in[0].shape(0), dim = in[0].shape(2);
       const int flat = hc * dim, width = (2 + hc) * hc;
       std::vector<float> normed(x.size()), mixes(static_cast<size_t>(tokens) * width);
       for (int t = 0; t < tokens; t++) {
@@ -183,19 +197,15 @@ class HcPre : public mx::Primitive {
       std::vector<float> pre(hc);
       for (int t = 0; t < tokens; t++) {
         mix_row(mixes.data() + static_cast<size_t>(t) * width, scale.data(), base.data(), hc,
-                iters, eps, pre.data(), post + t * hc, comb + t * hc * hc);
-        float* out = block_in + static_cast<size_t>(t) * dim;
+                iters, eps, pre.data(), out[1] + t * hc, out[2] + t * hc * hc);
+        float* block_in = out[0] + static_cast<size_t>(t) * dim;
         const float* streams = x.data() + static_cast<size_t>(t) * flat;
-        std::fill(out, out + dim, 0.0f);
+        std::fill(block_in, block_in + dim, 0.0f);
         for (int s = 0; s < hc; s++) {
-          for (int d = 0; d < dim; d++) out[d] += pre[s] * streams[s * dim + d];
+          for (int d = 0; d < dim; d++) block_in[d] += pre[s] * streams[s * dim + d];
         }
       }
-    });
-  }
-
-  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
-    throw std::runtime_error("ds4mlx HcPre: no GPU implementation");
+    };
   }
 
   const char* name() const override { return "DS4HcPre"; }
@@ -215,24 +225,19 @@ class HcPre : public mx::Primitive {
 // The streams after a block (twins.hc_expand): new[t, dst] = post[t, dst] * out[t] +
 // sum over src of comb[t, src, dst] * residual[t, src], from the block output out [T, D], the
 // residual streams [T, hc, D], post [T, hc] and comb [T, hc, hc].
-class HcExpand : public mx::Primitive {
+class HcExpand : public CpuPrimitive {
  public:
-  explicit HcExpand(mx::Stream stream) : mx::Primitive(stream) {}
+  using CpuPrimitive::CpuPrimitive;
 
-  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
-    mx::array& result = outputs[0];
-    result.set_data(mx::allocator::malloc(result.nbytes()));
-    auto& encoder = mx::cpu::get_command_encoder(stream());
-    for (const auto& in : inputs) encoder.set_input_array(in);
-    encoder.set_output_array(result);
-    encoder.dispatch([inputs, dst = result.data<float>()]() {
-      std::vector<float> out = row_major(inputs[0]), residual = row_major(inputs[1]);
-      std::vector<float> post = row_major(inputs[2]), comb = row_major(inputs[3]);
-      const int tokens = inputs[1].shape(0), hc = inputs[1].shape(1), dim = inputs[1].shape(2);
+  Task task() const override {
+    return [](const std::vector<mx::array>& in, const std::vector<float*>& result) {
+      std::vector<float> out = row_major(in[0]), residual = row_major(in[1]);
+      std::vector<float> post = row_major(in[2]), comb = row_major(in[3]);
+      const int tokens = in[1].shape(0), hc = in[1].shape(1), dim = in[1].shape(2);
       for (int t = 0; t < tokens; t++) {
         const float* streams = residual.data() + static_cast<size_t>(t) * hc * dim;
         for (int j = 0; j < hc; j++) {
-          float* o = dst + (static_cast<size_t>(t) * hc + j) * dim;
+          float* o = result[0] + (static_cast<size_t>(t) * hc + j) * dim;
           for (int d = 0; d < dim; d++) {
             float mixed = 0.0f;
             for (int i = 0; i < hc; i++) mixed += comb[(t * hc + i) * hc + j] * streams[i * dim + d];
@@ -240,11 +245,7 @@ class HcExpand : public mx::Primitive {
           }
         }
       }
-    });
-  }
-
-  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
-    throw std::runtime_error("ds4mlx HcExpand: no GPU implementation");
+    };
   }
 
   const char* name() const override { return "DS4HcExpand"; }
@@ -256,32 +257,22 @@ class HcExpand : public mx::Primitive {
 // [T, (2 + hc) * hc], the per-section scale [3] and the bias [(2 + hc) * hc], the collapse
 // weights pre [T, hc], the expansion weights post [T, hc] and the Sinkhorn-normalised stream
 // mix comb [T, hc, hc].
-class HcMixes : public mx::Primitive {
+class HcMixes : public CpuPrimitive {
  public:
   HcMixes(mx::Stream stream, int hc, int iters, float eps)
-      : mx::Primitive(stream), hc_(hc), iters_(iters), eps_(eps) {}
+      : CpuPrimitive(stream), hc_(hc), iters_(iters), eps_(eps) {}
 
-  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
-    for (auto& out : outputs) out.set_data(mx::allocator::malloc(out.nbytes()));
-    auto& encoder = mx::cpu::get_command_encoder(stream());
-    for (const auto& in : inputs) encoder.set_input_array(in);
-    for (auto& out : outputs) encoder.set_output_array(out);
-    encoder.dispatch([inputs, pre = outputs[0].data<float>(), post = outputs[1].data<float>(),
-                      comb = outputs[2].data<float>(), hc = hc_, iters = iters_, eps = eps_]() {
-      std::vector<float> mixes = row_major(inputs[0]);
-      std::vector<float> scale = row_major(inputs[1]);
-      std::vector<float> base = row_major(inputs[2]);
-      const int tokens = inputs[0].shape(0);
-      const int width = (2 + hc) * hc;
+  Task task() const override {
+    return [hc = hc_, iters = iters_, eps = eps_](const std::vector<mx::array>& in,
+                                                  const std::vector<float*>& out) {
+      std::vector<float> mixes = row_major(in[0]), scale = row_major(in[1]);
+      std::vector<float> base = row_major(in[2]);
+      const int tokens = in[0].shape(0), width = (2 + hc) * hc;
       for (int t = 0; t < tokens; t++) {
         mix_row(mixes.data() + t * width, scale.data(), base.data(), hc, iters, eps,
-                pre + t * hc, post + t * hc, comb + t * hc * hc);
+                out[0] + t * hc, out[1] + t * hc, out[2] + t * hc * hc);
       }
-    });
-  }
-
-  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
-    throw std::runtime_error("ds4mlx HcMixes: no GPU implementation");
+    };
   }
 
   const char* name() const override { return "DS4HcMixes"; }
@@ -305,24 +296,16 @@ class HcMixes : public mx::Primitive {
 // then does not depend on which other rows share its expert (decode tiles and verify passes
 // need that). Pairs of one expert keep their order, so a subset of the pairs (a streamed
 // store's batch) gets the same products as the whole.
-class RoutedExpertsFFN : public mx::Primitive {
+class RoutedExpertsFFN : public CpuPrimitive {
  public:
   RoutedExpertsFFN(mx::Stream stream, float limit, bool grouped)
-      : mx::Primitive(stream), limit_(limit), grouped_(grouped) {}
+      : CpuPrimitive(stream), limit_(limit), grouped_(grouped) {}
 
-  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
-    mx::array& out = outputs[0];
-    out.set_data(mx::allocator::malloc(out.nbytes()));
-    auto& encoder = mx::cpu::get_command_encoder(stream());
-    for (const auto& in : inputs) encoder.set_input_array(in);
-    encoder.set_output_array(out);
-    encoder.dispatch([inputs, dst = out.data<float>(), limit = limit_, grouped = grouped_]() {
-      run(inputs, dst, limit, grouped);
-    });
-  }
-
-  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
-    throw std::runtime_error("ds4mlx RoutedExpertsFFN: no GPU implementation");
+  Task task() const override {
+    return [limit = limit_, grouped = grouped_](const std::vector<mx::array>& in,
+                                                const std::vector<float*>& out) {
+      run(in, out[0], limit, grouped);
+    };
   }
 
   const char* name() const override { return "DS4RoutedExperts"; }
@@ -412,23 +395,14 @@ class RoutedExpertsFFN : public mx::Primitive {
 // compressed rows comp_index[t, :] (a slot outside [0, N) is unused), keys being also values
 // (one KV head), with each head's sink logit in the softmax denominator only. A row reads
 // exactly its own keys, in order, so its result never depends on the other rows of the call.
-class SparseAttention : public mx::Primitive {
+class SparseAttention : public CpuPrimitive {
  public:
-  SparseAttention(mx::Stream stream, float scale) : mx::Primitive(stream), scale_(scale) {}
+  SparseAttention(mx::Stream stream, float scale) : CpuPrimitive(stream), scale_(scale) {}
 
-  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
-    mx::array& out = outputs[0];
-    out.set_data(mx::allocator::malloc(out.nbytes()));
-    auto& encoder = mx::cpu::get_command_encoder(stream());
-    for (const auto& in : inputs) encoder.set_input_array(in);
-    encoder.set_output_array(out);
-    encoder.dispatch([inputs, dst = out.data<float>(), scale = scale_]() {
-      run(inputs, dst, scale);
-    });
-  }
-
-  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
-    throw std::runtime_error("ds4mlx SparseAttention: no GPU implementation (Metal kernel)");
+  Task task() const override {
+    return [scale = scale_](const std::vector<mx::array>& in, const std::vector<float*>& out) {
+      run(in, out[0], scale);
+    };
   }
 
   const char* name() const override { return "DS4SparseAttention"; }
@@ -499,44 +473,33 @@ class SparseAttention : public mx::Primitive {
 // (2i, 2i + 1) (GGML_ROPE_TYPE_NORMAL), else (i, i + n_dims / 2) (NEOX). ``inverse`` rotates
 // back (sin negated), which is also the vector-Jacobian product, so this primitive is
 // differentiable without a twin.
-class Rope : public mx::Primitive {
+class Rope : public CpuPrimitive {
  public:
   Rope(mx::Stream stream, int offset, int n_dims, bool interleaved, bool inverse)
-      : mx::Primitive(stream), offset_(offset), n_dims_(n_dims), interleaved_(interleaved),
+      : CpuPrimitive(stream), offset_(offset), n_dims_(n_dims), interleaved_(interleaved),
         inverse_(inverse) {}
 
-  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
-    mx::array& out = outputs[0];
-    out.set_data(mx::allocator::malloc(out.nbytes()));
-    auto& encoder = mx::cpu::get_command_encoder(stream());
-    for (const auto& in : inputs) encoder.set_input_array(in);
-    encoder.set_output_array(out);
-    encoder.dispatch([inputs, dst = out.data<float>(), offset = offset_, n = n_dims_,
-                      interleaved = interleaved_, inverse = inverse_]() {
-      const mx::array& x_in = inputs[0];
-      std::vector<float> x = row_major(x_in), cos = row_major(inputs[1]);
-      std::vector<float> sin = row_major(inputs[2]);
-      const int tokens = x_in.shape(0), dim = x_in.shape(-1), half = n / 2;
-      const size_t per_token = x_in.size() / tokens, vectors = per_token / dim;
-      std::copy(x.begin(), x.end(), dst);
+  Task task() const override {
+    return [offset = offset_, n = n_dims_, interleaved = interleaved_, inverse = inverse_](
+               const std::vector<mx::array>& in, const std::vector<float*>& out) {
+      std::vector<float> x = row_major(in[0]), cos = row_major(in[1]), sin = row_major(in[2]);
+      const int tokens = in[0].shape(0), dim = in[0].shape(-1), half = n / 2;
+      const size_t per_token = in[0].size() / tokens, vectors = per_token / dim;
+      std::copy(x.begin(), x.end(), out[0]);
       for (int t = 0; t < tokens; t++) {
         for (size_t v = 0; v < vectors; v++) {
           const float* src = x.data() + t * per_token + v * dim + offset;
-          float* o = dst + t * per_token + v * dim + offset;
+          float* o = out[0] + t * per_token + v * dim + offset;
           for (int i = 0; i < half; i++) {
             const int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + half;
-            const float c = cos[t * half + i], s = inverse ? -sin[t * half + i]
-                                                           : sin[t * half + i];
+            const float c = cos[t * half + i];
+            const float s = inverse ? -sin[t * half + i] : sin[t * half + i];
             o[a] = src[a] * c - src[b] * s;
             o[b] = src[a] * s + src[b] * c;
           }
         }
       }
-    });
-  }
-
-  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
-    throw std::runtime_error("ds4mlx Rope: no GPU implementation");
+    };
   }
 
   std::vector<mx::array> vjp(const std::vector<mx::array>& primals,
