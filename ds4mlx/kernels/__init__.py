@@ -55,21 +55,25 @@ def _expert_grid(w: QuantizedWeight | PackedWeight) -> mx.array:
     return mx.arange(math.prod(leading), dtype=mx.uint32).reshape(leading)
 
 
-# Transposed views of frozen weights (``freeze``), by the weight's id; an entry leaves with its
-# weight (a weak reference's callback).
+# The [..., in, out] copies of frozen weights (``freeze``), by the id of the [..., out, in] view
+# the model holds; an entry leaves with its weight (a weak reference's callback).
 _TRANSPOSED: dict[int, tuple[weakref.ref, mx.array]] = {}
 
 
 def freeze(w: Weight) -> Weight:
-    """Declare an inference weight that is never updated nor differentiated: a plain array
-    gets its transposed view made once (a view of the same memory, no copy), so that each
-    ``linear`` is one Matmul primitive instead of a Transpose and a Matmul. Returns ``w``."""
-    if isinstance(w, mx.array) and w.ndim >= 2:
-        transposed = mx.swapaxes(w, -1, -2)
-        mx.eval(transposed)
-        key = id(w)
-        _TRANSPOSED[key] = (weakref.ref(w, lambda _: _TRANSPOSED.pop(key, None)), transposed)
-    return w
+    """Declare an inference matrix that is never updated nor differentiated, and store a plain
+    array as [..., in, out] contiguous: MLX's CPU matmul takes a transposed operand at a third
+    of the speed (38 vs 13 µs for a decode tile's [8, 256] x [256, 256]), and a Transpose
+    primitive each call besides. Returns the same values as a [..., out, in] view of that
+    memory (no second copy is kept), which ``linear`` recognises."""
+    if not (isinstance(w, mx.array) and w.ndim >= 2):
+        return w
+    stored = mx.contiguous(mx.swapaxes(w, -1, -2))
+    view = mx.swapaxes(stored, -1, -2)
+    mx.eval(stored, view)
+    key = id(view)
+    _TRANSPOSED[key] = (weakref.ref(view, lambda _: _TRANSPOSED.pop(key, None)), stored)
+    return view
 
 
 def _transposed(w: mx.array) -> mx.array:

@@ -52,7 +52,8 @@ class Weights(ABC):
     """Tensors by name, each checked against ``shapes`` (name -> numpy-order shape)."""
 
     error: type[Exception] = ValueError  # what a missing or misshapen tensor raises
-    #: Inference weights, never updated nor differentiated: matmul weights are ``freeze``d.
+    #: Inference weights, never updated nor differentiated: matrices are ``freeze``d (stacked
+    #: routed experts are not: their fused kernels read them as stored).
     frozen: bool = False
 
     def __init__(self, shapes: Mapping[str, Shape], source: str,
@@ -95,7 +96,8 @@ class Weights(ABC):
     def matrix(self, name: str) -> Weight:
         shape, actual = self._check(name)
         w = self._matrix(name)
-        return self._prepared(w if actual == shape else view_weight(w, shape))
+        w = w if actual == shape else view_weight(w, shape)
+        return self._prepared(w) if len(shape) == 2 else w
 
     def _prepared(self, w: Weight) -> Weight:
         return freeze(w) if self.frozen else w

@@ -39,19 +39,30 @@ constexpr int kRowMajor = 101;
 constexpr int kNoTrans = 111;
 constexpr int kTrans = 112;
 
-// The float32 values of an evaluated array in row-major order (a copy only when strided).
-std::vector<float> row_major(const mx::array& a) {
-  std::vector<float> out(a.size());
-  const float* data = a.data<float>();
-  if (a.flags().row_contiguous) {
-    std::copy(data, data + a.size(), out.begin());
-  } else {
-    for (size_t i = 0; i < a.size(); i++) {
-      out[i] = data[mx::elem_to_loc(static_cast<int>(i), a)];
+// The float32 values of an evaluated array in row-major order: the array's own memory when it
+// is row-contiguous (the usual case), else a copy.
+class RowMajor {
+ public:
+  explicit RowMajor(const mx::array& a) {
+    if (a.flags().row_contiguous) {
+      data_ = a.data<float>();
+      return;
     }
+    copy_.resize(a.size());
+    const float* values = a.data<float>();
+    for (size_t i = 0; i < a.size(); i++) {
+      copy_[i] = values[mx::elem_to_loc(static_cast<int>(i), a)];
+    }
+    data_ = copy_.data();
   }
-  return out;
-}
+
+  const float* data() const { return data_; }
+  float operator[](size_t i) const { return data_[i]; }
+
+ private:
+  const float* data_ = nullptr;
+  std::vector<float> copy_;
+};
 
 // twins._sinkhorn_rounds on one n x n matrix in place: softmax over dst plus eps, a column
 // normalisation, then iters - 1 rounds of row and column normalisation, each sum padded by eps.
@@ -135,9 +146,9 @@ class Sinkhorn : public CpuPrimitive {
     return [iters = iters_, eps = eps_](const std::vector<mx::array>& in,
                                         const std::vector<float*>& out) {
       const int n = in[0].shape(-1);
-      std::vector<float> values = row_major(in[0]);
-      std::copy(values.begin(), values.end(), out[0]);
-      for (size_t m = 0; m < values.size() / (n * n); m++) {
+      RowMajor values(in[0]);
+      std::copy(values.data(), values.data() + in[0].size(), out[0]);
+      for (size_t m = 0; m < in[0].size() / (n * n); m++) {
         sinkhorn_matrix(out[0] + m * n * n, n, iters, eps);
       }
     };
@@ -180,11 +191,10 @@ class HcPre : public CpuPrimitive {
   Task task() const override {
     return [hc = hc_, iters = iters_, eps = eps_, norm_eps = norm_eps_](
                const std::vector<mx::array>& in, const std::vector<float*>& out) {
-      std::vector<float> x = row_major(in[0]), fn = row_major(in[1]);
-      std::vector<float> scale = row_major(in[2]), base = row_major(in[3]);
+      RowMajor x(in[0]), fn(in[1]), scale(in[2]), base(in[3]);
       const int tokens = in[0].shape(0), dim = in[0].shape(2);
       const int flat = hc * dim, width = (2 + hc) * hc;
-      std::vector<float> normed(x.size()), mixes(static_cast<size_t>(tokens) * width);
+      std::vector<float> normed(in[0].size()), mixes(static_cast<size_t>(tokens) * width);
       for (int t = 0; t < tokens; t++) {
         const float* row = x.data() + static_cast<size_t>(t) * flat;
         float squares = 0.0f;
@@ -231,18 +241,23 @@ class HcExpand : public CpuPrimitive {
 
   Task task() const override {
     return [](const std::vector<mx::array>& in, const std::vector<float*>& result) {
-      std::vector<float> out = row_major(in[0]), residual = row_major(in[1]);
-      std::vector<float> post = row_major(in[2]), comb = row_major(in[3]);
+      RowMajor out(in[0]), residual(in[1]), post(in[2]), comb(in[3]);
       const int tokens = in[1].shape(0), hc = in[1].shape(1), dim = in[1].shape(2);
+      // Accumulated over src in order, each step a vector operation over the channels.
+      std::vector<float> mixed(dim);
       for (int t = 0; t < tokens; t++) {
         const float* streams = residual.data() + static_cast<size_t>(t) * hc * dim;
+        const float* block_out = out.data() + static_cast<size_t>(t) * dim;
         for (int j = 0; j < hc; j++) {
-          float* o = result[0] + (static_cast<size_t>(t) * hc + j) * dim;
-          for (int d = 0; d < dim; d++) {
-            float mixed = 0.0f;
-            for (int i = 0; i < hc; i++) mixed += comb[(t * hc + i) * hc + j] * streams[i * dim + d];
-            o[d] = post[t * hc + j] * out[static_cast<size_t>(t) * dim + d] + mixed;
+          std::fill(mixed.begin(), mixed.end(), 0.0f);
+          for (int i = 0; i < hc; i++) {
+            const float weight = comb[(t * hc + i) * hc + j];
+            const float* src = streams + static_cast<size_t>(i) * dim;
+            for (int d = 0; d < dim; d++) mixed[d] += weight * src[d];
           }
+          float* o = result[0] + (static_cast<size_t>(t) * hc + j) * dim;
+          const float scale = post[t * hc + j];
+          for (int d = 0; d < dim; d++) o[d] = scale * block_out[d] + mixed[d];
         }
       }
     };
@@ -265,8 +280,7 @@ class HcMixes : public CpuPrimitive {
   Task task() const override {
     return [hc = hc_, iters = iters_, eps = eps_](const std::vector<mx::array>& in,
                                                   const std::vector<float*>& out) {
-      std::vector<float> mixes = row_major(in[0]), scale = row_major(in[1]);
-      std::vector<float> base = row_major(in[2]);
+      RowMajor mixes(in[0]), scale(in[1]), base(in[2]);
       const int tokens = in[0].shape(0), width = (2 + hc) * hc;
       for (int t = 0; t < tokens; t++) {
         mix_row(mixes.data() + t * width, scale.data(), base.data(), hc, iters, eps,
@@ -321,24 +335,15 @@ class RoutedExpertsFFN : public CpuPrimitive {
     const int tokens = x_in.shape(0), dim = x_in.shape(1);
     const int experts = inputs[1].shape(0), ff = inputs[1].shape(1);
     const int slots = inputs[4].shape(1);
-    std::vector<float> x = row_major(x_in);
+    RowMajor x(x_in);
     std::vector<int> route_e(tokens * slots);
     const mx::array& idx = inputs[4];
     for (int p = 0; p < tokens * slots; p++) {
       route_e[p] = idx.data<int32_t>()[mx::elem_to_loc(p, idx)];
     }
-    // The stacked weights are contiguous as loaded; anything else is copied once.
-    std::vector<float> copies[3];
-    const float* w[3];
-    for (int i = 0; i < 3; i++) {
-      const mx::array& a = inputs[1 + i];
-      if (a.flags().row_contiguous) {
-        w[i] = a.data<float>();
-      } else {
-        copies[i] = row_major(a);
-        w[i] = copies[i].data();
-      }
-    }
+    // The stacked weights are contiguous as loaded (a strided one would be copied here).
+    RowMajor gate_w(inputs[1]), up_w(inputs[2]), down_w(inputs[3]);
+    const float* w[3] = {gate_w.data(), up_w.data(), down_w.data()};
     std::vector<std::vector<int>> pairs_of(experts);
     for (int p = 0; p < tokens * slots; p++) {
       if (route_e[p] >= 0 && route_e[p] < experts) pairs_of[route_e[p]].push_back(p);
@@ -424,8 +429,7 @@ class SparseAttention : public CpuPrimitive {
     const int tokens = inputs[0].shape(0), heads = inputs[0].shape(1), dim = inputs[0].shape(2);
     const int window_rows = inputs[1].shape(0), comp_rows = inputs[3].shape(0);
     const int slots = inputs[4].shape(1);
-    std::vector<float> q = row_major(inputs[0]), window = row_major(inputs[1]);
-    std::vector<float> comp = row_major(inputs[3]), sinks = row_major(inputs[5]);
+    RowMajor q(inputs[0]), window(inputs[1]), comp(inputs[3]), sinks(inputs[5]);
     std::vector<int> ranges = int_values(inputs[2]), index = int_values(inputs[4]);
     std::vector<const float*> keys;
     std::vector<float> scores;
@@ -482,10 +486,10 @@ class Rope : public CpuPrimitive {
   Task task() const override {
     return [offset = offset_, n = n_dims_, interleaved = interleaved_, inverse = inverse_](
                const std::vector<mx::array>& in, const std::vector<float*>& out) {
-      std::vector<float> x = row_major(in[0]), cos = row_major(in[1]), sin = row_major(in[2]);
+      RowMajor x(in[0]), cos(in[1]), sin(in[2]);
       const int tokens = in[0].shape(0), dim = in[0].shape(-1), half = n / 2;
       const size_t per_token = in[0].size() / tokens, vectors = per_token / dim;
-      std::copy(x.begin(), x.end(), out[0]);
+      std::copy(x.data(), x.data() + in[0].size(), out[0]);
       for (int t = 0; t < tokens; t++) {
         for (size_t v = 0; v < vectors; v++) {
           const float* src = x.data() + t * per_token + v * dim + offset;
