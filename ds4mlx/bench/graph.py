@@ -15,6 +15,7 @@ region; both are reported.
 
 from __future__ import annotations
 
+import importlib
 import re
 import statistics
 import tempfile
@@ -121,44 +122,37 @@ class _Profiler:
         return in_layer
 
 
-def _mhc_targets(model_module: Any) -> list[tuple[Any, str, str]]:
-    """The mHC sites and the stream expansion a model module imported."""
-    from ds4mlx.models import mhc
-
-    return [(mhc.HyperConnection, "__call__", "mhc"), (model_module, "hc_expand", "mhc")]
-
-
-def _deepseek4_targets() -> list[tuple[Any, str, str]]:
-    """(owner, attribute, block) of the deepseek4 code to cut at."""
-    from ds4mlx.models import deepseek4, moe
-
-    return _mhc_targets(deepseek4) + [
-        (deepseek4.Attention, "__call__", "attention"),
-        (deepseek4.Compressor, "project", "indexer"),
-        (deepseek4.Compressor, "pool", "indexer"),
-        (deepseek4.LightningIndexer, "queries", "indexer"),
-        (deepseek4.LightningIndexer, "select", "indexer"),
-        (deepseek4.LightningIndexer, "top_blocks", "indexer"),
-        (moe.SharedExpertMoE, "__call__", "moe"),
-        (deepseek4.Model, "head", "head"),
-    ]
-
-
-def _glm5_targets() -> list[tuple[Any, str, str]]:
-    from ds4mlx.models import glm5_next, moe
-
-    return _mhc_targets(glm5_next) + [
-        (glm5_next.KDA, "__call__", "attention"),
-        (glm5_next.SparseMLA, "__call__", "attention"),
-        (glm5_next.PoolIndexer, "pool", "indexer"),
-        (glm5_next.PoolIndexer, "select", "indexer"),
-        (moe.SharedExpertMoE, "__call__", "moe"),
-        (moe.SwiGLU, "__call__", "moe"),
-        (glm5_next.Model, "head", "head"),
-    ]
+# Where each block's code starts, per architecture: "module.Owner.attribute" under
+# ds4mlx.models (a module-level function when there is no owner).
+_PIECES: dict[str, dict[str, tuple[str, ...]]] = {
+    "deepseek4": {
+        "mhc": ("mhc.HyperConnection.__call__", "deepseek4.hc_expand"),
+        "attention": ("deepseek4.Attention.__call__",),
+        "indexer": ("deepseek4.Compressor.project", "deepseek4.Compressor.pool",
+                    "deepseek4.LightningIndexer.queries", "deepseek4.LightningIndexer.select",
+                    "deepseek4.LightningIndexer.top_blocks"),
+        "moe": ("moe.SharedExpertMoE.__call__",),
+        "head": ("deepseek4.Model.head",),
+    },
+    "glm5_next": {
+        "mhc": ("mhc.HyperConnection.__call__", "glm5_next.hc_expand"),
+        "attention": ("glm5_next.KDA.__call__", "glm5_next.SparseMLA.__call__"),
+        "indexer": ("glm5_next.PoolIndexer.pool", "glm5_next.PoolIndexer.select"),
+        "moe": ("moe.SharedExpertMoE.__call__", "moe.SwiGLU.__call__"),
+        "head": ("glm5_next.Model.head",),
+    },
+}
 
 
-_TARGETS = {"deepseek4": _deepseek4_targets, "glm5_next": _glm5_targets}
+def _targets(arch: str) -> Iterator[tuple[Any, str, str]]:
+    """(owner, attribute, block) of the code to cut at, for a model module's name."""
+    for block, paths in _PIECES.get(arch, {}).items():
+        for path in paths:
+            module, *owners, attribute = path.split(".")
+            owner: Any = importlib.import_module(f"ds4mlx.models.{module}")
+            for name in owners:
+                owner = getattr(owner, name)
+            yield owner, attribute, block
 
 
 @contextmanager
@@ -177,7 +171,7 @@ def _patched(network: Any, profiler: _Profiler | None, sink: list[tuple[Any, ...
 
     try:
         if profiler is not None:
-            for owner, name, tag in _TARGETS.get(arch, lambda: [])():
+            for owner, name, tag in _targets(arch):
                 if name in vars(owner):
                     swap(owner, name, profiler.wrap(vars(owner)[name], tag))
             block_class = type(network.blocks[0])
