@@ -167,7 +167,8 @@ def hc_pre(x: mx.array, fn: Weight, scale: mx.array, base: mx.array, hc: int, it
         return None
     if _native_cpu_ops() is None:
         return None
-    return _native_hc_pre(hc, iters, eps, norm_eps)(x, fn, scale, base)
+    # A frozen matrix's [in, out] memory as stored (else a transposed view, read as a copy).
+    return _native_hc_pre(hc, iters, eps, norm_eps)(x, _transposed(fn), scale, base)
 
 
 def hc_expand(out: mx.array, residual: mx.array, post: mx.array, comb: mx.array) -> mx.array:

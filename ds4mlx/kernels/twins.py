@@ -204,13 +204,14 @@ def hc_mixes(mixes: mx.array, scale: mx.array, base: mx.array, hc: int, iters: i
     return pre, post, sinkhorn_fn(comb.reshape(mixes.shape[0], hc, hc), iters, eps)
 
 
-def hc_pre(x: mx.array, fn: mx.array, scale: mx.array, base: mx.array, hc: int, iters: int,
+def hc_pre(x: mx.array, fn_t: mx.array, scale: mx.array, base: mx.array, hc: int, iters: int,
            eps: float, norm_eps: float) -> tuple[mx.array, mx.array, mx.array]:
-    """A whole mHC site before its block, on a float32 projection ``fn`` [(2 + hc) * hc, hc * D]:
-    the streams x [T, hc, D] RMS-normed as one flat vector per token, projected, mixed
-    (``hc_mixes``) and collapsed by ``pre``. Returns (block input [T, D], post, comb)."""
+    """A whole mHC site before its block, on a float32 projection stored [in, out], ``fn_t``
+    [hc * D, (2 + hc) * hc]: the streams x [T, hc, D] RMS-normed as one flat vector per token,
+    projected, mixed (``hc_mixes``) and collapsed by ``pre``. Returns (block input [T, D],
+    post, comb)."""
     flat = mx.fast.rms_norm(x.reshape(x.shape[0], -1), None, norm_eps)
-    pre, post, comb = hc_mixes(flat @ fn.T, scale, base, hc, iters, eps)
+    pre, post, comb = hc_mixes(flat @ fn_t, scale, base, hc, iters, eps)
     return (pre[:, None, :] @ x)[:, 0], post, comb
 
 

@@ -265,8 +265,12 @@ def test_hc_pre_and_expand_equal_their_twins_and_gradients(ops):
     x = mx.array(rng.standard_normal((tokens, HC, dim)).astype(np.float32))
     fn = mx.array(rng.standard_normal((WIDTH, HC * dim)).astype(np.float32) * 0.1)
     _, scale, base = mixes_case(12, 1)
-    got = ops.hc_pre(x, fn, scale, base, HC, ITERS, EPS, 1e-6)
-    want = twins.hc_pre(x, fn, scale, base, HC, ITERS, EPS, 1e-6)
+    fn_t = mx.contiguous(fn.T)
+    got = ops.hc_pre(x, fn_t, scale, base, HC, ITERS, EPS, 1e-6)
+    want = twins.hc_pre(x, fn_t, scale, base, HC, ITERS, EPS, 1e-6)
+    # a strided (transposed) projection is read correctly too
+    np.testing.assert_allclose(np.array(ops.hc_pre(x, fn.T, scale, base, HC, ITERS, EPS, 1e-6)[0]),
+                               np.array(got[0]), rtol=1e-6, atol=1e-6)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(np.array(g), np.array(w), rtol=1e-5, atol=1e-5)
     out = mx.array(rng.standard_normal((tokens, dim)).astype(np.float32))
@@ -275,17 +279,18 @@ def test_hc_pre_and_expand_equal_their_twins_and_gradients(ops):
                                np.array(twins.hc_expand(out, x, post, comb)),
                                rtol=1e-5, atol=1e-5)
 
-    def loss(pre_fn, expand_fn):
+    def loss(pre_fn, expand_fn, projection):
         def f(x, fn):
-            h, post, comb = pre_fn(x, fn, scale, base, HC, ITERS, EPS, 1e-6)
+            h, post, comb = pre_fn(x, projection(fn), scale, base, HC, ITERS, EPS, 1e-6)
             return (expand_fn(h * 2.0, x, post, comb) * x).sum()
         return f
 
-    got = mx.grad(loss(kernels.hc_pre, kernels.hc_expand), argnums=(0, 1))(x, fn)
-    want = mx.grad(loss(twins.hc_pre, twins.hc_expand), argnums=(0, 1))(x, fn)
+    # kernels.hc_pre takes the projection [out, in] as models hold it, the twin [in, out]
+    got = mx.grad(loss(kernels.hc_pre, kernels.hc_expand, lambda f: f), argnums=(0, 1))(x, fn)
+    want = mx.grad(loss(twins.hc_pre, twins.hc_expand, lambda f: f.T), argnums=(0, 1))(x, fn)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(np.array(g), np.array(w), rtol=1e-4, atol=1e-5)
     with pytest.raises(ValueError, match="hc_pre"):
-        ops.hc_pre(x, fn[:, :-1], scale, base, HC, ITERS, EPS, 1e-6)
+        ops.hc_pre(x, fn_t[:-1], scale, base, HC, ITERS, EPS, 1e-6)
     with pytest.raises(ValueError, match="hc_expand"):
         ops.hc_expand(out[:, :-1], x, post, comb)

@@ -179,7 +179,8 @@ void mix_row(const float* m, const float* scale, const float* base, int hc, int 
 }
 
 // A whole mHC site before its block (twins.hc_pre): the streams x [T, hc, D] RMS-normed as one
-// flat vector per token, projected by fn [(2 + hc) * hc, hc * D] (one GEMM), mixed, and
+// flat vector per token, projected by fn_t [hc * D, (2 + hc) * hc] (the projection stored
+// [in, out], as ds4mlx keeps inference matrices; one GEMM), mixed, and
 // collapsed by pre: outputs the block input [T, D], post [T, hc] and comb [T, hc, hc]. With
 // every tile the same number of rows, the GEMM gives each row the same bits however the rows
 // were gathered.
@@ -191,7 +192,7 @@ class HcPre : public CpuPrimitive {
   Task task() const override {
     return [hc = hc_, iters = iters_, eps = eps_, norm_eps = norm_eps_](
                const std::vector<mx::array>& in, const std::vector<float*>& out) {
-      RowMajor x(in[0]), fn(in[1]), scale(in[2]), base(in[3]);
+      RowMajor x(in[0]), fn_t(in[1]), scale(in[2]), base(in[3]);
       const int tokens = in[0].shape(0), dim = in[0].shape(2);
       const int flat = hc * dim, width = (2 + hc) * hc;
       std::vector<float> normed(in[0].size()), mixes(static_cast<size_t>(tokens) * width);
@@ -202,8 +203,8 @@ class HcPre : public CpuPrimitive {
         const float inv = 1.0f / std::sqrt(squares / flat + norm_eps);
         for (int i = 0; i < flat; i++) normed[static_cast<size_t>(t) * flat + i] = row[i] * inv;
       }
-      cblas_sgemm(kRowMajor, kNoTrans, kTrans, tokens, width, flat, 1.0f, normed.data(), flat,
-                  fn.data(), flat, 0.0f, mixes.data(), width);
+      cblas_sgemm(kRowMajor, kNoTrans, kNoTrans, tokens, width, flat, 1.0f, normed.data(), flat,
+                  fn_t.data(), width, 0.0f, mixes.data(), width);
       std::vector<float> pre(hc);
       for (int t = 0; t < tokens; t++) {
         mix_row(mixes.data() + static_cast<size_t>(t) * width, scale.data(), base.data(), hc,
@@ -567,19 +568,19 @@ std::vector<mx::array> hc_mixes(const mx::array& mixes, const mx::array& scale,
                                 std::make_shared<HcMixes>(s, hc, iters, eps), in);
 }
 
-std::vector<mx::array> hc_pre(const mx::array& x, const mx::array& fn, const mx::array& scale,
+std::vector<mx::array> hc_pre(const mx::array& x, const mx::array& fn_t, const mx::array& scale,
                               const mx::array& base, int hc, int iters, float eps,
                               float norm_eps) {
   auto s = mx::default_stream(mx::Device::cpu);
   const int width = (2 + hc) * hc;
-  if (x.ndim() != 3 || x.shape(1) != hc || fn.ndim() != 2 || fn.shape(0) != width ||
-      fn.shape(1) != hc * x.shape(2) || scale.size() != 3 ||
+  if (x.ndim() != 3 || x.shape(1) != hc || fn_t.ndim() != 2 || fn_t.shape(1) != width ||
+      fn_t.shape(0) != hc * x.shape(2) || scale.size() != 3 ||
       base.size() != static_cast<size_t>(width)) {
-    throw std::invalid_argument("hc_pre: expected x [T, hc, D], fn [(2 + hc) * hc, hc * D], "
+    throw std::invalid_argument("hc_pre: expected x [T, hc, D], fn_t [hc * D, (2 + hc) * hc], "
                                 "scale [3] and base [(2 + hc) * hc]");
   }
   const int tokens = x.shape(0), dim = x.shape(2);
-  std::vector<mx::array> in = {mx::astype(x, mx::float32, s), mx::astype(fn, mx::float32, s),
+  std::vector<mx::array> in = {mx::astype(x, mx::float32, s), mx::astype(fn_t, mx::float32, s),
                                mx::astype(scale, mx::float32, s),
                                mx::astype(base, mx::float32, s)};
   return mx::array::make_arrays({{tokens, dim}, {tokens, hc}, {tokens, hc, hc}},
@@ -663,7 +664,7 @@ NB_MODULE(_cpu_ops, m) {
         "Sinkhorn-normalised [..., n, n] matrices (twins.sinkhorn) as one primitive.");
   m.def("hc_mixes", &hc_mixes, "mixes"_a, "scale"_a, "base"_a, "hc"_a, "iters"_a, "eps"_a,
         "One mHC site's (pre, post, comb) from its projected mixes, as one primitive.");
-  m.def("hc_pre", &hc_pre, "x"_a, "fn"_a, "scale"_a, "base"_a, "hc"_a, "iters"_a, "eps"_a,
+  m.def("hc_pre", &hc_pre, "x"_a, "fn_t"_a, "scale"_a, "base"_a, "hc"_a, "iters"_a, "eps"_a,
         "norm_eps"_a, "A whole mHC site before its block: (block input, post, comb).");
   m.def("hc_expand", &hc_expand, "out"_a, "residual"_a, "post"_a, "comb"_a,
         "The mHC streams after a block, as one primitive.");
