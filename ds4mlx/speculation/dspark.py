@@ -270,19 +270,24 @@ class DSparkNet(nn.Module):
     def chain(self, hidden: mx.array, logits: mx.array, anchor: int,
               n: int) -> tuple[list[int], list[float] | None]:
         """Greedy picks of the first ``n`` rows of one block, each conditioned through the
-        Markov head on the pick before it, with the rows' confidences."""
-        tokens: list[int] = []
-        confidences: list[float] | None = [] if self.conf_proj is not None else None
+        Markov head on the pick before it, with the rows' confidences. The picks stay on the
+        device from one row to the next; the host reads them all at once at the end."""
+        picks: list[mx.array] = []
+        confidences: list[mx.array] = []
         prev = mx.array([anchor], dtype=mx.int32)
         for i in range(n):
             row = logits[i : i + 1]
             if self.markov_w1 is not None:
                 row = row + self.markov_bias(prev)
-            if confidences is not None:
-                confidences.append(float(self.confidence(hidden[i : i + 1], prev)[0]))
+            if self.conf_proj is not None:
+                confidences.append(self.confidence(hidden[i : i + 1], prev))
             prev = mx.argmax(row, axis=-1).astype(mx.int32)
-            tokens.append(int(prev[0]))
-        return tokens, confidences
+            picks.append(prev)
+        mx.eval(picks, confidences)
+        tokens = [int(p[0]) for p in picks]
+        if self.conf_proj is None:
+            return tokens, None
+        return tokens, [float(c[0]) for c in confidences]
 
 
 # --------------------------------------------------------------------------------------------
@@ -326,7 +331,7 @@ class DSparkDrafter:
         drop = max(0, end - self._ring_pos0 - self.net.window)
         self._rings = [ring[drop:] for ring in self._rings]
         self._ring_pos0 += drop
-        mx.eval(self._rings)
+        mx.async_eval(self._rings)  # computed while the host goes on; the next draft reads them
         self._next_pos, self._next_token = end, int(next_token)
 
     def propose(self, max_tokens: int) -> Draft:
