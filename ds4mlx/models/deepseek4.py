@@ -744,8 +744,9 @@ class Attention(nn.Module):
         n_vis = (int(positions[-1]) + 1) // self.ratio if n_comp else 0
         if (self.indexer is not None and tokens <= SPARSE_ATTENTION_ROWS
                 and n_vis > self.indexer.top_k):
-            return self._attend_sparse(q, positions, window, window_start, cache, n_vis,
-                                       index_q, index_w)
+            # Few rows of a CSA layer whose indexer keeps fewer blocks than are visible: each
+            # row reads its window and its top-k rows in place, as a decode tile does.
+            return self._attend_tile(q, positions, window, cache, index_q, index_w, tokens)
         # Query blocks bound the [heads, rows, keys] score memory of long prefills.
         n_keys = min(window.shape[0], tokens + self.window) + n_comp
         per_row = n_keys * (self.heads + (self.indexer.heads if self.indexer else 0))
@@ -774,24 +775,6 @@ class Attention(nn.Module):
         """bool [T, n_blocks]: a block is visible to the query that completes it and to all
         later ones."""
         return mx.array(np.arange(n_blocks) < ((positions + 1) // self.ratio)[:, None])
-
-    def _attend_sparse(self, q: mx.array, positions: np.ndarray, window: mx.array,
-                       window_start: int, cache: LayerCache, n_vis: int, index_q: mx.array,
-                       index_w: mx.array) -> mx.array:
-        """``_attend`` for decode and verify rows of a CSA layer whose indexer keeps fewer
-        blocks than are visible: each row reads its window and its top-k compressed rows in
-        place (``kernels.sparse_attention``) instead of a mask over every block."""
-        visible = self._visible_blocks(positions, n_vis)
-        top = self.indexer.top_blocks(index_q, index_w, cache.index[:n_vis], visible)
-        # Row p sees the raw keys of positions p - window + 1 .. p. Only the rows some query
-        # sees are passed: a one-row call then reduces over exactly its own keys, whatever the
-        # caller's window holds, which keeps decode and verify rows bit-identical.
-        hi = positions + 1 - window_start
-        lo = np.maximum(hi - self.window, 0)
-        first = int(lo.min())
-        ranges = np.stack([lo - first, hi - first], axis=1).astype(np.int32)
-        return sparse_attention(q, window[first : int(hi.max())], mx.array(ranges),
-                                cache.comp[:n_vis], top, self.sinks, self.scale)
 
 
 class Block(nn.Module):
