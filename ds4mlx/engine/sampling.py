@@ -14,7 +14,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import mlx.core as mx
-import numpy as np
 from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p, categorical_sampling
 
 
@@ -93,36 +92,22 @@ class Sampler:
         o = self.options
         if not (o.logit_bias or o.penalizes):
             return rows
-        rows = rows.astype(mx.float32)
-        if o.logit_bias:
-            ids = mx.array([token for token, _ in o.logit_bias])
-            rows[:, ids] = rows[:, ids] + mx.array([bias for _, bias in o.logit_bias],
-                                                   mx.float32)
-        if not o.penalizes:
-            return rows
-        out = []
-        for i in range(rows.shape[0]):
-            row = rows[i]
-            window = [*self._recent, *draft[:i]][-o.repeat_last_n :]
-            if window:
-                tokens, counts = np.unique(np.array(window, np.int64), return_counts=True)
-                ids = mx.array(tokens)
-                seen = row[ids]
-                seen = mx.where(seen <= 0, seen * o.repeat_penalty, seen / o.repeat_penalty)
-                row[ids] = (seen - mx.array(counts, mx.float32) * o.frequency_penalty
-                            - o.presence_penalty)
-            out.append(row)
-        return mx.stack(out)
+        recent = list(self._recent)
+        return mx.stack([
+            self.penalized_on_device(rows[i], mx.array([*recent, *draft[:i]][-o.repeat_last_n :],
+                                                       dtype=mx.int32))
+            for i in range(rows.shape[0])])
 
     def recent_tokens(self) -> mx.array:
         """The recorded tokens the penalties look back on, int32 [n] (n <= repeat_last_n)."""
         return mx.array(list(self._recent), dtype=mx.int32)
 
     def penalized_on_device(self, row: mx.array, window: mx.array) -> mx.array:
-        """``penalized`` of one row [V] whose look-back tokens ``window`` (int32 [n], the last
-        ``repeat_last_n``) need not be known on the host, as in pipelined decoding. The same
-        arithmetic in the same order: a seen token's logit is penalised once, its count
-        weighs the frequency penalty, so the result equals ``penalized`` bit for bit."""
+        """``penalized`` of one row [V] given its look-back tokens ``window`` (int32 [n], the
+        last ``repeat_last_n``), which need not be known on the host (pipelined decoding): the
+        logit biases, then each seen token's logit divided by ``repeat_penalty`` (multiplied
+        when negative) once and lowered by ``frequency_penalty`` per occurrence and by
+        ``presence_penalty`` once."""
         o = self.options
         if not (o.logit_bias or o.penalizes):
             return row
