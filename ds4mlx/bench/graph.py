@@ -82,10 +82,12 @@ class _Profiler:
         self.tags: list[str] = []
         self.layer: int | None = None
 
-    def cut(self, obj: Any, tag: str | None = None) -> None:
+    def cut(self, obj: Any) -> None:
+        """Count the pending graph behind the arrays in ``obj`` for the current block (and
+        layer), then evaluate it."""
         arrays = _arrays(obj, [])
         names = primitive_names(*arrays)
-        tag = tag or (self.tags[-1] if self.tags else "other")
+        tag = self.tags[-1] if self.tags else "other"
         self.count.total += len(names)
         self.count.per_block[tag] += len(names)
         self.count.per_name.update(names)
@@ -95,31 +97,28 @@ class _Profiler:
             self.real_eval(*arrays)
 
     def wrap(self, fn: Callable[..., Any], tag: str) -> Callable[..., Any]:
+        """``fn`` counted as block ``tag``."""
+        return self._cutting(fn, lambda _: self.tags.append(tag), self.tags.pop)
+
+    def wrap_layer(self, fn: Callable[..., Any], layer_of: Callable[[Any], int]
+                   ) -> Callable[..., Any]:
+        """A block's ``__call__``, its work counted for layer ``layer_of(block)``."""
+        return self._cutting(fn, lambda args: setattr(self, "layer", layer_of(args[0])),
+                             lambda: setattr(self, "layer", None))
+
+    def _cutting(self, fn: Callable[..., Any], enter: Callable[[tuple], None],
+                 leave: Callable[[], Any]) -> Callable[..., Any]:
         def cutting(*args: Any, **kwargs: Any) -> Any:
             self.cut((args, kwargs))  # what the caller built so far is the caller's
-            self.tags.append(tag)
+            enter(args)
             try:
                 out = fn(*args, **kwargs)
                 self.cut(out)
             finally:
-                self.tags.pop()
+                leave()
             return out
 
         return cutting
-
-    def wrap_layer(self, fn: Callable[..., Any], layer_of: Callable[[Any], int]
-                   ) -> Callable[..., Any]:
-        def in_layer(block: Any, *args: Any, **kwargs: Any) -> Any:
-            self.cut((args, kwargs))
-            self.layer = layer_of(block)
-            try:
-                out = fn(block, *args, **kwargs)
-                self.cut(out)
-            finally:
-                self.layer = None
-            return out
-
-        return in_layer
 
 
 # Where each block's code starts, per architecture: "module.Owner.attribute" under
