@@ -27,6 +27,7 @@ from ds4mlx.kernels.twins import swiglu
 from ds4mlx.kernels.weights import PackedWeight, QuantizedWeight, Weight
 
 import mlx.core as mx
+import numpy as np
 
 KERNEL_CHOICES = ("auto", "metal", "mlx")
 
@@ -141,10 +142,8 @@ def _native_cpu_ops() -> ModuleType | None:
 
 
 def sinkhorn(comb: mx.array, iters: int, eps: float) -> mx.array:
-    """Sinkhorn-normalised mHC mixing matrices [..., src, dst] (``twins.sinkhorn`` says how)."""
-    ops = _native_cpu_ops()
-    if ops is not None:
-        return _native_sinkhorn(iters, eps)(comb)
+    """Sinkhorn-normalised mHC mixing matrices [..., src, dst] (``twins.sinkhorn`` says how).
+    On the CPU the models run it inside the native ``hc_pre`` / ``hc_mixes`` primitives."""
     return _backend.sinkhorn(comb, iters, eps)
 
 
@@ -152,8 +151,7 @@ def hc_mixes(mixes: mx.array, scale: mx.array, base: mx.array, hc: int, iters: i
              eps: float) -> tuple[mx.array, mx.array, mx.array]:
     """One mHC site's (pre, post, comb) from its projected mixes (``twins.hc_mixes`` says
     how): one native primitive on the CPU, the Sinkhorn in one Metal launch on Metal."""
-    ops = _native_cpu_ops()
-    if ops is not None:
+    if _native_cpu_ops() is not None:
         return _native_hc_mixes(hc, iters, eps)(mixes, scale, base)
     return twins.hc_mixes(mixes, scale, base, hc, iters, eps, sinkhorn_fn=_backend.sinkhorn)
 
@@ -227,13 +225,6 @@ def _native_sparse_attention(scale: float) -> Callable[..., mx.array]:
 
 
 @cache
-def _native_sinkhorn(iters: int, eps: float) -> Callable[[mx.array], mx.array]:
-    ops = native_ops()
-    return mx.compile(with_twin_gradient(lambda c: ops.sinkhorn(c, iters, eps),
-                                         lambda c: twins.sinkhorn(c, iters, eps)))
-
-
-@cache
 def _native_hc_mixes(hc: int, iters: int, eps: float) -> Callable[..., tuple[mx.array, ...]]:
     # Compiled, the gradient wrapper costs one primitive (four uncompiled).
     ops = native_ops()
@@ -251,13 +242,15 @@ def sparse_attention(q: mx.array, window: mx.array, window_range: mx.array, comp
     return _backend.sparse_attention(q, window, window_range, comp, comp_index, sinks, scale)
 
 
-def rotary(x: mx.array, cos: mx.array, sin: mx.array, offset: int, n_dims: int,
+def rotary(x: mx.array, cos: np.ndarray, sin: np.ndarray, offset: int, n_dims: int,
            interleaved: bool, inverse: bool) -> mx.array | None:
-    """``models.rope.RoPE.apply`` (its formula is the twin) as one native primitive on the CPU;
-    None where that does not apply (not on the CPU, x not float32)."""
+    """``models.rope.RoPE.apply`` (its formula is the twin) as one native primitive on the CPU,
+    from the host's angle tables cos/sin [T, n_dims / 2]; None where that does not apply (not
+    on the CPU, x not float32)."""
     if x.dtype != mx.float32 or _native_cpu_ops() is None:
         return None
-    return native_ops().rope(x, cos, sin, offset, n_dims, interleaved, inverse)
+    return native_ops().rope(x, mx.array(cos), mx.array(sin), offset, n_dims, interleaved,
+                             inverse)
 
 
 def dequantize(w: Weight) -> mx.array:

@@ -117,8 +117,7 @@ class RoPE:
         dim = x.shape[-1]
         if offset < 0 or offset + n > dim:
             raise ValueError(f"RoPE channels [{offset}, {offset + n}) do not fit in {dim}")
-        native = rotary(x, mx.array(angles.cos), mx.array(angles.sin), offset, n,
-                        self.config.interleaved, inverse)
+        native = rotary(x, angles.cos, angles.sin, offset, n, self.config.interleaved, inverse)
         return self.twin(x, angles, offset, inverse) if native is None else native
 
     def twin(self, x: mx.array, angles: RopeAngles, offset: int, inverse: bool) -> mx.array:

@@ -1,7 +1,7 @@
 // ds4mlx's native CPU operations: MLX primitives for work that is many tiny ops in MLX's own
 // vocabulary. On the CPU every primitive costs microseconds of scheduling whatever its size;
 // the mHC Sinkhorn alone is ~80 of them per call (a reduction and a division per half-round),
-// while its arithmetic is a few hundred flops on a 4x4 matrix. Here it is one primitive.
+// while its arithmetic is a few hundred flops on a 4x4 matrix. Here a whole mHC site is one.
 //
 // The semantics are those of the pure-MLX twins in ds4mlx/kernels/twins.py, in the same order
 // of operations, in float32. Each matrix (row) is computed on its own, so a row's result never
@@ -135,35 +135,6 @@ class CpuPrimitive : public mx::Primitive {
 
  protected:
   virtual Task task() const = 0;
-};
-
-class Sinkhorn : public CpuPrimitive {
- public:
-  Sinkhorn(mx::Stream stream, int iters, float eps)
-      : CpuPrimitive(stream), iters_(iters), eps_(eps) {}
-
-  Task task() const override {
-    return [iters = iters_, eps = eps_](const std::vector<mx::array>& in,
-                                        const std::vector<float*>& out) {
-      const int n = in[0].shape(-1);
-      RowMajor values(in[0]);
-      std::copy(values.data(), values.data() + in[0].size(), out[0]);
-      for (size_t m = 0; m < in[0].size() / (n * n); m++) {
-        sinkhorn_matrix(out[0] + m * n * n, n, iters, eps);
-      }
-    };
-  }
-
-  const char* name() const override { return "DS4Sinkhorn"; }
-
-  bool is_equivalent(const mx::Primitive& other) const override {
-    const auto& o = static_cast<const Sinkhorn&>(other);
-    return iters_ == o.iters_ && eps_ == o.eps_;
-  }
-
- private:
-  int iters_;
-  float eps_;
 };
 
 // One token's mixes at an mHC site (twins.hc_mixes): from its projected mixes m [(2 + hc) * hc],
@@ -540,16 +511,6 @@ class Rope : public CpuPrimitive {
   bool inverse_;
 };
 
-mx::array sinkhorn(const mx::array& comb, int iters, float eps) {
-  auto s = mx::default_stream(mx::Device::cpu);
-  if (comb.ndim() < 2 || comb.shape(-1) != comb.shape(-2)) {
-    throw std::invalid_argument("sinkhorn: comb must be [..., n, n]");
-  }
-  auto values = mx::astype(comb, mx::float32, s);
-  return mx::array(values.shape(), mx::float32, std::make_shared<Sinkhorn>(s, iters, eps),
-                   {values});
-}
-
 std::vector<mx::array> hc_mixes(const mx::array& mixes, const mx::array& scale,
                                 const mx::array& base, int hc, int iters, float eps) {
   auto s = mx::default_stream(mx::Device::cpu);
@@ -660,8 +621,6 @@ mx::array rope(const mx::array& x, const mx::array& cos, const mx::array& sin, i
 
 NB_MODULE(_cpu_ops, m) {
   m.doc() = "ds4mlx native CPU operations (see ops.cpp)";
-  m.def("sinkhorn", &sinkhorn, "comb"_a, "iters"_a, "eps"_a,
-        "Sinkhorn-normalised [..., n, n] matrices (twins.sinkhorn) as one primitive.");
   m.def("hc_mixes", &hc_mixes, "mixes"_a, "scale"_a, "base"_a, "hc"_a, "iters"_a, "eps"_a,
         "One mHC site's (pre, post, comb) from its projected mixes, as one primitive.");
   m.def("hc_pre", &hc_pre, "x"_a, "fn_t"_a, "scale"_a, "base"_a, "hc"_a, "iters"_a, "eps"_a,
