@@ -77,6 +77,14 @@ class Session:
         self.tokens.extend(int(t) for t in tokens)
         return out
 
+    def feed_hidden_lazy(self, tokens: mx.array, capture_layers: Sequence[int] = ()):
+        """``feed_hidden`` of int32 ``tokens`` [T] the device computed (a drafter's picks after
+        a committed token), queued and not read, as ``feed_lazy``; ``confirm`` their ids once
+        read."""
+        return self.model.forward(tokens.astype(mx.int32).reshape(-1), self.state,
+                                  capture_layers=capture_layers, return_hidden=True,
+                                  asynchronous=True)
+
     def truncate(self, n_tokens: int) -> None:
         """Drop the last tokens so that ``n_tokens`` remain, without recomputing anything (the
         model bounds how far back: a speculative verify's rejected rows)."""

@@ -67,3 +67,13 @@ class Drafter(Protocol):
 
     def propose(self, max_tokens: int) -> Draft:
         """Up to ``min(max_tokens, max_draft)`` tokens following ``next_token``."""
+
+
+class DeviceDrafter(Drafter, Protocol):
+    """A drafter that can also leave its draft on the device, so that the verify pass is queued
+    behind it before the host reads a token (``SpeculativeDecoder`` uses it when no confidence
+    cut needs the draft on the host first)."""
+
+    def propose_on_device(self, max_tokens: int) -> mx.array | None:
+        """``propose``'s tokens as a queued int32 [n] array (no confidences), or None when
+        there is nothing to draft."""

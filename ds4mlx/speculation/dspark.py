@@ -267,27 +267,24 @@ class DSparkNet(nn.Module):
             score = score + self.conf_bias[0]
         return mx.sigmoid(score)
 
-    def chain(self, hidden: mx.array, logits: mx.array, anchor: int,
-              n: int) -> tuple[list[int], list[float] | None]:
-        """Greedy picks of the first ``n`` rows of one block, each conditioned through the
-        Markov head on the pick before it, with the rows' confidences. The picks stay on the
-        device from one row to the next; the host reads them all at once at the end."""
+    def chain(self, hidden: mx.array, logits: mx.array, anchor: int, n: int, *,
+              confidences: bool = True) -> tuple[mx.array, mx.array | None]:
+        """Greedy picks int32 [n] of the first ``n`` rows of one block, each conditioned
+        through the Markov head on the pick before it, with the rows' confidences [n] (None
+        without a confidence head or when not asked for). Unevaluated: the picks stay on the
+        device from one row to the next, and the caller decides when the host reads them."""
         picks: list[mx.array] = []
-        confidences: list[mx.array] = []
+        scores: list[mx.array] = []
         prev = mx.array([anchor], dtype=mx.int32)
         for i in range(n):
             row = logits[i : i + 1]
             if self.markov_w1 is not None:
                 row = row + self.markov_bias(prev)
-            if self.conf_proj is not None:
-                confidences.append(self.confidence(hidden[i : i + 1], prev))
+            if confidences and self.conf_proj is not None:
+                scores.append(self.confidence(hidden[i : i + 1], prev))
             prev = mx.argmax(row, axis=-1).astype(mx.int32)
             picks.append(prev)
-        mx.eval(picks, confidences)
-        tokens = [int(p[0]) for p in picks]
-        if self.conf_proj is None:
-            return tokens, None
-        return tokens, [float(c[0]) for c in confidences]
+        return mx.concatenate(picks), mx.concatenate(scores) if scores else None
 
 
 # --------------------------------------------------------------------------------------------
@@ -334,17 +331,33 @@ class DSparkDrafter:
         mx.async_eval(self._rings)  # computed while the host goes on; the next draft reads them
         self._next_pos, self._next_token = end, int(next_token)
 
-    def propose(self, max_tokens: int) -> Draft:
-        n = min(max_tokens, self.max_draft)
-        if n <= 0 or self._next_token is None:
-            return Draft()
+    def _chain(self, max_tokens: int, confidences: bool) -> tuple[mx.array, mx.array | None]:
         anchor, size = self._next_token, self.config.block_size
         block = mx.array([[anchor] + [self.config.noise_token_id] * (size - 1)], dtype=mx.int32)
         contexts = [BlockContext(ring, self._ring_pos0, np.array([self._next_pos]), size,
                                  self.net.window) for ring in self._rings]
         hidden = self.net.hidden(block, contexts)
-        tokens, confidences = self.net.chain(hidden, self.net.logits(hidden), anchor, n)
-        return Draft(tokens, confidences)
+        return self.net.chain(hidden, self.net.logits(hidden), anchor, max_tokens,
+                              confidences=confidences)
+
+    def propose(self, max_tokens: int) -> Draft:
+        n = min(max_tokens, self.max_draft)
+        if n <= 0 or self._next_token is None:
+            return Draft()
+        picks, confidences = self._chain(n, confidences=True)
+        mx.eval(picks, confidences)
+        return Draft(picks.tolist(), None if confidences is None else confidences.tolist())
+
+    def propose_on_device(self, max_tokens: int) -> mx.array | None:
+        """``propose`` without the confidences, queued and left on the device: int32 [n], or
+        None when there is nothing to draft. The speculative loop feeds it to the verify pass
+        before the host reads it (one host sync per cycle instead of two)."""
+        n = min(max_tokens, self.max_draft)
+        if n <= 0 or self._next_token is None:
+            return None
+        picks, _ = self._chain(n, confidences=False)
+        mx.async_eval(picks)
+        return picks
 
 
 # --------------------------------------------------------------------------------------------

@@ -22,6 +22,8 @@ from ds4mlx.speculation.acceptance import AcceptanceMode, accept
 from ds4mlx.speculation.drafter import Draft, Drafter, TargetRows
 from ds4mlx.speculation.scheduler import DraftScheduler, SchedulerStats
 
+import mlx.core as mx
+
 
 @dataclass(frozen=True)
 class SpeculationOptions:
@@ -132,6 +134,13 @@ class SpeculativeDecoder(Decoder):
     def batched(self) -> None:
         self.detached = True
 
+    def _drafts_on_device(self, session: Session) -> bool:
+        """Whether the draft can stay on the device until the verify pass is queued: the
+        drafter supports it, the session takes lazy feeds, and no confidence cut needs the
+        draft's confidences on the host first."""
+        return (session.lazy_feeds and not self.options.confidence_threshold
+                and callable(getattr(self.drafter, "propose_on_device", None)))
+
     def advance(self, session: Session, token: int, sampler: Sampler, stats: GenerationStats,
                 limits: Limits) -> list[int]:
         """One cycle: ``token`` is the last committed token, not yet fed to the target."""
@@ -144,18 +153,30 @@ class SpeculativeDecoder(Decoder):
         if limits.max_context is not None:
             room = min(room, limits.max_context - session.n_tokens - 1)
         draft: list[int] = []
+        queued: mx.array | None = None  # a draft left on the device (see DeviceDrafter)
         left = limits.max_tokens - stats.generated_tokens
         drafting = room > 0 and self.scheduler.should_draft(left)
         if drafting:
             tick = time.perf_counter()
-            proposal = drafter.propose(min(room, drafter.max_draft, options.max_draft,
-                                           max_draft_for_parity))
-            draft = _cut_by_confidence(proposal, options.confidence_threshold)
+            n = min(room, drafter.max_draft, options.max_draft, max_draft_for_parity)
+            if self._drafts_on_device(session):
+                queued = drafter.propose_on_device(n)
+            else:
+                proposal = drafter.propose(n)
+                draft = _cut_by_confidence(proposal, options.confidence_threshold)
             stats.draft_seconds += time.perf_counter() - tick
 
         tick = time.perf_counter()
         pos = session.n_tokens
-        out = session.feed_hidden([token, *draft], self.capture)
+        if queued is not None:
+            # The verify pass is queued behind the draft; the host reads both at once.
+            session.check_tokens([token])
+            out = session.feed_hidden_lazy(
+                mx.concatenate([mx.array([token], dtype=mx.int32), queued]), self.capture)
+            draft = queued.tolist()
+            session.confirm([token, *draft])
+        else:
+            out = session.feed_hidden([token, *draft], self.capture)
         stats.verify_seconds += time.perf_counter() - tick
         tick = time.perf_counter()
         verdict = accept(out.logits, draft, sampler, options.mode)

@@ -119,6 +119,10 @@ def test_drafts_respect_the_bounds_and_are_deterministic(files):
     assert again.propose(5) == drafter.propose(5)
     # A shorter draft is the start of a longer one (the rows never depend on the draft width).
     assert drafter.propose(3).tokens == drafter.propose(5).tokens[:3]
+    # The draft the loop leaves on the device is the same draft.
+    for n in (1, 3, 9):
+        assert drafter.propose_on_device(n).tolist() == drafter.propose(n).tokens
+    assert drafter.propose_on_device(0) is None
 
 
 def test_observing_in_pieces_equals_observing_at_once(files):
