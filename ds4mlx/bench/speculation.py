@@ -10,6 +10,7 @@ library files the drafter trainer held out (``scripts/train_drafters.py``) compl
 
 from __future__ import annotations
 
+import re
 import statistics
 import sysconfig
 import time
@@ -30,7 +31,9 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class BenchPrompt:
     name: str
-    kind: str  # "chat": rendered with the model's chat template; "text": continued as is
+    # "chat": rendered with the model's chat template; "text": continued as is; "code": the
+    # file's first CODE_PROMPT_TOKENS tokens; "copy": the file's beginning shown, then restarted
+    kind: str
     text: str
 
 
@@ -61,10 +64,37 @@ def code_prompts(names: Sequence[str] = HELD_OUT_CODE_FILES) -> list[BenchPrompt
             for name in names if (stdlib / name).is_file()]
 
 
+#: Copy-heavy prompts, made from the held-out files: "rename" shows a function and starts it
+#: again under another name (the model repeats the body with one change); "restart" shows the
+#: file's beginning and starts it over (an edit of a file shown in the prompt).
+COPY_SHOWN_TOKENS = 160
+_FUNCTION = re.compile(r"^def (\w+)\(.*?(?=^\S)", re.S | re.M)
+
+
+def copy_prompts(names: Sequence[str] = HELD_OUT_CODE_FILES) -> list[BenchPrompt]:
+    """For each held-out file this Python ships: a "restart" prompt, and a "rename" prompt when
+    the file has a top-level function of 150 to 1,200 characters."""
+    prompts = []
+    for prompt in code_prompts(names):
+        name, text = prompt.name.removeprefix("code:"), prompt.text
+        prompts.append(BenchPrompt(f"copy:restart:{name}", "copy", text))
+        function = next((m for m in _FUNCTION.finditer(text)
+                         if 150 <= len(m.group(0)) <= 1200), None)
+        if function is not None:
+            first_line = function.group(0).splitlines()[0]
+            renamed = first_line.replace(function.group(1), f"{function.group(1)}_v2", 1)
+            prompts.append(BenchPrompt(f"copy:rename:{name}", "text",
+                                       f"{function.group(0).rstrip()}\n\n\n{renamed}\n"))
+    return prompts
+
+
 def prompt_ids(model: LoadedModel, prompt: BenchPrompt) -> list[int]:
     if prompt.kind == "chat":
         return model.tokenizer.encode(model.render_user_prompt(prompt.text))
     ids = model.tokenizer.encode(prompt.text)
+    if prompt.kind == "copy":
+        shown = ids[:COPY_SHOWN_TOKENS]
+        return [*shown, *model.tokenizer.encode("\n\n"), *shown[:8]]
     return ids[:CODE_PROMPT_TOKENS] if prompt.kind == "code" else ids
 
 
@@ -149,15 +179,16 @@ def bench_model(model: LoadedModel, drafters: Sequence[tuple[str, SpeculationCon
 
 
 def summary_rows(results: Sequence[SpecResult]) -> Iterator[SpecResult]:
-    """Per drafter, a pooled row over its code prompts (``code:*``): the τ the tiny-family
-    issue asks for."""
-    by_drafter: dict[str, list[SpecResult]] = {}
+    """Per drafter, a pooled row over its held-out code prompts (``code:*``, the τ the
+    tiny-family issue asks for) and one over its copy-heavy prompts (``copy:*``)."""
+    groups: dict[tuple[str, str], list[SpecResult]] = {}
     for result in results:
-        if result.prompt.startswith("code:"):
-            by_drafter.setdefault(result.drafter, []).append(result)
-    for drafter, rows in by_drafter.items():
+        family = result.prompt.split(":")[0]
+        if family in ("code", "copy"):
+            groups.setdefault((family, result.drafter), []).append(result)
+    for (family, drafter), rows in groups.items():
         yield SpecResult(
-            "code (mean)", drafter,
+            f"{family} (mean)", drafter,
             Samples([statistics.mean(r.target.median for r in rows)]),
             Samples([statistics.mean(r.drafted.median for r in rows)]),
             sum(r.tokens for r in rows), statistics.mean(r.tau for r in rows),

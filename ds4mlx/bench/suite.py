@@ -31,6 +31,8 @@ class BenchConfig:
     dflash: Path = ASSETS / "ds4-tiny-dflash.gguf"
     mtp: Path = ASSETS / "ds4-tiny-mtp.gguf"
     mtp_draft: int = 3
+    #: Prompt lookup's longest draft in the "lookup" and "dspark+lookup" rows (0: no rows).
+    lookup: int = 7
     glm: Path | None = ASSETS / "glm-tiny.gguf"
     sections: tuple[str, ...] = SECTIONS
     runs: int = 3
@@ -38,7 +40,7 @@ class BenchConfig:
     contexts: tuple[int, ...] = decode.PREFILL_CONTEXTS
     n_decode: int = 64
     prompts: tuple[str, ...] = ("hello", "redis", "math", "python_reverse", "c_add", "prose",
-                                "code")
+                                "code", "copy")
     expert_shares: tuple[float, ...] = (1.0, 0.5, 0.25, 0.10)
     expert_colds: tuple[bool, ...] = (False, True)
     expert_tokens: int = 16
@@ -67,7 +69,7 @@ Progress = Callable[[str], None]
 
 def selected_prompts(names: tuple[str, ...]) -> list[speculation.BenchPrompt]:
     everything = [*speculation.CHAT_PROMPTS, speculation.PROSE_PROMPT,
-                  *speculation.code_prompts()]
+                  *speculation.code_prompts(), *speculation.copy_prompts()]
     return [p for p in everything if p.name in names or p.name.split(":")[0] in names]
 
 
@@ -85,6 +87,11 @@ def _ds4_drafters(config: BenchConfig, progress: Progress
             drafters.append((name, SpeculationConfig(kind, Path(path), **extra)))
         else:
             progress(f"({name} not measured: {path} does not exist)")
+    if config.lookup:
+        drafters.append(("lookup", SpeculationConfig(lookup=config.lookup)))
+        if config.dspark is not None and Path(config.dspark).is_file():
+            drafters.append(("dspark+lookup", SpeculationConfig(
+                DrafterKind.DSPARK, Path(config.dspark), lookup=config.lookup)))
     return drafters
 
 

@@ -158,7 +158,11 @@ def speculation_summary(stats: SpeculativeStats, detailed: bool) -> str:
     if not detailed:
         return line
     s = stats.scheduler
-    return (f"{line}\nds4: timing: draft {stats.draft_seconds * 1e3:.0f} ms, verify "
+    per_drafter = "".join(
+        f"\nds4: {name}: {drafts} drafts, {drafted} drafted, {accepted} accepted "
+        f"({accepted / drafted:.0%})" for name, (drafts, drafted, accepted)
+        in stats.by_drafter.items() if len(stats.by_drafter) > 1)
+    return (f"{line}{per_drafter}\nds4: timing: draft {stats.draft_seconds * 1e3:.0f} ms, verify "
             f"{stats.verify_seconds * 1e3:.0f} ms in {stats.verify_passes} passes, accept "
             f"{stats.accept_seconds * 1e3:.0f} ms | scheduler: {s.cycles} cycles, "
             f"{s.pauses} pauses ({s.no_draft_pauses} for missing drafts), {s.paused_cycles} "

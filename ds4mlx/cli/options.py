@@ -8,7 +8,12 @@ from pathlib import Path
 
 from ds4mlx.engine.sampling import SamplingOptions
 from ds4mlx.experts.options import ExpertOptions, parse_cache_budget
-from ds4mlx.speculation.config import DEFAULT_MTP_MARGIN, DrafterKind, SpeculationConfig
+from ds4mlx.speculation.config import (
+    DEFAULT_MTP_MARGIN,
+    DEFAULT_NGRAM,
+    DrafterKind,
+    SpeculationConfig,
+)
 
 
 @dataclass(frozen=True)
@@ -148,10 +153,39 @@ def add_speculation_flags(parser: argparse.ArgumentParser) -> None:
                        help="draft with the MTP block inside the main GGUF (GLM nextn)")
     group.add_argument("--mtp-timing", action="store_true",
                        help="print drafting/verify counters and timing (enables --mtp if no "
-                            "other drafter is chosen)")
+                            "other drafter and no --lookup is chosen)")
+    group.add_argument("--lookup", type=_non_negative_int, default=0, metavar="N",
+                       help="prompt lookup: draft up to N tokens copied from the context where "
+                            "its last tokens occurred before (alone, or in front of --dspark / "
+                            "--mtp-draft; 0 = off)")
+    group.add_argument("--lookup-ngram", type=_ngram_sizes, default=DEFAULT_NGRAM,
+                       metavar="MIN..MAX",
+                       help="prompt lookup's n-gram sizes, longest tried first (default "
+                            f"{DEFAULT_NGRAM[0]}..{DEFAULT_NGRAM[1]})")
     group.add_argument("--mtp-exact-sampling", action="store_true",
                        help="at temperature > 0, accept drafts by rejection sampling so the "
                             "output distribution equals ordinary sampling")
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got '{text}'") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _ngram_sizes(text: str) -> tuple[int, int]:
+    low, sep, high = text.partition("..")
+    try:
+        sizes = (int(low), int(high)) if sep else (int(low), int(low))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected MIN..MAX (e.g. 2..4), got '{text}'") from None
+    if not 1 <= sizes[0] <= sizes[1]:
+        raise argparse.ArgumentTypeError(f"expected 1 <= MIN <= MAX, got '{text}'")
+    return sizes
 
 
 def speculation_config(args: argparse.Namespace) -> SpeculationConfig:
@@ -161,7 +195,7 @@ def speculation_config(args: argparse.Namespace) -> SpeculationConfig:
         kind = DrafterKind.DSPARK
     elif args.mtp_draft > 1:
         kind = DrafterKind.MTP
-    elif args.mtp or args.mtp_timing:
+    elif args.mtp or (args.mtp_timing and not args.lookup):
         kind = DrafterKind.NEXTN
     elif args.mtp_model:
         raise ValueError("--mtp-model given without --dspark or --mtp-draft N")
@@ -178,6 +212,8 @@ def speculation_config(args: argparse.Namespace) -> SpeculationConfig:
         mtp_margin=args.mtp_margin,
         exact_sampling=args.mtp_exact_sampling,
         timing=args.mtp_timing,
+        lookup=args.lookup,
+        lookup_ngram=args.lookup_ngram,
     )
 
 

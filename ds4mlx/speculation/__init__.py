@@ -21,7 +21,18 @@ __all__ = ["Draft", "Drafter", "DrafterKind", "DrafterLease", "SpeculationConfig
 
 def load_drafter(config: SpeculationConfig, target) -> Drafter | None:
     """The drafter ``config`` asks for, loaded against ``target`` (a LoadedModel); None for
-    target-only decoding. Mismatched files raise GGUFError."""
+    target-only decoding. Mismatched files raise GGUFError. With ``config.lookup`` prompt
+    lookup drafts alone or extends the learned drafter's blocks (``lookup.LookupExtension``)."""
+    learned = _learned_drafter(config, target)
+    if not config.lookup:
+        return learned
+    from ds4mlx.speculation.lookup import COPY_MIN_MATCH, LookupDrafter, LookupExtension
+
+    lookup = LookupDrafter(config.lookup, config.lookup_ngram)
+    return lookup if learned is None else LookupExtension(learned, lookup, COPY_MIN_MATCH)
+
+
+def _learned_drafter(config: SpeculationConfig, target) -> Drafter | None:
     if config.kind is DrafterKind.DSPARK:
         from ds4mlx.speculation.dspark import load_dspark
 

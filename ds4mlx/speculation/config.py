@@ -7,9 +7,12 @@ from enum import Enum
 from pathlib import Path
 
 from ds4mlx.speculation.acceptance import AcceptanceMode
+from ds4mlx.speculation.lookup import DEFAULT_NGRAM
 from ds4mlx.speculation.loop import SpeculationOptions
 
 DEFAULT_MTP_MARGIN = 3.0
+
+__all__ = ["DEFAULT_MTP_MARGIN", "DEFAULT_NGRAM", "DrafterKind", "SpeculationConfig"]
 
 
 class DrafterKind(str, Enum):
@@ -31,6 +34,10 @@ class SpeculationConfig:
     mtp_margin: float = DEFAULT_MTP_MARGIN
     exact_sampling: bool = False
     timing: bool = False
+    #: Prompt lookup: the longest lookup draft (0: off), alone or in front of the drafter above.
+    lookup: int = 0
+    #: Prompt lookup's n-gram sizes, (min, max): the longest match is tried first.
+    lookup_ngram: tuple[int, int] = DEFAULT_NGRAM
 
     def __post_init__(self) -> None:
         if self.kind is DrafterKind.DSPARK and self.support_path is None:
@@ -42,6 +49,12 @@ class SpeculationConfig:
             raise ValueError("--mtp-draft needs the MTP file: --mtp-model FILE")
         if self.mtp_draft < 1:
             raise ValueError(f"--mtp-draft must be >= 1, got {self.mtp_draft}")
+        if self.lookup < 0:
+            raise ValueError(f"--lookup must be >= 0, got {self.lookup}")
+        low, high = self.lookup_ngram
+        if not 1 <= low <= high:
+            raise ValueError(f"--lookup-ngram must be MIN..MAX with 1 <= MIN <= MAX, got "
+                             f"{low}..{high}")
         if not 0.0 <= self.confidence <= 1.0:
             raise ValueError(f"--dspark-confidence must be in [0, 1], got {self.confidence}")
 

@@ -241,14 +241,19 @@ class DSparkNet(nn.Module):
         main = self.main_norm(linear(taps, self.main_proj))
         return [stage.attn.context_keys(main, pos0) for stage in self.stages]
 
-    def hidden(self, tokens: mx.array, contexts: Sequence[BlockContext]) -> mx.array:
+    def hidden(self, tokens: mx.array, contexts: Sequence[BlockContext], *,
+               tile: bool = False) -> mx.array:
         """The collapsed hidden states [M * B, D] (before the norm) of blocks ``tokens`` [M, B]
-        (anchor then noise tokens), with one context per stage."""
+        (anchor then noise tokens), with one context per stage; ``tile``: for drafting, not
+        for training."""
         flat = tokens.reshape(-1)
         h = take_rows(self.head.embed, flat).astype(mx.float32)
         x = mx.broadcast_to(h[:, None, :], (h.shape[0], self.hc_mult, h.shape[1]))
+        # Drafting runs the stages' MoE as a decode tile whose rows are all real: its compiled
+        # fixed-shape function (weights captured as constants, so not while training).
+        n_real = flat.shape[0] if tile else None
         for stage, context in zip(self.stages, contexts, strict=True):
-            x, _ = stage(x, flat, 0, context)
+            x, _ = stage(x, flat, 0, context, n_real)
         return self.hc_head(x)
 
     def logits(self, hidden: mx.array) -> mx.array:
@@ -336,7 +341,7 @@ class DSparkDrafter:
         block = mx.array([[anchor] + [self.config.noise_token_id] * (size - 1)], dtype=mx.int32)
         contexts = [BlockContext(ring, self._ring_pos0, np.array([self._next_pos]), size,
                                  self.net.window) for ring in self._rings]
-        hidden = self.net.hidden(block, contexts)
+        hidden = self.net.hidden(block, contexts, tile=True)
         return self.net.chain(hidden, self.net.logits(hidden), anchor, max_tokens,
                               confidences=confidences)
 

@@ -47,13 +47,27 @@ class SpeculativeStats(GenerationStats):
     #: Per draft position k: verified drafts that reached k, and those whose token k was kept.
     position_drafted: list[int] = field(default_factory=list)
     position_accepted: list[int] = field(default_factory=list)
+    #: Per drafter that made drafts (a combined drafter has two): drafts, drafted, accepted.
+    by_drafter: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def position_acceptance(self) -> list[float]:
         return [kept / reached for kept, reached
                 in zip(self.position_accepted, self.position_drafted, strict=True)]
 
-    def record_draft(self, drafted: int, accepted: int) -> None:
+    def record_draft(self, drafted: int, accepted: int,
+                     sources: Sequence[tuple[str, int]] = ()) -> None:
+        """``sources``: which drafter made which tokens of the draft, in order (a combined
+        drafter's pieces: DSpark's block, then the lookup's extension)."""
+        start = 0
+        for name, count in sources:
+            count = min(count, drafted - start)
+            if count > 0:
+                counts = self.by_drafter.setdefault(name, [0, 0, 0])
+                counts[0] += 1
+                counts[1] += count
+                counts[2] += min(max(accepted - start, 0), count)
+                start += count
         grow = drafted - len(self.position_drafted)
         if grow > 0:
             self.position_drafted += [0] * grow
@@ -128,6 +142,10 @@ class SpeculativeDecoder(Decoder):
         current = sampler(out.logits[-1])
         self.lease.holder = self
         self.drafter.reset()
+        recall = getattr(self.drafter, "recall", None)
+        if recall is not None and pos0:
+            # Drafters of the token history alone (prompt lookup) also copy from earlier turns.
+            recall(session.tokens[:pos0])
         self.drafter.observe(prompt, current, _rows(out, pos0))
         return current
 
@@ -186,7 +204,8 @@ class SpeculativeDecoder(Decoder):
 
         committed = draft[: verdict.accepted]
         stats.verify_passes += 1
-        stats.record_draft(len(draft), len(committed))
+        stats.record_draft(len(draft), len(committed),
+                           getattr(drafter, "last_sources", [(drafter.name, len(draft))]))
         stop_at = next((i for i, t in enumerate(committed) if t in limits.stop_tokens), None)
         if stop_at is not None:
             # As in plain decoding, generation ends with the stop token, which is never fed.

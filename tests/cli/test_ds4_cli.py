@@ -64,6 +64,9 @@ def test_repeat_penalty_with_and_without_dspark():
     (["-n", "0"], "--n-predict"),
     (["-c", "-5"], "--ctx"),
     (["--weights-dtype", "int3"], "--weights-dtype"),
+    (["--lookup", "-1"], "--lookup"),
+    (["--lookup-ngram", "4..2"], "--lookup-ngram"),
+    (["--lookup-ngram", "x"], "--lookup-ngram"),
 ])
 def test_bad_flags_fail_with_a_message(ds4_fixture_path, flags, message):
     result = run_ds4("-m", str(ds4_fixture_path), "-p", "x", *flags)
