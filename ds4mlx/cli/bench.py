@@ -55,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
                              f"{defaults.dflash}, off in --quick; '' to skip)")
     parser.add_argument("--mtp", type=_optional_path, default=defaults.mtp,
                         help="legacy MTP drafter ('' to skip)")
+    parser.add_argument("--lookup", type=int, default=defaults.lookup, metavar="N",
+                        help="prompt lookup's longest draft in the 'lookup' and "
+                             f"'dspark+lookup' rows (default {defaults.lookup}; 0 to skip)")
     parser.add_argument("--glm", type=_optional_path, default=defaults.glm,
                         help="a glm5-next GGUF with its NextN layer ('' to skip)")
     parser.add_argument("--sections", type=_sections, default=suite.SECTIONS,
@@ -97,7 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.plot is not None and "speculation" not in args.sections:
         parser.error("--plot charts the speculation section; include it in --sections")
 
+    if args.lookup < 0:
+        parser.error(f"--lookup must be >= 0, got {args.lookup}")
     overrides = {"model": args.model, "dspark": args.dspark, "mtp": args.mtp, "glm": args.glm,
+                 "lookup": args.lookup,
                  "sections": args.sections, "peers": not args.no_peers,
                  "notes": {"command": shlex.join(["ds4", "bench", *argv]),
                            "quick": args.quick}}

@@ -242,6 +242,15 @@ def sparse_attention(q: mx.array, window: mx.array, window_range: mx.array, comp
     return _backend.sparse_attention(q, window, window_range, comp, comp_index, sinks, scale)
 
 
+def indexer_top_k(q: mx.array, weights: mx.array, keys: mx.array, visible: mx.array,
+                  top_k: int) -> mx.array:
+    """The lightning indexer's top-k blocks for each row on its own (``twins.indexer_top_k``
+    says how): one native primitive on the CPU for the whole tile, a loop over rows else."""
+    if _native_cpu_ops() is None or keys.dtype != mx.float32:
+        return twins.indexer_top_k(q, weights, keys, visible, top_k)
+    return native_ops().indexer_top_k(q, weights, keys, visible, top_k)
+
+
 def rotary(x: mx.array, cos: np.ndarray, sin: np.ndarray, offset: int, n_dims: int,
            interleaved: bool, inverse: bool) -> mx.array | None:
     """``models.rope.RoPE.apply`` (its formula is the twin) as one native primitive on the CPU,
@@ -299,6 +308,7 @@ __all__ = [
     "hc_expand",
     "hc_mixes",
     "hc_pre",
+    "indexer_top_k",
     "rotary",
     "routed_experts",
     "sinkhorn",

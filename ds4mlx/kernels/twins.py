@@ -247,6 +247,32 @@ def sparse_attention(q: mx.array, window: mx.array, window_range: mx.array, comp
     return mx.stack(rows).astype(q.dtype)
 
 
+def indexer_top_k(q: mx.array, weights: mx.array, keys: mx.array, visible: mx.array,
+                  top_k: int) -> mx.array:
+    """The lightning indexer's choice of compressed blocks for each query row on its own.
+
+    q [T, H, D] indexer queries, weights [T, H] their head weights, keys [N, D] the indexer's
+    block keys, visible int32 [T] how many blocks each row sees (its first ones). A row that
+    sees at most ``top_k`` blocks takes them all; otherwise block j scores
+    ``sum_h weights[t, h] * max(q[t, h] . keys[j], 0)`` and the ``top_k`` highest are kept,
+    equal scores taken lower block first. Returns int32 [T, top_k]: the chosen blocks in
+    ascending order, -1 in unused slots. This twin reads ``visible`` on the host and scores
+    each row over exactly its own blocks, so that a row's choice never depends on the other
+    rows (a verify row chooses as its one-token decode does).
+    """
+    slots = np.arange(top_k)
+    rows = []
+    for t, n in enumerate(np.array(visible).reshape(-1).tolist()):
+        if n <= top_k:
+            rows.append(mx.array(np.where(slots < n, slots, -1).astype(np.int32)))
+            continue
+        scores = mx.maximum(q[t].astype(mx.float32) @ keys[:n].astype(mx.float32).T, 0.0)
+        scores = mx.sum(scores * weights[t].astype(mx.float32)[:, None], axis=0)  # [n]
+        # argsort is stable: among equal scores the lower block comes first.
+        rows.append(mx.sort(mx.argsort(-scores)[:top_k]).astype(mx.int32))
+    return mx.stack(rows)
+
+
 def _sink_attention_row(q: mx.array, keys: list[mx.array], sinks: mx.array,
                         scale: float) -> mx.array:
     """One query row q [H, D] over ``keys`` (pieces [n, D]): softmax with each head's sink."""

@@ -44,7 +44,7 @@ from typing import Any, Literal, TypeVar, overload
 
 from ds4mlx.experts import ExpertStore
 from ds4mlx.gguf import GGUFError, GGUFFile, MetaValue
-from ds4mlx.kernels import linear, sparse_attention, take_rows
+from ds4mlx.kernels import indexer_top_k, linear, sparse_attention, take_rows
 from ds4mlx.models.attention import sink_attention, sliding_window_mask
 from ds4mlx.models.cache import ModelState, append_rows
 from ds4mlx.models.metadata import ArchMetadata, first
@@ -719,17 +719,9 @@ class Attention(nn.Module):
             return cache.comp, mx.array(np.where(slots < n_vis[:, None], slots, -1)
                                         .astype(np.int32))
         # The indexer's choice for each row over exactly that row's blocks, as a one-row
-        # decode makes it; rows that see at most top_k blocks take them all.
-        slots = np.arange(top_k)
-        picks = []
-        for r, n in enumerate(n_vis):
-            if n > top_k:
-                picks.append(self.indexer.top_blocks(
-                    index_q[r : r + 1], index_w[r : r + 1], cache.index[:n],
-                    mx.array(np.ones((1, n), bool))))
-            else:
-                picks.append(mx.array(np.where(slots < n, slots, -1)[None].astype(np.int32)))
-        return cache.comp, mx.concatenate(picks)
+        # decode makes it (one primitive for the tile on the CPU).
+        return cache.comp, indexer_top_k(index_q, index_w, cache.index,
+                                         mx.array(n_vis.astype(np.int32)), top_k)
 
     def _attend(self, q: mx.array, positions: np.ndarray, window: mx.array, cache: LayerCache,
                 index_q: mx.array | None, index_w: mx.array | None) -> mx.array:

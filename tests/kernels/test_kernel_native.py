@@ -282,3 +282,35 @@ def test_hc_pre_and_expand_equal_their_twins_and_gradients(ops):
         ops.hc_pre(x, fn_t[:-1], scale, base, HC, ITERS, EPS, 1e-6)
     with pytest.raises(ValueError, match="hc_expand"):
         ops.hc_expand(out[:, :-1], x, post, comb)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_indexer_top_k_equals_the_twin_row_by_row(ops, seed):
+    rng = np.random.default_rng(seed)
+    tokens, heads, dim, n_keys, top_k = 8, 4, 16, 40, 6
+    q = mx.array(rng.standard_normal((tokens, heads, dim)).astype(np.float32))
+    weights = mx.array(rng.standard_normal((tokens, heads)).astype(np.float32))
+    keys = mx.array(rng.standard_normal((n_keys, dim)).astype(np.float32))
+    visible = mx.array(np.array([0, 3, 6, 7, 20, 40, 33, 12], np.int32))
+    got = ops.indexer_top_k(q, weights, keys, visible, top_k)
+    assert got.dtype == mx.int32 and got.shape == (tokens, top_k)
+    assert mx.array_equal(got, twins.indexer_top_k(q, weights, keys, visible, top_k)).item()
+    chosen = np.array(got)
+    assert (chosen[0] == -1).all() and chosen[1].tolist() == [0, 1, 2, -1, -1, -1]
+    for t, n in enumerate(np.array(visible)):
+        if n > top_k:  # the highest scores among the row's own blocks, ascending
+            scores = np.maximum(np.array(q[t]) @ np.array(keys)[:n].T, 0)
+            scores = (scores * np.array(weights[t])[:, None]).sum(0)
+            assert chosen[t].tolist() == sorted(np.argsort(-scores, kind="stable")[:top_k])
+        # alone, with only its own blocks: the same choice
+        alone = ops.indexer_top_k(q[t : t + 1], weights[t : t + 1], keys[: max(int(n), 1)],
+                                  visible[t : t + 1], top_k)
+        assert alone.tolist()[0] == chosen[t].tolist()
+    # Equal scores (all keys zero): the lower blocks are kept, by both.
+    zeros = mx.zeros((n_keys, dim))
+    assert np.array(ops.indexer_top_k(q, weights, zeros, visible, top_k))[5].tolist() == \
+        list(range(top_k))
+    assert mx.array_equal(ops.indexer_top_k(q, weights, zeros, visible, top_k),
+                          twins.indexer_top_k(q, weights, zeros, visible, top_k)).item()
+    with pytest.raises(ValueError, match="indexer_top_k"):
+        ops.indexer_top_k(q, weights, keys[:, :8], visible, top_k)

@@ -444,6 +444,66 @@ class SparseAttention : public CpuPrimitive {
   float scale_;
 };
 
+// twins.indexer_top_k: for each query row on its own, the lightning indexer's top_k blocks
+// among the row's first visible[t] (scores sum_h w[t, h] * max(q[t, h] . key_j, 0); equal
+// scores lower block first), in ascending order, -1 in unused slots; a row that sees at most
+// top_k blocks takes them all. The output is int32, written through the float* the base
+// class hands out (the memory is the array's own, sized for int32).
+class IndexerTopK : public CpuPrimitive {
+ public:
+  IndexerTopK(mx::Stream stream, int top_k) : CpuPrimitive(stream), top_k_(top_k) {}
+
+  Task task() const override {
+    return [top_k = top_k_](const std::vector<mx::array>& in, const std::vector<float*>& out) {
+      run(in, reinterpret_cast<int32_t*>(out[0]), top_k);
+    };
+  }
+
+  const char* name() const override { return "DS4IndexerTopK"; }
+
+  bool is_equivalent(const mx::Primitive& other) const override {
+    return top_k_ == static_cast<const IndexerTopK&>(other).top_k_;
+  }
+
+ private:
+  static void run(const std::vector<mx::array>& inputs, int32_t* out, int top_k) {
+    const int tokens = inputs[0].shape(0), heads = inputs[0].shape(1), dim = inputs[0].shape(2);
+    const int n_keys = inputs[2].shape(0);
+    RowMajor q(inputs[0]), weights(inputs[1]), keys(inputs[2]);
+    std::vector<float> scores;
+    std::vector<int> order;
+    for (int t = 0; t < tokens; t++) {
+      const int seen = std::min(
+          std::max(inputs[3].data<int32_t>()[mx::elem_to_loc(t, inputs[3])], 0), n_keys);
+      int32_t* row = out + static_cast<size_t>(t) * top_k;
+      if (seen <= top_k) {
+        for (int k = 0; k < top_k; k++) row[k] = k < seen ? k : -1;
+        continue;
+      }
+      scores.assign(seen, 0.0f);
+      for (int h = 0; h < heads; h++) {
+        const float* qv = q.data() + (static_cast<size_t>(t) * heads + h) * dim;
+        const float w = weights[static_cast<size_t>(t) * heads + h];
+        for (int j = 0; j < seen; j++) {
+          const float* kv = keys.data() + static_cast<size_t>(j) * dim;
+          float dot = 0.0f;
+          for (int d = 0; d < dim; d++) dot += qv[d] * kv[d];
+          scores[j] += std::max(dot, 0.0f) * w;
+        }
+      }
+      order.resize(seen);
+      for (int j = 0; j < seen; j++) order[j] = j;
+      std::partial_sort(order.begin(), order.begin() + top_k, order.end(), [&](int a, int b) {
+        return scores[a] > scores[b] || (scores[a] == scores[b] && a < b);
+      });
+      std::sort(order.begin(), order.begin() + top_k);
+      std::copy(order.begin(), order.begin() + top_k, row);
+    }
+  }
+
+  int top_k_;
+};
+
 // models.rope.RoPE.apply: channels [offset, offset + n_dims) of x [T, ..., D] rotated pairwise
 // by token t's angles, cos/sin [T, n_dims / 2] (already scaled); ``interleaved`` pairs
 // (2i, 2i + 1) (GGML_ROPE_TYPE_NORMAL), else (i, i + n_dims / 2) (NEOX). ``inverse`` rotates
@@ -602,6 +662,21 @@ mx::array sparse_attention(const mx::array& q, const mx::array& window,
   return mx::array(q.shape(), mx::float32, std::make_shared<SparseAttention>(s, scale), in);
 }
 
+mx::array indexer_top_k(const mx::array& q, const mx::array& weights, const mx::array& keys,
+                        const mx::array& visible, int top_k) {
+  auto s = mx::default_stream(mx::Device::cpu);
+  if (q.ndim() != 3 || weights.shape() != mx::Shape{q.shape(0), q.shape(1)} ||
+      keys.ndim() != 2 || keys.shape(1) != q.shape(2) ||
+      visible.shape() != mx::Shape{q.shape(0)} || top_k < 1) {
+    throw std::invalid_argument(
+        "indexer_top_k: expected q [T, H, D], weights [T, H], keys [N, D], visible [T], "
+        "top_k >= 1");
+  }
+  return mx::array({q.shape(0), top_k}, mx::int32, std::make_shared<IndexerTopK>(s, top_k),
+                   {mx::astype(q, mx::float32, s), mx::astype(weights, mx::float32, s),
+                    mx::astype(keys, mx::float32, s), mx::astype(visible, mx::int32, s)});
+}
+
 mx::array rope(const mx::array& x, const mx::array& cos, const mx::array& sin, int offset,
                int n_dims, bool interleaved, bool inverse) {
   auto s = mx::default_stream(mx::Device::cpu);
@@ -630,6 +705,8 @@ NB_MODULE(_cpu_ops, m) {
   m.def("routed_experts", &routed_experts, "x"_a, "gate"_a, "up"_a, "down"_a, "indices"_a,
         "limit"_a, "grouped"_a,
         "Every (token, slot) pair's routed SwiGLU expert output [T, k, D], as one primitive.");
+  m.def("indexer_top_k", &indexer_top_k, "q"_a, "weights"_a, "keys"_a, "visible"_a, "top_k"_a,
+        "Each row's lightning-indexer top-k blocks among its visible ones, as one primitive.");
   m.def("rope", &rope, "x"_a, "cos"_a, "sin"_a, "offset"_a, "n_dims"_a, "interleaved"_a,
         "inverse"_a, "Rotary embedding of channels [offset, offset + n_dims), one primitive.");
   m.def("sparse_attention", &sparse_attention, "q"_a, "window"_a, "window_range"_a, "comp"_a,
