@@ -27,6 +27,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ds4mlx.engine.chat_prompt import NamedTool, PromptText, ToolChoice, encode_prompt
+from ds4mlx.engine.tokenizer import TextTokenizer
+
 # Special tokens [enc].
 BOS = "<｜begin▁of▁sentence｜>"
 EOS = "<｜end▁of▁sentence｜>"
@@ -108,10 +111,12 @@ class ToolCallComplete:
 
 @dataclass(frozen=True)
 class ToolCallError:
-    """Tool-call markup that could not be understood; ``raw`` is the model's text for it."""
+    """Tool-call markup that could not be understood; ``raw`` is the model's text for it.
+    ``unterminated``: the output ended inside the call (a token limit or stop string cut it)."""
 
     raw: str
     reason: str
+    unterminated: bool = False
 
 
 ChatEvent = TextDelta | ReasoningDelta | ToolCallComplete | ToolCallError
@@ -181,13 +186,42 @@ class ChatFormat(ABC):
         return weaker[-1] if weaker else self.reasoning_efforts[0]
 
     @abstractmethod
+    def prompt(self, messages: Sequence[Message],
+               tools: Sequence[Mapping[str, Any]] | None = None, *,
+               add_generation_prompt: bool = True, thinking: bool = False,
+               tool_choice: ToolChoice = "auto", **options: Any) -> PromptText:
+        """The prompt for ``messages``, the template's pieces apart from the caller's.
+        ``tool_choice`` "none" renders no tools; a forced choice ("required", a NamedTool)
+        renders without reasoning and ends with the opening of a call."""
+
     def render(self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None = None,
-               *, add_generation_prompt: bool = True, thinking: bool = False) -> str:
-        """The prompt text for ``messages`` (special tokens written as text)."""
+               *, add_generation_prompt: bool = True, thinking: bool = False,
+               **options: Any) -> str:
+        """The prompt text for ``messages`` (special tokens written as text); ``options`` as
+        the format's ``prompt``."""
+        return str(self.prompt(messages, tools, add_generation_prompt=add_generation_prompt,
+                               thinking=thinking, **options))
+
+    def tokenize(self, tokenizer: TextTokenizer, messages: Sequence[Message],
+                 tools: Sequence[Mapping[str, Any]] | None = None, *, thinking: bool = False,
+                 **options: Any) -> list[int]:
+        """The prompt's token ids: special tokens only where the template wrote them, so text
+        in the messages and tools is never read as a turn boundary."""
+        return encode_prompt(tokenizer, self.prompt(messages, tools, thinking=thinking,
+                                                    **options))
 
     @abstractmethod
-    def stream_parser(self, *, thinking: bool = False) -> StreamParser:
-        """A parser for output generated after a prompt rendered with the same ``thinking``."""
+    def forced_call_prefix(self, tool_choice: ToolChoice) -> str:
+        """What a forced ``tool_choice`` puts at the end of the prompt: the opening of a call
+        (of the named function, for a NamedTool); "" for "auto" and "none"."""
+
+    @abstractmethod
+    def stream_parser(self, *, thinking: bool = False,
+                      tools: Sequence[Mapping[str, Any]] | None = None,
+                      tool_choice: ToolChoice = "auto") -> StreamParser:
+        """A parser for output generated after a prompt rendered with the same ``thinking``
+        and ``tool_choice``: "none" parses no tool calls (markup is text), a forced choice
+        starts inside the call the prompt opened."""
 
     @abstractmethod
     def stop_strings(self) -> list[str]:
@@ -288,29 +322,41 @@ def _sort_tool_results_by_call_order(turns: list[_Turn]) -> None:
                                for block in turn.blocks]
 
 
-def _render_tools_section(tools: Sequence[Mapping[str, Any]]) -> str:
+def _render_tools_section(out: PromptText, tools: Sequence[Mapping[str, Any]]) -> None:
     schemas = "\n".join(json.dumps(tool.get("function", tool), ensure_ascii=False)
                         for tool in tools)
-    return _TOOLS_SECTION.replace("{schemas}", schemas)
+    before, _, after = _TOOLS_SECTION.partition("{schemas}")
+    out.template(before)
+    out.caller(schemas)
+    out.template(after)
 
 
-def _render_tool_calls(calls: Sequence[ToolCall]) -> str:
-    invokes = []
-    for call in calls:
-        parameters = "\n".join(
-            f'<{DSML}parameter name="{key}" string="true">{value}</{DSML}parameter>'
-            if isinstance(value, str) else
-            f'<{DSML}parameter name="{key}" string="false">'
-            f'{json.dumps(value, ensure_ascii=False)}</{DSML}parameter>'
-            for key, value in call.arguments.items())
-        invokes.append(f'<{DSML}invoke name="{call.name}">\n{parameters}\n</{DSML}invoke>')
-    invoke_lines = "\n".join(invokes)
-    return f"\n\n<{DSML}tool_calls>\n{invoke_lines}\n</{DSML}tool_calls>"
+def _render_tool_calls(out: PromptText, calls: Sequence[ToolCall]) -> None:
+    out.template(f"\n\n<{DSML}tool_calls>\n")
+    for index, call in enumerate(calls):
+        out.template("\n" if index else "", f'<{DSML}invoke name="')
+        out.caller(call.name)
+        out.template('">\n')
+        for position, (key, value) in enumerate(call.arguments.items()):
+            is_string = isinstance(value, str)
+            out.template("\n" if position else "", f'<{DSML}parameter name="')
+            out.caller(key)
+            out.template(f'" string="{"true" if is_string else "false"}">')
+            out.caller(value if is_string else json.dumps(value, ensure_ascii=False))
+            out.template(f"</{DSML}parameter>")
+        out.template(f"\n</{DSML}invoke>")
+    out.template(f"\n</{DSML}tool_calls>")
 
 
-def _render_user_blocks(blocks: Sequence[tuple[str, str, str]]) -> str:
-    return "\n\n".join(text if kind == "text" else f"<tool_result>{text}</tool_result>"
-                       for kind, text, _ in blocks)
+def _render_user_blocks(out: PromptText, blocks: Sequence[tuple[str, str, str]]) -> None:
+    for index, (kind, text, _) in enumerate(blocks):
+        out.template("\n\n" if index else "")
+        if kind == "text":
+            out.caller(text)
+        else:
+            out.template("<tool_result>")
+            out.caller(text)
+            out.template("</tool_result>")
 
 
 # --------------------------------------------------------------------------- parsing
@@ -424,12 +470,13 @@ class _DeepSeekV4StreamParser(MarkerStreamParser):
     """Reasoning until ``</think>``, then content until a DSML tool_calls block or EOS.
 
     A tool_calls block is buffered one invoke at a time and each invoke is reported once it is
-    closed.
+    closed. Without ``parse_tools`` DSML markup is content like any other text.
     """
 
-    def __init__(self, thinking: bool):
+    def __init__(self, thinking: bool, parse_tools: bool = True):
         super().__init__(_REASONING if thinking else _CONTENT)
         self._dsml = DSML  # spelling used by the open tool_calls block
+        self._content_markers = (*_TOOL_BLOCK_STARTS, EOS) if parse_tools else (EOS,)
 
     def _step(self, events: list[ChatEvent], final: bool) -> bool:
         if self._state == _TOOL_BLOCK:
@@ -437,7 +484,9 @@ class _DeepSeekV4StreamParser(MarkerStreamParser):
         if self._state == _REASONING:
             marker = self._text_until(events, (THINK_END, EOS), ReasoningDelta, final)
         else:
-            marker = self._text_until(events, (*_TOOL_BLOCK_STARTS, EOS), TextDelta, final)
+            if final:
+                self._cut_block_start(events)
+            marker = self._text_until(events, self._content_markers, TextDelta, final)
         if marker is None:
             return False
         if marker == EOS:
@@ -447,6 +496,21 @@ class _DeepSeekV4StreamParser(MarkerStreamParser):
         else:
             self._state, self._dsml = _TOOL_BLOCK, _TOOL_BLOCK_STARTS[marker]
         return True
+
+    def _cut_block_start(self, events: list[ChatEvent]) -> None:
+        """At the end of the output, report a tool_calls opening tag that was cut off (its
+        ``<｜`` or more written) as an unterminated call, not as text."""
+        if self._content_markers == (EOS,) or _first_marker(self._pending,
+                                                            self._content_markers):
+            return
+        held = _marker_prefix_length(self._pending, tuple(_TOOL_BLOCK_STARTS))
+        tail = self._pending[len(self._pending) - held:] if held else ""
+        if not tail.lstrip("\n").startswith(("<｜", "<D")):
+            return
+        text, self._pending = self._pending[:len(self._pending) - held], ""
+        if text:
+            events.append(TextDelta(text))
+        events.append(ToolCallError(tail, "unterminated tool_calls block", unterminated=True))
 
     def _scan_tool_block(self, events: list[ChatEvent], final: bool) -> bool:
         """Report the block's complete invokes; True once the block is closed."""
@@ -480,7 +544,8 @@ class _DeepSeekV4StreamParser(MarkerStreamParser):
             break
         if ended:
             if rest:
-                events.append(ToolCallError(rest, "unterminated tool_calls block"))
+                events.append(ToolCallError(rest, "unterminated tool_calls block",
+                                            unterminated=True))
             self._state, self._pending = _DONE, ""
         else:
             self._pending = block
@@ -563,20 +628,27 @@ class DeepSeekV4ChatFormat(ChatFormat):
     name = "deepseek-v4"
     reasoning_efforts = ("high", "max")
 
-    def render(self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None = None,
-               *, add_generation_prompt: bool = True, thinking: bool = False,
-               reasoning_effort: str | None = None, drop_thinking: bool = True) -> str:
+    def prompt(self, messages: Sequence[Message],
+               tools: Sequence[Mapping[str, Any]] | None = None, *,
+               add_generation_prompt: bool = True, thinking: bool = False,
+               tool_choice: ToolChoice = "auto", reasoning_effort: str | None = None,
+               drop_thinking: bool = True) -> PromptText:
         """Render ``messages`` the way DeepSeek's ``encode_messages`` does.
 
         ``thinking`` ends the prompt with ``<think>`` (else ``</think>``).  ``reasoning_effort``
         "max" prepends the maximum-effort instructions in thinking mode ("high" and None add
         nothing).  ``drop_thinking`` leaves out the reasoning of turns before the last user
         message; it has no effect when tools are offered.  ``add_generation_prompt=False`` omits
-        the assistant prefix after a final user or tool message.
+        the assistant prefix after a final user or tool message.  ``tool_choice`` as
+        ``ChatFormat.prompt``.
         """
         if reasoning_effort not in (None, "high", "max"):
             raise ValueError(f"reasoning_effort must be None, 'high' or 'max', "
                              f"not {reasoning_effort!r}")
+        forced = self.forced_call_prefix(tool_choice)
+        if tool_choice == "none":
+            tools = None
+        thinking = thinking and not forced
         turns = _preprocess(messages, tools)
         keep_all_reasoning = not drop_thinking or bool(tools)
         if thinking and not keep_all_reasoning:
@@ -586,25 +658,30 @@ class DeepSeekV4ChatFormat(ChatFormat):
                      if turn.role != "developer" or index >= last_user]
         last_user = _last_user_index(turns)
 
-        parts = [BOS]
+        out = PromptText()
+        out.template(BOS)
         if turns and thinking and reasoning_effort == "max":
-            parts.append(REASONING_EFFORT_MAX)
+            out.template(REASONING_EFFORT_MAX)
         for index, turn in enumerate(turns):
             if turn.role == "system":
-                parts.append(turn.content)
+                out.caller(turn.content)
                 if turn.tools:
-                    parts.append("\n\n" + _render_tools_section(turn.tools))
+                    out.template("\n\n")
+                    _render_tools_section(out, turn.tools)
             elif turn.role == "developer":
-                parts.append(USER + turn.content)
+                out.template(USER)
+                out.caller(turn.content)
             elif turn.role == "user":
-                parts.append(USER + _render_user_blocks(turn.blocks))
+                out.template(USER)
+                _render_user_blocks(out, turn.blocks)
             else:
                 if thinking and (keep_all_reasoning or index > last_user):
-                    parts.append(turn.reasoning + THINK_END)
-                parts.append(turn.content)
+                    out.caller(turn.reasoning)
+                    out.template(THINK_END)
+                out.caller(turn.content)
                 if turn.tool_calls:
-                    parts.append(_render_tool_calls(turn.tool_calls))
-                parts.append(EOS)
+                    _render_tool_calls(out, turn.tool_calls)
+                out.template(EOS)
 
             # The assistant prefix belongs to the user turn before it [enc render_message].
             is_last = index + 1 == len(turns)
@@ -612,14 +689,48 @@ class DeepSeekV4ChatFormat(ChatFormat):
             if turn.role in ("user", "developer") and (
                     next_is_assistant or (is_last and add_generation_prompt)):
                 opens_thinking = thinking and (keep_all_reasoning or index >= last_user)
-                parts.append(ASSISTANT + (THINK_START if opens_thinking else THINK_END))
-        return "".join(parts)
+                out.template(ASSISTANT + (THINK_START if opens_thinking else THINK_END))
+        if forced and add_generation_prompt:
+            _write_forced_prefix(out, forced, tool_choice)
+        return out
 
-    def stream_parser(self, *, thinking: bool = False) -> StreamParser:
-        return _DeepSeekV4StreamParser(thinking)
+    def forced_call_prefix(self, tool_choice: ToolChoice) -> str:
+        if isinstance(tool_choice, NamedTool):
+            return f'{_FORCED_BLOCK}{tool_choice.name}">\n'
+        return _FORCED_BLOCK if tool_choice == "required" else ""
+
+    def stream_parser(self, *, thinking: bool = False,
+                      tools: Sequence[Mapping[str, Any]] | None = None,
+                      tool_choice: ToolChoice = "auto") -> StreamParser:
+        forced = self.forced_call_prefix(tool_choice)
+        parser = _DeepSeekV4StreamParser(thinking and not forced,
+                                         parse_tools=tool_choice != "none")
+        _enter_forced_call(parser, forced)
+        return parser
 
     def stop_strings(self) -> list[str]:
         return [EOS]
+
+
+# How a forced call starts: the tool_calls block as an assistant turn without text has it.
+_FORCED_BLOCK = f'\n\n<{DSML}tool_calls>\n<{DSML}invoke name="'
+
+
+def _write_forced_prefix(out: PromptText, prefix: str, tool_choice: ToolChoice) -> None:
+    """``prefix`` into the prompt, a named function's name as the caller's text."""
+    if isinstance(tool_choice, NamedTool):
+        head, name, tail = prefix.partition(tool_choice.name)
+        out.template(head)
+        out.caller(name)
+        out.template(tail)
+    else:
+        out.template(prefix)
+
+
+def _enter_forced_call(parser: StreamParser, prefix: str) -> None:
+    """Bring ``parser`` to where the prompt's forced call prefix left the model."""
+    events = parser.feed(prefix) if prefix else []
+    assert not events, f"the forced call prefix {prefix!r} produced output events"
 
 
 def _last_user_index(turns: Sequence[_Turn]) -> int:

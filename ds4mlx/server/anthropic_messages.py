@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from ds4mlx.engine.chat import ChatEvent
+from ds4mlx.engine.chat_prompt import ToolChoice as EngineToolChoice
 from ds4mlx.server.errors import APIError, anthropic_error_body
 from ds4mlx.server.generation import (
     APIRequest,
@@ -21,6 +22,7 @@ from ds4mlx.server.generation import (
     joined_text,
     json_arguments,
     resolve_thinking,
+    tool_choice_for,
     unsupported,
     unsupported_content,
 )
@@ -59,7 +61,6 @@ class Tool(RequestModel):
 
 
 class ToolChoice(RequestModel):
-    # Accepted; only "none" changes anything (it hides the tools): nothing forces a call.
     type: Literal["auto", "any", "tool", "none"]
     name: str | None = None
 
@@ -123,9 +124,18 @@ def _service_messages(request: MessagesRequest) -> list[dict[str, Any]]:
     return messages
 
 
-def _tools(request: MessagesRequest) -> list[dict[str, Any]] | None:
-    if not request.tools or (request.tool_choice and request.tool_choice.type == "none"):
-        return None
+def _tools(request: MessagesRequest) -> tuple[list[dict[str, Any]] | None, EngineToolChoice]:
+    """The offered tools in the engine's form, and the tool choice."""
+    choice = request.tool_choice
+    if choice is not None and choice.type == "tool" and choice.name is None:
+        raise APIError(400, "'tool_choice.name' is required for tool_choice of type 'tool'",
+                       param="tool_choice.name")
+    tool_choice = tool_choice_for(
+        request.tools, {"any": "required"}.get(choice.type, choice.type) if choice else None,
+        choice.name if choice is not None and choice.type == "tool" else None,
+        [tool.name for tool in request.tools or ()])
+    if tool_choice == "none" or not request.tools:
+        return None, tool_choice
     tools = []
     for index, tool in enumerate(request.tools):
         if tool.type not in (None, "custom") or tool.input_schema is None:
@@ -135,7 +145,7 @@ def _tools(request: MessagesRequest) -> list[dict[str, Any]] | None:
                     "parameters": tool.input_schema}
         tools.append({"type": "function",
                       "function": {k: v for k, v in function.items() if v is not None}})
-    return tools
+    return tools, tool_choice
 
 
 def _stop_reason(finished: Finished) -> str:
@@ -170,8 +180,9 @@ class MessagesEndpoint:
     error_body = staticmethod(anthropic_error_body)
 
     def call(self, request: MessagesRequest, defaults: GenerationDefaults) -> GenerationCall:
+        tools, tool_choice = _tools(request)
         return GenerationCall(
-            messages=_service_messages(request), tools=_tools(request),
+            messages=_service_messages(request), tools=tools, tool_choice=tool_choice,
             max_tokens=request.max_tokens, sampling=request.sampling(defaults),
             stop=tuple(request.stop_sequences or ()),
             thinking=resolve_thinking(request.thinking, None, defaults.thinking))
@@ -201,10 +212,12 @@ class MessagesStream(BlockStream):
         return event_frame(event_type, {"type": event_type, **fields})
 
     def start(self) -> list[bytes]:
-        # Token counts are known only at the end; message_delta carries them.
+        # The prompt was tokenized before it was queued; how much of it the session had cached
+        # is known at the end (message_delta carries the final counts).
         message = {"id": self.id, "type": "message", "role": "assistant",
                    "model": self.meta.model, "content": [], "stop_reason": None,
-                   "stop_sequence": None, "usage": {"input_tokens": 0, "output_tokens": 0}}
+                   "stop_sequence": None,
+                   "usage": {"input_tokens": self.meta.prompt_tokens, "output_tokens": 0}}
         return [self._frame("message_start", message=message)]
 
     def _open(self, index: int, block: Block) -> list[bytes]:

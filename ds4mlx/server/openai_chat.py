@@ -28,6 +28,7 @@ from ds4mlx.server.generation import (
     stop_strings,
     template_effort,
     token_limit,
+    tool_choice_for,
     unsupported,
 )
 from ds4mlx.server.sse import DONE_FRAME, data_frame
@@ -100,7 +101,6 @@ class ChatTemplateKwargs(RequestModel):
 class ChatCompletionRequest(APIRequest):
     messages: list[ChatMessage] = Field(min_length=1)
     tools: list[FunctionTool] | None = None
-    # Accepted; only "none" changes anything (it hides the tools): nothing forces a call.
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
@@ -150,13 +150,18 @@ class ChatCompletionsEndpoint:
             raise unsupported("logprobs", "log-probabilities are not returned")
         if request.response_format is not None and request.response_format.type != "text":
             raise unsupported("response_format", "constrained output formats")
-        offer_tools = request.tools and request.tool_choice != "none"
+        choice = request.tool_choice
+        tool_choice = tool_choice_for(
+            request.tools, None if isinstance(choice, NamedToolChoice) else choice,
+            choice.function.name if isinstance(choice, NamedToolChoice) else None,
+            [tool.function.name for tool in request.tools or ()])
         template_thinking = (request.chat_template_kwargs.enable_thinking
                              if request.chat_template_kwargs else None)
         return GenerationCall(
             messages=[_service_message(m, i) for i, m in enumerate(request.messages)],
-            tools=[tool.model_dump(exclude_none=True) for tool in request.tools]
-            if offer_tools and request.tools else None,
+            tools=[tool.model_dump(exclude_none=True) for tool in request.tools or ()]
+            if tool_choice != "none" else None,
+            tool_choice=tool_choice,
             max_tokens=token_limit(request.max_completion_tokens or request.max_tokens, defaults),
             sampling=request.sampling(defaults),
             stop=stop_strings(request.stop),

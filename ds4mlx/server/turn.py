@@ -26,10 +26,12 @@ def new_id(prefix: str) -> str:
 
 @dataclass(frozen=True)
 class ResponseMeta:
-    """What every response object repeats: the served model's name and the creation time."""
+    """What every response object repeats: the served model's name and the creation time; and
+    the prompt's length, known before the first token (0 for a raw completion)."""
 
     model: str
     created: int = field(default_factory=lambda: int(time.time()))
+    prompt_tokens: int = 0
 
 
 @dataclass
