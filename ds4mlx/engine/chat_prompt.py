@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Literal
 
-from ds4mlx.engine.tokenizer import TextTokenizer, Tokenizer
+from ds4mlx.engine.tokenizer import NumericTokenizer, TextTokenizer, Tokenizer
 
 
 @dataclass(frozen=True)
@@ -107,8 +107,9 @@ def _special_token_pattern(tokenizer: TextTokenizer) -> re.Pattern[str] | None:
 
 @lru_cache(maxsize=8)
 def max_token_bytes(tokenizer: TextTokenizer) -> int | None:
-    """The most bytes one token of ``tokenizer`` stands for; None when unknown (a tokenizer
-    without a vocabulary of byte strings)."""
+    """The most bytes one token of ``tokenizer`` stands for; None when unknown."""
+    if isinstance(tokenizer, NumericTokenizer):
+        return NumericTokenizer._CHUNK_BYTES  # one id per chunk of that many bytes
     if not isinstance(tokenizer, Tokenizer):
         return None
     return max(len(tokenizer.token_bytes(token_id)) for token_id in range(tokenizer.vocab_size))
