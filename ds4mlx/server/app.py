@@ -32,6 +32,7 @@ from ds4mlx.server.generation import (
     GenerationService,
     parse_request,
 )
+from ds4mlx.server.limits import RequestLimits
 from ds4mlx.server.metrics import ServerMetrics
 from ds4mlx.server.openai_chat import ChatCompletionsEndpoint
 from ds4mlx.server.openai_completions import CompletionsEndpoint
@@ -39,7 +40,7 @@ from ds4mlx.server.openai_responses import ResponsesEndpoint
 from ds4mlx.server.queue import GenerationQueue, Job, KeepAlive
 from ds4mlx.server.sse import KEEP_ALIVE_FRAME
 from ds4mlx.server.turn import ResponseMeta
-from ds4mlx.server.utility_routes import PromptLimit, UtilityRoutes
+from ds4mlx.server.utility_routes import UtilityRoutes
 from ds4mlx.speculation import SpeculativeStats
 from ds4mlx.speculation.service import Finished
 
@@ -113,7 +114,7 @@ class _Server:
         self.engine = engine
         self.started = int(time.time())
         self.metrics = ServerMetrics()
-        self.limit = PromptLimit(service)
+        self.limit = RequestLimits(service)
         self.responses = ResponsesEndpoint()
         self.endpoints: tuple[Endpoint[Any], ...] = (
             ChatCompletionsEndpoint(), CompletionsEndpoint(), self.responses, MessagesEndpoint())
@@ -228,18 +229,18 @@ class _Server:
                         ) -> AsyncIterator[ChatEvent | Finished | KeepAlive]:
         """The job's events less cut-off tool calls (dropped: their markup is not text), with
         the time to first output and the finished request counted."""
-        first = True
+        first_output: float | None = None
         async for item in events:
             if isinstance(item, ToolCallError) and item.unterminated:
                 log.warning("%s: dropped a tool call the output ended inside: %r", path,
                             item.raw[:200])
                 continue
-            if first and not isinstance(item, KeepAlive):
-                first = False
-                self.metrics.first_token(time.perf_counter() - arrived)
+            if first_output is None and not isinstance(item, KeepAlive):
+                first_output = time.perf_counter() - arrived
+                self.metrics.first_token(first_output)
             if isinstance(item, Finished):
                 self.metrics.finished(item)
-                _log_finished(path, item)
+                _log_finished(path, item, first_output or 0.0)
             yield item
 
     async def _stream(self, job: Job, events: AsyncIterator[ChatEvent | Finished | KeepAlive],
@@ -273,10 +274,10 @@ async def _sse_body(first: ChatEvent | Finished | KeepAlive,
         yield b"".join(encoder.error(error))
 
 
-def _log_finished(path: str, finished: Finished) -> None:
-    log.info("%s: prompt %d tokens (%d cached), generated %d, %s, %.2fs", path,
-             finished.prompt_tokens, finished.cached_tokens, finished.completion_tokens,
-             finished.finish_reason, finished.seconds)
+def _log_finished(path: str, finished: Finished, first_output: float) -> None:
+    log.info("%s: prompt %d tokens (%d cached), generated %d, %s, %.2fs; first output %.2fs "
+             "after arrival", path, finished.prompt_tokens, finished.cached_tokens,
+             finished.completion_tokens, finished.finish_reason, finished.seconds, first_output)
     stats = finished.stats
     if isinstance(stats, SpeculativeStats) and stats.drafted_tokens:
         log.info("%s: speculation: %d drafted, %d accepted (%.0f%%), tau %.2f", path,

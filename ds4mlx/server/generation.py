@@ -143,6 +143,10 @@ def tool_choice_for(tools: Sequence[Any] | None, choice: str | None,
 # --------------------------------------------------------------------------- request models
 
 
+# A penalty window longer than any context: the server cuts it to its own.
+WHOLE_CONTEXT = 2**31 - 1
+
+
 class RequestModel(BaseModel):
     """Base of every request body: JSON types are checked strictly (no "3" for 3), NaN and
     infinities are refused, and fields the server does not use are ignored."""
@@ -171,7 +175,7 @@ class SamplingFields(RequestModel):
     frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     repeat_penalty: float | None = Field(None, gt=0.0, le=10.0)
-    repeat_last_n: int | None = Field(None, ge=1)
+    repeat_last_n: int | None = Field(None, ge=-1)  # llama.cpp's -1: the whole context
     # OpenAI's: token id (a JSON object key, so a string) -> bias added to its logit.
     logit_bias: dict[str, Annotated[float, Field(ge=-100.0, le=100.0)]] | None = None
 
@@ -182,6 +186,8 @@ class SamplingFields(RequestModel):
                      if getattr(self, name) is not None}
         if self.seed in (-1, 0xFFFFFFFF):
             overrides["seed"] = None
+        if self.repeat_last_n == -1:
+            overrides["repeat_last_n"] = WHOLE_CONTEXT
         if self.logit_bias:
             overrides["logit_bias"] = tuple(self._token_biases())
         try:

@@ -9,22 +9,15 @@ the event loop, and a text too long for the context is refused before it is toke
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 import ds4mlx
-from ds4mlx.engine.chat_prompt import max_token_bytes
-from ds4mlx.engine.tokenizer import TokenizerError
 from ds4mlx.server.anthropic_messages import MessagesEndpoint, MessagesRequest
 from ds4mlx.server.body import read_parsed
 from ds4mlx.server.errors import APIError, anthropic_error_body, openai_error_body
-from ds4mlx.server.generation import (
-    GenerationCall,
-    GenerationDefaults,
-    GenerationService,
-    RequestModel,
-)
+from ds4mlx.server.generation import GenerationDefaults, GenerationService, RequestModel
+from ds4mlx.server.limits import RequestLimits
 from ds4mlx.server.metrics import ServerMetrics
 from ds4mlx.server.queue import GenerationQueue
 
@@ -48,50 +41,9 @@ class CountTokensRequest(MessagesRequest):
     max_tokens: int = Field(1, ge=1)  # a count needs no limit
 
 
-class PromptLimit:
-    """Refuses text that is surely longer than the context, before tokenizing it: no token
-    covers more than ``max_token_bytes`` bytes, so C characters are at least C / that tokens."""
-
-    def __init__(self, service: GenerationService):
-        self.max_context = service.max_context
-        self.bytes_per_token = max_token_bytes(service.model.tokenizer)
-
-    def check_text(self, characters: int, param: str) -> None:
-        if self.bytes_per_token is None:
-            return
-        at_least = -(-characters // self.bytes_per_token)
-        if at_least >= self.max_context:
-            raise APIError(400, f"the {param} is at least {at_least} tokens long ({characters} "
-                           f"characters, at most {self.bytes_per_token} per token); the context "
-                           f"is {self.max_context} tokens", param=param,
-                           code="context_length_exceeded")
-
-    def check_tokens(self, count: int, param: str) -> None:
-        if count >= self.max_context:
-            raise APIError(400, f"the prompt has {count} tokens; the context is "
-                           f"{self.max_context} tokens", param=param,
-                           code="context_length_exceeded")
-
-    async def tokenized(self, call: GenerationCall, service: GenerationService
-                        ) -> GenerationCall:
-        """``call`` with its prompt tokenized (on a worker thread) and checked against the
-        context; a raw completion is only checked by its length."""
-        param = "messages" if call.messages is not None else "prompt"
-        self.check_text(call.text_characters, param)
-        if call.messages is None:
-            return call
-        try:
-            tokens = await asyncio.to_thread(call.chat_prompt, service)
-        except (ValueError, TypeError, TokenizerError) as exc:
-            raise APIError(400, f"the conversation cannot be rendered: {exc}",
-                           param=param) from None
-        self.check_tokens(len(tokens), param)
-        return dataclasses.replace(call, prompt_tokens=tokens)
-
-
 class UtilityRoutes:
     def __init__(self, service: GenerationService, engine: GenerationQueue,
-                 metrics: ServerMetrics, limit: PromptLimit, model_id: str,
+                 metrics: ServerMetrics, limit: RequestLimits, model_id: str,
                  defaults: GenerationDefaults, max_body_bytes: int):
         self.service = service
         self.engine = engine

@@ -122,3 +122,13 @@ def test_llama_cpp_random_seed_is_accepted(base_url, seed):
     reply = client.chat.completions.create(model=MODEL_ID, max_tokens=3, temperature=1.0,
                                            seed=seed, messages=[{"role": "user", "content": "hi"}])
     assert reply.usage.completion_tokens == 3
+
+
+@pytest.mark.parametrize("window", [-1, 10**12])
+def test_a_penalty_window_past_the_context_covers_the_context(base_url, window):
+    client = openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused", timeout=TIMEOUT,
+                           max_retries=0)
+    reply = client.chat.completions.create(
+        model=MODEL_ID, max_tokens=3, messages=[{"role": "user", "content": "hi"}],
+        extra_body={"repeat_penalty": 1.3, "repeat_last_n": window})
+    assert reply.usage.completion_tokens == 3
