@@ -36,7 +36,6 @@ _ATTRIBUTES = re.compile(r'(?:\s+[\w-]+="[^"]*")*\s*')
 _ATTRIBUTE = re.compile(r'([\w-]+)="([^"]*)"')
 
 
-
 def _attributes(tag_body: str) -> dict[str, str] | None:
     if not _ATTRIBUTES.fullmatch(tag_body):
         return None
@@ -47,7 +46,6 @@ def _skip_whitespace(text: str, position: int) -> int:
     while position < len(text) and text[position].isspace():
         position += 1
     return position
-
 
 
 class DSMLStreamParser(MarkerStreamParser):
