@@ -118,7 +118,24 @@ class ToolCallError:
     unterminated: bool = False
 
 
-ChatEvent = TextDelta | ReasoningDelta | ToolCallComplete | ToolCallError
+@dataclass(frozen=True)
+class ToolCallStart:
+    """A tool call whose name has been written, from a parser asked to stream arguments:
+    ToolCallArguments follow, then ToolCallComplete (or ToolCallError) ends the call."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class ToolCallArguments:
+    """More of the open tool call's arguments as JSON text; the pieces of a call that completes
+    join to ``json.dumps(call.arguments, ensure_ascii=False)``."""
+
+    text: str
+
+
+ChatEvent = (TextDelta | ReasoningDelta | ToolCallComplete | ToolCallError | ToolCallStart
+             | ToolCallArguments)
 
 
 @dataclass
@@ -138,7 +155,7 @@ class AssistantTurn:
                 turn.reasoning += event.text
             elif isinstance(event, ToolCallComplete):
                 turn.tool_calls.append(event.call)
-            else:
+            elif isinstance(event, ToolCallError):
                 turn.errors.append(event)
         return turn
 
@@ -217,10 +234,13 @@ class ChatFormat(ABC):
     @abstractmethod
     def stream_parser(self, *, thinking: bool = False,
                       tools: Sequence[Mapping[str, Any]] | None = None,
-                      tool_choice: ToolChoice = "auto") -> StreamParser:
+                      tool_choice: ToolChoice = "auto",
+                      stream_arguments: bool = False) -> StreamParser:
         """A parser for output generated after a prompt rendered with the same ``thinking``
         and ``tool_choice``: "none" parses no tool calls (markup is text), a forced choice
-        starts inside the call the prompt opened."""
+        starts inside the call the prompt opened. ``stream_arguments``: report each call's
+        name and arguments as they are written (ToolCallStart, ToolCallArguments) before the
+        call itself, where the format allows."""
 
     @abstractmethod
     def stop_strings(self) -> list[str]:
@@ -394,16 +414,22 @@ class MarkerStreamParser(ABC):
     def __init__(self, state: str):
         self._state = state
         self._pending = ""
+        self._carried: list[ChatEvent] = []  # events of the prompt's prefix, not yet reported
+
+    def enter(self, prefix: str) -> None:
+        """Take ``prefix``, which the prompt ends with (a forced call's opening), as output
+        already written; what it produces is reported with the first output."""
+        self._carried = self.feed(prefix)
 
     def feed(self, text: str) -> list[ChatEvent]:
-        events: list[ChatEvent] = []
+        events, self._carried = self._carried, []
         if self._state != _DONE:
             self._pending += text
             self._advance(events, final=False)
         return events
 
     def finish(self) -> list[ChatEvent]:
-        events: list[ChatEvent] = []
+        events, self._carried = self._carried, []
         if self._state != _DONE:
             self._advance(events, final=True)
         self._state, self._pending = _DONE, ""
@@ -523,11 +549,13 @@ class DeepSeekV4ChatFormat(ChatFormat):
 
     def stream_parser(self, *, thinking: bool = False,
                       tools: Sequence[Mapping[str, Any]] | None = None,
-                      tool_choice: ToolChoice = "auto") -> StreamParser:
+                      tool_choice: ToolChoice = "auto",
+                      stream_arguments: bool = False) -> StreamParser:
         from ds4mlx.engine.chat_dsml import DSMLStreamParser  # it imports this module
 
         forced = self.forced_call_prefix(tool_choice)
-        parser = DSMLStreamParser(thinking and not forced, parse_tools=tool_choice != "none")
+        parser = DSMLStreamParser(thinking and not forced, parse_tools=tool_choice != "none",
+                                  stream_arguments=stream_arguments)
         _enter_forced_call(parser, forced)
         return parser
 
@@ -550,10 +578,10 @@ def _write_forced_prefix(out: PromptText, prefix: str, tool_choice: ToolChoice) 
         out.template(prefix)
 
 
-def _enter_forced_call(parser: StreamParser, prefix: str) -> None:
+def _enter_forced_call(parser: MarkerStreamParser, prefix: str) -> None:
     """Bring ``parser`` to where the prompt's forced call prefix left the model."""
-    events = parser.feed(prefix) if prefix else []
-    assert not events, f"the forced call prefix {prefix!r} produced output events"
+    if prefix:
+        parser.enter(prefix)
 
 
 def _last_user_index(turns: Sequence[_Turn]) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
 from ds4mlx.engine.chat import (
@@ -17,8 +18,10 @@ from ds4mlx.engine.chat import (
     ReasoningDelta,
     TextDelta,
     ToolCall,
+    ToolCallArguments,
     ToolCallComplete,
     ToolCallError,
+    ToolCallStart,
     _first_marker,
     _marker_prefix_length,
 )
@@ -52,13 +55,19 @@ class DSMLStreamParser(MarkerStreamParser):
     """Reasoning until ``</think>``, then content until a DSML tool_calls block or EOS.
 
     A tool_calls block is buffered one invoke at a time and each invoke is reported once it is
-    closed. Without ``parse_tools`` DSML markup is content like any other text.
+    closed; with ``stream_arguments`` its name is reported as soon as its tag is written and
+    its arguments parameter by parameter. Without ``parse_tools`` DSML markup is content like
+    any other text.
     """
 
-    def __init__(self, thinking: bool, parse_tools: bool = True):
+    def __init__(self, thinking: bool, parse_tools: bool = True,
+                 stream_arguments: bool = False):
         super().__init__(_REASONING if thinking else _CONTENT)
         self._dsml = DSML  # spelling used by the open tool_calls block
         self._content_markers = (*_TOOL_BLOCK_STARTS, EOS) if parse_tools else (EOS,)
+        self._stream_arguments = stream_arguments
+        self._announced = False  # the open invoke's ToolCallStart has been reported
+        self._arguments_sent = 0  # its parameters reported so far
 
     def _step(self, events: list[ChatEvent], final: bool) -> bool:
         if self._state == _TOOL_BLOCK:
@@ -94,6 +103,23 @@ class DSMLStreamParser(MarkerStreamParser):
             events.append(TextDelta(text))
         events.append(ToolCallError(tail, "unterminated tool_calls block", unterminated=True))
 
+    def _report_progress(self, events: list[ChatEvent], invoke: _Invoke) -> None:
+        """With ``stream_arguments``: the invoke's name once, then each parameter not yet
+        reported, as pieces of the JSON object its call's arguments will be (closed with the
+        invoke). Nothing more once something is wrong with it."""
+        if not self._stream_arguments or invoke.problems or invoke.name is None:
+            return
+        if not self._announced:
+            events.append(ToolCallStart(invoke.name))
+            self._announced = True
+        for key, value in list(invoke.arguments.items())[self._arguments_sent:]:
+            separator = ", " if self._arguments_sent else "{"
+            events.append(ToolCallArguments(f"{separator}{json.dumps(key, ensure_ascii=False)}: "
+                                            f"{json.dumps(value, ensure_ascii=False)}"))
+            self._arguments_sent += 1
+        if invoke.length is not None:
+            events.append(ToolCallArguments("}" if self._arguments_sent else "{}"))
+
     def _scan_tool_block(self, events: list[ChatEvent], final: bool) -> bool:
         """Report the block's complete invokes; True once the block is closed."""
         # EOS cannot occur inside a block: everything before it is all the block will get.
@@ -110,12 +136,14 @@ class DSMLStreamParser(MarkerStreamParser):
                 self._state = _CONTENT
                 return True
             if rest.startswith(invoke_start):
-                scanned = _scan_invoke(rest, self._dsml)
-                if scanned is not None:
-                    length, event = scanned
-                    events.append(event)
-                    block = rest[length:]
-                    continue
+                invoke = _scan_invoke(rest, self._dsml)
+                if invoke is not None:
+                    self._report_progress(events, invoke)
+                    if invoke.length is not None:
+                        events.append(invoke.event(rest))
+                        self._announced, self._arguments_sent = False, 0
+                        block = rest[invoke.length:]
+                        continue
             elif rest and not (invoke_start.startswith(rest) or block_end.startswith(rest)):
                 garbage_end = rest.find(block_end)
                 if garbage_end >= 0:
@@ -134,50 +162,62 @@ class DSMLStreamParser(MarkerStreamParser):
         return False
 
 
-def _scan_invoke(text: str, dsml: str) -> tuple[int, ChatEvent] | None:
-    """Parse the invoke at the start of ``text``: (its length, the call or an error), or None
-    while it is incomplete."""
+@dataclass
+class _Invoke:
+    """What of an invoke has been written: its name, its complete parameters in order, what is
+    wrong with it; ``length`` once it is closed."""
+
+    name: str | None
+    arguments: dict[str, Any] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    length: int | None = None
+
+    def event(self, text: str) -> ChatEvent:
+        """The closed invoke (``text`` starts with it): the call, or an error."""
+        if self.problems or self.name is None:
+            return ToolCallError(text[:self.length], "; ".join(self.problems))
+        return ToolCallComplete(ToolCall(self.name, self.arguments))
+
+
+def _scan_invoke(text: str, dsml: str) -> _Invoke | None:
+    """Parse the invoke at the start of ``text`` as far as it is written; None while its tag
+    is incomplete."""
     invoke_end = f"</{dsml}invoke>"
     parameter_start = f"<{dsml}parameter"
     parameter_end = f"</{dsml}parameter>"
-    problems: list[str] = []
 
     tag_close = text.find(">")
     if tag_close < 0:
         return None
-    invoke_name = (_attributes(text[len(f"<{dsml}invoke"):tag_close]) or {}).get("name")
-    if invoke_name is None:
-        problems.append("invoke tag without a name")
-    arguments: dict[str, Any] = {}
+    invoke = _Invoke((_attributes(text[len(f"<{dsml}invoke"):tag_close]) or {}).get("name"))
+    if invoke.name is None:
+        invoke.problems.append("invoke tag without a name")
     position = tag_close + 1
     while True:
         position = _skip_whitespace(text, position)
         rest = text[position:]
         if rest.startswith(invoke_end):
-            position += len(invoke_end)
-            break
+            invoke.length = position + len(invoke_end)
+            return invoke
         if rest.startswith(parameter_start):
             tag_close = text.find(">", position)
             value_end = text.find(parameter_end, tag_close + 1) if tag_close >= 0 else -1
             if value_end < 0:
-                return None
-            problem = _add_parameter(arguments, text[position + len(parameter_start):tag_close],
+                return invoke
+            problem = _add_parameter(invoke.arguments,
+                                     text[position + len(parameter_start):tag_close],
                                      text[tag_close + 1:value_end])
             if problem:
-                problems.append(problem)
+                invoke.problems.append(problem)
             position = value_end + len(parameter_end)
         elif invoke_end.startswith(rest) or parameter_start.startswith(rest):
-            return None
+            return invoke
         else:
+            invoke.problems.append("unexpected text in invoke")
             skip_to = text.find(invoke_end, position)
-            if skip_to < 0:
-                return None
-            problems.append("unexpected text in invoke")
-            position = skip_to + len(invoke_end)
-            break
-    if problems or invoke_name is None:
-        return position, ToolCallError(text[:position], "; ".join(problems))
-    return position, ToolCallComplete(ToolCall(invoke_name, arguments))
+            if skip_to >= 0:
+                invoke.length = skip_to + len(invoke_end)
+            return invoke
 
 
 def _add_parameter(arguments: dict[str, Any], tag_body: str, raw_value: str) -> str | None:

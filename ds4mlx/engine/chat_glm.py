@@ -288,8 +288,11 @@ class GLM5ChatFormat(ChatFormat):
 
     def stream_parser(self, *, thinking: bool = False,
                       tools: Sequence[Mapping[str, Any]] | None = None,
-                      tool_choice: ToolChoice = "auto") -> StreamParser:
-        """``tools`` (the offered schemas) decide which argument values are literal strings."""
+                      tool_choice: ToolChoice = "auto",
+                      stream_arguments: bool = False) -> StreamParser:
+        """``tools`` (the offered schemas) decide which argument values are literal strings.
+        A call is reported whole once it is closed (``stream_arguments`` is not implemented
+        for this format and changes nothing)."""
         forced = self.forced_call_prefix(tool_choice)
         parser = _GLMStreamParser(thinking and not forced, tools or (),
                                   parse_tools=tool_choice != "none")

@@ -20,7 +20,6 @@ from ds4mlx.server.generation import (
     RequestModel,
     ThinkingControl,
     joined_text,
-    json_arguments,
     resolve_thinking,
     tool_choice_for,
     unsupported,
@@ -166,9 +165,8 @@ def _usage(finished: Finished) -> dict[str, Any]:
 
 def _content_block(block: Block) -> dict[str, Any]:
     if block.kind == "tool_call":
-        assert block.call is not None
-        return {"type": "tool_use", "id": block.call_id, "name": block.call.name,
-                "input": block.call.arguments}
+        return {"type": "tool_use", "id": block.call_id, "name": block.name,
+                "input": block.call.arguments if block.call is not None else {}}
     if block.kind == "reasoning":
         return {"type": "thinking", "thinking": block.text, "signature": ""}
     return {"type": "text", "text": block.text}
@@ -189,7 +187,7 @@ class MessagesEndpoint:
 
     def response(self, request: MessagesRequest, events: Sequence[ChatEvent],
                  finished: Finished, meta: ResponseMeta) -> dict[str, Any]:
-        blocks = track(events, CALL_ID_PREFIX).blocks
+        blocks = track(events, CALL_ID_PREFIX).complete_blocks
         return {"id": new_id("msg_"), "type": "message", "role": "assistant",
                 "model": meta.model, "content": [_content_block(block) for block in blocks],
                 "stop_reason": _stop_reason(finished),
@@ -221,25 +219,22 @@ class MessagesStream(BlockStream):
         return [self._frame("message_start", message=message)]
 
     def _open(self, index: int, block: Block) -> list[bytes]:
-        empty = _content_block(block) | ({"thinking": ""} if block.kind == "reasoning"
-                                         else {"text": ""})
+        empty = _content_block(block) | {"reasoning": {"thinking": ""}, "text": {"text": ""},
+                                         "tool_call": {"input": {}}}[block.kind]
         return [self._frame("content_block_start", index=index, content_block=empty)]
 
     def _delta(self, index: int, block: Block, text: str) -> list[bytes]:
-        delta = ({"type": "thinking_delta", "thinking": text} if block.kind == "reasoning"
-                 else {"type": "text_delta", "text": text})
+        delta = {"reasoning": {"type": "thinking_delta", "thinking": text},
+                 "text": {"type": "text_delta", "text": text},
+                 "tool_call": {"type": "input_json_delta", "partial_json": text}}[block.kind]
         return [self._frame("content_block_delta", index=index, delta=delta)]
 
     def _close(self, index: int, block: Block) -> list[bytes]:
         return [self._frame("content_block_stop", index=index)]
 
     def _tool_call(self, index: int, block: Block) -> list[bytes]:
-        assert block.call is not None
-        start = _content_block(block) | {"input": {}}
-        delta = {"type": "input_json_delta", "partial_json": json_arguments(block.call.arguments)}
-        return [self._frame("content_block_start", index=index, content_block=start),
-                self._frame("content_block_delta", index=index, delta=delta),
-                self._frame("content_block_stop", index=index)]
+        return [*self._open(index, block), *self._delta(index, block, block.arguments),
+                *self._close(index, block)]
 
     def finish(self, finished: Finished) -> list[bytes]:
         return [*self.close_open_block(),

@@ -42,8 +42,8 @@ class GenerationService(Protocol):
              tools: Sequence[Mapping[str, Any]] | None = None, *, max_tokens: int = ...,
              sampling: SamplingOptions | None = None, stop: Sequence[str] = (),
              thinking: bool = False, reasoning_effort: str | None = None,
-             tool_choice: ToolChoice = "auto", prompt_tokens: Sequence[int] | None = None
-             ) -> Generator[ScheduledEvent, Any, None]: ...
+             tool_choice: ToolChoice = "auto", prompt_tokens: Sequence[int] | None = None,
+             stream_arguments: bool = False) -> Generator[ScheduledEvent, Any, None]: ...
 
     def chat_prompt(self, messages: Sequence[Mapping[str, Any]],
                     tools: Sequence[Mapping[str, Any]] | None = None, *,
@@ -84,7 +84,7 @@ class GenerationCall:
         if self.messages is not None:
             return service.chat(self.messages, self.tools, max_tokens=self.max_tokens,
                                 sampling=self.sampling, stop=self.stop, **self._chat_options(),
-                                prompt_tokens=self.prompt_tokens)
+                                prompt_tokens=self.prompt_tokens, stream_arguments=True)
         assert self.prompt is not None
         return service.complete(self.prompt, max_tokens=self.max_tokens, sampling=self.sampling,
                                 stop=self.stop)

@@ -23,7 +23,6 @@ from ds4mlx.server.generation import (
     RequestModel,
     ThinkingControl,
     joined_text,
-    json_arguments,
     resolve_thinking,
     stop_strings,
     template_effort,
@@ -131,10 +130,8 @@ def _service_message(message: ChatMessage, index: int) -> dict[str, Any]:
 
 
 def tool_call_json(block: Block) -> dict[str, Any]:
-    assert block.call is not None
     return {"id": block.call_id, "type": "function",
-            "function": {"name": block.call.name,
-                         "arguments": json_arguments(block.call.arguments)}}
+            "function": {"name": block.name, "arguments": block.arguments}}
 
 
 class ChatCompletionsEndpoint:
@@ -242,10 +239,20 @@ class ChatCompletionStream(ChunkStream):
         return [self._frame([self._choice({"role": "assistant", "content": ""})])]
 
     def event(self, event: ChatEvent) -> list[bytes]:
-        block, text, _ = self.turn.add(event)
-        if block.kind == "tool_call":
-            index = len(self.turn.tool_calls) - 1
-            delta = {"tool_calls": [{"index": index, **tool_call_json(block)}]}
-        else:
+        """Text and reasoning as they come; a tool call whole, or streamed as it is written:
+        its id and name first, then pieces of its arguments (what clients accumulate)."""
+        block, text, change = self.turn.add(event)
+        if block.kind != "tool_call":
             delta = {"reasoning_content" if block.kind == "reasoning" else "content": text}
-        return [self._frame([self._choice(delta)])]
+            return [self._frame([self._choice(delta)])]
+        index = [b for b in self.turn.blocks if b.kind == "tool_call"].index(block)
+        if change == "call":
+            piece = {"index": index, **tool_call_json(block)}
+        elif change == "call_opens":
+            piece = {"index": index, **tool_call_json(block)}
+            piece["function"]["arguments"] = ""
+        elif change == "delta":
+            piece = {"index": index, "function": {"arguments": text}}
+        else:  # the end of a streamed call: all of it has been sent
+            return []
+        return [self._frame([self._choice({"tool_calls": [piece]})])]

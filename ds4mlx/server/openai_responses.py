@@ -28,7 +28,6 @@ from ds4mlx.server.generation import (
     RequestModel,
     ThinkingControl,
     joined_text,
-    json_arguments,
     resolve_thinking,
     stop_strings,
     template_effort,
@@ -223,12 +222,15 @@ def _assistant_message(blocks: Sequence[Block]) -> dict[str, Any]:
                            for b in blocks if b.kind == "tool_call" and b.call is not None]}
 
 
-def _output_item(block: Block, item_id: str, status: str = "completed") -> dict[str, Any]:
+def _output_item(block: Block, item_id: str, status: str | None = None) -> dict[str, Any]:
+    """``block`` as an output item; its status by default: completed, or incomplete for a call
+    the output ended inside."""
+    if status is None:
+        status = "incomplete" if block.kind == "tool_call" and block.call is None \
+            else "completed"
     if block.kind == "tool_call":
-        assert block.call is not None
         return {"id": item_id, "type": "function_call", "call_id": block.call_id,
-                "name": block.call.name, "arguments": json_arguments(block.call.arguments),
-                "status": status}
+                "name": block.name, "arguments": block.arguments, "status": status}
     if block.kind == "reasoning":
         return {"id": item_id, "type": "reasoning", "summary": [],
                 "content": [{"type": "reasoning_text", "text": block.text}], "status": status}
@@ -306,7 +308,7 @@ class ResponsesEndpoint:
 
     def response(self, request: ResponsesRequest, events: Sequence[ChatEvent],
                  finished: Finished, meta: ResponseMeta) -> dict[str, Any]:
-        blocks = track(events, CALL_ID_PREFIX).blocks
+        blocks = track(events, CALL_ID_PREFIX).complete_blocks
         output = [_output_item(block, _item_id(block)) for block in blocks]
         response = _response_object(request, meta, new_id("resp_"), output, finished)
         self._keep(request, response, blocks)
@@ -366,12 +368,17 @@ class ResponsesStream(BlockStream):
 
     def _open(self, index: int, block: Block) -> list[bytes]:
         item_id, item, added = self._added(index, block)
+        if block.kind == "tool_call":
+            return [added]
         empty_part = item["content"][0] | {"text": ""}
         return [added, self._frame("response.content_part.added", item_id=item_id,
                                    output_index=index, content_index=0, part=empty_part)]
 
     def _delta(self, index: int, block: Block, text: str) -> list[bytes]:
         item_id = self.item_ids[index]
+        if block.kind == "tool_call":
+            return [self._frame("response.function_call_arguments.delta", item_id=item_id,
+                                output_index=index, delta=text)]
         if block.kind == "reasoning":
             return [self._frame("response.reasoning_text.delta", item_id=item_id,
                                 output_index=index, content_index=0, delta=text)]
@@ -381,6 +388,11 @@ class ResponsesStream(BlockStream):
     def _close(self, index: int, block: Block) -> list[bytes]:
         item_id = self.item_ids[index]
         item = _output_item(block, item_id)
+        if block.kind == "tool_call":
+            return [self._frame("response.function_call_arguments.done", item_id=item_id,
+                                output_index=index, name=block.name,
+                                arguments=block.arguments),
+                    self._frame("response.output_item.done", output_index=index, item=item)]
         if block.kind == "reasoning":
             done = self._frame("response.reasoning_text.done", item_id=item_id,
                                output_index=index, content_index=0, text=block.text)
@@ -392,16 +404,8 @@ class ResponsesStream(BlockStream):
                 self._frame("response.output_item.done", output_index=index, item=item)]
 
     def _tool_call(self, index: int, block: Block) -> list[bytes]:
-        assert block.call is not None
-        item_id, item, added = self._added(index, block)
-        arguments = item["arguments"]
-        return [added,
-                self._frame("response.function_call_arguments.delta", item_id=item_id,
-                            output_index=index, delta=arguments),
-                self._frame("response.function_call_arguments.done", item_id=item_id,
-                            output_index=index, name=block.call.name, arguments=arguments),
-                self._frame("response.output_item.done", output_index=index,
-                            item=item | {"status": "completed"})]
+        return [*self._open(index, block), *self._delta(index, block, block.arguments),
+                *self._close(index, block)]
 
     def finish(self, finished: Finished) -> list[bytes]:
         closing = self.close_open_block()

@@ -124,18 +124,21 @@ class ChatService:
              tools: Sequence[Mapping[str, Any]] | None = None, *, max_tokens: int = 512,
              sampling: SamplingOptions | None = None, stop: Sequence[str] = (),
              thinking: bool = False, reasoning_effort: str | None = None,
-             tool_choice: ToolChoice = "auto", prompt_tokens: Sequence[int] | None = None
+             tool_choice: ToolChoice = "auto", prompt_tokens: Sequence[int] | None = None,
+             stream_arguments: bool = False
              ) -> Generator[ScheduledEvent, mx.array | None, None]:
         """Generate the assistant's next turn: text, reasoning and tool-call events, then
         Finished. ``reasoning_effort`` is mapped onto the efforts the chat template knows
         (``ChatFormat.template_effort``); ``tool_choice`` as ``ChatFormat.prompt``.
         ``prompt_tokens``: the prompt already tokenized by :meth:`chat_prompt` with the same
-        arguments (a server does that before queueing the request)."""
+        arguments (a server does that before queueing the request). ``stream_arguments``: tool
+        calls are also reported while they are written (``ChatFormat.stream_parser``)."""
         tokens = (list(prompt_tokens) if prompt_tokens is not None else self.chat_prompt(
             messages, tools, thinking=thinking, reasoning_effort=reasoning_effort,
             tool_choice=tool_choice))
         parser = self._chat_format().stream_parser(thinking=thinking, tools=tools,
-                                                   tool_choice=tool_choice)
+                                                   tool_choice=tool_choice,
+                                                   stream_arguments=stream_arguments)
         yield from self._run(tokens, max_tokens, sampling, stop, parser)
 
     def chat_prompt(self, messages: Sequence[Mapping[str, Any]],

@@ -7,9 +7,13 @@ server's default temperature is 0).
 - tool_choice required / a named function: the call is made (of that function).
 - A call cut off by the token limit or a stop string ends as finish_reason length (or stop)
   with no DSML markup in the text, streamed or not.
+- Streamed, a call's name comes first and its arguments follow in pieces while the model
+  writes them, on every API, and the official clients' accumulators put them together.
 """
 
 from __future__ import annotations
+
+import json
 
 import anthropic
 import openai
@@ -144,3 +148,57 @@ def test_a_call_cut_by_a_stop_string_leaves_no_markup(client):
     choice = reply.choices[0]
     assert choice.finish_reason == "stop" and not choice.message.tool_calls
     assert not any(word in (choice.message.content or "") for word in MARKUP)
+
+
+def test_tool_call_arguments_stream_while_written(client):
+    whole = client.chat.completions.create(model=MODEL_ID, messages=QUESTION, tools=[SEARCH],
+                                           max_tokens=60, temperature=0)
+    expected = whole.choices[0].message.tool_calls[0]
+    chunks = list(client.chat.completions.create(
+        model=MODEL_ID, messages=QUESTION, tools=[SEARCH], max_tokens=60, temperature=0,
+        stream=True))
+    pieces = [call for chunk in chunks if chunk.choices
+              for call in chunk.choices[0].delta.tool_calls or ()]
+    # The id and name come first, on their own; the arguments follow in pieces.
+    assert pieces[0].id and pieces[0].function.name == "search"
+    assert pieces[0].function.arguments == ""
+    assert len(pieces) >= 3 and all(p.index == 0 and p.id is None for p in pieces[1:])
+    assert "".join(p.function.arguments for p in pieces) == expected.function.arguments
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+def test_streamed_arguments_through_the_official_accumulators(client, claude):
+    tool = {"name": "search", "input_schema": SEARCH["function"]["parameters"]}
+    with claude.messages.stream(model=MODEL_ID, max_tokens=60, messages=QUESTION,
+                                tools=[tool]) as stream:
+        events = list(stream)
+        message = stream.get_final_message()
+    json_deltas = [e for e in events
+                   if e.type == "content_block_delta" and e.delta.type == "input_json_delta"]
+    assert len(json_deltas) >= 2
+    uses = [block for block in message.content if block.type == "tool_use"]
+    assert uses[0].name == "search" and "pattern" in uses[0].input
+    assert message.stop_reason == "tool_use"
+
+    responses_tool = {"type": "function", "name": "search",
+                      "parameters": SEARCH["function"]["parameters"]}
+    with client.responses.stream(model=MODEL_ID, input=QUESTION, tools=[responses_tool],
+                                 max_output_tokens=60) as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+    assert sum(e.type == "response.function_call_arguments.delta" for e in events) >= 2
+    call = next(item for item in final.output if item.type == "function_call")
+    assert call.name == "search" and call.status == "completed"
+    assert json.loads(call.arguments) == uses[0].input
+
+
+def test_a_streamed_call_cut_off_is_reported_incomplete(client):
+    tool = {"type": "function", "name": "search",
+            "parameters": SEARCH["function"]["parameters"]}
+    with client.responses.stream(model=MODEL_ID, input=QUESTION, tools=[tool],
+                                 max_output_tokens=12) as stream:
+        final = stream.get_final_response()
+    assert final.status == "incomplete"
+    assert all(item.status == "incomplete" for item in final.output
+               if item.type == "function_call")
+    assert "DSML" not in final.output_text

@@ -1,0 +1,106 @@
+"""What the server asks of the chat templates: tool choice, tool-call arguments streamed while
+they are written, cut-off calls, and prompts whose special tokens come only from the template."""
+
+from __future__ import annotations
+
+import json
+
+from ds4mlx.engine.chat import (
+    DEEPSEEK_V4,
+    DSML,
+    ToolCall,
+    ToolCallArguments,
+    ToolCallComplete,
+    ToolCallError,
+    ToolCallStart,
+)
+from ds4mlx.engine.chat_glm import GLM5
+from ds4mlx.engine.chat_prompt import NamedTool
+
+import pytest
+
+D = DSML
+CALL = (f'\n\n<{D}tool_calls>\n<{D}invoke name="write">\n'
+        f'<{D}parameter name="path" string="true">a "b".txt</{D}parameter>\n'
+        f'<{D}parameter name="lines" string="false">[1, 2]</{D}parameter>\n'
+        f'</{D}invoke>\n</{D}tool_calls>')
+ARGUMENTS = {"path": 'a "b".txt', "lines": [1, 2]}
+TOOLS = [{"type": "function", "function": {"name": "write", "parameters": {}}}]
+
+
+def feed_in_pieces(parser, text: str, size: int) -> list:
+    events = []
+    for start in range(0, len(text), size):
+        events += parser.feed(text[start:start + size])
+    return events + parser.finish()
+
+
+@pytest.mark.parametrize("size", [1, 7, 1000])
+def test_arguments_stream_parameter_by_parameter(size):
+    events = feed_in_pieces(DEEPSEEK_V4.stream_parser(stream_arguments=True), CALL, size)
+    assert events[0] == ToolCallStart("write")
+    pieces = [e.text for e in events if isinstance(e, ToolCallArguments)]
+    assert len(pieces) == 3  # one a parameter, then the closing brace
+    assert "".join(pieces) == json.dumps(ARGUMENTS, ensure_ascii=False)
+    assert events[-1] == ToolCallComplete(ToolCall("write", ARGUMENTS))
+
+
+def test_a_call_without_arguments_streams_an_empty_object():
+    text = f'<{D}tool_calls><{D}invoke name="now"></{D}invoke></{D}tool_calls>'
+    events = DEEPSEEK_V4.stream_parser(stream_arguments=True).feed(text)
+    assert events == [ToolCallStart("now"), ToolCallArguments("{}"),
+                      ToolCallComplete(ToolCall("now", {}))]
+
+
+def test_without_stream_arguments_calls_arrive_whole():
+    events = feed_in_pieces(DEEPSEEK_V4.stream_parser(), CALL, 5)
+    assert events == [ToolCallComplete(ToolCall("write", ARGUMENTS))]
+
+
+def test_a_cut_off_call_is_marked_unterminated():
+    parser = DEEPSEEK_V4.stream_parser(stream_arguments=True)
+    events = parser.feed(CALL[:CALL.index("lines")]) + parser.finish()
+    assert events[:2] == [ToolCallStart("write"), ToolCallArguments('{"path": "a \\"b\\".txt"')]
+    assert isinstance(events[-1], ToolCallError) and events[-1].unterminated
+    # Cut inside the opening tag: no markup comes back as text.
+    parser = DEEPSEEK_V4.stream_parser()
+    events = parser.feed("Sure.\n\n<｜DS") + parser.finish()
+    assert events[0].text == "Sure." and events[-1].unterminated
+
+
+def test_tool_choice_none_parses_no_calls():
+    events = feed_in_pieces(DEEPSEEK_V4.stream_parser(tool_choice="none"), CALL, 9)
+    assert "".join(e.text for e in events) == CALL
+    glm_call = "<tool_call>f<arg_key>a</arg_key><arg_value>1</arg_value></tool_call>"
+    glm_events = GLM5.stream_parser(tool_choice="none").feed(glm_call)
+    assert "".join(e.text for e in glm_events) == glm_call
+
+
+@pytest.mark.parametrize("chat_format", [DEEPSEEK_V4, GLM5])
+def test_forced_tool_choice_opens_the_call_in_the_prompt(chat_format):
+    messages = [{"role": "user", "content": "go"}]
+    named = chat_format.render(messages, TOOLS, thinking=True, tool_choice=NamedTool("write"))
+    assert named.endswith(chat_format.forced_call_prefix(NamedTool("write")))
+    assert "write" in chat_format.forced_call_prefix(NamedTool("write"))
+    required = chat_format.render(messages, TOOLS, tool_choice="required")
+    assert required.endswith(chat_format.forced_call_prefix("required"))
+    none = chat_format.render(messages, TOOLS, tool_choice="none")
+    assert none == chat_format.render(messages)
+
+
+def test_a_named_call_is_parsed_from_the_forced_prefix_on():
+    parser = DEEPSEEK_V4.stream_parser(tool_choice=NamedTool("write"), stream_arguments=True)
+    rest = CALL[CALL.index('">') + 3:]
+    events = parser.feed(rest) + parser.finish()
+    assert events[0] == ToolCallStart("write")
+    assert events[-1] == ToolCallComplete(ToolCall("write", ARGUMENTS))
+    required = DEEPSEEK_V4.stream_parser(tool_choice="required")
+    assert required.feed(CALL[CALL.index('name="') + 6:]) == [
+        ToolCallComplete(ToolCall("write", ARGUMENTS))]
+
+
+def test_caller_text_is_marked_apart_from_the_template():
+    prompt = DEEPSEEK_V4.prompt([{"role": "user", "content": "<｜User｜>x"}], TOOLS)
+    caller = "".join(text for text, from_template in prompt.pieces if not from_template)
+    assert "<｜User｜>x" in caller and '"name": "write"' in caller
+    assert str(prompt) == DEEPSEEK_V4.render([{"role": "user", "content": "<｜User｜>x"}], TOOLS)
