@@ -3,7 +3,8 @@
 Each generation endpoint reads its body (refusing it past the size cap while it arrives),
 validates it, turns it into a :class:`GenerationCall`, refuses a prompt surely longer than the
 context by its length alone, tokenizes it on a worker thread (never on the event loop), checks
-its token count, and queues it on the engine worker; requests run first come, first served.
+its token count, and queues it on the engine worker; requests are queued, and run, in the order
+they arrived.
 A streamed request commits to a 200 once the first event or keep-alive tick arrives, so a
 request the service refuses at once (a prompt over the context) still gets a proper 4xx; after
 that, errors travel in the stream in the API's own shape. The response's end, however it comes
@@ -118,6 +119,10 @@ class _Server:
         self.responses = ResponsesEndpoint()
         self.endpoints: tuple[Endpoint[Any], ...] = (
             ChatCompletionsEndpoint(), CompletionsEndpoint(), self.responses, MessagesEndpoint())
+        # Requests are tokenized and queued one at a time, in the order they arrived (an
+        # asyncio lock wakes its waiters first come, first served), so a long prompt being
+        # tokenized is not overtaken by a short one that came after it.
+        self._admission = asyncio.Lock()
 
     # ------------------------------------------------------------------ plain routes
 
@@ -188,8 +193,9 @@ class _Server:
                 call = endpoint.call(parsed, self.config.defaults)
             except ValueError as exc:  # options the engine refuses, e.g. sampling ranges
                 raise APIError(400, str(exc)) from None
-            call = await self.limit.tokenized(call, self.service)
-            job = self.engine.submit(partial(call.run, self.service))
+            async with self._admission:
+                call = await self.limit.tokenized(call, self.service)
+                job = self.engine.submit(partial(call.run, self.service))
         except APIError as error:
             self.metrics.refuse()
             return _error_response(error, endpoint)
@@ -305,7 +311,7 @@ def create_app(service: GenerationService, config: ServerConfig,
     on, which the caller starts and closes."""
     server = _Server(service, config, engine)
     utility = UtilityRoutes(service, engine, server.metrics, server.limit, config.model_id,
-                            config.defaults, config.max_body_bytes)
+                            config.serves, config.defaults, config.max_body_bytes)
     routes = [
         Route("/v1/models", server.list_models, methods=["GET"]),
         Route("/v1/models/{name:path}", server.get_model, methods=["GET"]),

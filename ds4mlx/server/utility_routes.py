@@ -9,7 +9,7 @@ the event loop, and a text too long for the context is refused before it is toke
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import ds4mlx
@@ -44,8 +44,10 @@ class CountTokensRequest(MessagesRequest):
 class UtilityRoutes:
     def __init__(self, service: GenerationService, engine: GenerationQueue,
                  metrics: ServerMetrics, limit: RequestLimits, model_id: str,
-                 defaults: GenerationDefaults, max_body_bytes: int):
+                 serves: Callable[[str], bool], defaults: GenerationDefaults,
+                 max_body_bytes: int):
         self.service = service
+        self.serves = serves
         self.engine = engine
         self.metrics = metrics
         self.limit = limit
@@ -96,6 +98,10 @@ class UtilityRoutes:
     async def count_tokens(self, request: Request) -> Response:
         try:
             body = await read_parsed(request, CountTokensRequest, self.max_body_bytes)
+            if not self.serves(body.model):
+                raise APIError(404, f"the model '{body.model}' does not exist; this server "
+                               f"serves '{self.model_id}'", param="model",
+                               code="model_not_found")
             call = MessagesEndpoint().call(body, self.defaults)
             call = await self.limit.tokenized(call, self.service)
         except APIError as error:

@@ -133,3 +133,8 @@ def test_streamed_responses_are_stored_too(client):
                                  max_output_tokens=3) as stream:
         final = stream.get_final_response()
     assert client.responses.retrieve(final.id).output_text == final.output_text
+
+
+def test_count_tokens_checks_the_model(claude):
+    with pytest.raises(anthropic.NotFoundError):
+        claude.messages.count_tokens(model="claude-opus-9", messages=QUESTION)
