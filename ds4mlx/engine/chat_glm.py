@@ -48,6 +48,7 @@ from ds4mlx.engine.chat import (
     ToolCallError,
     _enter_forced_call,
     _first_marker,
+    _marker_prefix_length,
     _tool_call_from_message,
     _write_forced_prefix,
 )
@@ -344,10 +345,27 @@ class _GLMStreamParser(MarkerStreamParser):
         if self._state == _REASONING:
             marker = self._text_until(events, (THINK_END, *_STOPS), ReasoningDelta, final)
         else:
+            if final:
+                self._cut_call_start(events)
             marker = self._text_until(events, self._content_markers, TextDelta, final)
         if marker is not None:
             self._state = {THINK_END: _CONTENT, CALL_START: _CALL}.get(marker, self.DONE)
         return marker is not None
+
+    def _cut_call_start(self, events: list[ChatEvent]) -> None:
+        """At the end of the output, report a ``<tool_call>`` tag cut off after ``<tool`` as
+        an unterminated call, not as text (a shorter start may be ordinary text)."""
+        if CALL_START not in self._content_markers or _first_marker(self._pending,
+                                                                    self._content_markers):
+            return
+        held = _marker_prefix_length(self._pending, (CALL_START,))
+        if held < len("<tool"):
+            return
+        text, tail = self._pending[:-held], self._pending[-held:]
+        self._pending = ""
+        if text:
+            events.append(TextDelta(text))
+        events.append(ToolCallError(tail, "unterminated tool_call", unterminated=True))
 
     def _scan_call(self, events: list[ChatEvent], final: bool) -> bool:
         """Report the call once it is closed; a role token or the end cuts it off."""

@@ -9,6 +9,7 @@ from pathlib import Path
 from ds4mlx.engine.chat import (
     DEEPSEEK_V4,
     DSML,
+    TextDelta,
     ToolCall,
     ToolCallArguments,
     ToolCallComplete,
@@ -69,6 +70,16 @@ def test_a_cut_off_call_is_marked_unterminated():
     parser = DEEPSEEK_V4.stream_parser()
     events = parser.feed("Sure.\n\n<｜DS") + parser.finish()
     assert events[0].text == "Sure." and events[-1].unterminated
+
+
+def test_a_glm_call_cut_inside_its_tag_is_not_text():
+    parser = GLM5.stream_parser()
+    events = parser.feed("Sure.<tool_ca") + parser.finish()
+    assert events[0] == TextDelta("Sure.") and events[-1].unterminated
+    parser = GLM5.stream_parser()
+    events = parser.feed("a <t") + parser.finish()
+    assert all(isinstance(e, TextDelta) for e in events)
+    assert "".join(e.text for e in events) == "a <t"
 
 
 def test_tool_choice_none_parses_no_calls():
