@@ -44,8 +44,10 @@ from ds4mlx.engine.chat import (
     StreamParser,
     TextDelta,
     ToolCall,
+    ToolCallArguments,
     ToolCallComplete,
     ToolCallError,
+    ToolCallStart,
     _enter_forced_call,
     _first_marker,
     _marker_prefix_length,
@@ -291,12 +293,11 @@ class GLM5ChatFormat(ChatFormat):
                       tools: Sequence[Mapping[str, Any]] | None = None,
                       tool_choice: ToolChoice = "auto",
                       stream_arguments: bool = False) -> StreamParser:
-        """``tools`` (the offered schemas) decide which argument values are literal strings.
-        A call is reported whole once it is closed (``stream_arguments`` is not implemented
-        for this format and changes nothing)."""
+        """``tools`` (the offered schemas) decide which argument values are literal strings."""
         forced = self.forced_call_prefix(tool_choice)
         parser = _GLMStreamParser(thinking and not forced, tools or (),
-                                  parse_tools=tool_choice != "none")
+                                  parse_tools=tool_choice != "none",
+                                  stream_arguments=stream_arguments)
         _enter_forced_call(parser, forced)
         return parser
 
@@ -330,14 +331,18 @@ def _string_parameters(tools: Sequence[Mapping[str, Any]]) -> dict[str, set[str]
 class _GLMStreamParser(MarkerStreamParser):
     """Reasoning until ``</think>``, then content and ``<tool_call>`` blocks until a role token.
 
-    A tool call is reported once its ``</tool_call>`` arrives.
+    A tool call is reported once its ``</tool_call>`` arrives; with ``stream_arguments`` its
+    name as soon as an argument follows it, and its arguments one by one.
     """
 
     def __init__(self, thinking: bool, tools: Sequence[Mapping[str, Any]],
-                 parse_tools: bool = True):
+                 parse_tools: bool = True, stream_arguments: bool = False):
         super().__init__(_REASONING if thinking else _CONTENT)
         self._strings = _string_parameters(tools)
         self._content_markers = (CALL_START, *_STOPS) if parse_tools else _STOPS
+        self._stream_arguments = stream_arguments
+        self._announced = False  # the open call's ToolCallStart has been reported
+        self._arguments_sent = 0  # its arguments reported so far
 
     def _step(self, events: list[ChatEvent], final: bool) -> bool:
         if self._state == _CALL:
@@ -372,6 +377,7 @@ class _GLMStreamParser(MarkerStreamParser):
         hit = _first_marker(self._pending, (CALL_END, *_STOPS))
         if hit is None or hit[1] != CALL_END:
             if hit is None and not final:
+                self._report_progress(events, self._pending, None)
                 return False
             cut = len(self._pending) if hit is None else hit[0]
             events.append(ToolCallError(CALL_START + self._pending[:cut],
@@ -380,9 +386,52 @@ class _GLMStreamParser(MarkerStreamParser):
             return False
         body = self._pending[:hit[0]]
         self._pending = self._pending[hit[0] + len(CALL_END):]
-        events.append(self._decode_call(body))
+        call = self._decode_call(body)
+        self._report_progress(events, body, call)
+        events.append(call)
+        self._announced, self._arguments_sent = False, 0
         self._state = _CONTENT
         return True
+
+    def _report_progress(self, events: list[ChatEvent], body: str,
+                         closed: ChatEvent | None) -> None:
+        """With ``stream_arguments``: the call's name once an argument follows it, then each
+        complete argument as a piece of the JSON object the arguments will be; the rest (and
+        the closing brace) with the ``closed`` call. Nothing more once something is wrong."""
+        if not self._stream_arguments:
+            return
+        if closed is not None:
+            if not (self._announced and isinstance(closed, ToolCallComplete)):
+                return
+            arguments = list(closed.call.arguments.items())
+        else:
+            name, key_start, rest = body.partition(KEY_START)
+            name = name.strip()
+            if not key_start or not name or "<" in name:
+                return
+            arguments = self._complete_arguments(name, KEY_START + rest)
+            if not self._announced:
+                events.append(ToolCallStart(name))
+                self._announced = True
+        for key, value in arguments[self._arguments_sent:]:
+            separator = ", " if self._arguments_sent else "{"
+            events.append(ToolCallArguments(f"{separator}{json.dumps(key, ensure_ascii=False)}: "
+                                            f"{json.dumps(value, ensure_ascii=False)}"))
+            self._arguments_sent += 1
+        if closed is not None:
+            events.append(ToolCallArguments("}" if self._arguments_sent else "{}"))
+
+    def _complete_arguments(self, name: str, text: str) -> list[tuple[str, Any]]:
+        """The arguments whose ``</arg_value>`` has been written, in order, up to the first
+        that is incomplete or wrong."""
+        strings = self._strings.get(name, set())
+        arguments: list[tuple[str, Any]] = []
+        while text.strip():
+            key, value, text, problem = _next_argument(text.lstrip())
+            if problem or key in dict(arguments):
+                break
+            arguments.append((key, value if key in strings else _json_or_text(value)))
+        return arguments
 
     def _decode_call(self, body: str) -> ChatEvent:
         raw = CALL_START + body + CALL_END

@@ -72,6 +72,25 @@ def test_a_cut_off_call_is_marked_unterminated():
     assert events[0].text == "Sure." and events[-1].unterminated
 
 
+GLM_CALL = ("<tool_call>write<arg_key>path</arg_key><arg_value>a \"b\".txt</arg_value>"
+            "<arg_key>lines</arg_key><arg_value>[1, 2]</arg_value></tool_call>")
+
+
+@pytest.mark.parametrize("size", [1, 6])
+def test_glm_arguments_stream_argument_by_argument(size):
+    tools = [{"type": "function", "function": {"name": "write", "parameters": {
+        "type": "object", "properties": {"path": {"type": "string"}}}}}]
+    events = feed_in_pieces(GLM5.stream_parser(tools=tools, stream_arguments=True), GLM_CALL,
+                            size)
+    assert events[0] == ToolCallStart("write")
+    pieces = [e.text for e in events if isinstance(e, ToolCallArguments)]
+    assert "".join(pieces) == json.dumps(ARGUMENTS, ensure_ascii=False)
+    assert len(pieces) == 3  # one an argument, then the closing brace
+    assert events[-1] == ToolCallComplete(ToolCall("write", ARGUMENTS))
+    whole = feed_in_pieces(GLM5.stream_parser(tools=tools), GLM_CALL, size)
+    assert whole == [events[-1]]
+
+
 def test_a_glm_call_cut_inside_its_tag_is_not_text():
     parser = GLM5.stream_parser()
     events = parser.feed("Sure.<tool_ca") + parser.finish()
