@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
 from ds4mlx.server.errors import APIError, anthropic_error_body, openai_error_body
@@ -26,7 +27,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 OPEN_PATHS = frozenset({"/health", "/v1/health"})
 
 
-def error_body_for(path: str, error: APIError) -> dict:
+def error_body_for(path: str, error: APIError) -> dict[str, Any]:
     """``error`` in the shape of the API that ``path`` belongs to."""
     if path.startswith("/v1/messages"):
         return anthropic_error_body(error)
