@@ -61,7 +61,14 @@ def build_parser() -> argparse.ArgumentParser:
                        help="SSE keep-alive comment interval while a request waits or "
                             "prefills (default 5)")
     group.add_argument("--cors", action="store_true",
-                       help="allow cross-origin requests from any origin (browser clients)")
+                       help="allow cross-origin requests from any origin (browser clients); "
+                            "without it a request from another web origin is refused")
+    group.add_argument("--api-key", action="append", default=[], metavar="KEY",
+                       help="require this key (repeatable) as 'Authorization: Bearer KEY' or "
+                            "'x-api-key: KEY' on every request but /health")
+    group.add_argument("--api-key-file", type=Path, metavar="FILE",
+                       help="require one of the keys in FILE (one a line), kept off the "
+                            "command line")
     group.add_argument("--batched-session", type=int, default=1, metavar="N",
                        help="serve up to N requests together, decoding their next tokens in "
                             "one batched pass without speculation; a request running alone "
@@ -81,6 +88,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--keepalive must be positive, got {args.keepalive}")
     if args.batched_session < 1:
         parser.error(f"--batched-session must be at least 1, got {args.batched_session}")
+    try:
+        api_keys = api_keys_from(args.api_key, args.api_key_file)
+    except (OSError, ValueError) as exc:
+        parser.error(str(exc))
     try:
         sampling = sampling_options(args)
         speculation = speculation_config(args)
@@ -122,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
             defaults=GenerationDefaults(max_tokens=args.tokens or options.ctx,
                                         sampling=sampling, thinking=args.think),
             keepalive_seconds=args.keepalive,
-            cors=args.cors)
+            cors=args.cors,
+            api_keys=api_keys)
         log.info("serving '%s' on http://%s:%d/v1", config.model_id, args.host, args.port)
         uvicorn.run(create_app(service, config, engine), host=args.host, port=args.port,
                     log_level="info", timeout_graceful_shutdown=5)
@@ -131,6 +143,18 @@ def main(argv: list[str] | None = None) -> int:
         if conductor is not None:
             conductor.stop()
     return 0
+
+
+def api_keys_from(keys: list[str], key_file: Path | None) -> tuple[str, ...]:
+    """The keys of --api-key and --api-key-file; blank ones are refused."""
+    found = list(keys)
+    if key_file is not None:
+        found += [line.strip() for line in key_file.read_text().splitlines() if line.strip()]
+        if len(found) == len(keys):
+            raise ValueError(f"--api-key-file {key_file} holds no key")
+    if any(not key.strip() for key in found):
+        raise ValueError("--api-key must not be blank")
+    return tuple(key.strip() for key in found)
 
 
 def load_engine(options: ModelOptions, speculation: SpeculationConfig,

@@ -21,11 +21,13 @@ DeepSeek-V4 facts and where they come from:
 from __future__ import annotations
 
 import json
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from ds4mlx.engine.chat_prompt import NamedTool, PromptText, ToolChoice, encode_prompt
+from ds4mlx.engine.tokenizer import TextTokenizer
 
 # Special tokens [enc].
 BOS = "<｜begin▁of▁sentence｜>"
@@ -108,13 +110,32 @@ class ToolCallComplete:
 
 @dataclass(frozen=True)
 class ToolCallError:
-    """Tool-call markup that could not be understood; ``raw`` is the model's text for it."""
+    """Tool-call markup that could not be understood; ``raw`` is the model's text for it.
+    ``unterminated``: the output ended inside the call (a token limit or stop string cut it)."""
 
     raw: str
     reason: str
+    unterminated: bool = False
 
 
-ChatEvent = TextDelta | ReasoningDelta | ToolCallComplete | ToolCallError
+@dataclass(frozen=True)
+class ToolCallStart:
+    """A tool call whose name has been written, from a parser asked to stream arguments:
+    ToolCallArguments follow, then ToolCallComplete (or ToolCallError) ends the call."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class ToolCallArguments:
+    """More of the open tool call's arguments as JSON text; the pieces of a call that completes
+    join to ``json.dumps(call.arguments, ensure_ascii=False)``."""
+
+    text: str
+
+
+ChatEvent = (TextDelta | ReasoningDelta | ToolCallComplete | ToolCallError | ToolCallStart
+             | ToolCallArguments)
 
 
 @dataclass
@@ -134,7 +155,7 @@ class AssistantTurn:
                 turn.reasoning += event.text
             elif isinstance(event, ToolCallComplete):
                 turn.tool_calls.append(event.call)
-            else:
+            elif isinstance(event, ToolCallError):
                 turn.errors.append(event)
         return turn
 
@@ -181,13 +202,45 @@ class ChatFormat(ABC):
         return weaker[-1] if weaker else self.reasoning_efforts[0]
 
     @abstractmethod
+    def prompt(self, messages: Sequence[Message],
+               tools: Sequence[Mapping[str, Any]] | None = None, *,
+               add_generation_prompt: bool = True, thinking: bool = False,
+               tool_choice: ToolChoice = "auto", **options: Any) -> PromptText:
+        """The prompt for ``messages``, the template's pieces apart from the caller's.
+        ``tool_choice`` "none" renders no tools; a forced choice ("required", a NamedTool)
+        renders without reasoning and ends with the opening of a call."""
+
     def render(self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None = None,
-               *, add_generation_prompt: bool = True, thinking: bool = False) -> str:
-        """The prompt text for ``messages`` (special tokens written as text)."""
+               *, add_generation_prompt: bool = True, thinking: bool = False,
+               **options: Any) -> str:
+        """The prompt text for ``messages`` (special tokens written as text); ``options`` as
+        the format's ``prompt``."""
+        return str(self.prompt(messages, tools, add_generation_prompt=add_generation_prompt,
+                               thinking=thinking, **options))
+
+    def tokenize(self, tokenizer: TextTokenizer, messages: Sequence[Message],
+                 tools: Sequence[Mapping[str, Any]] | None = None, *, thinking: bool = False,
+                 **options: Any) -> list[int]:
+        """The prompt's token ids: special tokens only where the template wrote them, so text
+        in the messages and tools is never read as a turn boundary."""
+        return encode_prompt(tokenizer, self.prompt(messages, tools, thinking=thinking,
+                                                    **options))
 
     @abstractmethod
-    def stream_parser(self, *, thinking: bool = False) -> StreamParser:
-        """A parser for output generated after a prompt rendered with the same ``thinking``."""
+    def forced_call_prefix(self, tool_choice: ToolChoice) -> str:
+        """What a forced ``tool_choice`` puts at the end of the prompt: the opening of a call
+        (of the named function, for a NamedTool); "" for "auto" and "none"."""
+
+    @abstractmethod
+    def stream_parser(self, *, thinking: bool = False,
+                      tools: Sequence[Mapping[str, Any]] | None = None,
+                      tool_choice: ToolChoice = "auto",
+                      stream_arguments: bool = False) -> StreamParser:
+        """A parser for output generated after a prompt rendered with the same ``thinking``
+        and ``tool_choice``: "none" parses no tool calls (markup is text), a forced choice
+        starts inside the call the prompt opened. ``stream_arguments``: report each call's
+        name and arguments as they are written (ToolCallStart, ToolCallArguments) before the
+        call itself, where the format allows."""
 
     @abstractmethod
     def stop_strings(self) -> list[str]:
@@ -288,46 +341,46 @@ def _sort_tool_results_by_call_order(turns: list[_Turn]) -> None:
                                for block in turn.blocks]
 
 
-def _render_tools_section(tools: Sequence[Mapping[str, Any]]) -> str:
+def _render_tools_section(out: PromptText, tools: Sequence[Mapping[str, Any]]) -> None:
     schemas = "\n".join(json.dumps(tool.get("function", tool), ensure_ascii=False)
                         for tool in tools)
-    return _TOOLS_SECTION.replace("{schemas}", schemas)
+    before, _, after = _TOOLS_SECTION.partition("{schemas}")
+    out.template(before)
+    out.caller(schemas)
+    out.template(after)
 
 
-def _render_tool_calls(calls: Sequence[ToolCall]) -> str:
-    invokes = []
-    for call in calls:
-        parameters = "\n".join(
-            f'<{DSML}parameter name="{key}" string="true">{value}</{DSML}parameter>'
-            if isinstance(value, str) else
-            f'<{DSML}parameter name="{key}" string="false">'
-            f'{json.dumps(value, ensure_ascii=False)}</{DSML}parameter>'
-            for key, value in call.arguments.items())
-        invokes.append(f'<{DSML}invoke name="{call.name}">\n{parameters}\n</{DSML}invoke>')
-    invoke_lines = "\n".join(invokes)
-    return f"\n\n<{DSML}tool_calls>\n{invoke_lines}\n</{DSML}tool_calls>"
+def _render_tool_calls(out: PromptText, calls: Sequence[ToolCall]) -> None:
+    out.template(f"\n\n<{DSML}tool_calls>\n")
+    for index, call in enumerate(calls):
+        out.template("\n" if index else "", f'<{DSML}invoke name="')
+        out.caller(call.name)
+        out.template('">\n')
+        for position, (key, value) in enumerate(call.arguments.items()):
+            is_string = isinstance(value, str)
+            out.template("\n" if position else "", f'<{DSML}parameter name="')
+            out.caller(key)
+            out.template(f'" string="{"true" if is_string else "false"}">')
+            out.caller(value if is_string else json.dumps(value, ensure_ascii=False))
+            out.template(f"</{DSML}parameter>")
+        out.template(f"\n</{DSML}invoke>")
+    out.template(f"\n</{DSML}tool_calls>")
 
 
-def _render_user_blocks(blocks: Sequence[tuple[str, str, str]]) -> str:
-    return "\n\n".join(text if kind == "text" else f"<tool_result>{text}</tool_result>"
-                       for kind, text, _ in blocks)
+def _render_user_blocks(out: PromptText, blocks: Sequence[tuple[str, str, str]]) -> None:
+    for index, (kind, text, _) in enumerate(blocks):
+        out.template("\n\n" if index else "")
+        if kind == "text":
+            out.caller(text)
+        else:
+            out.template("<tool_result>")
+            out.caller(text)
+            out.template("</tool_result>")
 
 
 # --------------------------------------------------------------------------- parsing
 
-_REASONING, _CONTENT, _TOOL_BLOCK, _DONE = "reasoning", "content", "tool_block", "done"
-# DSML spellings accepted in output: the real one, and the first-bar-dropped drift [ds4].
-_DSML_SPELLINGS = (DSML, DSML[1:])
-_TOOL_BLOCK_STARTS = {
-    start: dsml
-    for dsml in _DSML_SPELLINGS
-    # The block is separated from the content by a blank line [enc]; accept it without one.
-    for start in (f"\n\n<{dsml}tool_calls>", f"<{dsml}tool_calls>")
-}
-_ATTRIBUTES = re.compile(r'(?:\s+[\w-]+="[^"]*")*\s*')
-_ATTRIBUTE = re.compile(r'([\w-]+)="([^"]*)"')
-
-
+_REASONING, _CONTENT, _DONE = "reasoning", "content", "done"
 def _first_marker(text: str, markers: Sequence[str]) -> tuple[int, str] | None:
     """The earliest complete marker in ``text`` (the longest one when several start there)."""
     best: tuple[int, str] | None = None
@@ -348,18 +401,6 @@ def _marker_prefix_length(text: str, markers: Sequence[str]) -> int:
     return 0
 
 
-def _attributes(tag_body: str) -> dict[str, str] | None:
-    if not _ATTRIBUTES.fullmatch(tag_body):
-        return None
-    return dict(_ATTRIBUTE.findall(tag_body))
-
-
-def _skip_whitespace(text: str, position: int) -> int:
-    while position < len(text) and text[position].isspace():
-        position += 1
-    return position
-
-
 class MarkerStreamParser(ABC):
     """A streaming parser that moves between states on markers.
 
@@ -373,16 +414,22 @@ class MarkerStreamParser(ABC):
     def __init__(self, state: str):
         self._state = state
         self._pending = ""
+        self._carried: list[ChatEvent] = []  # events of the prompt's prefix, not yet reported
+
+    def enter(self, prefix: str) -> None:
+        """Take ``prefix``, which the prompt ends with (a forced call's opening), as output
+        already written; what it produces is reported with the first output."""
+        self._carried = self.feed(prefix)
 
     def feed(self, text: str) -> list[ChatEvent]:
-        events: list[ChatEvent] = []
+        events, self._carried = self._carried, []
         if self._state != _DONE:
             self._pending += text
             self._advance(events, final=False)
         return events
 
     def finish(self) -> list[ChatEvent]:
-        events: list[ChatEvent] = []
+        events, self._carried = self._carried, []
         if self._state != _DONE:
             self._advance(events, final=True)
         self._state, self._pending = _DONE, ""
@@ -420,140 +467,6 @@ class MarkerStreamParser(ABC):
         return marker
 
 
-class _DeepSeekV4StreamParser(MarkerStreamParser):
-    """Reasoning until ``</think>``, then content until a DSML tool_calls block or EOS.
-
-    A tool_calls block is buffered one invoke at a time and each invoke is reported once it is
-    closed.
-    """
-
-    def __init__(self, thinking: bool):
-        super().__init__(_REASONING if thinking else _CONTENT)
-        self._dsml = DSML  # spelling used by the open tool_calls block
-
-    def _step(self, events: list[ChatEvent], final: bool) -> bool:
-        if self._state == _TOOL_BLOCK:
-            return self._scan_tool_block(events, final)
-        if self._state == _REASONING:
-            marker = self._text_until(events, (THINK_END, EOS), ReasoningDelta, final)
-        else:
-            marker = self._text_until(events, (*_TOOL_BLOCK_STARTS, EOS), TextDelta, final)
-        if marker is None:
-            return False
-        if marker == EOS:
-            self._state = _DONE
-        elif marker == THINK_END:
-            self._state = _CONTENT
-        else:
-            self._state, self._dsml = _TOOL_BLOCK, _TOOL_BLOCK_STARTS[marker]
-        return True
-
-    def _scan_tool_block(self, events: list[ChatEvent], final: bool) -> bool:
-        """Report the block's complete invokes; True once the block is closed."""
-        # EOS cannot occur inside a block: everything before it is all the block will get.
-        eos = self._pending.find(EOS)
-        ended = final or eos >= 0
-        block = self._pending if eos < 0 else self._pending[:eos]
-        after_block = self._pending[len(block):]
-        block_end = f"</{self._dsml}tool_calls>"
-        invoke_start = f"<{self._dsml}invoke"
-        while True:
-            rest = block[_skip_whitespace(block, 0):]
-            if rest.startswith(block_end):
-                self._pending = rest[len(block_end):] + after_block
-                self._state = _CONTENT
-                return True
-            if rest.startswith(invoke_start):
-                scanned = _scan_invoke(rest, self._dsml)
-                if scanned is not None:
-                    length, event = scanned
-                    events.append(event)
-                    block = rest[length:]
-                    continue
-            elif rest and not (invoke_start.startswith(rest) or block_end.startswith(rest)):
-                garbage_end = rest.find(block_end)
-                if garbage_end >= 0:
-                    events.append(ToolCallError(rest[:garbage_end],
-                                                "unexpected text in tool_calls block"))
-                    block = rest[garbage_end:]
-                    continue
-            break
-        if ended:
-            if rest:
-                events.append(ToolCallError(rest, "unterminated tool_calls block"))
-            self._state, self._pending = _DONE, ""
-        else:
-            self._pending = block
-        return False
-
-
-def _scan_invoke(text: str, dsml: str) -> tuple[int, ChatEvent] | None:
-    """Parse the invoke at the start of ``text``: (its length, the call or an error), or None
-    while it is incomplete."""
-    invoke_end = f"</{dsml}invoke>"
-    parameter_start = f"<{dsml}parameter"
-    parameter_end = f"</{dsml}parameter>"
-    problems: list[str] = []
-
-    tag_close = text.find(">")
-    if tag_close < 0:
-        return None
-    invoke_name = (_attributes(text[len(f"<{dsml}invoke"):tag_close]) or {}).get("name")
-    if invoke_name is None:
-        problems.append("invoke tag without a name")
-    arguments: dict[str, Any] = {}
-    position = tag_close + 1
-    while True:
-        position = _skip_whitespace(text, position)
-        rest = text[position:]
-        if rest.startswith(invoke_end):
-            position += len(invoke_end)
-            break
-        if rest.startswith(parameter_start):
-            tag_close = text.find(">", position)
-            value_end = text.find(parameter_end, tag_close + 1) if tag_close >= 0 else -1
-            if value_end < 0:
-                return None
-            problem = _add_parameter(arguments, text[position + len(parameter_start):tag_close],
-                                     text[tag_close + 1:value_end])
-            if problem:
-                problems.append(problem)
-            position = value_end + len(parameter_end)
-        elif invoke_end.startswith(rest) or parameter_start.startswith(rest):
-            return None
-        else:
-            skip_to = text.find(invoke_end, position)
-            if skip_to < 0:
-                return None
-            problems.append("unexpected text in invoke")
-            position = skip_to + len(invoke_end)
-            break
-    if problems or invoke_name is None:
-        return position, ToolCallError(text[:position], "; ".join(problems))
-    return position, ToolCallComplete(ToolCall(invoke_name, arguments))
-
-
-def _add_parameter(arguments: dict[str, Any], tag_body: str, raw_value: str) -> str | None:
-    """Decode one parameter into ``arguments``; returns what is wrong with it, if anything."""
-    attributes = _attributes(tag_body)
-    if attributes is None or "name" not in attributes:
-        return "parameter tag without a name"
-    name = attributes["name"]
-    if name in arguments:
-        return f"duplicate parameter {name!r}"
-    is_string = attributes.get("string", "true")  # a missing flag means a string [ds4]
-    if is_string == "true":
-        arguments[name] = raw_value
-    elif is_string == "false":
-        try:
-            arguments[name] = json.loads(raw_value)
-        except json.JSONDecodeError:
-            return f"parameter {name!r} is marked string=\"false\" but is not JSON"
-    else:
-        return f"parameter {name!r} has string={is_string!r}"
-    return None
-
-
 # --------------------------------------------------------------------------- the format
 
 
@@ -563,20 +476,27 @@ class DeepSeekV4ChatFormat(ChatFormat):
     name = "deepseek-v4"
     reasoning_efforts = ("high", "max")
 
-    def render(self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None = None,
-               *, add_generation_prompt: bool = True, thinking: bool = False,
-               reasoning_effort: str | None = None, drop_thinking: bool = True) -> str:
+    def prompt(self, messages: Sequence[Message],
+               tools: Sequence[Mapping[str, Any]] | None = None, *,
+               add_generation_prompt: bool = True, thinking: bool = False,
+               tool_choice: ToolChoice = "auto", reasoning_effort: str | None = None,
+               drop_thinking: bool = True) -> PromptText:
         """Render ``messages`` the way DeepSeek's ``encode_messages`` does.
 
         ``thinking`` ends the prompt with ``<think>`` (else ``</think>``).  ``reasoning_effort``
         "max" prepends the maximum-effort instructions in thinking mode ("high" and None add
         nothing).  ``drop_thinking`` leaves out the reasoning of turns before the last user
         message; it has no effect when tools are offered.  ``add_generation_prompt=False`` omits
-        the assistant prefix after a final user or tool message.
+        the assistant prefix after a final user or tool message.  ``tool_choice`` as
+        ``ChatFormat.prompt``.
         """
         if reasoning_effort not in (None, "high", "max"):
             raise ValueError(f"reasoning_effort must be None, 'high' or 'max', "
                              f"not {reasoning_effort!r}")
+        forced = self.forced_call_prefix(tool_choice)
+        if tool_choice == "none":
+            tools = None
+        thinking = thinking and not forced
         turns = _preprocess(messages, tools)
         keep_all_reasoning = not drop_thinking or bool(tools)
         if thinking and not keep_all_reasoning:
@@ -586,25 +506,30 @@ class DeepSeekV4ChatFormat(ChatFormat):
                      if turn.role != "developer" or index >= last_user]
         last_user = _last_user_index(turns)
 
-        parts = [BOS]
+        out = PromptText()
+        out.template(BOS)
         if turns and thinking and reasoning_effort == "max":
-            parts.append(REASONING_EFFORT_MAX)
+            out.template(REASONING_EFFORT_MAX)
         for index, turn in enumerate(turns):
             if turn.role == "system":
-                parts.append(turn.content)
+                out.caller(turn.content)
                 if turn.tools:
-                    parts.append("\n\n" + _render_tools_section(turn.tools))
+                    out.template("\n\n")
+                    _render_tools_section(out, turn.tools)
             elif turn.role == "developer":
-                parts.append(USER + turn.content)
+                out.template(USER)
+                out.caller(turn.content)
             elif turn.role == "user":
-                parts.append(USER + _render_user_blocks(turn.blocks))
+                out.template(USER)
+                _render_user_blocks(out, turn.blocks)
             else:
                 if thinking and (keep_all_reasoning or index > last_user):
-                    parts.append(turn.reasoning + THINK_END)
-                parts.append(turn.content)
+                    out.caller(turn.reasoning)
+                    out.template(THINK_END)
+                out.caller(turn.content)
                 if turn.tool_calls:
-                    parts.append(_render_tool_calls(turn.tool_calls))
-                parts.append(EOS)
+                    _render_tool_calls(out, turn.tool_calls)
+                out.template(EOS)
 
             # The assistant prefix belongs to the user turn before it [enc render_message].
             is_last = index + 1 == len(turns)
@@ -612,14 +537,51 @@ class DeepSeekV4ChatFormat(ChatFormat):
             if turn.role in ("user", "developer") and (
                     next_is_assistant or (is_last and add_generation_prompt)):
                 opens_thinking = thinking and (keep_all_reasoning or index >= last_user)
-                parts.append(ASSISTANT + (THINK_START if opens_thinking else THINK_END))
-        return "".join(parts)
+                out.template(ASSISTANT + (THINK_START if opens_thinking else THINK_END))
+        if forced and add_generation_prompt:
+            _write_forced_prefix(out, forced, tool_choice)
+        return out
 
-    def stream_parser(self, *, thinking: bool = False) -> StreamParser:
-        return _DeepSeekV4StreamParser(thinking)
+    def forced_call_prefix(self, tool_choice: ToolChoice) -> str:
+        if isinstance(tool_choice, NamedTool):
+            return f'{_FORCED_BLOCK}{tool_choice.name}">\n'
+        return _FORCED_BLOCK if tool_choice == "required" else ""
+
+    def stream_parser(self, *, thinking: bool = False,
+                      tools: Sequence[Mapping[str, Any]] | None = None,
+                      tool_choice: ToolChoice = "auto",
+                      stream_arguments: bool = False) -> StreamParser:
+        from ds4mlx.engine.chat_dsml import DSMLStreamParser  # it imports this module
+
+        forced = self.forced_call_prefix(tool_choice)
+        parser = DSMLStreamParser(thinking and not forced, parse_tools=tool_choice != "none",
+                                  stream_arguments=stream_arguments)
+        _enter_forced_call(parser, forced)
+        return parser
 
     def stop_strings(self) -> list[str]:
         return [EOS]
+
+
+# How a forced call starts: the tool_calls block as an assistant turn without text has it.
+_FORCED_BLOCK = f'\n\n<{DSML}tool_calls>\n<{DSML}invoke name="'
+
+
+def _write_forced_prefix(out: PromptText, prefix: str, tool_choice: ToolChoice) -> None:
+    """``prefix`` into the prompt, a named function's name as the caller's text."""
+    if isinstance(tool_choice, NamedTool):
+        head, name, tail = prefix.partition(tool_choice.name)
+        out.template(head)
+        out.caller(name)
+        out.template(tail)
+    else:
+        out.template(prefix)
+
+
+def _enter_forced_call(parser: MarkerStreamParser, prefix: str) -> None:
+    """Bring ``parser`` to where the prompt's forced call prefix left the model."""
+    if prefix:
+        parser.enter(prefix)
 
 
 def _last_user_index(turns: Sequence[_Turn]) -> int:

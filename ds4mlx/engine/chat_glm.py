@@ -44,11 +44,17 @@ from ds4mlx.engine.chat import (
     StreamParser,
     TextDelta,
     ToolCall,
+    ToolCallArguments,
     ToolCallComplete,
     ToolCallError,
+    ToolCallStart,
+    _enter_forced_call,
     _first_marker,
+    _marker_prefix_length,
     _tool_call_from_message,
+    _write_forced_prefix,
 )
+from ds4mlx.engine.chat_prompt import NamedTool, PromptText, ToolChoice
 
 PREFIX = "[gMASK]<sop>"
 SYSTEM = "<|system|>"
@@ -124,14 +130,31 @@ def _is_tool_reference(value: Any) -> bool:
             and isinstance(value[0], Mapping) and value[0].get("type") == "tool_reference")
 
 
-def _tool_response(value: Any, tools: Sequence[Mapping[str, Any]]) -> str:
+def _tool_response(out: PromptText, value: Any, tools: Sequence[Mapping[str, Any]]) -> None:
     """One result: text, or the schemas of the tools a ``tool_reference`` list names."""
     if _is_tool_reference(value):
         names = [ref.get("name") for ref in value]
         schemas = "".join(_tool_json(tool) + "\n" for name in names for tool in tools
                           if _function(tool).get("name") == name)
-        return f"<tool_response><tools>\n{schemas}</tools></tool_response>"
-    return f"<tool_response>{_visible_text(value)}</tool_response>"
+        out.template("<tool_response><tools>\n")
+        out.caller(schemas)
+        out.template("</tools></tool_response>")
+        return
+    out.template("<tool_response>")
+    _caller_text(out, value)
+    out.template("</tool_response>")
+
+
+def _caller_text(out: PromptText, content: Any) -> None:
+    """Message content: the caller's text, with the template's media placeholders."""
+    if isinstance(content, Sequence) and not isinstance(content, str):
+        for item in content:
+            if isinstance(item, Mapping) and item.get("type") in _MEDIA:
+                out.template(_MEDIA[item["type"]])
+            else:
+                out.caller(_visible_text([item]))
+    else:
+        out.caller(_visible_text(content))
 
 
 def _result_id(entry: Mapping[str, Any]) -> str:
@@ -148,8 +171,8 @@ def _result_entries(message: Message) -> list[tuple[str, Any]]:
     return [(_result_id(message), content)]
 
 
-def _render_results(run: Sequence[Message], calls: Sequence[Any],
-                    tools: Sequence[Mapping[str, Any]]) -> str:
+def _render_results(out: PromptText, run: Sequence[Message], calls: Sequence[Any],
+                    tools: Sequence[Mapping[str, Any]]) -> None:
     """A run of tool messages, in the order of ``calls`` (the assistant's tool_calls before the
     run) when every result names a distinct one of them and the calls' ids are distinct."""
     entries = [entry for message in run for entry in _result_entries(message)]
@@ -161,16 +184,21 @@ def _render_results(run: Sequence[Message], calls: Sequence[Any],
     if sortable:
         by_id = dict(entries)
         entries = [(call_id, by_id[call_id]) for call_id in call_ids if call_id in by_id]
-    return "".join(_tool_response(value, tools) for _, value in entries)
+    for _, value in entries:
+        _tool_response(out, value, tools)
 
 
-def _render_tool_call(entry: ToolCall | Mapping[str, Any]) -> str:
+def _render_tool_call(out: PromptText, entry: ToolCall | Mapping[str, Any]) -> None:
     call, _ = _tool_call_from_message(entry)
-    arguments = "".join(
-        f"{KEY_START}{key}{KEY_END}{VALUE_START}"
-        f"{value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)}"
-        f"{VALUE_END}" for key, value in call.arguments.items())
-    return f"{CALL_START}{call.name}{arguments}{CALL_END}"
+    out.template(CALL_START)
+    out.caller(call.name)
+    for key, value in call.arguments.items():
+        out.template(KEY_START)
+        out.caller(key)
+        out.template(KEY_END + VALUE_START)
+        out.caller(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
+        out.template(VALUE_END)
+    out.template(CALL_END)
 
 
 def _split_reasoning(message: Message) -> tuple[str | None, str]:
@@ -192,41 +220,50 @@ class GLM5ChatFormat(ChatFormat):
     name = "glm-5"
     reasoning_efforts = REASONING_EFFORTS
 
-    def render(self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None = None,
-               *, add_generation_prompt: bool = True, thinking: bool = False,
-               reasoning_effort: str | None = None, clear_thinking: bool = False) -> str:
+    def prompt(self, messages: Sequence[Message],
+               tools: Sequence[Mapping[str, Any]] | None = None, *,
+               add_generation_prompt: bool = True, thinking: bool = False,
+               tool_choice: ToolChoice = "auto", reasoning_effort: str | None = None,
+               clear_thinking: bool = False) -> PromptText:
         """Render ``messages`` as the released template does.
 
         ``reasoning_effort`` "low", "high" or "max" (None: "max") is stated in the system turn
         every prompt starts with. ``clear_thinking`` drops the reasoning of assistant turns
         before the last user message. ``thinking=False`` closes the generation prompt's
-        thinking block (see the module notes).
+        thinking block (see the module notes). ``tool_choice`` as ``ChatFormat.prompt``.
         """
         effort = reasoning_effort or "max"
         if effort not in REASONING_EFFORTS:
             raise ValueError(f"reasoning_effort must be one of {REASONING_EFFORTS} or None, "
                              f"not {reasoning_effort!r}")
-        tools = list(tools or ())
-        parts = [PREFIX, f"{SYSTEM}Reasoning Effort: {effort.capitalize()}"]
+        forced = self.forced_call_prefix(tool_choice)
+        thinking = thinking and not forced
+        tools = [] if tool_choice == "none" else list(tools or ())
+        out = PromptText()
+        out.template(PREFIX, f"{SYSTEM}Reasoning Effort: {effort.capitalize()}")
         if tools:
             schemas = "".join(_tool_json(tool) + "\n" for tool in tools
                               if not _function(tool).get("defer_loading"))
-            parts.append(f"{SYSTEM}\n{_TOOLS_HEADER}{schemas}{_TOOLS_FOOTER}")
+            out.template(f"{SYSTEM}\n{_TOOLS_HEADER}")
+            out.caller(schemas)
+            out.template(_TOOLS_FOOTER)
         last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"),
                         default=-1)
         index = 0
         while index < len(messages):
             message, role = messages[index], messages[index].get("role")
-            if role == "user":
-                parts.append(USER + _visible_text(message.get("content")))
-            elif role == "system":
-                parts.append(SYSTEM + _visible_text(message.get("content")))
+            if role in ("user", "system"):
+                out.template(USER if role == "user" else SYSTEM)
+                _caller_text(out, message.get("content"))
             elif role == "assistant":
                 reasoning, content = _split_reasoning(message)
                 keep = reasoning is not None and (not clear_thinking or index > last_user)
-                parts.append(f"{ASSISTANT}{THINK_START}{reasoning if keep else ''}{THINK_END}"
-                             f"{content.strip()}")
-                parts.extend(_render_tool_call(c) for c in message.get("tool_calls") or ())
+                out.template(ASSISTANT + THINK_START)
+                out.caller(reasoning if keep and reasoning else "")
+                out.template(THINK_END)
+                out.caller(content.strip())
+                for call in message.get("tool_calls") or ():
+                    _render_tool_call(out, call)
             elif role == "tool":
                 end = index
                 while end < len(messages) and messages[end].get("role") == "tool":
@@ -234,20 +271,35 @@ class GLM5ChatFormat(ChatFormat):
                 previous = messages[index - 1] if index else {}
                 calls = (previous.get("tool_calls") or ()) if previous.get("role") == "assistant" \
                     else ()
-                parts.append(OBSERVATION + _render_results(messages[index:end], calls, tools))
+                out.template(OBSERVATION)
+                _render_results(out, messages[index:end], calls, tools)
                 index = end
                 continue
             else:
                 raise ValueError(f"unsupported message role {role!r}")
             index += 1
         if add_generation_prompt:
-            parts.append(ASSISTANT + THINK_START + ("" if thinking else THINK_END))
-        return "".join(parts)
+            out.template(ASSISTANT + THINK_START + ("" if thinking else THINK_END))
+            if forced:
+                _write_forced_prefix(out, forced, tool_choice)
+        return out
+
+    def forced_call_prefix(self, tool_choice: ToolChoice) -> str:
+        if isinstance(tool_choice, NamedTool):
+            return CALL_START + tool_choice.name
+        return CALL_START if tool_choice == "required" else ""
 
     def stream_parser(self, *, thinking: bool = False,
-                      tools: Sequence[Mapping[str, Any]] | None = None) -> StreamParser:
+                      tools: Sequence[Mapping[str, Any]] | None = None,
+                      tool_choice: ToolChoice = "auto",
+                      stream_arguments: bool = False) -> StreamParser:
         """``tools`` (the offered schemas) decide which argument values are literal strings."""
-        return _GLMStreamParser(thinking, tools or ())
+        forced = self.forced_call_prefix(tool_choice)
+        parser = _GLMStreamParser(thinking and not forced, tools or (),
+                                  parse_tools=tool_choice != "none",
+                                  stream_arguments=stream_arguments)
+        _enter_forced_call(parser, forced)
+        return parser
 
     def parse(self, text: str, *, thinking: bool = False,
               tools: Sequence[Mapping[str, Any]] | None = None) -> AssistantTurn:
@@ -279,12 +331,18 @@ def _string_parameters(tools: Sequence[Mapping[str, Any]]) -> dict[str, set[str]
 class _GLMStreamParser(MarkerStreamParser):
     """Reasoning until ``</think>``, then content and ``<tool_call>`` blocks until a role token.
 
-    A tool call is reported once its ``</tool_call>`` arrives.
+    A tool call is reported once its ``</tool_call>`` arrives; with ``stream_arguments`` its
+    name as soon as an argument follows it, and its arguments one by one.
     """
 
-    def __init__(self, thinking: bool, tools: Sequence[Mapping[str, Any]]):
+    def __init__(self, thinking: bool, tools: Sequence[Mapping[str, Any]],
+                 parse_tools: bool = True, stream_arguments: bool = False):
         super().__init__(_REASONING if thinking else _CONTENT)
         self._strings = _string_parameters(tools)
+        self._content_markers = (CALL_START, *_STOPS) if parse_tools else _STOPS
+        self._stream_arguments = stream_arguments
+        self._announced = False  # the open call's ToolCallStart has been reported
+        self._arguments_sent = 0  # its arguments reported so far
 
     def _step(self, events: list[ChatEvent], final: bool) -> bool:
         if self._state == _CALL:
@@ -292,27 +350,88 @@ class _GLMStreamParser(MarkerStreamParser):
         if self._state == _REASONING:
             marker = self._text_until(events, (THINK_END, *_STOPS), ReasoningDelta, final)
         else:
-            marker = self._text_until(events, (CALL_START, *_STOPS), TextDelta, final)
+            if final:
+                self._cut_call_start(events)
+            marker = self._text_until(events, self._content_markers, TextDelta, final)
         if marker is not None:
             self._state = {THINK_END: _CONTENT, CALL_START: _CALL}.get(marker, self.DONE)
         return marker is not None
+
+    def _cut_call_start(self, events: list[ChatEvent]) -> None:
+        """At the end of the output, report a ``<tool_call>`` tag cut off after ``<tool`` as
+        an unterminated call, not as text (a shorter start may be ordinary text)."""
+        if CALL_START not in self._content_markers or _first_marker(self._pending,
+                                                                    self._content_markers):
+            return
+        held = _marker_prefix_length(self._pending, (CALL_START,))
+        if held < len("<tool"):
+            return
+        text, tail = self._pending[:-held], self._pending[-held:]
+        self._pending = ""
+        if text:
+            events.append(TextDelta(text))
+        events.append(ToolCallError(tail, "unterminated tool_call", unterminated=True))
 
     def _scan_call(self, events: list[ChatEvent], final: bool) -> bool:
         """Report the call once it is closed; a role token or the end cuts it off."""
         hit = _first_marker(self._pending, (CALL_END, *_STOPS))
         if hit is None or hit[1] != CALL_END:
             if hit is None and not final:
+                self._report_progress(events, self._pending, None)
                 return False
             cut = len(self._pending) if hit is None else hit[0]
             events.append(ToolCallError(CALL_START + self._pending[:cut],
-                                        "unterminated tool_call"))
+                                        "unterminated tool_call", unterminated=True))
             self._state, self._pending = self.DONE, ""
             return False
         body = self._pending[:hit[0]]
         self._pending = self._pending[hit[0] + len(CALL_END):]
-        events.append(self._decode_call(body))
+        call = self._decode_call(body)
+        self._report_progress(events, body, call)
+        events.append(call)
+        self._announced, self._arguments_sent = False, 0
         self._state = _CONTENT
         return True
+
+    def _report_progress(self, events: list[ChatEvent], body: str,
+                         closed: ChatEvent | None) -> None:
+        """With ``stream_arguments``: the call's name once an argument follows it, then each
+        complete argument as a piece of the JSON object the arguments will be; the rest (and
+        the closing brace) with the ``closed`` call. Nothing more once something is wrong."""
+        if not self._stream_arguments:
+            return
+        if closed is not None:
+            if not (self._announced and isinstance(closed, ToolCallComplete)):
+                return
+            arguments = list(closed.call.arguments.items())
+        else:
+            name, key_start, rest = body.partition(KEY_START)
+            name = name.strip()
+            if not key_start or not name or "<" in name:
+                return
+            arguments = self._complete_arguments(name, KEY_START + rest)
+            if not self._announced:
+                events.append(ToolCallStart(name))
+                self._announced = True
+        for key, value in arguments[self._arguments_sent:]:
+            separator = ", " if self._arguments_sent else "{"
+            events.append(ToolCallArguments(f"{separator}{json.dumps(key, ensure_ascii=False)}: "
+                                            f"{json.dumps(value, ensure_ascii=False)}"))
+            self._arguments_sent += 1
+        if closed is not None:
+            events.append(ToolCallArguments("}" if self._arguments_sent else "{}"))
+
+    def _complete_arguments(self, name: str, text: str) -> list[tuple[str, Any]]:
+        """The arguments whose ``</arg_value>`` has been written, in order, up to the first
+        that is incomplete or wrong."""
+        strings = self._strings.get(name, set())
+        arguments: list[tuple[str, Any]] = []
+        while text.strip():
+            key, value, text, problem = _next_argument(text.lstrip())
+            if problem or key in dict(arguments):
+                break
+            arguments.append((key, value if key in strings else _json_or_text(value)))
+        return arguments
 
     def _decode_call(self, body: str) -> ChatEvent:
         raw = CALL_START + body + CALL_END

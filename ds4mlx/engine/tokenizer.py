@@ -283,7 +283,9 @@ class Tokenizer:
         """
         with self._encode_lock:
             self._hf.encode_special_tokens = not parse_special
-            ids = self._hf.encode(text, add_special_tokens=False).ids
+            # encode_batch releases the GIL while it works (encode holds it): a long prompt
+            # tokenized on one thread must not stall the others, a server's event loop above all.
+            ids = self._hf.encode_batch([text], add_special_tokens=False)[0].ids
         if add_special and self.add_bos and self.bos_id is not None:
             ids.insert(0, self.bos_id)
         if add_special and self.add_eos and self.eos_id is not None:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from ds4mlx.engine.chat import ChatEvent
+from ds4mlx.engine.chat_prompt import ToolChoice as EngineToolChoice
 from ds4mlx.server.errors import APIError, anthropic_error_body
 from ds4mlx.server.generation import (
     APIRequest,
@@ -19,8 +20,8 @@ from ds4mlx.server.generation import (
     RequestModel,
     ThinkingControl,
     joined_text,
-    json_arguments,
     resolve_thinking,
+    tool_choice_for,
     unsupported,
     unsupported_content,
 )
@@ -59,7 +60,6 @@ class Tool(RequestModel):
 
 
 class ToolChoice(RequestModel):
-    # Accepted; only "none" changes anything (it hides the tools): nothing forces a call.
     type: Literal["auto", "any", "tool", "none"]
     name: str | None = None
 
@@ -123,9 +123,18 @@ def _service_messages(request: MessagesRequest) -> list[dict[str, Any]]:
     return messages
 
 
-def _tools(request: MessagesRequest) -> list[dict[str, Any]] | None:
-    if not request.tools or (request.tool_choice and request.tool_choice.type == "none"):
-        return None
+def _tools(request: MessagesRequest) -> tuple[list[dict[str, Any]] | None, EngineToolChoice]:
+    """The offered tools in the engine's form, and the tool choice."""
+    choice = request.tool_choice
+    if choice is not None and choice.type == "tool" and choice.name is None:
+        raise APIError(400, "'tool_choice.name' is required for tool_choice of type 'tool'",
+                       param="tool_choice.name")
+    tool_choice = tool_choice_for(
+        request.tools, {"any": "required"}.get(choice.type, choice.type) if choice else None,
+        choice.name if choice is not None and choice.type == "tool" else None,
+        [tool.name for tool in request.tools or ()])
+    if tool_choice == "none" or not request.tools:
+        return None, tool_choice
     tools = []
     for index, tool in enumerate(request.tools):
         if tool.type not in (None, "custom") or tool.input_schema is None:
@@ -135,7 +144,7 @@ def _tools(request: MessagesRequest) -> list[dict[str, Any]] | None:
                     "parameters": tool.input_schema}
         tools.append({"type": "function",
                       "function": {k: v for k, v in function.items() if v is not None}})
-    return tools
+    return tools, tool_choice
 
 
 def _stop_reason(finished: Finished) -> str:
@@ -156,9 +165,8 @@ def _usage(finished: Finished) -> dict[str, Any]:
 
 def _content_block(block: Block) -> dict[str, Any]:
     if block.kind == "tool_call":
-        assert block.call is not None
-        return {"type": "tool_use", "id": block.call_id, "name": block.call.name,
-                "input": block.call.arguments}
+        return {"type": "tool_use", "id": block.call_id, "name": block.name,
+                "input": block.call.arguments if block.call is not None else {}}
     if block.kind == "reasoning":
         return {"type": "thinking", "thinking": block.text, "signature": ""}
     return {"type": "text", "text": block.text}
@@ -170,15 +178,16 @@ class MessagesEndpoint:
     error_body = staticmethod(anthropic_error_body)
 
     def call(self, request: MessagesRequest, defaults: GenerationDefaults) -> GenerationCall:
+        tools, tool_choice = _tools(request)
         return GenerationCall(
-            messages=_service_messages(request), tools=_tools(request),
+            messages=_service_messages(request), tools=tools, tool_choice=tool_choice,
             max_tokens=request.max_tokens, sampling=request.sampling(defaults),
             stop=tuple(request.stop_sequences or ()),
             thinking=resolve_thinking(request.thinking, None, defaults.thinking))
 
     def response(self, request: MessagesRequest, events: Sequence[ChatEvent],
                  finished: Finished, meta: ResponseMeta) -> dict[str, Any]:
-        blocks = track(events, CALL_ID_PREFIX).blocks
+        blocks = track(events, CALL_ID_PREFIX).complete_blocks
         return {"id": new_id("msg_"), "type": "message", "role": "assistant",
                 "model": meta.model, "content": [_content_block(block) for block in blocks],
                 "stop_reason": _stop_reason(finished),
@@ -201,32 +210,31 @@ class MessagesStream(BlockStream):
         return event_frame(event_type, {"type": event_type, **fields})
 
     def start(self) -> list[bytes]:
-        # Token counts are known only at the end; message_delta carries them.
+        # The prompt was tokenized before it was queued; how much of it the session had cached
+        # is known at the end (message_delta carries the final counts).
         message = {"id": self.id, "type": "message", "role": "assistant",
                    "model": self.meta.model, "content": [], "stop_reason": None,
-                   "stop_sequence": None, "usage": {"input_tokens": 0, "output_tokens": 0}}
+                   "stop_sequence": None,
+                   "usage": {"input_tokens": self.meta.prompt_tokens, "output_tokens": 0}}
         return [self._frame("message_start", message=message)]
 
     def _open(self, index: int, block: Block) -> list[bytes]:
-        empty = _content_block(block) | ({"thinking": ""} if block.kind == "reasoning"
-                                         else {"text": ""})
+        empty = _content_block(block) | {"reasoning": {"thinking": ""}, "text": {"text": ""},
+                                         "tool_call": {"input": {}}}[block.kind]
         return [self._frame("content_block_start", index=index, content_block=empty)]
 
     def _delta(self, index: int, block: Block, text: str) -> list[bytes]:
-        delta = ({"type": "thinking_delta", "thinking": text} if block.kind == "reasoning"
-                 else {"type": "text_delta", "text": text})
+        delta = {"reasoning": {"type": "thinking_delta", "thinking": text},
+                 "text": {"type": "text_delta", "text": text},
+                 "tool_call": {"type": "input_json_delta", "partial_json": text}}[block.kind]
         return [self._frame("content_block_delta", index=index, delta=delta)]
 
     def _close(self, index: int, block: Block) -> list[bytes]:
         return [self._frame("content_block_stop", index=index)]
 
     def _tool_call(self, index: int, block: Block) -> list[bytes]:
-        assert block.call is not None
-        start = _content_block(block) | {"input": {}}
-        delta = {"type": "input_json_delta", "partial_json": json_arguments(block.call.arguments)}
-        return [self._frame("content_block_start", index=index, content_block=start),
-                self._frame("content_block_delta", index=index, delta=delta),
-                self._frame("content_block_stop", index=index)]
+        return [*self._open(index, block), *self._delta(index, block, block.arguments),
+                *self._close(index, block)]
 
     def finish(self, finished: Finished) -> list[bytes]:
         return [*self.close_open_block(),

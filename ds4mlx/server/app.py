@@ -1,7 +1,10 @@
 """The ASGI application: routes, body limits, error shapes, streaming and queueing.
 
 Each generation endpoint reads its body (refusing it past the size cap while it arrives),
-validates it, turns it into a :class:`GenerationCall` and queues that on the engine worker.
+validates it, turns it into a :class:`GenerationCall`, refuses a prompt surely longer than the
+context by its length alone, tokenizes it on a worker thread (never on the event loop), checks
+its token count, and queues it on the engine worker; requests are queued, and run, in the order
+they arrived.
 A streamed request commits to a 200 once the first event or keep-alive tick arrives, so a
 request the service refuses at once (a prompt over the context) still gets a proper 4xx; after
 that, errors travel in the stream in the API's own shape. The response's end, however it comes
@@ -18,22 +21,27 @@ from dataclasses import asdict, dataclass
 from functools import partial
 from typing import Any
 
-from ds4mlx.engine.chat import ChatEvent
+from ds4mlx.engine.chat import ChatEvent, ToolCallError
+from ds4mlx.server.access import AccessControl, error_body_for
 from ds4mlx.server.anthropic_messages import MessagesEndpoint
+from ds4mlx.server.body import MAX_BODY_BYTES, read_body
 from ds4mlx.server.endpoint import Endpoint, StreamEncoder
-from ds4mlx.server.errors import APIError, anthropic_error_body, openai_error_body
+from ds4mlx.server.errors import APIError, openai_error_body
 from ds4mlx.server.generation import (
     APIRequest,
     GenerationDefaults,
     GenerationService,
     parse_request,
 )
+from ds4mlx.server.limits import RequestLimits
+from ds4mlx.server.metrics import ServerMetrics
 from ds4mlx.server.openai_chat import ChatCompletionsEndpoint
 from ds4mlx.server.openai_completions import CompletionsEndpoint
 from ds4mlx.server.openai_responses import ResponsesEndpoint
 from ds4mlx.server.queue import GenerationQueue, Job, KeepAlive
 from ds4mlx.server.sse import KEEP_ALIVE_FRAME
 from ds4mlx.server.turn import ResponseMeta
+from ds4mlx.server.utility_routes import UtilityRoutes
 from ds4mlx.speculation import SpeculativeStats
 from ds4mlx.speculation.service import Finished
 
@@ -41,18 +49,15 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 log = logging.getLogger("ds4mlx.server")
 
-MAX_BODY_BYTES = 64 * 2**20
 # The name a client may use without knowing the served one (ds4-agent's default --api-model).
 ANY_MODEL = "default"
-ENDPOINTS: tuple[Endpoint[Any], ...] = (ChatCompletionsEndpoint(), CompletionsEndpoint(),
-                                        ResponsesEndpoint(), MessagesEndpoint())
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
@@ -63,7 +68,8 @@ class ServerConfig:
     aliases: tuple[str, ...] = ()
     max_body_bytes: int = MAX_BODY_BYTES
     keepalive_seconds: float = 5.0
-    cors: bool = False
+    cors: bool = False  # allow browser pages from any origin
+    api_keys: tuple[str, ...] = ()  # when set, every request but /health must bring one
 
     @property
     def model_names(self) -> tuple[str, ...]:
@@ -97,28 +103,6 @@ async def _cancel_on_disconnect(request: Request, job: Job) -> None:
     job.cancel()
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, refused with a 413 as soon as it is known to pass ``limit`` bytes: from
-    Content-Length before reading anything, or while a body of undeclared length arrives."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise _too_large(limit)
-    body = bytearray()
-    try:
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > limit:
-                raise _too_large(limit)
-    except ClientDisconnect:
-        raise APIError(400, "the client disconnected while sending the body") from None
-    return bytes(body)
-
-
-def _too_large(limit: int) -> APIError:
-    return APIError(413, f"the request body is larger than {limit} bytes",
-                    code="request_too_large")
-
-
 def _error_response(error: APIError, endpoint: Endpoint[Any]) -> JSONResponse:
     return JSONResponse(endpoint.error_body(error), status_code=error.status)
 
@@ -130,6 +114,15 @@ class _Server:
         self.config = config
         self.engine = engine
         self.started = int(time.time())
+        self.metrics = ServerMetrics()
+        self.limit = RequestLimits(service)
+        self.responses = ResponsesEndpoint()
+        self.endpoints: tuple[Endpoint[Any], ...] = (
+            ChatCompletionsEndpoint(), CompletionsEndpoint(), self.responses, MessagesEndpoint())
+        # Requests are tokenized and queued one at a time, in the order they arrived (an
+        # asyncio lock wakes its waiters first come, first served), so a long prompt being
+        # tokenized is not overtaken by a short one that came after it.
+        self._admission = asyncio.Lock()
 
     # ------------------------------------------------------------------ plain routes
 
@@ -160,27 +153,55 @@ class _Server:
 
     # ------------------------------------------------------------------ generations
 
-    def route(self, endpoint: Endpoint[Any]) -> Route:
+    def routes(self, endpoint: Endpoint[Any]) -> list[Route]:
+        """The endpoint's path, and without ``/v1`` where llama-server and mlx_lm.server also
+        serve it so."""
         async def handle(request: Request) -> Response:
             return await self.generate(request, endpoint)
 
-        return Route(endpoint.path, handle, methods=["POST"])
+        paths = [endpoint.path]
+        if endpoint.path in ("/v1/chat/completions", "/v1/completions", "/v1/responses"):
+            paths.append(endpoint.path.removeprefix("/v1"))
+        return [Route(path, handle, methods=["POST"]) for path in paths]
+
+    async def get_response(self, request: Request) -> JSONResponse:
+        response_id = request.path_params["response_id"]
+        stored = self.responses.store.response(response_id)
+        if stored is None:
+            return self._no_stored_response(response_id)
+        if request.method == "DELETE":
+            self.responses.store.delete(response_id)
+            return JSONResponse({"id": response_id, "object": "response.deleted",
+                                 "deleted": True})
+        return JSONResponse(stored)
+
+    @staticmethod
+    def _no_stored_response(response_id: str) -> JSONResponse:
+        error = APIError(404, f"no stored response '{response_id}'", param="response_id",
+                         code="not_found")
+        return JSONResponse(openai_error_body(error), status_code=404)
 
     async def generate(self, request: Request, endpoint: Endpoint[Any]) -> Response:
+        arrived = time.perf_counter()
         try:
             body = await read_body(request, self.config.max_body_bytes)
             parsed: APIRequest = parse_request(endpoint.request_model, body)
+            del body  # a large body's memory goes back before the prompt is tokenized
             if not self.config.serves(parsed.model):
                 raise self._unknown_model(parsed.model)
             try:
                 call = endpoint.call(parsed, self.config.defaults)
             except ValueError as exc:  # options the engine refuses, e.g. sampling ranges
                 raise APIError(400, str(exc)) from None
-            job = self.engine.submit(partial(call.run, self.service))
+            async with self._admission:
+                call = await self.limit.tokenized(call, self.service)
+                job = self.engine.submit(partial(call.run, self.service))
         except APIError as error:
+            self.metrics.refuse()
             return _error_response(error, endpoint)
-        meta = ResponseMeta(self.config.model_id)
-        events = job.events(self.config.keepalive_seconds)
+        meta = ResponseMeta(self.config.model_id, prompt_tokens=len(call.prompt_tokens or ()))
+        events = self._measured(job.events(self.config.keepalive_seconds), arrived,
+                                endpoint.path)
         if parsed.stream:
             return await self._stream(job, events, endpoint.stream(parsed, meta), endpoint)
         watcher = asyncio.create_task(_cancel_on_disconnect(request, job))
@@ -207,8 +228,26 @@ class _Server:
             return _error_response(error, endpoint)
         if finished is None:
             return _error_response(APIError(503, "the generation was cancelled"), endpoint)
-        _log_finished(endpoint.path, finished)
         return JSONResponse(endpoint.response(parsed, collected, finished, meta))
+
+    async def _measured(self, events: AsyncIterator[ChatEvent | Finished | KeepAlive],
+                        arrived: float, path: str
+                        ) -> AsyncIterator[ChatEvent | Finished | KeepAlive]:
+        """The job's events less cut-off tool calls (dropped: their markup is not text), with
+        the time to first output and the finished request counted."""
+        first_output: float | None = None
+        async for item in events:
+            if isinstance(item, ToolCallError) and item.unterminated:
+                log.warning("%s: dropped a tool call the output ended inside: %r", path,
+                            item.raw[:200])
+                continue
+            if first_output is None and not isinstance(item, KeepAlive):
+                first_output = time.perf_counter() - arrived
+                self.metrics.first_token(first_output)
+            if isinstance(item, Finished):
+                self.metrics.finished(item)
+                _log_finished(path, item, first_output or 0.0)
+            yield item
 
     async def _stream(self, job: Job, events: AsyncIterator[ChatEvent | Finished | KeepAlive],
                       encoder: StreamEncoder, endpoint: Endpoint[Any]) -> Response:
@@ -219,17 +258,16 @@ class _Server:
             return _error_response(error, endpoint)
         except StopAsyncIteration:
             return _error_response(APIError(503, "the generation was cancelled"), endpoint)
-        return _JobStreamingResponse(job, _sse_body(first, events, encoder, endpoint.path))
+        return _JobStreamingResponse(job, _sse_body(first, events, encoder))
 
 
 async def _sse_body(first: ChatEvent | Finished | KeepAlive,
                     events: AsyncIterator[ChatEvent | Finished | KeepAlive],
-                    encoder: StreamEncoder, path: str) -> AsyncIterator[bytes]:
+                    encoder: StreamEncoder) -> AsyncIterator[bytes]:
     def frames(item: ChatEvent | Finished | KeepAlive) -> bytes:
         if isinstance(item, KeepAlive):
             return KEEP_ALIVE_FRAME
         if isinstance(item, Finished):
-            _log_finished(path, item)
             return b"".join(encoder.finish(item))
         return b"".join(encoder.event(item))
 
@@ -242,10 +280,10 @@ async def _sse_body(first: ChatEvent | Finished | KeepAlive,
         yield b"".join(encoder.error(error))
 
 
-def _log_finished(path: str, finished: Finished) -> None:
-    log.info("%s: prompt %d tokens (%d cached), generated %d, %s, %.2fs", path,
-             finished.prompt_tokens, finished.cached_tokens, finished.completion_tokens,
-             finished.finish_reason, finished.seconds)
+def _log_finished(path: str, finished: Finished, first_output: float) -> None:
+    log.info("%s: prompt %d tokens (%d cached), generated %d, %s, %.2fs; first output %.2fs "
+             "after arrival", path, finished.prompt_tokens, finished.cached_tokens,
+             finished.completion_tokens, finished.finish_reason, finished.seconds, first_output)
     stats = finished.stats
     if isinstance(stats, SpeculativeStats) and stats.drafted_tokens:
         log.info("%s: speculation: %d drafted, %d accepted (%.0f%%), tau %.2f", path,
@@ -257,9 +295,8 @@ def _http_error_handler(request: Request, exc: Exception) -> JSONResponse:
     """Unknown paths and wrong methods, in the error shape of the API the path belongs to."""
     assert isinstance(exc, HTTPException)
     error = APIError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}")
-    body = (anthropic_error_body(error) if request.url.path.startswith("/v1/messages")
-            else openai_error_body(error))
-    return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+    return JSONResponse(error_body_for(request.url.path, error), status_code=exc.status_code,
+                        headers=exc.headers)
 
 
 def _internal_error_handler(_request: Request, exc: Exception) -> JSONResponse:
@@ -273,15 +310,28 @@ def create_app(service: GenerationService, config: ServerConfig,
     """The server's ASGI app. ``engine`` runs the generations: the thread the model was loaded
     on, which the caller starts and closes."""
     server = _Server(service, config, engine)
+    utility = UtilityRoutes(service, engine, server.metrics, server.limit, config.model_id,
+                            config.serves, config.defaults, config.max_body_bytes)
     routes = [
         Route("/v1/models", server.list_models, methods=["GET"]),
         Route("/v1/models/{name:path}", server.get_model, methods=["GET"]),
         Route("/stats", server.stats, methods=["GET"]),
         Route("/health", server.health, methods=["GET"]),
-        *(server.route(endpoint) for endpoint in ENDPOINTS),
+        Route("/v1/health", server.health, methods=["GET"]),
+        Route("/v1/messages/count_tokens", utility.count_tokens, methods=["POST"]),
+        Route("/v1/responses/{response_id}", server.get_response, methods=["GET", "DELETE"]),
+        Route("/tokenize", utility.tokenize, methods=["POST"]),
+        Route("/detokenize", utility.detokenize, methods=["POST"]),
+        Route("/props", utility.props, methods=["GET"]),
+        Route("/slots", utility.slots, methods=["GET"]),
+        Route("/metrics", utility.prometheus, methods=["GET"]),
+        *(route for endpoint in server.endpoints for route in server.routes(endpoint)),
     ]
-    middleware = ([Middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["*"],
-                              allow_headers=["*"])] if config.cors else [])
+    # CORS outermost: it answers preflights and labels every response, refusals included.
+    middleware = [Middleware(AccessControl, api_keys=config.api_keys, cross_origin=config.cors)]
+    if config.cors:
+        middleware.insert(0, Middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["*"],
+                                        allow_headers=["*"]))
     return Starlette(routes=routes, middleware=middleware,
                      exception_handlers={HTTPException: _http_error_handler,
                                          Exception: _internal_error_handler})

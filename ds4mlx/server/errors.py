@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 # Anthropic names its error types by status; OpenAI uses one type for every client error.
-_ANTHROPIC_TYPES = {400: "invalid_request_error", 404: "not_found_error",
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error",
+                    403: "permission_error", 404: "not_found_error",
                     405: "invalid_request_error", 413: "request_too_large"}
 
 

@@ -9,21 +9,46 @@ from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Protocol, TypeVar
 
+from ds4mlx.engine.chat import ChatFormat
+from ds4mlx.engine.chat_prompt import NamedTool, ToolChoice
 from ds4mlx.engine.sampling import SamplingOptions
+from ds4mlx.engine.tokenizer import TextTokenizer
 from ds4mlx.server.errors import APIError
 from ds4mlx.speculation.service import ScheduledEvent
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 
+class ServedModel(Protocol):
+    """The part of a loaded model the server reads: its tokenizer and chat template."""
+
+    @property
+    def tokenizer(self) -> TextTokenizer: ...
+
+    @property
+    def chat_format(self) -> ChatFormat | None: ...
+
+
 class GenerationService(Protocol):
     """The part of ``ChatService`` the server uses."""
+
+    @property
+    def model(self) -> ServedModel: ...
+
+    @property
+    def max_context(self) -> int: ...
 
     def chat(self, messages: Sequence[Mapping[str, Any]],
              tools: Sequence[Mapping[str, Any]] | None = None, *, max_tokens: int = ...,
              sampling: SamplingOptions | None = None, stop: Sequence[str] = (),
-             thinking: bool = False, reasoning_effort: str | None = None
-             ) -> Generator[ScheduledEvent, Any, None]: ...
+             thinking: bool = False, reasoning_effort: str | None = None,
+             tool_choice: ToolChoice = "auto", prompt_tokens: Sequence[int] | None = None,
+             stream_arguments: bool = False) -> Generator[ScheduledEvent, Any, None]: ...
+
+    def chat_prompt(self, messages: Sequence[Mapping[str, Any]],
+                    tools: Sequence[Mapping[str, Any]] | None = None, *,
+                    thinking: bool = False, reasoning_effort: str | None = None,
+                    tool_choice: ToolChoice = "auto") -> list[int]: ...
 
     def complete(self, prompt: str, *, max_tokens: int = ...,
                  sampling: SamplingOptions | None = None,
@@ -42,30 +67,84 @@ class GenerationDefaults:
 @dataclass(frozen=True)
 class GenerationCall:
     """One request translated into a ChatService call: ``messages`` for a chat, ``prompt`` for
-    a raw completion."""
+    a raw completion. ``prompt_tokens``: the chat's prompt, tokenized before it was queued."""
 
     max_tokens: int
     sampling: SamplingOptions
     stop: tuple[str, ...] = ()
     messages: list[dict[str, Any]] | None = None
     tools: list[dict[str, Any]] | None = None
+    tool_choice: ToolChoice = "auto"
     thinking: bool = False
     reasoning_effort: str | None = None  # a REASONING_EFFORT_ORDER name, for thinking turns
     prompt: str | None = None
+    prompt_tokens: list[int] | None = None
 
     def run(self, service: GenerationService) -> Generator[ScheduledEvent, Any, None]:
         if self.messages is not None:
-            options = ({} if self.reasoning_effort is None
-                       else {"reasoning_effort": self.reasoning_effort})
             return service.chat(self.messages, self.tools, max_tokens=self.max_tokens,
-                                sampling=self.sampling, stop=self.stop, thinking=self.thinking,
-                                **options)
+                                sampling=self.sampling, stop=self.stop, **self._chat_options(),
+                                prompt_tokens=self.prompt_tokens, stream_arguments=True)
         assert self.prompt is not None
         return service.complete(self.prompt, max_tokens=self.max_tokens, sampling=self.sampling,
                                 stop=self.stop)
 
+    def chat_prompt(self, service: GenerationService) -> list[int]:
+        """The prompt tokens of this chat (tokenizing is the caller's thread's work)."""
+        assert self.messages is not None
+        return service.chat_prompt(self.messages, self.tools, **self._chat_options())
+
+    def _chat_options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {"thinking": self.thinking}
+        if self.reasoning_effort is not None:
+            options["reasoning_effort"] = self.reasoning_effort
+        if self.tool_choice != "auto":
+            options["tool_choice"] = self.tool_choice
+        return options
+
+    @property
+    def text_characters(self) -> int:
+        """Characters of the request's text that every rendering of its prompt contains (a
+        template may leave out earlier reasoning and strip an assistant's answer, so those
+        count only as far as they surely appear)."""
+        if self.prompt is not None:
+            return len(self.prompt)
+        total = 0
+        for message in self.messages or ():
+            content = message.get("content")
+            if not isinstance(content, str):
+                continue
+            if message.get("role") in ("system", "user", "tool"):
+                total += len(content)
+            elif message.get("role") == "assistant":
+                total += len(content.strip())
+        return total
+
+
+def tool_choice_for(tools: Sequence[Any] | None, choice: str | None,
+                    named: str | None, offered_names: Sequence[str]) -> ToolChoice:
+    """The engine's tool choice: "none" without tools (the template renders none and the output
+    is not parsed for calls), else the API's mode ("auto", "none", "required") or a named
+    function, which must be one of ``offered_names``."""
+    if named is not None:
+        if named not in offered_names:
+            offered = ", ".join(f"'{name}'" for name in offered_names) or "none"
+            raise APIError(400, f"invalid 'tool_choice': the function '{named}' is not among "
+                           f"the tools offered ({offered})", param="tool_choice")
+        return NamedTool(named)
+    if choice == "required" and not tools:
+        raise APIError(400, "invalid 'tool_choice': 'required' needs at least one tool in "
+                       "'tools'", param="tool_choice")
+    if not tools or choice == "none":
+        return "none"
+    return "required" if choice == "required" else "auto"
+
 
 # --------------------------------------------------------------------------- request models
+
+
+# A penalty window longer than any context: the server cuts it to its own.
+WHOLE_CONTEXT = 2**31 - 1
 
 
 class RequestModel(BaseModel):
@@ -91,11 +170,12 @@ class SamplingFields(RequestModel):
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     top_k: int | None = Field(None, ge=0)
     min_p: float | None = Field(None, ge=0.0, lt=1.0)
-    seed: int | None = None
+    # llama.cpp's -1 (and 0xFFFFFFFF) draws a random seed; MLX seeds are unsigned 64-bit.
+    seed: int | None = Field(None, ge=-1, le=2**64 - 1)
     frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     repeat_penalty: float | None = Field(None, gt=0.0, le=10.0)
-    repeat_last_n: int | None = Field(None, ge=1)
+    repeat_last_n: int | None = Field(None, ge=-1)  # llama.cpp's -1: the whole context
     # OpenAI's: token id (a JSON object key, so a string) -> bias added to its logit.
     logit_bias: dict[str, Annotated[float, Field(ge=-100.0, le=100.0)]] | None = None
 
@@ -104,9 +184,16 @@ class SamplingFields(RequestModel):
                      ("temperature", "top_p", "top_k", "min_p", "seed", "frequency_penalty",
                       "presence_penalty", "repeat_penalty", "repeat_last_n")
                      if getattr(self, name) is not None}
+        if self.seed in (-1, 0xFFFFFFFF):
+            overrides["seed"] = None
+        if self.repeat_last_n == -1:
+            overrides["repeat_last_n"] = WHOLE_CONTEXT
         if self.logit_bias:
             overrides["logit_bias"] = tuple(self._token_biases())
-        return dataclasses.replace(defaults.sampling, **overrides)
+        try:
+            return dataclasses.replace(defaults.sampling, **overrides)
+        except ValueError as exc:  # a combination the sampler refuses; its message names it
+            raise APIError(400, f"invalid sampling options: {exc}") from None
 
     def _token_biases(self) -> Iterator[tuple[int, float]]:
         for key, bias in (self.logit_bias or {}).items():

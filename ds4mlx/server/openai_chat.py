@@ -23,11 +23,11 @@ from ds4mlx.server.generation import (
     RequestModel,
     ThinkingControl,
     joined_text,
-    json_arguments,
     resolve_thinking,
     stop_strings,
     template_effort,
     token_limit,
+    tool_choice_for,
     unsupported,
 )
 from ds4mlx.server.sse import DONE_FRAME, data_frame
@@ -100,7 +100,6 @@ class ChatTemplateKwargs(RequestModel):
 class ChatCompletionRequest(APIRequest):
     messages: list[ChatMessage] = Field(min_length=1)
     tools: list[FunctionTool] | None = None
-    # Accepted; only "none" changes anything (it hides the tools): nothing forces a call.
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
@@ -131,10 +130,8 @@ def _service_message(message: ChatMessage, index: int) -> dict[str, Any]:
 
 
 def tool_call_json(block: Block) -> dict[str, Any]:
-    assert block.call is not None
     return {"id": block.call_id, "type": "function",
-            "function": {"name": block.call.name,
-                         "arguments": json_arguments(block.call.arguments)}}
+            "function": {"name": block.name, "arguments": block.arguments}}
 
 
 class ChatCompletionsEndpoint:
@@ -150,13 +147,18 @@ class ChatCompletionsEndpoint:
             raise unsupported("logprobs", "log-probabilities are not returned")
         if request.response_format is not None and request.response_format.type != "text":
             raise unsupported("response_format", "constrained output formats")
-        offer_tools = request.tools and request.tool_choice != "none"
+        choice = request.tool_choice
+        tool_choice = tool_choice_for(
+            request.tools, None if isinstance(choice, NamedToolChoice) else choice,
+            choice.function.name if isinstance(choice, NamedToolChoice) else None,
+            [tool.function.name for tool in request.tools or ()])
         template_thinking = (request.chat_template_kwargs.enable_thinking
                              if request.chat_template_kwargs else None)
         return GenerationCall(
             messages=[_service_message(m, i) for i, m in enumerate(request.messages)],
-            tools=[tool.model_dump(exclude_none=True) for tool in request.tools]
-            if offer_tools and request.tools else None,
+            tools=[tool.model_dump(exclude_none=True) for tool in request.tools or ()]
+            if tool_choice != "none" else None,
+            tool_choice=tool_choice,
             max_tokens=token_limit(request.max_completion_tokens or request.max_tokens, defaults),
             sampling=request.sampling(defaults),
             stop=stop_strings(request.stop),
@@ -237,10 +239,20 @@ class ChatCompletionStream(ChunkStream):
         return [self._frame([self._choice({"role": "assistant", "content": ""})])]
 
     def event(self, event: ChatEvent) -> list[bytes]:
-        block, text, _ = self.turn.add(event)
-        if block.kind == "tool_call":
-            index = len(self.turn.tool_calls) - 1
-            delta = {"tool_calls": [{"index": index, **tool_call_json(block)}]}
-        else:
+        """Text and reasoning as they come; a tool call whole, or streamed as it is written:
+        its id and name first, then pieces of its arguments (what clients accumulate)."""
+        block, text, change = self.turn.add(event)
+        if block.kind != "tool_call":
             delta = {"reasoning_content" if block.kind == "reasoning" else "content": text}
-        return [self._frame([self._choice(delta)])]
+            return [self._frame([self._choice(delta)])]
+        index = [b for b in self.turn.blocks if b.kind == "tool_call"].index(block)
+        if change == "call":
+            piece = {"index": index, **tool_call_json(block)}
+        elif change == "call_opens":
+            piece = {"index": index, **tool_call_json(block)}
+            piece["function"]["arguments"] = ""
+        elif change == "delta":
+            piece = {"index": index, "function": {"arguments": text}}
+        else:  # the end of a streamed call: all of it has been sent
+            return []
+        return [self._frame([self._choice({"tool_calls": [piece]})])]

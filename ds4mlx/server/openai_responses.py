@@ -1,17 +1,24 @@
-"""``POST /v1/responses``: OpenAI's Responses API, stateless.
+"""``POST /v1/responses``: OpenAI's Responses API.
 
 The conversation travels in ``input`` (messages, ``function_call`` and ``function_call_output``
-items, ``reasoning`` items); nothing is stored, so ``previous_response_id`` is refused. The
+items, ``reasoning`` items), or continues a stored response (``previous_response_id``): with
+``store`` (the default, as OpenAI's) each response and the conversation that led to it are kept
+in memory, the oldest forgotten past a bound, and ``GET /v1/responses/{id}`` returns one. The
 output is reasoning items (``reasoning_text`` content), assistant messages and ``function_call``
-items, in the order the model wrote them.
+items, in the order the model wrote them. A stream always ends with ``response.completed`` (the
+event the official client's stream helper waits for), whose response says ``incomplete`` when
+the token limit cut the output.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Literal
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any, Literal
 
 from ds4mlx.engine.chat import ChatEvent
+from ds4mlx.engine.chat_prompt import ToolChoice
 from ds4mlx.server.errors import APIError, openai_error_body
 from ds4mlx.server.generation import (
     APIRequest,
@@ -21,11 +28,11 @@ from ds4mlx.server.generation import (
     RequestModel,
     ThinkingControl,
     joined_text,
-    json_arguments,
     resolve_thinking,
     stop_strings,
     template_effort,
     token_limit,
+    tool_choice_for,
     unsupported,
 )
 from ds4mlx.server.sse import event_frame
@@ -39,7 +46,10 @@ from ds4mlx.server.turn import (
 )
 from ds4mlx.speculation.service import Finished
 
-from pydantic import Field
+from pydantic import Field, PrivateAttr
+
+# How many stored responses (with their conversations) are kept; the oldest go first.
+STORED_RESPONSES = 256
 
 CALL_ID_PREFIX = "call_"
 _TEXT_PART_TYPES = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
@@ -83,29 +93,64 @@ class TextOptions(RequestModel):
 
 
 class ResponsesRequest(APIRequest):
-    input: str | list[InputItem]
+    input: str | Annotated[list[InputItem], Field(min_length=1)]
     instructions: str | None = None
     tools: list[Tool] | None = None
-    # Accepted; only "none" changes anything (it hides the tools): nothing forces a call.
+    # A mode, or {"type": "function", "name": ...} for a call of that function.
     tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
     max_output_tokens: int | None = Field(None, ge=1)
     reasoning: ReasoningOptions | None = None
     previous_response_id: str | None = None
+    store: bool = True
     text: TextOptions | None = None
     thinking: bool | ThinkingControl | None = None
     stop: str | list[str] | None = None
+    # The conversation this request continues, without its instructions: what is stored with
+    # the response (set by ResponsesEndpoint.call).
+    _conversation: list[dict[str, Any]] = PrivateAttr(default_factory=list)
+
+
+class ResponseStore:
+    """Stored responses and their conversations, in memory, the newest ``capacity`` of them;
+    the event loop and the engine's callbacks may use it from different threads."""
+
+    def __init__(self, capacity: int = STORED_RESPONSES):
+        self.capacity = capacity
+        self._items: OrderedDict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = \
+            OrderedDict()
+        self._lock = threading.Lock()
+
+    def put(self, response: dict[str, Any], conversation: list[dict[str, Any]]) -> None:
+        with self._lock:
+            self._items[response["id"]] = (response, conversation)
+            while len(self._items) > self.capacity:
+                self._items.popitem(last=False)
+
+    def response(self, response_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            item = self._items.get(response_id)
+        return None if item is None else item[0]
+
+    def conversation(self, response_id: str) -> list[dict[str, Any]] | None:
+        """The messages up to and including that response's assistant turn."""
+        with self._lock:
+            item = self._items.get(response_id)
+        return None if item is None else item[1]
+
+    def delete(self, response_id: str) -> bool:
+        with self._lock:
+            return self._items.pop(response_id, None) is not None
 
 
 def _text(parts: str | Sequence[ContentPart] | None, param: str) -> str:
     return joined_text(parts, param, _TEXT_PART_TYPES)
 
 
-def _service_messages(request: ResponsesRequest) -> list[dict[str, Any]]:
+def _input_messages(request: ResponsesRequest) -> list[dict[str, Any]]:
+    """The request's ``input`` as chat messages."""
     messages: list[dict[str, Any]] = []
-    if request.instructions:
-        messages.append({"role": "system", "content": request.instructions})
     if isinstance(request.input, str):
-        return [*messages, {"role": "user", "content": request.input}]
+        return [{"role": "user", "content": request.input}]
     # Reasoning, assistant text and function calls in a row are one assistant turn.
     assistant: dict[str, Any] | None = None
     for index, item in enumerate(request.input):
@@ -145,9 +190,18 @@ def _service_messages(request: ResponsesRequest) -> list[dict[str, Any]]:
     return messages
 
 
-def _tools(request: ResponsesRequest) -> list[dict[str, Any]] | None:
-    if not request.tools or request.tool_choice == "none":
-        return None
+def _tools(request: ResponsesRequest) -> tuple[list[dict[str, Any]] | None, ToolChoice]:
+    """The offered tools in the engine's form, and the tool choice."""
+    choice = request.tool_choice
+    named = None
+    if isinstance(choice, dict):
+        if choice.get("type") != "function" or not isinstance(choice.get("name"), str):
+            raise unsupported("tool_choice", "only a mode or {'type': 'function', 'name': ...}")
+        named, choice = choice["name"], None
+    tool_choice = tool_choice_for(request.tools, choice, named,
+                                  [tool.name for tool in request.tools or () if tool.name])
+    if tool_choice == "none" or not request.tools:
+        return None, tool_choice
     tools = []
     for index, tool in enumerate(request.tools):
         if tool.type != "function" or tool.name is None:
@@ -155,15 +209,28 @@ def _tools(request: ResponsesRequest) -> list[dict[str, Any]] | None:
                               "function tools run here)")
         tools.append({"type": "function", "function": tool.model_dump(
             include={"name", "description", "parameters"}, exclude_none=True)})
-    return tools
+    return tools, tool_choice
 
 
-def _output_item(block: Block, item_id: str, status: str = "completed") -> dict[str, Any]:
+def _assistant_message(blocks: Sequence[Block]) -> dict[str, Any]:
+    """The response's turn as the chat message a later request continues from."""
+    return {"role": "assistant",
+            "content": "".join(b.text for b in blocks if b.kind == "text"),
+            "reasoning_content": "".join(b.text for b in blocks if b.kind == "reasoning"),
+            "tool_calls": [{"id": b.call_id, "function": {"name": b.call.name,
+                                                          "arguments": b.call.arguments}}
+                           for b in blocks if b.kind == "tool_call" and b.call is not None]}
+
+
+def _output_item(block: Block, item_id: str, status: str | None = None) -> dict[str, Any]:
+    """``block`` as an output item; its status by default: completed, or incomplete for a call
+    the output ended inside."""
+    if status is None:
+        status = "incomplete" if block.kind == "tool_call" and block.call is None \
+            else "completed"
     if block.kind == "tool_call":
-        assert block.call is not None
         return {"id": item_id, "type": "function_call", "call_id": block.call_id,
-                "name": block.call.name, "arguments": json_arguments(block.call.arguments),
-                "status": status}
+                "name": block.name, "arguments": block.arguments, "status": status}
     if block.kind == "reasoning":
         return {"id": item_id, "type": "reasoning", "summary": [],
                 "content": [{"type": "reasoning_text", "text": block.text}], "status": status}
@@ -199,8 +266,9 @@ def _response_object(request: ResponsesRequest, meta: ResponseMeta, response_id:
             "temperature": request.temperature, "top_p": request.top_p,
             "tool_choice": request.tool_choice or "auto",
             "tools": [tool.model_dump(exclude_none=True) for tool in request.tools or ()],
-            "text": {"format": {"type": "text"}}, "store": False, "truncation": "disabled",
-            "metadata": {}, "usage": usage}
+            "text": {"format": {"type": "text"}}, "store": request.store,
+            "previous_response_id": request.previous_response_id,
+            "truncation": "disabled", "metadata": {}, "usage": usage}
 
 
 class ResponsesEndpoint:
@@ -208,16 +276,31 @@ class ResponsesEndpoint:
     request_model = ResponsesRequest
     error_body = staticmethod(openai_error_body)
 
+    def __init__(self, store: ResponseStore | None = None):
+        self.store = store or ResponseStore()
+
     def call(self, request: ResponsesRequest, defaults: GenerationDefaults) -> GenerationCall:
+        previous: list[dict[str, Any]] = []
         if request.previous_response_id is not None:
-            raise unsupported("previous_response_id", "responses are not stored; send the "
-                              "whole conversation in 'input'")
+            stored = self.store.conversation(request.previous_response_id)
+            if stored is None:
+                raise APIError(400, f"invalid 'previous_response_id': no stored response "
+                               f"'{request.previous_response_id}' (responses are kept in "
+                               f"memory, the latest {self.store.capacity}, and only with "
+                               "'store' true)", param="previous_response_id",
+                               code="previous_response_not_found")
+            previous = stored
+        request._conversation = [*previous, *_input_messages(request)]
+        instructions = ([{"role": "system", "content": request.instructions}]
+                        if request.instructions else [])
         text_format = request.text.format if request.text else None
         if text_format is not None and text_format.type != "text":
             raise unsupported("text.format", "constrained output formats")
         effort = request.reasoning.effort if request.reasoning else None
+        tools, tool_choice = _tools(request)
         return GenerationCall(
-            messages=_service_messages(request), tools=_tools(request),
+            messages=[*instructions, *request._conversation], tools=tools,
+            tool_choice=tool_choice,
             max_tokens=token_limit(request.max_output_tokens, defaults),
             sampling=request.sampling(defaults), stop=stop_strings(request.stop),
             thinking=resolve_thinking(request.thinking, effort, defaults.thinking),
@@ -225,21 +308,30 @@ class ResponsesEndpoint:
 
     def response(self, request: ResponsesRequest, events: Sequence[ChatEvent],
                  finished: Finished, meta: ResponseMeta) -> dict[str, Any]:
-        output = [_output_item(block, _item_id(block))
-                  for block in track(events, CALL_ID_PREFIX).blocks]
-        return _response_object(request, meta, new_id("resp_"), output, finished)
+        blocks = track(events, CALL_ID_PREFIX).complete_blocks
+        output = [_output_item(block, _item_id(block)) for block in blocks]
+        response = _response_object(request, meta, new_id("resp_"), output, finished)
+        self._keep(request, response, blocks)
+        return response
 
     def stream(self, request: ResponsesRequest, meta: ResponseMeta) -> ResponsesStream:
-        return ResponsesStream(request, meta)
+        return ResponsesStream(request, meta, self._keep)
+
+    def _keep(self, request: ResponsesRequest, response: dict[str, Any],
+              blocks: Sequence[Block]) -> None:
+        if request.store:
+            self.store.put(response, [*request._conversation, _assistant_message(blocks)])
 
 
 class ResponsesStream(BlockStream):
     """The Responses event sequence: created, then per output item added / deltas / done, then
     completed (or incomplete)."""
 
-    def __init__(self, request: ResponsesRequest, meta: ResponseMeta):
+    def __init__(self, request: ResponsesRequest, meta: ResponseMeta,
+                 keep: Callable[[ResponsesRequest, dict[str, Any], Sequence[Block]], None]):
         super().__init__(CALL_ID_PREFIX)
         self.request = request
+        self.keep = keep
         self.meta = meta
         self.id = new_id("resp_")
         self.item_ids: list[str] = []
@@ -276,12 +368,17 @@ class ResponsesStream(BlockStream):
 
     def _open(self, index: int, block: Block) -> list[bytes]:
         item_id, item, added = self._added(index, block)
+        if block.kind == "tool_call":
+            return [added]
         empty_part = item["content"][0] | {"text": ""}
         return [added, self._frame("response.content_part.added", item_id=item_id,
                                    output_index=index, content_index=0, part=empty_part)]
 
     def _delta(self, index: int, block: Block, text: str) -> list[bytes]:
         item_id = self.item_ids[index]
+        if block.kind == "tool_call":
+            return [self._frame("response.function_call_arguments.delta", item_id=item_id,
+                                output_index=index, delta=text)]
         if block.kind == "reasoning":
             return [self._frame("response.reasoning_text.delta", item_id=item_id,
                                 output_index=index, content_index=0, delta=text)]
@@ -291,6 +388,11 @@ class ResponsesStream(BlockStream):
     def _close(self, index: int, block: Block) -> list[bytes]:
         item_id = self.item_ids[index]
         item = _output_item(block, item_id)
+        if block.kind == "tool_call":
+            return [self._frame("response.function_call_arguments.done", item_id=item_id,
+                                output_index=index, name=block.name,
+                                arguments=block.arguments),
+                    self._frame("response.output_item.done", output_index=index, item=item)]
         if block.kind == "reasoning":
             done = self._frame("response.reasoning_text.done", item_id=item_id,
                                output_index=index, content_index=0, text=block.text)
@@ -302,21 +404,14 @@ class ResponsesStream(BlockStream):
                 self._frame("response.output_item.done", output_index=index, item=item)]
 
     def _tool_call(self, index: int, block: Block) -> list[bytes]:
-        assert block.call is not None
-        item_id, item, added = self._added(index, block)
-        arguments = item["arguments"]
-        return [added,
-                self._frame("response.function_call_arguments.delta", item_id=item_id,
-                            output_index=index, delta=arguments),
-                self._frame("response.function_call_arguments.done", item_id=item_id,
-                            output_index=index, name=block.call.name, arguments=arguments),
-                self._frame("response.output_item.done", output_index=index,
-                            item=item | {"status": "completed"})]
+        return [*self._open(index, block), *self._delta(index, block, block.arguments),
+                *self._close(index, block)]
 
     def finish(self, finished: Finished) -> list[bytes]:
-        final_type = "response.incomplete" if is_truncated(finished) else "response.completed"
-        return [*self.close_open_block(),
-                self._frame(final_type, response=self._response(finished))]
+        closing = self.close_open_block()
+        response = self._response(finished)
+        self.keep(self.request, response, self.turn.blocks)
+        return [*closing, self._frame("response.completed", response=response)]
 
     def error(self, error: APIError) -> list[bytes]:
         return [self._frame("error", code=error.code, message=error.message,

@@ -18,11 +18,13 @@ from typing import Any
 
 from ds4mlx.engine.chat import (
     ChatEvent,
+    ChatFormat,
     ReasoningDelta,
     StreamParser,
     TextDelta,
     ToolCallComplete,
 )
+from ds4mlx.engine.chat_prompt import ToolChoice
 from ds4mlx.engine.generate import DecodeStep, DoneEvent, GenerationStats
 from ds4mlx.engine.sampling import SamplingOptions
 from ds4mlx.engine.session import Session, Snapshot, supports_batched_decode
@@ -121,23 +123,44 @@ class ChatService:
     def chat(self, messages: Sequence[Mapping[str, Any]],
              tools: Sequence[Mapping[str, Any]] | None = None, *, max_tokens: int = 512,
              sampling: SamplingOptions | None = None, stop: Sequence[str] = (),
-             thinking: bool = False, reasoning_effort: str | None = None
+             thinking: bool = False, reasoning_effort: str | None = None,
+             tool_choice: ToolChoice = "auto", prompt_tokens: Sequence[int] | None = None,
+             stream_arguments: bool = False
              ) -> Generator[ScheduledEvent, mx.array | None, None]:
         """Generate the assistant's next turn: text, reasoning and tool-call events, then
         Finished. ``reasoning_effort`` is mapped onto the efforts the chat template knows
-        (``ChatFormat.template_effort``)."""
-        chat_format = self.model.chat_format
-        if chat_format is None:
-            raise ValueError(f"{self.model.path.name} has no chat template")
+        (``ChatFormat.template_effort``); ``tool_choice`` as ``ChatFormat.prompt``.
+        ``prompt_tokens``: the prompt already tokenized by :meth:`chat_prompt` with the same
+        arguments (a server does that before queueing the request). ``stream_arguments``: tool
+        calls are also reported while they are written (``ChatFormat.stream_parser``)."""
+        tokens = (list(prompt_tokens) if prompt_tokens is not None else self.chat_prompt(
+            messages, tools, thinking=thinking, reasoning_effort=reasoning_effort,
+            tool_choice=tool_choice))
+        parser = self._chat_format().stream_parser(thinking=thinking, tools=tools,
+                                                   tool_choice=tool_choice,
+                                                   stream_arguments=stream_arguments)
+        yield from self._run(tokens, max_tokens, sampling, stop, parser)
+
+    def chat_prompt(self, messages: Sequence[Mapping[str, Any]],
+                    tools: Sequence[Mapping[str, Any]] | None = None, *,
+                    thinking: bool = False, reasoning_effort: str | None = None,
+                    tool_choice: ToolChoice = "auto") -> list[int]:
+        """The prompt tokens ``chat`` generates after; touches no MLX state, so any thread
+        may call it."""
+        chat_format = self._chat_format()
         options = {}
         effort = (chat_format.template_effort(reasoning_effort)
                   if thinking and reasoning_effort is not None else None)
         if effort is not None:
             options["reasoning_effort"] = effort
-        prompt = chat_format.render(messages, tools, thinking=thinking, **options)
-        tokens = self.model.tokenizer.encode(prompt, add_special=False)
-        parser = chat_format.stream_parser(thinking=thinking)
-        yield from self._run(tokens, max_tokens, sampling, stop, parser)
+        return chat_format.tokenize(self.model.tokenizer, messages, tools, thinking=thinking,
+                                    tool_choice=tool_choice, **options)
+
+    def _chat_format(self) -> ChatFormat:
+        chat_format = self.model.chat_format
+        if chat_format is None:
+            raise ValueError(f"{self.model.path.name} has no chat template")
+        return chat_format
 
     def complete(self, prompt: str, *, max_tokens: int = 256,
                  sampling: SamplingOptions | None = None,

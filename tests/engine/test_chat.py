@@ -308,14 +308,16 @@ def test_truncated_block_is_reported_at_finish():
     parser = DEEPSEEK_V4.stream_parser()
     assert parser.feed("Writing." + block(GOOD_INVOKE)[:-20] + "\n" + partial) == [
         TextDelta("Writing."), ToolCallComplete(ToolCall("ok", {"n": 1}))]
-    assert parser.finish() == [ToolCallError(partial, "unterminated tool_calls block")]
+    assert parser.finish() == [ToolCallError(partial, "unterminated tool_calls block",
+                                             unterminated=True)]
     assert parser.feed("more") == [] and parser.finish() == []
 
 
 def test_eos_inside_a_block_ends_it():
     turn = parse_assistant(f"\n\n<{D}tool_calls>\n<{D}invoke name=\"f\">{EOS}after")
     assert turn == AssistantTurn(errors=[ToolCallError(f'<{D}invoke name="f">',
-                                                       "unterminated tool_calls block")])
+                                                       "unterminated tool_calls block",
+                                                       unterminated=True)])
 
 
 # ------------------------------------------------------------------------ streaming

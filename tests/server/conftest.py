@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import ds4mlx
@@ -12,6 +13,8 @@ from ds4mlx.speculation.service import ChatService
 import pytest
 
 from server.harness import serve
+
+TINY_MODEL = Path(__file__).resolve().parents[2] / "assets" / "ds4-tiny.gguf"
 
 
 @pytest.fixture(scope="session")
@@ -31,6 +34,20 @@ def chat_model(chat_model_path, engine):
 @pytest.fixture(scope="session")
 def service(chat_model) -> ChatService:
     return ChatService(chat_model, max_context=1024)
+
+
+@pytest.fixture(scope="session")
+def tiny_service(engine) -> ChatService:
+    """The trained tiny model: it answers questions with DSML tool calls, offered or not."""
+    if not TINY_MODEL.is_file():
+        pytest.skip(f"{TINY_MODEL} is not built")
+    return ChatService(engine.run(lambda: ds4mlx.load_model(TINY_MODEL)), max_context=1024)
+
+
+@pytest.fixture(scope="session")
+def tiny_url(tiny_service, engine) -> Iterator[str]:
+    with serve(tiny_service, engine) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -10,8 +10,10 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
+from ds4mlx.engine.chat import DEEPSEEK_V4
+from ds4mlx.engine.tokenizer import NumericTokenizer
 from ds4mlx.server import GenerationDefaults, GenerationQueue, ServerConfig, create_app
-from ds4mlx.server.generation import GenerationService
+from ds4mlx.server.generation import GenerationService, ServedModel
 from ds4mlx.speculation.service import ServiceEvent
 
 import httpx
@@ -73,6 +75,11 @@ class DelayedService:
         self.inner = inner
         self.first_event_delay = first_event_delay
         self.event_delay = event_delay
+        self.model = inner.model
+        self.max_context = inner.max_context
+
+    def chat_prompt(self, *args: Any, **kwargs: Any) -> list[int]:
+        return self.inner.chat_prompt(*args, **kwargs)
 
     def chat(self, *args: Any, **kwargs: Any) -> Generator[ServiceEvent, None, None]:
         return self._delayed(self.inner.chat(*args, **kwargs))
@@ -91,14 +98,32 @@ class DelayedService:
             events.close()
 
 
+class _ScriptedModel:
+    """Stands in for a model: the DeepSeek-V4 template over the numeric test tokenizer."""
+
+    tokenizer = NumericTokenizer(4096)
+    chat_format = DEEPSEEK_V4
+
+
+_SCRIPTED_MODEL = _ScriptedModel()
+
+
 class ScriptedService:
     """Answers request k with ``scripts[k]`` (the last script once they run out): how tests get
     tool calls and reasoning out of a server whose model cannot write them. Records what each
     request asked for."""
 
-    def __init__(self, *scripts: list[ServiceEvent]):
+    def __init__(self, *scripts: list[ServiceEvent], model: ServedModel = _SCRIPTED_MODEL,
+                 max_context: int = 4096):
         self.scripts = scripts
         self.requests: list[dict[str, Any]] = []
+        self.model = model
+        self.max_context = max_context
+
+    def chat_prompt(self, messages: Any, tools: Any = None, *, thinking: bool = False,
+                    reasoning_effort: str | None = None, tool_choice: Any = "auto") -> list[int]:
+        return self.model.chat_format.tokenize(self.model.tokenizer, messages, tools,
+                                               thinking=thinking, tool_choice=tool_choice)
 
     def chat(self, messages: Any, tools: Any = None, **options: Any
              ) -> Generator[ServiceEvent, None, None]:

@@ -181,3 +181,33 @@ def test_each_generation_is_logged_with_its_speculation_counters(engine, caplog)
                    timeout=TIMEOUT).raise_for_status()
     assert "prompt 10 tokens (2 cached), generated 14, stop" in caplog.text
     assert "12 drafted, 9 accepted (75%), tau 3.25" in caplog.text
+
+
+def test_concurrent_requests_are_served_first_come_with_their_first_output_timed(service,
+                                                                                  engine):
+    with serve(DelayedService(service, event_delay=0.03), engine) as base_url:
+        before = stats(base_url)
+        ttft_before = _metric(base_url, "ds4mlx:time_to_first_token_seconds_count")
+        finished: list[int] = []
+
+        def ask(index: int) -> None:
+            reply = httpx.post(f"{base_url}/v1/chat/completions", timeout=TIMEOUT,
+                               json={**LONG, "stream": False, "max_tokens": 4})
+            assert reply.status_code == 200
+            finished.append(index)
+
+        threads = []
+        for index in range(4):
+            threads.append(threading.Thread(target=ask, args=(index,)))
+            threads[-1].start()
+            wait_for_stats(base_url, before, submitted=index + 1)  # queued in this order
+        for thread in threads:
+            thread.join(TIMEOUT)
+        assert finished == [0, 1, 2, 3]
+        assert _metric(base_url, "ds4mlx:time_to_first_token_seconds_count") == ttft_before + 4
+
+
+def _metric(base_url: str, name: str) -> float:
+    page = httpx.get(f"{base_url}/metrics", timeout=TIMEOUT).text
+    return float(next(line.split()[-1] for line in page.splitlines()
+                      if line.startswith(name + " ")))
