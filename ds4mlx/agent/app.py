@@ -16,6 +16,7 @@ from typing import Any
 
 from ds4mlx.agent.commands import SlashCommands
 from ds4mlx.agent.conversations import ConversationStore
+from ds4mlx.agent.display import sanitize
 from ds4mlx.agent.loop import (
     Agent,
     AgentEvent,
@@ -30,73 +31,18 @@ from ds4mlx.agent.loop import (
     TurnStarted,
 )
 from ds4mlx.agent.permissions import Decision
-from ds4mlx.agent.tools import ToolResult, describe_call
+from ds4mlx.agent.tools import ToolResult
+from ds4mlx.agent.widgets import PermissionScreen, ToolPanel
 from ds4mlx.engine.chat import ReasoningDelta, TextDelta, ToolCall
 from ds4mlx.speculation import SpeculativeStats
 
-from rich.console import Group
-from rich.syntax import Syntax
 from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.markup import escape
-from textual.screen import ModalScreen
-from textual.widgets import Button, Collapsible, Footer, Input, Markdown, Static
+from textual.containers import VerticalScroll
+from textual.widgets import Collapsible, Footer, Input, Markdown, Static
 from textual.widgets.markdown import MarkdownStream
-
-# Tools whose result is a change worth seeing without a click.
-_EXPANDED_TOOLS = {"edit", "write"}
-
-
-class ToolPanel(Collapsible):
-    """One tool call: a title line with its state, and its arguments, result or diff inside."""
-
-    def __init__(self, call: ToolCall, call_id: str):
-        self.call = call
-        self.call_id = call_id
-        self.body = Static(_arguments(call), classes="tool-body")
-        super().__init__(self.body, title=_title("…", call), collapsed=True, classes="tool")
-
-    def finish(self, result: ToolResult) -> None:
-        self.title = _title("✗" if result.is_error else "✓", self.call)
-        shown = Syntax(result.diff, "diff", theme="ansi_dark") if result.diff else \
-            Text(result.output)
-        self.body.update(Group(_arguments(self.call), shown))
-        if result.is_error:
-            self.add_class("failed")
-        if result.diff or self.call.name in _EXPANDED_TOOLS:
-            self.collapsed = False
-
-
-class PermissionScreen(ModalScreen[Decision]):
-    """Asks whether a write, edit or bash call may run: once, always this session, or not."""
-
-    BINDINGS = [
-        Binding("y", "decide('once')", "allow once"),
-        Binding("a", "decide('always')", "always"),
-        Binding("n,escape", "decide('deny')", "deny"),
-    ]
-
-    def __init__(self, call: ToolCall):
-        super().__init__()
-        self.call = call
-
-    def compose(self) -> ComposeResult:
-        with Vertical(id="permission"):
-            yield Static(Text(f"Allow {describe_call(self.call)}?", style="bold"))
-            yield Static(_permission_preview(self.call), id="permission-preview")
-            with Horizontal(id="permission-buttons"):
-                yield Button("Allow once (y)", id="once", variant="primary")
-                yield Button("Always this session (a)", id="always")
-                yield Button("Deny (n)", id="deny", variant="error")
-
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        self.action_decide(event.button.id or "deny")
-
-    def action_decide(self, choice: str) -> None:
-        self.dismiss(Decision(choice))
 
 
 @dataclass
@@ -122,9 +68,12 @@ class AgentApp(App[None]):
     #prompt { margin: 0 0; }
     #status { height: 1; padding: 0 1; background: $panel; color: $text-muted; }
     PermissionScreen { align: center middle; }
-    #permission { width: 80%; height: auto; max-height: 80%; padding: 1 2;
+    #permission { width: 90%; height: auto; max-height: 90%; padding: 1 2;
                   border: round $warning; background: $surface; }
-    #permission-preview { margin: 1 0; height: auto; max-height: 20; }
+    #permission-size { color: $text-muted; }
+    #permission-preview { margin: 1 0; height: auto; max-height: 1fr; min-height: 1;
+                          border: tall $panel; }
+    #permission-hint { color: $text-muted; }
     #permission-buttons { height: auto; }
     #permission-buttons Button { width: auto; margin: 0 1 0 0; }
     """
@@ -209,7 +158,7 @@ class AgentApp(App[None]):
             if SlashCommands.is_command(text):
                 self._run_command(text)
             else:
-                self._mount(Static(Text(text), classes="user"))
+                self._mount(Static(Text(sanitize(text)), classes="user"))
                 self._drive(self.agent.run(text))
 
     def _run_command(self, line: str) -> None:
@@ -293,9 +242,16 @@ class AgentApp(App[None]):
         return decisions[0]
 
     def _open_permission(self, call: ToolCall, decided: Callable[[Decision | None], None]) -> None:
+        assert self.agent is not None
         self._set_phase("waiting for permission")
-        self._permission = PermissionScreen(call)
-        self.push_screen(self._permission, decided)
+
+        def answered(decision: Decision | None) -> None:
+            if decision not in (None, Decision.DENY):
+                self._set_phase(f"running {call.name}…")
+            decided(decision)
+
+        self._permission = PermissionScreen(call, self.agent.toolbox.preview(call))
+        self.push_screen(self._permission, answered)
 
     def _close_permission(self) -> None:
         if self._permission is not None and self._permission.is_current:
@@ -310,7 +266,7 @@ class AgentApp(App[None]):
                 answer = Markdown(classes="assistant")
                 self._mount(answer)
                 self._answer_stream = Markdown.get_stream(answer)
-            await self._answer_stream.write(event.text)
+            await self._answer_stream.write(sanitize(event.text))
         elif isinstance(event, ReasoningDelta):
             self._show_reasoning(event.text)
         elif isinstance(event, ToolStarted):
@@ -355,7 +311,7 @@ class AgentApp(App[None]):
             self._reasoning = Static(classes="reasoning")
             self._mount(Collapsible(self._reasoning, title="thinking", collapsed=True,
                                     classes="tool"))
-        self._reasoning.update(Text(self._reasoning_text))
+        self._reasoning.update(Text(sanitize(self._reasoning_text)))
 
     def _run_done(self) -> None:
         self.busy = False
@@ -371,7 +327,7 @@ class AgentApp(App[None]):
         self.query_one("#log", VerticalScroll).mount(widget)
 
     def _note(self, text: str, kind: str = "note") -> None:
-        self._mount(Static(Text(text), classes=kind))
+        self._mount(Static(Text(sanitize(text)), classes=kind))
 
     def _redraw_conversation(self) -> None:
         """Show a conversation that was switched to or started: its messages, tool calls with
@@ -383,10 +339,10 @@ class AgentApp(App[None]):
         for message in self.agent.messages:
             role, content = message["role"], message.get("content") or ""
             if role == "user":
-                self._mount(Static(Text(content), classes="user"))
+                self._mount(Static(Text(sanitize(content)), classes="user"))
             elif role == "assistant":
                 if content:
-                    self._mount(Markdown(content, classes="assistant"))
+                    self._mount(Markdown(sanitize(content), classes="assistant"))
                 for call in message.get("tool_calls") or ():
                     function = call["function"]
                     panel = ToolPanel(ToolCall(function["name"], function["arguments"]),
@@ -394,7 +350,8 @@ class AgentApp(App[None]):
                     panels[call["id"]] = panel
                     self._mount(panel)
             elif role == "tool" and message.get("tool_call_id") in panels:
-                panels[message["tool_call_id"]].finish(ToolResult(content))
+                panels[message["tool_call_id"]].finish(
+                    ToolResult(content, is_error=bool(message.get("is_error"))))
 
     # ------------------------------------------------------------------ status bar
 
@@ -428,36 +385,11 @@ class AgentApp(App[None]):
             if hit_rate is not None:
                 parts.append(f"experts {hit_rate:.0%} hit")
             parts.append(f"think {'on' if self.agent.settings.thinking else 'off'}")
+        if self.agent is not None and self.agent.permissions.yolo:
+            parts.append("YOLO: tools run unasked")
         if self.model_name:
             parts.append(self.model_name)
         parts.append(self.phase)
         if self.pending:
             parts.append(f"{len(self.pending)} queued")
         self.query_one("#status", Static).update(Text(" │ ".join(parts)))
-
-
-def _title(mark: str, call: ToolCall) -> str:
-    # Collapsible titles are parsed as markup; the model's text must not be.
-    return f"{mark} {escape(describe_call(call))}"
-
-
-def _arguments(call: ToolCall) -> Text:
-    text = Text()
-    for key, value in call.arguments.items():
-        text.append(f"{key}: ", style="bold")
-        text.append(f"{value}\n")
-    return text
-
-
-def _permission_preview(call: ToolCall):
-    arguments = call.arguments
-    if call.name == "bash":
-        return Syntax(str(arguments.get("command", "")), "bash", theme="ansi_dark")
-    if call.name == "edit":
-        removed = "".join(f"-{line}\n" for line in str(arguments.get("old", "")).splitlines())
-        added = "".join(f"+{line}\n" for line in str(arguments.get("new", "")).splitlines())
-        return Syntax(removed + added, "diff", theme="ansi_dark")
-    if call.name == "write":
-        content = str(arguments.get("content", ""))
-        return Text(content if len(content) < 2000 else content[:2000] + "\n…")
-    return _arguments(call)

@@ -240,15 +240,18 @@ class Agent:
             if decision is Decision.DENY:
                 result = ToolResult(f"error: the user did not allow this {call.name} call",
                                     is_error=True)
-                self._add_tool_result(call_id, result.output)
+                self._add_tool_result(call_id, result.output, is_error=True)
                 yield ToolFinished(call_id, call, result)
                 return
         result = self.toolbox.run(call, self.cancel)
-        self._add_tool_result(call_id, result.output)
+        self._add_tool_result(call_id, result.output, result.is_error)
         yield ToolFinished(call_id, call, result)
 
-    def _add_tool_result(self, call_id: str, output: str) -> None:
-        self.messages.append({"role": "tool", "tool_call_id": call_id, "content": output})
+    def _add_tool_result(self, call_id: str, output: str, is_error: bool = True) -> None:
+        message: dict[str, Any] = {"role": "tool", "tool_call_id": call_id, "content": output}
+        if is_error:  # kept so that a conversation drawn again shows the call as failed
+            message["is_error"] = True
+        self.messages.append(message)
 
     def _new_call_id(self) -> str:
         return f"call_{len(self.messages)}_{next(self._call_ids)}"
