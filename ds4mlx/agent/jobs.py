@@ -75,18 +75,23 @@ class BoundedOutput:
                 if len(self.tail) > self.tail_limit:
                     del self.tail[:len(self.tail) - self.tail_limit]
 
-    def text_since(self, position: int = 0) -> tuple[str, int]:
-        """The stream from ``position`` on (bounded), and the position to continue from."""
+    def text_since(self, position: int = 0, limit: int | None = None) -> tuple[str, int]:
+        """The stream from ``position`` on, and the position to continue from. What was not
+        kept, or does not fit in ``limit`` bytes (a third from the start, the rest from the
+        end), is replaced by a line saying how many bytes were omitted."""
         with self._lock:
-            head_end = len(self.head)
             tail_start = self.total - len(self.tail)
-            parts = [bytes(self.head[position:])] if position < head_end else []
-            omitted = tail_start - max(position, head_end)
-            text = b"".join(parts).decode("utf-8", "replace")
-            if omitted > 0:
-                text += f"\n[... {omitted} bytes omitted ...]\n"
-            text += bytes(self.tail[max(0, position - tail_start):]).decode("utf-8", "replace")
-            return text, self.total
+            first = bytes(self.head[position:])
+            last = bytes(self.tail[max(0, position - tail_start):])
+            unread = self.total - position
+        if limit is not None and len(first) + len(last) > limit:
+            keep_first = min(len(first), limit // 3)
+            first, last = first[:keep_first], last[len(last) - (limit - keep_first):]
+        omitted = unread - len(first) - len(last)
+        text = first.decode("utf-8", "replace")
+        if omitted > 0:
+            text += f"\n[... {omitted} bytes omitted ...]\n"
+        return text + last.decode("utf-8", "replace"), position + unread
 
 
 def _pump(fd: int, output: BoundedOutput, stop: threading.Event) -> None:
@@ -210,10 +215,10 @@ class BackgroundJob:
         return (f"job {self.number} exited with code {self.handle.process.returncode}: "
                 f"{self.command}")
 
-    def new_output(self) -> str:
-        """What the job printed since the last call (bounded: the middle of a flood is
-        reported as omitted)."""
-        text, self.read_offset = self.output.text_since(self.read_offset)
+    def new_output(self, limit: int) -> str:
+        """What the job printed since the last call, at most ``limit`` bytes of it (the
+        middle of a flood is reported as omitted)."""
+        text, self.read_offset = self.output.text_since(self.read_offset, limit)
         return text
 
 

@@ -181,6 +181,8 @@ class ToolBox:
         except regex.error as exc:
             raise ToolError(f"bad regular expression {pattern!r}: {exc}") from None
         target = self._existing(path)
+        if not target.is_dir() and not is_regular(target):
+            raise ToolError(f"{path} is not a regular file; only regular files are searched")
         if target.is_file() and target.stat().st_size > MAX_SEARCH_FILE_BYTES:
             raise ToolError(f"{path} is larger than {MAX_SEARCH_FILE_BYTES // 2**20} MiB; "
                             "search a smaller file")
@@ -372,7 +374,7 @@ class ToolBox:
             return ToolResult("no background jobs")
         reports = []
         for each in jobs:
-            output = each.new_output().rstrip("\n")
+            output = each.new_output(self.max_output_chars - 200).rstrip("\n")
             reports.append(each.state() + (f"\n{output}" if output else ""))
         return ToolResult("\n\n".join(reports))
 
@@ -381,7 +383,7 @@ class ToolBox:
         if not found.running:
             return ToolResult(found.state())
         self.jobs.stop(found)
-        output = found.new_output().rstrip("\n")
+        output = found.new_output(self.max_output_chars - 200).rstrip("\n")
         return ToolResult(f"stopped job {job}" + (f"\n{output}" if output else ""))
 
     def _job(self, number: int):
