@@ -65,8 +65,10 @@ class PermissionScreen(ModalScreen[Decision]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="permission"):
-            yield Static(Text(f"Allow {sanitize(describe_call(self.call, width=None))}?",
-                              style="bold"), id="permission-title")
+            # A command is shown whole below; other calls are named whole here.
+            title = "Allow this bash command?" if self.call.name == "bash" else \
+                f"Allow {sanitize(describe_call(self.call, width=None))}?"
+            yield Static(Text(title, style="bold"), id="permission-title")
             preview, size = self._preview()
             yield Static(Text(size, style="italic"), id="permission-size")
             with VerticalScroll(id="permission-preview"):
