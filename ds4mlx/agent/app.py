@@ -8,6 +8,9 @@ quitting. The model is loaded in the background too, so the window appears at on
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import signal
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -112,7 +115,21 @@ class AgentApp(App[None]):
         self.query_one("#log", VerticalScroll).anchor()
         self.query_one("#prompt", Input).focus()
         self._update_status()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            # Not on every platform, and only in the main thread.
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, self.terminate, sig)
         self._load()
+
+    def terminate(self, sig: int) -> None:
+        """SIGTERM or SIGHUP: stop the work, save the conversation and leave cleanly (the
+        terminal is restored as the app exits; the caller stops the background jobs)."""
+        if self.agent is not None:
+            self.agent.stop()
+        if self.commands is not None:
+            self.commands.autosave()
+        self.exit(return_code=128 + sig)
 
     @work(thread=True, group="load")
     def _load(self) -> None:
@@ -129,6 +146,9 @@ class AgentApp(App[None]):
         self.commands = SlashCommands(agent, self.store)
         self.model_name = agent.backend.name
         self.stats.context_tokens = agent.context_tokens()
+        if not agent.conversation.is_empty:
+            self._redraw_conversation()
+            self._note(f"resumed {agent.conversation.name}")
         self._note(f"{self.model_name} in {agent.toolbox.workspace.root} · Ctrl+C stops the "
                    "model · /help lists the commands · Ctrl+Q quits")
         self._set_phase("ready")
@@ -164,6 +184,8 @@ class AgentApp(App[None]):
     def _run_command(self, line: str) -> None:
         assert self.commands is not None
         outcome = self.commands.handle(line)
+        if not line.startswith("/del"):  # a deleted conversation is saved again by a new turn
+            self._autosave()
         if outcome.conversation_changed:
             self._redraw_conversation()
         if outcome.text:
@@ -207,10 +229,20 @@ class AgentApp(App[None]):
                     event.answer(self._ask_permission(event.call))
                 else:
                     self._from_worker(self._show, event)
+                if isinstance(event, (TurnFinished, RunFinished, CompactionFinished)):
+                    self._autosave()
         except Exception as exc:  # a failing tool or backend must not take the UI down
             self._from_worker(self._note, f"error: {exc}", "error")
         finally:
             self._from_worker(self._run_done)
+
+    def _autosave(self) -> None:
+        """Save after every turn (in the thread that changes the conversation)."""
+        problem = self.commands.autosave() if self.commands is not None else ""
+        if problem and threading.current_thread() is threading.main_thread():
+            self._note(problem, "error")
+        elif problem:
+            self._from_worker(self._note, problem, "error")
 
     def _from_worker(self, callback: Callable[..., Any], *args: Any) -> None:
         """``call_from_thread`` while the app runs; once it has ended there is nothing to show

@@ -11,16 +11,17 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from ds4mlx.agent import compaction
 from ds4mlx.agent.backend import BackendError, ModelBackend
+from ds4mlx.agent.checkpoints import CheckpointError, Checkpoints
 from ds4mlx.agent.conversations import Conversation
 from ds4mlx.agent.permissions import Decision, Permissions
 from ds4mlx.agent.tool_schemas import SYSTEM_PROMPT
-from ds4mlx.agent.tools import ToolBox, ToolResult
+from ds4mlx.agent.tools import TOOLS_NEEDING_PERMISSION, ToolBox, ToolResult
 from ds4mlx.engine.chat import ReasoningDelta, TextDelta, ToolCall, ToolCallComplete, ToolCallError
 from ds4mlx.speculation.service import Finished
 
@@ -131,13 +132,16 @@ class Agent:
         self.conversation = conversation or self.new_conversation()
         self.cancel = threading.Event()
         self._call_ids = itertools.count(1)
+        self.checkpoints = Checkpoints(toolbox.workspace.root)
+        toolbox.before_change = self.checkpoints.before_file_change
 
     @property
     def messages(self) -> list[dict[str, Any]]:
         return self.conversation.messages
 
     def new_conversation(self) -> Conversation:
-        return Conversation([{"role": "system", "content": self.settings.system_prompt}])
+        return Conversation([{"role": "system", "content": self.settings.system_prompt}],
+                            workspace=str(self.toolbox.workspace.root))
 
     def stop(self) -> None:
         """Stop the current generation or tool (from any thread); the run ends 'cancelled'."""
@@ -150,6 +154,20 @@ class Agent:
     # -------------------------------------------------------------------- a run
 
     def run(self, prompt: str) -> Iterator[AgentEvent]:
+        """The events of one prompt; files it changes are checkpointed for /undo."""
+        self.checkpoints.begin_prompt()
+        try:
+            yield from self._run(prompt)
+        finally:
+            self._checkpoint(self.checkpoints.end_prompt)
+
+    def _checkpoint(self, step: Callable[[], None]) -> None:
+        try:
+            step()
+        except (CheckpointError, OSError) as exc:  # the work goes on; /undo will say why
+            self.checkpoints.problem = str(exc)
+
+    def _run(self, prompt: str) -> Iterator[AgentEvent]:
         self.cancel.clear()
         self.messages.append({"role": "user", "content": prompt})
         answer = ""
@@ -243,6 +261,8 @@ class Agent:
                 self._add_tool_result(call_id, result.output, is_error=True)
                 yield ToolFinished(call_id, call, result)
                 return
+        if call.name in TOOLS_NEEDING_PERMISSION:
+            self._checkpoint(self.checkpoints.before_tool)
         result = self.toolbox.run(call, self.cancel)
         self._add_tool_result(call_id, result.output, result.is_error)
         yield ToolFinished(call_id, call, result)

@@ -10,12 +10,13 @@ from __future__ import annotations
 import argparse
 import atexit
 import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from ds4mlx.agent.backend import LocalBackend, ModelBackend, OpenAIBackend
-from ds4mlx.agent.conversations import ConversationStore
+from ds4mlx.agent.conversations import Conversation, ConversationError, ConversationStore
 from ds4mlx.agent.loop import (
     Agent,
     AgentSettings,
@@ -26,6 +27,7 @@ from ds4mlx.agent.loop import (
     RunFinished,
     ToolFinished,
     ToolStarted,
+    TurnFinished,
 )
 from ds4mlx.agent.permissions import Permissions
 from ds4mlx.agent.tools import ToolBox, describe_call
@@ -63,6 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--print", metavar="PROMPT", dest="print_prompt",
                        help="answer PROMPT without the UI: the answer to stdout, tool activity "
                             "to stderr; write/edit/bash are denied unless --yolo")
+    sessions = agent.add_mutually_exclusive_group()
+    sessions.add_argument("--continue", dest="continue_last", action="store_true",
+                          help="continue the last conversation saved in this workspace")
+    sessions.add_argument("--resume", metavar="NAME",
+                          help="continue the saved conversation NAME (see /list)")
     agent.add_argument("--workspace", metavar="DIR", default=".",
                        help="the folder the tools may read and change (default: current)")
     agent.add_argument("--yolo", action="store_true",
@@ -120,17 +127,44 @@ def load_backend(args: argparse.Namespace,
     return LocalBackend(service, sampling)
 
 
-def make_agent(args: argparse.Namespace, backend: ModelBackend) -> Agent:
+def make_agent(args: argparse.Namespace, backend: ModelBackend,
+               conversation: Conversation | None = None) -> Agent:
     toolbox = ToolBox(Workspace(args.workspace), bash_timeout=args.bash_timeout,
                       max_output_chars=min(16000, args.ctx))
     settings = AgentSettings(max_steps=args.max_steps, max_tokens=args.n_predict,
                              thinking=args.think)
-    return Agent(backend, toolbox, Permissions(yolo=args.yolo), settings)
+    return Agent(backend, toolbox, Permissions(yolo=args.yolo), settings, conversation)
 
 
-def run_print(agent: Agent, prompt: str) -> int:
-    """One prompt, no UI: returns the exit code."""
+def resumed_conversation(args: argparse.Namespace,
+                         store: ConversationStore) -> Conversation | None:
+    """The conversation --continue or --resume asks for; None for a new one."""
+    if args.resume:
+        return store.load(args.resume)
+    if args.continue_last:
+        return store.latest(str(Path(args.workspace).resolve()))
+    return None
+
+
+def _save(agent: Agent, store: ConversationStore) -> None:
+    if not agent.conversation.is_empty:
+        try:
+            store.save(agent.conversation)
+        except (ConversationError, OSError) as exc:
+            log(f"ds4-agent: could not save the conversation: {exc}")
+
+
+def _exit_on_signal(sig: int, _frame: object) -> None:
+    # Unwinds the --print run through its finally blocks: jobs stopped, conversation saved.
+    raise SystemExit(128 + sig)
+
+
+def run_print(agent: Agent, prompt: str, store: ConversationStore | None = None) -> int:
+    """One prompt, no UI: returns the exit code. The conversation is saved to ``store``
+    after every turn."""
     for event in agent.run(prompt):
+        if store is not None and isinstance(event, (TurnFinished, RunFinished)):
+            _save(agent, store)
         if isinstance(event, ToolStarted):
             log(f"ds4-agent: > {describe_call(event.call)}")
         elif isinstance(event, PermissionRequest):
@@ -186,36 +220,49 @@ def main(argv: list[str] | None = None) -> int:
     if ranks is not None and ranks.rank != 0:
         return follow_rank_0("ds4-agent", model_options(args), ranks)
     store = ConversationStore(args.data_dir)
+    store.remove_stale_temporaries()
+    try:
+        conversation = resumed_conversation(args, store)
+    except ConversationError as exc:
+        log(f"ds4-agent: error: {exc}")
+        return 1
 
     if args.print_prompt is not None:
         try:
-            agent = make_agent(args, load_backend(args, progress_line, ranks))
+            agent = make_agent(args, load_backend(args, progress_line, ranks), conversation)
         except Exception as exc:  # GGUF, tokenizer, drafter and server errors alike
             log(f"ds4-agent: error: {exc}")
             return 1
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, _exit_on_signal)
+        # --print keeps no conversation of its own; one it continues is saved back.
+        keep = store if conversation is not None else None
         try:
-            return run_print(agent, args.print_prompt)
+            return run_print(agent, args.print_prompt, keep)
         except KeyboardInterrupt:
             log("ds4-agent: interrupted")
             return EXIT_INTERRUPTED
         finally:
             agent.toolbox.close()
+            if keep is not None:
+                _save(agent, keep)
 
     from ds4mlx.agent.app import AgentApp
 
     agents: list[Agent] = []
 
     def load_agent() -> Agent:
-        agents.append(make_agent(args, load_backend(args, ranks=ranks)))
+        agents.append(make_agent(args, load_backend(args, ranks=ranks), conversation))
         return agents[0]
 
     name = args.api_model if args.api_base else Path(args.model).stem
+    app = AgentApp(load_agent, store, model_name=name)
     try:
-        AgentApp(load_agent, store, model_name=name).run()
+        app.run()
     finally:
         for agent in agents:
             agent.toolbox.close()
-    return 0
+    return app.return_code or 0
 
 
 if __name__ == "__main__":

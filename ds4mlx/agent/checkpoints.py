@@ -1,0 +1,202 @@
+"""Checkpoints of the workspace, one per prompt that changed files: ``/undo`` and ``/diff``.
+
+In a git work tree a checkpoint is a snapshot of the workspace's files (tracked and untracked,
+not ignored) taken just before the first write, edit or bash of a prompt, and another after the
+prompt; they are commits on a side ref (``refs/ds4-agent/<session>``) made with a temporary
+index, so neither the user's index, branch nor stash is touched, and bash's changes are caught
+too. Elsewhere the checkpoint keeps copies of the files write and edit touched (what bash does
+there is not recorded). ``/undo`` puts the files the last such prompt changed back as they
+were; ``/diff`` shows everything the session changed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import shutil
+import subprocess
+import tempfile
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ds4mlx.agent.files import write_atomically
+
+_GIT_TIMEOUT_SECONDS = 60.0
+_IDENTITY = {"GIT_AUTHOR_NAME": "ds4-agent", "GIT_AUTHOR_EMAIL": "ds4-agent@localhost",
+             "GIT_COMMITTER_NAME": "ds4-agent", "GIT_COMMITTER_EMAIL": "ds4-agent@localhost"}
+MAX_DIFF_LINES = 400
+
+
+class CheckpointError(Exception):
+    """A snapshot or a restore failed; the message says why."""
+
+
+@dataclass
+class _Checkpoint:
+    before: str = ""  # git: the commit before the prompt's first change
+    after: str = ""  # git: the commit after the prompt
+    originals: dict[Path, bytes | None] = field(default_factory=dict)  # files: None = absent
+
+
+class _Git:
+    def __init__(self, top: Path, prefix: str):
+        self.top = top
+        self.prefix = prefix or "."  # the workspace inside the repository
+        self.ref = f"refs/ds4-agent/{uuid.uuid4().hex[:12]}"
+        self.head = ""  # the last commit on the side ref
+
+    def run(self, *arguments: str, env: dict[str, str] | None = None) -> str:
+        try:
+            done = subprocess.run(["git", "--literal-pathspecs", *arguments], cwd=self.top,
+                                  capture_output=True, text=True, timeout=_GIT_TIMEOUT_SECONDS,
+                                  env={**os.environ, **_IDENTITY, **(env or {})})
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise CheckpointError(f"git {arguments[0]}: {exc}") from exc
+        if done.returncode != 0:
+            raise CheckpointError(f"git {arguments[0]}: {done.stderr.strip()}")
+        return done.stdout
+
+    def snapshot(self, message: str) -> str:
+        """A commit of the workspace as it is now, on the side ref."""
+        index = Path(self.run("rev-parse", "--git-path", "index").strip())
+        index = index if index.is_absolute() else self.top / index
+        with tempfile.TemporaryDirectory(prefix="ds4-agent-index-") as folder:
+            temporary = Path(folder) / "index"
+            if index.exists():  # its stat cache spares hashing the unchanged files again
+                shutil.copyfile(index, temporary)
+            env = {"GIT_INDEX_FILE": str(temporary)}
+            self.run("add", "-A", "--", self.prefix, env=env)
+            tree = self.run("write-tree", env=env).strip()
+        parents = ["-p", self.head] if self.head else []
+        self.head = self.run("commit-tree", tree, *parents, "-m", message).strip()
+        self.run("update-ref", self.ref, self.head)
+        return self.head
+
+    def changed(self, before: str, after: str) -> list[str]:
+        """Repository paths that differ between two snapshots, inside the workspace."""
+        out = self.run("diff", "--name-only", "--no-renames", "-z", before, after, "--",
+                       self.prefix)
+        return [path for path in out.split("\0") if path]
+
+    def exists_in(self, commit: str, path: str) -> bool:
+        return bool(self.run("ls-tree", "--name-only", commit, "--", path).strip())
+
+    def restore(self, commit: str, paths: list[str]) -> None:
+        present = [path for path in paths if self.exists_in(commit, path)]
+        if present:
+            self.run("restore", f"--source={commit}", "--worktree", "--", *present)
+        for path in set(paths) - set(present):  # created after the snapshot
+            (self.top / path).unlink(missing_ok=True)
+
+    def diff(self, before: str, after: str) -> str:
+        return self.run("diff", "--no-color", before, after, "--", self.prefix)
+
+
+def _git_for(root: Path) -> _Git | None:
+    try:
+        done = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=root,
+                              capture_output=True, text=True, timeout=_GIT_TIMEOUT_SECONDS)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    top = Path(done.stdout.strip()).resolve()
+    return _Git(top, root.relative_to(top).as_posix() if root != top else "")
+
+
+class Checkpoints:
+    def __init__(self, root: Path):
+        self.root = root
+        self.git = _git_for(root)
+        self.stack: list[_Checkpoint] = []
+        self._current: _Checkpoint | None = None
+        self._session_start = ""  # git: the snapshot before the session's first change
+        self.problem = ""  # why the last snapshot failed, if one did
+        self._session_originals: dict[Path, bytes | None] = {}
+
+    @property
+    def kind(self) -> str:
+        return "git" if self.git is not None else "files"
+
+    def begin_prompt(self) -> None:
+        self._current = None
+
+    def before_tool(self) -> None:
+        """Before a write, edit or bash runs: the prompt's snapshot, if not taken yet."""
+        if self._current is not None:
+            return
+        self._current = _Checkpoint()
+        if self.git is not None:
+            self._current.before = self.git.snapshot("ds4-agent: before a prompt")
+            self._session_start = self._session_start or self._current.before
+
+    def before_file_change(self, path: Path) -> None:
+        """Before write or edit changes ``path``: keep its content (files mode)."""
+        self.before_tool()
+        if self.git is not None or self._current is None:
+            return
+        if path not in self._current.originals:
+            try:
+                original: bytes | None = path.read_bytes()
+            except FileNotFoundError:
+                original = None
+            self._current.originals[path] = original
+            self._session_originals.setdefault(path, original)
+
+    def end_prompt(self) -> None:
+        """After the prompt: keep the checkpoint if the prompt changed anything."""
+        current, self._current = self._current, None
+        if current is None:
+            return
+        if self.git is not None:
+            current.after = self.git.snapshot("ds4-agent: after a prompt")
+            if not self.git.changed(current.before, current.after):
+                return
+        elif not current.originals:
+            return
+        self.stack.append(current)
+
+    def undo(self) -> str:
+        """Put back the files the last prompt that changed any changed; what was done."""
+        if not self.stack:
+            problem = f" (a snapshot failed: {self.problem})" if self.problem else ""
+            return f"nothing to undo: no prompt of this session changed files{problem}"
+        checkpoint = self.stack.pop()
+        if self.git is not None:
+            paths = self.git.changed(checkpoint.before, checkpoint.after)
+            self.git.restore(checkpoint.before, paths)
+            shown = [str((self.git.top / path).relative_to(self.root)) for path in paths]
+        else:
+            for path, original in checkpoint.originals.items():
+                if original is None:
+                    path.unlink(missing_ok=True)
+                else:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    write_atomically(path, original)
+            shown = [str(path.relative_to(self.root)) for path in checkpoint.originals]
+        return f"restored {len(shown)} file(s) as they were before the last change: " + \
+            ", ".join(sorted(shown))
+
+    def diff(self) -> str:
+        """A unified diff of everything this session changed (clipped)."""
+        if self.git is not None:
+            if not self._session_start:
+                return ""
+            text = self.git.diff(self._session_start, self.git.snapshot("ds4-agent: /diff"))
+        else:
+            parts = []
+            for path, original in sorted(self._session_originals.items()):
+                relative = path.relative_to(self.root).as_posix()
+                before = (original or b"").decode("utf-8", "replace").splitlines()
+                try:
+                    after = path.read_bytes().decode("utf-8", "replace").splitlines()
+                except FileNotFoundError:
+                    after = []
+                parts += difflib.unified_diff(before, after, f"a/{relative}", f"b/{relative}",
+                                              lineterm="")
+            text = "\n".join(parts)
+        lines = text.splitlines()
+        if len(lines) > MAX_DIFF_LINES:
+            lines = lines[:MAX_DIFF_LINES] + [f"... {len(lines) - MAX_DIFF_LINES} more lines"]
+        return "\n".join(lines)
