@@ -4,9 +4,9 @@ In a git work tree a checkpoint is a snapshot of the workspace's files (tracked 
 not ignored) taken just before the first write, edit or bash of a prompt, and another after the
 prompt; they are commits on a side ref (``refs/ds4-agent/<session>``) made with a temporary
 index, so neither the user's index, branch nor stash is touched, and bash's changes are caught
-too. Elsewhere the checkpoint keeps copies of the files write and edit touched (what bash does
-there is not recorded). ``/undo`` puts the files the last such prompt changed back as they
-were; ``/diff`` shows everything the session changed.
+too (untracked files over 16 MiB are left out). Elsewhere the checkpoint keeps copies of the
+files write and edit touched (what bash does there is not recorded). ``/undo`` puts the files
+the last such prompt changed back as they were; ``/diff`` shows everything the session changed.
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ _GIT_TIMEOUT_SECONDS = 60.0
 _IDENTITY = {"GIT_AUTHOR_NAME": "ds4-agent", "GIT_AUTHOR_EMAIL": "ds4-agent@localhost",
              "GIT_COMMITTER_NAME": "ds4-agent", "GIT_COMMITTER_EMAIL": "ds4-agent@localhost"}
 MAX_DIFF_LINES = 400
+# Untracked files larger than this (model weights, data sets) are left out of snapshots: hashing
+# them into the repository would cost more than undo is worth.
+MAX_UNTRACKED_SNAPSHOT_BYTES = 16 * 2**20
 
 
 class CheckpointError(Exception):
@@ -46,11 +49,12 @@ class _Git:
         self.ref = f"refs/ds4-agent/{uuid.uuid4().hex[:12]}"
         self.head = ""  # the last commit on the side ref
 
-    def run(self, *arguments: str, env: dict[str, str] | None = None) -> str:
+    def run(self, *arguments: str, env: dict[str, str] | None = None,
+            stdin: str | None = None) -> str:
         try:
             done = subprocess.run(["git", "--literal-pathspecs", *arguments], cwd=self.top,
                                   capture_output=True, text=True, timeout=_GIT_TIMEOUT_SECONDS,
-                                  env={**os.environ, **_IDENTITY, **(env or {})})
+                                  env={**os.environ, **_IDENTITY, **(env or {})}, input=stdin)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise CheckpointError(f"git {arguments[0]}: {exc}") from exc
         if done.returncode != 0:
@@ -66,7 +70,13 @@ class _Git:
             if index.exists():  # its stat cache spares hashing the unchanged files again
                 shutil.copyfile(index, temporary)
             env = {"GIT_INDEX_FILE": str(temporary)}
-            self.run("add", "-A", "--", self.prefix, env=env)
+            self.run("add", "--update", "--", self.prefix, env=env)
+            untracked = [path for path in self.run(
+                "ls-files", "--others", "--exclude-standard", "-z", "--", self.prefix,
+                env=env).split("\0") if path and _small(self.top / path)]
+            if untracked:
+                self.run("add", "--pathspec-from-file=-", "--pathspec-file-nul",
+                         env=env, stdin="\0".join(untracked))
             tree = self.run("write-tree", env=env).strip()
         parents = ["-p", self.head] if self.head else []
         self.head = self.run("commit-tree", tree, *parents, "-m", message).strip()
@@ -91,6 +101,13 @@ class _Git:
 
     def diff(self, before: str, after: str) -> str:
         return self.run("diff", "--no-color", before, after, "--", self.prefix)
+
+
+def _small(path: Path) -> bool:
+    try:
+        return path.stat().st_size <= MAX_UNTRACKED_SNAPSHOT_BYTES
+    except OSError:
+        return False
 
 
 def _git_for(root: Path) -> _Git | None:
