@@ -19,6 +19,7 @@ from ds4mlx.agent import compaction
 from ds4mlx.agent.backend import BackendError, ModelBackend
 from ds4mlx.agent.checkpoints import CheckpointError, Checkpoints
 from ds4mlx.agent.conversations import Conversation
+from ds4mlx.agent.markup import MarkupFilter
 from ds4mlx.agent.permissions import Decision, Permissions
 from ds4mlx.agent.tool_schemas import SYSTEM_PROMPT
 from ds4mlx.agent.tools import TOOLS_NEEDING_PERMISSION, ToolBox, ToolResult
@@ -220,14 +221,17 @@ class Agent:
         events = self.backend.chat(self.messages, self.toolbox.schemas,
                                    max_tokens=min(self.settings.max_tokens, room),
                                    thinking=self.settings.thinking)
+        markup = MarkupFilter()
         with contextlib.closing(events):
             for event in events:
                 if self.cancel.is_set():
                     return
                 if isinstance(event, TextDelta):
-                    turn.content += event.text
-                    yield event
-                elif isinstance(event, ReasoningDelta):
+                    yield from self._answer_text(turn, markup.feed(event.text))
+                    continue
+                if isinstance(event, Finished):  # what the filter held back comes first
+                    yield from self._answer_text(turn, markup.finish())
+                if isinstance(event, ReasoningDelta):
                     turn.reasoning += event.text
                     yield event
                 elif isinstance(event, ToolCallComplete):
@@ -236,6 +240,15 @@ class Agent:
                     turn.actions.append((self._new_call_id(), event))
                 elif isinstance(event, Finished):
                     turn.finished = event
+
+    def _answer_text(self, turn: _Turn,
+                     pieces: list[TextDelta | ToolCallError]) -> Iterator[AgentEvent]:
+        for piece in pieces:
+            if isinstance(piece, TextDelta):
+                turn.content += piece.text
+                yield piece
+            else:
+                turn.actions.append((self._new_call_id(), piece))
 
     def _record_turn(self, turn: _Turn) -> None:
         message: dict[str, Any] = {"role": "assistant", "content": turn.content}

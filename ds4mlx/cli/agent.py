@@ -107,8 +107,12 @@ def load_backend(args: argparse.Namespace,
     sampling = sampling_options(args)
     options = model_options(args)
     if args.api_base:
-        return OpenAIBackend(args.api_base, args.api_model, api_key=args.api_key,
-                             context_size=options.ctx, sampling=sampling)
+        backend = OpenAIBackend(args.api_base, args.api_model, api_key=args.api_key,
+                                context_size=options.ctx, sampling=sampling)
+        # The server's context size wins over the --ctx default (an explicit --ctx is kept).
+        if not args.ctx_given:
+            backend.context_size = backend.server_context_size() or backend.context_size
+        return backend
     from ds4mlx.api import load_model
     from ds4mlx.distributed.driven import lead
     from ds4mlx.speculation import load_drafter
@@ -194,7 +198,11 @@ def run_print(agent: Agent, prompt: str, store: ConversationStore | None = None)
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    default_ctx = parser.get_default("ctx")
+    parser.set_defaults(ctx=None)  # to tell an explicit --ctx from the default
     args = parser.parse_args(argv)
+    args.ctx_given = args.ctx is not None
+    args.ctx = args.ctx if args.ctx_given else default_ctx
     for flag, value in (("--n-predict", args.n_predict), ("--max-steps", args.max_steps),
                         ("--bash-timeout", args.bash_timeout)):
         if value <= 0:
