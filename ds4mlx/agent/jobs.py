@@ -232,16 +232,21 @@ class JobRunner:
         handle = _Command(command, self.cwd, FOREGROUND_HEAD_BYTES, FOREGROUND_TAIL_BYTES)
         deadline = time.monotonic() + timeout
         timed_out = cancelled = leftovers = False
-        while handle.process.poll() is None:
-            timed_out = time.monotonic() >= deadline
-            cancelled = cancel.is_set()
-            if timed_out or cancelled:
-                handle.kill()
-                break
-            try:
-                handle.process.wait(timeout=_POLL_SECONDS)
-            except subprocess.TimeoutExpired:
-                continue
+        try:
+            while handle.process.poll() is None:
+                timed_out = time.monotonic() >= deadline
+                cancelled = cancel.is_set()
+                if timed_out or cancelled:
+                    handle.kill()
+                    break
+                try:
+                    handle.process.wait(timeout=_POLL_SECONDS)
+                except subprocess.TimeoutExpired:
+                    continue
+        except BaseException:  # SIGTERM's SystemExit, KeyboardInterrupt: nothing may linger
+            handle.kill()
+            handle.finish_reading(0)
+            raise
         handle.reader.join(_DRAIN_SECONDS)
         if handle.reader.is_alive():  # something it started still holds the output open
             handle.kill()

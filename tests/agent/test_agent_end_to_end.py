@@ -92,7 +92,8 @@ def saved(data_dir: Path) -> list[dict]:
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="checks processes through /proc")
-def test_sigterm_saves_stops_jobs_and_restores_the_terminal(workspace, tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_saves_stops_jobs_and_restores_the_terminal(workspace, tmp_path, sig):
     data = tmp_path / "data"
     script = [
         [chunk({"role": "assistant", "content": f"Starting {OSC_TITLE}a job."}),
@@ -110,12 +111,12 @@ def test_sigterm_saves_stops_jobs_and_restores_the_terminal(workspace, tmp_path)
             terminal.wait_for(lambda: any("The job runs." in json.dumps(m)
                                           for m in saved(data)))
             assert processes_with("sleep 4260")
-            terminal.process.send_signal(signal.SIGTERM)
+            terminal.process.send_signal(sig)
             terminal.process.wait(15)
         finally:
             terminal.close()
     output = bytes(terminal.output)
-    assert terminal.process.returncode == 128 + signal.SIGTERM
+    assert terminal.process.returncode == 128 + sig
     assert b"\x1b]0;PWNED" not in output  # the model's escape sequence never reached it
     assert b"\x1b[?1049h" in output and output.rfind(b"\x1b[?1049l") > output.rfind(
         b"\x1b[?1049h")  # the alternate screen was left
@@ -124,6 +125,32 @@ def test_sigterm_saves_stops_jobs_and_restores_the_terminal(workspace, tmp_path)
     messages = saved(data)[0]
     assert messages[1]["content"] == "start a job"
     assert not list(data.glob(".*.tmp"))
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="checks processes through /proc")
+def test_sigterm_in_print_mode_stops_the_running_command(workspace, tmp_path):
+    script = [tool_call_chunks(['{"command": "sleep 4270"}'], name="bash")]
+    with Server(script) as server:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "ds4mlx.cli.agent", "--api-base", server.url, "--yolo",
+             "--bash-timeout", "100", "--workspace", str(workspace), "--print", "wait"],
+            cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 60
+            while not processes_with("sleep 4270") and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert processes_with("sleep 4270")
+            signalled = time.monotonic()
+            process.send_signal(signal.SIGTERM)
+            process.wait(10)
+            assert time.monotonic() - signalled < 3
+        finally:
+            if process.poll() is None:
+                process.kill()
+            process.communicate()
+    assert process.returncode == 128 + signal.SIGTERM
+    assert processes_with("sleep 4270") == []
 
 
 def test_continue_resumes_the_last_conversation_of_the_workspace(workspace, tmp_path, capsys):
