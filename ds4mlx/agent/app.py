@@ -266,15 +266,17 @@ class AgentApp(App[None]):
             decisions.append(decision or Decision.DENY)
             answered.set()
 
-        self._from_worker(self._open_permission, call, decided)
+        # The diff reads and compares files: here, not in the UI thread.
+        diff = self.agent.toolbox.preview(call)
+        self._from_worker(self._open_permission, call, diff, decided)
         while not answered.wait(0.05):
             if self.agent.cancel.is_set() or not self.is_running:
                 self._from_worker(self._close_permission)
                 return Decision.DENY
         return decisions[0]
 
-    def _open_permission(self, call: ToolCall, decided: Callable[[Decision | None], None]) -> None:
-        assert self.agent is not None
+    def _open_permission(self, call: ToolCall, diff: str,
+                         decided: Callable[[Decision | None], None]) -> None:
         self._set_phase("waiting for permission")
 
         def answered(decision: Decision | None) -> None:
@@ -282,7 +284,7 @@ class AgentApp(App[None]):
                 self._set_phase(f"running {call.name}…")
             decided(decision)
 
-        self._permission = PermissionScreen(call, self.agent.toolbox.preview(call))
+        self._permission = PermissionScreen(call, diff)
         self.push_screen(self._permission, answered)
 
     def _close_permission(self) -> None:
