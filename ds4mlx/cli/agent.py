@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ds4mlx.agent.backend import LocalBackend, ModelBackend, OpenAIBackend
 from ds4mlx.agent.conversations import Conversation, ConversationError, ConversationStore
+from ds4mlx.agent.display import sanitize
 from ds4mlx.agent.loop import (
     Agent,
     AgentSettings,
@@ -170,14 +171,14 @@ def run_print(agent: Agent, prompt: str, store: ConversationStore | None = None)
         if store is not None and isinstance(event, (TurnFinished, RunFinished)):
             _save(agent, store)
         if isinstance(event, ToolStarted):
-            log(f"ds4-agent: > {describe_call(event.call)}")
+            log(f"ds4-agent: > {sanitize(describe_call(event.call))}")
         elif isinstance(event, PermissionRequest):
             log(f"ds4-agent: denied {event.call.name} (--print asks nobody; pass --yolo to "
                 "allow write, edit and bash)")
         elif isinstance(event, ToolFinished):
             lines = event.result.output.splitlines() or [""]
             more = f" (+{len(lines) - 1} lines)" if len(lines) > 1 else ""
-            log(f"ds4-agent:   {lines[0][:120]}{more}")
+            log(f"ds4-agent:   {sanitize(lines[0][:120])}{more}")
         elif isinstance(event, MalformedToolCall):
             log(f"ds4-agent: malformed tool call ({event.error.reason}); reported to the model")
         elif isinstance(event, CompactionStarted):
@@ -186,7 +187,9 @@ def run_print(agent: Agent, prompt: str, store: ConversationStore | None = None)
             log(f"ds4-agent: context {event.tokens_before} -> {event.tokens_after} tokens")
         elif isinstance(event, RunFinished):
             if event.answer:
-                print(event.answer, flush=True)
+                # A terminal must not obey the model's escape sequences; a pipe gets the text.
+                print(sanitize(event.answer) if sys.stdout.isatty() else event.answer,
+                      flush=True)
             if event.reason == "error":
                 log(f"ds4-agent: error: {event.error}")
                 return 1

@@ -271,7 +271,7 @@ def test_ctrl_c_stops_a_catastrophic_search(toolbox, store, workspace, monkeypat
             before = time.monotonic()
             await asyncio.sleep(0.01)
             gaps.append(time.monotonic() - before)
-        assert max(gaps) < 0.25
+        assert max(gaps) < 1.0  # the regex may run 3 s: holding the GIL would show
         await pilot.press("ctrl+c")
         assert "stopping" in str(app.query_one("#status").content)
         await until(pilot, lambda: not app.busy)

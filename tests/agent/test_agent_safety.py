@@ -71,7 +71,8 @@ def test_a_flooding_background_job_stays_bounded(toolbox):
 
 
 _FLOOD_SCRIPT = """
-import resource, sys, time
+import sys, time
+from pathlib import Path
 from ds4mlx.agent.tools import ToolBox
 from ds4mlx.agent.workspace import Workspace
 from ds4mlx.engine.chat import ToolCall
@@ -82,7 +83,9 @@ for _ in range(5):
     box.run(ToolCall("status", {}))
 box.run(ToolCall("bash", {"command": "yes"}))  # and a foreground flood until its timeout
 box.close()
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+# VmHWM, the peak resident size since exec (ru_maxrss would include the forking parent's)
+status = Path("/proc/self/status").read_text().split("VmHWM:")[1]
+print(int(status.split()[0]) // 1024)
 """
 
 
@@ -91,10 +94,11 @@ def test_the_agent_process_stays_under_300_mb_while_a_job_floods(workspace):
     import sys
 
     done = subprocess.run([sys.executable, "-c", _FLOOD_SCRIPT, str(workspace)],
-                          capture_output=True, text=True, timeout=60,
+                          capture_output=True, text=True, timeout=120,
                           cwd=Path(__file__).parents[2])
     assert done.returncode == 0, done.stderr
-    assert int(done.stdout.split()[-1]) < 300  # peak RSS in MiB
+    peak = int(done.stdout.split()[-1])  # MiB
+    assert peak < 300, done.stdout
 
 
 def test_a_flooding_foreground_command_keeps_head_and_tail(workspace):
@@ -184,8 +188,11 @@ def test_ctrl_c_stops_a_search(toolbox, workspace):
     assert "stopped by the user" in result.output
 
 
-def test_the_regex_releases_the_gil(toolbox, workspace):
+def test_the_regex_releases_the_gil(toolbox, workspace, monkeypatch):
     """Another thread (the UI) keeps running while a slow pattern is matched."""
+    from ds4mlx.agent import tools
+
+    monkeypatch.setattr(tools, "SEARCH_LINE_SECONDS", 3.0)  # holding the GIL would show as 3 s
     (workspace / "long.txt").write_text("a" * 5000 + "!\n")
     ticks = []
     done = threading.Event()
@@ -203,7 +210,7 @@ def test_the_regex_releases_the_gil(toolbox, workspace):
         done.set()
         ticker.join()
     gaps = [later - earlier for earlier, later in zip(ticks, ticks[1:], strict=False)]
-    assert len(ticks) > 10 and max(gaps) < 0.25
+    assert len(ticks) > 10 and max(gaps) < 1.0
 
 
 @pytest.fixture
