@@ -23,6 +23,7 @@ HELP = {
     "/history [n]": "show the last n messages (default 20)",
     "/undo": "put back the files the last prompt changed",
     "/diff": "show what this session changed in the workspace",
+    "/permissions [clear]": "list what 'always' allowed this session, or forget it",
     "/compact": "summarise older turns to free context",
     "/strip": "drop tool outputs from the context",
     "/think on|off": "let the model reason before answering",
@@ -48,7 +49,8 @@ class SlashCommands:
         self._handlers: dict[str, Callable[[str], CommandOutcome]] = {
             "/new": self._new, "/save": self._save, "/list": self._list,
             "/switch": self._switch, "/del": self._delete, "/history": self._history,
-            "/undo": self._undo, "/diff": self._diff, "/compact": self._compact,
+            "/undo": self._undo, "/diff": self._diff, "/permissions": self._permissions,
+            "/compact": self._compact,
             "/strip": self._strip, "/think": self._think,
             "/hints": self._hints, "/help": self._help, "/quit": self._quit,
         }
@@ -149,6 +151,21 @@ class SlashCommands:
         except (CheckpointError, OSError) as exc:
             return CommandOutcome(f"error: {exc}")
         return CommandOutcome(diff or "this session has not changed any file")
+
+    def _permissions(self, argument: str) -> CommandOutcome:
+        permissions = self.agent.permissions
+        if argument == "clear":
+            forgotten = len(permissions.rules)
+            permissions.rules.clear()
+            return CommandOutcome(f"forgot {forgotten} rule(s); write, edit and bash ask again")
+        if argument:
+            return CommandOutcome("usage: /permissions [clear]")
+        if permissions.yolo:
+            return CommandOutcome("--yolo: every tool runs without asking")
+        if not permissions.rules:
+            return CommandOutcome("nothing is allowed always; write, edit and bash ask")
+        return CommandOutcome("allowed without asking:\n" + "\n".join(
+            f"  {rule.describe()}" for rule in permissions.rules))
 
     def _compact(self, _: str) -> CommandOutcome:
         # A Ctrl+C that stopped the last run must not stop this one.

@@ -1,5 +1,6 @@
-"""/undo and /diff: per-prompt checkpoints in git and plain workspaces; and the session
-commands' bug fixes (/compact after Ctrl+C, failed calls redrawn as failed)."""
+"""Sessions: /undo and /diff (per-prompt checkpoints in git and plain workspaces), autosave,
+resuming in the UI, /permissions, and the session commands' bug fixes (/compact after Ctrl+C,
+failed calls redrawn as failed)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,13 @@ from ds4mlx.agent.app import AgentApp
 from ds4mlx.agent.commands import SlashCommands
 from ds4mlx.agent.conversations import ConversationStore
 from ds4mlx.agent.loop import Agent, CompactionFinished
-from ds4mlx.agent.permissions import Permissions
+from ds4mlx.agent.permissions import Decision, Permissions
 from ds4mlx.agent.widgets import ToolPanel
+from ds4mlx.engine.chat import ToolCall
 
 import pytest
 from scripted_backend import ScriptedBackend, call, text
-from test_agent_app import ready, submit, until
+from test_agent_app import ready, submit, texts, until
 
 
 def git(workspace, *arguments: str) -> str:
@@ -164,3 +166,35 @@ def test_stale_temporary_files_are_removed(tmp_path):
     os.utime(stale, (old, old))
     assert store.remove_stale_temporaries() == 1
     assert not stale.exists() and fresh.exists()  # a save in progress elsewhere is left
+
+
+def test_a_resumed_conversation_is_drawn(toolbox, tmp_path):
+    from ds4mlx.agent.conversations import Conversation
+
+    conversation = Conversation([{"role": "system", "content": "s"},
+                                 {"role": "user", "content": "earlier question"},
+                                 {"role": "assistant", "content": "earlier answer"}],
+                                name="before")
+    agent = Agent(ScriptedBackend([]), toolbox, Permissions(), conversation=conversation)
+    app = AgentApp(lambda: agent, ConversationStore(tmp_path / "conversations"))
+
+    async def main():
+        async with app.run_test(size=(100, 40)) as pilot:
+            await ready(pilot)
+            assert texts(app, ".user") == ["earlier question"]
+            assert "resumed before" in texts(app, ".note")
+
+    asyncio.run(main())
+
+
+def test_permissions_lists_and_forgets_the_rules(toolbox, tmp_path):
+    agent = Agent(ScriptedBackend([]), toolbox, Permissions())
+    commands = SlashCommands(agent, ConversationStore(tmp_path / "conversations"))
+    assert "ask" in commands.handle("/permissions").text
+    agent.permissions.record(ToolCall("bash", {"command": "git diff --stat"}),
+                             Decision.ALLOW_PREFIX)
+    agent.permissions.record(ToolCall("edit", {"path": "a"}), Decision.ALLOW_ALWAYS)
+    listed = commands.handle("/permissions").text
+    assert "bash(git diff:*)" in listed and "  edit" in listed
+    assert "forgot 2" in commands.handle("/permissions clear").text
+    assert agent.permissions.must_ask(ToolCall("edit", {"path": "a"}))
