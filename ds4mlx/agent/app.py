@@ -15,6 +15,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from ds4mlx.agent.commands import SlashCommands
@@ -44,8 +45,14 @@ from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
+from textual.timer import Timer
 from textual.widgets import Collapsible, Footer, Input, Markdown, Static
 from textual.widgets.markdown import MarkdownStream
+
+# How often a running command's panel shows its output, and how much of its end.
+_LIVE_SECONDS = 0.5
+_LIVE_BYTES = 2048
+_LIVE_LINES = 12
 
 
 @dataclass
@@ -102,6 +109,7 @@ class AgentApp(App[None]):
         self._reasoning_text = ""
         self._panels: dict[str, ToolPanel] = {}
         self._permission: PermissionScreen | None = None
+        self._live: Timer | None = None
 
     # ------------------------------------------------------------------ layout
 
@@ -309,7 +317,10 @@ class AgentApp(App[None]):
             self._panels[event.call_id] = panel
             self._mount(panel)
             self._set_phase(f"running {event.call.name}…")
+            if event.call.name == "bash":
+                self._live = self.set_interval(_LIVE_SECONDS, partial(self._show_live, panel))
         elif isinstance(event, ToolFinished):
+            self._stop_live()
             self._panels[event.call_id].finish(event.result)
         elif isinstance(event, MalformedToolCall):
             await self._end_answer()
@@ -347,7 +358,20 @@ class AgentApp(App[None]):
                                     classes="tool"))
         self._reasoning.update(Text(sanitize(self._reasoning_text)))
 
+    def _show_live(self, panel: ToolPanel) -> None:
+        """The running command's latest output, in its panel."""
+        output = self.agent.toolbox.jobs.current if self.agent is not None else None
+        if output is not None and output.total:
+            text, _ = output.text_since(max(0, output.total - _LIVE_BYTES))
+            panel.show_live("\n".join(text.splitlines()[-_LIVE_LINES:]))
+
+    def _stop_live(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
     def _run_done(self) -> None:
+        self._stop_live()
         self.busy = False
         self._panels.clear()
         self._answer_stream = None

@@ -174,7 +174,10 @@ class _Command:
         except subprocess.TimeoutExpired:
             pass
         _signal_all(self.process, self.marker, signal.SIGKILL)
-        self.process.wait()
+        try:
+            self.process.wait(timeout=_TERM_GRACE_SECONDS)
+        except subprocess.TimeoutExpired:  # stuck in the kernel; reaped when it gets out
+            pass
 
     def finish_reading(self, wait: float) -> None:
         """Let the reader drain for up to ``wait`` seconds, then stop it."""
@@ -226,10 +229,13 @@ class JobRunner:
     def __init__(self, cwd: Path):
         self.cwd = cwd
         self.jobs: dict[int, BackgroundJob] = {}
+        # The output of the foreground command while it runs (the UI shows its tail live).
+        self.current: BoundedOutput | None = None
 
     def run(self, command: str, timeout: float, cancel: threading.Event) -> CommandOutcome:
         """Run ``command`` to completion, or until ``timeout`` seconds or ``cancel``."""
         handle = _Command(command, self.cwd, FOREGROUND_HEAD_BYTES, FOREGROUND_TAIL_BYTES)
+        self.current = handle.output
         deadline = time.monotonic() + timeout
         timed_out = cancelled = leftovers = False
         try:
@@ -247,6 +253,8 @@ class JobRunner:
             handle.kill()
             handle.finish_reading(0)
             raise
+        finally:
+            self.current = None
         handle.reader.join(_DRAIN_SECONDS)
         if handle.reader.is_alive():  # something it started still holds the output open
             handle.kill()

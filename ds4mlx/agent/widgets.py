@@ -40,6 +40,12 @@ class ToolPanel(Collapsible):
         self.body = Static(arguments_text(call), classes="tool-body")
         super().__init__(self.body, title=_title("…", call), collapsed=True, classes="tool")
 
+    def show_live(self, output: str) -> None:
+        """The end of a running command's output, until its result replaces it."""
+        self.body.update(Group(arguments_text(self.call), Text(sanitize(output),
+                                                               style="dim")))
+        self.collapsed = False
+
     def finish(self, result: ToolResult) -> None:
         self.title = _title("✗" if result.is_error else "✓", self.call)
         shown = Syntax(sanitize(result.diff), "diff", theme="ansi_dark") if result.diff else \

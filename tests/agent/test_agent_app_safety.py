@@ -280,3 +280,22 @@ def test_ctrl_c_stops_a_catastrophic_search(toolbox, store, workspace, monkeypat
         assert "stopped by the user" in results[0]
 
     play(app, scenario)
+
+
+def test_a_running_command_shows_its_output_live(toolbox, store):
+    turns = [[call("bash", command="echo first line; sleep 3; echo second line")],
+             [text("ok")]]
+    app, _ = make_app(toolbox, store, turns, yolo=True)
+
+    async def scenario(pilot):
+        await submit(pilot, "run")
+        def shown() -> str:
+            content = app.query_one(ToolPanel).body.content
+            return "".join(map(str, getattr(content, "renderables", [content])))
+
+        await until(pilot, lambda: app.query(ToolPanel) and "first line" in shown())
+        assert app.busy and not app.query_one(ToolPanel).title.startswith("✓")
+        await until(pilot, lambda: not app.busy)
+        assert app.query_one(ToolPanel).title.startswith("✓")
+
+    play(app, scenario)
