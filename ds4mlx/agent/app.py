@@ -81,8 +81,7 @@ class AgentApp(App[None]):
     #permission { width: 90%; height: auto; max-height: 90%; padding: 1 2;
                   border: round $warning; background: $surface; }
     #permission-size { color: $text-muted; }
-    #permission-preview { margin: 1 0; height: auto; max-height: 1fr; min-height: 1;
-                          border: tall $panel; }
+    #permission-preview { margin: 1 0; height: auto; min-height: 3; border: tall $panel; }
     #permission-hint { color: $text-muted; }
     #permission-buttons { height: auto; }
     #permission-buttons Button { width: auto; margin: 0 1 0 0; }

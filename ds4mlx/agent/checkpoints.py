@@ -5,8 +5,10 @@ not ignored) taken just before the first write, edit or bash of a prompt, and an
 prompt; they are commits on a side ref (``refs/ds4-agent/<session>``) made with a temporary
 index, so neither the user's index, branch nor stash is touched, and bash's changes are caught
 too (untracked files over 16 MiB are left out). Elsewhere the checkpoint keeps copies of the
-files write and edit touched (what bash does there is not recorded). ``/undo`` puts the files
-the last such prompt changed back as they were; ``/diff`` shows everything the session changed.
+files write and edit touched, and a list of the workspace's files (size, time) before a bash
+command: files bash created are undone, files it changed are named as beyond undo. ``/undo``
+puts the files the last such prompt changed back as they were; ``/diff`` shows everything the
+session changed.
 """
 
 from __future__ import annotations
@@ -21,11 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ds4mlx.agent.files import write_atomically
+from ds4mlx.agent.workspace import Workspace
 
 _GIT_TIMEOUT_SECONDS = 60.0
 _IDENTITY = {"GIT_AUTHOR_NAME": "ds4-agent", "GIT_AUTHOR_EMAIL": "ds4-agent@localhost",
              "GIT_COMMITTER_NAME": "ds4-agent", "GIT_COMMITTER_EMAIL": "ds4-agent@localhost"}
 MAX_DIFF_LINES = 400
+# Files listed before a bash command outside git, at most.
+MAX_MANIFEST_ENTRIES = 50_000
 # Untracked files larger than this (model weights, data sets) are left out of snapshots: hashing
 # them into the repository would cost more than undo is worth.
 MAX_UNTRACKED_SNAPSHOT_BYTES = 16 * 2**20
@@ -40,6 +45,8 @@ class _Checkpoint:
     before: str = ""  # git: the commit before the prompt's first change
     after: str = ""  # git: the commit after the prompt
     originals: dict[Path, bytes | None] = field(default_factory=dict)  # files: None = absent
+    manifest: dict[Path, tuple[int, int]] | None = None  # files: before bash, size and mtime
+    beyond_undo: list[Path] = field(default_factory=list)  # files: bash changed, no copy
 
 
 class _Git:
@@ -139,14 +146,15 @@ class Checkpoints:
     def begin_prompt(self) -> None:
         self._current = None
 
-    def before_tool(self) -> None:
+    def before_tool(self, bash: bool = False) -> None:
         """Before a write, edit or bash runs: the prompt's snapshot, if not taken yet."""
-        if self._current is not None:
-            return
-        self._current = _Checkpoint()
-        if self.git is not None:
-            self._current.before = self.git.snapshot("ds4-agent: before a prompt")
-            self._session_start = self._session_start or self._current.before
+        if self._current is None:
+            self._current = _Checkpoint()
+            if self.git is not None:
+                self._current.before = self.git.snapshot("ds4-agent: before a prompt")
+                self._session_start = self._session_start or self._current.before
+        if bash and self.git is None and self._current.manifest is None:
+            self._current.manifest = self._manifest()
 
     def before_file_change(self, path: Path) -> None:
         """Before write or edit changes ``path``: keep its content (files mode)."""
@@ -170,9 +178,37 @@ class Checkpoints:
             current.after = self.git.snapshot("ds4-agent: after a prompt")
             if not self.git.changed(current.before, current.after):
                 return
-        elif not current.originals:
-            return
+        else:
+            if current.manifest is not None:
+                self._compare(current, current.manifest, self._manifest())
+            if not current.originals and not current.beyond_undo:
+                return
         self.stack.append(current)
+
+    def _compare(self, checkpoint: _Checkpoint, before: dict[Path, tuple[int, int]],
+                 after: dict[Path, tuple[int, int]]) -> None:
+        """What bash did in files mode: new files can be undone (removed); changed or removed
+        ones cannot (there is no copy)."""
+        for path in after.keys() - before.keys() - checkpoint.originals.keys():
+            checkpoint.originals[path] = None
+            self._session_originals.setdefault(path, None)
+        checkpoint.beyond_undo = sorted(
+            path for path, state in before.items()
+            if path not in checkpoint.originals and after.get(path) != state)
+
+    def _manifest(self) -> dict[Path, tuple[int, int]]:
+        """Size and modification time of the workspace's files (bounded)."""
+        manifest = {}
+        for count, (path, is_folder) in enumerate(Workspace(self.root).walk(self.root)):
+            if count >= MAX_MANIFEST_ENTRIES:
+                break
+            if not is_folder:
+                try:
+                    info = path.lstat()
+                except OSError:
+                    continue
+                manifest[path] = (info.st_size, info.st_mtime_ns)
+        return manifest
 
     def undo(self) -> str:
         """Put back the files the last prompt that changed any changed; what was done."""
@@ -192,8 +228,13 @@ class Checkpoints:
                     path.parent.mkdir(parents=True, exist_ok=True)
                     write_atomically(path, original)
             shown = [str(path.relative_to(self.root)) for path in checkpoint.originals]
-        return f"restored {len(shown)} file(s) as they were before the last change: " + \
+        done = f"restored {len(shown)} file(s) as they were before the last change: " + \
             ", ".join(sorted(shown))
+        if checkpoint.beyond_undo:
+            done += ("\nnot restored (bash changed them, and only a git repository keeps "
+                     "their earlier content): " + ", ".join(
+                         str(path.relative_to(self.root)) for path in checkpoint.beyond_undo))
+        return done
 
     def diff(self) -> str:
         """A unified diff of everything this session changed (clipped)."""
@@ -207,11 +248,16 @@ class Checkpoints:
                 relative = path.relative_to(self.root).as_posix()
                 before = (original or b"").decode("utf-8", "replace").splitlines()
                 try:
-                    after = path.read_bytes().decode("utf-8", "replace").splitlines()
+                    after: list[str] | None = path.read_bytes().decode(
+                        "utf-8", "replace").splitlines()
                 except FileNotFoundError:
-                    after = []
-                parts += difflib.unified_diff(before, after, f"a/{relative}", f"b/{relative}",
-                                              lineterm="")
+                    after = None
+                changed = list(difflib.unified_diff(before, after or [], f"a/{relative}",
+                                                    f"b/{relative}", lineterm=""))
+                if not changed and (original is None) != (after is None):  # empty files
+                    changed = [f"--- a/{relative}", f"+++ b/{relative}",
+                               "(empty file " + ("created)" if after is not None else "removed)")]
+                parts += changed
             text = "\n".join(parts)
         lines = text.splitlines()
         if len(lines) > MAX_DIFF_LINES:

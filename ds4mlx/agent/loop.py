@@ -13,6 +13,7 @@ import itertools
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from ds4mlx.agent import compaction
@@ -275,7 +276,7 @@ class Agent:
                 yield ToolFinished(call_id, call, result)
                 return
         if call.name in TOOLS_NEEDING_PERMISSION:
-            self._checkpoint(self.checkpoints.before_tool)
+            self._checkpoint(partial(self.checkpoints.before_tool, bash=call.name == "bash"))
         result = self.toolbox.run(call, self.cancel)
         self._add_tool_result(call_id, result.output, result.is_error)
         yield ToolFinished(call_id, call, result)

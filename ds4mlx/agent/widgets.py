@@ -29,6 +29,9 @@ from textual.widgets import Button, Collapsible, Static
 _EXPANDED_TOOLS = {"edit", "write"}
 # Quiet time, after the prompt appears and after any key, before the prompt takes answers.
 ARM_SECONDS = 0.6
+# Lines of the dialog besides the preview: border, padding, title, size line, the preview's
+# border and margins, hint, buttons.
+_DIALOG_CHROME_LINES = 15
 
 
 class ToolPanel(Collapsible):
@@ -109,7 +112,20 @@ class PermissionScreen(ModalScreen[Decision]):
 
     def on_mount(self) -> None:
         self.query_one("#permission-preview", VerticalScroll).focus()
+        self._fit()
         self._arm_timer = self.set_timer(ARM_SECONDS, self._arm)
+
+    def on_resize(self, _: events.Resize) -> None:
+        self._fit()
+
+    def _fit(self) -> None:
+        """Give the preview what the dialog leaves, so that the buttons stay on screen and
+        the preview scrolls instead."""
+        width = max(20, int(self.app.size.width * 0.9) - 6)
+        title = str(self.query_one("#permission-title", Static).content)
+        chrome = _DIALOG_CHROME_LINES + len(title) // width
+        preview = self.query_one("#permission-preview", VerticalScroll)
+        preview.styles.max_height = max(3, int(self.app.size.height * 0.9) - chrome)
 
     def _arm(self) -> None:
         self.armed = True

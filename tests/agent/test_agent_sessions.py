@@ -66,6 +66,18 @@ def test_undo_in_a_plain_folder(toolbox, workspace, tmp_path):
     assert "nothing to undo" in commands.handle("/undo").text
 
 
+def test_undo_in_a_plain_folder_removes_what_bash_created(toolbox, workspace, tmp_path):
+    turns = [[call("bash", command="touch HIDDEN_MARKER; echo changed >> README.md")],
+             [text("ok")]]
+    agent, commands = agent_with(toolbox, turns, tmp_path)
+    list(agent.run("run it"))
+    assert (workspace / "HIDDEN_MARKER").exists()
+    assert "+++ b/HIDDEN_MARKER" in commands.handle("/diff").text
+    outcome = commands.handle("/undo").text
+    assert "HIDDEN_MARKER" in outcome and not (workspace / "HIDDEN_MARKER").exists()
+    assert "not restored" in outcome and "README.md" in outcome.split("not restored")[1]
+
+
 def test_undo_in_a_git_repository_includes_bash_changes(toolbox, repository, tmp_path):
     agent, commands = agent_with(toolbox, changing_turns(True), tmp_path)
     assert agent.checkpoints.kind == "git"
