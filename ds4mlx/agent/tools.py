@@ -41,10 +41,11 @@ MAX_MATCH_LINE_CHARS = 200
 # Walks (list, search, symbols by name) stop after this many entries or seconds.
 MAX_WALK_ENTRIES = 50_000
 WALK_SECONDS = 10.0
-# A search stops after this long in all; one line may take at most this slice (the regex
-# releases the GIL and is interrupted when the slice runs out, so Ctrl+C lands within it).
+# A search stops after this long in all (wall clock), or at once on Ctrl+C; one line's match may
+# take at most SEARCH_LINE_SECONDS of CPU time before the pattern is reported as too slow.
 SEARCH_SECONDS = 10.0
 SEARCH_LINE_SECONDS = 0.5
+_SEARCH_POLL_SECONDS = 0.05
 
 
 @dataclass(frozen=True)
@@ -186,40 +187,22 @@ class ToolBox:
         if target.is_file() and target.stat().st_size > MAX_SEARCH_FILE_BYTES:
             raise ToolError(f"{path} is larger than {MAX_SEARCH_FILE_BYTES // 2**20} MiB; "
                             "search a smaller file")
-        walk = _Walk(iter([(target, False)]) if not target.is_dir() else
-                     self.workspace.walk(target), self._cancel, SEARCH_SECONDS)
-        matches: list[str] = []
-        for file, is_folder in walk:
-            if is_folder or _size(file) > MAX_SEARCH_FILE_BYTES or not is_regular(file):
+        entries = iter([(target, False)]) if not target.is_dir() else \
+            self.workspace.walk(target)
+        search = _Search(compiled, entries, self.workspace)
+        worker = threading.Thread(target=search.run, name="ds4-agent-search", daemon=True)
+        worker.start()
+        deadline = time.monotonic() + SEARCH_SECONDS
+        while worker.is_alive():
+            worker.join(_SEARCH_POLL_SECONDS)
+            if self._cancel.is_set():
+                search.stop("(stopped by the user; the result is incomplete)")
+            elif time.monotonic() >= deadline:
+                search.stop(f"(stopped after {SEARCH_SECONDS:g}s; the result is incomplete)")
+            else:
                 continue
-            try:
-                lines = _text_lines(file)
-            except ToolError:  # binary or unreadable: not what a text search is about
-                continue
-            relative = self.workspace.relative(file)
-            for number, line in enumerate(lines, 1):
-                if walk.expired():
-                    break
-                slice_seconds = min(SEARCH_LINE_SECONDS, max(walk.remaining(), 0.01))
-                try:
-                    found = compiled.search(line, timeout=slice_seconds, concurrent=True)
-                except TimeoutError:
-                    if walk.expired():
-                        break
-                    raise ToolError(
-                        f"the pattern took more than {SEARCH_LINE_SECONDS:g}s on {relative}:"
-                        f"{number} ({len(line)} characters) and the search was stopped; it "
-                        "likely backtracks catastrophically (nested repetition such as "
-                        "(a+)+): simplify it") from None
-                if found:
-                    matches.append(f"{relative}:{number}: {line.strip()[:MAX_MATCH_LINE_CHARS]}")
-                    if len(matches) > MAX_SEARCH_MATCHES:
-                        matches[-1] = f"... more than {MAX_SEARCH_MATCHES} matches; narrow the " \
-                                      "pattern or the path"
-                        return ToolResult("\n".join(matches))
-        if walk.stopped:
-            matches.append(walk.stopped)
-        return ToolResult("\n".join(matches) if matches else f"no match for {pattern!r}")
+            break
+        return search.result(pattern)
 
     def _write(self, path: str, content: str) -> ToolResult:
         target, before = self._write_target(path)
@@ -459,6 +442,77 @@ def _printable(text: str) -> str:
 
 def _text_lines(path: Path) -> list[str]:
     return _read_text(path).splitlines()
+
+
+class _Search:
+    """One search, in a thread of its own so that the tool can give up on it at once (Ctrl+C,
+    the time budget). The regex releases the GIL, and one line's match ends by itself after
+    ``SEARCH_LINE_SECONDS`` of CPU time (the ``regex`` package counts CPU time, which a loaded
+    machine stretches), so an abandoned search does not run on for long."""
+
+    def __init__(self, compiled: regex.Pattern, entries: Iterator[tuple[Path, bool]],
+                 workspace: Workspace):
+        self.compiled = compiled
+        self.entries = entries
+        self.workspace = workspace
+        self.matches: list[str] = []
+        self.more = False
+        self.error = ""
+        self.stopped = ""
+        self._stop = threading.Event()
+
+    def stop(self, why: str) -> None:
+        self.stopped = why
+        self._stop.set()
+
+    def run(self) -> None:
+        walk = _Walk(self.entries, self._stop, seconds=float("inf"))
+        try:
+            for file, is_folder in walk:
+                if is_folder or _size(file) > MAX_SEARCH_FILE_BYTES or not is_regular(file):
+                    continue
+                try:
+                    lines = _text_lines(file)
+                except (ToolError, OSError):  # binary or unreadable: not for a text search
+                    continue
+                if not self._search_lines(self.workspace.relative(file), lines):
+                    return
+        finally:
+            if walk.stopped and not self._stop.is_set():  # the walk's entry limit
+                self.stopped = walk.stopped
+
+    def _search_lines(self, relative: str, lines: list[str]) -> bool:
+        """Record the matches in one file; False when the search must end."""
+        for number, line in enumerate(lines, 1):
+            if self._stop.is_set():
+                return False
+            try:
+                found = self.compiled.search(line, timeout=SEARCH_LINE_SECONDS,
+                                             concurrent=True)
+            except TimeoutError:
+                self.error = (
+                    f"the pattern took more than {SEARCH_LINE_SECONDS:g}s of CPU on {relative}:"
+                    f"{number} ({len(line)} characters) and the search was stopped; it likely "
+                    "backtracks catastrophically (nested repetition such as (a+)+): simplify it")
+                return False
+            if found:
+                self.matches.append(f"{relative}:{number}: "
+                                    f"{line.strip()[:MAX_MATCH_LINE_CHARS]}")
+                if len(self.matches) > MAX_SEARCH_MATCHES:
+                    self.more = True
+                    return False
+        return True
+
+    def result(self, pattern: str) -> ToolResult:
+        if self.error and not self._stop.is_set():
+            raise ToolError(self.error)
+        lines = list(self.matches[:MAX_SEARCH_MATCHES])
+        if self.more:
+            lines.append(f"... more than {MAX_SEARCH_MATCHES} matches; narrow the pattern or "
+                         "the path")
+        if self.stopped:
+            lines.append(self.stopped)
+        return ToolResult("\n".join(lines) if lines else f"no match for {pattern!r}")
 
 
 class _Walk:

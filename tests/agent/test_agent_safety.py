@@ -178,14 +178,38 @@ def test_a_catastrophic_regex_returns_within_its_budget(toolbox, workspace):
     assert result.is_error and "backtracks catastrophically" in result.output
 
 
-def test_ctrl_c_stops_a_search(toolbox, workspace):
-    for number in range(20):
-        (workspace / f"long{number}.txt").write_text("a" * 5000 + "!\n")
+def test_ctrl_c_stops_a_search_at_once(toolbox, workspace, monkeypatch):
+    from ds4mlx.agent import tools
+
+    monkeypatch.setattr(tools, "SEARCH_LINE_SECONDS", 5.0)
+    (workspace / "long.txt").write_text("a" * 5000 + "!\n")
     cancel = cancel_after(0.3)
     started = time.monotonic()
     result = run(toolbox, "search", cancel, pattern="(a+)+$")
-    assert time.monotonic() - started < SEARCH_LINE_SECONDS + 1.5
+    assert time.monotonic() - started < 1.0  # not when the line's 5 s run out
     assert "stopped by the user" in result.output
+
+
+def test_a_search_returns_at_its_wall_clock_budget(toolbox, workspace, monkeypatch):
+    from ds4mlx.agent import tools
+
+    monkeypatch.setattr(tools, "SEARCH_LINE_SECONDS", 5.0)
+    monkeypatch.setattr(tools, "SEARCH_SECONDS", 0.5)
+    (workspace / "long.txt").write_text("a" * 5000 + "!\n")
+    started = time.monotonic()
+    result = run(toolbox, "search", pattern="(a+)+$")
+    assert time.monotonic() - started < 1.2
+    assert "stopped after 0.5s" in result.output
+
+
+def test_search_reports_more_matches_than_it_shows(toolbox, workspace):
+    from ds4mlx.agent.tools import MAX_SEARCH_MATCHES
+
+    (workspace / "many.txt").write_text("hit\n" * MAX_SEARCH_MATCHES)
+    assert "more than" not in run(toolbox, "search", pattern="hit", path="many.txt").output
+    (workspace / "many.txt").write_text("hit\n" * (MAX_SEARCH_MATCHES + 1))
+    result = run(toolbox, "search", pattern="hit", path="many.txt").output.splitlines()
+    assert len(result) == MAX_SEARCH_MATCHES + 1 and "more than" in result[-1]
 
 
 def test_the_regex_releases_the_gil(toolbox, workspace, monkeypatch):
