@@ -3,9 +3,10 @@
 Each command runs under ``bash -c`` in the workspace, in its own process group, with a marker
 in its environment that its descendants inherit: stopping a command stops its process group
 and every process still carrying the marker, so even children that left the group with
-``setsid`` are found. Output never accumulates without bound: a reader thread keeps the first
-and the last bytes of what a command prints and counts what it dropped in between, and it
-slows down once the middle is being dropped (so ``yes`` cannot make the agent spin either).
+``setsid`` are found (through /proc, or ``ps`` where there is none). Output never accumulates
+without bound: a reader thread keeps the first and the last bytes of what a command prints and
+counts what it dropped in between, and it slows down once the middle is being dropped (so
+``yes`` cannot make the agent spin either).
 A command ending in ``&`` becomes a background job whose output ``status`` reads in bounded
 slices, from where it last stopped.
 """
@@ -38,6 +39,7 @@ JOB_HEAD_BYTES = 64 * 1024
 JOB_TAIL_BYTES = 256 * 1024
 # The environment variable that marks every process a command starts.
 MARKER_VARIABLE = "DS4_AGENT_COMMAND"
+PROC = "/proc"
 
 
 class BoundedOutput:
@@ -112,24 +114,46 @@ def _pump(fd: int, output: BoundedOutput, stop: threading.Event) -> None:
 
 
 def _marked_processes(marker: str) -> list[int]:
-    """Processes whose environment carries ``marker`` (Linux /proc; elsewhere none are found,
-    and stopping relies on the process group alone)."""
+    """Processes whose environment carries ``marker``: from /proc on Linux, from ``ps``
+    where there is no /proc (macOS)."""
     needle = f"{MARKER_VARIABLE}={marker}".encode()
     found = []
     try:
-        entries = os.listdir("/proc")
+        entries = os.listdir(PROC)
     except OSError:
-        return []
+        return _marked_by_ps(needle.decode())
     for entry in entries:
         if not entry.isdigit():
             continue
         try:
-            with open(f"/proc/{entry}/environ", "rb") as environ:
+            with open(f"{PROC}/{entry}/environ", "rb") as environ:
                 if needle in environ.read().split(b"\0"):
                     found.append(int(entry))
         except OSError:  # gone, or not ours to read
             continue
     return found
+
+
+# ``ps`` listing every process with its environment: BSD/macOS spelling, then procps'.
+_PS_WITH_ENVIRONMENT = (["ps", "-A", "-E", "-ww", "-o", "pid=,command="],
+                        ["ps", "-A", "-ww", "-o", "pid=,command=", "e"])
+
+
+def _marked_by_ps(needle: str) -> list[int]:
+    for command in _PS_WITH_ENVIRONMENT:
+        try:
+            listing = subprocess.run(command, capture_output=True, text=True, errors="replace",
+                                     timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if listing.returncode == 0:
+            found = []
+            for line in listing.stdout.splitlines():
+                pid, _, rest = line.strip().partition(" ")
+                if pid.isdigit() and needle in rest.split():
+                    found.append(int(pid))
+            return found
+    return []
 
 
 def _signal_all(process: subprocess.Popen, marker: str, sig: int) -> None:

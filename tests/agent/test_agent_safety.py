@@ -149,6 +149,17 @@ def test_a_command_whose_children_hold_its_output_returns(toolbox):
     assert processes_with("sleep 4243") == []
 
 
+def test_escaped_children_are_found_through_ps_without_proc(workspace, monkeypatch):
+    monkeypatch.setattr(jobs, "PROC", "/nonexistent-proc")  # as on macOS
+    toolbox = ToolBox(Workspace(workspace), bash_timeout=1.0)
+    try:
+        result = run(toolbox, "bash", command="setsid sleep 4247 & sleep 4248")
+    finally:
+        toolbox.close()
+    assert "timed out" in result.output
+    assert processes_with("sleep 4247") == [] and processes_with("sleep 4248") == []
+
+
 def test_ctrl_c_stops_a_command_within_a_second(toolbox):
     cancel = cancel_after(0.5)
     started = time.monotonic()
