@@ -256,7 +256,8 @@ class ToolBox:
         if language is None:
             raise ToolError(f"{relative}: no outline for this kind of file "
                             f"(supported: {', '.join(sorted(symbols.LANGUAGE_BY_SUFFIX))})")
-        return symbols.outline(read_regular(file, MAX_OUTLINE_FILE_BYTES, relative), language)
+        return symbols.outline(read_regular(file, MAX_OUTLINE_FILE_BYTES, relative), language,
+                               self._cancel.is_set)
 
     def _existing(self, path: str) -> Path:
         target = self.workspace.resolve(path)

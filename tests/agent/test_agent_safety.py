@@ -282,6 +282,12 @@ def test_symbols_refuses_a_huge_file_at_once(toolbox, workspace):
     assert result.is_error and "larger than" in result.output
 
 
+def test_ctrl_c_stops_an_outline(toolbox, workspace):
+    (workspace / "dense.py").write_text("def f():\n    pass\n" * 100_000)  # 1.9 MB
+    result = run(toolbox, "symbols", cancel_after(0.3), path="dense.py")
+    assert result.is_error and "stopped by the user" in result.output
+
+
 def test_a_list_walk_is_bounded(toolbox, workspace, monkeypatch):
     from ds4mlx.agent import tools
 
