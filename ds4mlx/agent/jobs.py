@@ -188,7 +188,12 @@ class _Command:
         self._stop_reading = threading.Event()
         self.reader = threading.Thread(target=_pump, args=(read_end, self.output,
                                                            self._stop_reading), daemon=True)
-        self.reader.start()
+        try:
+            self.reader.start()
+        except BaseException:  # e.g. a signal's SystemExit: the command must not outlive it
+            os.close(read_end)
+            self.kill()
+            raise
 
     def kill(self) -> None:
         """Stop the process group and every marked process: TERM, a short grace, then KILL."""
@@ -259,10 +264,10 @@ class JobRunner:
     def run(self, command: str, timeout: float, cancel: threading.Event) -> CommandOutcome:
         """Run ``command`` to completion, or until ``timeout`` seconds or ``cancel``."""
         handle = _Command(command, self.cwd, FOREGROUND_HEAD_BYTES, FOREGROUND_TAIL_BYTES)
-        self.current = handle.output
-        deadline = time.monotonic() + timeout
         timed_out = cancelled = leftovers = False
         try:
+            self.current = handle.output
+            deadline = time.monotonic() + timeout
             while handle.process.poll() is None:
                 timed_out = time.monotonic() >= deadline
                 cancelled = cancel.is_set()

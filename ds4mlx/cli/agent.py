@@ -159,9 +159,28 @@ def _save(agent: Agent, store: ConversationStore) -> None:
             log(f"ds4-agent: could not save the conversation: {exc}")
 
 
-def _exit_on_signal(sig: int, _frame: object) -> None:
-    # Unwinds the --print run through its finally blocks: jobs stopped, conversation saved.
-    raise SystemExit(128 + sig)
+# After SIGTERM/SIGHUP, how long --print lets the run stop by itself before it is unwound.
+_SIGNAL_GRACE_SECONDS = 3
+
+
+def _stop_on_signals(agent: Agent) -> list[int]:
+    """SIGTERM and SIGHUP stop --print's run the way Ctrl+C stops the UI's (the running command
+    is stopped by the tool itself); should the run not end within the grace time (a stalled
+    server), SIGALRM unwinds it through its finally blocks. Returns the signals received."""
+    received: list[int] = []
+
+    def unwind(_sig: int, _frame: object) -> None:
+        raise SystemExit(128 + received[0])
+
+    def stop(sig: int, _frame: object) -> None:
+        received.append(sig)
+        agent.stop()
+        signal.signal(signal.SIGALRM, unwind)
+        signal.alarm(_SIGNAL_GRACE_SECONDS)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, stop)
+    return received
 
 
 def run_print(agent: Agent, prompt: str, store: ConversationStore | None = None) -> int:
@@ -244,16 +263,17 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:  # GGUF, tokenizer, drafter and server errors alike
             log(f"ds4-agent: error: {exc}")
             return 1
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, _exit_on_signal)
+        received = _stop_on_signals(agent)
         # --print keeps no conversation of its own; one it continues is saved back.
         keep = store if conversation is not None else None
         try:
-            return run_print(agent, args.print_prompt, keep)
+            code = run_print(agent, args.print_prompt, keep)
+            return 128 + received[0] if received else code
         except KeyboardInterrupt:
             log("ds4-agent: interrupted")
             return EXIT_INTERRUPTED
         finally:
+            signal.alarm(0)
             agent.toolbox.close()
             if keep is not None:
                 _save(agent, keep)
