@@ -31,16 +31,20 @@ def tool_call_chunks(arguments: list[str], name: str = "read") -> list[dict]:
 class Server:
     """Answers each POST with the next scripted list of chunks, as server-sent events."""
 
-    def __init__(self, responses: list[list[dict]], models: dict | None = None):
+    def __init__(self, responses: list[list[dict]], models: dict | None = None,
+                 stall: threading.Event | None = None):
         self.responses = list(responses)
         self.requests: list[dict] = []
         self.models = models  # what GET /v1/models/<name> answers (404 when None)
+        self.stall = stall  # when given, a chat request hangs until it is set
         server = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):  # noqa: N802 (http.server's naming)
                 length = int(self.headers["Content-Length"])
                 server.requests.append(json.loads(self.rfile.read(length)))
+                if server.stall is not None:
+                    server.stall.wait(60)
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.end_headers()

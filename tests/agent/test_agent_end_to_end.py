@@ -153,6 +153,31 @@ def test_sigterm_in_print_mode_stops_the_running_command(workspace, tmp_path):
     assert processes_with("sleep 4270") == []
 
 
+def test_sigterm_in_print_mode_ends_a_stalled_request(workspace, tmp_path):
+    stall = threading.Event()
+    with Server([], stall=stall) as server:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "ds4mlx.cli.agent", "--api-base", server.url,
+             "--workspace", str(workspace), "--print", "hello"],
+            cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 60
+            while not server.requests and time.monotonic() < deadline:
+                time.sleep(0.1)
+            signalled = time.monotonic()
+            process.send_signal(signal.SIGTERM)
+            process.wait(15)
+            elapsed = time.monotonic() - signalled
+        finally:
+            stall.set()
+            if process.poll() is None:
+                process.kill()
+            process.communicate()
+    assert process.returncode == 128 + signal.SIGTERM
+    assert elapsed < 6  # the 3 s grace, then unwound
+
+
 def test_continue_resumes_the_last_conversation_of_the_workspace(workspace, tmp_path, capsys):
     data = tmp_path / "data"
     store = ConversationStore(data)
