@@ -8,14 +8,19 @@ quitting. The model is loaded in the background too, so the window appears at on
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import signal
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from ds4mlx.agent.commands import SlashCommands
 from ds4mlx.agent.conversations import ConversationStore
+from ds4mlx.agent.display import sanitize
 from ds4mlx.agent.loop import (
     Agent,
     AgentEvent,
@@ -30,73 +35,24 @@ from ds4mlx.agent.loop import (
     TurnStarted,
 )
 from ds4mlx.agent.permissions import Decision
-from ds4mlx.agent.tools import ToolResult, describe_call
+from ds4mlx.agent.tools import ToolResult
+from ds4mlx.agent.widgets import PermissionScreen, ToolPanel
 from ds4mlx.engine.chat import ReasoningDelta, TextDelta, ToolCall
 from ds4mlx.speculation import SpeculativeStats
 
-from rich.console import Group
-from rich.syntax import Syntax
 from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.markup import escape
-from textual.screen import ModalScreen
-from textual.widgets import Button, Collapsible, Footer, Input, Markdown, Static
+from textual.containers import VerticalScroll
+from textual.timer import Timer
+from textual.widgets import Collapsible, Footer, Input, Markdown, Static
 from textual.widgets.markdown import MarkdownStream
 
-# Tools whose result is a change worth seeing without a click.
-_EXPANDED_TOOLS = {"edit", "write"}
-
-
-class ToolPanel(Collapsible):
-    """One tool call: a title line with its state, and its arguments, result or diff inside."""
-
-    def __init__(self, call: ToolCall, call_id: str):
-        self.call = call
-        self.call_id = call_id
-        self.body = Static(_arguments(call), classes="tool-body")
-        super().__init__(self.body, title=_title("…", call), collapsed=True, classes="tool")
-
-    def finish(self, result: ToolResult) -> None:
-        self.title = _title("✗" if result.is_error else "✓", self.call)
-        shown = Syntax(result.diff, "diff", theme="ansi_dark") if result.diff else \
-            Text(result.output)
-        self.body.update(Group(_arguments(self.call), shown))
-        if result.is_error:
-            self.add_class("failed")
-        if result.diff or self.call.name in _EXPANDED_TOOLS:
-            self.collapsed = False
-
-
-class PermissionScreen(ModalScreen[Decision]):
-    """Asks whether a write, edit or bash call may run: once, always this session, or not."""
-
-    BINDINGS = [
-        Binding("y", "decide('once')", "allow once"),
-        Binding("a", "decide('always')", "always"),
-        Binding("n,escape", "decide('deny')", "deny"),
-    ]
-
-    def __init__(self, call: ToolCall):
-        super().__init__()
-        self.call = call
-
-    def compose(self) -> ComposeResult:
-        with Vertical(id="permission"):
-            yield Static(Text(f"Allow {describe_call(self.call)}?", style="bold"))
-            yield Static(_permission_preview(self.call), id="permission-preview")
-            with Horizontal(id="permission-buttons"):
-                yield Button("Allow once (y)", id="once", variant="primary")
-                yield Button("Always this session (a)", id="always")
-                yield Button("Deny (n)", id="deny", variant="error")
-
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        self.action_decide(event.button.id or "deny")
-
-    def action_decide(self, choice: str) -> None:
-        self.dismiss(Decision(choice))
+# How often a running command's panel shows its output, and how much of its end.
+_LIVE_SECONDS = 0.5
+_LIVE_BYTES = 2048
+_LIVE_LINES = 12
 
 
 @dataclass
@@ -122,9 +78,11 @@ class AgentApp(App[None]):
     #prompt { margin: 0 0; }
     #status { height: 1; padding: 0 1; background: $panel; color: $text-muted; }
     PermissionScreen { align: center middle; }
-    #permission { width: 80%; height: auto; max-height: 80%; padding: 1 2;
+    #permission { width: 90%; height: auto; max-height: 90%; padding: 1 2;
                   border: round $warning; background: $surface; }
-    #permission-preview { margin: 1 0; height: auto; max-height: 20; }
+    #permission-size { color: $text-muted; }
+    #permission-preview { margin: 1 0; height: auto; min-height: 3; border: tall $panel; }
+    #permission-hint { color: $text-muted; }
     #permission-buttons { height: auto; }
     #permission-buttons Button { width: auto; margin: 0 1 0 0; }
     """
@@ -150,6 +108,7 @@ class AgentApp(App[None]):
         self._reasoning_text = ""
         self._panels: dict[str, ToolPanel] = {}
         self._permission: PermissionScreen | None = None
+        self._live: Timer | None = None
 
     # ------------------------------------------------------------------ layout
 
@@ -163,7 +122,21 @@ class AgentApp(App[None]):
         self.query_one("#log", VerticalScroll).anchor()
         self.query_one("#prompt", Input).focus()
         self._update_status()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            # Not on every platform, and only in the main thread.
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, self.terminate, sig)
         self._load()
+
+    def terminate(self, sig: int) -> None:
+        """SIGTERM or SIGHUP: stop the work, save the conversation and leave cleanly (the
+        terminal is restored as the app exits; the caller stops the background jobs)."""
+        if self.agent is not None:
+            self.agent.stop()
+        if self.commands is not None:
+            self.commands.autosave()
+        self.exit(return_code=128 + sig)
 
     @work(thread=True, group="load")
     def _load(self) -> None:
@@ -180,6 +153,9 @@ class AgentApp(App[None]):
         self.commands = SlashCommands(agent, self.store)
         self.model_name = agent.backend.name
         self.stats.context_tokens = agent.context_tokens()
+        if not agent.conversation.is_empty:
+            self._redraw_conversation()
+            self._note(f"resumed {agent.conversation.name}")
         self._note(f"{self.model_name} in {agent.toolbox.workspace.root} · Ctrl+C stops the "
                    "model · /help lists the commands · Ctrl+Q quits")
         self._set_phase("ready")
@@ -209,12 +185,14 @@ class AgentApp(App[None]):
             if SlashCommands.is_command(text):
                 self._run_command(text)
             else:
-                self._mount(Static(Text(text), classes="user"))
+                self._mount(Static(Text(sanitize(text)), classes="user"))
                 self._drive(self.agent.run(text))
 
     def _run_command(self, line: str) -> None:
         assert self.commands is not None
         outcome = self.commands.handle(line)
+        if not line.startswith("/del"):  # a deleted conversation is saved again by a new turn
+            self._autosave()
         if outcome.conversation_changed:
             self._redraw_conversation()
         if outcome.text:
@@ -258,10 +236,20 @@ class AgentApp(App[None]):
                     event.answer(self._ask_permission(event.call))
                 else:
                     self._from_worker(self._show, event)
+                if isinstance(event, (TurnFinished, RunFinished, CompactionFinished)):
+                    self._autosave()
         except Exception as exc:  # a failing tool or backend must not take the UI down
             self._from_worker(self._note, f"error: {exc}", "error")
         finally:
             self._from_worker(self._run_done)
+
+    def _autosave(self) -> None:
+        """Save after every turn (in the thread that changes the conversation)."""
+        problem = self.commands.autosave() if self.commands is not None else ""
+        if problem and threading.current_thread() is threading.main_thread():
+            self._note(problem, "error")
+        elif problem:
+            self._from_worker(self._note, problem, "error")
 
     def _from_worker(self, callback: Callable[..., Any], *args: Any) -> None:
         """``call_from_thread`` while the app runs; once it has ended there is nothing to show
@@ -285,17 +273,26 @@ class AgentApp(App[None]):
             decisions.append(decision or Decision.DENY)
             answered.set()
 
-        self._from_worker(self._open_permission, call, decided)
+        # The diff reads and compares files: here, not in the UI thread.
+        diff = self.agent.toolbox.preview(call)
+        self._from_worker(self._open_permission, call, diff, decided)
         while not answered.wait(0.05):
             if self.agent.cancel.is_set() or not self.is_running:
                 self._from_worker(self._close_permission)
                 return Decision.DENY
         return decisions[0]
 
-    def _open_permission(self, call: ToolCall, decided: Callable[[Decision | None], None]) -> None:
+    def _open_permission(self, call: ToolCall, diff: str,
+                         decided: Callable[[Decision | None], None]) -> None:
         self._set_phase("waiting for permission")
-        self._permission = PermissionScreen(call)
-        self.push_screen(self._permission, decided)
+
+        def answered(decision: Decision | None) -> None:
+            if decision not in (None, Decision.DENY):
+                self._set_phase(f"running {call.name}…")
+            decided(decision)
+
+        self._permission = PermissionScreen(call, diff)
+        self.push_screen(self._permission, answered)
 
     def _close_permission(self) -> None:
         if self._permission is not None and self._permission.is_current:
@@ -310,7 +307,7 @@ class AgentApp(App[None]):
                 answer = Markdown(classes="assistant")
                 self._mount(answer)
                 self._answer_stream = Markdown.get_stream(answer)
-            await self._answer_stream.write(event.text)
+            await self._answer_stream.write(sanitize(event.text))
         elif isinstance(event, ReasoningDelta):
             self._show_reasoning(event.text)
         elif isinstance(event, ToolStarted):
@@ -319,7 +316,10 @@ class AgentApp(App[None]):
             self._panels[event.call_id] = panel
             self._mount(panel)
             self._set_phase(f"running {event.call.name}…")
+            if event.call.name == "bash":
+                self._live = self.set_interval(_LIVE_SECONDS, partial(self._show_live, panel))
         elif isinstance(event, ToolFinished):
+            self._stop_live()
             self._panels[event.call_id].finish(event.result)
         elif isinstance(event, MalformedToolCall):
             await self._end_answer()
@@ -355,9 +355,22 @@ class AgentApp(App[None]):
             self._reasoning = Static(classes="reasoning")
             self._mount(Collapsible(self._reasoning, title="thinking", collapsed=True,
                                     classes="tool"))
-        self._reasoning.update(Text(self._reasoning_text))
+        self._reasoning.update(Text(sanitize(self._reasoning_text)))
+
+    def _show_live(self, panel: ToolPanel) -> None:
+        """The running command's latest output, in its panel."""
+        output = self.agent.toolbox.jobs.current if self.agent is not None else None
+        if output is not None and output.total:
+            text, _ = output.text_since(max(0, output.total - _LIVE_BYTES))
+            panel.show_live("\n".join(text.splitlines()[-_LIVE_LINES:]))
+
+    def _stop_live(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
 
     def _run_done(self) -> None:
+        self._stop_live()
         self.busy = False
         self._panels.clear()
         self._answer_stream = None
@@ -371,7 +384,7 @@ class AgentApp(App[None]):
         self.query_one("#log", VerticalScroll).mount(widget)
 
     def _note(self, text: str, kind: str = "note") -> None:
-        self._mount(Static(Text(text), classes=kind))
+        self._mount(Static(Text(sanitize(text)), classes=kind))
 
     def _redraw_conversation(self) -> None:
         """Show a conversation that was switched to or started: its messages, tool calls with
@@ -383,10 +396,10 @@ class AgentApp(App[None]):
         for message in self.agent.messages:
             role, content = message["role"], message.get("content") or ""
             if role == "user":
-                self._mount(Static(Text(content), classes="user"))
+                self._mount(Static(Text(sanitize(content)), classes="user"))
             elif role == "assistant":
                 if content:
-                    self._mount(Markdown(content, classes="assistant"))
+                    self._mount(Markdown(sanitize(content), classes="assistant"))
                 for call in message.get("tool_calls") or ():
                     function = call["function"]
                     panel = ToolPanel(ToolCall(function["name"], function["arguments"]),
@@ -394,7 +407,8 @@ class AgentApp(App[None]):
                     panels[call["id"]] = panel
                     self._mount(panel)
             elif role == "tool" and message.get("tool_call_id") in panels:
-                panels[message["tool_call_id"]].finish(ToolResult(content))
+                panels[message["tool_call_id"]].finish(
+                    ToolResult(content, is_error=bool(message.get("is_error"))))
 
     # ------------------------------------------------------------------ status bar
 
@@ -428,36 +442,11 @@ class AgentApp(App[None]):
             if hit_rate is not None:
                 parts.append(f"experts {hit_rate:.0%} hit")
             parts.append(f"think {'on' if self.agent.settings.thinking else 'off'}")
+        if self.agent is not None and self.agent.permissions.yolo:
+            parts.append("YOLO: tools run unasked")
         if self.model_name:
             parts.append(self.model_name)
         parts.append(self.phase)
         if self.pending:
             parts.append(f"{len(self.pending)} queued")
         self.query_one("#status", Static).update(Text(" │ ".join(parts)))
-
-
-def _title(mark: str, call: ToolCall) -> str:
-    # Collapsible titles are parsed as markup; the model's text must not be.
-    return f"{mark} {escape(describe_call(call))}"
-
-
-def _arguments(call: ToolCall) -> Text:
-    text = Text()
-    for key, value in call.arguments.items():
-        text.append(f"{key}: ", style="bold")
-        text.append(f"{value}\n")
-    return text
-
-
-def _permission_preview(call: ToolCall):
-    arguments = call.arguments
-    if call.name == "bash":
-        return Syntax(str(arguments.get("command", "")), "bash", theme="ansi_dark")
-    if call.name == "edit":
-        removed = "".join(f"-{line}\n" for line in str(arguments.get("old", "")).splitlines())
-        added = "".join(f"+{line}\n" for line in str(arguments.get("new", "")).splitlines())
-        return Syntax(removed + added, "diff", theme="ansi_dark")
-    if call.name == "write":
-        content = str(arguments.get("content", ""))
-        return Text(content if len(content) < 2000 else content[:2000] + "\n…")
-    return _arguments(call)

@@ -28,9 +28,14 @@ BackendEvent = ChatEvent | Finished
 Message = Mapping[str, Any]
 Tools = Sequence[Mapping[str, Any]]
 
-# Without a tokenizer, the OpenAI backend estimates tokens from characters (about 4 per token
-# for English and code with BPE vocabularies).
-_CHARS_PER_TOKEN = 4
+# Without a tokenizer, the OpenAI backend estimates tokens from characters: about 4 per token
+# for English and code with BPE vocabularies until the server's usage report of a request gives
+# the ratio of this conversation.
+_CHARS_PER_TOKEN = 4.0
+# Fields in which servers report a model's context size in /v1/models (vLLM, LM Studio,
+# OpenRouter, llama.cpp's "meta").
+_CONTEXT_FIELDS = ("context_length", "max_model_len", "context_window", "n_ctx",
+                   "max_context_length")
 
 
 class BackendError(Exception):
@@ -106,6 +111,23 @@ class OpenAIBackend:
         self.name = model
         self.context_size = context_size
         self.sampling = sampling or SamplingOptions()
+        self.chars_per_token = _CHARS_PER_TOKEN
+        self._request_chars = 0  # the size of the last request, to calibrate the estimate
+
+    def server_context_size(self) -> int | None:
+        """The model's context size as the server reports it in /v1/models, if it does."""
+        try:
+            card = self.client.with_options(timeout=5.0, max_retries=0).models.retrieve(
+                self.name)
+        except self._openai.OpenAIError:
+            return None
+        fields = dict(card.model_extra or {})
+        fields.update(fields.get("meta") or {})
+        for name in _CONTEXT_FIELDS:
+            value = fields.get(name)
+            if isinstance(value, int) and value > 0:
+                return value
+        return None
 
     def chat(self, messages: Sequence[Message], tools: Tools, *, max_tokens: int,
              thinking: bool) -> Iterator[BackendEvent]:
@@ -119,6 +141,7 @@ class OpenAIBackend:
             # DeepSeek's switch; servers that do not know it ignore unknown fields.
             options["extra_body"] = {"thinking": {"type": "enabled"}}
         started = time.perf_counter()
+        self._request_chars = self._chars(messages, tools)
         try:
             stream = self.client.chat.completions.create(
                 model=self.name, messages=openai_messages(messages), max_tokens=max_tokens,
@@ -159,6 +182,10 @@ class OpenAIBackend:
         ended = time.perf_counter()
         completion = usage.completion_tokens if usage else chunks
         prompt = usage.prompt_tokens if usage else 0
+        if prompt > 0 and self._request_chars:
+            # The server's count of this very request: estimates from now on use its ratio, so
+            # the context shown does not jump between usage reports and estimates.
+            self.chars_per_token = self._request_chars / prompt
         details = getattr(usage, "prompt_tokens_details", None)
         stats = GenerationStats(
             prompt_tokens=prompt, prefill_seconds=(first_token_at or ended) - started,
@@ -169,8 +196,11 @@ class OpenAIBackend:
 
     def count_tokens(self, messages: Sequence[Message], tools: Tools, *,
                      thinking: bool) -> int:
-        text = json.dumps([list(messages), list(tools)], ensure_ascii=False)
-        return len(text) // _CHARS_PER_TOKEN
+        return round(self._chars(messages, tools) / self.chars_per_token)
+
+    @staticmethod
+    def _chars(messages: Sequence[Message], tools: Tools) -> int:
+        return len(json.dumps([openai_messages(messages), list(tools)], ensure_ascii=False))
 
     def expert_hit_rate(self) -> float | None:
         return None  # the server's experts are not visible through the OpenAI API

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from ds4mlx.agent.checkpoints import CheckpointError
 from ds4mlx.agent.conversations import ConversationError, ConversationStore
 from ds4mlx.agent.loop import Agent, AgentEvent
 
@@ -20,6 +21,9 @@ HELP = {
     "/switch name": "save this conversation and continue a saved one",
     "/del name": "delete a saved conversation",
     "/history [n]": "show the last n messages (default 20)",
+    "/undo": "put back the files the last prompt changed",
+    "/diff": "show what this session changed in the workspace",
+    "/permissions [clear]": "list what 'always' allowed this session, or forget it",
     "/compact": "summarise older turns to free context",
     "/strip": "drop tool outputs from the context",
     "/think on|off": "let the model reason before answering",
@@ -45,7 +49,9 @@ class SlashCommands:
         self._handlers: dict[str, Callable[[str], CommandOutcome]] = {
             "/new": self._new, "/save": self._save, "/list": self._list,
             "/switch": self._switch, "/del": self._delete, "/history": self._history,
-            "/compact": self._compact, "/strip": self._strip, "/think": self._think,
+            "/undo": self._undo, "/diff": self._diff, "/permissions": self._permissions,
+            "/compact": self._compact,
+            "/strip": self._strip, "/think": self._think,
             "/hints": self._hints, "/help": self._help, "/quit": self._quit,
         }
 
@@ -62,6 +68,14 @@ class SlashCommands:
             return handler(argument.strip())
         except ConversationError as exc:
             return CommandOutcome(f"error: {exc}")
+
+    def autosave(self) -> str:
+        """Save the conversation after a turn; "" when saved (or empty), else the problem."""
+        try:
+            self.save_current()
+        except (ConversationError, OSError) as exc:
+            return f"autosave failed: {exc}"
+        return ""
 
     def save_current(self) -> str:
         """Save the conversation if it has anything in it; a note saying where."""
@@ -125,7 +139,37 @@ class SlashCommands:
             lines.append(f"{message['role']:>9}: {text[:160]}")
         return CommandOutcome("\n".join(lines))
 
+    def _undo(self, _: str) -> CommandOutcome:
+        try:
+            return CommandOutcome(self.agent.checkpoints.undo())
+        except (CheckpointError, OSError) as exc:
+            return CommandOutcome(f"error: undo failed: {exc}")
+
+    def _diff(self, _: str) -> CommandOutcome:
+        try:
+            diff = self.agent.checkpoints.diff()
+        except (CheckpointError, OSError) as exc:
+            return CommandOutcome(f"error: {exc}")
+        return CommandOutcome(diff or "this session has not changed any file")
+
+    def _permissions(self, argument: str) -> CommandOutcome:
+        permissions = self.agent.permissions
+        if argument == "clear":
+            forgotten = len(permissions.rules)
+            permissions.rules.clear()
+            return CommandOutcome(f"forgot {forgotten} rule(s); write, edit and bash ask again")
+        if argument:
+            return CommandOutcome("usage: /permissions [clear]")
+        if permissions.yolo:
+            return CommandOutcome("--yolo: every tool runs without asking")
+        if not permissions.rules:
+            return CommandOutcome("nothing is allowed always; write, edit and bash ask")
+        return CommandOutcome("allowed without asking:\n" + "\n".join(
+            f"  {rule.describe()}" for rule in permissions.rules))
+
     def _compact(self, _: str) -> CommandOutcome:
+        # A Ctrl+C that stopped the last run must not stop this one.
+        self.agent.cancel.clear()
         return CommandOutcome(work=self.agent.compact("requested with /compact"))
 
     def _strip(self, _: str) -> CommandOutcome:

@@ -1,8 +1,10 @@
 """Conversations and where they are kept: one JSON file each under a data folder.
 
 Files are written atomically (a temporary file in the same folder, then a rename), so a crash
-never leaves half a conversation. A file that cannot be read is reported by name with the
-reason, and never hides the other conversations.
+never leaves half a conversation; temporary files a killed process left behind are removed
+later. A file that cannot be read is reported by name with the reason, and never hides the
+other conversations. Each conversation records the workspace it ran in, so that
+``ds4-agent --continue`` finds the last one of this workspace.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from typing import Any
 
 FORMAT_VERSION = 1
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+# A temporary file older than this belongs to a save that was interrupted.
+_STALE_TEMPORARY_SECONDS = 60.0
 
 
 class ConversationError(Exception):
@@ -29,6 +33,7 @@ class Conversation:
     messages: list[dict[str, Any]]
     name: str | None = None  # None until saved
     created: float = field(default_factory=time.time)
+    workspace: str | None = None  # the folder the agent worked in
 
     @property
     def is_empty(self) -> bool:
@@ -36,7 +41,7 @@ class Conversation:
 
     def to_json(self) -> dict[str, Any]:
         return {"version": FORMAT_VERSION, "name": self.name, "created": self.created,
-                "saved": time.time(), "messages": self.messages}
+                "saved": time.time(), "workspace": self.workspace, "messages": self.messages}
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,7 @@ class SavedConversation:
     messages: int
     saved: float
     problem: str = ""  # why the file cannot be loaded, if it cannot
+    workspace: str | None = None
 
 
 def default_name(now: float | None = None) -> str:
@@ -60,6 +66,7 @@ class ConversationStore:
         path = self._path(name)
         self.folder.mkdir(parents=True, exist_ok=True)
         conversation.name = name
+        self.remove_stale_temporaries()
         handle, temporary = tempfile.mkstemp(dir=self.folder, prefix=f".{name}.", suffix=".tmp")
         try:
             with os.fdopen(handle, "w", encoding="utf-8") as file:
@@ -78,7 +85,28 @@ class ConversationStore:
             raise ConversationError(f"no saved conversation named {name!r}")
         data = self._read(path)
         return Conversation(messages=data["messages"], name=name,
-                            created=data.get("created", time.time()))
+                            created=data.get("created", time.time()),
+                            workspace=data.get("workspace"))
+
+    def latest(self, workspace: str) -> Conversation:
+        """The most recently saved conversation that ran in ``workspace``."""
+        for saved in self.list():
+            if not saved.problem and saved.workspace == workspace:
+                return self.load(saved.name)
+        raise ConversationError(f"no saved conversation for {workspace} in {self.folder}")
+
+    def remove_stale_temporaries(self) -> int:
+        """Remove what interrupted saves left behind; returns how many files."""
+        removed = 0
+        now = time.time()
+        for path in self.folder.glob(".*.tmp") if self.folder.is_dir() else ():
+            try:
+                if now - path.stat().st_mtime > _STALE_TEMPORARY_SECONDS:
+                    path.unlink()
+                    removed += 1
+            except OSError:  # another process removed or renamed it
+                continue
+        return removed
 
     def delete(self, name: str) -> None:
         path = self._path(name)
@@ -93,7 +121,8 @@ class ConversationStore:
             try:
                 data = self._read(path)
                 found.append(SavedConversation(path.stem, len(data["messages"]),
-                                               data.get("saved", path.stat().st_mtime)))
+                                               data.get("saved", path.stat().st_mtime),
+                                               workspace=data.get("workspace")))
             except ConversationError as exc:
                 found.append(SavedConversation(path.stem, 0, path.stat().st_mtime, str(exc)))
         return sorted(found, key=lambda saved: saved.saved, reverse=True)

@@ -11,16 +11,19 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from ds4mlx.agent import compaction
 from ds4mlx.agent.backend import BackendError, ModelBackend
+from ds4mlx.agent.checkpoints import CheckpointError, Checkpoints
 from ds4mlx.agent.conversations import Conversation
+from ds4mlx.agent.markup import MarkupFilter
 from ds4mlx.agent.permissions import Decision, Permissions
 from ds4mlx.agent.tool_schemas import SYSTEM_PROMPT
-from ds4mlx.agent.tools import ToolBox, ToolResult
+from ds4mlx.agent.tools import TOOLS_NEEDING_PERMISSION, ToolBox, ToolResult
 from ds4mlx.engine.chat import ReasoningDelta, TextDelta, ToolCall, ToolCallComplete, ToolCallError
 from ds4mlx.speculation.service import Finished
 
@@ -131,13 +134,16 @@ class Agent:
         self.conversation = conversation or self.new_conversation()
         self.cancel = threading.Event()
         self._call_ids = itertools.count(1)
+        self.checkpoints = Checkpoints(toolbox.workspace.root)
+        toolbox.before_change = self.checkpoints.before_file_change
 
     @property
     def messages(self) -> list[dict[str, Any]]:
         return self.conversation.messages
 
     def new_conversation(self) -> Conversation:
-        return Conversation([{"role": "system", "content": self.settings.system_prompt}])
+        return Conversation([{"role": "system", "content": self.settings.system_prompt}],
+                            workspace=str(self.toolbox.workspace.root))
 
     def stop(self) -> None:
         """Stop the current generation or tool (from any thread); the run ends 'cancelled'."""
@@ -150,6 +156,20 @@ class Agent:
     # -------------------------------------------------------------------- a run
 
     def run(self, prompt: str) -> Iterator[AgentEvent]:
+        """The events of one prompt; files it changes are checkpointed for /undo."""
+        self.checkpoints.begin_prompt()
+        try:
+            yield from self._run(prompt)
+        finally:
+            self._checkpoint(self.checkpoints.end_prompt)
+
+    def _checkpoint(self, step: Callable[[], None]) -> None:
+        try:
+            step()
+        except (CheckpointError, OSError) as exc:  # the work goes on; /undo will say why
+            self.checkpoints.problem = str(exc)
+
+    def _run(self, prompt: str) -> Iterator[AgentEvent]:
         self.cancel.clear()
         self.messages.append({"role": "user", "content": prompt})
         answer = ""
@@ -202,14 +222,17 @@ class Agent:
         events = self.backend.chat(self.messages, self.toolbox.schemas,
                                    max_tokens=min(self.settings.max_tokens, room),
                                    thinking=self.settings.thinking)
+        markup = MarkupFilter()
         with contextlib.closing(events):
             for event in events:
                 if self.cancel.is_set():
                     return
                 if isinstance(event, TextDelta):
-                    turn.content += event.text
-                    yield event
-                elif isinstance(event, ReasoningDelta):
+                    yield from self._answer_text(turn, markup.feed(event.text))
+                    continue
+                if isinstance(event, Finished):  # what the filter held back comes first
+                    yield from self._answer_text(turn, markup.finish())
+                if isinstance(event, ReasoningDelta):
                     turn.reasoning += event.text
                     yield event
                 elif isinstance(event, ToolCallComplete):
@@ -218,6 +241,15 @@ class Agent:
                     turn.actions.append((self._new_call_id(), event))
                 elif isinstance(event, Finished):
                     turn.finished = event
+
+    def _answer_text(self, turn: _Turn,
+                     pieces: list[TextDelta | ToolCallError]) -> Iterator[AgentEvent]:
+        for piece in pieces:
+            if isinstance(piece, TextDelta):
+                turn.content += piece.text
+                yield piece
+            else:
+                turn.actions.append((self._new_call_id(), piece))
 
     def _record_turn(self, turn: _Turn) -> None:
         message: dict[str, Any] = {"role": "assistant", "content": turn.content}
@@ -240,15 +272,20 @@ class Agent:
             if decision is Decision.DENY:
                 result = ToolResult(f"error: the user did not allow this {call.name} call",
                                     is_error=True)
-                self._add_tool_result(call_id, result.output)
+                self._add_tool_result(call_id, result.output, is_error=True)
                 yield ToolFinished(call_id, call, result)
                 return
+        if call.name in TOOLS_NEEDING_PERMISSION:
+            self._checkpoint(partial(self.checkpoints.before_tool, bash=call.name == "bash"))
         result = self.toolbox.run(call, self.cancel)
-        self._add_tool_result(call_id, result.output)
+        self._add_tool_result(call_id, result.output, result.is_error)
         yield ToolFinished(call_id, call, result)
 
-    def _add_tool_result(self, call_id: str, output: str) -> None:
-        self.messages.append({"role": "tool", "tool_call_id": call_id, "content": output})
+    def _add_tool_result(self, call_id: str, output: str, is_error: bool = True) -> None:
+        message: dict[str, Any] = {"role": "tool", "tool_call_id": call_id, "content": output}
+        if is_error:  # kept so that a conversation drawn again shows the call as failed
+            message["is_error"] = True
+        self.messages.append(message)
 
     def _new_call_id(self) -> str:
         return f"call_{len(self.messages)}_{next(self._call_ids)}"

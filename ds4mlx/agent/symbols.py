@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from ds4mlx.agent.workspace import ToolError
+
 import tree_sitter
 import tree_sitter_c
 import tree_sitter_go
@@ -71,21 +73,26 @@ def language_for(path: Path) -> str | None:
     return LANGUAGE_BY_SUFFIX.get(path.suffix.lower())
 
 
-def outline(source: bytes, language: str) -> list[Symbol]:
-    """The definitions in ``source``, in file order."""
+def outline(source: bytes, language: str,
+            cancelled: Callable[[], bool] = lambda: False) -> list[Symbol]:
+    """The definitions in ``source``, in file order; ToolError once ``cancelled()`` (walking a
+    large tree takes seconds, and the user's Ctrl+C must land)."""
     tree = _parser(language).parse(source)
-    return list(_definitions(tree.root_node, language, 0))
+    return list(_definitions(tree.root_node, language, 0, cancelled))
 
 
-def _definitions(node: tree_sitter.Node, language: str, depth: int) -> Iterator[Symbol]:
+def _definitions(node: tree_sitter.Node, language: str, depth: int,
+                 cancelled: Callable[[], bool]) -> Iterator[Symbol]:
+    if cancelled():
+        raise ToolError("stopped by the user")
     for child in node.named_children:
         kind = _DEFINITIONS[language].get(child.type)
         name = _name(child, language) if kind else None
         if kind and name:
             yield Symbol(kind, name, child.start_point[0] + 1, child.end_point[0] + 1, depth)
-            yield from _definitions(child, language, depth + 1)
+            yield from _definitions(child, language, depth + 1, cancelled)
         else:
-            yield from _definitions(child, language, depth)
+            yield from _definitions(child, language, depth, cancelled)
 
 
 def _name(node: tree_sitter.Node, language: str) -> str | None:

@@ -11,16 +11,20 @@ from __future__ import annotations
 import difflib
 import re
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ds4mlx.agent import symbols
+from ds4mlx.agent.files import is_regular, read_regular, write_atomically
 from ds4mlx.agent.jobs import JobRunner
 from ds4mlx.agent.tool_schemas import AGENT_TOOLS
 from ds4mlx.agent.workspace import ToolError, Workspace
 from ds4mlx.engine.chat import ToolCall
+
+import regex
 
 TOOLS_NEEDING_PERMISSION = frozenset({"write", "edit", "bash"})
 
@@ -29,10 +33,19 @@ _SCHEMAS: dict[str, dict[str, Any]] = {
 
 MAX_FILE_BYTES = 16 * 2**20
 MAX_SEARCH_FILE_BYTES = 2 * 2**20
+MAX_OUTLINE_FILE_BYTES = 2 * 2**20
 MAX_SEARCH_MATCHES = 100
 MAX_LIST_ENTRIES = 300
 LIST_DEPTH = 3
 MAX_MATCH_LINE_CHARS = 200
+# Walks (list, search, symbols by name) stop after this many entries or seconds.
+MAX_WALK_ENTRIES = 50_000
+WALK_SECONDS = 10.0
+# A search stops after this long in all (wall clock), or at once on Ctrl+C; one line's match may
+# take at most SEARCH_LINE_SECONDS of CPU time before the pattern is reported as too slow.
+SEARCH_SECONDS = 10.0
+SEARCH_LINE_SECONDS = 0.5
+_SEARCH_POLL_SECONDS = 0.05
 
 
 @dataclass(frozen=True)
@@ -46,7 +59,7 @@ class ToolResult:
 class _ReadPosition:
     """Where the last read stopped, for ``more``."""
 
-    path: Path
+    path: str  # as the model gave it: resolved again on every ``more``
     next_line: int
 
 
@@ -63,6 +76,9 @@ class ToolBox:
         self.read_lines = read_lines
         self.jobs = JobRunner(workspace.root)
         self.changed_files: set[str] = set()
+        # Called with a file's path just before write or edit changes it (undo checkpoints).
+        self.before_change: Callable[[Path], None] | None = None
+        self._cancel = threading.Event()
         self._read_position: _ReadPosition | None = None
         self._tools: dict[str, Callable[..., ToolResult]] = {
             "list": self._list, "read": self._read, "more": self._more,
@@ -72,10 +88,10 @@ class ToolBox:
         }
 
     def run(self, call: ToolCall, cancel: threading.Event | None = None) -> ToolResult:
+        """Run ``call``; long work (commands, walks, searches) stops soon after ``cancel``."""
+        self._cancel = cancel or threading.Event()
         try:
             arguments = _checked_arguments(call)
-            if call.name == "bash":
-                arguments["cancel"] = cancel or threading.Event()
             result = self._tools[call.name](**arguments)
         except ToolError as exc:
             return ToolResult(f"error: {exc}", is_error=True)
@@ -102,9 +118,12 @@ class ToolBox:
         target = self._existing(path)
         if target.is_file():
             return ToolResult(f"{target.stat().st_size:8d}  {self.workspace.relative(target)}")
+        if not target.is_dir():
+            raise ToolError(f"{path} is not a file or folder")
         lines: list[str] = []
         omitted = 0
-        for entry, is_folder in self.workspace.walk(target):
+        walk = _Walk(self.workspace.walk(target), self._cancel)
+        for entry, is_folder in walk:
             relative = entry.relative_to(target)
             if len(relative.parts) > LIST_DEPTH:
                 continue
@@ -116,7 +135,10 @@ class ToolBox:
             else:
                 lines.append(f"{_size(entry):8d}  {relative.as_posix()}")
         if omitted:
-            lines.append(f"... {omitted} more entries; list a subfolder to see them")
+            more = "at least " if walk.stopped else ""
+            lines.append(f"... {more}{omitted} more entries; list a subfolder to see them")
+        if walk.stopped:
+            lines.append(walk.stopped)
         return ToolResult("\n".join(lines) if lines else "(empty folder)")
 
     def _read(self, path: str, start: int = 1, end: int | None = None) -> ToolResult:
@@ -130,20 +152,22 @@ class ToolBox:
             end = start + self.read_lines - 1
         if end < start:
             raise ToolError(f"end ({end}) is before start ({start})")
-        return self._show_lines(target, lines, start, end)
+        return self._show_lines(path, lines, start, end)
 
     def _more(self, count: int | None = None) -> ToolResult:
         position = self._read_position
         if position is None:
             raise ToolError("nothing to continue: read a file first")
-        lines = _text_lines(position.path)
+        # Resolved and checked again: the file may have been swapped for a link since.
+        target = self._existing(position.path)
+        lines = _text_lines(target)
         if position.next_line > len(lines):
-            return ToolResult(f"(end of {self.workspace.relative(position.path)})")
+            return ToolResult(f"(end of {self.workspace.relative(target)})")
         count = count if count and count > 0 else self.read_lines
         return self._show_lines(position.path, lines, position.next_line,
                                 position.next_line + count - 1)
 
-    def _show_lines(self, path: Path, lines: list[str], start: int, end: int) -> ToolResult:
+    def _show_lines(self, path: str, lines: list[str], start: int, end: int) -> ToolResult:
         end = min(end, len(lines))
         shown = "\n".join(f"{n:5d}  {line}" for n, line in enumerate(lines[start - 1:end], start))
         self._read_position = _ReadPosition(path, end + 1)
@@ -154,38 +178,38 @@ class ToolBox:
 
     def _search(self, pattern: str, path: str = ".") -> ToolResult:
         try:
-            regex = re.compile(pattern)
-        except re.error as exc:
+            compiled = regex.compile(pattern)  # version 0: the syntax of Python's re
+        except regex.error as exc:
             raise ToolError(f"bad regular expression {pattern!r}: {exc}") from None
         target = self._existing(path)
-        files = [target] if target.is_file() else [
-            entry for entry, is_folder in self.workspace.walk(target) if not is_folder]
-        matches: list[str] = []
-        for file in files:
-            if _size(file) > MAX_SEARCH_FILE_BYTES:
+        if not target.is_dir() and not is_regular(target):
+            raise ToolError(f"{path} is not a regular file; only regular files are searched")
+        if target.is_file() and target.stat().st_size > MAX_SEARCH_FILE_BYTES:
+            raise ToolError(f"{path} is larger than {MAX_SEARCH_FILE_BYTES // 2**20} MiB; "
+                            "search a smaller file")
+        entries = iter([(target, False)]) if not target.is_dir() else \
+            self.workspace.walk(target)
+        search = _Search(compiled, entries, self.workspace)
+        worker = threading.Thread(target=search.run, name="ds4-agent-search", daemon=True)
+        worker.start()
+        deadline = time.monotonic() + SEARCH_SECONDS
+        while worker.is_alive():
+            worker.join(_SEARCH_POLL_SECONDS)
+            if self._cancel.is_set():
+                search.stop("(stopped by the user; the result is incomplete)")
+            elif time.monotonic() >= deadline:
+                search.stop(f"(stopped after {SEARCH_SECONDS:g}s; the result is incomplete)")
+            else:
                 continue
-            try:
-                lines = _text_lines(file)
-            except ToolError:  # binary or unreadable: not what a text search is about
-                continue
-            relative = self.workspace.relative(file)
-            for number, line in enumerate(lines, 1):
-                if regex.search(line):
-                    matches.append(f"{relative}:{number}: {line.strip()[:MAX_MATCH_LINE_CHARS]}")
-                    if len(matches) > MAX_SEARCH_MATCHES:
-                        matches[-1] = f"... more than {MAX_SEARCH_MATCHES} matches; narrow the " \
-                                      "pattern or the path"
-                        return ToolResult("\n".join(matches))
-        return ToolResult("\n".join(matches) if matches else f"no match for {pattern!r}")
+            break
+        return search.result(pattern)
 
     def _write(self, path: str, content: str) -> ToolResult:
-        target = self.workspace.resolve(path)
-        if target.is_dir():
-            raise ToolError(f"{path} is a folder")
-        before = _read_text(target) if target.exists() else ""
+        target, before = self._write_target(path)
         data = content.encode("utf-8")  # fails before the file is touched
+        self._notify_change(target)
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
+        write_atomically(target, data)
         relative = self.workspace.relative(target)
         self.changed_files.add(relative)
         lines = content.count("\n") + (1 if content and not content.endswith("\n") else 0)
@@ -193,9 +217,80 @@ class ToolBox:
                           diff=_unified_diff(relative, before, content))
 
     def _edit(self, path: str, old: str, new: str) -> ToolResult:
+        target, before, after = self._edited(path, old, new)
+        self._notify_change(target)
+        write_atomically(target, after.encode("utf-8", errors="surrogateescape"))
+        relative = self.workspace.relative(target)
+        self.changed_files.add(relative)
+        diff = _unified_diff(relative, _printable(before), _printable(after))
+        changed = [line for line in diff.splitlines()[2:] if line[:1] in "+-"]
+        return ToolResult(f"edited {relative}: 1 replacement\n" + "\n".join(changed), diff=diff)
+
+    def _symbols(self, path: str = ".", name: str | None = None) -> ToolResult:
         target = self._existing(path)
-        if not target.is_file():
-            raise ToolError(f"{path} is not a file")
+        stopped = ""
+        if not target.is_dir():
+            found = [(target, s) for s in self._outline(target) if name in (None, s.name)]
+        elif name is None:
+            raise ToolError("give a file to outline, or a name to find")
+        else:
+            walk = _Walk(self.workspace.walk(target), self._cancel)
+            found = [(file, s) for file, is_folder in walk
+                     if not is_folder and symbols.language_for(file)
+                     and _size(file) <= MAX_OUTLINE_FILE_BYTES and is_regular(file)
+                     for s in self._outline(file) if s.name == name]
+            stopped = walk.stopped
+        if not found:
+            missing = f"no definition of {name!r}" if name else "no definitions"
+            return ToolResult(missing + (f"\n{stopped}" if stopped else ""))
+        if target.is_file() and name is None:
+            return ToolResult("\n".join(f"{s.start_line:5d}-{s.end_line:<5d} {'  ' * s.depth}"
+                                        f"{s.kind} {s.name}" for _, s in found))
+        listing = "\n".join(f"{self.workspace.relative(file)}:{s.start_line}-"
+                            f"{s.end_line}: {s.kind} {s.name}" for file, s in found)
+        return ToolResult(listing + (f"\n{stopped}" if stopped else ""))
+
+    def _outline(self, file: Path) -> list[symbols.Symbol]:
+        language = symbols.language_for(file)
+        relative = self.workspace.relative(file)
+        if language is None:
+            raise ToolError(f"{relative}: no outline for this kind of file "
+                            f"(supported: {', '.join(sorted(symbols.LANGUAGE_BY_SUFFIX))})")
+        return symbols.outline(read_regular(file, MAX_OUTLINE_FILE_BYTES, relative), language,
+                               self._cancel.is_set)
+
+    def _existing(self, path: str) -> Path:
+        target = self.workspace.resolve(path)
+        if not target.exists():
+            hint = ""
+            if path != path.strip() and (self.workspace.root / path.strip()).exists():
+                hint = f" (note the spaces around the name; {path.strip()!r} exists)"
+            raise ToolError(f"{path} does not exist{hint}")
+        return target
+
+    def _write_target(self, path: str) -> tuple[Path, str]:
+        """Where ``write`` would write ``path``, and the text it holds now ("" if new)."""
+        if not path.strip():
+            raise ToolError("the path is empty; give the file to write")
+        target = self.workspace.resolve(path)
+        if target.is_dir():
+            raise ToolError(f"{path} is a folder")
+        for folder in reversed(target.parents):
+            if folder.is_relative_to(self.workspace.root) and folder.exists() \
+                    and not folder.is_dir():
+                raise ToolError(f"{self.workspace.relative(folder)} is a file, not a folder; "
+                                f"cannot create {path} inside it")
+        if target.exists() and not is_regular(target):
+            raise ToolError(f"{path} exists and is not a regular file; refused")
+        return target, _read_text(target) if target.exists() else ""
+
+    def _edited(self, path: str, old: str, new: str) -> tuple[Path, str, str]:
+        """The file ``edit`` would change, its text before and after."""
+        if not path.strip():
+            raise ToolError("the path is empty; give the file to edit")
+        target = self._existing(path)
+        if target.is_dir():
+            raise ToolError(f"{path} is a folder")
         if not old:
             raise ToolError("old is empty; give the exact text to replace")
         # Bytes that are not UTF-8 survive the edit untouched (surrogateescape round trip).
@@ -207,49 +302,34 @@ class ToolBox:
         if count > 1:
             raise ToolError(f"the old text occurs {count} times in {path}; include more "
                             "surrounding lines so that it is unique")
-        after = before.replace(old, new, 1)
-        target.write_bytes(after.encode("utf-8", errors="surrogateescape"))
+        return target, before, before.replace(old, new, 1)
+
+    def _notify_change(self, target: Path) -> None:
+        if self.before_change is not None:
+            self.before_change(target)
+
+    def preview(self, call: ToolCall) -> str:
+        """The exact diff a write or edit call would make, without making it; a line saying
+        why it would fail instead, and "" for other tools."""
+        try:
+            arguments = _checked_arguments(call)
+            if call.name == "write":
+                target, before = self._write_target(arguments["path"])
+                after = arguments["content"]
+            elif call.name == "edit":
+                target, before, after = self._edited(arguments["path"], arguments["old"],
+                                                     arguments["new"])
+            else:
+                return ""
+        except (ToolError, OSError, ValueError) as exc:
+            return f"(this call would fail: {getattr(exc, 'strerror', None) or exc})"
         relative = self.workspace.relative(target)
-        self.changed_files.add(relative)
         diff = _unified_diff(relative, _printable(before), _printable(after))
-        changed = [line for line in diff.splitlines()[2:] if line[:1] in "+-"]
-        return ToolResult(f"edited {relative}: 1 replacement\n" + "\n".join(changed), diff=diff)
-
-    def _symbols(self, path: str = ".", name: str | None = None) -> ToolResult:
-        target = self._existing(path)
-        if target.is_file():
-            found = [(target, s) for s in self._outline(target) if name in (None, s.name)]
-        elif name is None:
-            raise ToolError("give a file to outline, or a name to find")
-        else:
-            found = [(file, s) for file, is_folder in self.workspace.walk(target)
-                     if not is_folder and symbols.language_for(file)
-                     and _size(file) <= MAX_SEARCH_FILE_BYTES
-                     for s in self._outline(file) if s.name == name]
-        if not found:
-            return ToolResult(f"no definition of {name!r}" if name else "no definitions")
-        if target.is_file() and name is None:
-            return ToolResult("\n".join(f"{s.start_line:5d}-{s.end_line:<5d} {'  ' * s.depth}"
-                                        f"{s.kind} {s.name}" for _, s in found))
-        return ToolResult("\n".join(f"{self.workspace.relative(file)}:{s.start_line}-"
-                                    f"{s.end_line}: {s.kind} {s.name}" for file, s in found))
-
-    def _outline(self, file: Path) -> list[symbols.Symbol]:
-        language = symbols.language_for(file)
-        if language is None:
-            raise ToolError(f"{self.workspace.relative(file)}: no outline for this kind of file "
-                            f"(supported: {', '.join(sorted(symbols.LANGUAGE_BY_SUFFIX))})")
-        return symbols.outline(file.read_bytes(), language)
-
-    def _existing(self, path: str) -> Path:
-        target = self.workspace.resolve(path)
-        if not target.exists():
-            raise ToolError(f"{path} does not exist")
-        return target
+        return diff or f"(no change to {relative})"
 
     # ------------------------------------------------------------------ commands
 
-    def _bash(self, command: str, cancel: threading.Event) -> ToolResult:
+    def _bash(self, command: str) -> ToolResult:
         command = command.strip()
         if not command:
             raise ToolError("the command is empty")
@@ -257,7 +337,7 @@ class ToolBox:
             job = self.jobs.start(command[:-1].rstrip())
             return ToolResult(f"started background job {job.number}: {job.command}\n"
                               "use status to see its output and stop to end it")
-        outcome = self.jobs.run(command, self.bash_timeout, cancel)
+        outcome = self.jobs.run(command, self.bash_timeout, self._cancel)
         output = outcome.output.rstrip("\n")
         if outcome.timed_out:
             output += (f"\n(timed out after {self.bash_timeout:g}s and was stopped; end a "
@@ -266,6 +346,9 @@ class ToolBox:
             output += "\n(stopped by the user)"
         elif outcome.exit_code:
             output += f"\n(exit code {outcome.exit_code})"
+        if outcome.stopped_leftovers:
+            output += ("\n(processes it left running held its output open and were stopped; "
+                       "end a command with & to run it as a background job)")
         return ToolResult(output.strip("\n") or "(no output)",
                           is_error=outcome.exit_code != 0)
 
@@ -275,7 +358,7 @@ class ToolBox:
             return ToolResult("no background jobs")
         reports = []
         for each in jobs:
-            output = each.new_output().rstrip("\n")
+            output = each.new_output(self.max_output_chars - 200).rstrip("\n")
             reports.append(each.state() + (f"\n{output}" if output else ""))
         return ToolResult("\n\n".join(reports))
 
@@ -284,7 +367,7 @@ class ToolBox:
         if not found.running:
             return ToolResult(found.state())
         self.jobs.stop(found)
-        output = found.new_output().rstrip("\n")
+        output = found.new_output(self.max_output_chars - 200).rstrip("\n")
         return ToolResult(f"stopped job {job}" + (f"\n{output}" if output else ""))
 
     def _job(self, number: int):
@@ -297,12 +380,13 @@ class ToolBox:
 _UNDESCRIBED = {"old", "new", "content"}
 
 
-def describe_call(call: ToolCall, width: int = 80) -> str:
-    """One line naming a call and its main arguments, e.g. ``read src/a.py 10 20``."""
+def describe_call(call: ToolCall, width: int | None = 80) -> str:
+    """One line naming a call and its main arguments, e.g. ``read src/a.py 10 20``; cut to
+    ``width`` characters with a trailing "…" unless ``width`` is None."""
     values = [" ".join(str(value).split()) for key, value in call.arguments.items()
               if key not in _UNDESCRIBED]
     line = " ".join([call.name, *values])
-    return line if len(line) <= width else line[:width - 1] + "…"
+    return line if width is None or len(line) <= width else line[:width - 1] + "…"
 
 
 def _checked_arguments(call: ToolCall) -> dict[str, Any]:
@@ -346,9 +430,7 @@ def _size(path: Path) -> int:
 
 def _read_text(path: Path, errors: str = "replace") -> str:
     """The file's text, line endings as they are; undecodable bytes per ``errors``."""
-    if _size(path) > MAX_FILE_BYTES:
-        raise ToolError(f"{path.name} is larger than {MAX_FILE_BYTES // 2**20} MiB")
-    data = path.read_bytes()
+    data = read_regular(path, MAX_FILE_BYTES)
     if b"\x00" in data[:8192]:
         raise ToolError(f"{path.name} is a binary file")
     return data.decode("utf-8", errors=errors)
@@ -360,9 +442,111 @@ def _printable(text: str) -> str:
 
 
 def _text_lines(path: Path) -> list[str]:
-    if path.is_dir():
-        raise ToolError(f"{path.name} is a folder; use list")
     return _read_text(path).splitlines()
+
+
+class _Search:
+    """One search, in a thread of its own so that the tool can give up on it at once (Ctrl+C,
+    the time budget). The regex releases the GIL, and one line's match ends by itself after
+    ``SEARCH_LINE_SECONDS`` of CPU time (the ``regex`` package counts CPU time, which a loaded
+    machine stretches), so an abandoned search does not run on for long."""
+
+    def __init__(self, compiled: regex.Pattern, entries: Iterator[tuple[Path, bool]],
+                 workspace: Workspace):
+        self.compiled = compiled
+        self.entries = entries
+        self.workspace = workspace
+        self.matches: list[str] = []
+        self.more = False
+        self.error = ""
+        self.stopped = ""
+        self._stop = threading.Event()
+
+    def stop(self, why: str) -> None:
+        self.stopped = why
+        self._stop.set()
+
+    def run(self) -> None:
+        walk = _Walk(self.entries, self._stop, seconds=float("inf"))
+        try:
+            for file, is_folder in walk:
+                if is_folder or _size(file) > MAX_SEARCH_FILE_BYTES or not is_regular(file):
+                    continue
+                try:
+                    lines = _text_lines(file)
+                except (ToolError, OSError):  # binary or unreadable: not for a text search
+                    continue
+                if not self._search_lines(self.workspace.relative(file), lines):
+                    return
+        finally:
+            if walk.stopped and not self._stop.is_set():  # the walk's entry limit
+                self.stopped = walk.stopped
+
+    def _search_lines(self, relative: str, lines: list[str]) -> bool:
+        """Record the matches in one file; False when the search must end."""
+        for number, line in enumerate(lines, 1):
+            if self._stop.is_set():
+                return False
+            try:
+                found = self.compiled.search(line, timeout=SEARCH_LINE_SECONDS,
+                                             concurrent=True)
+            except TimeoutError:
+                self.error = (
+                    f"the pattern took more than {SEARCH_LINE_SECONDS:g}s of CPU on {relative}:"
+                    f"{number} ({len(line)} characters) and the search was stopped; it likely "
+                    "backtracks catastrophically (nested repetition such as (a+)+): simplify it")
+                return False
+            if found:
+                self.matches.append(f"{relative}:{number}: "
+                                    f"{line.strip()[:MAX_MATCH_LINE_CHARS]}")
+                if len(self.matches) > MAX_SEARCH_MATCHES:
+                    self.more = True
+                    return False
+        return True
+
+    def result(self, pattern: str) -> ToolResult:
+        if self.error and not self._stop.is_set():
+            raise ToolError(self.error)
+        lines = list(self.matches[:MAX_SEARCH_MATCHES])
+        if self.more:
+            lines.append(f"... more than {MAX_SEARCH_MATCHES} matches; narrow the pattern or "
+                         "the path")
+        if self.stopped:
+            lines.append(self.stopped)
+        return ToolResult("\n".join(lines) if lines else f"no match for {pattern!r}")
+
+
+class _Walk:
+    """A workspace walk that ends early after ``MAX_WALK_ENTRIES`` entries, ``seconds`` or the
+    user's Ctrl+C; ``stopped`` then says why (for the tool's result)."""
+
+    def __init__(self, entries: Iterator[tuple[Path, bool]], cancel: threading.Event,
+                 seconds: float = WALK_SECONDS):
+        self.entries = entries
+        self.cancel = cancel
+        self.seconds = seconds
+        self.deadline = time.monotonic() + seconds
+        self.stopped = ""
+
+    def remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def expired(self) -> bool:
+        if self.cancel.is_set():
+            self.stopped = "(stopped by the user; the result is incomplete)"
+        elif self.remaining() <= 0:
+            self.stopped = f"(stopped after {self.seconds:g}s; the result is incomplete)"
+        return bool(self.stopped)
+
+    def __iter__(self) -> Iterator[tuple[Path, bool]]:
+        for count, entry in enumerate(self.entries):
+            if count >= MAX_WALK_ENTRIES:
+                self.stopped = (f"(stopped after {MAX_WALK_ENTRIES} entries; the result is "
+                                "incomplete: give a narrower path)")
+                return
+            if self.expired():
+                return
+            yield entry
 
 
 def _unified_diff(relative: str, before: str, after: str) -> str:

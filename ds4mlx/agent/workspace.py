@@ -47,7 +47,8 @@ class Workspace:
         """The absolute path inside the workspace that ``raw`` names; PathRefused otherwise."""
         if not isinstance(raw, str):
             raise PathRefused(f"a path must be a string, not {type(raw).__name__}")
-        text = raw.strip() or "."
+        # Not stripped: spaces are legal in names, and a different file must not be meant.
+        text = raw or "."
         if "\x00" in text:
             raise PathRefused("the path contains a NUL byte")
         try:

@@ -10,12 +10,14 @@ from __future__ import annotations
 import argparse
 import atexit
 import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from ds4mlx.agent.backend import LocalBackend, ModelBackend, OpenAIBackend
-from ds4mlx.agent.conversations import ConversationStore
+from ds4mlx.agent.conversations import Conversation, ConversationError, ConversationStore
+from ds4mlx.agent.display import sanitize
 from ds4mlx.agent.loop import (
     Agent,
     AgentSettings,
@@ -26,6 +28,7 @@ from ds4mlx.agent.loop import (
     RunFinished,
     ToolFinished,
     ToolStarted,
+    TurnFinished,
 )
 from ds4mlx.agent.permissions import Permissions
 from ds4mlx.agent.tools import ToolBox, describe_call
@@ -63,6 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--print", metavar="PROMPT", dest="print_prompt",
                        help="answer PROMPT without the UI: the answer to stdout, tool activity "
                             "to stderr; write/edit/bash are denied unless --yolo")
+    sessions = agent.add_mutually_exclusive_group()
+    sessions.add_argument("--continue", dest="continue_last", action="store_true",
+                          help="continue the last conversation saved in this workspace")
+    sessions.add_argument("--resume", metavar="NAME",
+                          help="continue the saved conversation NAME (see /list)")
     agent.add_argument("--workspace", metavar="DIR", default=".",
                        help="the folder the tools may read and change (default: current)")
     agent.add_argument("--yolo", action="store_true",
@@ -100,8 +108,12 @@ def load_backend(args: argparse.Namespace,
     sampling = sampling_options(args)
     options = model_options(args)
     if args.api_base:
-        return OpenAIBackend(args.api_base, args.api_model, api_key=args.api_key,
-                             context_size=options.ctx, sampling=sampling)
+        backend = OpenAIBackend(args.api_base, args.api_model, api_key=args.api_key,
+                                context_size=options.ctx, sampling=sampling)
+        # The server's context size wins over the --ctx default (an explicit --ctx is kept).
+        if not args.ctx_given:
+            backend.context_size = backend.server_context_size() or backend.context_size
+        return backend
     from ds4mlx.api import load_model
     from ds4mlx.distributed.driven import lead
     from ds4mlx.speculation import load_drafter
@@ -120,26 +132,72 @@ def load_backend(args: argparse.Namespace,
     return LocalBackend(service, sampling)
 
 
-def make_agent(args: argparse.Namespace, backend: ModelBackend) -> Agent:
+def make_agent(args: argparse.Namespace, backend: ModelBackend,
+               conversation: Conversation | None = None) -> Agent:
     toolbox = ToolBox(Workspace(args.workspace), bash_timeout=args.bash_timeout,
                       max_output_chars=min(16000, args.ctx))
     settings = AgentSettings(max_steps=args.max_steps, max_tokens=args.n_predict,
                              thinking=args.think)
-    return Agent(backend, toolbox, Permissions(yolo=args.yolo), settings)
+    return Agent(backend, toolbox, Permissions(yolo=args.yolo), settings, conversation)
 
 
-def run_print(agent: Agent, prompt: str) -> int:
-    """One prompt, no UI: returns the exit code."""
+def resumed_conversation(args: argparse.Namespace,
+                         store: ConversationStore) -> Conversation | None:
+    """The conversation --continue or --resume asks for; None for a new one."""
+    if args.resume:
+        return store.load(args.resume)
+    if args.continue_last:
+        return store.latest(str(Path(args.workspace).resolve()))
+    return None
+
+
+def _save(agent: Agent, store: ConversationStore) -> None:
+    if not agent.conversation.is_empty:
+        try:
+            store.save(agent.conversation)
+        except (ConversationError, OSError) as exc:
+            log(f"ds4-agent: could not save the conversation: {exc}")
+
+
+# After SIGTERM/SIGHUP, how long --print lets the run stop by itself before it is unwound.
+_SIGNAL_GRACE_SECONDS = 3
+
+
+def _stop_on_signals(agent: Agent) -> list[int]:
+    """SIGTERM and SIGHUP stop --print's run the way Ctrl+C stops the UI's (the running command
+    is stopped by the tool itself); should the run not end within the grace time (a stalled
+    server), SIGALRM unwinds it through its finally blocks. Returns the signals received."""
+    received: list[int] = []
+
+    def unwind(_sig: int, _frame: object) -> None:
+        raise SystemExit(128 + received[0])
+
+    def stop(sig: int, _frame: object) -> None:
+        received.append(sig)
+        agent.stop()
+        signal.signal(signal.SIGALRM, unwind)
+        signal.alarm(_SIGNAL_GRACE_SECONDS)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, stop)
+    return received
+
+
+def run_print(agent: Agent, prompt: str, store: ConversationStore | None = None) -> int:
+    """One prompt, no UI: returns the exit code. The conversation is saved to ``store``
+    after every turn."""
     for event in agent.run(prompt):
+        if store is not None and isinstance(event, (TurnFinished, RunFinished)):
+            _save(agent, store)
         if isinstance(event, ToolStarted):
-            log(f"ds4-agent: > {describe_call(event.call)}")
+            log(f"ds4-agent: > {sanitize(describe_call(event.call))}")
         elif isinstance(event, PermissionRequest):
             log(f"ds4-agent: denied {event.call.name} (--print asks nobody; pass --yolo to "
                 "allow write, edit and bash)")
         elif isinstance(event, ToolFinished):
             lines = event.result.output.splitlines() or [""]
             more = f" (+{len(lines) - 1} lines)" if len(lines) > 1 else ""
-            log(f"ds4-agent:   {lines[0][:120]}{more}")
+            log(f"ds4-agent:   {sanitize(lines[0][:120])}{more}")
         elif isinstance(event, MalformedToolCall):
             log(f"ds4-agent: malformed tool call ({event.error.reason}); reported to the model")
         elif isinstance(event, CompactionStarted):
@@ -148,7 +206,9 @@ def run_print(agent: Agent, prompt: str) -> int:
             log(f"ds4-agent: context {event.tokens_before} -> {event.tokens_after} tokens")
         elif isinstance(event, RunFinished):
             if event.answer:
-                print(event.answer, flush=True)
+                # A terminal must not obey the model's escape sequences; a pipe gets the text.
+                print(sanitize(event.answer) if sys.stdout.isatty() else event.answer,
+                      flush=True)
             if event.reason == "error":
                 log(f"ds4-agent: error: {event.error}")
                 return 1
@@ -160,7 +220,11 @@ def run_print(agent: Agent, prompt: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    default_ctx = parser.get_default("ctx")
+    parser.set_defaults(ctx=None)  # to tell an explicit --ctx from the default
     args = parser.parse_args(argv)
+    args.ctx_given = args.ctx is not None
+    args.ctx = args.ctx if args.ctx_given else default_ctx
     for flag, value in (("--n-predict", args.n_predict), ("--max-steps", args.max_steps),
                         ("--bash-timeout", args.bash_timeout)):
         if value <= 0:
@@ -186,36 +250,50 @@ def main(argv: list[str] | None = None) -> int:
     if ranks is not None and ranks.rank != 0:
         return follow_rank_0("ds4-agent", model_options(args), ranks)
     store = ConversationStore(args.data_dir)
+    store.remove_stale_temporaries()
+    try:
+        conversation = resumed_conversation(args, store)
+    except ConversationError as exc:
+        log(f"ds4-agent: error: {exc}")
+        return 1
 
     if args.print_prompt is not None:
         try:
-            agent = make_agent(args, load_backend(args, progress_line, ranks))
+            agent = make_agent(args, load_backend(args, progress_line, ranks), conversation)
         except Exception as exc:  # GGUF, tokenizer, drafter and server errors alike
             log(f"ds4-agent: error: {exc}")
             return 1
+        received = _stop_on_signals(agent)
+        # --print keeps no conversation of its own; one it continues is saved back.
+        keep = store if conversation is not None else None
         try:
-            return run_print(agent, args.print_prompt)
+            code = run_print(agent, args.print_prompt, keep)
+            return 128 + received[0] if received else code
         except KeyboardInterrupt:
             log("ds4-agent: interrupted")
             return EXIT_INTERRUPTED
         finally:
+            signal.alarm(0)
             agent.toolbox.close()
+            if keep is not None:
+                _save(agent, keep)
 
     from ds4mlx.agent.app import AgentApp
 
     agents: list[Agent] = []
 
     def load_agent() -> Agent:
-        agents.append(make_agent(args, load_backend(args, ranks=ranks)))
+        agents.append(make_agent(args, load_backend(args, ranks=ranks), conversation))
         return agents[0]
 
     name = args.api_model if args.api_base else Path(args.model).stem
+    app = AgentApp(load_agent, store, model_name=name)
     try:
-        AgentApp(load_agent, store, model_name=name).run()
+        app.run()
     finally:
         for agent in agents:
             agent.toolbox.close()
-    return 0
+    return app.return_code or 0
 
 
 if __name__ == "__main__":

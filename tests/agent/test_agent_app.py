@@ -94,7 +94,7 @@ def test_permission_prompt_answered_by_key(toolbox, store, workspace, key, allow
 
     async def scenario(pilot):
         await submit(pilot, "edit the readme")
-        await until(pilot, lambda: isinstance(app.screen, PermissionScreen))
+        await until(pilot, lambda: isinstance(app.screen, PermissionScreen) and app.screen.armed)
         await pilot.press(key)
         await until(pilot, lambda: answers(app) == ["Done."] and not app.busy)
         panel = app.query_one(ToolPanel)

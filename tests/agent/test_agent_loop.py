@@ -19,6 +19,7 @@ from ds4mlx.agent.loop import (
 )
 from ds4mlx.agent.permissions import Decision, Permissions
 from ds4mlx.agent.tool_schemas import SYSTEM_PROMPT
+from ds4mlx.agent.tools import describe_call
 from ds4mlx.engine.chat import TextDelta
 
 from scripted_backend import ScriptedBackend, call, malformed, text
@@ -170,13 +171,28 @@ def test_permission_once_asks_again_next_time(toolbox, workspace):
     assert backend.requests[2][-1]["content"] == "two"
 
 
-def test_permission_always_is_remembered_for_that_tool(toolbox):
-    turns = [[call("bash", command="echo one")], [call("bash", command="echo two")],
-             [call("edit", path="README.md", old="demo", new="DEMO")], [text("ok")]]
+def test_permission_always_is_scoped_to_the_exact_command(toolbox):
+    turns = [[call("bash", command="echo one")], [call("bash", command="echo one")],
+             [call("bash", command="echo two")],
+             [call("edit", path="README.md", old="demo", new="DEMO")],
+             [call("edit", path="README.md", old="DEMO", new="demo")], [text("ok")]]
     agent, _ = make_agent(toolbox, turns, yolo=False)
-    events = answer_each(agent, "run", [Decision.ALLOW_ALWAYS, Decision.ALLOW_ONCE])
-    asked = [e.call.name for e in events if isinstance(e, PermissionRequest)]
-    assert asked == ["bash", "edit"]
+    events = answer_each(agent, "run", [Decision.ALLOW_ALWAYS, Decision.ALLOW_ONCE,
+                                        Decision.ALLOW_ALWAYS])
+    asked = [describe_call(e.call) for e in events if isinstance(e, PermissionRequest)]
+    # "always" for a command never covers another command; for edit it covers the tool
+    assert asked == ["bash echo one", "bash echo two", "edit README.md"]
+
+
+def test_permission_prefix_covers_only_simple_commands_with_that_prefix(toolbox):
+    commands = ["git diff --stat", "git diff README.md", "git diff; touch HIDDEN",
+                "git diff > out.txt", "git status"]
+    turns = [[call("bash", command=command)] for command in commands] + [[text("ok")]]
+    agent, _ = make_agent(toolbox, turns, yolo=False)
+    events = answer_each(agent, "run", [Decision.ALLOW_PREFIX] + [Decision.DENY] * 3)
+    asked = [e.call.arguments["command"] for e in events if isinstance(e, PermissionRequest)]
+    assert asked == ["git diff --stat", "git diff; touch HIDDEN", "git diff > out.txt",
+                     "git status"]
 
 
 def test_reading_never_asks(toolbox):

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 from ds4mlx.agent.backend import BackendError, OpenAIBackend, openai_messages
 from ds4mlx.agent.loop import Agent, RunFinished, ToolFinished
 from ds4mlx.agent.permissions import Permissions
@@ -13,63 +9,7 @@ from ds4mlx.engine.chat import ReasoningDelta, TextDelta, ToolCall, ToolCallComp
 from ds4mlx.speculation.service import Finished
 
 import pytest
-
-
-def chunk(delta: dict, finish: str | None = None) -> dict:
-    return {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
-
-
-USAGE = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m", "choices": [],
-         "usage": {"prompt_tokens": 42, "completion_tokens": 7, "total_tokens": 49,
-                   "prompt_tokens_details": {"cached_tokens": 40}}}
-
-
-def tool_call_chunks(arguments: list[str], name: str = "read") -> list[dict]:
-    first = {"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
-                             "function": {"name": name, "arguments": ""}}]}
-    pieces = [{"tool_calls": [{"index": 0, "function": {"arguments": part}}]}
-              for part in arguments]
-    return [chunk(first), *map(chunk, pieces), chunk({}, "tool_calls"), USAGE]
-
-
-class Server:
-    """Answers each POST with the next scripted list of chunks, as server-sent events."""
-
-    def __init__(self, responses: list[list[dict]]):
-        self.responses = list(responses)
-        self.requests: list[dict] = []
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 (http.server's naming)
-                length = int(self.headers["Content-Length"])
-                server.requests.append(json.loads(self.rfile.read(length)))
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.end_headers()
-                for item in server.responses.pop(0):
-                    self.wfile.write(f"data: {json.dumps(item)}\n\n".encode())
-                self.wfile.write(b"data: [DONE]\n\n")
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,),
-                                       daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+from scripted_server import USAGE, Server, chunk, tool_call_chunks
 
 
 def test_streams_reasoning_text_and_usage():

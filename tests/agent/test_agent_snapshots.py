@@ -71,7 +71,8 @@ def test_permission_prompt(snap_compare, toolbox, tmp_path):
         await start(pilot)
         pilot.app.query_one("#prompt").value = "Write a note."
         await pilot.press("enter")
-        await until(pilot, lambda: isinstance(pilot.app.screen, PermissionScreen))
+        await until(pilot, lambda: isinstance(pilot.app.screen, PermissionScreen)
+                    and pilot.app.screen.armed)
         await settle(pilot)
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
