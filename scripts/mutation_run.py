@@ -35,7 +35,7 @@ ACCEPTANCE = ("tests/speculation/test_exact_acceptance.py",
 SCHEDULER = ("tests/speculation/test_scheduler.py",)
 SESSION = ("tests/engine/test_session_rollback.py", "tests/engine/test_session.py")
 ROUTING = ("tests/models/test_model_pieces.py",)
-GGUF = ("tests/gguf/test_gguf_hostile.py",)
+GGUF = ("tests/gguf/test_gguf_hostile.py", "tests/gguf/test_gguf_partial_overlap.py")
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ branch) must continue exactly as a session that never saw them: the same logits,
 since both feed the kept tokens in decode tiles whose rows do not depend on the chunk. The walks
 roll back 1..k tokens at every position across the boundaries where the caches change shape:
 deepseek4's 64-token sliding window, its 4-token CSA blocks and its 128-token HCA block, and
-glm5's 4-token indexer pools and per-position recurrent (KDA) states.
+glm5's 4-token indexer pools (also past the 64 pools where its indexer starts to select) and
+per-position recurrent (KDA) states.
 """
 
 from __future__ import annotations
@@ -31,7 +32,19 @@ VERIFY_ROWS = glm5_next.DECODE_TILE - 1
 
 @cache
 def model(arch: str):
-    return ds4mlx.load_model(MODELS[arch])
+    """The architecture's tiny model; ``glm5-narrow``: glm-tiny with an indexer that selects
+    its top 2 pools from the third pool on (glm-tiny's own selects 64, past 256 positions), so
+    that a rollback which leaves a stale pool key behind changes what is attended."""
+    loaded = ds4mlx.load_model(MODELS[base(arch)])
+    if arch == "glm5-narrow":
+        for module in loaded.network.modules():
+            if isinstance(module, glm5_next.PoolIndexer):
+                module.top_pools = 2
+    return loaded
+
+
+def base(arch: str) -> str:
+    return arch.removesuffix("-narrow")
 
 
 @dataclass(frozen=True)
@@ -74,8 +87,12 @@ WALKS = [
     Walk("deepseek4", prefill=50, steps=24),  # the window fills at 64; CSA blocks of 4
     Walk("deepseek4", prefill=118, steps=20),  # the first HCA block completes at 128
     Walk("glm5", prefill=29, steps=24),  # indexer pools of 4, recurrent states
+    # past 64 pools of 4 the indexer selects its top 64 (index_topk 256): the pool keys count
+    Walk("glm5", prefill=250, steps=16),
+    Walk("glm5-narrow", prefill=29, steps=24),
 ]
 IDS = [f"{w.arch}-{w.prefill}" for w in WALKS]
+SHORT = {"deepseek4": WALKS[0], "glm5": WALKS[2]}
 
 
 def feed_in_chunks(session: Session, tokens: list[int], rows: int) -> np.ndarray:
@@ -88,7 +105,7 @@ def test_rollback_at_every_position_equals_a_fresh_session(walk):
     """At each position: feed k junk tokens (1..k, one at a time or as verify chunks), roll
     back over them and over up to two committed tokens, feed the committed ones again as one
     chunk: their logits equal the fresh session's, and so do the session's tokens."""
-    limit = MAX_ROLLBACK[walk.arch]
+    limit = MAX_ROLLBACK[base(walk.arch)]
     tokens, ref = walk.tokens, reference(walk)
     session = walk.session()
     for j in range(walk.steps):
@@ -150,7 +167,7 @@ def test_snapshot_restore_equals_a_fresh_session(walk):
 @pytest.mark.parametrize("arch", MODELS)
 def test_restoring_a_later_snapshot_after_going_back(arch):
     """Snapshots taken at two points restore in either order, each with its own tokens."""
-    walk = WALKS[-1] if arch == "glm5" else WALKS[0]
+    walk = SHORT[arch]
     tokens, ref = walk.tokens, reference(walk)
     session = walk.session(decoded=2)
     early = session.snapshot()
@@ -167,7 +184,7 @@ def test_restoring_a_later_snapshot_after_going_back(arch):
 
 @pytest.mark.parametrize("arch", MODELS)
 def test_a_refused_rollback_leaves_the_session_as_it_was(arch):
-    walk = WALKS[-1] if arch == "glm5" else WALKS[0]
+    walk = SHORT[arch]
     tokens, ref = walk.tokens, reference(walk)
     j = MAX_ROLLBACK[arch] + 2
     n = walk.prefill + j
