@@ -30,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 SAMPLER = ("tests/engine/test_sampler_filters.py", "tests/engine/test_penalties.py")
+PIPELINED = ("tests/engine/test_pipelined_sampling.py",)
 ACCEPTANCE = ("tests/speculation/test_exact_acceptance.py",
               "tests/speculation/test_acceptance.py")
 SCHEDULER = ("tests/speculation/test_scheduler.py",)
@@ -48,6 +49,7 @@ class Mutation:
 
 
 SAMPLING_PY = "ds4mlx/engine/sampling.py"
+GENERATE_PY = "ds4mlx/engine/generate.py"
 ACCEPTANCE_PY = "ds4mlx/speculation/acceptance.py"
 SCHEDULER_PY = "ds4mlx/speculation/scheduler.py"
 SESSION_PY = "ds4mlx/engine/session.py"
@@ -104,6 +106,16 @@ MUTATIONS: tuple[Mutation, ...] = (
              "[*recent, *draft[:i]]", "[*recent, *draft[: i + 1]]", SAMPLER),
     Mutation("logit_bias_subtracted", SAMPLING_PY,
              "row[ids] = row[ids] + mx.array(", "row[ids] = row[ids] - mx.array(", SAMPLER),
+    # --- sampling on the device, in pipelined decoding -------------------------------------
+    Mutation("pipelined_window_keeps_the_oldest_tokens", GENERATE_PY,
+             "window = mx.concatenate([window, sampled])[-last_n:]",
+             "window = mx.concatenate([window, sampled])[:last_n]", PIPELINED),
+    Mutation("pipelined_draws_unpenalised", GENERATE_PY,
+             "sampler.draw_on_device(sampler.penalized_on_device(logits[-1], window))",
+             "sampler.draw_on_device(logits[-1])", PIPELINED),
+    Mutation("pipelined_stop_rollback_one_short", GENERATE_PY,
+             "session.truncate(pos + 1 + stop_at)", "session.truncate(pos + 2 + stop_at)",
+             PIPELINED),
     # --- acceptance -------------------------------------------------------------------------
     Mutation("exact_bonus_from_last_draft_row", ACCEPTANCE_PY,
              "                return Verdict(i, int(replacement[0]))\n"
