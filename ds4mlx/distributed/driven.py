@@ -151,7 +151,7 @@ class DrivenSession(Session):
     def snapshot(self) -> DrivenSnapshot:
         key = self.conductor.new_id()
         self.conductor.announce(Op.SNAPSHOT, self.key, key)
-        snap = DrivenSnapshot(self.state.copy(), len(self.tokens), key)
+        snap = DrivenSnapshot(self.state.copy(), tuple(self.tokens), key)
         weakref.finalize(snap, self.conductor.forget_snapshot, key)
         return snap
 

@@ -131,7 +131,8 @@ class Sampler:
             logprobs = apply_top_p(logprobs, o.top_p)
         if o.min_p > 0.0:
             logprobs = apply_min_p(logprobs, o.min_p)
-        if o.top_k > 0:
+        # A top-k at or above the vocabulary filters nothing (llama.cpp); mlx-lm's raises.
+        if 0 < o.top_k < logprobs.shape[-1]:
             logprobs = apply_top_k(logprobs, o.top_k)
         return logprobs
 

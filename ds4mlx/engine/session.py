@@ -12,10 +12,16 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Snapshot:
-    """An opaque, independent copy of a session's state (caches and position)."""
+    """An opaque, independent copy of a session's state (caches and position) and tokens."""
 
     state: Any
-    n_tokens: int
+    #: The session's tokens then: restoring must bring them back too, also after the session
+    #: was cut below them or went down another branch.
+    tokens: tuple[int, ...]
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.tokens)
 
 
 class Session:
@@ -96,12 +102,12 @@ class Session:
         return np.array(self.feed_mx(tokens).astype(mx.float32))
 
     def snapshot(self) -> Snapshot:
-        return Snapshot(self.state.copy(), len(self.tokens))
+        return Snapshot(self.state.copy(), tuple(self.tokens))
 
     def restore(self, snap: Snapshot) -> None:
         # Copy again so that the same snapshot can be restored more than once.
         self.state = snap.state.copy()
-        del self.tokens[snap.n_tokens:]
+        self.tokens = list(snap.tokens)
 
     def announce_batch(self, sessions: Sequence[Session], tokens: Sequence[int]) -> None:
         """Called before a batched step of ``sessions`` (this one first): a session whose
