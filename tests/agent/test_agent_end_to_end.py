@@ -20,23 +20,11 @@ from ds4mlx.agent.conversations import ConversationStore
 from ds4mlx.cli import agent as cli
 
 import pytest
+from processes import processes_with
 from scripted_server import Server, chunk, text_chunks, tool_call_chunks
 
 ROOT = Path(__file__).parents[2]
 OSC_TITLE = "\x1b]0;PWNED\x07"
-
-
-def processes_with(text: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
-            except OSError:
-                continue
-            if text.encode() in cmdline:
-                found.append(int(entry))
-    return found
 
 
 class Terminal:

@@ -15,6 +15,7 @@ from ds4mlx.agent.workspace import Workspace
 from ds4mlx.engine.chat import ToolCall
 
 import pytest
+from processes import processes_with
 
 
 def run(toolbox: ToolBox, tool: str, cancel: threading.Event | None = None, **arguments):
@@ -26,20 +27,6 @@ def rss_mib() -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     raise AssertionError("no VmRSS")
-
-
-def processes_with(text: str) -> list[int]:
-    """Live processes whose command line contains ``text``."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
-            except OSError:
-                continue
-            if text.encode() in cmdline:
-                found.append(int(entry))
-    return found
 
 
 def cancel_after(seconds: float) -> threading.Event:
