@@ -61,6 +61,10 @@ def main(argv: list[str] | None = None) -> int:
         from ds4mlx.cli.bench import main as bench_main
 
         return bench_main(argv[1:])
+    if argv[:1] == ["plan"]:
+        from ds4mlx.cli.plan import main as plan_main
+
+        return plan_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.n_predict <= 0:
@@ -78,6 +82,10 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.perf_counter()
     try:
+        refused = refuse_oversized(options)
+        if refused is not None:
+            log(f"ds4: error: {refused}")
+            return 1
         ranks, sampling = start_ranks(options.distributed, sampling)
         model = load_model(options.model, weights_dtype=options.weights_dtype,
                            progress=progress_line, experts=options.experts, ranks=ranks)
@@ -96,6 +104,17 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         model.close()  # reader threads; the expert hot-list is saved here when asked
+
+
+def refuse_oversized(options: ModelOptions) -> str | None:
+    """Without --ssd-stream, a model whose resident weights do not fit the memory available is
+    refused with its memory plan (``ds4 plan``) instead of swapping or being killed."""
+    if options.experts.stream or options.distributed:
+        return None
+    from ds4mlx.api import resolve_weights_dtype
+    from ds4mlx.cli.plan import refusal
+
+    return refusal(options.model, resolve_weights_dtype(options.weights_dtype), options.ctx)
 
 
 def run(args: argparse.Namespace, options: ModelOptions, model: LoadedModel,
