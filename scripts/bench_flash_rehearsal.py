@@ -21,6 +21,7 @@ import argparse
 import json
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import ds4mlx  # noqa: F401  (first: preloads BLAS before anything imports mlx.core)
@@ -61,9 +62,13 @@ class PrimitiveCounter:
     into the cache slab are counted apart."""
 
     def __init__(self) -> None:
-        self.model = 0
+        self.names: Counter[str] = Counter()  # the model's primitives, by name
         self.slab_writes = 0
         self._in_write = False
+
+    @property
+    def model(self) -> int:
+        return self.names.total()
 
     def __enter__(self) -> PrimitiveCounter:
         self._eval, self._async_eval = mx.eval, mx.async_eval
@@ -73,17 +78,16 @@ class PrimitiveCounter:
 
         def counting(real):
             def evaluate(*arrays):
-                flat = [a for a in _flatten(arrays)]
-                n = len(primitive_names(*flat))
+                names = primitive_names(*_flatten(arrays))
                 if counter._in_write:
-                    counter.slab_writes += n
+                    counter.slab_writes += len(names)
                 else:
-                    counter.model += n
+                    counter.names.update(names)
                 return real(*arrays)
             return evaluate
 
         def batches(store, layer, indices):
-            counter.model += len(primitive_names(indices))  # np.array(indices) runs these
+            counter.names.update(primitive_names(indices))  # np.array(indices) runs these
             return counter._batches(store, layer, indices)
 
         def write(slab, slot, expert):
@@ -154,13 +158,14 @@ def main() -> int:
              f"{format_size(proc_status_bytes('VmRSS'))}")
     generated = [token]
     after_prefill = store.stats()
-    steps, primitives, slab_primitives = [], None, None
+    steps, primitives, slab_primitives, top = [], None, None, {}
     for step in range(args.n_predict - 1):
         started = time.perf_counter()
         if step == 1:  # counted on the second decode step (the first one warms the graph)
             with PrimitiveCounter() as counter:
                 logits = session.feed([token])
             primitives, slab_primitives = counter.model, counter.slab_writes
+            top = dict(counter.names.most_common(12))
         else:
             logits = session.feed([token])
         steps.append(time.perf_counter() - started)
@@ -199,6 +204,7 @@ def main() -> int:
         "expert_stats": final.as_dict(),
         "primitives_per_decode_step": primitives,
         "slab_write_primitives_that_step": slab_primitives,
+        "top_primitives": top,
         "rchar": io_end["rchar"] - io_start["rchar"],
         "read_bytes": io_end["read_bytes"] - io_start["read_bytes"],
     }
@@ -212,8 +218,8 @@ def main() -> int:
     print(f"experts: read {format_size(figures['expert_bytes_read_per_decode_token'])} per "
           f"decoded token, decode hit rate {figures['decode_hit_rate']}, prefill read "
           f"{format_size(after_prefill.bytes_read)} | {final.summary()}")
-    print(f"primitives per decode step (43 layers): {primitives} (+ {slab_primitives} writing "
-          "experts into the slab)")
+    print(f"primitives per decode step ({model.args.num_layers} layers): {primitives} (+ "
+          f"{slab_primitives} writing experts into the slab); most frequent: {top}")
     print(f"loader converted {format_size(sum(converted))} of tensors through the memory map")
     print(f"/proc/self/io: rchar {format_size(figures['rchar'])} "
           f"({figures['rchar_share_of_file']:.2%} of the {format_size(plan.file_bytes)} file), "
