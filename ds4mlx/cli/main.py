@@ -159,8 +159,8 @@ def run(args: argparse.Namespace, options: ModelOptions, model: LoadedModel,
     sys.stdout.write(detokenizer.finish())
     sys.stdout.flush()
     log("")
-    log(f"ds4: prompt {stats.prompt_tokens} tokens, prefill {stats.prefill_tps:.1f} t/s | "
-        f"generated {stats.generated_tokens} tokens, decode {stats.decode_tps:.1f} t/s "
+    log(f"ds4: prompt {stats.prompt_tokens} tokens, prefill {rate(stats.prefill_tps)} | "
+        f"generated {stats.generated_tokens} tokens, decode {rate(stats.decode_tps)} "
         f"({stats.stop_reason})")
     if isinstance(stats, SpeculativeStats):
         log(speculation_summary(stats, detailed=speculation.timing))
@@ -168,6 +168,14 @@ def run(args: argparse.Namespace, options: ModelOptions, model: LoadedModel,
     if expert_stats is not None and (options.verbose or speculation.timing):
         log(f"ds4: {expert_stats.summary()}")
     return 0
+
+
+def rate(tokens_per_second: float) -> str:
+    """A throughput for the closing line; under 0.1 t/s (a model far larger than the machine)
+    as seconds per token too, where one decimal of t/s would say 0.0."""
+    if 0 < tokens_per_second < 0.1:
+        return f"{tokens_per_second:.4f} t/s ({1 / tokens_per_second:.0f} s/token)"
+    return f"{tokens_per_second:.1f} t/s"
 
 
 def speculation_summary(stats: SpeculativeStats, detailed: bool) -> str:

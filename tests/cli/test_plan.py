@@ -112,3 +112,9 @@ def test_ds4_refuses_a_model_larger_than_memory(flash, monkeypatch, capsys):
 def test_ds4_does_not_refuse_a_model_that_fits():
     assert ds4_main.refuse_oversized(ds4_main.model_options(
         ds4_main.build_parser().parse_args(["-m", str(TINY), "-p", "x"]))) is None
+
+
+@pytest.mark.parametrize("tps, text", [(12.34, "12.3 t/s"), (0.0035, "0.0035 t/s (286 s/token)"),
+                                       (0.0, "0.0 t/s")])
+def test_slow_rates_are_shown_as_seconds_per_token(tps, text):
+    assert ds4_main.rate(tps) == text
