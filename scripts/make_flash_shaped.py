@@ -56,6 +56,7 @@ FLASH_VOCAB = 129_280
 FLASH_CONTEXT = 1_048_576  # YaRN x16 from 65,536
 BPE_END = 128_000  # DeepSeek's BPE ids end here; added (special) tokens follow
 ADDED_END = 128_815  # then llama.cpp's converter pads with [PAD{i}] up to the vocab size
+MIN_VOCAB = 3 + 256 + 16
 SEED_CHUNK_BLOCKS = 1 << 20  # Q8_0 blocks generated and written per step (34 MiB)
 
 
@@ -132,8 +133,9 @@ def synthetic_vocab(vocab: int, rng: np.random.Generator) -> SyntheticVocab:
     pad at 0..2, the 256 byte tokens, merged tokens up to id 128,000, CONTROL tokens (chat
     markers, then placeholders) up to 128,815, and [PAD{i}] UNUSED rows to the vocabulary size.
     Every merge joins two tokens already in the vocabulary, so each merged token is reachable."""
-    if vocab < 3 + 256 + 8:
-        raise ValueError(f"vocab {vocab} is too small for the byte tokens and specials")
+    if vocab < MIN_VOCAB:
+        raise ValueError(f"vocab {vocab} is too small: the specials, the 256 byte tokens and a "
+                         f"few merges need {MIN_VOCAB}")
     bpe_end = min(BPE_END, vocab - 8)
     added_end = min(ADDED_END, vocab)
     tokens = [BOS, EOS, "<｜▁pad▁｜>"]

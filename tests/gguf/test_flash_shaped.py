@@ -171,3 +171,18 @@ def test_ds4_refuses_a_truncated_file_with_the_tensor_name(flash, tmp_path):
                             capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
     assert result.returncode == 1
     assert f"tensor '{last.name}'" in result.stderr and result.stdout == ""
+
+
+def test_the_script_reports_sizes_and_refuses_bad_arguments(tmp_path, capsys):
+    from make_flash_shaped import MIN_VOCAB, main
+
+    out = tmp_path / "one.gguf"
+    assert main([str(out), "--layers", "1", "--experts", "6", "--vocab", str(MIN_VOCAB)]) == 0
+    report = capsys.readouterr().out
+    assert "apparent size" in report and "on disk (du)" in report
+    assert open_gguf(out).get("deepseek4.block_count") == 1
+    assert main([str(tmp_path / "x.gguf"), "--vocab", "100", "--layers", "1"]) == 1
+    assert "too small" in capsys.readouterr().err
+    assert not (tmp_path / "x.gguf").exists()
+    with pytest.raises(SystemExit):
+        main([str(tmp_path / "y.gguf"), "--layers", "0"])
