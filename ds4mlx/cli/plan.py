@@ -8,8 +8,10 @@ all. ``ds4`` refuses to load a model resident when the plan says it cannot fit, 
 swapping or being killed.
 
 A verdict keeps ``HEADROOM`` (10%) above the weights, cache and KV it counts, for activations,
-MLX's buffer cache and the converted tensor in flight while loading, and uses at most
-``USABLE_SHARE`` of the memory: the OS and other processes need the rest.
+MLX's buffer cache and the converted tensor in flight while loading, adds ``RUNTIME_BYTES`` for
+the process itself (interpreter, MLX, the parsed GGUF header: 0.4 GiB measured with
+DeepSeek-V4-Flash's 129k-token vocabulary), and uses at most ``USABLE_SHARE`` of the memory: the
+OS and other processes need the rest.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from ds4mlx.gguf.validate import validate_gguf
 
 USABLE_SHARE = 0.85
 HEADROOM = 1.10
+RUNTIME_BYTES = 512 * 2**20
 KV_TOKENS = 1024  # "per 1k tokens"
 ROUTED_MARK = "_exps."  # stacked routed-expert tensors: blk.N.ffn_{gate,up,down}_exps.weight
 GIB = 2**30
@@ -103,10 +106,11 @@ class MemoryPlan:
         return self.n_used * self.expert_bytes
 
     def resident_needed(self) -> int:
-        return int((self.dense_bytes + self.routed_bytes + self.kv_bytes) * HEADROOM)
+        return int((self.dense_bytes + self.routed_bytes + self.kv_bytes) * HEADROOM
+                   + RUNTIME_BYTES)
 
     def streamed_needed(self, cache_bytes: int) -> int:
-        return int((self.dense_bytes + cache_bytes + self.kv_bytes) * HEADROOM)
+        return int((self.dense_bytes + cache_bytes + self.kv_bytes) * HEADROOM + RUNTIME_BYTES)
 
     def verdict(self, memory_bytes: int) -> Verdict:
         usable = memory_bytes * USABLE_SHARE
@@ -114,7 +118,7 @@ class MemoryPlan:
             return Verdict("resident", memory_bytes, self.resident_needed())
         if not self.routed_bytes:
             return Verdict("none", memory_bytes, self.resident_needed())
-        room = int(usable / HEADROOM) - self.dense_bytes - self.kv_bytes
+        room = int((usable - RUNTIME_BYTES) / HEADROOM) - self.dense_bytes - self.kv_bytes
         cache = min(room, int(AUTO_SHARE * self.routed_bytes))
         if cache < self.min_cache_bytes:
             return Verdict("none", memory_bytes, self.streamed_needed(self.min_cache_bytes),
@@ -123,8 +127,9 @@ class MemoryPlan:
                        cache / self.routed_bytes)
 
     def streamed_bound(self, cache_bytes: int) -> int:
-        """The peak RSS a streamed run with this cache should stay under."""
-        return self.streamed_needed(cache_bytes)
+        """The peak RSS bound of a streamed run with this cache that the rehearsal checks:
+        dense weights + cache + KV, plus 10% (without ``RUNTIME_BYTES``)."""
+        return int((self.dense_bytes + cache_bytes + self.kv_bytes) * HEADROOM)
 
 
 def plan_memory(gguf: GGUFFile, mode: str, ctx: int = 4096) -> MemoryPlan:
@@ -211,7 +216,8 @@ def describe(plan: MemoryPlan, memories: list[tuple[int, str]]) -> str:
 
 def _verdict_line(plan: MemoryPlan, verdict: Verdict) -> str:
     if verdict.kind == "resident":
-        return f"fits resident (needs {format_size(verdict.needed_bytes)} with 10% headroom)"
+        return (f"fits resident (needs {format_size(verdict.needed_bytes)} with 10% headroom "
+                "and the process's own 0.5 GiB)")
     if verdict.kind == "streamed":
         return (f"streamed: {verdict.flags()} caches {verdict.cached_share:.0%} of the routed "
                 f"experts (peak ~{format_size(verdict.needed_bytes)})")
@@ -234,7 +240,7 @@ def refusal(path: str | Path, mode: str, ctx: int) -> str | None:
         return None
     layout = validate_gguf(path)
     weights = sum(resident_nbytes(t.qtype, t.shape, mode) for t in layout.tensors.values())
-    if weights * HEADROOM <= available:
+    if weights * HEADROOM + RUNTIME_BYTES <= available:
         return None
     gguf = open_gguf(path)
     plan = plan_memory(gguf, mode, ctx)

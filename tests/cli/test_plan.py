@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ds4mlx.cli import main as ds4_main
 from ds4mlx.cli import plan as plan_module
-from ds4mlx.cli.plan import HEADROOM, USABLE_SHARE, parse_memory, plan_memory
+from ds4mlx.cli.plan import HEADROOM, RUNTIME_BYTES, USABLE_SHARE, parse_memory, plan_memory
 from ds4mlx.gguf import open_gguf
 
 import pytest
@@ -31,8 +31,8 @@ def flash(tmp_path_factory) -> Path:
 def streamable_memory(path: Path) -> int:
     """Memory where the model streams with a cache of two layers' top-k but is not resident."""
     plan = plan_memory(open_gguf(path), "native")
-    return int((plan.dense_bytes + 2 * plan.min_cache_bytes + plan.kv_bytes) * HEADROOM
-               / USABLE_SHARE)
+    return int(((plan.dense_bytes + 2 * plan.min_cache_bytes + plan.kv_bytes) * HEADROOM
+                + RUNTIME_BYTES) / USABLE_SHARE)
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -51,7 +51,8 @@ def test_bad_memory_sizes_are_refused(text):
 def test_verdicts_follow_the_memory(flash):
     plan = plan_memory(open_gguf(flash), "native")
     resident = plan.resident_needed()
-    assert resident == int((plan.dense_bytes + plan.routed_bytes + plan.kv_bytes) * HEADROOM)
+    assert resident == int((plan.dense_bytes + plan.routed_bytes + plan.kv_bytes) * HEADROOM
+                           + RUNTIME_BYTES)
     roomy = plan.verdict(int(resident / USABLE_SHARE) + 1)
     assert roomy.kind == "resident"
     tight = plan.verdict(int(resident / USABLE_SHARE) - 1)
