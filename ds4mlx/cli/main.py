@@ -27,7 +27,9 @@ from ds4mlx.speculation.config import SpeculationConfig
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="ds4", description="Generate text with a DeepSeek-V4-Flash / GLM GGUF model.")
+        prog="ds4", description="Generate text with a DeepSeek-V4-Flash / GLM GGUF model.",
+        epilog="Subcommands: 'ds4 plan -m FILE' prints a model's memory plan without loading "
+               "it; 'ds4 bench' measures speed and quality.")
     add_model_flags(parser)
     parser.add_argument("-p", "--prompt", required=True, help="prompt text")
     parser.add_argument("-n", "--n-predict", type=int, default=128,
@@ -55,8 +57,9 @@ def progress_line(message: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    # ``ds4 bench ...`` is a subcommand; anything else is the one-shot generator, whose flags
-    # stay top-level (``ds4 -p ...``), so subcommands are matched by the first word only.
+    # ``ds4 bench ...`` and ``ds4 plan ...`` are subcommands; anything else is the one-shot
+    # generator, whose flags stay top-level (``ds4 -p ...``), so subcommands are matched by the
+    # first word only.
     if argv[:1] == ["bench"]:
         from ds4mlx.cli.bench import main as bench_main
 
