@@ -145,6 +145,8 @@ def plan_memory(gguf: GGUFFile, mode: str, ctx: int = 4096) -> MemoryPlan:
         if ROUTED_MARK in name:
             routed_file += info.nbytes
             routed += held
+            if not name.endswith("_exps.weight"):  # per-expert scale companions: no geometry
+                continue
             layer = name.split(ROUTED_MARK)[0].rsplit(".", 1)[0]
             n = info.shape[0] if len(info.shape) == 3 else 1
             experts_per_layer[layer] = n

@@ -119,3 +119,14 @@ def test_ds4_does_not_refuse_a_model_that_fits():
                                        (0.0, "0.0 t/s")])
 def test_slow_rates_are_shown_as_seconds_per_token(tps, text):
     assert ds4_main.rate(tps) == text
+
+
+def test_expert_geometry_ignores_scale_companions(oracle):
+    from conftest import oracle_dir
+
+    # llama.cpp's fixture stores blk.N.ffn_*_exps.scale / .input_scale next to the experts.
+    gguf = open_gguf(oracle_dir() / "deepseek4-a-kquant.gguf")
+    assert gguf.has_tensor("blk.0.ffn_gate_exps.scale")
+    plan = plan_memory(gguf, "f32")
+    assert plan.n_experts == 2 and plan.moe_layers == 4
+    assert plan.expert_bytes == 3 * 1024 * 512 * 4  # gate, up, down of one expert in float32
