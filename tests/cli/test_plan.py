@@ -121,11 +121,9 @@ def test_slow_rates_are_shown_as_seconds_per_token(tps, text):
     assert ds4_main.rate(tps) == text
 
 
-def test_expert_geometry_ignores_scale_companions(oracle):
-    from conftest import oracle_dir
-
+def test_expert_geometry_ignores_scale_companions(ds4_fixture_path):
     # llama.cpp's fixture stores blk.N.ffn_*_exps.scale / .input_scale next to the experts.
-    gguf = open_gguf(oracle_dir() / "deepseek4-a-kquant.gguf")
+    gguf = open_gguf(ds4_fixture_path.parent / "deepseek4-a-kquant.gguf")
     assert gguf.has_tensor("blk.0.ffn_gate_exps.scale")
     plan = plan_memory(gguf, "f32")
     assert plan.n_experts == 2 and plan.moe_layers == 4
