@@ -27,7 +27,9 @@ from ds4mlx.speculation.config import SpeculationConfig
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="ds4", description="Generate text with a DeepSeek-V4-Flash / GLM GGUF model.")
+        prog="ds4", description="Generate text with a DeepSeek-V4-Flash / GLM GGUF model.",
+        epilog="Subcommands: 'ds4 plan -m FILE' prints a model's memory plan without loading "
+               "it; 'ds4 bench' measures speed and quality.")
     add_model_flags(parser)
     parser.add_argument("-p", "--prompt", required=True, help="prompt text")
     parser.add_argument("-n", "--n-predict", type=int, default=128,
@@ -55,12 +57,17 @@ def progress_line(message: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    # ``ds4 bench ...`` is a subcommand; anything else is the one-shot generator, whose flags
-    # stay top-level (``ds4 -p ...``), so subcommands are matched by the first word only.
+    # ``ds4 bench ...`` and ``ds4 plan ...`` are subcommands; anything else is the one-shot
+    # generator, whose flags stay top-level (``ds4 -p ...``), so subcommands are matched by the
+    # first word only.
     if argv[:1] == ["bench"]:
         from ds4mlx.cli.bench import main as bench_main
 
         return bench_main(argv[1:])
+    if argv[:1] == ["plan"]:
+        from ds4mlx.cli.plan import main as plan_main
+
+        return plan_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.n_predict <= 0:
@@ -78,6 +85,10 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.perf_counter()
     try:
+        refused = refuse_oversized(options)
+        if refused is not None:
+            log(f"ds4: error: {refused}")
+            return 1
         ranks, sampling = start_ranks(options.distributed, sampling)
         model = load_model(options.model, weights_dtype=options.weights_dtype,
                            progress=progress_line, experts=options.experts, ranks=ranks)
@@ -96,6 +107,17 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         model.close()  # reader threads; the expert hot-list is saved here when asked
+
+
+def refuse_oversized(options: ModelOptions) -> str | None:
+    """Without --ssd-stream, a model whose resident weights do not fit the memory available is
+    refused with its memory plan (``ds4 plan``) instead of swapping or being killed."""
+    if options.experts.stream or options.distributed:
+        return None
+    from ds4mlx.api import resolve_weights_dtype
+    from ds4mlx.cli.plan import refusal
+
+    return refusal(options.model, resolve_weights_dtype(options.weights_dtype), options.ctx)
 
 
 def run(args: argparse.Namespace, options: ModelOptions, model: LoadedModel,
@@ -140,8 +162,8 @@ def run(args: argparse.Namespace, options: ModelOptions, model: LoadedModel,
     sys.stdout.write(detokenizer.finish())
     sys.stdout.flush()
     log("")
-    log(f"ds4: prompt {stats.prompt_tokens} tokens, prefill {stats.prefill_tps:.1f} t/s | "
-        f"generated {stats.generated_tokens} tokens, decode {stats.decode_tps:.1f} t/s "
+    log(f"ds4: prompt {stats.prompt_tokens} tokens, prefill {rate(stats.prefill_tps)} | "
+        f"generated {stats.generated_tokens} tokens, decode {rate(stats.decode_tps)} "
         f"({stats.stop_reason})")
     if isinstance(stats, SpeculativeStats):
         log(speculation_summary(stats, detailed=speculation.timing))
@@ -149,6 +171,14 @@ def run(args: argparse.Namespace, options: ModelOptions, model: LoadedModel,
     if expert_stats is not None and (options.verbose or speculation.timing):
         log(f"ds4: {expert_stats.summary()}")
     return 0
+
+
+def rate(tokens_per_second: float) -> str:
+    """A throughput for the closing line; under 0.1 t/s (a model far larger than the machine)
+    as seconds per token too, where one decimal of t/s would say 0.0."""
+    if 0 < tokens_per_second < 0.1:
+        return f"{tokens_per_second:.4f} t/s ({1 / tokens_per_second:.0f} s/token)"
+    return f"{tokens_per_second:.1f} t/s"
 
 
 def speculation_summary(stats: SpeculativeStats, detailed: bool) -> str:

@@ -37,7 +37,7 @@ from ds4mlx.experts.policy import SlotPolicy
 from ds4mlx.experts.reader import ExpertReader, ExpertTensor
 from ds4mlx.gguf import GGUFError, GGUFFile
 from ds4mlx.gguf.quants import HostWeight, to_device
-from ds4mlx.kernels import QuantizedWeight, Weight
+from ds4mlx.kernels import PACKED_KERNELS, QuantizedWeight, Weight
 
 import mlx.core as mx
 import numpy as np
@@ -51,6 +51,11 @@ STAGING_SHARE = 1 / 8
 # device copy being written, and the freed buffers MLX keeps for reuse (its cache limit).
 MLX_CACHE_SLOTS = 2
 WRITE_SLOTS = 1 + MLX_CACHE_SLOTS
+# Without the Metal kernels, packed experts (Q2_K, Q6_K, IQ2_XXS) are decoded to float32 before
+# their matmuls (``kernels.twins``): a batch decodes at most this many bytes of experts, so that a
+# prefill routed to hundreds of DeepSeek-V4-Flash experts (96 MiB each in float32) never holds
+# them all decoded at once.
+TWIN_BATCH_BYTES = 256 * 2**20
 
 
 def format_bytes(n: float) -> str:
@@ -221,8 +226,13 @@ class _Slab:
         # is freed before the next one is made.
         mx.eval(self.arrays())
 
-    def weights(self) -> tuple[Weight, Weight, Weight]:
-        gate, up, down = (to_device(h, a) for h, a in zip(self.template, self.parts, strict=True))
+    def weights(self, slots: np.ndarray | None = None) -> tuple[Weight, Weight, Weight]:
+        """The slab's weights, or (``slots``) copies of just those slots, in that order."""
+        parts = self.parts
+        if slots is not None:
+            taken = mx.array(np.asarray(slots, np.int32))
+            parts = [[a[taken] for a in arrays] for arrays in parts]
+        gate, up, down = (to_device(h, a) for h, a in zip(self.template, parts, strict=True))
         return gate, up, down
 
 
@@ -256,6 +266,9 @@ class _Pool:
     staging: int = 0
     window: int = 1  # demand reads in flight at once
     reserved: int = 0  # slots' worth of budget kept for them
+    # Experts per batch when their weights are decoded before the matmuls (TWIN_BATCH_BYTES);
+    # each batch then holds copies of exactly its experts. None: batches use the whole slab.
+    decode_batch: int | None = None
     inflight: dict[int, _ExpertRead] = field(default_factory=dict)  # key -> hinted read
     draining: list[_ExpertRead] = field(default_factory=list)  # unwanted reads still running
 
@@ -374,7 +387,7 @@ class StreamedStore(ExpertStore):
                                   int((slots - low) * STAGING_SHARE))
                     slots -= staging
             pool = _Pool(layers, capacity=slots, staging=staging, window=window,
-                         reserved=reserved)
+                         reserved=reserved, decode_batch=_decode_batch(template, layers[0]))
             pool.slab = _Slab(template, slots)
             pool.policy = SlotPolicy(self.n_keys, slots, half_life)
             for layer in layers:
@@ -424,23 +437,34 @@ class StreamedStore(ExpertStore):
         self._stats.hits += int(cached.sum())
         self._stats.misses += int((~cached).sum())
         self._drop_unwanted_prefetches(layer, pool, keys)
-        if len(experts) <= pool.capacity:
+        batch = pool.capacity if pool.decode_batch is None else \
+            min(pool.capacity, pool.decode_batch)
+        if len(experts) <= batch:
             slots = self._ensure(layer, pool, keys)
-            remapped = slots[inverse].reshape(routing.shape).astype(np.int32)
-            yield ExpertBatch(*pool.slab.weights(), mx.array(remapped))
+            if pool.decode_batch is None:
+                remapped = slots[inverse].reshape(routing.shape).astype(np.int32)
+                yield ExpertBatch(*pool.slab.weights(), mx.array(remapped))
+            else:  # copies of the used slots, in ``experts`` order: each decoded once
+                position = inverse.reshape(routing.shape).astype(np.int32)
+                yield ExpertBatch(*pool.slab.weights(slots), mx.array(position))
             return
-        # More experts than slots: batches of at most ``capacity`` experts, cached ones first
-        # (they cost no read).
+        # More experts than one batch takes: batches of at most ``batch`` experts, cached ones
+        # first (they cost no read).
         order = np.argsort(~cached, kind="stable")
-        for start in range(0, len(experts), pool.capacity):
-            chunk = order[start : start + pool.capacity]
+        for start in range(0, len(experts), batch):
+            chunk = order[start : start + batch]
             slot_of = np.full(len(experts), -1, np.int64)
             slot_of[chunk] = self._ensure(layer, pool, keys[chunk])
-            pair_slots = slot_of[inverse]
-            pairs = np.flatnonzero(pair_slots >= 0)
-            pairs = pairs[np.argsort(pair_slots[pairs], kind="stable")]
-            yield ExpertBatch(*pool.slab.weights(),
-                              mx.array(pair_slots[pairs].astype(np.int32)), pairs)
+            if pool.decode_batch is None:
+                index_of, weights = slot_of, pool.slab.weights()
+            else:
+                index_of = np.full(len(experts), -1, np.int64)
+                index_of[chunk] = np.arange(len(chunk))
+                weights = pool.slab.weights(slot_of[chunk])
+            pair_index = index_of[inverse]
+            pairs = np.flatnonzero(pair_index >= 0)
+            pairs = pairs[np.argsort(pair_index[pairs], kind="stable")]
+            yield ExpertBatch(*weights, mx.array(pair_index[pairs].astype(np.int32)), pairs)
 
     def _ensure(self, layer: _StreamedLayer, pool: _Pool, keys: np.ndarray) -> np.ndarray:
         """Slots holding ``keys`` (at most the capacity), reading the missing experts."""
@@ -624,6 +648,15 @@ def _configure_malloc(scratch_bytes: int) -> None:
     mallopt(m_mmap_threshold, 1 << 18)
     mallopt(m_top_pad, scratch_bytes)
     mallopt(m_arena_max, 1)
+
+
+def _decode_batch(template: tuple[HostWeight, ...], layer: _StreamedLayer) -> int | None:
+    """``_Pool.decode_batch`` for experts of this format: set when the weights are packed blocks
+    that the twin kernels decode to float32 (no Metal)."""
+    if PACKED_KERNELS == "metal" or not any(h.kind == "packed" for h in template):
+        return None
+    decoded = sum(4 * math.prod(t.expert_shape) for t in layer.tensors)
+    return max(1, TWIN_BATCH_BYTES // decoded)
 
 
 def open_expert_store(gguf: GGUFFile, mode: str | None,

@@ -24,6 +24,7 @@ of temporaries) is ever in memory.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -96,6 +97,27 @@ def host_weight(
     outer = shape[:-1]
     return HostWeight("quantized", tuple(p.reshape(*outer, -1) for p in parts), qtype, bits,
                       quant_mode)
+
+
+def resident_nbytes(qtype: GGMLQuantizationType, shape: Sequence[int], mode: str) -> int:
+    """Bytes ``host_weight(raw, qtype, shape, mode)`` holds, computed without converting
+    anything (memory plans): the same cases in the same order. ``mode`` must be resolved
+    ("f32" or "native")."""
+    n = math.prod(shape)
+    is_matrix = len(shape) >= 2 and n > 0
+    if qtype not in SUPPORTED_TYPES:  # integer tables (hash routing): kept as stored
+        block, type_size = GGML_QUANT_SIZES[qtype]
+        return n // block * type_size
+    if mode == "f32" or (qtype not in DENSE_TYPES and not is_matrix):
+        return 4 * n
+    if qtype in DENSE_TYPES or qtype in PACKED_TYPES:
+        block, type_size = GGML_QUANT_SIZES[qtype]
+        return n // block * type_size
+    groups = n // GROUP_SIZE
+    if qtype == T.MXFP4:
+        return n // 2 + groups  # e2m1 codes, one e8m0 byte a group
+    bits = _CONVERTERS[qtype][1]
+    return n * bits // 8 + 2 * 4 * groups  # codes, float32 scale and bias a group
 
 
 def to_device(host: HostWeight, arrays: Sequence[mx.array] | None = None) -> Weight:

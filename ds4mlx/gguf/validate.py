@@ -117,7 +117,8 @@ class _BoundedCursor:
         if length > self.remaining:
             raise self.fail(
                 f"string length {length} in {what} runs past the end of the file "
-                f"({self.remaining} bytes left at offset {self.position})"
+                f"({self.remaining} bytes left at offset {self.position}): the file is "
+                "truncated or the length is corrupt"
             )
         return self.skip(length, what), length
 
@@ -137,7 +138,8 @@ class _BoundedCursor:
         if count * min_entry_bytes > self.remaining:
             raise self.fail(
                 f"{what} count {count} is impossible: at least {min_entry_bytes} bytes each, "
-                f"but only {self.remaining} bytes are left at offset {self.position}"
+                f"but only {self.remaining} bytes are left at offset {self.position} (the file "
+                "is truncated or the count is corrupt)"
             )
 
 
@@ -252,9 +254,11 @@ class _RawTensorInfo:
 
 
 def _read_tensor_infos(cursor: _BoundedCursor, tensor_count: int) -> list[_RawTensorInfo]:
-    infos = []
+    infos: list[_RawTensorInfo] = []
     for index in range(tensor_count):
-        name = cursor.name(f"the name of tensor info #{index}")
+        # A cut inside a name leaves it unreadable: the tensor before it locates the damage.
+        after = f" (after tensor '{infos[-1].name}')" if infos else ""
+        name = cursor.name(f"the name of tensor info #{index}{after}")
         where = f"tensor '{name}'"
         n_dims = cursor.u32(f"the dimension count of {where}")
         if not 1 <= n_dims <= MAX_TENSOR_DIMS:

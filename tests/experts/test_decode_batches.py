@@ -1,0 +1,61 @@
+"""Without the Metal kernels, streamed packed experts (decoded to float32 before their matmuls)
+run in batches of a bounded number of experts, each batch holding copies of exactly its experts:
+a prefill routed to many experts must not decode them all at once (DeepSeek-V4-Flash: 96 MiB an
+expert in float32), nor one copy per routed pair. Results stay bit-identical to resident."""
+
+from __future__ import annotations
+
+import ds4mlx
+from ds4mlx.experts import store as store_module
+from ds4mlx.kernels import PACKED_KERNELS
+
+import numpy as np
+import pytest
+from expert_helpers import TINY, budget_gib, feed_patterns, streamed
+
+pytestmark = pytest.mark.skipif(PACKED_KERNELS == "metal",
+                                reason="Metal kernels compute packed experts without decoding")
+
+
+def expert_f32_bytes(model) -> int:
+    layer = model.experts.layers[0]
+    return sum(4 * int(np.prod(t.expert_shape)) for t in layer.tensors)
+
+
+def test_batches_hold_at_most_the_decode_budget(monkeypatch):
+    tokens = list(range(3, 60, 3))
+    resident = ds4mlx.load_model(TINY, weights_dtype="native")
+    expected = feed_patterns(resident, tokens)
+    probe = streamed(TINY, budget_gib(TINY, 1.0, "native"), "native")
+    per_expert = expert_f32_bytes(probe)
+    probe.close()
+    monkeypatch.setattr(store_module, "TWIN_BATCH_BYTES", 2 * per_expert)
+
+    sizes: list[int | None] = []
+    weights = store_module._Slab.weights
+
+    def spy(slab, slots=None):
+        sizes.append(None if slots is None else len(slots))
+        return weights(slab, slots)
+
+    monkeypatch.setattr(store_module._Slab, "weights", spy)
+    model = streamed(TINY, budget_gib(TINY, 1.0, "native"), "native")
+    try:
+        assert all(pool.decode_batch == 2 for pool in model.experts.pools)
+        got = feed_patterns(model, tokens)
+    finally:
+        model.close()
+    for i, (a, b) in enumerate(zip(expected, got, strict=True)):
+        assert np.array_equal(a, b), f"chunk {i} differs"
+    assert sizes and None not in sizes and max(sizes) == 2
+    assert len(sizes) > len(tokens)  # prefill layers ran in several batches
+
+
+def test_dense_experts_use_the_whole_slab():
+    # f32 experts go to the fused CPU kernel, which gathers what it needs itself.
+    model = streamed(TINY, budget_gib(TINY, 0.5, "f32"), "f32")
+    try:
+        model.logits([3, 4, 5])
+        assert all(pool.decode_batch is None for pool in model.experts.pools)
+    finally:
+        model.close()
