@@ -69,6 +69,11 @@ class Drafter(Protocol):
         """Up to ``min(max_tokens, max_draft)`` tokens following ``next_token``."""
 
 
+# Optional: a drafter with ``needs_target_rows = False`` (prompt lookup) drafts from tokens
+# alone, so the loop decodes its draftless cycles as plain decoding does, pipelined, and hands
+# ``observe`` rows without hidden states.
+
+
 class DeviceDrafter(Drafter, Protocol):
     """A drafter that can also leave its draft on the device, so that the verify pass is queued
     behind it before the host reads a token (``SpeculativeDecoder`` uses it when no confidence

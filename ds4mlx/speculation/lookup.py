@@ -78,6 +78,9 @@ class LookupDrafter:
 
     name = "lookup"
     capture_layers: tuple[int, ...] = ()
+    #: It drafts from tokens alone: a cycle without a draft decodes as plain decoding does,
+    #: pipelined, and ``observe`` gets rows without hidden states.
+    needs_target_rows = False
 
     def __init__(self, max_draft: int, ngram: tuple[int, int] = DEFAULT_NGRAM):
         if max_draft < 1:

@@ -152,6 +152,15 @@ class SpeculativeDecoder(Decoder):
     def batched(self) -> None:
         self.detached = True
 
+    def _advance_plain(self, session: Session, token: int, sampler: Sampler,
+                       stats: GenerationStats, limits: Limits) -> list[int]:
+        pos = session.n_tokens
+        tokens = super().advance(session, token, sampler, stats, limits)
+        fed = [token, *tokens[:-1]]
+        no_rows = TargetRows(pos, {}, mx.zeros((len(fed), 0, 0)), mx.zeros((len(fed), 0)))
+        self.drafter.observe(fed, tokens[-1], no_rows)
+        return tokens
+
     def _drafts_on_device(self, session: Session) -> bool:
         """Whether the draft can stay on the device until the verify pass is queued: the
         drafter supports it, the session takes lazy feeds, and no confidence cut needs the
@@ -184,6 +193,12 @@ class SpeculativeDecoder(Decoder):
                 draft = _cut_by_confidence(proposal, options.confidence_threshold)
             stats.draft_seconds += time.perf_counter() - tick
 
+        if not draft and queued is None and not getattr(drafter, "needs_target_rows", True):
+            # Nothing to verify, and the drafter needs no target rows (prompt lookup): decode
+            # as plain decoding does, pipelined, and let the drafter see the tokens.
+            if drafting:
+                self.scheduler.record(0, 0)
+            return self._advance_plain(session, token, sampler, stats, limits)
         tick = time.perf_counter()
         pos = session.n_tokens
         if queued is not None:

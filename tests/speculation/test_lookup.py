@@ -190,3 +190,22 @@ def test_sampled_generation_with_lookup_is_verified_exactly_and_reproducible(tin
     again, _ = generated(tiny, prompt, 40, config, sampling)
     assert first == again
     assert stats.accepted_tokens > 0
+
+
+def test_cycles_without_a_copy_decode_as_plain_decoding_does(tiny):
+    """Where the context holds no copy, lookup's cycles are plain pipelined decoding (no verify
+    pass of a lone token), and the drafter still follows every token."""
+    prompt = tiny.tokenizer.encode("Hello! Who are you?")
+    plain, _ = generated(tiny, prompt, 24, SpeculationConfig())
+    config = SpeculationConfig(lookup=7)
+    drafter = load_drafter(config, tiny)
+    session = tiny.new_session()
+    tokens, stats = [], None
+    for event in generate(session, prompt, 24, None, drafter, config):
+        if isinstance(event, DoneEvent):
+            stats = event.stats
+        else:
+            tokens.append(event.token)
+    assert tokens == plain
+    assert stats.verify_passes == stats.drafted_passes  # every verify pass checked a draft
+    assert drafter._index.tokens == session.tokens  # it saw every token fed
