@@ -195,9 +195,9 @@ class SpeculativeDecoder(Decoder):
 
         if not draft and queued is None and not getattr(drafter, "needs_target_rows", True):
             # Nothing to verify, and the drafter needs no target rows (prompt lookup): decode
-            # as plain decoding does, pipelined, and let the drafter see the tokens.
-            if drafting:
-                self.scheduler.record(0, 0)
+            # as plain decoding does, pipelined, and let the drafter see the tokens. A lookup
+            # that finds no copy costs nothing, so the scheduler does not count it against
+            # drafting (its pauses are for drafts the target rejects).
             return self._advance_plain(session, token, sampler, stats, limits)
         tick = time.perf_counter()
         pos = session.n_tokens
