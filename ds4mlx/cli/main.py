@@ -128,8 +128,9 @@ def run(args: argparse.Namespace, options: ModelOptions, model: LoadedModel,
         log(f"ds4: error: {exc}")
         return 1
     if drafter is not None:
+        tokens = "token" if drafter.max_draft == 1 else "tokens"
         mode = "strict: target-only decoding" if speculation.strict else \
-            f"up to {drafter.max_draft} tokens a draft"
+            f"up to {drafter.max_draft} {tokens} a draft"
         log(f"ds4: drafter {drafter.name} ({mode})")
 
     tokenizer = model.tokenizer
@@ -143,6 +144,7 @@ def run(args: argparse.Namespace, options: ModelOptions, model: LoadedModel,
 
     detokenizer = tokenizer.streaming_detokenizer()
     session = model.new_session()
+    written = ""  # the last piece of text written to stdout
     try:
         for event in generate(session, prompt, args.n_predict, sampling, drafter, speculation,
                               stop_tokens=tokenizer.stop_ids, max_context=options.ctx):
@@ -151,7 +153,9 @@ def run(args: argparse.Namespace, options: ModelOptions, model: LoadedModel,
                 break
             if event.token in tokenizer.stop_ids:
                 continue
-            sys.stdout.write(detokenizer.add(event.token))
+            text = detokenizer.add(event.token)
+            written = text or written
+            sys.stdout.write(text)
             sys.stdout.flush()
     except ValueError as exc:
         log(f"ds4: error: {exc}")
@@ -159,9 +163,11 @@ def run(args: argparse.Namespace, options: ModelOptions, model: LoadedModel,
     except KeyboardInterrupt:
         log("\nds4: interrupted")
         return 130
-    sys.stdout.write(detokenizer.finish())
+    text = detokenizer.finish()
+    written = text or written
+    # The output ends its line, so that whatever follows (a shell prompt) starts on its own.
+    sys.stdout.write(text if written.endswith("\n") else text + "\n")
     sys.stdout.flush()
-    log("")
     log(f"ds4: prompt {stats.prompt_tokens} tokens, prefill {rate(stats.prefill_tps)} | "
         f"generated {stats.generated_tokens} tokens, decode {rate(stats.decode_tps)} "
         f"({stats.stop_reason})")

@@ -14,7 +14,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import mlx.core as mx
-from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p, categorical_sampling
+
+
+def _sample_utils():
+    """mlx-lm's sampler pieces, imported on first use: importing mlx_lm loads transformers
+    (most of a second), which ``ds4 --help`` and the other commands that sample nothing should
+    not pay."""
+    from mlx_lm import sample_utils
+
+    return sample_utils
 
 
 @dataclass(frozen=True)
@@ -128,12 +136,12 @@ class Sampler:
         logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
         o = self.options
         if 0.0 < o.top_p < 1.0:
-            logprobs = apply_top_p(logprobs, o.top_p)
+            logprobs = _sample_utils().apply_top_p(logprobs, o.top_p)
         if o.min_p > 0.0:
-            logprobs = apply_min_p(logprobs, o.min_p)
+            logprobs = _sample_utils().apply_min_p(logprobs, o.min_p)
         # A top-k at or above the vocabulary filters nothing (llama.cpp); mlx-lm's raises.
         if 0 < o.top_k < logprobs.shape[-1]:
-            logprobs = apply_top_k(logprobs, o.top_k)
+            logprobs = _sample_utils().apply_top_k(logprobs, o.top_k)
         return logprobs
 
     def probabilities(self, logits: mx.array) -> mx.array:
@@ -158,7 +166,8 @@ class Sampler:
             return mx.argmax(logits, keepdims=True).astype(mx.int32)
         row = self.filtered_logprobs(logits[None])
         if self._key is None:
-            return categorical_sampling(row, self.options.temperature).astype(mx.int32)
+            return _sample_utils().categorical_sampling(row, self.options.temperature).astype(
+                mx.int32)
         self._key, key = mx.random.split(self._key)
         return mx.random.categorical(row * (1 / self.options.temperature),
                                      key=key).astype(mx.int32)

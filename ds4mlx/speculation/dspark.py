@@ -424,9 +424,15 @@ def load_dspark(path: str | Path, target: LoadedModel, *, check_target_id: bool 
     to the target's.
     """
     gguf = open_gguf(path)
-    config = read_config(gguf, target.args)
+    if not isinstance(target.args, ModelArgs):
+        raise GGUFError(f"{gguf.path}: DSpark drafts for DeepSeek-V4 (deepseek4) targets; "
+                        f"{target.gguf.path} is a {target.gguf.arch} model (GLM drafts with "
+                        "its own MTP block: --mtp)")
+    # Whose drafter it is comes first: a file for another model fails its shape checks too,
+    # with a less helpful message.
     if check_target_id:
         check_target(gguf, target.gguf)
+    config = read_config(gguf, target.args)
     stages = config.stage_count
     rename = (lambda n: n) if gguf.arch == ARCH_LLAMA else (lambda n: ds4_name(n, stages))
     shapes = {rename(name): shape for name, shape in tensor_shapes(target.args, config).items()}

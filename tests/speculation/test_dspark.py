@@ -223,3 +223,9 @@ def test_shipped_drafter_agrees_with_the_target():
     stats = probe_greedy(target, drafter, prompt, greedy_continuation(target, prompt, 40))
     assert stats.acceptance_rate >= MIN_ACCEPTANCE
     assert stats.tau >= 1.0 + MIN_ACCEPTANCE
+
+
+def test_a_glm_target_is_refused_by_name():
+    glm = ds4mlx.load_model(REPO / "assets" / "glm-tiny.gguf")
+    with pytest.raises(GGUFError, match="glm5-next model .*--mtp"):
+        dspark.load_dspark(REPO / "assets" / "ds4-tiny-dspark.gguf", glm)
