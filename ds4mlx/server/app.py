@@ -127,7 +127,10 @@ class _Server:
     # ------------------------------------------------------------------ plain routes
 
     def _model_json(self, name: str) -> dict[str, Any]:
-        return {"id": name, "object": "model", "created": self.started, "owned_by": "ds4mlx"}
+        # context_length as vLLM's max_model_len and LM Studio report it: clients (ds4-agent
+        # with --api-base) size their context from it.
+        return {"id": name, "object": "model", "created": self.started, "owned_by": "ds4mlx",
+                "context_length": self.service.max_context}
 
     async def list_models(self, _request: Request) -> JSONResponse:
         return JSONResponse({"object": "list",

@@ -26,6 +26,8 @@ def test_lists_the_served_model(client):
     models = client.models.list()
     assert [model.id for model in models.data] == [MODEL_ID]
     assert client.models.retrieve(MODEL_ID).id == MODEL_ID
+    # The context the server serves, which clients such as ds4-agent --api-base read.
+    assert models.data[0].model_extra["context_length"] == 1024
 
 
 def test_chat_returns_text_and_usage_counts_the_rendered_prompt(client, prompt_tokens):
