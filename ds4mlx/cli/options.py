@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ds4mlx.engine.sampling import SamplingOptions
 from ds4mlx.experts.options import ExpertOptions, parse_cache_budget
+from ds4mlx.resources import data_dir
 from ds4mlx.speculation.config import (
     DEFAULT_MTP_MARGIN,
     DEFAULT_NGRAM,
@@ -54,7 +55,7 @@ def _float_in(low: float, high: float, *, low_open: bool = False):
 
 # The embedded default: the tiny DeepSeek-V4 model shipped in the repository's assets/
 # (``scripts/train_tiny.py`` rebuilds it); found next to the package of an editable install.
-DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "assets" / "ds4-tiny.gguf"
+DEFAULT_MODEL = data_dir("assets") / "ds4-tiny.gguf"
 
 
 def add_model_flags(parser: argparse.ArgumentParser) -> None:

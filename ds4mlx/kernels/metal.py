@@ -10,17 +10,17 @@ attention over selected compressed rows). Semantics match ``kernels.twins``.
 from __future__ import annotations
 
 from functools import cache
-from pathlib import Path
 
 from ds4mlx.kernels import twins
 from ds4mlx.kernels.gradients import with_twin_gradient
 from ds4mlx.kernels.twins import iq2_xxs_tables
 from ds4mlx.kernels.weights import PackedWeight
+from ds4mlx.resources import data_dir
 
 import mlx.core as mx
 from gguf import GGMLQuantizationType
 
-METAL_SOURCE_DIR = Path(__file__).resolve().parents[2] / "metal"
+METAL_SOURCE_DIR = data_dir("metal")
 ROWS_PER_SIMDGROUP = 8  # x rows that share one decode of a weight sub-block
 MAX_THREADGROUP = 256
 SIMD_WIDTH = 32
