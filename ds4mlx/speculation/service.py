@@ -252,20 +252,28 @@ class ChatService:
                        time.perf_counter() - started, stops.matched, reasoning)
 
     def _slot_for(self, tokens: list[int]) -> _Slot:
-        """A free slot whose session holds a prefix of ``tokens`` (the longest one found),
-        leaving at least one token to feed; a new slot while fewer than ``sessions`` exist and
-        no free one shares anything."""
+        """The slot to run ``tokens`` on (leaving at least one token to feed):
+
+        * a free slot whose whole cache is a prefix of ``tokens``, the longest one (a
+          conversation continued, or an empty slot);
+        * else a new slot while fewer than ``sessions`` exist: a conversation that shares only
+          a system prompt with a cached one must not wipe it while room is left (ds4's
+          #765/#1069);
+        * else the free slot sharing the longest prefix, cut back to it."""
         free = [slot for slot in self._slots if not slot.busy]
         shares = [_common_prefix(slot.session.tokens, tokens[:-1]) for slot in free]
-        best = max(range(len(free)), key=shares.__getitem__, default=None)
-        if best is None or (shares[best] == 0 and len(self._slots) < self.sessions):
-            if len(self._slots) >= self.sessions:
-                raise RuntimeError(f"all {self.sessions} sessions are busy")
+        extending = [i for i, slot in enumerate(free) if shares[i] == slot.session.n_tokens]
+        if extending:
+            slot = free[max(extending, key=shares.__getitem__)]
+        elif len(self._slots) < self.sessions:
             slot = _Slot(self.model.new_session())
             self._slots.append(slot)
-        else:
+        elif free:
+            best = max(range(len(free)), key=shares.__getitem__)
             slot = free[best]
             self._rewind(slot, tokens, shares[best])
+        else:
+            raise RuntimeError(f"all {self.sessions} sessions are busy")
         slot.busy = True
         return slot
 

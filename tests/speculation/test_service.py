@@ -71,3 +71,24 @@ def test_every_turn_reuses_the_previous_prompt(service):
         assert done.cached_tokens >= previous_prompt
         previous_prompt = done.prompt_tokens
         messages.append({"role": "assistant", "content": answer})
+
+
+def test_a_conversation_sharing_only_the_system_prompt_does_not_take_over_a_slot(
+        chat_model_path):
+    """With two sessions, a second conversation that shares just the system prompt with the
+    first opens the free slot instead of wiping the first one's cache (ds4's #765/#1069)."""
+    service = ChatService(ds4mlx.load_model(chat_model_path), max_context=512, sessions=2)
+    system = {"role": "system", "content": "You are a helpful assistant for the ds4 project."}
+    conversations = {name: [system, {"role": "user", "content": text}]
+                     for name, text in (("a", "Write a Python function."),
+                                        ("b", "List three colours."))}
+    for messages in conversations.values():
+        answer, done = collect(service.chat(messages, max_tokens=6))
+        messages.append({"role": "assistant", "content": answer})
+    for messages in conversations.values():
+        messages.append({"role": "user", "content": "Thanks, go on."})
+        before = service.model.tokenizer.encode(
+            service.model.chat_format.render(messages[:-1]))
+        _, done = collect(service.chat(messages, max_tokens=4))
+        # Each continuation finds its own earlier turn cached (up to the rendered answer).
+        assert done.cached_tokens >= len(before) - 8, (done.cached_tokens, len(before))
