@@ -150,19 +150,18 @@ class LookupExtension:
     def _record(self, block: int, extension: int) -> None:
         self.last_sources = [(self.learned.name, block), (self.lookup.name, extension)]
 
-    def _strong_copy(self, max_tokens: int) -> list[int] | None:
+    def _copy(self, max_tokens: int) -> tuple[list[int], bool]:
+        """The lookup's copy (looked up once a round), and whether its match is long enough
+        to be the whole draft."""
         copy = self.lookup.propose(max_tokens).tokens
-        if copy and self.lookup.last_match >= self.min_match:
+        strong = bool(copy) and self.lookup.last_match >= self.min_match
+        if strong:
             self.last_sources = [(self.lookup.name, len(copy))]
-            return copy
-        return None
+        return copy, strong
 
-    def propose(self, max_tokens: int) -> Draft:
-        strong = self._strong_copy(max_tokens)
-        if strong is not None:
-            return Draft(strong)
-        draft = self.learned.propose(max_tokens)
-        copy = self.lookup.propose(max_tokens).tokens
+    def _extended(self, draft: Draft, copy: list[int]) -> Draft:
+        """The learned ``draft`` continued by ``copy`` past its end, where the copy starts
+        with the draft."""
         if not draft.tokens or copy[: len(draft.tokens)] != draft.tokens:
             self._record(len(draft.tokens), 0)
             return draft  # no copy in progress, or one the block does not follow
@@ -172,21 +171,25 @@ class LookupExtension:
             [*draft.confidences, *[draft.confidences[-1]] * len(extension)]
         return Draft([*draft.tokens, *extension], confidences)
 
+    def propose(self, max_tokens: int) -> Draft:
+        copy, strong = self._copy(max_tokens)
+        return Draft(copy) if strong else self._extended(self.learned.propose(max_tokens), copy)
+
     def propose_on_device(self, max_tokens: int) -> mx.array | None:
         """The learned block stays on the device (``DeviceDrafter``); the extension is appended
         without comparing, since the host has not read the block (the verify pass judges)."""
-        strong = self._strong_copy(max_tokens)
-        if strong is not None:
-            return mx.array(strong, dtype=mx.int32)
+        copy, strong = self._copy(max_tokens)
+        if strong:
+            return mx.array(copy, dtype=mx.int32)
         queue = getattr(self.learned, "propose_on_device", None)
         if queue is None:
-            draft = self.propose(max_tokens)
+            draft = self._extended(self.learned.propose(max_tokens), copy)
             return mx.array(draft.tokens, dtype=mx.int32) if draft.tokens else None
         block = queue(max_tokens)
         if block is None:
             self._record(0, 0)
             return None
-        extension = self.lookup.propose(max_tokens).tokens[block.shape[0] :]
+        extension = copy[block.shape[0] :]
         self._record(block.shape[0], len(extension))
         if not extension:
             return block
