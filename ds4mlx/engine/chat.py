@@ -138,6 +138,35 @@ ChatEvent = (TextDelta | ReasoningDelta | ToolCallComplete | ToolCallError | Too
              | ToolCallArguments)
 
 
+class ArgumentStream:
+    """The streamed form of one open tool call, whatever its markup: its name once
+    (``ToolCallStart``), each argument not yet reported as a piece of the JSON object the
+    arguments will be (``ToolCallArguments``), then the closing brace. A parser keeps one and
+    ``reset``s it when the call ends."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.announced = False  # the call's ToolCallStart has been reported
+        self.sent = 0  # its arguments reported so far
+
+    def announce(self, events: list[ChatEvent], name: str) -> None:
+        if not self.announced:
+            events.append(ToolCallStart(name))
+            self.announced = True
+
+    def arguments(self, events: list[ChatEvent], arguments: Sequence[tuple[str, Any]]) -> None:
+        for key, value in arguments[self.sent:]:
+            separator = ", " if self.sent else "{"
+            events.append(ToolCallArguments(f"{separator}{json.dumps(key, ensure_ascii=False)}: "
+                                            f"{json.dumps(value, ensure_ascii=False)}"))
+            self.sent += 1
+
+    def close(self, events: list[ChatEvent]) -> None:
+        events.append(ToolCallArguments("}" if self.sent else "{}"))
+
+
 @dataclass
 class AssistantTurn:
     reasoning: str = ""

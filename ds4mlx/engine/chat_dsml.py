@@ -13,15 +13,14 @@ from ds4mlx.engine.chat import (
     DSML,
     EOS,
     THINK_END,
+    ArgumentStream,
     ChatEvent,
     MarkerStreamParser,
     ReasoningDelta,
     TextDelta,
     ToolCall,
-    ToolCallArguments,
     ToolCallComplete,
     ToolCallError,
-    ToolCallStart,
     _first_marker,
     _marker_prefix_length,
 )
@@ -66,8 +65,7 @@ class DSMLStreamParser(MarkerStreamParser):
         self._dsml = DSML  # spelling used by the open tool_calls block
         self._content_markers = (*_TOOL_BLOCK_STARTS, EOS) if parse_tools else (EOS,)
         self._stream_arguments = stream_arguments
-        self._announced = False  # the open invoke's ToolCallStart has been reported
-        self._arguments_sent = 0  # its parameters reported so far
+        self._arguments = ArgumentStream()  # the open invoke's, when streamed
 
     def _step(self, events: list[ChatEvent], final: bool) -> bool:
         if self._state == _TOOL_BLOCK:
@@ -109,16 +107,10 @@ class DSMLStreamParser(MarkerStreamParser):
         invoke). Nothing more once something is wrong with it."""
         if not self._stream_arguments or invoke.problems or invoke.name is None:
             return
-        if not self._announced:
-            events.append(ToolCallStart(invoke.name))
-            self._announced = True
-        for key, value in list(invoke.arguments.items())[self._arguments_sent:]:
-            separator = ", " if self._arguments_sent else "{"
-            events.append(ToolCallArguments(f"{separator}{json.dumps(key, ensure_ascii=False)}: "
-                                            f"{json.dumps(value, ensure_ascii=False)}"))
-            self._arguments_sent += 1
+        self._arguments.announce(events, invoke.name)
+        self._arguments.arguments(events, list(invoke.arguments.items()))
         if invoke.length is not None:
-            events.append(ToolCallArguments("}" if self._arguments_sent else "{}"))
+            self._arguments.close(events)
 
     def _scan_tool_block(self, events: list[ChatEvent], final: bool) -> bool:
         """Report the block's complete invokes; True once the block is closed."""
@@ -141,7 +133,7 @@ class DSMLStreamParser(MarkerStreamParser):
                     self._report_progress(events, invoke)
                     if invoke.length is not None:
                         events.append(invoke.event(rest))
-                        self._announced, self._arguments_sent = False, 0
+                        self._arguments.reset()
                         block = rest[invoke.length:]
                         continue
             elif rest and not (invoke_start.startswith(rest) or block_end.startswith(rest)):

@@ -35,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ds4mlx.engine.chat import (
+    ArgumentStream,
     AssistantTurn,
     ChatEvent,
     ChatFormat,
@@ -44,10 +45,8 @@ from ds4mlx.engine.chat import (
     StreamParser,
     TextDelta,
     ToolCall,
-    ToolCallArguments,
     ToolCallComplete,
     ToolCallError,
-    ToolCallStart,
     _enter_forced_call,
     _first_marker,
     _marker_prefix_length,
@@ -341,8 +340,7 @@ class _GLMStreamParser(MarkerStreamParser):
         self._strings = _string_parameters(tools)
         self._content_markers = (CALL_START, *_STOPS) if parse_tools else _STOPS
         self._stream_arguments = stream_arguments
-        self._announced = False  # the open call's ToolCallStart has been reported
-        self._arguments_sent = 0  # its arguments reported so far
+        self._arguments = ArgumentStream()  # the open call's, when streamed
 
     def _step(self, events: list[ChatEvent], final: bool) -> bool:
         if self._state == _CALL:
@@ -389,7 +387,7 @@ class _GLMStreamParser(MarkerStreamParser):
         call = self._decode_call(body)
         self._report_progress(events, body, call)
         events.append(call)
-        self._announced, self._arguments_sent = False, 0
+        self._arguments.reset()
         self._state = _CONTENT
         return True
 
@@ -401,7 +399,7 @@ class _GLMStreamParser(MarkerStreamParser):
         if not self._stream_arguments:
             return
         if closed is not None:
-            if not (self._announced and isinstance(closed, ToolCallComplete)):
+            if not (self._arguments.announced and isinstance(closed, ToolCallComplete)):
                 return
             arguments = list(closed.call.arguments.items())
         else:
@@ -410,16 +408,10 @@ class _GLMStreamParser(MarkerStreamParser):
             if not key_start or not name or "<" in name:
                 return
             arguments = self._complete_arguments(name, KEY_START + rest)
-            if not self._announced:
-                events.append(ToolCallStart(name))
-                self._announced = True
-        for key, value in arguments[self._arguments_sent:]:
-            separator = ", " if self._arguments_sent else "{"
-            events.append(ToolCallArguments(f"{separator}{json.dumps(key, ensure_ascii=False)}: "
-                                            f"{json.dumps(value, ensure_ascii=False)}"))
-            self._arguments_sent += 1
+            self._arguments.announce(events, name)
+        self._arguments.arguments(events, arguments)
         if closed is not None:
-            events.append(ToolCallArguments("}" if self._arguments_sent else "{}"))
+            self._arguments.close(events)
 
     def _complete_arguments(self, name: str, text: str) -> list[tuple[str, Any]]:
         """The arguments whose ``</arg_value>`` has been written, in order, up to the first
