@@ -21,7 +21,7 @@ def measure(network, state, tokens: list[int], steps: int) -> dict:
     return {
         "rows": len(tokens),
         "primitives": count.uncut_total,
-        "primitives_counted_by_block": count.total,
+        "primitives_counted_by_layer": count.total,
         "per_block": {b: count.per_block.get(b, 0) for b in BLOCKS},
         "per_layer": {str(k): v for k, v in count.per_layer.items()},
         "top_primitives": dict(count.per_name.most_common(12)),

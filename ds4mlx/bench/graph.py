@@ -10,7 +10,9 @@ Attribution to blocks cuts the graph where a block's code starts and ends: the a
 a cut are counted for the block whose code built them and then evaluated, so every primitive is
 counted once, by the block that made it. Cuts cannot change what each block builds, only where
 evaluation happens, so the per-block sum equals the uncut total unless the cuts split a compiled
-region; both are reported.
+region; both are reported. Compiled decode tiles (``models.tiles``) run uncompiled for the
+attribution, so the per-block counts are those of the uncompiled graph (more than the total,
+which is the step as it runs).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ds4mlx.models.tiles import uncompiled
 
 import mlx.core as mx
 
@@ -66,8 +70,9 @@ def primitive_names(*arrays: mx.array) -> list[str]:
 class GraphCount:
     """Primitive counts of one profiled computation."""
 
-    total: int = 0  # the sum over blocks
+    total: int = 0  # the sum of the cuts (between layers)
     uncut_total: int = 0  # the same step counted on its whole graph
+    attributed_total: int = 0  # the sum over blocks (compiled tiles run uncompiled for it)
     per_block: Counter = field(default_factory=Counter)
     per_layer: Counter = field(default_factory=Counter)
     per_name: Counter = field(default_factory=Counter)
@@ -126,7 +131,9 @@ class _Profiler:
 _PIECES: dict[str, dict[str, tuple[str, ...]]] = {
     "deepseek4": {
         "mhc": ("mhc.HyperConnection.__call__", "deepseek4.hc_expand"),
-        "attention": ("deepseek4.Attention.__call__",),
+        "attention": ("deepseek4.Attention.__call__", "deepseek4.Attention._project",
+                      "deepseek4.Attention._extend", "deepseek4.Attention._attend_tile",
+                      "deepseek4.Attention.output"),
         "indexer": ("deepseek4.Compressor.project", "deepseek4.Compressor.pool",
                     "deepseek4.LightningIndexer.queries", "deepseek4.LightningIndexer.select",
                     "deepseek4.LightningIndexer.top_blocks"),
@@ -155,10 +162,11 @@ def _targets(arch: str) -> Iterator[tuple[Any, str, str]]:
 
 
 @contextmanager
-def _patched(network: Any, profiler: _Profiler | None, sink: list[tuple[Any, ...]] | None
-             ) -> Iterator[None]:
-    """While active, ``mx.eval`` inside the model either cuts (``profiler``) or only records
-    its arguments (``sink``, to time graph building apart from evaluation)."""
+def _patched(network: Any, profiler: _Profiler | None, sink: list[tuple[Any, ...]] | None,
+             pieces: bool = True) -> Iterator[None]:
+    """While active, ``mx.eval`` inside the model either cuts (``profiler``: at layers, and at
+    blocks with ``pieces``) or only records its arguments (``sink``, to time graph building
+    apart from evaluation)."""
     arch = type(network).__module__.rsplit(".", 1)[-1]
     saved: list[tuple[Any, str, Any]] = []
     real_eval, real_async = mx.eval, mx.async_eval
@@ -170,7 +178,7 @@ def _patched(network: Any, profiler: _Profiler | None, sink: list[tuple[Any, ...
 
     try:
         if profiler is not None:
-            for owner, name, tag in _targets(arch):
+            for owner, name, tag in _targets(arch) if pieces else ():
                 if name in vars(owner):
                     swap(owner, name, profiler.wrap(vars(owner)[name], tag))
             block_class = type(network.blocks[0])
@@ -188,19 +196,27 @@ def _patched(network: Any, profiler: _Profiler | None, sink: list[tuple[Any, ...
 
 
 def count_step(network: Any, state: Any, tokens: Sequence[int]) -> GraphCount:
-    """Primitives of one ``network.forward`` of ``tokens`` on ``state`` (advanced), per block
-    and per layer; ``total`` is counted on the uncut graph of a copy of the same step."""
+    """Primitives of one ``network.forward`` of ``tokens`` on ``state`` (advanced), per layer
+    and per block; ``uncut_total`` is counted on the uncut graph of a copy of the same step."""
     ids = mx.array(list(tokens), dtype=mx.int32)
     uncut: list[tuple[Any, ...]] = []
     with _patched(network, None, uncut):
         network.forward(ids, state.copy())
     total = len(primitive_names(*_arrays(uncut, [])))
-    profiler = _Profiler(mx.eval)
-    with _patched(network, profiler, None):
+    # Layers as they run: cuts between layers split no compiled tile.
+    layers = _Profiler(mx.eval)
+    with _patched(network, layers, None, pieces=False):
+        network.forward(ids, state.copy())
+    # Blocks: the tiles' Python runs uncompiled (compiled, it runs only when first traced).
+    blocks = _Profiler(mx.eval)
+    with _patched(network, blocks, None), uncompiled():
         network.forward(ids, state)
-    profiler.count.per_layer = Counter(dict(sorted(profiler.count.per_layer.items())))
-    profiler.count.uncut_total = total
-    return profiler.count
+    count = layers.count
+    count.per_layer = Counter(dict(sorted(count.per_layer.items())))
+    count.per_block = blocks.count.per_block
+    count.attributed_total = blocks.count.total
+    count.uncut_total = total
+    return count
 
 
 def time_step(network: Any, state: Any, tokens: Sequence[int], repeats: int

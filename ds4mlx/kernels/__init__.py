@@ -16,7 +16,9 @@ from __future__ import annotations
 import math
 import os
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from functools import cache
 from types import ModuleType
 
@@ -77,21 +79,40 @@ def freeze(w: Weight) -> Weight:
     return view
 
 
-def _transposed(w: mx.array) -> mx.array:
+def _frozen(w: mx.array) -> mx.array | None:
+    """The contiguous [..., in, out] memory of a frozen matrix (``freeze``), else None."""
     entry = _TRANSPOSED.get(id(w))
     if entry is not None and entry[0]() is w:
         return entry[1]
-    return mx.swapaxes(w, -1, -2)
+    return None
 
 
-def linear(x: mx.array, w: Weight) -> mx.array:
+def _transposed(w: mx.array) -> mx.array:
+    stored = _frozen(w)
+    return mx.swapaxes(w, -1, -2) if stored is None else stored
+
+
+# Inputs of at most this many rows (decode and verify tiles) take the native row-by-row matmul
+# on the CPU (``rows_linear``): a BLAS GEMM picks its kernel by the row count, so only a
+# row-by-row product keeps each row's bits independent of the other rows.
+ROWS_LINEAR_MAX = 8
+
+
+def linear(x: mx.array, w: Weight, rows: int | None = None) -> mx.array:
     """x @ w.T for a weight stored GGUF-style as [out_features, in_features].
 
     A weight with leading dims [..., out, in] is a stack of matrices: the product broadcasts over
-    them like ``x @ w.swapaxes(-1, -2)``.
+    them like ``x @ w.swapaxes(-1, -2)``. ``rows``: only the first rows of a 2-D ``x`` are
+    needed (a decode tile's real rows); the others come back unspecified (zeros on the CPU,
+    where they are not computed).
     """
     if isinstance(w, mx.array):
-        return (x @ _transposed(w)).astype(x.dtype)
+        stored = _frozen(w)
+        if stored is None:
+            return (x @ mx.swapaxes(w, -1, -2)).astype(x.dtype)
+        if _rows_linear_applies(x, [stored]):
+            return native_ops().rows_linear(x, [stored], x.shape[0] if rows is None else rows)[0]
+        return (x @ stored).astype(x.dtype)
     if len(w.shape) > 2:
         return gather_linear(x, w, _expert_grid(w))
     if isinstance(w, QuantizedWeight):
@@ -100,6 +121,22 @@ def linear(x: mx.array, w: Weight) -> mx.array:
         )
         return out.astype(x.dtype)
     return _backend.linear(x, w)
+
+
+def linear_many(x: mx.array, weights: list[Weight], rows: int | None = None) -> list[mx.array]:
+    """``[linear(x, w, rows) for w in weights]``: the products of one input, as one native
+    primitive where every weight takes the row-by-row matmul (decode tiles on the CPU)."""
+    stored = [_frozen(w) if isinstance(w, mx.array) else None for w in weights]
+    if all(s is not None for s in stored) and _rows_linear_applies(x, stored):
+        return native_ops().rows_linear(x, stored, x.shape[0] if rows is None else rows)
+    return [linear(x, w, rows) for w in weights]
+
+
+def _rows_linear_applies(x: mx.array, stored: list[mx.array]) -> bool:
+    """Whether x times these frozen [in, out] matrices takes the native row-by-row matmul."""
+    return (x.ndim == 2 and x.shape[0] <= ROWS_LINEAR_MAX and x.dtype == mx.float32
+            and all(s.ndim == 2 and s.dtype == mx.float32 for s in stored)
+            and _native_cpu_ops() is not None)
 
 
 def gather_linear(
@@ -134,6 +171,23 @@ def gather_linear(
     return _backend.gather_linear(x, w, expert_indices, sorted_indices)
 
 
+# Set while inference-only code runs (``inference``): no gradient will be asked for, so the
+# native primitives are called bare, without the wrapper that differentiates them through their
+# twins (a CustomTransforms primitive more on every call).
+_INFERENCE: ContextVar[bool] = ContextVar("ds4mlx_kernels_inference", default=False)
+
+
+@contextmanager
+def inference() -> Iterator[None]:
+    """Within this block no gradient is taken of what the kernels compute (decode tiles, which
+    by contract only inference runs: ``models.tiles``)."""
+    token = _INFERENCE.set(True)
+    try:
+        yield
+    finally:
+        _INFERENCE.reset(token)
+
+
 def _native_cpu_ops() -> ModuleType | None:
     """The native CPU operations when computing on the CPU (``kernels.native``)."""
     if mx.default_device() != mx.cpu:
@@ -152,6 +206,8 @@ def hc_mixes(mixes: mx.array, scale: mx.array, base: mx.array, hc: int, iters: i
     """One mHC site's (pre, post, comb) from its projected mixes (``twins.hc_mixes`` says
     how): one native primitive on the CPU, the Sinkhorn in one Metal launch on Metal."""
     if _native_cpu_ops() is not None:
+        if _INFERENCE.get():
+            return tuple(native_ops().hc_mixes(mixes, scale, base, hc, iters, eps))
         return _native_hc_mixes(hc, iters, eps)(mixes, scale, base)
     return twins.hc_mixes(mixes, scale, base, hc, iters, eps, sinkhorn_fn=_backend.sinkhorn)
 
@@ -166,6 +222,9 @@ def hc_pre(x: mx.array, fn: Weight, scale: mx.array, base: mx.array, hc: int, it
     if _native_cpu_ops() is None:
         return None
     # A frozen matrix's [in, out] memory as stored (else a transposed view, read as a copy).
+    if _INFERENCE.get():
+        return tuple(native_ops().hc_pre(x, _transposed(fn), scale, base, hc, iters, eps,
+                                         norm_eps))
     return _native_hc_pre(hc, iters, eps, norm_eps)(x, _transposed(fn), scale, base)
 
 
@@ -174,6 +233,8 @@ def hc_expand(out: mx.array, residual: mx.array, post: mx.array, comb: mx.array)
     the CPU."""
     if _native_cpu_ops() is None or residual.dtype != mx.float32:
         return twins.hc_expand(out, residual, post, comb)
+    if _INFERENCE.get():
+        return native_ops().hc_expand(out, residual, post, comb)
     return _native_hc_expand()(out, residual, post, comb)
 
 
@@ -192,6 +253,24 @@ def _native_hc_expand() -> Callable[..., mx.array]:
     return mx.compile(with_twin_gradient(ops.hc_expand, twins.hc_expand))
 
 
+def moe_tile(logits: mx.array, x: mx.array, gate: Weight, up: Weight, down: Weight,
+             shared: mx.array, bias: mx.array | None, hashed: mx.array | None, rows: int, *,
+             n_used: int, func: int, normalize: bool, scale: float, limit: float
+             ) -> mx.array | None:
+    """A decode tile's whole routed-expert FFN as one native primitive in inference on the CPU:
+    for the first ``rows`` rows of x [T, D], the routing from the router ``logits`` [T, E]
+    (gating function ``func``, selection ``bias`` [E] or the ``hashed`` experts [T, k]), the
+    weighted sum of the chosen experts' clamped SwiGLU outputs, plus ``shared`` [T, D]; the
+    other rows are ``shared``. What ``models.moe`` computes with ``route`` and
+    ``routed_experts`` (the twins). None where it does not apply (not in inference on the CPU,
+    experts not float32 arrays)."""
+    if not (_INFERENCE.get() and _native_cpu_ops() is not None and all(
+            isinstance(w, mx.array) and w.dtype == mx.float32 for w in (gate, up, down))):
+        return None
+    return native_ops().moe_tile(logits, x, gate, up, down, shared, bias, hashed, rows, n_used,
+                                 func, normalize, scale, limit)
+
+
 def routed_experts(x: mx.array, gate: Weight, up: Weight, down: Weight, indices: mx.array,
                    limit: float, *, row_invariant: bool) -> mx.array | None:
     """Every (token, slot) pair's routed SwiGLU expert output [T, k, D] as one fused native
@@ -203,6 +282,8 @@ def routed_experts(x: mx.array, gate: Weight, up: Weight, down: Weight, indices:
         return None
     if _native_cpu_ops() is None:
         return None
+    if _INFERENCE.get():
+        return native_ops().routed_experts(x, gate, up, down, indices, limit, not row_invariant)
     return _native_routed_experts(limit, not row_invariant)(x, gate, up, down, indices)
 
 
@@ -238,6 +319,9 @@ def sparse_attention(q: mx.array, window: mx.array, window_range: mx.array, comp
     """Attention of each row over its window range and its selected compressed rows
     (``twins.sparse_attention`` says how). Each row's result depends on its own keys only."""
     if _native_cpu_ops() is not None and q.dtype == mx.float32:
+        if _INFERENCE.get():
+            return native_ops().sparse_attention(q, window, window_range, comp, comp_index,
+                                                 sinks, scale)
         return _native_sparse_attention(scale)(q, window, window_range, comp, comp_index, sinks)
     return _backend.sparse_attention(q, window, window_range, comp, comp_index, sinks, scale)
 
@@ -251,15 +335,52 @@ def indexer_top_k(q: mx.array, weights: mx.array, keys: mx.array, visible: mx.ar
     return native_ops().indexer_top_k(q, weights, keys, visible, top_k)
 
 
-def rotary(x: mx.array, cos: np.ndarray, sin: np.ndarray, offset: int, n_dims: int,
-           interleaved: bool, inverse: bool) -> mx.array | None:
-    """``models.rope.RoPE.apply`` (its formula is the twin) as one native primitive on the CPU,
-    from the host's angle tables cos/sin [T, n_dims / 2]; None where that does not apply (not
-    on the CPU, x not float32)."""
+def rms_norm(x: mx.array, weight: mx.array | None, eps: float) -> mx.array | None:
+    """``mx.fast.rms_norm`` (also its derivative) as one native primitive on the CPU; None
+    where that does not apply (not on the CPU, x not float32)."""
     if x.dtype != mx.float32 or _native_cpu_ops() is None:
         return None
-    return native_ops().rope(x, mx.array(cos), mx.array(sin), offset, n_dims, interleaved,
-                             inverse)
+    return native_ops().rms_norm(x, weight, eps)
+
+
+def grouped_linear(x: mx.array, w: Weight, rows: int | None = None) -> mx.array:
+    """x [T, G * K] -> [T, G * N]: group g's channels times its own matrix, w [G, N, K] stored
+    GGUF-style (``rows``: see ``linear``). One native primitive in a CPU decode tile; else a
+    batched matmul between the reshapes and transposes that line the groups up."""
+    stored = _frozen(w) if isinstance(w, mx.array) else None
+    if stored is not None and stored.ndim == 3 and _rows_linear_applies(x, []):
+        return native_ops().grouped_rows_linear(x, stored, x.shape[0] if rows is None else rows)
+    tokens, groups = x.shape[0], w.shape[0]
+    grouped = mx.swapaxes(x.reshape(tokens, groups, -1), 0, 1)  # [G, T, K]
+    return mx.swapaxes(linear(grouped, w), 0, 1).reshape(tokens, -1)
+
+
+def grow_rows(cached: Sequence[mx.array], new: Sequence[mx.array], take: int, keep: int
+              ) -> list[mx.array]:
+    """For each pair: the rows of ``cached[i]`` followed by the first ``take`` rows of
+    ``new[i]``, of which the last ``keep`` (all if fewer): a cache growing by a chunk. One
+    native primitive for all pairs in inference on the CPU; MLX slices and concatenations
+    (differentiable) else."""
+    if (_INFERENCE.get() and _native_cpu_ops() is not None
+            and all(a.ndim == 2 and a.dtype == mx.float32 for a in (*cached, *new))):
+        return native_ops().grow_rows(list(cached), list(new), take, keep)
+    out = []
+    for old, fresh in zip(cached, new, strict=True):
+        full = mx.concatenate([old, fresh[:take]]) if old.shape[0] else fresh[:take]
+        out.append(full[full.shape[0] - keep :] if full.shape[0] > keep else full)
+    return out
+
+
+def rotary(x: mx.array, cos: np.ndarray | mx.array, sin: np.ndarray | mx.array, offset: int,
+           n_dims: int, interleaved: bool, inverse: bool) -> mx.array | None:
+    """``models.rope.RoPE.apply`` (its formula is the twin) as one native primitive on the CPU,
+    from the angle tables cos/sin [T, n_dims / 2] (host or MLX arrays); None where that does
+    not apply (not on the CPU, x not float32)."""
+    if x.dtype != mx.float32 or _native_cpu_ops() is None:
+        return None
+    return native_ops().rope(x, mx.array(cos) if isinstance(cos, np.ndarray) else cos,
+                             mx.array(sin) if isinstance(sin, np.ndarray) else sin, offset,
+                             n_dims, interleaved, inverse)
 
 
 def dequantize(w: Weight) -> mx.array:
@@ -303,11 +424,17 @@ __all__ = [
     "dequantize",
     "freeze",
     "gather_linear",
+    "grouped_linear",
+    "grow_rows",
     "linear",
+    "linear_many",
+    "moe_tile",
+    "rms_norm",
     "select_kernel_backend",
     "hc_expand",
     "hc_mixes",
     "hc_pre",
+    "inference",
     "indexer_top_k",
     "rotary",
     "routed_experts",

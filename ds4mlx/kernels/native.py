@@ -19,6 +19,7 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -53,7 +54,25 @@ def build_key() -> str:
         except importlib.metadata.PackageNotFoundError:
             digest.update(f"{package}=?".encode())
     digest.update(f"{sys.implementation.cache_tag}-{sys.platform}".encode())
+    digest.update(cpu_signature().encode())
     return digest.hexdigest()[:16]
+
+
+def cpu_signature() -> str:
+    """What the module is compiled for (``-march=native``): the machine type and, on Linux,
+    the CPU model and feature flags, so that a cache shared between machines (a network home)
+    never hands one CPU a module built for another's instruction set."""
+    parts = [platform.machine(), platform.processor()]
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith(("model name", "flags", "Features")):
+                    parts.append(line.strip())
+                if len(parts) >= 4:
+                    break
+    except OSError:
+        pass
+    return "|".join(parts)
 
 
 def _cmake() -> str:

@@ -39,12 +39,22 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeVar, overload
 
+from ds4mlx import kernels
 from ds4mlx.experts import ExpertStore
 from ds4mlx.gguf import GGUFError, GGUFFile, MetaValue
-from ds4mlx.kernels import indexer_top_k, linear, sparse_attention, take_rows
+from ds4mlx.kernels import (
+    grouped_linear,
+    grow_rows,
+    indexer_top_k,
+    linear,
+    linear_many,
+    sparse_attention,
+    take_rows,
+)
 from ds4mlx.models.attention import sink_attention, sliding_window_mask
 from ds4mlx.models.cache import ModelState, append_rows
 from ds4mlx.models.metadata import ArchMetadata, first
@@ -59,6 +69,7 @@ from ds4mlx.models.moe import GatingFunc, SharedExpertMoE, shared_expert_moe_sha
 from ds4mlx.models.norms import RMSNorm, rms_norm
 from ds4mlx.models.outputs import ForwardOutput, capture_set
 from ds4mlx.models.rope import RoPE, RopeAngles, RopeConfig
+from ds4mlx.models.tiles import CompiledTiles
 from ds4mlx.models.weights import ArrayWeights, GGUFWeights, Weights
 
 import mlx.core as mx
@@ -441,26 +452,38 @@ class Compressor(nn.Module):
         kv, score = self.project(x, np.arange(pos0, pos0 + x.shape[0]))
         return self.pool(kv, score, pos0, pending)
 
-    def project(self, x: mx.array, positions: np.ndarray) -> tuple[mx.array, mx.array]:
-        """The kv and gate-score rows [T, width] of x [T, D] at ``positions``: row by row, so a
-        batched decode computes them once for all of its sessions."""
-        kv = linear(x, self.wkv)
-        return kv, linear(x, self.wgate) + self.ape[mx.array(positions % self.ratio)]
+    def project(self, x: mx.array, positions: np.ndarray | mx.array, rows: int | None = None
+                ) -> tuple[mx.array, mx.array]:
+        """The kv and gate-score rows [T, width] of x [T, D] at ``positions`` (host or MLX
+        integers): row by row, so a batched decode computes them once for all of its sessions
+        (``rows``: see ``linear``)."""
+        return self.rows(linear(x, self.wkv, rows), linear(x, self.wgate, rows), positions)
+
+    def rows(self, kv: mx.array, gate: mx.array, positions: np.ndarray | mx.array
+             ) -> tuple[mx.array, mx.array]:
+        """``project`` from the products ``wkv x`` and ``wgate x``: the kv rows and the gate
+        scores, the latter with the position-in-block embedding."""
+        phase = positions % self.ratio
+        return kv, gate + self.ape[phase if isinstance(phase, mx.array) else mx.array(phase)]
 
     def pool(
-        self, kv: mx.array, score: mx.array, pos0: int, pending: PendingRows | None
+        self, kv: mx.array, score: mx.array, pos0: int, pending: PendingRows | None,
+        take: int | None = None,
     ) -> tuple[mx.array | None, PendingRows]:
-        """``__call__`` on rows already projected (``project``) for positions pos0...."""
-        r, dim, end = self.ratio, self.dim, pos0 + kv.shape[0]
-        start = pos0  # position of row 0 of kv / score
-        if pending is not None:
-            kv = append_rows(pending.kv, kv)
-            score = append_rows(pending.score, score)
-            start = pending.start
+        """``__call__`` on rows already projected (``project``) for positions pos0....
+        ``take``: only the first rows are real (a decode tile)."""
+        take = kv.shape[0] if take is None else take
+        r, dim, end = self.ratio, self.dim, pos0 + take
+        start = pos0 if pending is None else pending.start  # position of the first row
         keep_from = max(start, self.pending_start(max(0, end - CACHE_SLACK)))
-        kept = PendingRows(keep_from, kv[keep_from - start :], score[keep_from - start :])
-
         b0, b1 = pos0 // r, end // r  # blocks completed in this chunk: [b0, b1)
+        # The rows read from here on: those kept, and those of the blocks completed now (each
+        # with the block before it, CSA).
+        read_from = keep_from if b1 == b0 else max(start, min(keep_from, (b0 - self.overlap) * r))
+        cached = (kv[:0], score[:0]) if pending is None else (pending.kv, pending.score)
+        kv, score = grow_rows(cached, (kv, score), take, end - read_from)
+        start, skip = read_from, keep_from - read_from
+        kept = PendingRows(keep_from, kv[skip:] if skip else kv, score[skip:] if skip else score)
         if b1 == b0:
             return None, kept
         n = b1 - b0
@@ -504,11 +527,17 @@ class LightningIndexer(nn.Module):
         self.heads, self.dim, self.top_k = heads, dim, args.index_topk
         self.rope = rope
 
-    def queries(self, qr: mx.array, x: mx.array, angles: RopeAngles) -> tuple[mx.array, mx.array]:
+    def queries(self, qr: mx.array, x: mx.array, angles: RopeAngles, rows: int | None = None
+                ) -> tuple[mx.array, mx.array]:
         """Indexer queries [T, heads, dim] and head weights [T, heads]."""
-        q = linear(qr, self.q_b).reshape(qr.shape[0], self.heads, self.dim)
+        return self.from_products(linear(qr, self.q_b, rows), linear(x, self.proj, rows), angles)
+
+    def from_products(self, q: mx.array, weights: mx.array, angles: RopeAngles
+                      ) -> tuple[mx.array, mx.array]:
+        """``queries`` from the products ``q_b qr`` and ``proj x``."""
+        q = q.reshape(q.shape[0], self.heads, self.dim)
         q = self.rope.apply(q, angles, offset=self.dim - self.rope.n_dims)
-        weights = linear(x, self.proj) * (1.0 / math.sqrt(self.dim * self.heads))
+        weights = weights * (1.0 / math.sqrt(self.dim * self.heads))
         return q, weights
 
     def select(self, q: mx.array, weights: mx.array, keys: mx.array,
@@ -540,12 +569,30 @@ class _Projected:
     """What attention computes from its input rows alone, before any cache is involved."""
 
     angles: RopeAngles
-    q: mx.array  # [T, H, hd]
+    q: mx.array | None  # [T, H, hd]
     kv: mx.array  # [T, hd]
     comp: tuple[mx.array, mx.array] | None = None  # compressor kv and score rows
     index: tuple[mx.array, mx.array] | None = None  # indexer compressor kv and score rows
     index_q: mx.array | None = None
     index_w: mx.array | None = None
+
+    def flat(self) -> list[mx.array]:
+        """The arrays, in a fixed order (a compiled tile's outputs); ``from_flat`` inverts."""
+        pairs = [a for pair in (self.comp, self.index) if pair is not None for a in pair]
+        rest = [a for a in (self.index_q, self.index_w) if a is not None]
+        return [self.q, self.kv, *pairs, *rest]
+
+    @classmethod
+    def from_flat(cls, angles: RopeAngles, arrays: Sequence[mx.array], compressed: bool,
+                  indexed: bool) -> _Projected:
+        q, kv, *rest = arrays
+        rows = cls(angles, q, kv)
+        if compressed:
+            rows.comp, rest = (rest[0], rest[1]), rest[2:]
+        if indexed:
+            rows.index = (rest[0], rest[1])
+            rows.index_q, rows.index_w = rest[2], rest[3]
+        return rows
 
     def row(self, r: int) -> _Projected:
         def take(pair: tuple[mx.array, mx.array] | None) -> tuple[mx.array, mx.array] | None:
@@ -599,7 +646,7 @@ class Attention(nn.Module):
         real; each attends on its own, the padding rows get zeros.
         """
         positions = np.arange(pos0, pos0 + x.shape[0])
-        rows = self._project(x, positions)
+        rows = self._project(x, positions, n_real)
         window, new_cache = self._extend(cache, rows, pos0, n_real)
         if n_real is None:
             out = self._attend(rows.q, positions, window, new_cache, rows.index_q, rows.index_w)
@@ -614,7 +661,7 @@ class Attention(nn.Module):
         session with cache ``caches[r]``, at ``positions[r]``; rows past ``len(caches)`` are
         padding (zeros out). The projections run once over all rows; the cache update and the
         attention run per session, exactly as that session's own one-token decode runs them."""
-        rows = self._project(x, positions)
+        rows = self._project(x, positions, len(caches))
         outs, new_caches = [], []
         for r, cache in enumerate(caches):
             row = rows.row(r)
@@ -625,15 +672,32 @@ class Attention(nn.Module):
         outs.append(mx.zeros((x.shape[0] - len(caches), *rows.q.shape[1:]), rows.q.dtype))
         return self.output(mx.concatenate(outs), rows.angles, len(caches)), new_caches
 
-    def _project(self, x: mx.array, positions: np.ndarray) -> _Projected:
-        angles = self.rope.angles(positions)
-        qr, q = self.queries(x, angles)
-        rows = _Projected(angles, q, self.keys(x, angles))
-        if self.compressor is not None:
-            rows.comp = self.compressor.project(x, positions)
-        if self.indexer is not None:
-            rows.index = self.indexer.compressor.project(x, positions)
-            rows.index_q, rows.index_w = self.indexer.queries(qr, x, angles)
+    def _project(self, x: mx.array, positions: np.ndarray | mx.array,
+                 n_real: int | None = None, angles: RopeAngles | None = None) -> _Projected:
+        """Everything attention computes from its input rows alone (of a tile: its first
+        ``n_real`` rows; the padding rows' results are unspecified). ``angles``: those of
+        ``positions``, given when ``positions`` are MLX arrays (a compiled tile's inputs)."""
+        if angles is None:
+            angles = self.rope.angles(positions)
+        # Every product of x, then every product of the query input qr, as one call each: one
+        # primitive each in a decode tile on the CPU (``kernels.linear_many``).
+        comp, indexer = self.compressor, self.indexer
+        weights = [self.wq_a, self.wkv]
+        if comp is not None:
+            weights += [comp.wkv, comp.wgate]
+        if indexer is not None:
+            weights += [indexer.compressor.wkv, indexer.compressor.wgate, indexer.proj]
+        products = iter(linear_many(x, weights, n_real))
+        qr = self.q_a_norm(next(products))
+        rows = _Projected(angles, None, self._rotated_keys(next(products), angles))
+        q_products = linear_many(qr, [self.wq_b] + ([indexer.q_b] if indexer else []), n_real)
+        rows.q = self._rotated_queries(q_products[0], angles)
+        if comp is not None:
+            rows.comp = comp.rows(next(products), next(products), positions)
+        if indexer is not None:
+            rows.index = indexer.compressor.rows(next(products), next(products), positions)
+            rows.index_q, rows.index_w = indexer.from_products(q_products[1], next(products),
+                                                               angles)
         return rows
 
     def _extend(self, cache: LayerCache, rows: _Projected, pos0: int,
@@ -643,39 +707,52 @@ class Attention(nn.Module):
         In a decode tile only the first ``n_real`` rows enter the caches: padding rows would
         only complete compressed blocks to be cut off again (a CSA block every step)."""
 
-        def real(pair: tuple[mx.array, mx.array]) -> tuple[mx.array, mx.array]:
-            return pair if n_real is None else (pair[0][:n_real], pair[1][:n_real])
-
-        window = append_rows(cache.window, rows.kv if n_real is None else rows.kv[:n_real])
         # The next chunk needs the keys of the last sliding_window - 1 positions; the slack lets
         # a rejected speculative suffix be cut off.
         keep = self.window - 1 + CACHE_SLACK
-        new_cache = LayerCache(window=window[window.shape[0] - keep :]
-                               if window.shape[0] > keep else window)
+        if n_real is None:
+            window = append_rows(cache.window, rows.kv)
+            kept = window[window.shape[0] - keep :] if window.shape[0] > keep else window
+        else:
+            # A tile's rows see no key older than sliding_window - 1 positions before the first
+            # of them, which the kept rows hold (keep >= sliding_window - 1 + DECODE_TILE).
+            old = rows.kv[:0] if cache.window is None else cache.window
+            window = kept = grow_rows([old], [rows.kv], n_real, keep)[0]
+        new_cache = LayerCache(window=kept)
         if self.compressor is not None and rows.comp is not None:
-            pooled, pending = self.compressor.pool(*real(rows.comp), pos0, cache.comp_pending)
+            pooled, pending = self.compressor.pool(*rows.comp, pos0, cache.comp_pending, n_real)
             comp = cache.comp if pooled is None else append_rows(cache.comp, pooled)
             new_cache = replace(new_cache, comp=comp, comp_pending=pending)
         if self.indexer is not None and rows.index is not None:
-            pooled, pending = self.indexer.compressor.pool(*real(rows.index), pos0,
-                                                           cache.index_pending)
+            pooled, pending = self.indexer.compressor.pool(*rows.index, pos0,
+                                                           cache.index_pending, n_real)
             index = cache.index if pooled is None else append_rows(cache.index, pooled)
             new_cache = replace(new_cache, index=index, index_pending=pending)
         return window, new_cache
 
     # The pieces around the attention proper, shared with drafters that attend differently.
 
-    def queries(self, x: mx.array, angles: RopeAngles) -> tuple[mx.array, mx.array]:
-        """The low-rank query input [T, q_lora_rank] and the queries [T, H, hd] of x [T, D]."""
-        qr = self.q_a_norm(linear(x, self.wq_a))
-        q = linear(qr, self.wq_b).reshape(x.shape[0], self.heads, self.head_dim)
-        nope = self.head_dim - self.rope.n_dims
-        return qr, self.rope.apply(rms_norm(q, None, self.eps), angles, offset=nope)
+    def queries(self, x: mx.array, angles: RopeAngles, rows: int | None = None
+                ) -> tuple[mx.array, mx.array]:
+        """The low-rank query input [T, q_lora_rank] and the queries [T, H, hd] of x [T, D]
+        (``rows``: see ``linear``)."""
+        qr = self.q_a_norm(linear(x, self.wq_a, rows))
+        return qr, self._rotated_queries(linear(qr, self.wq_b, rows), angles)
 
-    def keys(self, x: mx.array, angles: RopeAngles) -> mx.array:
+    def keys(self, x: mx.array, angles: RopeAngles, rows: int | None = None) -> mx.array:
         """The keys of x [T, D], which are also the values: [T, hd]."""
+        return self._rotated_keys(linear(x, self.wkv, rows), angles)
+
+    def _rotated_queries(self, q: mx.array, angles: RopeAngles) -> mx.array:
+        """The queries [T, H, hd] from the product ``wq_b qr`` [T, H * hd]."""
+        q = q.reshape(q.shape[0], self.heads, self.head_dim)
         nope = self.head_dim - self.rope.n_dims
-        return self.rope.apply(self.kv_norm(linear(x, self.wkv)), angles, offset=nope)
+        return self.rope.apply(rms_norm(q, None, self.eps), angles, offset=nope)
+
+    def _rotated_keys(self, kv: mx.array, angles: RopeAngles) -> mx.array:
+        """The keys [T, hd] from the product ``wkv x``."""
+        nope = self.head_dim - self.rope.n_dims
+        return self.rope.apply(self.kv_norm(kv), angles, offset=nope)
 
     def output(self, out: mx.array, angles: RopeAngles, n_real: int | None = None) -> mx.array:
         """Attention results [T, H, hd] -> [T, D]: de-rotated at the query positions, then the
@@ -683,9 +760,8 @@ class Attention(nn.Module):
         padding, whose results are discarded (a sharded rank then sums only the real rows)."""
         tokens, nope = out.shape[0], self.head_dim - self.rope.n_dims
         out = self.rope.apply(out, angles, offset=nope, inverse=True)
-        grouped = mx.swapaxes(out.reshape(tokens, self.groups, -1), 0, 1)  # [G, T, group_dim]
-        lora = mx.swapaxes(linear(grouped, self.wo_a), 0, 1)  # [T, G, o_lora_rank]
-        return linear(lora.reshape(tokens, -1), self.wo_b)
+        lora = grouped_linear(out.reshape(tokens, -1), self.wo_a, n_real)  # [T, G * o_rank]
+        return linear(lora, self.wo_b, n_real)
 
     def _attend_tile(self, q: mx.array, positions: np.ndarray, window: mx.array,
                      cache: LayerCache, index_q: mx.array | None, index_w: mx.array | None,
@@ -794,9 +870,55 @@ class Block(nn.Module):
             hash_routed=layer < args.n_hash_layers,
         )
 
+        self._before_attention = CompiledTiles(self._tile_before_attention)
+        self._after_attention = CompiledTiles(self._tile_after_attention)
+
+    @property
+    def _compiles_tiles(self) -> bool:
+        """Decode tiles run compiled around the attention proper (``_compiled_tile``) where the
+        block's pieces are this module's own (not a sharded model's or a drafter's stand-ins)
+        and its experts are resident (a streamed store reads the routing on the host)."""
+        return (type(self.attn) is Attention and type(self.moe) is SharedExpertMoE
+                and self.moe.compiles_tiles)
+
     def __call__(self, x: mx.array, tokens: mx.array, pos0: int, cache: LayerCache,
                  n_real: int | None = None) -> tuple[mx.array, LayerCache]:
+        if n_real is not None and self._compiles_tiles:
+            return self._compiled_tile(x, tokens, pos0, cache, n_real)
         return self._run(x, tokens, n_real, lambda h: self.attn(h, pos0, cache, n_real))
+
+    def _compiled_tile(self, x: mx.array, tokens: mx.array, pos0: int, cache: LayerCache,
+                       n_real: int) -> tuple[mx.array, LayerCache]:
+        """``__call__`` on a decode tile as three calls: everything before the attention proper
+        (mHC, norm, projections) compiled, the cache update and the sparse attention, which
+        depend on the caches' shapes, as they are, and everything after (output projection,
+        mHC, FFN) compiled. The same operations as ``_run``, so the same bits."""
+        attn = self.attn
+        positions = np.arange(pos0, pos0 + x.shape[0])
+        angles = attn.rope.angles(positions)
+        cos, sin = angles.on_device
+        before = self._before_attention.get(n_real)(x, cos, sin, mx.array(positions, mx.int32))
+        rows = _Projected.from_flat(angles, before[2:], attn.compressor is not None,
+                                    attn.indexer is not None)
+        window, new_cache = attn._extend(cache, rows, pos0, n_real)
+        out = attn._attend_tile(rows.q, positions, window, new_cache, rows.index_q,
+                                rows.index_w, n_real)
+        x = self._after_attention.get(n_real)(out, x, before[0], before[1], tokens, cos, sin)
+        return x, new_cache
+
+    def _tile_before_attention(self, x: mx.array, cos: mx.array, sin: mx.array,
+                               positions: mx.array, n_real: int) -> list[mx.array]:
+        h, post, comb = self.hc_attn(x)
+        rows = self.attn._project(self.attn_norm(h), positions, n_real, RopeAngles(cos, sin))
+        return [post, comb, *rows.flat()]
+
+    def _tile_after_attention(self, out: mx.array, x: mx.array, post: mx.array,
+                              comb: mx.array, tokens: mx.array, cos: mx.array, sin: mx.array,
+                              n_real: int) -> mx.array:
+        x = hc_expand(self.attn.output(out, RopeAngles(cos, sin), n_real), x, post, comb)
+        h, post, comb = self.hc_ffn(x)
+        h = self.moe(self.ffn_norm(h), tokens, n_real)
+        return hc_expand(h, x, post, comb)
 
     def batched(self, x: mx.array, tokens: mx.array, positions: np.ndarray,
                 caches: Sequence[LayerCache]) -> tuple[mx.array, list[LayerCache]]:
@@ -837,6 +959,7 @@ class Model(nn.Module):
         )
         self.output_norm = RMSNorm(w.param("output_norm.weight"), args.rms_norm_eps)
         self.output = w.matrix("output.weight")
+        self._head_tiles = CompiledTiles(lambda x, n_real: self.head(x, n_real))
 
     @classmethod
     def from_gguf(cls, gguf_file: GGUFFile, weights_dtype: str | None = None,
@@ -902,14 +1025,17 @@ class Model(nn.Module):
         n_real = n if evaluate and n < DECODE_TILE else None
         if n_real is not None:
             tokens = _pad_to_tile(tokens)
-        x = self._embed(tokens)
         caches = list(state.layers)
         captured: dict[int, mx.array] = {}
-        for i, block in enumerate(self.blocks):
-            x, caches[i] = block(x, tokens, pos0, caches[i], n_real)
-            if i in capture:
-                captured[i] = hc_mean(x)[:n]
-        final, logits = self.head(x)
+        # Decode tiles are inference only: the kernels need not be differentiable there.
+        with kernels.inference() if n_real is not None else nullcontext():
+            x = self._embed(tokens)
+            for i, block in enumerate(self.blocks):
+                x, caches[i] = block(x, tokens, pos0, caches[i], n_real)
+                if i in capture:
+                    captured[i] = hc_mean(x)[:n]
+            final, logits = (self.head(x) if n_real is None
+                             else self._head_tiles.get(n_real)(x))
         x, final, logits = x[:n], final[:n], logits[:n]
 
         # A tile's padding rows never entered the caches (Attention._extend).
@@ -951,23 +1077,25 @@ class Model(nn.Module):
         ids = _pad_to_tile(mx.array([int(t) for t in tokens], dtype=mx.int32))
         # Padding rows sit at position 0: their results are discarded and touch no cache.
         positions = np.array([state.pos for state in states] + [0] * (DECODE_TILE - n))
-        x = self._embed(ids)
         layers: list[list[LayerCache]] = []
-        for i, block in enumerate(self.blocks):
-            x, caches = block.batched(x, ids, positions, [state.layers[i] for state in states])
-            layers.append(caches)
-        logits = self.head(x)[1][:n]
+        with kernels.inference():
+            x = self._embed(ids)
+            for i, block in enumerate(self.blocks):
+                x, caches = block.batched(x, ids, positions,
+                                          [state.layers[i] for state in states])
+                layers.append(caches)
+            logits = self._head_tiles.get(n)(x)[1][:n]
         for r, state in enumerate(states):
             state.layers = [caches[r] for caches in layers]
             state.pos += 1
         mx.eval(logits, *(a for state in states for a in state.arrays()))
         return logits
 
-    def head(self, x: mx.array) -> tuple[mx.array, mx.array]:
+    def head(self, x: mx.array, n_real: int | None = None) -> tuple[mx.array, mx.array]:
         """The streams after the last block [T, hc, D] -> (the LM head's input [T, D], logits
-        [T, vocab])."""
-        final = self.output_norm(self.hc_head(x))
-        return final, linear(final, self.output)
+        [T, vocab]); ``n_real``: of a decode tile, only the first rows are needed."""
+        final = self.output_norm(self.hc_head(x, n_real))
+        return final, linear(final, self.output, n_real)
 
     def _embed(self, tokens: mx.array) -> mx.array:
         """The hc residual streams [T, hc, D] entering the first block: the token embeddings."""

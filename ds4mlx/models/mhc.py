@@ -115,8 +115,8 @@ class HyperHead(nn.Module):
         self.hc_eps = hc_eps
         self.norm_eps = norm_eps
 
-    def __call__(self, x: mx.array) -> mx.array:
+    def __call__(self, x: mx.array, rows: int | None = None) -> mx.array:
         flat = rms_norm(x.reshape(x.shape[0], -1), None, self.norm_eps)
-        pre = mx.sigmoid(linear(flat, self.fn) * self.scale[0] + self.base) + self.hc_eps
+        pre = mx.sigmoid(linear(flat, self.fn, rows) * self.scale[0] + self.base) + self.hc_eps
         return hc_collapse(x, pre)
 

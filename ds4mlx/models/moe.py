@@ -8,12 +8,20 @@ routing, shared expert), as llama.cpp's ``build_moe_ffn`` plus ``build_ffn`` com
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from enum import IntEnum
-from functools import partial
 
 from ds4mlx.experts import ExpertBatch, LayerExperts, ResidentLayer
-from ds4mlx.kernels import Weight, gather_linear, linear, routed_experts, swiglu
+from ds4mlx.kernels import (
+    Weight,
+    gather_linear,
+    linear,
+    linear_many,
+    moe_tile,
+    routed_experts,
+    swiglu,
+)
+from ds4mlx.models.tiles import CompiledTiles
 from ds4mlx.models.weights import Weights
 
 import mlx.core as mx
@@ -169,8 +177,13 @@ class SwiGLU(nn.Module):
         self.down = down
         self.limit = limit
 
-    def __call__(self, x: mx.array) -> mx.array:
-        return linear(swiglu(linear(x, self.gate), linear(x, self.up), self.limit), self.down)
+    def __call__(self, x: mx.array, rows: int | None = None) -> mx.array:
+        """``rows``: see ``kernels.linear``."""
+        return self.down_of(*linear_many(x, [self.gate, self.up], rows), rows)
+
+    def down_of(self, gate: mx.array, up: mx.array, rows: int | None = None) -> mx.array:
+        """The FFN's output from the products ``gate x`` and ``up x``."""
+        return linear(swiglu(gate, up, self.limit), self.down, rows)
 
 
 def shared_expert_moe_shapes(prefix: str, *, hidden: int, n_experts: int, expert_ff: int,
@@ -230,11 +243,24 @@ class SharedExpertMoE(nn.Module):
         self.prefix = prefix
         # Set by ``link_expert_prefetch`` when the next layer's experts are streamed.
         self.prefetch_next: _PrefetchHint | None = None
-        self._tiles = _CompiledTiles(self._tile)
+        # Compiled, the routing and SwiGLU elementwise chains fuse (77 -> 46 primitives a layer
+        # on ds4-tiny). Only resident experts qualify: a streamed store reads the routing on
+        # the host.
+        self._tiles = CompiledTiles(self._tile)
 
-    def select(self, x: mx.array, tokens: mx.array | None = None) -> tuple[mx.array, mx.array]:
-        """The routing of x [T, D]: (indices, weights) [T, k]."""
-        probs = gate_probs(linear(x, self.router), self.gating)
+    @property
+    def compiles_tiles(self) -> bool:
+        """Whether decode tiles run compiled: only over resident experts (a streamed store
+        reads the routing on the host)."""
+        return isinstance(self.experts.layer, ResidentLayer)
+
+    def select(self, x: mx.array, tokens: mx.array | None = None, rows: int | None = None
+               ) -> tuple[mx.array, mx.array]:
+        """The routing of x [T, D]: (indices, weights) [T, k] (``rows``: see
+        ``kernels.linear``)."""
+        return self._route(gate_probs(linear(x, self.router, rows), self.gating), tokens)
+
+    def _route(self, probs: mx.array, tokens: mx.array | None) -> tuple[mx.array, mx.array]:
         selected = None
         if self.hash_routes is not None:
             if tokens is None:
@@ -259,36 +285,30 @@ class SharedExpertMoE(nn.Module):
             if self.prefetch_next is not None:  # prefill: overlap the next layer's reads
                 self.prefetch_next(x, tokens)
             return routed + self.shared(x)
-        if isinstance(self.experts.layer, ResidentLayer):
+        if self.compiles_tiles:
             return self._tiles.get(n_real)(x, tokens)
         return self._tile(x, tokens, n_real)
 
     def _tile(self, x: mx.array, tokens: mx.array | None, n_real: int) -> mx.array:
         """A decode tile: routed experts on the first ``n_real`` rows, the shared expert on
         all (``__call__``)."""
-        indices, weights = self.select(x, tokens)
+        # The router's and the shared expert's products of x as one call.
+        router, gate, up = linear_many(x, [self.router, self.shared.gate, self.shared.up], n_real)
+        if isinstance(self.experts.layer, ResidentLayer):
+            experts = self.experts.layer
+            fused = moe_tile(
+                router, x, experts.gate, experts.up, experts.down,
+                self.shared.down_of(gate, up, n_real), self.bias,
+                None if self.hash_routes is None else self.hash_routes[tokens], n_real,
+                n_used=self.n_used, func=int(self.gating), normalize=self.normalize,
+                scale=self.weights_scale, limit=self.experts.swiglu_limit)
+            if fused is not None:
+                return fused
+        indices, weights = self._route(gate_probs(router, self.gating), tokens)
         routed = self.experts(x[:n_real], indices[:n_real], weights[:n_real],
                               row_invariant=True)
         padding = mx.zeros((x.shape[0] - n_real, routed.shape[1]), routed.dtype)
-        return mx.concatenate([routed, padding]) + self.shared(x)
-
-
-class _CompiledTiles:
-    """``mx.compile``d decode-tile functions of one layer, one per real-row count, made on first
-    use. The tile's shapes are fixed, so each traces once; compiled, the routing and SwiGLU
-    elementwise chains fuse (77 -> 46 primitives a layer on ds4-tiny) and the graph replays
-    without Python. Only resident experts qualify: a streamed store reads the routing on the
-    host. The weights are captured as constants, which inference never changes (training runs
-    no decode tiles). A plain object, so the functions stay out of the parameter tree."""
-
-    def __init__(self, tile: Callable[..., mx.array]):
-        self.tile = tile
-        self.compiled: dict[int, Callable[..., mx.array]] = {}
-
-    def get(self, n_real: int) -> Callable[..., mx.array]:
-        if n_real not in self.compiled:
-            self.compiled[n_real] = mx.compile(partial(self.tile, n_real=n_real))
-        return self.compiled[n_real]
+        return mx.concatenate([routed, padding]) + self.shared.down_of(gate, up, n_real)
 
 
 class _PrefetchHint:

@@ -50,15 +50,26 @@ def yarn_corr_dims(
 
 @dataclass(frozen=True)
 class RopeAngles:
-    """cos and sin (already multiplied by the YaRN magnitude scale), each [T, n_dims / 2], kept
-    on the host: ``RoPE.apply`` turns them into full-width tables there."""
+    """cos and sin (already multiplied by the YaRN magnitude scale), each [T, n_dims / 2]: host
+    arrays, or MLX arrays where they enter a compiled step as inputs (``on_device``)."""
 
-    cos: np.ndarray
-    sin: np.ndarray
+    cos: np.ndarray | mx.array
+    sin: np.ndarray | mx.array
+
+    @cached_property
+    def on_device(self) -> tuple[mx.array, mx.array]:
+        """(cos, sin) as MLX arrays, the inputs a compiled step takes them as (made once: the
+        layers that share a RoPE share these angles, ``RoPE.angles``)."""
+        return _device(self.cos), _device(self.sin)
 
     def row(self, r: int) -> RopeAngles:
         """The angles of row ``r`` alone."""
         return RopeAngles(self.cos[r : r + 1], self.sin[r : r + 1])
+
+
+# RoPE.angles' recent answers by (config, positions), oldest first.
+_RECENT_ANGLES: dict[tuple[RopeConfig, bytes], RopeAngles] = {}
+_RECENT_ANGLES_KEPT = 64
 
 
 class RoPE:
@@ -92,9 +103,21 @@ class RoPE:
         return self.config.n_dims
 
     def angles(self, positions: np.ndarray) -> RopeAngles:
-        theta = np.asarray(positions, dtype=np.float64)[:, None] * self._inv_freq[None, :]
-        return RopeAngles((np.cos(theta) * self._mscale).astype(np.float32),
-                          (np.sin(theta) * self._mscale).astype(np.float32))
+        """The angles at integer ``positions``. Every layer with the same RoPE asks for the
+        same positions in a step: the last few answers are kept (read-only) and shared."""
+        positions = np.asarray(positions, dtype=np.int64)
+        key = (self.config, positions.tobytes())
+        found = _RECENT_ANGLES.get(key)
+        if found is not None:
+            return found
+        theta = positions.astype(np.float64)[:, None] * self._inv_freq[None, :]
+        cos = (np.cos(theta) * self._mscale).astype(np.float32)
+        sin = (np.sin(theta) * self._mscale).astype(np.float32)
+        cos.flags.writeable = sin.flags.writeable = False
+        found = _RECENT_ANGLES[key] = RopeAngles(cos, sin)
+        if len(_RECENT_ANGLES) > _RECENT_ANGLES_KEPT:
+            del _RECENT_ANGLES[next(iter(_RECENT_ANGLES))]
+        return found
 
     def apply(
         self, x: mx.array, angles: RopeAngles, *, offset: int = 0, inverse: bool = False
@@ -117,22 +140,25 @@ class RoPE:
         dim = x.shape[-1]
         if offset < 0 or offset + n > dim:
             raise ValueError(f"RoPE channels [{offset}, {offset + n}) do not fit in {dim}")
-        native = rotary(x, angles.cos, angles.sin, offset, n, self.config.interleaved, inverse)
+        native = rotary(x, *angles.on_device, offset, n, self.config.interleaved, inverse)
         return self.twin(x, angles, offset, inverse) if native is None else native
 
     def twin(self, x: mx.array, angles: RopeAngles, offset: int, inverse: bool) -> mx.array:
         """``apply`` in MLX operations (the native primitive's twin)."""
         n, tokens, dim = self.config.n_dims, x.shape[0], x.shape[-1]
-        cos = np.repeat(angles.cos, 2, axis=-1) if self.config.interleaved else np.tile(
-            angles.cos, 2)
+        # Host tables are built with numpy (no primitives); device ones (a compiled step's
+        # inputs) with the same operations in MLX.
+        xp = np if isinstance(angles.cos, np.ndarray) else mx
+        cos = (xp.repeat(angles.cos, 2, axis=-1) if self.config.interleaved
+               else xp.concatenate([angles.cos, angles.cos], axis=-1))
         sin = -angles.sin if inverse else angles.sin
         # S's signs: the first member of a pair takes -sin, the second +sin.
-        signed = (np.stack([-sin, sin], axis=-1).reshape(tokens, n) if self.config.interleaved
-                  else np.concatenate([-sin, sin], axis=-1))
+        signed = (xp.stack([-sin, sin], axis=-1).reshape(tokens, n) if self.config.interleaved
+                  else xp.concatenate([-sin, sin], axis=-1))
         bshape = (tokens,) + (1,) * (x.ndim - 2) + (n,)
         part = x if n == dim else x[..., offset : offset + n]
-        rotated = _rotate(part, part @ self._swap, mx.array(cos.reshape(bshape)),
-                          mx.array(signed.reshape(bshape)))
+        rotated = _rotate(part, part @ self._swap, _device(cos.reshape(bshape)),
+                          _device(signed.reshape(bshape)))
         pieces = [x[..., :offset], rotated, x[..., offset + n :]]
         pieces = [p for p in pieces if p.shape[-1] > 0]
         return pieces[0] if len(pieces) == 1 else mx.concatenate(pieces, axis=-1)
@@ -149,6 +175,10 @@ class RoPE:
         swap = np.zeros((n, n), np.float32)
         swap[partner, index] = 1.0
         return mx.array(swap)
+
+
+def _device(a: np.ndarray | mx.array) -> mx.array:
+    return a if isinstance(a, mx.array) else mx.array(a)
 
 
 @mx.compile

@@ -29,7 +29,7 @@ DS4_TINY = ROOT / "assets" / "ds4-tiny.gguf"
 GLM_TINY = ROOT / "assets" / "glm-tiny.gguf"
 PROMPT = [(i * 7919 + 13) % 6144 for i in range(32)]
 # Upper bounds for one decode step after a 32-token prompt (measured, with a little room).
-MAX_PRIMITIVES = {DS4_TINY: 500, GLM_TINY: 570}
+MAX_PRIMITIVES = {DS4_TINY: 220, GLM_TINY: 570}
 
 
 def test_primitive_names_counts_only_pending_work():
@@ -53,7 +53,9 @@ def test_decode_step_counts_are_exact_attributed_and_bounded(path):
     assert (first.uncut_total, dict(first.per_block)) == (second.uncut_total,
                                                           dict(second.per_block))
     assert set(first.per_block) <= set(BLOCKS)
-    assert sum(first.per_block.values()) == first.total
+    assert sum(first.per_block.values()) == first.attributed_total
+    # Attribution runs compiled tiles uncompiled: it sees at least the work of the real step.
+    assert first.attributed_total >= first.uncut_total
     assert sorted(first.per_layer) == list(range(len(model.network.blocks)))
     # Cuts only move evaluation; they may split a few shared nodes, never hide work.
     assert first.uncut_total <= first.total <= first.uncut_total * 1.05

@@ -10,18 +10,22 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/vector.h>
 
 #include "mlx/allocator.h"
 #include "mlx/backend/common/utils.h"
 #include "mlx/backend/cpu/encoder.h"
+#include "mlx/fast.h"
 #include "mlx/ops.h"
 #include "mlx/primitives.h"
+#include "mlx/transforms.h"
 
 namespace mx = mlx::core;
 namespace nb = nanobind;
@@ -103,6 +107,98 @@ void sinkhorn_matrix(float* c, int n, int iters, float eps) {
 
 float sigmoid(float x) {
   return 1.0f / (1.0f + std::exp(-x));
+}
+
+// a * b + c, fused where the CPU has fused multiply-add (one rounding), else two roundings;
+// the build turns off the compiler's own contraction, so the choice is the same everywhere in
+// this module and a value's bits do not depend on which loop computed it.
+inline float madd(float a, float b, float c) {
+#if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
+  return std::fma(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+
+// A matrix product's operands and result: x [rows, k] and y [rows, n] with row strides (a
+// group's slice of wider rows), w [k, n] contiguous.
+struct Product {
+  const float* x;
+  size_t x_stride;
+  const float* w;
+  float* y;
+  size_t y_stride;
+  int k;
+  int n;
+};
+
+// Rows [r0, r0 + kGroup) x columns [j0, j0 + kColumns) of x @ w (see rows_times_in_out), the
+// accumulators held in registers across the whole k loop.
+template <int kGroup, int kColumns>
+void rows_times_in_out_block(const Product& p, int r0, int j0) {
+  float acc[kGroup][kColumns] = {};
+  for (int k = 0; k < p.k; k++) {
+    const float* __restrict wk = p.w + static_cast<size_t>(k) * p.n + j0;
+    for (int r = 0; r < kGroup; r++) {
+      const float xv = p.x[(r0 + r) * p.x_stride + k];
+      for (int j = 0; j < kColumns; j++) acc[r][j] = madd(xv, wk[j], acc[r][j]);
+    }
+  }
+  for (int r = 0; r < kGroup; r++) std::copy(acc[r], acc[r] + kColumns, p.y + (r0 + r) * p.y_stride + j0);
+}
+
+// The columns past the last whole block, one at a time, with the same chain per element.
+void rows_times_in_out_tail(const Product& p, int rows, int j0) {
+  for (int r = 0; r < rows; r++) {
+    for (int j = j0; j < p.n; j++) {
+      float acc = 0.0f;
+      for (int k = 0; k < p.k; k++) {
+        acc = madd(p.x[r * p.x_stride + k], p.w[static_cast<size_t>(k) * p.n + j], acc);
+      }
+      p.y[r * p.y_stride + j] = acc;
+    }
+  }
+}
+
+// y[r, :] = x[r, :] @ w for rows r < rows of x with w [K, N] stored [in, out], and y[r, :] = 0
+// for the rest of the tokens. Each output element is one chain of multiply-adds over k in
+// order, whatever the row count or the block it falls in: a row's bits never depend on the
+// other rows of the call. (A BLAS GEMM changes kernel and blocking with the row count, which
+// is why decode tiles had a fixed number of rows; and it computed every padding row of a
+// one-token tile.) Blocks of four rows by 32 columns keep their sums in registers and read
+// each weight once.
+void rows_times_in_out(const Product& p, int tokens, int rows) {
+  constexpr int kColumns = 32;
+  for (int r = rows; r < tokens; r++) std::fill(p.y + r * p.y_stride, p.y + r * p.y_stride + p.n, 0.0f);
+  const int whole = p.n - p.n % kColumns;
+  for (int j0 = 0; j0 < whole; j0 += kColumns) {
+    int r0 = 0;
+    for (; r0 + 4 <= rows; r0 += 4) rows_times_in_out_block<4, kColumns>(p, r0, j0);
+    for (; r0 + 2 <= rows; r0 += 2) rows_times_in_out_block<2, kColumns>(p, r0, j0);
+    for (; r0 < rows; r0++) rows_times_in_out_block<1, kColumns>(p, r0, j0);
+  }
+  if (whole < p.n) rows_times_in_out_tail(p, rows, whole);
+}
+
+// a . b over n floats in sixteen interleaved partial sums added in a fixed order: vectorisable
+// without reassociating anything, so the same inputs give the same bits in every call.
+float dot(const float* __restrict a, const float* __restrict b, int n) {
+  constexpr int kLanes = 16;
+  float lanes[kLanes] = {};
+  int i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int l = 0; l < kLanes; l++) lanes[l] = madd(a[i + l], b[i + l], lanes[l]);
+  }
+  float tail = 0.0f;
+  for (; i < n; i++) tail = madd(a[i], b[i], tail);
+  float sum = 0.0f;
+  for (int l = 0; l < kLanes; l++) sum += lanes[l];
+  return sum + tail;
+}
+
+// y = W x for one row x [K] and W [N, K] stored [out, in] (GGUF's layout).
+void out_in_times_row(const float* w, const float* x, float* y, int n, int k_dim) {
+  for (int j = 0; j < n; j++) y[j] = dot(w + static_cast<size_t>(j) * k_dim, x, k_dim);
 }
 
 // A primitive's computation: (its evaluated inputs, its float32 outputs' memory).
@@ -333,10 +429,22 @@ class RoutedExpertsFFN : public CpuPrimitive {
         std::copy(src, src + dim, rows.data() + static_cast<size_t>(i) * dim);
       }
       const size_t in_size = static_cast<size_t>(ff) * dim;
-      cblas_sgemm(kRowMajor, kNoTrans, kTrans, n, ff, dim, 1.0f, rows.data(), dim,
-                  w[0] + e * in_size, dim, 0.0f, gate.data(), ff);
-      cblas_sgemm(kRowMajor, kNoTrans, kTrans, n, ff, dim, 1.0f, rows.data(), dim,
-                  w[1] + e * in_size, dim, 0.0f, up.data(), ff);
+      // Grouped rows share one GEMM; a row on its own (decode tiles) takes dot products that
+      // do not depend on anything but the row.
+      auto product = [&](const float* weight, const float* in, float* result, int out_dim,
+                         int in_dim) {
+        if (grouped) {
+          cblas_sgemm(kRowMajor, kNoTrans, kTrans, n, out_dim, in_dim, 1.0f, in, in_dim,
+                      weight, in_dim, 0.0f, result, out_dim);
+          return;
+        }
+        for (int i = 0; i < n; i++) {
+          out_in_times_row(weight, in + static_cast<size_t>(i) * in_dim,
+                           result + static_cast<size_t>(i) * out_dim, out_dim, in_dim);
+        }
+      };
+      product(w[0] + e * in_size, rows.data(), gate.data(), ff, dim);
+      product(w[1] + e * in_size, rows.data(), up.data(), ff, dim);
       for (size_t i = 0; i < gate.size(); i++) {
         float g = gate[i], u = up[i];
         if (limit > 1e-6f) {
@@ -345,8 +453,7 @@ class RoutedExpertsFFN : public CpuPrimitive {
         }
         gate[i] = g * sigmoid(g) * u;
       }
-      cblas_sgemm(kRowMajor, kNoTrans, kTrans, n, dim, ff, 1.0f, gate.data(), ff,
-                  w[2] + e * in_size, ff, 0.0f, down.data(), dim);
+      product(w[2] + e * in_size, gate.data(), down.data(), dim, ff);
       for (int i = 0; i < n; i++) {
         std::copy(down.data() + static_cast<size_t>(i) * dim,
                   down.data() + static_cast<size_t>(i + 1) * dim,
@@ -571,6 +678,295 @@ class Rope : public CpuPrimitive {
   bool inverse_;
 };
 
+// x [T, K] @ w_i [K, N_i] for each of one or more inference matrices (stored [in, out]) that
+// read the same input, for the first ``rows`` rows; the others are zeros (rows_times_in_out).
+// Decode and verify tiles use it for every matmul on a stored weight: a one-token step computes
+// one row, each row's bits are its own, and the projections of one input are one primitive.
+class RowsLinear : public CpuPrimitive {
+ public:
+  RowsLinear(mx::Stream stream, int rows) : CpuPrimitive(stream), rows_(rows) {}
+
+  Task task() const override {
+    return [rows = rows_](const std::vector<mx::array>& in, const std::vector<float*>& out) {
+      RowMajor x(in[0]);
+      const int tokens = in[0].shape(0), k = in[0].shape(1);
+      for (size_t i = 1; i < in.size(); i++) {
+        RowMajor w(in[i]);
+        const int n = in[i].shape(1);
+        rows_times_in_out({x.data(), static_cast<size_t>(k), w.data(), out[i - 1],
+                           static_cast<size_t>(n), k, n},
+                          tokens, std::min(rows, tokens));
+      }
+    };
+  }
+
+  const char* name() const override { return "DS4RowsLinear"; }
+
+  bool is_equivalent(const mx::Primitive& other) const override {
+    return rows_ == static_cast<const RowsLinear&>(other).rows_;
+  }
+
+ private:
+  int rows_;
+};
+
+// mx.fast.rms_norm over the last axis of x [..., D]: each row times 1 / sqrt(mean(x^2) + eps),
+// then times weight [D] when there is one (two inputs), as one primitive; on the CPU MLX's own
+// is three (a square, a sum and the rest fused) or eleven uncompiled. Each row on its own.
+class RmsNorm : public CpuPrimitive {
+ public:
+  RmsNorm(mx::Stream stream, float eps) : CpuPrimitive(stream), eps_(eps) {}
+
+  Task task() const override {
+    return [eps = eps_](const std::vector<mx::array>& in, const std::vector<float*>& out) {
+      RowMajor x(in[0]);
+      const bool weighted = in.size() > 1;
+      const int dim = in[0].shape(-1);
+      const size_t rows = dim ? in[0].size() / dim : 0;
+      RowMajor weights(weighted ? in[1] : in[0]);
+      const float* weight = weights.data();
+      for (size_t r = 0; r < rows; r++) {
+        const float* row = x.data() + r * dim;
+        float* o = out[0] + r * dim;
+        const float scale = 1.0f / std::sqrt(dot(row, row, dim) / static_cast<float>(dim) + eps);
+        if (weighted) {
+          for (int d = 0; d < dim; d++) o[d] = row[d] * scale * weight[d];
+        } else {
+          for (int d = 0; d < dim; d++) o[d] = row[d] * scale;
+        }
+      }
+    };
+  }
+
+  // The derivative is mx.fast.rms_norm's (the twin's), so that training differentiates
+  // through this primitive without a wrapper (one primitive more on every call).
+  std::vector<mx::array> vjp(const std::vector<mx::array>& primals,
+                             const std::vector<mx::array>& cotangents,
+                             const std::vector<int>& argnums,
+                             const std::vector<mx::array>&) override {
+    const float eps = eps_;
+    auto twin = [eps, s = stream()](const std::vector<mx::array>& in) {
+      std::optional<mx::array> weight;
+      if (in.size() > 1) weight = in[1];
+      return std::vector<mx::array>{mx::fast::rms_norm(in[0], weight, eps, s)};
+    };
+    auto grads = mx::vjp(twin, primals, cotangents).second;
+    std::vector<mx::array> picked;
+    for (int arg : argnums) picked.push_back(grads[arg]);
+    return picked;
+  }
+
+  const char* name() const override { return "DS4RmsNorm"; }
+
+  bool is_equivalent(const mx::Primitive& other) const override {
+    return eps_ == static_cast<const RmsNorm&>(other).eps_;
+  }
+
+ private:
+  float eps_;
+};
+
+// The grouped projection x [T, G * K] -> [T, G * N]: group g's channels times its own matrix
+// w [G, K, N] (stored [in, out]), for the first ``rows`` rows (the others zeros); DeepSeek-V4's
+// output projection wo_a, without reshaping and transposing around a batched matmul.
+class GroupedRowsLinear : public CpuPrimitive {
+ public:
+  GroupedRowsLinear(mx::Stream stream, int rows) : CpuPrimitive(stream), rows_(rows) {}
+
+  Task task() const override {
+    return [rows = rows_](const std::vector<mx::array>& in, const std::vector<float*>& out) {
+      RowMajor x(in[0]), w(in[1]);
+      const int tokens = in[0].shape(0), groups = in[1].shape(0);
+      const int k = in[1].shape(1), n = in[1].shape(2);
+      for (int g = 0; g < groups; g++) {
+        rows_times_in_out({x.data() + static_cast<size_t>(g) * k, static_cast<size_t>(groups) * k,
+                           w.data() + static_cast<size_t>(g) * k * n, out[0] + static_cast<size_t>(g) * n,
+                           static_cast<size_t>(groups) * n, k, n},
+                          tokens, std::min(rows, tokens));
+      }
+    };
+  }
+
+  const char* name() const override { return "DS4GroupedRowsLinear"; }
+
+  bool is_equivalent(const mx::Primitive& other) const override {
+    return rows_ == static_cast<const GroupedRowsLinear&>(other).rows_;
+  }
+
+ private:
+  int rows_;
+};
+
+// For each pair i: the rows of cached_i followed by the first ``take`` rows of new_i, of which
+// the last ``keep`` (or all, if fewer): how a cache grows by a chunk and drops what no later
+// chunk needs, in one primitive instead of a slice, a concatenation and a slice per array.
+class AppendRows : public CpuPrimitive {
+ public:
+  AppendRows(mx::Stream stream, int take, int keep) : CpuPrimitive(stream), take_(take), keep_(keep) {}
+
+  Task task() const override {
+    return [take = take_, keep = keep_](const std::vector<mx::array>& in,
+                                        const std::vector<float*>& out) {
+      const size_t pairs = in.size() / 2;
+      for (size_t i = 0; i < pairs; i++) {
+        RowMajor cached(in[i]), fresh(in[pairs + i]);
+        const int width = in[pairs + i].shape(1), old_rows = in[i].shape(0);
+        const int total = old_rows + take, kept = std::min(total, keep), skip = total - kept;
+        float* o = out[i];
+        for (int r = skip; r < total; r++, o += width) {
+          const float* src = r < old_rows ? cached.data() + static_cast<size_t>(r) * width
+                                          : fresh.data() + static_cast<size_t>(r - old_rows) * width;
+          std::copy(src, src + width, o);
+        }
+      }
+    };
+  }
+
+  const char* name() const override { return "DS4AppendRows"; }
+
+  bool is_equivalent(const mx::Primitive& other) const override {
+    const auto& o = static_cast<const AppendRows&>(other);
+    return take_ == o.take_ && keep_ == o.keep_;
+  }
+
+ private:
+  int take_;
+  int keep_;
+};
+
+// A decode tile's routed experts, whole: for each of the first ``rows`` rows, the router
+// probabilities from its logits (gating function ``func``, llama.cpp's numbering), the top
+// ``n_used`` experts by probability plus selection bias (or the given hash-routed ones), their
+// weights (renormalised, scaled), and the weighted sum of their clamped SwiGLU outputs, added to
+// ``shared`` (the shared expert's output); rows past ``rows`` are ``shared`` as it is. Inputs:
+// logits [T, E], x [T, D], gate/up [E, F, D], down [E, D, F], shared [T, D], then the bias [E]
+// (``has_bias``) and the selected experts [T, k] int32 (``hashed``). One primitive where MLX
+// needs some twenty (routing, slicing to the real rows, the weighted sum, padding); each row
+// on its own, so a row's bits never depend on the others.
+class MoeTile : public CpuPrimitive {
+ public:
+  struct Config {
+    int rows, n_used, func;
+    bool normalize, has_bias, hashed;
+    float scale, limit;
+  };
+
+  MoeTile(mx::Stream stream, Config config) : CpuPrimitive(stream), c_(config) {}
+
+  Task task() const override {
+    return [c = c_](const std::vector<mx::array>& in, const std::vector<float*>& out) {
+      run(in, out[0], c);
+    };
+  }
+
+  const char* name() const override { return "DS4MoeTile"; }
+
+  bool is_equivalent(const mx::Primitive& other) const override {
+    const auto& o = static_cast<const MoeTile&>(other).c_;
+    return c_.rows == o.rows && c_.n_used == o.n_used && c_.func == o.func &&
+           c_.normalize == o.normalize && c_.has_bias == o.has_bias && c_.hashed == o.hashed &&
+           c_.scale == o.scale && c_.limit == o.limit;
+  }
+
+ private:
+  static void probabilities(const float* logits, int experts, int func, float* probs) {
+    if (func == 1) {  // softmax
+      float top = logits[0];
+      for (int e = 1; e < experts; e++) top = std::max(top, logits[e]);
+      float sum = 0.0f;
+      for (int e = 0; e < experts; e++) sum += probs[e] = std::exp(logits[e] - top);
+      for (int e = 0; e < experts; e++) probs[e] /= sum;
+      return;
+    }
+    for (int e = 0; e < experts; e++) {
+      const float l = logits[e];
+      if (func == 2) {
+        probs[e] = sigmoid(l);
+      } else if (func == 4) {  // sqrt(softplus), softplus as ggml: x above 20, else log1p(exp)
+        probs[e] = std::sqrt(l > 20.0f ? l : std::log1p(std::exp(std::min(l, 20.0f))));
+      } else {  // 3: softmax over the selected logits, later
+        probs[e] = l;
+      }
+    }
+  }
+
+  static void run(const std::vector<mx::array>& in, float* out, const Config& c) {
+    const int tokens = in[1].shape(0), dim = in[1].shape(1);
+    const int experts = in[2].shape(0), ff = in[2].shape(1);
+    RowMajor logits(in[0]), x(in[1]), gate_w(in[2]), up_w(in[3]), down_w(in[4]), shared(in[5]);
+    size_t next = 6;
+    std::optional<RowMajor> bias, hashed;
+    if (c.has_bias) bias.emplace(in[next++]);
+    std::vector<int> hash_ids;
+    if (c.hashed) {
+      const mx::array& ids = in[next];
+      hash_ids.resize(ids.size());
+      for (size_t i = 0; i < ids.size(); i++) {
+        hash_ids[i] = ids.data<int32_t>()[mx::elem_to_loc(static_cast<int>(i), ids)];
+      }
+    }
+    std::copy(shared.data(), shared.data() + static_cast<size_t>(tokens) * dim, out);
+    std::vector<float> probs(experts), score(experts), weights(c.n_used), gate(ff), up(ff),
+        expert_out(dim), acc(dim);
+    std::vector<int> order(experts), chosen(c.n_used);
+    const size_t in_size = static_cast<size_t>(ff) * dim;
+    for (int t = 0; t < std::min(c.rows, tokens); t++) {
+      probabilities(logits.data() + static_cast<size_t>(t) * experts, experts, c.func,
+                    probs.data());
+      if (c.hashed) {
+        for (int k = 0; k < c.n_used; k++) chosen[k] = hash_ids[t * c.n_used + k];
+      } else {
+        for (int e = 0; e < experts; e++) {
+          score[e] = probs[e] + (bias ? (*bias)[e] : 0.0f);
+          order[e] = e;
+        }
+        std::partial_sort(order.begin(), order.begin() + c.n_used, order.end(),
+                          [&](int a, int b) { return score[a] > score[b] || (score[a] == score[b] && a < b); });
+        std::copy(order.begin(), order.begin() + c.n_used, chosen.begin());
+      }
+      for (int k = 0; k < c.n_used; k++) weights[k] = probs[chosen[k]];
+      if (c.func == 3) {
+        float top = weights[0];
+        for (int k = 1; k < c.n_used; k++) top = std::max(top, weights[k]);
+        float sum = 0.0f;
+        for (int k = 0; k < c.n_used; k++) sum += weights[k] = std::exp(weights[k] - top);
+        for (int k = 0; k < c.n_used; k++) weights[k] /= sum;
+      }
+      if (c.normalize) {
+        float sum = 0.0f;
+        for (int k = 0; k < c.n_used; k++) sum += weights[k];
+        sum = std::max(sum, 6.103515625e-5f);  // ggml's clamp: the smallest normal float16
+        for (int k = 0; k < c.n_used; k++) weights[k] /= sum;
+      }
+      if (c.scale != 0.0f && c.scale != 1.0f) {
+        for (int k = 0; k < c.n_used; k++) weights[k] *= c.scale;
+      }
+      const float* row = x.data() + static_cast<size_t>(t) * dim;
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int k = 0; k < c.n_used; k++) {
+        const int e = chosen[k];
+        if (e < 0 || e >= experts) continue;
+        out_in_times_row(gate_w.data() + e * in_size, row, gate.data(), ff, dim);
+        out_in_times_row(up_w.data() + e * in_size, row, up.data(), ff, dim);
+        for (int j = 0; j < ff; j++) {
+          float g = gate[j], u = up[j];
+          if (c.limit > 1e-6f) {
+            g = std::min(g, c.limit);
+            u = std::min(std::max(u, -c.limit), c.limit);
+          }
+          gate[j] = g * sigmoid(g) * u;
+        }
+        out_in_times_row(down_w.data() + e * in_size, gate.data(), expert_out.data(), dim, ff);
+        for (int d = 0; d < dim; d++) acc[d] = madd(weights[k], expert_out[d], acc[d]);
+      }
+      float* o = out + static_cast<size_t>(t) * dim;
+      for (int d = 0; d < dim; d++) o[d] += acc[d];
+    }
+  }
+
+  Config c_;
+};
+
 std::vector<mx::array> hc_mixes(const mx::array& mixes, const mx::array& scale,
                                 const mx::array& base, int hc, int iters, float eps) {
   auto s = mx::default_stream(mx::Device::cpu);
@@ -692,6 +1088,96 @@ mx::array rope(const mx::array& x, const mx::array& cos, const mx::array& sin, i
                     mx::astype(sin, mx::float32, s)});
 }
 
+std::vector<mx::array> rows_linear(const mx::array& x, const std::vector<mx::array>& ws,
+                                   int rows) {
+  auto s = mx::default_stream(mx::Device::cpu);
+  if (x.ndim() != 2 || ws.empty() || rows < 0) {
+    throw std::invalid_argument("rows_linear: expected x [T, K], one or more w [K, N], rows >= 0");
+  }
+  std::vector<mx::array> in = {mx::astype(x, mx::float32, s)};
+  std::vector<mx::Shape> shapes;
+  for (const auto& w : ws) {
+    if (w.ndim() != 2 || w.shape(0) != x.shape(1)) {
+      throw std::invalid_argument("rows_linear: every w must be [K, N] with x [T, K]");
+    }
+    in.push_back(mx::astype(w, mx::float32, s));
+    shapes.push_back({x.shape(0), w.shape(1)});
+  }
+  return mx::array::make_arrays(shapes, std::vector<mx::Dtype>(ws.size(), mx::float32),
+                                std::make_shared<RowsLinear>(s, rows), in);
+}
+
+mx::array rms_norm(const mx::array& x, const std::optional<mx::array>& weight, float eps) {
+  auto s = mx::default_stream(mx::Device::cpu);
+  if (x.ndim() < 1 || (weight && (weight->ndim() != 1 || weight->shape(0) != x.shape(-1)))) {
+    throw std::invalid_argument("rms_norm: expected x [..., D] and weight [D] or None");
+  }
+  std::vector<mx::array> in = {mx::astype(x, mx::float32, s)};
+  if (weight) in.push_back(mx::astype(*weight, mx::float32, s));
+  return mx::array(x.shape(), mx::float32, std::make_shared<RmsNorm>(s, eps), in);
+}
+
+mx::array grouped_rows_linear(const mx::array& x, const mx::array& w, int rows) {
+  auto s = mx::default_stream(mx::Device::cpu);
+  if (x.ndim() != 2 || w.ndim() != 3 || x.shape(1) != w.shape(0) * w.shape(1) || rows < 0) {
+    throw std::invalid_argument(
+        "grouped_rows_linear: expected x [T, G * K], w [G, K, N] and rows >= 0");
+  }
+  return mx::array({x.shape(0), w.shape(0) * w.shape(2)}, mx::float32,
+                   std::make_shared<GroupedRowsLinear>(s, rows),
+                   {mx::astype(x, mx::float32, s), mx::astype(w, mx::float32, s)});
+}
+
+std::vector<mx::array> append_rows(const std::vector<mx::array>& cached,
+                                   const std::vector<mx::array>& fresh, int take, int keep) {
+  auto s = mx::default_stream(mx::Device::cpu);
+  if (cached.size() != fresh.size() || cached.empty() || keep < 0) {
+    throw std::invalid_argument("append_rows: expected as many cached as new arrays, keep >= 0");
+  }
+  std::vector<mx::array> in;
+  std::vector<mx::Shape> shapes;
+  for (size_t i = 0; i < cached.size(); i++) {
+    const auto& a = cached[i];
+    const auto& b = fresh[i];
+    if (a.ndim() != 2 || b.ndim() != 2 || a.shape(1) != b.shape(1) || take < 0 ||
+        take > b.shape(0)) {
+      throw std::invalid_argument("append_rows: expected [N, W] and [T, W] with take <= T");
+    }
+    shapes.push_back({std::min(a.shape(0) + take, keep), a.shape(1)});
+  }
+  for (const auto& a : cached) in.push_back(mx::astype(a, mx::float32, s));
+  for (const auto& b : fresh) in.push_back(mx::astype(b, mx::float32, s));
+  return mx::array::make_arrays(shapes, std::vector<mx::Dtype>(cached.size(), mx::float32),
+                                std::make_shared<AppendRows>(s, take, keep), in);
+}
+
+mx::array moe_tile(const mx::array& logits, const mx::array& x, const mx::array& gate,
+                   const mx::array& up, const mx::array& down, const mx::array& shared,
+                   const std::optional<mx::array>& bias, const std::optional<mx::array>& hashed,
+                   int rows, int n_used, int func, bool normalize, float scale, float limit) {
+  auto s = mx::default_stream(mx::Device::cpu);
+  const int tokens = x.ndim() == 2 ? x.shape(0) : -1;
+  if (x.ndim() != 2 || logits.shape() != mx::Shape{tokens, gate.ndim() == 3 ? gate.shape(0) : -1} ||
+      gate.ndim() != 3 || up.shape() != gate.shape() || gate.shape(2) != x.shape(1) ||
+      down.shape() != mx::Shape{gate.shape(0), x.shape(1), gate.shape(1)} ||
+      shared.shape() != x.shape() || n_used < 1 || n_used > gate.shape(0) || func < 1 ||
+      func > 4 || (bias && bias->size() != static_cast<size_t>(gate.shape(0))) ||
+      (hashed && hashed->shape() != mx::Shape{tokens, n_used})) {
+    throw std::invalid_argument(
+        "moe_tile: expected logits [T, E], x [T, D], gate/up [E, F, D], down [E, D, F], "
+        "shared [T, D], bias [E] or None, hashed [T, k] or None, 1 <= k <= E, func 1-4");
+  }
+  std::vector<mx::array> in = {
+      mx::astype(logits, mx::float32, s), mx::astype(x, mx::float32, s),
+      mx::astype(gate, mx::float32, s),   mx::astype(up, mx::float32, s),
+      mx::astype(down, mx::float32, s),   mx::astype(shared, mx::float32, s)};
+  if (bias) in.push_back(mx::astype(*bias, mx::float32, s));
+  if (hashed) in.push_back(mx::astype(*hashed, mx::int32, s));
+  MoeTile::Config config{rows, n_used, func, normalize, bias.has_value(), hashed.has_value(),
+                         scale, limit};
+  return mx::array(x.shape(), mx::float32, std::make_shared<MoeTile>(s, config), in);
+}
+
 }  // namespace
 
 NB_MODULE(_cpu_ops, m) {
@@ -709,6 +1195,18 @@ NB_MODULE(_cpu_ops, m) {
         "Each row's lightning-indexer top-k blocks among its visible ones, as one primitive.");
   m.def("rope", &rope, "x"_a, "cos"_a, "sin"_a, "offset"_a, "n_dims"_a, "interleaved"_a,
         "inverse"_a, "Rotary embedding of channels [offset, offset + n_dims), one primitive.");
+  m.def("rms_norm", &rms_norm, "x"_a, "weight"_a.none(), "eps"_a,
+        "RMS normalisation over the last axis (times weight), as one primitive.");
+  m.def("grouped_rows_linear", &grouped_rows_linear, "x"_a, "w"_a, "rows"_a,
+        "Each group of channels times its own matrix, for the first rows rows.");
+  m.def("grow_rows", &append_rows, "cached"_a, "new"_a, "take"_a, "keep"_a,
+        "Each cached array followed by new rows, its last keep rows, as one primitive.");
+  m.def("moe_tile", &moe_tile, "logits"_a, "x"_a, "gate"_a, "up"_a, "down"_a, "shared"_a,
+        "bias"_a.none(), "hashed"_a.none(), "rows"_a, "n_used"_a, "func"_a, "normalize"_a,
+        "scale"_a, "limit"_a,
+        "A decode tile's routing, routed experts and weighted sum plus the shared expert.");
+  m.def("rows_linear", &rows_linear, "x"_a, "ws"_a, "rows"_a,
+        "x @ w for each w, for the first rows rows (the rest zeros), each row on its own.");
   m.def("sparse_attention", &sparse_attention, "q"_a, "window"_a, "window_range"_a, "comp"_a,
         "comp_index"_a, "sinks"_a, "scale"_a,
         "Sink attention of each row over its window range and selected compressed rows.");
