@@ -1,0 +1,167 @@
+"""The native operations decode tiles are made of (kernels/cpu_ops): each equals what the model
+computes without it (its twin: MLX's own operations), gives a row the same bits whatever the
+other rows are, and refuses shapes it cannot take."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from ds4mlx import kernels
+from ds4mlx.bench.graph import primitive_names
+from ds4mlx.kernels import native, twins
+from ds4mlx.models.moe import GatingFunc, gate_probs, route
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+
+@pytest.fixture(scope="module")
+def ops():
+    if shutil.which("c++") is None and shutil.which("g++") is None:
+        pytest.skip("no C++ compiler: the native CPU operations cannot be built here")
+    if os.environ.get("DS4MLX_KERNELS", "").lower() == "mlx":
+        pytest.skip("DS4MLX_KERNELS=mlx turns the native operations off")
+    module = native.native_ops()
+    assert module is not None, "the native CPU operations failed to build (see stderr)"
+    return module
+
+
+def normal(rng: np.random.Generator, *shape: int, scale: float = 1.0) -> mx.array:
+    return mx.array(rng.standard_normal(shape).astype(np.float32) * scale)
+
+
+@pytest.mark.parametrize("n", [8, 40, 70])  # whole 32-column blocks, and a tail
+def test_rows_linear_is_the_product_of_the_first_rows_each_on_its_own(ops, n):
+    rng = np.random.default_rng(n)
+    x, w, w2 = normal(rng, 8, 48), normal(rng, 48, n), normal(rng, 48, 16)
+    full, second = ops.rows_linear(x, [w, w2], 8)
+    np.testing.assert_allclose(np.array(full), np.array(x @ w), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.array(second), np.array(x @ w2), rtol=1e-5, atol=1e-5)
+    for rows in range(1, 8):
+        part = np.array(ops.rows_linear(x, [w], rows)[0])
+        np.testing.assert_array_equal(part[:rows], np.array(full)[:rows])  # the same bits
+        assert not part[rows:].any()
+    for r in range(8):  # a row alone, in another position, gives its bits in the tile
+        alone = ops.rows_linear(x[r : r + 1], [w], 1)[0]
+        np.testing.assert_array_equal(np.array(alone)[0], np.array(full)[r])
+    with pytest.raises(ValueError, match="rows_linear"):
+        ops.rows_linear(x, [normal(rng, 47, n)], 8)
+
+
+def test_linear_takes_the_native_product_for_frozen_matrices_of_few_rows(ops):
+    rng = np.random.default_rng(1)
+    w = normal(rng, 24, 40)  # [out, in] as stored in GGUF
+    frozen = kernels.freeze(w)
+    x = normal(rng, 8, 40)
+    assert primitive_names(kernels.linear(x, frozen, 3)) == ["DS4RowsLinear"]
+    np.testing.assert_allclose(np.array(kernels.linear(x, frozen)), np.array(x @ w.T),
+                               rtol=1e-5, atol=1e-5)
+    # Larger inputs and plain (trainable) arrays keep MLX's matmul.
+    assert "DS4RowsLinear" not in primitive_names(kernels.linear(normal(rng, 9, 40), frozen))
+    assert "DS4RowsLinear" not in primitive_names(kernels.linear(x, w))
+    products = kernels.linear_many(x, [frozen, kernels.freeze(normal(rng, 8, 40))], 2)
+    assert primitive_names(*products) == ["DS4RowsLinear"]
+
+
+def test_grouped_linear_equals_the_batched_matmul(ops):
+    rng = np.random.default_rng(2)
+    groups, k, n = 4, 16, 12
+    w = normal(rng, groups, n, k)  # [G, out, in]
+    x = normal(rng, 8, groups * k)
+    want = mx.swapaxes(mx.swapaxes(x.reshape(8, groups, k), 0, 1) @ mx.swapaxes(w, -1, -2), 0, 1)
+    got = kernels.grouped_linear(x, kernels.freeze(w), 5)
+    np.testing.assert_allclose(np.array(got)[:5], np.array(want.reshape(8, -1))[:5], rtol=1e-5,
+                               atol=1e-5)
+    assert not np.array(got)[5:].any()
+    # Not frozen (or too many rows): the batched matmul itself.
+    np.testing.assert_array_equal(np.array(kernels.grouped_linear(x, w)),
+                                  np.array(want.reshape(8, -1)))
+
+
+@pytest.mark.parametrize(("old_rows", "take", "keep"), [(0, 3, 10), (6, 2, 5), (6, 8, 30)])
+def test_grow_rows_appends_and_keeps_the_last_rows(ops, old_rows, take, keep):
+    rng = np.random.default_rng(old_rows + take)
+    cached = [normal(rng, old_rows, 4), normal(rng, old_rows, 2)]
+    new = [normal(rng, 8, 4), normal(rng, 8, 2)]
+    with kernels.inference():
+        got = kernels.grow_rows(cached, new, take, keep)
+        assert primitive_names(*got) == ["DS4AppendRows"]
+    want = kernels.grow_rows(cached, new, take, keep)  # outside inference: the MLX twin
+    for g, w, c, f in zip(got, want, cached, new, strict=True):
+        full = np.concatenate([np.array(c), np.array(f)[:take]])
+        np.testing.assert_array_equal(np.array(g), full[max(0, len(full) - keep) :])
+        np.testing.assert_array_equal(np.array(g), np.array(w))
+
+
+def test_rms_norm_equals_mlx_fast_and_its_gradient(ops):
+    rng = np.random.default_rng(3)
+    x, w = normal(rng, 5, 3, 64), normal(rng, 64)
+    np.testing.assert_allclose(np.array(ops.rms_norm(x, w, 1e-6)),
+                               np.array(mx.fast.rms_norm(x, w, 1e-6)), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.array(ops.rms_norm(x, None, 1e-6)),
+                               np.array(mx.fast.rms_norm(x, None, 1e-6)), rtol=1e-5, atol=1e-6)
+    grads = mx.grad(lambda a, b: (ops.rms_norm(a, b, 1e-6) ** 2).sum(), argnums=(0, 1))(x, w)
+    want = mx.grad(lambda a, b: (mx.fast.rms_norm(a, b, 1e-6) ** 2).sum(), argnums=(0, 1))(x, w)
+    for g, v in zip(grads, want, strict=True):
+        np.testing.assert_allclose(np.array(g), np.array(v), rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="rms_norm"):
+        ops.rms_norm(x, normal(rng, 63), 1e-6)
+
+
+def moe_twin(logits, x, gate, up, down, shared, bias, hashed, rows, n_used, func, normalize,
+             scale, limit):
+    """What models.moe computes for a tile without the fused primitive."""
+    indices, weights = route(gate_probs(logits, func), n_used, func=func, bias=bias,
+                             selected=hashed, normalize=normalize, scale=scale)
+    out = twins.routed_experts(x[:rows], gate, up, down, indices[:rows], limit)
+    routed = mx.sum(out * weights[:rows, :, None], axis=1)
+    return mx.concatenate([routed, mx.zeros((x.shape[0] - rows, x.shape[1]))]) + shared
+
+
+@pytest.mark.parametrize("func", list(GatingFunc))
+@pytest.mark.parametrize("routing", ["bias", "hashed", "plain"])
+def test_moe_tile_equals_routing_experts_and_sum(ops, func, routing):
+    rng = np.random.default_rng(int(func) * 7 + len(routing))
+    tokens, dim, experts, ff, k = 8, 32, 6, 16, 2
+    logits, x = normal(rng, tokens, experts), normal(rng, tokens, dim)
+    gate, up = normal(rng, experts, ff, dim, scale=0.3), normal(rng, experts, ff, dim, scale=0.3)
+    down, shared = normal(rng, experts, dim, ff, scale=0.3), normal(rng, tokens, dim)
+    bias = normal(rng, experts, scale=0.1) if routing == "bias" else None
+    hashed = (mx.array(np.stack([rng.permutation(experts)[:k] for _ in range(tokens)])
+                       .astype(np.int32)) if routing == "hashed" else None)
+    args = (logits, x, gate, up, down, shared, bias, hashed)
+    for rows, normalize, scale, limit in ((8, True, 1.5, 0.0), (5, False, 1.0, 1.0)):
+        with kernels.inference():
+            got = kernels.moe_tile(*args, rows, n_used=k, func=int(func), normalize=normalize,
+                                   scale=scale, limit=limit)
+            assert primitive_names(got) == ["DS4MoeTile"]
+        want = moe_twin(*args, rows, k, func, normalize, scale, limit)
+        np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-4, atol=1e-5)
+        np.testing.assert_array_equal(np.array(got)[rows:], np.array(shared)[rows:])
+    with kernels.inference():  # a row's bits do not depend on how many rows are real
+        one = kernels.moe_tile(*args, 1, n_used=k, func=int(func), normalize=True, scale=1.0,
+                               limit=0.0)
+        all_rows = kernels.moe_tile(*args, 8, n_used=k, func=int(func), normalize=True,
+                                    scale=1.0, limit=0.0)
+    np.testing.assert_array_equal(np.array(one)[0], np.array(all_rows)[0])
+
+
+def test_moe_tile_only_in_inference_and_refuses_bad_shapes(ops):
+    rng = np.random.default_rng(5)
+    x, logits = normal(rng, 8, 32), normal(rng, 8, 6)
+    gate, down = normal(rng, 6, 16, 32), normal(rng, 6, 32, 16)
+    call = {"n_used": 2, "func": 4, "normalize": True, "scale": 1.0, "limit": 0.0}
+    assert kernels.moe_tile(logits, x, gate, gate, down, x, None, None, 8, **call) is None
+    with pytest.raises(ValueError, match="moe_tile"):
+        ops.moe_tile(logits[:, :5], x, gate, gate, down, x, None, None, 8, 2, 4, True, 1.0, 0.0)
+
+
+def test_inference_calls_the_native_operations_without_the_gradient_wrapper(ops):
+    rng = np.random.default_rng(6)
+    out, residual = normal(rng, 8, 16), normal(rng, 8, 4, 16)
+    post, comb = normal(rng, 8, 4), normal(rng, 8, 4, 4)
+    assert "CustomTransforms" in primitive_names(kernels.hc_expand(out, residual, post, comb))
+    with kernels.inference():
+        assert primitive_names(kernels.hc_expand(out, residual, post, comb)) == ["DS4HcExpand"]
