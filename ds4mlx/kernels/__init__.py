@@ -254,21 +254,25 @@ def _native_hc_expand() -> Callable[..., mx.array]:
 
 
 def moe_tile(logits: mx.array, x: mx.array, gate: Weight, up: Weight, down: Weight,
-             shared: mx.array, bias: mx.array | None, hashed: mx.array | None, rows: int, *,
-             n_used: int, func: int, normalize: bool, scale: float, limit: float
+             shared_gate: mx.array, shared_up: mx.array, shared_down: Weight,
+             bias: mx.array | None, hashed: mx.array | None, rows: int, *, n_used: int,
+             func: int, normalize: bool, scale: float, limit: float, shared_limit: float
              ) -> mx.array | None:
-    """A decode tile's whole routed-expert FFN as one native primitive in inference on the CPU:
-    for the first ``rows`` rows of x [T, D], the routing from the router ``logits`` [T, E]
-    (gating function ``func``, selection ``bias`` [E] or the ``hashed`` experts [T, k]), the
-    weighted sum of the chosen experts' clamped SwiGLU outputs, plus ``shared`` [T, D]; the
-    other rows are ``shared``. What ``models.moe`` computes with ``route`` and
-    ``routed_experts`` (the twins). None where it does not apply (not in inference on the CPU,
-    experts not float32 arrays)."""
-    if not (_INFERENCE.get() and _native_cpu_ops() is not None and all(
-            isinstance(w, mx.array) and w.dtype == mx.float32 for w in (gate, up, down))):
+    """A decode tile's whole FFN as one native primitive in inference on the CPU: for the first
+    ``rows`` rows of x [T, D], the routing from the router ``logits`` [T, E] (gating function
+    ``func``, selection ``bias`` [E] or the ``hashed`` experts [T, k]) and the weighted sum of
+    the chosen experts' clamped SwiGLU outputs, plus the shared expert's output from its gate
+    and up products [T, Fs] and its down matrix; the other rows are zeros. What ``models.moe``
+    computes with ``route``, ``routed_experts`` and ``SwiGLU`` (the twins). None where it does
+    not apply (not in inference on the CPU, weights not float32 arrays)."""
+    down_t = _frozen(shared_down) if isinstance(shared_down, mx.array) else None
+    if not (_INFERENCE.get() and _native_cpu_ops() is not None and down_t is not None
+            and all(isinstance(w, mx.array) and w.dtype == mx.float32
+                    for w in (gate, up, down, down_t))):
         return None
-    return native_ops().moe_tile(logits, x, gate, up, down, shared, bias, hashed, rows, n_used,
-                                 func, normalize, scale, limit)
+    return native_ops().moe_tile(logits, x, gate, up, down, shared_gate, shared_up, down_t,
+                                 bias, hashed, rows, n_used, func, normalize, scale, limit,
+                                 shared_limit)
 
 
 def routed_experts(x: mx.array, gate: Weight, up: Weight, down: Weight, indices: mx.array,

@@ -452,19 +452,26 @@ class Compressor(nn.Module):
         kv, score = self.project(x, np.arange(pos0, pos0 + x.shape[0]))
         return self.pool(kv, score, pos0, pending)
 
-    def project(self, x: mx.array, positions: np.ndarray | mx.array, rows: int | None = None
+    def project(self, x: mx.array, positions: np.ndarray, rows: int | None = None
                 ) -> tuple[mx.array, mx.array]:
-        """The kv and gate-score rows [T, width] of x [T, D] at ``positions`` (host or MLX
-        integers): row by row, so a batched decode computes them once for all of its sessions
-        (``rows``: see ``linear``)."""
-        return self.rows(linear(x, self.wkv, rows), linear(x, self.wgate, rows), positions)
+        """The kv and gate-score rows [T, width] of x [T, D] at ``positions``: row by row, so a
+        batched decode computes them once for all of its sessions (``rows``: see
+        ``linear``)."""
+        return self.rows(linear(x, self.wkv, rows), linear(x, self.wgate, rows),
+                         self.position_embedding(positions))
 
-    def rows(self, kv: mx.array, gate: mx.array, positions: np.ndarray | mx.array
+    def position_embedding(self, positions: np.ndarray, on_host: bool = False) -> mx.array:
+        """``ape[p % ratio]`` for each position [T, width]; ``on_host`` gathers it on the host
+        from the tiny table (an input of a decode tile, inference only, rather than three
+        primitives in it), else MLX gathers it (differentiable)."""
+        phase = np.asarray(positions) % self.ratio
+        return mx.array(np.array(self.ape)[phase]) if on_host else self.ape[mx.array(phase)]
+
+    def rows(self, kv: mx.array, gate: mx.array, embedding: mx.array
              ) -> tuple[mx.array, mx.array]:
-        """``project`` from the products ``wkv x`` and ``wgate x``: the kv rows and the gate
-        scores, the latter with the position-in-block embedding."""
-        phase = positions % self.ratio
-        return kv, gate + self.ape[phase if isinstance(phase, mx.array) else mx.array(phase)]
+        """``project`` from the products ``wkv x`` and ``wgate x`` and the rows'
+        ``position_embedding``: the kv rows and the gate scores."""
+        return kv, gate + embedding
 
     def pool(
         self, kv: mx.array, score: mx.array, pos0: int, pending: PendingRows | None,
@@ -672,16 +679,21 @@ class Attention(nn.Module):
         outs.append(mx.zeros((x.shape[0] - len(caches), *rows.q.shape[1:]), rows.q.dtype))
         return self.output(mx.concatenate(outs), rows.angles, len(caches)), new_caches
 
-    def _project(self, x: mx.array, positions: np.ndarray | mx.array,
-                 n_real: int | None = None, angles: RopeAngles | None = None) -> _Projected:
+    def _project(self, x: mx.array, positions: np.ndarray, n_real: int | None = None,
+                 angles: RopeAngles | None = None,
+                 embeddings: Sequence[mx.array] | None = None) -> _Projected:
         """Everything attention computes from its input rows alone (of a tile: its first
-        ``n_real`` rows; the padding rows' results are unspecified). ``angles``: those of
-        ``positions``, given when ``positions`` are MLX arrays (a compiled tile's inputs)."""
+        ``n_real`` rows; the padding rows' results are unspecified). A compiled tile passes
+        what depends on ``positions`` as its inputs: ``angles`` and the compressors'
+        ``embeddings`` (``position_embeddings``)."""
+        comp, indexer = self.compressor, self.indexer
         if angles is None:
             angles = self.rope.angles(positions)
+        if embeddings is None:
+            embeddings = self.position_embeddings(positions)
+        embedding = iter(embeddings)
         # Every product of x, then every product of the query input qr, as one call each: one
         # primitive each in a decode tile on the CPU (``kernels.linear_many``).
-        comp, indexer = self.compressor, self.indexer
         weights = [self.wq_a, self.wkv]
         if comp is not None:
             weights += [comp.wkv, comp.wgate]
@@ -693,12 +705,19 @@ class Attention(nn.Module):
         q_products = linear_many(qr, [self.wq_b] + ([indexer.q_b] if indexer else []), n_real)
         rows.q = self._rotated_queries(q_products[0], angles)
         if comp is not None:
-            rows.comp = comp.rows(next(products), next(products), positions)
+            rows.comp = comp.rows(next(products), next(products), next(embedding))
         if indexer is not None:
-            rows.index = indexer.compressor.rows(next(products), next(products), positions)
+            rows.index = indexer.compressor.rows(next(products), next(products), next(embedding))
             rows.index_q, rows.index_w = indexer.from_products(q_products[1], next(products),
                                                                angles)
         return rows
+
+    def position_embeddings(self, positions: np.ndarray, on_host: bool = False
+                            ) -> list[mx.array]:
+        """The compressors' ``position_embedding`` rows at ``positions`` (attention's, then the
+        indexer's; as many as the layer has compressors)."""
+        compressors = (self.compressor, self.indexer and self.indexer.compressor)
+        return [c.position_embedding(positions, on_host) for c in compressors if c is not None]
 
     def _extend(self, cache: LayerCache, rows: _Projected, pos0: int,
                 n_real: int | None = None) -> tuple[mx.array, LayerCache]:
@@ -897,7 +916,8 @@ class Block(nn.Module):
         positions = np.arange(pos0, pos0 + x.shape[0])
         angles = attn.rope.angles(positions)
         cos, sin = angles.on_device
-        before = self._before_attention.get(n_real)(x, cos, sin, mx.array(positions, mx.int32))
+        before = self._before_attention.get(n_real)(x, cos, sin,
+                                                    *attn.position_embeddings(positions, True))
         rows = _Projected.from_flat(angles, before[2:], attn.compressor is not None,
                                     attn.indexer is not None)
         window, new_cache = attn._extend(cache, rows, pos0, n_real)
@@ -907,9 +927,10 @@ class Block(nn.Module):
         return x, new_cache
 
     def _tile_before_attention(self, x: mx.array, cos: mx.array, sin: mx.array,
-                               positions: mx.array, n_real: int) -> list[mx.array]:
+                               *embeddings: mx.array, n_real: int) -> list[mx.array]:
         h, post, comb = self.hc_attn(x)
-        rows = self.attn._project(self.attn_norm(h), positions, n_real, RopeAngles(cos, sin))
+        rows = self.attn._project(self.attn_norm(h), None, n_real, RopeAngles(cos, sin),
+                                  embeddings)
         return [post, comb, *rows.flat()]
 
     def _tile_after_attention(self, out: mx.array, x: mx.array, post: mx.array,

@@ -252,7 +252,8 @@ class SharedExpertMoE(nn.Module):
     def compiles_tiles(self) -> bool:
         """Whether decode tiles run compiled: only over resident experts (a streamed store
         reads the routing on the host)."""
-        return isinstance(self.experts.layer, ResidentLayer)
+        return type(self.experts) is RoutedExperts and isinstance(self.experts.layer,
+                                                                  ResidentLayer)
 
     def select(self, x: mx.array, tokens: mx.array | None = None, rows: int | None = None
                ) -> tuple[mx.array, mx.array]:
@@ -294,14 +295,14 @@ class SharedExpertMoE(nn.Module):
         all (``__call__``)."""
         # The router's and the shared expert's products of x as one call.
         router, gate, up = linear_many(x, [self.router, self.shared.gate, self.shared.up], n_real)
-        if isinstance(self.experts.layer, ResidentLayer):
+        if self.compiles_tiles:  # this module's own resident experts
             experts = self.experts.layer
             fused = moe_tile(
-                router, x, experts.gate, experts.up, experts.down,
-                self.shared.down_of(gate, up, n_real), self.bias,
-                None if self.hash_routes is None else self.hash_routes[tokens], n_real,
-                n_used=self.n_used, func=int(self.gating), normalize=self.normalize,
-                scale=self.weights_scale, limit=self.experts.swiglu_limit)
+                router, x, experts.gate, experts.up, experts.down, gate, up, self.shared.down,
+                self.bias, None if self.hash_routes is None else self.hash_routes[tokens],
+                n_real, n_used=self.n_used, func=int(self.gating), normalize=self.normalize,
+                scale=self.weights_scale, limit=self.experts.swiglu_limit,
+                shared_limit=self.shared.limit)
             if fused is not None:
                 return fused
         indices, weights = self._route(gate_probs(router, self.gating), tokens)

@@ -29,7 +29,7 @@ DS4_TINY = ROOT / "assets" / "ds4-tiny.gguf"
 GLM_TINY = ROOT / "assets" / "glm-tiny.gguf"
 PROMPT = [(i * 7919 + 13) % 6144 for i in range(32)]
 # Upper bounds for one decode step after a 32-token prompt (measured, with a little room).
-MAX_PRIMITIVES = {DS4_TINY: 220, GLM_TINY: 570}
+MAX_PRIMITIVES = {DS4_TINY: 190, GLM_TINY: 570}
 
 
 def test_primitive_names_counts_only_pending_work():

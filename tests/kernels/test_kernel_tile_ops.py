@@ -110,14 +110,16 @@ def test_rms_norm_equals_mlx_fast_and_its_gradient(ops):
         ops.rms_norm(x, normal(rng, 63), 1e-6)
 
 
-def moe_twin(logits, x, gate, up, down, shared, bias, hashed, rows, n_used, func, normalize,
-             scale, limit):
+def moe_twin(logits, x, gate, up, down, shared_gate, shared_up, shared_down, bias, hashed, rows,
+             n_used, func, normalize, scale, limit, shared_limit):
     """What models.moe computes for a tile without the fused primitive."""
     indices, weights = route(gate_probs(logits, func), n_used, func=func, bias=bias,
                              selected=hashed, normalize=normalize, scale=scale)
     out = twins.routed_experts(x[:rows], gate, up, down, indices[:rows], limit)
     routed = mx.sum(out * weights[:rows, :, None], axis=1)
-    return mx.concatenate([routed, mx.zeros((x.shape[0] - rows, x.shape[1]))]) + shared
+    shared = twins.swiglu(shared_gate, shared_up, shared_limit) @ shared_down.T
+    return (mx.concatenate([routed, mx.zeros((x.shape[0] - rows, x.shape[1]))])
+            + shared)[:rows]
 
 
 @pytest.mark.parametrize("func", list(GatingFunc))
@@ -127,24 +129,28 @@ def test_moe_tile_equals_routing_experts_and_sum(ops, func, routing):
     tokens, dim, experts, ff, k = 8, 32, 6, 16, 2
     logits, x = normal(rng, tokens, experts), normal(rng, tokens, dim)
     gate, up = normal(rng, experts, ff, dim, scale=0.3), normal(rng, experts, ff, dim, scale=0.3)
-    down, shared = normal(rng, experts, dim, ff, scale=0.3), normal(rng, tokens, dim)
+    down = normal(rng, experts, dim, ff, scale=0.3)
+    shared_gate, shared_up = normal(rng, tokens, 24), normal(rng, tokens, 24)
+    shared_down = normal(rng, dim, 24, scale=0.3)  # [out, in] as stored in GGUF
     bias = normal(rng, experts, scale=0.1) if routing == "bias" else None
     hashed = (mx.array(np.stack([rng.permutation(experts)[:k] for _ in range(tokens)])
                        .astype(np.int32)) if routing == "hashed" else None)
-    args = (logits, x, gate, up, down, shared, bias, hashed)
+    args = (logits, x, gate, up, down, shared_gate, shared_up)
+    frozen = kernels.freeze(shared_down)
     for rows, normalize, scale, limit in ((8, True, 1.5, 0.0), (5, False, 1.0, 1.0)):
         with kernels.inference():
-            got = kernels.moe_tile(*args, rows, n_used=k, func=int(func), normalize=normalize,
-                                   scale=scale, limit=limit)
+            got = kernels.moe_tile(*args, frozen, bias, hashed, rows, n_used=k, func=int(func),
+                                   normalize=normalize, scale=scale, limit=limit,
+                                   shared_limit=limit)
             assert primitive_names(got) == ["DS4MoeTile"]
-        want = moe_twin(*args, rows, k, func, normalize, scale, limit)
-        np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-4, atol=1e-5)
-        np.testing.assert_array_equal(np.array(got)[rows:], np.array(shared)[rows:])
+        want = moe_twin(*args, shared_down, bias, hashed, rows, k, func, normalize, scale, limit,
+                        limit)
+        np.testing.assert_allclose(np.array(got)[:rows], np.array(want), rtol=1e-4, atol=1e-5)
+        assert not np.array(got)[rows:].any()
     with kernels.inference():  # a row's bits do not depend on how many rows are real
-        one = kernels.moe_tile(*args, 1, n_used=k, func=int(func), normalize=True, scale=1.0,
-                               limit=0.0)
-        all_rows = kernels.moe_tile(*args, 8, n_used=k, func=int(func), normalize=True,
-                                    scale=1.0, limit=0.0)
+        one, all_rows = (kernels.moe_tile(*args, frozen, bias, hashed, rows, n_used=k,
+                                          func=int(func), normalize=True, scale=1.0, limit=0.0,
+                                          shared_limit=0.0) for rows in (1, 8))
     np.testing.assert_array_equal(np.array(one)[0], np.array(all_rows)[0])
 
 
@@ -152,10 +158,14 @@ def test_moe_tile_only_in_inference_and_refuses_bad_shapes(ops):
     rng = np.random.default_rng(5)
     x, logits = normal(rng, 8, 32), normal(rng, 8, 6)
     gate, down = normal(rng, 6, 16, 32), normal(rng, 6, 32, 16)
-    call = {"n_used": 2, "func": 4, "normalize": True, "scale": 1.0, "limit": 0.0}
-    assert kernels.moe_tile(logits, x, gate, gate, down, x, None, None, 8, **call) is None
+    shared, shared_down = normal(rng, 8, 16), kernels.freeze(normal(rng, 32, 16))
+    call = {"n_used": 2, "func": 4, "normalize": True, "scale": 1.0, "limit": 0.0,
+            "shared_limit": 0.0}
+    assert kernels.moe_tile(logits, x, gate, gate, down, shared, shared, shared_down, None, None,
+                            8, **call) is None
     with pytest.raises(ValueError, match="moe_tile"):
-        ops.moe_tile(logits[:, :5], x, gate, gate, down, x, None, None, 8, 2, 4, True, 1.0, 0.0)
+        ops.moe_tile(logits[:, :5], x, gate, gate, down, shared, shared, normal(rng, 16, 32),
+                     None, None, 8, 2, 4, True, 1.0, 0.0, 0.0)
 
 
 def test_inference_calls_the_native_operations_without_the_gradient_wrapper(ops):

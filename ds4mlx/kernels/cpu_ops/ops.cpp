@@ -109,6 +109,15 @@ float sigmoid(float x) {
   return 1.0f / (1.0f + std::exp(-x));
 }
 
+// twins.swiglu on one element: silu(gate) * up, both clamped first when limit > 0.
+float swiglu_clamped(float g, float u, float limit) {
+  if (limit > 1e-6f) {
+    g = std::min(g, limit);
+    u = std::min(std::max(u, -limit), limit);
+  }
+  return g * sigmoid(g) * u;
+}
+
 // a * b + c, fused where the CPU has fused multiply-add (one rounding), else two roundings;
 // the build turns off the compiler's own contraction, so the choice is the same everywhere in
 // this module and a value's bits do not depend on which loop computed it.
@@ -160,24 +169,34 @@ void rows_times_in_out_tail(const Product& p, int rows, int j0) {
   }
 }
 
+// Rows [r0, r0 + kGroup) of x @ w over every whole block of kColumns columns, then the columns
+// left over one at a time.
+template <int kGroup, int kColumns>
+void rows_times_in_out_group(const Product& p, int r0) {
+  const int whole = p.n - p.n % kColumns;
+  for (int j0 = 0; j0 < whole; j0 += kColumns) rows_times_in_out_block<kGroup, kColumns>(p, r0, j0);
+  if (whole < p.n) {
+    Product rest = p;
+    rest.x += r0 * p.x_stride;
+    rest.y += r0 * p.y_stride;
+    rows_times_in_out_tail(rest, kGroup, whole);
+  }
+}
+
 // y[r, :] = x[r, :] @ w for rows r < rows of x with w [K, N] stored [in, out], and y[r, :] = 0
 // for the rest of the tokens. Each output element is one chain of multiply-adds over k in
 // order, whatever the row count or the block it falls in: a row's bits never depend on the
 // other rows of the call. (A BLAS GEMM changes kernel and blocking with the row count, which
 // is why decode tiles had a fixed number of rows; and it computed every padding row of a
-// one-token tile.) Blocks of four rows by 32 columns keep their sums in registers and read
-// each weight once.
+// one-token tile.) Rows go four, two or one at a time through blocks of columns whose sums
+// stay in registers; fewer rows take wider blocks, so that a lone row (a one-token step)
+// reads each weight row in long contiguous runs.
 void rows_times_in_out(const Product& p, int tokens, int rows) {
-  constexpr int kColumns = 32;
   for (int r = rows; r < tokens; r++) std::fill(p.y + r * p.y_stride, p.y + r * p.y_stride + p.n, 0.0f);
-  const int whole = p.n - p.n % kColumns;
-  for (int j0 = 0; j0 < whole; j0 += kColumns) {
-    int r0 = 0;
-    for (; r0 + 4 <= rows; r0 += 4) rows_times_in_out_block<4, kColumns>(p, r0, j0);
-    for (; r0 + 2 <= rows; r0 += 2) rows_times_in_out_block<2, kColumns>(p, r0, j0);
-    for (; r0 < rows; r0++) rows_times_in_out_block<1, kColumns>(p, r0, j0);
-  }
-  if (whole < p.n) rows_times_in_out_tail(p, rows, whole);
+  int r0 = 0;
+  for (; r0 + 4 <= rows; r0 += 4) rows_times_in_out_group<4, 32>(p, r0);
+  for (; r0 + 2 <= rows; r0 += 2) rows_times_in_out_group<2, 64>(p, r0);
+  for (; r0 < rows; r0++) rows_times_in_out_group<1, 128>(p, r0);
 }
 
 // a . b over n floats in sixteen interleaved partial sums added in a fixed order: vectorisable
@@ -838,17 +857,19 @@ class AppendRows : public CpuPrimitive {
 // probabilities from its logits (gating function ``func``, llama.cpp's numbering), the top
 // ``n_used`` experts by probability plus selection bias (or the given hash-routed ones), their
 // weights (renormalised, scaled), and the weighted sum of their clamped SwiGLU outputs, added to
-// ``shared`` (the shared expert's output); rows past ``rows`` are ``shared`` as it is. Inputs:
-// logits [T, E], x [T, D], gate/up [E, F, D], down [E, D, F], shared [T, D], then the bias [E]
-// (``has_bias``) and the selected experts [T, k] int32 (``hashed``). One primitive where MLX
-// needs some twenty (routing, slicing to the real rows, the weighted sum, padding); each row
-// on its own, so a row's bits never depend on the others.
+// the shared expert's output (its down projection of the clamped SwiGLU of its gate and up
+// products); rows past ``rows`` are zeros. Inputs: logits [T, E], x [T, D], gate/up [E, F, D],
+// down [E, D, F], the shared expert's gate and up products [T, Fs] and its down matrix stored
+// [in, out] [Fs, D], then the bias [E] (``has_bias``) and the selected experts [T, k] int32
+// (``hashed``). One primitive where MLX needs some twenty (routing, slicing to the real rows,
+// the weighted sum, padding, the shared expert); each row on its own, so a row's bits never
+// depend on the others.
 class MoeTile : public CpuPrimitive {
  public:
   struct Config {
     int rows, n_used, func;
     bool normalize, has_bias, hashed;
-    float scale, limit;
+    float scale, limit, shared_limit;
   };
 
   MoeTile(mx::Stream stream, Config config) : CpuPrimitive(stream), c_(config) {}
@@ -865,7 +886,7 @@ class MoeTile : public CpuPrimitive {
     const auto& o = static_cast<const MoeTile&>(other).c_;
     return c_.rows == o.rows && c_.n_used == o.n_used && c_.func == o.func &&
            c_.normalize == o.normalize && c_.has_bias == o.has_bias && c_.hashed == o.hashed &&
-           c_.scale == o.scale && c_.limit == o.limit;
+           c_.scale == o.scale && c_.limit == o.limit && c_.shared_limit == o.shared_limit;
   }
 
  private:
@@ -893,8 +914,10 @@ class MoeTile : public CpuPrimitive {
   static void run(const std::vector<mx::array>& in, float* out, const Config& c) {
     const int tokens = in[1].shape(0), dim = in[1].shape(1);
     const int experts = in[2].shape(0), ff = in[2].shape(1);
-    RowMajor logits(in[0]), x(in[1]), gate_w(in[2]), up_w(in[3]), down_w(in[4]), shared(in[5]);
-    size_t next = 6;
+    RowMajor logits(in[0]), x(in[1]), gate_w(in[2]), up_w(in[3]), down_w(in[4]);
+    RowMajor shared_gate(in[5]), shared_up(in[6]), shared_down(in[7]);
+    const int shared_ff = in[5].shape(1);
+    size_t next = 8;
     std::optional<RowMajor> bias, hashed;
     if (c.has_bias) bias.emplace(in[next++]);
     std::vector<int> hash_ids;
@@ -905,9 +928,9 @@ class MoeTile : public CpuPrimitive {
         hash_ids[i] = ids.data<int32_t>()[mx::elem_to_loc(static_cast<int>(i), ids)];
       }
     }
-    std::copy(shared.data(), shared.data() + static_cast<size_t>(tokens) * dim, out);
+    std::fill(out, out + static_cast<size_t>(tokens) * dim, 0.0f);
     std::vector<float> probs(experts), score(experts), weights(c.n_used), gate(ff), up(ff),
-        expert_out(dim), acc(dim);
+        expert_out(dim), acc(dim), hidden(shared_ff), shared(dim);
     std::vector<int> order(experts), chosen(c.n_used);
     const size_t in_size = static_cast<size_t>(ff) * dim;
     for (int t = 0; t < std::min(c.rows, tokens); t++) {
@@ -948,19 +971,20 @@ class MoeTile : public CpuPrimitive {
         if (e < 0 || e >= experts) continue;
         out_in_times_row(gate_w.data() + e * in_size, row, gate.data(), ff, dim);
         out_in_times_row(up_w.data() + e * in_size, row, up.data(), ff, dim);
-        for (int j = 0; j < ff; j++) {
-          float g = gate[j], u = up[j];
-          if (c.limit > 1e-6f) {
-            g = std::min(g, c.limit);
-            u = std::min(std::max(u, -c.limit), c.limit);
-          }
-          gate[j] = g * sigmoid(g) * u;
-        }
+        for (int j = 0; j < ff; j++) gate[j] = swiglu_clamped(gate[j], up[j], c.limit);
         out_in_times_row(down_w.data() + e * in_size, gate.data(), expert_out.data(), dim, ff);
         for (int d = 0; d < dim; d++) acc[d] = madd(weights[k], expert_out[d], acc[d]);
       }
+      for (int j = 0; j < shared_ff; j++) {
+        hidden[j] = swiglu_clamped(shared_gate[static_cast<size_t>(t) * shared_ff + j],
+                                   shared_up[static_cast<size_t>(t) * shared_ff + j],
+                                   c.shared_limit);
+      }
+      // As the shared expert's own down projection computes this row (rows_linear).
+      rows_times_in_out({hidden.data(), static_cast<size_t>(shared_ff), shared_down.data(),
+                         shared.data(), static_cast<size_t>(dim), shared_ff, dim}, 1, 1);
       float* o = out + static_cast<size_t>(t) * dim;
-      for (int d = 0; d < dim; d++) o[d] += acc[d];
+      for (int d = 0; d < dim; d++) o[d] = acc[d] + shared[d];
     }
   }
 
@@ -1152,29 +1176,35 @@ std::vector<mx::array> append_rows(const std::vector<mx::array>& cached,
 }
 
 mx::array moe_tile(const mx::array& logits, const mx::array& x, const mx::array& gate,
-                   const mx::array& up, const mx::array& down, const mx::array& shared,
+                   const mx::array& up, const mx::array& down, const mx::array& shared_gate,
+                   const mx::array& shared_up, const mx::array& shared_down,
                    const std::optional<mx::array>& bias, const std::optional<mx::array>& hashed,
-                   int rows, int n_used, int func, bool normalize, float scale, float limit) {
+                   int rows, int n_used, int func, bool normalize, float scale, float limit,
+                   float shared_limit) {
   auto s = mx::default_stream(mx::Device::cpu);
   const int tokens = x.ndim() == 2 ? x.shape(0) : -1;
   if (x.ndim() != 2 || logits.shape() != mx::Shape{tokens, gate.ndim() == 3 ? gate.shape(0) : -1} ||
       gate.ndim() != 3 || up.shape() != gate.shape() || gate.shape(2) != x.shape(1) ||
       down.shape() != mx::Shape{gate.shape(0), x.shape(1), gate.shape(1)} ||
-      shared.shape() != x.shape() || n_used < 1 || n_used > gate.shape(0) || func < 1 ||
+      shared_gate.ndim() != 2 || shared_gate.shape(0) != tokens ||
+      shared_up.shape() != shared_gate.shape() ||
+      shared_down.shape() != mx::Shape{shared_gate.shape(1), x.shape(1)} || n_used < 1 || n_used > gate.shape(0) || func < 1 ||
       func > 4 || (bias && bias->size() != static_cast<size_t>(gate.shape(0))) ||
       (hashed && hashed->shape() != mx::Shape{tokens, n_used})) {
     throw std::invalid_argument(
         "moe_tile: expected logits [T, E], x [T, D], gate/up [E, F, D], down [E, D, F], "
-        "shared [T, D], bias [E] or None, hashed [T, k] or None, 1 <= k <= E, func 1-4");
+        "shared gate/up [T, Fs], shared down [Fs, D], bias [E] or None, hashed [T, k] or "
+        "None, 1 <= k <= E, func 1-4");
   }
   std::vector<mx::array> in = {
       mx::astype(logits, mx::float32, s), mx::astype(x, mx::float32, s),
       mx::astype(gate, mx::float32, s),   mx::astype(up, mx::float32, s),
-      mx::astype(down, mx::float32, s),   mx::astype(shared, mx::float32, s)};
+      mx::astype(down, mx::float32, s),   mx::astype(shared_gate, mx::float32, s),
+      mx::astype(shared_up, mx::float32, s), mx::astype(shared_down, mx::float32, s)};
   if (bias) in.push_back(mx::astype(*bias, mx::float32, s));
   if (hashed) in.push_back(mx::astype(*hashed, mx::int32, s));
-  MoeTile::Config config{rows, n_used, func, normalize, bias.has_value(), hashed.has_value(),
-                         scale, limit};
+  MoeTile::Config config{rows,  n_used, func,  normalize,   bias.has_value(), hashed.has_value(),
+                         scale, limit,  shared_limit};
   return mx::array(x.shape(), mx::float32, std::make_shared<MoeTile>(s, config), in);
 }
 
@@ -1201,9 +1231,9 @@ NB_MODULE(_cpu_ops, m) {
         "Each group of channels times its own matrix, for the first rows rows.");
   m.def("grow_rows", &append_rows, "cached"_a, "new"_a, "take"_a, "keep"_a,
         "Each cached array followed by new rows, its last keep rows, as one primitive.");
-  m.def("moe_tile", &moe_tile, "logits"_a, "x"_a, "gate"_a, "up"_a, "down"_a, "shared"_a,
-        "bias"_a.none(), "hashed"_a.none(), "rows"_a, "n_used"_a, "func"_a, "normalize"_a,
-        "scale"_a, "limit"_a,
+  m.def("moe_tile", &moe_tile, "logits"_a, "x"_a, "gate"_a, "up"_a, "down"_a,
+        "shared_gate"_a, "shared_up"_a, "shared_down"_a, "bias"_a.none(), "hashed"_a.none(),
+        "rows"_a, "n_used"_a, "func"_a, "normalize"_a, "scale"_a, "limit"_a, "shared_limit"_a,
         "A decode tile's routing, routed experts and weighted sum plus the shared expert.");
   m.def("rows_linear", &rows_linear, "x"_a, "ws"_a, "rows"_a,
         "x @ w for each w, for the first rows rows (the rest zeros), each row on its own.");
