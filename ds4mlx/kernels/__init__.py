@@ -275,6 +275,32 @@ def moe_tile(logits: mx.array, x: mx.array, gate: Weight, up: Weight, down: Weig
                                  shared_limit)
 
 
+def moe_route(logits: mx.array, bias: mx.array | None, hashed: mx.array | None, rows: int, *,
+              n_used: int, func: int, normalize: bool, scale: float
+              ) -> tuple[mx.array, mx.array] | None:
+    """``moe_tile``'s routing alone (the experts [T, k] and their weights for the first
+    ``rows`` rows), for experts that are not all resident; None where it does not apply."""
+    if not (_INFERENCE.get() and _native_cpu_ops() is not None):
+        return None
+    indices, weights = native_ops().moe_route(logits, bias, hashed, rows, n_used, func,
+                                              normalize, scale)
+    return indices, weights
+
+
+def moe_combine(expert_out: mx.array, weights: mx.array, shared_gate: mx.array,
+                shared_up: mx.array, shared_down: Weight, shared_limit: float
+                ) -> mx.array | None:
+    """``moe_tile``'s sum alone: the routed experts' outputs [R, k, D] of the first R rows
+    weighted and summed, plus the shared expert ([T, D], zeros past R); None where it does not
+    apply."""
+    down_t = _frozen(shared_down) if isinstance(shared_down, mx.array) else None
+    if not (_INFERENCE.get() and _native_cpu_ops() is not None and down_t is not None
+            and down_t.dtype == mx.float32):
+        return None
+    return native_ops().moe_combine(expert_out, weights, shared_gate, shared_up, down_t,
+                                    shared_limit)
+
+
 def routed_experts(x: mx.array, gate: Weight, up: Weight, down: Weight, indices: mx.array,
                    limit: float, *, row_invariant: bool) -> mx.array | None:
     """Every (token, slot) pair's routed SwiGLU expert output [T, k, D] as one fused native
@@ -432,6 +458,8 @@ __all__ = [
     "grow_rows",
     "linear",
     "linear_many",
+    "moe_combine",
+    "moe_route",
     "moe_tile",
     "rms_norm",
     "select_kernel_backend",

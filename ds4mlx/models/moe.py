@@ -17,6 +17,8 @@ from ds4mlx.kernels import (
     gather_linear,
     linear,
     linear_many,
+    moe_combine,
+    moe_route,
     moe_tile,
     routed_experts,
     swiglu,
@@ -126,6 +128,11 @@ class RoutedExperts(nn.Module):
 
         ``row_invariant``: each row's result must not depend on the other rows (decode tiles),
         so the rows of one expert are not batched into one product."""
+        out = self.outputs(x, indices, row_invariant)
+        return mx.sum(out * weights[..., None], axis=1)
+
+    def outputs(self, x: mx.array, indices: mx.array, row_invariant: bool = False) -> mx.array:
+        """Each chosen expert's output, x [T, D], indices [T, k] -> [T, k, D]."""
         tokens, k = indices.shape
         out = None
         parts: list[mx.array] = []
@@ -149,8 +156,7 @@ class RoutedExperts(nn.Module):
             pairs.append(batch.pairs)
         if out is None:
             out = mx.concatenate(parts)[mx.array(np.argsort(np.concatenate(pairs)))]
-        out = out.reshape(tokens, k, -1)
-        return mx.sum(out * weights[..., None], axis=1)
+        return out.reshape(tokens, k, -1)
 
     def _all_pairs(self, x: mx.array, batch: ExpertBatch) -> mx.array:
         """Every (token, expert) pair: [T, k, 1, D] or, sorted, [T * k, 1, D]."""
@@ -295,16 +301,27 @@ class SharedExpertMoE(nn.Module):
         all (``__call__``)."""
         # The router's and the shared expert's products of x as one call.
         router, gate, up = linear_many(x, [self.router, self.shared.gate, self.shared.up], n_real)
+        hashed = None if self.hash_routes is None else self.hash_routes[tokens]
+        routing = {"n_used": self.n_used, "func": int(self.gating),
+                   "normalize": self.normalize, "scale": self.weights_scale}
         if self.compiles_tiles:  # this module's own resident experts
             experts = self.experts.layer
-            fused = moe_tile(
-                router, x, experts.gate, experts.up, experts.down, gate, up, self.shared.down,
-                self.bias, None if self.hash_routes is None else self.hash_routes[tokens],
-                n_real, n_used=self.n_used, func=int(self.gating), normalize=self.normalize,
-                scale=self.weights_scale, limit=self.experts.swiglu_limit,
-                shared_limit=self.shared.limit)
+            fused = moe_tile(router, x, experts.gate, experts.up, experts.down, gate, up,
+                             self.shared.down, self.bias, hashed, n_real, **routing,
+                             limit=self.experts.swiglu_limit, shared_limit=self.shared.limit)
             if fused is not None:
                 return fused
+        if type(self.experts) is RoutedExperts:
+            # Streamed experts: the same routing and sum as the fused tile (the same bits),
+            # around the store's reads, which need the chosen experts on the host.
+            routed = moe_route(router, self.bias, hashed, n_real, **routing)
+            if routed is not None:
+                indices, weights = routed
+                outputs = self.experts.outputs(x[:n_real], indices[:n_real], row_invariant=True)
+                combined = moe_combine(outputs, weights, gate, up, self.shared.down,
+                                       self.shared.limit)
+                if combined is not None:
+                    return combined
         indices, weights = self._route(gate_probs(router, self.gating), tokens)
         routed = self.experts(x[:n_real], indices[:n_real], weights[:n_real],
                               row_invariant=True)

@@ -175,3 +175,30 @@ def test_inference_calls_the_native_operations_without_the_gradient_wrapper(ops)
     assert "CustomTransforms" in primitive_names(kernels.hc_expand(out, residual, post, comb))
     with kernels.inference():
         assert primitive_names(kernels.hc_expand(out, residual, post, comb)) == ["DS4HcExpand"]
+
+
+def test_moe_route_and_combine_give_the_fused_tiles_bits(ops):
+    """Streamed experts route and sum in two steps around the store's reads: the same bits."""
+    rng = np.random.default_rng(7)
+    tokens, dim, experts, ff, k, rows = 8, 32, 6, 16, 2, 3
+    logits, x = normal(rng, tokens, experts), normal(rng, tokens, dim)
+    gate, up = normal(rng, experts, ff, dim, scale=0.3), normal(rng, experts, ff, dim, scale=0.3)
+    down = normal(rng, experts, dim, ff, scale=0.3)
+    shared_gate, shared_up = normal(rng, tokens, 24), normal(rng, tokens, 24)
+    shared_down = kernels.freeze(normal(rng, dim, 24, scale=0.3))
+    bias = normal(rng, experts, scale=0.1)
+    routing = {"n_used": k, "func": 4, "normalize": True, "scale": 1.5}
+    with kernels.inference():
+        fused = kernels.moe_tile(logits, x, gate, up, down, shared_gate, shared_up, shared_down,
+                                 bias, None, rows, **routing, limit=1.0, shared_limit=0.5)
+        indices, weights = kernels.moe_route(logits, bias, None, rows, **routing)
+        outputs = ops.routed_experts(x[:rows], gate, up, down, indices[:rows], 1.0, False)
+        parts = kernels.moe_combine(outputs, weights, shared_gate, shared_up, shared_down, 0.5)
+    np.testing.assert_array_equal(np.array(parts), np.array(fused))
+    want_indices, want_weights = route(gate_probs(logits, GatingFunc.SQRT_SOFTPLUS), k,
+                                       func=GatingFunc.SQRT_SOFTPLUS, bias=bias, normalize=True,
+                                       scale=1.5)
+    np.testing.assert_array_equal(np.sort(np.array(indices)[:rows], axis=1),
+                                  np.sort(np.array(want_indices)[:rows], axis=1))
+    np.testing.assert_allclose(np.sort(np.array(weights)[:rows], axis=1),
+                               np.sort(np.array(want_weights)[:rows], axis=1), rtol=1e-6)

@@ -464,14 +464,7 @@ class RoutedExpertsFFN : public CpuPrimitive {
       };
       product(w[0] + e * in_size, rows.data(), gate.data(), ff, dim);
       product(w[1] + e * in_size, rows.data(), up.data(), ff, dim);
-      for (size_t i = 0; i < gate.size(); i++) {
-        float g = gate[i], u = up[i];
-        if (limit > 1e-6f) {
-          g = std::min(g, limit);
-          u = std::min(std::max(u, -limit), limit);
-        }
-        gate[i] = g * sigmoid(g) * u;
-      }
+      for (size_t i = 0; i < gate.size(); i++) gate[i] = swiglu_clamped(gate[i], up[i], limit);
       product(w[2] + e * in_size, gate.data(), down.data(), dim, ff);
       for (int i = 0; i < n; i++) {
         std::copy(down.data() + static_cast<size_t>(i) * dim,
@@ -853,23 +846,159 @@ class AppendRows : public CpuPrimitive {
   int keep_;
 };
 
-// A decode tile's routed experts, whole: for each of the first ``rows`` rows, the router
-// probabilities from its logits (gating function ``func``, llama.cpp's numbering), the top
-// ``n_used`` experts by probability plus selection bias (or the given hash-routed ones), their
-// weights (renormalised, scaled), and the weighted sum of their clamped SwiGLU outputs, added to
-// the shared expert's output (its down projection of the clamped SwiGLU of its gate and up
-// products); rows past ``rows`` are zeros. Inputs: logits [T, E], x [T, D], gate/up [E, F, D],
-// down [E, D, F], the shared expert's gate and up products [T, Fs] and its down matrix stored
-// [in, out] [Fs, D], then the bias [E] (``has_bias``) and the selected experts [T, k] int32
-// (``hashed``). One primitive where MLX needs some twenty (routing, slicing to the real rows,
-// the weighted sum, padding, the shared expert); each row on its own, so a row's bits never
-// depend on the others.
+// How a decode tile routes a row (llama.cpp build_moe_ffn): the router probabilities from its
+// logits by gating function ``func`` (llama.cpp's numbering: 1 softmax, 2 sigmoid, 3 softmax
+// over the selected logits, 4 sqrt(softplus)), the top ``n_used`` experts by probability plus
+// selection bias (or the hash-routed ones given), their probabilities as weights, renormalised
+// (``normalize``) and scaled. What models.moe's gate_probs and route compute (the twins).
+struct Routing {
+  int n_used, func;
+  bool normalize;
+  float scale;
+
+  bool operator==(const Routing&) const = default;
+};
+
+class RowRouter {
+ public:
+  RowRouter(const Routing& r, int experts)
+      : r_(r), experts_(experts), probs_(experts), score_(experts), order_(experts) {}
+
+  // Row ``logits`` [E] -> chosen [n_used] and weights [n_used]; ``bias`` [E] or null, ``hashed``
+  // [n_used] or null.
+  void route(const float* logits, const float* bias, const int* hashed, int* chosen,
+             float* weights) {
+    probabilities(logits);
+    if (hashed != nullptr) {
+      std::copy(hashed, hashed + r_.n_used, chosen);
+    } else {
+      for (int e = 0; e < experts_; e++) {
+        score_[e] = probs_[e] + (bias != nullptr ? bias[e] : 0.0f);
+        order_[e] = e;
+      }
+      std::partial_sort(order_.begin(), order_.begin() + r_.n_used, order_.end(),
+                        [&](int a, int b) {
+                          return score_[a] > score_[b] || (score_[a] == score_[b] && a < b);
+                        });
+      std::copy(order_.begin(), order_.begin() + r_.n_used, chosen);
+    }
+    for (int k = 0; k < r_.n_used; k++) {
+      weights[k] = chosen[k] >= 0 && chosen[k] < experts_ ? probs_[chosen[k]] : 0.0f;
+    }
+    if (r_.func == 3) {
+      float top = weights[0];
+      for (int k = 1; k < r_.n_used; k++) top = std::max(top, weights[k]);
+      float sum = 0.0f;
+      for (int k = 0; k < r_.n_used; k++) sum += weights[k] = std::exp(weights[k] - top);
+      for (int k = 0; k < r_.n_used; k++) weights[k] /= sum;
+    }
+    if (r_.normalize) {
+      float sum = 0.0f;
+      for (int k = 0; k < r_.n_used; k++) sum += weights[k];
+      sum = std::max(sum, 6.103515625e-5f);  // ggml's clamp: the smallest normal float16
+      for (int k = 0; k < r_.n_used; k++) weights[k] /= sum;
+    }
+    if (r_.scale != 0.0f && r_.scale != 1.0f) {
+      for (int k = 0; k < r_.n_used; k++) weights[k] *= r_.scale;
+    }
+  }
+
+ private:
+  void probabilities(const float* logits) {
+    if (r_.func == 1) {
+      float top = logits[0];
+      for (int e = 1; e < experts_; e++) top = std::max(top, logits[e]);
+      float sum = 0.0f;
+      for (int e = 0; e < experts_; e++) sum += probs_[e] = std::exp(logits[e] - top);
+      for (int e = 0; e < experts_; e++) probs_[e] /= sum;
+      return;
+    }
+    for (int e = 0; e < experts_; e++) {
+      const float l = logits[e];
+      if (r_.func == 2) {
+        probs_[e] = sigmoid(l);
+      } else if (r_.func == 4) {  // softplus as ggml: x above 20, else log1p(exp(x))
+        probs_[e] = std::sqrt(l > 20.0f ? l : std::log1p(std::exp(std::min(l, 20.0f))));
+      } else {  // 3: the softmax is over the selected logits
+        probs_[e] = l;
+      }
+    }
+  }
+
+  Routing r_;
+  int experts_;
+  std::vector<float> probs_, score_;
+  std::vector<int> order_;
+};
+
+// One routed expert e on one row x [D]: down_e(swiglu(gate_e x, up_e x)) -> out [D], with the
+// stacked weights as GGUF stores them (gate/up [E, F, D], down [E, D, F]); the same products as
+// RoutedExpertsFFN's row-by-row mode, so the same bits.
+void expert_row(const float* gate_w, const float* up_w, const float* down_w, int e, int ff,
+                int dim, float limit, const float* x, float* gate, float* up, float* out) {
+  const size_t in_size = static_cast<size_t>(ff) * dim;
+  out_in_times_row(gate_w + e * in_size, x, gate, ff, dim);
+  out_in_times_row(up_w + e * in_size, x, up, ff, dim);
+  for (int j = 0; j < ff; j++) gate[j] = swiglu_clamped(gate[j], up[j], limit);
+  out_in_times_row(down_w + e * in_size, gate, out, dim, ff);
+}
+
+// The weighted sum of one row's routed expert outputs plus the shared expert.
+class RowCombiner {
+ public:
+  RowCombiner(int dim, int shared_ff, const float* shared_down, float shared_limit)
+      : dim_(dim), shared_ff_(shared_ff), shared_down_(shared_down), shared_limit_(shared_limit),
+        hidden_(shared_ff), shared_(dim), acc_(dim) {}
+
+  // out [D] = sum_k weights[k] * expert_out[k] (expert_out [k, D], in k order) + the shared
+  // expert's down projection of swiglu(shared_gate, shared_up) [Fs].
+  void combine(const float* expert_out, const float* weights, int k_used,
+               const float* shared_gate, const float* shared_up, float* out) {
+    std::fill(acc_.begin(), acc_.end(), 0.0f);
+    for (int k = 0; k < k_used; k++) {
+      const float* e = expert_out + static_cast<size_t>(k) * dim_;
+      for (int d = 0; d < dim_; d++) acc_[d] = madd(weights[k], e[d], acc_[d]);
+    }
+    for (int j = 0; j < shared_ff_; j++) {
+      hidden_[j] = swiglu_clamped(shared_gate[j], shared_up[j], shared_limit_);
+    }
+    // As the shared expert's own down projection computes this row (rows_linear).
+    rows_times_in_out({hidden_.data(), static_cast<size_t>(shared_ff_), shared_down_,
+                       shared_.data(), static_cast<size_t>(dim_), shared_ff_, dim_},
+                      1, 1);
+    for (int d = 0; d < dim_; d++) out[d] = acc_[d] + shared_[d];
+  }
+
+ private:
+  int dim_, shared_ff_;
+  const float* shared_down_;
+  float shared_limit_;
+  std::vector<float> hidden_, shared_, acc_;
+};
+
+std::vector<int> int_values_of(const mx::array& a) {
+  std::vector<int> out(a.size());
+  for (size_t i = 0; i < a.size(); i++) {
+    out[i] = a.data<int32_t>()[mx::elem_to_loc(static_cast<int>(i), a)];
+  }
+  return out;
+}
+
+// A decode tile's whole FFN for its first ``rows`` rows (the others zeros): routing, routed
+// experts, their weighted sum and the shared expert. Inputs: logits [T, E], x [T, D],
+// gate/up [E, F, D], down [E, D, F], the shared expert's gate and up products [T, Fs] and its
+// down matrix stored [in, out] [Fs, D], then the bias [E] (``has_bias``) and the hash-routed
+// experts [T, k] int32 (``hashed``). One primitive where MLX needs some twenty; each row on its
+// own. MoeRoute and MoeCombine compute the same in two steps, around experts that are streamed.
 class MoeTile : public CpuPrimitive {
  public:
   struct Config {
-    int rows, n_used, func;
-    bool normalize, has_bias, hashed;
-    float scale, limit, shared_limit;
+    Routing routing;
+    int rows;
+    bool has_bias, hashed;
+    float limit, shared_limit;
+
+    bool operator==(const Config&) const = default;
   };
 
   MoeTile(mx::Stream stream, Config config) : CpuPrimitive(stream), c_(config) {}
@@ -883,112 +1012,128 @@ class MoeTile : public CpuPrimitive {
   const char* name() const override { return "DS4MoeTile"; }
 
   bool is_equivalent(const mx::Primitive& other) const override {
-    const auto& o = static_cast<const MoeTile&>(other).c_;
-    return c_.rows == o.rows && c_.n_used == o.n_used && c_.func == o.func &&
-           c_.normalize == o.normalize && c_.has_bias == o.has_bias && c_.hashed == o.hashed &&
-           c_.scale == o.scale && c_.limit == o.limit && c_.shared_limit == o.shared_limit;
+    return c_ == static_cast<const MoeTile&>(other).c_;
   }
 
  private:
-  static void probabilities(const float* logits, int experts, int func, float* probs) {
-    if (func == 1) {  // softmax
-      float top = logits[0];
-      for (int e = 1; e < experts; e++) top = std::max(top, logits[e]);
-      float sum = 0.0f;
-      for (int e = 0; e < experts; e++) sum += probs[e] = std::exp(logits[e] - top);
-      for (int e = 0; e < experts; e++) probs[e] /= sum;
-      return;
-    }
-    for (int e = 0; e < experts; e++) {
-      const float l = logits[e];
-      if (func == 2) {
-        probs[e] = sigmoid(l);
-      } else if (func == 4) {  // sqrt(softplus), softplus as ggml: x above 20, else log1p(exp)
-        probs[e] = std::sqrt(l > 20.0f ? l : std::log1p(std::exp(std::min(l, 20.0f))));
-      } else {  // 3: softmax over the selected logits, later
-        probs[e] = l;
-      }
-    }
-  }
-
   static void run(const std::vector<mx::array>& in, float* out, const Config& c) {
     const int tokens = in[1].shape(0), dim = in[1].shape(1);
-    const int experts = in[2].shape(0), ff = in[2].shape(1);
+    const int experts = in[2].shape(0), ff = in[2].shape(1), k_used = c.routing.n_used;
     RowMajor logits(in[0]), x(in[1]), gate_w(in[2]), up_w(in[3]), down_w(in[4]);
     RowMajor shared_gate(in[5]), shared_up(in[6]), shared_down(in[7]);
     const int shared_ff = in[5].shape(1);
     size_t next = 8;
-    std::optional<RowMajor> bias, hashed;
+    std::optional<RowMajor> bias;
     if (c.has_bias) bias.emplace(in[next++]);
-    std::vector<int> hash_ids;
-    if (c.hashed) {
-      const mx::array& ids = in[next];
-      hash_ids.resize(ids.size());
-      for (size_t i = 0; i < ids.size(); i++) {
-        hash_ids[i] = ids.data<int32_t>()[mx::elem_to_loc(static_cast<int>(i), ids)];
-      }
-    }
+    const std::vector<int> hashed = c.hashed ? int_values_of(in[next]) : std::vector<int>();
+    RowRouter router(c.routing, experts);
+    RowCombiner combiner(dim, shared_ff, shared_down.data(), c.shared_limit);
+    std::vector<int> chosen(k_used);
+    std::vector<float> weights(k_used), gate(ff), up(ff),
+        expert_out(static_cast<size_t>(k_used) * dim);
     std::fill(out, out + static_cast<size_t>(tokens) * dim, 0.0f);
-    std::vector<float> probs(experts), score(experts), weights(c.n_used), gate(ff), up(ff),
-        expert_out(dim), acc(dim), hidden(shared_ff), shared(dim);
-    std::vector<int> order(experts), chosen(c.n_used);
-    const size_t in_size = static_cast<size_t>(ff) * dim;
     for (int t = 0; t < std::min(c.rows, tokens); t++) {
-      probabilities(logits.data() + static_cast<size_t>(t) * experts, experts, c.func,
-                    probs.data());
-      if (c.hashed) {
-        for (int k = 0; k < c.n_used; k++) chosen[k] = hash_ids[t * c.n_used + k];
-      } else {
-        for (int e = 0; e < experts; e++) {
-          score[e] = probs[e] + (bias ? (*bias)[e] : 0.0f);
-          order[e] = e;
-        }
-        std::partial_sort(order.begin(), order.begin() + c.n_used, order.end(),
-                          [&](int a, int b) { return score[a] > score[b] || (score[a] == score[b] && a < b); });
-        std::copy(order.begin(), order.begin() + c.n_used, chosen.begin());
-      }
-      for (int k = 0; k < c.n_used; k++) weights[k] = probs[chosen[k]];
-      if (c.func == 3) {
-        float top = weights[0];
-        for (int k = 1; k < c.n_used; k++) top = std::max(top, weights[k]);
-        float sum = 0.0f;
-        for (int k = 0; k < c.n_used; k++) sum += weights[k] = std::exp(weights[k] - top);
-        for (int k = 0; k < c.n_used; k++) weights[k] /= sum;
-      }
-      if (c.normalize) {
-        float sum = 0.0f;
-        for (int k = 0; k < c.n_used; k++) sum += weights[k];
-        sum = std::max(sum, 6.103515625e-5f);  // ggml's clamp: the smallest normal float16
-        for (int k = 0; k < c.n_used; k++) weights[k] /= sum;
-      }
-      if (c.scale != 0.0f && c.scale != 1.0f) {
-        for (int k = 0; k < c.n_used; k++) weights[k] *= c.scale;
-      }
+      router.route(logits.data() + static_cast<size_t>(t) * experts,
+                   bias ? bias->data() : nullptr, c.hashed ? &hashed[t * k_used] : nullptr,
+                   chosen.data(), weights.data());
       const float* row = x.data() + static_cast<size_t>(t) * dim;
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int k = 0; k < c.n_used; k++) {
-        const int e = chosen[k];
-        if (e < 0 || e >= experts) continue;
-        out_in_times_row(gate_w.data() + e * in_size, row, gate.data(), ff, dim);
-        out_in_times_row(up_w.data() + e * in_size, row, up.data(), ff, dim);
-        for (int j = 0; j < ff; j++) gate[j] = swiglu_clamped(gate[j], up[j], c.limit);
-        out_in_times_row(down_w.data() + e * in_size, gate.data(), expert_out.data(), dim, ff);
-        for (int d = 0; d < dim; d++) acc[d] = madd(weights[k], expert_out[d], acc[d]);
+      for (int k = 0; k < k_used; k++) {
+        float* e_out = expert_out.data() + static_cast<size_t>(k) * dim;
+        if (chosen[k] < 0 || chosen[k] >= experts) {
+          std::fill(e_out, e_out + dim, 0.0f);
+          continue;
+        }
+        expert_row(gate_w.data(), up_w.data(), down_w.data(), chosen[k], ff, dim, c.limit, row,
+                   gate.data(), up.data(), e_out);
       }
-      for (int j = 0; j < shared_ff; j++) {
-        hidden[j] = swiglu_clamped(shared_gate[static_cast<size_t>(t) * shared_ff + j],
-                                   shared_up[static_cast<size_t>(t) * shared_ff + j],
-                                   c.shared_limit);
-      }
-      // As the shared expert's own down projection computes this row (rows_linear).
-      rows_times_in_out({hidden.data(), static_cast<size_t>(shared_ff), shared_down.data(),
-                         shared.data(), static_cast<size_t>(dim), shared_ff, dim}, 1, 1);
-      float* o = out + static_cast<size_t>(t) * dim;
-      for (int d = 0; d < dim; d++) o[d] = acc[d] + shared[d];
+      combiner.combine(expert_out.data(), weights.data(), k_used,
+                       shared_gate.data() + static_cast<size_t>(t) * shared_ff,
+                       shared_up.data() + static_cast<size_t>(t) * shared_ff,
+                       out + static_cast<size_t>(t) * dim);
     }
   }
 
   Config c_;
+};
+
+// MoeTile's routing alone: logits [T, E] (then bias [E], hashed [T, k] as MoeTile) -> the
+// experts [T, k] int32 and their weights [T, k] for the first ``rows`` rows (zeros after).
+class MoeRoute : public CpuPrimitive {
+ public:
+  MoeRoute(mx::Stream stream, Routing routing, int rows, bool has_bias, bool hashed)
+      : CpuPrimitive(stream), r_(routing), rows_(rows), has_bias_(has_bias), hashed_(hashed) {}
+
+  Task task() const override {
+    return [r = r_, rows = rows_, has_bias = has_bias_, hashed = hashed_](
+               const std::vector<mx::array>& in, const std::vector<float*>& out) {
+      const int tokens = in[0].shape(0), experts = in[0].shape(1);
+      RowMajor logits(in[0]);
+      std::optional<RowMajor> bias;
+      if (has_bias) bias.emplace(in[1]);
+      const std::vector<int> ids =
+          hashed ? int_values_of(in[has_bias ? 2 : 1]) : std::vector<int>();
+      auto* chosen = reinterpret_cast<int32_t*>(out[0]);
+      std::fill(chosen, chosen + static_cast<size_t>(tokens) * r.n_used, 0);
+      std::fill(out[1], out[1] + static_cast<size_t>(tokens) * r.n_used, 0.0f);
+      RowRouter router(r, experts);
+      std::vector<int> picked(r.n_used);
+      for (int t = 0; t < std::min(rows, tokens); t++) {
+        router.route(logits.data() + static_cast<size_t>(t) * experts,
+                     bias ? bias->data() : nullptr, hashed ? &ids[t * r.n_used] : nullptr,
+                     picked.data(), out[1] + static_cast<size_t>(t) * r.n_used);
+        std::copy(picked.begin(), picked.end(), chosen + static_cast<size_t>(t) * r.n_used);
+      }
+    };
+  }
+
+  const char* name() const override { return "DS4MoeRoute"; }
+
+  bool is_equivalent(const mx::Primitive& other) const override {
+    const auto& o = static_cast<const MoeRoute&>(other);
+    return r_ == o.r_ && rows_ == o.rows_ && has_bias_ == o.has_bias_ && hashed_ == o.hashed_;
+  }
+
+ private:
+  Routing r_;
+  int rows_;
+  bool has_bias_, hashed_;
+};
+
+// MoeTile's sum: the routed experts' outputs [R, k, D] (R real rows) and their weights [T, k],
+// the shared expert's gate and up products [T, Fs] and down matrix [Fs, D] -> [T, D], zeros
+// past the R rows.
+class MoeCombine : public CpuPrimitive {
+ public:
+  MoeCombine(mx::Stream stream, float shared_limit)
+      : CpuPrimitive(stream), shared_limit_(shared_limit) {}
+
+  Task task() const override {
+    return [limit = shared_limit_](const std::vector<mx::array>& in,
+                                   const std::vector<float*>& out) {
+      RowMajor expert_out(in[0]), weights(in[1]), shared_gate(in[2]), shared_up(in[3]),
+          shared_down(in[4]);
+      const int real = in[0].shape(0), k_used = in[0].shape(1), dim = in[0].shape(2);
+      const int tokens = in[1].shape(0), shared_ff = in[2].shape(1);
+      RowCombiner combiner(dim, shared_ff, shared_down.data(), limit);
+      std::fill(out[0], out[0] + static_cast<size_t>(tokens) * dim, 0.0f);
+      for (int t = 0; t < real; t++) {
+        combiner.combine(expert_out.data() + static_cast<size_t>(t) * k_used * dim,
+                         weights.data() + static_cast<size_t>(t) * k_used, k_used,
+                         shared_gate.data() + static_cast<size_t>(t) * shared_ff,
+                         shared_up.data() + static_cast<size_t>(t) * shared_ff,
+                         out[0] + static_cast<size_t>(t) * dim);
+      }
+    };
+  }
+
+  const char* name() const override { return "DS4MoeCombine"; }
+
+  bool is_equivalent(const mx::Primitive& other) const override {
+    return shared_limit_ == static_cast<const MoeCombine&>(other).shared_limit_;
+  }
+
+ private:
+  float shared_limit_;
 };
 
 std::vector<mx::array> hc_mixes(const mx::array& mixes, const mx::array& scale,
@@ -1183,13 +1328,14 @@ mx::array moe_tile(const mx::array& logits, const mx::array& x, const mx::array&
                    float shared_limit) {
   auto s = mx::default_stream(mx::Device::cpu);
   const int tokens = x.ndim() == 2 ? x.shape(0) : -1;
-  if (x.ndim() != 2 || logits.shape() != mx::Shape{tokens, gate.ndim() == 3 ? gate.shape(0) : -1} ||
-      gate.ndim() != 3 || up.shape() != gate.shape() || gate.shape(2) != x.shape(1) ||
+  if (x.ndim() != 2 || gate.ndim() != 3 || logits.shape() != mx::Shape{tokens, gate.shape(0)} ||
+      up.shape() != gate.shape() || gate.shape(2) != x.shape(1) ||
       down.shape() != mx::Shape{gate.shape(0), x.shape(1), gate.shape(1)} ||
       shared_gate.ndim() != 2 || shared_gate.shape(0) != tokens ||
       shared_up.shape() != shared_gate.shape() ||
-      shared_down.shape() != mx::Shape{shared_gate.shape(1), x.shape(1)} || n_used < 1 || n_used > gate.shape(0) || func < 1 ||
-      func > 4 || (bias && bias->size() != static_cast<size_t>(gate.shape(0))) ||
+      shared_down.shape() != mx::Shape{shared_gate.shape(1), x.shape(1)} || n_used < 1 ||
+      n_used > gate.shape(0) || func < 1 || func > 4 ||
+      (bias && bias->size() != static_cast<size_t>(gate.shape(0))) ||
       (hashed && hashed->shape() != mx::Shape{tokens, n_used})) {
     throw std::invalid_argument(
         "moe_tile: expected logits [T, E], x [T, D], gate/up [E, F, D], down [E, D, F], "
@@ -1197,15 +1343,56 @@ mx::array moe_tile(const mx::array& logits, const mx::array& x, const mx::array&
         "None, 1 <= k <= E, func 1-4");
   }
   std::vector<mx::array> in = {
-      mx::astype(logits, mx::float32, s), mx::astype(x, mx::float32, s),
-      mx::astype(gate, mx::float32, s),   mx::astype(up, mx::float32, s),
-      mx::astype(down, mx::float32, s),   mx::astype(shared_gate, mx::float32, s),
+      mx::astype(logits, mx::float32, s),    mx::astype(x, mx::float32, s),
+      mx::astype(gate, mx::float32, s),      mx::astype(up, mx::float32, s),
+      mx::astype(down, mx::float32, s),      mx::astype(shared_gate, mx::float32, s),
       mx::astype(shared_up, mx::float32, s), mx::astype(shared_down, mx::float32, s)};
   if (bias) in.push_back(mx::astype(*bias, mx::float32, s));
   if (hashed) in.push_back(mx::astype(*hashed, mx::int32, s));
-  MoeTile::Config config{rows,  n_used, func,  normalize,   bias.has_value(), hashed.has_value(),
-                         scale, limit,  shared_limit};
+  MoeTile::Config config{{n_used, func, normalize, scale}, rows, bias.has_value(),
+                         hashed.has_value(), limit, shared_limit};
   return mx::array(x.shape(), mx::float32, std::make_shared<MoeTile>(s, config), in);
+}
+
+std::vector<mx::array> moe_route(const mx::array& logits, const std::optional<mx::array>& bias,
+                                 const std::optional<mx::array>& hashed, int rows, int n_used,
+                                 int func, bool normalize, float scale) {
+  auto s = mx::default_stream(mx::Device::cpu);
+  const int tokens = logits.ndim() == 2 ? logits.shape(0) : -1;
+  if (logits.ndim() != 2 || n_used < 1 || n_used > logits.shape(1) || func < 1 || func > 4 ||
+      (bias && bias->size() != static_cast<size_t>(logits.shape(1))) ||
+      (hashed && hashed->shape() != mx::Shape{tokens, n_used})) {
+    throw std::invalid_argument("moe_route: expected logits [T, E], bias [E] or None, hashed "
+                                "[T, k] or None, 1 <= k <= E, func 1-4");
+  }
+  std::vector<mx::array> in = {mx::astype(logits, mx::float32, s)};
+  if (bias) in.push_back(mx::astype(*bias, mx::float32, s));
+  if (hashed) in.push_back(mx::astype(*hashed, mx::int32, s));
+  return mx::array::make_arrays(
+      {{tokens, n_used}, {tokens, n_used}}, {mx::int32, mx::float32},
+      std::make_shared<MoeRoute>(s, Routing{n_used, func, normalize, scale}, rows,
+                                 bias.has_value(), hashed.has_value()),
+      in);
+}
+
+mx::array moe_combine(const mx::array& expert_out, const mx::array& weights,
+                      const mx::array& shared_gate, const mx::array& shared_up,
+                      const mx::array& shared_down, float shared_limit) {
+  auto s = mx::default_stream(mx::Device::cpu);
+  if (expert_out.ndim() != 3 || weights.ndim() != 2 || weights.shape(1) != expert_out.shape(1) ||
+      weights.shape(0) < expert_out.shape(0) || shared_gate.ndim() != 2 ||
+      shared_gate.shape(0) != weights.shape(0) || shared_up.shape() != shared_gate.shape() ||
+      shared_down.shape() != mx::Shape{shared_gate.shape(1), expert_out.shape(2)}) {
+    throw std::invalid_argument(
+        "moe_combine: expected expert outputs [R, k, D], weights [T, k] (T >= R), shared "
+        "gate/up [T, Fs] and shared down [Fs, D]");
+  }
+  return mx::array({weights.shape(0), expert_out.shape(2)}, mx::float32,
+                   std::make_shared<MoeCombine>(s, shared_limit),
+                   {mx::astype(expert_out, mx::float32, s), mx::astype(weights, mx::float32, s),
+                    mx::astype(shared_gate, mx::float32, s),
+                    mx::astype(shared_up, mx::float32, s),
+                    mx::astype(shared_down, mx::float32, s)});
 }
 
 }  // namespace
@@ -1235,6 +1422,11 @@ NB_MODULE(_cpu_ops, m) {
         "shared_gate"_a, "shared_up"_a, "shared_down"_a, "bias"_a.none(), "hashed"_a.none(),
         "rows"_a, "n_used"_a, "func"_a, "normalize"_a, "scale"_a, "limit"_a, "shared_limit"_a,
         "A decode tile's routing, routed experts and weighted sum plus the shared expert.");
+  m.def("moe_route", &moe_route, "logits"_a, "bias"_a.none(), "hashed"_a.none(), "rows"_a,
+        "n_used"_a, "func"_a, "normalize"_a, "scale"_a, "A decode tile's expert routing.");
+  m.def("moe_combine", &moe_combine, "expert_out"_a, "weights"_a, "shared_gate"_a,
+        "shared_up"_a, "shared_down"_a, "shared_limit"_a,
+        "A decode tile's weighted sum of routed expert outputs plus the shared expert.");
   m.def("rows_linear", &rows_linear, "x"_a, "ws"_a, "rows"_a,
         "x @ w for each w, for the first rows rows (the rest zeros), each row on its own.");
   m.def("sparse_attention", &sparse_attention, "q"_a, "window"_a, "window_range"_a, "comp"_a,
