@@ -155,7 +155,9 @@ class AgentApp(App[None]):
         self.stats.context_tokens = agent.context_tokens()
         if not agent.conversation.is_empty:
             self._redraw_conversation()
-            self._note(f"resumed {agent.conversation.name}")
+            restored = self.commands.restore_state()
+            self._note(f"resumed {agent.conversation.name}"
+                       + (f" ({restored})" if restored else ""))
         self._note(f"{self.model_name} in {agent.toolbox.workspace.root} · Ctrl+C stops the "
                    "model · /help lists the commands · Ctrl+Q quits")
         self._set_phase("ready")
