@@ -11,6 +11,7 @@ from pathlib import Path
 import ds4mlx
 from ds4mlx.engine.chat import TextDelta
 from ds4mlx.engine.kvcache import DiskTier, PromptCache, model_fingerprint, write_snapshot
+from ds4mlx.engine.session import Snapshot
 from ds4mlx.speculation.service import ChatService, Finished
 
 import mlx.core as mx
@@ -177,3 +178,14 @@ def test_warnings_go_to_the_log_by_default(ds4, tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="ds4mlx.kvcache"):
         DiskTier(tmp_path, 1 << 20, model_fingerprint(ds4))
     assert len(caplog.records) == 1 and "kv-bad" in caplog.records[0].getMessage()
+
+
+def test_a_state_the_codec_cannot_describe_turns_the_cache_off_with_one_warning(tmp_path):
+    warnings = Warnings()
+    cache = PromptCache(1 << 20, DiskTier(tmp_path, 1 << 20, "f" * 64, warnings), warnings)
+    odd = Snapshot([object()], (1, 2, 3))
+    for _ in range(3):
+        cache.remember(odd)
+        cache.persist(odd)
+    assert len(warnings) == 1 and "turned off" in warnings[0]
+    assert len(cache.memory) == 0 and list(tmp_path.iterdir()) == []

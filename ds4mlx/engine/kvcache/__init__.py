@@ -3,6 +3,7 @@ generic ``state_codec``) and a prompt cache by token prefix in memory and on dis
 (``prompt_cache``)."""
 
 from ds4mlx.engine.kvcache.prompt_cache import (
+    MAX_CUT,
     Candidate,
     DiskTier,
     MemoryTier,
@@ -17,6 +18,6 @@ from ds4mlx.engine.kvcache.snapshot_file import (
 )
 from ds4mlx.engine.kvcache.state_codec import StateFormatError
 
-__all__ = ["Candidate", "DiskTier", "MemoryTier", "PromptCache", "SnapshotFileError",
+__all__ = ["MAX_CUT", "Candidate", "DiskTier", "MemoryTier", "PromptCache", "SnapshotFileError",
            "StateFormatError", "common_prefix", "model_fingerprint", "read_snapshot",
            "write_snapshot"]

@@ -211,6 +211,7 @@ class DiskTier:
         path = self.path_for(snapshot.tokens)
         if snapshot.tokens in self._index and path.exists():
             return True
+        # StateFormatError from here on is the caller's (PromptCache turns caching off).
         # The file is about the arrays' bytes plus a header the size of the token list.
         size = snapshot_nbytes(snapshot) + 16 * len(snapshot.tokens) + 65536
         if size > self.budget:
@@ -221,7 +222,7 @@ class DiskTier:
         self._evict(self.budget - size)
         try:
             written = write_snapshot(path, snapshot, self.fingerprint)
-        except (OSError, StateFormatError) as exc:
+        except OSError as exc:
             if not self._write_failing:
                 self.warn(f"kv cache: could not save a snapshot of {len(snapshot.tokens)} "
                           f"tokens to {self.folder}: {exc}")
@@ -259,19 +260,34 @@ class DiskTier:
 class PromptCache:
     """The memory tier, and the disk tier when there is one, looked up together."""
 
-    def __init__(self, memory_budget: int, disk: DiskTier | None = None):
+    def __init__(self, memory_budget: int, disk: DiskTier | None = None,
+                 warn: Warn = log.warning):
         self.memory = MemoryTier(memory_budget)
         self.disk = disk
+        self.warn = warn
+        self._unsupported = False  # the model's state cannot be described: cache nothing
 
     def remember(self, snapshot: Snapshot) -> None:
         """Keep ``snapshot`` in memory (the state right after a prompt's prefill)."""
-        if _consistent(snapshot) and len(snapshot.tokens) > 1:
-            self.memory.put(snapshot)
+        if self._usable(snapshot):
+            self._guarded(self.memory.put, snapshot)
 
     def persist(self, snapshot: Snapshot) -> None:
         """Also keep ``snapshot`` on disk, when there is a disk tier."""
-        if self.disk is not None and _consistent(snapshot) and len(snapshot.tokens) > 1:
-            self.disk.save(snapshot)
+        if self.disk is not None and self._usable(snapshot):
+            self._guarded(self.disk.save, snapshot)
+
+    def _usable(self, snapshot: Snapshot) -> bool:
+        return not self._unsupported and _consistent(snapshot) and len(snapshot.tokens) > 1
+
+    def _guarded(self, keep: Callable[[Snapshot], object], snapshot: Snapshot) -> None:
+        """A state the codec cannot describe (a cache class holding an unknown type) turns the
+        cache off with one warning; requests go on without it."""
+        try:
+            keep(snapshot)
+        except StateFormatError as exc:
+            self._unsupported = True
+            self.warn(f"kv cache: turned off: {exc}")
 
     def candidates(self, prompt: Sequence[int], longer_than: int) -> list[Candidate]:
         """Cached entries usable for ``prompt`` that share more than ``longer_than`` tokens
