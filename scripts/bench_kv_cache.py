@@ -87,8 +87,11 @@ def one_round(model: str, tokens: int, max_tokens: int, flags: list[str]
                 cold = complete(client, url, prompt, max_tokens)
                 complete(client, url, other, max_tokens)  # takes the one session
                 memory = complete(client, url, prompt, max_tokens)
+            files = sorted(Path(folder).glob("kv-*.safetensors"))
             with server_process(model, server_flags) as url:
                 disk = complete(client, url, prompt, max_tokens)
+        sizes = ", ".join(f"{f.stat().st_size / 2**20:.1f}" for f in files)
+        print(f"snapshot files before the restart: {len(files)} ({sizes} MiB)")
         return {"cold": cold, "warm, from memory": memory, "warm, from disk after a restart":
                 disk}
 
