@@ -9,6 +9,7 @@ from pathlib import Path
 
 import ds4mlx
 from ds4mlx.bench.server import server_process
+from ds4mlx.cli.server import main
 from ds4mlx.speculation.service import ChatService
 
 import anthropic
@@ -92,3 +93,17 @@ def test_two_conversations_sharing_the_system_prompt_keep_their_slots(two_slot_u
             prompts[name] = reply.usage.prompt_tokens
             messages.append({"role": "assistant",
                              "content": reply.choices[0].message.content or ""})
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--kv-disk-space", "-1"], "--kv-disk-space"),
+    (["--kv-memory-space", "lots"], "--kv-memory-space"),
+    (["--kv-disk-dir", "{file}"], "is not a folder"),
+    (["--kv-disk-dir", "{folder}", "--kv-disk-space", "0"], "--kv-disk-space must be positive"),
+])
+def test_bad_cache_flags_fail_with_a_message(tmp_path, capsys, flags, message):
+    (tmp_path / "file").write_text("")
+    flags = [f.format(file=tmp_path / "file", folder=tmp_path / "kv") for f in flags]
+    with pytest.raises(SystemExit) as exited:
+        main(["-m", str(TINY_MODEL), *flags])
+    assert exited.value.code == 2 and message in capsys.readouterr().err

@@ -41,15 +41,16 @@ class SnapshotFileError(Exception):
 def model_fingerprint(model: Any) -> str:
     """The identity of a loaded model (``api.LoadedModel``) as far as its states go: the
     architecture, how its weights are held (``weights_dtype``), the tensors' names, types and
-    shapes, samples of the file's bytes, and the source of the network's module (a change to
+    shapes, samples of the file's bytes, and the source of the network's package (a change to
     how the model computes invalidates what an older version cached)."""
     digest = hashlib.sha256()
     network = type(model.network)
-    source = inspect.getsourcefile(network)
     digest.update(f"{FORMAT} {FORMAT_VERSION} {model.gguf.arch} {model.weights_dtype} "
                   f"{network.__module__}.{network.__qualname__}\n".encode())
+    source = inspect.getsourcefile(network)
     if source is not None:
-        digest.update(Path(source).read_bytes())
+        for module in sorted(Path(source).parent.glob("*.py")):
+            digest.update(module.name.encode() + b"\0" + module.read_bytes())
     path = Path(model.path)
     size = path.stat().st_size
     digest.update(str(size).encode())
@@ -154,11 +155,15 @@ def read_snapshot(path: Path, fingerprint: str) -> Snapshot:
     except (RuntimeError, ValueError, OSError) as exc:
         raise SnapshotFileError(f"{path}: cannot be read: {exc}") from exc
     assert isinstance(arrays, dict)
-    if metadata.get("checksum") != _checksum(metadata, arrays):
+    try:
+        matches = metadata.get("checksum") == _checksum(metadata, arrays)
+    except (RuntimeError, ValueError, TypeError) as exc:  # arrays MLX cannot read back
+        raise SnapshotFileError(f"{path}: cannot be read: {exc}") from exc
+    if not matches:
         raise SnapshotFileError(f"{path}: checksum mismatch (the file is corrupt)")
     try:
         state = decode_state(json.loads(metadata["state"]), arrays)
-    except (StateFormatError, KeyError, TypeError, json.JSONDecodeError) as exc:
+    except (StateFormatError, KeyError, TypeError, ValueError) as exc:
         raise SnapshotFileError(f"{path}: {exc}") from exc
     if getattr(state, "pos", len(tokens)) != len(tokens):
         raise SnapshotFileError(f"{path}: the state is at position {state.pos}, the file "
