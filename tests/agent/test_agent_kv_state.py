@@ -4,9 +4,11 @@ longer matches (compaction, another model, damage) is dropped with one note."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import ds4mlx
+from ds4mlx.agent.app import AgentApp
 from ds4mlx.agent.backend import LocalBackend
 from ds4mlx.agent.commands import SlashCommands
 from ds4mlx.agent.conversations import Conversation, ConversationStore
@@ -20,6 +22,7 @@ from ds4mlx.speculation.service import ChatService
 
 import pytest
 from scripted_backend import ScriptedBackend, text
+from test_agent_app import ready, texts
 
 TINY_MODEL = Path(__file__).resolve().parents[2] / "assets" / "ds4-tiny.gguf"
 pytestmark = pytest.mark.skipif(not TINY_MODEL.is_file(), reason=f"{TINY_MODEL} is not built")
@@ -133,3 +136,23 @@ def test_resume_with_print_restores_the_saved_state(workspace, tmp_path, capsys)
     main(["--print", "And src/util.js?", "--continue", *flags])
     second = capsys.readouterr().err
     assert "restored the model state" in second
+
+
+def test_the_ui_restores_a_resumed_conversations_state(model, toolbox, tmp_path):
+    store = ConversationStore(tmp_path / "conversations")
+    agent = fresh_agent(model, toolbox, store)
+    turns(agent.run("What is in README.md?"))
+    SlashCommands(agent, store).handle("/new")
+    name = store.list()[0].name
+    resumed = fresh_agent(model, toolbox, store)
+    resumed.conversation = store.load(name)
+    app = AgentApp(lambda: resumed, store)
+
+    async def main():
+        async with app.run_test(size=(100, 40)) as pilot:
+            await ready(pilot)
+            notes = texts(app, ".note")
+            assert any(f"resumed {name} (restored the model state" in n for n in notes), notes
+
+    asyncio.run(main())
+    assert turns(resumed.run("Thanks."))[0].finished.cached_tokens > 0
