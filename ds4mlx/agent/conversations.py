@@ -101,7 +101,11 @@ class ConversationStore:
         """Remove what interrupted saves left behind; returns how many files."""
         removed = 0
         now = time.time()
-        for path in self.folder.glob(".*.tmp") if self.folder.is_dir() else ():
+        # Conversations' temporaries, and those of their saved model states (``kv_state``).
+        patterns = (".*.tmp", ".*.tmp.safetensors")
+        left = [p for pattern in patterns for p in self.folder.glob(pattern)
+                ] if self.folder.is_dir() else []
+        for path in left:
             try:
                 if now - path.stat().st_mtime > _STALE_TEMPORARY_SECONDS:
                     path.unlink()

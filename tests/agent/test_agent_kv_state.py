@@ -5,6 +5,8 @@ longer matches (compaction, another model, damage) is dropped with one note."""
 from __future__ import annotations
 
 import asyncio
+import os
+import time
 from pathlib import Path
 
 import ds4mlx
@@ -156,3 +158,12 @@ def test_the_ui_restores_a_resumed_conversations_state(model, toolbox, tmp_path)
 
     asyncio.run(main())
     assert turns(resumed.run("Thanks."))[0].finished.cached_tokens > 0
+
+
+def test_what_an_interrupted_state_save_left_is_removed(tmp_path):
+    store = ConversationStore(tmp_path)
+    stale = tmp_path / ".chat.kv.0123abcd.tmp.safetensors"
+    stale.write_bytes(b"half a state")
+    old = time.time() - 3600
+    os.utime(stale, (old, old))
+    assert store.remove_stale_temporaries() == 1 and not stale.exists()
