@@ -28,7 +28,7 @@ from ds4mlx.engine.chat import (
 )
 from ds4mlx.engine.chat_prompt import ToolChoice
 from ds4mlx.engine.generate import DecodeStep, DoneEvent, GenerationStats
-from ds4mlx.engine.kvcache import PromptCache, common_prefix
+from ds4mlx.engine.kvcache import MAX_CUT, PromptCache, common_prefix
 from ds4mlx.engine.sampling import SamplingOptions
 from ds4mlx.engine.session import Session, Snapshot, supports_batched_decode
 from ds4mlx.speculation import DrafterLease, stepped
@@ -325,8 +325,8 @@ class ChatService:
         found: list[tuple[int, int, Any]] = []
         for snapshot in live:
             share = common_prefix(snapshot.tokens, tokens[:-1])
-            if share > have and share == snapshot.n_tokens:
-                found.append((share, 0, snapshot))
+            if share > have and snapshot.n_tokens - share <= MAX_CUT:
+                found.append((share, snapshot.n_tokens - share, snapshot))
         for candidate in self.prompt_cache.candidates(tokens, longer_than=have):
             found.append((candidate.share, candidate.cut, candidate))
         found.sort(key=lambda item: (-item[0], item[1]))
