@@ -146,16 +146,20 @@ class AgentApp(App[None]):
             self.call_from_thread(self._note, f"could not load the model: {exc}", "error")
             self.call_from_thread(self._set_phase, "no model")
             return
-        self.call_from_thread(self._loaded, agent)
+        # A resumed conversation's saved model state is read here, off the UI thread.
+        restored = (agent.states.restore(agent) if agent.states is not None
+                    and not agent.conversation.is_empty else "")
+        self.call_from_thread(self._loaded, agent, restored)
 
-    def _loaded(self, agent: Agent) -> None:
+    def _loaded(self, agent: Agent, restored: str = "") -> None:
         self.agent = agent
         self.commands = SlashCommands(agent, self.store)
         self.model_name = agent.backend.name
         self.stats.context_tokens = agent.context_tokens()
         if not agent.conversation.is_empty:
             self._redraw_conversation()
-            self._note(f"resumed {agent.conversation.name}")
+            self._note(f"resumed {agent.conversation.name}"
+                       + (f" ({restored})" if restored else ""))
         self._note(f"{self.model_name} in {agent.toolbox.workspace.root} · Ctrl+C stops the "
                    "model · /help lists the commands · Ctrl+Q quits")
         self._set_phase("ready")

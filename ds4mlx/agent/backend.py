@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 from ds4mlx.engine.chat import (
@@ -21,6 +22,14 @@ from ds4mlx.engine.chat import (
     ToolCallError,
 )
 from ds4mlx.engine.generate import GenerationStats
+from ds4mlx.engine.kvcache import (
+    MAX_CUT,
+    SnapshotFileError,
+    common_prefix,
+    model_fingerprint,
+    read_snapshot,
+    write_snapshot,
+)
 from ds4mlx.engine.sampling import SamplingOptions
 from ds4mlx.speculation.service import ChatService, Finished
 
@@ -74,6 +83,50 @@ class LocalBackend:
         self.sampling = sampling
         self.name = name or service.model.path.stem
         self.context_size = service.max_context
+        self._fingerprint: str | None = None
+
+    @property
+    def keeps_states(self) -> bool:
+        """Whether conversations' model states can be saved and restored (the service has a
+        prompt cache to hand them to)."""
+        return self.service.prompt_cache is not None
+
+    @property
+    def fingerprint(self) -> str:
+        if self._fingerprint is None:
+            self._fingerprint = model_fingerprint(self.service.model)
+        return self._fingerprint
+
+    def _next_prompt(self, messages: Sequence[Message], tools: Tools,
+                     thinking: bool) -> list[int]:
+        """The start of the prompt of the conversation's next turn: a user message follows."""
+        return self.service.chat_prompt([*messages, {"role": "user", "content": ""}], tools,
+                                        thinking=thinking)
+
+    def save_state(self, path: Path, messages: Sequence[Message], tools: Tools, *,
+                   thinking: bool) -> int:
+        """Write to ``path`` the longest model state the conversation's next turn can start
+        from; returns its tokens (0: none is held, nothing written). OSError when it cannot be
+        written."""
+        snapshot = self.service.cached_state(self._next_prompt(messages, tools, thinking))
+        if snapshot is None:
+            return 0
+        write_snapshot(path, snapshot, self.fingerprint)
+        return snapshot.n_tokens
+
+    def restore_state(self, path: Path, messages: Sequence[Message], tools: Tools, *,
+                      thinking: bool) -> int:
+        """Hand the state saved in ``path`` to the service, so that the conversation's next
+        turn starts from it; returns how many of its tokens the turn will reuse.
+        SnapshotFileError when the file cannot be used: another model, damaged, or stale (the
+        conversation changed since, e.g. by compaction)."""
+        snapshot = read_snapshot(path, self.fingerprint)
+        share = common_prefix(snapshot.tokens, self._next_prompt(messages, tools, thinking)[:-1])
+        if snapshot.n_tokens - share > MAX_CUT:
+            raise SnapshotFileError(f"{path}: stale (the conversation changed after it was "
+                                    "saved)")
+        self.service.adopt(snapshot)
+        return share
 
     def chat(self, messages: Sequence[Message], tools: Tools, *, max_tokens: int,
              thinking: bool) -> Iterator[BackendEvent]:

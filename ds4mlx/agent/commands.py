@@ -83,10 +83,23 @@ class SlashCommands:
             return ""
         return f"saved as {self.store.save(self.agent.conversation)}"
 
+    def leave_current(self) -> str:
+        """Save the conversation being left, and its model state where states are kept; a
+        note saying where."""
+        note = self.save_current()
+        states = self.agent.states
+        kept = states.save(self.agent) if states is not None and note else ""
+        return "; ".join(part for part in (note, kept) if part)
+
+    def restore_state(self) -> str:
+        """Hand the conversation's saved model state to the engine; a note, "" for none."""
+        states = self.agent.states
+        return states.restore(self.agent) if states is not None else ""
+
     # ------------------------------------------------------------------ commands
 
     def _new(self, _: str) -> CommandOutcome:
-        note = self.save_current()
+        note = self.leave_current()
         self.agent.conversation = self.agent.new_conversation()
         return CommandOutcome("new conversation" + (f" ({note})" if note else ""),
                               conversation_changed=True)
@@ -112,9 +125,11 @@ class SlashCommands:
         if not name:
             return CommandOutcome("usage: /switch name (see /list)")
         loaded = self.store.load(name)  # before saving: a bad name changes nothing
-        note = self.save_current()
+        note = self.leave_current()
         self.agent.conversation = loaded
-        return CommandOutcome(f"switched to {name}" + (f" ({note})" if note else ""),
+        restored = self.restore_state()
+        notes = "; ".join(part for part in (note, restored) if part)
+        return CommandOutcome(f"switched to {name}" + (f" ({notes})" if notes else ""),
                               conversation_changed=True)
 
     def _delete(self, name: str) -> CommandOutcome:
@@ -198,7 +213,7 @@ class SlashCommands:
                                         for usage, text in HELP.items()))
 
     def _quit(self, _: str) -> CommandOutcome:
-        return CommandOutcome(self.save_current(), quit=True)
+        return CommandOutcome(self.leave_current(), quit=True)
 
 
 def _on_off(argument: str, toggled: bool) -> bool | None:

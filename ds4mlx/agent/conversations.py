@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 FORMAT_VERSION = 1
+# A conversation's saved model state sits beside its JSON (``agent.kv_state``).
+STATE_SUFFIX = ".kv.safetensors"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 # A temporary file older than this belongs to a save that was interrupted.
 _STALE_TEMPORARY_SECONDS = 60.0
@@ -99,7 +101,11 @@ class ConversationStore:
         """Remove what interrupted saves left behind; returns how many files."""
         removed = 0
         now = time.time()
-        for path in self.folder.glob(".*.tmp") if self.folder.is_dir() else ():
+        # Conversations' temporaries, and those of their saved model states (``kv_state``).
+        patterns = (".*.tmp", ".*.tmp.safetensors")
+        left = [p for pattern in patterns for p in self.folder.glob(pattern)
+                ] if self.folder.is_dir() else []
+        for path in left:
             try:
                 if now - path.stat().st_mtime > _STALE_TEMPORARY_SECONDS:
                     path.unlink()
@@ -113,6 +119,7 @@ class ConversationStore:
         if not path.is_file():
             raise ConversationError(f"no saved conversation named {name!r}")
         path.unlink()
+        path.with_name(f"{name}{STATE_SUFFIX}").unlink(missing_ok=True)
 
     def list(self) -> list[SavedConversation]:
         """Every saved conversation, newest first; unreadable ones included, with the reason."""

@@ -20,6 +20,7 @@ from ds4mlx.agent import compaction
 from ds4mlx.agent.backend import BackendError, ModelBackend
 from ds4mlx.agent.checkpoints import CheckpointError, Checkpoints
 from ds4mlx.agent.conversations import Conversation
+from ds4mlx.agent.kv_state import ConversationStates
 from ds4mlx.agent.markup import MarkupFilter
 from ds4mlx.agent.permissions import Decision, Permissions
 from ds4mlx.agent.tool_schemas import SYSTEM_PROMPT
@@ -132,6 +133,9 @@ class Agent:
         self.permissions = permissions or Permissions()
         self.settings = settings or AgentSettings()
         self.conversation = conversation or self.new_conversation()
+        # Where the conversation's model state is kept beside it (``kv_state``), if anywhere.
+        self.states: ConversationStates | None = None
+        self.running = False  # a run is under way (in some thread)
         self.cancel = threading.Event()
         self._call_ids = itertools.count(1)
         self.checkpoints = Checkpoints(toolbox.workspace.root)
@@ -158,9 +162,11 @@ class Agent:
     def run(self, prompt: str) -> Iterator[AgentEvent]:
         """The events of one prompt; files it changes are checkpointed for /undo."""
         self.checkpoints.begin_prompt()
+        self.running = True
         try:
             yield from self._run(prompt)
         finally:
+            self.running = False
             self._checkpoint(self.checkpoints.end_prompt)
 
     def _checkpoint(self, step: Callable[[], None]) -> None:
@@ -317,6 +323,8 @@ class Agent:
             yield CompactionFinished(before, before, "nothing to compact")
             return
         self.messages[:] = compacted
+        if self.states is not None:
+            self.states.invalidate(self)
         yield CompactionFinished(before, after)
 
     def _summarise(self, older: list[dict[str, Any]], max_tokens: int) -> str:

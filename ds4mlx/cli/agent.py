@@ -18,6 +18,7 @@ from pathlib import Path
 from ds4mlx.agent.backend import LocalBackend, ModelBackend, OpenAIBackend
 from ds4mlx.agent.conversations import Conversation, ConversationError, ConversationStore
 from ds4mlx.agent.display import sanitize
+from ds4mlx.agent.kv_state import ConversationStates
 from ds4mlx.agent.loop import (
     Agent,
     AgentSettings,
@@ -33,6 +34,7 @@ from ds4mlx.agent.loop import (
 from ds4mlx.agent.permissions import Permissions
 from ds4mlx.agent.tools import ToolBox, describe_call
 from ds4mlx.agent.workspace import Workspace
+from ds4mlx.cli.kv_options import add_kv_cache_flags, check_kv_cache_flags, prompt_cache_for
 from ds4mlx.cli.main import log, progress_line
 from ds4mlx.cli.options import (
     DEFAULT_MODEL,
@@ -93,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="model name to request (default: default)")
     api.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY") or "none",
                      help="API key (env OPENAI_API_KEY)")
+    add_kv_cache_flags(parser)
     add_sampling_flags(parser)
     add_speculation_flags(parser)
     add_distributed_flags(parser, "rank 0 runs the agent, the other ranks follow its model "
@@ -128,17 +131,26 @@ def load_backend(args: argparse.Namespace,
     if ranks is not None:
         atexit.register(lead(model, ranks).stop)
     drafter = load_drafter(speculation, model)
-    service = ChatService(model, drafter, speculation, max_context=options.ctx)
+    # A restored state would leave the other ranks behind: no prompt cache with --distributed.
+    prompt_cache = None if ranks is not None else prompt_cache_for(args, model)
+    service = ChatService(model, drafter, speculation, max_context=options.ctx,
+                          prompt_cache=prompt_cache)
     return LocalBackend(service, sampling)
 
 
 def make_agent(args: argparse.Namespace, backend: ModelBackend,
-               conversation: Conversation | None = None) -> Agent:
+               conversation: Conversation | None = None,
+               store: ConversationStore | None = None) -> Agent:
+    """The agent over ``backend``; with ``--kv-disk-dir`` and a ``store``, conversations'
+    model states are kept beside them (``agent.kv_state``)."""
     toolbox = ToolBox(Workspace(args.workspace), bash_timeout=args.bash_timeout,
                       max_output_chars=min(16000, args.ctx))
     settings = AgentSettings(max_steps=args.max_steps, max_tokens=args.n_predict,
                              thinking=args.think)
-    return Agent(backend, toolbox, Permissions(yolo=args.yolo), settings, conversation)
+    agent = Agent(backend, toolbox, Permissions(yolo=args.yolo), settings, conversation)
+    if store is not None and args.kv_disk_dir is not None:
+        agent.states = ConversationStates(store)
+    return agent
 
 
 def resumed_conversation(args: argparse.Namespace,
@@ -151,12 +163,18 @@ def resumed_conversation(args: argparse.Namespace,
     return None
 
 
-def _save(agent: Agent, store: ConversationStore) -> None:
+def _save(agent: Agent, store: ConversationStore, *, leaving: bool = False) -> None:
+    """Save the conversation; ``leaving``: its model state too, where states are kept."""
     if not agent.conversation.is_empty:
         try:
             store.save(agent.conversation)
         except (ConversationError, OSError) as exc:
             log(f"ds4-agent: could not save the conversation: {exc}")
+            return
+        if leaving and agent.states is not None:
+            note = agent.states.save(agent)
+            if note:
+                log(f"ds4-agent: {note}")
 
 
 # After SIGTERM/SIGHUP, how long --print lets the run stop by itself before it is unwound.
@@ -235,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         Workspace(args.workspace)
     except ValueError as exc:
         parser.error(str(exc))
+    check_kv_cache_flags(parser, args)
     if not args.api_base and not Path(args.model).is_file():
         parser.error(f"model file {args.model} not found"
                      + (" (the tiny model is built by scripts/train_tiny.py)"
@@ -259,10 +278,15 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.print_prompt is not None:
         try:
-            agent = make_agent(args, load_backend(args, progress_line, ranks), conversation)
+            agent = make_agent(args, load_backend(args, progress_line, ranks), conversation,
+                               store)
         except Exception as exc:  # GGUF, tokenizer, drafter and server errors alike
             log(f"ds4-agent: error: {exc}")
             return 1
+        if conversation is not None and agent.states is not None:
+            note = agent.states.restore(agent)
+            if note:
+                log(f"ds4-agent: {note}")
         received = _stop_on_signals(agent)
         # --print keeps no conversation of its own; one it continues is saved back.
         keep = store if conversation is not None else None
@@ -276,14 +300,14 @@ def main(argv: list[str] | None = None) -> int:
             signal.alarm(0)
             agent.toolbox.close()
             if keep is not None:
-                _save(agent, keep)
+                _save(agent, keep, leaving=True)
 
     from ds4mlx.agent.app import AgentApp
 
     agents: list[Agent] = []
 
     def load_agent() -> Agent:
-        agents.append(make_agent(args, load_backend(args, ranks=ranks), conversation))
+        agents.append(make_agent(args, load_backend(args, ranks=ranks), conversation, store))
         return agents[0]
 
     name = args.api_model if args.api_base else Path(args.model).stem

@@ -15,6 +15,7 @@ from functools import partial
 from pathlib import Path
 
 from ds4mlx.api import LoadedModel, load_model
+from ds4mlx.cli.kv_options import add_kv_cache_flags, check_kv_cache_flags, prompt_cache_for
 from ds4mlx.cli.main import progress_line
 from ds4mlx.cli.options import (
     ModelOptions,
@@ -73,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="serve up to N requests together, decoding their next tokens in "
                             "one batched pass without speculation; a request running alone "
                             "still speculates (default 1: one request at a time)")
+    add_kv_cache_flags(parser)
     add_sampling_flags(parser)
     add_speculation_flags(parser)
     add_distributed_flags(parser, "rank 0 serves HTTP, the other ranks follow its model calls")
@@ -88,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--keepalive must be positive, got {args.keepalive}")
     if args.batched_session < 1:
         parser.error(f"--batched-session must be at least 1, got {args.batched_session}")
+    check_kv_cache_flags(parser, args)
     try:
         api_keys = api_keys_from(args.api_key, args.api_key_file)
     except (OSError, ValueError) as exc:
@@ -121,9 +124,18 @@ def main(argv: list[str] | None = None) -> int:
         if model.chat_format is None:
             log.warning("%s has no chat template: only /v1/completions can serve it",
                         Path(options.model).name)
+        if ranks is not None and args.kv_disk_dir is not None:
+            log.warning("--kv-disk-dir is ignored with --distributed: the other ranks could "
+                        "not follow a restored state")
+        try:
+            prompt_cache = None if ranks is not None else engine.run(
+                partial(prompt_cache_for, args, model))
+        except OSError as exc:
+            log.error("error: --kv-disk-dir: %s", exc)
+            return 1
         try:
             service = ChatService(model, drafter, speculation, max_context=options.ctx,
-                                  sessions=args.batched_session)
+                                  sessions=args.batched_session, prompt_cache=prompt_cache)
         except ValueError as exc:  # a model without batched decode (GLM)
             log.error("error: --batched-session %d: %s", args.batched_session, exc)
             return 1

@@ -6,7 +6,9 @@ holds (a conversation growing turn by turn), so only the new tokens are prefille
 messages with the model's chat format, decodes tokens to text without splitting characters,
 cuts at stop strings, and parses the model's reasoning and tool calls while streaming. The agent
 and the server both drive it, from one thread; no more generations may run at once than it has
-sessions (the server's engine thread admits that many).
+sessions (the server's engine thread admits that many). With a ``PromptCache`` the state after
+each prompt's prefill is kept (in memory, and on disk when the cache has a disk tier), and a
+prompt that starts with a kept state restores it instead of prefilling those tokens again.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from ds4mlx.engine.chat import (
 )
 from ds4mlx.engine.chat_prompt import ToolChoice
 from ds4mlx.engine.generate import DecodeStep, DoneEvent, GenerationStats
+from ds4mlx.engine.kvcache import MAX_CUT, PromptCache, common_prefix
 from ds4mlx.engine.sampling import SamplingOptions
 from ds4mlx.engine.session import Session, Snapshot, supports_batched_decode
 from ds4mlx.speculation import DrafterLease, stepped
@@ -93,6 +96,7 @@ class _Slot:
     # The session right after the previous prompt's prefill: a conversation whose next prompt
     # re-renders the assistant's turn differently still reuses the prompt before it.
     prompt_snapshot: tuple[list[int], Snapshot] | None = None
+    last_used: int = 0  # when a request last took it (the service's request count)
 
 
 class ChatService:
@@ -100,11 +104,12 @@ class ChatService:
     ``--batched-session``): each gets a session of its own, and its generation yields a
     DecodeStep before every decode step so that the scheduler can decode the steps of all
     running requests in one batched pass (``engine.session.feed_batch``). A step the scheduler
-    answers with None is decoded alone, speculatively when the drafter still follows it."""
+    answers with None is decoded alone, speculatively when the drafter still follows it.
+    ``prompt_cache``: where prompt states are kept beyond the sessions (see the module notes)."""
 
     def __init__(self, model, drafter: Drafter | None = None,
                  speculation: SpeculationConfig | None = None, max_context: int = 4096,
-                 sessions: int = 1):
+                 sessions: int = 1, prompt_cache: PromptCache | None = None):
         if sessions < 1:
             raise ValueError(f"sessions must be at least 1, got {sessions}")
         if sessions > 1 and not supports_batched_decode(model.network):
@@ -115,7 +120,9 @@ class ChatService:
         self.speculation = speculation or SpeculationConfig()
         self.max_context = max_context
         self.sessions = sessions
+        self.prompt_cache = prompt_cache
         self._slots: list[_Slot] = []
+        self._requests = 0
         self._lease = DrafterLease()
 
     # ------------------------------------------------------------------ requests
@@ -184,10 +191,17 @@ class ChatService:
                              f"{self.max_context}")
         started = time.perf_counter()
         slot = self._slot_for(tokens)
+        before = slot.prompt_snapshot
         try:
+            if self.prompt_cache is not None:
+                self._restore_longest(slot.session, tokens)
             yield from self._generate(slot, tokens, max_tokens, sampling, stop, parser, started)
         finally:
             slot.busy = False
+            # Written after the answer, so the disk costs the request no time to first token.
+            if self.prompt_cache is not None and slot.prompt_snapshot is not before:
+                assert slot.prompt_snapshot is not None
+                self.prompt_cache.persist(slot.prompt_snapshot[1])
 
     def _generate(self, slot: _Slot, tokens: list[int], max_tokens: int,
                   sampling: SamplingOptions | None, stop: Sequence[str],
@@ -227,6 +241,8 @@ class ChatService:
                     # The first token comes right after the prefill: the session holds exactly
                     # the prompt now, the best restore point for the next request.
                     slot.prompt_snapshot = (list(session.tokens), session.snapshot())
+                    if self.prompt_cache is not None:
+                        self.prompt_cache.remember(slot.prompt_snapshot[1])
                 completion += 1
                 # The parser's state before this token's text: a token that closes the
                 # reasoning block still belongs to it.
@@ -259,9 +275,10 @@ class ChatService:
         * else a new slot while fewer than ``sessions`` exist: a conversation that shares only
           a system prompt with a cached one must not wipe it while room is left (ds4's
           #765/#1069);
-        * else the free slot sharing the longest prefix, cut back to it."""
+        * else the free slot sharing the longest prefix, cut back to it (of slots sharing as
+          much, the least recently used)."""
         free = [slot for slot in self._slots if not slot.busy]
-        shares = [_common_prefix(slot.session.tokens, tokens[:-1]) for slot in free]
+        shares = [common_prefix(slot.session.tokens, tokens[:-1]) for slot in free]
         extending = [i for i, slot in enumerate(free) if shares[i] == slot.session.n_tokens]
         if extending:
             slot = free[max(extending, key=shares.__getitem__)]
@@ -269,12 +286,14 @@ class ChatService:
             slot = _Slot(self.model.new_session())
             self._slots.append(slot)
         elif free:
-            best = max(range(len(free)), key=shares.__getitem__)
+            best = max(range(len(free)), key=lambda i: (shares[i], -free[i].last_used))
             slot = free[best]
             self._rewind(slot, tokens, shares[best])
         else:
             raise RuntimeError(f"all {self.sessions} sessions are busy")
         slot.busy = True
+        self._requests += 1
+        slot.last_used = self._requests
         return slot
 
     def _rewind(self, slot: _Slot, tokens: list[int], shared: int) -> None:
@@ -291,15 +310,58 @@ class ChatService:
             pass
         if slot.prompt_snapshot is not None:
             prompt, snapshot = slot.prompt_snapshot
-            if _common_prefix(prompt, tokens[:-1]) == len(prompt):
+            if common_prefix(prompt, tokens[:-1]) == len(prompt):
                 session.restore(snapshot)
                 return
         slot.session = self.model.new_session()
 
+    def _restore_longest(self, session: Session, tokens: list[int],
+                         live: Sequence[Snapshot] = ()) -> None:
+        """Restore into ``session`` the longest state usable for ``tokens`` that the prompt
+        cache (or ``live``) holds, when it shares more than the session does; a state that
+        holds a few tokens past the shared prefix is rolled back to it where the model can."""
+        assert self.prompt_cache is not None
+        have = session.n_tokens
+        found: list[tuple[int, int, Any]] = []
+        for snapshot in live:
+            share = common_prefix(snapshot.tokens, tokens[:-1])
+            if share > have and snapshot.n_tokens - share <= MAX_CUT:
+                found.append((share, snapshot.n_tokens - share, snapshot))
+        for candidate in self.prompt_cache.candidates(tokens, longer_than=have):
+            found.append((candidate.share, candidate.cut, candidate))
+        found.sort(key=lambda item: (-item[0], item[1]))
+        for share, cut, source in found:
+            snapshot = (source if isinstance(source, Snapshot)
+                        else self.prompt_cache.load(source))
+            if snapshot is None:
+                continue
+            previous = session.snapshot()
+            session.restore(snapshot)
+            if not cut:
+                return
+            try:
+                session.truncate(share)
+                return
+            except ValueError:  # the model cannot roll this state back that far
+                session.restore(previous)
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
+    def cached_state(self, tokens: Sequence[int]) -> Snapshot | None:
+        """The longest state, of the idle sessions and the prompt cache, that a prompt of
+        ``tokens`` can continue (a conversation's state to keep beside it); None when nothing
+        is held."""
+        if self.prompt_cache is None:
+            return None
+        live = [slot.session.snapshot() for slot in self._slots if not slot.busy]
+        session = self.model.new_session()
+        self._restore_longest(session, list(tokens),
+                              [s for s in live if getattr(s.state, "pos", s.n_tokens)
+                               == s.n_tokens])
+        return session.snapshot() if session.n_tokens else None
+
+    def adopt(self, snapshot: Snapshot) -> None:
+        """Keep a state restored from elsewhere (a conversation's saved state) in the prompt
+        cache, so that the next prompt that continues it starts from it."""
+        if self.prompt_cache is None:
+            raise ValueError("this service has no prompt cache")
+        self.prompt_cache.remember(snapshot)
+
