@@ -23,8 +23,8 @@ from ds4mlx.engine.chat import (
     StreamParser,
     TextDelta,
     ToolCallComplete,
+    ToolChoice,
 )
-from ds4mlx.engine.chat_prompt import ToolChoice
 from ds4mlx.engine.generate import DecodeStep, DoneEvent, GenerationStats
 from ds4mlx.engine.sampling import SamplingOptions
 from ds4mlx.engine.session import Session, Snapshot, supports_batched_decode
