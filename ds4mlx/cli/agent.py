@@ -33,6 +33,7 @@ from ds4mlx.agent.loop import (
 from ds4mlx.agent.permissions import Permissions
 from ds4mlx.agent.tools import ToolBox, describe_call
 from ds4mlx.agent.workspace import Workspace
+from ds4mlx.cli.distributed import follow_rank_0, join_ranks
 from ds4mlx.cli.main import log, progress_line
 from ds4mlx.cli.options import (
     DEFAULT_MODEL,
@@ -45,7 +46,6 @@ from ds4mlx.cli.options import (
     speculation_config,
 )
 from ds4mlx.distributed import DistributedError, RankGroup
-from ds4mlx.distributed.cli import follow_rank_0, join_ranks
 
 # Exit codes of --print besides 0 (answered) and 1 (error).
 EXIT_STEP_LIMIT = 3

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from ds4mlx.experts.options import AUTO_SHARE, ExpertOptions, available_memory_bytes
+from ds4mlx.experts.options import AUTO_SHARE, ExpertOptions
 from ds4mlx.experts.policy import SlotPolicy
 from ds4mlx.experts.reader import ExpertReader, ExpertTensor
 from ds4mlx.experts.store import (
@@ -37,6 +37,7 @@ from ds4mlx.experts.store import (
 from ds4mlx.gguf import GGUFError, GGUFFile
 from ds4mlx.gguf.quants import HostWeight, to_device
 from ds4mlx.kernels import PACKED_KERNELS, Weight
+from ds4mlx.memory import available_memory_bytes
 
 import mlx.core as mx
 import numpy as np
