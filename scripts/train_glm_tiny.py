@@ -36,13 +36,13 @@ from pathlib import Path
 from typing import Any
 
 import ds4mlx  # first: preloads BLAS before anything imports mlx.core
+from ds4mlx import speculation
 from ds4mlx.engine.chat import glm5
 from ds4mlx.engine.generate import DoneEvent, TokenEvent, generate
 from ds4mlx.engine.tokenizer import write_tokenizer_metadata
 from ds4mlx.gguf import MetaValue, TensorToWrite, write_gguf
 from ds4mlx.models.glm5_next import ARCH, Model, ModelArgs, tensor_shapes
 from ds4mlx.models.moe import GatingFunc, SharedExpertMoE
-from ds4mlx.speculation.loop import speculative_generate
 from ds4mlx.speculation.nextn import load_nextn
 
 import mlx.core as mx
@@ -431,8 +431,8 @@ def measure_acceptance(loaded: ds4mlx.api.LoadedModel, prompts: list[list[int]],
         totals["plain_seconds"] += time.perf_counter() - tick
         tick = time.perf_counter()
         spec, stats = [], None
-        for event in speculative_generate(loaded.new_session(), load_nextn(loaded), prompt,
-                                          n_tokens):
+        for event in speculation.generate(loaded.new_session(), prompt, n_tokens,
+                                          drafter=load_nextn(loaded)):
             if isinstance(event, DoneEvent):
                 stats = event.stats
             else:

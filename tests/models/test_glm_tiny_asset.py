@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 
 import ds4mlx
+from ds4mlx import speculation
 from ds4mlx.api import LoadedModel
 from ds4mlx.engine.chat import glm5
 from ds4mlx.engine.generate import DoneEvent, TokenEvent, generate
 from ds4mlx.gguf import open_gguf
-from ds4mlx.speculation.loop import speculative_generate
 from ds4mlx.speculation.nextn import NextNDrafter, load_nextn
 
 import pytest
@@ -102,8 +102,8 @@ def test_nextn_speculation_reproduces_plain_greedy_decoding(model, kind):
         prompt = model.tokenizer.encode(model.render_user_prompt("What does `dedent` do?"),
                                         add_special=False)
     plain, _ = tokens_of(generate(model.new_session(), prompt, 64))
-    spec, stats = tokens_of(speculative_generate(model.new_session(), load_nextn(model),
-                                                 prompt, 64))
+    spec, stats = tokens_of(speculation.generate(model.new_session(), prompt, 64,
+                                                 drafter=load_nextn(model)))
     assert spec == plain
     assert stats.accepted_tokens > 0  # the trained NextN layer drafts some of them right
 
