@@ -29,7 +29,7 @@ from ds4mlx.api import load_model
 from ds4mlx.bench.graph import primitive_names
 from ds4mlx.cli.plan import describe, format_size, plan_memory
 from ds4mlx.experts import ExpertOptions, StreamedStore
-from ds4mlx.experts import store as store_module
+from ds4mlx.experts import streamed as streamed_store
 from ds4mlx.gguf import GGUFFile
 
 import mlx.core as mx
@@ -73,7 +73,7 @@ class PrimitiveCounter:
     def __enter__(self) -> PrimitiveCounter:
         self._eval, self._async_eval = mx.eval, mx.async_eval
         self._batches = StreamedStore._batches
-        self._write = store_module._Slab.write
+        self._write = streamed_store._Slab.write
         counter = self
 
         def counting(real):
@@ -99,13 +99,13 @@ class PrimitiveCounter:
 
         mx.eval, mx.async_eval = counting(self._eval), counting(self._async_eval)
         StreamedStore._batches = batches
-        store_module._Slab.write = write
+        streamed_store._Slab.write = write
         return self
 
     def __exit__(self, *exc) -> None:
         mx.eval, mx.async_eval = self._eval, self._async_eval
         StreamedStore._batches = self._batches
-        store_module._Slab.write = self._write
+        streamed_store._Slab.write = self._write
 
 
 def _flatten(obj):

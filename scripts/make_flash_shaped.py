@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import ds4mlx  # noqa: F401  (first: preloads BLAS before anything imports mlx.core)
-from ds4mlx.engine.chat import ASSISTANT, BOS, EOS, THINK_END, THINK_START, USER
+from ds4mlx.engine.chat.deepseek4 import ASSISTANT, BOS, EOS, THINK_END, THINK_START, USER
 from ds4mlx.engine.tokenizer import TokenType, _byte_to_char
 from ds4mlx.gguf import quantize
 from ds4mlx.gguf.validate import validate_gguf

@@ -36,13 +36,13 @@ from pathlib import Path
 from typing import Any
 
 import ds4mlx  # first: preloads BLAS before anything imports mlx.core
-from ds4mlx.engine import chat_glm
+from ds4mlx import speculation
+from ds4mlx.engine.chat import glm5
 from ds4mlx.engine.generate import DoneEvent, TokenEvent, generate
 from ds4mlx.engine.tokenizer import write_tokenizer_metadata
 from ds4mlx.gguf import MetaValue, TensorToWrite, write_gguf
 from ds4mlx.models.glm5_next import ARCH, Model, ModelArgs, tensor_shapes
 from ds4mlx.models.moe import GatingFunc, SharedExpertMoE
-from ds4mlx.speculation.loop import speculative_generate
 from ds4mlx.speculation.nextn import load_nextn
 
 import mlx.core as mx
@@ -62,11 +62,11 @@ STAGES = ("train", "export", "verify")
 T = GGMLQuantizationType
 CONTEXT_LENGTH = 4096  # no RoPE: the context is bounded by memory only
 # GLM's role and control tokens, never produced from plain text ...
-CONTROL_TOKENS = [chat_glm.PREFIX[:7], chat_glm.PREFIX[7:], chat_glm.SYSTEM, chat_glm.USER,
-                  chat_glm.ASSISTANT, chat_glm.OBSERVATION, chat_glm.END_OF_TEXT]
+CONTROL_TOKENS = [glm5.PREFIX[:7], glm5.PREFIX[7:], glm5.SYSTEM, glm5.USER,
+                  glm5.ASSISTANT, glm5.OBSERVATION, glm5.END_OF_TEXT]
 # ... and its tool-call markup, one token each so that a tiny model learns it easily.
-MARKUP_TOKENS = [chat_glm.CALL_START, chat_glm.CALL_END, chat_glm.KEY_START, chat_glm.KEY_END,
-                 chat_glm.VALUE_START, chat_glm.VALUE_END, "<tool_response>", "</tool_response>"]
+MARKUP_TOKENS = [glm5.CALL_START, glm5.CALL_END, glm5.KEY_START, glm5.KEY_END,
+                 glm5.VALUE_START, glm5.VALUE_END, "<tool_response>", "</tool_response>"]
 
 
 def model_args(vocab_size: int) -> ModelArgs:
@@ -155,7 +155,7 @@ def glm_tokenizer() -> HFTokenizer:
 def render_glm(messages: list[dict]) -> str:
     """A conversation in GLM's template, ended as GLM ends a document. The tool schemas are left
     out: every sample would repeat them, and this small model is not trained as an agent."""
-    return chat_glm.GLM5.render(messages, add_generation_prompt=False) + chat_glm.END_OF_TEXT
+    return glm5.GLM5.render(messages, add_generation_prompt=False) + glm5.END_OF_TEXT
 
 
 @dataclass
@@ -379,10 +379,10 @@ def tokenizer_metadata(tokenizer: HFTokenizer, vocab_size: int) -> dict[str, Any
     an assistant turn as end-of-turn (``<|user|>``) and end-of-message (``<|observation|>``)."""
     collector = GGUFWriter(None, ARCH)  # without a file a GGUFWriter only collects key/values
     write_tokenizer_metadata(collector, tokenizer, pre=train_tokenizer.PRE,
-                             eos_token=chat_glm.END_OF_TEXT, add_bos=False,
+                             eos_token=glm5.END_OF_TEXT, add_bos=False,
                              vocab_size=vocab_size)
-    collector.add_eot_token_id(tokenizer.token_to_id(chat_glm.USER))
-    collector.add_eom_token_id(tokenizer.token_to_id(chat_glm.OBSERVATION))
+    collector.add_eot_token_id(tokenizer.token_to_id(glm5.USER))
+    collector.add_eom_token_id(tokenizer.token_to_id(glm5.OBSERVATION))
     # Arrays carry no item type until GGUFWriter writes them (strings, or INT32 token types):
     # write_gguf infers the same from the items.
     return {key: value.value if value.type == GGUFValueType.ARRAY
@@ -431,8 +431,8 @@ def measure_acceptance(loaded: ds4mlx.api.LoadedModel, prompts: list[list[int]],
         totals["plain_seconds"] += time.perf_counter() - tick
         tick = time.perf_counter()
         spec, stats = [], None
-        for event in speculative_generate(loaded.new_session(), load_nextn(loaded), prompt,
-                                          n_tokens):
+        for event in speculation.generate(loaded.new_session(), prompt, n_tokens,
+                                          drafter=load_nextn(loaded)):
             if isinstance(event, DoneEvent):
                 stats = event.stats
             else:
@@ -457,7 +457,7 @@ def verify(cfg: TrainConfig, data: Data, tokenizer: HFTokenizer) -> None:
     print(f"held-out NLL (uniform: {math.log(args.vocab_size):.3f})")
     print(show_nll("  f32 checkpoint", checkpoint_nll))
     print(show_nll("  quantized GGUF", gguf_nll))
-    prompts = acceptance_prompts(data, cfg, tokenizer.token_to_id(chat_glm.ASSISTANT))
+    prompts = acceptance_prompts(data, cfg, tokenizer.token_to_id(glm5.ASSISTANT))
     accept = measure_acceptance(loaded, prompts, cfg.accept_tokens)
     print(f"NextN greedy drafts: {accept['accepted']}/{accept['drafted']} accepted "
           f"({accept['acceptance']:.1%}), tau {accept['tau']:.2f}; speculative output "

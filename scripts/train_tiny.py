@@ -32,7 +32,7 @@ from typing import Any
 import ds4mlx  # first: preloads BLAS before anything imports mlx.core
 from ds4mlx.agent.tool_schemas import AGENT_TOOLS, SYSTEM_PROMPT
 from ds4mlx.api import LoadedModel
-from ds4mlx.engine import chat
+from ds4mlx.engine.chat import deepseek4
 from ds4mlx.engine.generate import TokenEvent, generate
 from ds4mlx.engine.sampling import SamplingOptions
 from ds4mlx.engine.tokenizer import write_tokenizer_metadata
@@ -208,7 +208,8 @@ def load_corpus(tokenizer: HFTokenizer, heldout_every: int) -> Corpus:
     others = [ids for name, ids in zip(names, encoded, strict=True)
               if not name.startswith("chat/")]
     prefix = shared_prefix_length(chats)
-    assistant_id, eos_id = tokenizer.token_to_id(chat.ASSISTANT), tokenizer.token_to_id(chat.EOS)
+    assistant_id = tokenizer.token_to_id(deepseek4.ASSISTANT)
+    eos_id = tokenizer.token_to_id(deepseek4.EOS)
     rests = [ChatTokens.from_ids(np.asarray(ids[prefix:], np.int32), assistant_id, eos_id)
              for ids in chats]
 
@@ -509,8 +510,8 @@ def export_type(name: str, shape: tuple[int, ...]) -> GGMLQuantizationType:
 def tokenizer_metadata(tokenizer: HFTokenizer, vocab_size: int) -> dict[str, MetaValue]:
     """The ``tokenizer.*`` keys llama.cpp's converter would write for ``tokenizer``."""
     collector = GGUFWriter(None, ARCH)  # without a file a GGUFWriter only collects key/values
-    write_tokenizer_metadata(collector, tokenizer, pre=train_tokenizer.PRE, bos_token=chat.BOS,
-                             eos_token=chat.EOS, add_bos=True, vocab_size=vocab_size)
+    write_tokenizer_metadata(collector, tokenizer, pre=train_tokenizer.PRE, bos_token=deepseek4.BOS,
+                             eos_token=deepseek4.EOS, add_bos=True, vocab_size=vocab_size)
     metadata = {}
     for key, value in collector.kv_data[0].items():
         if not key.startswith("tokenizer."):
@@ -587,7 +588,7 @@ def agent_prompt(request: str) -> str:
     """``request`` as the agent sends it: its system prompt and tools, then the user turn."""
     messages = [{"role": "system", "content": SYSTEM_PROMPT},
                 {"role": "user", "content": request}]
-    return chat.render_chat(messages, tools=AGENT_TOOLS)
+    return deepseek4.render_chat(messages, tools=AGENT_TOOLS)
 
 
 def agent_reply(loaded: LoadedModel, request: str, sampling: SamplingOptions) -> dict[str, Any]:

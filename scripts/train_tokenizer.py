@@ -13,16 +13,17 @@ import json
 from pathlib import Path
 
 import ds4mlx  # noqa: F401
-from ds4mlx.engine import chat
+from ds4mlx.engine.chat import deepseek4
 from ds4mlx.engine.tokenizer import pre_tokenizer_for
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 PRE = "deepseek-v3"
 # Control tokens of the template (never produced from plain text) ...
-CONTROL_TOKENS = [chat.BOS, chat.EOS, chat.USER, chat.ASSISTANT]
+CONTROL_TOKENS = [deepseek4.BOS, deepseek4.EOS, deepseek4.USER, deepseek4.ASSISTANT]
 # ... and markup that should be one token each so that a tiny model learns it easily.
-MARKUP_TOKENS = [chat.THINK_START, chat.THINK_END, chat.DSML, "<tool_result>", "</tool_result>"]
+MARKUP_TOKENS = [deepseek4.THINK_START, deepseek4.THINK_END, deepseek4.DSML, "<tool_result>",
+                 "</tool_result>"]
 
 
 def train(corpus: Path, vocab_size: int) -> Tokenizer:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ds4mlx.agent.tool_schemas import AGENT_TOOLS
-from ds4mlx.engine import chat
+from ds4mlx.engine.chat import deepseek4
 from ds4mlx.engine.tokenizer import pre_tokenizer_for, write_tokenizer_metadata
 
 import numpy as np
@@ -35,14 +35,15 @@ _SAMPLES = [
 
 
 def _train_tokenizer() -> Tokenizer:
-    texts = [chat.render_chat(m, tools=AGENT_TOOLS, add_generation_prompt=False)
+    texts = [deepseek4.render_chat(m, tools=AGENT_TOOLS, add_generation_prompt=False)
              for m in _SAMPLES] * 4
     texts.append("The quick brown fox jumps over the lazy dog. 0123456789 éàü 😀 {}[]()")
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizer_for("deepseek-v3")
     tokenizer.decoder = decoders.ByteLevel()
-    specials = [chat.BOS, chat.EOS, chat.USER, chat.ASSISTANT]
-    markup = [chat.THINK_START, chat.THINK_END, chat.DSML, "<tool_result>", "</tool_result>"]
+    specials = [deepseek4.BOS, deepseek4.EOS, deepseek4.USER, deepseek4.ASSISTANT]
+    markup = [deepseek4.THINK_START, deepseek4.THINK_END, deepseek4.DSML, "<tool_result>",
+              "</tool_result>"]
     trainer = trainers.BpeTrainer(vocab_size=VOCAB - len(specials) - len(markup),
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)
@@ -66,8 +67,8 @@ def build_chat_model(source: Path, path: Path, seed: int = 0) -> Path:
         value = vocab if key == "deepseek4.vocab_size" else field.contents()
         sub_type = field.types[1] if is_array else None
         writer.add_key_value(key, value, field.types[0], sub_type)
-    write_tokenizer_metadata(writer, hf_tokenizer, pre="deepseek-v3", bos_token=chat.BOS,
-                             eos_token=chat.EOS, add_bos=True)
+    write_tokenizer_metadata(writer, hf_tokenizer, pre="deepseek-v3", bos_token=deepseek4.BOS,
+                             eos_token=deepseek4.EOS, add_bos=True)
     rng = np.random.default_rng(seed)
     for tensor in reader.tensors:
         data = quants.dequantize(tensor.data, tensor.tensor_type).astype(np.float32)

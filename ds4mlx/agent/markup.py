@@ -10,7 +10,8 @@ closing tag is dropped, and the text around them stays.
 
 from __future__ import annotations
 
-from ds4mlx.engine.chat import DSML, TextDelta, ToolCallError
+from ds4mlx.engine.chat import TextDelta, ToolCallError
+from ds4mlx.engine.chat.deepseek4 import DSML
 
 # Spellings seen in output: the real one and the first-bar-dropped drift; "‹" for "<" too.
 _SPELLINGS = (DSML, DSML[1:])

@@ -34,6 +34,7 @@ from ds4mlx.agent.loop import (
 from ds4mlx.agent.permissions import Permissions
 from ds4mlx.agent.tools import ToolBox, describe_call
 from ds4mlx.agent.workspace import Workspace
+from ds4mlx.cli.distributed import follow_rank_0, join_ranks
 from ds4mlx.cli.kv_options import add_kv_cache_flags, check_kv_cache_flags, prompt_cache_for
 from ds4mlx.cli.main import log, progress_line
 from ds4mlx.cli.options import (
@@ -47,7 +48,6 @@ from ds4mlx.cli.options import (
     speculation_config,
 )
 from ds4mlx.distributed import DistributedError, RankGroup
-from ds4mlx.distributed.cli import follow_rank_0, join_ranks
 
 # Exit codes of --print besides 0 (answered) and 1 (error).
 EXIT_STEP_LIMIT = 3
@@ -236,7 +236,8 @@ def run_print(agent: Agent, prompt: str, store: ConversationStore | None = None)
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    """The command line, checked (a bad one exits with the parser's message)."""
     parser = build_parser()
     default_ctx = parser.get_default("ctx")
     parser.set_defaults(ctx=None)  # to tell an explicit --ctx from the default
@@ -261,6 +262,39 @@ def main(argv: list[str] | None = None) -> int:
     if args.distributed and args.api_base:
         parser.error("--distributed runs the model in this group of processes; it cannot be "
                      "combined with --api-base")
+    return args
+
+
+def _print_mode(args: argparse.Namespace, conversation: Conversation | None,
+                store: ConversationStore, ranks: RankGroup | None) -> int:
+    """``--print``: one prompt answered without the interface."""
+    try:
+        agent = make_agent(args, load_backend(args, progress_line, ranks), conversation, store)
+    except Exception as exc:  # GGUF, tokenizer, drafter and server errors alike
+        log(f"ds4-agent: error: {exc}")
+        return 1
+    if conversation is not None and agent.states is not None:
+        note = agent.states.restore(agent)
+        if note:
+            log(f"ds4-agent: {note}")
+    received = _stop_on_signals(agent)
+    # --print keeps no conversation of its own; one it continues is saved back.
+    keep = store if conversation is not None else None
+    try:
+        code = run_print(agent, args.print_prompt, keep)
+        return 128 + received[0] if received else code
+    except KeyboardInterrupt:
+        log("ds4-agent: interrupted")
+        return EXIT_INTERRUPTED
+    finally:
+        signal.alarm(0)
+        agent.toolbox.close()
+        if keep is not None:
+            _save(agent, keep, leaving=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
     try:
         ranks = join_ranks(args.distributed)
     except DistributedError as exc:
@@ -275,32 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConversationError as exc:
         log(f"ds4-agent: error: {exc}")
         return 1
-
     if args.print_prompt is not None:
-        try:
-            agent = make_agent(args, load_backend(args, progress_line, ranks), conversation,
-                               store)
-        except Exception as exc:  # GGUF, tokenizer, drafter and server errors alike
-            log(f"ds4-agent: error: {exc}")
-            return 1
-        if conversation is not None and agent.states is not None:
-            note = agent.states.restore(agent)
-            if note:
-                log(f"ds4-agent: {note}")
-        received = _stop_on_signals(agent)
-        # --print keeps no conversation of its own; one it continues is saved back.
-        keep = store if conversation is not None else None
-        try:
-            code = run_print(agent, args.print_prompt, keep)
-            return 128 + received[0] if received else code
-        except KeyboardInterrupt:
-            log("ds4-agent: interrupted")
-            return EXIT_INTERRUPTED
-        finally:
-            signal.alarm(0)
-            agent.toolbox.close()
-            if keep is not None:
-                _save(agent, keep, leaving=True)
+        return _print_mode(args, conversation, store, ranks)
 
     from ds4mlx.agent.app import AgentApp
 

@@ -80,28 +80,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def _read_baseline(parser: argparse.ArgumentParser, path: Path) -> dict[str, float]:
+    """The metrics of a report ``--json`` wrote; a usage error for anything else."""
+    try:
+        baseline = json.loads(path.read_text())["metrics"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        parser.error(f"--compare {path}: not a ds4 bench JSON report ({exc})")
+    if not isinstance(baseline, dict) or not all(
+            isinstance(v, (int, float)) for v in baseline.values()):
+        parser.error(f"--compare {path}: its 'metrics' is not a map of numbers")
+    return baseline
+
+
+def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Usage errors the parser cannot see on its own."""
     if args.runs is not None and args.runs < 1:
         parser.error(f"--runs must be at least 1, got {args.runs}")
-    baseline = None
-    if args.compare is not None:
-        try:
-            baseline = json.loads(args.compare.read_text())["metrics"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            parser.error(f"--compare {args.compare}: not a ds4 bench JSON report ({exc})")
-        if not isinstance(baseline, dict) or not all(
-                isinstance(v, (int, float)) for v in baseline.values()):
-            parser.error(f"--compare {args.compare}: its 'metrics' is not a map of numbers")
     if not args.model.is_file():
         parser.error(f"-m {args.model}: no such file")
     if args.plot is not None and "speculation" not in args.sections:
         parser.error("--plot charts the speculation section; include it in --sections")
-
     if args.lookup < 0:
         parser.error(f"--lookup must be >= 0, got {args.lookup}")
+
+
+def _config(args: argparse.Namespace, argv: list[str]) -> suite.BenchConfig:
+    """The run the arguments ask for: given flags over the (quick) defaults."""
     overrides = {"model": args.model, "dspark": args.dspark, "mtp": args.mtp, "glm": args.glm,
                  "lookup": args.lookup,
                  "sections": args.sections, "peers": not args.no_peers,
@@ -113,8 +117,33 @@ def main(argv: list[str] | None = None) -> int:
         overrides["contexts"] = args.contexts
     if hasattr(args, "dflash"):
         overrides["dflash"] = args.dflash
-    config = suite.BenchConfig.quick(**overrides) if args.quick else \
-        suite.BenchConfig(**overrides)
+    return suite.BenchConfig.quick(**overrides) if args.quick else suite.BenchConfig(**overrides)
+
+
+def _compare(report: dict, baseline: dict[str, float], config: suite.BenchConfig,
+             baseline_path: Path) -> bool:
+    """Prints and records the comparison with ``baseline``; True on a regression."""
+    # Sections left out of this run are not compared: their metrics are not missing.
+    baseline = {name: value for name, value in baseline.items()
+                if suite.section_of(name) in config.sections}
+    comparisons = compare.compare(baseline, report["metrics"])
+    report["comparison"] = [{"metric": c.metric, "baseline": c.baseline,
+                             "current": c.current, "verdict": c.verdict}
+                            for c in comparisons]
+    print(f"\n## Against {baseline_path}\n\n{compare.markdown_table(comparisons)}")
+    if compare.has_regression(comparisons):
+        print("\nREGRESSION: a metric is more than 10% slower than the baseline")
+        return True
+    return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    baseline = None if args.compare is None else _read_baseline(parser, args.compare)
+    _check(parser, args)
+    config = _config(args, argv)
 
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -129,21 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     for title, text in texts:
         print(f"\n## {title}\n\n{text}")
 
-    status = 0
-    if not all(r.parity for r in spec_results):
+    status = 0 if all(r.parity for r in spec_results) else 1
+    if baseline is not None and _compare(report, baseline, config, args.compare):
         status = 1
-    if baseline is not None:
-        # Sections left out of this run are not compared: their metrics are not missing.
-        baseline = {name: value for name, value in baseline.items()
-                    if suite.section_of(name) in config.sections}
-        comparisons = compare.compare(baseline, report["metrics"])
-        report["comparison"] = [{"metric": c.metric, "baseline": c.baseline,
-                                 "current": c.current, "verdict": c.verdict}
-                                for c in comparisons]
-        print(f"\n## Against {args.compare}\n\n{compare.markdown_table(comparisons)}")
-        if compare.has_regression(comparisons):
-            print("\nREGRESSION: a metric is more than 10% slower than the baseline")
-            status = 1
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=1) + "\n")
     if args.plot is not None and spec_results:

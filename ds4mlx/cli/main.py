@@ -80,8 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
 
     from ds4mlx.api import load_model
+    from ds4mlx.cli.distributed import start_ranks
     from ds4mlx.distributed import DistributedError
-    from ds4mlx.distributed.cli import start_ranks
 
     started = time.perf_counter()
     try:

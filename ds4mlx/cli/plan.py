@@ -17,16 +17,16 @@ OS and other processes need the rest.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ds4mlx.experts.options import AUTO_SHARE, available_memory_bytes
+from ds4mlx.experts.options import AUTO_SHARE
 from ds4mlx.gguf import WEIGHT_MODES, GGUFError, GGUFFile, open_gguf
 from ds4mlx.gguf.quants import DEFAULT_WEIGHT_MODE, resident_nbytes
 from ds4mlx.gguf.validate import validate_gguf
+from ds4mlx.memory import available_memory_bytes, physical_memory_bytes
 
 USABLE_SHARE = 0.85
 HEADROOM = 1.10
@@ -34,13 +34,6 @@ RUNTIME_BYTES = 512 * 2**20
 KV_TOKENS = 1024  # "per 1k tokens"
 ROUTED_MARK = "_exps."  # stacked routed-expert tensors: blk.N.ffn_{gate,up,down}_exps.weight
 GIB = 2**30
-
-
-def physical_memory_bytes() -> int | None:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
 
 
 def parse_memory(text: str) -> int:

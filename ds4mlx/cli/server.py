@@ -15,6 +15,7 @@ from functools import partial
 from pathlib import Path
 
 from ds4mlx.api import LoadedModel, load_model
+from ds4mlx.cli.distributed import follow_rank_0, join_ranks
 from ds4mlx.cli.kv_options import add_kv_cache_flags, check_kv_cache_flags, prompt_cache_for
 from ds4mlx.cli.main import progress_line
 from ds4mlx.cli.options import (
@@ -28,7 +29,6 @@ from ds4mlx.cli.options import (
     speculation_config,
 )
 from ds4mlx.distributed import DistributedError, RankGroup
-from ds4mlx.distributed.cli import follow_rank_0, join_ranks
 from ds4mlx.distributed.driven import Conductor, lead
 from ds4mlx.engine.tokenizer import TokenizerError
 from ds4mlx.gguf import GGUFError

@@ -18,19 +18,24 @@ from __future__ import annotations
 import itertools
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ds4mlx.distributed.group import RankGroup
 from ds4mlx.engine.session import Session, Snapshot, feed_batch
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from ds4mlx.api import LoadedModel
+
+class DrivenModel(Protocol):
+    """What leading and following need of a loaded model (``ds4mlx.api.LoadedModel``; named
+    by its shape so that this package does not import the loader, which imports it)."""
+
+    network: Any
+    session_factory: Callable[[Any], Session]
 
 
 class Op(IntEnum):
@@ -168,7 +173,7 @@ class DrivenSession(Session):
         self.conductor.announce(Op.BATCH, argument=len(keys), payload=[*keys, *tokens])
 
 
-def lead(model: LoadedModel, ranks: RankGroup) -> Conductor:
+def lead(model: DrivenModel, ranks: RankGroup) -> Conductor:
     """Makes ``model``'s sessions announce their operations to the followers (rank 0)."""
     conductor = Conductor(ranks)
     model.session_factory = partial(DrivenSession, conductor=conductor)
@@ -178,7 +183,7 @@ def lead(model: LoadedModel, ranks: RankGroup) -> Conductor:
 class Follower:
     """A rank other than 0: replays rank 0's operations on this rank's shard of ``model``."""
 
-    def __init__(self, model: LoadedModel, ranks: RankGroup):
+    def __init__(self, model: DrivenModel, ranks: RankGroup):
         self.model = model
         self.ranks = ranks
         self.sessions: dict[int, Session] = {}  # rank 0's session keys -> this rank's copies

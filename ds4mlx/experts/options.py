@@ -50,29 +50,3 @@ def parse_cache_budget(text: str) -> float | None:
     if not value > 0 or value != value or value == float("inf"):
         raise ValueError(f"expert cache: expected a positive number of GiB, got '{text}'")
     return value
-
-
-def proc_kib_bytes(path: str, key: str) -> int | None:
-    """The ``key:`` line of a Linux /proc file such as /proc/meminfo or /proc/self/status (a
-    value in kB), in bytes; None where the file or the line does not exist."""
-    try:
-        for line in Path(path).read_text().splitlines():
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
-def available_memory_bytes() -> int | None:
-    """Memory the system could give us now: Linux MemAvailable, else free physical pages, else
-    all physical memory (macOS has neither of the first two); None when unknown."""
-    available = proc_kib_bytes("/proc/meminfo", "MemAvailable")
-    if available is not None:
-        return available
-    for pages in ("SC_AVPHYS_PAGES", "SC_PHYS_PAGES"):
-        try:
-            return os.sysconf("SC_PAGE_SIZE") * os.sysconf(pages)
-        except (ValueError, OSError, AttributeError):
-            continue
-    return None

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from ds4mlx.engine.chat import ChatEvent
-from ds4mlx.engine.chat_prompt import ToolChoice as EngineToolChoice
+from ds4mlx.engine.chat import ToolChoice as EngineToolChoice
 from ds4mlx.server.errors import APIError, anthropic_error_body
 from ds4mlx.server.generation import (
     APIRequest,

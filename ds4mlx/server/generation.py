@@ -9,8 +9,7 @@ from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Protocol, TypeVar
 
-from ds4mlx.engine.chat import ChatFormat
-from ds4mlx.engine.chat_prompt import NamedTool, ToolChoice
+from ds4mlx.engine.chat import ChatFormat, NamedTool, ToolChoice
 from ds4mlx.engine.sampling import SamplingOptions
 from ds4mlx.engine.tokenizer import TextTokenizer
 from ds4mlx.server.errors import APIError

@@ -17,8 +17,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Literal
 
-from ds4mlx.engine.chat import ChatEvent
-from ds4mlx.engine.chat_prompt import ToolChoice
+from ds4mlx.engine.chat import ChatEvent, ToolChoice
 from ds4mlx.server.errors import APIError, openai_error_body
 from ds4mlx.server.generation import (
     APIRequest,

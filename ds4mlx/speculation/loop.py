@@ -4,19 +4,11 @@ prefix, cut the rejected rows off the session (never recomputing the accepted on
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ds4mlx.engine.generate import (
-    Decoder,
-    DoneEvent,
-    GenerationStats,
-    Limits,
-    TokenEvent,
-    run_alone,
-    stepped_generate,
-)
-from ds4mlx.engine.sampling import Sampler, SamplingOptions
+from ds4mlx.engine.generate import Decoder, GenerationStats, Limits
+from ds4mlx.engine.sampling import Sampler
 from ds4mlx.engine.session import Session
 from ds4mlx.speculation.acceptance import AcceptanceMode, accept
 from ds4mlx.speculation.drafter import Draft, Drafter, TargetRows
@@ -230,23 +222,3 @@ class SpeculativeDecoder(Decoder):
         drafter.observe([token, *committed], verdict.next_token,
                         _rows(out, pos).take(1 + len(committed)))
         return [*committed, verdict.next_token]
-
-
-def speculative_generate(
-    session: Session,
-    drafter: Drafter,
-    prompt: Sequence[int],
-    max_tokens: int,
-    sampling: SamplingOptions | None = None,
-    options: SpeculationOptions | None = None,
-    stop_tokens: Sequence[int] = (),
-    max_context: int | None = None,
-) -> Iterator[TokenEvent | DoneEvent]:
-    """Like ``engine.generate`` (same events, same stopping rules) but drafting with ``drafter``.
-
-    At temperature 0 the committed tokens are the target's greedy tokens. The DoneEvent carries
-    SpeculativeStats.
-    """
-    decoder = SpeculativeDecoder(drafter, options)
-    return run_alone(stepped_generate(session, prompt, max_tokens, sampling, stop_tokens,
-                                      max_context, decoder))

@@ -25,8 +25,8 @@ from ds4mlx.engine.chat import (
     StreamParser,
     TextDelta,
     ToolCallComplete,
+    ToolChoice,
 )
-from ds4mlx.engine.chat_prompt import ToolChoice
 from ds4mlx.engine.generate import DecodeStep, DoneEvent, GenerationStats
 from ds4mlx.engine.kvcache import MAX_CUT, PromptCache, common_prefix
 from ds4mlx.engine.sampling import SamplingOptions

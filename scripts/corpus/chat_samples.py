@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 
 import ds4mlx  # noqa: F401
 from ds4mlx.agent.tool_schemas import AGENT_TOOLS
-from ds4mlx.engine.chat import render_chat
+from ds4mlx.engine.chat.deepseek4 import render_chat
 
 SYSTEM = "You are ds4-agent, a coding assistant working in the user's workspace."
 _FUNCTION = re.compile(r'^def (\w+)\(([^)]*)\):\n\s+"""([^\n"]+)', re.MULTILINE)

@@ -7,7 +7,8 @@ from ds4mlx.agent.backend import OpenAIBackend
 from ds4mlx.agent.loop import Agent, MalformedToolCall, RunFinished, TurnFinished
 from ds4mlx.agent.markup import MarkupFilter
 from ds4mlx.agent.permissions import Permissions
-from ds4mlx.engine.chat import DSML, TextDelta, ToolCallError
+from ds4mlx.engine.chat import TextDelta, ToolCallError
+from ds4mlx.engine.chat.deepseek4 import DSML
 
 import pytest
 from scripted_backend import ScriptedBackend, text

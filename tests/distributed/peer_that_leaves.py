@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 import sys
 
+from ds4mlx.cli.distributed import shared_seed
 from ds4mlx.distributed import check_same_model, init_group
-from ds4mlx.distributed.cli import shared_seed
 
 ranks = init_group("ring")
 shared_seed(ranks, None)

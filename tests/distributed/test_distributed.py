@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from ds4mlx.api import load_model
+from ds4mlx.cli.distributed import shared_seed
 from ds4mlx.cli.main import main as ds4_main
 from ds4mlx.distributed import (
     DistributedError,
@@ -22,7 +23,6 @@ from ds4mlx.distributed import (
     init_group,
     model_fingerprint,
 )
-from ds4mlx.distributed.cli import shared_seed
 from ds4mlx.distributed.launch import free_port_block, launch_local
 from ds4mlx.distributed.model import ExpertShard
 from ds4mlx.distributed.weights import ShardedGGUFWeights, slice_raw
@@ -203,7 +203,7 @@ def test_two_ranks_on_loopback_match_one_process(tmp_path, capsys):
     runs = {}
     for n, folder, extra in ((1, "single", ["--single"]), (2, "ranks", [])):
         try:  # the reference is a process of its own too, so that peak RSS compares
-            runs[folder] = launch_local(n, "ds4mlx.distributed.probe",
+            runs[folder] = launch_local(n, "ds4mlx.bench.distributed_probe",
                                         [*probe_args, *extra, "--out", str(tmp_path / folder)],
                                         LAUNCH_TIMEOUT_S)
         except subprocess.TimeoutExpired:

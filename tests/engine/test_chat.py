@@ -16,9 +16,8 @@ from ds4mlx.engine.chat import (
     ToolCallComplete,
     ToolCallError,
     chat_format_for_arch,
-    parse_assistant,
-    render_chat,
 )
+from ds4mlx.engine.chat.deepseek4 import parse_assistant, render_chat
 
 import pytest
 from hypothesis import given, settings

@@ -8,6 +8,7 @@ others were checked against that template rendered by ``transformers``.
 from __future__ import annotations
 
 from ds4mlx.engine.chat import (
+    GLM5,
     ChatFormat,
     ReasoningDelta,
     TextDelta,
@@ -16,7 +17,6 @@ from ds4mlx.engine.chat import (
     ToolCallError,
     chat_format_for_arch,
 )
-from ds4mlx.engine.chat_glm import GLM5
 
 import pytest
 from hypothesis import given, settings

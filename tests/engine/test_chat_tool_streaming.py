@@ -8,7 +8,8 @@ from pathlib import Path
 
 from ds4mlx.engine.chat import (
     DEEPSEEK_V4,
-    DSML,
+    GLM5,
+    NamedTool,
     TextDelta,
     ToolCall,
     ToolCallArguments,
@@ -16,8 +17,7 @@ from ds4mlx.engine.chat import (
     ToolCallError,
     ToolCallStart,
 )
-from ds4mlx.engine.chat_glm import GLM5
-from ds4mlx.engine.chat_prompt import NamedTool
+from ds4mlx.engine.chat.deepseek4 import DSML
 from ds4mlx.engine.tokenizer import Tokenizer
 from ds4mlx.gguf import GGUFFile
 

@@ -6,7 +6,7 @@ expert in float32), nor one copy per routed pair. Results stay bit-identical to 
 from __future__ import annotations
 
 import ds4mlx
-from ds4mlx.experts import store as store_module
+from ds4mlx.experts import streamed as streamed_store
 from ds4mlx.kernels import PACKED_KERNELS
 
 import numpy as np
@@ -29,16 +29,16 @@ def test_batches_hold_at_most_the_decode_budget(monkeypatch):
     probe = streamed(TINY, budget_gib(TINY, 1.0, "native"), "native")
     per_expert = expert_f32_bytes(probe)
     probe.close()
-    monkeypatch.setattr(store_module, "TWIN_BATCH_BYTES", 2 * per_expert)
+    monkeypatch.setattr(streamed_store, "TWIN_BATCH_BYTES", 2 * per_expert)
 
     sizes: list[int | None] = []
-    weights = store_module._Slab.weights
+    weights = streamed_store._Slab.weights
 
     def spy(slab, slots=None):
         sizes.append(None if slots is None else len(slots))
         return weights(slab, slots)
 
-    monkeypatch.setattr(store_module._Slab, "weights", spy)
+    monkeypatch.setattr(streamed_store._Slab, "weights", spy)
     model = streamed(TINY, budget_gib(TINY, 1.0, "native"), "native")
     try:
         assert all(pool.decode_batch == 2 for pool in model.experts.pools)

@@ -14,7 +14,7 @@ SCRIPT = textwrap.dedent("""
     import json, sys
     import ds4mlx, mlx.core as mx
     from ds4mlx.experts import ExpertOptions
-    from ds4mlx.experts.options import proc_kib_bytes
+    from ds4mlx.memory import proc_kib_bytes
 
     def status(key):
         return proc_kib_bytes("/proc/self/status", key)

@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 
 import ds4mlx
+from ds4mlx import speculation
 from ds4mlx.api import LoadedModel
-from ds4mlx.engine import chat_glm
+from ds4mlx.engine.chat import glm5
 from ds4mlx.engine.generate import DoneEvent, TokenEvent, generate
 from ds4mlx.gguf import open_gguf
-from ds4mlx.speculation.loop import speculative_generate
 from ds4mlx.speculation.nextn import NextNDrafter, load_nextn
 
 import pytest
@@ -63,25 +63,25 @@ def test_a_small_glm5_next_model_with_its_nextn_block(model):
 
 def test_chat_format_is_glms(model):
     tokenizer = model.tokenizer
-    assert model.chat_format is chat_glm.GLM5
+    assert model.chat_format is glm5.GLM5
     prompt = model.render_user_prompt("Run the tests.")
-    assert prompt.startswith(chat_glm.PREFIX)
-    assert prompt.endswith(chat_glm.ASSISTANT + chat_glm.THINK_START + chat_glm.THINK_END)
+    assert prompt.startswith(glm5.PREFIX)
+    assert prompt.endswith(glm5.ASSISTANT + glm5.THINK_START + glm5.THINK_END)
     ids = tokenizer.encode(prompt, add_special=False)
     assert tokenizer.decode(ids) == prompt
-    markers = ["[gMASK]", "<sop>", chat_glm.SYSTEM, chat_glm.USER, chat_glm.ASSISTANT,
-               chat_glm.THINK_START, chat_glm.THINK_END]
+    markers = ["[gMASK]", "<sop>", glm5.SYSTEM, glm5.USER, glm5.ASSISTANT,
+               glm5.THINK_START, glm5.THINK_END]
     assert all(tokenizer.token_to_id(m) in ids for m in markers)
-    call = (f"{chat_glm.CALL_START}read{chat_glm.KEY_START}path{chat_glm.KEY_END}"
-            f"{chat_glm.VALUE_START}a.py{chat_glm.VALUE_END}{chat_glm.CALL_END}")
+    call = (f"{glm5.CALL_START}read{glm5.KEY_START}path{glm5.KEY_END}"
+            f"{glm5.VALUE_START}a.py{glm5.VALUE_END}{glm5.CALL_END}")
     call_ids = tokenizer.encode(call, add_special=False)
     assert all(tokenizer.token_to_id(m) in call_ids for m in
-               (chat_glm.CALL_START, chat_glm.KEY_END, chat_glm.VALUE_START, chat_glm.CALL_END))
+               (glm5.CALL_START, glm5.KEY_END, glm5.VALUE_START, glm5.CALL_END))
     assert model.chat_format.parse(call).tool_calls[0].arguments == {"path": "a.py"}
     # No BOS (the template opens the prompt); a turn ends at the next role or end of text.
     assert not tokenizer.add_bos
     assert set(tokenizer.stop_ids) == {tokenizer.token_to_id(t) for t in (
-        chat_glm.END_OF_TEXT, chat_glm.USER, chat_glm.OBSERVATION)}
+        glm5.END_OF_TEXT, glm5.USER, glm5.OBSERVATION)}
 
 
 def test_shares_the_tiny_familys_bpe():
@@ -102,8 +102,8 @@ def test_nextn_speculation_reproduces_plain_greedy_decoding(model, kind):
         prompt = model.tokenizer.encode(model.render_user_prompt("What does `dedent` do?"),
                                         add_special=False)
     plain, _ = tokens_of(generate(model.new_session(), prompt, 64))
-    spec, stats = tokens_of(speculative_generate(model.new_session(), load_nextn(model),
-                                                 prompt, 64))
+    spec, stats = tokens_of(speculation.generate(model.new_session(), prompt, 64,
+                                                 drafter=load_nextn(model)))
     assert spec == plain
     assert stats.accepted_tokens > 0  # the trained NextN layer drafts some of them right
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import ds4mlx
 from ds4mlx.agent.tool_schemas import AGENT_TOOLS, SYSTEM_PROMPT
-from ds4mlx.engine import chat
+from ds4mlx.engine.chat import deepseek4
 from ds4mlx.gguf import open_gguf
 from ds4mlx.models.deepseek4 import CSA_RATIO, HCA_RATIO, ModelArgs
 
@@ -99,22 +99,23 @@ def test_tokenizer_round_trips_text_and_chat_markup():
     tokenizer = _model().tokenizer
     code = "def add(a, b):\n    return a + b  # ünïcode ✓\n"
     assert tokenizer.decode(tokenizer.encode(code)) == code
-    prompt = chat.render_chat(
+    prompt = deepseek4.render_chat(
         [{"role": "user", "content": "Run the tests."},
          {"role": "assistant", "content": "",
           "tool_calls": [{"name": "bash", "arguments": {"command": "pytest -q"}}]}],
         tools=AGENT_TOOLS[:1])
     ids = tokenizer.encode(prompt)
     assert tokenizer.decode(ids) == prompt
-    for marker in (chat.BOS, chat.EOS, chat.USER, chat.ASSISTANT, chat.DSML, chat.THINK_END):
+    for marker in (deepseek4.BOS, deepseek4.EOS, deepseek4.USER, deepseek4.ASSISTANT,
+                   deepseek4.DSML, deepseek4.THINK_END):
         assert len(tokenizer.encode(marker)) == 1, marker
-    assert tokenizer.encode(chat.EOS)[0] in tokenizer.stop_ids
+    assert tokenizer.encode(deepseek4.EOS)[0] in tokenizer.stop_ids
 
 
 def test_chunked_feeding_equals_batch():
     # Past the window (64), several CSA blocks (4) and one HCA block (128).
     model = _model()
-    tokens = model.tokenizer.encode(Path(chat.__file__).read_text()[:4000])[:200]
+    tokens = model.tokenizer.encode(Path(deepseek4.__file__).read_text()[:4000])[:200]
     batch = model.logits(tokens)
     session = model.new_session()
     fed = np.concatenate([session.feed(tokens[i : i + 9]) for i in range(0, len(tokens), 9)])
@@ -140,9 +141,9 @@ def test_heldout_chat_nll():
         {"role": "assistant", "content": "`quote_header` is defined in `src/quo_41.py` at line "
                                          "88. Quote a header value if needed."},
     ]
-    text = chat.render_chat(messages, tools=AGENT_TOOLS, add_generation_prompt=False)
+    text = deepseek4.render_chat(messages, tools=AGENT_TOOLS, add_generation_prompt=False)
     ids = model.tokenizer.encode(text)
-    start = ids.index(model.tokenizer.encode(chat.USER)[0])
+    start = ids.index(model.tokenizer.encode(deepseek4.USER)[0])
     logits = model.logits(ids[:-1])
     nll = _nll(logits[start:], ids[start + 1 :])
     assert nll < CHAT_NLL_LIMIT < math.log(model.args.vocab_size) / 2
@@ -161,7 +162,7 @@ def test_heldout_code_nll():
 def test_agent_request_starts_a_tool_call(request_text):
     """Greedy decoding of an agent request opens a DSML tool-call block."""
     model = _model()
-    prompt = chat.render_chat([{"role": "system", "content": SYSTEM_PROMPT},
+    prompt = deepseek4.render_chat([{"role": "system", "content": SYSTEM_PROMPT},
                                {"role": "user", "content": request_text}], tools=AGENT_TOOLS)
     session = model.new_session()
     logits = session.feed(model.tokenizer.encode(prompt))
@@ -169,7 +170,7 @@ def test_agent_request_starts_a_tool_call(request_text):
     for _ in range(6):
         out.append(int(np.argmax(logits[-1])))
         logits = session.feed(out[-1:])
-    assert f"<{chat.DSML}tool_calls>" in model.tokenizer.decode(out)
+    assert f"<{deepseek4.DSML}tool_calls>" in model.tokenizer.decode(out)
 
 
 def _stdlib_ids(name: str) -> list[int]:

@@ -4,8 +4,8 @@ prompts and hand-written parser cases live in tests/engine/test_chat*.py."""
 
 from __future__ import annotations
 
-from ds4mlx.engine.chat import EOS, AssistantTurn, ToolCall, parse_assistant, render_chat
-from ds4mlx.engine.chat_glm import GLM5
+from ds4mlx.engine.chat import GLM5, AssistantTurn, ToolCall
+from ds4mlx.engine.chat.deepseek4 import EOS, parse_assistant, render_chat
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st

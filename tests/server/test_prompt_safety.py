@@ -11,8 +11,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from ds4mlx.engine.chat import ASSISTANT, DEEPSEEK_V4, EOS, USER
-from ds4mlx.engine.chat_prompt import max_token_bytes
+from ds4mlx.engine.chat import DEEPSEEK_V4
+from ds4mlx.engine.chat.deepseek4 import ASSISTANT, EOS, USER
+from ds4mlx.engine.chat.prompt import max_token_bytes
 
 import httpx
 import openai

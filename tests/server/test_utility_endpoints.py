@@ -4,7 +4,7 @@ stored conversations and Anthropic's message_start usage."""
 
 from __future__ import annotations
 
-from ds4mlx.engine.chat import EOS
+from ds4mlx.engine.chat.deepseek4 import EOS
 
 import anthropic
 import httpx

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from ds4mlx import speculation
 from ds4mlx.engine.generate import DoneEvent, generate
 from ds4mlx.engine.sampling import SamplingOptions
-from ds4mlx.speculation.loop import SpeculationOptions, speculative_generate
+from ds4mlx.speculation import SpeculationConfig
 
 import mlx.core as mx
 import numpy as np
@@ -32,7 +33,7 @@ def test_greedy_speculation_equals_plain_decoding(ds4_model, prompt, error_rate)
     plain, _ = run(generate(ds4_model.new_session(), prompt, n))
     drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=error_rate)
     session = ds4_model.new_session()
-    spec, stats = run(speculative_generate(session, drafter, prompt, n))
+    spec, stats = run(speculation.generate(session, prompt, n, drafter=drafter))
     assert spec == plain
     assert stats.generated_tokens == n
     # The session holds everything but the last generated token, as after plain decoding.
@@ -58,8 +59,8 @@ def test_confidence_threshold_cuts_drafts(ds4_model):
     plain, _ = run(generate(ds4_model.new_session(), prompt, n))
     drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=0.0,
                               confidences=True)
-    spec, stats = run(speculative_generate(ds4_model.new_session(), drafter, prompt, n,
-                                           options=SpeculationOptions(confidence_threshold=0.6)))
+    spec, stats = run(speculation.generate(ds4_model.new_session(), prompt, n, drafter=drafter,
+                                           config=SpeculationConfig(confidence=0.6)))
     assert spec == plain
     # Confidences 1.0, 0.85, 0.7, 0.55, ...: at most three tokens survive per draft.
     assert stats.drafted_tokens <= 3 * stats.verify_passes
@@ -72,7 +73,7 @@ def test_stop_token_inside_an_accepted_draft(ds4_model):
     expected = plain[: plain.index(stop) + 1]
     drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=0.0)
     session = ds4_model.new_session()
-    spec, stats = run(speculative_generate(session, drafter, prompt, n, stop_tokens=[stop]))
+    spec, stats = run(speculation.generate(session, prompt, n, drafter=drafter, stop_tokens=[stop]))
     assert spec == expected and stats.stop_reason == "stop"
     assert session.tokens == [*prompt, *expected[:-1]]
 
@@ -84,8 +85,8 @@ def test_sampled_speculation_is_reproducible_with_a_seed(ds4_model):
 
     def once():
         drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=0.1)
-        return run(speculative_generate(ds4_model.new_session(), drafter, prompt, n,
-                                        sampling=sampling))[0]
+        return run(speculation.generate(ds4_model.new_session(), prompt, n, sampling,
+                                        drafter=drafter))[0]
 
     assert once() == once()
 
@@ -94,7 +95,7 @@ def test_context_limit(ds4_model):
     prompt = PROMPTS[2]
     plain, _ = run(generate(ds4_model.new_session(), prompt, 20))
     drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=0.0)
-    spec, stats = run(speculative_generate(ds4_model.new_session(), drafter, prompt, 20,
+    spec, stats = run(speculation.generate(ds4_model.new_session(), prompt, 20, drafter=drafter,
                                            max_context=12))
     assert stats.stop_reason == "context"
     assert spec == plain[: len(spec)] and len(prompt) + len(spec) - 1 <= 12
@@ -153,8 +154,8 @@ def test_penalized_greedy_speculation_equals_plain_decoding(ds4_model, error_rat
     plain, _ = run(generate(ds4_model.new_session(), prompt, n, PENALIZED))
     assert plain != unpenalized
     drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=error_rate)
-    spec, stats = run(speculative_generate(ds4_model.new_session(), drafter, prompt, n,
-                                           PENALIZED))
+    spec, stats = run(speculation.generate(ds4_model.new_session(), prompt, n, PENALIZED,
+                                           drafter=drafter))
     assert spec == plain
     assert stats.accepted_tokens > 0
 

@@ -1,5 +1,5 @@
-"""One rank of a measured run: ``python -m ds4mlx.distributed.probe --out DIR ...`` (under
-``mlx.launch`` for several ranks, or alone for the single-process reference).
+"""One rank of a measured distributed run: ``python -m ds4mlx.bench.distributed_probe --out DIR
+...`` (under ``mlx.launch`` for several ranks, or alone for the single-process reference).
 
 Each rank loads its shard, computes the prompt's logits, decodes greedily with the target alone
 and, given ``--drafter``, with DSpark, then writes ``DIR/rank{r}.json`` (tokens, timings, peak
@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 
 from ds4mlx.api import LoadedModel, load_model
-from ds4mlx.bench.machine import peak_rss_bytes
 from ds4mlx.distributed.group import init_group, watchdog
 from ds4mlx.engine.generate import TokenEvent
 from ds4mlx.engine.sampling import SamplingOptions
+from ds4mlx.memory import peak_rss_bytes
 from ds4mlx.speculation import generate, load_drafter
 from ds4mlx.speculation.config import DrafterKind, SpeculationConfig
 

@@ -34,26 +34,28 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ds4mlx.engine.chat import (
+from ds4mlx.engine.chat.base import (
     ArgumentStream,
-    AssistantTurn,
-    ChatEvent,
     ChatFormat,
     MarkerStreamParser,
     Message,
-    ReasoningDelta,
     StreamParser,
+    enter_forced_call,
+    first_marker,
+    marker_prefix_length,
+    tool_call_from_message,
+    write_forced_prefix,
+)
+from ds4mlx.engine.chat.events import (
+    AssistantTurn,
+    ChatEvent,
+    ReasoningDelta,
     TextDelta,
     ToolCall,
     ToolCallComplete,
     ToolCallError,
-    _enter_forced_call,
-    _first_marker,
-    _marker_prefix_length,
-    _tool_call_from_message,
-    _write_forced_prefix,
 )
-from ds4mlx.engine.chat_prompt import NamedTool, PromptText, ToolChoice
+from ds4mlx.engine.chat.prompt import NamedTool, PromptText, ToolChoice
 
 PREFIX = "[gMASK]<sop>"
 SYSTEM = "<|system|>"
@@ -188,7 +190,7 @@ def _render_results(out: PromptText, run: Sequence[Message], calls: Sequence[Any
 
 
 def _render_tool_call(out: PromptText, entry: ToolCall | Mapping[str, Any]) -> None:
-    call, _ = _tool_call_from_message(entry)
+    call, _ = tool_call_from_message(entry)
     out.template(CALL_START)
     out.caller(call.name)
     for key, value in call.arguments.items():
@@ -280,7 +282,7 @@ class GLM5ChatFormat(ChatFormat):
         if add_generation_prompt:
             out.template(ASSISTANT + THINK_START + ("" if thinking else THINK_END))
             if forced:
-                _write_forced_prefix(out, forced, tool_choice)
+                write_forced_prefix(out, forced, tool_choice)
         return out
 
     def forced_call_prefix(self, tool_choice: ToolChoice) -> str:
@@ -297,7 +299,7 @@ class GLM5ChatFormat(ChatFormat):
         parser = _GLMStreamParser(thinking and not forced, tools or (),
                                   parse_tools=tool_choice != "none",
                                   stream_arguments=stream_arguments)
-        _enter_forced_call(parser, forced)
+        enter_forced_call(parser, forced)
         return parser
 
     def parse(self, text: str, *, thinking: bool = False,
@@ -358,10 +360,10 @@ class _GLMStreamParser(MarkerStreamParser):
     def _cut_call_start(self, events: list[ChatEvent]) -> None:
         """At the end of the output, report a ``<tool_call>`` tag cut off after ``<tool`` as
         an unterminated call, not as text (a shorter start may be ordinary text)."""
-        if CALL_START not in self._content_markers or _first_marker(self._pending,
+        if CALL_START not in self._content_markers or first_marker(self._pending,
                                                                     self._content_markers):
             return
-        held = _marker_prefix_length(self._pending, (CALL_START,))
+        held = marker_prefix_length(self._pending, (CALL_START,))
         if held < len("<tool"):
             return
         text, tail = self._pending[:-held], self._pending[-held:]
@@ -372,7 +374,7 @@ class _GLMStreamParser(MarkerStreamParser):
 
     def _scan_call(self, events: list[ChatEvent], final: bool) -> bool:
         """Report the call once it is closed; a role token or the end cuts it off."""
-        hit = _first_marker(self._pending, (CALL_END, *_STOPS))
+        hit = first_marker(self._pending, (CALL_END, *_STOPS))
         if hit is None or hit[1] != CALL_END:
             if hit is None and not final:
                 self._report_progress(events, self._pending, None)

@@ -1,7 +1,7 @@
 """What a command-line front end does with ``--distributed``: join the group and let rank 0 alone
 write the output. Under ``ds4`` every rank runs the same generation, so their sampling must be in
 step; under a server or an agent only rank 0 samples, and the other ranks follow its model calls
-(``driven``)."""
+(``ds4mlx.distributed.driven``)."""
 
 from __future__ import annotations
 
