@@ -227,6 +227,9 @@ def _read_llama(gguf: GGUFFile, target: ModelArgs) -> tuple[DSparkConfig, ModelA
         # llama.cpp refuses a file with tensors it does not create, and so does this reader.
         raise GGUFError(f"{path}: tensors not part of a DeepSeek-V4 DSpark drafter: "
                         + ", ".join(unknown[:8]) + (" ..." if len(unknown) > 8 else ""))
+    if rank and gguf.get("dflash.block_size") is None:
+        # build_dspark_markov_head asserts on it; only plain DFlash drafts default to 16.
+        raise GGUFError(f"{path}: a Markov head needs dflash.block_size")
     layers = tuple(int(t) - 1 if int(t) > 0 else EMBEDDING_TAP
                    for t in gguf.require("dflash.target_layers"))
     config = DSparkConfig(

@@ -209,7 +209,7 @@ def write_support_gguf(path: Path, arch: str, metadata: Mapping[str, MetaValue],
     ``types`` gives (by stored name) or else as ``storage_type`` says."""
     types = types or {}
     write_gguf(path, arch, metadata, [
-        TensorToWrite(name, array, types.get(name) or storage_type(name, array.shape,
-                                                                    matrix_type))
+        TensorToWrite(name, array, types[name] if name in types
+                      else storage_type(name, array.shape, matrix_type))
         for name, array in tensors.items()
     ])

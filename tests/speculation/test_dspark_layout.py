@@ -79,6 +79,7 @@ U32, BOOL, STRING = GGUFValueType.UINT32, GGUFValueType.BOOL, GGUFValueType.STRI
     (dict(meta={"dflash.embedding_length": MetaValue(32, U32)}), "drafter width 32"),
     (dict(meta={"dflash.sample_from_anchor": MetaValue("maybe", STRING)}), "sample_from_anchor"),
     (dict(drop=("dflash.hyper_connection.count",)), "without DeepSeek-V4 stages"),
+    (dict(drop=("dflash.block_size",)), "Markov head needs dflash.block_size"),
     (dict(meta={"dflash.target_layers": MetaValue([0, 9], U32)}), "target layers"),
 ])
 def test_unsupported_dflash_files_are_refused_by_name(made, change, message):
@@ -156,6 +157,9 @@ def test_converter_round_trip_keeps_every_tensor(made, tmp_path):
     convert_dspark(there, f32, dspark.ARCH_LLAMA, target.gguf, target.args, keep_types=False,
                    matrix_type=T.F32)
     assert open_gguf(f32).tensor_type("blk.0.attn_q_a.weight") == T.F32
+    kept = tmp_path / "kept.gguf"  # float32 (GGML type 0) is a type to keep too
+    convert_dspark(f32, kept, dspark.ARCH_LLAMA, target.gguf, target.args)
+    assert open_gguf(kept).tensor_type("blk.0.attn_q_a.weight") == T.F32
     assert open_gguf(there).tensor_type("blk.0.attn_q_a.weight") == T.Q8_0
 
 
