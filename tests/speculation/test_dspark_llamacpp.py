@@ -4,7 +4,8 @@ Each fixture directory holds runs of the oracle's driver (``../shared/oracle/too
 dspark_driver.cpp``: llama.cpp 0c1e570, flash attention off, F32 KV cache): a deepseek4 target,
 a dflash drafter, and the driver's JSON (every round's anchor, the committed tokens, the drafted
 ids, the Markov-biased draft logits and the confidences) with the target features it injected
-(``<output>.feats.bin``). ``manifest.json`` lists the runs (``output``, ``target``, ``draft``);
+(``<output>.feats.bin``). ``manifest.json`` lists the runs under ``runs`` (or ``fixtures``):
+``output`` (or ``json``), ``draft`` (or ``drafter``), ``target`` (default ``target.gguf``);
 without one, every ``<name>.json`` is a run of drafter ``<name>.gguf`` (or of ``<name>`` up to
 its first dot) over ``target.gguf``. Directories: ``tests/fixtures/dspark_llamacpp`` (made by
 ``scripts/make_dspark_fixtures.py``), and every ``dspark*`` folder of the oracle directory
@@ -58,9 +59,15 @@ class Run:
 def runs_in(directory: Path) -> list[Run]:
     manifest = directory / "manifest.json"
     if manifest.is_file():
-        entries = json.loads(manifest.read_text())["runs"]
-        return [Run(e.get("name", e["output"]), directory / e["output"],
-                    directory / e["target"], directory / e["draft"]) for e in entries]
+        data = json.loads(manifest.read_text())
+        entries = data.get("runs", data.get("fixtures", []))
+        runs = []
+        for e in entries:
+            output = e.get("output", e.get("json"))
+            runs.append(Run(e.get("name", output), directory / output,
+                            directory / e.get("target", "target.gguf"),
+                            directory / e.get("draft", e.get("drafter"))))
+        return runs
     runs = []
     for output in sorted(directory.glob("*.json")):
         stem = output.stem
@@ -109,7 +116,10 @@ def test_drafts_on_llamacpp_features(run: Run):
     assert data["block_size"] == drafter.config.block_size
     assert data["mask_token_id"] == drafter.config.noise_token_id
     width = len(drafter.config.target_layers) * target.args.hidden_size
-    feats = np.fromfile(f"{run.output}.feats.bin", dtype=np.float32).reshape(-1, width)
+    feats_path = Path(f"{run.output}.feats.bin")
+    if not feats_path.is_file():
+        pytest.skip(f"{run.name}: no {feats_path.name}")
+    feats = np.fromfile(feats_path, dtype=np.float32).reshape(-1, width)
     prompt = data["prompt"]
     drafter.observe_taps(mx.array(feats[: len(prompt)]), 0, all_rounds[0]["anchor"])
     start = len(prompt)
