@@ -44,6 +44,7 @@ from ds4mlx.speculation.support_gguf import random_arrays
 import mlx.core as mx
 import mlx.optimizers as optim
 import numpy as np
+from gguf import GGMLQuantizationType
 
 HOLDOUT_EVERY = 10
 CONTEXT_LENGTH = 4096  # recorded in the llama.cpp layout's metadata
@@ -366,6 +367,8 @@ def main() -> None:
     parser.add_argument("--noise-token", type=int, default=None,
                         help="default: the tokenizer's BOS (never generated mid-text)")
     parser.add_argument("--mtp-draft", type=int, default=3)
+    parser.add_argument("--matrix-type", choices=("q8_0", "f16", "bf16", "f32"), default="q8_0",
+                        help="how the DSpark files store their matrices (ds4's files: Q8_0)")
     parser.add_argument("--eval-prompts", type=int, default=12)
     parser.add_argument("--eval-prompt-tokens", type=int, default=64)
     parser.add_argument("--eval-new-tokens", type=int, default=64)
@@ -408,7 +411,8 @@ def main() -> None:
         for arch, file in ((dspark.ARCH_DS4, "ds4-tiny-dspark.gguf"),
                            (dspark.ARCH_LLAMA, "ds4-tiny-dflash.gguf")):
             dspark.save_dspark(args.out_dir / file, arch, config, target, arrays,
-                               context_length=CONTEXT_LENGTH)
+                               context_length=CONTEXT_LENGTH,
+                               matrix_type=GGMLQuantizationType[args.matrix_type.upper()])
         drafter = dspark.load_dspark(args.out_dir / "ds4-tiny-dspark.gguf", target)
         for threshold in (0.0, 0.7):
             stats = measure(target, drafter, prompts, threshold)

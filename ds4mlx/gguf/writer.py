@@ -51,12 +51,15 @@ FILE_TYPES = {
     T.Q6_K: LlamaFileType.MOSTLY_Q6_K,
     T.IQ2_XXS: LlamaFileType.MOSTLY_IQ2_XXS,
 }
+# Integer tensors are written as their values (no blocks), in the numpy type of their GGML type.
+INTEGER_TYPES = {T.I8: np.int8, T.I16: np.int16, T.I32: np.int32, T.I64: np.int64}
 MAX_TENSOR_NAME_BYTES = 63  # ggml's GGML_MAX_NAME (64) counts the terminating NUL
 
 
 @dataclass(frozen=True)
 class TensorToWrite:
-    """A tensor to store: float values in numpy (row-major) order, encoded as ``qtype``."""
+    """A tensor to store: float values in numpy (row-major) order, encoded as ``qtype`` (an
+    integer type stores integer values as they are)."""
 
     name: str
     array: np.ndarray
@@ -156,12 +159,24 @@ def _encode_tensors(
             raise ValueError(
                 f"{where} has shape {list(shape)}: GGUF tensors have 1 to {MAX_TENSOR_DIMS} dims"
             )
-        try:
-            data = quantize(tensor.array, tensor.qtype)
-        except ValueError as exc:
-            raise ValueError(f"{where}: {exc}") from None
+        if tensor.qtype in INTEGER_TYPES:
+            data = _integers(where, tensor.array, tensor.qtype)
+        else:
+            try:
+                data = quantize(tensor.array, tensor.qtype)
+            except ValueError as exc:
+                raise ValueError(f"{where}: {exc}") from None
         encoded[tensor.name] = (data, tensor.qtype, math.prod(shape))
     return encoded
+
+
+def _integers(where: str, array: np.ndarray, qtype: GGMLQuantizationType) -> np.ndarray:
+    """An integer tensor (index tables such as a drafter's ``d2t``) stored as it is."""
+    values = np.asarray(array)
+    dtype = INTEGER_TYPES[qtype]
+    if values.dtype.kind not in "iu" or not np.array_equal(values.astype(dtype), values):
+        raise ValueError(f"{where}: {qtype.name} needs integers that fit {dtype.__name__}")
+    return np.ascontiguousarray(values.astype(dtype))
 
 
 def _file_type(encoded: Mapping[str, tuple[np.ndarray, GGMLQuantizationType, int]]) -> int:
@@ -169,7 +184,8 @@ def _file_type(encoded: Mapping[str, tuple[np.ndarray, GGMLQuantizationType, int
     to the type seen first)."""
     weights: Counter[GGMLQuantizationType] = Counter()
     for _, qtype, n_elements in encoded.values():
-        weights[qtype] += n_elements
+        if qtype not in INTEGER_TYPES:
+            weights[qtype] += n_elements
     most = weights.most_common(1)[0][0] if weights else T.F32
     return FILE_TYPES[most]
 

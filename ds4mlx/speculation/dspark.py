@@ -1,42 +1,32 @@
 """DSpark: DeepSeek's block drafter for DeepSeek-V4-Flash, loaded from its support GGUF.
 
 The drafter proposes a block of up to ``block_size`` tokens in one pass, as ds4 and llama.cpp
-run it (llama.cpp ``src/models/dflash.cpp``, ``graph_dsv4``):
+run it (llama.cpp 0c1e570 ``src/models/dflash.cpp``, ``graph_dsv4`` and
+``build_dspark_markov_head``):
 
 * Context. For every committed target row, the stream means of the target's hidden states after
-  the layers ``target_layers`` are concatenated, projected (``main_proj``) and RMS-normed
-  (``main_norm``). Each stage turns that into keys (its own ``attn_kv`` and ``attn_kv_a_norm``,
-  RoPE at the row's position) and keeps the last ``sliding_window`` of them: its context ring.
+  the layers ``target_layers`` (llama.cpp: the inputs of layers t, the token embedding for t = 0)
+  are concatenated, projected (``fc``, times ``fc.scale`` when present) and RMS-normed
+  (``enc.output_norm``). Each stage turns that into keys (its own ``attn_kv`` and
+  ``attn_kv_a_norm``, RoPE at the row's position) and keeps the last ``sliding_window`` of them:
+  its context ring.
 * Block. The input is the last committed token (the anchor, at position p) followed by
-  ``block_size - 1`` noise tokens at p + 1, ...; embedded with the target's token embedding and
-  copied to the mHC streams, it runs through ``stage_count`` DeepSeek-V4 blocks whose attention
-  sees the stage's whole ring plus the whole block (non-causal, with the attention sinks).
-* Head. ``hc_head``, the drafter's norm and the target's output head give row i's logits for the
-  token at p + i + 1. The Markov head adds ``markov_w2 . markov_w1[prev]`` (prev: the anchor for
-  row 0, then the previous row's pick), so the block is chained greedily row by row; the
-  confidence head scores row i as ``sigmoid(conf_proj . [h_i; markov_w1[prev]] + bias)`` with
-  h_i the collapsed hidden state before the norm. The speculative loop cuts a draft at the first
-  row under ``--dspark-confidence``.
+  ``block_size - 1`` noise tokens at p + 1, ...; embedded (the drafter's own ``token_embd``, else
+  the target's) and copied to the mHC streams, it runs through ``stage_count`` DeepSeek-V4
+  blocks whose attention sees context keys of the stage's ring and the whole block (non-causal,
+  with the attention sinks). Which ring keys a row sees is the layout's window rule (see
+  ``BlockContext``).
+* Head. ``hc_head``, the drafter's norm and the output head (the drafter's ``output``, else its
+  ``token_embd``, else the target's) give row i's logits for the token at p + i + 1. The Markov
+  head adds ``markov_w2 . markov_w1[prev]`` (times ``markov_w2.scale``; scattered through ``d2t``
+  for a reduced draft vocabulary), prev being the anchor for the first drafted row, then the
+  previous row's pick, so the block is chained greedily row by row; the confidence head scores
+  a row as ``sigmoid(conf_proj . [h_i; markov_w1[prev]] + bias)`` with h_i the collapsed hidden
+  state before the norm. The speculative loop cuts a draft at the first row under
+  ``--dspark-confidence``. With ``sample_from_anchor = false`` row 0 is a bonus slot whose
+  logits pass through unbiased, and drafts come from rows 1 ...
 
-One difference from llama.cpp: its draft cache masks ring rows per query with the sliding window,
-while here (as in ds4) every block row sees the whole ring.
-
-Two file layouts hold the same model (canonical names here are llama.cpp's):
-
-* ds4 (``general.architecture = deepseek4-dspark``): keys ``dspark.block_size``,
-  ``dspark.markov_rank``, ``dspark.noise_token_id``, ``dspark.target_layer_ids`` (0-based: the
-  output of layer i, ``ForwardOutput.layers[i]``), ``dspark.stage_count``; stage tensors
-  ``mtp.{s}.*`` named like the target's ``blk.{i}.*``; ``mtp.0.main_proj`` / ``main_norm``; the
-  last stage holds ``norm``, ``hc_head_{fn,base,scale}``, ``markov_head.markov_w{1,2}`` and
-  ``confidence_head.proj`` (all with the ``.weight`` suffix; an optional ``.bias``).
-* llama.cpp (``general.architecture = dflash``): ``dflash.*`` hyper-parameters with
-  ``dflash.block_count`` stages, ``dflash.block_size``, ``dflash.target_layers`` (1-based: the
-  *input* of layer t, so t - 1 here), the noise token as ``tokenizer.ggml.mask_token_id``; tensors
-  ``blk.{s}.*``, ``fc``, ``enc.output_norm``, ``output_norm``, ``output_hc_*``, ``markov_w1``,
-  ``markov_w2``, ``conf_proj`` (81 for the real model).
-
-Stage hyper-parameters are the target's (ds4 hard-codes the real model's; every tensor shape is
-checked against them).
+The file layouts and their keys are described in ``dspark_layout``.
 """
 
 from __future__ import annotations
@@ -46,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ds4mlx.gguf import GGUFError, GGUFFile, MetaValue, open_gguf
+from ds4mlx.gguf import GGUFError, open_gguf
 from ds4mlx.kernels import Weight, linear, take_rows
 from ds4mlx.models.attention import sink_attention
 from ds4mlx.models.deepseek4 import Attention, Block, ModelArgs
@@ -54,93 +44,50 @@ from ds4mlx.models.mhc import HyperHead
 from ds4mlx.models.norms import RMSNorm
 from ds4mlx.models.weights import ArrayWeights, GGUFWeights
 from ds4mlx.speculation.drafter import Draft, TargetRows
-from ds4mlx.speculation.support_gguf import (
-    RenamedWeights,
-    block_shapes,
-    check_target,
-    identity_metadata,
-    require_arch,
-    stage_args,
-    tokenizer_metadata,
-    write_support_gguf,
+from ds4mlx.speculation.dspark_layout import (
+    ARCH_DS4,
+    ARCH_LLAMA,
+    CONF_BIAS,
+    CONF_PROJ,
+    D2T,
+    EMBEDDING_TAP,
+    HC_HEAD_BASE,
+    HC_HEAD_FN,
+    HC_HEAD_SCALE,
+    LAYOUTS,
+    MAIN_NORM,
+    MAIN_PROJ,
+    MAIN_PROJ_SCALE,
+    MARKOV_W1,
+    MARKOV_W2,
+    MARKOV_W2_SCALE,
+    MAX_BLOCK_SIZE,
+    NORM,
+    OUTPUT,
+    TOKEN_EMBD,
+    DSparkConfig,
+    ds4_name,
+    read_config,
+    save_dspark_arrays,
+    tensor_shapes,
 )
+from ds4mlx.speculation.support_gguf import RenamedWeights, check_target, stage_args
 
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
-from gguf import GGUFValueType
+from gguf import GGMLQuantizationType
 
 if TYPE_CHECKING:
     from ds4mlx.api import LoadedModel
 
-ARCH_DS4 = "deepseek4-dspark"
-ARCH_LLAMA = "dflash"
-LAYOUTS = {ARCH_DS4: "ds4's DSpark support file", ARCH_LLAMA: "llama.cpp's DSpark drafter"}
-# The widest block accepted: one verify pass checks at most this many drafted rows.
-MAX_BLOCK_SIZE = 16
-
-# Canonical (llama.cpp) names of the tensors outside the stages.
-MAIN_PROJ = "fc.weight"
-MAIN_NORM = "enc.output_norm.weight"
-NORM = "output_norm.weight"
-HC_HEAD_FN = "output_hc_fn.weight"
-HC_HEAD_BASE = "output_hc_base.weight"
-HC_HEAD_SCALE = "output_hc_scale.weight"
-MARKOV_W1 = "markov_w1.weight"
-MARKOV_W2 = "markov_w2.weight"
-CONF_PROJ = "conf_proj.weight"
-CONF_BIAS = "conf_proj.bias"
-
-
-@dataclass(frozen=True)
-class DSparkConfig:
-    block_size: int
-    noise_token_id: int
-    #: Target layers whose outputs are tapped (``ForwardOutput.layers`` indices), in order.
-    target_layers: tuple[int, ...]
-    stage_count: int
-    #: Rank of the Markov head; 0 when the file has none (plain DFlash-style drafts).
-    markov_rank: int
-    #: Whether the file has a confidence head (it needs the Markov head's ``markov_w1``).
-    confidence: bool
-
-
-def ds4_name(name: str, stage_count: int) -> str:
-    """ds4's name for the tensor llama.cpp calls ``name``."""
-    if name.startswith("blk."):
-        return "mtp." + name.removeprefix("blk.")
-    last = f"mtp.{stage_count - 1}"
-    return {
-        MAIN_PROJ: "mtp.0.main_proj.weight",
-        MAIN_NORM: "mtp.0.main_norm.weight",
-        NORM: f"{last}.norm.weight",
-        HC_HEAD_FN: f"{last}.hc_head_fn.weight",
-        HC_HEAD_BASE: f"{last}.hc_head_base.weight",
-        HC_HEAD_SCALE: f"{last}.hc_head_scale.weight",
-        MARKOV_W1: f"{last}.markov_head.markov_w1.weight",
-        MARKOV_W2: f"{last}.markov_head.markov_w2.weight",
-        CONF_PROJ: f"{last}.confidence_head.proj.weight",
-        CONF_BIAS: f"{last}.confidence_head.proj.bias",
-    }[name]
-
-
-def tensor_shapes(args: ModelArgs, config: DSparkConfig) -> dict[str, tuple[int, ...]]:
-    """Every tensor of a DSpark drafter for a target with ``args``, canonical name -> shape
-    (``CONF_BIAS`` is optional)."""
-    d, hc, vocab, rank = args.hidden_size, args.hc_mult, args.vocab_size, config.markov_rank
-    shapes = block_shapes(stage_args(args, config.stage_count)) | {
-        MAIN_PROJ: (d, len(config.target_layers) * d),
-        MAIN_NORM: (d,),
-        NORM: (d,),
-        HC_HEAD_FN: (hc, hc * d),
-        HC_HEAD_BASE: (hc,),
-        HC_HEAD_SCALE: (1,),
-    }
-    if rank:
-        shapes |= {MARKOV_W1: (vocab, rank), MARKOV_W2: (vocab, rank)}
-    if config.confidence:
-        shapes |= {CONF_PROJ: (1, d + rank), CONF_BIAS: (1,)}
-    return shapes
+__all__ = [
+    "ARCH_DS4", "ARCH_LLAMA", "CONF_BIAS", "CONF_PROJ", "D2T", "EMBEDDING_TAP", "LAYOUTS",
+    "MAIN_PROJ", "MAIN_PROJ_SCALE", "MARKOV_W1", "MARKOV_W2", "MARKOV_W2_SCALE",
+    "MAX_BLOCK_SIZE", "OUTPUT", "TOKEN_EMBD", "BlockContext", "BlockRows", "DSparkConfig",
+    "DSparkDrafter", "DSparkNet", "TargetHead", "ds4_name", "load_dspark", "net_from_arrays",
+    "save_dspark", "target_head", "tensor_shapes",
+]
 
 
 # --------------------------------------------------------------------------------------------
@@ -150,8 +97,8 @@ def tensor_shapes(args: ModelArgs, config: DSparkConfig) -> dict[str, tuple[int,
 
 @dataclass(frozen=True)
 class TargetHead:
-    """The target's token embedding and output head, which drafters borrow (a plain object, so
-    the weights are not drafter parameters)."""
+    """A token embedding and output head (the target's, which drafters borrow, or a drafter's
+    own): a plain object, so the weights are not drafter parameters."""
 
     embed: Weight
     output: Weight
@@ -162,8 +109,18 @@ class BlockContext:
     """What one stage's attention sees besides the block rows.
 
     ``keys`` [N, hd]: context keys of positions ``key_pos0 ..``; ``anchors`` [M]: the first
-    position of each block (blocks of ``block_size`` rows, laid out one after the other).
-    A block row sees the context keys in ``[anchor - window, anchor)`` and its own block.
+    position of each block (blocks of ``block_size`` rows, laid out one after the other). A
+    block row sees context keys before its anchor and the rows of its own block, within the
+    window:
+
+    * ``per_row`` (llama.cpp's dflash layout): the row at position q sees the key at k when
+      q - k < window. The draft's KV cache is a standard sliding-window cache
+      (``LLAMA_SWA_TYPE_STANDARD``, ``llama_hparams::is_masked_swa`` masks p1 - p0 >= n_swa),
+      so the window slides with the row.
+    * otherwise (ds4's layout): every row sees the keys in ``[anchor - window, anchor)``. ds4's
+      stage attention (``ds4_gpu_attention_noncausal_raw_batch_heads_tensor``, called from its
+      Metal DSpark stage evaluation) gives all block rows one shared range of the per-stage
+      ring of the last ``window`` target rows; ds4-reference.md records the same.
     """
 
     keys: mx.array
@@ -171,6 +128,7 @@ class BlockContext:
     anchors: np.ndarray
     block_size: int
     window: int
+    per_row: bool = False
 
     def positions(self) -> np.ndarray:
         return (self.anchors[:, None] + np.arange(self.block_size)).reshape(-1)
@@ -179,9 +137,14 @@ class BlockContext:
         """bool [M * block_size, N + M * block_size]."""
         key_pos = self.key_pos0 + np.arange(self.keys.shape[0])
         anchors = np.repeat(self.anchors, self.block_size)[:, None]
-        context = (key_pos < anchors) & (key_pos >= anchors - self.window)
+        rows = self.positions()
         block_of_row = np.repeat(np.arange(len(self.anchors)), self.block_size)
         same_block = block_of_row[:, None] == block_of_row[None, :]
+        if self.per_row:
+            context = (key_pos < anchors) & (rows[:, None] - key_pos < self.window)
+            same_block &= rows[:, None] - rows[None, :] < self.window
+        else:
+            context = (key_pos < anchors) & (key_pos >= anchors - self.window)
         return mx.array(np.concatenate([context, same_block], axis=1))
 
 
@@ -210,17 +173,33 @@ class BlockAttention(nn.Module):
         return self.inner.output(out, angles), context
 
 
+@dataclass(frozen=True)
+class BlockRows:
+    """One block's rows as llama.cpp's graph outputs them: the logits with the Markov bias
+    [n, vocab], each row's greedy pick [n] (the chain's path) and confidences [n] (None
+    without a confidence head). With ``sample_from_anchor = false`` row 0 is the unbiased
+    bonus slot (its confidence: llama.cpp's padding, the sigmoid of its first logit)."""
+
+    logits: mx.array
+    picks: mx.array
+    confidences: mx.array | None
+
+
 class DSparkNet(nn.Module):
     """The drafter's layers (the trainable parameters) and the math of one block."""
 
     def __init__(self, args: ModelArgs, config: DSparkConfig, w, head: TargetHead):
-        """``args``: the target's hyper-parameters; ``w``: weights under canonical names."""
+        """``args``: the stages' hyper-parameters (``stage_args`` of the target's for ds4's
+        layout); ``w``: weights under canonical names; ``head``: the target's embedding and
+        output, used where the drafter has none of its own."""
         super().__init__()
         eps = args.rms_norm_eps
+        optional = config.optional
         self.config = config
         self.window = args.sliding_window
         self.hc_mult = args.hc_mult
         self.main_proj = w.matrix(MAIN_PROJ)
+        self.main_scale = w.param(MAIN_PROJ_SCALE) if MAIN_PROJ_SCALE in optional else None
         self.main_norm = RMSNorm(w.param(MAIN_NORM), eps)
         s_args = stage_args(args, config.stage_count)
         self.stages = [Block(s_args, w, s) for s in range(config.stage_count)]
@@ -229,17 +208,44 @@ class DSparkNet(nn.Module):
         self.hc_head = HyperHead(w.matrix(HC_HEAD_FN), w.param(HC_HEAD_BASE),
                                  w.param(HC_HEAD_SCALE), hc_eps=args.hc_eps, norm_eps=eps)
         self.norm = RMSNorm(w.param(NORM), eps)
-        self.markov_w1 = w.matrix(MARKOV_W1) if config.markov_rank else None
-        self.markov_w2 = w.matrix(MARKOV_W2) if config.markov_rank else None
+        rank = config.markov_rank
+        self.markov_w1 = w.matrix(MARKOV_W1) if rank else None
+        self.markov_w2 = w.matrix(MARKOV_W2) if rank else None
+        self.markov_scale = (w.param(MARKOV_W2_SCALE)
+                             if rank and MARKOV_W2_SCALE in optional else None)
         self.conf_proj = w.matrix(CONF_PROJ) if config.confidence else None
         self.conf_bias = w.param(CONF_BIAS) if config.confidence and w.has(CONF_BIAS) else None
-        self.head = head
+        # llama.cpp (load_arch_tensors, graph_dsv4): the drafter's own token_embd / output come
+        # first; token_embd doubles as the head without output; else the target's.
+        embed = w.matrix(TOKEN_EMBD) if TOKEN_EMBD in optional else head.embed
+        if OUTPUT in optional:
+            output = w.matrix(OUTPUT)
+        else:
+            output = embed if TOKEN_EMBD in optional else head.output
+        self.head = TargetHead(embed, output)
+        self.target = head
+        self.bias_index = (_bias_index(np.asarray(w.ints(D2T)), args.vocab_size)
+                           if rank and D2T in optional else None)
 
     def context_keys(self, taps: mx.array, pos0: int) -> list[mx.array]:
         """Each stage's keys [N, hd] of target rows at positions pos0 .. from their taps
         [N, len(target_layers) * D]."""
-        main = self.main_norm(linear(taps, self.main_proj))
+        main = linear(taps, self.main_proj)
+        if self.main_scale is not None:
+            main = main * self.main_scale
+        main = self.main_norm(main)
         return [stage.attn.context_keys(main, pos0) for stage in self.stages]
+
+    def taps(self, tokens: Sequence[int], rows: TargetRows) -> mx.array:
+        """The tapped target features [n, len(target_layers) * D] of committed rows."""
+        parts = []
+        for layer in self.config.target_layers:
+            if layer == EMBEDDING_TAP:
+                ids = mx.array(np.asarray(tokens, dtype=np.int32))
+                parts.append(take_rows(self.target.embed, ids).astype(mx.float32))
+            else:
+                parts.append(rows.layers[layer])
+        return mx.concatenate(parts, axis=-1)
 
     def hidden(self, tokens: mx.array, contexts: Sequence[BlockContext], *,
                tile: bool = False) -> mx.array:
@@ -257,12 +263,19 @@ class DSparkNet(nn.Module):
         return self.hc_head(x)
 
     def logits(self, hidden: mx.array) -> mx.array:
-        """The target head's logits [..., vocab] (without the Markov bias)."""
+        """The output head's logits [..., vocab] (without the Markov bias)."""
         return linear(self.norm(hidden), self.head.output)
 
     def markov_bias(self, prev: mx.array) -> mx.array:
         """The Markov head's logit bias [..., vocab] given the previous tokens [...]."""
-        return linear(take_rows(self.markov_w1, prev), self.markov_w2)
+        bias = linear(take_rows(self.markov_w1, prev), self.markov_w2)
+        if self.markov_scale is not None:
+            bias = bias * self.markov_scale
+        if self.bias_index is not None:
+            # d2t: draft row i biases target token d2t[i]; the other tokens get 0.
+            padded = mx.concatenate([bias, mx.zeros((*bias.shape[:-1], 1), bias.dtype)], -1)
+            bias = mx.take(padded, self.bias_index, axis=-1)
+        return bias
 
     def confidence(self, hidden: mx.array, prev: mx.array) -> mx.array:
         """Probability [...] that each row's pick is accepted (``hidden`` [..., D])."""
@@ -272,24 +285,44 @@ class DSparkNet(nn.Module):
             score = score + self.conf_bias[0]
         return mx.sigmoid(score)
 
-    def chain(self, hidden: mx.array, logits: mx.array, anchor: int, n: int, *,
-              confidences: bool = True) -> tuple[mx.array, mx.array | None]:
-        """Greedy picks int32 [n] of the first ``n`` rows of one block, each conditioned
-        through the Markov head on the pick before it, with the rows' confidences [n] (None
-        without a confidence head or when not asked for). Unevaluated: the picks stay on the
+    def block_rows(self, hidden: mx.array, logits: mx.array, anchor: int, n: int, *,
+                   confidences: bool = True) -> BlockRows:
+        """The first ``n`` rows of one block, chained greedily through the Markov head as
+        llama.cpp's ``build_dspark_markov_head`` does. Unevaluated: the picks stay on the
         device from one row to the next, and the caller decides when the host reads them."""
+        rows: list[mx.array] = []
         picks: list[mx.array] = []
         scores: list[mx.array] = []
         prev = mx.array([anchor], dtype=mx.int32)
-        for i in range(n):
+        want_scores = confidences and self.conf_proj is not None
+        first = 0 if self.config.sample_from_anchor else 1
+        if first and n:
+            bonus = logits[0:1]
+            rows.append(bonus)
+            picks.append(mx.argmax(bonus, axis=-1).astype(mx.int32))
+            if want_scores:
+                scores.append(mx.sigmoid(bonus[:, 0]))
+        for i in range(first, n):
             row = logits[i : i + 1]
             if self.markov_w1 is not None:
                 row = row + self.markov_bias(prev)
-            if confidences and self.conf_proj is not None:
+            if want_scores:
                 scores.append(self.confidence(hidden[i : i + 1], prev))
             prev = mx.argmax(row, axis=-1).astype(mx.int32)
+            rows.append(row)
             picks.append(prev)
-        return mx.concatenate(picks), mx.concatenate(scores) if scores else None
+        return BlockRows(mx.concatenate(rows), mx.concatenate(picks),
+                         mx.concatenate(scores) if scores else None)
+
+
+def _bias_index(d2t: np.ndarray, vocab: int) -> mx.array:
+    """For each target token, its row in the draft vocabulary, or ``len(d2t)`` (a zero
+    column) when it has none (``read_config`` checked that ``d2t`` maps rows to distinct
+    target tokens)."""
+    d2t = d2t.reshape(-1).astype(np.int64)
+    index = np.full(vocab, len(d2t), dtype=np.int32)
+    index[d2t] = np.arange(len(d2t), dtype=np.int32)
+    return mx.array(index)
 
 
 # --------------------------------------------------------------------------------------------
@@ -305,8 +338,9 @@ class DSparkDrafter:
     def __init__(self, net: DSparkNet):
         self.net = net
         self.config = net.config
-        self.max_draft = net.config.block_size
-        self.capture_layers = net.config.target_layers
+        self.max_draft = net.config.max_draft
+        self.capture_layers = tuple(dict.fromkeys(
+            i for i in net.config.target_layers if i != EMBEDDING_TAP))
         self.reset()
 
     def reset(self) -> None:
@@ -318,38 +352,53 @@ class DSparkDrafter:
     def observe(self, tokens: Sequence[int], next_token: int, rows: TargetRows) -> None:
         if len(tokens) != rows.n_rows:
             raise ValueError(f"{len(tokens)} tokens but {rows.n_rows} target rows")
-        if self._next_pos is not None and rows.pos0 != self._next_pos:
-            raise ValueError(f"rows start at position {rows.pos0}, expected {self._next_pos} "
+        self.observe_taps(self.net.taps(tokens, rows), rows.pos0, next_token)
+
+    def observe_taps(self, taps: mx.array, pos0: int, next_token: int) -> None:
+        """``observe`` given the committed rows' tapped features [n, len(target_layers) * D]
+        (what llama.cpp injects into its draft cache) instead of the target's hidden states."""
+        if self._next_pos is not None and pos0 != self._next_pos:
+            raise ValueError(f"rows start at position {pos0}, expected {self._next_pos} "
                              "(call reset() to start over)")
-        taps = mx.concatenate([rows.layers[i] for i in self.capture_layers], axis=-1)
-        keys = self.net.context_keys(taps, rows.pos0)
+        keys = self.net.context_keys(taps, pos0)
         if not self._rings:
-            self._ring_pos0 = rows.pos0
+            self._ring_pos0 = pos0
             self._rings = keys
         else:
             self._rings = [mx.concatenate([ring, k]) for ring, k in zip(self._rings, keys,
                                                                         strict=True)]
-        end = rows.pos0 + rows.n_rows
+        end = pos0 + taps.shape[0]
         drop = max(0, end - self._ring_pos0 - self.net.window)
         self._rings = [ring[drop:] for ring in self._rings]
         self._ring_pos0 += drop
         mx.async_eval(self._rings)  # computed while the host goes on; the next draft reads them
         self._next_pos, self._next_token = end, int(next_token)
 
-    def _chain(self, max_tokens: int, confidences: bool) -> tuple[mx.array, mx.array | None]:
+    def block(self, n_rows: int | None = None, *, confidences: bool = True) -> BlockRows:
+        """The next block's first ``n_rows`` rows (default: all), unevaluated; needs an
+        ``observe`` first."""
+        if self._next_token is None:
+            raise ValueError("nothing observed yet")
         anchor, size = self._next_token, self.config.block_size
         block = mx.array([[anchor] + [self.config.noise_token_id] * (size - 1)], dtype=mx.int32)
         contexts = [BlockContext(ring, self._ring_pos0, np.array([self._next_pos]), size,
-                                 self.net.window) for ring in self._rings]
+                                 self.net.window, self.config.per_row_window)
+                    for ring in self._rings]
         hidden = self.net.hidden(block, contexts, tile=True)
-        return self.net.chain(hidden, self.net.logits(hidden), anchor, max_tokens,
-                              confidences=confidences)
+        return self.net.block_rows(hidden, self.net.logits(hidden), anchor,
+                                   size if n_rows is None else n_rows, confidences=confidences)
+
+    def _draft(self, n: int, confidences: bool) -> tuple[mx.array, mx.array | None]:
+        first = 0 if self.config.sample_from_anchor else 1
+        rows = self.block(first + n, confidences=confidences)
+        scores = None if rows.confidences is None else rows.confidences[first:]
+        return rows.picks[first:], scores
 
     def propose(self, max_tokens: int) -> Draft:
         n = min(max_tokens, self.max_draft)
         if n <= 0 or self._next_token is None:
             return Draft()
-        picks, confidences = self._chain(n, confidences=True)
+        picks, confidences = self._draft(n, confidences=True)
         mx.eval(picks, confidences)
         return Draft(picks.tolist(), None if confidences is None else confidences.tolist())
 
@@ -360,7 +409,7 @@ class DSparkDrafter:
         n = min(max_tokens, self.max_draft)
         if n <= 0 or self._next_token is None:
             return None
-        picks, _ = self._chain(n, confidences=False)
+        picks, _ = self._draft(n, confidences=False)
         mx.async_eval(picks)
         return picks
 
@@ -368,47 +417,6 @@ class DSparkDrafter:
 # --------------------------------------------------------------------------------------------
 # Files
 # --------------------------------------------------------------------------------------------
-
-
-def read_config(gguf: GGUFFile, target: ModelArgs) -> DSparkConfig:
-    """The drafter's configuration from a support file of either layout, validated."""
-    arch = require_arch(gguf, LAYOUTS)
-    if arch == ARCH_DS4:
-        block_size = int(gguf.require("dspark.block_size"))
-        noise = int(gguf.require("dspark.noise_token_id"))
-        layers = tuple(int(i) for i in gguf.require("dspark.target_layer_ids"))
-        stages = int(gguf.require("dspark.stage_count"))
-        rank = int(gguf.require("dspark.markov_rank"))
-        w1, conf = ds4_name(MARKOV_W1, stages), ds4_name(CONF_PROJ, stages)
-    else:
-        if gguf.get("dflash.hyper_connection.count") is None:
-            raise GGUFError(f"{gguf.path}: a DFlash drafter without DeepSeek-V4 stages "
-                            "(no dflash.hyper_connection.count) is not supported")
-        if not gguf.get("dflash.sample_from_anchor", True):
-            raise GGUFError(f"{gguf.path}: dflash.sample_from_anchor = false is not supported")
-        if gguf.has_tensor("d2t"):
-            raise GGUFError(f"{gguf.path}: reduced draft vocabularies (d2t) are not supported")
-        block_size = int(gguf.require("dflash.block_size"))
-        noise = int(gguf.require("tokenizer.ggml.mask_token_id"))
-        layers = tuple(int(t) - 1 for t in gguf.require("dflash.target_layers"))
-        stages = int(gguf.require("dflash.block_count"))
-        w1, conf = MARKOV_W1, CONF_PROJ
-        rank = gguf.tensor_shape(w1)[-1] if gguf.has_tensor(w1) else 0
-    if not 1 <= block_size <= MAX_BLOCK_SIZE:
-        raise GGUFError(f"{gguf.path}: block size {block_size} is outside [1, {MAX_BLOCK_SIZE}]")
-    if not 0 <= noise < target.vocab_size:
-        raise GGUFError(f"{gguf.path}: noise token {noise} is outside the target's vocabulary "
-                        f"of {target.vocab_size}")
-    bad = [i for i in layers if not 0 <= i < target.num_layers]
-    if not layers or bad:
-        raise GGUFError(f"{gguf.path}: target layers {list(layers)} do not fit the target's "
-                        f"{target.num_layers} layers")
-    if stages < 1:
-        raise GGUFError(f"{gguf.path}: stage count {stages} must be at least 1")
-    if rank and not gguf.has_tensor(w1):
-        raise GGUFError(f"{gguf.path}: Markov rank {rank} but no tensor '{w1}'")
-    return DSparkConfig(block_size, noise, layers, stages, rank,
-                        confidence=bool(rank) and gguf.has_tensor(conf))
 
 
 def target_head(target: LoadedModel) -> TargetHead:
@@ -419,9 +427,9 @@ def load_dspark(path: str | Path, target: LoadedModel, *, check_target_id: bool 
                 weights_dtype: str | None = None) -> DSparkDrafter:
     """The DSpark drafter in support file ``path`` (either layout) for ``target``.
 
-    Raises GGUFError for a file of another kind, a bad configuration or tensor, or (unless
-    ``check_target_id`` is off) a file trained for another target. ``weights_dtype`` defaults
-    to the target's.
+    Raises GGUFError for a file of another kind, a bad configuration or tensor, anything of a
+    dflash file this reader does not implement, or (unless ``check_target_id`` is off) a file
+    trained for another target. ``weights_dtype`` defaults to the target's.
     """
     gguf = open_gguf(path)
     if not isinstance(target.args, ModelArgs):
@@ -432,45 +440,29 @@ def load_dspark(path: str | Path, target: LoadedModel, *, check_target_id: bool 
     # with a less helpful message.
     if check_target_id:
         check_target(gguf, target.gguf)
-    config = read_config(gguf, target.args)
+    config, args = read_config(gguf, target.args)
     stages = config.stage_count
     rename = (lambda n: n) if gguf.arch == ARCH_LLAMA else (lambda n: ds4_name(n, stages))
-    shapes = {rename(name): shape for name, shape in tensor_shapes(target.args, config).items()}
+    shapes = {rename(name): shape for name, shape in tensor_shapes(args, config).items()}
     stored = GGUFWeights(shapes, gguf, weights_dtype or target.weights_dtype)
-    net = DSparkNet(target.args, config, RenamedWeights(stored, rename), target_head(target))
+    net = DSparkNet(args, config, RenamedWeights(stored, rename), target_head(target))
     return DSparkDrafter(net)
 
 
 def net_from_arrays(args: ModelArgs, config: DSparkConfig, arrays: Mapping[str, mx.array],
                     head: TargetHead) -> DSparkNet:
     """A ``DSparkNet`` on float32 arrays under canonical names, used as they are (training
-    differentiates through them)."""
-    return DSparkNet(args, config, ArrayWeights(tensor_shapes(args, config), arrays), head)
+    differentiates through them). ``args``: the target's."""
+    stages = stage_args(args, config.stage_count)
+    return DSparkNet(stages, config, ArrayWeights(tensor_shapes(stages, config), arrays), head)
 
 
 def save_dspark(path: str | Path, arch: str, config: DSparkConfig, target: LoadedModel,
-                arrays: Mapping[str, np.ndarray], *, context_length: int) -> None:
+                arrays: Mapping[str, np.ndarray], *, context_length: int,
+                matrix_type: GGMLQuantizationType = GGMLQuantizationType.Q8_0) -> None:
     """Write a support file in the layout of ``arch`` (``ARCH_DS4`` or ``ARCH_LLAMA``) from
-    float32 arrays under canonical names, recording ``target``'s identity."""
-    u32 = GGUFValueType.UINT32
-    meta = identity_metadata(target.gguf)
-    if arch == ARCH_DS4:
-        tensors = {ds4_name(name, config.stage_count): a for name, a in arrays.items()}
-        meta |= {
-            "dspark.block_size": MetaValue(config.block_size, u32),
-            "dspark.markov_rank": MetaValue(config.markov_rank, u32),
-            "dspark.noise_token_id": MetaValue(config.noise_token_id, u32),
-            "dspark.target_layer_ids": MetaValue(list(config.target_layers), u32),
-            "dspark.stage_count": MetaValue(config.stage_count, u32),
-        }
-    else:
-        tensors = dict(arrays)
-        s_args = stage_args(target.args, config.stage_count)
-        for key, value in s_args.to_gguf_metadata(context_length).items():
-            meta[f"{ARCH_LLAMA}.{key.split('.', 1)[1]}"] = value
-        meta |= tokenizer_metadata(target.gguf) | {
-            "dflash.block_size": MetaValue(config.block_size, u32),
-            "dflash.target_layers": MetaValue([i + 1 for i in config.target_layers], u32),
-            "tokenizer.ggml.mask_token_id": MetaValue(config.noise_token_id, u32),
-        }
-    write_support_gguf(Path(path), arch, meta, tensors)
+    float32 arrays under canonical names, for stages built like ``target``'s layers, recording
+    ``target``'s identity; matrices stored as ``matrix_type``."""
+    save_dspark_arrays(path, arch, config, stage_args(target.args, config.stage_count),
+                       target.gguf, arrays, context_length=context_length,
+                       matrix_type=matrix_type)

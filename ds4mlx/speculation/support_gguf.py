@@ -27,7 +27,7 @@ from ds4mlx.models.weights import Weights
 
 import mlx.core as mx
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFValueType
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
 TARGET_ID_KEY = "ds4mlx.target_sha256"
 TARGET_FILE_KEY = "ds4mlx.target_file"  # the target's file name when the drafter was trained
@@ -185,21 +185,31 @@ def random_arrays(shapes: Mapping[str, Shape], rng: np.random.Generator) -> dict
 # --------------------------------------------------------------------------------------------
 
 
-def storage_type(name: str, shape: Shape) -> GGMLQuantizationType:
-    """How a drafter tensor is stored: Q8_0 for matmul weights whose rows fit its blocks (as ds4
-    stores its support files), float32 for everything small or elementwise."""
+def storage_type(name: str, shape: Shape,
+                 matrix_type: GGMLQuantizationType = GGMLQuantizationType.Q8_0
+                 ) -> GGMLQuantizationType:
+    """How a drafter tensor is stored by default: ``matrix_type`` (Q8_0, as ds4 stores its
+    support files) for matmul weights whose rows fit its blocks, float32 for everything small
+    or elementwise, int32 for an index table (``d2t``)."""
+    if name == "d2t":
+        return GGMLQuantizationType.I32
     is_matrix = len(shape) >= 2 and not name.endswith(("_fn.weight", "conf_proj.weight",
                                                        "confidence_head.proj.weight"))
-    if is_matrix and shape[-1] % 32 == 0:
-        return GGMLQuantizationType.Q8_0
+    block = GGML_QUANT_SIZES[matrix_type][0]
+    if is_matrix and shape[-1] % block == 0:
+        return matrix_type
     return GGMLQuantizationType.F32
 
 
 def write_support_gguf(path: Path, arch: str, metadata: Mapping[str, MetaValue],
-                       tensors: Mapping[str, np.ndarray]) -> None:
+                       tensors: Mapping[str, np.ndarray], *,
+                       types: Mapping[str, GGMLQuantizationType] | None = None,
+                       matrix_type: GGMLQuantizationType = GGMLQuantizationType.Q8_0) -> None:
     """Write a drafter GGUF: ``metadata`` and float tensors in numpy order, each stored as
-    ``storage_type`` says."""
+    ``types`` gives (by stored name) or else as ``storage_type`` says."""
+    types = types or {}
     write_gguf(path, arch, metadata, [
-        TensorToWrite(name, array, storage_type(name, array.shape))
+        TensorToWrite(name, array, types[name] if name in types
+                      else storage_type(name, array.shape, matrix_type))
         for name, array in tensors.items()
     ])

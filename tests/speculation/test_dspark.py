@@ -60,9 +60,24 @@ def test_layouts_hold_the_same_drafter(files):
     assert llama.get("tokenizer.ggml.mask_token_id") == CONFIG.noise_token_id
     # 24 tensors per stage plus fc, the norms, hc_head and the heads: llama.cpp's 81.
     assert len(llama.tensor_names()) == len(ds4.tensor_names()) == 81
-    drafts = [observed(dspark.load_dspark(p, target), target).propose(5) for p in paths.values()]
+    assert llama.get("dflash.embedding_length_out") is None  # llama.cpp's row size of confidences
+    # The layouts differ only in the window rule, which a block inside the window never meets.
+    inside = PROMPT[:10]
+    drafts = [observed(dspark.load_dspark(p, target), target, inside).propose(5)
+              for p in paths.values()]
     assert drafts[0] == drafts[1]
     assert len(drafts[0].tokens) == len(drafts[0].confidences) == 5
+
+
+def test_window_rules():
+    """ds4: every row of a block sees the same ring range; llama.cpp: row q sees k if q - k < W."""
+    keys = mx.zeros((8, 4))
+    ds4 = np.array(dspark.BlockContext(keys, 0, np.array([8]), 3, 6).mask())
+    llama = np.array(dspark.BlockContext(keys, 0, np.array([8]), 3, 6, per_row=True).mask())
+    assert [list(np.flatnonzero(row[:8])) for row in ds4] == [[2, 3, 4, 5, 6, 7]] * 3
+    assert [list(np.flatnonzero(row[:8])) for row in llama] == [
+        [3, 4, 5, 6, 7], [4, 5, 6, 7], [5, 6, 7]]
+    assert ds4[:, 8:].all() and llama[:, 8:].all()  # the whole block, non-causally
 
 
 def test_a_drafter_for_another_target_is_refused(files):
@@ -163,7 +178,7 @@ def test_markov_chain_and_confidence_match_numpy(files):
 
     net = drafter.net
     contexts = [dspark.BlockContext(ring, drafter._ring_pos0, np.array([len(PROMPT)]), 5,
-                                    net.window) for ring in drafter._rings]
+                                    net.window, per_row=True) for ring in drafter._rings]
     hidden = net.hidden(mx.array([[7, 95, 95, 95, 95]], dtype=mx.int32), contexts)
     hidden, logits = np.array(hidden), np.array(net.logits(hidden))
     gguf = open_gguf(path)
