@@ -81,6 +81,8 @@ FACE_EXCEPTIONS: dict[tuple[str, str], str] = {
     ("ds4mlx.bench.kernels", "ds4mlx.gguf"): "the kernel benchmark quantizes its own weights",
     ("ds4mlx.bench.kernels", "ds4mlx.models.attention"): "the kernel benchmark times the "
                                                          "attention twin the kernel replaces",
+    ("ds4mlx.bench.graph", "ds4mlx.models.tiles"): "the graph profiler runs compiled decode "
+                                                   "tiles uncompiled to attribute their work",
 }
 
 

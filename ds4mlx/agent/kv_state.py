@@ -12,13 +12,22 @@ the turn then prefills as it would have without it.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-from ds4mlx.agent.conversations import STATE_SUFFIX, ConversationStore
+from ds4mlx.agent.conversations import STATE_SUFFIX, Conversation, ConversationStore
 from ds4mlx.engine.kvcache import SnapshotFileError
 
-if TYPE_CHECKING:
-    from ds4mlx.agent.loop import Agent
+
+class Agent(Protocol):
+    """What of an agent (``agent.loop.Agent``, which holds its ``ConversationStates``) saving
+    and restoring its state reads."""
+
+    backend: Any
+    conversation: Conversation
+    messages: list[Any]
+    toolbox: Any
+    settings: Any
+    running: bool
 
 
 class ConversationStates:
