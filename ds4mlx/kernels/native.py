@@ -1,4 +1,4 @@
-"""Native CPU operations (``kernels/cpu_ops/ops.cpp``), built on first use as an MLX extension.
+"""Native CPU operations (``kernels/cpu_ops/*.cpp``), built on first use as an MLX extension.
 
 On the CPU every MLX primitive costs microseconds of scheduling, so a step made of thousands of
 tiny ops is bound by their number (``scripts/bench_graph.py``). A custom MLX primitive does such
@@ -46,7 +46,7 @@ def build_key() -> str:
     """What the built module depends on: its sources, MLX, nanobind and the Python ABI."""
     digest = hashlib.sha256()
     for path in sorted(SOURCE_DIR.iterdir()):
-        if path.suffix in (".cpp", ".txt"):
+        if path.suffix in (".cpp", ".h", ".txt"):
             digest.update(path.name.encode() + path.read_bytes())
     for package in ("mlx", "nanobind"):
         try:

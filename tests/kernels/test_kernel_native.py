@@ -99,6 +99,22 @@ def test_kernels_dispatch_one_primitive_and_the_twin_gradient(ops):
         np.testing.assert_allclose(np.array(g), np.array(w), rtol=1e-4, atol=1e-6)
 
 
+def test_the_build_key_changes_with_every_source_file(tmp_path, monkeypatch):
+    # A header edit (common.h holds the shared arithmetic) must rebuild the module like a .cpp
+    # edit does; a file the build never reads must not.
+    copy = tmp_path / "cpu_ops"
+    shutil.copytree(native.SOURCE_DIR, copy, ignore=shutil.ignore_patterns("build"))
+    monkeypatch.setattr(native, "SOURCE_DIR", copy)
+    keys = [native.build_key()]
+    (copy / "notes.md").write_text("not a source\n")
+    assert native.build_key() == keys[0]
+    for name in ("common.h", "ops.h", "moe.cpp", "CMakeLists.txt"):
+        with open(copy / name, "a") as source:
+            source.write("\n")
+        keys.append(native.build_key())
+    assert len(set(keys)) == len(keys)
+
+
 def test_a_failed_build_falls_back_to_the_twins_with_one_line(tmp_path):
     broken = tmp_path / "src"
     broken.mkdir()

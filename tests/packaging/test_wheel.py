@@ -45,8 +45,12 @@ def test_the_wheel_carries_the_models_and_kernel_sources(wheel_names):
         assert f"ds4mlx/_data/assets/{model.name}" in wheel_names
     for kernel in sorted((REPO / "metal").glob("*.metal")):
         assert f"ds4mlx/_data/metal/{kernel.name}" in wheel_names
-    assert {"ds4mlx/kernels/cpu_ops/ops.cpp", "ds4mlx/kernels/cpu_ops/CMakeLists.txt",
-            "ds4mlx/resources.py", "ds4mlx/py.typed"} <= wheel_names
+    # Every source the native build needs (the .cpp files, their headers, CMakeLists.txt).
+    cpu_ops = sorted((REPO / "ds4mlx/kernels/cpu_ops").iterdir())
+    assert {path.suffix for path in cpu_ops} >= {".cpp", ".h", ".txt"}
+    for path in cpu_ops:
+        assert f"ds4mlx/kernels/cpu_ops/{path.name}" in wheel_names
+    assert {"ds4mlx/resources.py", "ds4mlx/py.typed"} <= wheel_names
     assert not any(name.startswith("tests/") for name in wheel_names)
 
 

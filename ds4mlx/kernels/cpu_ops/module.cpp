@@ -1,0 +1,49 @@
+// The _cpu_ops extension module: ds4mlx's native CPU operations (common.h says what they are
+// and how they compute; ops.h lists them) bound for Python.
+
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/vector.h>
+
+#include "ops.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+using namespace ds4mlx_ops;
+
+NB_MODULE(_cpu_ops, m) {
+  m.doc() = "ds4mlx native CPU operations (see kernels/cpu_ops/common.h)";
+  m.def("hc_mixes", &hc_mixes, "mixes"_a, "scale"_a, "base"_a, "hc"_a, "iters"_a, "eps"_a,
+        "One mHC site's (pre, post, comb) from its projected mixes, as one primitive.");
+  m.def("hc_pre", &hc_pre, "x"_a, "fn_t"_a, "scale"_a, "base"_a, "hc"_a, "iters"_a, "eps"_a,
+        "norm_eps"_a, "A whole mHC site before its block: (block input, post, comb).");
+  m.def("hc_expand", &hc_expand, "out"_a, "residual"_a, "post"_a, "comb"_a,
+        "The mHC streams after a block, as one primitive.");
+  m.def("routed_experts", &routed_experts, "x"_a, "gate"_a, "up"_a, "down"_a, "indices"_a,
+        "limit"_a, "grouped"_a,
+        "Every (token, slot) pair's routed SwiGLU expert output [T, k, D], as one primitive.");
+  m.def("indexer_top_k", &indexer_top_k, "q"_a, "weights"_a, "keys"_a, "visible"_a, "top_k"_a,
+        "Each row's lightning-indexer top-k blocks among its visible ones, as one primitive.");
+  m.def("rope", &rope, "x"_a, "cos"_a, "sin"_a, "offset"_a, "n_dims"_a, "interleaved"_a,
+        "inverse"_a, "Rotary embedding of channels [offset, offset + n_dims), one primitive.");
+  m.def("rms_norm", &rms_norm, "x"_a, "weight"_a.none(), "eps"_a,
+        "RMS normalisation over the last axis (times weight), as one primitive.");
+  m.def("grouped_rows_linear", &grouped_rows_linear, "x"_a, "w"_a, "rows"_a,
+        "Each group of channels times its own matrix, for the first rows rows.");
+  m.def("grow_rows", &append_rows, "cached"_a, "new"_a, "take"_a, "keep"_a,
+        "Each cached array followed by new rows, its last keep rows, as one primitive.");
+  m.def("moe_tile", &moe_tile, "logits"_a, "x"_a, "gate"_a, "up"_a, "down"_a,
+        "shared_gate"_a, "shared_up"_a, "shared_down"_a, "bias"_a.none(), "hashed"_a.none(),
+        "rows"_a, "n_used"_a, "func"_a, "normalize"_a, "scale"_a, "limit"_a, "shared_limit"_a,
+        "A decode tile's routing, routed experts and weighted sum plus the shared expert.");
+  m.def("moe_route", &moe_route, "logits"_a, "bias"_a.none(), "hashed"_a.none(), "rows"_a,
+        "n_used"_a, "func"_a, "normalize"_a, "scale"_a, "A decode tile's expert routing.");
+  m.def("moe_combine", &moe_combine, "expert_out"_a, "weights"_a, "shared_gate"_a,
+        "shared_up"_a, "shared_down"_a, "shared_limit"_a,
+        "A decode tile's weighted sum of routed expert outputs plus the shared expert.");
+  m.def("rows_linear", &rows_linear, "x"_a, "ws"_a, "rows"_a,
+        "x @ w for each w, for the first rows rows (the rest zeros), each row on its own.");
+  m.def("sparse_attention", &sparse_attention, "q"_a, "window"_a, "window_range"_a, "comp"_a,
+        "comp_index"_a, "sinks"_a, "scale"_a,
+        "Sink attention of each row over its window range and selected compressed rows.");
+}

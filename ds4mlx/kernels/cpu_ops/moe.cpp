@@ -1,0 +1,486 @@
+// The MoE primitives: routed SwiGLU experts, and a decode tile's routing, experts and
+// weighted sum with the shared expert, fused (MoeTile) or in two steps around streamed
+// experts (MoeRoute, MoeCombine).
+
+#include "common.h"
+#include "ops.h"
+
+namespace ds4mlx_ops {
+namespace {
+
+// Routed SwiGLU experts of one layer (models.moe.RoutedExperts on float32 weights): for every
+// (token t, slot s) pair, out[t, s] = down_e(swiglu(gate_e x[t], up_e x[t])) with
+// e = indices[t, s], the weights stacked as GGUF has them ([E, out, in]). MLX's gather_mm runs
+// one GEMV per pair; here the pairs of one expert share one GEMM (``grouped``), so a prefill
+// runs at BLAS speed. Without ``grouped`` every pair is its own one-row product: a row's result
+// then does not depend on which other rows share its expert (decode tiles and verify passes
+// need that). Pairs of one expert keep their order, so a subset of the pairs (a streamed
+// store's batch) gets the same products as the whole.
+class RoutedExpertsFFN : public CpuPrimitive {
+ public:
+  RoutedExpertsFFN(mx::Stream stream, float limit, bool grouped)
+      : CpuPrimitive(stream), limit_(limit), grouped_(grouped) {}
+
+  Task task() const override {
+    return [limit = limit_, grouped = grouped_](const std::vector<mx::array>& in,
+                                                const std::vector<float*>& out) {
+      run(in, out[0], limit, grouped);
+    };
+  }
+
+  const char* name() const override { return "DS4RoutedExperts"; }
+
+  bool is_equivalent(const mx::Primitive& other) const override {
+    const auto& o = static_cast<const RoutedExpertsFFN&>(other);
+    return limit_ == o.limit_ && grouped_ == o.grouped_;
+  }
+
+ private:
+  static void run(const std::vector<mx::array>& inputs, float* out, float limit, bool grouped) {
+    const mx::array& x_in = inputs[0];
+    const int tokens = x_in.shape(0), dim = x_in.shape(1);
+    const int experts = inputs[1].shape(0), ff = inputs[1].shape(1);
+    const int slots = inputs[4].shape(1);
+    RowMajor x(x_in);
+    std::vector<int> route_e(tokens * slots);
+    const mx::array& idx = inputs[4];
+    for (int p = 0; p < tokens * slots; p++) {
+      route_e[p] = idx.data<int32_t>()[mx::elem_to_loc(p, idx)];
+    }
+    // The stacked weights are contiguous as loaded (a strided one would be copied here).
+    RowMajor gate_w(inputs[1]), up_w(inputs[2]), down_w(inputs[3]);
+    const float* w[3] = {gate_w.data(), up_w.data(), down_w.data()};
+    std::vector<std::vector<int>> pairs_of(experts);
+    for (int p = 0; p < tokens * slots; p++) {
+      if (route_e[p] >= 0 && route_e[p] < experts) pairs_of[route_e[p]].push_back(p);
+    }
+    float* y = out;
+    std::fill(y, y + static_cast<size_t>(tokens) * slots * dim, 0.0f);
+    std::vector<float> rows, gate, up, down;
+    auto block = [&](int e, const int* pairs, int n) {
+      rows.resize(static_cast<size_t>(n) * dim);
+      gate.resize(static_cast<size_t>(n) * ff);
+      up.resize(static_cast<size_t>(n) * ff);
+      down.resize(static_cast<size_t>(n) * dim);
+      for (int i = 0; i < n; i++) {
+        const float* src = x.data() + static_cast<size_t>(pairs[i] / slots) * dim;
+        std::copy(src, src + dim, rows.data() + static_cast<size_t>(i) * dim);
+      }
+      const size_t in_size = static_cast<size_t>(ff) * dim;
+      // Grouped rows share one GEMM; a row on its own (decode tiles) takes dot products that
+      // do not depend on anything but the row.
+      auto product = [&](const float* weight, const float* in, float* result, int out_dim,
+                         int in_dim) {
+        if (grouped) {
+          cblas_sgemm(kRowMajor, kNoTrans, kTrans, n, out_dim, in_dim, 1.0f, in, in_dim,
+                      weight, in_dim, 0.0f, result, out_dim);
+          return;
+        }
+        for (int i = 0; i < n; i++) {
+          out_in_times_row(weight, in + static_cast<size_t>(i) * in_dim,
+                           result + static_cast<size_t>(i) * out_dim, out_dim, in_dim);
+        }
+      };
+      product(w[0] + e * in_size, rows.data(), gate.data(), ff, dim);
+      product(w[1] + e * in_size, rows.data(), up.data(), ff, dim);
+      for (size_t i = 0; i < gate.size(); i++) gate[i] = swiglu_clamped(gate[i], up[i], limit);
+      product(w[2] + e * in_size, gate.data(), down.data(), dim, ff);
+      for (int i = 0; i < n; i++) {
+        std::copy(down.data() + static_cast<size_t>(i) * dim,
+                  down.data() + static_cast<size_t>(i + 1) * dim,
+                  y + static_cast<size_t>(pairs[i]) * dim);
+      }
+    };
+    for (int e = 0; e < experts; e++) {
+      const auto& pairs = pairs_of[e];
+      if (pairs.empty()) continue;
+      if (grouped) {
+        block(e, pairs.data(), static_cast<int>(pairs.size()));
+      } else {
+        for (const int& p : pairs) block(e, &p, 1);
+      }
+    }
+  }
+
+  float limit_;
+  bool grouped_;
+};
+
+// How a decode tile routes a row (llama.cpp build_moe_ffn): the router probabilities from its
+// logits by gating function ``func`` (llama.cpp's numbering: 1 softmax, 2 sigmoid, 3 softmax
+// over the selected logits, 4 sqrt(softplus)), the top ``n_used`` experts by probability plus
+// selection bias (or the hash-routed ones given), their probabilities as weights, renormalised
+// (``normalize``) and scaled. What models.moe's gate_probs and route compute (the twins).
+struct Routing {
+  int n_used, func;
+  bool normalize;
+  float scale;
+
+  bool operator==(const Routing&) const = default;
+};
+
+class RowRouter {
+ public:
+  RowRouter(const Routing& r, int experts)
+      : r_(r), experts_(experts), probs_(experts), score_(experts), order_(experts) {}
+
+  // Row ``logits`` [E] -> chosen [n_used] and weights [n_used]; ``bias`` [E] or null, ``hashed``
+  // [n_used] or null.
+  void route(const float* logits, const float* bias, const int* hashed, int* chosen,
+             float* weights) {
+    probabilities(logits);
+    if (hashed != nullptr) {
+      std::copy(hashed, hashed + r_.n_used, chosen);
+    } else {
+      for (int e = 0; e < experts_; e++) {
+        score_[e] = probs_[e] + (bias != nullptr ? bias[e] : 0.0f);
+        order_[e] = e;
+      }
+      std::partial_sort(order_.begin(), order_.begin() + r_.n_used, order_.end(),
+                        [&](int a, int b) {
+                          return score_[a] > score_[b] || (score_[a] == score_[b] && a < b);
+                        });
+      std::copy(order_.begin(), order_.begin() + r_.n_used, chosen);
+    }
+    for (int k = 0; k < r_.n_used; k++) {
+      weights[k] = chosen[k] >= 0 && chosen[k] < experts_ ? probs_[chosen[k]] : 0.0f;
+    }
+    if (r_.func == 3) {
+      float top = weights[0];
+      for (int k = 1; k < r_.n_used; k++) top = std::max(top, weights[k]);
+      float sum = 0.0f;
+      for (int k = 0; k < r_.n_used; k++) sum += weights[k] = std::exp(weights[k] - top);
+      for (int k = 0; k < r_.n_used; k++) weights[k] /= sum;
+    }
+    if (r_.normalize) {
+      float sum = 0.0f;
+      for (int k = 0; k < r_.n_used; k++) sum += weights[k];
+      sum = std::max(sum, 6.103515625e-5f);  // ggml's clamp: the smallest normal float16
+      for (int k = 0; k < r_.n_used; k++) weights[k] /= sum;
+    }
+    if (r_.scale != 0.0f && r_.scale != 1.0f) {
+      for (int k = 0; k < r_.n_used; k++) weights[k] *= r_.scale;
+    }
+  }
+
+ private:
+  void probabilities(const float* logits) {
+    if (r_.func == 1) {
+      float top = logits[0];
+      for (int e = 1; e < experts_; e++) top = std::max(top, logits[e]);
+      float sum = 0.0f;
+      for (int e = 0; e < experts_; e++) sum += probs_[e] = std::exp(logits[e] - top);
+      for (int e = 0; e < experts_; e++) probs_[e] /= sum;
+      return;
+    }
+    for (int e = 0; e < experts_; e++) {
+      const float l = logits[e];
+      if (r_.func == 2) {
+        probs_[e] = sigmoid(l);
+      } else if (r_.func == 4) {  // softplus as ggml: x above 20, else log1p(exp(x))
+        probs_[e] = std::sqrt(l > 20.0f ? l : std::log1p(std::exp(std::min(l, 20.0f))));
+      } else {  // 3: the softmax is over the selected logits
+        probs_[e] = l;
+      }
+    }
+  }
+
+  Routing r_;
+  int experts_;
+  std::vector<float> probs_, score_;
+  std::vector<int> order_;
+};
+
+// One routed expert e on one row x [D]: down_e(swiglu(gate_e x, up_e x)) -> out [D], with the
+// stacked weights as GGUF stores them (gate/up [E, F, D], down [E, D, F]); the same products as
+// RoutedExpertsFFN's row-by-row mode, so the same bits.
+void expert_row(const float* gate_w, const float* up_w, const float* down_w, int e, int ff,
+                int dim, float limit, const float* x, float* gate, float* up, float* out) {
+  const size_t in_size = static_cast<size_t>(ff) * dim;
+  out_in_times_row(gate_w + e * in_size, x, gate, ff, dim);
+  out_in_times_row(up_w + e * in_size, x, up, ff, dim);
+  for (int j = 0; j < ff; j++) gate[j] = swiglu_clamped(gate[j], up[j], limit);
+  out_in_times_row(down_w + e * in_size, gate, out, dim, ff);
+}
+
+// The weighted sum of one row's routed expert outputs plus the shared expert.
+class RowCombiner {
+ public:
+  RowCombiner(int dim, int shared_ff, const float* shared_down, float shared_limit)
+      : dim_(dim), shared_ff_(shared_ff), shared_down_(shared_down), shared_limit_(shared_limit),
+        hidden_(shared_ff), shared_(dim), acc_(dim) {}
+
+  // out [D] = sum_k weights[k] * expert_out[k] (expert_out [k, D], in k order) + the shared
+  // expert's down projection of swiglu(shared_gate, shared_up) [Fs].
+  void combine(const float* expert_out, const float* weights, int k_used,
+               const float* shared_gate, const float* shared_up, float* out) {
+    std::fill(acc_.begin(), acc_.end(), 0.0f);
+    for (int k = 0; k < k_used; k++) {
+      const float* e = expert_out + static_cast<size_t>(k) * dim_;
+      for (int d = 0; d < dim_; d++) acc_[d] = madd(weights[k], e[d], acc_[d]);
+    }
+    for (int j = 0; j < shared_ff_; j++) {
+      hidden_[j] = swiglu_clamped(shared_gate[j], shared_up[j], shared_limit_);
+    }
+    // As the shared expert's own down projection computes this row (rows_linear).
+    rows_times_in_out({hidden_.data(), static_cast<size_t>(shared_ff_), shared_down_,
+                       shared_.data(), static_cast<size_t>(dim_), shared_ff_, dim_},
+                      1, 1);
+    for (int d = 0; d < dim_; d++) out[d] = acc_[d] + shared_[d];
+  }
+
+ private:
+  int dim_, shared_ff_;
+  const float* shared_down_;
+  float shared_limit_;
+  std::vector<float> hidden_, shared_, acc_;
+};
+
+// A decode tile's whole FFN for its first ``rows`` rows (the others zeros): routing, routed
+// experts, their weighted sum and the shared expert. Inputs: logits [T, E], x [T, D],
+// gate/up [E, F, D], down [E, D, F], the shared expert's gate and up products [T, Fs] and its
+// down matrix stored [in, out] [Fs, D], then the bias [E] (``has_bias``) and the hash-routed
+// experts [T, k] int32 (``hashed``). One primitive where MLX needs some twenty; each row on its
+// own. MoeRoute and MoeCombine compute the same in two steps, around experts that are streamed.
+class MoeTile : public CpuPrimitive {
+ public:
+  struct Config {
+    Routing routing;
+    int rows;
+    bool has_bias, hashed;
+    float limit, shared_limit;
+
+    bool operator==(const Config&) const = default;
+  };
+
+  MoeTile(mx::Stream stream, Config config) : CpuPrimitive(stream), c_(config) {}
+
+  Task task() const override {
+    return [c = c_](const std::vector<mx::array>& in, const std::vector<float*>& out) {
+      run(in, out[0], c);
+    };
+  }
+
+  const char* name() const override { return "DS4MoeTile"; }
+
+  bool is_equivalent(const mx::Primitive& other) const override {
+    return c_ == static_cast<const MoeTile&>(other).c_;
+  }
+
+ private:
+  static void run(const std::vector<mx::array>& in, float* out, const Config& c) {
+    const int tokens = in[1].shape(0), dim = in[1].shape(1);
+    const int experts = in[2].shape(0), ff = in[2].shape(1), k_used = c.routing.n_used;
+    RowMajor logits(in[0]), x(in[1]), gate_w(in[2]), up_w(in[3]), down_w(in[4]);
+    RowMajor shared_gate(in[5]), shared_up(in[6]), shared_down(in[7]);
+    const int shared_ff = in[5].shape(1);
+    size_t next = 8;
+    std::optional<RowMajor> bias;
+    if (c.has_bias) bias.emplace(in[next++]);
+    const std::vector<int> hashed = c.hashed ? int_values_of(in[next]) : std::vector<int>();
+    RowRouter router(c.routing, experts);
+    RowCombiner combiner(dim, shared_ff, shared_down.data(), c.shared_limit);
+    std::vector<int> chosen(k_used);
+    std::vector<float> weights(k_used), gate(ff), up(ff),
+        expert_out(static_cast<size_t>(k_used) * dim);
+    std::fill(out, out + static_cast<size_t>(tokens) * dim, 0.0f);
+    for (int t = 0; t < std::min(c.rows, tokens); t++) {
+      router.route(logits.data() + static_cast<size_t>(t) * experts,
+                   bias ? bias->data() : nullptr, c.hashed ? &hashed[t * k_used] : nullptr,
+                   chosen.data(), weights.data());
+      const float* row = x.data() + static_cast<size_t>(t) * dim;
+      for (int k = 0; k < k_used; k++) {
+        float* e_out = expert_out.data() + static_cast<size_t>(k) * dim;
+        if (chosen[k] < 0 || chosen[k] >= experts) {
+          std::fill(e_out, e_out + dim, 0.0f);
+          continue;
+        }
+        expert_row(gate_w.data(), up_w.data(), down_w.data(), chosen[k], ff, dim, c.limit, row,
+                   gate.data(), up.data(), e_out);
+      }
+      combiner.combine(expert_out.data(), weights.data(), k_used,
+                       shared_gate.data() + static_cast<size_t>(t) * shared_ff,
+                       shared_up.data() + static_cast<size_t>(t) * shared_ff,
+                       out + static_cast<size_t>(t) * dim);
+    }
+  }
+
+  Config c_;
+};
+
+// MoeTile's routing alone: logits [T, E] (then bias [E], hashed [T, k] as MoeTile) -> the
+// experts [T, k] int32 and their weights [T, k] for the first ``rows`` rows (zeros after).
+class MoeRoute : public CpuPrimitive {
+ public:
+  MoeRoute(mx::Stream stream, Routing routing, int rows, bool has_bias, bool hashed)
+      : CpuPrimitive(stream), r_(routing), rows_(rows), has_bias_(has_bias), hashed_(hashed) {}
+
+  Task task() const override {
+    return [r = r_, rows = rows_, has_bias = has_bias_, hashed = hashed_](
+               const std::vector<mx::array>& in, const std::vector<float*>& out) {
+      const int tokens = in[0].shape(0), experts = in[0].shape(1);
+      RowMajor logits(in[0]);
+      std::optional<RowMajor> bias;
+      if (has_bias) bias.emplace(in[1]);
+      const std::vector<int> ids =
+          hashed ? int_values_of(in[has_bias ? 2 : 1]) : std::vector<int>();
+      auto* chosen = reinterpret_cast<int32_t*>(out[0]);
+      std::fill(chosen, chosen + static_cast<size_t>(tokens) * r.n_used, 0);
+      std::fill(out[1], out[1] + static_cast<size_t>(tokens) * r.n_used, 0.0f);
+      RowRouter router(r, experts);
+      std::vector<int> picked(r.n_used);
+      for (int t = 0; t < std::min(rows, tokens); t++) {
+        router.route(logits.data() + static_cast<size_t>(t) * experts,
+                     bias ? bias->data() : nullptr, hashed ? &ids[t * r.n_used] : nullptr,
+                     picked.data(), out[1] + static_cast<size_t>(t) * r.n_used);
+        std::copy(picked.begin(), picked.end(), chosen + static_cast<size_t>(t) * r.n_used);
+      }
+    };
+  }
+
+  const char* name() const override { return "DS4MoeRoute"; }
+
+  bool is_equivalent(const mx::Primitive& other) const override {
+    const auto& o = static_cast<const MoeRoute&>(other);
+    return r_ == o.r_ && rows_ == o.rows_ && has_bias_ == o.has_bias_ && hashed_ == o.hashed_;
+  }
+
+ private:
+  Routing r_;
+  int rows_;
+  bool has_bias_, hashed_;
+};
+
+// MoeTile's sum: the routed experts' outputs [R, k, D] (R real rows) and their weights [T, k],
+// the shared expert's gate and up products [T, Fs] and down matrix [Fs, D] -> [T, D], zeros
+// past the R rows.
+class MoeCombine : public CpuPrimitive {
+ public:
+  MoeCombine(mx::Stream stream, float shared_limit)
+      : CpuPrimitive(stream), shared_limit_(shared_limit) {}
+
+  Task task() const override {
+    return [limit = shared_limit_](const std::vector<mx::array>& in,
+                                   const std::vector<float*>& out) {
+      RowMajor expert_out(in[0]), weights(in[1]), shared_gate(in[2]), shared_up(in[3]),
+          shared_down(in[4]);
+      const int real = in[0].shape(0), k_used = in[0].shape(1), dim = in[0].shape(2);
+      const int tokens = in[1].shape(0), shared_ff = in[2].shape(1);
+      RowCombiner combiner(dim, shared_ff, shared_down.data(), limit);
+      std::fill(out[0], out[0] + static_cast<size_t>(tokens) * dim, 0.0f);
+      for (int t = 0; t < real; t++) {
+        combiner.combine(expert_out.data() + static_cast<size_t>(t) * k_used * dim,
+                         weights.data() + static_cast<size_t>(t) * k_used, k_used,
+                         shared_gate.data() + static_cast<size_t>(t) * shared_ff,
+                         shared_up.data() + static_cast<size_t>(t) * shared_ff,
+                         out[0] + static_cast<size_t>(t) * dim);
+      }
+    };
+  }
+
+  const char* name() const override { return "DS4MoeCombine"; }
+
+  bool is_equivalent(const mx::Primitive& other) const override {
+    return shared_limit_ == static_cast<const MoeCombine&>(other).shared_limit_;
+  }
+
+ private:
+  float shared_limit_;
+};
+
+}  // namespace
+
+mx::array routed_experts(const mx::array& x, const mx::array& gate, const mx::array& up,
+                         const mx::array& down, const mx::array& indices, float limit,
+                         bool grouped) {
+  auto s = mx::default_stream(mx::Device::cpu);
+  if (x.ndim() != 2 || gate.ndim() != 3 || up.shape() != gate.shape() || down.ndim() != 3 ||
+      down.shape(0) != gate.shape(0) || down.shape(1) != x.shape(1) ||
+      down.shape(2) != gate.shape(1) || gate.shape(2) != x.shape(1) || indices.ndim() != 2 ||
+      indices.shape(0) != x.shape(0)) {
+    throw std::invalid_argument(
+        "routed_experts: expected x [T, D], gate/up [E, F, D], down [E, D, F], indices [T, k]");
+  }
+  std::vector<mx::array> in = {mx::astype(x, mx::float32, s), mx::astype(gate, mx::float32, s),
+                               mx::astype(up, mx::float32, s), mx::astype(down, mx::float32, s),
+                               mx::astype(indices, mx::int32, s)};
+  return mx::array({x.shape(0), indices.shape(1), x.shape(1)}, mx::float32,
+                   std::make_shared<RoutedExpertsFFN>(s, limit, grouped), in);
+}
+
+mx::array moe_tile(const mx::array& logits, const mx::array& x, const mx::array& gate,
+                   const mx::array& up, const mx::array& down, const mx::array& shared_gate,
+                   const mx::array& shared_up, const mx::array& shared_down,
+                   const std::optional<mx::array>& bias, const std::optional<mx::array>& hashed,
+                   int rows, int n_used, int func, bool normalize, float scale, float limit,
+                   float shared_limit) {
+  auto s = mx::default_stream(mx::Device::cpu);
+  const int tokens = x.ndim() == 2 ? x.shape(0) : -1;
+  if (x.ndim() != 2 || gate.ndim() != 3 || logits.shape() != mx::Shape{tokens, gate.shape(0)} ||
+      up.shape() != gate.shape() || gate.shape(2) != x.shape(1) ||
+      down.shape() != mx::Shape{gate.shape(0), x.shape(1), gate.shape(1)} ||
+      shared_gate.ndim() != 2 || shared_gate.shape(0) != tokens ||
+      shared_up.shape() != shared_gate.shape() ||
+      shared_down.shape() != mx::Shape{shared_gate.shape(1), x.shape(1)} || n_used < 1 ||
+      n_used > gate.shape(0) || func < 1 || func > 4 ||
+      (bias && bias->size() != static_cast<size_t>(gate.shape(0))) ||
+      (hashed && hashed->shape() != mx::Shape{tokens, n_used})) {
+    throw std::invalid_argument(
+        "moe_tile: expected logits [T, E], x [T, D], gate/up [E, F, D], down [E, D, F], "
+        "shared gate/up [T, Fs], shared down [Fs, D], bias [E] or None, hashed [T, k] or "
+        "None, 1 <= k <= E, func 1-4");
+  }
+  std::vector<mx::array> in = {
+      mx::astype(logits, mx::float32, s),    mx::astype(x, mx::float32, s),
+      mx::astype(gate, mx::float32, s),      mx::astype(up, mx::float32, s),
+      mx::astype(down, mx::float32, s),      mx::astype(shared_gate, mx::float32, s),
+      mx::astype(shared_up, mx::float32, s), mx::astype(shared_down, mx::float32, s)};
+  if (bias) in.push_back(mx::astype(*bias, mx::float32, s));
+  if (hashed) in.push_back(mx::astype(*hashed, mx::int32, s));
+  MoeTile::Config config{{n_used, func, normalize, scale}, rows, bias.has_value(),
+                         hashed.has_value(), limit, shared_limit};
+  return mx::array(x.shape(), mx::float32, std::make_shared<MoeTile>(s, config), in);
+}
+
+std::vector<mx::array> moe_route(const mx::array& logits, const std::optional<mx::array>& bias,
+                                 const std::optional<mx::array>& hashed, int rows, int n_used,
+                                 int func, bool normalize, float scale) {
+  auto s = mx::default_stream(mx::Device::cpu);
+  const int tokens = logits.ndim() == 2 ? logits.shape(0) : -1;
+  if (logits.ndim() != 2 || n_used < 1 || n_used > logits.shape(1) || func < 1 || func > 4 ||
+      (bias && bias->size() != static_cast<size_t>(logits.shape(1))) ||
+      (hashed && hashed->shape() != mx::Shape{tokens, n_used})) {
+    throw std::invalid_argument("moe_route: expected logits [T, E], bias [E] or None, hashed "
+                                "[T, k] or None, 1 <= k <= E, func 1-4");
+  }
+  std::vector<mx::array> in = {mx::astype(logits, mx::float32, s)};
+  if (bias) in.push_back(mx::astype(*bias, mx::float32, s));
+  if (hashed) in.push_back(mx::astype(*hashed, mx::int32, s));
+  return mx::array::make_arrays(
+      {{tokens, n_used}, {tokens, n_used}}, {mx::int32, mx::float32},
+      std::make_shared<MoeRoute>(s, Routing{n_used, func, normalize, scale}, rows,
+                                 bias.has_value(), hashed.has_value()),
+      in);
+}
+
+mx::array moe_combine(const mx::array& expert_out, const mx::array& weights,
+                      const mx::array& shared_gate, const mx::array& shared_up,
+                      const mx::array& shared_down, float shared_limit) {
+  auto s = mx::default_stream(mx::Device::cpu);
+  if (expert_out.ndim() != 3 || weights.ndim() != 2 || weights.shape(1) != expert_out.shape(1) ||
+      weights.shape(0) < expert_out.shape(0) || shared_gate.ndim() != 2 ||
+      shared_gate.shape(0) != weights.shape(0) || shared_up.shape() != shared_gate.shape() ||
+      shared_down.shape() != mx::Shape{shared_gate.shape(1), expert_out.shape(2)}) {
+    throw std::invalid_argument(
+        "moe_combine: expected expert outputs [R, k, D], weights [T, k] (T >= R), shared "
+        "gate/up [T, Fs] and shared down [Fs, D]");
+  }
+  return mx::array({weights.shape(0), expert_out.shape(2)}, mx::float32,
+                   std::make_shared<MoeCombine>(s, shared_limit),
+                   {mx::astype(expert_out, mx::float32, s), mx::astype(weights, mx::float32, s),
+                    mx::astype(shared_gate, mx::float32, s),
+                    mx::astype(shared_up, mx::float32, s),
+                    mx::astype(shared_down, mx::float32, s)});
+}
+
+}  // namespace ds4mlx_ops

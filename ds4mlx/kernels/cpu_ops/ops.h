@@ -1,0 +1,65 @@
+// The native operations' factories, one per Python function of the _cpu_ops module: each checks
+// its arguments' shapes (std::invalid_argument otherwise) and returns the outputs of one
+// primitive on the CPU stream. Defined in mhc.cpp, moe.cpp, attention.cpp and tiles.cpp.
+
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "mlx/array.h"
+
+namespace mx = mlx::core;
+
+namespace ds4mlx_ops {
+
+std::vector<mx::array> hc_mixes(const mx::array& mixes, const mx::array& scale,
+                                const mx::array& base, int hc, int iters, float eps);
+
+std::vector<mx::array> hc_pre(const mx::array& x, const mx::array& fn_t, const mx::array& scale,
+                              const mx::array& base, int hc, int iters, float eps,
+                              float norm_eps);
+
+mx::array hc_expand(const mx::array& out, const mx::array& residual, const mx::array& post,
+                    const mx::array& comb);
+
+mx::array routed_experts(const mx::array& x, const mx::array& gate, const mx::array& up,
+                         const mx::array& down, const mx::array& indices, float limit,
+                         bool grouped);
+
+mx::array moe_tile(const mx::array& logits, const mx::array& x, const mx::array& gate,
+                   const mx::array& up, const mx::array& down, const mx::array& shared_gate,
+                   const mx::array& shared_up, const mx::array& shared_down,
+                   const std::optional<mx::array>& bias, const std::optional<mx::array>& hashed,
+                   int rows, int n_used, int func, bool normalize, float scale, float limit,
+                   float shared_limit);
+
+std::vector<mx::array> moe_route(const mx::array& logits, const std::optional<mx::array>& bias,
+                                 const std::optional<mx::array>& hashed, int rows, int n_used,
+                                 int func, bool normalize, float scale);
+
+mx::array moe_combine(const mx::array& expert_out, const mx::array& weights,
+                      const mx::array& shared_gate, const mx::array& shared_up,
+                      const mx::array& shared_down, float shared_limit);
+
+mx::array sparse_attention(const mx::array& q, const mx::array& window,
+                           const mx::array& window_range, const mx::array& comp,
+                           const mx::array& comp_index, const mx::array& sinks, float scale);
+
+mx::array indexer_top_k(const mx::array& q, const mx::array& weights, const mx::array& keys,
+                        const mx::array& visible, int top_k);
+
+mx::array rope(const mx::array& x, const mx::array& cos, const mx::array& sin, int offset,
+               int n_dims, bool interleaved, bool inverse);
+
+std::vector<mx::array> rows_linear(const mx::array& x, const std::vector<mx::array>& ws,
+                                   int rows);
+
+mx::array rms_norm(const mx::array& x, const std::optional<mx::array>& weight, float eps);
+
+mx::array grouped_rows_linear(const mx::array& x, const mx::array& w, int rows);
+
+std::vector<mx::array> append_rows(const std::vector<mx::array>& cached,
+                                   const std::vector<mx::array>& fresh, int take, int keep);
+
+}  // namespace ds4mlx_ops
