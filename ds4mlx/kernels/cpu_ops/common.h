@@ -132,13 +132,19 @@ inline void rows_times_in_out_tail(const Product& p, int rows, int j0) {
   }
 }
 
-// Rows [r0, r0 + kGroup) of x @ w over every whole block of kColumns columns, then the columns
-// left over one at a time.
+// Rows [r0, r0 + kGroup) of x @ w over columns [j_begin, n): whole blocks of kColumns, then
+// what is left in blocks of 8, then one column at a time (narrow matrices, e.g. a router's
+// eight columns, stay vectorised).
 template <int kGroup, int kColumns>
-void rows_times_in_out_group(const Product& p, int r0) {
-  const int whole = p.n - p.n % kColumns;
-  for (int j0 = 0; j0 < whole; j0 += kColumns) rows_times_in_out_block<kGroup, kColumns>(p, r0, j0);
-  if (whole < p.n) {
+void rows_times_in_out_group(const Product& p, int r0, int j_begin = 0) {
+  const int whole = j_begin + (p.n - j_begin) / kColumns * kColumns;
+  for (int j0 = j_begin; j0 < whole; j0 += kColumns) {
+    rows_times_in_out_block<kGroup, kColumns>(p, r0, j0);
+  }
+  if (whole == p.n) return;
+  if constexpr (kColumns > 8) {
+    rows_times_in_out_group<kGroup, 8>(p, r0, whole);
+  } else {
     Product rest = p;
     rest.x += r0 * p.x_stride;
     rest.y += r0 * p.y_stride;
