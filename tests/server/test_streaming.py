@@ -66,7 +66,8 @@ def test_disconnect_mid_stream_frees_the_engine(service, engine):
         started = time.monotonic()
         reply = httpx.post(f"{base_url}/v1/chat/completions", timeout=TIMEOUT,
                            json={**LONG, "stream": False, "max_tokens": 2})
-        assert reply.status_code == 200 and time.monotonic() - started < 5
+        # the engine is free: not behind the abandoned 1000-token answer (50 s of delays)
+        assert reply.status_code == 200 and time.monotonic() - started < 20
         assert stats(base_url)["completed"] == before["completed"] + 1
 
 
