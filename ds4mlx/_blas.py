@@ -25,6 +25,7 @@ wall time than in CPU time. A 2^14-cycle spin (``OPENBLAS_THREAD_TIMEOUT``) and 
 from __future__ import annotations
 
 import ctypes
+import itertools
 import os
 import platform
 import sys
@@ -82,8 +83,8 @@ def load_optimised_blas() -> str | None:
         return None
     os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "14")  # read when the library loads
     failures = []
-    paths = (choice,) if choice else (*(p for p in _SYSTEM if os.path.exists(p)),
-                                      *_wheel_libraries())
+    # Lazily: the wheels are looked up (importlib.metadata, ~50 ms) only without a system BLAS.
+    paths = (choice,) if choice else itertools.chain(_SYSTEM, _wheel_libraries())
     for path in paths:
         if not os.path.exists(path):
             continue
