@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ds4mlx._blas import report_blas
 from ds4mlx.engine.chat import ChatFormat, chat_format_for_arch
 from ds4mlx.engine.session import Session
 from ds4mlx.engine.tokenizer import NumericTokenizer, Tokenizer, load_tokenizer
@@ -128,6 +129,7 @@ def load_model(
     dtype = resolve_weights_dtype(weights_dtype)
     gguf_file = open_gguf(path)
     model_class = model_class_for(gguf_file)
+    report_blas()  # no optimised BLAS: said once a model is about to run, not at import
     if ranks is not None:
         model_class = _sharded_model_class(gguf_file, path, ranks, experts)
     store = open_expert_store(gguf_file, dtype, experts)

@@ -9,8 +9,16 @@ from pathlib import Path
 import ds4mlx  # noqa: F401  (preloads the BLAS before any test imports mlx.core)
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# Property tests run on a shared, often loaded 2-core machine: no per-example deadline and no
+# "data generation too slow" health check, both of which measure wall-clock time (a test's own
+# @settings inherits these).
+settings.register_profile("ds4mlx", deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("ds4mlx")
 
 
 def oracle_dir() -> Path:

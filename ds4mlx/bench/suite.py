@@ -53,14 +53,15 @@ class BenchConfig:
 
     @classmethod
     def quick(cls, **overrides: Any) -> BenchConfig:
-        """Fewer runs, tokens and prompts, so the whole bench fits in a few minutes on 2 cores:
-        one timed run after the warm-up, the dflash-layout file (the same drafter as DSpark in
-        llama.cpp's layout) and the held-out code prompts left out, warm page cache only."""
+        """Fewer runs, tokens and prompts, so the whole bench takes about a minute on 2 quiet
+        cores (docs/performance.md): one timed run after the warm-up, prefill at 128 and 512
+        tokens, three prompts (a chat answer, a chat answer in code, prose), the
+        dflash-layout file (the same drafter as DSpark in llama.cpp's layout) and the held-out
+        code prompts left out, warm page cache only."""
         values: dict[str, Any] = dict(
-            runs=1, max_tokens=32, n_decode=32, expert_shares=(0.5, 0.25),
-            expert_colds=(False,), expert_tokens=8, agreement_snippets=2,
-            prompts=("hello", "redis", "math", "python_reverse", "c_add", "prose"),
-            dflash=None)
+            runs=1, max_tokens=32, n_decode=32, contexts=(128, 512),
+            expert_shares=(0.5, 0.25), expert_colds=(False,), expert_tokens=8,
+            agreement_snippets=2, prompts=("redis", "python_reverse", "prose"), dflash=None)
         values.update(overrides)
         return cls(**values)
 

@@ -63,12 +63,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--sections", type=_sections, default=suite.SECTIONS,
                         help=f"comma-separated subset of {','.join(suite.SECTIONS)}")
     parser.add_argument("--quick", action="store_true",
-                        help="fewer prompts, tokens and runs (a few minutes on 2 cores)")
+                        help="fewer prompts, tokens and runs (about a minute on 2 cores)")
     parser.add_argument("--runs", type=int, help="timed runs per measurement (default 3, "
                                                  "quick 1)")
     parser.add_argument("--contexts", type=_contexts,
                         help="comma-separated prompt lengths for prefill (default "
-                             f"{','.join(map(str, defaults.contexts))})")
+                             f"{','.join(map(str, defaults.contexts))}, quick 128,512)")
     parser.add_argument("--no-peers", action="store_true",
                         help="do not measure llama.cpp beside ds4mlx")
     parser.add_argument("--json", type=Path, metavar="FILE", help="write the report as JSON")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import dataclass
 
 from ds4mlx.api import LoadedModel
 from ds4mlx.cli.options import (
@@ -55,6 +56,27 @@ def progress_line(message: str) -> None:
         log(message)
 
 
+@dataclass(frozen=True)
+class Messages:
+    """ds4's messages (all on stderr) as one rank writes them. Under ``--distributed`` every rank
+    runs the same generation, so ranks other than 0 would repeat each of rank 0's lines: they
+    write only their errors, marked with their rank."""
+
+    rank: int = 0
+
+    def info(self, message: str) -> None:
+        if self.rank == 0:
+            log(message)
+
+    def progress(self, message: str) -> None:
+        if self.rank == 0:
+            progress_line(message)
+
+    def error(self, message: str) -> None:
+        where = "" if self.rank == 0 else f"rank {self.rank}: "
+        log(f"ds4: {where}error: {message}")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     # ``ds4 bench ...`` and ``ds4 plan ...`` are subcommands; anything else is the one-shot
@@ -84,21 +106,24 @@ def main(argv: list[str] | None = None) -> int:
     from ds4mlx.distributed import DistributedError
 
     started = time.perf_counter()
+    say = Messages()
     try:
         refused = refuse_oversized(options)
         if refused is not None:
-            log(f"ds4: error: {refused}")
+            say.error(refused)
             return 1
         ranks, sampling = start_ranks(options.distributed, sampling)
+        if ranks is not None:
+            say = Messages(ranks.rank)
         model = load_model(options.model, weights_dtype=options.weights_dtype,
-                           progress=progress_line, experts=options.experts, ranks=ranks)
+                           progress=say.progress, experts=options.experts, ranks=ranks)
     except (GGUFError, TokenizerError, OSError, ValueError, DistributedError) as exc:
-        log(f"ds4: error: {exc}")
+        say.error(str(exc))
         return 1
-    log(f"ds4: loaded {options.model} ({model.args_summary()}) "
-        f"in {time.perf_counter() - started:.2f}s")
+    say.info(f"ds4: loaded {options.model} ({model.args_summary()}) "
+             f"in {time.perf_counter() - started:.2f}s")
     try:
-        return run(args, options, model, sampling, speculation)
+        return run(args, options, model, sampling, speculation, say)
     except RuntimeError as exc:
         if ranks is None:
             raise
@@ -121,17 +146,17 @@ def refuse_oversized(options: ModelOptions) -> str | None:
 
 
 def run(args: argparse.Namespace, options: ModelOptions, model: LoadedModel,
-        sampling: SamplingOptions, speculation: SpeculationConfig) -> int:
+        sampling: SamplingOptions, speculation: SpeculationConfig, say: Messages) -> int:
     try:
         drafter = load_drafter(speculation, model)
     except (GGUFError, OSError, ValueError) as exc:
-        log(f"ds4: error: {exc}")
+        say.error(str(exc))
         return 1
     if drafter is not None:
         tokens = "token" if drafter.max_draft == 1 else "tokens"
         mode = "strict: target-only decoding" if speculation.strict else \
             f"up to {drafter.max_draft} {tokens} a draft"
-        log(f"ds4: drafter {drafter.name} ({mode})")
+        say.info(f"ds4: drafter {drafter.name} ({mode})")
 
     tokenizer = model.tokenizer
     if args.chat:
@@ -139,7 +164,7 @@ def run(args: argparse.Namespace, options: ModelOptions, model: LoadedModel,
     else:
         prompt = tokenizer.encode(args.prompt, add_special=True)
     if not prompt:
-        log("ds4: error: the prompt encodes to no tokens")
+        say.error("the prompt encodes to no tokens")
         return 1
 
     detokenizer = tokenizer.streaming_detokenizer()
@@ -158,24 +183,24 @@ def run(args: argparse.Namespace, options: ModelOptions, model: LoadedModel,
             sys.stdout.write(text)
             sys.stdout.flush()
     except ValueError as exc:
-        log(f"ds4: error: {exc}")
+        say.error(str(exc))
         return 1
     except KeyboardInterrupt:
-        log("\nds4: interrupted")
+        say.info("\nds4: interrupted")
         return 130
     text = detokenizer.finish()
     written = text or written
     # The output ends its line, so that whatever follows (a shell prompt) starts on its own.
     sys.stdout.write(text if written.endswith("\n") else text + "\n")
     sys.stdout.flush()
-    log(f"ds4: prompt {stats.prompt_tokens} tokens, prefill {rate(stats.prefill_tps)} | "
-        f"generated {stats.generated_tokens} tokens, decode {rate(stats.decode_tps)} "
-        f"({stats.stop_reason})")
+    say.info(f"ds4: prompt {stats.prompt_tokens} tokens, prefill {rate(stats.prefill_tps)} | "
+             f"generated {stats.generated_tokens} tokens, decode {rate(stats.decode_tps)} "
+             f"({stats.stop_reason})")
     if isinstance(stats, SpeculativeStats):
-        log(speculation_summary(stats, detailed=speculation.timing))
+        say.info(speculation_summary(stats, detailed=speculation.timing))
     expert_stats = model.expert_stats()
     if expert_stats is not None and (options.verbose or speculation.timing):
-        log(f"ds4: {expert_stats.summary()}")
+        say.info(f"ds4: {expert_stats.summary()}")
     return 0
 
 

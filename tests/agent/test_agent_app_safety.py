@@ -99,8 +99,7 @@ def test_a_long_command_is_scrollable_in_a_small_terminal(toolbox, store):
         assert "60 lines" in screen_text(app)
         assert "Allow once (y)" in screen_text(app) and "Deny (n)" in screen_text(app)
         await pilot.press("end")
-        await pilot.pause(0.3)
-        assert "touch HIDDEN_MARKER" in screen_text(app)
+        await until(pilot, lambda: "touch HIDDEN_MARKER" in screen_text(app))
 
     play(app, scenario, size=(100, 24))
 
@@ -286,11 +285,11 @@ def test_ctrl_c_stops_a_catastrophic_search(toolbox, store, workspace, monkeypat
             before = time.monotonic()
             await asyncio.sleep(0.01)
             gaps.append(time.monotonic() - before)
-        assert max(gaps) < 1.0  # the regex may run 3 s: holding the GIL would show
+        assert max(gaps) < 2.0  # the regex may run 3 s: holding the GIL would show
         await pilot.press("ctrl+c")
         await until(pilot, lambda: not app.busy)
         # the tool returned at once, not when the match's 3 s of CPU ran out
-        assert returned[0] - stopped[0] < 1.0
+        assert returned[0] - stopped[0] < 2.0  # slack for a loaded machine
         assert "stopped" in texts(app, ".note")
         results = [m["content"] for m in agent.messages if m["role"] == "tool"]
         assert "stopped by the user" in results[0]

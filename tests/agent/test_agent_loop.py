@@ -137,7 +137,7 @@ def test_cancelling_a_running_command(toolbox):
     threading.Timer(0.5, agent.stop).start()
     started = time.monotonic()
     events = list(agent.run("wait"))
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 20  # stopped, not the 30 s run (slack for a load)
     assert finished(events).reason == "cancelled"
     results = [m["content"] for m in agent.messages if m["role"] == "tool"]
     assert "stopped by the user" in results[0] and "not run" in results[1]

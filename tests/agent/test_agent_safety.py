@@ -1,6 +1,11 @@
 """The tool layer under hostile or runaway input: floods of output, commands that escape their
 process group, catastrophic regular expressions, FIFOs, huge files, swapped and hard-linked
-files. Each test is one finding of issue 19 that failed before."""
+files. Each test is one finding of issue 19 that failed before.
+
+Time bounds here tell a mechanism that worked from one that did not (a timeout, Ctrl-C, a
+budget), on a machine that may be loaded: they are measured from the event (the cancel), leave
+seconds of slack, and sit well below what the failure would take (a sleep of an hour, a 5 s CPU
+budget); the message says which mechanism ended the work."""
 
 from __future__ import annotations
 
@@ -29,10 +34,31 @@ def rss_mib() -> float:
     raise AssertionError("no VmRSS")
 
 
-def cancel_after(seconds: float) -> threading.Event:
-    cancel = threading.Event()
-    threading.Timer(seconds, cancel.set).start()
-    return cancel
+HANG_S = 30.0  # a bound that only catches a hang: the failure modes run for an hour
+
+
+class TimedCancel(threading.Event):
+    """Ctrl-C after ``seconds``; ``set_at`` is when it came, for bounds measured from it."""
+
+    def __init__(self, seconds: float):
+        super().__init__()
+        self.set_at = float("inf")
+        threading.Timer(seconds, self.set).start()
+
+    def set(self) -> None:
+        self.set_at = time.monotonic()
+        super().set()
+
+
+def cancel_after(seconds: float) -> TimedCancel:
+    return TimedCancel(seconds)
+
+
+def wait_until(condition, what: str) -> None:
+    deadline = time.monotonic() + HANG_S
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} did not happen in {HANG_S:g}s"
+        time.sleep(0.05)
 
 
 # ---------------------------------------------------------------------- bounded output
@@ -43,11 +69,10 @@ def test_a_flooding_background_job_stays_bounded(toolbox):
     started = run(toolbox, "bash", command="yes &")
     assert "started background job 1" in started.output
     job = toolbox.jobs.jobs[1]
-    time.sleep(2.0)
-    first = run(toolbox, "status")
-    time.sleep(1.0)
-    second = run(toolbox, "status", job=1)
     cap = jobs.JOB_HEAD_BYTES + jobs.JOB_TAIL_BYTES
+    wait_until(lambda: job.output.total > 2 * cap, "the job's flood")
+    first = run(toolbox, "status")
+    second = run(toolbox, "status", job=1)
     assert job.output.stored <= cap < job.output.total  # it printed more than it kept
     assert "bytes omitted" in first.output
     assert len(first.output) <= toolbox.max_output_chars + 100
@@ -93,7 +118,7 @@ def test_a_flooding_foreground_command_keeps_head_and_tail(workspace):
     started = time.monotonic()
     outcome = runner.run("yes", 1.5, threading.Event())
     elapsed = time.monotonic() - started
-    assert outcome.timed_out and elapsed < 2.5
+    assert outcome.timed_out and elapsed < 1.5 + HANG_S
     assert "bytes omitted" in outcome.output
     assert len(outcome.output.encode()) <= (jobs.FOREGROUND_HEAD_BYTES
                                             + jobs.FOREGROUND_TAIL_BYTES + 100)
@@ -124,14 +149,14 @@ def test_a_timeout_kills_children_that_left_the_process_group(workspace):
     finally:
         toolbox.close()
     assert "timed out after 1.5s" in result.output
-    assert elapsed < 2.5
+    assert elapsed < 1.5 + HANG_S  # not held until the escaped child's hour is up
     assert processes_with("sleep 4241") == [] and processes_with("sleep 4242") == []
 
 
 def test_a_command_whose_children_hold_its_output_returns(toolbox):
-    started = time.monotonic()
     result = run(toolbox, "bash", command="setsid sleep 4243 & echo started")
-    assert time.monotonic() - started < 2.0
+    # it returned when the command ended, not at the toolbox's 5 s timeout
+    assert "timed out" not in result.output
     assert result.output.startswith("started") and "were stopped" in result.output
     assert processes_with("sleep 4243") == []
 
@@ -149,18 +174,16 @@ def test_escaped_children_are_found_through_ps_without_proc(workspace, monkeypat
 
 def test_ctrl_c_stops_a_command_within_a_second(toolbox):
     cancel = cancel_after(0.5)
-    started = time.monotonic()
     result = run(toolbox, "bash", cancel, command="setsid sleep 4244 & sleep 4245")
-    assert time.monotonic() - started < 1.6
-    assert "stopped by the user" in result.output
+    assert time.monotonic() - cancel.set_at < 3.0  # about a second here; slack for a load
+    assert "stopped by the user" in result.output  # not the toolbox's 5 s timeout
     assert processes_with("sleep 4244") == []
 
 
 def test_closing_the_toolbox_ends_background_jobs_and_their_escaped_children(workspace):
     toolbox = ToolBox(Workspace(workspace))
     run(toolbox, "bash", command="setsid sleep 4246 &")
-    time.sleep(0.3)
-    assert processes_with("sleep 4246")
+    wait_until(lambda: processes_with("sleep 4246"), "the background job's start")
     toolbox.close()
     assert processes_with("sleep 4246") == []
 
@@ -170,10 +193,11 @@ def test_closing_the_toolbox_ends_background_jobs_and_their_escaped_children(wor
 
 def test_a_catastrophic_regex_returns_within_its_budget(toolbox, workspace):
     (workspace / "long.txt").write_text("a" * 5000 + "!\n")
-    started = time.monotonic()
     result = run(toolbox, "search", pattern="(a+)+$", path="long.txt")
-    assert time.monotonic() - started < SEARCH_LINE_SECONDS + 1.5
+    # The line's CPU budget ended it (a load stretches that in wall time), not the whole
+    # search's wall-clock budget, which says "stopped after".
     assert result.is_error and "backtracks catastrophically" in result.output
+    assert f"more than {SEARCH_LINE_SECONDS:g}s of CPU" in result.output
 
 
 def test_ctrl_c_stops_a_search_at_once(toolbox, workspace, monkeypatch):
@@ -182,9 +206,8 @@ def test_ctrl_c_stops_a_search_at_once(toolbox, workspace, monkeypatch):
     monkeypatch.setattr(tools, "SEARCH_LINE_SECONDS", 5.0)
     (workspace / "long.txt").write_text("a" * 5000 + "!\n")
     cancel = cancel_after(0.3)
-    started = time.monotonic()
     result = run(toolbox, "search", cancel, pattern="(a+)+$")
-    assert time.monotonic() - started < 1.0  # not when the line's 5 s run out
+    assert time.monotonic() - cancel.set_at < 2.5  # not when the line's 5 s of CPU run out
     assert "stopped by the user" in result.output
 
 
@@ -194,10 +217,8 @@ def test_a_search_returns_at_its_wall_clock_budget(toolbox, workspace, monkeypat
     monkeypatch.setattr(tools, "SEARCH_LINE_SECONDS", 5.0)
     monkeypatch.setattr(tools, "SEARCH_SECONDS", 0.5)
     (workspace / "long.txt").write_text("a" * 5000 + "!\n")
-    started = time.monotonic()
     result = run(toolbox, "search", pattern="(a+)+$")
-    assert time.monotonic() - started < 1.2
-    assert "stopped after 0.5s" in result.output
+    assert "stopped after 0.5s" in result.output  # not the line's 5 s of CPU
 
 
 def test_search_reports_more_matches_than_it_shows(toolbox, workspace):
@@ -232,7 +253,7 @@ def test_the_regex_releases_the_gil(toolbox, workspace, monkeypatch):
         done.set()
         ticker.join()
     gaps = [later - earlier for earlier, later in zip(ticks, ticks[1:], strict=False)]
-    assert len(ticks) > 10 and max(gaps) < 1.0
+    assert len(ticks) > 10 and max(gaps) < 2.0  # a held GIL would show as one 3 s gap
 
 
 @pytest.fixture
@@ -249,9 +270,7 @@ def fifo(workspace: Path) -> Path:
     ("write", {"path": "pipe.py", "content": "x"}),
 ])
 def test_a_fifo_is_refused(toolbox, fifo, name, arguments):
-    started = time.monotonic()
-    result = run(toolbox, name, **arguments)
-    assert time.monotonic() - started < 1.0
+    result = run(toolbox, name, **arguments)  # opening the FIFO would block: a hang
     assert result.is_error and ("FIFO" in result.output or "regular file" in result.output)
 
 
@@ -263,9 +282,9 @@ def test_walks_skip_a_fifo(toolbox, fifo):
 
 def test_symbols_refuses_a_huge_file_at_once(toolbox, workspace):
     (workspace / "huge.py").write_text("def f():\n    pass\n" * 400_000)  # 7.6 MB
-    started = time.monotonic()
+    started = time.thread_time()  # CPU time: parsing it first would take seconds of it
     result = run(toolbox, "symbols", path="huge.py")
-    assert time.monotonic() - started < 1.0
+    assert time.thread_time() - started < 1.0
     assert result.is_error and "larger than" in result.output
 
 

@@ -120,7 +120,7 @@ def test_bash_timeout_stops_the_command(workspace):
     box = ToolBox(Workspace(workspace), bash_timeout=0.5)
     started = time.monotonic()
     result = run(box, "bash", command="echo begun; sleep 30; echo never")
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 20  # stopped, not the 30 s run (slack for a load)
     assert "begun" in result.output and "never" not in result.output
     assert "timed out after 0.5s" in result.output and result.is_error
     box.close()
@@ -131,14 +131,14 @@ def test_bash_is_cancelled_by_the_user(toolbox):
     threading.Timer(0.3, cancel.set).start()
     started = time.monotonic()
     result = toolbox.run(ToolCall("bash", {"command": "sleep 30"}), cancel)
-    assert time.monotonic() - started < 5
-    assert "stopped by the user" in result.output
+    assert time.monotonic() - started < 20  # stopped, not the 30 s run (slack for a load)
+    assert "stopped by the user" in result.output  # not the toolbox's 5 s timeout
 
 
 def test_background_jobs_status_and_stop(toolbox):
     started = run(toolbox, "bash", command="echo first; sleep 30 &")
     assert started.output.startswith("started background job 1: echo first; sleep 30")
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30  # only bounds a hang: a loaded machine starts it late
     status = run(toolbox, "status", job=1).output
     while "first" not in status and time.monotonic() < deadline:
         time.sleep(0.05)

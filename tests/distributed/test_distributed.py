@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ds4mlx.api import load_model
 from ds4mlx.cli.distributed import shared_seed
+from ds4mlx.cli.main import Messages
 from ds4mlx.cli.main import main as ds4_main
 from ds4mlx.distributed import (
     DistributedError,
@@ -239,6 +240,32 @@ def test_two_ranks_on_loopback_match_one_process(tmp_path, capsys):
                   f"{rep['summed_bytes_per_token'] / 1024:.1f} KiB/token")
     # An all_sum hands every rank the same bits, so the ranks agree exactly.
     np.testing.assert_array_equal(ranks[0][1], ranks[1][1])
+
+
+@pytest.mark.skipif(shutil.which("mlx.launch") is None, reason="mlx.launch is not installed")
+def test_two_rank_ds4_writes_each_line_once():
+    """Every rank runs the same generation; only rank 0 reports it, so the launcher's terminal
+    shows each line once (it showed every line once per rank)."""
+    try:
+        run = launch_local(2, "ds4mlx.cli.main",
+                           ["--distributed", "-m", str(TINY), "-p", "hello", "-n", "4"],
+                           LAUNCH_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"2 ranks did not finish in {LAUNCH_TIMEOUT_S}s")
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = run.stderr.splitlines()
+    assert sum(line.startswith("ds4: loaded") for line in lines) == 1, run.stderr
+    assert sum(line.startswith("ds4: prompt ") for line in lines) == 1, run.stderr
+    assert sum("100.0%" in line for line in lines) == 1, run.stderr
+
+
+def test_a_follower_rank_reports_only_its_errors(capsys):
+    follower = Messages(rank=1)
+    follower.info("ds4: loaded")
+    follower.progress("loading 100.0%")
+    follower.error("no such file")
+    Messages().error("no such file")
+    assert capsys.readouterr().err == "ds4: rank 1: error: no such file\nds4: error: no such file\n"
 
 
 def test_a_rank_that_dies_stops_rank_0_with_a_message(tmp_path):

@@ -66,7 +66,8 @@ def test_disconnect_mid_stream_frees_the_engine(service, engine):
         started = time.monotonic()
         reply = httpx.post(f"{base_url}/v1/chat/completions", timeout=TIMEOUT,
                            json={**LONG, "stream": False, "max_tokens": 2})
-        assert reply.status_code == 200 and time.monotonic() - started < 5
+        # the engine is free: not behind the abandoned 1000-token answer (50 s of delays)
+        assert reply.status_code == 200 and time.monotonic() - started < 20
         assert stats(base_url)["completed"] == before["completed"] + 1
 
 
@@ -118,11 +119,13 @@ def test_fifty_concurrent_streams_get_their_own_complete_answers(base_url):
 
     async def stream_all() -> list[tuple[str, str]]:
         async with openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key="unused",
-                                      timeout=TIMEOUT * 2, max_retries=0) as async_client:
+                                      timeout=TIMEOUT * 6, max_retries=0) as async_client:
             return await asyncio.gather(*(stream_one(async_client, prompt)
                                           for prompt in prompt_of))
 
-    results = asyncio.run(asyncio.wait_for(stream_all(), TIMEOUT * 3))
+    # The engine answers them one after another: the last waits for the other 49, which a
+    # loaded machine makes slow. The bounds only catch a hang.
+    results = asyncio.run(asyncio.wait_for(stream_all(), TIMEOUT * 8))
     assert results == [(expected[prompts.index(prompt)], "length") for prompt in prompt_of]
 
 
