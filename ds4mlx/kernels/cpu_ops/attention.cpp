@@ -59,9 +59,7 @@ class SparseAttention : public CpuPrimitive {
         const float* qv = q.data() + (static_cast<size_t>(t) * heads + h) * dim;
         float top = sinks[h];
         for (size_t j = 0; j < keys.size(); j++) {
-          float dot = 0.0f;
-          for (int d = 0; d < dim; d++) dot += qv[d] * keys[j][d];
-          scores[j] = dot * scale;
+          scores[j] = dot(qv, keys[j], dim) * scale;
           top = std::max(top, scores[j]);
         }
         float denominator = 0.0f;

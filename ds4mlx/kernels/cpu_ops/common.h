@@ -173,20 +173,60 @@ inline void rows_times_in_out(const Product& p, int tokens, int rows) {
 inline float dot(const float* __restrict a, const float* __restrict b, int n) {
   constexpr int kLanes = 16;
   float lanes[kLanes] = {};
-  int i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int l = 0; l < kLanes; l++) lanes[l] = madd(a[i + l], b[i + l], lanes[l]);
+  const int whole = n / kLanes;
+  // Written block by block (a pointer per block) so that the compiler keeps the lanes in one
+  // vector register; indexed from the start, it left them scalar.
+  for (int block = 0; block < whole; block++) {
+    const float* __restrict pa = a + block * kLanes;
+    const float* __restrict pb = b + block * kLanes;
+    for (int l = 0; l < kLanes; l++) lanes[l] = madd(pa[l], pb[l], lanes[l]);
   }
   float tail = 0.0f;
-  for (; i < n; i++) tail = madd(a[i], b[i], tail);
+  for (int i = whole * kLanes; i < n; i++) tail = madd(a[i], b[i], tail);
   float sum = 0.0f;
   for (int l = 0; l < kLanes; l++) sum += lanes[l];
   return sum + tail;
 }
 
 // y = W x for one row x [K] and W [N, K] stored [out, in] (GGUF's layout).
+// Four of dot's sums at once, rows w[0..3] each against the same x: every sum the same partial
+// sums in the same order as dot's (so the same bits), x read once for the four.
+inline void dot4(const float* const* w, const float* __restrict x, int n, float* out) {
+  constexpr int kLanes = 16;
+  // Four separate arrays and loops (not one indexed by row): the compiler then keeps each in a
+  // vector register across the whole loop instead of in memory.
+  float l0[kLanes] = {}, l1[kLanes] = {}, l2[kLanes] = {}, l3[kLanes] = {};
+  const int whole = n / kLanes;
+  for (int block = 0; block < whole; block++) {
+    const size_t at = static_cast<size_t>(block) * kLanes;
+    const float* __restrict px = x + at;
+    const float* __restrict p0 = w[0] + at;
+    const float* __restrict p1 = w[1] + at;
+    const float* __restrict p2 = w[2] + at;
+    const float* __restrict p3 = w[3] + at;
+    for (int l = 0; l < kLanes; l++) l0[l] = madd(p0[l], px[l], l0[l]);
+    for (int l = 0; l < kLanes; l++) l1[l] = madd(p1[l], px[l], l1[l]);
+    for (int l = 0; l < kLanes; l++) l2[l] = madd(p2[l], px[l], l2[l]);
+    for (int l = 0; l < kLanes; l++) l3[l] = madd(p3[l], px[l], l3[l]);
+  }
+  const float* lanes[4] = {l0, l1, l2, l3};
+  for (int r = 0; r < 4; r++) {
+    float tail = 0.0f;
+    for (int j = whole * kLanes; j < n; j++) tail = madd(w[r][j], x[j], tail);
+    float sum = 0.0f;
+    for (int l = 0; l < kLanes; l++) sum += lanes[r][l];
+    out[r] = sum + tail;
+  }
+}
+
 inline void out_in_times_row(const float* w, const float* x, float* y, int n, int k_dim) {
-  for (int j = 0; j < n; j++) y[j] = dot(w + static_cast<size_t>(j) * k_dim, x, k_dim);
+  int j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const float* rows[4];
+    for (int r = 0; r < 4; r++) rows[r] = w + static_cast<size_t>(j + r) * k_dim;
+    dot4(rows, x, k_dim, y + j);
+  }
+  for (; j < n; j++) y[j] = dot(w + static_cast<size_t>(j) * k_dim, x, k_dim);
 }
 
 inline std::vector<int> int_values_of(const mx::array& a) {
