@@ -62,10 +62,11 @@ def _wheel_libraries() -> Iterator[str]:
 
 
 def _missing_notice() -> str:
-    wheel = "pip install 'ds4mlx[blas]' or " if platform.machine() in ("x86_64", "AMD64") \
-        else ""
-    return (f"ds4mlx: no optimised BLAS found ({wheel}apt-get install libopenblas0-pthread); "
-            "CPU matmuls will be slow")
+    wheel = "pip install 'ds4mlx[blas]' or " if platform.machine() in ("x86_64", "AMD64") else ""
+    return (
+        f"ds4mlx: no optimised BLAS found ({wheel}apt-get install libopenblas0-pthread); "
+        "CPU matmuls will be slow"
+    )
 
 
 def load_optimised_blas() -> str | None:
@@ -78,8 +79,7 @@ def load_optimised_blas() -> str | None:
     if choice.lower() == "none":
         return None
     if "mlx.core" in sys.modules:
-        _pending_notice = ("ds4mlx: mlx was imported before ds4mlx; cannot preload an "
-                           "optimised BLAS")
+        _pending_notice = "ds4mlx: mlx was imported before ds4mlx; cannot preload an optimised BLAS"
         return None
     os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "14")  # read when the library loads
     failures = []
@@ -98,8 +98,11 @@ def load_optimised_blas() -> str | None:
         loaded_blas = path
         return path
     if choice:
-        _pending_notice = failures[0] if failures else (
-            f"ds4mlx: DS4MLX_BLAS={choice} not found; using MLX's bundled BLAS (slow)")
+        _pending_notice = (
+            failures[0]
+            if failures
+            else (f"ds4mlx: DS4MLX_BLAS={choice} not found; using MLX's bundled BLAS (slow)")
+        )
     else:
         _pending_notice = "\n".join([*failures, _missing_notice()])
     return None

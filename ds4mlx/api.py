@@ -27,16 +27,23 @@ def resolve_weights_dtype(weights_dtype: str) -> str:
     if weights_dtype == "auto":
         return DEFAULT_WEIGHT_MODE
     if weights_dtype not in WEIGHT_MODES:
-        raise ValueError(f"weights_dtype must be auto or one of {WEIGHT_MODES}, "
-                         f"got '{weights_dtype}'")
+        raise ValueError(
+            f"weights_dtype must be auto or one of {WEIGHT_MODES}, got '{weights_dtype}'"
+        )
     return weights_dtype
 
 
 class LoadedModel:
     """A model loaded from a GGUF file, with its tokenizer and chat format."""
 
-    def __init__(self, path: Path, gguf_file: GGUFFile, network, weights_dtype: str,
-                 experts: ExpertStore | None = None):
+    def __init__(
+        self,
+        path: Path,
+        gguf_file: GGUFFile,
+        network,
+        weights_dtype: str,
+        experts: ExpertStore | None = None,
+    ):
         self.path = path
         self.gguf = gguf_file
         self.network = network
@@ -48,7 +55,8 @@ class LoadedModel:
         self.tokenizer: Tokenizer | NumericTokenizer = load_tokenizer(gguf_file)
         # Fixtures with llama.cpp's dummy vocabulary have no chat format: prompts stay raw.
         self.chat_format: ChatFormat | None = (
-            None if isinstance(self.tokenizer, NumericTokenizer)
+            None
+            if isinstance(self.tokenizer, NumericTokenizer)
             else chat_format_for_arch(gguf_file.arch)
         )
 
@@ -58,8 +66,10 @@ class LoadedModel:
 
     def args_summary(self) -> str:
         a = self.args
-        return (f"{self.gguf.arch}, {a.num_layers} layers, d={a.hidden_size}, "
-                f"vocab {a.vocab_size}, weights {self.weights_dtype}")
+        return (
+            f"{self.gguf.arch}, {a.num_layers} layers, d={a.hidden_size}, "
+            f"vocab {a.vocab_size}, weights {self.weights_dtype}"
+        )
 
     def render_user_prompt(self, text: str) -> str:
         """``text`` as one user turn followed by the assistant prompt, in the model's template."""
@@ -137,15 +147,15 @@ def load_model(
     if progress is not None:
         total = sum(info.nbytes for info in gguf_file.layout.tensors.values())
         if experts is not None and experts.stream:  # routed experts are not loaded now
-            total -= sum(info.nbytes for name, info in gguf_file.layout.tensors.items()
-                         if "_exps." in name)
+            total -= sum(
+                info.nbytes for name, info in gguf_file.layout.tensors.items() if "_exps." in name
+            )
         reporter = _LoadProgress(total, progress)
 
     gguf_file.on_tensor_loaded = reporter
     try:
         shard = {} if ranks is None else {"ranks": ranks}
-        network = model_class.from_gguf(gguf_file, weights_dtype=dtype, expert_store=store,
-                                        **shard)
+        network = model_class.from_gguf(gguf_file, weights_dtype=dtype, expert_store=store, **shard)
         gguf_file.on_tensor_loaded = None
         if reporter is not None:
             reporter.finish()
@@ -157,8 +167,9 @@ def load_model(
     return LoadedModel(path, gguf_file, network, dtype, store)
 
 
-def _sharded_model_class(gguf_file: GGUFFile, path: Path, ranks: RankGroup,
-                         experts: ExpertOptions | None):
+def _sharded_model_class(
+    gguf_file: GGUFFile, path: Path, ranks: RankGroup, experts: ExpertOptions | None
+):
     """The sharded model class for ``gguf_file``, after checking that every rank opened the
     same file (a collective: all ranks must get here)."""
     from ds4mlx.distributed import check_same_model
@@ -166,9 +177,9 @@ def _sharded_model_class(gguf_file: GGUFFile, path: Path, ranks: RankGroup,
 
     check_same_model(ranks, path)
     if gguf_file.arch != "deepseek4":
-        raise GGUFError(f"{path}: --distributed supports deepseek4 models, not "
-                        f"'{gguf_file.arch}'")
+        raise GGUFError(f"{path}: --distributed supports deepseek4 models, not '{gguf_file.arch}'")
     if experts is not None and experts.stream:
-        raise ValueError("--distributed keeps each rank's routed experts resident; "
-                         "drop --ssd-stream")
+        raise ValueError(
+            "--distributed keeps each rank's routed experts resident; drop --ssd-stream"
+        )
     return ShardedModel

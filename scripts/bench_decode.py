@@ -20,8 +20,9 @@ from ds4mlx.bench.machine import machine_description
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-m", "--model", required=True)
-    parser.add_argument("--contexts", default="128",
-                        help="comma-separated prompt lengths for prefill (default 128)")
+    parser.add_argument(
+        "--contexts", default="128", help="comma-separated prompt lengths for prefill (default 128)"
+    )
     parser.add_argument("-n", "--n-decode", type=int, default=64)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
@@ -31,11 +32,11 @@ def main() -> None:
 
     model = ds4mlx.load_model(args.model, weights_dtype=args.weights_dtype)
     print(f"machine: {machine_description()}")
-    print(f"model: {args.model}; decode {args.n_decode} tokens, median of {args.runs} "
-          f"(min..max)\n")
+    print(f"model: {args.model}; decode {args.n_decode} tokens, median of {args.runs} (min..max)\n")
     rows = [measure_ds4mlx(model, contexts, args.n_decode, args.runs)]
-    peer = measure_llamacpp(args.model, model.args.vocab_size, contexts, args.n_decode,
-                            args.runs, args.threads)
+    peer = measure_llamacpp(
+        args.model, model.args.vocab_size, contexts, args.n_decode, args.runs, args.threads
+    )
     if isinstance(peer, str):
         print(f"(llama.cpp peer not measured: {peer})\n")
     else:

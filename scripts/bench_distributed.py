@@ -31,8 +31,9 @@ def run(n: int, args: argparse.Namespace, out: Path) -> dict:
     probe = ["--model", args.model, "-n", str(args.n_decode), "--out", str(out)]
     if args.drafter:
         probe += ["--drafter", args.drafter]
-    result = launch_local(n, "ds4mlx.bench.distributed_probe",
-                          probe + (["--single"] if n == 1 else []), args.timeout)
+    result = launch_local(
+        n, "ds4mlx.bench.distributed_probe", probe + (["--single"] if n == 1 else []), args.timeout
+    )
     path = out / "rank0.json"
     if not path.is_file():
         raise SystemExit(f"{n} rank(s) failed (rc {result.returncode}):\n{result.stderr}")
@@ -42,17 +43,32 @@ def run(n: int, args: argparse.Namespace, out: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-m", "--model", default=str(ASSETS / "ds4-tiny.gguf"))
-    parser.add_argument("--drafter", default=str(ASSETS / "ds4-tiny-dspark.gguf"),
-                        help="DSpark support GGUF ('' for none)")
+    parser.add_argument(
+        "--drafter",
+        default=str(ASSETS / "ds4-tiny-dspark.gguf"),
+        help="DSpark support GGUF ('' for none)",
+    )
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("-n", "--n-decode", type=int, default=32)
     parser.add_argument("--timeout", type=float, default=600.0)
-    parser.add_argument("--link-gbit", type=float, default=40.0,
-                        help="modelled link bandwidth in Gbit/s (default 40: Thunderbolt 4)")
-    parser.add_argument("--link-efficiency", type=float, default=0.5,
-                        help="share of the nominal bandwidth TCP over the link reaches")
-    parser.add_argument("--latency-us", type=float, default=50.0,
-                        help="modelled latency of one small all_sum in microseconds")
+    parser.add_argument(
+        "--link-gbit",
+        type=float,
+        default=40.0,
+        help="modelled link bandwidth in Gbit/s (default 40: Thunderbolt 4)",
+    )
+    parser.add_argument(
+        "--link-efficiency",
+        type=float,
+        default=0.5,
+        help="share of the nominal bandwidth TCP over the link reaches",
+    )
+    parser.add_argument(
+        "--latency-us",
+        type=float,
+        default=50.0,
+        help="modelled latency of one small all_sum in microseconds",
+    )
     args = parser.parse_args()
 
     margs = ModelArgs.from_gguf(open_gguf(args.model))
@@ -70,21 +86,29 @@ def main() -> None:
     comm_s = allsums * args.latency_us * 1e-6 + wire / bandwidth
     compute_s = 1.0 / one["greedy_decode_tps"] / n
 
-    print(f"model {args.model}: {margs.num_layers} layers, d={margs.hidden_size}, "
-          f"{margs.n_experts} experts; {args.n_decode} greedy tokens")
+    print(
+        f"model {args.model}: {margs.num_layers} layers, d={margs.hidden_size}, "
+        f"{margs.n_experts} experts; {args.n_decode} greedy tokens"
+    )
     print("| ranks | greedy tok/s | DSpark tok/s | weights/rank MiB | peak RSS/rank MiB |")
     print("|---|---|---|---|---|")
     for ranks, rep in ((1, one), (n, many)):
         dspark = f"{rep['dspark_decode_tps']:.1f}" if "dspark_decode_tps" in rep else "-"
-        print(f"| {ranks} | {rep['greedy_decode_tps']:.1f} | {dspark} | "
-              f"{rep['weight_bytes'] / 2**20:.1f} | {rep['peak_rss_bytes'] / 2**20:.0f} |")
-    print(f"all_sum payload per decode token: {payload / 1024:.1f} KiB in {allsums} all_sums "
-          f"(expected {expected / 1024:.1f} KiB); ring wire bytes per rank "
-          f"{wire / 1024:.1f} KiB")
-    print(f"model of a {n}-machine link ({args.link_gbit:g} Gbit/s at "
-          f"{args.link_efficiency:.0%}, {args.latency_us:g} us per all_sum): "
-          f"{comm_s * 1e3:.2f} ms/token communication + {compute_s * 1e3:.2f} ms/token compute "
-          f"(1-rank time / {n}) = {1 / (comm_s + compute_s):.1f} tok/s projected")
+        print(
+            f"| {ranks} | {rep['greedy_decode_tps']:.1f} | {dspark} | "
+            f"{rep['weight_bytes'] / 2**20:.1f} | {rep['peak_rss_bytes'] / 2**20:.0f} |"
+        )
+    print(
+        f"all_sum payload per decode token: {payload / 1024:.1f} KiB in {allsums} all_sums "
+        f"(expected {expected / 1024:.1f} KiB); ring wire bytes per rank "
+        f"{wire / 1024:.1f} KiB"
+    )
+    print(
+        f"model of a {n}-machine link ({args.link_gbit:g} Gbit/s at "
+        f"{args.link_efficiency:.0%}, {args.latency_us:g} us per all_sum): "
+        f"{comm_s * 1e3:.2f} ms/token communication + {compute_s * 1e3:.2f} ms/token compute "
+        f"(1-rank time / {n}) = {1 / (comm_s + compute_s):.1f} tok/s projected"
+    )
     if "greedy" in one and one["greedy"] != many["greedy"]:
         raise SystemExit("error: the ranks' greedy output differs from one process")
 

@@ -29,8 +29,12 @@ def main() -> None:
     parser.add_argument("--size-mb", type=float, default=256, help="routed experts to write")
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--tokens", type=int, default=16, help="decoded tokens per run")
-    parser.add_argument("--runs", type=int, default=3,
-                        help="timed runs per configuration (median t/s, min..max shown)")
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=3,
+        help="timed runs per configuration (median t/s, min..max shown)",
+    )
     args = parser.parse_args()
     if args.runs < 1 or args.tokens < 1:
         parser.error("--runs and --tokens must be at least 1")
@@ -38,17 +42,26 @@ def main() -> None:
         path = args.model
         if path is None:
             path = Path(tmp) / "synthetic.gguf"
-            experts = experts_for_size(int(args.size_mb * 2**20), layers=args.layers,
-                                       hidden=1024, expert_ff=1024, qtype=EXPERT_TYPES["Q4_K"])
+            experts = experts_for_size(
+                int(args.size_mb * 2**20),
+                layers=args.layers,
+                hidden=1024,
+                expert_ff=1024,
+                qtype=EXPERT_TYPES["Q4_K"],
+            )
             write_synthetic_moe(path, layers=args.layers, experts=experts, vocab=512)
         results = bench_experts(path, n_tokens=args.tokens, runs=args.runs, skipped=print)
-        print(f"model {path.name}: {path.stat().st_size / 2**20:.0f} MiB file, routed experts "
-              f"{results[0].routed / 2**20:.0f} MiB as computed; {args.tokens} decoded tokens "
-              f"per run, {args.runs} runs per configuration in rounds\n")
+        print(
+            f"model {path.name}: {path.stat().st_size / 2**20:.0f} MiB file, routed experts "
+            f"{results[0].routed / 2**20:.0f} MiB as computed; {args.tokens} decoded tokens "
+            f"per run, {args.runs} runs per configuration in rounds\n"
+        )
         print(markdown_table(results))
-        print("\nwarm: a warm-up generation on another prompt filled the expert cache and the "
-              "OS page cache first; cold: an empty expert cache, and the file's pages dropped "
-              "with posix_fadvise(DONTNEED) before loading (first reads come from the disk).")
+        print(
+            "\nwarm: a warm-up generation on another prompt filled the expert cache and the "
+            "OS page cache first; cold: an empty expert cache, and the file's pages dropped "
+            "with posix_fadvise(DONTNEED) before loading (first reads come from the disk)."
+        )
 
 
 if __name__ == "__main__":

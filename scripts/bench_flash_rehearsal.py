@@ -84,6 +84,7 @@ class PrimitiveCounter:
                 else:
                     counter.names.update(names)
                 return real(*arrays)
+
             return evaluate
 
         def batches(store, layer, indices):
@@ -137,8 +138,11 @@ def main() -> int:
     GGUFFile.mark_loaded = counting_mark_loaded
     started = time.perf_counter()
     try:
-        model = load_model(args.model, weights_dtype="native",
-                           experts=ExpertOptions(stream=True, cache_gib=args.expert_cache))
+        model = load_model(
+            args.model,
+            weights_dtype="native",
+            experts=ExpertOptions(stream=True, cache_gib=args.expert_cache),
+        )
     finally:
         GGUFFile.mark_loaded = mark_loaded
     load_s = time.perf_counter() - started
@@ -154,8 +158,10 @@ def main() -> int:
     started = time.perf_counter()
     token = int(np.argmax(session.feed(prompt)[-1]))
     ttft = time.perf_counter() - started
-    progress(f"first token after {ttft:.1f} s ({len(prompt)} prompt tokens), RSS "
-             f"{format_size(proc_status_bytes('VmRSS'))}")
+    progress(
+        f"first token after {ttft:.1f} s ({len(prompt)} prompt tokens), RSS "
+        f"{format_size(proc_status_bytes('VmRSS'))}"
+    )
     generated = [token]
     after_prefill = store.stats()
     steps, primitives, slab_primitives, top = [], None, None, {}
@@ -169,8 +175,10 @@ def main() -> int:
         else:
             logits = session.feed([token])
         steps.append(time.perf_counter() - started)
-        progress(f"decode step {step + 1}: {steps[-1]:.1f} s, RSS "
-                 f"{format_size(proc_status_bytes('VmRSS'))}, {store.stats().summary()}")
+        progress(
+            f"decode step {step + 1}: {steps[-1]:.1f} s, RSS "
+            f"{format_size(proc_status_bytes('VmRSS'))}, {store.stats().summary()}"
+        )
         token = int(np.argmax(logits[-1]))
         generated.append(token)
     final = store.stats()
@@ -210,20 +218,30 @@ def main() -> int:
     }
     figures["rchar_share_of_file"] = figures["rchar"] / plan.file_bytes
     print(describe(plan, []))
-    print(f"load {figures['load_s']} s | RSS after load {format_size(rss_loaded)} | peak RSS "
-          f"{format_size(figures['peak_rss_bytes'])} vs bound {format_size(bound)} (dense "
-          f"{format_size(plan.dense_bytes)} + cache budget {format_size(budget)} + 10%)")
-    print(f"TTFT {figures['ttft_s']} s ({len(prompt)} prompt tokens) | decode "
-          f"{figures['decode_s_per_token']} s/token, mean {figures['mean_s_per_token']}")
-    print(f"experts: read {format_size(figures['expert_bytes_read_per_decode_token'])} per "
-          f"decoded token, decode hit rate {figures['decode_hit_rate']}, prefill read "
-          f"{format_size(after_prefill.bytes_read)} | {final.summary()}")
-    print(f"primitives per decode step ({model.args.num_layers} layers): {primitives} (+ "
-          f"{slab_primitives} writing experts into the slab); most frequent: {top}")
+    print(
+        f"load {figures['load_s']} s | RSS after load {format_size(rss_loaded)} | peak RSS "
+        f"{format_size(figures['peak_rss_bytes'])} vs bound {format_size(bound)} (dense "
+        f"{format_size(plan.dense_bytes)} + cache budget {format_size(budget)} + 10%)"
+    )
+    print(
+        f"TTFT {figures['ttft_s']} s ({len(prompt)} prompt tokens) | decode "
+        f"{figures['decode_s_per_token']} s/token, mean {figures['mean_s_per_token']}"
+    )
+    print(
+        f"experts: read {format_size(figures['expert_bytes_read_per_decode_token'])} per "
+        f"decoded token, decode hit rate {figures['decode_hit_rate']}, prefill read "
+        f"{format_size(after_prefill.bytes_read)} | {final.summary()}"
+    )
+    print(
+        f"primitives per decode step ({model.args.num_layers} layers): {primitives} (+ "
+        f"{slab_primitives} writing experts into the slab); most frequent: {top}"
+    )
     print(f"loader converted {format_size(sum(converted))} of tensors through the memory map")
-    print(f"/proc/self/io: rchar {format_size(figures['rchar'])} "
-          f"({figures['rchar_share_of_file']:.2%} of the {format_size(plan.file_bytes)} file), "
-          f"read_bytes {format_size(figures['read_bytes'])}")
+    print(
+        f"/proc/self/io: rchar {format_size(figures['rchar'])} "
+        f"({figures['rchar_share_of_file']:.2%} of the {format_size(plan.file_bytes)} file), "
+        f"read_bytes {format_size(figures['read_bytes'])}"
+    )
     print(f"tokens {generated} -> {figures['text']!r}")
     if args.json:
         args.json.write_text(json.dumps(figures, indent=1) + "\n")

@@ -34,8 +34,12 @@ def measure(network, state, tokens: list[int], steps: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-m", "--model", required=True)
-    parser.add_argument("--context", type=int, default=32,
-                        help="prompt tokens before the measured step (default 32)")
+    parser.add_argument(
+        "--context",
+        type=int,
+        default=32,
+        help="prompt tokens before the measured step (default 32)",
+    )
     parser.add_argument("--verify-rows", type=int, default=6)
     parser.add_argument("--steps", type=int, default=30, help="timed repeats (median)")
     parser.add_argument("--weights-dtype", default="auto", choices=("auto", "f32", "native"))
@@ -48,8 +52,9 @@ def main() -> None:
     session.feed([(i * 7919 + 13) % vocab for i in range(args.context)])
     network, state = model.network, session.state
     decode = measure(network, state, [1], args.steps)
-    verify = measure(network, state, [(i * 31 + 7) % vocab for i in range(args.verify_rows)],
-                     args.steps)
+    verify = measure(
+        network, state, [(i * 31 + 7) % vocab for i in range(args.verify_rows)], args.steps
+    )
     ratios = getattr(model.args, "compress_ratios", None)
     flash = None
     if ratios is not None and set(FLASH_RATIOS) <= set(ratios[: len(network.blocks)]):
@@ -76,11 +81,15 @@ def main() -> None:
     print("|---|---:|---:|" + "---:|" * len(BLOCKS) + "---:|---:|")
     for name, row in (("decode", decode), (f"verify {args.verify_rows}", verify)):
         blocks = " | ".join(str(row["per_block"][b]) for b in BLOCKS)
-        print(f"| {name} | {row['rows']} | {row['primitives']} | {blocks} | "
-              f"{row['build_ms']:.2f} | {row['eval_ms']:.2f} |")
+        print(
+            f"| {name} | {row['rows']} | {row['primitives']} | {blocks} | "
+            f"{row['build_ms']:.2f} | {row['eval_ms']:.2f} |"
+        )
     print("\nper layer (decode): " + ", ".join(f"{k}: {v}" for k, v in decode["per_layer"].items()))
-    print("most frequent (decode): " + ", ".join(f"{k} {v}"
-                                                  for k, v in decode["top_primitives"].items()))
+    print(
+        "most frequent (decode): "
+        + ", ".join(f"{k} {v}" for k, v in decode["top_primitives"].items())
+    )
     if flash is not None:
         print(f"\nprojected to DeepSeek-V4-Flash's 43 layers: {flash} primitives per token")
 

@@ -28,8 +28,10 @@ from ds4mlx.cli.options import DEFAULT_MODEL
 
 import httpx
 
-SENTENCE = ("The {i}th reader of the build log found that the compiler had warned about "
-            "an unused variable in module {i} and fixed it before the release. ")
+SENTENCE = (
+    "The {i}th reader of the build log found that the compiler had warned about "
+    "an unused variable in module {i} and fixed it before the release. "
+)
 
 
 @dataclass(frozen=True)
@@ -46,8 +48,7 @@ def long_prompt(tag: str, tokens: int, client: httpx.Client, url: str) -> str:
     i = 0
     while True:
         chunk = "".join(SENTENCE.format(i=i + k) for k in range(20))
-        count = len(client.post(f"{url}/tokenize", json={"content": text + chunk})
-                    .json()["tokens"])
+        count = len(client.post(f"{url}/tokenize", json={"content": text + chunk}).json()["tokens"])
         if count > tokens:
             return text
         text += chunk
@@ -55,8 +56,14 @@ def long_prompt(tag: str, tokens: int, client: httpx.Client, url: str) -> str:
 
 
 def complete(client: httpx.Client, url: str, prompt: str, max_tokens: int) -> Measure:
-    body = {"model": "default", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
-            "stream": True, "stream_options": {"include_usage": True}}
+    body = {
+        "model": "default",
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     start = time.perf_counter()
     first: float | None = None
     text, usage = "", {}
@@ -72,12 +79,15 @@ def complete(client: httpx.Client, url: str, prompt: str, max_tokens: int) -> Me
                 text += choice.get("text") or ""
             usage = chunk.get("usage") or usage
     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
-    return Measure(first if first is not None else time.perf_counter() - start,
-                   usage.get("prompt_tokens", 0), cached, text)
+    return Measure(
+        first if first is not None else time.perf_counter() - start,
+        usage.get("prompt_tokens", 0),
+        cached,
+        text,
+    )
 
 
-def one_round(model: str, tokens: int, max_tokens: int, flags: list[str]
-              ) -> dict[str, Measure]:
+def one_round(model: str, tokens: int, max_tokens: int, flags: list[str]) -> dict[str, Measure]:
     with tempfile.TemporaryDirectory(prefix="kv-bench-") as folder:
         server_flags = [*flags, "--kv-disk-dir", folder]
         with httpx.Client(timeout=3600) as client:
@@ -92,13 +102,13 @@ def one_round(model: str, tokens: int, max_tokens: int, flags: list[str]
                 disk = complete(client, url, prompt, max_tokens)
         sizes = ", ".join(f"{f.stat().st_size / 2**20:.1f}" for f in files)
         print(f"snapshot files before the restart: {len(files)} ({sizes} MiB)")
-        return {"cold": cold, "warm, from memory": memory, "warm, from disk after a restart":
-                disk}
+        return {"cold": cold, "warm, from memory": memory, "warm, from disk after a restart": disk}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("-m", "--model", default=str(DEFAULT_MODEL))
     parser.add_argument("--tokens", type=int, default=4096, help="prompt length (default 4096)")
     parser.add_argument("--max-tokens", type=int, default=8)
@@ -108,16 +118,21 @@ def main() -> None:
     args = parser.parse_args()
     flags = ["-c", str(args.ctx), "--temp", "0", *args.flags]
     print(f"machine: {machine_description()}")
-    print(f"model: {Path(args.model).name}; a {args.tokens}-token prompt, {args.max_tokens} "
-          f"tokens generated, median of {args.repeats} rounds; ds4-server {' '.join(flags)}")
-    rounds = [one_round(args.model, args.tokens, args.max_tokens, flags)
-              for _ in range(args.repeats)]
+    print(
+        f"model: {Path(args.model).name}; a {args.tokens}-token prompt, {args.max_tokens} "
+        f"tokens generated, median of {args.repeats} rounds; ds4-server {' '.join(flags)}"
+    )
+    rounds = [
+        one_round(args.model, args.tokens, args.max_tokens, flags) for _ in range(args.repeats)
+    ]
     print("| case | time to first token (s) | prompt tokens | cached tokens |")
     print("|---|---|---|---|")
     for case in rounds[0]:
         measures = [r[case] for r in rounds]
-        print(f"| {case} | {statistics.median(m.first_token for m in measures):.3f} | "
-              f"{measures[0].prompt_tokens} | {measures[0].cached_tokens} |")
+        print(
+            f"| {case} | {statistics.median(m.first_token for m in measures):.3f} | "
+            f"{measures[0].prompt_tokens} | {measures[0].cached_tokens} |"
+        )
     texts = {m.text for r in rounds for m in r.values()}
     print(f"generated texts: {'all equal' if len(texts) == 1 else f'{len(texts)} different'}")
 

@@ -32,9 +32,13 @@ from ds4mlx.cli.options import DEFAULT_MODEL
 import httpx
 
 MODEL_ID = "bench"
-PROMPTS = ["def add_{index}(a, b):\n", "import os\n\n\ndef list_files_{index}(path):\n",
-           "class Stack{index}:\n    def __init__(self):\n",
-           "# Read the file and count its lines ({index})\n", "for i in range({index}):\n"]
+PROMPTS = [
+    "def add_{index}(a, b):\n",
+    "import os\n\n\ndef list_files_{index}(path):\n",
+    "class Stack{index}:\n    def __init__(self):\n",
+    "# Read the file and count its lines ({index})\n",
+    "for i in range({index}):\n",
+]
 
 
 @dataclass(frozen=True)
@@ -55,10 +59,16 @@ class Run:
         latencies = [o.latency for o in self.outcomes]
         firsts = [o.first_token for o in self.outcomes]
         tokens = sum(o.tokens for o in self.outcomes)
-        return [self.setting, f"{self.wall:.1f}", f"{len(self.outcomes) / self.wall:.2f}",
-                f"{tokens / self.wall:.1f}", f"{percentile(latencies, 50):.2f}",
-                f"{percentile(latencies, 99):.2f}", f"{percentile(firsts, 50):.2f}",
-                f"{percentile(firsts, 99):.2f}"]
+        return [
+            self.setting,
+            f"{self.wall:.1f}",
+            f"{len(self.outcomes) / self.wall:.2f}",
+            f"{tokens / self.wall:.1f}",
+            f"{percentile(latencies, 50):.2f}",
+            f"{percentile(latencies, 99):.2f}",
+            f"{percentile(firsts, 50):.2f}",
+            f"{percentile(firsts, 99):.2f}",
+        ]
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -70,13 +80,17 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
-async def one_request(client: httpx.AsyncClient, url: str, index: int,
-                      max_tokens: int) -> Outcome:
+async def one_request(client: httpx.AsyncClient, url: str, index: int, max_tokens: int) -> Outcome:
     # Raw completions: the tiny model answers chat prompts with tool-call markup, which arrives
     # only once complete, while raw code prompts stream text token by token.
-    body = {"model": MODEL_ID, "stream": True, "max_tokens": max_tokens, "temperature": 0,
-            "stream_options": {"include_usage": True},
-            "prompt": PROMPTS[index % len(PROMPTS)].format(index=index)}
+    body = {
+        "model": MODEL_ID,
+        "stream": True,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream_options": {"include_usage": True},
+        "prompt": PROMPTS[index % len(PROMPTS)].format(index=index),
+    }
     start = time.perf_counter()
     first, tokens, text = None, 0, ""
     async with client.stream("POST", f"{url}/v1/completions", json=body) as response:
@@ -84,7 +98,7 @@ async def one_request(client: httpx.AsyncClient, url: str, index: int,
         async for line in response.aiter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
-            chunk = json.loads(line[len("data: "):])
+            chunk = json.loads(line[len("data: ") :])
             for choice in chunk["choices"]:
                 if choice["text"] and first is None:
                     first = time.perf_counter() - start
@@ -95,15 +109,19 @@ async def one_request(client: httpx.AsyncClient, url: str, index: int,
     return Outcome(latency, latency if first is None else first, tokens, text)
 
 
-async def load(url: str, n_requests: int, max_tokens: int, concurrent: bool = True
-               ) -> tuple[float, list[Outcome]]:
+async def load(
+    url: str, n_requests: int, max_tokens: int, concurrent: bool = True
+) -> tuple[float, list[Outcome]]:
     limits = httpx.Limits(max_connections=n_requests + 4)
     async with httpx.AsyncClient(timeout=None, limits=limits) as client:
         await one_request(client, url, n_requests, 4)  # warm-up, outside the measurement
         start = time.perf_counter()
         if concurrent:
-            outcomes = list(await asyncio.gather(*(one_request(client, url, i, max_tokens)
-                                                   for i in range(n_requests))))
+            outcomes = list(
+                await asyncio.gather(
+                    *(one_request(client, url, i, max_tokens) for i in range(n_requests))
+                )
+            )
         else:
             outcomes = [await one_request(client, url, i, max_tokens) for i in range(n_requests)]
         return time.perf_counter() - start, outcomes
@@ -118,18 +136,19 @@ def server_rss_mib(url: str) -> float:
             status = (process / "status").read_text()
         except OSError:
             continue
-        if "ds4mlx.cli.server" in argv and any(argv[i:i + 2] == flag
-                                               for i in range(len(argv) - 1)):
-            kib = next(line.split()[1] for line in status.splitlines()
-                       if line.startswith("VmRSS:"))
+        if "ds4mlx.cli.server" in argv and any(
+            argv[i : i + 2] == flag for i in range(len(argv) - 1)
+        ):
+            kib = next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:"))
             return int(kib) / 1024
     raise RuntimeError(f"no ds4-server process for {url}")
 
 
 def chat_body(content_bytes: int) -> bytes:
     content = "hello world " * (content_bytes // 12)
-    return json.dumps({"model": MODEL_ID, "max_tokens": 4,
-                       "messages": [{"role": "user", "content": content}]}).encode()
+    return json.dumps(
+        {"model": MODEL_ID, "max_tokens": 4, "messages": [{"role": "user", "content": content}]}
+    ).encode()
 
 
 async def refused_body(url: str, body: bytes) -> tuple[int, float, float]:
@@ -147,8 +166,9 @@ async def refused_body(url: str, body: bytes) -> tuple[int, float, float]:
 
         prober = asyncio.create_task(probe())
         started = time.perf_counter()
-        response = await client.post(f"{url}/v1/chat/completions", content=body,
-                                     headers={"content-type": "application/json"})
+        response = await client.post(
+            f"{url}/v1/chat/completions", content=body, headers={"content-type": "application/json"}
+        )
         seconds = time.perf_counter() - started
         done.set()
         await prober
@@ -157,58 +177,89 @@ async def refused_body(url: str, body: bytes) -> tuple[int, float, float]:
 
 def hostile(url: str) -> None:
     status, seconds, health = asyncio.run(refused_body(url, chat_body(12 * 2**20)))
-    print(f"12 MB chat body: {status} in {seconds:.2f} s; slowest /health meanwhile "
-          f"{health * 1000:.0f} ms")
+    print(
+        f"12 MB chat body: {status} in {seconds:.2f} s; slowest /health meanwhile "
+        f"{health * 1000:.0f} ms"
+    )
     before = server_rss_mib(url)
     big = chat_body(24 * 2**20)
     statuses = [asyncio.run(refused_body(url, big))[0] for _ in range(10)]
     after = server_rss_mib(url)
-    print(f"ten 24 MB chat bodies: statuses {sorted(set(statuses))}; server RSS "
-          f"{before:.0f} MiB before, {after:.0f} MiB after ({after - before:+.0f} MiB)")
+    print(
+        f"ten 24 MB chat bodies: statuses {sorted(set(statuses))}; server RSS "
+        f"{before:.0f} MiB before, {after:.0f} MiB after ({after - before:+.0f} MiB)"
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("-m", "--model", default=str(DEFAULT_MODEL))
     parser.add_argument("--requests", type=int, default=50, help="concurrent requests (M)")
     parser.add_argument("--max-tokens", type=int, default=32)
-    parser.add_argument("--batched-session", type=int, default=8, metavar="N",
-                        help="the batched setting measured next to --batched-session 1")
+    parser.add_argument(
+        "--batched-session",
+        type=int,
+        default=8,
+        metavar="N",
+        help="the batched setting measured next to --batched-session 1",
+    )
     parser.add_argument("-c", "--ctx", type=int, default=1024)
-    parser.add_argument("server_flags", nargs="*",
-                        help="more ds4-server flags for both settings (after --)")
+    parser.add_argument(
+        "server_flags", nargs="*", help="more ds4-server flags for both settings (after --)"
+    )
     args = parser.parse_args()
     if args.requests < 1 or args.max_tokens < 1 or args.batched_session < 2:
         parser.error("--requests and --max-tokens must be positive, --batched-session >= 2")
 
     print(f"machine: {machine_description()}")
-    print(f"model: {Path(args.model).name}; {args.requests} streamed requests, "
-          f"max_tokens {args.max_tokens}, greedy\n")
+    print(
+        f"model: {Path(args.model).name}; {args.requests} streamed requests, "
+        f"max_tokens {args.max_tokens}, greedy\n"
+    )
     runs = []
     for sessions in (1, args.batched_session):
-        flags = ["--alias", MODEL_ID, "-c", str(args.ctx), "--batched-session", str(sessions),
-                 *args.server_flags]
+        flags = [
+            "--alias",
+            MODEL_ID,
+            "-c",
+            str(args.ctx),
+            "--batched-session",
+            str(sessions),
+            *args.server_flags,
+        ]
         with server_process(args.model, flags) as url:
             if sessions == 1:
                 hostile(url)
                 print()
-                wall, outcomes = asyncio.run(load(url, args.requests, args.max_tokens,
-                                                  concurrent=False))
+                wall, outcomes = asyncio.run(
+                    load(url, args.requests, args.max_tokens, concurrent=False)
+                )
                 runs.append(Run("--batched-session 1, one after another", wall, outcomes))
             wall, outcomes = asyncio.run(load(url, args.requests, args.max_tokens))
             runs.append(Run(f"--batched-session {sessions}, all at once", wall, outcomes))
 
-    header = ["setting", "wall s", "req/s", "tok/s", "p50 latency s", "p99 latency s",
-              "p50 TTFT s", "p99 TTFT s"]
+    header = [
+        "setting",
+        "wall s",
+        "req/s",
+        "tok/s",
+        "p50 latency s",
+        "p99 latency s",
+        "p50 TTFT s",
+        "p99 TTFT s",
+    ]
     print("| " + " | ".join(header) + " |")
     print("|" + "|".join("---" for _ in header) + "|")
     for run in runs:
         print("| " + " | ".join(run.row()) + " |")
     texts = [[o.text for o in run.outcomes] for run in runs]
     same = sum(len({run[i] for run in texts}) == 1 for i in range(args.requests))
-    print(f"\n{same}/{args.requests} outputs identical across settings; batched speed-up "
-          f"{runs[1].wall / runs[2].wall:.2f}x in wall time over the unbatched concurrent run")
+    print(
+        f"\n{same}/{args.requests} outputs identical across settings; batched speed-up "
+        f"{runs[1].wall / runs[2].wall:.2f}x in wall time over the unbatched concurrent run"
+    )
 
 
 if __name__ == "__main__":

@@ -31,12 +31,17 @@ def main() -> None:
     parser.add_argument("--dflash", type=Path, default=defaults.dflash)
     parser.add_argument("--mtp", type=Path, default=defaults.mtp)
     parser.add_argument("--mtp-draft", type=int, default=defaults.mtp_draft)
-    parser.add_argument("--glm", type=str, default=str(defaults.glm),
-                        help="a glm5-next GGUF with its NextN layer ('' to skip)")
+    parser.add_argument(
+        "--glm",
+        type=str,
+        default=str(defaults.glm),
+        help="a glm5-next GGUF with its NextN layer ('' to skip)",
+    )
     parser.add_argument("-n", "--max-tokens", type=int, default=64)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--prompts", default="all",
-                        help=f"comma-separated names ({','.join(ALL_PROMPTS)}) or 'all'")
+    parser.add_argument(
+        "--prompts", default="all", help=f"comma-separated names ({','.join(ALL_PROMPTS)}) or 'all'"
+    )
     parser.add_argument("--json", type=Path, help="also write the rows as JSON to this file")
     args = parser.parse_args()
 
@@ -44,9 +49,17 @@ def main() -> None:
     if not suite.selected_prompts(prompts):
         parser.error(f"--prompts {args.prompts}: no such prompt")
     config = suite.BenchConfig(
-        model=args.model, dspark=args.dspark, dflash=args.dflash, mtp=args.mtp,
-        mtp_draft=args.mtp_draft, glm=Path(args.glm) if args.glm else None,
-        max_tokens=args.max_tokens, runs=args.runs, prompts=prompts, peers=False)
+        model=args.model,
+        dspark=args.dspark,
+        dflash=args.dflash,
+        mtp=args.mtp,
+        mtp_draft=args.mtp_draft,
+        glm=Path(args.glm) if args.glm else None,
+        max_tokens=args.max_tokens,
+        runs=args.runs,
+        prompts=prompts,
+        peers=False,
+    )
 
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -56,8 +69,7 @@ def main() -> None:
     report, text, results = suite.run_speculation(config, progress)
     print(text)
     if args.json:
-        args.json.write_text(json.dumps({"machine": machine_description(), **report},
-                                        indent=1))
+        args.json.write_text(json.dumps({"machine": machine_description(), **report}, indent=1))
     sys.exit(0 if all(r.parity for r in results) else 1)
 
 

@@ -49,8 +49,9 @@ def build(out_dir: Path, max_stdlib_bytes: int, chat_samples: int, seed: int) ->
     out_dir.mkdir(parents=True, exist_ok=True)
     documents: list[tuple[str, str]] = []
     for path in stdlib_sources(max_stdlib_bytes):
-        documents.append((f"stdlib/{path.name}", path.read_text(encoding="utf-8",
-                                                                errors="replace")))
+        documents.append(
+            (f"stdlib/{path.name}", path.read_text(encoding="utf-8", errors="replace"))
+        )
     for path in sorted(PROSE_DIR.glob("*.txt")):
         documents.append((f"prose/{path.name}", path.read_text(encoding="utf-8")))
     stdlib_texts = [text for name, text in documents if name.startswith("stdlib/")]
@@ -61,8 +62,9 @@ def build(out_dir: Path, max_stdlib_bytes: int, chat_samples: int, seed: int) ->
     with open(out_dir / "corpus.jsonl", "w", encoding="utf-8") as handle:
         for name, text in documents:
             handle.write(json.dumps({"name": name, "text": text}, ensure_ascii=False) + "\n")
-            entries.append({"name": name, "bytes": len(text.encode()),
-                            "sha256": sha256(text.encode())})
+            entries.append(
+                {"name": name, "bytes": len(text.encode()), "sha256": sha256(text.encode())}
+            )
     manifest = {
         "python": sys.version.split()[0],
         "seed": seed,
@@ -83,13 +85,18 @@ def main() -> None:
     args = parser.parse_args()
     manifest = build(args.out, args.max_stdlib_bytes, args.chat_samples, args.seed)
     total = sum(d["bytes"] for d in manifest["documents"])
-    print(f"{len(manifest['documents'])} documents, {total / 1e6:.1f} MB, "
-          f"sha256 {manifest['corpus_sha256'][:16]}", file=sys.stderr)
+    print(
+        f"{len(manifest['documents'])} documents, {total / 1e6:.1f} MB, "
+        f"sha256 {manifest['corpus_sha256'][:16]}",
+        file=sys.stderr,
+    )
     if args.check:
         expected = json.loads(args.check.read_text())
         if expected["corpus_sha256"] != manifest["corpus_sha256"]:
-            raise SystemExit(f"corpus differs from {args.check} "
-                             f"(built with Python {expected['python']}, now {manifest['python']})")
+            raise SystemExit(
+                f"corpus differs from {args.check} "
+                f"(built with Python {expected['python']}, now {manifest['python']})"
+            )
         print("corpus matches the manifest", file=sys.stderr)
 
 

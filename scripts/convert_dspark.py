@@ -33,24 +33,37 @@ def main() -> int:
     parser.add_argument("dest", type=Path)
     parser.add_argument("--target", type=Path, required=True, help="the target model GGUF")
     parser.add_argument("--layout", choices=sorted(LAYOUTS), required=True)
-    parser.add_argument("--matrix-type", choices=MATRIX_TYPES, default="keep",
-                        help="how matrices are stored (default: as in the source)")
+    parser.add_argument(
+        "--matrix-type",
+        choices=MATRIX_TYPES,
+        default="keep",
+        help="how matrices are stored (default: as in the source)",
+    )
     args = parser.parse_args()
     if args.dest.resolve() == args.source.resolve():
         parser.error("write to another path (the source is memory-mapped while converting)")
     try:
         target = open_gguf(args.target)
         keep = args.matrix_type == "keep"
-        matrix_type = GGMLQuantizationType.Q8_0 if keep else GGMLQuantizationType[
-            args.matrix_type.upper()]
-        config = convert_dspark(args.source, args.dest, LAYOUTS[args.layout], target,
-                                ModelArgs.from_gguf(target), keep_types=keep,
-                                matrix_type=matrix_type)
+        matrix_type = (
+            GGMLQuantizationType.Q8_0 if keep else GGMLQuantizationType[args.matrix_type.upper()]
+        )
+        config = convert_dspark(
+            args.source,
+            args.dest,
+            LAYOUTS[args.layout],
+            target,
+            ModelArgs.from_gguf(target),
+            keep_types=keep,
+            matrix_type=matrix_type,
+        )
     except (GGUFError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    print(f"wrote {args.dest} ({args.layout} layout, block {config.block_size}, "
-          f"{config.stage_count} stages, target layers {list(config.target_layers)})")
+    print(
+        f"wrote {args.dest} ({args.layout} layout, block {config.block_size}, "
+        f"{config.stage_count} stages, target layers {list(config.target_layers)})"
+    )
     return 0
 
 

@@ -41,14 +41,39 @@ CONTEXT = 256
 F32 = GGMLQuantizationType.F32
 LAYERS = 3
 ARGS = ModelArgs(
-    vocab_size=64, hidden_size=16, num_layers=LAYERS, num_heads=2, head_dim=64, rope_dims=16,
-    q_lora_rank=8, o_groups=2, o_lora_rank=4, sliding_window=16, compress_ratios=(0, 4, 128),
-    rms_norm_eps=1e-6, rope_theta=10000.0, compress_rope_theta=160000.0,
-    rope_scaling_type="none", rope_freq_scale=1.0, rope_orig_ctx=CONTEXT, n_experts=4,
-    n_experts_used=2, n_shared_experts=1, expert_ff=8, expert_weights_scale=1.5,
-    expert_weights_norm=True, gating_func=GatingFunc.SQRT_SOFTPLUS,
-    swiglu_limits=(10.0,) * LAYERS, swiglu_limits_shared=(10.0,) * LAYERS, n_hash_layers=0,
-    index_heads=1, index_head_dim=64, index_topk=2, hc_mult=4, hc_sinkhorn_iters=3, hc_eps=1e-6,
+    vocab_size=64,
+    hidden_size=16,
+    num_layers=LAYERS,
+    num_heads=2,
+    head_dim=64,
+    rope_dims=16,
+    q_lora_rank=8,
+    o_groups=2,
+    o_lora_rank=4,
+    sliding_window=16,
+    compress_ratios=(0, 4, 128),
+    rms_norm_eps=1e-6,
+    rope_theta=10000.0,
+    compress_rope_theta=160000.0,
+    rope_scaling_type="none",
+    rope_freq_scale=1.0,
+    rope_orig_ctx=CONTEXT,
+    n_experts=4,
+    n_experts_used=2,
+    n_shared_experts=1,
+    expert_ff=8,
+    expert_weights_scale=1.5,
+    expert_weights_norm=True,
+    gating_func=GatingFunc.SQRT_SOFTPLUS,
+    swiglu_limits=(10.0,) * LAYERS,
+    swiglu_limits_shared=(10.0,) * LAYERS,
+    n_hash_layers=0,
+    index_heads=1,
+    index_head_dim=64,
+    index_topk=2,
+    hc_mult=4,
+    hc_sinkhorn_iters=3,
+    hc_eps=1e-6,
 )
 # llama.cpp's DeepSeek-V4 cache Hadamard-rotates indexer keys in blocks of at least 64: smaller
 # head dims abort its graph, hence 64 here.
@@ -77,20 +102,33 @@ def write_target(path: Path, rng: np.random.Generator) -> None:
 
 def drafters(rng: np.random.Generator) -> dict[str, tuple[dspark.DSparkConfig, dict]]:
     """The drafters, by case name: configuration and float arrays (canonical names)."""
-    base = dspark.DSparkConfig(block_size=5, noise_token_id=NOISE, target_layers=(0, 1, 2),
-                               stage_count=2, markov_rank=8, confidence=True,
-                               per_row_window=True)
+    base = dspark.DSparkConfig(
+        block_size=5,
+        noise_token_id=NOISE,
+        target_layers=(0, 1, 2),
+        stage_count=2,
+        markov_rank=8,
+        confidence=True,
+        per_row_window=True,
+    )
     cases = {
         # The plain DSpark drafter, two stages.
         "base": base,
         # llama.cpp's optional scales of fc and of the Markov bias.
-        "scaled": replace(base, stage_count=1, optional=frozenset({dspark.MAIN_PROJ_SCALE,
-                                                    dspark.MARKOV_W2_SCALE})),
+        "scaled": replace(
+            base,
+            stage_count=1,
+            optional=frozenset({dspark.MAIN_PROJ_SCALE, dspark.MARKOV_W2_SCALE}),
+        ),
         # Its own embedding and head, the token embedding as a tap (target_layers entry 0),
         # a bonus anchor slot, one stage.
-        "own_head": replace(base, target_layers=(dspark.EMBEDDING_TAP, 2), stage_count=1,
-                            sample_from_anchor=False,
-                            optional=frozenset({dspark.TOKEN_EMBD, dspark.OUTPUT})),
+        "own_head": replace(
+            base,
+            target_layers=(dspark.EMBEDDING_TAP, 2),
+            stage_count=1,
+            sample_from_anchor=False,
+            optional=frozenset({dspark.TOKEN_EMBD, dspark.OUTPUT}),
+        ),
         # A reduced draft vocabulary for the Markov head.
         "d2t": replace(base, stage_count=1, draft_vocab=40, optional=frozenset({dspark.D2T})),
     }
@@ -104,8 +142,9 @@ def drafters(rng: np.random.Generator) -> dict[str, tuple[dspark.DSparkConfig, d
             arrays[dspark.MAIN_PROJ_SCALE] = np.array([1.7], np.float32)
             arrays[dspark.MARKOV_W2_SCALE] = np.array([2.5], np.float32)
         if dspark.D2T in config.optional:
-            arrays[dspark.D2T] = rng.permutation(ARGS.vocab_size)[:config.draft_vocab].astype(
-                np.int32)
+            arrays[dspark.D2T] = rng.permutation(ARGS.vocab_size)[: config.draft_vocab].astype(
+                np.int32
+            )
         out[name] = (config, arrays)
     return out
 
@@ -120,31 +159,56 @@ def main() -> None:
     target = args.out / "target.gguf"
     write_target(target, rng)
     target_gguf = open_gguf(target)
-    prompts = {name: (rng.integers(0, NOISE, size=n).tolist(), rounds)
-               for name, n, rounds in PROMPTS}
+    prompts = {
+        name: (rng.integers(0, NOISE, size=n).tolist(), rounds) for name, n, rounds in PROMPTS
+    }
     runs = []
     env = os.environ | {"NOFA": "1"}
     for case, (config, arrays) in drafters(rng).items():
         draft = args.out / f"{case}.gguf"
-        save_dspark_arrays(draft, dspark.ARCH_LLAMA, config,
-                           stage_args(ARGS, config.stage_count), target_gguf, arrays,
-                           context_length=CONTEXT, matrix_type=F32)
+        save_dspark_arrays(
+            draft,
+            dspark.ARCH_LLAMA,
+            config,
+            stage_args(ARGS, config.stage_count),
+            target_gguf,
+            arrays,
+            context_length=CONTEXT,
+            matrix_type=F32,
+        )
         for prompt_name, (tokens, rounds) in prompts.items():
             prompt = args.out / f"{case}.{prompt_name}.txt"
             prompt.write_text(" ".join(map(str, tokens)) + "\n")
             output = args.out / f"{case}.{prompt_name}.json"
-            command = [str(args.driver), target.name, draft.name, prompt.name, output.name,
-                       str(rounds), "2", "f32kv"]
-            subprocess.run(command, cwd=args.out, env=env, check=True,
-                           stderr=subprocess.DEVNULL)
+            command = [
+                str(args.driver),
+                target.name,
+                draft.name,
+                prompt.name,
+                output.name,
+                str(rounds),
+                "2",
+                "f32kv",
+            ]
+            subprocess.run(command, cwd=args.out, env=env, check=True, stderr=subprocess.DEVNULL)
             # The prefill's features again (the start of .feats.bin): not needed.
             Path(f"{output}.feats0.bin").unlink()
-            runs.append({"name": f"{case}.{prompt_name}", "target": target.name,
-                         "draft": draft.name, "prompt": prompt.name, "output": output.name,
-                         "command": "NOFA=1 dspark_driver " + " ".join(command[1:])})
-    manifest = {"generator": "llama.cpp 0c1e570 (llama-cpp-python 0.3.36), CPU, "
-                             "../shared/oracle/tools/dspark_driver.cpp",
-                "seed": SEED, "runs": runs}
+            runs.append(
+                {
+                    "name": f"{case}.{prompt_name}",
+                    "target": target.name,
+                    "draft": draft.name,
+                    "prompt": prompt.name,
+                    "output": output.name,
+                    "command": "NOFA=1 dspark_driver " + " ".join(command[1:]),
+                }
+            )
+    manifest = {
+        "generator": "llama.cpp 0c1e570 (llama-cpp-python 0.3.36), CPU, "
+        "../shared/oracle/tools/dspark_driver.cpp",
+        "seed": SEED,
+        "runs": runs,
+    }
     (args.out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
 
 

@@ -60,22 +60,47 @@ MIN_VOCAB = 3 + 256 + 16
 SEED_CHUNK_BLOCKS = 1 << 20  # Q8_0 blocks generated and written per step (34 MiB)
 
 
-def flash_args(layers: int = FLASH_LAYERS, experts: int = FLASH_EXPERTS,
-               vocab: int = FLASH_VOCAB) -> ModelArgs:
+def flash_args(
+    layers: int = FLASH_LAYERS, experts: int = FLASH_EXPERTS, vocab: int = FLASH_VOCAB
+) -> ModelArgs:
     """DS4-Flash's hyper-parameters, with ``layers``/``experts``/``vocab`` reducible for tests
     (every width stays real)."""
-    ratios = tuple(0 if i < 2 else (CSA_RATIO if i % 2 == 0 else HCA_RATIO)
-                   for i in range(layers))
+    ratios = tuple(0 if i < 2 else (CSA_RATIO if i % 2 == 0 else HCA_RATIO) for i in range(layers))
     return ModelArgs(
-        vocab_size=vocab, hidden_size=4096, num_layers=layers, num_heads=64, head_dim=512,
-        rope_dims=64, q_lora_rank=1024, o_groups=8, o_lora_rank=1024, sliding_window=128,
-        compress_ratios=ratios, rms_norm_eps=1e-6, rope_theta=10000.0,
-        compress_rope_theta=160000.0, rope_scaling_type="yarn", rope_freq_scale=1 / 16,
-        rope_orig_ctx=65536, n_experts=experts, n_experts_used=min(6, experts),
-        n_shared_experts=1, expert_ff=2048, expert_weights_scale=1.5, expert_weights_norm=True,
-        gating_func=GatingFunc.SQRT_SOFTPLUS, swiglu_limits=(10.0,) * layers,
-        swiglu_limits_shared=(10.0,) * layers, n_hash_layers=min(3, layers), index_heads=64,
-        index_head_dim=128, index_topk=512, hc_mult=4, hc_sinkhorn_iters=20, hc_eps=1e-6)
+        vocab_size=vocab,
+        hidden_size=4096,
+        num_layers=layers,
+        num_heads=64,
+        head_dim=512,
+        rope_dims=64,
+        q_lora_rank=1024,
+        o_groups=8,
+        o_lora_rank=1024,
+        sliding_window=128,
+        compress_ratios=ratios,
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        compress_rope_theta=160000.0,
+        rope_scaling_type="yarn",
+        rope_freq_scale=1 / 16,
+        rope_orig_ctx=65536,
+        n_experts=experts,
+        n_experts_used=min(6, experts),
+        n_shared_experts=1,
+        expert_ff=2048,
+        expert_weights_scale=1.5,
+        expert_weights_norm=True,
+        gating_func=GatingFunc.SQRT_SOFTPLUS,
+        swiglu_limits=(10.0,) * layers,
+        swiglu_limits_shared=(10.0,) * layers,
+        n_hash_layers=min(3, layers),
+        index_heads=64,
+        index_head_dim=128,
+        index_topk=512,
+        hc_mult=4,
+        hc_sinkhorn_iters=20,
+        hc_eps=1e-6,
+    )
 
 
 def tensor_type(name: str, shape: tuple[int, ...]) -> GGMLQuantizationType:
@@ -134,8 +159,10 @@ def synthetic_vocab(vocab: int, rng: np.random.Generator) -> SyntheticVocab:
     markers, then placeholders) up to 128,815, and [PAD{i}] UNUSED rows to the vocabulary size.
     Every merge joins two tokens already in the vocabulary, so each merged token is reachable."""
     if vocab < MIN_VOCAB:
-        raise ValueError(f"vocab {vocab} is too small: the specials, the 256 byte tokens and a "
-                         f"few merges need {MIN_VOCAB}")
+        raise ValueError(
+            f"vocab {vocab} is too small: the specials, the 256 byte tokens and a "
+            f"few merges need {MIN_VOCAB}"
+        )
     bpe_end = min(BPE_END, vocab - 8)
     added_end = min(ADDED_END, vocab)
     tokens = [BOS, EOS, "<｜▁pad▁｜>"]
@@ -160,7 +187,7 @@ def synthetic_vocab(vocab: int, rng: np.random.Generator) -> SyntheticVocab:
                     seen.add(merged)
                     tokens.append(merged)
                     types.append(TokenType.NORMAL)
-                    merges.append(f"{text[:end - 1]} {text[end - 1]}")
+                    merges.append(f"{text[: end - 1]} {text[end - 1]}")
     while len(tokens) < bpe_end:
         left = grown[int(rng.integers(len(grown)))]
         right = alphabet[int(rng.integers(len(alphabet)))]
@@ -186,8 +213,9 @@ def synthetic_vocab(vocab: int, rng: np.random.Generator) -> SyntheticVocab:
 # --------------------------------------------------------------------------------------------
 
 
-def seeded(name: str, shape: tuple[int, ...], args: ModelArgs,
-           rng: np.random.Generator) -> np.ndarray | None:
+def seeded(
+    name: str, shape: tuple[int, ...], args: ModelArgs, rng: np.random.Generator
+) -> np.ndarray | None:
     """Float/int values for the small tensors that decide routing and scale; None = a hole."""
     if name.endswith("ffn_gate_tid2eid.weight"):  # distinct experts per token
         keys = rng.random((shape[0], args.n_experts), dtype=np.float32)
@@ -233,8 +261,11 @@ def metadata(args: ModelArgs, vocab: SyntheticVocab) -> dict[str, tuple[object, 
     meta: dict[str, tuple[object, V, V | None]] = {}
     for key, value in args.to_gguf_metadata(FLASH_CONTEXT).items():
         is_list = isinstance(value.value, list)
-        meta[key] = (value.value, V.ARRAY if is_list else value.value_type,
-                     value.value_type if is_list else None)
+        meta[key] = (
+            value.value,
+            V.ARRAY if is_list else value.value_type,
+            value.value_type if is_list else None,
+        )
     extra = {
         "leading_dense_block_count": (0, V.UINT32),
         "feed_forward_length": (args.expert_ff, V.UINT32),
@@ -272,9 +303,15 @@ class Written:
     seconds: float
 
 
-def write_flash_shaped(path: str | Path, *, layers: int = FLASH_LAYERS,
-                       experts: int = FLASH_EXPERTS, vocab: int = FLASH_VOCAB, seed: int = 0,
-                       seed_embeddings: bool = True) -> Written:
+def write_flash_shaped(
+    path: str | Path,
+    *,
+    layers: int = FLASH_LAYERS,
+    experts: int = FLASH_EXPERTS,
+    vocab: int = FLASH_VOCAB,
+    seed: int = 0,
+    seed_embeddings: bool = True,
+) -> Written:
     """Writes the sparse file atomically (a temporary next to ``path``, then a rename)."""
     started = time.perf_counter()
     path = Path(path)
@@ -285,12 +322,14 @@ def write_flash_shaped(path: str | Path, *, layers: int = FLASH_LAYERS,
     try:
         writer = GGUFWriter(temporary, ARCH)
         writer.add_custom_alignment(GGUF_DEFAULT_ALIGNMENT)
-        for key, (value, value_type, item_type) in metadata(args, synthetic_vocab(vocab, rng)
-                                                           ).items():
+        for key, (value, value_type, item_type) in metadata(
+            args, synthetic_vocab(vocab, rng)
+        ).items():
             writer.add_key_value(key, value, value_type, item_type)
         for name, (shape, qtype) in tensors.items():
-            writer.add_tensor_info(name, shape, np.dtype(np.float32), tensor_nbytes(shape, qtype),
-                                   raw_dtype=qtype)
+            writer.add_tensor_info(
+                name, shape, np.dtype(np.float32), tensor_nbytes(shape, qtype), raw_dtype=qtype
+            )
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
@@ -301,13 +340,18 @@ def write_flash_shaped(path: str | Path, *, layers: int = FLASH_LAYERS,
         temporary.unlink(missing_ok=True)
         raise
     stat = path.stat()
-    return Written(path, args, stat.st_size, stat.st_blocks * 512, seeded_bytes,
-                   time.perf_counter() - started)
+    return Written(
+        path, args, stat.st_size, stat.st_blocks * 512, seeded_bytes, time.perf_counter() - started
+    )
 
 
-def _fill(path: Path, args: ModelArgs,
-          tensors: dict[str, tuple[tuple[int, ...], GGMLQuantizationType]],
-          rng: np.random.Generator, seed_embeddings: bool) -> int:
+def _fill(
+    path: Path,
+    args: ModelArgs,
+    tensors: dict[str, tuple[tuple[int, ...], GGMLQuantizationType]],
+    rng: np.random.Generator,
+    seed_embeddings: bool,
+) -> int:
     """Extends the header-only file to its full (sparse) size and writes the seeded tensors;
     returns the bytes written."""
     header_bytes = path.stat().st_size
@@ -337,8 +381,10 @@ def _fill(path: Path, args: ModelArgs,
     layout = validate_gguf(path)  # the offsets written must be the ones the file declares
     for name, offset in offsets.items():
         if layout.tensors[name].file_offset != offset:
-            raise RuntimeError(f"tensor '{name}' placed at {offset}, the file says "
-                               f"{layout.tensors[name].file_offset}")
+            raise RuntimeError(
+                f"tensor '{name}' placed at {offset}, the file says "
+                f"{layout.tensors[name].file_offset}"
+            )
     return written
 
 
@@ -347,26 +393,40 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", type=Path, help="the GGUF to write (sparse)")
     parser.add_argument("--layers", type=int, default=FLASH_LAYERS)
     parser.add_argument("--experts", type=int, default=FLASH_EXPERTS)
-    parser.add_argument("--vocab", type=int, default=FLASH_VOCAB,
-                        help="vocabulary size (default the real 129,280; smaller for tests)")
+    parser.add_argument(
+        "--vocab",
+        type=int,
+        default=FLASH_VOCAB,
+        help="vocabulary size (default the real 129,280; smaller for tests)",
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--no-seed-embeddings", action="store_true",
-                        help="leave the token embedding and output head as holes too")
+    parser.add_argument(
+        "--no-seed-embeddings",
+        action="store_true",
+        help="leave the token embedding and output head as holes too",
+    )
     args = parser.parse_args(argv)
     if args.layers < 1 or args.experts < 1:
         parser.error("--layers and --experts must be positive")
     try:
-        written = write_flash_shaped(args.out, layers=args.layers, experts=args.experts,
-                                     vocab=args.vocab, seed=args.seed,
-                                     seed_embeddings=not args.no_seed_embeddings)
+        written = write_flash_shaped(
+            args.out,
+            layers=args.layers,
+            experts=args.experts,
+            vocab=args.vocab,
+            seed=args.seed,
+            seed_embeddings=not args.no_seed_embeddings,
+        )
     except (ValueError, OSError) as exc:
         print(f"make_flash_shaped: error: {exc}", file=sys.stderr)
         return 1
-    print(f"{written.path}: {written.args.num_layers} layers, {written.args.n_experts} experts, "
-          f"vocab {written.args.vocab_size}; apparent size {written.apparent_bytes / 1e9:.2f} GB "
-          f"({written.apparent_bytes / 2**30:.2f} GiB), on disk (du) "
-          f"{written.disk_bytes / 2**20:.1f} MiB, seeded {written.seeded_bytes / 2**20:.1f} MiB, "
-          f"written in {written.seconds:.1f} s")
+    print(
+        f"{written.path}: {written.args.num_layers} layers, {written.args.n_experts} experts, "
+        f"vocab {written.args.vocab_size}; apparent size {written.apparent_bytes / 1e9:.2f} GB "
+        f"({written.apparent_bytes / 2**30:.2f} GiB), on disk (du) "
+        f"{written.disk_bytes / 2**20:.1f} MiB, seeded {written.seeded_bytes / 2**20:.1f} MiB, "
+        f"written in {written.seconds:.1f} s"
+    )
     return 0
 
 

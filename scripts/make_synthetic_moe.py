@@ -44,27 +44,38 @@ class SyntheticModel:
     file_bytes: int
 
 
-def synthetic_args(*, layers: int, experts: int, n_used: int, hidden: int, expert_ff: int,
-                   vocab: int) -> ModelArgs:
+def synthetic_args(
+    *, layers: int, experts: int, n_used: int, hidden: int, expert_ff: int, vocab: int
+) -> ModelArgs:
     """``train_tiny``'s architecture at this size (its per-layer tuples resized)."""
     base = model_args(vocab)
     ratios = tuple(base.compress_ratios[i % len(base.compress_ratios)] for i in range(layers))
-    return replace(base, hidden_size=hidden, num_layers=layers, n_experts=experts,
-                   n_experts_used=n_used, expert_ff=expert_ff, compress_ratios=ratios,
-                   swiglu_limits=(10.0,) * layers, swiglu_limits_shared=(10.0,) * layers,
-                   n_hash_layers=min(base.n_hash_layers, layers))
+    return replace(
+        base,
+        hidden_size=hidden,
+        num_layers=layers,
+        n_experts=experts,
+        n_experts_used=n_used,
+        expert_ff=expert_ff,
+        compress_ratios=ratios,
+        swiglu_limits=(10.0,) * layers,
+        swiglu_limits_shared=(10.0,) * layers,
+        n_hash_layers=min(base.n_hash_layers, layers),
+    )
 
 
-def experts_for_size(size_bytes: int, *, layers: int, hidden: int, expert_ff: int,
-                     qtype: GGMLQuantizationType) -> int:
+def experts_for_size(
+    size_bytes: int, *, layers: int, hidden: int, expert_ff: int, qtype: GGMLQuantizationType
+) -> int:
     """Experts per layer that make the routed experts about ``size_bytes``."""
     block, type_size = GGML_QUANT_SIZES[qtype]
     per_expert = 3 * hidden * expert_ff // block * type_size
     return max(2, round(size_bytes / (layers * per_expert)))
 
 
-def _expert_tensor(rng: np.random.Generator, shape: tuple[int, ...], qtype: GGMLQuantizationType,
-                   std: float) -> np.ndarray:
+def _expert_tensor(
+    rng: np.random.Generator, shape: tuple[int, ...], qtype: GGMLQuantizationType, std: float
+) -> np.ndarray:
     """[E, out, row_bytes] uint8: each expert's rows drawn from one quantized random pool."""
     n_experts, out, inner = shape
     pool = quantize((rng.standard_normal((POOL_ROWS, inner)) * std).astype(np.float32), qtype)
@@ -72,21 +83,38 @@ def _expert_tensor(rng: np.random.Generator, shape: tuple[int, ...], qtype: GGML
     return pool[rows]
 
 
-def write_synthetic_moe(path: str | Path, *, layers: int = 4, experts: int = 32, n_used: int = 4,
-                        hidden: int = 1024, expert_ff: int = 1024, vocab: int = 1024,
-                        expert_type: str = "Q4_K", seed: int = 0) -> SyntheticModel:
+def write_synthetic_moe(
+    path: str | Path,
+    *,
+    layers: int = 4,
+    experts: int = 32,
+    n_used: int = 4,
+    hidden: int = 1024,
+    expert_ff: int = 1024,
+    vocab: int = 1024,
+    expert_type: str = "Q4_K",
+    seed: int = 0,
+) -> SyntheticModel:
     """Writes the model (atomically) and describes it."""
     if expert_type not in EXPERT_TYPES:
         raise ValueError(f"expert type {expert_type}: expected one of {', '.join(EXPERT_TYPES)}")
     qtype = EXPERT_TYPES[expert_type]
-    args = synthetic_args(layers=layers, experts=experts, n_used=n_used, hidden=hidden,
-                          expert_ff=expert_ff, vocab=vocab)
+    args = synthetic_args(
+        layers=layers,
+        experts=experts,
+        n_used=n_used,
+        hidden=hidden,
+        expert_ff=expert_ff,
+        vocab=vocab,
+    )
     rng = np.random.default_rng(seed)
     path = Path(path)
     temporary = path.with_name(f".{path.name}.tmp")
     writer = GGUFWriter(temporary, ARCH)
-    metadata = {"general.name": MetaValue("ds4-synthetic-moe", V.STRING),
-                "general.quantization_version": MetaValue(GGML_QUANT_VERSION, V.UINT32)}
+    metadata = {
+        "general.name": MetaValue("ds4-synthetic-moe", V.STRING),
+        "general.quantization_version": MetaValue(GGML_QUANT_VERSION, V.UINT32),
+    }
     metadata |= args.to_gguf_metadata(CONTEXT_LENGTH)
     routed = 0
     try:
@@ -102,17 +130,20 @@ def write_synthetic_moe(path: str | Path, *, layers: int = 4, experts: int = 32,
             if name.endswith("_exps.weight"):
                 block, type_size = GGML_QUANT_SIZES[qtype]
                 byte_shape = (*shape[:-1], shape[-1] // block * type_size)
-                writer.add_tensor_info(name, byte_shape, np.dtype(np.uint8),
-                                       int(np.prod(byte_shape)), raw_dtype=qtype)
+                writer.add_tensor_info(
+                    name, byte_shape, np.dtype(np.uint8), int(np.prod(byte_shape)), raw_dtype=qtype
+                )
                 routed += int(np.prod(byte_shape))
                 plan.append((name, shape, qtype))
             elif name.endswith("ffn_gate_tid2eid.weight"):
-                writer.add_tensor_info(name, shape, np.dtype(np.int32), 4 * int(np.prod(shape)),
-                                       raw_dtype=T.I32)
+                writer.add_tensor_info(
+                    name, shape, np.dtype(np.int32), 4 * int(np.prod(shape)), raw_dtype=T.I32
+                )
                 plan.append((name, shape, T.I32))
             else:
-                writer.add_tensor_info(name, shape, np.dtype(np.float32),
-                                       4 * int(np.prod(shape)), raw_dtype=T.F32)
+                writer.add_tensor_info(
+                    name, shape, np.dtype(np.float32), 4 * int(np.prod(shape)), raw_dtype=T.F32
+                )
                 plan.append((name, shape, T.F32))
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
@@ -137,8 +168,9 @@ def write_synthetic_moe(path: str | Path, *, layers: int = 4, experts: int = 32,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("output", type=Path)
-    parser.add_argument("--size-mb", type=float, default=None,
-                        help="routed-expert size to aim for (sets --experts)")
+    parser.add_argument(
+        "--size-mb", type=float, default=None, help="routed-expert size to aim for (sets --experts)"
+    )
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--experts", type=int, default=32)
     parser.add_argument("--n-used", type=int, default=4)
@@ -150,18 +182,30 @@ def main() -> None:
     args = parser.parse_args()
     experts = args.experts
     if args.size_mb is not None:
-        experts = experts_for_size(int(args.size_mb * 2**20), layers=args.layers,
-                                   hidden=args.hidden, expert_ff=args.expert_ff,
-                                   qtype=EXPERT_TYPES[args.expert_type])
+        experts = experts_for_size(
+            int(args.size_mb * 2**20),
+            layers=args.layers,
+            hidden=args.hidden,
+            expert_ff=args.expert_ff,
+            qtype=EXPERT_TYPES[args.expert_type],
+        )
     started = time.perf_counter()
-    model = write_synthetic_moe(args.output, layers=args.layers, experts=experts,
-                                n_used=args.n_used, hidden=args.hidden,
-                                expert_ff=args.expert_ff, vocab=args.vocab,
-                                expert_type=args.expert_type,
-                                seed=args.seed)
-    print(f"wrote {model.path}: {model.file_bytes / 2**20:.0f} MiB, routed experts "
-          f"{model.routed_bytes / 2**20:.0f} MiB ({args.layers} layers x {experts} experts "
-          f"{args.expert_type}, top-{args.n_used}) in {time.perf_counter() - started:.1f}s")
+    model = write_synthetic_moe(
+        args.output,
+        layers=args.layers,
+        experts=experts,
+        n_used=args.n_used,
+        hidden=args.hidden,
+        expert_ff=args.expert_ff,
+        vocab=args.vocab,
+        expert_type=args.expert_type,
+        seed=args.seed,
+    )
+    print(
+        f"wrote {model.path}: {model.file_bytes / 2**20:.0f} MiB, routed experts "
+        f"{model.routed_bytes / 2**20:.0f} MiB ({args.layers} layers x {experts} experts "
+        f"{args.expert_type}, top-{args.n_used}) in {time.perf_counter() - started:.1f}s"
+    )
 
 
 if __name__ == "__main__":

@@ -31,8 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 SAMPLER = ("tests/engine/test_sampler_filters.py", "tests/engine/test_penalties.py")
 PIPELINED = ("tests/engine/test_pipelined_sampling.py",)
-ACCEPTANCE = ("tests/speculation/test_exact_acceptance.py",
-              "tests/speculation/test_acceptance.py")
+ACCEPTANCE = ("tests/speculation/test_exact_acceptance.py", "tests/speculation/test_acceptance.py")
 SCHEDULER = ("tests/speculation/test_scheduler.py",)
 SESSION = ("tests/engine/test_session_rollback.py", "tests/engine/test_session.py")
 ROUTING = ("tests/models/test_model_pieces.py",)
@@ -72,144 +71,330 @@ _TOP_K_TIES = """kth = mx.sort(logprobs, axis=-1)[..., logprobs.shape[-1] - o.to
 
 MUTATIONS: tuple[Mutation, ...] = (
     # --- sampling ---------------------------------------------------------------------------
-    Mutation("min_p_never_applied", SAMPLING_PY,
-             "if o.min_p > 0.0:", "if o.min_p > 1.0:", SAMPLER),
-    Mutation("top_p_boundary_flip", SAMPLING_PY,
-             "logprobs = apply_top_p(logprobs, o.top_p)", _TOP_P_FLIPPED, SAMPLER),
-    Mutation("top_k_keeps_ties", SAMPLING_PY,
-             "logprobs = apply_top_k(logprobs, o.top_k)", _TOP_K_TIES, SAMPLER),
-    Mutation("top_k_off_by_one", SAMPLING_PY,
-             "apply_top_k(logprobs, o.top_k)", "apply_top_k(logprobs, o.top_k + 1)", SAMPLER),
-    Mutation("top_k_at_vocabulary_reaches_mlx_lm", SAMPLING_PY,
-             "if 0 < o.top_k < logprobs.shape[-1]:", "if 0 < o.top_k <= logprobs.shape[-1]:",
-             SAMPLER),
-    Mutation("probabilities_filter_the_tempered_distribution", SAMPLING_PY,
-             "mx.softmax(self.filtered_logprobs(logits) / self.options.temperature, axis=-1)",
-             "mx.softmax(self.filtered_logprobs(logits / self.options.temperature), axis=-1)",
-             SAMPLER),
-    Mutation("device_draw_filters_the_tempered_distribution", SAMPLING_PY,
-             "row = self.filtered_logprobs(logits[None])",
-             "row = self.filtered_logprobs(logits[None] / self.options.temperature) "
-             "* self.options.temperature", SAMPLER),
-    Mutation("seeded_draw_ignores_temperature", SAMPLING_PY,
-             "mx.random.categorical(row * (1 / self.options.temperature),",
-             "mx.random.categorical(row,", SAMPLER),
-    Mutation("seeded_key_reused", SAMPLING_PY,
-             "self._key, key = mx.random.split(self._key)", "key = self._key", SAMPLER),
-    Mutation("repeat_penalty_direction_swapped", SAMPLING_PY,
-             "mx.where(row <= 0, row * o.repeat_penalty, row / o.repeat_penalty)",
-             "mx.where(row <= 0, row / o.repeat_penalty, row * o.repeat_penalty)", SAMPLER),
-    Mutation("presence_penalty_per_occurrence", SAMPLING_PY,
-             "penalties - counts * o.frequency_penalty - o.presence_penalty",
-             "penalties - counts * (o.frequency_penalty + o.presence_penalty)", SAMPLER),
-    Mutation("verify_row_penalised_by_its_own_draft_token", SAMPLING_PY,
-             "[*recent, *draft[:i]]", "[*recent, *draft[: i + 1]]", SAMPLER),
-    Mutation("logit_bias_subtracted", SAMPLING_PY,
-             "row[ids] = row[ids] + mx.array(", "row[ids] = row[ids] - mx.array(", SAMPLER),
+    Mutation("min_p_never_applied", SAMPLING_PY, "if o.min_p > 0.0:", "if o.min_p > 1.0:", SAMPLER),
+    Mutation(
+        "top_p_boundary_flip",
+        SAMPLING_PY,
+        "logprobs = apply_top_p(logprobs, o.top_p)",
+        _TOP_P_FLIPPED,
+        SAMPLER,
+    ),
+    Mutation(
+        "top_k_keeps_ties",
+        SAMPLING_PY,
+        "logprobs = apply_top_k(logprobs, o.top_k)",
+        _TOP_K_TIES,
+        SAMPLER,
+    ),
+    Mutation(
+        "top_k_off_by_one",
+        SAMPLING_PY,
+        "apply_top_k(logprobs, o.top_k)",
+        "apply_top_k(logprobs, o.top_k + 1)",
+        SAMPLER,
+    ),
+    Mutation(
+        "top_k_at_vocabulary_reaches_mlx_lm",
+        SAMPLING_PY,
+        "if 0 < o.top_k < logprobs.shape[-1]:",
+        "if 0 < o.top_k <= logprobs.shape[-1]:",
+        SAMPLER,
+    ),
+    Mutation(
+        "probabilities_filter_the_tempered_distribution",
+        SAMPLING_PY,
+        "mx.softmax(self.filtered_logprobs(logits) / self.options.temperature, axis=-1)",
+        "mx.softmax(self.filtered_logprobs(logits / self.options.temperature), axis=-1)",
+        SAMPLER,
+    ),
+    Mutation(
+        "device_draw_filters_the_tempered_distribution",
+        SAMPLING_PY,
+        "row = self.filtered_logprobs(logits[None])",
+        "row = self.filtered_logprobs(logits[None] / self.options.temperature) "
+        "* self.options.temperature",
+        SAMPLER,
+    ),
+    Mutation(
+        "seeded_draw_ignores_temperature",
+        SAMPLING_PY,
+        "mx.random.categorical(row * (1 / self.options.temperature),",
+        "mx.random.categorical(row,",
+        SAMPLER,
+    ),
+    Mutation(
+        "seeded_key_reused",
+        SAMPLING_PY,
+        "self._key, key = mx.random.split(self._key)",
+        "key = self._key",
+        SAMPLER,
+    ),
+    Mutation(
+        "repeat_penalty_direction_swapped",
+        SAMPLING_PY,
+        "mx.where(row <= 0, row * o.repeat_penalty, row / o.repeat_penalty)",
+        "mx.where(row <= 0, row / o.repeat_penalty, row * o.repeat_penalty)",
+        SAMPLER,
+    ),
+    Mutation(
+        "presence_penalty_per_occurrence",
+        SAMPLING_PY,
+        "penalties - counts * o.frequency_penalty - o.presence_penalty",
+        "penalties - counts * (o.frequency_penalty + o.presence_penalty)",
+        SAMPLER,
+    ),
+    Mutation(
+        "verify_row_penalised_by_its_own_draft_token",
+        SAMPLING_PY,
+        "[*recent, *draft[:i]]",
+        "[*recent, *draft[: i + 1]]",
+        SAMPLER,
+    ),
+    Mutation(
+        "logit_bias_subtracted",
+        SAMPLING_PY,
+        "row[ids] = row[ids] + mx.array(",
+        "row[ids] = row[ids] - mx.array(",
+        SAMPLER,
+    ),
     # --- sampling on the device, in pipelined decoding -------------------------------------
-    Mutation("pipelined_window_keeps_the_oldest_tokens", GENERATE_PY,
-             "window = mx.concatenate([window, sampled])[-last_n:]",
-             "window = mx.concatenate([window, sampled])[:last_n]", PIPELINED),
-    Mutation("pipelined_draws_unpenalised", GENERATE_PY,
-             "sampler.draw_on_device(sampler.penalized_on_device(logits[-1], window))",
-             "sampler.draw_on_device(logits[-1])", PIPELINED),
-    Mutation("pipelined_stop_rollback_one_short", GENERATE_PY,
-             "session.truncate(pos + 1 + stop_at)", "session.truncate(pos + 2 + stop_at)",
-             PIPELINED),
+    Mutation(
+        "pipelined_window_keeps_the_oldest_tokens",
+        GENERATE_PY,
+        "window = mx.concatenate([window, sampled])[-last_n:]",
+        "window = mx.concatenate([window, sampled])[:last_n]",
+        PIPELINED,
+    ),
+    Mutation(
+        "pipelined_draws_unpenalised",
+        GENERATE_PY,
+        "sampler.draw_on_device(sampler.penalized_on_device(logits[-1], window))",
+        "sampler.draw_on_device(logits[-1])",
+        PIPELINED,
+    ),
+    Mutation(
+        "pipelined_stop_rollback_one_short",
+        GENERATE_PY,
+        "session.truncate(pos + 1 + stop_at)",
+        "session.truncate(pos + 2 + stop_at)",
+        PIPELINED,
+    ),
     # --- acceptance -------------------------------------------------------------------------
-    Mutation("exact_bonus_from_last_draft_row", ACCEPTANCE_PY,
-             "                return Verdict(i, int(replacement[0]))\n"
-             "        return Verdict(len(draft), sampler.draw(logits[-1]))",
-             "                return Verdict(i, int(replacement[0]))\n"
-             "        return Verdict(len(draft), sampler.draw(logits[len(draft) - 1]))",
-             ACCEPTANCE),
-    Mutation("exact_residual_keeps_the_draft", ACCEPTANCE_PY,
-             "residual = mx.put_along_axis(probs, drafts[:, None], mx.array(0.0), axis=-1)",
-             "residual = probs", ACCEPTANCE),
-    Mutation("exact_accept_test_flipped", ACCEPTANCE_PY,
-             "mx.random.uniform(shape=p_draft.shape) < p_draft",
-             "mx.random.uniform(shape=p_draft.shape) > p_draft", ACCEPTANCE),
-    Mutation("exact_rejection_counts_the_rejected_token", ACCEPTANCE_PY,
-             "return Verdict(i, int(replacement[0]))", "return Verdict(i + 1, int(replacement[0]))",
-             ACCEPTANCE),
-    Mutation("exact_judges_with_the_next_row", ACCEPTANCE_PY,
-             "sampler.probabilities(logits[i : i + 1])",
-             "sampler.probabilities(logits[i + 1 : i + 2])", ACCEPTANCE),
-    Mutation("exact_ignores_the_sampling_filters", ACCEPTANCE_PY,
-             "sampler.probabilities(logits[i : i + 1])", "mx.softmax(logits[i : i + 1], axis=-1)",
-             ACCEPTANCE),
-    Mutation("opportunistic_mismatch_sampled_from_next_row", ACCEPTANCE_PY,
-             "return Verdict(i, sampler.draw(logits[i]))",
-             "return Verdict(i, sampler.draw(logits[i + 1]))", ACCEPTANCE),
-    Mutation("greedy_correction_from_previous_row", ACCEPTANCE_PY,
-             "return Verdict(n, targets[n])", "return Verdict(n, targets[max(n - 1, 0)])",
-             ACCEPTANCE),
+    Mutation(
+        "exact_bonus_from_last_draft_row",
+        ACCEPTANCE_PY,
+        "                return Verdict(i, int(replacement[0]))\n"
+        "        return Verdict(len(draft), sampler.draw(logits[-1]))",
+        "                return Verdict(i, int(replacement[0]))\n"
+        "        return Verdict(len(draft), sampler.draw(logits[len(draft) - 1]))",
+        ACCEPTANCE,
+    ),
+    Mutation(
+        "exact_residual_keeps_the_draft",
+        ACCEPTANCE_PY,
+        "residual = mx.put_along_axis(probs, drafts[:, None], mx.array(0.0), axis=-1)",
+        "residual = probs",
+        ACCEPTANCE,
+    ),
+    Mutation(
+        "exact_accept_test_flipped",
+        ACCEPTANCE_PY,
+        "mx.random.uniform(shape=p_draft.shape) < p_draft",
+        "mx.random.uniform(shape=p_draft.shape) > p_draft",
+        ACCEPTANCE,
+    ),
+    Mutation(
+        "exact_rejection_counts_the_rejected_token",
+        ACCEPTANCE_PY,
+        "return Verdict(i, int(replacement[0]))",
+        "return Verdict(i + 1, int(replacement[0]))",
+        ACCEPTANCE,
+    ),
+    Mutation(
+        "exact_judges_with_the_next_row",
+        ACCEPTANCE_PY,
+        "sampler.probabilities(logits[i : i + 1])",
+        "sampler.probabilities(logits[i + 1 : i + 2])",
+        ACCEPTANCE,
+    ),
+    Mutation(
+        "exact_ignores_the_sampling_filters",
+        ACCEPTANCE_PY,
+        "sampler.probabilities(logits[i : i + 1])",
+        "mx.softmax(logits[i : i + 1], axis=-1)",
+        ACCEPTANCE,
+    ),
+    Mutation(
+        "opportunistic_mismatch_sampled_from_next_row",
+        ACCEPTANCE_PY,
+        "return Verdict(i, sampler.draw(logits[i]))",
+        "return Verdict(i, sampler.draw(logits[i + 1]))",
+        ACCEPTANCE,
+    ),
+    Mutation(
+        "greedy_correction_from_previous_row",
+        ACCEPTANCE_PY,
+        "return Verdict(n, targets[n])",
+        "return Verdict(n, targets[max(n - 1, 0)])",
+        ACCEPTANCE,
+    ),
     # --- scheduler --------------------------------------------------------------------------
-    Mutation("scheduler_budget_boundary", SCHEDULER_PY,
-             "if remaining_budget < MIN_BUDGET_FOR_DRAFT:",
-             "if remaining_budget <= MIN_BUDGET_FOR_DRAFT:", SCHEDULER),
-    Mutation("scheduler_no_draft_share_strict", SCHEDULER_PY,
-             "if no_draft >= MAX_NO_DRAFT_SHARE * len(window):",
-             "if no_draft > MAX_NO_DRAFT_SHARE * len(window):", SCHEDULER),
-    Mutation("scheduler_no_draft_streak_never_reset", SCHEDULER_PY,
-             "        self._no_draft_streak = 0\n        threshold", "        threshold",
-             SCHEDULER),
-    Mutation("scheduler_threshold_max", SCHEDULER_PY,
-             "threshold = min(MIN_MEAN_ACCEPTED,", "threshold = max(MIN_MEAN_ACCEPTED,",
-             SCHEDULER),
+    Mutation(
+        "scheduler_budget_boundary",
+        SCHEDULER_PY,
+        "if remaining_budget < MIN_BUDGET_FOR_DRAFT:",
+        "if remaining_budget <= MIN_BUDGET_FOR_DRAFT:",
+        SCHEDULER,
+    ),
+    Mutation(
+        "scheduler_no_draft_share_strict",
+        SCHEDULER_PY,
+        "if no_draft >= MAX_NO_DRAFT_SHARE * len(window):",
+        "if no_draft > MAX_NO_DRAFT_SHARE * len(window):",
+        SCHEDULER,
+    ),
+    Mutation(
+        "scheduler_no_draft_streak_never_reset",
+        SCHEDULER_PY,
+        "        self._no_draft_streak = 0\n        threshold",
+        "        threshold",
+        SCHEDULER,
+    ),
+    Mutation(
+        "scheduler_threshold_max",
+        SCHEDULER_PY,
+        "threshold = min(MIN_MEAN_ACCEPTED,",
+        "threshold = max(MIN_MEAN_ACCEPTED,",
+        SCHEDULER,
+    ),
     # --- sessions ---------------------------------------------------------------------------
-    Mutation("restore_shares_the_snapshot_state", SESSION_PY,
-             "self.state = snap.state.copy()", "self.state = snap.state", SESSION),
-    Mutation("snapshot_shares_the_session_state", SESSION_PY,
-             "return Snapshot(self.state.copy(),", "return Snapshot(self.state,", SESSION),
-    Mutation("restore_keeps_only_a_count", SESSION_PY,
-             "self.tokens = list(snap.tokens)", "del self.tokens[snap.n_tokens :]", SESSION),
-    Mutation("truncate_tokens_off_by_one", SESSION_PY,
-             "del self.tokens[n_tokens:]", "del self.tokens[n_tokens + 1 :]", SESSION),
-    Mutation("deepseek4_window_cut_one_short", DEEPSEEK4_PY,
-             "self.window[: self.window.shape[0] - cut]",
-             "self.window[: self.window.shape[0] - cut + 1]", SESSION),
-    Mutation("deepseek4_partial_block_kept", DEEPSEEK4_PY,
-             "blocks = pos // ratio if ratio else 0", "blocks = -(-pos // ratio) if ratio else 0",
-             SESSION),
-    Mutation("deepseek4_pending_rows_one_long", DEEPSEEK4_PY,
-             "return PendingRows(self.start, self.kv[: pos - self.start],\n"
-             "                           self.score[: pos - self.start])",
-             "return PendingRows(self.start, self.kv[: pos - self.start + 1],\n"
-             "                           self.score[: pos - self.start + 1])", SESSION),
-    Mutation("glm5_conv_rows_not_cut", GLM5_PY,
-             "KDACache(conv=self.conv[:, : self.conv.shape[1] - cut],", "KDACache(conv=self.conv,",
-             SESSION),
-    Mutation("glm5_partial_pool_kept", GLM5_PY,
-             "self.pooled[: pos // kpool]", "self.pooled[: -(-pos // kpool)]", SESSION),
-    Mutation("glm5_latent_one_long", GLM5_PY,
-             "self.latent[:pos]", "self.latent[: pos + 1]", SESSION),
+    Mutation(
+        "restore_shares_the_snapshot_state",
+        SESSION_PY,
+        "self.state = snap.state.copy()",
+        "self.state = snap.state",
+        SESSION,
+    ),
+    Mutation(
+        "snapshot_shares_the_session_state",
+        SESSION_PY,
+        "return Snapshot(self.state.copy(),",
+        "return Snapshot(self.state,",
+        SESSION,
+    ),
+    Mutation(
+        "restore_keeps_only_a_count",
+        SESSION_PY,
+        "self.tokens = list(snap.tokens)",
+        "del self.tokens[snap.n_tokens :]",
+        SESSION,
+    ),
+    Mutation(
+        "truncate_tokens_off_by_one",
+        SESSION_PY,
+        "del self.tokens[n_tokens:]",
+        "del self.tokens[n_tokens + 1 :]",
+        SESSION,
+    ),
+    Mutation(
+        "deepseek4_window_cut_one_short",
+        DEEPSEEK4_PY,
+        "self.window[: self.window.shape[0] - cut]",
+        "self.window[: self.window.shape[0] - cut + 1]",
+        SESSION,
+    ),
+    Mutation(
+        "deepseek4_partial_block_kept",
+        DEEPSEEK4_PY,
+        "blocks = pos // ratio if ratio else 0",
+        "blocks = -(-pos // ratio) if ratio else 0",
+        SESSION,
+    ),
+    Mutation(
+        "deepseek4_pending_rows_one_long",
+        DEEPSEEK4_PY,
+        "return PendingRows(self.start, self.kv[: pos - self.start],\n"
+        "                           self.score[: pos - self.start])",
+        "return PendingRows(self.start, self.kv[: pos - self.start + 1],\n"
+        "                           self.score[: pos - self.start + 1])",
+        SESSION,
+    ),
+    Mutation(
+        "glm5_conv_rows_not_cut",
+        GLM5_PY,
+        "KDACache(conv=self.conv[:, : self.conv.shape[1] - cut],",
+        "KDACache(conv=self.conv,",
+        SESSION,
+    ),
+    Mutation(
+        "glm5_partial_pool_kept",
+        GLM5_PY,
+        "self.pooled[: pos // kpool]",
+        "self.pooled[: -(-pos // kpool)]",
+        SESSION,
+    ),
+    Mutation(
+        "glm5_latent_one_long", GLM5_PY, "self.latent[:pos]", "self.latent[: pos + 1]", SESSION
+    ),
     # --- routing ----------------------------------------------------------------------------
-    Mutation("route_selection_bias_ignored", MOE_PY,
-             "scores = probs if bias is None else probs + bias", "scores = probs", ROUTING),
-    Mutation("route_weights_biased", MOE_PY,
-             "weights = mx.take_along_axis(probs, selected, axis=-1)",
-             "weights = mx.take_along_axis(probs if bias is None else probs + bias, selected, "
-             "axis=-1)", ROUTING),
-    Mutation("route_skips_the_best_expert", MOE_PY,
-             "mx.argsort(-scores, axis=-1)[:, :n_used]",
-             "mx.argsort(-scores, axis=-1)[:, 1 : n_used + 1]", ROUTING),
+    Mutation(
+        "route_selection_bias_ignored",
+        MOE_PY,
+        "scores = probs if bias is None else probs + bias",
+        "scores = probs",
+        ROUTING,
+    ),
+    Mutation(
+        "route_weights_biased",
+        MOE_PY,
+        "weights = mx.take_along_axis(probs, selected, axis=-1)",
+        "weights = mx.take_along_axis(probs if bias is None else probs + bias, selected, axis=-1)",
+        ROUTING,
+    ),
+    Mutation(
+        "route_skips_the_best_expert",
+        MOE_PY,
+        "mx.argsort(-scores, axis=-1)[:, :n_used]",
+        "mx.argsort(-scores, axis=-1)[:, 1 : n_used + 1]",
+        ROUTING,
+    ),
     # --- GGUF validation --------------------------------------------------------------------
-    Mutation("gguf_duplicate_keys_not_recorded", VALIDATE_PY,
-             "        keys.add(key)\n", "", GGUF),
-    Mutation("gguf_zero_alignment_accepted", VALIDATE_PY,
-             "if alignment == 0 or alignment & (alignment - 1):",
-             "if alignment & (alignment - 1):", GGUF),
-    Mutation("gguf_one_dimension_too_many", VALIDATE_PY,
-             "if not 1 <= n_dims <= MAX_TENSOR_DIMS:",
-             "if not 1 <= n_dims <= MAX_TENSOR_DIMS + 1:", GGUF),
-    Mutation("gguf_block_size_checked_on_the_outer_dimension", VALIDATE_PY,
-             "if info.ggml_dims[0] % block_size:", "if info.ggml_dims[-1] % block_size:", GGUF),
-    Mutation("gguf_tensor_may_end_past_eof", VALIDATE_PY,
-             "if start + nbytes > cursor.size:", "if start > cursor.size:", GGUF),
-    Mutation("gguf_overlap_check_off_by_one", VALIDATE_PY,
-             "if before.file_offset + before.nbytes > after.file_offset:",
-             "if before.file_offset + before.nbytes > after.file_offset + 32:", GGUF),
+    Mutation("gguf_duplicate_keys_not_recorded", VALIDATE_PY, "        keys.add(key)\n", "", GGUF),
+    Mutation(
+        "gguf_zero_alignment_accepted",
+        VALIDATE_PY,
+        "if alignment == 0 or alignment & (alignment - 1):",
+        "if alignment & (alignment - 1):",
+        GGUF,
+    ),
+    Mutation(
+        "gguf_one_dimension_too_many",
+        VALIDATE_PY,
+        "if not 1 <= n_dims <= MAX_TENSOR_DIMS:",
+        "if not 1 <= n_dims <= MAX_TENSOR_DIMS + 1:",
+        GGUF,
+    ),
+    Mutation(
+        "gguf_block_size_checked_on_the_outer_dimension",
+        VALIDATE_PY,
+        "if info.ggml_dims[0] % block_size:",
+        "if info.ggml_dims[-1] % block_size:",
+        GGUF,
+    ),
+    Mutation(
+        "gguf_tensor_may_end_past_eof",
+        VALIDATE_PY,
+        "if start + nbytes > cursor.size:",
+        "if start > cursor.size:",
+        GGUF,
+    ),
+    Mutation(
+        "gguf_overlap_check_off_by_one",
+        VALIDATE_PY,
+        "if before.file_offset + before.nbytes > after.file_offset:",
+        "if before.file_offset + before.nbytes > after.file_offset + 32:",
+        GGUF,
+    ),
 )
 
 
@@ -224,8 +409,7 @@ class Outcome:
 
 def pytest_command(tests: Sequence[str]) -> list[str]:
     # -x: the first failing test is enough to call the mutation caught.
-    return [sys.executable, "-m", "pytest", "-q", "-x", "-rf", "-p", "no:cacheprovider",
-            *tests]
+    return [sys.executable, "-m", "pytest", "-q", "-x", "-rf", "-p", "no:cacheprovider", *tests]
 
 
 def failed_tests(output: str) -> list[str]:
@@ -235,8 +419,9 @@ def failed_tests(output: str) -> list[str]:
 def run_tests(tests: Sequence[str], timeout: float) -> tuple[int | None, str]:
     """pytest's exit status (None on timeout) and its output."""
     try:
-        done = subprocess.run(pytest_command(tests), cwd=ROOT, capture_output=True, text=True,
-                              timeout=timeout)
+        done = subprocess.run(
+            pytest_command(tests), cwd=ROOT, capture_output=True, text=True, timeout=timeout
+        )
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
         return None, out
@@ -300,10 +485,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these mutations")
     parser.add_argument("--list", action="store_true", help="list the mutations and exit")
-    parser.add_argument("--no-baseline", action="store_true",
-                        help="skip the unmutated run of each test selection")
-    parser.add_argument("--timeout", type=float, default=900.0,
-                        help="seconds per test run; a run past it counts as TIMEOUT")
+    parser.add_argument(
+        "--no-baseline", action="store_true", help="skip the unmutated run of each test selection"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=900.0,
+        help="seconds per test run; a run past it counts as TIMEOUT",
+    )
     parser.add_argument("--report", type=Path, help="write a markdown table of the outcomes")
     args = parser.parse_args(argv)
 
@@ -340,8 +530,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for m in runnable:
         outcome = apply_and_test(m, args.timeout)
         outcomes.append(outcome)
-        print(f"{outcome.status:8} {m.name} ({outcome.seconds:.0f} s) "
-              f"{', '.join(outcome.failed)}", flush=True)
+        print(
+            f"{outcome.status:8} {m.name} ({outcome.seconds:.0f} s) {', '.join(outcome.failed)}",
+            flush=True,
+        )
         if outcome.tail:
             print(outcome.tail)
 

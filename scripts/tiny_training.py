@@ -39,25 +39,36 @@ class Optimizer:
     def __init__(self, cfg: OptimizerConfig, params: Mapping[str, mx.array]):
         warmup = min(cfg.warmup_steps, cfg.steps // 2)  # short (smoke-test) runs decay too
         self.schedule = optim.join_schedules(
-            [optim.linear_schedule(0.0, cfg.peak_lr, warmup),
-             optim.cosine_decay(cfg.peak_lr, cfg.steps - warmup,
-                                cfg.peak_lr * cfg.final_lr_fraction)],
+            [
+                optim.linear_schedule(0.0, cfg.peak_lr, warmup),
+                optim.cosine_decay(
+                    cfg.peak_lr, cfg.steps - warmup, cfg.peak_lr * cfg.final_lr_fraction
+                ),
+            ],
             [warmup],
         )
         betas = [0.9, 0.95]
         self.optimizers = {
             "matrices": optim.AdamW(self.schedule, betas, weight_decay=cfg.weight_decay),
-            "vectors": optim.AdamW(self.schedule, betas, weight_decay=0.0)}
+            "vectors": optim.AdamW(self.schedule, betas, weight_decay=0.0),
+        }
         self.groups: Groups = {
-            kind: {name: value for name, value in params.items()
-                   if (value.ndim >= 2) == (kind == "matrices")} for kind in self.optimizers}
+            kind: {
+                name: value
+                for name, value in params.items()
+                if (value.ndim >= 2) == (kind == "matrices")
+            }
+            for kind in self.optimizers
+        }
         self.grad_clip = cfg.grad_clip
 
     def step(self, grads: Groups) -> mx.array:
         """Applies the clipped gradients; returns the gradient norm before clipping."""
         grads, grad_norm = optim.clip_grad_norm(grads, self.grad_clip)
-        self.groups = {kind: optimizer.apply_gradients(grads[kind], self.groups[kind])
-                       for kind, optimizer in self.optimizers.items()}
+        self.groups = {
+            kind: optimizer.apply_gradients(grads[kind], self.groups[kind])
+            for kind, optimizer in self.optimizers.items()
+        }
         return grad_norm
 
     def state(self) -> list[Any]:
@@ -68,8 +79,9 @@ class Optimizer:
         return self.groups["matrices"] | self.groups["vectors"]
 
 
-def rebalance_experts(fixed: dict[str, mx.array], loads: Mapping[int, mx.array],
-                      rate: float) -> None:
+def rebalance_experts(
+    fixed: dict[str, mx.array], loads: Mapping[int, mx.array], rate: float
+) -> None:
     """Aux-loss-free balancing (DeepSeek-V3): the selection bias of an expert that got fewer
     tokens than the layer's average rises by ``rate``, that of one that got more falls."""
     for layer, load in loads.items():
@@ -95,8 +107,15 @@ class ProgressLog:
         self.losses: dict[str, list[Any]] = {}
         self.history: list[dict[str, Any]] = []
 
-    def record(self, step: int, kind: str, loss: Any, tokens: int, grad_norm: mx.array,
-               show: Callable[[Any], str]) -> None:
+    def record(
+        self,
+        step: int,
+        kind: str,
+        loss: Any,
+        tokens: int,
+        grad_norm: mx.array,
+        show: Callable[[Any], str],
+    ) -> None:
         """``loss`` of a step of ``kind`` over ``tokens`` tokens; ``show`` formats a mean."""
         self.losses.setdefault(kind, []).append(loss)
         self.tokens += tokens
@@ -107,9 +126,12 @@ class ProgressLog:
         shown = "  ".join(f"{k} {show(m)}" for k, m in means.items())
         rate = self.tokens / max(elapsed * 60, 1e-9)
         eta = (self.steps - step) * elapsed / step
-        print(f"step {step:4d}  train loss  {shown}  grad-norm {grad_norm.item():.2f}  "
-              f"lr {self.schedule(step).item():.2e}  {rate:.0f} tok/s  "
-              f"{elapsed:.1f} min, ETA {eta:.1f} min", flush=True)
+        print(
+            f"step {step:4d}  train loss  {shown}  grad-norm {grad_norm.item():.2f}  "
+            f"lr {self.schedule(step).item():.2e}  {rate:.0f} tok/s  "
+            f"{elapsed:.1f} min, ETA {eta:.1f} min",
+            flush=True,
+        )
         self.history.append({"step": step, "train_loss": means, "minutes": elapsed})
         self.losses = {}
 

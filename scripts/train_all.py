@@ -31,12 +31,17 @@ STEPS = {
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--from", dest="start", choices=list(STEPS), default="target",
-                        help="first step to run (earlier ones must have finished)")
+    parser.add_argument(
+        "--from",
+        dest="start",
+        choices=list(STEPS),
+        default="target",
+        help="first step to run (earlier ones must have finished)",
+    )
     args = parser.parse_args()
     names = list(STEPS)
     minutes: dict[str, float] = {}
-    for name in names[names.index(args.start):]:
+    for name in names[names.index(args.start) :]:
         print(f"=== {name}: {' '.join(STEPS[name])}", flush=True)
         started = time.perf_counter()
         result = subprocess.run([sys.executable, *STEPS[name]], cwd=ROOT)

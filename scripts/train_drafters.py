@@ -78,8 +78,10 @@ def load_corpus(path: Path, target: LoadedModel, min_tokens: int) -> Corpus:
         if doc["name"].startswith("stdlib/"):
             held_out = n_code % HOLDOUT_EVERY == HOLDOUT_EVERY - 1
             if Path(doc["name"]).name in HELD_OUT_CODE_FILES and not held_out:
-                raise SystemExit(f"{doc['name']} is a held-out bench prompt "
-                                 "(ds4mlx.bench.speculation) but would be trained on")
+                raise SystemExit(
+                    f"{doc['name']} is a held-out bench prompt "
+                    "(ds4mlx.bench.speculation) but would be trained on"
+                )
             (corpus.held_out_code if held_out else corpus.code).append(ids)
             n_code += 1
         else:
@@ -87,8 +89,14 @@ def load_corpus(path: Path, target: LoadedModel, min_tokens: int) -> Corpus:
     return corpus
 
 
-def sample_windows(rng: np.random.Generator, corpus: Corpus, n: int, length: int,
-                   code_share: float, generated_share: float = 0.0) -> list[np.ndarray]:
+def sample_windows(
+    rng: np.random.Generator,
+    corpus: Corpus,
+    n: int,
+    length: int,
+    code_share: float,
+    generated_share: float = 0.0,
+) -> list[np.ndarray]:
     """Windows of ``length`` tokens: from the generated pool with probability
     ``generated_share``, else from code (``code_share``) or chat documents."""
     windows = []
@@ -103,8 +111,15 @@ def sample_windows(rng: np.random.Generator, corpus: Corpus, n: int, length: int
     return windows
 
 
-def generate_windows(target: LoadedModel, corpus: Corpus, rng: np.random.Generator, n: int,
-                     length: int, new_tokens: int, code_share: float) -> list[np.ndarray]:
+def generate_windows(
+    target: LoadedModel,
+    corpus: Corpus,
+    rng: np.random.Generator,
+    n: int,
+    length: int,
+    new_tokens: int,
+    code_share: float,
+) -> list[np.ndarray]:
     """``n`` training windows: a corpus piece continued by ``new_tokens`` greedy target tokens,
     the text drafts are checked against at temperature 0."""
     windows, start = [], time.perf_counter()
@@ -113,8 +128,11 @@ def generate_windows(target: LoadedModel, corpus: Corpus, rng: np.random.Generat
         windows.append(np.concatenate([piece, np.array(continuation, np.int32)]))
         if (i + 1) % 16 == 0 or i + 1 == n:
             elapsed = time.perf_counter() - start
-            print(f"generated {i + 1}/{n} windows, {(i + 1) * new_tokens / elapsed:.0f} tokens/s, "
-                  f"ETA {elapsed / (i + 1) * (n - i - 1) / 60:.1f} min", flush=True)
+            print(
+                f"generated {i + 1}/{n} windows, {(i + 1) * new_tokens / elapsed:.0f} tokens/s, "
+                f"ETA {elapsed / (i + 1) * (n - i - 1) / 60:.1f} min",
+                flush=True,
+            )
     return windows
 
 
@@ -131,16 +149,18 @@ class TargetView:
 
 def target_view(target: LoadedModel, window: np.ndarray, taps: tuple[int, ...]) -> TargetView:
     tokens = mx.array(window)
-    out = target.network.forward(tokens, target.network.new_state(), capture_layers=taps,
-                                 return_hidden=True)
+    out = target.network.forward(
+        tokens, target.network.new_state(), capture_layers=taps, return_hidden=True
+    )
     tap = mx.concatenate([out.layers[i] for i in taps], axis=-1) if taps else None
     probs = mx.softmax(out.logits, axis=-1, precise=True)
     mx.eval(tap, probs, out.head_input)
     return TargetView(tokens, tap, out.head_input, probs, np.array(mx.argmax(out.logits, -1)))
 
 
-def distillation_terms(logits: mx.array, view_probs: mx.array,
-                       labels: mx.array) -> tuple[mx.array, mx.array]:
+def distillation_terms(
+    logits: mx.array, view_probs: mx.array, labels: mx.array
+) -> tuple[mx.array, mx.array]:
     """Per row: (0.1 * CE + 0.9 * L1 of the drafter's logits against the target, L1)."""
     logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
     l1 = mx.sum(mx.abs(mx.exp(logp) - view_probs), axis=-1)
@@ -153,8 +173,9 @@ def distillation_terms(logits: mx.array, view_probs: mx.array,
 # --------------------------------------------------------------------------------------------
 
 
-def copy_target_tensor(target: LoadedModel, source: str,
-                       shape: tuple[int, ...]) -> np.ndarray | None:
+def copy_target_tensor(
+    target: LoadedModel, source: str, shape: tuple[int, ...]
+) -> np.ndarray | None:
     """Target tensor ``source`` as float32 of ``shape``, or None when absent or of another size."""
     if not target.gguf.has_tensor(source):
         return None
@@ -162,9 +183,12 @@ def copy_target_tensor(target: LoadedModel, source: str,
     return values.reshape(shape) if values.size == math.prod(shape) else None
 
 
-def init_from_target(target: LoadedModel, shapes: Mapping[str, tuple[int, ...]],
-                     source_name: Callable[[str], str], rng: np.random.Generator
-                     ) -> dict[str, np.ndarray]:
+def init_from_target(
+    target: LoadedModel,
+    shapes: Mapping[str, tuple[int, ...]],
+    source_name: Callable[[str], str],
+    rng: np.random.Generator,
+) -> dict[str, np.ndarray]:
     """Random arrays for ``shapes``, overwritten with the target's tensor ``source_name(name)``
     wherever the target has one of that size."""
     arrays = random_arrays(shapes, rng)
@@ -189,11 +213,13 @@ def last_layer_source(target: LoadedModel, n_stages: int, prefix: str) -> Callab
     return source
 
 
-def init_dspark(target: LoadedModel, config: dspark.DSparkConfig,
-                rng: np.random.Generator) -> dict[str, np.ndarray]:
+def init_dspark(
+    target: LoadedModel, config: dspark.DSparkConfig, rng: np.random.Generator
+) -> dict[str, np.ndarray]:
     shapes = dspark.tensor_shapes(target.args, config)
-    arrays = init_from_target(target, shapes,
-                              last_layer_source(target, config.stage_count, "blk."), rng)
+    arrays = init_from_target(
+        target, shapes, last_layer_source(target, config.stage_count, "blk."), rng
+    )
     d, n_taps = target.args.hidden_size, len(config.target_layers)
     arrays[dspark.MAIN_PROJ] = np.tile(np.eye(d, dtype=np.float32) / n_taps, (1, n_taps))
     arrays[dspark.MARKOV_W2] = np.zeros(shapes[dspark.MARKOV_W2], np.float32)
@@ -212,8 +238,9 @@ class DSparkBatchItem:
     weights: mx.array  # [M * B]: position weight, 0 past the window's end
 
 
-def dspark_item(view: TargetView, config: dspark.DSparkConfig, n_anchors: int,
-                rng: np.random.Generator) -> DSparkBatchItem:
+def dspark_item(
+    view: TargetView, config: dspark.DSparkConfig, n_anchors: int, rng: np.random.Generator
+) -> DSparkBatchItem:
     length, size = len(view.greedy), config.block_size
     anchors = np.sort(rng.choice(np.arange(1, length - 1), size=n_anchors, replace=False))
     rows = anchors[:, None] + np.arange(size)  # the target row whose next token row k predicts
@@ -224,27 +251,38 @@ def dspark_item(view: TargetView, config: dspark.DSparkConfig, n_anchors: int,
     greedy_next = np.concatenate([[True], tokens[1:] == view.greedy[:-1]])
     follows = np.cumprod(greedy_next[rows[:, 1:]], axis=1)
     valid = (anchors[:, None] + np.arange(size) < length) & np.concatenate(
-        [np.ones((n_anchors, 1), bool), follows.astype(bool)], axis=1)
+        [np.ones((n_anchors, 1), bool), follows.astype(bool)], axis=1
+    )
     prev = np.concatenate([tokens[anchors][:, None], view.greedy[rows[:, :-1]]], axis=1)
     blocks = np.full((n_anchors, size), config.noise_token_id, np.int32)
     blocks[:, 0] = tokens[anchors]
     weights = np.exp(-np.arange(size) / POSITION_DECAY)[None, :] * valid
     flat_rows = mx.array(rows.reshape(-1))
     return DSparkBatchItem(
-        view.taps, anchors, mx.array(blocks), mx.array(prev.reshape(-1).astype(np.int32)),
-        view.probs[flat_rows], mx.array(view.greedy[rows.reshape(-1)].astype(np.int32)),
+        view.taps,
+        anchors,
+        mx.array(blocks),
+        mx.array(prev.reshape(-1).astype(np.int32)),
+        view.probs[flat_rows],
+        mx.array(view.greedy[rows.reshape(-1)].astype(np.int32)),
         mx.array(weights.reshape(-1).astype(np.float32)),
     )
 
 
-def dspark_loss(arrays: dict[str, mx.array], target: LoadedModel, config: dspark.DSparkConfig,
-                items: list[DSparkBatchItem]) -> mx.array:
+def dspark_loss(
+    arrays: dict[str, mx.array],
+    target: LoadedModel,
+    config: dspark.DSparkConfig,
+    items: list[DSparkBatchItem],
+) -> mx.array:
     net = dspark.net_from_arrays(target.args, config, arrays, dspark.target_head(target))
     total = mx.array(0.0)
     weight_sum = 0.0
     for item in items:
-        contexts = [dspark.BlockContext(keys, 0, item.anchors, config.block_size, net.window)
-                    for keys in net.context_keys(item.taps, 0)]
+        contexts = [
+            dspark.BlockContext(keys, 0, item.anchors, config.block_size, net.window)
+            for keys in net.context_keys(item.taps, 0)
+        ]
         hidden = net.hidden(item.blocks, contexts)
         logits = net.logits(hidden) + net.markov_bias(item.prev)
         row_loss, l1 = distillation_terms(logits, item.probs, item.labels)
@@ -263,9 +301,12 @@ def dspark_loss(arrays: dict[str, mx.array], target: LoadedModel, config: dspark
 
 def init_mtp(target: LoadedModel, rng: np.random.Generator) -> dict[str, np.ndarray]:
     shapes = mtp.tensor_shapes(target.args)
-    head_sources = {mtp.NORM: "output_norm.weight", mtp.HC_HEAD_FN: "output_hc_fn.weight",
-                    mtp.HC_HEAD_BASE: "output_hc_base.weight",
-                    mtp.HC_HEAD_SCALE: "output_hc_scale.weight"}
+    head_sources = {
+        mtp.NORM: "output_norm.weight",
+        mtp.HC_HEAD_FN: "output_hc_fn.weight",
+        mtp.HC_HEAD_BASE: "output_hc_base.weight",
+        mtp.HC_HEAD_SCALE: "output_hc_scale.weight",
+    }
     block_source = last_layer_source(target, 1, "mtp.")
 
     def source(name: str) -> str:
@@ -278,8 +319,7 @@ def init_mtp(target: LoadedModel, rng: np.random.Generator) -> dict[str, np.ndar
     return arrays
 
 
-def mtp_loss(arrays: dict[str, mx.array], target: LoadedModel,
-             views: list[TargetView]) -> mx.array:
+def mtp_loss(arrays: dict[str, mx.array], target: LoadedModel, views: list[TargetView]) -> mx.array:
     net = mtp.net_from_arrays(target.args, arrays, dspark.target_head(target))
     total = mx.array(0.0)
     rows = 0
@@ -298,14 +338,24 @@ def mtp_loss(arrays: dict[str, mx.array], target: LoadedModel,
 # --------------------------------------------------------------------------------------------
 
 
-def train(name: str, arrays: dict[str, np.ndarray], steps: int, lr: float,
-          batch: Callable[[int], object], loss_fn: Callable[..., mx.array],
-          tokens_per_step: int) -> dict[str, np.ndarray]:
+def train(
+    name: str,
+    arrays: dict[str, np.ndarray],
+    steps: int,
+    lr: float,
+    batch: Callable[[int], object],
+    loss_fn: Callable[..., mx.array],
+    tokens_per_step: int,
+) -> dict[str, np.ndarray]:
     """AdamW with warm-up and cosine decay; prints loss, tokens/s and ETA."""
     params = {k: mx.array(v) for k, v in arrays.items()}
     schedule = optim.join_schedules(
-        [optim.linear_schedule(lr * 0.01, lr, max(1, steps // 20)),
-         optim.cosine_decay(lr, steps, lr * 0.05)], [max(1, steps // 20)])
+        [
+            optim.linear_schedule(lr * 0.01, lr, max(1, steps // 20)),
+            optim.cosine_decay(lr, steps, lr * 0.05),
+        ],
+        [max(1, steps // 20)],
+    )
     optimizer = optim.AdamW(learning_rate=schedule, weight_decay=0.0)
     grad_fn = mx.value_and_grad(loss_fn)
     start, smoothed = time.perf_counter(), None
@@ -318,22 +368,30 @@ def train(name: str, arrays: dict[str, np.ndarray], steps: int, lr: float,
         if step % 10 == 0 or step == steps:
             elapsed = time.perf_counter() - start
             eta = elapsed / step * (steps - step)
-            print(f"{name} step {step}/{steps} loss {smoothed:.4f} "
-                  f"{tokens_per_step * step / elapsed:.0f} tokens/s "
-                  f"elapsed {elapsed / 60:.1f} min ETA {eta / 60:.1f} min", flush=True)
+            print(
+                f"{name} step {step}/{steps} loss {smoothed:.4f} "
+                f"{tokens_per_step * step / elapsed:.0f} tokens/s "
+                f"elapsed {elapsed / 60:.1f} min ETA {eta / 60:.1f} min",
+                flush=True,
+            )
     return {k: np.array(v) for k, v in params.items()}
 
 
-def measure(target: LoadedModel, drafter: Drafter, prompts: list[tuple[list[int], list[int]]],
-            confidence_threshold: float = 0.0) -> ProbeStats:
+def measure(
+    target: LoadedModel,
+    drafter: Drafter,
+    prompts: list[tuple[list[int], list[int]]],
+    confidence_threshold: float = 0.0,
+) -> ProbeStats:
     total = ProbeStats()
     for prompt, continuation in prompts:
         total.add(probe_greedy(target, drafter, prompt, continuation, confidence_threshold))
     return total
 
 
-def eval_prompts(target: LoadedModel, corpus: Corpus, n: int, prompt_tokens: int,
-                 new_tokens: int) -> list[tuple[list[int], list[int]]]:
+def eval_prompts(
+    target: LoadedModel, corpus: Corpus, n: int, prompt_tokens: int, new_tokens: int
+) -> list[tuple[list[int], list[int]]]:
     """Beginnings of held-out code files and the target's greedy continuations."""
     prompts = []
     for doc in corpus.held_out_code[:n]:
@@ -352,8 +410,12 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=128, help="tokens per training window")
     parser.add_argument("--batch", type=int, default=4, help="windows per step")
     parser.add_argument("--code-share", type=float, default=0.75)
-    parser.add_argument("--generated", type=int, default=96,
-                        help="windows continued greedily by the target, made once")
+    parser.add_argument(
+        "--generated",
+        type=int,
+        default=96,
+        help="windows continued greedily by the target, made once",
+    )
     parser.add_argument("--generated-tokens", type=int, default=64)
     parser.add_argument("--generated-share", type=float, default=0.5)
     parser.add_argument("--dspark-steps", type=int, default=500)
@@ -364,11 +426,19 @@ def main() -> None:
     parser.add_argument("--stages", type=int, default=2)
     parser.add_argument("--markov-rank", type=int, default=64)
     parser.add_argument("--taps", type=int, default=3, help="tap the target's last N layers")
-    parser.add_argument("--noise-token", type=int, default=None,
-                        help="default: the tokenizer's BOS (never generated mid-text)")
+    parser.add_argument(
+        "--noise-token",
+        type=int,
+        default=None,
+        help="default: the tokenizer's BOS (never generated mid-text)",
+    )
     parser.add_argument("--mtp-draft", type=int, default=3)
-    parser.add_argument("--matrix-type", choices=("q8_0", "f16", "bf16", "f32"), default="q8_0",
-                        help="how the DSpark files store their matrices (ds4's files: Q8_0)")
+    parser.add_argument(
+        "--matrix-type",
+        choices=("q8_0", "f16", "bf16", "f32"),
+        default="q8_0",
+        help="how the DSpark files store their matrices (ds4's files: Q8_0)",
+    )
     parser.add_argument("--eval-prompts", type=int, default=12)
     parser.add_argument("--eval-prompt-tokens", type=int, default=64)
     parser.add_argument("--eval-new-tokens", type=int, default=64)
@@ -376,15 +446,25 @@ def main() -> None:
 
     mx.random.seed(args.seed)
     target = ds4mlx.load_model(args.target, weights_dtype="f32")
-    corpus = load_corpus(args.corpus, target, min_tokens=max(args.window,
-                                                              args.eval_prompt_tokens + 1))
-    print(f"target {target.args_summary()}; corpus: {len(corpus.code)} code, "
-          f"{len(corpus.chat)} chat, {len(corpus.held_out_code)} held-out code documents")
-    prompts = eval_prompts(target, corpus, args.eval_prompts, args.eval_prompt_tokens,
-                           args.eval_new_tokens)
-    corpus.generated = generate_windows(target, corpus, np.random.default_rng(args.seed + 2),
-                                        args.generated, args.window, args.generated_tokens,
-                                        args.code_share)
+    corpus = load_corpus(
+        args.corpus, target, min_tokens=max(args.window, args.eval_prompt_tokens + 1)
+    )
+    print(
+        f"target {target.args_summary()}; corpus: {len(corpus.code)} code, "
+        f"{len(corpus.chat)} chat, {len(corpus.held_out_code)} held-out code documents"
+    )
+    prompts = eval_prompts(
+        target, corpus, args.eval_prompts, args.eval_prompt_tokens, args.eval_new_tokens
+    )
+    corpus.generated = generate_windows(
+        target,
+        corpus,
+        np.random.default_rng(args.seed + 2),
+        args.generated,
+        args.window,
+        args.generated_tokens,
+        args.code_share,
+    )
     args.out_dir.mkdir(parents=True, exist_ok=True)
     n_layers = target.args.num_layers
     taps = tuple(range(max(0, n_layers - args.taps), n_layers))
@@ -395,48 +475,77 @@ def main() -> None:
 
     if args.drafters in ("dspark", "both"):
         rng = np.random.default_rng(args.seed)
-        config = dspark.DSparkConfig(args.block_size, noise, taps, args.stages,
-                                     args.markov_rank, confidence=True)
+        config = dspark.DSparkConfig(
+            args.block_size, noise, taps, args.stages, args.markov_rank, confidence=True
+        )
 
         def dspark_batch(_step: int) -> list[DSparkBatchItem]:
-            windows = sample_windows(rng, corpus, args.batch, args.window, args.code_share,
-                                     args.generated_share)
-            return [dspark_item(target_view(target, w, taps), config, args.anchors, rng)
-                    for w in windows]
+            windows = sample_windows(
+                rng, corpus, args.batch, args.window, args.code_share, args.generated_share
+            )
+            return [
+                dspark_item(target_view(target, w, taps), config, args.anchors, rng)
+                for w in windows
+            ]
 
-        arrays = train("dspark", init_dspark(target, config, rng), args.dspark_steps, args.lr,
-                       dspark_batch,
-                       lambda params, items: dspark_loss(params, target, config, items),
-                       args.batch * args.window)
-        for arch, file in ((dspark.ARCH_DS4, "ds4-tiny-dspark.gguf"),
-                           (dspark.ARCH_LLAMA, "ds4-tiny-dflash.gguf")):
-            dspark.save_dspark(args.out_dir / file, arch, config, target, arrays,
-                               context_length=CONTEXT_LENGTH,
-                               matrix_type=GGMLQuantizationType[args.matrix_type.upper()])
+        arrays = train(
+            "dspark",
+            init_dspark(target, config, rng),
+            args.dspark_steps,
+            args.lr,
+            dspark_batch,
+            lambda params, items: dspark_loss(params, target, config, items),
+            args.batch * args.window,
+        )
+        for arch, file in (
+            (dspark.ARCH_DS4, "ds4-tiny-dspark.gguf"),
+            (dspark.ARCH_LLAMA, "ds4-tiny-dflash.gguf"),
+        ):
+            dspark.save_dspark(
+                args.out_dir / file,
+                arch,
+                config,
+                target,
+                arrays,
+                context_length=CONTEXT_LENGTH,
+                matrix_type=GGMLQuantizationType[args.matrix_type.upper()],
+            )
         drafter = dspark.load_dspark(args.out_dir / "ds4-tiny-dspark.gguf", target)
         for threshold in (0.0, 0.7):
             stats = measure(target, drafter, prompts, threshold)
-            print(f"dspark (confidence >= {threshold}): tau {stats.tau:.3f}, acceptance "
-                  f"{stats.acceptance_rate:.3f} over {stats.cycles} verifies")
+            print(
+                f"dspark (confidence >= {threshold}): tau {stats.tau:.3f}, acceptance "
+                f"{stats.acceptance_rate:.3f} over {stats.cycles} verifies"
+            )
 
     if args.drafters in ("mtp", "both"):
         rng = np.random.default_rng(args.seed + 1)
 
         def mtp_batch(_step: int) -> list[TargetView]:
-            windows = sample_windows(rng, corpus, args.batch, args.window, args.code_share,
-                                     args.generated_share)
+            windows = sample_windows(
+                rng, corpus, args.batch, args.window, args.code_share, args.generated_share
+            )
             return [target_view(target, w, ()) for w in windows]
 
-        arrays = train("mtp", init_mtp(target, rng), args.mtp_steps, args.lr, mtp_batch,
-                       lambda params, views: mtp_loss(params, target, views),
-                       args.batch * args.window)
+        arrays = train(
+            "mtp",
+            init_mtp(target, rng),
+            args.mtp_steps,
+            args.lr,
+            mtp_batch,
+            lambda params, views: mtp_loss(params, target, views),
+            args.batch * args.window,
+        )
         mtp.save_mtp(args.out_dir / "ds4-tiny-mtp.gguf", target, arrays)
         for margin in (0.0, DEFAULT_MTP_MARGIN):
-            drafter = mtp.load_mtp(target, args.out_dir / "ds4-tiny-mtp.gguf",
-                                   max_draft=args.mtp_draft, margin=margin)
+            drafter = mtp.load_mtp(
+                target, args.out_dir / "ds4-tiny-mtp.gguf", max_draft=args.mtp_draft, margin=margin
+            )
             stats = measure(target, drafter, prompts)
-            print(f"mtp (draft {args.mtp_draft}, margin {margin}): tau {stats.tau:.3f}, "
-                  f"acceptance {stats.acceptance_rate:.3f} over {stats.cycles} verifies")
+            print(
+                f"mtp (draft {args.mtp_draft}, margin {margin}): tau {stats.tau:.3f}, "
+                f"acceptance {stats.acceptance_rate:.3f} over {stats.cycles} verifies"
+            )
 
 
 if __name__ == "__main__":

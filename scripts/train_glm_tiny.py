@@ -62,11 +62,26 @@ STAGES = ("train", "export", "verify")
 T = GGMLQuantizationType
 CONTEXT_LENGTH = 4096  # no RoPE: the context is bounded by memory only
 # GLM's role and control tokens, never produced from plain text ...
-CONTROL_TOKENS = [glm5.PREFIX[:7], glm5.PREFIX[7:], glm5.SYSTEM, glm5.USER,
-                  glm5.ASSISTANT, glm5.OBSERVATION, glm5.END_OF_TEXT]
+CONTROL_TOKENS = [
+    glm5.PREFIX[:7],
+    glm5.PREFIX[7:],
+    glm5.SYSTEM,
+    glm5.USER,
+    glm5.ASSISTANT,
+    glm5.OBSERVATION,
+    glm5.END_OF_TEXT,
+]
 # ... and its tool-call markup, one token each so that a tiny model learns it easily.
-MARKUP_TOKENS = [glm5.CALL_START, glm5.CALL_END, glm5.KEY_START, glm5.KEY_END,
-                 glm5.VALUE_START, glm5.VALUE_END, "<tool_response>", "</tool_response>"]
+MARKUP_TOKENS = [
+    glm5.CALL_START,
+    glm5.CALL_END,
+    glm5.KEY_START,
+    glm5.KEY_END,
+    glm5.VALUE_START,
+    glm5.VALUE_END,
+    "<tool_response>",
+    "</tool_response>",
+]
 
 
 def model_args(vocab_size: int) -> ModelArgs:
@@ -183,8 +198,12 @@ def load_data(tokenizer: HFTokenizer, cfg: TrainConfig) -> Data:
     encoded = [e.ids for e in tokenizer.encode_batch(chats, add_special_tokens=False)]
     train = [ids for i, ids in enumerate(encoded) if i % cfg.heldout_every]
     heldout = [ids for i, ids in enumerate(encoded) if not i % cfg.heldout_every]
-    return Data(corpus.text_train, corpus.text_heldout,
-                np.concatenate(train).astype(np.int32), np.concatenate(heldout).astype(np.int32))
+    return Data(
+        corpus.text_train,
+        corpus.text_heldout,
+        np.concatenate(train).astype(np.int32),
+        np.concatenate(heldout).astype(np.int32),
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -205,8 +224,9 @@ def is_fixed(name: str) -> bool:
     return name.endswith("exp_probs_b.bias") or ".indexer" in name
 
 
-def init_tensor(name: str, shape: tuple[int, ...], args: ModelArgs,
-                rng: np.random.Generator) -> np.ndarray:
+def init_tensor(
+    name: str, shape: tuple[int, ...], args: ModelArgs, rng: np.random.Generator
+) -> np.ndarray:
     """KDA's tensors and the embedding here; the rest as ``train_tiny.init_tensor`` (norms 1,
     mHC as a plain residual, small random matrices) with GLM's residual-stream writers scaled
     down."""
@@ -225,8 +245,9 @@ def init_tensor(name: str, shape: tuple[int, ...], args: ModelArgs,
         # Unit rows: GLM's blocks emit normed values (latents, the KDA output norm), which would
         # drown a small embedding and with it the token's identity.
         return rng.standard_normal(shape).astype(np.float32)
-    if name.endswith(("attn_output.weight", "ffn_down.weight", "ffn_down_exps.weight",
-                      "ffn_down_shexp.weight")):
+    if name.endswith(
+        ("attn_output.weight", "ffn_down.weight", "ffn_down_exps.weight", "ffn_down_shexp.weight")
+    ):
         std = 0.02 / math.sqrt(2 * (args.num_layers + args.nextn_layers))
         return (rng.standard_normal(shape) * std).astype(np.float32)
     return train_tiny.init_tensor(name, shape, args, rng)
@@ -242,8 +263,9 @@ def init_arrays(args: ModelArgs, seed: int) -> tuple[dict[str, mx.array], dict[s
     return trainable, fixed
 
 
-def training_model(args: ModelArgs, arrays: Mapping[str, mx.array]
-                   ) -> tuple[Model, dict[int, train_tiny.GroupedRoutedExperts]]:
+def training_model(
+    args: ModelArgs, arrays: Mapping[str, mx.array]
+) -> tuple[Model, dict[int, train_tiny.GroupedRoutedExperts]]:
     """The inference model on ``arrays``, with train_tiny's grouped routed experts, by layer
     (the NextN block's as layer ``num_layers``)."""
     model = Model.from_arrays(args, arrays)
@@ -270,16 +292,18 @@ def load_checkpoint() -> tuple[dict[str, mx.array], ModelArgs, dict]:
 # --------------------------------------------------------------------------------------------
 
 
-def window_nll(model: Model, window: np.ndarray, evaluate: bool = False
-               ) -> tuple[mx.array, mx.array]:
+def window_nll(
+    model: Model, window: np.ndarray, evaluate: bool = False
+) -> tuple[mx.array, mx.array]:
     """Mean next-token NLL of ``window`` (its tokens but the last predict the next ones) and
     mean next-next-token NLL of the NextN layer (row t: the trunk's hidden state at t and the
     token at t + 1 predict the token at t + 2)."""
     ids = mx.array(window)
     out = model.forward(ids[:-1], model.new_state(), return_hidden=True, evaluate=evaluate)
     main = nn.losses.cross_entropy(out.logits, ids[1:], reduction="mean")
-    draft = model.mtp_logits(out.final_hidden[:-1], ids[1:-1], model.new_mtp_state(),
-                             evaluate=evaluate)
+    draft = model.mtp_logits(
+        out.final_hidden[:-1], ids[1:-1], model.new_mtp_state(), evaluate=evaluate
+    )
     return main, nn.losses.cross_entropy(draft, ids[2:], reduction="mean")
 
 
@@ -297,9 +321,11 @@ def heldout_nll(model: Model, data: Data, cfg: TrainConfig) -> dict[str, dict[st
 
 
 def show_nll(label: str, nll: dict[str, dict[str, float]]) -> str:
-    return f"{label}  " + "  ".join(
-        f"{kind} {v['main']:.3f}/{v['nextn']:.3f}" for kind, v in nll.items()) + \
-        "  (next-token / NextN next-next-token)"
+    return (
+        f"{label}  "
+        + "  ".join(f"{kind} {v['main']:.3f}/{v['nextn']:.3f}" for kind, v in nll.items())
+        + "  (next-token / NextN next-next-token)"
+    )
 
 
 def train(cfg: TrainConfig, data: Data, vocab_size: int) -> None:
@@ -311,8 +337,9 @@ def train(cfg: TrainConfig, data: Data, vocab_size: int) -> None:
 
     optimizer = tiny_training.Optimizer(cfg, params)
 
-    def loss_and_load(groups: tiny_training.Groups, window: np.ndarray
-                      ) -> tuple[mx.array, tuple[mx.array, mx.array, dict[int, mx.array]]]:
+    def loss_and_load(
+        groups: tiny_training.Groups, window: np.ndarray
+    ) -> tuple[mx.array, tuple[mx.array, mx.array, dict[int, mx.array]]]:
         model, experts = training_model(args, groups["matrices"] | groups["vectors"] | fixed)
         main, nextn = window_nll(model, window)
         loads = {layer: mx.array(e.load) for layer, e in experts.items()}
@@ -330,15 +357,25 @@ def train(cfg: TrainConfig, data: Data, vocab_size: int) -> None:
         grad_norm = optimizer.step(grads)
         tiny_training.rebalance_experts(fixed, loads, cfg.balance_rate)
         mx.eval(optimizer.groups, optimizer.state(), fixed, main, nextn)
-        log.record(step, kind, (main.item(), nextn.item()), cfg.window, grad_norm,
-                   lambda mean: f"{mean[0]:.3f}/{mean[1]:.3f}")
+        log.record(
+            step,
+            kind,
+            (main.item(), nextn.item()),
+            cfg.window,
+            grad_norm,
+            lambda mean: f"{mean[0]:.3f}/{mean[1]:.3f}",
+        )
         if step in eval_steps:
             nll = heldout_nll(Model.from_arrays(args, optimizer.params() | fixed), data, cfg)
             print(show_nll(f"step {step:4d}  held-out NLL", nll), flush=True)
             log.history.append({"step": step, "heldout_nll": nll})
     minutes = log.elapsed_minutes()
-    report = {"config": asdict(cfg), "parameters": n_params, "train_minutes": minutes,
-              "history": log.history}
+    report = {
+        "config": asdict(cfg),
+        "parameters": n_params,
+        "train_minutes": minutes,
+        "history": log.history,
+    }
     save_checkpoint(optimizer.params() | fixed, args, report)
     print(f"trained in {minutes:.1f} min -> {CHECKPOINT_PATH}")
 
@@ -348,9 +385,20 @@ def train(cfg: TrainConfig, data: Data, vocab_size: int) -> None:
 # --------------------------------------------------------------------------------------------
 
 # llama-quantize leaves these glm5-next tensors unquantized (llama-quant.cpp); stored as F16.
-UNQUANTIZED = ("indexer.attn_q_b", "indexer.attn_k", "indexer.proj", "indexer_compressor_gate",
-               "ssm_f_a.weight", "ssm_f_b.weight", "ssm_g_a.weight", "ssm_g_b.weight",
-               "ssm_beta.weight", "attn_kv_a_mqa.weight", "attn_k_b.weight", "attn_v_b.weight")
+UNQUANTIZED = (
+    "indexer.attn_q_b",
+    "indexer.attn_k",
+    "indexer.proj",
+    "indexer_compressor_gate",
+    "ssm_f_a.weight",
+    "ssm_f_b.weight",
+    "ssm_g_a.weight",
+    "ssm_g_b.weight",
+    "ssm_beta.weight",
+    "attn_kv_a_mqa.weight",
+    "attn_k_b.weight",
+    "attn_v_b.weight",
+)
 
 
 def export_type(name: str, shape: tuple[int, ...]) -> GGMLQuantizationType:
@@ -359,8 +407,12 @@ def export_type(name: str, shape: tuple[int, ...]) -> GGMLQuantizationType:
     llama-quantize's glm5-next exceptions: the mHC mixes, the indexer, the KDA gate/decay
     projections and MLA's latent projections stay unquantized (F16 here); conv, router and
     vectors F32."""
-    if len(shape) == 1 or "ssm_conv1d" in name or "ffn_gate_inp" in name \
-            or "indexer_compressor_ape" in name:
+    if (
+        len(shape) == 1
+        or "ssm_conv1d" in name
+        or "ffn_gate_inp" in name
+        or "indexer_compressor_ape" in name
+    ):
         return T.F32
     if "hc_" in name or any(part in name for part in UNQUANTIZED):
         return T.F16
@@ -378,16 +430,25 @@ def tokenizer_metadata(tokenizer: HFTokenizer, vocab_size: int) -> dict[str, Any
     template opens with ``[gMASK]<sop>``), EOS ``<|endoftext|>``, and the turn markers that end
     an assistant turn as end-of-turn (``<|user|>``) and end-of-message (``<|observation|>``)."""
     collector = GGUFWriter(None, ARCH)  # without a file a GGUFWriter only collects key/values
-    write_tokenizer_metadata(collector, tokenizer, pre=train_tokenizer.PRE,
-                             eos_token=glm5.END_OF_TEXT, add_bos=False,
-                             vocab_size=vocab_size)
+    write_tokenizer_metadata(
+        collector,
+        tokenizer,
+        pre=train_tokenizer.PRE,
+        eos_token=glm5.END_OF_TEXT,
+        add_bos=False,
+        vocab_size=vocab_size,
+    )
     collector.add_eot_token_id(tokenizer.token_to_id(glm5.USER))
     collector.add_eom_token_id(tokenizer.token_to_id(glm5.OBSERVATION))
     # Arrays carry no item type until GGUFWriter writes them (strings, or INT32 token types):
     # write_gguf infers the same from the items.
-    return {key: value.value if value.type == GGUFValueType.ARRAY
-            else MetaValue(value.value, value.type)
-            for key, value in collector.kv_data[0].items() if key.startswith("tokenizer.")}
+    return {
+        key: value.value
+        if value.type == GGUFValueType.ARRAY
+        else MetaValue(value.value, value.type)
+        for key, value in collector.kv_data[0].items()
+        if key.startswith("tokenizer.")
+    }
 
 
 def export(tokenizer: HFTokenizer) -> None:
@@ -395,8 +456,10 @@ def export(tokenizer: HFTokenizer) -> None:
     metadata: dict[str, Any] = {"general.name": "glm-tiny"}
     metadata |= args.to_gguf_metadata(CONTEXT_LENGTH)
     metadata |= tokenizer_metadata(tokenizer, args.vocab_size)
-    tensors = [TensorToWrite(name, np.array(arrays[name]), export_type(name, shape))
-               for name, shape in trained_shapes(args).items()]
+    tensors = [
+        TensorToWrite(name, np.array(arrays[name]), export_type(name, shape))
+        for name, shape in trained_shapes(args).items()
+    ]
     GGUF_PATH.parent.mkdir(parents=True, exist_ok=True)
     write_gguf(GGUF_PATH, ARCH, metadata, tensors)
     print(f"exported {GGUF_PATH} ({GGUF_PATH.stat().st_size / 2**20:.2f} MiB)")
@@ -410,8 +473,9 @@ def export(tokenizer: HFTokenizer) -> None:
 def acceptance_prompts(data: Data, cfg: TrainConfig, assistant: int) -> list[list[int]]:
     """Held-out prompts: text windows, and chat windows cut after their last ``assistant``
     token (a turn opens)."""
-    prompts = [w.tolist() for w in data.windows("text", cfg.accept_prompts,
-                                                 cfg.accept_prompt_tokens)]
+    prompts = [
+        w.tolist() for w in data.windows("text", cfg.accept_prompts, cfg.accept_prompt_tokens)
+    ]
     for window in data.windows("chat", cfg.accept_prompts, 4 * cfg.accept_prompt_tokens):
         tokens = window.tolist()
         opened = [i for i, t in enumerate(tokens) if t == assistant]
@@ -419,20 +483,32 @@ def acceptance_prompts(data: Data, cfg: TrainConfig, assistant: int) -> list[lis
     return prompts
 
 
-def measure_acceptance(loaded: ds4mlx.api.LoadedModel, prompts: list[list[int]],
-                       n_tokens: int) -> dict[str, Any]:
+def measure_acceptance(
+    loaded: ds4mlx.api.LoadedModel, prompts: list[list[int]], n_tokens: int
+) -> dict[str, Any]:
     """Greedy speculative decoding with the NextN drafter against plain greedy decoding."""
-    totals = {"drafted": 0, "accepted": 0, "drafted_passes": 0, "verify_passes": 0,
-              "plain_seconds": 0.0, "spec_seconds": 0.0, "identical": True}
+    totals = {
+        "drafted": 0,
+        "accepted": 0,
+        "drafted_passes": 0,
+        "verify_passes": 0,
+        "plain_seconds": 0.0,
+        "spec_seconds": 0.0,
+        "identical": True,
+    }
     for prompt in prompts:
         tick = time.perf_counter()
-        plain = [e.token for e in generate(loaded.new_session(), prompt, n_tokens)
-                 if isinstance(e, TokenEvent)]
+        plain = [
+            e.token
+            for e in generate(loaded.new_session(), prompt, n_tokens)
+            if isinstance(e, TokenEvent)
+        ]
         totals["plain_seconds"] += time.perf_counter() - tick
         tick = time.perf_counter()
         spec, stats = [], None
-        for event in speculation.generate(loaded.new_session(), prompt, n_tokens,
-                                          drafter=load_nextn(loaded)):
+        for event in speculation.generate(
+            loaded.new_session(), prompt, n_tokens, drafter=load_nextn(loaded)
+        ):
             if isinstance(event, DoneEvent):
                 stats = event.stats
             else:
@@ -445,7 +521,8 @@ def measure_acceptance(loaded: ds4mlx.api.LoadedModel, prompts: list[list[int]],
         totals["verify_passes"] += stats.verify_passes
     totals["acceptance"] = totals["accepted"] / max(totals["drafted"], 1)
     totals["tau"] = (totals["accepted"] + totals["drafted_passes"]) / max(
-        totals["drafted_passes"], 1)
+        totals["drafted_passes"], 1
+    )
     return totals
 
 
@@ -459,19 +536,26 @@ def verify(cfg: TrainConfig, data: Data, tokenizer: HFTokenizer) -> None:
     print(show_nll("  quantized GGUF", gguf_nll))
     prompts = acceptance_prompts(data, cfg, tokenizer.token_to_id(glm5.ASSISTANT))
     accept = measure_acceptance(loaded, prompts, cfg.accept_tokens)
-    print(f"NextN greedy drafts: {accept['accepted']}/{accept['drafted']} accepted "
-          f"({accept['acceptance']:.1%}), tau {accept['tau']:.2f}; speculative output "
-          f"{'equals' if accept['identical'] else 'DIFFERS FROM'} plain greedy output; "
-          f"{accept['spec_seconds']:.1f} s vs {accept['plain_seconds']:.1f} s plain")
+    print(
+        f"NextN greedy drafts: {accept['accepted']}/{accept['drafted']} accepted "
+        f"({accept['acceptance']:.1%}), tau {accept['tau']:.2f}; speculative output "
+        f"{'equals' if accept['identical'] else 'DIFFERS FROM'} plain greedy output; "
+        f"{accept['spec_seconds']:.1f} s vs {accept['plain_seconds']:.1f} s plain"
+    )
     sample = tokenizer.decode(data.text_heldout[:48].tolist())
     prompt = tokenizer.encode(sample, add_special_tokens=False).ids
-    tokens = [e.token for e in generate(loaded.new_session(), prompt, 64)
-              if isinstance(e, TokenEvent)]
+    tokens = [
+        e.token for e in generate(loaded.new_session(), prompt, 64) if isinstance(e, TokenEvent)
+    ]
     print(f"--- greedy continuation of held-out text\n{sample}|>>|{tokenizer.decode(tokens)}")
-    report |= {"heldout_windows": {"count": cfg.eval_windows, "tokens": cfg.window},
-               "checkpoint_heldout_nll": checkpoint_nll, "gguf_heldout_nll": gguf_nll,
-               "uniform_nll": math.log(args.vocab_size), "nextn_acceptance": accept,
-               "gguf_bytes": GGUF_PATH.stat().st_size}
+    report |= {
+        "heldout_windows": {"count": cfg.eval_windows, "tokens": cfg.window},
+        "checkpoint_heldout_nll": checkpoint_nll,
+        "gguf_heldout_nll": gguf_nll,
+        "uniform_nll": math.log(args.vocab_size),
+        "nextn_acceptance": accept,
+        "gguf_bytes": GGUF_PATH.stat().st_size,
+    }
     REPORT_PATH.write_text(json.dumps(report, indent=1) + "\n")
     print(f"report -> {REPORT_PATH}")
     if not accept["identical"]:
@@ -485,19 +569,27 @@ def verify(cfg: TrainConfig, data: Data, tokenizer: HFTokenizer) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--skip", action="append", choices=STAGES, default=[],
-                        help="skip a finished stage (repeatable)")
-    parser.add_argument("--steps", type=int, default=TrainConfig.steps,
-                        help="training steps (default %(default)s)")
+    parser.add_argument(
+        "--skip",
+        action="append",
+        choices=STAGES,
+        default=[],
+        help="skip a finished stage (repeatable)",
+    )
+    parser.add_argument(
+        "--steps", type=int, default=TrainConfig.steps, help="training steps (default %(default)s)"
+    )
     options = parser.parse_args()
     stages = [s for s in STAGES if s not in options.skip]
     cfg = TrainConfig(steps=options.steps)
 
     for needed in (train_tiny.CORPUS_DIR / "corpus.jsonl", train_tiny.TOKENIZER_PATH):
         if not needed.is_file():
-            raise SystemExit(f"{needed} is missing: build the tiny family's corpus and BPE "
-                             "first (python scripts/train_tiny.py --skip train --skip export "
-                             "--skip verify)")
+            raise SystemExit(
+                f"{needed} is missing: build the tiny family's corpus and BPE "
+                "first (python scripts/train_tiny.py --skip train --skip export "
+                "--skip verify)"
+            )
     tokenizer = glm_tokenizer()
     data = load_data(tokenizer, cfg) if "train" in stages or "verify" in stages else None
     if "train" in stages:

@@ -170,8 +170,10 @@ class ChatTokens:
     @classmethod
     def packed(cls, chats: list[ChatTokens], length: int) -> ChatTokens:
         """``chats`` back to back, cut to ``length`` tokens."""
-        return cls(np.concatenate([c.ids for c in chats])[:length],
-                   np.concatenate([c.assistant for c in chats])[:length])
+        return cls(
+            np.concatenate([c.ids for c in chats])[:length],
+            np.concatenate([c.assistant for c in chats])[:length],
+        )
 
 
 @dataclass
@@ -205,23 +207,30 @@ def load_corpus(tokenizer: HFTokenizer, heldout_every: int) -> Corpus:
             texts.append(document["text"])
     encoded = [e.ids for e in tokenizer.encode_batch(texts, add_special_tokens=False)]
     chats = [ids for name, ids in zip(names, encoded, strict=True) if name.startswith("chat/")]
-    others = [ids for name, ids in zip(names, encoded, strict=True)
-              if not name.startswith("chat/")]
+    others = [ids for name, ids in zip(names, encoded, strict=True) if not name.startswith("chat/")]
     prefix = shared_prefix_length(chats)
     assistant_id = tokenizer.token_to_id(deepseek4.ASSISTANT)
     eos_id = tokenizer.token_to_id(deepseek4.EOS)
-    rests = [ChatTokens.from_ids(np.asarray(ids[prefix:], np.int32), assistant_id, eos_id)
-             for ids in chats]
+    rests = [
+        ChatTokens.from_ids(np.asarray(ids[prefix:], np.int32), assistant_id, eos_id)
+        for ids in chats
+    ]
 
     def split(documents: list) -> tuple[list, list]:
-        return ([d for i, d in enumerate(documents) if i % heldout_every],
-                [d for i, d in enumerate(documents) if not i % heldout_every])
+        return (
+            [d for i, d in enumerate(documents) if i % heldout_every],
+            [d for i, d in enumerate(documents) if not i % heldout_every],
+        )
 
     chat_train, chat_heldout = split(rests)
     text_train, text_heldout = split(others)
-    return Corpus(np.asarray(chats[0][:prefix], np.int32), chat_train, chat_heldout,
-                  np.concatenate(text_train).astype(np.int32),
-                  np.concatenate(text_heldout).astype(np.int32))
+    return Corpus(
+        np.asarray(chats[0][:prefix], np.int32),
+        chat_train,
+        chat_heldout,
+        np.concatenate(text_train).astype(np.int32),
+        np.concatenate(text_heldout).astype(np.int32),
+    )
 
 
 def text_window(stream: np.ndarray, start: int, length: int) -> np.ndarray:
@@ -239,10 +248,13 @@ class EvalSet:
     @classmethod
     def from_corpus(cls, corpus: Corpus, cfg: TrainConfig) -> EvalSet:
         picks = np.linspace(0, len(corpus.chat_heldout) - 1, cfg.eval_documents).astype(int)
-        starts = np.linspace(0, len(corpus.text_heldout) - cfg.text_window - 2,
-                             cfg.eval_documents).astype(int)
-        return cls([corpus.chat_heldout[i] for i in picks],
-                   [text_window(corpus.text_heldout, s, cfg.text_window + 1) for s in starts])
+        starts = np.linspace(
+            0, len(corpus.text_heldout) - cfg.text_window - 2, cfg.eval_documents
+        ).astype(int)
+        return cls(
+            [corpus.chat_heldout[i] for i in picks],
+            [text_window(corpus.text_heldout, s, cfg.text_window + 1) for s in starts],
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -258,8 +270,7 @@ class GroupedRoutedExperts(RoutedExperts):
     balancing."""
 
     def __init__(self, experts: RoutedExperts):
-        super().__init__(experts.gate, experts.up, experts.down,
-                         swiglu_limit=experts.swiglu_limit)
+        super().__init__(experts.gate, experts.up, experts.down, swiglu_limit=experts.swiglu_limit)
         self.load = np.zeros(experts.gate.shape[0], np.int64)
 
     def __call__(self, x: mx.array, indices: mx.array, weights: mx.array) -> mx.array:
@@ -273,15 +284,19 @@ class GroupedRoutedExperts(RoutedExperts):
         for expert, count in enumerate(counts.tolist()):
             if count:
                 span = slice(start, start + count)
-                hidden = swiglu(linear(inputs[span], self.gate[expert]),
-                                linear(inputs[span], self.up[expert]), self.swiglu_limit)
+                hidden = swiglu(
+                    linear(inputs[span], self.gate[expert]),
+                    linear(inputs[span], self.up[expert]),
+                    self.swiglu_limit,
+                )
                 outputs.append(linear(hidden, self.down[expert]) * pair_weights[span, None])
             start += count
         return mx.zeros(x.shape, x.dtype).at[rows].add(mx.concatenate(outputs))
 
 
-def training_model(args: ModelArgs, arrays: Mapping[str, mx.array]
-                   ) -> tuple[Model, list[GroupedRoutedExperts]]:
+def training_model(
+    args: ModelArgs, arrays: Mapping[str, mx.array]
+) -> tuple[Model, list[GroupedRoutedExperts]]:
     """The inference model on ``arrays``, with grouped routed experts (in layer order)."""
     model = Model.from_arrays(args, arrays)
     grouped = []
@@ -296,13 +311,15 @@ def is_fixed(name: str) -> bool:
     return name.endswith(("ffn_gate_tid2eid.weight", "exp_probs_b.bias"))
 
 
-def init_tensor(name: str, shape: tuple[int, ...], args: ModelArgs,
-                rng: np.random.Generator) -> np.ndarray:
+def init_tensor(
+    name: str, shape: tuple[int, ...], args: ModelArgs, rng: np.random.Generator
+) -> np.ndarray:
     hc = args.hc_mult
     if name.endswith("ffn_gate_tid2eid.weight"):
         # Each token id routes to n_experts_used distinct experts, as the real model's table.
-        return np.stack([rng.choice(args.n_experts, shape[1], replace=False)
-                         for _ in range(shape[0])]).astype(np.int32)
+        return np.stack(
+            [rng.choice(args.n_experts, shape[1], replace=False) for _ in range(shape[0])]
+        ).astype(np.int32)
     if name.endswith("_norm.weight"):
         return np.ones(shape, np.float32)
     if name.endswith(("_base.weight", "_scale.weight")):
@@ -369,8 +386,9 @@ def prefix_state(model: Model, prefix: np.ndarray) -> tuple[ModelState, mx.array
     return state, logits[-1:]
 
 
-def continuation_nll(model: Model, state: ModelState, last_logits: mx.array,
-                     tokens: ChatTokens) -> tuple[mx.array, mx.array]:
+def continuation_nll(
+    model: Model, state: ModelState, last_logits: mx.array, tokens: ChatTokens
+) -> tuple[mx.array, mx.array]:
     """Summed NLL of all of ``tokens`` and of its assistant tokens, continuing ``state`` (left
     as it was; ``last_logits``, its last logits row, predicts the first token)."""
     ids = mx.array(tokens.ids)
@@ -391,9 +409,11 @@ def heldout_nll(model: Model, prefix: np.ndarray, eval_set: EvalSet) -> dict[str
     for window in eval_set.texts:
         nll, count = text_nll(model, window)
         text_sum, text_count = text_sum + nll.item(), text_count + count
-    return {"chat": chat_sum / sum(len(c.ids) for c in eval_set.chats),
-            "assistant": assistant_sum / sum(int(c.assistant.sum()) for c in eval_set.chats),
-            "text": text_sum / text_count}
+    return {
+        "chat": chat_sum / sum(len(c.ids) for c in eval_set.chats),
+        "assistant": assistant_sum / sum(int(c.assistant.sum()) for c in eval_set.chats),
+        "text": text_sum / text_count,
+    }
 
 
 def unigram_nll(corpus: Corpus, eval_set: EvalSet, vocab_size: int) -> dict[str, float]:
@@ -408,8 +428,9 @@ def unigram_nll(corpus: Corpus, eval_set: EvalSet, vocab_size: int) -> dict[str,
     text_log_probs = log_probs(corpus.text_train)
     return {
         "chat": -float(np.mean(chat_log_probs[np.concatenate([c.ids for c in eval_set.chats])])),
-        "assistant": -float(np.mean(chat_log_probs[np.concatenate(
-            [c.ids[c.assistant] for c in eval_set.chats])])),
+        "assistant": -float(
+            np.mean(chat_log_probs[np.concatenate([c.ids[c.assistant] for c in eval_set.chats])])
+        ),
         "text": -float(np.mean(text_log_probs[np.concatenate([w[1:] for w in eval_set.texts])])),
     }
 
@@ -428,9 +449,12 @@ def train(cfg: TrainConfig, corpus: Corpus, vocab_size: int) -> None:
     def arrays_of(params: dict[str, mx.array]) -> dict[str, mx.array]:
         return params | fixed
 
-    def loss_and_load(groups: tiny_training.Groups, window: np.ndarray | None,
-                      chats: ChatTokens | None, prefix: tuple[ModelState, mx.array] | None
-                      ) -> tuple[mx.array, list[mx.array]]:
+    def loss_and_load(
+        groups: tiny_training.Groups,
+        window: np.ndarray | None,
+        chats: ChatTokens | None,
+        prefix: tuple[ModelState, mx.array] | None,
+    ) -> tuple[mx.array, list[mx.array]]:
         model, experts = training_model(args, arrays_of(groups["matrices"] | groups["vectors"]))
         if chats is None:
             nll, count = text_nll(model, window)
@@ -454,8 +478,9 @@ def train(cfg: TrainConfig, corpus: Corpus, vocab_size: int) -> None:
             picks = rng.choice(len(corpus.chat_train), cfg.chat_tokens // 32, replace=False)
             chats = ChatTokens.packed([corpus.chat_train[i] for i in picks], cfg.chat_tokens)
             if chat_steps % cfg.prefix_refresh == 0:
-                prefix = prefix_state(training_model(args, arrays_of(optimizer.params()))[0],
-                                      corpus.chat_prefix)
+                prefix = prefix_state(
+                    training_model(args, arrays_of(optimizer.params()))[0], corpus.chat_prefix
+                )
             chat_steps += 1
         else:
             start = int(rng.integers(len(corpus.text_train)))
@@ -463,23 +488,39 @@ def train(cfg: TrainConfig, corpus: Corpus, vocab_size: int) -> None:
         (loss, loads), grads = step_fn(optimizer.groups, window, chats, prefix)
         grad_norm = optimizer.step(grads)
         tiny_training.rebalance_experts(
-            fixed, {layer: loads[layer] for layer in range(args.n_hash_layers, args.num_layers)},
-            cfg.balance_rate)
+            fixed,
+            {layer: loads[layer] for layer in range(args.n_hash_layers, args.num_layers)},
+            cfg.balance_rate,
+        )
         mx.eval(optimizer.groups, optimizer.state(), fixed, loss)
-        log.record(step, "text" if chats is None else "assistant", loss.item(),
-                   cfg.text_window if chats is None else len(chats.ids), grad_norm,
-                   lambda mean: f"{mean:.3f}")
+        log.record(
+            step,
+            "text" if chats is None else "assistant",
+            loss.item(),
+            cfg.text_window if chats is None else len(chats.ids),
+            grad_norm,
+            lambda mean: f"{mean:.3f}",
+        )
         if step in eval_steps:
-            nll = heldout_nll(training_model(args, arrays_of(optimizer.params()))[0],
-                              corpus.chat_prefix, eval_set)
-            print(f"step {step:4d}  held-out NLL  chat {nll['chat']:.3f}  assistant "
-                  f"{nll['assistant']:.3f}  text {nll['text']:.3f}", flush=True)
+            nll = heldout_nll(
+                training_model(args, arrays_of(optimizer.params()))[0], corpus.chat_prefix, eval_set
+            )
+            print(
+                f"step {step:4d}  held-out NLL  chat {nll['chat']:.3f}  assistant "
+                f"{nll['assistant']:.3f}  text {nll['text']:.3f}",
+                flush=True,
+            )
             log.history.append({"step": step, "heldout_nll": nll})
     minutes = log.elapsed_minutes()
     expert_loads = {layer: loads[layer].tolist() for layer in range(args.num_layers)}
-    report = {"config": asdict(cfg), "parameters": n_params, "active_parameters": n_active,
-              "train_minutes": minutes, "history": log.history,
-              "last_step_expert_loads": expert_loads}
+    report = {
+        "config": asdict(cfg),
+        "parameters": n_params,
+        "active_parameters": n_active,
+        "train_minutes": minutes,
+        "history": log.history,
+        "last_step_expert_loads": expert_loads,
+    }
     save_checkpoint(arrays_of(optimizer.params()), args, report)
     print(f"trained in {minutes:.1f} min -> {CHECKPOINT_PATH}")
 
@@ -510,8 +551,15 @@ def export_type(name: str, shape: tuple[int, ...]) -> GGMLQuantizationType:
 def tokenizer_metadata(tokenizer: HFTokenizer, vocab_size: int) -> dict[str, MetaValue]:
     """The ``tokenizer.*`` keys llama.cpp's converter would write for ``tokenizer``."""
     collector = GGUFWriter(None, ARCH)  # without a file a GGUFWriter only collects key/values
-    write_tokenizer_metadata(collector, tokenizer, pre=train_tokenizer.PRE, bos_token=deepseek4.BOS,
-                             eos_token=deepseek4.EOS, add_bos=True, vocab_size=vocab_size)
+    write_tokenizer_metadata(
+        collector,
+        tokenizer,
+        pre=train_tokenizer.PRE,
+        bos_token=deepseek4.BOS,
+        eos_token=deepseek4.EOS,
+        add_bos=True,
+        vocab_size=vocab_size,
+    )
     metadata = {}
     for key, value in collector.kv_data[0].items():
         if not key.startswith("tokenizer."):
@@ -524,15 +572,20 @@ def tokenizer_metadata(tokenizer: HFTokenizer, vocab_size: int) -> dict[str, Met
     return metadata
 
 
-def write_model_gguf(path: Path, metadata: Mapping[str, MetaValue],
-                     tensors: Mapping[str, tuple[np.ndarray, GGMLQuantizationType]]) -> None:
+def write_model_gguf(
+    path: Path,
+    metadata: Mapping[str, MetaValue],
+    tensors: Mapping[str, tuple[np.ndarray, GGMLQuantizationType]],
+) -> None:
     """Write the GGUF atomically, quantizing float tensors with ``ds4mlx.gguf.quantize``.
 
     Not ``ds4mlx.gguf.write_gguf``: that stores float tensors only, and the hash-routing tables
     must be I32 (llama.cpp indexes experts with them through ggml_get_rows).
     """
-    encoded = {name: array.astype(np.int32) if qtype == T.I32 else quantize(array, qtype)
-               for name, (array, qtype) in tensors.items()}
+    encoded = {
+        name: array.astype(np.int32) if qtype == T.I32 else quantize(array, qtype)
+        for name, (array, qtype) in tensors.items()
+    }
     temporary = path.with_name(f".{path.name}.tmp")
     writer = GGUFWriter(temporary, ARCH)
     try:
@@ -564,8 +617,10 @@ def export(tokenizer: HFTokenizer) -> None:
     }
     metadata |= args.to_gguf_metadata(CONTEXT_LENGTH)
     metadata |= tokenizer_metadata(tokenizer, args.vocab_size)
-    tensors = {name: (np.array(arrays[name]), export_type(name, shape))
-               for name, shape in tensor_shapes(args).items()}
+    tensors = {
+        name: (np.array(arrays[name]), export_type(name, shape))
+        for name, shape in tensor_shapes(args).items()
+    }
     GGUF_PATH.parent.mkdir(parents=True, exist_ok=True)
     write_model_gguf(GGUF_PATH, metadata, tensors)
     print(f"exported {GGUF_PATH} ({GGUF_PATH.stat().st_size / 2**20:.1f} MiB)")
@@ -586,23 +641,34 @@ SAMPLE_TEMPERATURE = 0.7
 
 def agent_prompt(request: str) -> str:
     """``request`` as the agent sends it: its system prompt and tools, then the user turn."""
-    messages = [{"role": "system", "content": SYSTEM_PROMPT},
-                {"role": "user", "content": request}]
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": request}]
     return deepseek4.render_chat(messages, tools=AGENT_TOOLS)
 
 
 def agent_reply(loaded: LoadedModel, request: str, sampling: SamplingOptions) -> dict[str, Any]:
     """The model's reply to an agent request, with the tool calls parsed from it."""
     prompt = loaded.tokenizer.encode(agent_prompt(request))
-    tokens = [event.token for event in generate(
-        loaded.new_session(), prompt, max_tokens=120, sampling=sampling,
-        stop_tokens=loaded.tokenizer.stop_ids) if isinstance(event, TokenEvent)]
+    tokens = [
+        event.token
+        for event in generate(
+            loaded.new_session(),
+            prompt,
+            max_tokens=120,
+            sampling=sampling,
+            stop_tokens=loaded.tokenizer.stop_ids,
+        )
+        if isinstance(event, TokenEvent)
+    ]
     text = loaded.tokenizer.decode(tokens)
     turn = loaded.chat_format.parse(text)
-    return {"request": request, "temperature": sampling.temperature, "seed": sampling.seed,
-            "output": text, "tool_calls": [{"name": c.name, "arguments": c.arguments}
-                                           for c in turn.tool_calls],
-            "errors": [e.reason for e in turn.errors]}
+    return {
+        "request": request,
+        "temperature": sampling.temperature,
+        "seed": sampling.seed,
+        "output": text,
+        "tool_calls": [{"name": c.name, "arguments": c.arguments} for c in turn.tool_calls],
+        "errors": [e.reason for e in turn.errors],
+    }
 
 
 def verify(cfg: TrainConfig, corpus: Corpus) -> None:
@@ -613,28 +679,41 @@ def verify(cfg: TrainConfig, corpus: Corpus) -> None:
     gguf_nll = heldout_nll(loaded.network, corpus.chat_prefix, eval_set)
     unigram = unigram_nll(corpus, eval_set, args.vocab_size)
     print(f"held-out NLL (uniform: {math.log(args.vocab_size):.3f})")
-    for label, nll in (("f32 checkpoint", checkpoint_nll), ("quantized GGUF", gguf_nll),
-                       ("unigram", unigram)):
-        print(f"  {label:15s} chat {nll['chat']:.3f}  assistant {nll['assistant']:.3f}  "
-              f"text {nll['text']:.3f}")
+    for label, nll in (
+        ("f32 checkpoint", checkpoint_nll),
+        ("quantized GGUF", gguf_nll),
+        ("unigram", unigram),
+    ):
+        print(
+            f"  {label:15s} chat {nll['chat']:.3f}  assistant {nll['assistant']:.3f}  "
+            f"text {nll['text']:.3f}"
+        )
 
     replies = []
     for request in AGENT_PROMPTS:
         replies.append(agent_reply(loaded, request, SamplingOptions()))
-        print(f"--- {request!r}, greedy\n{replies[-1]['output']}\n"
-              f"    tool calls: {replies[-1]['tool_calls']}  errors: {replies[-1]['errors']}")
+        print(
+            f"--- {request!r}, greedy\n{replies[-1]['output']}\n"
+            f"    tool calls: {replies[-1]['tool_calls']}  errors: {replies[-1]['errors']}"
+        )
         for seed in range(SAMPLES_PER_PROMPT):
             sampling = SamplingOptions(temperature=SAMPLE_TEMPERATURE, seed=seed)
             replies.append(agent_reply(loaded, request, sampling))
-            print(f"    sampled (seed {seed}): tool calls {replies[-1]['tool_calls']}  "
-                  f"errors {replies[-1]['errors']}")
+            print(
+                f"    sampled (seed {seed}): tool calls {replies[-1]['tool_calls']}  "
+                f"errors {replies[-1]['errors']}"
+            )
     well_formed = sum(bool(r["tool_calls"]) and not r["errors"] for r in replies)
     print(f"well-formed tool calls in {well_formed} of {len(replies)} replies")
-    report |= {"checkpoint_heldout_nll": checkpoint_nll, "gguf_heldout_nll": gguf_nll,
-               "unigram_heldout_nll": unigram, "uniform_nll": math.log(args.vocab_size),
-               "agent_replies": replies,
-               "well_formed_tool_calls": [well_formed, len(replies)],
-               "gguf_bytes": GGUF_PATH.stat().st_size}
+    report |= {
+        "checkpoint_heldout_nll": checkpoint_nll,
+        "gguf_heldout_nll": gguf_nll,
+        "unigram_heldout_nll": unigram,
+        "uniform_nll": math.log(args.vocab_size),
+        "agent_replies": replies,
+        "well_formed_tool_calls": [well_formed, len(replies)],
+        "gguf_bytes": GGUF_PATH.stat().st_size,
+    }
     REPORT_PATH.write_text(json.dumps(report, indent=1) + "\n")
     print(f"report -> {REPORT_PATH}")
 
@@ -646,10 +725,16 @@ def verify(cfg: TrainConfig, corpus: Corpus) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--skip", action="append", choices=STAGES, default=[],
-                        help="skip a finished stage (repeatable)")
-    parser.add_argument("--steps", type=int, default=TrainConfig.steps,
-                        help="training steps (default %(default)s)")
+    parser.add_argument(
+        "--skip",
+        action="append",
+        choices=STAGES,
+        default=[],
+        help="skip a finished stage (repeatable)",
+    )
+    parser.add_argument(
+        "--steps", type=int, default=TrainConfig.steps, help="training steps (default %(default)s)"
+    )
     options = parser.parse_args()
     stages = [s for s in STAGES if s not in options.skip]
     cfg = TrainConfig(steps=options.steps)
@@ -658,7 +743,8 @@ def main() -> None:
         build_corpus.build(CORPUS_DIR, max_stdlib_bytes=4_000_000, chat_samples=3000, seed=0)
     if "tokenizer" in stages:
         train_tokenizer.train(CORPUS_DIR / "corpus.jsonl", vocab_size=6144).save(
-            str(TOKENIZER_PATH))
+            str(TOKENIZER_PATH)
+        )
     tokenizer = HFTokenizer.from_file(str(TOKENIZER_PATH))
     corpus = None
     if "train" in stages or "verify" in stages:

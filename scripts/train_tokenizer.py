@@ -22,8 +22,13 @@ PRE = "deepseek-v3"
 # Control tokens of the template (never produced from plain text) ...
 CONTROL_TOKENS = [deepseek4.BOS, deepseek4.EOS, deepseek4.USER, deepseek4.ASSISTANT]
 # ... and markup that should be one token each so that a tiny model learns it easily.
-MARKUP_TOKENS = [deepseek4.THINK_START, deepseek4.THINK_END, deepseek4.DSML, "<tool_result>",
-                 "</tool_result>"]
+MARKUP_TOKENS = [
+    deepseek4.THINK_START,
+    deepseek4.THINK_END,
+    deepseek4.DSML,
+    "<tool_result>",
+    "</tool_result>",
+]
 
 
 def train(corpus: Path, vocab_size: int) -> Tokenizer:

@@ -23,30 +23,45 @@ VOCAB = 640
 _VOCAB_TENSORS = ("token_embd.weight", "output.weight")
 
 _SAMPLES = [
-    [{"role": "user", "content": "List the files."},
-     {"role": "assistant", "content": "", "tool_calls": [
-         {"name": "list", "arguments": {"path": "."}}]},
-     {"role": "tool", "content": "a.py 10\nb.py 20"},
-     {"role": "assistant", "content": "There are two files: a.py and b.py."}],
-    [{"role": "system", "content": "You are a helpful assistant."},
-     {"role": "user", "content": "Write a Python function that adds two numbers."},
-     {"role": "assistant", "content": "def add(a, b):\n    return a + b\n"}],
+    [
+        {"role": "user", "content": "List the files."},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"name": "list", "arguments": {"path": "."}}],
+        },
+        {"role": "tool", "content": "a.py 10\nb.py 20"},
+        {"role": "assistant", "content": "There are two files: a.py and b.py."},
+    ],
+    [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "Write a Python function that adds two numbers."},
+        {"role": "assistant", "content": "def add(a, b):\n    return a + b\n"},
+    ],
 ]
 
 
 def _train_tokenizer() -> Tokenizer:
-    texts = [deepseek4.render_chat(m, tools=AGENT_TOOLS, add_generation_prompt=False)
-             for m in _SAMPLES] * 4
+    texts = [
+        deepseek4.render_chat(m, tools=AGENT_TOOLS, add_generation_prompt=False) for m in _SAMPLES
+    ] * 4
     texts.append("The quick brown fox jumps over the lazy dog. 0123456789 éàü 😀 {}[]()")
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizer_for("deepseek-v3")
     tokenizer.decoder = decoders.ByteLevel()
     specials = [deepseek4.BOS, deepseek4.EOS, deepseek4.USER, deepseek4.ASSISTANT]
-    markup = [deepseek4.THINK_START, deepseek4.THINK_END, deepseek4.DSML, "<tool_result>",
-              "</tool_result>"]
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB - len(specials) - len(markup),
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
+    markup = [
+        deepseek4.THINK_START,
+        deepseek4.THINK_END,
+        deepseek4.DSML,
+        "<tool_result>",
+        "</tool_result>",
+    ]
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB - len(specials) - len(markup),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tokenizer.train_from_iterator(texts, trainer=trainer)
     tokenizer.add_special_tokens(specials)
     tokenizer.add_tokens(markup)
@@ -62,13 +77,20 @@ def build_chat_model(source: Path, path: Path, seed: int = 0) -> Path:
     for key, field in reader.fields.items():
         is_array = field.types[0] == GGUFValueType.ARRAY
         if key.startswith(("GGUF.", "general.architecture", "tokenizer.")) or (
-                is_array and len(field.types) < 2):  # empty arrays cannot be written
+            is_array and len(field.types) < 2
+        ):  # empty arrays cannot be written
             continue
         value = vocab if key == "deepseek4.vocab_size" else field.contents()
         sub_type = field.types[1] if is_array else None
         writer.add_key_value(key, value, field.types[0], sub_type)
-    write_tokenizer_metadata(writer, hf_tokenizer, pre="deepseek-v3", bos_token=deepseek4.BOS,
-                             eos_token=deepseek4.EOS, add_bos=True)
+    write_tokenizer_metadata(
+        writer,
+        hf_tokenizer,
+        pre="deepseek-v3",
+        bos_token=deepseek4.BOS,
+        eos_token=deepseek4.EOS,
+        add_bos=True,
+    )
     rng = np.random.default_rng(seed)
     for tensor in reader.tensors:
         data = quants.dequantize(tensor.data, tensor.tensor_type).astype(np.float32)

@@ -16,8 +16,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # Property tests run on a shared, often loaded 2-core machine: no per-example deadline and no
 # "data generation too slow" health check, both of which measure wall-clock time (a test's own
 # @settings inherits these).
-settings.register_profile("ds4mlx", deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("ds4mlx", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("ds4mlx")
 
 
@@ -36,8 +35,9 @@ def oracle_manifest() -> dict | None:
 def oracle() -> dict:
     manifest = oracle_manifest()
     if manifest is None:
-        pytest.skip(f"llama.cpp oracle fixtures not found at {oracle_dir()} "
-                    "(set DS4MLX_ORACLE_DIR)")
+        pytest.skip(
+            f"llama.cpp oracle fixtures not found at {oracle_dir()} (set DS4MLX_ORACLE_DIR)"
+        )
     return manifest
 
 

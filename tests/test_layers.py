@@ -46,14 +46,25 @@ FACE_IMPORTS = {
 
 # Faces talk to the layers below through the loader (``api``) and one generation API; they do
 # not reach into these.
-BELOW_THE_FACES = ("ds4mlx.kernels", "ds4mlx.gguf", "ds4mlx.experts", "ds4mlx.models",
-                   "ds4mlx.engine", "ds4mlx.distributed", "ds4mlx.speculation")
+BELOW_THE_FACES = (
+    "ds4mlx.kernels",
+    "ds4mlx.gguf",
+    "ds4mlx.experts",
+    "ds4mlx.models",
+    "ds4mlx.engine",
+    "ds4mlx.distributed",
+    "ds4mlx.speculation",
+)
 
-_GENERATION_API = ("issue 22 item 1: the face-facing generation API (messages in, events out: "
-                   "ChatService, generate, the chat and token events, SamplingOptions, "
-                   "SpeculationConfig, the errors a load raises) has no module of its own yet")
-_OPTIONS = ("flags are parsed once into the options dataclass of the layer that uses them "
-            "(ExpertOptions) and handed down")
+_GENERATION_API = (
+    "issue 22 item 1: the face-facing generation API (messages in, events out: "
+    "ChatService, generate, the chat and token events, SamplingOptions, "
+    "SpeculationConfig, the errors a load raises) has no module of its own yet"
+)
+_OPTIONS = (
+    "flags are parsed once into the options dataclass of the layer that uses them "
+    "(ExpertOptions) and handed down"
+)
 
 # (importing face or face module, imported package or module): why it may, for now or for good.
 FACE_EXCEPTIONS: dict[tuple[str, str], str] = {
@@ -64,25 +75,25 @@ FACE_EXCEPTIONS: dict[tuple[str, str], str] = {
     ("ds4mlx.cli", "ds4mlx.engine"): _GENERATION_API,
     ("ds4mlx.cli", "ds4mlx.speculation"): _GENERATION_API,
     ("ds4mlx.cli", "ds4mlx.gguf"): _GENERATION_API + "; and `ds4 plan` reads and validates "
-                                   "a GGUF header without loading the model",
+    "a GGUF header without loading the model",
     ("ds4mlx.bench", "ds4mlx.engine"): _GENERATION_API,
     ("ds4mlx.bench", "ds4mlx.speculation"): _GENERATION_API,
     ("ds4mlx.cli.options", "ds4mlx.experts.options"): _OPTIONS,
     ("ds4mlx.cli.plan", "ds4mlx.experts.options"): "`ds4 plan` sizes the expert cache with "
-                                                   "the share the streamed store takes",
+    "the share the streamed store takes",
     ("ds4mlx.bench", "ds4mlx.experts"): _OPTIONS,
     ("ds4mlx.cli.plan", "ds4mlx.models.deepseek4"): "`ds4 plan` sizes the KV cache from the "
-                                                    "architecture's arguments and constants",
+    "architecture's arguments and constants",
     ("ds4mlx.cli", "ds4mlx.distributed"): "launch glue: joining the rank group, and rank 0 "
-                                          "leading the followers, are the front end's job",
+    "leading the followers, are the front end's job",
     ("ds4mlx.bench.distributed_probe", "ds4mlx.distributed.group"): "a measured rank joins "
-                                                                     "the rank group itself",
+    "the rank group itself",
     ("ds4mlx.bench.kernels", "ds4mlx.kernels"): "the kernel benchmark measures the kernels",
     ("ds4mlx.bench.kernels", "ds4mlx.gguf"): "the kernel benchmark quantizes its own weights",
     ("ds4mlx.bench.kernels", "ds4mlx.models.attention"): "the kernel benchmark times the "
-                                                         "attention twin the kernel replaces",
+    "attention twin the kernel replaces",
     ("ds4mlx.bench.graph", "ds4mlx.models.tiles"): "the graph profiler runs compiled decode "
-                                                   "tiles uncompiled to attribute their work",
+    "tiles uncompiled to attribute their work",
 }
 
 
@@ -102,14 +113,18 @@ def _imports(module: str, path: Path) -> Iterator[tuple[str, int]]:
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                base = ".".join(package[: len(package) - node.level + 1]
-                                + ([node.module] if node.module else []))
+                base = ".".join(
+                    package[: len(package) - node.level + 1]
+                    + ([node.module] if node.module else [])
+                )
             else:
                 base = node.module or ""
             # ``from package import module`` imports the module; ``from module import name``
             # the module.
-            names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base
-                     for alias in node.names]
+            names = [
+                f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base
+                for alias in node.names
+            ]
         else:
             continue
         for name in names:
@@ -180,8 +195,12 @@ def _where(importer: str, imported: str) -> str:
 def test_the_walk_sees_the_package():
     """Guards the walk itself: it finds the modules and resolves absolute, relative and
     ``from package import module`` imports."""
-    assert {"ds4mlx.api", "ds4mlx.engine.chat", "ds4mlx.engine.chat.base",
-            "ds4mlx.experts.store"} <= MODULES.keys()
+    assert {
+        "ds4mlx.api",
+        "ds4mlx.engine.chat",
+        "ds4mlx.engine.chat.base",
+        "ds4mlx.experts.store",
+    } <= MODULES.keys()
     assert "ds4mlx.engine.chat.events" in EDGES["ds4mlx.engine.chat.base"]
     assert "ds4mlx.engine.chat.glm5" in EDGES["ds4mlx.engine.chat"]
     assert "ds4mlx.kernels" in EDGES["ds4mlx.models.moe"]
@@ -208,18 +227,25 @@ def test_every_package_has_a_layer():
 
 
 def test_imports_go_down_the_layers():
-    upward = [_where(importer, imported)
-              for importer, targets in EDGES.items() for imported in targets
-              if LAYER_OF[_unit(imported)] > LAYER_OF[_unit(importer)]]
+    upward = [
+        _where(importer, imported)
+        for importer, targets in EDGES.items()
+        for imported in targets
+        if LAYER_OF[_unit(imported)] > LAYER_OF[_unit(importer)]
+    ]
     assert not upward, "imports up the layers:\n" + "\n".join(upward)
 
 
 def test_faces_import_only_the_faces_they_may():
-    wrong = [_where(importer, imported)
-             for importer, targets in EDGES.items() if _unit(importer) in FACE_IMPORTS
-             for imported in targets
-             if _unit(imported) in FACE_IMPORTS and _unit(imported) != _unit(importer)
-             and _unit(imported) not in FACE_IMPORTS[_unit(importer)]]
+    wrong = [
+        _where(importer, imported)
+        for importer, targets in EDGES.items()
+        if _unit(importer) in FACE_IMPORTS
+        for imported in targets
+        if _unit(imported) in FACE_IMPORTS
+        and _unit(imported) != _unit(importer)
+        and _unit(imported) not in FACE_IMPORTS[_unit(importer)]
+    ]
     assert not wrong, "a face importing a face it may not:\n" + "\n".join(wrong)
 
 
@@ -228,10 +254,13 @@ def _within(name: str, prefix: str) -> bool:
 
 
 def _face_reaches() -> list[tuple[str, str]]:
-    return [(importer, imported)
-            for importer, targets in EDGES.items() if _unit(importer) in FACE_IMPORTS
-            for imported in targets
-            if any(_within(imported, below) for below in BELOW_THE_FACES)]
+    return [
+        (importer, imported)
+        for importer, targets in EDGES.items()
+        if _unit(importer) in FACE_IMPORTS
+        for imported in targets
+        if any(_within(imported, below) for below in BELOW_THE_FACES)
+    ]
 
 
 def _exception_for(importer: str, imported: str) -> tuple[str, str] | None:
@@ -242,10 +271,15 @@ def _exception_for(importer: str, imported: str) -> tuple[str, str] | None:
 
 
 def test_faces_do_not_reach_below_the_generation_api():
-    unexplained = [_where(importer, imported) for importer, imported in _face_reaches()
-                   if _exception_for(importer, imported) is None]
-    assert not unexplained, ("faces reaching below the generation API (go through it, or name "
-                             "the exception with its reason):\n" + "\n".join(unexplained))
+    unexplained = [
+        _where(importer, imported)
+        for importer, imported in _face_reaches()
+        if _exception_for(importer, imported) is None
+    ]
+    assert not unexplained, (
+        "faces reaching below the generation API (go through it, or name "
+        "the exception with its reason):\n" + "\n".join(unexplained)
+    )
 
 
 @pytest.mark.parametrize("exception", sorted(FACE_EXCEPTIONS), ids="->".join)

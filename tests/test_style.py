@@ -22,8 +22,13 @@ def _ruff(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module", autouse=True)
 def _ruff_installed() -> None:
-    if shutil.which("ruff") is None and subprocess.run(
-            [sys.executable, "-m", "ruff", "--version"], capture_output=True).returncode != 0:
+    if (
+        shutil.which("ruff") is None
+        and subprocess.run(
+            [sys.executable, "-m", "ruff", "--version"], capture_output=True
+        ).returncode
+        != 0
+    ):
         pytest.skip("ruff is not installed (pip install -e '.[test]')")
 
 

@@ -91,8 +91,9 @@ class AgentApp(App[None]):
         Binding("ctrl+q", "quit_agent", "quit", priority=True),
     ]
 
-    def __init__(self, load_agent: Callable[[], Agent], store: ConversationStore,
-                 model_name: str = ""):
+    def __init__(
+        self, load_agent: Callable[[], Agent], store: ConversationStore, model_name: str = ""
+    ):
         super().__init__()
         self.load_agent = load_agent
         self.store = store
@@ -147,8 +148,11 @@ class AgentApp(App[None]):
             self.call_from_thread(self._set_phase, "no model")
             return
         # A resumed conversation's saved model state is read here, off the UI thread.
-        restored = (agent.states.restore(agent) if agent.states is not None
-                    and not agent.conversation.is_empty else "")
+        restored = (
+            agent.states.restore(agent)
+            if agent.states is not None and not agent.conversation.is_empty
+            else ""
+        )
         self.call_from_thread(self._loaded, agent, restored)
 
     def _loaded(self, agent: Agent, restored: str = "") -> None:
@@ -158,10 +162,13 @@ class AgentApp(App[None]):
         self.stats.context_tokens = agent.context_tokens()
         if not agent.conversation.is_empty:
             self._redraw_conversation()
-            self._note(f"resumed {agent.conversation.name}"
-                       + (f" ({restored})" if restored else ""))
-        self._note(f"{self.model_name} in {agent.toolbox.workspace.root} · Ctrl+C stops the "
-                   "model · /help lists the commands · Ctrl+Q quits")
+            self._note(
+                f"resumed {agent.conversation.name}" + (f" ({restored})" if restored else "")
+            )
+        self._note(
+            f"{self.model_name} in {agent.toolbox.workspace.root} · Ctrl+C stops the "
+            "model · /help lists the commands · Ctrl+Q quits"
+        )
         self._set_phase("ready")
         self._start_next()
 
@@ -286,8 +293,9 @@ class AgentApp(App[None]):
                 return Decision.DENY
         return decisions[0]
 
-    def _open_permission(self, call: ToolCall, diff: str,
-                         decided: Callable[[Decision | None], None]) -> None:
+    def _open_permission(
+        self, call: ToolCall, diff: str, decided: Callable[[Decision | None], None]
+    ) -> None:
         self._set_phase("waiting for permission")
 
         def answered(decision: Decision | None) -> None:
@@ -327,8 +335,9 @@ class AgentApp(App[None]):
             self._panels[event.call_id].finish(event.result)
         elif isinstance(event, MalformedToolCall):
             await self._end_answer()
-            self._note(f"malformed tool call ({event.error.reason}); reported to the model",
-                       "error")
+            self._note(
+                f"malformed tool call ({event.error.reason}); reported to the model", "error"
+            )
         elif isinstance(event, TurnFinished):
             await self._end_answer()
             self._record_stats(event)
@@ -337,8 +346,11 @@ class AgentApp(App[None]):
             self._note(f"compacting… ({event.reason}; {event.tokens} tokens)")
         elif isinstance(event, CompactionFinished):
             self.stats.context_tokens = event.tokens_after
-            self._note(f"compacted the context: {event.tokens_before} -> {event.tokens_after} "
-                       "tokens" if event.compacted else f"context not compacted: {event.note}")
+            self._note(
+                f"compacted the context: {event.tokens_before} -> {event.tokens_after} tokens"
+                if event.compacted
+                else f"context not compacted: {event.note}"
+            )
         elif isinstance(event, RunFinished):
             await self._end_answer()
             if event.reason == "cancelled":
@@ -357,8 +369,9 @@ class AgentApp(App[None]):
         self._reasoning_text += text
         if self._reasoning is None:
             self._reasoning = Static(classes="reasoning")
-            self._mount(Collapsible(self._reasoning, title="thinking", collapsed=True,
-                                    classes="tool"))
+            self._mount(
+                Collapsible(self._reasoning, title="thinking", collapsed=True, classes="tool")
+            )
         self._reasoning.update(Text(sanitize(self._reasoning_text)))
 
     def _show_live(self, panel: ToolPanel) -> None:
@@ -406,13 +419,13 @@ class AgentApp(App[None]):
                     self._mount(Markdown(sanitize(content), classes="assistant"))
                 for call in message.get("tool_calls") or ():
                     function = call["function"]
-                    panel = ToolPanel(ToolCall(function["name"], function["arguments"]),
-                                      call["id"])
+                    panel = ToolPanel(ToolCall(function["name"], function["arguments"]), call["id"])
                     panels[call["id"]] = panel
                     self._mount(panel)
             elif role == "tool" and message.get("tool_call_id") in panels:
                 panels[message["tool_call_id"]].finish(
-                    ToolResult(content, is_error=bool(message.get("is_error"))))
+                    ToolResult(content, is_error=bool(message.get("is_error")))
+                )
 
     # ------------------------------------------------------------------ status bar
 

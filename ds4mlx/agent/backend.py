@@ -43,8 +43,13 @@ Tools = Sequence[Mapping[str, Any]]
 _CHARS_PER_TOKEN = 4.0
 # Fields in which servers report a model's context size in /v1/models (vLLM, LM Studio,
 # OpenRouter, llama.cpp's "meta").
-_CONTEXT_FIELDS = ("context_length", "max_model_len", "context_window", "n_ctx",
-                   "max_context_length")
+_CONTEXT_FIELDS = (
+    "context_length",
+    "max_model_len",
+    "context_window",
+    "n_ctx",
+    "max_context_length",
+)
 
 
 class BackendError(Exception):
@@ -55,14 +60,14 @@ class ModelBackend(Protocol):
     name: str
     context_size: int
 
-    def chat(self, messages: Sequence[Message], tools: Tools, *, max_tokens: int,
-             thinking: bool) -> Iterator[BackendEvent]:
+    def chat(
+        self, messages: Sequence[Message], tools: Tools, *, max_tokens: int, thinking: bool
+    ) -> Iterator[BackendEvent]:
         """The assistant's next turn as events, ending with Finished; BackendError when the
         request cannot be served."""
         ...
 
-    def count_tokens(self, messages: Sequence[Message], tools: Tools, *,
-                     thinking: bool) -> int:
+    def count_tokens(self, messages: Sequence[Message], tools: Tools, *, thinking: bool) -> int:
         """How many context tokens the prompt for ``messages`` takes."""
         ...
 
@@ -75,8 +80,9 @@ class ModelBackend(Protocol):
 class LocalBackend:
     """The in-process engine through ChatService (speculation included)."""
 
-    def __init__(self, service: ChatService, sampling: SamplingOptions | None = None,
-                 name: str | None = None):
+    def __init__(
+        self, service: ChatService, sampling: SamplingOptions | None = None, name: str | None = None
+    ):
         if service.model.chat_format is None:
             raise BackendError(f"{service.model.path.name} has no chat template")
         self.service = service
@@ -97,14 +103,15 @@ class LocalBackend:
             self._fingerprint = model_fingerprint(self.service.model)
         return self._fingerprint
 
-    def _next_prompt(self, messages: Sequence[Message], tools: Tools,
-                     thinking: bool) -> list[int]:
+    def _next_prompt(self, messages: Sequence[Message], tools: Tools, thinking: bool) -> list[int]:
         """The start of the prompt of the conversation's next turn: a user message follows."""
-        return self.service.chat_prompt([*messages, {"role": "user", "content": ""}], tools,
-                                        thinking=thinking)
+        return self.service.chat_prompt(
+            [*messages, {"role": "user", "content": ""}], tools, thinking=thinking
+        )
 
-    def save_state(self, path: Path, messages: Sequence[Message], tools: Tools, *,
-                   thinking: bool) -> int:
+    def save_state(
+        self, path: Path, messages: Sequence[Message], tools: Tools, *, thinking: bool
+    ) -> int:
         """Write to ``path`` the longest model state the conversation's next turn can start
         from; returns its tokens (0: none is held, nothing written). OSError when it cannot be
         written."""
@@ -114,8 +121,9 @@ class LocalBackend:
         write_snapshot(path, snapshot, self.fingerprint)
         return snapshot.n_tokens
 
-    def restore_state(self, path: Path, messages: Sequence[Message], tools: Tools, *,
-                      thinking: bool) -> int:
+    def restore_state(
+        self, path: Path, messages: Sequence[Message], tools: Tools, *, thinking: bool
+    ) -> int:
         """Hand the state saved in ``path`` to the service, so that the conversation's next
         turn starts from it; returns how many of its tokens the turn will reuse.
         SnapshotFileError when the file cannot be used: another model, damaged, or stale (the
@@ -123,15 +131,16 @@ class LocalBackend:
         snapshot = read_snapshot(path, self.fingerprint)
         share = common_prefix(snapshot.tokens, self._next_prompt(messages, tools, thinking)[:-1])
         if snapshot.n_tokens - share > MAX_CUT:
-            raise SnapshotFileError(f"{path}: stale (the conversation changed after it was "
-                                    "saved)")
+            raise SnapshotFileError(f"{path}: stale (the conversation changed after it was saved)")
         self.service.adopt(snapshot)
         return share
 
-    def chat(self, messages: Sequence[Message], tools: Tools, *, max_tokens: int,
-             thinking: bool) -> Iterator[BackendEvent]:
-        stream = self.service.chat(messages, tools, max_tokens=max_tokens,
-                                   sampling=self.sampling, thinking=thinking)
+    def chat(
+        self, messages: Sequence[Message], tools: Tools, *, max_tokens: int, thinking: bool
+    ) -> Iterator[BackendEvent]:
+        stream = self.service.chat(
+            messages, tools, max_tokens=max_tokens, sampling=self.sampling, thinking=thinking
+        )
         try:
             yield from stream
         except ValueError as exc:  # the prompt does not fit the context
@@ -139,8 +148,7 @@ class LocalBackend:
         finally:
             stream.close()
 
-    def count_tokens(self, messages: Sequence[Message], tools: Tools, *,
-                     thinking: bool) -> int:
+    def count_tokens(self, messages: Sequence[Message], tools: Tools, *, thinking: bool) -> int:
         prompt = self.service.model.chat_format.render(messages, tools, thinking=thinking)
         return self.service.count_tokens(prompt)
 
@@ -154,9 +162,16 @@ class OpenAIBackend:
     """Any server with an OpenAI-compatible ``/v1/chat/completions`` (ds4-server, llama.cpp,
     vLLM, ...), streamed with the official client."""
 
-    def __init__(self, base_url: str, model: str, *, api_key: str = "none",
-                 context_size: int = 4096, sampling: SamplingOptions | None = None,
-                 timeout: float = 600.0):
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str = "none",
+        context_size: int = 4096,
+        sampling: SamplingOptions | None = None,
+        timeout: float = 600.0,
+    ):
         import openai  # imported here: the local engine path does not need it
 
         self._openai = openai
@@ -170,8 +185,7 @@ class OpenAIBackend:
     def server_context_size(self) -> int | None:
         """The model's context size as the server reports it in /v1/models, if it does."""
         try:
-            card = self.client.with_options(timeout=5.0, max_retries=0).models.retrieve(
-                self.name)
+            card = self.client.with_options(timeout=5.0, max_retries=0).models.retrieve(self.name)
         except self._openai.OpenAIError:
             return None
         fields = dict(card.model_extra or {})
@@ -182,10 +196,13 @@ class OpenAIBackend:
                 return value
         return None
 
-    def chat(self, messages: Sequence[Message], tools: Tools, *, max_tokens: int,
-             thinking: bool) -> Iterator[BackendEvent]:
-        options: dict[str, Any] = {"temperature": self.sampling.temperature,
-                                   "top_p": self.sampling.top_p}
+    def chat(
+        self, messages: Sequence[Message], tools: Tools, *, max_tokens: int, thinking: bool
+    ) -> Iterator[BackendEvent]:
+        options: dict[str, Any] = {
+            "temperature": self.sampling.temperature,
+            "top_p": self.sampling.top_p,
+        }
         if self.sampling.seed is not None:
             options["seed"] = self.sampling.seed
         if tools:  # an explicit null is refused by some servers
@@ -197,8 +214,13 @@ class OpenAIBackend:
         self._request_chars = self._chars(messages, tools)
         try:
             stream = self.client.chat.completions.create(
-                model=self.name, messages=openai_messages(messages), max_tokens=max_tokens,
-                stream=True, stream_options={"include_usage": True}, **options)
+                model=self.name,
+                messages=openai_messages(messages),
+                max_tokens=max_tokens,
+                stream=True,
+                stream_options={"include_usage": True},
+                **options,
+            )
         except self._openai.OpenAIError as exc:
             raise BackendError(f"{self.client.base_url}: {exc}") from exc
         try:
@@ -241,14 +263,22 @@ class OpenAIBackend:
             self.chars_per_token = self._request_chars / prompt
         details = getattr(usage, "prompt_tokens_details", None)
         stats = GenerationStats(
-            prompt_tokens=prompt, prefill_seconds=(first_token_at or ended) - started,
-            generated_tokens=completion, decode_seconds=ended - (first_token_at or ended),
-            stop_reason=finish_reason)
-        yield Finished(finish_reason, prompt, completion,
-                       getattr(details, "cached_tokens", None) or 0, stats, ended - started)
+            prompt_tokens=prompt,
+            prefill_seconds=(first_token_at or ended) - started,
+            generated_tokens=completion,
+            decode_seconds=ended - (first_token_at or ended),
+            stop_reason=finish_reason,
+        )
+        yield Finished(
+            finish_reason,
+            prompt,
+            completion,
+            getattr(details, "cached_tokens", None) or 0,
+            stats,
+            ended - started,
+        )
 
-    def count_tokens(self, messages: Sequence[Message], tools: Tools, *,
-                     thinking: bool) -> int:
+    def count_tokens(self, messages: Sequence[Message], tools: Tools, *, thinking: bool) -> int:
         return round(self._chars(messages, tools) / self.chars_per_token)
 
     @staticmethod
@@ -285,16 +315,24 @@ def openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
             calls = message.get("tool_calls") or []
             if calls:
                 entry["tool_calls"] = [
-                    {"id": call["id"], "type": "function", "function": {
-                        "name": call["function"]["name"],
-                        "arguments": json.dumps(call["function"]["arguments"],
-                                                ensure_ascii=False)}}
-                    for call in calls]
+                    {
+                        "id": call["id"],
+                        "type": "function",
+                        "function": {
+                            "name": call["function"]["name"],
+                            "arguments": json.dumps(
+                                call["function"]["arguments"], ensure_ascii=False
+                            ),
+                        },
+                    }
+                    for call in calls
+                ]
             open_call_ids = {call["id"] for call in calls}
             converted.append(entry)
         elif role == "tool" and message.get("tool_call_id") not in open_call_ids:
             converted.append({"role": "user", "content": message.get("content", "")})
         else:
-            converted.append({key: message[key] for key in ("role", "content", "tool_call_id")
-                              if key in message})
+            converted.append(
+                {key: message[key] for key in ("role", "content", "tool_call_id") if key in message}
+            )
     return converted

@@ -26,8 +26,12 @@ from ds4mlx.agent.files import write_atomically
 from ds4mlx.agent.workspace import Workspace
 
 _GIT_TIMEOUT_SECONDS = 60.0
-_IDENTITY = {"GIT_AUTHOR_NAME": "ds4-agent", "GIT_AUTHOR_EMAIL": "ds4-agent@localhost",
-             "GIT_COMMITTER_NAME": "ds4-agent", "GIT_COMMITTER_EMAIL": "ds4-agent@localhost"}
+_IDENTITY = {
+    "GIT_AUTHOR_NAME": "ds4-agent",
+    "GIT_AUTHOR_EMAIL": "ds4-agent@localhost",
+    "GIT_COMMITTER_NAME": "ds4-agent",
+    "GIT_COMMITTER_EMAIL": "ds4-agent@localhost",
+}
 MAX_DIFF_LINES = 400
 # Files listed before a bash command outside git, at most.
 MAX_MANIFEST_ENTRIES = 50_000
@@ -56,12 +60,19 @@ class _Git:
         self.ref = f"refs/ds4-agent/{uuid.uuid4().hex[:12]}"
         self.head = ""  # the last commit on the side ref
 
-    def run(self, *arguments: str, env: dict[str, str] | None = None,
-            stdin: str | None = None) -> str:
+    def run(
+        self, *arguments: str, env: dict[str, str] | None = None, stdin: str | None = None
+    ) -> str:
         try:
-            done = subprocess.run(["git", "--literal-pathspecs", *arguments], cwd=self.top,
-                                  capture_output=True, text=True, timeout=_GIT_TIMEOUT_SECONDS,
-                                  env={**os.environ, **_IDENTITY, **(env or {})}, input=stdin)
+            done = subprocess.run(
+                ["git", "--literal-pathspecs", *arguments],
+                cwd=self.top,
+                capture_output=True,
+                text=True,
+                timeout=_GIT_TIMEOUT_SECONDS,
+                env={**os.environ, **_IDENTITY, **(env or {})},
+                input=stdin,
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise CheckpointError(f"git {arguments[0]}: {exc}") from exc
         if done.returncode != 0:
@@ -78,12 +89,21 @@ class _Git:
                 shutil.copyfile(index, temporary)
             env = {"GIT_INDEX_FILE": str(temporary)}
             self.run("add", "--update", "--", self.prefix, env=env)
-            untracked = [path for path in self.run(
-                "ls-files", "--others", "--exclude-standard", "-z", "--", self.prefix,
-                env=env).split("\0") if path and _small(self.top / path)]
+            untracked = [
+                path
+                for path in self.run(
+                    "ls-files", "--others", "--exclude-standard", "-z", "--", self.prefix, env=env
+                ).split("\0")
+                if path and _small(self.top / path)
+            ]
             if untracked:
-                self.run("add", "--pathspec-from-file=-", "--pathspec-file-nul",
-                         env=env, stdin="\0".join(untracked))
+                self.run(
+                    "add",
+                    "--pathspec-from-file=-",
+                    "--pathspec-file-nul",
+                    env=env,
+                    stdin="\0".join(untracked),
+                )
             tree = self.run("write-tree", env=env).strip()
         parents = ["-p", self.head] if self.head else []
         self.head = self.run("commit-tree", tree, *parents, "-m", message).strip()
@@ -92,8 +112,9 @@ class _Git:
 
     def changed(self, before: str, after: str) -> list[str]:
         """Repository paths that differ between two snapshots, inside the workspace."""
-        out = self.run("diff", "--name-only", "--no-renames", "-z", before, after, "--",
-                       self.prefix)
+        out = self.run(
+            "diff", "--name-only", "--no-renames", "-z", before, after, "--", self.prefix
+        )
         return [path for path in out.split("\0") if path]
 
     def exists_in(self, commit: str, path: str) -> bool:
@@ -119,8 +140,13 @@ def _small(path: Path) -> bool:
 
 def _git_for(root: Path) -> _Git | None:
     try:
-        done = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=root,
-                              capture_output=True, text=True, timeout=_GIT_TIMEOUT_SECONDS)
+        done = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=_GIT_TIMEOUT_SECONDS,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     if done.returncode != 0:
@@ -185,16 +211,22 @@ class Checkpoints:
                 return
         self.stack.append(current)
 
-    def _compare(self, checkpoint: _Checkpoint, before: dict[Path, tuple[int, int]],
-                 after: dict[Path, tuple[int, int]]) -> None:
+    def _compare(
+        self,
+        checkpoint: _Checkpoint,
+        before: dict[Path, tuple[int, int]],
+        after: dict[Path, tuple[int, int]],
+    ) -> None:
         """What bash did in files mode: new files can be undone (removed); changed or removed
         ones cannot (there is no copy)."""
         for path in after.keys() - before.keys() - checkpoint.originals.keys():
             checkpoint.originals[path] = None
             self._session_originals.setdefault(path, None)
         checkpoint.beyond_undo = sorted(
-            path for path, state in before.items()
-            if path not in checkpoint.originals and after.get(path) != state)
+            path
+            for path, state in before.items()
+            if path not in checkpoint.originals and after.get(path) != state
+        )
 
     def _manifest(self) -> dict[Path, tuple[int, int]]:
         """Size and modification time of the workspace's files (bounded)."""
@@ -228,12 +260,15 @@ class Checkpoints:
                     path.parent.mkdir(parents=True, exist_ok=True)
                     write_atomically(path, original)
             shown = [str(path.relative_to(self.root)) for path in checkpoint.originals]
-        done = f"restored {len(shown)} file(s) as they were before the last change: " + \
-            ", ".join(sorted(shown))
+        done = f"restored {len(shown)} file(s) as they were before the last change: " + ", ".join(
+            sorted(shown)
+        )
         if checkpoint.beyond_undo:
-            done += ("\nnot restored (bash changed them, and only a git repository keeps "
-                     "their earlier content): " + ", ".join(
-                         str(path.relative_to(self.root)) for path in checkpoint.beyond_undo))
+            done += (
+                "\nnot restored (bash changed them, and only a git repository keeps "
+                "their earlier content): "
+                + ", ".join(str(path.relative_to(self.root)) for path in checkpoint.beyond_undo)
+            )
         return done
 
     def diff(self) -> str:
@@ -248,15 +283,22 @@ class Checkpoints:
                 relative = path.relative_to(self.root).as_posix()
                 before = (original or b"").decode("utf-8", "replace").splitlines()
                 try:
-                    after: list[str] | None = path.read_bytes().decode(
-                        "utf-8", "replace").splitlines()
+                    after: list[str] | None = (
+                        path.read_bytes().decode("utf-8", "replace").splitlines()
+                    )
                 except FileNotFoundError:
                     after = None
-                changed = list(difflib.unified_diff(before, after or [], f"a/{relative}",
-                                                    f"b/{relative}", lineterm=""))
+                changed = list(
+                    difflib.unified_diff(
+                        before, after or [], f"a/{relative}", f"b/{relative}", lineterm=""
+                    )
+                )
                 if not changed and (original is None) != (after is None):  # empty files
-                    changed = [f"--- a/{relative}", f"+++ b/{relative}",
-                               "(empty file " + ("created)" if after is not None else "removed)")]
+                    changed = [
+                        f"--- a/{relative}",
+                        f"+++ b/{relative}",
+                        "(empty file " + ("created)" if after is not None else "removed)"),
+                    ]
                 parts += changed
             text = "\n".join(parts)
         lines = text.splitlines()

@@ -47,12 +47,21 @@ class SlashCommands:
         self.store = store
         self.hints = True
         self._handlers: dict[str, Callable[[str], CommandOutcome]] = {
-            "/new": self._new, "/save": self._save, "/list": self._list,
-            "/switch": self._switch, "/del": self._delete, "/history": self._history,
-            "/undo": self._undo, "/diff": self._diff, "/permissions": self._permissions,
+            "/new": self._new,
+            "/save": self._save,
+            "/list": self._list,
+            "/switch": self._switch,
+            "/del": self._delete,
+            "/history": self._history,
+            "/undo": self._undo,
+            "/diff": self._diff,
+            "/permissions": self._permissions,
             "/compact": self._compact,
-            "/strip": self._strip, "/think": self._think,
-            "/hints": self._hints, "/help": self._help, "/quit": self._quit,
+            "/strip": self._strip,
+            "/think": self._think,
+            "/hints": self._hints,
+            "/help": self._help,
+            "/quit": self._quit,
         }
 
     @staticmethod
@@ -101,8 +110,9 @@ class SlashCommands:
     def _new(self, _: str) -> CommandOutcome:
         note = self.leave_current()
         self.agent.conversation = self.agent.new_conversation()
-        return CommandOutcome("new conversation" + (f" ({note})" if note else ""),
-                              conversation_changed=True)
+        return CommandOutcome(
+            "new conversation" + (f" ({note})" if note else ""), conversation_changed=True
+        )
 
     def _save(self, name: str) -> CommandOutcome:
         return CommandOutcome(f"saved as {self.store.save(self.agent.conversation, name)}")
@@ -116,8 +126,9 @@ class SlashCommands:
         for entry in saved:
             when = time.strftime("%Y-%m-%d %H:%M", time.localtime(entry.saved))
             marker = "*" if entry.name == current else " "
-            detail = f"unreadable: {entry.problem}" if entry.problem else \
-                f"{entry.messages} messages"
+            detail = (
+                f"unreadable: {entry.problem}" if entry.problem else f"{entry.messages} messages"
+            )
             lines.append(f"{marker} {entry.name}  {when}  {detail}")
         return CommandOutcome("\n".join(lines))
 
@@ -129,8 +140,9 @@ class SlashCommands:
         self.agent.conversation = loaded
         restored = self.restore_state()
         notes = "; ".join(part for part in (note, restored) if part)
-        return CommandOutcome(f"switched to {name}" + (f" ({notes})" if notes else ""),
-                              conversation_changed=True)
+        return CommandOutcome(
+            f"switched to {name}" + (f" ({notes})" if notes else ""), conversation_changed=True
+        )
 
     def _delete(self, name: str) -> CommandOutcome:
         if not name:
@@ -179,8 +191,10 @@ class SlashCommands:
             return CommandOutcome("--yolo: every tool runs without asking")
         if not permissions.rules:
             return CommandOutcome("nothing is allowed always; write, edit and bash ask")
-        return CommandOutcome("allowed without asking:\n" + "\n".join(
-            f"  {rule.describe()}" for rule in permissions.rules))
+        return CommandOutcome(
+            "allowed without asking:\n"
+            + "\n".join(f"  {rule.describe()}" for rule in permissions.rules)
+        )
 
     def _compact(self, _: str) -> CommandOutcome:
         # A Ctrl+C that stopped the last run must not stop this one.
@@ -190,8 +204,10 @@ class SlashCommands:
     def _strip(self, _: str) -> CommandOutcome:
         before = self.agent.context_tokens()
         stripped = self.agent.strip_tool_outputs()
-        return CommandOutcome(f"dropped {stripped} tool outputs: context {before} -> "
-                              f"{self.agent.context_tokens()} tokens")
+        return CommandOutcome(
+            f"dropped {stripped} tool outputs: context {before} -> "
+            f"{self.agent.context_tokens()} tokens"
+        )
 
     def _think(self, argument: str) -> CommandOutcome:
         value = _on_off(argument, not self.agent.settings.thinking)
@@ -209,8 +225,9 @@ class SlashCommands:
 
     def _help(self, _: str) -> CommandOutcome:
         width = max(map(len, HELP))
-        return CommandOutcome("\n".join(f"{usage:<{width}}  {text}"
-                                        for usage, text in HELP.items()))
+        return CommandOutcome(
+            "\n".join(f"{usage:<{width}}  {text}" for usage, text in HELP.items())
+        )
 
     def _quit(self, _: str) -> CommandOutcome:
         return CommandOutcome(self.leave_current(), quit=True)

@@ -19,7 +19,8 @@ SUMMARY_INSTRUCTIONS = (
     "smaller context. Summarise the transcript below as durable task state: the user's goals "
     "and constraints, files read or changed, commands run and their important results, "
     "decisions taken and the next steps. Keep exact paths, names and numbers. Do not invent "
-    "anything, do not call tools and do not continue the task. Write only the summary.")
+    "anything, do not call tools and do not continue the task. Write only the summary."
+)
 
 SUMMARY_HEADER = "[Summary of the earlier conversation, written when the context was compacted]"
 
@@ -47,8 +48,11 @@ class Budgets:
 
     @classmethod
     def for_context(cls, context_size: int) -> Budgets:
-        return cls(summary=max(context_size // 16, 32), tail=max(context_size // 10, 32),
-                   task=max(context_size // 20, 32))
+        return cls(
+            summary=max(context_size // 16, 32),
+            tail=max(context_size // 10, 32),
+            task=max(context_size // 20, 32),
+        )
 
 
 @dataclass
@@ -59,12 +63,13 @@ class CompactionPlan:
     tail: list[Message]  # kept verbatim (tool outputs clipped)
 
 
-def plan_compaction(messages: Sequence[Message], budgets: Budgets,
-                    count: Callable[[Message], int]) -> CompactionPlan:
+def plan_compaction(
+    messages: Sequence[Message], budgets: Budgets, count: Callable[[Message], int]
+) -> CompactionPlan:
     """Split ``messages`` into what is kept and what is summarised; ``count`` gives a message's
     size in tokens."""
     system = [m for m in messages[:1] if m["role"] == "system"]
-    body = list(messages[len(system):])
+    body = list(messages[len(system) :])
     tail_start = len(body)
     used = 0
     for index in range(len(body) - 1, -1, -1):
@@ -81,8 +86,7 @@ def plan_compaction(messages: Sequence[Message], budgets: Budgets,
     if task is not None:
         older = [m for m in older if m is not task]
         task = {**task, "content": _clip(task["content"], budgets.task * 4)}
-    return CompactionPlan(system, older, task,
-                          [_clipped_for_tail(m, budgets) for m in tail])
+    return CompactionPlan(system, older, task, [_clipped_for_tail(m, budgets) for m in tail])
 
 
 def transcript(messages: Sequence[Message]) -> str:
@@ -98,8 +102,9 @@ def transcript(messages: Sequence[Message]) -> str:
                 lines.append(f"Assistant: {content}")
             for call in message.get("tool_calls") or ():
                 function = call["function"]
-                arguments = ", ".join(f"{k}={_clip(str(v), 200)!r}"
-                                      for k, v in function["arguments"].items())
+                arguments = ", ".join(
+                    f"{k}={_clip(str(v), 200)!r}" for k, v in function["arguments"].items()
+                )
                 lines.append(f"Assistant called {function['name']}({arguments})")
         else:
             lines.append(f"{role.capitalize()}: {content}")
@@ -109,8 +114,11 @@ def transcript(messages: Sequence[Message]) -> str:
 def summary_message(summary: str, older: Sequence[Message], open_state: str) -> Message:
     """The message standing for the summarised turns. The user's own requests and the open
     tool state are listed mechanically, so they survive even a poor summary."""
-    requests = [_clip(m["content"], 300) for m in older if m["role"] == "user"
-                and not m["content"].startswith(SUMMARY_HEADER)]
+    requests = [
+        _clip(m["content"], 300)
+        for m in older
+        if m["role"] == "user" and not m["content"].startswith(SUMMARY_HEADER)
+    ]
     parts = [SUMMARY_HEADER, summary.strip() or "(the model wrote no summary)"]
     if requests:
         parts.append("Earlier requests from the user:\n" + "\n".join(f"- {r}" for r in requests))

@@ -42,8 +42,14 @@ class Conversation:
         return not any(m["role"] != "system" for m in self.messages)
 
     def to_json(self) -> dict[str, Any]:
-        return {"version": FORMAT_VERSION, "name": self.name, "created": self.created,
-                "saved": time.time(), "workspace": self.workspace, "messages": self.messages}
+        return {
+            "version": FORMAT_VERSION,
+            "name": self.name,
+            "created": self.created,
+            "saved": time.time(),
+            "workspace": self.workspace,
+            "messages": self.messages,
+        }
 
 
 @dataclass(frozen=True)
@@ -86,9 +92,12 @@ class ConversationStore:
         if not path.is_file():
             raise ConversationError(f"no saved conversation named {name!r}")
         data = self._read(path)
-        return Conversation(messages=data["messages"], name=name,
-                            created=data.get("created", time.time()),
-                            workspace=data.get("workspace"))
+        return Conversation(
+            messages=data["messages"],
+            name=name,
+            created=data.get("created", time.time()),
+            workspace=data.get("workspace"),
+        )
 
     def latest(self, workspace: str) -> Conversation:
         """The most recently saved conversation that ran in ``workspace``."""
@@ -103,8 +112,11 @@ class ConversationStore:
         now = time.time()
         # Conversations' temporaries, and those of their saved model states (``kv_state``).
         patterns = (".*.tmp", ".*.tmp.safetensors")
-        left = [p for pattern in patterns for p in self.folder.glob(pattern)
-                ] if self.folder.is_dir() else []
+        left = (
+            [p for pattern in patterns for p in self.folder.glob(pattern)]
+            if self.folder.is_dir()
+            else []
+        )
         for path in left:
             try:
                 if now - path.stat().st_mtime > _STALE_TEMPORARY_SECONDS:
@@ -127,17 +139,24 @@ class ConversationStore:
         for path in self.folder.glob("*.json") if self.folder.is_dir() else ():
             try:
                 data = self._read(path)
-                found.append(SavedConversation(path.stem, len(data["messages"]),
-                                               data.get("saved", path.stat().st_mtime),
-                                               workspace=data.get("workspace")))
+                found.append(
+                    SavedConversation(
+                        path.stem,
+                        len(data["messages"]),
+                        data.get("saved", path.stat().st_mtime),
+                        workspace=data.get("workspace"),
+                    )
+                )
             except ConversationError as exc:
                 found.append(SavedConversation(path.stem, 0, path.stat().st_mtime, str(exc)))
         return sorted(found, key=lambda saved: saved.saved, reverse=True)
 
     def _path(self, name: str) -> Path:
         if not _NAME.fullmatch(name):
-            raise ConversationError(f"{name!r} is not a valid name: use letters, digits, '.', "
-                                    "'_' and '-', starting with a letter or digit")
+            raise ConversationError(
+                f"{name!r} is not a valid name: use letters, digits, '.', "
+                "'_' and '-', starting with a letter or digit"
+            )
         return self.folder / f"{name}.json"
 
     @staticmethod
@@ -148,6 +167,7 @@ class ConversationStore:
             raise ConversationError(f"{path} cannot be read: {exc}") from exc
         messages = data.get("messages") if isinstance(data, dict) else None
         if not isinstance(messages, list) or not all(
-                isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
+            isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages
+        ):
             raise ConversationError(f"{path} is not a ds4-agent conversation (no message list)")
         return data

@@ -18,8 +18,12 @@ from pathlib import Path
 
 from ds4mlx.agent.workspace import ToolError
 
-_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 def _kind(mode: int) -> str:
@@ -34,8 +38,7 @@ def read_regular(path: Path, limit: int, shown: str | None = None) -> bytes:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     except OSError as exc:
         if exc.errno == errno.ENXIO:  # a socket or a FIFO opened for the other end
-            raise ToolError(f"{shown} is not a regular file; only regular files are read"
-                            ) from None
+            raise ToolError(f"{shown} is not a regular file; only regular files are read") from None
         raise
     try:
         info = os.fstat(fd)

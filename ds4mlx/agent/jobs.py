@@ -75,7 +75,7 @@ class BoundedOutput:
             if data:
                 self.tail += data
                 if len(self.tail) > self.tail_limit:
-                    del self.tail[:len(self.tail) - self.tail_limit]
+                    del self.tail[: len(self.tail) - self.tail_limit]
 
     def text_since(self, position: int = 0, limit: int | None = None) -> tuple[str, int]:
         """The stream from ``position`` on, and the position to continue from. What was not
@@ -84,11 +84,11 @@ class BoundedOutput:
         with self._lock:
             tail_start = self.total - len(self.tail)
             first = bytes(self.head[position:])
-            last = bytes(self.tail[max(0, position - tail_start):])
+            last = bytes(self.tail[max(0, position - tail_start) :])
             unread = self.total - position
         if limit is not None and len(first) + len(last) > limit:
             keep_first = min(len(first), limit // 3)
-            first, last = first[:keep_first], last[len(last) - (limit - keep_first):]
+            first, last = first[:keep_first], last[len(last) - (limit - keep_first) :]
         omitted = unread - len(first) - len(last)
         text = first.decode("utf-8", "replace")
         if omitted > 0:
@@ -135,15 +135,18 @@ def _marked_processes(marker: str) -> list[int]:
 
 
 # ``ps`` listing every process with its environment: BSD/macOS spelling, then procps'.
-_PS_WITH_ENVIRONMENT = (["ps", "-A", "-E", "-ww", "-o", "pid=,command="],
-                        ["ps", "-A", "-ww", "-o", "pid=,command=", "e"])
+_PS_WITH_ENVIRONMENT = (
+    ["ps", "-A", "-E", "-ww", "-o", "pid=,command="],
+    ["ps", "-A", "-ww", "-o", "pid=,command=", "e"],
+)
 
 
 def _marked_by_ps(needle: str) -> list[int]:
     for command in _PS_WITH_ENVIRONMENT:
         try:
-            listing = subprocess.run(command, capture_output=True, text=True, errors="replace",
-                                     timeout=5)
+            listing = subprocess.run(
+                command, capture_output=True, text=True, errors="replace", timeout=5
+            )
         except (OSError, subprocess.TimeoutExpired):
             continue
         if listing.returncode == 0:
@@ -177,17 +180,23 @@ class _Command:
         read_end, write_end = os.pipe()
         try:
             self.process = subprocess.Popen(
-                ["bash", "-c", command], cwd=cwd, stdin=subprocess.DEVNULL, stdout=write_end,
-                stderr=subprocess.STDOUT, start_new_session=True,
-                env={**os.environ, MARKER_VARIABLE: self.marker})
+                ["bash", "-c", command],
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=write_end,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, MARKER_VARIABLE: self.marker},
+            )
         except BaseException:
             os.close(read_end)
             raise
         finally:
             os.close(write_end)
         self._stop_reading = threading.Event()
-        self.reader = threading.Thread(target=_pump, args=(read_end, self.output,
-                                                           self._stop_reading), daemon=True)
+        self.reader = threading.Thread(
+            target=_pump, args=(read_end, self.output, self._stop_reading), daemon=True
+        )
         try:
             self.reader.start()
         except BaseException:  # e.g. a signal's SystemExit: the command must not outlive it
@@ -244,8 +253,9 @@ class BackgroundJob:
         elapsed = time.monotonic() - self.started
         if self.running:
             return f"job {self.number} running for {elapsed:.0f}s: {self.command}"
-        return (f"job {self.number} exited with code {self.handle.process.returncode}: "
-                f"{self.command}")
+        return (
+            f"job {self.number} exited with code {self.handle.process.returncode}: {self.command}"
+        )
 
     def new_output(self, limit: int) -> str:
         """What the job printed since the last call, at most ``limit`` bytes of it (the
@@ -291,14 +301,19 @@ class JobRunner:
         handle.finish_reading(_DRAIN_SECONDS)
         text, _ = handle.output.text_since(0)
         stopped = timed_out or cancelled
-        return CommandOutcome(text, None if stopped else handle.process.returncode,
-                              timed_out=timed_out, cancelled=cancelled and not timed_out,
-                              stopped_leftovers=leftovers)
+        return CommandOutcome(
+            text,
+            None if stopped else handle.process.returncode,
+            timed_out=timed_out,
+            cancelled=cancelled and not timed_out,
+            stopped_leftovers=leftovers,
+        )
 
     def start(self, command: str) -> BackgroundJob:
         number = max(self.jobs, default=0) + 1
-        job = BackgroundJob(number, command,
-                            _Command(command, self.cwd, JOB_HEAD_BYTES, JOB_TAIL_BYTES))
+        job = BackgroundJob(
+            number, command, _Command(command, self.cwd, JOB_HEAD_BYTES, JOB_TAIL_BYTES)
+        )
         self.jobs[number] = job
         return job
 

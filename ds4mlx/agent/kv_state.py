@@ -49,8 +49,9 @@ class ConversationStates:
             return ""
         path = self.path(name)
         try:
-            tokens = agent.backend.save_state(path, agent.messages, agent.toolbox.schemas,
-                                              thinking=agent.settings.thinking)
+            tokens = agent.backend.save_state(
+                path, agent.messages, agent.toolbox.schemas, thinking=agent.settings.thinking
+            )
         except OSError as exc:
             return f"could not save the model state of {name}: {exc}"
         return f"kept the model state ({tokens} tokens)" if tokens else ""
@@ -65,8 +66,9 @@ class ConversationStates:
         if not path.is_file():
             return ""
         try:
-            tokens = agent.backend.restore_state(path, agent.messages, agent.toolbox.schemas,
-                                                 thinking=agent.settings.thinking)
+            tokens = agent.backend.restore_state(
+                path, agent.messages, agent.toolbox.schemas, thinking=agent.settings.thinking
+            )
         except SnapshotFileError as exc:
             path.unlink(missing_ok=True)
             return f"ignored the saved model state: {exc}"

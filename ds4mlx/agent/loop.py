@@ -98,9 +98,19 @@ class RunFinished:
     error: str = ""
 
 
-AgentEvent = (TextDelta | ReasoningDelta | TurnStarted | TurnFinished | ToolStarted
-              | PermissionRequest | ToolFinished | MalformedToolCall | CompactionStarted
-              | CompactionFinished | RunFinished)
+AgentEvent = (
+    TextDelta
+    | ReasoningDelta
+    | TurnStarted
+    | TurnFinished
+    | ToolStarted
+    | PermissionRequest
+    | ToolFinished
+    | MalformedToolCall
+    | CompactionStarted
+    | CompactionFinished
+    | RunFinished
+)
 
 
 # ------------------------------------------------------------------------------ the agent
@@ -125,9 +135,14 @@ class _Turn:
 
 
 class Agent:
-    def __init__(self, backend: ModelBackend, toolbox: ToolBox,
-                 permissions: Permissions | None = None, settings: AgentSettings | None = None,
-                 conversation: Conversation | None = None):
+    def __init__(
+        self,
+        backend: ModelBackend,
+        toolbox: ToolBox,
+        permissions: Permissions | None = None,
+        settings: AgentSettings | None = None,
+        conversation: Conversation | None = None,
+    ):
         self.backend = backend
         self.toolbox = toolbox
         self.permissions = permissions or Permissions()
@@ -146,16 +161,19 @@ class Agent:
         return self.conversation.messages
 
     def new_conversation(self) -> Conversation:
-        return Conversation([{"role": "system", "content": self.settings.system_prompt}],
-                            workspace=str(self.toolbox.workspace.root))
+        return Conversation(
+            [{"role": "system", "content": self.settings.system_prompt}],
+            workspace=str(self.toolbox.workspace.root),
+        )
 
     def stop(self) -> None:
         """Stop the current generation or tool (from any thread); the run ends 'cancelled'."""
         self.cancel.set()
 
     def context_tokens(self) -> int:
-        return self.backend.count_tokens(self.messages, self.toolbox.schemas,
-                                         thinking=self.settings.thinking)
+        return self.backend.count_tokens(
+            self.messages, self.toolbox.schemas, thinking=self.settings.thinking
+        )
 
     # -------------------------------------------------------------------- a run
 
@@ -198,12 +216,16 @@ class Agent:
             if self.cancel.is_set() or turn.finished is None:
                 turn.actions.clear()  # calls that will never run must not look pending
                 self._record_turn(turn)
-                yield (RunFinished("cancelled", answer) if self.cancel.is_set() else
-                       RunFinished("error", answer, "the model's stream ended unfinished"))
+                yield (
+                    RunFinished("cancelled", answer)
+                    if self.cancel.is_set()
+                    else RunFinished("error", answer, "the model's stream ended unfinished")
+                )
                 return
             self._record_turn(turn)
-            yield TurnFinished(turn.finished, turn.finished.prompt_tokens
-                               + turn.finished.completion_tokens)
+            yield TurnFinished(
+                turn.finished, turn.finished.prompt_tokens + turn.finished.completion_tokens
+            )
             if not turn.actions:
                 yield RunFinished("answer", answer)
                 return
@@ -218,16 +240,20 @@ class Agent:
             if self.cancel.is_set():
                 yield RunFinished("cancelled", answer)
                 return
-        yield RunFinished("step_limit", answer,
-                          f"stopped after {self.settings.max_steps} model turns")
+        yield RunFinished(
+            "step_limit", answer, f"stopped after {self.settings.max_steps} model turns"
+        )
 
     def _model_turn(self, turn: _Turn, prompt_tokens: int) -> Iterator[AgentEvent]:
         room = self.backend.context_size - prompt_tokens - 1
         if room <= 0:
             raise BackendError("the conversation fills the whole context; /compact or /new")
-        events = self.backend.chat(self.messages, self.toolbox.schemas,
-                                   max_tokens=min(self.settings.max_tokens, room),
-                                   thinking=self.settings.thinking)
+        events = self.backend.chat(
+            self.messages,
+            self.toolbox.schemas,
+            max_tokens=min(self.settings.max_tokens, room),
+            thinking=self.settings.thinking,
+        )
         markup = MarkupFilter()
         with contextlib.closing(events):
             for event in events:
@@ -248,8 +274,9 @@ class Agent:
                 elif isinstance(event, Finished):
                     turn.finished = event
 
-    def _answer_text(self, turn: _Turn,
-                     pieces: list[TextDelta | ToolCallError]) -> Iterator[AgentEvent]:
+    def _answer_text(
+        self, turn: _Turn, pieces: list[TextDelta | ToolCallError]
+    ) -> Iterator[AgentEvent]:
         for piece in pieces:
             if isinstance(piece, TextDelta):
                 turn.content += piece.text
@@ -261,9 +288,15 @@ class Agent:
         message: dict[str, Any] = {"role": "assistant", "content": turn.content}
         if turn.reasoning:
             message["reasoning_content"] = turn.reasoning
-        calls = [{"id": call_id, "type": "function",
-                  "function": {"name": action.name, "arguments": action.arguments}}
-                 for call_id, action in turn.actions if isinstance(action, ToolCall)]
+        calls = [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": action.name, "arguments": action.arguments},
+            }
+            for call_id, action in turn.actions
+            if isinstance(action, ToolCall)
+        ]
         if calls:
             message["tool_calls"] = calls
         self.messages.append(message)
@@ -276,8 +309,9 @@ class Agent:
             decision = request.decision or Decision.DENY
             self.permissions.record(call, decision)
             if decision is Decision.DENY:
-                result = ToolResult(f"error: the user did not allow this {call.name} call",
-                                    is_error=True)
+                result = ToolResult(
+                    f"error: the user did not allow this {call.name} call", is_error=True
+                )
                 self._add_tool_result(call_id, result.output, is_error=True)
                 yield ToolFinished(call_id, call, result)
                 return
@@ -315,10 +349,12 @@ class Agent:
         if self.cancel.is_set():
             yield CompactionFinished(before, before, "cancelled")
             return
-        compacted = compaction.assemble(plan, compaction.summary_message(
-            summary, plan.older, self.toolbox.open_state()))
-        after = self.backend.count_tokens(compacted, self.toolbox.schemas,
-                                          thinking=self.settings.thinking)
+        compacted = compaction.assemble(
+            plan, compaction.summary_message(summary, plan.older, self.toolbox.open_state())
+        )
+        after = self.backend.count_tokens(
+            compacted, self.toolbox.schemas, thinking=self.settings.thinking
+        )
         if after >= before:
             yield CompactionFinished(before, before, "nothing to compact")
             return
@@ -332,12 +368,14 @@ class Agent:
         text = compaction.transcript(older)
         # Cut the oldest part of the transcript until the request fits the context.
         while True:
-            request = [{"role": "system", "content": compaction.SUMMARY_INSTRUCTIONS},
-                       {"role": "user", "content": text}]
+            request = [
+                {"role": "system", "content": compaction.SUMMARY_INSTRUCTIONS},
+                {"role": "user", "content": text},
+            ]
             size = self.backend.count_tokens(request, (), thinking=False)
             if size + max_tokens < self.backend.context_size or len(text) < 200:
                 break
-            text = text[len(text) - int(len(text) * 0.8):]
+            text = text[len(text) - int(len(text) * 0.8) :]
         summary = ""
         events = self.backend.chat(request, (), max_tokens=max_tokens, thinking=False)
         with contextlib.closing(events):
@@ -366,5 +404,7 @@ _STRIPPED = "[output removed from the context by /strip]"
 
 def _malformed_call_report(error: ToolCallError) -> str:
     raw = error.raw if len(error.raw) <= 400 else error.raw[:400] + "..."
-    return (f"error: the tool call could not be understood ({error.reason}); nothing was run. "
-            f"Write the call again in the exact tool-call format. The call was:\n{raw}")
+    return (
+        f"error: the tool call could not be understood ({error.reason}); nothing was run. "
+        f"Write the call again in the exact tool-call format. The call was:\n{raw}"
+    )

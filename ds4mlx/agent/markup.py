@@ -15,8 +15,9 @@ from ds4mlx.engine.chat.deepseek4 import DSML
 
 # Spellings seen in output: the real one and the first-bar-dropped drift; "‹" for "<" too.
 _SPELLINGS = (DSML, DSML[1:])
-_OPENERS = tuple(f"{lt}{slash}{dsml}" for lt in ("<", "‹") for slash in ("", "/")
-                 for dsml in _SPELLINGS)
+_OPENERS = tuple(
+    f"{lt}{slash}{dsml}" for lt in ("<", "‹") for slash in ("", "/") for dsml in _SPELLINGS
+)
 # Tags whose content runs to their closing tag; any other tag ends at its ">".
 _ENCLOSING = ("tool_calls", "invoke")
 
@@ -57,8 +58,11 @@ class MarkupFilter:
     def finish(self) -> list[TextDelta | ToolCallError]:
         out: list[TextDelta | ToolCallError] = []
         if self._block is not None:
-            out.append(ToolCallError(self._block, "cut-off tool call: the answer ended inside "
-                                                  "tool-call markup"))
+            out.append(
+                ToolCallError(
+                    self._block, "cut-off tool call: the answer ended inside tool-call markup"
+                )
+            )
         elif self._pending:
             out.append(TextDelta(self._pending))
         self._pending, self._block = "", None
@@ -69,8 +73,8 @@ class MarkupFilter:
             hit = _earliest(self._pending)
             if hit is None:
                 keep = _holdback(self._pending)
-                ready = self._pending[:len(self._pending) - keep]
-                self._pending = self._pending[len(ready):]
+                ready = self._pending[: len(self._pending) - keep]
+                self._pending = self._pending[len(ready) :]
                 if ready:
                     out.append(TextDelta(ready))
                 return False
@@ -87,8 +91,9 @@ class MarkupFilter:
         tag_end = block.find(">", len(opener))
         if tag_end < 0:
             return False
-        name = block[len(opener):tag_end].split()[0] if block[len(opener):tag_end].strip() \
-            else ""
+        name = (
+            block[len(opener) : tag_end].split()[0] if block[len(opener) : tag_end].strip() else ""
+        )
         closing = opener.startswith(("</", "‹/"))
         end = tag_end + 1
         if not closing and name in _ENCLOSING:
@@ -101,7 +106,10 @@ class MarkupFilter:
         raw, rest = block[:end], block[end:]
         self._block = None
         if not (closing and name == "tool_calls"):  # a stray closing tag is only dropped
-            out.append(ToolCallError(raw, "tool-call markup in the answer text (it was not "
-                                          "delivered as a tool call)"))
+            out.append(
+                ToolCallError(
+                    raw, "tool-call markup in the answer text (it was not delivered as a tool call)"
+                )
+            )
         self._pending = rest
         return True

@@ -73,7 +73,7 @@ class Rule:
         if self.prefix is not None:
             words = _simple_words(command)
             allowed = shlex.split(self.prefix)
-            return words is not None and words[:len(allowed)] == allowed
+            return words is not None and words[: len(allowed)] == allowed
         return True
 
     def describe(self) -> str:
@@ -102,8 +102,11 @@ class Permissions:
         self.rules: list[Rule] = []
 
     def must_ask(self, call: ToolCall) -> bool:
-        return (call.name in TOOLS_NEEDING_PERMISSION and not self.yolo
-                and not any(rule.allows(call) for rule in self.rules))
+        return (
+            call.name in TOOLS_NEEDING_PERMISSION
+            and not self.yolo
+            and not any(rule.allows(call) for rule in self.rules)
+        )
 
     def record(self, call: ToolCall, decision: Decision) -> None:
         rule = rule_for(call, decision)

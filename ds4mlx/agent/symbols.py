@@ -30,9 +30,14 @@ _GRAMMARS: dict[str, Callable[[], object]] = {
 }
 
 LANGUAGE_BY_SUFFIX = {
-    ".py": "python", ".pyi": "python",
-    ".c": "c", ".h": "c",
-    ".js": "javascript", ".mjs": "javascript", ".cjs": "javascript", ".jsx": "javascript",
+    ".py": "python",
+    ".pyi": "python",
+    ".c": "c",
+    ".h": "c",
+    ".js": "javascript",
+    ".mjs": "javascript",
+    ".cjs": "javascript",
+    ".jsx": "javascript",
     ".go": "go",
     ".rs": "rust",
 }
@@ -40,15 +45,29 @@ LANGUAGE_BY_SUFFIX = {
 # Node types that define something, per language, and what to call them.
 _DEFINITIONS: dict[str, dict[str, str]] = {
     "python": {"function_definition": "function", "class_definition": "class"},
-    "c": {"function_definition": "function", "struct_specifier": "struct",
-          "union_specifier": "union", "enum_specifier": "enum", "type_definition": "typedef"},
-    "javascript": {"function_declaration": "function", "generator_function_declaration":
-                   "function", "class_declaration": "class", "method_definition": "method",
-                   "variable_declarator": "function"},
-    "go": {"function_declaration": "function", "method_declaration": "method",
-           "type_spec": "type"},
-    "rust": {"function_item": "function", "struct_item": "struct", "enum_item": "enum",
-             "trait_item": "trait", "impl_item": "impl", "mod_item": "module"},
+    "c": {
+        "function_definition": "function",
+        "struct_specifier": "struct",
+        "union_specifier": "union",
+        "enum_specifier": "enum",
+        "type_definition": "typedef",
+    },
+    "javascript": {
+        "function_declaration": "function",
+        "generator_function_declaration": "function",
+        "class_declaration": "class",
+        "method_definition": "method",
+        "variable_declarator": "function",
+    },
+    "go": {"function_declaration": "function", "method_declaration": "method", "type_spec": "type"},
+    "rust": {
+        "function_item": "function",
+        "struct_item": "struct",
+        "enum_item": "enum",
+        "trait_item": "trait",
+        "impl_item": "impl",
+        "mod_item": "module",
+    },
 }
 
 # JavaScript variables count as definitions only when they hold a function.
@@ -73,16 +92,18 @@ def language_for(path: Path) -> str | None:
     return LANGUAGE_BY_SUFFIX.get(path.suffix.lower())
 
 
-def outline(source: bytes, language: str,
-            cancelled: Callable[[], bool] = lambda: False) -> list[Symbol]:
+def outline(
+    source: bytes, language: str, cancelled: Callable[[], bool] = lambda: False
+) -> list[Symbol]:
     """The definitions in ``source``, in file order; ToolError once ``cancelled()`` (walking a
     large tree takes seconds, and the user's Ctrl+C must land)."""
     tree = _parser(language).parse(source)
     return list(_definitions(tree.root_node, language, 0, cancelled))
 
 
-def _definitions(node: tree_sitter.Node, language: str, depth: int,
-                 cancelled: Callable[[], bool]) -> Iterator[Symbol]:
+def _definitions(
+    node: tree_sitter.Node, language: str, depth: int, cancelled: Callable[[], bool]
+) -> Iterator[Symbol]:
     if cancelled():
         raise ToolError("stopped by the user")
     for child in node.named_children:
@@ -118,8 +139,11 @@ def _c_name(node: tree_sitter.Node) -> str | None:
     # Functions and typedefs name themselves at the bottom of a chain of declarators
     # (pointer, function, array, parenthesised).
     declarator = node.child_by_field_name("declarator")
-    while declarator is not None and declarator.type not in ("identifier", "type_identifier",
-                                                             "field_identifier"):
+    while declarator is not None and declarator.type not in (
+        "identifier",
+        "type_identifier",
+        "field_identifier",
+    ):
         declarator = declarator.child_by_field_name("declarator")
     return _text(declarator) if declarator is not None else None
 

@@ -29,7 +29,8 @@ import regex
 TOOLS_NEEDING_PERMISSION = frozenset({"write", "edit", "bash"})
 
 _SCHEMAS: dict[str, dict[str, Any]] = {
-    tool["function"]["name"]: tool["function"]["parameters"] for tool in AGENT_TOOLS}
+    tool["function"]["name"]: tool["function"]["parameters"] for tool in AGENT_TOOLS
+}
 
 MAX_FILE_BYTES = 16 * 2**20
 MAX_SEARCH_FILE_BYTES = 2 * 2**20
@@ -68,8 +69,14 @@ class ToolBox:
 
     schemas = AGENT_TOOLS
 
-    def __init__(self, workspace: Workspace, *, bash_timeout: float = 60.0,
-                 max_output_chars: int = 16000, read_lines: int = 200):
+    def __init__(
+        self,
+        workspace: Workspace,
+        *,
+        bash_timeout: float = 60.0,
+        max_output_chars: int = 16000,
+        read_lines: int = 200,
+    ):
         self.workspace = workspace
         self.bash_timeout = bash_timeout
         self.max_output_chars = max_output_chars
@@ -81,9 +88,15 @@ class ToolBox:
         self._cancel = threading.Event()
         self._read_position: _ReadPosition | None = None
         self._tools: dict[str, Callable[..., ToolResult]] = {
-            "list": self._list, "read": self._read, "more": self._more,
-            "search": self._search, "write": self._write, "edit": self._edit,
-            "bash": self._bash, "status": self._status, "stop": self._stop,
+            "list": self._list,
+            "read": self._read,
+            "more": self._more,
+            "search": self._search,
+            "write": self._write,
+            "edit": self._edit,
+            "bash": self._bash,
+            "status": self._status,
+            "stop": self._stop,
             "symbols": self._symbols,
         }
 
@@ -99,8 +112,7 @@ class ToolBox:
             return ToolResult(f"error: {exc.strerror or exc}", is_error=True)
         except ValueError as exc:  # e.g. text that cannot be encoded as UTF-8
             return ToolResult(f"error: {exc}", is_error=True)
-        return ToolResult(_clip(result.output, self.max_output_chars), result.is_error,
-                          result.diff)
+        return ToolResult(_clip(result.output, self.max_output_chars), result.is_error, result.diff)
 
     def open_state(self) -> str:
         """What a summary of the conversation must not lose: running jobs, changed files."""
@@ -164,12 +176,13 @@ class ToolBox:
         if position.next_line > len(lines):
             return ToolResult(f"(end of {self.workspace.relative(target)})")
         count = count if count and count > 0 else self.read_lines
-        return self._show_lines(position.path, lines, position.next_line,
-                                position.next_line + count - 1)
+        return self._show_lines(
+            position.path, lines, position.next_line, position.next_line + count - 1
+        )
 
     def _show_lines(self, path: str, lines: list[str], start: int, end: int) -> ToolResult:
         end = min(end, len(lines))
-        shown = "\n".join(f"{n:5d}  {line}" for n, line in enumerate(lines[start - 1:end], start))
+        shown = "\n".join(f"{n:5d}  {line}" for n, line in enumerate(lines[start - 1 : end], start))
         self._read_position = _ReadPosition(path, end + 1)
         remaining = len(lines) - end
         if remaining > 0:
@@ -185,10 +198,10 @@ class ToolBox:
         if not target.is_dir() and not is_regular(target):
             raise ToolError(f"{path} is not a regular file; only regular files are searched")
         if target.is_file() and target.stat().st_size > MAX_SEARCH_FILE_BYTES:
-            raise ToolError(f"{path} is larger than {MAX_SEARCH_FILE_BYTES // 2**20} MiB; "
-                            "search a smaller file")
-        entries = iter([(target, False)]) if not target.is_dir() else \
-            self.workspace.walk(target)
+            raise ToolError(
+                f"{path} is larger than {MAX_SEARCH_FILE_BYTES // 2**20} MiB; search a smaller file"
+            )
+        entries = iter([(target, False)]) if not target.is_dir() else self.workspace.walk(target)
         search = _Search(compiled, entries, self.workspace)
         worker = threading.Thread(target=search.run, name="ds4-agent-search", daemon=True)
         worker.start()
@@ -213,8 +226,10 @@ class ToolBox:
         relative = self.workspace.relative(target)
         self.changed_files.add(relative)
         lines = content.count("\n") + (1 if content and not content.endswith("\n") else 0)
-        return ToolResult(f"wrote {relative}: {lines} lines, {len(data)} bytes",
-                          diff=_unified_diff(relative, before, content))
+        return ToolResult(
+            f"wrote {relative}: {lines} lines, {len(data)} bytes",
+            diff=_unified_diff(relative, before, content),
+        )
 
     def _edit(self, path: str, old: str, new: str) -> ToolResult:
         target, before, after = self._edited(path, old, new)
@@ -235,29 +250,44 @@ class ToolBox:
             raise ToolError("give a file to outline, or a name to find")
         else:
             walk = _Walk(self.workspace.walk(target), self._cancel)
-            found = [(file, s) for file, is_folder in walk
-                     if not is_folder and symbols.language_for(file)
-                     and _size(file) <= MAX_OUTLINE_FILE_BYTES and is_regular(file)
-                     for s in self._outline(file) if s.name == name]
+            found = [
+                (file, s)
+                for file, is_folder in walk
+                if not is_folder
+                and symbols.language_for(file)
+                and _size(file) <= MAX_OUTLINE_FILE_BYTES
+                and is_regular(file)
+                for s in self._outline(file)
+                if s.name == name
+            ]
             stopped = walk.stopped
         if not found:
             missing = f"no definition of {name!r}" if name else "no definitions"
             return ToolResult(missing + (f"\n{stopped}" if stopped else ""))
         if target.is_file() and name is None:
-            return ToolResult("\n".join(f"{s.start_line:5d}-{s.end_line:<5d} {'  ' * s.depth}"
-                                        f"{s.kind} {s.name}" for _, s in found))
-        listing = "\n".join(f"{self.workspace.relative(file)}:{s.start_line}-"
-                            f"{s.end_line}: {s.kind} {s.name}" for file, s in found)
+            return ToolResult(
+                "\n".join(
+                    f"{s.start_line:5d}-{s.end_line:<5d} {'  ' * s.depth}{s.kind} {s.name}"
+                    for _, s in found
+                )
+            )
+        listing = "\n".join(
+            f"{self.workspace.relative(file)}:{s.start_line}-{s.end_line}: {s.kind} {s.name}"
+            for file, s in found
+        )
         return ToolResult(listing + (f"\n{stopped}" if stopped else ""))
 
     def _outline(self, file: Path) -> list[symbols.Symbol]:
         language = symbols.language_for(file)
         relative = self.workspace.relative(file)
         if language is None:
-            raise ToolError(f"{relative}: no outline for this kind of file "
-                            f"(supported: {', '.join(sorted(symbols.LANGUAGE_BY_SUFFIX))})")
-        return symbols.outline(read_regular(file, MAX_OUTLINE_FILE_BYTES, relative), language,
-                               self._cancel.is_set)
+            raise ToolError(
+                f"{relative}: no outline for this kind of file "
+                f"(supported: {', '.join(sorted(symbols.LANGUAGE_BY_SUFFIX))})"
+            )
+        return symbols.outline(
+            read_regular(file, MAX_OUTLINE_FILE_BYTES, relative), language, self._cancel.is_set
+        )
 
     def _existing(self, path: str) -> Path:
         target = self.workspace.resolve(path)
@@ -276,10 +306,15 @@ class ToolBox:
         if target.is_dir():
             raise ToolError(f"{path} is a folder")
         for folder in reversed(target.parents):
-            if folder.is_relative_to(self.workspace.root) and folder.exists() \
-                    and not folder.is_dir():
-                raise ToolError(f"{self.workspace.relative(folder)} is a file, not a folder; "
-                                f"cannot create {path} inside it")
+            if (
+                folder.is_relative_to(self.workspace.root)
+                and folder.exists()
+                and not folder.is_dir()
+            ):
+                raise ToolError(
+                    f"{self.workspace.relative(folder)} is a file, not a folder; "
+                    f"cannot create {path} inside it"
+                )
         if target.exists() and not is_regular(target):
             raise ToolError(f"{path} exists and is not a regular file; refused")
         return target, _read_text(target) if target.exists() else ""
@@ -297,11 +332,15 @@ class ToolBox:
         before = _read_text(target, errors="surrogateescape")
         count = before.count(old)
         if count == 0:
-            raise ToolError(f"the old text was not found in {path}; read the file and copy "
-                            "the text exactly, including whitespace")
+            raise ToolError(
+                f"the old text was not found in {path}; read the file and copy "
+                "the text exactly, including whitespace"
+            )
         if count > 1:
-            raise ToolError(f"the old text occurs {count} times in {path}; include more "
-                            "surrounding lines so that it is unique")
+            raise ToolError(
+                f"the old text occurs {count} times in {path}; include more "
+                "surrounding lines so that it is unique"
+            )
         return target, before, before.replace(old, new, 1)
 
     def _notify_change(self, target: Path) -> None:
@@ -317,8 +356,9 @@ class ToolBox:
                 target, before = self._write_target(arguments["path"])
                 after = arguments["content"]
             elif call.name == "edit":
-                target, before, after = self._edited(arguments["path"], arguments["old"],
-                                                     arguments["new"])
+                target, before, after = self._edited(
+                    arguments["path"], arguments["old"], arguments["new"]
+                )
             else:
                 return ""
         except (ToolError, OSError, ValueError) as exc:
@@ -335,22 +375,27 @@ class ToolBox:
             raise ToolError("the command is empty")
         if command.endswith("&") and not command.endswith("&&"):
             job = self.jobs.start(command[:-1].rstrip())
-            return ToolResult(f"started background job {job.number}: {job.command}\n"
-                              "use status to see its output and stop to end it")
+            return ToolResult(
+                f"started background job {job.number}: {job.command}\n"
+                "use status to see its output and stop to end it"
+            )
         outcome = self.jobs.run(command, self.bash_timeout, self._cancel)
         output = outcome.output.rstrip("\n")
         if outcome.timed_out:
-            output += (f"\n(timed out after {self.bash_timeout:g}s and was stopped; end a "
-                       "long command with & to run it in the background)")
+            output += (
+                f"\n(timed out after {self.bash_timeout:g}s and was stopped; end a "
+                "long command with & to run it in the background)"
+            )
         elif outcome.cancelled:
             output += "\n(stopped by the user)"
         elif outcome.exit_code:
             output += f"\n(exit code {outcome.exit_code})"
         if outcome.stopped_leftovers:
-            output += ("\n(processes it left running held its output open and were stopped; "
-                       "end a command with & to run it as a background job)")
-        return ToolResult(output.strip("\n") or "(no output)",
-                          is_error=outcome.exit_code != 0)
+            output += (
+                "\n(processes it left running held its output open and were stopped; "
+                "end a command with & to run it as a background job)"
+            )
+        return ToolResult(output.strip("\n") or "(no output)", is_error=outcome.exit_code != 0)
 
     def _status(self, job: int | None = None) -> ToolResult:
         jobs = [self._job(job)] if job is not None else list(self.jobs.jobs.values())
@@ -383,10 +428,13 @@ _UNDESCRIBED = {"old", "new", "content"}
 def describe_call(call: ToolCall, width: int | None = 80) -> str:
     """One line naming a call and its main arguments, e.g. ``read src/a.py 10 20``; cut to
     ``width`` characters with a trailing "…" unless ``width`` is None."""
-    values = [" ".join(str(value).split()) for key, value in call.arguments.items()
-              if key not in _UNDESCRIBED]
+    values = [
+        " ".join(str(value).split())
+        for key, value in call.arguments.items()
+        if key not in _UNDESCRIBED
+    ]
     line = " ".join([call.name, *values])
-    return line if width is None or len(line) <= width else line[:width - 1] + "…"
+    return line if width is None or len(line) <= width else line[: width - 1] + "…"
 
 
 def _checked_arguments(call: ToolCall) -> dict[str, Any]:
@@ -397,13 +445,17 @@ def _checked_arguments(call: ToolCall) -> dict[str, Any]:
     properties = schema["properties"]
     unknown = sorted(set(call.arguments) - set(properties))
     if unknown:
-        raise ToolError(f"{call.name} has no parameter {', '.join(map(repr, unknown))}; its "
-                        f"parameters are {', '.join(properties)}")
+        raise ToolError(
+            f"{call.name} has no parameter {', '.join(map(repr, unknown))}; its "
+            f"parameters are {', '.join(properties)}"
+        )
     missing = [name for name in schema["required"] if name not in call.arguments]
     if missing:
         raise ToolError(f"{call.name} needs {', '.join(map(repr, missing))}")
-    return {name: _converted(call.name, name, value, properties[name]["type"])
-            for name, value in call.arguments.items()}
+    return {
+        name: _converted(call.name, name, value, properties[name]["type"])
+        for name, value in call.arguments.items()
+    }
 
 
 def _converted(tool: str, name: str, value: Any, kind: str) -> Any:
@@ -451,8 +503,9 @@ class _Search:
     ``SEARCH_LINE_SECONDS`` of CPU time (the ``regex`` package counts CPU time, which a loaded
     machine stretches), so an abandoned search does not run on for long."""
 
-    def __init__(self, compiled: regex.Pattern, entries: Iterator[tuple[Path, bool]],
-                 workspace: Workspace):
+    def __init__(
+        self, compiled: regex.Pattern, entries: Iterator[tuple[Path, bool]], workspace: Workspace
+    ):
         self.compiled = compiled
         self.entries = entries
         self.workspace = workspace
@@ -488,17 +541,16 @@ class _Search:
             if self._stop.is_set():
                 return False
             try:
-                found = self.compiled.search(line, timeout=SEARCH_LINE_SECONDS,
-                                             concurrent=True)
+                found = self.compiled.search(line, timeout=SEARCH_LINE_SECONDS, concurrent=True)
             except TimeoutError:
                 self.error = (
                     f"the pattern took more than {SEARCH_LINE_SECONDS:g}s of CPU on {relative}:"
                     f"{number} ({len(line)} characters) and the search was stopped; it likely "
-                    "backtracks catastrophically (nested repetition such as (a+)+): simplify it")
+                    "backtracks catastrophically (nested repetition such as (a+)+): simplify it"
+                )
                 return False
             if found:
-                self.matches.append(f"{relative}:{number}: "
-                                    f"{line.strip()[:MAX_MATCH_LINE_CHARS]}")
+                self.matches.append(f"{relative}:{number}: {line.strip()[:MAX_MATCH_LINE_CHARS]}")
                 if len(self.matches) > MAX_SEARCH_MATCHES:
                     self.more = True
                     return False
@@ -509,8 +561,9 @@ class _Search:
             raise ToolError(self.error)
         lines = list(self.matches[:MAX_SEARCH_MATCHES])
         if self.more:
-            lines.append(f"... more than {MAX_SEARCH_MATCHES} matches; narrow the pattern or "
-                         "the path")
+            lines.append(
+                f"... more than {MAX_SEARCH_MATCHES} matches; narrow the pattern or the path"
+            )
         if self.stopped:
             lines.append(self.stopped)
         return ToolResult("\n".join(lines) if lines else f"no match for {pattern!r}")
@@ -520,8 +573,12 @@ class _Walk:
     """A workspace walk that ends early after ``MAX_WALK_ENTRIES`` entries, ``seconds`` or the
     user's Ctrl+C; ``stopped`` then says why (for the tool's result)."""
 
-    def __init__(self, entries: Iterator[tuple[Path, bool]], cancel: threading.Event,
-                 seconds: float = WALK_SECONDS):
+    def __init__(
+        self,
+        entries: Iterator[tuple[Path, bool]],
+        cancel: threading.Event,
+        seconds: float = WALK_SECONDS,
+    ):
         self.entries = entries
         self.cancel = cancel
         self.seconds = seconds
@@ -541,8 +598,10 @@ class _Walk:
     def __iter__(self) -> Iterator[tuple[Path, bool]]:
         for count, entry in enumerate(self.entries):
             if count >= MAX_WALK_ENTRIES:
-                self.stopped = (f"(stopped after {MAX_WALK_ENTRIES} entries; the result is "
-                                "incomplete: give a narrower path)")
+                self.stopped = (
+                    f"(stopped after {MAX_WALK_ENTRIES} entries; the result is "
+                    "incomplete: give a narrower path)"
+                )
                 return
             if self.expired():
                 return
@@ -550,9 +609,16 @@ class _Walk:
 
 
 def _unified_diff(relative: str, before: str, after: str) -> str:
-    return "\n".join(difflib.unified_diff(
-        before.splitlines(), after.splitlines(), fromfile=f"a/{relative}",
-        tofile=f"b/{relative}", n=2, lineterm=""))
+    return "\n".join(
+        difflib.unified_diff(
+            before.splitlines(),
+            after.splitlines(),
+            fromfile=f"a/{relative}",
+            tofile=f"b/{relative}",
+            n=2,
+            lineterm="",
+        )
+    )
 
 
 def _clip(text: str, limit: int) -> str:

@@ -45,14 +45,16 @@ class ToolPanel(Collapsible):
 
     def show_live(self, output: str) -> None:
         """The end of a running command's output, until its result replaces it."""
-        self.body.update(Group(arguments_text(self.call), Text(sanitize(output),
-                                                               style="dim")))
+        self.body.update(Group(arguments_text(self.call), Text(sanitize(output), style="dim")))
         self.collapsed = False
 
     def finish(self, result: ToolResult) -> None:
         self.title = _title("✗" if result.is_error else "✓", self.call)
-        shown = Syntax(sanitize(result.diff), "diff", theme="ansi_dark") if result.diff else \
-            Text(sanitize(result.output))
+        shown = (
+            Syntax(sanitize(result.diff), "diff", theme="ansi_dark")
+            if result.diff
+            else Text(sanitize(result.output))
+        )
         self.body.update(Group(arguments_text(self.call), shown))
         if result.is_error:
             self.add_class("failed")
@@ -67,31 +69,40 @@ class PermissionScreen(ModalScreen[Decision]):
         super().__init__()
         self.call = call
         self.diff = diff
-        self.prefix = command_prefix(str(call.arguments.get("command", ""))) \
-            if call.name == "bash" else None
+        self.prefix = (
+            command_prefix(str(call.arguments.get("command", ""))) if call.name == "bash" else None
+        )
         self.armed = False
         self._arm_timer: Timer | None = None
 
     def compose(self) -> ComposeResult:
         with Vertical(id="permission"):
             # A command is shown whole below; other calls are named whole here.
-            title = "Allow this bash command?" if self.call.name == "bash" else \
-                f"Allow {sanitize(describe_call(self.call, width=None))}?"
+            title = (
+                "Allow this bash command?"
+                if self.call.name == "bash"
+                else f"Allow {sanitize(describe_call(self.call, width=None))}?"
+            )
             yield Static(Text(title, style="bold"), id="permission-title")
             preview, size = self._preview()
             yield Static(Text(size, style="italic"), id="permission-size")
             with VerticalScroll(id="permission-preview"):
                 yield Static(preview)
-            yield Static(Text("(keys typed now are ignored until you stop typing)"),
-                         id="permission-hint")
+            yield Static(
+                Text("(keys typed now are ignored until you stop typing)"), id="permission-hint"
+            )
             with Horizontal(id="permission-buttons"):
                 yield Button("Allow once (y)", id="once", variant="primary", disabled=True)
-                always = "Always this exact command (a)" if self.call.name == "bash" else \
-                    f"Always {self.call.name} this session (a)"
+                always = (
+                    "Always this exact command (a)"
+                    if self.call.name == "bash"
+                    else f"Always {self.call.name} this session (a)"
+                )
                 yield Button(always, id="always", disabled=True)
                 if self.prefix:
-                    yield Button(Text(f"Always `{sanitize(self.prefix)} …` (p)"), id="prefix",
-                                 disabled=True)
+                    yield Button(
+                        Text(f"Always `{sanitize(self.prefix)} …` (p)"), id="prefix", disabled=True
+                    )
                 yield Button("Deny (n)", id="deny", variant="error", disabled=True)
 
     def _preview(self) -> tuple[RenderableType, str]:
@@ -99,15 +110,18 @@ class PermissionScreen(ModalScreen[Decision]):
         if self.call.name == "bash":
             command = sanitize(str(arguments.get("command", "")))
             lines = command.count("\n") + 1
-            return (Syntax(command, "bash", theme="ansi_dark", word_wrap=True,
-                           line_numbers=lines > 1),
-                    f"the complete command: {lines} line{'s' * (lines != 1)}, "
-                    f"{len(command)} characters")
+            return (
+                Syntax(command, "bash", theme="ansi_dark", word_wrap=True, line_numbers=lines > 1),
+                f"the complete command: {lines} line{'s' * (lines != 1)}, "
+                f"{len(command)} characters",
+            )
         if self.call.name in ("write", "edit") and self.diff:
             diff = sanitize(self.diff)
             lines = diff.count("\n") + 1
-            return (Syntax(diff, "diff", theme="ansi_dark", word_wrap=True),
-                    f"the exact change: a diff of {lines} line{'s' * (lines != 1)}")
+            return (
+                Syntax(diff, "diff", theme="ansi_dark", word_wrap=True),
+                f"the exact change: a diff of {lines} line{'s' * (lines != 1)}",
+            )
         return arguments_text(self.call), "the call's arguments"
 
     def on_mount(self) -> None:
@@ -131,8 +145,11 @@ class PermissionScreen(ModalScreen[Decision]):
         self.armed = True
         for button in self.query(Button):
             button.disabled = False
-        keys = "y allow once · a always" + (" · p prefix" if self.prefix else "") + \
-            " · n/Esc deny · ↑↓ PgUp PgDn scroll"
+        keys = (
+            "y allow once · a always"
+            + (" · p prefix" if self.prefix else "")
+            + " · n/Esc deny · ↑↓ PgUp PgDn scroll"
+        )
         self.query_one("#permission-hint", Static).update(Text(keys))
 
     def on_key(self, event: events.Key) -> None:

@@ -56,16 +56,17 @@ class Workspace:
             # name can hold; surrogateescape still admits names read back from undecodable bytes.
             text.encode("utf-8", "surrogateescape")
         except UnicodeEncodeError:
-            raise PathRefused(f"{raw!r}: the path is not valid Unicode (a lone surrogate)"
-                              ) from None
+            raise PathRefused(
+                f"{raw!r}: the path is not valid Unicode (a lone surrogate)"
+            ) from None
         if len(text) > MAX_PATH_CHARS:
             raise PathRefused(f"the path is longer than {MAX_PATH_CHARS} characters")
         if text.startswith("~"):
-            raise PathRefused(f"{raw!r}: '~' is not expanded; paths are relative to the "
-                              "workspace")
+            raise PathRefused(f"{raw!r}: '~' is not expanded; paths are relative to the workspace")
         if os.path.isabs(text):
-            raise PathRefused(f"{raw!r}: absolute paths are refused; give a path relative to "
-                              "the workspace")
+            raise PathRefused(
+                f"{raw!r}: absolute paths are refused; give a path relative to the workspace"
+            )
         parts = PurePosixPath(text).parts
         if ".." in parts:
             raise PathRefused(f"{raw!r}: '..' is refused; paths stay inside the workspace")

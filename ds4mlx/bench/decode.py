@@ -38,9 +38,12 @@ class DecodeResult:
     n_decode: int
 
     def as_json(self) -> dict:
-        return {"engine": self.engine, "n_decode": self.n_decode,
-                "prefill": {str(n): s.runs for n, s in self.prefill.items()},
-                "decode": self.decode.runs}
+        return {
+            "engine": self.engine,
+            "n_decode": self.n_decode,
+            "prefill": {str(n): s.runs for n, s in self.prefill.items()},
+            "decode": self.decode.runs,
+        }
 
 
 def synthetic_prompt(vocab_size: int, length: int) -> list[int]:
@@ -79,8 +82,9 @@ def llamacpp_runner(path: str, n_ctx: int, threads: int) -> Runner:
     return run
 
 
-def measure(run: Runner, vocab_size: int, contexts: Sequence[int], n_decode: int,
-            runs: int, engine: str) -> DecodeResult:
+def measure(
+    run: Runner, vocab_size: int, contexts: Sequence[int], n_decode: int, runs: int, engine: str
+) -> DecodeResult:
     """Prefill at each context length, and decode of ``n_decode`` tokens after the shortest
     prompt; one warm-up first (first-call allocations and graph caches)."""
     run(synthetic_prompt(vocab_size, 8), 4)
@@ -97,38 +101,70 @@ def measure(run: Runner, vocab_size: int, contexts: Sequence[int], n_decode: int
     return DecodeResult(engine, prefill, decode, n_decode)
 
 
-def measure_ds4mlx(model: LoadedModel, contexts: Sequence[int] = PREFILL_CONTEXTS,
-                   n_decode: int = 64, runs: int = 3) -> DecodeResult:
-    return measure(ds4mlx_runner(model), model.args.vocab_size, contexts, n_decode, runs,
-                   "ds4mlx")
+def measure_ds4mlx(
+    model: LoadedModel,
+    contexts: Sequence[int] = PREFILL_CONTEXTS,
+    n_decode: int = 64,
+    runs: int = 3,
+) -> DecodeResult:
+    return measure(ds4mlx_runner(model), model.args.vocab_size, contexts, n_decode, runs, "ds4mlx")
 
 
-def measure_llamacpp(path: str, vocab_size: int, contexts: Sequence[int] = PREFILL_CONTEXTS,
-                     n_decode: int = 64, runs: int = 3, threads: int = 2
-                     ) -> DecodeResult | str:
+def measure_llamacpp(
+    path: str,
+    vocab_size: int,
+    contexts: Sequence[int] = PREFILL_CONTEXTS,
+    n_decode: int = 64,
+    runs: int = 3,
+    threads: int = 2,
+) -> DecodeResult | str:
     """llama.cpp's numbers, measured in a child process; a string says why there are none."""
     if not llamacpp_available():
         return "llama-cpp-python is not importable; install the 'bench' extra"
-    request = json.dumps({"path": path, "vocab": vocab_size, "contexts": list(contexts),
-                          "n_decode": n_decode, "runs": runs, "threads": threads})
-    child = subprocess.run([sys.executable, "-m", "ds4mlx.bench.decode", request],
-                           capture_output=True, text=True)
+    request = json.dumps(
+        {
+            "path": path,
+            "vocab": vocab_size,
+            "contexts": list(contexts),
+            "n_decode": n_decode,
+            "runs": runs,
+            "threads": threads,
+        }
+    )
+    child = subprocess.run(
+        [sys.executable, "-m", "ds4mlx.bench.decode", request], capture_output=True, text=True
+    )
     if child.returncode != 0:
-        reason = next((line for line in child.stderr.splitlines() if "GGML_ASSERT" in line
-                       or "error" in line.lower()), f"exit status {child.returncode}")
+        reason = next(
+            (
+                line
+                for line in child.stderr.splitlines()
+                if "GGML_ASSERT" in line or "error" in line.lower()
+            ),
+            f"exit status {child.returncode}",
+        )
         return f"llama.cpp failed on this model: {reason.strip()[-160:]}"
     data = json.loads(child.stdout.strip().splitlines()[-1])
-    return DecodeResult("llama.cpp (CPU)",
-                        {int(n): Samples(v) for n, v in data["prefill"].items()},
-                        Samples(data["decode"]), n_decode)
+    return DecodeResult(
+        "llama.cpp (CPU)",
+        {int(n): Samples(v) for n, v in data["prefill"].items()},
+        Samples(data["decode"]),
+        n_decode,
+    )
 
 
 def _llamacpp_child(request_json: str) -> None:
     request = json.loads(request_json)
     n_ctx = max(request["contexts"]) + request["n_decode"] + 16
     run = llamacpp_runner(request["path"], n_ctx, request["threads"])
-    result = measure(run, request["vocab"], request["contexts"], request["n_decode"],
-                     request["runs"], "llama.cpp (CPU)")
+    result = measure(
+        run,
+        request["vocab"],
+        request["contexts"],
+        request["n_decode"],
+        request["runs"],
+        "llama.cpp (CPU)",
+    )
     print(json.dumps(result.as_json()))
 
 
@@ -141,12 +177,16 @@ def markdown_table(results: Sequence[DecodeResult]) -> str:
         lines.append(f"| {r.engine} | " + " | ".join(cells) + f" | {r.decode.cell()} |")
     if len(results) == 2 and results[1].decode.median:
         ours, peer = results
-        ratios = [f"prefill {n}: {ours.prefill[n].median / peer.prefill[n].median:.2f}x"
-                  for n in contexts if n in ours.prefill and n in peer.prefill
-                  and peer.prefill[n].median]
+        ratios = [
+            f"prefill {n}: {ours.prefill[n].median / peer.prefill[n].median:.2f}x"
+            for n in contexts
+            if n in ours.prefill and n in peer.prefill and peer.prefill[n].median
+        ]
         lines.append("")
-        lines.append(f"ratio {ours.engine} / {peer.engine}: {', '.join(ratios)}, decode "
-                     f"{ours.decode.median / peer.decode.median:.2f}x")
+        lines.append(
+            f"ratio {ours.engine} / {peer.engine}: {', '.join(ratios)}, decode "
+            f"{ours.decode.median / peer.decode.median:.2f}x"
+        )
     return "\n".join(lines)
 
 

@@ -29,12 +29,14 @@ from mlx.utils import tree_flatten
 
 def weight_bytes(model: LoadedModel) -> int:
     """Bytes of the model's arrays held by this process (its shard, plus replicated tensors)."""
-    return sum(v.nbytes for _, v in tree_flatten(model.network.parameters())
-               if isinstance(v, mx.array))
+    return sum(
+        v.nbytes for _, v in tree_flatten(model.network.parameters()) if isinstance(v, mx.array)
+    )
 
 
-def greedy(model: LoadedModel, prompt: list[int], n: int,
-           config: SpeculationConfig | None) -> tuple[list[int], float]:
+def greedy(
+    model: LoadedModel, prompt: list[int], n: int, config: SpeculationConfig | None
+) -> tuple[list[int], float]:
     """(greedy tokens after ``prompt``, decode tokens/s), speculating when ``config`` asks."""
     drafter = None if config is None else load_drafter(config, model)
     tokens, tps = [], 0.0
@@ -54,8 +56,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--single", action="store_true", help="no group: the reference run")
     parser.add_argument("--prompt-len", type=int, default=48)
     parser.add_argument("-n", "--n-predict", type=int, default=24)
-    parser.add_argument("--timeout", type=float, default=600.0,
-                        help="exit with a message if the run takes longer (a stuck rank)")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        help="exit with a message if the run takes longer (a stuck rank)",
+    )
     args = parser.parse_args(argv)
 
     done = watchdog(args.timeout, "the probe run")
@@ -67,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     # Token ids from the middle of the vocabulary: any model, no tokenizer needed.
     vocab = model.args.vocab_size
     prompt = [int(t) for t in (np.arange(args.prompt_len) * 37 + 11) % (vocab - 16) + 8]
+
     def summed() -> int:
         return 0 if ranks is None else ranks.summed_bytes
 
@@ -78,17 +85,22 @@ def main(argv: list[str] | None = None) -> int:
     plain, plain_tps = greedy(model, prompt, args.n_predict, None)
     decode_bytes = summed() - start - 2 * prefill_bytes
     report: dict = {
-        "rank": rank, "size": 1 if ranks is None else ranks.size,
-        "load_seconds": load_seconds, "weight_bytes": weight_bytes(model),
-        "greedy": plain, "greedy_decode_tps": plain_tps,
+        "rank": rank,
+        "size": 1 if ranks is None else ranks.size,
+        "load_seconds": load_seconds,
+        "weight_bytes": weight_bytes(model),
+        "greedy": plain,
+        "greedy_decode_tps": plain_tps,
         # The first token comes from the prefill; each later one from one decode step.
         "summed_bytes_per_token": decode_bytes / max(1, len(plain) - 1),
-        "prefill_summed_bytes": prefill_bytes, "prompt_tokens": len(prompt),
+        "prefill_summed_bytes": prefill_bytes,
+        "prompt_tokens": len(prompt),
     }
     if args.drafter:
         config = SpeculationConfig(kind=DrafterKind.DSPARK, support_path=Path(args.drafter))
-        report["dspark"], report["dspark_decode_tps"] = greedy(model, prompt, args.n_predict,
-                                                               config)
+        report["dspark"], report["dspark_decode_tps"] = greedy(
+            model, prompt, args.n_predict, config
+        )
     report["peak_rss_bytes"] = peak_rss_bytes()
     args.out.mkdir(parents=True, exist_ok=True)
     np.save(args.out / f"rank{rank}_logits.npy", logits)
@@ -96,8 +108,6 @@ def main(argv: list[str] | None = None) -> int:
     model.close()
     done.set()
     return 0
-
-
 
 
 if __name__ == "__main__":

@@ -67,8 +67,11 @@ def _measure_here(path: str, budget: str, cold: bool, routed: int, n_tokens: int
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         os.close(fd)
         dropped = True
-    experts = None if budget == "resident" else ExpertOptions(
-        stream=True, cache_gib=float(budget) * routed / 2**30)
+    experts = (
+        None
+        if budget == "resident"
+        else ExpertOptions(stream=True, cache_gib=float(budget) * routed / 2**30)
+    )
     model = ds4mlx.load_model(path, weights_dtype="native", experts=experts)
     try:
         if not cold:
@@ -87,17 +90,35 @@ def _measure_here(path: str, budget: str, cold: bool, routed: int, n_tokens: int
         model.close()
     hits = stats.hits - start_stats.hits
     needed = hits + stats.misses - start_stats.misses
-    return ExpertRun(budget, cold, n_tokens / seconds, hits / needed if needed else 1.0,
-                     (stats.bytes_read - start_stats.bytes_read) / n_tokens,
-                     peak_rss_bytes(),
-                     stats.read_gbps, dropped, stats.routed_bytes)
+    return ExpertRun(
+        budget,
+        cold,
+        n_tokens / seconds,
+        hits / needed if needed else 1.0,
+        (stats.bytes_read - start_stats.bytes_read) / n_tokens,
+        peak_rss_bytes(),
+        stats.read_gbps,
+        dropped,
+        stats.routed_bytes,
+    )
 
 
 def measure(path: Path | str, budget: str, cold: bool, routed: int, n_tokens: int) -> ExpertRun:
     """One configuration in a child process; RuntimeError with its log if it fails."""
-    child = subprocess.run([sys.executable, "-m", "ds4mlx.bench.experts", str(path), budget,
-                            "1" if cold else "0", str(routed), str(n_tokens)],
-                           capture_output=True, text=True)
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ds4mlx.bench.experts",
+            str(path),
+            budget,
+            "1" if cold else "0",
+            str(routed),
+            str(n_tokens),
+        ],
+        capture_output=True,
+        text=True,
+    )
     if child.returncode:
         raise RuntimeError(f"experts run {budget} failed:\n{child.stderr[-2000:]}")
     return ExpertRun(**json.loads(child.stdout.strip().splitlines()[-1]))
@@ -107,14 +128,23 @@ def _combined(runs: Sequence[ExpertRun]) -> ExpertRun:
     """One configuration's runs as one row: median t/s and read speed, the highest peak RSS.
     Hit rate and bytes per token are the same in every run (routing is deterministic)."""
     speeds = Samples([r.tps for r in runs])
-    return replace(runs[0], tps=speeds.median, tps_runs=speeds.runs,
-                   gbps=Samples([r.gbps for r in runs]).median,
-                   peak_rss=max(r.peak_rss for r in runs))
+    return replace(
+        runs[0],
+        tps=speeds.median,
+        tps_runs=speeds.runs,
+        gbps=Samples([r.gbps for r in runs]).median,
+        peak_rss=max(r.peak_rss for r in runs),
+    )
 
 
-def bench_experts(path: Path | str, shares: Sequence[float] = (1.0, 0.5, 0.25, 0.10),
-                  n_tokens: int = 16, colds: Sequence[bool] = (False, True), runs: int = 1,
-                  skipped: Callable[[str], None] = lambda _line: None) -> list[ExpertRun]:
+def bench_experts(
+    path: Path | str,
+    shares: Sequence[float] = (1.0, 0.5, 0.25, 0.10),
+    n_tokens: int = 16,
+    colds: Sequence[bool] = (False, True),
+    runs: int = 1,
+    skipped: Callable[[str], None] = lambda _line: None,
+) -> list[ExpertRun]:
     """Resident, then streamed at each share of the routed experts, per page-cache state, each
     ``runs`` times. A share too small for the store (under one layer's top-k experts, which a
     small model reaches at 10%) is reported through ``skipped`` instead of ending the
@@ -134,8 +164,10 @@ def bench_experts(path: Path | str, shares: Sequence[float] = (1.0, 0.5, 0.25, 0
                     if budget == "resident" or "below the minimum" not in str(exc):
                         raise
                     budgets.remove(budget)
-                    skipped(f"(streamed at {float(budget) * 100:g}% not measured: "
-                            f"{str(exc).strip().splitlines()[-1]})")
+                    skipped(
+                        f"(streamed at {float(budget) * 100:g}% not measured: "
+                        f"{str(exc).strip().splitlines()[-1]})"
+                    )
                     continue
                 routed = run.routed
                 samples[budget].append(run)
@@ -144,8 +176,11 @@ def bench_experts(path: Path | str, shares: Sequence[float] = (1.0, 0.5, 0.25, 0
 
 
 def markdown_table(results: Sequence[ExpertRun]) -> str:
-    lines = ["| experts | caches | t/s | vs resident | hit rate | MiB/token | read GB/s | "
-             "peak RSS MiB |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| experts | caches | t/s | vs resident | hit rate | MiB/token | read GB/s | "
+        "peak RSS MiB |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
     base: dict[bool, float] = {}
     for r in results:
         if r.budget == "resident":
@@ -153,14 +188,19 @@ def markdown_table(results: Sequence[ExpertRun]) -> str:
         name = r.budget if r.budget == "resident" else f"streamed, {float(r.budget):.0%} cache"
         pages = ("cold" if r.dropped else "cold, pages kept") if r.cold else "warm"
         ratio = r.tps / base[r.cold] if base.get(r.cold) else 0.0
-        lines.append(f"| {name} | {pages} | {Samples(r.tps_runs).cell()} | {ratio:.2f}x | "
-                     f"{r.hit_rate:.1%} | "
-                     f"{r.bytes_per_token / 2**20:.3f} | {r.gbps:.2f} | "
-                     f"{r.peak_rss / 2**20:.1f} |")
+        lines.append(
+            f"| {name} | {pages} | {Samples(r.tps_runs).cell()} | {ratio:.2f}x | "
+            f"{r.hit_rate:.1%} | "
+            f"{r.bytes_per_token / 2**20:.3f} | {r.gbps:.2f} | "
+            f"{r.peak_rss / 2**20:.1f} |"
+        )
     return "\n".join(lines)
 
 
 if __name__ == "__main__":  # the child of measure()
     _path, _budget, _cold, _routed, _tokens = sys.argv[1:6]
-    print(json.dumps(_measure_here(_path, _budget, _cold == "1", int(_routed),
-                                   int(_tokens)).as_json()))
+    print(
+        json.dumps(
+            _measure_here(_path, _budget, _cold == "1", int(_routed), int(_tokens)).as_json()
+        )
+    )

@@ -105,14 +105,19 @@ class _Profiler:
         """``fn`` counted as block ``tag``."""
         return self._cutting(fn, lambda _: self.tags.append(tag), self.tags.pop)
 
-    def wrap_layer(self, fn: Callable[..., Any], layer_of: Callable[[Any], int]
-                   ) -> Callable[..., Any]:
+    def wrap_layer(
+        self, fn: Callable[..., Any], layer_of: Callable[[Any], int]
+    ) -> Callable[..., Any]:
         """A block's ``__call__``, its work counted for layer ``layer_of(block)``."""
-        return self._cutting(fn, lambda args: setattr(self, "layer", layer_of(args[0])),
-                             lambda: setattr(self, "layer", None))
+        return self._cutting(
+            fn,
+            lambda args: setattr(self, "layer", layer_of(args[0])),
+            lambda: setattr(self, "layer", None),
+        )
 
-    def _cutting(self, fn: Callable[..., Any], enter: Callable[[tuple], None],
-                 leave: Callable[[], Any]) -> Callable[..., Any]:
+    def _cutting(
+        self, fn: Callable[..., Any], enter: Callable[[tuple], None], leave: Callable[[], Any]
+    ) -> Callable[..., Any]:
         def cutting(*args: Any, **kwargs: Any) -> Any:
             self.cut((args, kwargs))  # what the caller built so far is the caller's
             enter(args)
@@ -131,12 +136,20 @@ class _Profiler:
 _PIECES: dict[str, dict[str, tuple[str, ...]]] = {
     "deepseek4": {
         "mhc": ("mhc.HyperConnection.__call__", "deepseek4.hc_expand"),
-        "attention": ("deepseek4.Attention.__call__", "deepseek4.Attention._project",
-                      "deepseek4.Attention._extend", "deepseek4.Attention._attend_tile",
-                      "deepseek4.Attention.output"),
-        "indexer": ("deepseek4.Compressor.project", "deepseek4.Compressor.pool",
-                    "deepseek4.LightningIndexer.queries", "deepseek4.LightningIndexer.select",
-                    "deepseek4.LightningIndexer.top_blocks"),
+        "attention": (
+            "deepseek4.Attention.__call__",
+            "deepseek4.Attention._project",
+            "deepseek4.Attention._extend",
+            "deepseek4.Attention._attend_tile",
+            "deepseek4.Attention.output",
+        ),
+        "indexer": (
+            "deepseek4.Compressor.project",
+            "deepseek4.Compressor.pool",
+            "deepseek4.LightningIndexer.queries",
+            "deepseek4.LightningIndexer.select",
+            "deepseek4.LightningIndexer.top_blocks",
+        ),
         "moe": ("moe.SharedExpertMoE.__call__",),
         "head": ("deepseek4.Model.head",),
     },
@@ -162,8 +175,12 @@ def _targets(arch: str) -> Iterator[tuple[Any, str, str]]:
 
 
 @contextmanager
-def _patched(network: Any, profiler: _Profiler | None, sink: list[tuple[Any, ...]] | None,
-             pieces: bool = True) -> Iterator[None]:
+def _patched(
+    network: Any,
+    profiler: _Profiler | None,
+    sink: list[tuple[Any, ...]] | None,
+    pieces: bool = True,
+) -> Iterator[None]:
     """While active, ``mx.eval`` inside the model either cuts (``profiler``: at layers, and at
     blocks with ``pieces``) or only records its arguments (``sink``, to time graph building
     apart from evaluation)."""
@@ -172,8 +189,9 @@ def _patched(network: Any, profiler: _Profiler | None, sink: list[tuple[Any, ...
     real_eval, real_async = mx.eval, mx.async_eval
 
     def swap(owner: Any, name: str, value: Any) -> None:
-        saved.append((owner, name, owner.__dict__[name] if isinstance(owner, type)
-                       else getattr(owner, name)))
+        saved.append(
+            (owner, name, owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name))
+        )
         setattr(owner, name, value)
 
     try:
@@ -183,8 +201,11 @@ def _patched(network: Any, profiler: _Profiler | None, sink: list[tuple[Any, ...
                     swap(owner, name, profiler.wrap(vars(owner)[name], tag))
             block_class = type(network.blocks[0])
             layers = {id(block): i for i, block in enumerate(network.blocks)}
-            swap(block_class, "__call__",
-                 profiler.wrap_layer(vars(block_class)["__call__"], lambda b: layers[id(b)]))
+            swap(
+                block_class,
+                "__call__",
+                profiler.wrap_layer(vars(block_class)["__call__"], lambda b: layers[id(b)]),
+            )
             mx.eval = mx.async_eval = lambda *a: profiler.cut(a)
         elif sink is not None:
             mx.eval = mx.async_eval = lambda *a: sink.append(a)
@@ -219,8 +240,7 @@ def count_step(network: Any, state: Any, tokens: Sequence[int]) -> GraphCount:
     return count
 
 
-def time_step(network: Any, state: Any, tokens: Sequence[int], repeats: int
-              ) -> tuple[float, float]:
+def time_step(network: Any, state: Any, tokens: Sequence[int], repeats: int) -> tuple[float, float]:
     """Median ms to build and to evaluate the graph of one forward of ``tokens``, repeated on
     copies of ``state`` (so every repeat computes the same step)."""
     ids = mx.array(list(tokens), dtype=mx.int32)

@@ -53,8 +53,9 @@ def _packed_weight(qtype: GGMLQuantizationType, shape: tuple[int, ...], rng: np.
     return load_weight(raw, qtype, shape, "native")
 
 
-def packed_matmuls(out_features: int, in_features: int, n_experts: int, repeats: int,
-                   rng: np.random.Generator) -> list[KernelTiming]:
+def packed_matmuls(
+    out_features: int, in_features: int, n_experts: int, repeats: int, rng: np.random.Generator
+) -> list[KernelTiming]:
     results = []
     for qtype in sorted(twins.PACKED_TYPES, key=lambda t: t.name):
         matrix = _packed_weight(qtype, (out_features, in_features), rng)
@@ -64,31 +65,53 @@ def packed_matmuls(out_features: int, in_features: int, n_experts: int, repeats:
         mx.eval(dense_matrix, dense_experts)
         for rows in (1, 4, 8):
             x = mx.array(rng.standard_normal((rows, in_features)).astype(np.float32))
-            results.append(KernelTiming(
-                f"{qtype.name} linear, {rows} row{'s' * (rows > 1)}",
-                _time(lambda x=x, w=matrix: kernels.linear(x, w), repeats),
-                _time(lambda x=x, w=matrix: x @ kernels.dequantize(w).T, repeats)))
+            results.append(
+                KernelTiming(
+                    f"{qtype.name} linear, {rows} row{'s' * (rows > 1)}",
+                    _time(lambda x=x, w=matrix: kernels.linear(x, w), repeats),
+                    _time(lambda x=x, w=matrix: x @ kernels.dequantize(w).T, repeats),
+                )
+            )
             indices = mx.array(rng.integers(0, n_experts, (rows, 2)).astype(np.uint32))
             xs = x[:, None, None, :]
-            results.append(KernelTiming(
-                f"{qtype.name} gathered experts (top-2), {rows} row{'s' * (rows > 1)}",
-                _time(lambda xs=xs, i=indices, w=experts: kernels.gather_linear(xs, w, i),
-                      repeats),
-                _time(lambda xs=xs, i=indices, w=experts: mx.gather_mm(
-                    xs, mx.swapaxes(kernels.dequantize(w), -1, -2), rhs_indices=i), repeats)))
+            results.append(
+                KernelTiming(
+                    f"{qtype.name} gathered experts (top-2), {rows} row{'s' * (rows > 1)}",
+                    _time(
+                        lambda xs=xs, i=indices, w=experts: kernels.gather_linear(xs, w, i), repeats
+                    ),
+                    _time(
+                        lambda xs=xs, i=indices, w=experts: mx.gather_mm(
+                            xs, mx.swapaxes(kernels.dequantize(w), -1, -2), rhs_indices=i
+                        ),
+                        repeats,
+                    ),
+                )
+            )
     return results
 
 
-def sinkhorn(tokens: int, hc: int, iters: int, repeats: int,
-             rng: np.random.Generator) -> KernelTiming:
+def sinkhorn(
+    tokens: int, hc: int, iters: int, repeats: int, rng: np.random.Generator
+) -> KernelTiming:
     comb = mx.array(rng.standard_normal((tokens, hc, hc)).astype(np.float32))
-    return KernelTiming(f"mHC Sinkhorn, {tokens} tokens x {iters} iterations",
-                        _time(lambda: kernels.sinkhorn(comb, iters, 1e-6), repeats),
-                        _time(lambda: twins.sinkhorn(comb, iters, 1e-6), repeats))
+    return KernelTiming(
+        f"mHC Sinkhorn, {tokens} tokens x {iters} iterations",
+        _time(lambda: kernels.sinkhorn(comb, iters, 1e-6), repeats),
+        _time(lambda: twins.sinkhorn(comb, iters, 1e-6), repeats),
+    )
 
 
-def sparse_attention(rows: int, heads: int, dim: int, window: int, n_comp: int, top_k: int,
-                     repeats: int, rng: np.random.Generator) -> KernelTiming:
+def sparse_attention(
+    rows: int,
+    heads: int,
+    dim: int,
+    window: int,
+    n_comp: int,
+    top_k: int,
+    repeats: int,
+    rng: np.random.Generator,
+) -> KernelTiming:
     q = mx.array(rng.standard_normal((rows, heads, dim)).astype(np.float32))
     raw = mx.array(rng.standard_normal((window, dim)).astype(np.float32))
     comp = mx.array(rng.standard_normal((n_comp, dim)).astype(np.float32))
@@ -100,12 +123,14 @@ def sparse_attention(rows: int, heads: int, dim: int, window: int, n_comp: int, 
     for r in range(rows):
         mask[r, window + index[r]] = True
     keys, mask_mx, index_mx = mx.concatenate([raw, comp]), mx.array(mask), mx.array(index)
-    scale = dim ** -0.5
+    scale = dim**-0.5
     return KernelTiming(
         f"sparse CSA attention, {rows} rows, top-{top_k} of {n_comp} blocks",
-        _time(lambda: kernels.sparse_attention(q, raw, ranges, comp, index_mx, sinks, scale),
-              repeats),
-        _time(lambda: sink_attention(q, keys, mask_mx, sinks, scale), repeats))
+        _time(
+            lambda: kernels.sparse_attention(q, raw, ranges, comp, index_mx, sinks, scale), repeats
+        ),
+        _time(lambda: sink_attention(q, keys, mask_mx, sinks, scale), repeats),
+    )
 
 
 def run_all(repeats: int = 20, seed: int = 0) -> list[KernelTiming]:
@@ -123,6 +148,7 @@ def run_all(repeats: int = 20, seed: int = 0) -> list[KernelTiming]:
 
 def markdown_table(results: list[KernelTiming]) -> str:
     lines = ["| kernel | kernel ms | naive ms | naive / kernel |", "|---|---:|---:|---:|"]
-    lines += [f"| {r.name} | {r.kernel_ms:.3f} | {r.naive_ms:.3f} | {r.speedup:.2f}x |"
-              for r in results]
+    lines += [
+        f"| {r.name} | {r.kernel_ms:.3f} | {r.naive_ms:.3f} | {r.speedup:.2f}x |" for r in results
+    ]
     return "\n".join(lines)

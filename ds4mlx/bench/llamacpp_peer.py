@@ -65,8 +65,14 @@ class LlamaCppModel:
             llama.llama_batch_free(batch)
         self.n_past += n
         rows = range(n) if all_logits else [n - 1]
-        return np.stack([np.ctypeslib.as_array(llama.llama_get_logits_ith(self.ctx, i),
-                                               shape=(self.n_vocab,)).copy() for i in rows])
+        return np.stack(
+            [
+                np.ctypeslib.as_array(
+                    llama.llama_get_logits_ith(self.ctx, i), shape=(self.n_vocab,)
+                ).copy()
+                for i in rows
+            ]
+        )
 
     def close(self) -> None:
         if self.ctx:

@@ -11,6 +11,8 @@ import mlx.core as mx
 
 
 def machine_description() -> str:
-    return (f"{platform.machine()} {platform.system()}, {os.cpu_count()} cores, "
-            f"Python {platform.python_version()}, mlx {mx.__version__} ({mx.default_device()}), "
-            f"BLAS {_blas.loaded_blas}")
+    return (
+        f"{platform.machine()} {platform.system()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}, mlx {mx.__version__} ({mx.default_device()}), "
+        f"BLAS {_blas.loaded_blas}"
+    )

@@ -53,9 +53,12 @@ def plot_speculation(results: Sequence[SpecResult], directory: Path) -> list[Pat
                     per_position.setdefault(k, []).append(rate)
         if per_position:
             ks = sorted(per_position)
-            axes.plot([k + 1 for k in ks],
-                      [sum(per_position[k]) / len(per_position[k]) for k in ks],
-                      marker="o", label=drafter)
+            axes.plot(
+                [k + 1 for k in ks],
+                [sum(per_position[k]) / len(per_position[k]) for k in ks],
+                marker="o",
+                label=drafter,
+            )
     axes.xaxis.get_major_locator().set_params(integer=True)  # positions are whole numbers
     axes.set_xlabel("draft position")
     axes.set_ylabel("acceptance (share of drafts reaching it)")

@@ -65,8 +65,9 @@ class NLLReport:
         return {"mean": self.mean, "per_snippet": self.per_snippet}
 
 
-def heldout_nll(model: LoadedModel, snippets: Sequence[str],
-                max_tokens: int = MAX_TOKENS) -> NLLReport:
+def heldout_nll(
+    model: LoadedModel, snippets: Sequence[str], max_tokens: int = MAX_TOKENS
+) -> NLLReport:
     return NLLReport([snippet_nll(model, text, max_tokens) for text in snippets])
 
 
@@ -75,14 +76,20 @@ def _fed(model: LoadedModel, ids: Sequence[int], chunks: Sequence[int]) -> np.nd
     session = model.new_session()
     rows, start = [], 0
     for size in chunks:
-        rows.append(session.feed(ids[start:start + size]))
+        rows.append(session.feed(ids[start : start + size]))
         start += size
     assert start == len(ids)
     return np.concatenate(rows)
 
 
-def logprob_agreement(model: LoadedModel, ids: Sequence[int], *, prefix: int = 16,
-                      draft: int = 4, streamed: LoadedModel | None = None) -> dict[str, float]:
+def logprob_agreement(
+    model: LoadedModel,
+    ids: Sequence[int],
+    *,
+    prefix: int = 16,
+    draft: int = 4,
+    streamed: LoadedModel | None = None,
+) -> dict[str, float]:
     """Largest |Δ logprob| against one batched prefill, per path (see the module docstring)."""
     ids = list(ids)
     if len(ids) <= prefix:
@@ -97,8 +104,10 @@ def logprob_agreement(model: LoadedModel, ids: Sequence[int], *, prefix: int = 1
     }
     if streamed is not None:
         paths["streamed experts"] = streamed.logits(ids)
-    return {name: float(np.max(np.abs(log_softmax(logits) - reference)))
-            for name, logits in paths.items()}
+    return {
+        name: float(np.max(np.abs(log_softmax(logits) - reference)))
+        for name, logits in paths.items()
+    }
 
 
 def half_expert_cache_gib(model: LoadedModel) -> float:
@@ -131,9 +140,18 @@ def write_baseline(model_path: Path, out: Path = BASELINE) -> NLLReport:
         report = heldout_nll(model, load_snippets())
     finally:
         model.close()
-    out.write_text(json.dumps({
-        "model": model_path.name, "sha256": file_sha256(model_path),
-        "max_tokens": MAX_TOKENS, **report.as_json()}, indent=1) + "\n")
+    out.write_text(
+        json.dumps(
+            {
+                "model": model_path.name,
+                "sha256": file_sha256(model_path),
+                "max_tokens": MAX_TOKENS,
+                **report.as_json(),
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     return report
 
 

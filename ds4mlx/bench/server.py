@@ -20,14 +20,25 @@ def free_port() -> int:
 
 
 @contextmanager
-def server_process(model: str, flags: Sequence[str] = (), start_timeout: float = 300.0
-                   ) -> Iterator[str]:
+def server_process(
+    model: str, flags: Sequence[str] = (), start_timeout: float = 300.0
+) -> Iterator[str]:
     """Run ``ds4-server -m model *flags`` on a free loopback port until the block ends; yields
     its base URL (without ``/v1``) once ``/health`` answers. A server that exits early raises
     RuntimeError with its log."""
     port = free_port()
-    command = [sys.executable, "-m", "ds4mlx.cli.server", "-m", model, "--host", "127.0.0.1",
-               "--port", str(port), *flags]
+    command = [
+        sys.executable,
+        "-m",
+        "ds4mlx.cli.server",
+        "-m",
+        model,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        *flags,
+    ]
     # The log goes to a file: a pipe nobody reads would block a chatty server once full.
     log = tempfile.TemporaryFile("w+")
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log, text=True)
@@ -37,8 +48,7 @@ def server_process(model: str, flags: Sequence[str] = (), start_timeout: float =
         while not _healthy(url):
             if process.poll() is not None:
                 log.seek(0)
-                raise RuntimeError(f"ds4-server exited with {process.returncode}:\n"
-                                   f"{log.read()}")
+                raise RuntimeError(f"ds4-server exited with {process.returncode}:\n{log.read()}")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"ds4-server did not start within {start_timeout:.0f} s")
             time.sleep(0.2)

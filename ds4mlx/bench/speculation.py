@@ -45,14 +45,15 @@ CHAT_PROMPTS = (
     BenchPrompt("c_add", "chat", "Write a C function that adds two integers."),
 )
 PROSE_PROMPT = BenchPrompt(
-    "prose", "text",
+    "prose",
+    "text",
     "The harbour was quiet in the early morning. Fishing boats rocked against the pier, and "
-    "the old lighthouse keeper walked slowly along the sea wall, counting the gulls as he went.")
+    "the old lighthouse keeper walked slowly along the sea wall, counting the gulls as he went.",
+)
 
 #: Standard-library files that ``scripts/train_drafters.py`` holds out from drafter training
 #: (every tenth stdlib document of the corpus, in name order); the trainer checks this list.
-HELD_OUT_CODE_FILES = ("copy.py", "glob.py", "netrc.py", "rlcompleter.py", "token.py",
-                       "filecmp.py")
+HELD_OUT_CODE_FILES = ("copy.py", "glob.py", "netrc.py", "rlcompleter.py", "token.py", "filecmp.py")
 CODE_PROMPT_TOKENS = 64
 
 
@@ -60,8 +61,11 @@ def code_prompts(names: Sequence[str] = HELD_OUT_CODE_FILES) -> list[BenchPrompt
     """Held-out code prompts: the files as the running interpreter ships them (cut to
     ``CODE_PROMPT_TOKENS`` tokens when encoded); files this Python lacks are skipped."""
     stdlib = Path(sysconfig.get_paths()["stdlib"])
-    return [BenchPrompt(f"code:{name}", "code", (stdlib / name).read_text(encoding="utf-8"))
-            for name in names if (stdlib / name).is_file()]
+    return [
+        BenchPrompt(f"code:{name}", "code", (stdlib / name).read_text(encoding="utf-8"))
+        for name in names
+        if (stdlib / name).is_file()
+    ]
 
 
 #: Copy-heavy prompts, made from the held-out files: "rename" shows a function and starts it
@@ -78,13 +82,17 @@ def copy_prompts(names: Sequence[str] = HELD_OUT_CODE_FILES) -> list[BenchPrompt
     for prompt in code_prompts(names):
         name, text = prompt.name.removeprefix("code:"), prompt.text
         prompts.append(BenchPrompt(f"copy:restart:{name}", "copy", text))
-        function = next((m for m in _FUNCTION.finditer(text)
-                         if 150 <= len(m.group(0)) <= 1200), None)
+        function = next(
+            (m for m in _FUNCTION.finditer(text) if 150 <= len(m.group(0)) <= 1200), None
+        )
         if function is not None:
             first_line = function.group(0).splitlines()[0]
             renamed = first_line.replace(function.group(1), f"{function.group(1)}_v2", 1)
-            prompts.append(BenchPrompt(f"copy:rename:{name}", "text",
-                                       f"{function.group(0).rstrip()}\n\n\n{renamed}\n"))
+            prompts.append(
+                BenchPrompt(
+                    f"copy:rename:{name}", "text", f"{function.group(0).rstrip()}\n\n\n{renamed}\n"
+                )
+            )
     return prompts
 
 
@@ -124,17 +132,23 @@ class SpecResult:
         return data
 
 
-def _run(model: LoadedModel, ids: list[int], max_tokens: int, drafter: Drafter | None,
-         config: SpeculationConfig, stop_tokens: Sequence[int]
-         ) -> tuple[list[int], float, DoneEvent]:
+def _run(
+    model: LoadedModel,
+    ids: list[int],
+    max_tokens: int,
+    drafter: Drafter | None,
+    config: SpeculationConfig,
+    stop_tokens: Sequence[int],
+) -> tuple[list[int], float, DoneEvent]:
     """One greedy generation on a fresh session: tokens, decode tokens/s and its DoneEvent."""
     session = model.new_session()
     if drafter is not None:
         drafter.reset()
     tokens: list[int] = []
     done: DoneEvent | None = None
-    for event in generate(session, ids, max_tokens, drafter=drafter, config=config,
-                          stop_tokens=stop_tokens):
+    for event in generate(
+        session, ids, max_tokens, drafter=drafter, config=config, stop_tokens=stop_tokens
+    ):
         if isinstance(event, TokenEvent):
             tokens.append(event.token)
         else:
@@ -143,8 +157,16 @@ def _run(model: LoadedModel, ids: list[int], max_tokens: int, drafter: Drafter |
     return tokens, done.stats.decode_tps, done
 
 
-def bench_prompt(model: LoadedModel, prompt: BenchPrompt, drafter_name: str, drafter: Drafter,
-                 config: SpeculationConfig, *, max_tokens: int, runs: int) -> SpecResult:
+def bench_prompt(
+    model: LoadedModel,
+    prompt: BenchPrompt,
+    drafter_name: str,
+    drafter: Drafter,
+    config: SpeculationConfig,
+    *,
+    max_tokens: int,
+    runs: int,
+) -> SpecResult:
     ids = prompt_ids(model, prompt)
     # A chat answer ends at its end-of-turn; text and code run the full length, so that each
     # row measures the same amount of decoding (a tiny model may end prose at once).
@@ -158,22 +180,38 @@ def bench_prompt(model: LoadedModel, prompt: BenchPrompt, drafter_name: str, dra
     # Greedy runs repeat the same cycles: the warm-up's counters are every run's.
     stats = done.stats
     assert isinstance(stats, SpeculativeStats)
-    return SpecResult(prompt.name, drafter_name, target, drafted, len(spec_tokens), stats.tau,
-                      stats.acceptance_rate, stats.position_acceptance, stats.scheduler.pauses,
-                      spec_tokens == plain_tokens)
+    return SpecResult(
+        prompt.name,
+        drafter_name,
+        target,
+        drafted,
+        len(spec_tokens),
+        stats.tau,
+        stats.acceptance_rate,
+        stats.position_acceptance,
+        stats.scheduler.pauses,
+        spec_tokens == plain_tokens,
+    )
 
 
-def bench_model(model: LoadedModel, drafters: Sequence[tuple[str, SpeculationConfig]],
-                prompts: Sequence[BenchPrompt], *, max_tokens: int, runs: int,
-                progress: Callable[[str], None] = lambda _line: None) -> list[SpecResult]:
+def bench_model(
+    model: LoadedModel,
+    drafters: Sequence[tuple[str, SpeculationConfig]],
+    prompts: Sequence[BenchPrompt],
+    *,
+    max_tokens: int,
+    runs: int,
+    progress: Callable[[str], None] = lambda _line: None,
+) -> list[SpecResult]:
     results = []
     for name, config in drafters:
         drafter = load_drafter(config, model)
         assert drafter is not None, f"{name}: no drafter configured"
         for prompt in prompts:
             started = time.perf_counter()
-            results.append(bench_prompt(model, prompt, name, drafter, config,
-                                        max_tokens=max_tokens, runs=runs))
+            results.append(
+                bench_prompt(model, prompt, name, drafter, config, max_tokens=max_tokens, runs=runs)
+            )
             progress(f"{name} {prompt.name}: {time.perf_counter() - started:.1f} s")
     return results
 
@@ -188,23 +226,31 @@ def summary_rows(results: Sequence[SpecResult]) -> Iterator[SpecResult]:
             groups.setdefault((family, result.drafter), []).append(result)
     for (family, drafter), rows in groups.items():
         yield SpecResult(
-            f"{family} (mean)", drafter,
+            f"{family} (mean)",
+            drafter,
             Samples([statistics.mean(r.target.median for r in rows)]),
             Samples([statistics.mean(r.drafted.median for r in rows)]),
-            sum(r.tokens for r in rows), statistics.mean(r.tau for r in rows),
-            statistics.mean(r.acceptance for r in rows), [], sum(r.pauses for r in rows),
-            all(r.parity for r in rows))
+            sum(r.tokens for r in rows),
+            statistics.mean(r.tau for r in rows),
+            statistics.mean(r.acceptance for r in rows),
+            [],
+            sum(r.pauses for r in rows),
+            all(r.parity for r in rows),
+        )
 
 
 def markdown_table(results: Sequence[SpecResult]) -> str:
-    lines = ["| prompt | drafter | tokens | target t/s | drafted t/s | speed-up | τ | "
-             "acceptance | per position | pauses | parity |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---|"]
+    lines = [
+        "| prompt | drafter | tokens | target t/s | drafted t/s | speed-up | τ | "
+        "acceptance | per position | pauses | parity |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---|",
+    ]
     for r in results:
         positions = " ".join(f"{rate:.2f}" for rate in r.position_acceptance) or "-"
         lines.append(
             f"| {r.prompt} | {r.drafter} | {r.tokens} | {r.target.median:.1f} "
             f"({r.target.span()}) | {r.drafted.median:.1f} ({r.drafted.span()}) | "
             f"{r.speedup:.2f}x | {r.tau:.2f} | {r.acceptance:.2f} | {positions} | {r.pauses} | "
-            f"{'yes' if r.parity else 'NO'} |")
+            f"{'yes' if r.parity else 'NO'} |"
+        )
     return "\n".join(lines)

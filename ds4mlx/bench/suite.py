@@ -40,8 +40,16 @@ class BenchConfig:
     max_tokens: int = 64
     contexts: tuple[int, ...] = decode.PREFILL_CONTEXTS
     n_decode: int = 64
-    prompts: tuple[str, ...] = ("hello", "redis", "math", "python_reverse", "c_add", "prose",
-                                "code", "copy")
+    prompts: tuple[str, ...] = (
+        "hello",
+        "redis",
+        "math",
+        "python_reverse",
+        "c_add",
+        "prose",
+        "code",
+        "copy",
+    )
     expert_shares: tuple[float, ...] = (1.0, 0.5, 0.25, 0.10)
     expert_colds: tuple[bool, ...] = (False, True)
     expert_tokens: int = 16
@@ -59,9 +67,17 @@ class BenchConfig:
         dflash-layout file (the same drafter as DSpark in llama.cpp's layout) and the held-out
         code prompts left out, warm page cache only."""
         values: dict[str, Any] = dict(
-            runs=1, max_tokens=32, n_decode=32, contexts=(128, 512),
-            expert_shares=(0.5, 0.25), expert_colds=(False,), expert_tokens=8,
-            agreement_snippets=2, prompts=("redis", "python_reverse", "prose"), dflash=None)
+            runs=1,
+            max_tokens=32,
+            n_decode=32,
+            contexts=(128, 512),
+            expert_shares=(0.5, 0.25),
+            expert_colds=(False,),
+            expert_tokens=8,
+            agreement_snippets=2,
+            prompts=("redis", "python_reverse", "prose"),
+            dflash=None,
+        )
         values.update(overrides)
         return cls(**values)
 
@@ -70,19 +86,27 @@ Progress = Callable[[str], None]
 
 
 def selected_prompts(names: tuple[str, ...]) -> list[speculation.BenchPrompt]:
-    everything = [*speculation.CHAT_PROMPTS, speculation.PROSE_PROMPT,
-                  *speculation.code_prompts(), *speculation.copy_prompts()]
+    everything = [
+        *speculation.CHAT_PROMPTS,
+        speculation.PROSE_PROMPT,
+        *speculation.code_prompts(),
+        *speculation.copy_prompts(),
+    ]
     return [p for p in everything if p.name in names or p.name.split(":")[0] in names]
 
 
-def _ds4_drafters(config: BenchConfig, progress: Progress
-                  ) -> list[tuple[str, SpeculationConfig]]:
+def _ds4_drafters(config: BenchConfig, progress: Progress) -> list[tuple[str, SpeculationConfig]]:
     drafters = []
     for name, kind, path, extra in (
-            ("dspark", DrafterKind.DSPARK, config.dspark, {}),
-            ("dspark (dflash file)", DrafterKind.DSPARK, config.dflash, {}),
-            (f"mtp (draft {config.mtp_draft})", DrafterKind.MTP, config.mtp,
-             {"mtp_draft": config.mtp_draft})):
+        ("dspark", DrafterKind.DSPARK, config.dspark, {}),
+        ("dspark (dflash file)", DrafterKind.DSPARK, config.dflash, {}),
+        (
+            f"mtp (draft {config.mtp_draft})",
+            DrafterKind.MTP,
+            config.mtp,
+            {"mtp_draft": config.mtp_draft},
+        ),
+    ):
         if path is None:
             continue
         if Path(path).is_file():
@@ -92,8 +116,14 @@ def _ds4_drafters(config: BenchConfig, progress: Progress
     if config.lookup:
         drafters.append(("lookup", SpeculationConfig(lookup=config.lookup)))
         if config.dspark is not None and Path(config.dspark).is_file():
-            drafters.append(("dspark+lookup", SpeculationConfig(
-                DrafterKind.DSPARK, Path(config.dspark), lookup=config.lookup)))
+            drafters.append(
+                (
+                    "dspark+lookup",
+                    SpeculationConfig(
+                        DrafterKind.DSPARK, Path(config.dspark), lookup=config.lookup
+                    ),
+                )
+            )
     return drafters
 
 
@@ -104,9 +134,14 @@ def run_decode(config: BenchConfig, progress: Progress) -> tuple[dict, str]:
     rows = [decode.measure_ds4mlx(model, config.contexts, config.n_decode, config.runs)]
     notes = []
     if config.peers:
-        peer = decode.measure_llamacpp(str(config.model), model.args.vocab_size,
-                                       config.contexts, config.n_decode, config.runs,
-                                       config.threads)
+        peer = decode.measure_llamacpp(
+            str(config.model),
+            model.args.vocab_size,
+            config.contexts,
+            config.n_decode,
+            config.runs,
+            config.threads,
+        )
         if isinstance(peer, str):
             notes.append(f"(llama.cpp peer not measured: {peer})")
         else:
@@ -116,8 +151,9 @@ def run_decode(config: BenchConfig, progress: Progress) -> tuple[dict, str]:
     return {"rows": [r.as_json() for r in rows]}, text
 
 
-def run_speculation(config: BenchConfig, progress: Progress
-                    ) -> tuple[dict, str, list[speculation.SpecResult]]:
+def run_speculation(
+    config: BenchConfig, progress: Progress
+) -> tuple[dict, str, list[speculation.SpecResult]]:
     import ds4mlx
 
     prompts = selected_prompts(config.prompts)
@@ -125,15 +161,25 @@ def run_speculation(config: BenchConfig, progress: Progress
     drafters = _ds4_drafters(config, progress)
     if drafters:
         model = ds4mlx.load_model(config.model)
-        results += speculation.bench_model(model, drafters, prompts,
-                                           max_tokens=config.max_tokens, runs=config.runs,
-                                           progress=progress)
+        results += speculation.bench_model(
+            model,
+            drafters,
+            prompts,
+            max_tokens=config.max_tokens,
+            runs=config.runs,
+            progress=progress,
+        )
         model.close()
     if config.glm is not None and Path(config.glm).is_file():
         glm = ds4mlx.load_model(config.glm)
         results += speculation.bench_model(
-            glm, [("glm nextn", SpeculationConfig(DrafterKind.NEXTN))], prompts,
-            max_tokens=config.max_tokens, runs=config.runs, progress=progress)
+            glm,
+            [("glm nextn", SpeculationConfig(DrafterKind.NEXTN))],
+            prompts,
+            max_tokens=config.max_tokens,
+            runs=config.runs,
+            progress=progress,
+        )
         glm.close()
     elif config.glm is not None:
         progress(f"(glm nextn not measured: {config.glm} does not exist)")
@@ -142,22 +188,32 @@ def run_speculation(config: BenchConfig, progress: Progress
     if config.peers:
         # llama-cpp-python's API has no speculative decoding with a separate DSpark support
         # file; its target-only speed is in the decode section.
-        lines.append("\n(llama.cpp with the DSpark drafter not measured: llama-cpp-python "
-                     "exposes no speculative decoding with a separate drafter file)")
+        lines.append(
+            "\n(llama.cpp with the DSpark drafter not measured: llama-cpp-python "
+            "exposes no speculative decoding with a separate drafter file)"
+        )
     if not all(r.parity for r in results):
-        lines.append("\nPARITY FAILURE: a drafted run's greedy output differs from the "
-                     "target's own")
+        lines.append(
+            "\nPARITY FAILURE: a drafted run's greedy output differs from the target's own"
+        )
     return {"rows": [r.as_json() for r in rows]}, "\n".join(lines), results
 
 
 def run_experts(config: BenchConfig, progress: Progress) -> tuple[dict, str]:
     notes: list[str] = []
-    rows = experts.bench_experts(config.model, config.expert_shares, config.expert_tokens,
-                                 config.expert_colds, config.runs, skipped=notes.append)
+    rows = experts.bench_experts(
+        config.model,
+        config.expert_shares,
+        config.expert_tokens,
+        config.expert_colds,
+        config.runs,
+        skipped=notes.append,
+    )
     text = "".join(f"{note}\n" for note in notes) + (
         f"{config.expert_tokens} decoded tokens per run, each configuration in its own "
         f"process (routed experts {rows[0].routed / 2**20:.1f} MiB)\n\n"
-        + experts.markdown_table(rows))
+        + experts.markdown_table(rows)
+    )
     return {"rows": [r.as_json() for r in rows]}, text
 
 
@@ -169,19 +225,25 @@ def run_quality(config: BenchConfig, progress: Progress) -> tuple[dict, str]:
     snippets = quality.load_snippets()
     nll = quality.heldout_nll(model, snippets)
     # A cache of ~half the routed experts: evictions happen, so the streamed path really reads.
-    streamed = ds4mlx.load_model(config.model, experts=ExpertOptions(
-        stream=True, cache_gib=quality.half_expert_cache_gib(model)))
+    streamed = ds4mlx.load_model(
+        config.model,
+        experts=ExpertOptions(stream=True, cache_gib=quality.half_expert_cache_gib(model)),
+    )
     worst: dict[str, float] = {}
-    for text in snippets[:config.agreement_snippets]:
+    for text in snippets[: config.agreement_snippets]:
         ids = quality.snippet_ids(model, text)
         for path, diff in quality.logprob_agreement(model, ids, streamed=streamed).items():
             worst[path] = max(worst.get(path, 0.0), diff)
     streamed.close()
     model.close()
-    lines = [f"held-out NLL: {nll.mean:.4f} nats/token over {len(snippets)} snippets "
-             f"(up to {quality.MAX_TOKENS} tokens each)", "",
-             f"| path (vs one batched prefill, {config.agreement_snippets} snippets) "
-             "| max abs Δ logprob |", "|---|---:|"]
+    lines = [
+        f"held-out NLL: {nll.mean:.4f} nats/token over {len(snippets)} snippets "
+        f"(up to {quality.MAX_TOKENS} tokens each)",
+        "",
+        f"| path (vs one batched prefill, {config.agreement_snippets} snippets) "
+        "| max abs Δ logprob |",
+        "|---|---:|",
+    ]
     lines += [f"| {path} | {diff:.2e} |" for path, diff in worst.items()]
     return {"nll": nll.as_json(), "agreement": worst}, "\n".join(lines)
 
@@ -213,12 +275,17 @@ def section_of(metric: str) -> str:
     return {"prefill": "decode", "spec": "speculation"}.get(first, first)
 
 
-def run(config: BenchConfig, progress: Progress
-        ) -> tuple[dict, list[tuple[str, str]], list[speculation.SpecResult]]:
+def run(
+    config: BenchConfig, progress: Progress
+) -> tuple[dict, list[tuple[str, str]], list[speculation.SpecResult]]:
     """Runs the configured sections: (JSON report, [(section title, Markdown)], speculation
     rows for the charts)."""
-    report: dict[str, Any] = {"machine": machine_description(), "model": str(config.model),
-                              "runs": config.runs, **config.notes}
+    report: dict[str, Any] = {
+        "machine": machine_description(),
+        "model": str(config.model),
+        "runs": config.runs,
+        **config.notes,
+    }
     texts: list[tuple[str, str]] = []
     spec_results: list[speculation.SpecResult] = []
     for section in config.sections:
@@ -226,8 +293,10 @@ def run(config: BenchConfig, progress: Progress
         progress(f"bench: {section}...")
         if section == "decode":
             report["decode"], text = run_decode(config, progress)
-            title = (f"Decode: target-only, {config.n_decode} tokens after the shortest prompt; "
-                     f"prefill at {'/'.join(map(str, config.contexts))} tokens")
+            title = (
+                f"Decode: target-only, {config.n_decode} tokens after the shortest prompt; "
+                f"prefill at {'/'.join(map(str, config.contexts))} tokens"
+            )
         elif section == "speculation":
             report["speculation"], text, spec_results = run_speculation(config, progress)
             title = f"Speculation: greedy, up to {config.max_tokens} tokens"

@@ -61,58 +61,101 @@ def default_data_dir() -> Path:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="ds4-agent", description="A coding agent in the terminal, on a local "
-        "DeepSeek-V4-Flash / GLM GGUF model or an OpenAI-compatible server.")
+        prog="ds4-agent",
+        description="A coding agent in the terminal, on a local "
+        "DeepSeek-V4-Flash / GLM GGUF model or an OpenAI-compatible server.",
+    )
     add_model_flags(parser)
     agent = parser.add_argument_group("agent")
-    agent.add_argument("--print", metavar="PROMPT", dest="print_prompt",
-                       help="answer PROMPT without the UI: the answer to stdout, tool activity "
-                            "to stderr; write/edit/bash are denied unless --yolo")
+    agent.add_argument(
+        "--print",
+        metavar="PROMPT",
+        dest="print_prompt",
+        help="answer PROMPT without the UI: the answer to stdout, tool activity "
+        "to stderr; write/edit/bash are denied unless --yolo",
+    )
     sessions = agent.add_mutually_exclusive_group()
-    sessions.add_argument("--continue", dest="continue_last", action="store_true",
-                          help="continue the last conversation saved in this workspace")
-    sessions.add_argument("--resume", metavar="NAME",
-                          help="continue the saved conversation NAME (see /list)")
-    agent.add_argument("--workspace", metavar="DIR", default=".",
-                       help="the folder the tools may read and change (default: current)")
-    agent.add_argument("--yolo", action="store_true",
-                       help="run write, edit and bash without asking")
-    agent.add_argument("-n", "--n-predict", type=int, default=1024,
-                       help="most tokens per model turn (default 1024)")
-    agent.add_argument("--max-steps", type=int, default=20,
-                       help="most model turns per prompt (default 20)")
+    sessions.add_argument(
+        "--continue",
+        dest="continue_last",
+        action="store_true",
+        help="continue the last conversation saved in this workspace",
+    )
+    sessions.add_argument(
+        "--resume", metavar="NAME", help="continue the saved conversation NAME (see /list)"
+    )
+    agent.add_argument(
+        "--workspace",
+        metavar="DIR",
+        default=".",
+        help="the folder the tools may read and change (default: current)",
+    )
+    agent.add_argument(
+        "--yolo", action="store_true", help="run write, edit and bash without asking"
+    )
+    agent.add_argument(
+        "-n",
+        "--n-predict",
+        type=int,
+        default=1024,
+        help="most tokens per model turn (default 1024)",
+    )
+    agent.add_argument(
+        "--max-steps", type=int, default=20, help="most model turns per prompt (default 20)"
+    )
     agent.add_argument("--think", action="store_true", help="start with thinking on")
-    agent.add_argument("--bash-timeout", type=float, default=60.0,
-                       help="seconds before a foreground bash command is stopped (default 60)")
-    agent.add_argument("--data-dir", metavar="DIR",
-                       default=os.environ.get("DS4MLX_DATA_DIR") or str(default_data_dir()),
-                       help="where conversations are saved (env DS4MLX_DATA_DIR; default "
-                            "$XDG_DATA_HOME/ds4mlx/conversations)")
+    agent.add_argument(
+        "--bash-timeout",
+        type=float,
+        default=60.0,
+        help="seconds before a foreground bash command is stopped (default 60)",
+    )
+    agent.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        default=os.environ.get("DS4MLX_DATA_DIR") or str(default_data_dir()),
+        help="where conversations are saved (env DS4MLX_DATA_DIR; default "
+        "$XDG_DATA_HOME/ds4mlx/conversations)",
+    )
     api = parser.add_argument_group("OpenAI-compatible server (instead of the local engine)")
-    api.add_argument("--api-base", metavar="URL",
-                     help="server URL, e.g. http://127.0.0.1:8000/v1 (ds4-server)")
-    api.add_argument("--api-model", metavar="NAME", default="default",
-                     help="model name to request (default: default)")
-    api.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY") or "none",
-                     help="API key (env OPENAI_API_KEY)")
+    api.add_argument(
+        "--api-base", metavar="URL", help="server URL, e.g. http://127.0.0.1:8000/v1 (ds4-server)"
+    )
+    api.add_argument(
+        "--api-model",
+        metavar="NAME",
+        default="default",
+        help="model name to request (default: default)",
+    )
+    api.add_argument(
+        "--api-key",
+        default=os.environ.get("OPENAI_API_KEY") or "none",
+        help="API key (env OPENAI_API_KEY)",
+    )
     add_kv_cache_flags(parser)
     add_sampling_flags(parser)
     add_speculation_flags(parser)
-    add_distributed_flags(parser, "rank 0 runs the agent, the other ranks follow its model "
-                                  "calls")
+    add_distributed_flags(parser, "rank 0 runs the agent, the other ranks follow its model calls")
     return parser
 
 
-def load_backend(args: argparse.Namespace,
-                 progress: Callable[[str], None] | None = None,
-                 ranks: RankGroup | None = None) -> ModelBackend:
+def load_backend(
+    args: argparse.Namespace,
+    progress: Callable[[str], None] | None = None,
+    ranks: RankGroup | None = None,
+) -> ModelBackend:
     """The backend the flags ask for (model loading reported to ``progress``); with ``ranks``,
     rank 0's shard of the model, whose calls the other ranks follow until the process ends."""
     sampling = sampling_options(args)
     options = model_options(args)
     if args.api_base:
-        backend = OpenAIBackend(args.api_base, args.api_model, api_key=args.api_key,
-                                context_size=options.ctx, sampling=sampling)
+        backend = OpenAIBackend(
+            args.api_base,
+            args.api_model,
+            api_key=args.api_key,
+            context_size=options.ctx,
+            sampling=sampling,
+        )
         # The server's context size wins over the --ctx default (an explicit --ctx is kept).
         if not args.ctx_given:
             backend.context_size = backend.server_context_size() or backend.context_size
@@ -123,8 +166,13 @@ def load_backend(args: argparse.Namespace,
     from ds4mlx.speculation.service import ChatService
 
     speculation = speculation_config(args)
-    model = load_model(options.model, weights_dtype=options.weights_dtype, progress=progress,
-                       experts=options.experts, ranks=ranks)
+    model = load_model(
+        options.model,
+        weights_dtype=options.weights_dtype,
+        progress=progress,
+        experts=options.experts,
+        ranks=ranks,
+    )
     # The backend outlives this function: reader threads stop (and a hot-list asked for is
     # saved) when the process exits, after the followers have been let go.
     atexit.register(model.close)
@@ -133,28 +181,35 @@ def load_backend(args: argparse.Namespace,
     drafter = load_drafter(speculation, model)
     # A restored state would leave the other ranks behind: no prompt cache with --distributed.
     prompt_cache = None if ranks is not None else prompt_cache_for(args, model)
-    service = ChatService(model, drafter, speculation, max_context=options.ctx,
-                          prompt_cache=prompt_cache)
+    service = ChatService(
+        model, drafter, speculation, max_context=options.ctx, prompt_cache=prompt_cache
+    )
     return LocalBackend(service, sampling)
 
 
-def make_agent(args: argparse.Namespace, backend: ModelBackend,
-               conversation: Conversation | None = None,
-               store: ConversationStore | None = None) -> Agent:
+def make_agent(
+    args: argparse.Namespace,
+    backend: ModelBackend,
+    conversation: Conversation | None = None,
+    store: ConversationStore | None = None,
+) -> Agent:
     """The agent over ``backend``; with ``--kv-disk-dir`` and a ``store``, conversations'
     model states are kept beside them (``agent.kv_state``)."""
-    toolbox = ToolBox(Workspace(args.workspace), bash_timeout=args.bash_timeout,
-                      max_output_chars=min(16000, args.ctx))
-    settings = AgentSettings(max_steps=args.max_steps, max_tokens=args.n_predict,
-                             thinking=args.think)
+    toolbox = ToolBox(
+        Workspace(args.workspace),
+        bash_timeout=args.bash_timeout,
+        max_output_chars=min(16000, args.ctx),
+    )
+    settings = AgentSettings(
+        max_steps=args.max_steps, max_tokens=args.n_predict, thinking=args.think
+    )
     agent = Agent(backend, toolbox, Permissions(yolo=args.yolo), settings, conversation)
     if store is not None and args.kv_disk_dir is not None:
         agent.states = ConversationStates(store)
     return agent
 
 
-def resumed_conversation(args: argparse.Namespace,
-                         store: ConversationStore) -> Conversation | None:
+def resumed_conversation(args: argparse.Namespace, store: ConversationStore) -> Conversation | None:
     """The conversation --continue or --resume asks for; None for a new one."""
     if args.resume:
         return store.load(args.resume)
@@ -210,8 +265,10 @@ def run_print(agent: Agent, prompt: str, store: ConversationStore | None = None)
         if isinstance(event, ToolStarted):
             log(f"ds4-agent: > {sanitize(describe_call(event.call))}")
         elif isinstance(event, PermissionRequest):
-            log(f"ds4-agent: denied {event.call.name} (--print asks nobody; pass --yolo to "
-                "allow write, edit and bash)")
+            log(
+                f"ds4-agent: denied {event.call.name} (--print asks nobody; pass --yolo to "
+                "allow write, edit and bash)"
+            )
         elif isinstance(event, ToolFinished):
             lines = event.result.output.splitlines() or [""]
             more = f" (+{len(lines) - 1} lines)" if len(lines) > 1 else ""
@@ -225,8 +282,7 @@ def run_print(agent: Agent, prompt: str, store: ConversationStore | None = None)
         elif isinstance(event, RunFinished):
             if event.answer:
                 # A terminal must not obey the model's escape sequences; a pipe gets the text.
-                print(sanitize(event.answer) if sys.stdout.isatty() else event.answer,
-                      flush=True)
+                print(sanitize(event.answer) if sys.stdout.isatty() else event.answer, flush=True)
             if event.reason == "error":
                 log(f"ds4-agent: error: {event.error}")
                 return 1
@@ -244,8 +300,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     args.ctx_given = args.ctx is not None
     args.ctx = args.ctx if args.ctx_given else default_ctx
-    for flag, value in (("--n-predict", args.n_predict), ("--max-steps", args.max_steps),
-                        ("--bash-timeout", args.bash_timeout)):
+    for flag, value in (
+        ("--n-predict", args.n_predict),
+        ("--max-steps", args.max_steps),
+        ("--bash-timeout", args.bash_timeout),
+    ):
         if value <= 0:
             parser.error(f"{flag} must be positive, got {value}")
     try:
@@ -256,17 +315,28 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         parser.error(str(exc))
     check_kv_cache_flags(parser, args)
     if not args.api_base and not Path(args.model).is_file():
-        parser.error(f"model file {args.model} not found"
-                     + (" (the tiny model is built by scripts/train_tiny.py)"
-                        if Path(args.model) == DEFAULT_MODEL else ""))
+        parser.error(
+            f"model file {args.model} not found"
+            + (
+                " (the tiny model is built by scripts/train_tiny.py)"
+                if Path(args.model) == DEFAULT_MODEL
+                else ""
+            )
+        )
     if args.distributed and args.api_base:
-        parser.error("--distributed runs the model in this group of processes; it cannot be "
-                     "combined with --api-base")
+        parser.error(
+            "--distributed runs the model in this group of processes; it cannot be "
+            "combined with --api-base"
+        )
     return args
 
 
-def _print_mode(args: argparse.Namespace, conversation: Conversation | None,
-                store: ConversationStore, ranks: RankGroup | None) -> int:
+def _print_mode(
+    args: argparse.Namespace,
+    conversation: Conversation | None,
+    store: ConversationStore,
+    ranks: RankGroup | None,
+) -> int:
     """``--print``: one prompt answered without the interface."""
     try:
         agent = make_agent(args, load_backend(args, progress_line, ranks), conversation, store)

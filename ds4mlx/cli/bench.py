@@ -23,7 +23,8 @@ def _sections(text: str) -> tuple[str, ...]:
     if unknown or not names:
         raise argparse.ArgumentTypeError(
             f"unknown section(s) {', '.join(unknown) or '(none)'}; known: "
-            f"{', '.join(suite.SECTIONS)}")
+            f"{', '.join(suite.SECTIONS)}"
+        )
     return names
 
 
@@ -44,39 +45,81 @@ def _optional_path(text: str) -> Path | None:
 def build_parser() -> argparse.ArgumentParser:
     defaults = suite.BenchConfig()
     parser = argparse.ArgumentParser(
-        prog="ds4 bench", description="Benchmark speed, speculation, experts and quality.")
-    parser.add_argument("-m", "--model", type=Path, default=defaults.model,
-                        help="target GGUF (default: the shipped tiny model)")
-    parser.add_argument("--dspark", type=_optional_path, default=defaults.dspark,
-                        help="DSpark support file ('' to skip)")
+        prog="ds4 bench", description="Benchmark speed, speculation, experts and quality."
+    )
+    parser.add_argument(
+        "-m",
+        "--model",
+        type=Path,
+        default=defaults.model,
+        help="target GGUF (default: the shipped tiny model)",
+    )
+    parser.add_argument(
+        "--dspark",
+        type=_optional_path,
+        default=defaults.dspark,
+        help="DSpark support file ('' to skip)",
+    )
     # No default here: absent means "the config's default", which --quick turns off.
-    parser.add_argument("--dflash", type=_optional_path, default=argparse.SUPPRESS,
-                        help="DSpark in llama.cpp's dflash layout (default "
-                             f"{defaults.dflash}, off in --quick; '' to skip)")
-    parser.add_argument("--mtp", type=_optional_path, default=defaults.mtp,
-                        help="legacy MTP drafter ('' to skip)")
-    parser.add_argument("--lookup", type=int, default=defaults.lookup, metavar="N",
-                        help="prompt lookup's longest draft in the 'lookup' and "
-                             f"'dspark+lookup' rows (default {defaults.lookup}; 0 to skip)")
-    parser.add_argument("--glm", type=_optional_path, default=defaults.glm,
-                        help="a glm5-next GGUF with its NextN layer ('' to skip)")
-    parser.add_argument("--sections", type=_sections, default=suite.SECTIONS,
-                        help=f"comma-separated subset of {','.join(suite.SECTIONS)}")
-    parser.add_argument("--quick", action="store_true",
-                        help="fewer prompts, tokens and runs (about a minute on 2 cores)")
-    parser.add_argument("--runs", type=int, help="timed runs per measurement (default 3, "
-                                                 "quick 1)")
-    parser.add_argument("--contexts", type=_contexts,
-                        help="comma-separated prompt lengths for prefill (default "
-                             f"{','.join(map(str, defaults.contexts))}, quick 128,512)")
-    parser.add_argument("--no-peers", action="store_true",
-                        help="do not measure llama.cpp beside ds4mlx")
+    parser.add_argument(
+        "--dflash",
+        type=_optional_path,
+        default=argparse.SUPPRESS,
+        help="DSpark in llama.cpp's dflash layout (default "
+        f"{defaults.dflash}, off in --quick; '' to skip)",
+    )
+    parser.add_argument(
+        "--mtp", type=_optional_path, default=defaults.mtp, help="legacy MTP drafter ('' to skip)"
+    )
+    parser.add_argument(
+        "--lookup",
+        type=int,
+        default=defaults.lookup,
+        metavar="N",
+        help="prompt lookup's longest draft in the 'lookup' and "
+        f"'dspark+lookup' rows (default {defaults.lookup}; 0 to skip)",
+    )
+    parser.add_argument(
+        "--glm",
+        type=_optional_path,
+        default=defaults.glm,
+        help="a glm5-next GGUF with its NextN layer ('' to skip)",
+    )
+    parser.add_argument(
+        "--sections",
+        type=_sections,
+        default=suite.SECTIONS,
+        help=f"comma-separated subset of {','.join(suite.SECTIONS)}",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="fewer prompts, tokens and runs (about a minute on 2 cores)",
+    )
+    parser.add_argument("--runs", type=int, help="timed runs per measurement (default 3, quick 1)")
+    parser.add_argument(
+        "--contexts",
+        type=_contexts,
+        help="comma-separated prompt lengths for prefill (default "
+        f"{','.join(map(str, defaults.contexts))}, quick 128,512)",
+    )
+    parser.add_argument(
+        "--no-peers", action="store_true", help="do not measure llama.cpp beside ds4mlx"
+    )
     parser.add_argument("--json", type=Path, metavar="FILE", help="write the report as JSON")
-    parser.add_argument("--compare", type=Path, metavar="BASELINE",
-                        help="a report written by --json: flag > 5%% slower as 'investigate', "
-                             "> 10%% as 'regression' (exit status 1)")
-    parser.add_argument("--plot", type=Path, metavar="DIR",
-                        help="write PNG charts of the speculation section to DIR")
+    parser.add_argument(
+        "--compare",
+        type=Path,
+        metavar="BASELINE",
+        help="a report written by --json: flag > 5%% slower as 'investigate', "
+        "> 10%% as 'regression' (exit status 1)",
+    )
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        metavar="DIR",
+        help="write PNG charts of the speculation section to DIR",
+    )
     return parser
 
 
@@ -87,7 +130,8 @@ def _read_baseline(parser: argparse.ArgumentParser, path: Path) -> dict[str, flo
     except (OSError, ValueError, KeyError, TypeError) as exc:
         parser.error(f"--compare {path}: not a ds4 bench JSON report ({exc})")
     if not isinstance(baseline, dict) or not all(
-            isinstance(v, (int, float)) for v in baseline.values()):
+        isinstance(v, (int, float)) for v in baseline.values()
+    ):
         parser.error(f"--compare {path}: its 'metrics' is not a map of numbers")
     return baseline
 
@@ -106,11 +150,16 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 
 def _config(args: argparse.Namespace, argv: list[str]) -> suite.BenchConfig:
     """The run the arguments ask for: given flags over the (quick) defaults."""
-    overrides = {"model": args.model, "dspark": args.dspark, "mtp": args.mtp, "glm": args.glm,
-                 "lookup": args.lookup,
-                 "sections": args.sections, "peers": not args.no_peers,
-                 "notes": {"command": shlex.join(["ds4", "bench", *argv]),
-                           "quick": args.quick}}
+    overrides = {
+        "model": args.model,
+        "dspark": args.dspark,
+        "mtp": args.mtp,
+        "glm": args.glm,
+        "lookup": args.lookup,
+        "sections": args.sections,
+        "peers": not args.no_peers,
+        "notes": {"command": shlex.join(["ds4", "bench", *argv]), "quick": args.quick},
+    }
     if args.runs is not None:
         overrides["runs"] = args.runs
     if args.contexts is not None:
@@ -120,16 +169,19 @@ def _config(args: argparse.Namespace, argv: list[str]) -> suite.BenchConfig:
     return suite.BenchConfig.quick(**overrides) if args.quick else suite.BenchConfig(**overrides)
 
 
-def _compare(report: dict, baseline: dict[str, float], config: suite.BenchConfig,
-             baseline_path: Path) -> bool:
+def _compare(
+    report: dict, baseline: dict[str, float], config: suite.BenchConfig, baseline_path: Path
+) -> bool:
     """Prints and records the comparison with ``baseline``; True on a regression."""
     # Sections left out of this run are not compared: their metrics are not missing.
-    baseline = {name: value for name, value in baseline.items()
-                if suite.section_of(name) in config.sections}
+    baseline = {
+        name: value for name, value in baseline.items() if suite.section_of(name) in config.sections
+    }
     comparisons = compare.compare(baseline, report["metrics"])
-    report["comparison"] = [{"metric": c.metric, "baseline": c.baseline,
-                             "current": c.current, "verdict": c.verdict}
-                            for c in comparisons]
+    report["comparison"] = [
+        {"metric": c.metric, "baseline": c.baseline, "current": c.current, "verdict": c.verdict}
+        for c in comparisons
+    ]
     print(f"\n## Against {baseline_path}\n\n{compare.markdown_table(comparisons)}")
     if compare.has_regression(comparisons):
         print("\nREGRESSION: a metric is more than 10% slower than the baseline")
@@ -152,9 +204,11 @@ def main(argv: list[str] | None = None) -> int:
     report, texts, spec_results = suite.run(config, progress)
     report["seconds"] = time.perf_counter() - started
     print(f"machine: {report['machine']}")
-    print(f"model: {config.model}; {'quick: ' if args.quick else ''}warm-up, then "
-          f"{'median (min..max) of ' if config.runs > 1 else ''}{config.runs} timed "
-          f"run{'s' * (config.runs > 1)}; took {report['seconds']:.0f} s")
+    print(
+        f"model: {config.model}; {'quick: ' if args.quick else ''}warm-up, then "
+        f"{'median (min..max) of ' if config.runs > 1 else ''}{config.runs} timed "
+        f"run{'s' * (config.runs > 1)}; took {report['seconds']:.0f} s"
+    )
     for title, text in texts:
         print(f"\n## {title}\n\n{text}")
 

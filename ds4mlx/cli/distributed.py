@@ -44,8 +44,9 @@ def join_ranks(distributed: bool) -> RankGroup | None:
     return ranks
 
 
-def start_ranks(distributed: bool, sampling: SamplingOptions
-                ) -> tuple[RankGroup | None, SamplingOptions]:
+def start_ranks(
+    distributed: bool, sampling: SamplingOptions
+) -> tuple[RankGroup | None, SamplingOptions]:
     """``join_ranks`` for a front end whose ranks all run the same generation (``ds4``): also
     the sampling every rank uses, with a shared seed."""
     ranks = join_ranks(distributed)
@@ -65,8 +66,9 @@ def follow_rank_0(front_end: str, options: ModelOptions, ranks: RankGroup) -> in
         print(f"{front_end}: rank {ranks.rank}: {text}", file=sys.stderr, flush=True)
 
     try:
-        model = load_model(options.model, weights_dtype=options.weights_dtype,
-                           experts=options.experts, ranks=ranks)
+        model = load_model(
+            options.model, weights_dtype=options.weights_dtype, experts=options.experts, ranks=ranks
+        )
     except (GGUFError, TokenizerError, OSError, ValueError, DistributedError) as exc:
         log(f"error: {exc}")
         return 1

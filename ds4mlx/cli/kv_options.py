@@ -29,17 +29,30 @@ def _gib(text: str) -> float:
 
 def add_kv_cache_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("prompt cache (KV states reused across requests)")
-    group.add_argument("--kv-memory-space", type=_gib, default=DEFAULT_MEMORY_GIB,
-                       metavar="GiB",
-                       help="keep the states after recent prompts in memory, up to this many "
-                            f"GiB, least recently used out first (default {DEFAULT_MEMORY_GIB:g}"
-                            "; 0: only the sessions' own)")
-    group.add_argument("--kv-disk-dir", type=Path, metavar="DIR",
-                       help="also keep them in DIR, where they survive restarts: a prompt that "
-                            "starts with a kept one prefills only the rest")
-    group.add_argument("--kv-disk-space", type=_gib, default=DEFAULT_DISK_GIB, metavar="GiB",
-                       help="most GiB of state files in --kv-disk-dir, least recently used "
-                            f"removed first (default {DEFAULT_DISK_GIB:g})")
+    group.add_argument(
+        "--kv-memory-space",
+        type=_gib,
+        default=DEFAULT_MEMORY_GIB,
+        metavar="GiB",
+        help="keep the states after recent prompts in memory, up to this many "
+        f"GiB, least recently used out first (default {DEFAULT_MEMORY_GIB:g}"
+        "; 0: only the sessions' own)",
+    )
+    group.add_argument(
+        "--kv-disk-dir",
+        type=Path,
+        metavar="DIR",
+        help="also keep them in DIR, where they survive restarts: a prompt that "
+        "starts with a kept one prefills only the rest",
+    )
+    group.add_argument(
+        "--kv-disk-space",
+        type=_gib,
+        default=DEFAULT_DISK_GIB,
+        metavar="GiB",
+        help="most GiB of state files in --kv-disk-dir, least recently used "
+        f"removed first (default {DEFAULT_DISK_GIB:g})",
+    )
 
 
 def check_kv_cache_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -60,8 +73,12 @@ def prompt_cache_for(args: argparse.Namespace, model: Any) -> PromptCache | None
     disk = None
     if args.kv_disk_dir is not None:
         disk = DiskTier(args.kv_disk_dir, int(args.kv_disk_space * GIB), model_fingerprint(model))
-        log.info("kv cache: %d saved prompt states in %s (budget %.1f GiB)", len(disk),
-                 args.kv_disk_dir, args.kv_disk_space)
+        log.info(
+            "kv cache: %d saved prompt states in %s (budget %.1f GiB)",
+            len(disk),
+            args.kv_disk_dir,
+            args.kv_disk_space,
+        )
     if disk is None and memory == 0:
         return None
     return PromptCache(memory, disk)

@@ -28,15 +28,25 @@ from ds4mlx.speculation.config import SpeculationConfig
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="ds4", description="Generate text with a DeepSeek-V4-Flash / GLM GGUF model.",
+        prog="ds4",
+        description="Generate text with a DeepSeek-V4-Flash / GLM GGUF model.",
         epilog="Subcommands: 'ds4 plan -m FILE' prints a model's memory plan without loading "
-               "it; 'ds4 bench' measures speed and quality.")
+        "it; 'ds4 bench' measures speed and quality.",
+    )
     add_model_flags(parser)
     parser.add_argument("-p", "--prompt", required=True, help="prompt text")
-    parser.add_argument("-n", "--n-predict", type=int, default=128,
-                        help="number of tokens to generate (default 128)")
-    parser.add_argument("--chat", action="store_true",
-                        help="wrap the prompt in the model's chat template as a user turn")
+    parser.add_argument(
+        "-n",
+        "--n-predict",
+        type=int,
+        default=128,
+        help="number of tokens to generate (default 128)",
+    )
+    parser.add_argument(
+        "--chat",
+        action="store_true",
+        help="wrap the prompt in the model's chat template as a user turn",
+    )
     add_sampling_flags(parser)
     add_speculation_flags(parser)
     add_distributed_flags(parser)
@@ -115,13 +125,20 @@ def main(argv: list[str] | None = None) -> int:
         ranks, sampling = start_ranks(options.distributed, sampling)
         if ranks is not None:
             say = Messages(ranks.rank)
-        model = load_model(options.model, weights_dtype=options.weights_dtype,
-                           progress=say.progress, experts=options.experts, ranks=ranks)
+        model = load_model(
+            options.model,
+            weights_dtype=options.weights_dtype,
+            progress=say.progress,
+            experts=options.experts,
+            ranks=ranks,
+        )
     except (GGUFError, TokenizerError, OSError, ValueError, DistributedError) as exc:
         say.error(str(exc))
         return 1
-    say.info(f"ds4: loaded {options.model} ({model.args_summary()}) "
-             f"in {time.perf_counter() - started:.2f}s")
+    say.info(
+        f"ds4: loaded {options.model} ({model.args_summary()}) "
+        f"in {time.perf_counter() - started:.2f}s"
+    )
     try:
         return run(args, options, model, sampling, speculation, say)
     except RuntimeError as exc:
@@ -145,8 +162,14 @@ def refuse_oversized(options: ModelOptions) -> str | None:
     return refusal(options.model, resolve_weights_dtype(options.weights_dtype), options.ctx)
 
 
-def run(args: argparse.Namespace, options: ModelOptions, model: LoadedModel,
-        sampling: SamplingOptions, speculation: SpeculationConfig, say: Messages) -> int:
+def run(
+    args: argparse.Namespace,
+    options: ModelOptions,
+    model: LoadedModel,
+    sampling: SamplingOptions,
+    speculation: SpeculationConfig,
+    say: Messages,
+) -> int:
     try:
         drafter = load_drafter(speculation, model)
     except (GGUFError, OSError, ValueError) as exc:
@@ -154,8 +177,11 @@ def run(args: argparse.Namespace, options: ModelOptions, model: LoadedModel,
         return 1
     if drafter is not None:
         tokens = "token" if drafter.max_draft == 1 else "tokens"
-        mode = "strict: target-only decoding" if speculation.strict else \
-            f"up to {drafter.max_draft} {tokens} a draft"
+        mode = (
+            "strict: target-only decoding"
+            if speculation.strict
+            else f"up to {drafter.max_draft} {tokens} a draft"
+        )
         say.info(f"ds4: drafter {drafter.name} ({mode})")
 
     tokenizer = model.tokenizer
@@ -171,8 +197,16 @@ def run(args: argparse.Namespace, options: ModelOptions, model: LoadedModel,
     session = model.new_session()
     written = ""  # the last piece of text written to stdout
     try:
-        for event in generate(session, prompt, args.n_predict, sampling, drafter, speculation,
-                              stop_tokens=tokenizer.stop_ids, max_context=options.ctx):
+        for event in generate(
+            session,
+            prompt,
+            args.n_predict,
+            sampling,
+            drafter,
+            speculation,
+            stop_tokens=tokenizer.stop_ids,
+            max_context=options.ctx,
+        ):
             if isinstance(event, DoneEvent):
                 stats = event.stats
                 break
@@ -193,9 +227,11 @@ def run(args: argparse.Namespace, options: ModelOptions, model: LoadedModel,
     # The output ends its line, so that whatever follows (a shell prompt) starts on its own.
     sys.stdout.write(text if written.endswith("\n") else text + "\n")
     sys.stdout.flush()
-    say.info(f"ds4: prompt {stats.prompt_tokens} tokens, prefill {rate(stats.prefill_tps)} | "
-             f"generated {stats.generated_tokens} tokens, decode {rate(stats.decode_tps)} "
-             f"({stats.stop_reason})")
+    say.info(
+        f"ds4: prompt {stats.prompt_tokens} tokens, prefill {rate(stats.prefill_tps)} | "
+        f"generated {stats.generated_tokens} tokens, decode {rate(stats.decode_tps)} "
+        f"({stats.stop_reason})"
+    )
     if isinstance(stats, SpeculativeStats):
         say.info(speculation_summary(stats, detailed=speculation.timing))
     expert_stats = model.expert_stats()
@@ -213,21 +249,27 @@ def rate(tokens_per_second: float) -> str:
 
 
 def speculation_summary(stats: SpeculativeStats, detailed: bool) -> str:
-    line = (f"ds4: speculation: {stats.drafted_passes} drafts, {stats.drafted_tokens} drafted, "
-            f"{stats.accepted_tokens} accepted ({stats.acceptance_rate:.0%}), "
-            f"tau {stats.tau:.2f}")
+    line = (
+        f"ds4: speculation: {stats.drafted_passes} drafts, {stats.drafted_tokens} drafted, "
+        f"{stats.accepted_tokens} accepted ({stats.acceptance_rate:.0%}), "
+        f"tau {stats.tau:.2f}"
+    )
     if not detailed:
         return line
     s = stats.scheduler
     per_drafter = "".join(
         f"\nds4: {name}: {drafts} drafts, {drafted} drafted, {accepted} accepted "
-        f"({accepted / drafted:.0%})" for name, (drafts, drafted, accepted)
-        in stats.by_drafter.items() if len(stats.by_drafter) > 1)
-    return (f"{line}{per_drafter}\nds4: timing: draft {stats.draft_seconds * 1e3:.0f} ms, verify "
-            f"{stats.verify_seconds * 1e3:.0f} ms in {stats.verify_passes} passes, accept "
-            f"{stats.accept_seconds * 1e3:.0f} ms | scheduler: {s.cycles} cycles, "
-            f"{s.pauses} pauses ({s.no_draft_pauses} for missing drafts), {s.paused_cycles} "
-            f"paused, {s.tail_cycles} in the budget tail")
+        f"({accepted / drafted:.0%})"
+        for name, (drafts, drafted, accepted) in stats.by_drafter.items()
+        if len(stats.by_drafter) > 1
+    )
+    return (
+        f"{line}{per_drafter}\nds4: timing: draft {stats.draft_seconds * 1e3:.0f} ms, verify "
+        f"{stats.verify_seconds * 1e3:.0f} ms in {stats.verify_passes} passes, accept "
+        f"{stats.accept_seconds * 1e3:.0f} ms | scheduler: {s.cycles} cycles, "
+        f"{s.pauses} pauses ({s.no_draft_pauses} for missing drafts), {s.paused_cycles} "
+        f"paused, {s.tail_cycles} in the budget tail"
+    )
 
 
 if __name__ == "__main__":

@@ -99,8 +99,9 @@ class MemoryPlan:
         return self.n_used * self.expert_bytes
 
     def resident_needed(self) -> int:
-        return int((self.dense_bytes + self.routed_bytes + self.kv_bytes) * HEADROOM
-                   + RUNTIME_BYTES)
+        return int(
+            (self.dense_bytes + self.routed_bytes + self.kv_bytes) * HEADROOM + RUNTIME_BYTES
+        )
 
     def streamed_needed(self, cache_bytes: int) -> int:
         return int((self.dense_bytes + cache_bytes + self.kv_bytes) * HEADROOM + RUNTIME_BYTES)
@@ -114,10 +115,15 @@ class MemoryPlan:
         room = int((usable - RUNTIME_BYTES) / HEADROOM) - self.dense_bytes - self.kv_bytes
         cache = min(room, int(AUTO_SHARE * self.routed_bytes))
         if cache < self.min_cache_bytes:
-            return Verdict("none", memory_bytes, self.streamed_needed(self.min_cache_bytes),
-                           self.min_cache_bytes)
-        return Verdict("streamed", memory_bytes, self.streamed_needed(cache), cache,
-                       cache / self.routed_bytes)
+            return Verdict(
+                "none",
+                memory_bytes,
+                self.streamed_needed(self.min_cache_bytes),
+                self.min_cache_bytes,
+            )
+        return Verdict(
+            "streamed", memory_bytes, self.streamed_needed(cache), cache, cache / self.routed_bytes
+        )
 
     def streamed_bound(self, cache_bytes: int) -> int:
         """The peak RSS bound of a streamed run with this cache that the rehearsal checks:
@@ -152,12 +158,22 @@ def plan_memory(gguf: GGUFFile, mode: str, ctx: int = 4096) -> MemoryPlan:
     n_used = int(used[0] if isinstance(used, list) else used)
     kv_fixed, kv_per_1k = _kv_bytes(gguf, arch)
     return MemoryPlan(
-        path=gguf.path, arch=arch, mode=mode, file_bytes=gguf.path.stat().st_size,
-        dense_file_bytes=dense_file, routed_file_bytes=routed_file, dense_bytes=dense,
-        routed_bytes=routed, expert_bytes=max(per_layer_expert.values(), default=0),
-        n_experts=max(experts_per_layer.values(), default=0), n_used=n_used,
-        moe_layers=len(experts_per_layer), kv_fixed_bytes=kv_fixed, kv_bytes_per_1k=kv_per_1k,
-        ctx=ctx)
+        path=gguf.path,
+        arch=arch,
+        mode=mode,
+        file_bytes=gguf.path.stat().st_size,
+        dense_file_bytes=dense_file,
+        routed_file_bytes=routed_file,
+        dense_bytes=dense,
+        routed_bytes=routed,
+        expert_bytes=max(per_layer_expert.values(), default=0),
+        n_experts=max(experts_per_layer.values(), default=0),
+        n_used=n_used,
+        moe_layers=len(experts_per_layer),
+        kv_fixed_bytes=kv_fixed,
+        kv_bytes_per_1k=kv_per_1k,
+        ctx=ctx,
+    )
 
 
 def _kv_bytes(gguf: GGUFFile, arch: str) -> tuple[int | None, int | None]:
@@ -187,14 +203,22 @@ def _kv_bytes(gguf: GGUFFile, arch: str) -> tuple[int | None, int | None]:
 
 def describe(plan: MemoryPlan, memories: list[tuple[int, str]]) -> str:
     """The plan as printed by ``ds4 plan`` (and by ``ds4`` when it refuses a model)."""
-    experts = (f"{plan.moe_layers} MoE layers x {plan.n_experts} experts, top-{plan.n_used}, "
-               f"{format_size(plan.expert_bytes)} an expert") if plan.moe_layers else "none"
+    experts = (
+        (
+            f"{plan.moe_layers} MoE layers x {plan.n_experts} experts, top-{plan.n_used}, "
+            f"{format_size(plan.expert_bytes)} an expert"
+        )
+        if plan.moe_layers
+        else "none"
+    )
     if plan.kv_bytes_per_1k is None:
         kv = f"not modelled for {plan.arch}"
     else:
-        kv = (f"{format_size(plan.kv_bytes_per_1k)} per 1k tokens + "
-              f"{format_size(plan.kv_fixed_bytes or 0)} fixed "
-              f"({format_size(plan.kv_bytes)} at {plan.ctx} tokens)")
+        kv = (
+            f"{format_size(plan.kv_bytes_per_1k)} per 1k tokens + "
+            f"{format_size(plan.kv_fixed_bytes or 0)} fixed "
+            f"({format_size(plan.kv_bytes)} at {plan.ctx} tokens)"
+        )
     lines = [
         f"memory plan for {plan.path} ({plan.arch}, weights {plan.mode})",
         f"  file            {format_size(plan.file_bytes)}",
@@ -211,15 +235,24 @@ def describe(plan: MemoryPlan, memories: list[tuple[int, str]]) -> str:
 
 def _verdict_line(plan: MemoryPlan, verdict: Verdict) -> str:
     if verdict.kind == "resident":
-        return (f"fits resident (needs {format_size(verdict.needed_bytes)} with 10% headroom "
-                "and the process's own 0.5 GiB)")
+        return (
+            f"fits resident (needs {format_size(verdict.needed_bytes)} with 10% headroom "
+            "and the process's own 0.5 GiB)"
+        )
     if verdict.kind == "streamed":
-        return (f"streamed: {verdict.flags()} caches {verdict.cached_share:.0%} of the routed "
-                f"experts (peak ~{format_size(verdict.needed_bytes)})")
-    return (f"does not fit: needs at least {format_size(verdict.needed_bytes)} "
-            f"(dense weights {format_size(plan.dense_bytes)}"
-            + (f" + one layer's experts {format_size(plan.min_cache_bytes)})"
-               if plan.routed_bytes else ")"))
+        return (
+            f"streamed: {verdict.flags()} caches {verdict.cached_share:.0%} of the routed "
+            f"experts (peak ~{format_size(verdict.needed_bytes)})"
+        )
+    return (
+        f"does not fit: needs at least {format_size(verdict.needed_bytes)} "
+        f"(dense weights {format_size(plan.dense_bytes)}"
+        + (
+            f" + one layer's experts {format_size(plan.min_cache_bytes)})"
+            if plan.routed_bytes
+            else ")"
+        )
+    )
 
 
 def memory_label(memory: int, source: str) -> str:
@@ -248,23 +281,35 @@ def refusal(path: str | Path, mode: str, ctx: int) -> str | None:
         advice = "it does not fit with f32 weights; try --weights-dtype native --ssd-stream"
     else:
         advice = "it does not fit in this machine's memory in any mode"
-    return (f"{gguf.path} needs {format_size(plan.resident_needed())} resident but "
-            f"{format_size(available)} is available; {advice}\n"
-            + describe(plan, [(available, memory_label(available, "available now"))]))
+    return (
+        f"{gguf.path} needs {format_size(plan.resident_needed())} resident but "
+        f"{format_size(available)} is available; {advice}\n"
+        + describe(plan, [(available, memory_label(available, "available now"))])
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="ds4 plan", description="Print a GGUF model's memory plan without loading it.")
+        prog="ds4 plan", description="Print a GGUF model's memory plan without loading it."
+    )
     parser.add_argument("-m", "--model", required=True, help="GGUF model file")
-    parser.add_argument("--memory", action="append", type=_memory, metavar="SIZE",
-                        help="memory to plan for, e.g. 128G (repeatable; default: this "
-                             "machine's physical memory and what is available now)")
-    parser.add_argument("--weights-dtype", choices=("auto", "f32", "native"), default="auto",
-                        help="weights mode to plan (auto: f32 on the CPU backend, native "
-                             "with Metal)")
-    parser.add_argument("-c", "--ctx", type=int, default=4096,
-                        help="context length for the KV cache (default 4096)")
+    parser.add_argument(
+        "--memory",
+        action="append",
+        type=_memory,
+        metavar="SIZE",
+        help="memory to plan for, e.g. 128G (repeatable; default: this "
+        "machine's physical memory and what is available now)",
+    )
+    parser.add_argument(
+        "--weights-dtype",
+        choices=("auto", "f32", "native"),
+        default="auto",
+        help="weights mode to plan (auto: f32 on the CPU backend, native with Metal)",
+    )
+    parser.add_argument(
+        "-c", "--ctx", type=int, default=4096, help="context length for the KV cache (default 4096)"
+    )
     return parser
 
 

@@ -45,35 +45,69 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ds4-server",
         description="Serve a DeepSeek-V4-Flash / GLM GGUF model over OpenAI- and "
-                    "Anthropic-compatible HTTP endpoints.")
+        "Anthropic-compatible HTTP endpoints.",
+    )
     add_model_flags(parser)
     group = parser.add_argument_group("server")
     group.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     group.add_argument("--port", type=int, default=8000, help="port to bind (default 8000)")
-    group.add_argument("-n", "--tokens", type=int, default=None, metavar="N",
-                       help="generation limit for requests that set none (default: until the "
-                            "context is full)")
-    group.add_argument("--alias", action="append", default=[], metavar="NAME",
-                       help="another model name requests may use (repeatable); the served "
-                            "name is the model file's stem")
-    group.add_argument("--think", action="store_true",
-                       help="reason before answering unless a request says otherwise")
-    group.add_argument("--keepalive", type=float, default=5.0, metavar="SECONDS",
-                       help="SSE keep-alive comment interval while a request waits or "
-                            "prefills (default 5)")
-    group.add_argument("--cors", action="store_true",
-                       help="allow cross-origin requests from any origin (browser clients); "
-                            "without it a request from another web origin is refused")
-    group.add_argument("--api-key", action="append", default=[], metavar="KEY",
-                       help="require this key (repeatable) as 'Authorization: Bearer KEY' or "
-                            "'x-api-key: KEY' on every request but /health")
-    group.add_argument("--api-key-file", type=Path, metavar="FILE",
-                       help="require one of the keys in FILE (one a line), kept off the "
-                            "command line")
-    group.add_argument("--batched-session", type=int, default=1, metavar="N",
-                       help="serve up to N requests together, decoding their next tokens in "
-                            "one batched pass without speculation; a request running alone "
-                            "still speculates (default 1: one request at a time)")
+    group.add_argument(
+        "-n",
+        "--tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help="generation limit for requests that set none (default: until the context is full)",
+    )
+    group.add_argument(
+        "--alias",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="another model name requests may use (repeatable); the served "
+        "name is the model file's stem",
+    )
+    group.add_argument(
+        "--think",
+        action="store_true",
+        help="reason before answering unless a request says otherwise",
+    )
+    group.add_argument(
+        "--keepalive",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="SSE keep-alive comment interval while a request waits or prefills (default 5)",
+    )
+    group.add_argument(
+        "--cors",
+        action="store_true",
+        help="allow cross-origin requests from any origin (browser clients); "
+        "without it a request from another web origin is refused",
+    )
+    group.add_argument(
+        "--api-key",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="require this key (repeatable) as 'Authorization: Bearer KEY' or "
+        "'x-api-key: KEY' on every request but /health",
+    )
+    group.add_argument(
+        "--api-key-file",
+        type=Path,
+        metavar="FILE",
+        help="require one of the keys in FILE (one a line), kept off the command line",
+    )
+    group.add_argument(
+        "--batched-session",
+        type=int,
+        default=1,
+        metavar="N",
+        help="serve up to N requests together, decoding their next tokens in "
+        "one batched pass without speculation; a request running alone "
+        "still speculates (default 1: one request at a time)",
+    )
     add_kv_cache_flags(parser)
     add_sampling_flags(parser)
     add_speculation_flags(parser)
@@ -117,39 +151,58 @@ def main(argv: list[str] | None = None) -> int:
     try:
         try:
             model, drafter, conductor = engine.run(
-                partial(load_engine, options, speculation, ranks))
+                partial(load_engine, options, speculation, ranks)
+            )
         except (GGUFError, TokenizerError, OSError, ValueError, DistributedError) as exc:
             log.error("error: %s", exc)
             return 1
         if model.chat_format is None:
-            log.warning("%s has no chat template: only /v1/completions can serve it",
-                        Path(options.model).name)
+            log.warning(
+                "%s has no chat template: only /v1/completions can serve it",
+                Path(options.model).name,
+            )
         if ranks is not None and args.kv_disk_dir is not None:
-            log.warning("--kv-disk-dir is ignored with --distributed: the other ranks could "
-                        "not follow a restored state")
+            log.warning(
+                "--kv-disk-dir is ignored with --distributed: the other ranks could "
+                "not follow a restored state"
+            )
         try:
-            prompt_cache = None if ranks is not None else engine.run(
-                partial(prompt_cache_for, args, model))
+            prompt_cache = (
+                None if ranks is not None else engine.run(partial(prompt_cache_for, args, model))
+            )
         except OSError as exc:
             log.error("error: --kv-disk-dir: %s", exc)
             return 1
         try:
-            service = ChatService(model, drafter, speculation, max_context=options.ctx,
-                                  sessions=args.batched_session, prompt_cache=prompt_cache)
+            service = ChatService(
+                model,
+                drafter,
+                speculation,
+                max_context=options.ctx,
+                sessions=args.batched_session,
+                prompt_cache=prompt_cache,
+            )
         except ValueError as exc:  # a model without batched decode (GLM)
             log.error("error: --batched-session %d: %s", args.batched_session, exc)
             return 1
         config = ServerConfig(
             model_id=Path(options.model).stem,
             aliases=tuple(args.alias),
-            defaults=GenerationDefaults(max_tokens=args.tokens or options.ctx,
-                                        sampling=sampling, thinking=args.think),
+            defaults=GenerationDefaults(
+                max_tokens=args.tokens or options.ctx, sampling=sampling, thinking=args.think
+            ),
             keepalive_seconds=args.keepalive,
             cors=args.cors,
-            api_keys=api_keys)
+            api_keys=api_keys,
+        )
         log.info("serving '%s' on http://%s:%d/v1", config.model_id, args.host, args.port)
-        uvicorn.run(create_app(service, config, engine), host=args.host, port=args.port,
-                    log_level="info", timeout_graceful_shutdown=5)
+        uvicorn.run(
+            create_app(service, config, engine),
+            host=args.host,
+            port=args.port,
+            log_level="info",
+            timeout_graceful_shutdown=5,
+        )
     finally:
         engine.close()
         if conductor is not None:
@@ -169,14 +222,19 @@ def api_keys_from(keys: list[str], key_file: Path | None) -> tuple[str, ...]:
     return tuple(key.strip() for key in found)
 
 
-def load_engine(options: ModelOptions, speculation: SpeculationConfig,
-                ranks: RankGroup | None = None
-                ) -> tuple[LoadedModel, Drafter | None, Conductor | None]:
+def load_engine(
+    options: ModelOptions, speculation: SpeculationConfig, ranks: RankGroup | None = None
+) -> tuple[LoadedModel, Drafter | None, Conductor | None]:
     """The model (rank 0's shard with ``ranks``, the other ranks then following its calls),
     its drafter, and the conductor that stops the followers."""
     started = time.perf_counter()
-    model = load_model(options.model, weights_dtype=options.weights_dtype,
-                       progress=progress_line, experts=options.experts, ranks=ranks)
+    model = load_model(
+        options.model,
+        weights_dtype=options.weights_dtype,
+        progress=progress_line,
+        experts=options.experts,
+        ranks=ranks,
+    )
     # Reader threads stop (and a hot-list asked for is saved) when the server exits.
     atexit.register(model.close)
     conductor = None if ranks is None else lead(model, ranks)
@@ -186,11 +244,18 @@ def load_engine(options: ModelOptions, speculation: SpeculationConfig,
         if conductor is not None:
             conductor.stop()
         raise
-    log.info("loaded %s (%s) in %.2fs", options.model, model.args_summary(),
-             time.perf_counter() - started)
+    log.info(
+        "loaded %s (%s) in %.2fs",
+        options.model,
+        model.args_summary(),
+        time.perf_counter() - started,
+    )
     if drafter is not None:
-        log.info("drafter %s%s", drafter.name,
-                 " (strict: target-only decoding)" if speculation.strict else "")
+        log.info(
+            "drafter %s%s",
+            drafter.name,
+            " (strict: target-only decoding)" if speculation.strict else "",
+        )
     if ranks is not None:
         log.info("rank 0 of %d: the other ranks follow this one's model calls", ranks.size)
     return model, drafter, conductor

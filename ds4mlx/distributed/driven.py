@@ -92,16 +92,18 @@ class Conductor:
         with self._lock:
             self._dropped[1].append(key)
 
-    def announce(self, op: Op, session: int = 0, argument: int = 0,
-                 payload: Sequence[int] = ()) -> None:
+    def announce(
+        self, op: Op, session: int = 0, argument: int = 0, payload: Sequence[int] = ()
+    ) -> None:
         if self.stopped:
             raise RuntimeError("the followers have been stopped")
         with self._lock:
             sessions, snapshots = self._dropped
             self._dropped = ([], [])
         body = np.concatenate([np.asarray(payload, np.int64), sessions, snapshots])
-        self.ranks.share_ints([int(op), session, argument, len(payload), len(sessions),
-                               len(snapshots)], _HEADER)
+        self.ranks.share_ints(
+            [int(op), session, argument, len(payload), len(sessions), len(snapshots)], _HEADER
+        )
         if body.size:
             self.ranks.share_ints(body, body.size)
 
@@ -117,8 +119,9 @@ def receive(ranks: RankGroup) -> Announcement:
     op, session, argument, n, n_sessions, n_snapshots = ranks.share_ints(None, _HEADER).tolist()
     total = n + n_sessions + n_snapshots
     body = ranks.share_ints(None, total) if total else np.zeros(0, np.int32)
-    return Announcement(Op(op), session, argument, body[:n], body[n : n + n_sessions],
-                        body[n + n_sessions :])
+    return Announcement(
+        Op(op), session, argument, body[:n], body[n : n + n_sessions], body[n + n_sessions :]
+    )
 
 
 @dataclass(frozen=True)
@@ -145,8 +148,7 @@ class DrivenSession(Session):
 
     def feed_hidden(self, tokens: Sequence[int], capture_layers: Sequence[int] = ()):
         self.check_tokens(tokens)
-        self.conductor.announce(Op.FEED_HIDDEN, self.key, len(tokens),
-                                [*tokens, *capture_layers])
+        self.conductor.announce(Op.FEED_HIDDEN, self.key, len(tokens), [*tokens, *capture_layers])
         return super().feed_hidden(tokens, capture_layers)
 
     def truncate(self, n_tokens: int) -> None:

@@ -108,7 +108,8 @@ def check_same_model(ranks: RankGroup, path: str | Path) -> None:
     if differ:
         raise DistributedError(
             f"ranks {differ} opened a different model file than rank 0 (this rank, "
-            f"{ranks.rank}, has {Path(path)}); copy the same GGUF to every machine")
+            f"{ranks.rank}, has {Path(path)}); copy the same GGUF to every machine"
+        )
 
 
 def watchdog(seconds: float, what: str) -> threading.Event:
@@ -118,8 +119,10 @@ def watchdog(seconds: float, what: str) -> threading.Event:
 
     def watch() -> None:
         if not done.wait(seconds):
-            sys.stderr.write(f"ds4: distributed: {what} did not finish in {seconds:.0f}s "
-                             f"(a rank is stuck or gone); exiting\n")
+            sys.stderr.write(
+                f"ds4: distributed: {what} did not finish in {seconds:.0f}s "
+                f"(a rank is stuck or gone); exiting\n"
+            )
             sys.stderr.flush()
             os._exit(3)
 

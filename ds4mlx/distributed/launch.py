@@ -37,8 +37,9 @@ def free_port_block(count: int) -> int:
     raise RuntimeError(f"found no {count} consecutive free ports")
 
 
-def launch_local(n: int, module: str, args: Sequence[str], timeout: float
-                 ) -> subprocess.CompletedProcess[str]:
+def launch_local(
+    n: int, module: str, args: Sequence[str], timeout: float
+) -> subprocess.CompletedProcess[str]:
     """Runs ``python -m module args`` as ``n`` ranks on 127.0.0.1 (``n`` = 1: one plain
     process, no group) and waits at most ``timeout`` seconds (subprocess.TimeoutExpired after
     that; the ranks are killed)."""
@@ -47,11 +48,23 @@ def launch_local(n: int, module: str, args: Sequence[str], timeout: float
         launcher = shutil.which("mlx.launch")
         if launcher is None:
             raise FileNotFoundError("mlx.launch is not on PATH (it comes with the mlx package)")
-        command = [launcher, "--backend", "ring", "-n", str(n), "--hosts", "127.0.0.1",
-                   "--starting-port", str(free_port_block(n)), "--", *command]
+        command = [
+            launcher,
+            "--backend",
+            "ring",
+            "-n",
+            str(n),
+            "--hosts",
+            "127.0.0.1",
+            "--starting-port",
+            str(free_port_block(n)),
+            "--",
+            *command,
+        ]
     # A session of its own, so that a timeout can end the launcher and every rank it started.
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -82,19 +82,25 @@ class ExpertShard(nn.Module):
         """The local experts' store view (``link_expert_prefetch`` reads it)."""
         return self.inner.layer
 
-    def __call__(self, x: mx.array, indices: mx.array, weights: mx.array,
-                 row_invariant: bool = False) -> mx.array:
+    def __call__(
+        self, x: mx.array, indices: mx.array, weights: mx.array, row_invariant: bool = False
+    ) -> mx.array:
         local = indices - self.lo
         mine = (local >= 0) & (local < self.n)
         if indices.shape[0] <= DECODE_TILE:
-            out = self.inner(x, mx.where(mine, local, 0), mx.where(mine, weights, 0.0),
-                             row_invariant=row_invariant)
+            out = self.inner(
+                x,
+                mx.where(mine, local, 0),
+                mx.where(mine, weights, 0.0),
+                row_invariant=row_invariant,
+            )
         else:
             out = self._local_pairs(x, local, mine, weights)
         return self.ranks.all_sum(out)
 
-    def _local_pairs(self, x: mx.array, local: mx.array, mine: mx.array,
-                     weights: mx.array) -> mx.array:
+    def _local_pairs(
+        self, x: mx.array, local: mx.array, mine: mx.array, weights: mx.array
+    ) -> mx.array:
         """The routed output [T, D] from this rank's (token, expert) pairs alone."""
         tokens, k = local.shape
         pairs = np.flatnonzero(np.array(mine).reshape(-1))
@@ -103,8 +109,9 @@ class ExpertShard(nn.Module):
         slots = mx.zeros((tokens * k, x.shape[-1]), x.dtype)
         if pairs.size:
             at = mx.array(pairs.astype(np.int32))
-            out = self.inner(x[at // k], local.reshape(-1)[at][:, None],
-                             weights.reshape(-1)[at][:, None])
+            out = self.inner(
+                x[at // k], local.reshape(-1)[at][:, None], weights.reshape(-1)[at][:, None]
+            )
             slots = slots.at[at].add(out)
         return mx.sum(slots.reshape(tokens, k, -1), axis=1)
 
@@ -137,14 +144,23 @@ class ShardedModel(Model):
         self.plan = plan
 
     @classmethod
-    def from_gguf(cls, gguf_file: GGUFFile, weights_dtype: str | None = None,
-                  expert_store: ExpertStore | None = None, *,
-                  ranks: RankGroup | None = None) -> ShardedModel:
+    def from_gguf(
+        cls,
+        gguf_file: GGUFFile,
+        weights_dtype: str | None = None,
+        expert_store: ExpertStore | None = None,
+        *,
+        ranks: RankGroup | None = None,
+    ) -> ShardedModel:
         """This rank's shard of the model in ``gguf_file`` (raises ShardError when the model
         does not split over ``ranks``)."""
         if ranks is None:
             raise TypeError("ShardedModel.from_gguf needs the rank group")
         args = ModelArgs.from_gguf(gguf_file)
         plan = ShardPlan.for_model(args, ranks.rank, ranks.size)
-        return cls(plan, ShardedGGUFWeights(tensor_shapes(args), gguf_file, weights_dtype, plan,
-                                            ranks, expert_store))
+        return cls(
+            plan,
+            ShardedGGUFWeights(
+                tensor_shapes(args), gguf_file, weights_dtype, plan, ranks, expert_store
+            ),
+        )

@@ -78,15 +78,20 @@ class ShardPlan:
         if args.n_experts % size:
             problems.append(f"{args.n_experts} routed experts")
         if problems:
-            raise ShardError(f"cannot split {' and '.join(problems)} evenly over {size} ranks; "
-                             f"use a world size that divides them")
+            raise ShardError(
+                f"cannot split {' and '.join(problems)} evenly over {size} ranks; "
+                f"use a world size that divides them"
+            )
         return cls(rank, size, args)
 
     @property
     def local_args(self) -> ModelArgs:
         """The hyper-parameters of this rank's attention: its heads and output groups."""
-        return replace(self.args, num_heads=self.args.num_heads // self.size,
-                       o_groups=self.args.o_groups // self.size)
+        return replace(
+            self.args,
+            num_heads=self.args.num_heads // self.size,
+            o_groups=self.args.o_groups // self.size,
+        )
 
     @property
     def experts(self) -> tuple[int, int]:

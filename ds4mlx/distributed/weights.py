@@ -22,8 +22,13 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 
-def slice_raw(raw: np.ndarray, qtype: GGMLQuantizationType, shape: Shape,
-              cut: TensorSlice, name: str = "tensor") -> np.ndarray:
+def slice_raw(
+    raw: np.ndarray,
+    qtype: GGMLQuantizationType,
+    shape: Shape,
+    cut: TensorSlice,
+    name: str = "tensor",
+) -> np.ndarray:
     """The part ``cut`` of a tensor's stored bytes ``raw`` (as ``GGUFFile.raw`` maps them: the
     outer dims are element dims, the last one is bytes for block-quantized types).
 
@@ -35,8 +40,10 @@ def slice_raw(raw: np.ndarray, qtype: GGMLQuantizationType, shape: Shape,
         return raw[(slice(None),) * axis + (slice(lo, hi),)]
     block, _ = GGML_QUANT_SIZES[qtype]
     if lo % block or hi % block:
-        raise ShardError(f"{name}: {qtype.name} blocks of {block} values straddle the shard "
-                         f"boundary at column {lo if lo % block else hi}")
+        raise ShardError(
+            f"{name}: {qtype.name} blocks of {block} values straddle the shard "
+            f"boundary at column {lo if lo % block else hi}"
+        )
     # Stored units (bytes or elements) per block of values along the last axis.
     per_block = raw.shape[-1] * block // shape[-1]
     return raw[..., lo // block * per_block : hi // block * per_block]
@@ -47,8 +54,15 @@ class ShardedGGUFWeights(GGUFWeights):
     and checked against the sliced shape table. ``ranks`` is the group the sharded modules
     built from these weights sum their partial results over."""
 
-    def __init__(self, shapes: Mapping[str, Shape], gguf: GGUFFile, mode: str | None,
-                 plan: ShardPlan, ranks: RankGroup, expert_store: ExpertStore | None = None):
+    def __init__(
+        self,
+        shapes: Mapping[str, Shape],
+        gguf: GGUFFile,
+        mode: str | None,
+        plan: ShardPlan,
+        ranks: RankGroup,
+        expert_store: ExpertStore | None = None,
+    ):
         super().__init__(plan.local_shapes(dict(shapes)), gguf, mode, expert_store)
         self.plan = plan
         self.ranks = ranks
@@ -66,8 +80,9 @@ class ShardedGGUFWeights(GGUFWeights):
         stored = self.gguf.tensor_shape(name)
         qtype = self.gguf.tensor_type(name)
         if qtype not in quants.SUPPORTED_TYPES:
-            raise GGUFError(f"{self.gguf.path}: unsupported tensor type {qtype.name} in tensor "
-                            f"'{name}'")
+            raise GGUFError(
+                f"{self.gguf.path}: unsupported tensor type {qtype.name} in tensor '{name}'"
+            )
         raw = slice_raw(self.gguf.raw(name), qtype, stored, cut, name)
         return raw, qtype, cut.shape(stored)
 

@@ -56,8 +56,14 @@ def check_prompt_fits(session: Session, prompt: Sequence[int], max_context: int 
         )
 
 
-def stop_reason(token: int, generated: int, stop_tokens: Set[int], max_tokens: int,
-                session_tokens: int, max_context: int | None) -> str:
+def stop_reason(
+    token: int,
+    generated: int,
+    stop_tokens: Set[int],
+    max_tokens: int,
+    session_tokens: int,
+    max_context: int | None,
+) -> str:
     """Why generation ends after yielding ``token`` ("" when it goes on)."""
     if token in stop_tokens:
         return "stop"
@@ -106,13 +112,15 @@ class Decoder:
     def new_stats(self, prompt_tokens: int) -> GenerationStats:
         return GenerationStats(prompt_tokens=prompt_tokens)
 
-    def prefill(self, session: Session, prompt: Sequence[int], sampler: Sampler,
-                stats: GenerationStats) -> int:
+    def prefill(
+        self, session: Session, prompt: Sequence[int], sampler: Sampler, stats: GenerationStats
+    ) -> int:
         """Feed ``prompt``; the first generated token."""
         return sampler(session.feed_mx(prompt)[-1])
 
-    def advance(self, session: Session, token: int, sampler: Sampler, stats: GenerationStats,
-                limits: Limits) -> list[int]:
+    def advance(
+        self, session: Session, token: int, sampler: Sampler, stats: GenerationStats, limits: Limits
+    ) -> list[int]:
         """Feed ``token``, the last committed one; the tokens that follow it (at least one)."""
         room = limits.max_tokens - stats.generated_tokens
         if limits.max_context is not None:
@@ -180,8 +188,14 @@ def stepped_generate(
         sampler.record([token])
         stats.generated_tokens += 1
         yield TokenEvent(token)
-        stats.stop_reason = stop_reason(token, stats.generated_tokens, limits.stop_tokens,
-                                        max_tokens, session.n_tokens, max_context)
+        stats.stop_reason = stop_reason(
+            token,
+            stats.generated_tokens,
+            limits.stop_tokens,
+            max_tokens,
+            session.n_tokens,
+            max_context,
+        )
         if stats.stop_reason:
             break
         if pending:
@@ -196,8 +210,9 @@ def stepped_generate(
     yield DoneEvent(stats)
 
 
-def run_alone(events: Generator[TokenEvent | DoneEvent | DecodeStep, mx.array | None, None]
-              ) -> Iterator[TokenEvent | DoneEvent]:
+def run_alone(
+    events: Generator[TokenEvent | DoneEvent | DecodeStep, mx.array | None, None],
+) -> Iterator[TokenEvent | DoneEvent]:
     """A stepped generation driven by itself: it decodes every step on its own."""
     try:
         for event in events:
@@ -220,5 +235,6 @@ def generate(
     Stops at ``max_tokens``, at a stop token (which is yielded; callers decide whether to show
     it), or when the session reaches ``max_context`` tokens.
     """
-    return run_alone(stepped_generate(session, prompt, max_tokens, sampling, stop_tokens,
-                                      max_context))
+    return run_alone(
+        stepped_generate(session, prompt, max_tokens, sampling, stop_tokens, max_context)
+    )

@@ -62,8 +62,11 @@ class SamplingOptions:
 
     @property
     def penalizes(self) -> bool:
-        return (self.repeat_penalty != 1.0 or self.frequency_penalty != 0.0
-                or self.presence_penalty != 0.0)
+        return (
+            self.repeat_penalty != 1.0
+            or self.frequency_penalty != 0.0
+            or self.presence_penalty != 0.0
+        )
 
     @property
     def greedy(self) -> bool:
@@ -101,10 +104,14 @@ class Sampler:
         if not (o.logit_bias or o.penalizes):
             return rows
         recent = list(self._recent)
-        return mx.stack([
-            self.penalized_on_device(rows[i], mx.array([*recent, *draft[:i]][-o.repeat_last_n :],
-                                                       dtype=mx.int32))
-            for i in range(rows.shape[0])])
+        return mx.stack(
+            [
+                self.penalized_on_device(
+                    rows[i], mx.array([*recent, *draft[:i]][-o.repeat_last_n :], dtype=mx.int32)
+                )
+                for i in range(rows.shape[0])
+            ]
+        )
 
     def recent_tokens(self) -> mx.array:
         """The recorded tokens the penalties look back on, int32 [n] (n <= repeat_last_n)."""
@@ -166,8 +173,8 @@ class Sampler:
             return mx.argmax(logits, keepdims=True).astype(mx.int32)
         row = self.filtered_logprobs(logits[None])
         if self._key is None:
-            return _sample_utils().categorical_sampling(row, self.options.temperature).astype(
-                mx.int32)
+            return (
+                _sample_utils().categorical_sampling(row, self.options.temperature).astype(mx.int32)
+            )
         self._key, key = mx.random.split(self._key)
-        return mx.random.categorical(row * (1 / self.options.temperature),
-                                     key=key).astype(mx.int32)
+        return mx.random.categorical(row * (1 / self.options.temperature), key=key).astype(mx.int32)

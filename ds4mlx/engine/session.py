@@ -51,8 +51,10 @@ class Session:
         vocab_size = self.model.args.vocab_size
         outside = ids[(ids < 0) | (ids >= vocab_size)]
         if outside.size:
-            raise ValueError(f"token id {int(outside[0])} is outside the model's vocabulary "
-                             f"(0..{vocab_size - 1})")
+            raise ValueError(
+                f"token id {int(outside[0])} is outside the model's vocabulary "
+                f"(0..{vocab_size - 1})"
+            )
 
     def feed_mx(self, tokens: Sequence[int]) -> mx.array:
         """Advance by ``tokens``; returns their logits [T, vocab] as an MLX array."""
@@ -67,8 +69,7 @@ class Session:
         Returns its logits [1, vocab], unevaluated. Such a token's id is unknown here until the
         caller reads it and hands it to ``confirm``; no range check is needed, since a sampler
         draws from the vocabulary."""
-        return self.model.forward(token.astype(mx.int32).reshape(-1), self.state,
-                                  asynchronous=True)
+        return self.model.forward(token.astype(mx.int32).reshape(-1), self.state, asynchronous=True)
 
     def confirm(self, tokens: Sequence[int]) -> None:
         """The ids of tokens fed by ``feed_lazy``, in order, once read."""
@@ -78,8 +79,12 @@ class Session:
         """Advance by ``tokens``; returns the model's ForwardOutput (logits and hidden states of
         ``capture_layers`` and of the head), which drafters consume."""
         self.check_tokens(tokens)
-        out = self.model.forward(mx.array(list(tokens), dtype=mx.int32), self.state,
-                                 capture_layers=capture_layers, return_hidden=True)
+        out = self.model.forward(
+            mx.array(list(tokens), dtype=mx.int32),
+            self.state,
+            capture_layers=capture_layers,
+            return_hidden=True,
+        )
         self.tokens.extend(int(t) for t in tokens)
         return out
 
@@ -87,9 +92,13 @@ class Session:
         """``feed_hidden`` of int32 ``tokens`` [T] the device computed (a drafter's picks after
         a committed token), queued and not read, as ``feed_lazy``; ``confirm`` their ids once
         read."""
-        return self.model.forward(tokens.astype(mx.int32).reshape(-1), self.state,
-                                  capture_layers=capture_layers, return_hidden=True,
-                                  asynchronous=True)
+        return self.model.forward(
+            tokens.astype(mx.int32).reshape(-1),
+            self.state,
+            capture_layers=capture_layers,
+            return_hidden=True,
+            asynchronous=True,
+        )
 
     def truncate(self, n_tokens: int) -> None:
         """Drop the last tokens so that ``n_tokens`` remain, without recomputing anything (the

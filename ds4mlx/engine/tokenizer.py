@@ -76,21 +76,25 @@ class PreTokenizerSpec:
 
 # Regexes copied from llama.cpp src/llama-vocab.cpp (llm_tokenizer_bpe constructor, commit
 # 0c1e570); the names that select them come from llama_vocab::impl::load.
-_DEEPSEEK3 = PreTokenizerSpec((
-    r"\p{N}{1,3}",
-    "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
-    r"""[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+"""
-    r"""| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""",
-))
-_GPT2 = PreTokenizerSpec((
-    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)",
-))
-_DEFAULT = PreTokenizerSpec((
-    r"[\p{P}\$\+<=>\^~\|]+",
-    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)",
-    r"\p{N}+",
-    r"[0-9][0-9][0-9]",
-))
+_DEEPSEEK3 = PreTokenizerSpec(
+    (
+        r"\p{N}{1,3}",
+        "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
+        r"""[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+"""
+        r"""| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""",
+    )
+)
+_GPT2 = PreTokenizerSpec(
+    (r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)",)
+)
+_DEFAULT = PreTokenizerSpec(
+    (
+        r"[\p{P}\$\+<=>\^~\|]+",
+        r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)",
+        r"\p{N}+",
+        r"[0-9][0-9][0-9]",
+    )
+)
 _CHATGLM4_REGEX = (
     r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+"
     r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
@@ -126,15 +130,19 @@ def _pre_tokenizer_spec(pre: str) -> PreTokenizerSpec:
     except KeyError:
         known = ", ".join(sorted(PRE_TOKENIZERS))
         raise UnsupportedTokenizerError(
-            f"unsupported tokenizer.ggml.pre '{pre}' (supported: {known})") from None
+            f"unsupported tokenizer.ggml.pre '{pre}' (supported: {known})"
+        ) from None
 
 
 @lru_cache(maxsize=1)
 def _byte_to_char() -> dict[int, str]:
     """GPT-2's reversible map from bytes to printable characters, which byte-level BPE vocabularies
     are written in (space is 'Ġ', newline is 'Ċ', …)."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
-                 *range(ord("®"), ord("ÿ") + 1)]
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
     mapping = {byte: chr(byte) for byte in printable}
     shifted = 0
     for byte in range(256):
@@ -179,8 +187,9 @@ class TextTokenizer(Protocol):
     @property
     def stop_ids(self) -> tuple[int, ...]: ...
 
-    def encode(self, text: str, add_special: bool = False,
-               parse_special: bool = True) -> list[int]: ...
+    def encode(
+        self, text: str, add_special: bool = False, parse_special: bool = True
+    ) -> list[int]: ...
     def decode(self, ids: Sequence[int], skip_special: bool = False) -> str: ...
     def token_bytes(self, token_id: int, skip_special: bool = False) -> bytes: ...
     def token_to_id(self, text: str) -> int | None: ...
@@ -190,21 +199,37 @@ class TextTokenizer(Protocol):
 class Tokenizer:
     """A byte-level BPE tokenizer rebuilt from a GGUF file's metadata."""
 
-    def __init__(self, tokens: Sequence[str], merges: Sequence[str], pre: str, *,
-                 token_types: Sequence[int] | None = None, bos_id: int | None = None,
-                 eos_id: int | None = None, pad_id: int | None = None,
-                 end_of_generation_ids: Sequence[int] = (),
-                 add_bos: bool = False, add_eos: bool = False):
+    def __init__(
+        self,
+        tokens: Sequence[str],
+        merges: Sequence[str],
+        pre: str,
+        *,
+        token_types: Sequence[int] | None = None,
+        bos_id: int | None = None,
+        eos_id: int | None = None,
+        pad_id: int | None = None,
+        end_of_generation_ids: Sequence[int] = (),
+        add_bos: bool = False,
+        add_eos: bool = False,
+    ):
         if token_types is not None and len(token_types) < len(tokens):
             raise TokenizerError(f"{len(token_types)} token types for {len(tokens)} tokens")
         self._tokens = list(tokens)
-        self._types = ([_token_type(t) for t in token_types[:len(tokens)]]
-                       if token_types is not None else [TokenType.NORMAL] * len(tokens))
+        self._types = (
+            [_token_type(t) for t in token_types[: len(tokens)]]
+            if token_types is not None
+            else [TokenType.NORMAL] * len(tokens)
+        )
         self._token_to_id = {text: token_id for token_id, text in enumerate(self._tokens)}
         if len(self._token_to_id) != len(self._tokens):
             raise TokenizerError("tokenizer.ggml.tokens holds duplicate tokens")
-        for name, token_id in (("bos", bos_id), ("eos", eos_id), ("pad", pad_id),
-                               *(("end-of-generation", i) for i in end_of_generation_ids)):
+        for name, token_id in (
+            ("bos", bos_id),
+            ("eos", eos_id),
+            ("pad", pad_id),
+            *(("end-of-generation", i) for i in end_of_generation_ids),
+        ):
             if token_id is not None and not 0 <= token_id < len(self._tokens):
                 raise TokenizerError(f"{name} token id {token_id} is outside the vocabulary")
         self.pre = pre
@@ -212,8 +237,9 @@ class Tokenizer:
         self.eos_id = eos_id
         self.pad_id = pad_id
         # Tokens that end generation: EOS plus the file's end-of-turn/end-of-message ids.
-        self.stop_ids = tuple(dict.fromkeys(
-            i for i in (eos_id, *end_of_generation_ids) if i is not None))
+        self.stop_ids = tuple(
+            dict.fromkeys(i for i in (eos_id, *end_of_generation_ids) if i is not None)
+        )
         self.add_bos = add_bos
         self.add_eos = add_eos
         self._hf = self._build_hf_tokenizer(merges)
@@ -232,20 +258,25 @@ class Tokenizer:
         if model != "gpt2":
             raise UnsupportedTokenizerError(
                 f"{gguf_file.path}: tokenizer.ggml.model is {model!r}; only byte-level BPE "
-                "('gpt2') can be rebuilt (use load_tokenizer for llama.cpp's 'test' vocabulary)")
+                "('gpt2') can be rebuilt (use load_tokenizer for llama.cpp's 'test' vocabulary)"
+            )
         tokens = gguf_file.get("tokenizer.ggml.tokens")
         merges = gguf_file.get("tokenizer.ggml.merges")
         if not tokens or merges is None:
             raise TokenizerError(f"{gguf_file.path}: tokenizer.ggml.tokens/merges missing")
         return cls(
-            tokens, merges, gguf_file.get("tokenizer.ggml.pre") or "default",
+            tokens,
+            merges,
+            gguf_file.get("tokenizer.ggml.pre") or "default",
             token_types=gguf_file.get("tokenizer.ggml.token_type"),
             bos_id=gguf_file.get("tokenizer.ggml.bos_token_id"),
             eos_id=gguf_file.get("tokenizer.ggml.eos_token_id"),
             pad_id=gguf_file.get("tokenizer.ggml.padding_token_id"),
-            end_of_generation_ids=[token_id for key in ("eot_token_id", "eom_token_id")
-                                   if (token_id := gguf_file.get(f"tokenizer.ggml.{key}"))
-                                   is not None],
+            end_of_generation_ids=[
+                token_id
+                for key in ("eot_token_id", "eom_token_id")
+                if (token_id := gguf_file.get(f"tokenizer.ggml.{key}")) is not None
+            ],
             add_bos=bool(gguf_file.get("tokenizer.ggml.add_bos_token", False)),
             add_eos=bool(gguf_file.get("tokenizer.ggml.add_eos_token", False)),
         )
@@ -258,14 +289,18 @@ class Tokenizer:
             if not space:
                 raise TokenizerError(f"malformed merge {merge!r} (expected 'left right')")
             merge_pairs.append((left, right))
-        hf = HFTokenizer(models.BPE(vocab=dict(self._token_to_id), merges=merge_pairs,
-                                    ignore_merges=spec.ignore_merges))
+        hf = HFTokenizer(
+            models.BPE(
+                vocab=dict(self._token_to_id), merges=merge_pairs, ignore_merges=spec.ignore_merges
+            )
+        )
         hf.pre_tokenizer = pre_tokenizer_for(self.pre)
         hf.decoder = decoders.ByteLevel()
-        atomic = [AddedToken(text, special=self._types[token_id] in _SPECIAL_TYPES,
-                             normalized=False)
-                  for token_id, text in enumerate(self._tokens)
-                  if self._types[token_id] in _ATOMIC_TYPES]
+        atomic = [
+            AddedToken(text, special=self._types[token_id] in _SPECIAL_TYPES, normalized=False)
+            for token_id, text in enumerate(self._tokens)
+            if self._types[token_id] in _ATOMIC_TYPES
+        ]
         hf.add_tokens(atomic)
         return hf
 
@@ -331,8 +366,9 @@ class Tokenizer:
 
     def _type_of(self, token_id: int) -> TokenType:
         if not 0 <= token_id < len(self._tokens):
-            raise TokenizerError(f"token id {token_id} is outside the vocabulary "
-                                 f"(size {len(self._tokens)})")
+            raise TokenizerError(
+                f"token id {token_id} is outside the vocabulary (size {len(self._tokens)})"
+            )
         return self._types[token_id]
 
 
@@ -369,13 +405,15 @@ class NumericTokenizer:
 
     def encode(self, text: str, add_special: bool = False, parse_special: bool = True) -> list[int]:
         if self._vocab_size is None:
-            raise TokenizerError("this model file has no tokenizer and no vocabulary size; "
-                                 "give the prompt as token ids")
+            raise TokenizerError(
+                "this model file has no tokenizer and no vocabulary size; "
+                "give the prompt as token ids"
+            )
         data = text.encode("utf-8")
         ids = []
         for start in range(0, len(data), self._CHUNK_BYTES):
             chunk_hash = 0
-            for byte in data[start:start + self._CHUNK_BYTES]:
+            for byte in data[start : start + self._CHUNK_BYTES]:
                 chunk_hash = chunk_hash * 31 + byte
             ids.append(chunk_hash % self._vocab_size)
         return ids
@@ -410,7 +448,7 @@ def parse_token_ids(text: str) -> list[int]:
             ids.append(int(number))
         position = piece.end()
     if position != len(text):
-        raise TokenizerError(f"not a list of token ids at {text[position:position + 20]!r}")
+        raise TokenizerError(f"not a list of token ids at {text[position : position + 20]!r}")
     return ids
 
 
@@ -433,8 +471,11 @@ _LOOKS_SPECIAL = ("<pad>", "<mask>", "<2mass>", "[@BOS@]")
 
 
 def _looks_special(text: str) -> bool:
-    return (text in _LOOKS_SPECIAL or (text.startswith("<|") and text.endswith("|>"))
-            or (text.startswith("<unused") and text.endswith(">")))
+    return (
+        text in _LOOKS_SPECIAL
+        or (text.startswith("<|") and text.endswith("|>"))
+        or (text.startswith("<unused") and text.endswith(">"))
+    )
 
 
 def write_tokenizer_metadata(
@@ -467,8 +508,9 @@ def write_tokenizer_metadata(
     n_tokens = max(id_to_text) + 1
     if vocab_size is not None:
         if vocab_size < n_tokens:
-            raise TokenizerError(f"vocab_size {vocab_size} is smaller than the tokenizer "
-                                 f"({n_tokens} tokens)")
+            raise TokenizerError(
+                f"vocab_size {vocab_size} is smaller than the tokenizer ({n_tokens} tokens)"
+            )
         n_tokens = vocab_size
 
     tokens: list[str] = []
@@ -483,8 +525,10 @@ def write_tokenizer_metadata(
             if not added_token.normalized:
                 # llama.cpp matches added tokens on pre-normalized text, so store what the
                 # tokenizer's own round trip turns them into.
-                text = hf_tokenizer.decode(hf_tokenizer.encode(text, add_special_tokens=False).ids,
-                                           skip_special_tokens=False)
+                text = hf_tokenizer.decode(
+                    hf_tokenizer.encode(text, add_special_tokens=False).ids,
+                    skip_special_tokens=False,
+                )
             if added_token.special or _looks_special(text):
                 token_types.append(TokenType.CONTROL)
             else:
@@ -500,9 +544,11 @@ def write_tokenizer_metadata(
     writer.add_token_list(tokens)
     writer.add_token_types(token_types)
     writer.add_token_merges(_merges_as_strings(model_json.get("merges") or []))
-    for token_text, add_id in ((bos_token, writer.add_bos_token_id),
-                               (eos_token, writer.add_eos_token_id),
-                               (pad_token, writer.add_pad_token_id)):
+    for token_text, add_id in (
+        (bos_token, writer.add_bos_token_id),
+        (eos_token, writer.add_eos_token_id),
+        (pad_token, writer.add_pad_token_id),
+    ):
         if token_text is not None:
             token_id = hf_tokenizer.token_to_id(token_text)
             if token_id is None:

@@ -15,8 +15,9 @@ from ds4mlx.experts.streamed import StreamedStore
 from ds4mlx.gguf import GGUFFile
 
 
-def open_expert_store(gguf: GGUFFile, mode: str | None,
-                      options: ExpertOptions | None) -> ExpertStore:
+def open_expert_store(
+    gguf: GGUFFile, mode: str | None, options: ExpertOptions | None
+) -> ExpertStore:
     """The store ``options`` ask for (resident when None or not streaming)."""
     if options is None or not options.stream:
         return ResidentStore()

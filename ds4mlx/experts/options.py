@@ -27,8 +27,7 @@ class ExpertOptions:
 
     def __post_init__(self) -> None:
         if self.cache_gib is not None and not self.cache_gib > 0:
-            raise ValueError(f"expert cache must be a positive number of GiB, got "
-                             f"{self.cache_gib}")
+            raise ValueError(f"expert cache must be a positive number of GiB, got {self.cache_gib}")
         if self.read_threads < 1:
             raise ValueError(f"read_threads must be at least 1, got {self.read_threads}")
         if self.save_hotlist and self.hotlist is None:
@@ -45,8 +44,9 @@ def parse_cache_budget(text: str) -> float | None:
     try:
         value = float(text.removesuffix("gib").removesuffix("g"))
     except ValueError:
-        raise ValueError(f"expert cache: expected GiB (e.g. 12 or 0.5) or 'auto', "
-                         f"got '{text}'") from None
+        raise ValueError(
+            f"expert cache: expected GiB (e.g. 12 or 0.5) or 'auto', got '{text}'"
+        ) from None
     if not value > 0 or value != value or value == float("inf"):
         raise ValueError(f"expert cache: expected a positive number of GiB, got '{text}'")
     return value

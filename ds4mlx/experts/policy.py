@@ -67,8 +67,10 @@ class SlotPolicy:
         candidates[held[held >= 0]] = False
         slots = np.flatnonzero(candidates)
         if len(slots) < n:
-            raise RuntimeError(f"{n} slots needed but only {len(slots)} of {self.capacity} are "
-                               "free of experts in use")
+            raise RuntimeError(
+                f"{n} slots needed but only {len(slots)} of {self.capacity} are "
+                "free of experts in use"
+            )
         keys = self.slot_key[slots]
         empty = keys < 0
         safe = np.where(empty, 0, keys)

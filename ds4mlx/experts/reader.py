@@ -43,26 +43,34 @@ class ExpertTensor:
         if len(shape) == 2:  # writers drop a trailing ne of 1: a single expert
             shape = (1, *shape)
         if len(shape) != 3 or min(shape) <= 0:
-            raise GGUFError(f"{path}: expert tensor '{info.name}' has shape {list(info.shape)}, "
-                            "expected [experts, out, in]")
+            raise GGUFError(
+                f"{path}: expert tensor '{info.name}' has shape {list(info.shape)}, "
+                "expected [experts, out, in]"
+            )
         if info.qtype not in SUPPORTED_TYPES:
-            raise GGUFError(f"{path}: unsupported tensor type {info.qtype.name} in tensor "
-                            f"'{info.name}'")
+            raise GGUFError(
+                f"{path}: unsupported tensor type {info.qtype.name} in tensor '{info.name}'"
+            )
         n_experts, out, inner = shape
         block, type_size = GGML_QUANT_SIZES[info.qtype]
         if inner % block:
-            raise GGUFError(f"{path}: tensor '{info.name}' rows of {inner} values are not "
-                            f"whole {info.qtype.name} blocks of {block}")
+            raise GGUFError(
+                f"{path}: tensor '{info.name}' rows of {inner} values are not "
+                f"whole {info.qtype.name} blocks of {block}"
+            )
         expert_nbytes = out * inner // block * type_size
         if info.nbytes != n_experts * expert_nbytes:
-            raise GGUFError(f"{path}: tensor '{info.name}' holds {info.nbytes} bytes, expected "
-                            f"{n_experts} experts x {expert_nbytes}")
+            raise GGUFError(
+                f"{path}: tensor '{info.name}' holds {info.nbytes} bytes, expected "
+                f"{n_experts} experts x {expert_nbytes}"
+            )
         if info.file_offset < 0 or info.file_offset + info.nbytes > file_size:
-            raise GGUFError(f"{path}: tensor '{info.name}' spans bytes {info.file_offset}.."
-                            f"{info.file_offset + info.nbytes}, past the end of the file "
-                            f"({file_size} bytes)")
-        return cls(info.name, info.qtype, n_experts, (out, inner), info.file_offset,
-                   expert_nbytes)
+            raise GGUFError(
+                f"{path}: tensor '{info.name}' spans bytes {info.file_offset}.."
+                f"{info.file_offset + info.nbytes}, past the end of the file "
+                f"({file_size} bytes)"
+            )
+        return cls(info.name, info.qtype, n_experts, (out, inner), info.file_offset, expert_nbytes)
 
     def raw_view(self, buffer: np.ndarray) -> np.ndarray:
         """One expert's bytes as ``GGUFReader`` would map them (typed for F32/F16)."""
@@ -93,13 +101,17 @@ class ExpertReader:
     def read_bytes(self, tensor: ExpertTensor, expert: int) -> np.ndarray:
         """Expert ``expert``'s stored bytes (uint8), never reading outside the tensor."""
         if not 0 <= expert < tensor.n_experts:
-            raise GGUFError(f"{self.path}: expert {expert} out of range for tensor "
-                            f"'{tensor.name}' ({tensor.n_experts} experts)")
+            raise GGUFError(
+                f"{self.path}: expert {expert} out of range for tensor "
+                f"'{tensor.name}' ({tensor.n_experts} experts)"
+            )
         offset = tensor.file_offset + expert * tensor.expert_nbytes
         end = offset + tensor.expert_nbytes
         if offset < 0 or end > self.file_size:
-            raise GGUFError(f"{self.path}: expert {expert} of '{tensor.name}' at bytes "
-                            f"{offset}..{end} lies outside the file ({self.file_size} bytes)")
+            raise GGUFError(
+                f"{self.path}: expert {expert} of '{tensor.name}' at bytes "
+                f"{offset}..{end} lies outside the file ({self.file_size} bytes)"
+            )
         buffer = np.empty(tensor.expert_nbytes, np.uint8)
         view = memoryview(buffer)
         started = time.perf_counter()
@@ -107,9 +119,11 @@ class ExpertReader:
         while done < len(buffer):
             n = os.preadv(self._fd, [view[done:]], offset + done)
             if n <= 0:
-                raise GGUFError(f"{self.path}: short read of expert {expert} of "
-                                f"'{tensor.name}' ({done} of {len(buffer)} bytes at offset "
-                                f"{offset}): the file was truncated or changed")
+                raise GGUFError(
+                    f"{self.path}: short read of expert {expert} of "
+                    f"'{tensor.name}' ({done} of {len(buffer)} bytes at offset "
+                    f"{offset}): the file was truncated or changed"
+                )
             done += n
         elapsed = time.perf_counter() - started
         with self._lock:
@@ -120,11 +134,14 @@ class ExpertReader:
 
     def read_tensor(self, tensor: ExpertTensor, expert: int) -> HostWeight:
         """One expert of one tensor, converted as the resident weights are."""
-        return host_weight(tensor.raw_view(self.read_bytes(tensor, expert)), tensor.qtype,
-                           tensor.expert_shape, self.mode)
+        return host_weight(
+            tensor.raw_view(self.read_bytes(tensor, expert)),
+            tensor.qtype,
+            tensor.expert_shape,
+            self.mode,
+        )
 
-    def read_expert(self, tensors: tuple[ExpertTensor, ...], expert: int
-                    ) -> tuple[HostWeight, ...]:
+    def read_expert(self, tensors: tuple[ExpertTensor, ...], expert: int) -> tuple[HostWeight, ...]:
         """One expert of each tensor (gate, up, down)."""
         return tuple(self.read_tensor(t, expert) for t in tensors)
 

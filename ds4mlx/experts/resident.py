@@ -24,12 +24,18 @@ class ResidentStore(ExpertStore):
     def __init__(self) -> None:
         self._bytes = 0
 
-    def layer(self, names: tuple[str, str, str], load: Callable[[str], Weight],
-              n_used: int) -> LayerExperts:
+    def layer(
+        self, names: tuple[str, str, str], load: Callable[[str], Weight], n_used: int
+    ) -> LayerExperts:
         gate, up, down = (load(name) for name in names)
         self._bytes += sum(weight_nbytes(w) for w in (gate, up, down))
         return ResidentLayer(gate, up, down)
 
     def stats(self) -> ExpertStats:
-        return ExpertStats("resident", resident_bytes=self._bytes, capacity_bytes=self._bytes,
-                           budget_bytes=self._bytes, routed_bytes=self._bytes)
+        return ExpertStats(
+            "resident",
+            resident_bytes=self._bytes,
+            capacity_bytes=self._bytes,
+            budget_bytes=self._bytes,
+            routed_bytes=self._bytes,
+        )

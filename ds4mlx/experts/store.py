@@ -79,13 +79,15 @@ class ExpertStats:
     def summary(self) -> str:
         if self.kind == "resident":
             return f"experts: resident, {format_bytes(self.resident_bytes)}"
-        return (f"experts: streamed, cache {format_bytes(self.resident_bytes)} of "
-                f"{format_bytes(self.capacity_bytes)} (budget {format_bytes(self.budget_bytes)}"
-                f" of {format_bytes(self.routed_bytes)} routed) | hits {self.hits}, misses "
-                f"{self.misses} ({self.hit_rate:.1%} hit), evictions {self.evictions} | read "
-                f"{self.bytes_read / 2**20:.1f} MiB in {self.reads} reads, "
-                f"{self.read_gbps:.2f} GB/s | prefetch {self.prefetch_used}/{self.prefetched} "
-                f"used | warm {self.warm_loaded}")
+        return (
+            f"experts: streamed, cache {format_bytes(self.resident_bytes)} of "
+            f"{format_bytes(self.capacity_bytes)} (budget {format_bytes(self.budget_bytes)}"
+            f" of {format_bytes(self.routed_bytes)} routed) | hits {self.hits}, misses "
+            f"{self.misses} ({self.hit_rate:.1%} hit), evictions {self.evictions} | read "
+            f"{self.bytes_read / 2**20:.1f} MiB in {self.reads} reads, "
+            f"{self.read_gbps:.2f} GB/s | prefetch {self.prefetch_used}/{self.prefetched} "
+            f"used | warm {self.warm_loaded}"
+        )
 
 
 class LayerExperts(ABC):
@@ -109,8 +111,9 @@ class ExpertStore(ABC):
     """Where routed experts live; one per loaded model."""
 
     @abstractmethod
-    def layer(self, names: tuple[str, str, str], load: Callable[[str], Weight],
-              n_used: int) -> LayerExperts:
+    def layer(
+        self, names: tuple[str, str, str], load: Callable[[str], Weight], n_used: int
+    ) -> LayerExperts:
         """The layer whose stacked gate/up/down tensors are ``names`` (already shape-checked);
         ``load`` loads a tensor as a resident weight; ``n_used`` experts route each token."""
 

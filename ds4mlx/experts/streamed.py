@@ -102,8 +102,10 @@ class _ExpertRead:
     (decode with a good hit rate) converts on several cores at once instead of one."""
 
     def __init__(self, store: StreamedStore, layer: _StreamedLayer, expert: int):
-        self.parts = [store.executor.submit(store.reader.read_tensor, tensor, expert)
-                      for tensor in layer.tensors]
+        self.parts = [
+            store.executor.submit(store.reader.read_tensor, tensor, expert)
+            for tensor in layer.tensors
+        ]
 
     def result(self) -> tuple[HostWeight, ...]:
         return tuple(part.result() for part in self.parts)
@@ -139,8 +141,14 @@ class _Pool:
 
 
 class _StreamedLayer(LayerExperts):
-    def __init__(self, store: StreamedStore, prefix: str, tensors: tuple[ExpertTensor, ...],
-                 n_used: int, key_base: int):
+    def __init__(
+        self,
+        store: StreamedStore,
+        prefix: str,
+        tensors: tuple[ExpertTensor, ...],
+        n_used: int,
+        key_base: int,
+    ):
         self.store = store
         self.prefix = prefix
         self.tensors = tensors
@@ -172,8 +180,9 @@ class StreamedStore(ExpertStore):
         self.mode = mode
         self.options = options
         self.reader = ExpertReader(gguf.path, mode)
-        self.executor = ThreadPoolExecutor(options.read_threads,
-                                           thread_name_prefix="ds4mlx-experts")
+        self.executor = ThreadPoolExecutor(
+            options.read_threads, thread_name_prefix="ds4mlx-experts"
+        )
         self.layers: list[_StreamedLayer] = []
         self.pools: list[_Pool] = []
         self.n_keys = 0
@@ -184,19 +193,23 @@ class StreamedStore(ExpertStore):
 
     # -- registration and sizing -------------------------------------------------------------
 
-    def layer(self, names: tuple[str, str, str], load: Callable[[str], Weight],
-              n_used: int) -> LayerExperts:
+    def layer(
+        self, names: tuple[str, str, str], load: Callable[[str], Weight], n_used: int
+    ) -> LayerExperts:
         if self.started:
             raise RuntimeError("expert layers must all be registered before the first use")
         layout = self.gguf.layout.tensors
         missing = [n for n in names if n not in layout]
         if missing:
             raise GGUFError(f"{self.gguf.path}: missing tensor '{missing[0]}'")
-        tensors = tuple(ExpertTensor.from_info(self.gguf.path, layout[n], self.reader.file_size)
-                        for n in names)
+        tensors = tuple(
+            ExpertTensor.from_info(self.gguf.path, layout[n], self.reader.file_size) for n in names
+        )
         if len({t.n_experts for t in tensors}) != 1:
-            raise GGUFError(f"{self.gguf.path}: expert tensors {', '.join(names)} disagree on "
-                            "the number of experts")
+            raise GGUFError(
+                f"{self.gguf.path}: expert tensors {', '.join(names)} disagree on "
+                "the number of experts"
+            )
         prefix = names[0].rsplit(".", 2)[0]
         layer = _StreamedLayer(self, prefix, tensors, n_used, self.n_keys)
         if not 0 < n_used <= layer.n_experts:
@@ -225,12 +238,14 @@ class StreamedStore(ExpertStore):
         if budget < minimum:
             raise ValueError(
                 f"expert cache of {format_bytes(budget)} is below the minimum "
-                f"{format_bytes(minimum)} (one layer's top-{max(minimums)} experts)")
+                f"{format_bytes(minimum)} (one layer's top-{max(minimums)} experts)"
+            )
         self.budget_bytes = budget
         spare = budget - minimum
         half_life = HALF_LIFE_STEPS * len(self.layers)
         for layers, template, size, total, low in zip(
-                groups.values(), templates, slot_bytes, totals, minimums, strict=True):
+            groups.values(), templates, slot_bytes, totals, minimums, strict=True
+        ):
             share = size * total / self.routed_bytes
             slots = min(total, low + int(spare * share // size))
             staging = reserved = 0
@@ -244,24 +259,33 @@ class StreamedStore(ExpertStore):
                 reserved = min(2 * window + WRITE_SLOTS, slots - low)  # none at the minimum
                 slots -= reserved
                 if self.options.prefetch:
-                    staging = min(max(layer.n_experts for layer in layers),
-                                  int((slots - low) * STAGING_SHARE))
+                    staging = min(
+                        max(layer.n_experts for layer in layers), int((slots - low) * STAGING_SHARE)
+                    )
                     slots -= staging
-            pool = _Pool(layers, capacity=slots, staging=staging, window=window,
-                         reserved=reserved, decode_batch=_decode_batch(template, layers[0]))
+            pool = _Pool(
+                layers,
+                capacity=slots,
+                staging=staging,
+                window=window,
+                reserved=reserved,
+                decode_batch=_decode_batch(template, layers[0]),
+            )
             pool.slab = _Slab(template, slots)
             pool.policy = SlotPolicy(self.n_keys, slots, half_life)
             for layer in layers:
                 layer.pool = pool
             self.pools.append(pool)
         self._stats.capacity_bytes = sum(
-            (p.capacity + p.staging + p.reserved) * p.slab.slot_bytes for p in self.pools)
+            (p.capacity + p.staging + p.reserved) * p.slab.slot_bytes for p in self.pools
+        )
         # Each reader thread converts about one slot's worth at a time.
         _configure_malloc(self.options.read_threads * max(p.slab.slot_bytes for p in self.pools))
         # MLX keeps freed buffers for reuse: the copies of written experts and activation
         # buffers would sit outside the budget. A few slots' worth is enough to reuse them.
-        mx.set_cache_limit(min(mx.set_cache_limit(0), MLX_CACHE_SLOTS * max(
-            p.slab.slot_bytes for p in self.pools)))
+        mx.set_cache_limit(
+            min(mx.set_cache_limit(0), MLX_CACHE_SLOTS * max(p.slab.slot_bytes for p in self.pools))
+        )
         if self.options.hotlist is not None and self.options.hotlist.exists():
             self.load_hotlist(self.options.hotlist)
         elif self.options.hotlist is not None and not self.options.save_hotlist:
@@ -298,8 +322,9 @@ class StreamedStore(ExpertStore):
         self._stats.hits += int(cached.sum())
         self._stats.misses += int((~cached).sum())
         self._drop_unwanted_prefetches(layer, pool, keys)
-        batch = pool.capacity if pool.decode_batch is None else \
-            min(pool.capacity, pool.decode_batch)
+        batch = (
+            pool.capacity if pool.decode_batch is None else min(pool.capacity, pool.decode_batch)
+        )
         if len(experts) <= batch:
             slots = self._ensure(layer, pool, keys)
             if pool.decode_batch is None:
@@ -375,8 +400,9 @@ class StreamedStore(ExpertStore):
             pool.inflight[key] = _ExpertRead(self, layer, expert)
             self._stats.prefetched += 1
 
-    def _drop_unwanted_prefetches(self, layer: _StreamedLayer, pool: _Pool,
-                                  keys: np.ndarray) -> None:
+    def _drop_unwanted_prefetches(
+        self, layer: _StreamedLayer, pool: _Pool, keys: np.ndarray
+    ) -> None:
         """Hinted reads for this layer that its routing does not need: cancel or let drain."""
         wanted = set(keys.tolist())
         end = layer.key_base + layer.n_experts
@@ -397,14 +423,26 @@ class StreamedStore(ExpertStore):
         entries = []
         for pool in self.pools:
             keys, hot = pool.policy.hottest()
-            pool_keys = {k for layer in pool.layers
-                         for k in range(layer.key_base, layer.key_base + layer.n_experts)}
-            entries += [(float(h), *by_key[int(k)]) for k, h in zip(keys, hot, strict=True)
-                        if int(k) in pool_keys]
+            pool_keys = {
+                k
+                for layer in pool.layers
+                for k in range(layer.key_base, layer.key_base + layer.n_experts)
+            }
+            entries += [
+                (float(h), *by_key[int(k)])
+                for k, h in zip(keys, hot, strict=True)
+                if int(k) in pool_keys
+            ]
         entries.sort(key=lambda e: -e[0])
-        document = {"format": HOTLIST_FORMAT, "version": 1, "model": self.gguf.path.name,
-                    "experts": [{"layer": layer, "expert": expert, "hotness": round(hot, 6)}
-                                for hot, layer, expert in entries]}
+        document = {
+            "format": HOTLIST_FORMAT,
+            "version": 1,
+            "model": self.gguf.path.name,
+            "experts": [
+                {"layer": layer, "expert": expert, "hotness": round(hot, 6)}
+                for hot, layer, expert in entries
+            ],
+        }
         Path(path).write_text(json.dumps(document, indent=1) + "\n")
         return len(entries)
 
@@ -429,13 +467,21 @@ class StreamedStore(ExpertStore):
                 layer = layers[entry["layer"]]
                 expert, hot = entry["expert"], float(entry["hotness"])
             except (KeyError, TypeError, ValueError):
-                raise ValueError(f"expert hot-list {path}: entry {n} ({entry!r}) does not name "
-                                 "a routed-expert layer of this model with an expert and a "
-                                 "hotness") from None
-            if not isinstance(expert, int) or not 0 <= expert < layer.n_experts \
-                    or not math.isfinite(hot) or hot < 0:
-                raise ValueError(f"expert hot-list {path}: entry {n} ({entry!r}) is out of "
-                                 f"range ({layer.n_experts} experts, hotness >= 0)")
+                raise ValueError(
+                    f"expert hot-list {path}: entry {n} ({entry!r}) does not name "
+                    "a routed-expert layer of this model with an expert and a "
+                    "hotness"
+                ) from None
+            if (
+                not isinstance(expert, int)
+                or not 0 <= expert < layer.n_experts
+                or not math.isfinite(hot)
+                or hot < 0
+            ):
+                raise ValueError(
+                    f"expert hot-list {path}: entry {n} ({entry!r}) is out of "
+                    f"range ({layer.n_experts} experts, hotness >= 0)"
+                )
             seeded.append((hot, layer, expert))
         read = 0
         for pool in self.pools:
@@ -465,14 +511,18 @@ class StreamedStore(ExpertStore):
         s.read_seconds = self.reader.read_seconds
         s.budget_bytes = self.budget_bytes
         s.routed_bytes = self.routed_bytes
-        s.resident_bytes = sum(int((p.policy.slot_key >= 0).sum()) * p.slab.slot_bytes
-                               for p in self.pools)
+        s.resident_bytes = sum(
+            int((p.policy.slot_key >= 0).sum()) * p.slab.slot_bytes for p in self.pools
+        )
         return ExpertStats(**{f.name: getattr(s, f.name) for f in fields(s)})
 
     def close(self) -> None:
         # Only after routing steps ran: a failed or idle run must not overwrite a hot-list.
-        if self.options.save_hotlist and self.options.hotlist is not None \
-                and self._stats.routing_steps:
+        if (
+            self.options.save_hotlist
+            and self.options.hotlist is not None
+            and self._stats.routing_steps
+        ):
             self.save_hotlist(self.options.hotlist)
         self.executor.shutdown(wait=True, cancel_futures=True)
         self.reader.close()

@@ -95,8 +95,9 @@ def host_weight(
     convert, bits, quant_mode = _CONVERTERS[qtype]
     parts = _convert_in_chunks(rows, convert)
     outer = shape[:-1]
-    return HostWeight("quantized", tuple(p.reshape(*outer, -1) for p in parts), qtype, bits,
-                      quant_mode)
+    return HostWeight(
+        "quantized", tuple(p.reshape(*outer, -1) for p in parts), qtype, bits, quant_mode
+    )
 
 
 def resident_nbytes(qtype: GGMLQuantizationType, shape: Sequence[int], mode: str) -> int:
@@ -133,8 +134,14 @@ def to_device(host: HostWeight, arrays: Sequence[mx.array] | None = None) -> Wei
     if host.kind == "packed":
         return PackedWeight(arrays[0], host.qtype)
     packed, scales, *rest = arrays
-    return QuantizedWeight(packed=packed, scales=scales, biases=rest[0] if rest else None,
-                           bits=host.bits, group_size=GROUP_SIZE, mode=host.mode)
+    return QuantizedWeight(
+        packed=packed,
+        scales=scales,
+        biases=rest[0] if rest else None,
+        bits=host.bits,
+        group_size=GROUP_SIZE,
+        mode=host.mode,
+    )
 
 
 def load_weight(

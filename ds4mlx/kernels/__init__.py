@@ -134,9 +134,13 @@ def linear_many(x: mx.array, weights: list[Weight], rows: int | None = None) -> 
 
 def _rows_linear_applies(x: mx.array, stored: list[mx.array]) -> bool:
     """Whether x times these frozen [in, out] matrices takes the native row-by-row matmul."""
-    return (x.ndim == 2 and x.shape[0] <= ROWS_LINEAR_MAX and x.dtype == mx.float32
-            and all(s.ndim == 2 and s.dtype == mx.float32 for s in stored)
-            and _native_cpu_ops() is not None)
+    return (
+        x.ndim == 2
+        and x.shape[0] <= ROWS_LINEAR_MAX
+        and x.dtype == mx.float32
+        and all(s.ndim == 2 and s.dtype == mx.float32 for s in stored)
+        and _native_cpu_ops() is not None
+    )
 
 
 def gather_linear(
@@ -201,8 +205,9 @@ def sinkhorn(comb: mx.array, iters: int, eps: float) -> mx.array:
     return _backend.sinkhorn(comb, iters, eps)
 
 
-def hc_mixes(mixes: mx.array, scale: mx.array, base: mx.array, hc: int, iters: int,
-             eps: float) -> tuple[mx.array, mx.array, mx.array]:
+def hc_mixes(
+    mixes: mx.array, scale: mx.array, base: mx.array, hc: int, iters: int, eps: float
+) -> tuple[mx.array, mx.array, mx.array]:
     """One mHC site's (pre, post, comb) from its projected mixes (``twins.hc_mixes`` says
     how): one native primitive on the CPU, the Sinkhorn in one Metal launch on Metal."""
     if _native_cpu_ops() is not None:
@@ -212,8 +217,16 @@ def hc_mixes(mixes: mx.array, scale: mx.array, base: mx.array, hc: int, iters: i
     return twins.hc_mixes(mixes, scale, base, hc, iters, eps, sinkhorn_fn=_backend.sinkhorn)
 
 
-def hc_pre(x: mx.array, fn: Weight, scale: mx.array, base: mx.array, hc: int, iters: int,
-           eps: float, norm_eps: float) -> tuple[mx.array, mx.array, mx.array] | None:
+def hc_pre(
+    x: mx.array,
+    fn: Weight,
+    scale: mx.array,
+    base: mx.array,
+    hc: int,
+    iters: int,
+    eps: float,
+    norm_eps: float,
+) -> tuple[mx.array, mx.array, mx.array] | None:
     """A whole mHC site before its block as one native primitive on the CPU
     (``twins.hc_pre`` says what it computes): (block input [T, D], post, comb). None where
     that does not apply (not on the CPU, ``fn`` not a float32 array)."""
@@ -223,8 +236,7 @@ def hc_pre(x: mx.array, fn: Weight, scale: mx.array, base: mx.array, hc: int, it
         return None
     # A frozen matrix's [in, out] memory as stored (else a transposed view, read as a copy).
     if _INFERENCE.get():
-        return tuple(native_ops().hc_pre(x, _transposed(fn), scale, base, hc, iters, eps,
-                                         norm_eps))
+        return tuple(native_ops().hc_pre(x, _transposed(fn), scale, base, hc, iters, eps, norm_eps))
     return _native_hc_pre(hc, iters, eps, norm_eps)(x, _transposed(fn), scale, base)
 
 
@@ -239,12 +251,16 @@ def hc_expand(out: mx.array, residual: mx.array, post: mx.array, comb: mx.array)
 
 
 @cache
-def _native_hc_pre(hc: int, iters: int, eps: float, norm_eps: float
-                   ) -> Callable[..., tuple[mx.array, ...]]:
+def _native_hc_pre(
+    hc: int, iters: int, eps: float, norm_eps: float
+) -> Callable[..., tuple[mx.array, ...]]:
     ops = native_ops()
-    return mx.compile(with_twin_gradient(
-        lambda x, f, s, b: tuple(ops.hc_pre(x, f, s, b, hc, iters, eps, norm_eps)),
-        lambda x, f, s, b: twins.hc_pre(x, f, s, b, hc, iters, eps, norm_eps)))
+    return mx.compile(
+        with_twin_gradient(
+            lambda x, f, s, b: tuple(ops.hc_pre(x, f, s, b, hc, iters, eps, norm_eps)),
+            lambda x, f, s, b: twins.hc_pre(x, f, s, b, hc, iters, eps, norm_eps),
+        )
+    )
 
 
 @cache
@@ -253,11 +269,26 @@ def _native_hc_expand() -> Callable[..., mx.array]:
     return mx.compile(with_twin_gradient(ops.hc_expand, twins.hc_expand))
 
 
-def moe_tile(logits: mx.array, x: mx.array, gate: Weight, up: Weight, down: Weight,
-             shared_gate: mx.array, shared_up: mx.array, shared_down: Weight,
-             bias: mx.array | None, hashed: mx.array | None, rows: int, *, n_used: int,
-             func: int, normalize: bool, scale: float, limit: float, shared_limit: float
-             ) -> mx.array | None:
+def moe_tile(
+    logits: mx.array,
+    x: mx.array,
+    gate: Weight,
+    up: Weight,
+    down: Weight,
+    shared_gate: mx.array,
+    shared_up: mx.array,
+    shared_down: Weight,
+    bias: mx.array | None,
+    hashed: mx.array | None,
+    rows: int,
+    *,
+    n_used: int,
+    func: int,
+    normalize: bool,
+    scale: float,
+    limit: float,
+    shared_limit: float,
+) -> mx.array | None:
     """A decode tile's whole FFN as one native primitive in inference on the CPU: for the first
     ``rows`` rows of x [T, D], the routing from the router ``logits`` [T, E] (gating function
     ``func``, selection ``bias`` [E] or the ``hashed`` experts [T, k]) and the weighted sum of
@@ -266,43 +297,89 @@ def moe_tile(logits: mx.array, x: mx.array, gate: Weight, up: Weight, down: Weig
     computes with ``route``, ``routed_experts`` and ``SwiGLU`` (the twins). None where it does
     not apply (not in inference on the CPU, weights not float32 arrays)."""
     down_t = _frozen(shared_down) if isinstance(shared_down, mx.array) else None
-    if not (_INFERENCE.get() and _native_cpu_ops() is not None and down_t is not None
-            and all(isinstance(w, mx.array) and w.dtype == mx.float32
-                    for w in (gate, up, down, down_t))):
+    if not (
+        _INFERENCE.get()
+        and _native_cpu_ops() is not None
+        and down_t is not None
+        and all(isinstance(w, mx.array) and w.dtype == mx.float32 for w in (gate, up, down, down_t))
+    ):
         return None
-    return native_ops().moe_tile(logits, x, gate, up, down, shared_gate, shared_up, down_t,
-                                 bias, hashed, rows, n_used, func, normalize, scale, limit,
-                                 shared_limit)
+    return native_ops().moe_tile(
+        logits,
+        x,
+        gate,
+        up,
+        down,
+        shared_gate,
+        shared_up,
+        down_t,
+        bias,
+        hashed,
+        rows,
+        n_used,
+        func,
+        normalize,
+        scale,
+        limit,
+        shared_limit,
+    )
 
 
-def moe_route(logits: mx.array, bias: mx.array | None, hashed: mx.array | None, rows: int, *,
-              n_used: int, func: int, normalize: bool, scale: float
-              ) -> tuple[mx.array, mx.array] | None:
+def moe_route(
+    logits: mx.array,
+    bias: mx.array | None,
+    hashed: mx.array | None,
+    rows: int,
+    *,
+    n_used: int,
+    func: int,
+    normalize: bool,
+    scale: float,
+) -> tuple[mx.array, mx.array] | None:
     """``moe_tile``'s routing alone (the experts [T, k] and their weights for the first
     ``rows`` rows), for experts that are not all resident; None where it does not apply."""
     if not (_INFERENCE.get() and _native_cpu_ops() is not None):
         return None
-    indices, weights = native_ops().moe_route(logits, bias, hashed, rows, n_used, func,
-                                              normalize, scale)
+    indices, weights = native_ops().moe_route(
+        logits, bias, hashed, rows, n_used, func, normalize, scale
+    )
     return indices, weights
 
 
-def moe_combine(expert_out: mx.array, weights: mx.array, shared_gate: mx.array,
-                shared_up: mx.array, shared_down: Weight, shared_limit: float
-                ) -> mx.array | None:
+def moe_combine(
+    expert_out: mx.array,
+    weights: mx.array,
+    shared_gate: mx.array,
+    shared_up: mx.array,
+    shared_down: Weight,
+    shared_limit: float,
+) -> mx.array | None:
     """``moe_tile``'s sum alone: the routed experts' outputs [R, k, D] of the first R rows
     weighted and summed, plus the shared expert ([T, D], zeros past R); None where it does not
     apply."""
     down_t = _frozen(shared_down) if isinstance(shared_down, mx.array) else None
-    if not (_INFERENCE.get() and _native_cpu_ops() is not None and down_t is not None
-            and down_t.dtype == mx.float32):
+    if not (
+        _INFERENCE.get()
+        and _native_cpu_ops() is not None
+        and down_t is not None
+        and down_t.dtype == mx.float32
+    ):
         return None
-    return native_ops().moe_combine(expert_out, weights, shared_gate, shared_up, down_t,
-                                    shared_limit)
+    return native_ops().moe_combine(
+        expert_out, weights, shared_gate, shared_up, down_t, shared_limit
+    )
 
 
-def routed_experts(x: mx.array, gate: Weight, up: Weight, down: Weight, indices: mx.array,
-                   limit: float, *, row_invariant: bool) -> mx.array | None:
+def routed_experts(
+    x: mx.array,
+    gate: Weight,
+    up: Weight,
+    down: Weight,
+    indices: mx.array,
+    limit: float,
+    *,
+    row_invariant: bool,
+) -> mx.array | None:
     """Every (token, slot) pair's routed SwiGLU expert output [T, k, D] as one fused native
     operation on the CPU (``twins.routed_experts`` says what it computes): the pairs of one
     expert share one GEMM, unless ``row_invariant`` asks for every row on its own (decode
@@ -320,44 +397,62 @@ def routed_experts(x: mx.array, gate: Weight, up: Weight, down: Weight, indices:
 @cache
 def _native_routed_experts(limit: float, grouped: bool) -> Callable[..., mx.array]:
     ops = native_ops()
-    return mx.compile(with_twin_gradient(
-        lambda x, g, u, d, i: ops.routed_experts(x, g, u, d, i, limit, grouped),
-        lambda x, g, u, d, i: twins.routed_experts(x, g, u, d, i, limit),
-        constants=(4,)))
+    return mx.compile(
+        with_twin_gradient(
+            lambda x, g, u, d, i: ops.routed_experts(x, g, u, d, i, limit, grouped),
+            lambda x, g, u, d, i: twins.routed_experts(x, g, u, d, i, limit),
+            constants=(4,),
+        )
+    )
 
 
 @cache
 def _native_sparse_attention(scale: float) -> Callable[..., mx.array]:
     ops = native_ops()
-    return mx.compile(with_twin_gradient(
-        lambda q, w, r, c, i, s: ops.sparse_attention(q, w, r, c, i, s, scale),
-        lambda q, w, r, c, i, s: twins.sparse_attention(q, w, r, c, i, s, scale),
-        constants=(2, 4)))
+    return mx.compile(
+        with_twin_gradient(
+            lambda q, w, r, c, i, s: ops.sparse_attention(q, w, r, c, i, s, scale),
+            lambda q, w, r, c, i, s: twins.sparse_attention(q, w, r, c, i, s, scale),
+            constants=(2, 4),
+        )
+    )
 
 
 @cache
 def _native_hc_mixes(hc: int, iters: int, eps: float) -> Callable[..., tuple[mx.array, ...]]:
     # Compiled, the gradient wrapper costs one primitive (four uncompiled).
     ops = native_ops()
-    return mx.compile(with_twin_gradient(
-        lambda m, s, b: tuple(ops.hc_mixes(m, s, b, hc, iters, eps)),
-        lambda m, s, b: twins.hc_mixes(m, s, b, hc, iters, eps)))
+    return mx.compile(
+        with_twin_gradient(
+            lambda m, s, b: tuple(ops.hc_mixes(m, s, b, hc, iters, eps)),
+            lambda m, s, b: twins.hc_mixes(m, s, b, hc, iters, eps),
+        )
+    )
 
 
-def sparse_attention(q: mx.array, window: mx.array, window_range: mx.array, comp: mx.array,
-                     comp_index: mx.array, sinks: mx.array, scale: float) -> mx.array:
+def sparse_attention(
+    q: mx.array,
+    window: mx.array,
+    window_range: mx.array,
+    comp: mx.array,
+    comp_index: mx.array,
+    sinks: mx.array,
+    scale: float,
+) -> mx.array:
     """Attention of each row over its window range and its selected compressed rows
     (``twins.sparse_attention`` says how). Each row's result depends on its own keys only."""
     if _native_cpu_ops() is not None and q.dtype == mx.float32:
         if _INFERENCE.get():
-            return native_ops().sparse_attention(q, window, window_range, comp, comp_index,
-                                                 sinks, scale)
+            return native_ops().sparse_attention(
+                q, window, window_range, comp, comp_index, sinks, scale
+            )
         return _native_sparse_attention(scale)(q, window, window_range, comp, comp_index, sinks)
     return _backend.sparse_attention(q, window, window_range, comp, comp_index, sinks, scale)
 
 
-def indexer_top_k(q: mx.array, weights: mx.array, keys: mx.array, visible: mx.array,
-                  top_k: int) -> mx.array:
+def indexer_top_k(
+    q: mx.array, weights: mx.array, keys: mx.array, visible: mx.array, top_k: int
+) -> mx.array:
     """The lightning indexer's top-k blocks for each row on its own (``twins.indexer_top_k``
     says how): one native primitive on the CPU for the whole tile, a loop over rows else."""
     if _native_cpu_ops() is None or keys.dtype != mx.float32:
@@ -385,14 +480,18 @@ def grouped_linear(x: mx.array, w: Weight, rows: int | None = None) -> mx.array:
     return mx.swapaxes(linear(grouped, w), 0, 1).reshape(tokens, -1)
 
 
-def grow_rows(cached: Sequence[mx.array], new: Sequence[mx.array], take: int, keep: int
-              ) -> list[mx.array]:
+def grow_rows(
+    cached: Sequence[mx.array], new: Sequence[mx.array], take: int, keep: int
+) -> list[mx.array]:
     """For each pair: the rows of ``cached[i]`` followed by the first ``take`` rows of
     ``new[i]``, of which the last ``keep`` (all if fewer): a cache growing by a chunk. One
     native primitive for all pairs in inference on the CPU; MLX slices and concatenations
     (differentiable) else."""
-    if (_INFERENCE.get() and _native_cpu_ops() is not None
-            and all(a.ndim == 2 and a.dtype == mx.float32 for a in (*cached, *new))):
+    if (
+        _INFERENCE.get()
+        and _native_cpu_ops() is not None
+        and all(a.ndim == 2 and a.dtype == mx.float32 for a in (*cached, *new))
+    ):
         return native_ops().grow_rows(list(cached), list(new), take, keep)
     out = []
     for old, fresh in zip(cached, new, strict=True):
@@ -401,16 +500,29 @@ def grow_rows(cached: Sequence[mx.array], new: Sequence[mx.array], take: int, ke
     return out
 
 
-def rotary(x: mx.array, cos: np.ndarray | mx.array, sin: np.ndarray | mx.array, offset: int,
-           n_dims: int, interleaved: bool, inverse: bool) -> mx.array | None:
+def rotary(
+    x: mx.array,
+    cos: np.ndarray | mx.array,
+    sin: np.ndarray | mx.array,
+    offset: int,
+    n_dims: int,
+    interleaved: bool,
+    inverse: bool,
+) -> mx.array | None:
     """``models.rope.RoPE.apply`` (its formula is the twin) as one native primitive on the CPU,
     from the angle tables cos/sin [T, n_dims / 2] (host or MLX arrays); None where that does
     not apply (not on the CPU, x not float32)."""
     if x.dtype != mx.float32 or _native_cpu_ops() is None:
         return None
-    return native_ops().rope(x, mx.array(cos) if isinstance(cos, np.ndarray) else cos,
-                             mx.array(sin) if isinstance(sin, np.ndarray) else sin, offset,
-                             n_dims, interleaved, inverse)
+    return native_ops().rope(
+        x,
+        mx.array(cos) if isinstance(cos, np.ndarray) else cos,
+        mx.array(sin) if isinstance(sin, np.ndarray) else sin,
+        offset,
+        n_dims,
+        interleaved,
+        inverse,
+    )
 
 
 def dequantize(w: Weight) -> mx.array:

@@ -16,8 +16,11 @@ def _as_list(values: mx.array | Sequence[mx.array]) -> list[mx.array]:
     return [values] if isinstance(values, mx.array) else list(values)
 
 
-def with_twin_gradient(kernel_call: Callable[..., object], twin_call: Callable[..., object],
-                       constants: tuple[int, ...] = ()) -> Callable[..., object]:
+def with_twin_gradient(
+    kernel_call: Callable[..., object],
+    twin_call: Callable[..., object],
+    constants: tuple[int, ...] = (),
+) -> Callable[..., object]:
     """``kernel_call`` for values, differentiated through ``twin_call``; either may return one
     array or a tuple of them. The inputs at positions ``constants`` (integer ranges and indices)
     get zero cotangents."""
@@ -36,10 +39,12 @@ def with_twin_gradient(kernel_call: Callable[..., object], twin_call: Callable[.
                 full[i] = value
             return _as_list(twin_call(*full))
 
-        grads = iter(mx.vjp(twin_of_varying, [primals[i] for i in varying],
-                            _as_list(cotangents))[1])
-        result = tuple(mx.zeros_like(p) if i in constants else next(grads)
-                       for i, p in enumerate(primals))
+        grads = iter(
+            mx.vjp(twin_of_varying, [primals[i] for i in varying], _as_list(cotangents))[1]
+        )
+        result = tuple(
+            mx.zeros_like(p) if i in constants else next(grads) for i, p in enumerate(primals)
+        )
         return result[0] if lone else result
 
     return function

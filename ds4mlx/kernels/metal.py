@@ -90,7 +90,9 @@ def gather_linear(
 def _body_kernel(name: str, inputs: tuple[str, ...]):
     """A kernel whose whole body is ``metal/<name>.metal``."""
     return mx.fast.metal_kernel(
-        name=f"ds4_{name}", input_names=list(inputs), output_names=["out"],
+        name=f"ds4_{name}",
+        input_names=list(inputs),
+        output_names=["out"],
         source=(METAL_SOURCE_DIR / f"{name}.metal").read_text(),
     )
 
@@ -103,8 +105,9 @@ def sinkhorn(comb: mx.array, iters: int, eps: float) -> mx.array:
 @cache
 def _sinkhorn_function(iters: int, eps: float):
     # Built once per model configuration, not once per layer call: Sinkhorn runs twice a layer.
-    return with_twin_gradient(lambda c: _sinkhorn_kernel(c, iters, eps),
-                               lambda c: twins.sinkhorn(c, iters, eps))
+    return with_twin_gradient(
+        lambda c: _sinkhorn_kernel(c, iters, eps), lambda c: twins.sinkhorn(c, iters, eps)
+    )
 
 
 def _sinkhorn_kernel(comb: mx.array, iters: int, eps: float) -> mx.array:
@@ -122,8 +125,15 @@ def _sinkhorn_kernel(comb: mx.array, iters: int, eps: float) -> mx.array:
     return out.reshape(comb.shape)
 
 
-def sparse_attention(q: mx.array, window: mx.array, window_range: mx.array, comp: mx.array,
-                     comp_index: mx.array, sinks: mx.array, scale: float) -> mx.array:
+def sparse_attention(
+    q: mx.array,
+    window: mx.array,
+    window_range: mx.array,
+    comp: mx.array,
+    comp_index: mx.array,
+    sinks: mx.array,
+    scale: float,
+) -> mx.array:
     """``twins.sparse_attention`` without the gathered key copy; head dims that are not a
     multiple of the SIMD width fall back to the twin."""
     if q.shape[-1] % SIMD_WIDTH:
@@ -138,21 +148,35 @@ def _sparse_attention_function(scale: float):
     return with_twin_gradient(
         lambda q, w, r, c, i, s: _sparse_attention_kernel(q, w, r, c, i, s, scale),
         lambda q, w, r, c, i, s: twins.sparse_attention(q, w, r, c, i, s, scale),
-        constants=(2, 4))
+        constants=(2, 4),
+    )
 
 
-def _sparse_attention_kernel(q: mx.array, window: mx.array, window_range: mx.array,
-                             comp: mx.array, comp_index: mx.array, sinks: mx.array,
-                             scale: float) -> mx.array:
+def _sparse_attention_kernel(
+    q: mx.array,
+    window: mx.array,
+    window_range: mx.array,
+    comp: mx.array,
+    comp_index: mx.array,
+    sinks: mx.array,
+    scale: float,
+) -> mx.array:
     tokens, heads, dim = q.shape
     if comp.shape[0] == 0:  # an empty input cannot be bound; no slot may point into it
         comp = mx.zeros((1, dim), q.dtype)
         comp_index = mx.full(comp_index.shape, -1, mx.int32)
-    return _body_kernel("sparse_attention", ("q", "window", "window_range", "comp",
-                                             "comp_index", "sinks", "scale"))(
-        inputs=[q, window.astype(q.dtype), window_range.astype(mx.int32), comp.astype(q.dtype),
-                comp_index.astype(mx.int32), sinks.astype(mx.float32),
-                mx.array([scale], dtype=mx.float32)],
+    return _body_kernel(
+        "sparse_attention", ("q", "window", "window_range", "comp", "comp_index", "sinks", "scale")
+    )(
+        inputs=[
+            q,
+            window.astype(q.dtype),
+            window_range.astype(mx.int32),
+            comp.astype(q.dtype),
+            comp_index.astype(mx.int32),
+            sinks.astype(mx.float32),
+            mx.array([scale], dtype=mx.float32),
+        ],
         template=[("T_", q.dtype), ("D", dim), ("K", comp_index.shape[1])],
         grid=(SIMD_WIDTH, heads, tokens),
         threadgroup=(SIMD_WIDTH, 1, 1),

@@ -85,7 +85,8 @@ def _cmake() -> str:
 
 def _built_module(directory: Path) -> Path | None:
     found = sorted(directory.glob(f"{MODULE_NAME}*.so")) + sorted(
-        directory.glob(f"{MODULE_NAME}*.pyd"))
+        directory.glob(f"{MODULE_NAME}*.pyd")
+    )
     return found[0] if found else None
 
 
@@ -97,8 +98,15 @@ def build(target: Path) -> Path:
         build_dir = Path(tmp) / "build"
         log_path = target.parent / f"{target.name}.log"
         commands = [
-            [_cmake(), "-S", str(SOURCE_DIR), "-B", str(build_dir),
-             f"-DPython_EXECUTABLE={sys.executable}", "-DCMAKE_BUILD_TYPE=Release"],
+            [
+                _cmake(),
+                "-S",
+                str(SOURCE_DIR),
+                "-B",
+                str(build_dir),
+                f"-DPython_EXECUTABLE={sys.executable}",
+                "-DCMAKE_BUILD_TYPE=Release",
+            ],
             [_cmake(), "--build", str(build_dir), "-j", str(os.cpu_count() or 1)],
         ]
         with open(log_path, "w") as log:
@@ -156,13 +164,14 @@ def native_ops() -> ModuleType | None:
                 fcntl.flock(lock, fcntl.LOCK_EX)
                 module_path = _built_module(target) if target.is_dir() else None
                 if module_path is None:
-                    print("ds4mlx: building the native CPU operations (once)...",
-                          file=sys.stderr)
+                    print("ds4mlx: building the native CPU operations (once)...", file=sys.stderr)
                     module_path = build(target)
         module = _import(module_path)
         _check(module)
         return module
     except Exception as exc:  # any failure leaves the twins in use, said once
-        print(f"ds4mlx: native CPU operations unavailable ({exc}); using the MLX twins",
-              file=sys.stderr)
+        print(
+            f"ds4mlx: native CPU operations unavailable ({exc}); using the MLX twins",
+            file=sys.stderr,
+        )
         return None

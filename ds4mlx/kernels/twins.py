@@ -177,8 +177,9 @@ def swiglu(gate: mx.array, up: mx.array, limit: float = 0.0) -> mx.array:
     return nn.silu(gate) * up
 
 
-def routed_experts(x: mx.array, gate: mx.array, up: mx.array, down: mx.array,
-                   indices: mx.array, limit: float) -> mx.array:
+def routed_experts(
+    x: mx.array, gate: mx.array, up: mx.array, down: mx.array, indices: mx.array, limit: float
+) -> mx.array:
     """Every (token, slot) pair's routed SwiGLU expert output [T, k, D]:
     ``down_e(swiglu(gate_e x[t], up_e x[t]))`` with ``e = indices[t, k]``, on stacked weights as
     GGUF stores them (gate/up [E, F, D], down [E, D, F]); one gathered matmul per pair."""
@@ -191,9 +192,15 @@ def routed_experts(x: mx.array, gate: mx.array, up: mx.array, down: mx.array,
     return gathered(hidden, down).reshape(*indices.shape, -1)
 
 
-def hc_mixes(mixes: mx.array, scale: mx.array, base: mx.array, hc: int, iters: int, eps: float,
-             sinkhorn_fn: Callable[[mx.array, int, float], mx.array] = sinkhorn
-             ) -> tuple[mx.array, mx.array, mx.array]:
+def hc_mixes(
+    mixes: mx.array,
+    scale: mx.array,
+    base: mx.array,
+    hc: int,
+    iters: int,
+    eps: float,
+    sinkhorn_fn: Callable[[mx.array, int, float], mx.array] = sinkhorn,
+) -> tuple[mx.array, mx.array, mx.array]:
     """One mHC site's mixes from its projection ``mixes`` [T, (2 + hc) * hc], the per-section
     ``scale`` [3] and bias ``base`` [(2 + hc) * hc]: collapse weights ``pre`` [T, hc] (sigmoid
     plus eps), expansion weights ``post`` [T, hc] (2 * sigmoid) and the Sinkhorn-normalised
@@ -204,8 +211,16 @@ def hc_mixes(mixes: mx.array, scale: mx.array, base: mx.array, hc: int, iters: i
     return pre, post, sinkhorn_fn(comb.reshape(mixes.shape[0], hc, hc), iters, eps)
 
 
-def hc_pre(x: mx.array, fn_t: mx.array, scale: mx.array, base: mx.array, hc: int, iters: int,
-           eps: float, norm_eps: float) -> tuple[mx.array, mx.array, mx.array]:
+def hc_pre(
+    x: mx.array,
+    fn_t: mx.array,
+    scale: mx.array,
+    base: mx.array,
+    hc: int,
+    iters: int,
+    eps: float,
+    norm_eps: float,
+) -> tuple[mx.array, mx.array, mx.array]:
     """A whole mHC site before its block, on a float32 projection stored [in, out], ``fn_t``
     [hc * D, (2 + hc) * hc]: the streams x [T, hc, D] RMS-normed as one flat vector per token,
     projected, mixed (``hc_mixes``) and collapsed by ``pre``. Returns (block input [T, D],
@@ -223,8 +238,15 @@ def hc_expand(out: mx.array, residual: mx.array, post: mx.array, comb: mx.array)
     return post[..., None] * out[:, None, :] + mixed
 
 
-def sparse_attention(q: mx.array, window: mx.array, window_range: mx.array, comp: mx.array,
-                     comp_index: mx.array, sinks: mx.array, scale: float) -> mx.array:
+def sparse_attention(
+    q: mx.array,
+    window: mx.array,
+    window_range: mx.array,
+    comp: mx.array,
+    comp_index: mx.array,
+    sinks: mx.array,
+    scale: float,
+) -> mx.array:
     """Sink attention of each query row over its sliding window and its selected compressed rows.
 
     q [T, H, D]; window [W, D] raw keys (also the values), row t seeing rows
@@ -241,14 +263,16 @@ def sparse_attention(q: mx.array, window: mx.array, window_range: mx.array, comp
     for t in range(q.shape[0]):
         lo, hi = max(int(ranges[t, 0]), 0), min(int(ranges[t, 1]), window.shape[0])
         picked = index[t][(index[t] >= 0) & (index[t] < comp.shape[0])]
-        keys = ([window[lo:hi]] if hi > lo else []) + ([comp[mx.array(picked)]]
-                                                       if picked.size else [])
+        keys = ([window[lo:hi]] if hi > lo else []) + (
+            [comp[mx.array(picked)]] if picked.size else []
+        )
         rows.append(_sink_attention_row(q[t], keys, sinks, scale))
     return mx.stack(rows).astype(q.dtype)
 
 
-def indexer_top_k(q: mx.array, weights: mx.array, keys: mx.array, visible: mx.array,
-                  top_k: int) -> mx.array:
+def indexer_top_k(
+    q: mx.array, weights: mx.array, keys: mx.array, visible: mx.array, top_k: int
+) -> mx.array:
     """The lightning indexer's choice of compressed blocks for each query row on its own.
 
     q [T, H, D] indexer queries, weights [T, H] their head weights, keys [N, D] the indexer's
@@ -273,8 +297,9 @@ def indexer_top_k(q: mx.array, weights: mx.array, keys: mx.array, visible: mx.ar
     return mx.stack(rows)
 
 
-def _sink_attention_row(q: mx.array, keys: list[mx.array], sinks: mx.array,
-                        scale: float) -> mx.array:
+def _sink_attention_row(
+    q: mx.array, keys: list[mx.array], sinks: mx.array, scale: float
+) -> mx.array:
     """One query row q [H, D] over ``keys`` (pieces [n, D]): softmax with each head's sink."""
     if not keys:
         return mx.zeros(q.shape, mx.float32)

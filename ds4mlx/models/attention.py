@@ -31,8 +31,9 @@ def sink_attention(
 
 
 @mx.compile
-def _sink_attention_cpu(q: mx.array, kv: mx.array, mask: mx.array, sinks: mx.array,
-                        scale: float) -> mx.array:
+def _sink_attention_cpu(
+    q: mx.array, kv: mx.array, mask: mx.array, sinks: mx.array, scale: float
+) -> mx.array:
     """``sink_attention`` as the CPU computes it best. On the CPU ``mx.fast``'s attention is a
     composed fallback of 27 primitives, most of them reshaping its [B, H, T, D] layout; with
     one shared key/value head the scores are a single [T, H, D] x [D, N] product and the sink

@@ -211,8 +211,9 @@ class ModelArgs:
             compress_rope_theta=float(req("attention.compress_rope_freq_base")),
             rope_scaling_type=str(opt("rope.scaling.type", "linear")),
             rope_freq_scale=1.0 if factor == 0.0 else 1.0 / factor,
-            rope_orig_ctx=int(opt("rope.scaling.original_context_length",
-                                  opt("context_length", 0))),
+            rope_orig_ctx=int(
+                opt("rope.scaling.original_context_length", opt("context_length", 0))
+            ),
             n_experts=int(req("expert_count")),
             n_experts_used=int(first(req("expert_used_count"))),
             n_shared_experts=int(req("expert_shared_count")),
@@ -360,8 +361,13 @@ def tensor_shapes(args: ModelArgs) -> dict[str, tuple[int, ...]]:
         shapes[f"{p}.ffn_norm.weight"] = (d,)
         hashed = layer < args.n_hash_layers
         shapes |= shared_expert_moe_shapes(
-            p, hidden=d, n_experts=e, expert_ff=f, shared_ff=fs,
-            hash_table=(vocab, args.n_experts_used) if hashed else None)
+            p,
+            hidden=d,
+            n_experts=e,
+            expert_ff=f,
+            shared_ff=fs,
+            hash_table=(vocab, args.n_experts_used) if hashed else None,
+        )
     return shapes
 
 
@@ -381,8 +387,7 @@ class PendingRows:
     score: mx.array
 
     def truncate(self, pos: int) -> PendingRows:
-        return PendingRows(self.start, self.kv[: pos - self.start],
-                           self.score[: pos - self.start])
+        return PendingRows(self.start, self.kv[: pos - self.start], self.score[: pos - self.start])
 
 
 @dataclass(frozen=True)
@@ -427,8 +432,7 @@ class Compressor(nn.Module):
     half feeds the next block, the second half the block itself.
     """
 
-    def __init__(self, w: Weights, prefix: str, *, dim: int, ratio: int, rope: RoPE,
-                 eps: float):
+    def __init__(self, w: Weights, prefix: str, *, dim: int, ratio: int, rope: RoPE, eps: float):
         super().__init__()
         self.overlap = ratio == CSA_RATIO
         self.wkv = w.matrix(f"{prefix}_kv.weight")
@@ -452,13 +456,17 @@ class Compressor(nn.Module):
         kv, score = self.project(x, np.arange(pos0, pos0 + x.shape[0]))
         return self.pool(kv, score, pos0, pending)
 
-    def project(self, x: mx.array, positions: np.ndarray, rows: int | None = None
-                ) -> tuple[mx.array, mx.array]:
+    def project(
+        self, x: mx.array, positions: np.ndarray, rows: int | None = None
+    ) -> tuple[mx.array, mx.array]:
         """The kv and gate-score rows [T, width] of x [T, D] at ``positions``: row by row, so a
         batched decode computes them once for all of its sessions (``rows``: see
         ``linear``)."""
-        return self.rows(linear(x, self.wkv, rows), linear(x, self.wgate, rows),
-                         self.position_embedding(positions))
+        return self.rows(
+            linear(x, self.wkv, rows),
+            linear(x, self.wgate, rows),
+            self.position_embedding(positions),
+        )
 
     def position_embedding(self, positions: np.ndarray, on_host: bool = False) -> mx.array:
         """``ape[p % ratio]`` for each position [T, width]; ``on_host`` gathers it on the host
@@ -467,14 +475,17 @@ class Compressor(nn.Module):
         phase = np.asarray(positions) % self.ratio
         return mx.array(np.array(self.ape)[phase]) if on_host else self.ape[mx.array(phase)]
 
-    def rows(self, kv: mx.array, gate: mx.array, embedding: mx.array
-             ) -> tuple[mx.array, mx.array]:
+    def rows(self, kv: mx.array, gate: mx.array, embedding: mx.array) -> tuple[mx.array, mx.array]:
         """``project`` from the products ``wkv x`` and ``wgate x`` and the rows'
         ``position_embedding``: the kv rows and the gate scores."""
         return kv, gate + embedding
 
     def pool(
-        self, kv: mx.array, score: mx.array, pos0: int, pending: PendingRows | None,
+        self,
+        kv: mx.array,
+        score: mx.array,
+        pos0: int,
+        pending: PendingRows | None,
         take: int | None = None,
     ) -> tuple[mx.array | None, PendingRows]:
         """``__call__`` on rows already projected (``project``) for positions pos0....
@@ -500,9 +511,7 @@ class Compressor(nn.Module):
             if b0 == 0:
                 # Block 0 has no previous block: pool against a zero row with a -inf gate.
                 prev_kv = mx.concatenate([mx.zeros((r, dim)), kv[: hi - r, :dim]])
-                prev_score = mx.concatenate(
-                    [mx.full((r, dim), -mx.inf), score[: hi - r, :dim]]
-                )
+                prev_score = mx.concatenate([mx.full((r, dim), -mx.inf), score[: hi - r, :dim]])
             values = mx.concatenate(
                 [prev_kv.reshape(n, r, dim), kv[lo:hi, dim:].reshape(n, r, dim)], axis=1
             )
@@ -528,39 +537,46 @@ class LightningIndexer(nn.Module):
         self.q_b = w.matrix(f"{p}.indexer.attn_q_b.weight")
         self.proj = w.matrix(f"{p}.indexer.proj.weight")
         self.compressor = Compressor(
-            w, f"{p}.indexer_compressor", dim=dim, ratio=CSA_RATIO, rope=rope,
+            w,
+            f"{p}.indexer_compressor",
+            dim=dim,
+            ratio=CSA_RATIO,
+            rope=rope,
             eps=args.rms_norm_eps,
         )
         self.heads, self.dim, self.top_k = heads, dim, args.index_topk
         self.rope = rope
 
-    def queries(self, qr: mx.array, x: mx.array, angles: RopeAngles, rows: int | None = None
-                ) -> tuple[mx.array, mx.array]:
+    def queries(
+        self, qr: mx.array, x: mx.array, angles: RopeAngles, rows: int | None = None
+    ) -> tuple[mx.array, mx.array]:
         """Indexer queries [T, heads, dim] and head weights [T, heads]."""
         return self.from_products(linear(qr, self.q_b, rows), linear(x, self.proj, rows), angles)
 
-    def from_products(self, q: mx.array, weights: mx.array, angles: RopeAngles
-                      ) -> tuple[mx.array, mx.array]:
+    def from_products(
+        self, q: mx.array, weights: mx.array, angles: RopeAngles
+    ) -> tuple[mx.array, mx.array]:
         """``queries`` from the products ``q_b qr`` and ``proj x``."""
         q = q.reshape(q.shape[0], self.heads, self.dim)
         q = self.rope.apply(q, angles, offset=self.dim - self.rope.n_dims)
         weights = weights * (1.0 / math.sqrt(self.dim * self.heads))
         return q, weights
 
-    def select(self, q: mx.array, weights: mx.array, keys: mx.array,
-               visible: mx.array) -> mx.array:
+    def select(self, q: mx.array, weights: mx.array, keys: mx.array, visible: mx.array) -> mx.array:
         """Which visible blocks each query attends: bool [T, N] (at most top_k per row)."""
         if keys.shape[0] <= self.top_k:
             return visible
         top = self.top_blocks(q, weights, keys, visible)
         # A selection has no gradient; stop_gradient says so to MLX, which cannot differentiate
         # a scatter with respect to its indices.
-        chosen = mx.put_along_axis(mx.zeros(visible.shape, mx.bool_), mx.maximum(top, 0),
-                                   mx.array(True), axis=-1)
+        chosen = mx.put_along_axis(
+            mx.zeros(visible.shape, mx.bool_), mx.maximum(top, 0), mx.array(True), axis=-1
+        )
         return chosen & visible
 
-    def top_blocks(self, q: mx.array, weights: mx.array, keys: mx.array,
-                   visible: mx.array) -> mx.array:
+    def top_blocks(
+        self, q: mx.array, weights: mx.array, keys: mx.array, visible: mx.array
+    ) -> mx.array:
         """The top_k visible blocks of each query, int32 [T, top_k] in no particular order;
         -1 fills the slots of a row that sees fewer blocks. Needs N > top_k keys."""
         scores = mx.maximum(mx.matmul(q, keys.T), 0.0)  # [T, heads, N]
@@ -590,8 +606,9 @@ class _Projected:
         return [self.q, self.kv, *pairs, *rest]
 
     @classmethod
-    def from_flat(cls, angles: RopeAngles, arrays: Sequence[mx.array], compressed: bool,
-                  indexed: bool) -> _Projected:
+    def from_flat(
+        cls, angles: RopeAngles, arrays: Sequence[mx.array], compressed: bool, indexed: bool
+    ) -> _Projected:
         q, kv, *rest = arrays
         rows = cls(angles, q, kv)
         if compressed:
@@ -607,10 +624,14 @@ class _Projected:
 
         at = slice(r, r + 1)
         return _Projected(
-            self.angles.row(r), self.q[at], self.kv[at],
-            take(self.comp), take(self.index),
+            self.angles.row(r),
+            self.q[at],
+            self.kv[at],
+            take(self.comp),
+            take(self.index),
             None if self.index_q is None else self.index_q[at],
-            None if self.index_w is None else self.index_w[at])
+            None if self.index_w is None else self.index_w[at],
+        )
 
 
 class Attention(nn.Module):
@@ -639,14 +660,19 @@ class Attention(nn.Module):
         if self.ratio:
             comp_rope = RoPE(args.compress_rope_config())
             self.compressor = Compressor(
-                w, f"{p}.attn_compressor", dim=hd, ratio=self.ratio, rope=comp_rope,
+                w,
+                f"{p}.attn_compressor",
+                dim=hd,
+                ratio=self.ratio,
+                rope=comp_rope,
                 eps=args.rms_norm_eps,
             )
             if self.ratio == CSA_RATIO:
                 self.indexer = LightningIndexer(args, w, layer, comp_rope)
 
-    def __call__(self, x: mx.array, pos0: int, cache: LayerCache,
-                 n_real: int | None = None) -> tuple[mx.array, LayerCache]:
+    def __call__(
+        self, x: mx.array, pos0: int, cache: LayerCache, n_real: int | None = None
+    ) -> tuple[mx.array, LayerCache]:
         """x [T, D] at positions pos0.. -> attention output [T, D] and the updated cache.
 
         ``n_real`` marks a decode tile (see DECODE_TILE): only the first ``n_real`` rows are
@@ -658,12 +684,14 @@ class Attention(nn.Module):
         if n_real is None:
             out = self._attend(rows.q, positions, window, new_cache, rows.index_q, rows.index_w)
         else:
-            out = self._attend_tile(rows.q, positions, window, new_cache, rows.index_q,
-                                    rows.index_w, n_real)
+            out = self._attend_tile(
+                rows.q, positions, window, new_cache, rows.index_q, rows.index_w, n_real
+            )
         return self.output(out, rows.angles, n_real), new_cache
 
-    def batched(self, x: mx.array, positions: np.ndarray, caches: Sequence[LayerCache]
-                ) -> tuple[mx.array, list[LayerCache]]:
+    def batched(
+        self, x: mx.array, positions: np.ndarray, caches: Sequence[LayerCache]
+    ) -> tuple[mx.array, list[LayerCache]]:
         """One decode step of independent sessions: row r of x [T, D] is the next token of the
         session with cache ``caches[r]``, at ``positions[r]``; rows past ``len(caches)`` are
         padding (zeros out). The projections run once over all rows; the cache update and the
@@ -673,15 +701,23 @@ class Attention(nn.Module):
         for r, cache in enumerate(caches):
             row = rows.row(r)
             window, new_cache = self._extend(cache, row, int(positions[r]))
-            outs.append(self._attend_tile(row.q, positions[r : r + 1], window, new_cache,
-                                          row.index_q, row.index_w, 1))
+            outs.append(
+                self._attend_tile(
+                    row.q, positions[r : r + 1], window, new_cache, row.index_q, row.index_w, 1
+                )
+            )
             new_caches.append(new_cache)
         outs.append(mx.zeros((x.shape[0] - len(caches), *rows.q.shape[1:]), rows.q.dtype))
         return self.output(mx.concatenate(outs), rows.angles, len(caches)), new_caches
 
-    def _project(self, x: mx.array, positions: np.ndarray, n_real: int | None = None,
-                 angles: RopeAngles | None = None,
-                 embeddings: Sequence[mx.array] | None = None) -> _Projected:
+    def _project(
+        self,
+        x: mx.array,
+        positions: np.ndarray,
+        n_real: int | None = None,
+        angles: RopeAngles | None = None,
+        embeddings: Sequence[mx.array] | None = None,
+    ) -> _Projected:
         """Everything attention computes from its input rows alone (of a tile: its first
         ``n_real`` rows; the padding rows' results are unspecified). A compiled tile passes
         what depends on ``positions`` as its inputs: ``angles`` and the compressors'
@@ -708,19 +744,20 @@ class Attention(nn.Module):
             rows.comp = comp.rows(next(products), next(products), next(embedding))
         if indexer is not None:
             rows.index = indexer.compressor.rows(next(products), next(products), next(embedding))
-            rows.index_q, rows.index_w = indexer.from_products(q_products[1], next(products),
-                                                               angles)
+            rows.index_q, rows.index_w = indexer.from_products(
+                q_products[1], next(products), angles
+            )
         return rows
 
-    def position_embeddings(self, positions: np.ndarray, on_host: bool = False
-                            ) -> list[mx.array]:
+    def position_embeddings(self, positions: np.ndarray, on_host: bool = False) -> list[mx.array]:
         """The compressors' ``position_embedding`` rows at ``positions`` (attention's, then the
         indexer's; as many as the layer has compressors)."""
         compressors = (self.compressor, self.indexer and self.indexer.compressor)
         return [c.position_embedding(positions, on_host) for c in compressors if c is not None]
 
-    def _extend(self, cache: LayerCache, rows: _Projected, pos0: int,
-                n_real: int | None = None) -> tuple[mx.array, LayerCache]:
+    def _extend(
+        self, cache: LayerCache, rows: _Projected, pos0: int, n_real: int | None = None
+    ) -> tuple[mx.array, LayerCache]:
         """The raw keys up to and including ``rows`` (positions pos0..), and the new cache.
 
         In a decode tile only the first ``n_real`` rows enter the caches: padding rows would
@@ -743,16 +780,18 @@ class Attention(nn.Module):
             comp = cache.comp if pooled is None else append_rows(cache.comp, pooled)
             new_cache = replace(new_cache, comp=comp, comp_pending=pending)
         if self.indexer is not None and rows.index is not None:
-            pooled, pending = self.indexer.compressor.pool(*rows.index, pos0,
-                                                           cache.index_pending, n_real)
+            pooled, pending = self.indexer.compressor.pool(
+                *rows.index, pos0, cache.index_pending, n_real
+            )
             index = cache.index if pooled is None else append_rows(cache.index, pooled)
             new_cache = replace(new_cache, index=index, index_pending=pending)
         return window, new_cache
 
     # The pieces around the attention proper, shared with drafters that attend differently.
 
-    def queries(self, x: mx.array, angles: RopeAngles, rows: int | None = None
-                ) -> tuple[mx.array, mx.array]:
+    def queries(
+        self, x: mx.array, angles: RopeAngles, rows: int | None = None
+    ) -> tuple[mx.array, mx.array]:
         """The low-rank query input [T, q_lora_rank] and the queries [T, H, hd] of x [T, D]
         (``rows``: see ``linear``)."""
         qr = self.q_a_norm(linear(x, self.wq_a, rows))
@@ -782,9 +821,16 @@ class Attention(nn.Module):
         lora = grouped_linear(out.reshape(tokens, -1), self.wo_a, n_real)  # [T, G * o_rank]
         return linear(lora, self.wo_b, n_real)
 
-    def _attend_tile(self, q: mx.array, positions: np.ndarray, window: mx.array,
-                     cache: LayerCache, index_q: mx.array | None, index_w: mx.array | None,
-                     n_real: int) -> mx.array:
+    def _attend_tile(
+        self,
+        q: mx.array,
+        positions: np.ndarray,
+        window: mx.array,
+        cache: LayerCache,
+        index_q: mx.array | None,
+        index_w: mx.array | None,
+        n_real: int,
+    ) -> mx.array:
         """A decode tile's attention in one call: each of the first ``n_real`` rows over exactly
         the keys its position sees (its window rows, its visible or indexer-selected compressed
         rows), padding rows over none (zeros out). ``kernels.sparse_attention`` reads each
@@ -796,12 +842,18 @@ class Attention(nn.Module):
         hi = positions + 1 - window_start
         ranges = np.where(real[:, None], np.stack([np.maximum(hi - self.window, 0), hi], 1), 0)
         comp, index = self._tile_blocks(positions, real, cache, index_q, index_w)
-        return sparse_attention(q, window, mx.array(ranges.astype(np.int32)), comp, index,
-                                self.sinks, self.scale)
+        return sparse_attention(
+            q, window, mx.array(ranges.astype(np.int32)), comp, index, self.sinks, self.scale
+        )
 
-    def _tile_blocks(self, positions: np.ndarray, real: np.ndarray, cache: LayerCache,
-                     index_q: mx.array | None, index_w: mx.array | None
-                     ) -> tuple[mx.array, mx.array]:
+    def _tile_blocks(
+        self,
+        positions: np.ndarray,
+        real: np.ndarray,
+        cache: LayerCache,
+        index_q: mx.array | None,
+        index_w: mx.array | None,
+    ) -> tuple[mx.array, mx.array]:
         """The compressed rows and, per tile row, the ones it attends (int32 [T, K], -1 for an
         unused slot): every visible block, or the indexer's top-k where a row sees more."""
         n_comp = 0 if cache.comp is None else cache.comp.shape[0]
@@ -811,15 +863,24 @@ class Attention(nn.Module):
         top_k = self.indexer.top_k if self.indexer is not None else 0
         if not top_k or n_vis.max() <= top_k:
             slots = np.arange(n_vis.max())
-            return cache.comp, mx.array(np.where(slots < n_vis[:, None], slots, -1)
-                                        .astype(np.int32))
+            return cache.comp, mx.array(
+                np.where(slots < n_vis[:, None], slots, -1).astype(np.int32)
+            )
         # The indexer's choice for each row over exactly that row's blocks, as a one-row
         # decode makes it (one primitive for the tile on the CPU).
-        return cache.comp, indexer_top_k(index_q, index_w, cache.index,
-                                         mx.array(n_vis.astype(np.int32)), top_k)
+        return cache.comp, indexer_top_k(
+            index_q, index_w, cache.index, mx.array(n_vis.astype(np.int32)), top_k
+        )
 
-    def _attend(self, q: mx.array, positions: np.ndarray, window: mx.array, cache: LayerCache,
-                index_q: mx.array | None, index_w: mx.array | None) -> mx.array:
+    def _attend(
+        self,
+        q: mx.array,
+        positions: np.ndarray,
+        window: mx.array,
+        cache: LayerCache,
+        index_q: mx.array | None,
+        index_w: mx.array | None,
+    ) -> mx.array:
         """Sink attention of q [T, H, hd] over the raw window plus the visible compressed rows.
 
         ``window`` holds the raw keys of the positions just before and including the queries';
@@ -829,8 +890,11 @@ class Attention(nn.Module):
         window_start = int(positions[-1]) + 1 - window.shape[0]
         n_comp = 0 if cache.comp is None else cache.comp.shape[0]
         n_vis = (int(positions[-1]) + 1) // self.ratio if n_comp else 0
-        if (self.indexer is not None and tokens <= SPARSE_ATTENTION_ROWS
-                and n_vis > self.indexer.top_k):
+        if (
+            self.indexer is not None
+            and tokens <= SPARSE_ATTENTION_ROWS
+            and n_vis > self.indexer.top_k
+        ):
             # Few rows of a CSA layer whose indexer keeps fewer blocks than are visible: each
             # row reads its window and its top-k rows in place, as a decode tile does.
             return self._attend_tile(q, positions, window, cache, index_q, index_w, tokens)
@@ -844,15 +908,17 @@ class Attention(nn.Module):
             k0 = max(0, int(q_pos[0]) - self.window + 1 - window_start)
             k1 = int(q_pos[-1]) + 1 - window_start
             keys = window[k0:k1]
-            mask = mx.array(sliding_window_mask(q_pos, np.arange(k0, k1) + window_start,
-                                                self.window))
+            mask = mx.array(
+                sliding_window_mask(q_pos, np.arange(k0, k1) + window_start, self.window)
+            )
             n_vis = (int(q_pos[-1]) + 1) // self.ratio if n_comp else 0
             if n_vis:
                 visible = self._visible_blocks(q_pos, n_vis)
                 if self.indexer is not None:
                     t1 = t0 + len(q_pos)
-                    visible = self.indexer.select(index_q[t0:t1], index_w[t0:t1],
-                                                  cache.index[:n_vis], visible)
+                    visible = self.indexer.select(
+                        index_q[t0:t1], index_w[t0:t1], cache.index[:n_vis], visible
+                    )
                 keys = mx.concatenate([keys, cache.comp[:n_vis]])
                 mask = mx.concatenate([mask, visible], axis=1)
             outs.append(sink_attention(q[t0 : t0 + step], keys, mask, self.sinks, self.scale))
@@ -874,7 +940,11 @@ class Block(nn.Module):
         p = f"blk.{layer}"
 
         self.hc_attn, self.hc_ffn = load_block_sites(
-            w, p, hc=args.hc_mult, sinkhorn_iters=args.hc_sinkhorn_iters, hc_eps=args.hc_eps,
+            w,
+            p,
+            hc=args.hc_mult,
+            sinkhorn_iters=args.hc_sinkhorn_iters,
+            hc_eps=args.hc_eps,
             norm_eps=args.rms_norm_eps,
         )
         self.attn_norm = RMSNorm(w.param(f"{p}.attn_norm.weight"), args.rms_norm_eps)
@@ -882,8 +952,12 @@ class Block(nn.Module):
         self.attn = self.attention_class(args, w, layer)
         # Hash layers route by token id through a fixed table (no selection bias).
         self.moe = self.moe_class(
-            w, p, n_used=args.n_experts_used, gating=args.gating_func,
-            normalize=args.expert_weights_norm, weights_scale=args.expert_weights_scale,
+            w,
+            p,
+            n_used=args.n_experts_used,
+            gating=args.gating_func,
+            normalize=args.expert_weights_norm,
+            weights_scale=args.expert_weights_scale,
             swiglu_limit=args.swiglu_limits[layer],
             swiglu_limit_shared=args.swiglu_limits_shared[layer],
             hash_routed=layer < args.n_hash_layers,
@@ -897,17 +971,22 @@ class Block(nn.Module):
         """Decode tiles run compiled around the attention proper (``_compiled_tile``) where the
         block's pieces are this module's own (not a sharded model's or a drafter's stand-ins)
         and its experts are resident (a streamed store reads the routing on the host)."""
-        return (type(self.attn) is Attention and type(self.moe) is SharedExpertMoE
-                and self.moe.compiles_tiles)
+        return (
+            type(self.attn) is Attention
+            and type(self.moe) is SharedExpertMoE
+            and self.moe.compiles_tiles
+        )
 
-    def __call__(self, x: mx.array, tokens: mx.array, pos0: int, cache: LayerCache,
-                 n_real: int | None = None) -> tuple[mx.array, LayerCache]:
+    def __call__(
+        self, x: mx.array, tokens: mx.array, pos0: int, cache: LayerCache, n_real: int | None = None
+    ) -> tuple[mx.array, LayerCache]:
         if n_real is not None and self._compiles_tiles:
             return self._compiled_tile(x, tokens, pos0, cache, n_real)
         return self._run(x, tokens, n_real, lambda h: self.attn(h, pos0, cache, n_real))
 
-    def _compiled_tile(self, x: mx.array, tokens: mx.array, pos0: int, cache: LayerCache,
-                       n_real: int) -> tuple[mx.array, LayerCache]:
+    def _compiled_tile(
+        self, x: mx.array, tokens: mx.array, pos0: int, cache: LayerCache, n_real: int
+    ) -> tuple[mx.array, LayerCache]:
         """``__call__`` on a decode tile as three calls: everything before the attention proper
         (mHC, norm, projections) compiled, the cache update and the sparse attention, which
         depend on the caches' shapes, as they are, and everything after (output projection,
@@ -916,39 +995,55 @@ class Block(nn.Module):
         positions = np.arange(pos0, pos0 + x.shape[0])
         angles = attn.rope.angles(positions)
         cos, sin = angles.on_device
-        before = self._before_attention.get(n_real)(x, cos, sin,
-                                                    *attn.position_embeddings(positions, True))
-        rows = _Projected.from_flat(angles, before[2:], attn.compressor is not None,
-                                    attn.indexer is not None)
+        before = self._before_attention.get(n_real)(
+            x, cos, sin, *attn.position_embeddings(positions, True)
+        )
+        rows = _Projected.from_flat(
+            angles, before[2:], attn.compressor is not None, attn.indexer is not None
+        )
         window, new_cache = attn._extend(cache, rows, pos0, n_real)
-        out = attn._attend_tile(rows.q, positions, window, new_cache, rows.index_q,
-                                rows.index_w, n_real)
+        out = attn._attend_tile(
+            rows.q, positions, window, new_cache, rows.index_q, rows.index_w, n_real
+        )
         x = self._after_attention.get(n_real)(out, x, before[0], before[1], tokens, cos, sin)
         return x, new_cache
 
-    def _tile_before_attention(self, x: mx.array, cos: mx.array, sin: mx.array,
-                               *embeddings: mx.array, n_real: int) -> list[mx.array]:
+    def _tile_before_attention(
+        self, x: mx.array, cos: mx.array, sin: mx.array, *embeddings: mx.array, n_real: int
+    ) -> list[mx.array]:
         h, post, comb = self.hc_attn(x)
-        rows = self.attn._project(self.attn_norm(h), None, n_real, RopeAngles(cos, sin),
-                                  embeddings)
+        rows = self.attn._project(self.attn_norm(h), None, n_real, RopeAngles(cos, sin), embeddings)
         return [post, comb, *rows.flat()]
 
-    def _tile_after_attention(self, out: mx.array, x: mx.array, post: mx.array,
-                              comb: mx.array, tokens: mx.array, cos: mx.array, sin: mx.array,
-                              n_real: int) -> mx.array:
+    def _tile_after_attention(
+        self,
+        out: mx.array,
+        x: mx.array,
+        post: mx.array,
+        comb: mx.array,
+        tokens: mx.array,
+        cos: mx.array,
+        sin: mx.array,
+        n_real: int,
+    ) -> mx.array:
         x = hc_expand(self.attn.output(out, RopeAngles(cos, sin), n_real), x, post, comb)
         h, post, comb = self.hc_ffn(x)
         h = self.moe(self.ffn_norm(h), tokens, n_real)
         return hc_expand(h, x, post, comb)
 
-    def batched(self, x: mx.array, tokens: mx.array, positions: np.ndarray,
-                caches: Sequence[LayerCache]) -> tuple[mx.array, list[LayerCache]]:
+    def batched(
+        self, x: mx.array, tokens: mx.array, positions: np.ndarray, caches: Sequence[LayerCache]
+    ) -> tuple[mx.array, list[LayerCache]]:
         """A decode tile whose row r is the next token of the session with ``caches[r]``."""
-        return self._run(x, tokens, len(caches),
-                         lambda h: self.attn.batched(h, positions, caches))
+        return self._run(x, tokens, len(caches), lambda h: self.attn.batched(h, positions, caches))
 
-    def _run(self, x: mx.array, tokens: mx.array, n_real: int | None,
-             attend: Callable[[mx.array], tuple[mx.array, _C]]) -> tuple[mx.array, _C]:
+    def _run(
+        self,
+        x: mx.array,
+        tokens: mx.array,
+        n_real: int | None,
+        attend: Callable[[mx.array], tuple[mx.array, _C]],
+    ) -> tuple[mx.array, _C]:
         h, post, comb = self.hc_attn(x)
         h, cache = attend(self.attn_norm(h))
         x = hc_expand(h, x, post, comb)
@@ -976,15 +1071,20 @@ class Model(nn.Module):
             w.matrix("output_hc_fn.weight"),
             w.param("output_hc_base.weight"),
             w.param("output_hc_scale.weight"),
-            hc_eps=args.hc_eps, norm_eps=args.rms_norm_eps,
+            hc_eps=args.hc_eps,
+            norm_eps=args.rms_norm_eps,
         )
         self.output_norm = RMSNorm(w.param("output_norm.weight"), args.rms_norm_eps)
         self.output = w.matrix("output.weight")
         self._head_tiles = CompiledTiles(lambda x, n_real: self.head(x, n_real))
 
     @classmethod
-    def from_gguf(cls, gguf_file: GGUFFile, weights_dtype: str | None = None,
-                  expert_store: ExpertStore | None = None) -> Model:
+    def from_gguf(
+        cls,
+        gguf_file: GGUFFile,
+        weights_dtype: str | None = None,
+        expert_store: ExpertStore | None = None,
+    ) -> Model:
         """Build the model from an opened GGUF file.
 
         ``weights_dtype`` ("f32" or "native") is how matmul weights are held (see
@@ -992,8 +1092,7 @@ class Model(nn.Module):
         ``expert_store`` holds the routed experts (default: resident).
         """
         args = ModelArgs.from_gguf(gguf_file)
-        return cls(args, GGUFWeights(tensor_shapes(args), gguf_file, weights_dtype,
-                                     expert_store))
+        return cls(args, GGUFWeights(tensor_shapes(args), gguf_file, weights_dtype, expert_store))
 
     @classmethod
     def from_arrays(cls, args: ModelArgs, arrays: Mapping[str, mx.array]) -> Model:
@@ -1009,29 +1108,50 @@ class Model(nn.Module):
         positions back): how a speculative verify drops its rejected rows without recomputing
         the accepted ones."""
         if not 0 <= state.pos - pos <= MAX_ROLLBACK:
-            raise ValueError(f"cannot roll back from {state.pos} to {pos} tokens "
-                             f"(at most {MAX_ROLLBACK} positions)")
+            raise ValueError(
+                f"cannot roll back from {state.pos} to {pos} tokens "
+                f"(at most {MAX_ROLLBACK} positions)"
+            )
         ratios = self.args.compress_ratios
-        state.layers = [cache.truncate(state.pos, pos, ratios[i])
-                        for i, cache in enumerate(state.layers)]
+        state.layers = [
+            cache.truncate(state.pos, pos, ratios[i]) for i, cache in enumerate(state.layers)
+        ]
         state.pos = pos
 
     @overload
-    def forward(self, tokens: mx.array, state: ModelState, *,
-                capture_layers: Sequence[int] = (),
-                return_hidden: Literal[False] = False, evaluate: bool = True,
-                asynchronous: bool = False) -> mx.array: ...
+    def forward(
+        self,
+        tokens: mx.array,
+        state: ModelState,
+        *,
+        capture_layers: Sequence[int] = (),
+        return_hidden: Literal[False] = False,
+        evaluate: bool = True,
+        asynchronous: bool = False,
+    ) -> mx.array: ...
 
     @overload
-    def forward(self, tokens: mx.array, state: ModelState, *,
-                capture_layers: Sequence[int] = (),
-                return_hidden: Literal[True], evaluate: bool = True,
-                asynchronous: bool = False) -> ForwardOutput: ...
+    def forward(
+        self,
+        tokens: mx.array,
+        state: ModelState,
+        *,
+        capture_layers: Sequence[int] = (),
+        return_hidden: Literal[True],
+        evaluate: bool = True,
+        asynchronous: bool = False,
+    ) -> ForwardOutput: ...
 
-    def forward(self, tokens: mx.array, state: ModelState, *,
-                capture_layers: Sequence[int] = (),
-                return_hidden: bool = False, evaluate: bool = True,
-                asynchronous: bool = False) -> mx.array | ForwardOutput:
+    def forward(
+        self,
+        tokens: mx.array,
+        state: ModelState,
+        *,
+        capture_layers: Sequence[int] = (),
+        return_hidden: bool = False,
+        evaluate: bool = True,
+        asynchronous: bool = False,
+    ) -> mx.array | ForwardOutput:
         """Logits [T, vocab] of int32 ``tokens`` [T] continuing ``state``, which it advances.
 
         With ``return_hidden`` a ``ForwardOutput`` also carries the hidden states of
@@ -1055,8 +1175,7 @@ class Model(nn.Module):
                 x, caches[i] = block(x, tokens, pos0, caches[i], n_real)
                 if i in capture:
                     captured[i] = hc_mean(x)[:n]
-            final, logits = (self.head(x) if n_real is None
-                             else self._head_tiles.get(n_real)(x))
+            final, logits = self.head(x) if n_real is None else self._head_tiles.get(n_real)(x)
         x, final, logits = x[:n], final[:n], logits[:n]
 
         # A tile's padding rows never entered the caches (Attention._extend).
@@ -1065,8 +1184,9 @@ class Model(nn.Module):
             # One evaluation for the outputs and the new caches keeps the caches' graphs short.
             # ``asynchronous`` only queues it: the host may build the next step meanwhile
             # (pipelined decoding, ``engine.generate``), even on a token it has not read.
-            (mx.async_eval if asynchronous else mx.eval)(logits, *captured.values(), x, final,
-                                                         *state.arrays())
+            (mx.async_eval if asynchronous else mx.eval)(
+                logits, *captured.values(), x, final, *state.arrays()
+            )
         if not return_hidden:
             return logits
         return ForwardOutput(logits, captured, x, final)
@@ -1089,8 +1209,10 @@ class Model(nn.Module):
         if not states:
             raise ValueError("forward_batch() needs at least one state")
         step = self.max_invariant_rows
-        logits = [self._decode_tile(tokens[i : i + step], states[i : i + step])
-                  for i in range(0, len(states), step)]
+        logits = [
+            self._decode_tile(tokens[i : i + step], states[i : i + step])
+            for i in range(0, len(states), step)
+        ]
         return logits[0] if len(logits) == 1 else mx.concatenate(logits)
 
     def _decode_tile(self, tokens: Sequence[int], states: Sequence[ModelState]) -> mx.array:
@@ -1102,8 +1224,7 @@ class Model(nn.Module):
         with kernels.inference():
             x = self._embed(ids)
             for i, block in enumerate(self.blocks):
-                x, caches = block.batched(x, ids, positions,
-                                          [state.layers[i] for state in states])
+                x, caches = block.batched(x, ids, positions, [state.layers[i] for state in states])
                 layers.append(caches)
             logits = self._head_tiles.get(n)(x)[1][:n]
         for r, state in enumerate(states):

@@ -161,8 +161,7 @@ class ModelArgs:
 
         def per_layer(name: str, default: Any = None, count: int = block_count) -> tuple[Any, ...]:
             """A per-layer key (required unless it has a default)."""
-            return meta.per_layer(name, req(name) if default is None else opt(name, default),
-                                  count)
+            return meta.per_layer(name, req(name) if default is None else opt(name, default), count)
 
         kv_heads = per_layer("attention.head_count_kv")
         recurrent = tuple(int(h) == 0 for h in kv_heads)
@@ -180,8 +179,10 @@ class ModelArgs:
         index_full = tuple(bool(int(t)) for t in per_layer("attention.indexer.types", 1, n_layer))
         attn_layers = [i for i in range(n_layer) if not recurrent[i]]
         if attn_layers and not index_full[attn_layers[0]]:
-            raise fail(f"MLA layer {attn_layers[0]} shares an indexer, but no full indexer "
-                       "layer comes before it")
+            raise fail(
+                f"MLA layer {attn_layers[0]} shares an indexer, but no full indexer "
+                "layer comes before it"
+            )
 
         gating = int(opt("expert_gating_func", 0)) or int(GatingFunc.SIGMOID)
         if gating not in set(GatingFunc):
@@ -365,8 +366,13 @@ def tensor_shapes(args: ModelArgs) -> dict[str, Shape]:
             }
         else:
             f = args.expert_ff[layer]
-            shapes |= shared_expert_moe_shapes(p, hidden=d, n_experts=args.n_experts,
-                                               expert_ff=f, shared_ff=f * args.n_shared_experts)
+            shapes |= shared_expert_moe_shapes(
+                p,
+                hidden=d,
+                n_experts=args.n_experts,
+                expert_ff=f,
+                shared_ff=f * args.n_shared_experts,
+            )
     return shapes
 
 
@@ -393,8 +399,9 @@ class KDACache:
         """This cache as it was ``cut`` positions ago (``cut <= rollback``)."""
         if cut == 0:
             return self
-        return KDACache(conv=self.conv[:, : self.conv.shape[1] - cut],
-                        ssm=self.ssm[: self.ssm.shape[0] - cut])
+        return KDACache(
+            conv=self.conv[:, : self.conv.shape[1] - cut], ssm=self.ssm[: self.ssm.shape[0] - cut]
+        )
 
 
 @dataclass(frozen=True)
@@ -428,8 +435,10 @@ class MLACache:
 
     def truncate(self, pos: int, kpool: int) -> MLACache:
         """This cache as it was after ``pos`` positions."""
-        return MLACache(latent=None if self.latent is None else self.latent[:pos],
-                        index=None if self.index is None else self.index.truncate(pos, kpool))
+        return MLACache(
+            latent=None if self.latent is None else self.latent[:pos],
+            index=None if self.index is None else self.index.truncate(pos, kpool),
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -453,8 +462,15 @@ def _unit_lower_inverse(a: mx.array) -> mx.array:
     return inverse
 
 
-def _kda_chunk(q: mx.array, k: mx.array, v: mx.array, g: mx.array, beta: mx.array,
-               state: mx.array, scale: float) -> tuple[mx.array, mx.array]:
+def _kda_chunk(
+    q: mx.array,
+    k: mx.array,
+    v: mx.array,
+    g: mx.array,
+    beta: mx.array,
+    state: mx.array,
+    scale: float,
+) -> tuple[mx.array, mx.array]:
     """The KDA recurrence over one chunk of C positions, in closed form.
 
     q, k, g [H, C, K]; v [H, C, V]; beta [H, C]; state [H, K, V]. With B_t the cumulative
@@ -484,8 +500,9 @@ def _kda_chunk(q: mx.array, k: mx.array, v: mx.array, g: mx.array, beta: mx.arra
     return out, new_state
 
 
-def kda_scan(q: mx.array, k: mx.array, v: mx.array, g: mx.array, beta: mx.array,
-             state: mx.array) -> tuple[mx.array, mx.array]:
+def kda_scan(
+    q: mx.array, k: mx.array, v: mx.array, g: mx.array, beta: mx.array, state: mx.array
+) -> tuple[mx.array, mx.array]:
     """``ggml_gated_delta_net`` with per-channel gates, over any number of positions.
 
     q, k, g [H, T, K]; v [H, T, V]; beta [H, T]; state [H, K, V] (key-major). Returns the
@@ -495,14 +512,16 @@ def kda_scan(q: mx.array, k: mx.array, v: mx.array, g: mx.array, beta: mx.array,
     outs = []
     for c0 in range(0, q.shape[1], _KDA_CHUNK):
         c1 = c0 + _KDA_CHUNK
-        out, state = _kda_chunk(q[:, c0:c1], k[:, c0:c1], v[:, c0:c1], g[:, c0:c1],
-                                beta[:, c0:c1], state, scale)
+        out, state = _kda_chunk(
+            q[:, c0:c1], k[:, c0:c1], v[:, c0:c1], g[:, c0:c1], beta[:, c0:c1], state, scale
+        )
         outs.append(out)
     return (outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=1)), state
 
 
-def kda_steps(q: mx.array, k: mx.array, v: mx.array, g: mx.array, beta: mx.array,
-              states: mx.array) -> tuple[mx.array, mx.array]:
+def kda_steps(
+    q: mx.array, k: mx.array, v: mx.array, g: mx.array, beta: mx.array, states: mx.array
+) -> tuple[mx.array, mx.array]:
     """The KDA recurrence one position at a time (as ``ggml_gated_delta_net`` scans), on the
     shapes of a single position whatever the number of positions: a position's result does not
     depend on how many positions share the call.
@@ -551,8 +570,7 @@ class KDA(nn.Module):
         self.kernel = args.conv_kernel
         self.lower_bound = args.kda_gate_lower_bound
 
-    def _conv(self, x: mx.array, rows: mx.array | None,
-              n_real: int) -> tuple[mx.array, mx.array]:
+    def _conv(self, x: mx.array, rows: mx.array | None, n_real: int) -> tuple[mx.array, mx.array]:
         """Causal depthwise conv + SiLU of the q/k/v projections -> ([3, T, inner], the rows to
         keep: those of the last ``kernel - 1 + MAX_ROLLBACK`` real positions)."""
         tokens, history = x.shape[0], self.kernel - 1
@@ -576,8 +594,9 @@ class KDA(nn.Module):
             return self.lower_bound * mx.sigmoid(-(g * a))
         return softplus(g) * a
 
-    def __call__(self, x: mx.array, cache: KDACache,
-                 n_real: int | None = None) -> tuple[mx.array, KDACache]:
+    def __call__(
+        self, x: mx.array, cache: KDACache, n_real: int | None = None
+    ) -> tuple[mx.array, KDACache]:
         """x [T, D] -> (output [T, D], the new cache). ``n_real`` marks a decode tile (see
         DECODE_TILE): the recurrence runs one position at a time on the first ``n_real`` rows,
         keeping the state after each for a rollback; the padding rows get zeros. Otherwise it
@@ -594,8 +613,9 @@ class KDA(nn.Module):
             out, state = kda_scan(q, k, v, g, beta, states[-1])
             states = state[None]
         else:
-            out, states = kda_steps(q[:, :real], k[:, :real], v[:, :real], g[:, :real],
-                                    beta[:, :real], states)
+            out, states = kda_steps(
+                q[:, :real], k[:, :real], v[:, :real], g[:, :real], beta[:, :real], states
+            )
             out = mx.concatenate([out, mx.zeros((h, tokens - real, hd))], axis=1)
             states = states[max(0, states.shape[0] - MAX_ROLLBACK - 1) :]
         gate = linear(linear(x, self.g_a), self.g_b).reshape(tokens, h, hd)
@@ -657,15 +677,17 @@ class PoolIndexer(nn.Module):
         self.tail = args.kpool_select_tail
         self.norm_eps = args.norm_eps
 
-    def pool(self, x: mx.array, pos0: int, cache: IndexCache | None,
-             n_real: int | None = None) -> IndexCache:
+    def pool(
+        self, x: mx.array, pos0: int, cache: IndexCache | None, n_real: int | None = None
+    ) -> IndexCache:
         """Caches the key and gate rows of x (positions pos0 ..; of a decode tile, the first
         ``n_real`` rows only), pooling the pools they complete: in a tile one pool at a time, so
         that a pool's key does not depend on the chunk that completed it."""
         r = self.kpool
         real = x.shape[0] if n_real is None else n_real
-        keys = mx.fast.layer_norm(linear(x, self.wk), self.k_norm, self.k_norm_bias,
-                                  self.norm_eps)[:real]
+        keys = mx.fast.layer_norm(linear(x, self.wk), self.k_norm, self.k_norm_bias, self.norm_eps)[
+            :real
+        ]
         gates = linear(x, self.wgate)[:real]
         start, pooled = pos0, None
         if cache is not None:
@@ -682,18 +704,26 @@ class PoolIndexer(nn.Module):
                 new = mx.sum(rows * mx.softmax(scores, axis=1, precise=True), axis=1)
                 pooled = append_rows(pooled, new)
         keep = max(start, max(0, end - MAX_ROLLBACK) // r * r)
-        return IndexCache(pooled=pooled, start=keep, keys=keys[keep - start :],
-                          gates=gates[keep - start :])
+        return IndexCache(
+            pooled=pooled, start=keep, keys=keys[keep - start :], gates=gates[keep - start :]
+        )
 
-    def select(self, x: mx.array, qr: mx.array, positions: np.ndarray,
-               pooled: mx.array | None, n_real: int | None = None) -> Selection:
+    def select(
+        self,
+        x: mx.array,
+        qr: mx.array,
+        positions: np.ndarray,
+        pooled: mx.array | None,
+        n_real: int | None = None,
+    ) -> Selection:
         """The top pools of each query among those it has fully seen. In a decode tile
         (``n_real``) each real row is scored on its own over exactly the pools its position
         sees, as one-token decode scores it; the padding rows select nothing."""
         n_pools = 0 if pooled is None else pooled.shape[0]
         if n_real is None:
-            visible = mx.array(np.arange(n_pools)[None, :]
-                               < ((positions + 1) // self.kpool)[:, None])
+            visible = mx.array(
+                np.arange(n_pools)[None, :] < ((positions + 1) // self.kpool)[:, None]
+            )
             chosen = visible
             if n_pools > self.top_pools:
                 chosen = self._top_pools(*self._queries(x, qr), pooled, visible)
@@ -705,8 +735,7 @@ class PoolIndexer(nn.Module):
             seen = mx.ones((1, n_seen), dtype=mx.bool_)
             if n_seen > self.top_pools:
                 seen = self._top_pools(q[r : r + 1], weights[r : r + 1], pooled[:n_seen], seen)
-            rows.append(mx.concatenate([seen, mx.zeros((1, n_pools - n_seen), mx.bool_)],
-                                       axis=1))
+            rows.append(mx.concatenate([seen, mx.zeros((1, n_pools - n_seen), mx.bool_)], axis=1))
         rows.append(mx.zeros((len(positions) - n_real, n_pools), mx.bool_))
         return Selection(positions, mx.concatenate(rows), self.kpool, self.tail)
 
@@ -715,8 +744,9 @@ class PoolIndexer(nn.Module):
         q = linear(qr, self.q_b).reshape(x.shape[0], self.heads, self.dim)
         return q, linear(x, self.proj) * (1.0 / math.sqrt(self.dim * self.heads))
 
-    def _top_pools(self, q: mx.array, weights: mx.array, pooled: mx.array,
-                   visible: mx.array) -> mx.array:
+    def _top_pools(
+        self, q: mx.array, weights: mx.array, pooled: mx.array, visible: mx.array
+    ) -> mx.array:
         if self.top_pools == 0:
             return mx.zeros(visible.shape, dtype=mx.bool_)
         tokens, n_pools = visible.shape
@@ -730,9 +760,11 @@ class PoolIndexer(nn.Module):
             # A selection has no gradient; stop_gradient says so to MLX, which cannot
             # differentiate a scatter with respect to its indices.
             top = mx.stop_gradient(
-                mx.argpartition(-scores, self.top_pools - 1, axis=-1)[:, : self.top_pools])
-            picked = mx.put_along_axis(mx.zeros(scores.shape, dtype=mx.bool_), top,
-                                       mx.array(True), axis=-1)
+                mx.argpartition(-scores, self.top_pools - 1, axis=-1)[:, : self.top_pools]
+            )
+            picked = mx.put_along_axis(
+                mx.zeros(scores.shape, dtype=mx.bool_), top, mx.array(True), axis=-1
+            )
             chosen.append(picked & visible[t0:t1])
         return chosen[0] if len(chosen) == 1 else mx.concatenate(chosen)
 
@@ -756,8 +788,14 @@ class SparseMLA(nn.Module):
         self.scale = 1.0 / math.sqrt(args.qk_head_dim)
         self.tail = args.kpool_select_tail
 
-    def __call__(self, x: mx.array, pos0: int, cache: MLACache, shared: Selection | None,
-                 n_real: int | None = None) -> tuple[mx.array, MLACache, Selection]:
+    def __call__(
+        self,
+        x: mx.array,
+        pos0: int,
+        cache: MLACache,
+        shared: Selection | None,
+        n_real: int | None = None,
+    ) -> tuple[mx.array, MLACache, Selection]:
         """x [T, D] at positions pos0 .. -> (output [T, D], new cache, the selection used).
 
         ``shared`` is the selection of the last full indexer layer (for a layer without one).
@@ -776,8 +814,9 @@ class SparseMLA(nn.Module):
             positions = np.arange(pos0, pos0 + tokens)
             shared = self.indexer.select(x, qr, positions, index.pooled, n_real)
         if shared is None:
-            raise ValueError("an MLA layer without its own indexer needs a full indexer layer "
-                             "before it")
+            raise ValueError(
+                "an MLA layer without its own indexer needs a full indexer layer before it"
+            )
         if n_real is None:
             out = self._attend(q, latent, shared)  # [H, T, kv_lora_rank]
         else:
@@ -790,20 +829,24 @@ class SparseMLA(nn.Module):
         blocks of queries that bound the score memory."""
         heads, tokens = q.shape[:2]
         step = max(1, _SCORE_BUDGET // (heads * latent.shape[0]))
-        outs = [self._attend_block(q, latent, selection, t0, min(tokens, t0 + step))
-                for t0 in range(0, tokens, step)]
+        outs = [
+            self._attend_block(q, latent, selection, t0, min(tokens, t0 + step))
+            for t0 in range(0, tokens, step)
+        ]
         return outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=1)
 
-    def _attend_rows(self, q: mx.array, latent: mx.array, selection: Selection,
-                     n_real: int) -> mx.array:
+    def _attend_rows(
+        self, q: mx.array, latent: mx.array, selection: Selection, n_real: int
+    ) -> mx.array:
         """``_attend`` one real row at a time, each over exactly the latents its position sees,
         so that its result does not depend on the other rows of the chunk; zeros for padding."""
         outs = [self._attend_block(q, latent, selection, r, r + 1) for r in range(n_real)]
         outs.append(mx.zeros((q.shape[0], q.shape[1] - n_real, q.shape[2])))
         return mx.concatenate(outs, axis=1)
 
-    def _attend_block(self, q: mx.array, latent: mx.array, selection: Selection, t0: int,
-                      t1: int) -> mx.array:
+    def _attend_block(
+        self, q: mx.array, latent: mx.array, selection: Selection, t0: int, t1: int
+    ) -> mx.array:
         """The attention of queries t0 .. t1 - 1: [H, t1 - t0, kv_lora_rank]."""
         mask = selection.mask(t0, t1)
         keys = latent[None, None, : mask.shape[1]]
@@ -825,11 +868,19 @@ def _ffn(args: ModelArgs, w: Weights, layer: int) -> SwiGLU | SharedExpertMoE:
     """The layer's FFN: dense in the leading layers, routed + shared experts after."""
     p = f"blk.{layer}"
     if layer < args.n_dense_layers:
-        return SwiGLU(w.matrix(f"{p}.ffn_gate.weight"), w.matrix(f"{p}.ffn_up.weight"),
-                      w.matrix(f"{p}.ffn_down.weight"), args.swiglu_limits_shared[layer])
+        return SwiGLU(
+            w.matrix(f"{p}.ffn_gate.weight"),
+            w.matrix(f"{p}.ffn_up.weight"),
+            w.matrix(f"{p}.ffn_down.weight"),
+            args.swiglu_limits_shared[layer],
+        )
     return SharedExpertMoE(
-        w, p, n_used=args.n_experts_used, gating=args.gating_func,
-        normalize=args.expert_weights_norm, weights_scale=args.expert_weights_scale,
+        w,
+        p,
+        n_used=args.n_experts_used,
+        gating=args.gating_func,
+        normalize=args.expert_weights_norm,
+        weights_scale=args.expert_weights_scale,
         swiglu_limit=args.swiglu_limits[layer],
         swiglu_limit_shared=args.swiglu_limits_shared[layer],
     )
@@ -843,7 +894,11 @@ class Block(nn.Module):
         p = f"blk.{layer}"
 
         self.hc_attn, self.hc_ffn = load_block_sites(
-            w, p, hc=args.hc_mult, sinkhorn_iters=args.hc_sinkhorn_iters, hc_eps=args.hc_eps,
+            w,
+            p,
+            hc=args.hc_mult,
+            sinkhorn_iters=args.hc_sinkhorn_iters,
+            hc_eps=args.hc_eps,
             norm_eps=args.rms_norm_eps,
         )
         self.attn_norm = RMSNorm(w.param(f"{p}.attn_norm.weight"), args.rms_norm_eps)
@@ -854,8 +909,14 @@ class Block(nn.Module):
     def new_cache(self) -> KDACache | MLACache:
         return KDACache() if isinstance(self.mixer, KDA) else MLACache()
 
-    def __call__(self, x: mx.array, pos0: int, cache: Any, selection: Selection | None,
-                 n_real: int | None = None) -> tuple[mx.array, Any, Selection | None]:
+    def __call__(
+        self,
+        x: mx.array,
+        pos0: int,
+        cache: Any,
+        selection: Selection | None,
+        n_real: int | None = None,
+    ) -> tuple[mx.array, Any, Selection | None]:
         """``n_real``: x is a decode tile whose first ``n_real`` rows are real (DECODE_TILE)."""
         h, post, comb = self.hc_attn(x)
         h = self.attn_norm(h)
@@ -901,16 +962,18 @@ class NextNPredictor(nn.Module):
         self.hnorm = RMSNorm(w.param(f"{p}.hnorm.weight"), args.rms_norm_eps)
         self.embed = optional("embed_tokens", main.embed, w.matrix)
         head_norm = optional("shared_head_norm", None, w.param)
-        self.head_norm = main.output_norm if head_norm is None else RMSNorm(
-            head_norm, args.rms_norm_eps)
+        self.head_norm = (
+            main.output_norm if head_norm is None else RMSNorm(head_norm, args.rms_norm_eps)
+        )
         self.head = optional("shared_head_head", main.output, w.matrix)
         self.attn_norm = RMSNorm(w.param(f"blk.{layer}.attn_norm.weight"), args.rms_norm_eps)
         self.ffn_norm = RMSNorm(w.param(f"blk.{layer}.ffn_norm.weight"), args.rms_norm_eps)
         self.attn = SparseMLA(args, w, layer)
         self.ffn = _ffn(args, w, layer)
 
-    def __call__(self, hidden: mx.array, next_tokens: mx.array, state: ModelState, *,
-                 evaluate: bool = True) -> mx.array:
+    def __call__(
+        self, hidden: mx.array, next_tokens: mx.array, state: ModelState, *, evaluate: bool = True
+    ) -> mx.array:
         """hidden [T, D] at positions state.pos .., next_tokens [T] -> the block's normed output
         [T, D] (``logits`` of it predict the tokens t + 2); advances ``state``. ``evaluate=False``
         leaves the result and the cache unevaluated (training)."""
@@ -950,8 +1013,12 @@ class Model(nn.Module):
         self.mtp = NextNPredictor(args, w, self) if has_nextn else None
 
     @classmethod
-    def from_gguf(cls, gguf_file: GGUFFile, weights_dtype: str | None = None,
-                  expert_store: ExpertStore | None = None) -> Model:
+    def from_gguf(
+        cls,
+        gguf_file: GGUFFile,
+        weights_dtype: str | None = None,
+        expert_store: ExpertStore | None = None,
+    ) -> Model:
         """Build the model from an opened GGUF file.
 
         ``weights_dtype`` ("f32" or "native") is how matmul weights are held (see
@@ -959,8 +1026,7 @@ class Model(nn.Module):
         ``expert_store`` holds the routed experts (default: resident).
         """
         args = ModelArgs.from_gguf(gguf_file)
-        return cls(args, GGUFWeights(tensor_shapes(args), gguf_file, weights_dtype,
-                                     expert_store))
+        return cls(args, GGUFWeights(tensor_shapes(args), gguf_file, weights_dtype, expert_store))
 
     @classmethod
     def from_arrays(cls, args: ModelArgs, arrays: Mapping[str, mx.array]) -> Model:
@@ -984,15 +1050,18 @@ class Model(nn.Module):
         only over positions fed in decode tiles (chunks of fewer than DECODE_TILE tokens): a KDA
         layer keeps no per-position states of a longer chunk."""
         cut = state.pos - pos
-        limit = min([MAX_ROLLBACK] + [c.rollback for c in state.layers
-                                      if isinstance(c, KDACache)])
+        limit = min([MAX_ROLLBACK] + [c.rollback for c in state.layers if isinstance(c, KDACache)])
         if not 0 <= cut <= limit:
-            raise ValueError(f"cannot roll back from {state.pos} to {pos} tokens (at most "
-                             f"{limit} positions here: the recurrent state is kept for up to "
-                             f"{MAX_ROLLBACK} positions fed in chunks of under {DECODE_TILE} "
-                             "tokens)")
-        state.layers = [c.truncate(cut) if isinstance(c, KDACache) else
-                        c.truncate(pos, self.args.kpool) for c in state.layers]
+            raise ValueError(
+                f"cannot roll back from {state.pos} to {pos} tokens (at most "
+                f"{limit} positions here: the recurrent state is kept for up to "
+                f"{MAX_ROLLBACK} positions fed in chunks of under {DECODE_TILE} "
+                "tokens)"
+            )
+        state.layers = [
+            c.truncate(cut) if isinstance(c, KDACache) else c.truncate(pos, self.args.kpool)
+            for c in state.layers
+        ]
         state.pos = pos
 
     def new_mtp_state(self) -> ModelState:
@@ -1001,8 +1070,15 @@ class Model(nn.Module):
             raise ValueError("this model file has no NextN (MTP) block")
         return ModelState([MLACache()])
 
-    def mtp_logits(self, hidden: mx.array, next_tokens: mx.array, mtp_state: ModelState, *,
-                   last_only: bool = False, evaluate: bool = True) -> mx.array:
+    def mtp_logits(
+        self,
+        hidden: mx.array,
+        next_tokens: mx.array,
+        mtp_state: ModelState,
+        *,
+        last_only: bool = False,
+        evaluate: bool = True,
+    ) -> mx.array:
         """Draft logits [T, vocab] of tokens t + 2 from the main model's ``final_hidden`` rows
         ``hidden`` [T, D] at t and the tokens at t + 1; advances ``mtp_state``.
 
@@ -1020,21 +1096,39 @@ class Model(nn.Module):
         return logits
 
     @overload
-    def forward(self, tokens: mx.array, state: ModelState, *,
-                capture_layers: Sequence[int] = (),
-                return_hidden: Literal[False] = False, evaluate: bool = True,
-                asynchronous: bool = False) -> mx.array: ...
+    def forward(
+        self,
+        tokens: mx.array,
+        state: ModelState,
+        *,
+        capture_layers: Sequence[int] = (),
+        return_hidden: Literal[False] = False,
+        evaluate: bool = True,
+        asynchronous: bool = False,
+    ) -> mx.array: ...
 
     @overload
-    def forward(self, tokens: mx.array, state: ModelState, *,
-                capture_layers: Sequence[int] = (),
-                return_hidden: Literal[True], evaluate: bool = True,
-                asynchronous: bool = False) -> ForwardOutput: ...
+    def forward(
+        self,
+        tokens: mx.array,
+        state: ModelState,
+        *,
+        capture_layers: Sequence[int] = (),
+        return_hidden: Literal[True],
+        evaluate: bool = True,
+        asynchronous: bool = False,
+    ) -> ForwardOutput: ...
 
-    def forward(self, tokens: mx.array, state: ModelState, *,
-                capture_layers: Sequence[int] = (),
-                return_hidden: bool = False, evaluate: bool = True,
-                asynchronous: bool = False) -> mx.array | ForwardOutput:
+    def forward(
+        self,
+        tokens: mx.array,
+        state: ModelState,
+        *,
+        capture_layers: Sequence[int] = (),
+        return_hidden: bool = False,
+        evaluate: bool = True,
+        asynchronous: bool = False,
+    ) -> mx.array | ForwardOutput:
         """Logits [T, vocab] of int32 ``tokens`` [T] continuing ``state``, which it advances.
 
         With ``return_hidden`` a ``ForwardOutput`` also carries the hidden states of
@@ -1066,8 +1160,9 @@ class Model(nn.Module):
             # One evaluation for the outputs and the new caches keeps the caches' graphs short.
             # ``asynchronous`` only queues it: the host may build the next step meanwhile
             # (pipelined decoding, ``engine.generate``), even on a token it has not read.
-            (mx.async_eval if asynchronous else mx.eval)(logits, *captured.values(), x, final,
-                                                         *state.arrays())
+            (mx.async_eval if asynchronous else mx.eval)(
+                logits, *captured.values(), x, final, *state.arrays()
+            )
         if not return_hidden:
             return logits
         return ForwardOutput(logits, captured, x, final)

@@ -37,8 +37,9 @@ class ArchMetadata:
         if not isinstance(value, (list, tuple)):
             return (value,) * count
         if len(value) < count:
-            raise self.error(f"metadata '{self.key(name)}' has {len(value)} entries, "
-                             f"expected {count}")
+            raise self.error(
+                f"metadata '{self.key(name)}' has {len(value)} entries, expected {count}"
+            )
         return tuple(value[:count])
 
     def vocab_size(self) -> int:
@@ -46,6 +47,9 @@ class ArchMetadata:
         vocab = self.opt("vocab_size", None)
         if vocab is None:
             tokens = self.gguf.get("tokenizer.ggml.tokens")
-            vocab = len(tokens) if tokens is not None else self.gguf.tensor_shape(
-                "token_embd.weight")[0]
+            vocab = (
+                len(tokens)
+                if tokens is not None
+                else self.gguf.tensor_shape("token_embd.weight")[0]
+            )
         return int(vocab)

@@ -64,13 +64,22 @@ class HyperConnection(nn.Module):
         """x [T, hc, D] -> the block's input (the streams collapsed by pre) [T, D], post
         [T, hc], comb [T, hc(src), hc(dst)]. One native primitive on the CPU
         (``kernels.hc_pre``); the composition below elsewhere and for other weight kinds."""
-        fused = kernels.hc_pre(x, self.fn, self.scale, self.base, self.hc, self.sinkhorn_iters,
-                               self.hc_eps, self.norm_eps)
+        fused = kernels.hc_pre(
+            x,
+            self.fn,
+            self.scale,
+            self.base,
+            self.hc,
+            self.sinkhorn_iters,
+            self.hc_eps,
+            self.norm_eps,
+        )
         if fused is not None:
             return fused
         flat = rms_norm(x.reshape(x.shape[0], -1), None, self.norm_eps)
-        pre, post, comb = kernels.hc_mixes(linear(flat, self.fn), self.scale, self.base,
-                                           self.hc, self.sinkhorn_iters, self.hc_eps)
+        pre, post, comb = kernels.hc_mixes(
+            linear(flat, self.fn), self.scale, self.base, self.hc, self.sinkhorn_iters, self.hc_eps
+        )
         return hc_collapse(x, pre), post, comb
 
 
@@ -90,14 +99,20 @@ def block_site_shapes(prefix: str, hc: int, hidden: int) -> dict[str, tuple[int,
     return shapes
 
 
-def load_block_sites(w: Weights, prefix: str, *, hc: int, sinkhorn_iters: int, hc_eps: float,
-                     norm_eps: float) -> tuple[HyperConnection, HyperConnection]:
+def load_block_sites(
+    w: Weights, prefix: str, *, hc: int, sinkhorn_iters: int, hc_eps: float, norm_eps: float
+) -> tuple[HyperConnection, HyperConnection]:
     """The sites before the token mixer and before the FFN of block ``prefix`` (``blk.{i}``)."""
     attn, ffn = (
-        HyperConnection(w.matrix(f"{prefix}.hc_{site}_fn.weight"),
-                        w.param(f"{prefix}.hc_{site}_base.weight"),
-                        w.param(f"{prefix}.hc_{site}_scale.weight"), hc=hc,
-                        sinkhorn_iters=sinkhorn_iters, hc_eps=hc_eps, norm_eps=norm_eps)
+        HyperConnection(
+            w.matrix(f"{prefix}.hc_{site}_fn.weight"),
+            w.param(f"{prefix}.hc_{site}_base.weight"),
+            w.param(f"{prefix}.hc_{site}_scale.weight"),
+            hc=hc,
+            sinkhorn_iters=sinkhorn_iters,
+            hc_eps=hc_eps,
+            norm_eps=norm_eps,
+        )
         for site in BLOCK_SITES
     )
     return attn, ffn
@@ -106,8 +121,9 @@ def load_block_sites(w: Weights, prefix: str, *, hc: int, sinkhorn_iters: int, h
 class HyperHead(nn.Module):
     """The final collapse of the streams before the output norm (llama.cpp ``build_hc_head``)."""
 
-    def __init__(self, fn: Weight, base: mx.array, scale: mx.array, *, hc_eps: float,
-                 norm_eps: float):
+    def __init__(
+        self, fn: Weight, base: mx.array, scale: mx.array, *, hc_eps: float, norm_eps: float
+    ):
         super().__init__()
         self.fn = fn  # [hc, hc * D]
         self.base = base  # [hc]
@@ -119,4 +135,3 @@ class HyperHead(nn.Module):
         flat = rms_norm(x.reshape(x.shape[0], -1), None, self.norm_eps)
         pre = mx.sigmoid(linear(flat, self.fn, rows) * self.scale[0] + self.base) + self.hc_eps
         return hc_collapse(x, pre)
-

@@ -101,9 +101,15 @@ class RoutedExperts(nn.Module):
     """One layer's routed SwiGLU experts, stacked [E, out, in], applied with gathered matmuls
     (``kernels.gather_linear``) over the batches its ``LayerExperts`` yields."""
 
-    def __init__(self, gate: Weight | None = None, up: Weight | None = None,
-                 down: Weight | None = None, *, swiglu_limit: float,
-                 layer: LayerExperts | None = None):
+    def __init__(
+        self,
+        gate: Weight | None = None,
+        up: Weight | None = None,
+        down: Weight | None = None,
+        *,
+        swiglu_limit: float,
+        layer: LayerExperts | None = None,
+    ):
         """gate/up [E, F, D] and down [E, D, F] as GGUF stores them ([expert, out, in]), held
         resident; or ``layer``, an expert store's view of them."""
         super().__init__()
@@ -122,8 +128,9 @@ class RoutedExperts(nn.Module):
         up = gather_linear(xs, batch.up, idx, sort)
         return gather_linear(swiglu(gate, up, self.swiglu_limit), batch.down, idx, sort)
 
-    def __call__(self, x: mx.array, indices: mx.array, weights: mx.array,
-                 row_invariant: bool = False) -> mx.array:
+    def __call__(
+        self, x: mx.array, indices: mx.array, weights: mx.array, row_invariant: bool = False
+    ) -> mx.array:
         """x [T, D], indices/weights [T, k] -> sum_k weights * expert_k(x), [T, D].
 
         ``row_invariant``: each row's result must not depend on the other rows (decode tiles),
@@ -139,16 +146,30 @@ class RoutedExperts(nn.Module):
         pairs: list[np.ndarray] = []
         for batch in self.layer.batches(indices):
             if batch.pairs is None:
-                out = routed_experts(x, batch.gate, batch.up, batch.down, batch.indices,
-                                     self.swiglu_limit, row_invariant=row_invariant)
+                out = routed_experts(
+                    x,
+                    batch.gate,
+                    batch.up,
+                    batch.down,
+                    batch.indices,
+                    self.swiglu_limit,
+                    row_invariant=row_invariant,
+                )
                 if out is None:
                     out = self._all_pairs(x, batch)
                 continue
             # Some pairs only (a streamed layer needing more experts than its cache holds):
             # each pair's result is the same product on the same rows, so the same bits.
             rows = x[mx.array(batch.pairs // k)]
-            part = routed_experts(rows, batch.gate, batch.up, batch.down, batch.indices[:, None],
-                                  self.swiglu_limit, row_invariant=row_invariant)
+            part = routed_experts(
+                rows,
+                batch.gate,
+                batch.up,
+                batch.down,
+                batch.indices[:, None],
+                self.swiglu_limit,
+                row_invariant=row_invariant,
+            )
             if part is None:
                 part = self._ffn(rows[:, None, :], batch, batch.indices, True)
             mx.eval(part)  # before the store refills the slots it reads
@@ -192,9 +213,15 @@ class SwiGLU(nn.Module):
         return linear(swiglu(gate, up, self.limit), self.down, rows)
 
 
-def shared_expert_moe_shapes(prefix: str, *, hidden: int, n_experts: int, expert_ff: int,
-                             shared_ff: int, hash_table: tuple[int, int] | None = None
-                             ) -> dict[str, tuple[int, ...]]:
+def shared_expert_moe_shapes(
+    prefix: str,
+    *,
+    hidden: int,
+    n_experts: int,
+    expert_ff: int,
+    shared_ff: int,
+    hash_table: tuple[int, int] | None = None,
+) -> dict[str, tuple[int, ...]]:
     """The tensors ``SharedExpertMoE`` reads; ``hash_table`` (vocab, n_used) for a hash-routed
     layer, which has no selection bias."""
     d, e, f = hidden, n_experts, expert_ff
@@ -221,9 +248,19 @@ class SharedExpertMoE(nn.Module):
     (no bias then); see ``route`` for the weights.
     """
 
-    def __init__(self, w: Weights, prefix: str, *, n_used: int, gating: GatingFunc,
-                 normalize: bool, weights_scale: float, swiglu_limit: float,
-                 swiglu_limit_shared: float, hash_routed: bool = False):
+    def __init__(
+        self,
+        w: Weights,
+        prefix: str,
+        *,
+        n_used: int,
+        gating: GatingFunc,
+        normalize: bool,
+        weights_scale: float,
+        swiglu_limit: float,
+        swiglu_limit_shared: float,
+        hash_routed: bool = False,
+    ):
         super().__init__()
         self.router = w.matrix(f"{prefix}.ffn_gate_inp.weight")
         self.hash_routes: mx.array | None = None
@@ -232,10 +269,14 @@ class SharedExpertMoE(nn.Module):
             self.hash_routes = w.ints(f"{prefix}.ffn_gate_tid2eid.weight")
         else:
             self.bias = w.param(f"{prefix}.exp_probs_b.bias")
-        names = (f"{prefix}.ffn_gate_exps.weight", f"{prefix}.ffn_up_exps.weight",
-                 f"{prefix}.ffn_down_exps.weight")
-        self.experts = RoutedExperts(layer=w.routed_experts(names, n_used),
-                                     swiglu_limit=swiglu_limit)
+        names = (
+            f"{prefix}.ffn_gate_exps.weight",
+            f"{prefix}.ffn_up_exps.weight",
+            f"{prefix}.ffn_down_exps.weight",
+        )
+        self.experts = RoutedExperts(
+            layer=w.routed_experts(names, n_used), swiglu_limit=swiglu_limit
+        )
         self.shared = SwiGLU(
             w.matrix(f"{prefix}.ffn_gate_shexp.weight"),
             w.matrix(f"{prefix}.ffn_up_shexp.weight"),
@@ -258,11 +299,11 @@ class SharedExpertMoE(nn.Module):
     def compiles_tiles(self) -> bool:
         """Whether decode tiles run compiled: only over resident experts (a streamed store
         reads the routing on the host)."""
-        return type(self.experts) is RoutedExperts and isinstance(self.experts.layer,
-                                                                  ResidentLayer)
+        return type(self.experts) is RoutedExperts and isinstance(self.experts.layer, ResidentLayer)
 
-    def select(self, x: mx.array, tokens: mx.array | None = None, rows: int | None = None
-               ) -> tuple[mx.array, mx.array]:
+    def select(
+        self, x: mx.array, tokens: mx.array | None = None, rows: int | None = None
+    ) -> tuple[mx.array, mx.array]:
         """The routing of x [T, D]: (indices, weights) [T, k] (``rows``: see
         ``kernels.linear``)."""
         return self._route(gate_probs(linear(x, self.router, rows), self.gating), tokens)
@@ -274,12 +315,18 @@ class SharedExpertMoE(nn.Module):
                 raise ValueError("a hash-routed MoE layer needs the token ids")
             selected = self.hash_routes[tokens]
         return route(
-            probs, self.n_used, func=self.gating, bias=self.bias, selected=selected,
-            normalize=self.normalize, scale=self.weights_scale,
+            probs,
+            self.n_used,
+            func=self.gating,
+            bias=self.bias,
+            selected=selected,
+            normalize=self.normalize,
+            scale=self.weights_scale,
         )
 
-    def __call__(self, x: mx.array, tokens: mx.array | None = None,
-                 n_real: int | None = None) -> mx.array:
+    def __call__(
+        self, x: mx.array, tokens: mx.array | None = None, n_real: int | None = None
+    ) -> mx.array:
         """x [T, D] (``tokens`` [T] int32 for hash-routed layers) -> [T, D].
 
         ``n_real``: only the first rows are real (a fixed-shape decode tile); the routed experts
@@ -302,13 +349,30 @@ class SharedExpertMoE(nn.Module):
         # The router's and the shared expert's products of x as one call.
         router, gate, up = linear_many(x, [self.router, self.shared.gate, self.shared.up], n_real)
         hashed = None if self.hash_routes is None else self.hash_routes[tokens]
-        routing = {"n_used": self.n_used, "func": int(self.gating),
-                   "normalize": self.normalize, "scale": self.weights_scale}
+        routing = {
+            "n_used": self.n_used,
+            "func": int(self.gating),
+            "normalize": self.normalize,
+            "scale": self.weights_scale,
+        }
         if self.compiles_tiles:  # this module's own resident experts
             experts = self.experts.layer
-            fused = moe_tile(router, x, experts.gate, experts.up, experts.down, gate, up,
-                             self.shared.down, self.bias, hashed, n_real, **routing,
-                             limit=self.experts.swiglu_limit, shared_limit=self.shared.limit)
+            fused = moe_tile(
+                router,
+                x,
+                experts.gate,
+                experts.up,
+                experts.down,
+                gate,
+                up,
+                self.shared.down,
+                self.bias,
+                hashed,
+                n_real,
+                **routing,
+                limit=self.experts.swiglu_limit,
+                shared_limit=self.shared.limit,
+            )
             if fused is not None:
                 return fused
         if type(self.experts) is RoutedExperts:
@@ -318,13 +382,13 @@ class SharedExpertMoE(nn.Module):
             if routed is not None:
                 indices, weights = routed
                 outputs = self.experts.outputs(x[:n_real], indices[:n_real], row_invariant=True)
-                combined = moe_combine(outputs, weights, gate, up, self.shared.down,
-                                       self.shared.limit)
+                combined = moe_combine(
+                    outputs, weights, gate, up, self.shared.down, self.shared.limit
+                )
                 if combined is not None:
                     return combined
         indices, weights = self._route(gate_probs(router, self.gating), tokens)
-        routed = self.experts(x[:n_real], indices[:n_real], weights[:n_real],
-                              row_invariant=True)
+        routed = self.experts(x[:n_real], indices[:n_real], weights[:n_real], row_invariant=True)
         padding = mx.zeros((x.shape[0] - n_real, routed.shape[1]), routed.dtype)
         return mx.concatenate([routed, padding]) + self.shared.down_of(gate, up, n_real)
 
@@ -353,5 +417,6 @@ def link_expert_prefetch(moes: Sequence[SharedExpertMoE]) -> None:
     """Each layer of ``moes`` (in execution order) hints the next one's store during prefill,
     where that store reads experts (a streamed one)."""
     for current, following in zip(moes, moes[1:], strict=False):
-        current.prefetch_next = (_PrefetchHint(following)
-                                 if following.experts.layer.prefetches else None)
+        current.prefetch_next = (
+            _PrefetchHint(following) if following.experts.layer.prefetches else None
+        )

@@ -149,16 +149,23 @@ class RoPE:
         # Host tables are built with numpy (no primitives); device ones (a compiled step's
         # inputs) with the same operations in MLX.
         xp = np if isinstance(angles.cos, np.ndarray) else mx
-        cos = (xp.repeat(angles.cos, 2, axis=-1) if self.config.interleaved
-               else xp.concatenate([angles.cos, angles.cos], axis=-1))
+        cos = (
+            xp.repeat(angles.cos, 2, axis=-1)
+            if self.config.interleaved
+            else xp.concatenate([angles.cos, angles.cos], axis=-1)
+        )
         sin = -angles.sin if inverse else angles.sin
         # S's signs: the first member of a pair takes -sin, the second +sin.
-        signed = (xp.stack([-sin, sin], axis=-1).reshape(tokens, n) if self.config.interleaved
-                  else xp.concatenate([-sin, sin], axis=-1))
+        signed = (
+            xp.stack([-sin, sin], axis=-1).reshape(tokens, n)
+            if self.config.interleaved
+            else xp.concatenate([-sin, sin], axis=-1)
+        )
         bshape = (tokens,) + (1,) * (x.ndim - 2) + (n,)
         part = x if n == dim else x[..., offset : offset + n]
-        rotated = _rotate(part, part @ self._swap, _device(cos.reshape(bshape)),
-                          _device(signed.reshape(bshape)))
+        rotated = _rotate(
+            part, part @ self._swap, _device(cos.reshape(bshape)), _device(signed.reshape(bshape))
+        )
         pieces = [x[..., :offset], rotated, x[..., offset + n :]]
         pieces = [p for p in pieces if p.shape[-1] > 0]
         return pieces[0] if len(pieces) == 1 else mx.concatenate(pieces, axis=-1)

@@ -56,8 +56,9 @@ class Weights(ABC):
     #: routed experts are not: their fused kernels read them as stored).
     frozen: bool = False
 
-    def __init__(self, shapes: Mapping[str, Shape], source: str,
-                 expert_store: ExpertStore | None = None):
+    def __init__(
+        self, shapes: Mapping[str, Shape], source: str, expert_store: ExpertStore | None = None
+    ):
         self.shapes = shapes
         self.source = source  # where the tensors come from, for error messages
         self.expert_store = expert_store or ResidentStore()
@@ -133,8 +134,13 @@ class GGUFWeights(Weights):
     error = GGUFError
     frozen = True
 
-    def __init__(self, shapes: Mapping[str, Shape], gguf: GGUFFile, mode: str | None,
-                 expert_store: ExpertStore | None = None):
+    def __init__(
+        self,
+        shapes: Mapping[str, Shape],
+        gguf: GGUFFile,
+        mode: str | None,
+        expert_store: ExpertStore | None = None,
+    ):
         super().__init__(shapes, str(gguf.path), expert_store)
         self.gguf = gguf
         self.mode = mode  # GGUFFile.load_weight's mode: "f32", "native" or None (its default)

@@ -4,5 +4,10 @@ from ds4mlx.server.app import ServerConfig, create_app
 from ds4mlx.server.generation import GenerationDefaults, GenerationService
 from ds4mlx.server.queue import GenerationQueue
 
-__all__ = ["GenerationDefaults", "GenerationQueue", "GenerationService", "ServerConfig",
-           "create_app"]
+__all__ = [
+    "GenerationDefaults",
+    "GenerationQueue",
+    "GenerationService",
+    "ServerConfig",
+    "create_app",
+]

@@ -47,10 +47,11 @@ class AccessControl:
         if scope["type"] == "http":
             error = self._refusal(scope)
             if error is not None:
-                response = JSONResponse(error_body_for(scope["path"], error),
-                                        status_code=error.status,
-                                        headers={"WWW-Authenticate": "Bearer"}
-                                        if error.status == 401 else None)
+                response = JSONResponse(
+                    error_body_for(scope["path"], error),
+                    status_code=error.status,
+                    headers={"WWW-Authenticate": "Bearer"} if error.status == 401 else None,
+                )
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
@@ -59,18 +60,24 @@ class AccessControl:
         headers = Headers(scope=scope)
         origin = headers.get("origin")
         if origin is not None and not self.cross_origin and not _same_origin(origin, headers):
-            return APIError(403, f"requests from the web origin '{origin}' are refused; start "
-                            "ds4-server with --cors to let browser pages call it",
-                            code="cross_origin_refused")
+            return APIError(
+                403,
+                f"requests from the web origin '{origin}' are refused; start "
+                "ds4-server with --cors to let browser pages call it",
+                code="cross_origin_refused",
+            )
         if not self.api_keys or scope["path"] in OPEN_PATHS or scope["method"] == "OPTIONS":
             return None
         given = _presented_key(headers)
         if given is None:
-            return APIError(401, "this server needs an API key: send 'Authorization: Bearer "
-                            "KEY' or 'x-api-key: KEY'", code="invalid_api_key")
+            return APIError(
+                401,
+                "this server needs an API key: send 'Authorization: Bearer "
+                "KEY' or 'x-api-key: KEY'",
+                code="invalid_api_key",
+            )
         if not any(secrets.compare_digest(given.encode(), key) for key in self.api_keys):
-            return APIError(401, "the API key is not valid for this server",
-                            code="invalid_api_key")
+            return APIError(401, "the API key is not valid for this server", code="invalid_api_key")
         return None
 
 

@@ -108,8 +108,7 @@ def _error_response(error: APIError, endpoint: Endpoint[Any]) -> JSONResponse:
 
 
 class _Server:
-    def __init__(self, service: GenerationService, config: ServerConfig,
-                 engine: GenerationQueue):
+    def __init__(self, service: GenerationService, config: ServerConfig, engine: GenerationQueue):
         self.service = service
         self.config = config
         self.engine = engine
@@ -118,7 +117,11 @@ class _Server:
         self.limit = RequestLimits(service)
         self.responses = ResponsesEndpoint()
         self.endpoints: tuple[Endpoint[Any], ...] = (
-            ChatCompletionsEndpoint(), CompletionsEndpoint(), self.responses, MessagesEndpoint())
+            ChatCompletionsEndpoint(),
+            CompletionsEndpoint(),
+            self.responses,
+            MessagesEndpoint(),
+        )
         # Requests are tokenized and queued one at a time, in the order they arrived (an
         # asyncio lock wakes its waiters first come, first served), so a long prompt being
         # tokenized is not overtaken by a short one that came after it.
@@ -129,12 +132,18 @@ class _Server:
     def _model_json(self, name: str) -> dict[str, Any]:
         # context_length as vLLM's max_model_len and LM Studio report it: clients (ds4-agent
         # with --api-base) size their context from it.
-        return {"id": name, "object": "model", "created": self.started, "owned_by": "ds4mlx",
-                "context_length": self.service.max_context}
+        return {
+            "id": name,
+            "object": "model",
+            "created": self.started,
+            "owned_by": "ds4mlx",
+            "context_length": self.service.max_context,
+        }
 
     async def list_models(self, _request: Request) -> JSONResponse:
-        return JSONResponse({"object": "list",
-                             "data": [self._model_json(n) for n in self.config.model_names]})
+        return JSONResponse(
+            {"object": "list", "data": [self._model_json(n) for n in self.config.model_names]}
+        )
 
     async def get_model(self, request: Request) -> JSONResponse:
         name = request.path_params["name"]
@@ -151,14 +160,19 @@ class _Server:
 
     def _unknown_model(self, name: str) -> APIError:
         served = ", ".join(f"'{n}'" for n in self.config.model_names)
-        return APIError(404, f"the model '{name}' does not exist; this server serves {served}",
-                        param="model", code="model_not_found")
+        return APIError(
+            404,
+            f"the model '{name}' does not exist; this server serves {served}",
+            param="model",
+            code="model_not_found",
+        )
 
     # ------------------------------------------------------------------ generations
 
     def routes(self, endpoint: Endpoint[Any]) -> list[Route]:
         """The endpoint's path, and without ``/v1`` where llama-server and mlx_lm.server also
         serve it so."""
+
         async def handle(request: Request) -> Response:
             return await self.generate(request, endpoint)
 
@@ -174,14 +188,14 @@ class _Server:
             return self._no_stored_response(response_id)
         if request.method == "DELETE":
             self.responses.store.delete(response_id)
-            return JSONResponse({"id": response_id, "object": "response.deleted",
-                                 "deleted": True})
+            return JSONResponse({"id": response_id, "object": "response.deleted", "deleted": True})
         return JSONResponse(stored)
 
     @staticmethod
     def _no_stored_response(response_id: str) -> JSONResponse:
-        error = APIError(404, f"no stored response '{response_id}'", param="response_id",
-                         code="not_found")
+        error = APIError(
+            404, f"no stored response '{response_id}'", param="response_id", code="not_found"
+        )
         return JSONResponse(openai_error_body(error), status_code=404)
 
     async def generate(self, request: Request, endpoint: Endpoint[Any]) -> Response:
@@ -203,8 +217,7 @@ class _Server:
             self.metrics.refuse()
             return _error_response(error, endpoint)
         meta = ResponseMeta(self.config.model_id, prompt_tokens=len(call.prompt_tokens or ()))
-        events = self._measured(job.events(self.config.keepalive_seconds), arrived,
-                                endpoint.path)
+        events = self._measured(job.events(self.config.keepalive_seconds), arrived, endpoint.path)
         if parsed.stream:
             return await self._stream(job, events, endpoint.stream(parsed, meta), endpoint)
         watcher = asyncio.create_task(_cancel_on_disconnect(request, job))
@@ -214,9 +227,13 @@ class _Server:
             watcher.cancel()
             job.cancel()
 
-    async def _respond(self, events: AsyncIterator[ChatEvent | Finished | KeepAlive],
-                       endpoint: Endpoint[Any], parsed: APIRequest,
-                       meta: ResponseMeta) -> Response:
+    async def _respond(
+        self,
+        events: AsyncIterator[ChatEvent | Finished | KeepAlive],
+        endpoint: Endpoint[Any],
+        parsed: APIRequest,
+        meta: ResponseMeta,
+    ) -> Response:
         collected: list[ChatEvent] = []
         finished: Finished | None = None
         try:
@@ -233,16 +250,17 @@ class _Server:
             return _error_response(APIError(503, "the generation was cancelled"), endpoint)
         return JSONResponse(endpoint.response(parsed, collected, finished, meta))
 
-    async def _measured(self, events: AsyncIterator[ChatEvent | Finished | KeepAlive],
-                        arrived: float, path: str
-                        ) -> AsyncIterator[ChatEvent | Finished | KeepAlive]:
+    async def _measured(
+        self, events: AsyncIterator[ChatEvent | Finished | KeepAlive], arrived: float, path: str
+    ) -> AsyncIterator[ChatEvent | Finished | KeepAlive]:
         """The job's events less cut-off tool calls (dropped: their markup is not text), with
         the time to first output and the finished request counted."""
         first_output: float | None = None
         async for item in events:
             if isinstance(item, ToolCallError) and item.unterminated:
-                log.warning("%s: dropped a tool call the output ended inside: %r", path,
-                            item.raw[:200])
+                log.warning(
+                    "%s: dropped a tool call the output ended inside: %r", path, item.raw[:200]
+                )
                 continue
             if first_output is None and not isinstance(item, KeepAlive):
                 first_output = time.perf_counter() - arrived
@@ -252,8 +270,13 @@ class _Server:
                 _log_finished(path, item, first_output or 0.0)
             yield item
 
-    async def _stream(self, job: Job, events: AsyncIterator[ChatEvent | Finished | KeepAlive],
-                      encoder: StreamEncoder, endpoint: Endpoint[Any]) -> Response:
+    async def _stream(
+        self,
+        job: Job,
+        events: AsyncIterator[ChatEvent | Finished | KeepAlive],
+        encoder: StreamEncoder,
+        endpoint: Endpoint[Any],
+    ) -> Response:
         try:
             first = await anext(events)
         except APIError as error:
@@ -264,9 +287,11 @@ class _Server:
         return _JobStreamingResponse(job, _sse_body(first, events, encoder))
 
 
-async def _sse_body(first: ChatEvent | Finished | KeepAlive,
-                    events: AsyncIterator[ChatEvent | Finished | KeepAlive],
-                    encoder: StreamEncoder) -> AsyncIterator[bytes]:
+async def _sse_body(
+    first: ChatEvent | Finished | KeepAlive,
+    events: AsyncIterator[ChatEvent | Finished | KeepAlive],
+    encoder: StreamEncoder,
+) -> AsyncIterator[bytes]:
     def frames(item: ChatEvent | Finished | KeepAlive) -> bytes:
         if isinstance(item, KeepAlive):
             return KEEP_ALIVE_FRAME
@@ -284,37 +309,59 @@ async def _sse_body(first: ChatEvent | Finished | KeepAlive,
 
 
 def _log_finished(path: str, finished: Finished, first_output: float) -> None:
-    log.info("%s: prompt %d tokens (%d cached), generated %d, %s, %.2fs; first output %.2fs "
-             "after arrival", path, finished.prompt_tokens, finished.cached_tokens,
-             finished.completion_tokens, finished.finish_reason, finished.seconds, first_output)
+    log.info(
+        "%s: prompt %d tokens (%d cached), generated %d, %s, %.2fs; first output %.2fs "
+        "after arrival",
+        path,
+        finished.prompt_tokens,
+        finished.cached_tokens,
+        finished.completion_tokens,
+        finished.finish_reason,
+        finished.seconds,
+        first_output,
+    )
     stats = finished.stats
     if isinstance(stats, SpeculativeStats) and stats.drafted_tokens:
-        log.info("%s: speculation: %d drafted, %d accepted (%.0f%%), tau %.2f", path,
-                 stats.drafted_tokens, stats.accepted_tokens, 100 * stats.acceptance_rate,
-                 stats.tau)
+        log.info(
+            "%s: speculation: %d drafted, %d accepted (%.0f%%), tau %.2f",
+            path,
+            stats.drafted_tokens,
+            stats.accepted_tokens,
+            100 * stats.acceptance_rate,
+            stats.tau,
+        )
 
 
 def _http_error_handler(request: Request, exc: Exception) -> JSONResponse:
     """Unknown paths and wrong methods, in the error shape of the API the path belongs to."""
     assert isinstance(exc, HTTPException)
     error = APIError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}")
-    return JSONResponse(error_body_for(request.url.path, error), status_code=exc.status_code,
-                        headers=exc.headers)
+    return JSONResponse(
+        error_body_for(request.url.path, error), status_code=exc.status_code, headers=exc.headers
+    )
 
 
 def _internal_error_handler(_request: Request, exc: Exception) -> JSONResponse:
     log.error("unhandled error", exc_info=exc)
-    return JSONResponse(openai_error_body(APIError(500, "internal server error")),
-                        status_code=500)
+    return JSONResponse(openai_error_body(APIError(500, "internal server error")), status_code=500)
 
 
-def create_app(service: GenerationService, config: ServerConfig,
-               engine: GenerationQueue) -> Starlette:
+def create_app(
+    service: GenerationService, config: ServerConfig, engine: GenerationQueue
+) -> Starlette:
     """The server's ASGI app. ``engine`` runs the generations: the thread the model was loaded
     on, which the caller starts and closes."""
     server = _Server(service, config, engine)
-    utility = UtilityRoutes(service, engine, server.metrics, server.limit, config.model_id,
-                            config.serves, config.defaults, config.max_body_bytes)
+    utility = UtilityRoutes(
+        service,
+        engine,
+        server.metrics,
+        server.limit,
+        config.model_id,
+        config.serves,
+        config.defaults,
+        config.max_body_bytes,
+    )
     routes = [
         Route("/v1/models", server.list_models, methods=["GET"]),
         Route("/v1/models/{name:path}", server.get_model, methods=["GET"]),
@@ -333,8 +380,14 @@ def create_app(service: GenerationService, config: ServerConfig,
     # CORS outermost: it answers preflights and labels every response, refusals included.
     middleware = [Middleware(AccessControl, api_keys=config.api_keys, cross_origin=config.cors)]
     if config.cors:
-        middleware.insert(0, Middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["*"],
-                                        allow_headers=["*"]))
-    return Starlette(routes=routes, middleware=middleware,
-                     exception_handlers={HTTPException: _http_error_handler,
-                                         Exception: _internal_error_handler})
+        middleware.insert(
+            0,
+            Middleware(
+                CORSMiddleware, allow_origins=["*"], allow_methods=["*"], allow_headers=["*"]
+            ),
+        )
+    return Starlette(
+        routes=routes,
+        middleware=middleware,
+        exception_handlers={HTTPException: _http_error_handler, Exception: _internal_error_handler},
+    )

@@ -33,5 +33,4 @@ async def read_parsed(request: Request, model: type[Model], limit: int = MAX_BOD
 
 
 def _too_large(limit: int) -> APIError:
-    return APIError(413, f"the request body is larger than {limit} bytes",
-                    code="request_too_large")
+    return APIError(413, f"the request body is larger than {limit} bytes", code="request_too_large")

@@ -37,21 +37,39 @@ class GenerationService(Protocol):
     @property
     def max_context(self) -> int: ...
 
-    def chat(self, messages: Sequence[Mapping[str, Any]],
-             tools: Sequence[Mapping[str, Any]] | None = None, *, max_tokens: int = ...,
-             sampling: SamplingOptions | None = None, stop: Sequence[str] = (),
-             thinking: bool = False, reasoning_effort: str | None = None,
-             tool_choice: ToolChoice = "auto", prompt_tokens: Sequence[int] | None = None,
-             stream_arguments: bool = False) -> Generator[ScheduledEvent, Any, None]: ...
+    def chat(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        max_tokens: int = ...,
+        sampling: SamplingOptions | None = None,
+        stop: Sequence[str] = (),
+        thinking: bool = False,
+        reasoning_effort: str | None = None,
+        tool_choice: ToolChoice = "auto",
+        prompt_tokens: Sequence[int] | None = None,
+        stream_arguments: bool = False,
+    ) -> Generator[ScheduledEvent, Any, None]: ...
 
-    def chat_prompt(self, messages: Sequence[Mapping[str, Any]],
-                    tools: Sequence[Mapping[str, Any]] | None = None, *,
-                    thinking: bool = False, reasoning_effort: str | None = None,
-                    tool_choice: ToolChoice = "auto") -> list[int]: ...
+    def chat_prompt(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        thinking: bool = False,
+        reasoning_effort: str | None = None,
+        tool_choice: ToolChoice = "auto",
+    ) -> list[int]: ...
 
-    def complete(self, prompt: str, *, max_tokens: int = ...,
-                 sampling: SamplingOptions | None = None,
-                 stop: Sequence[str] = ()) -> Generator[ScheduledEvent, Any, None]: ...
+    def complete(
+        self,
+        prompt: str,
+        *,
+        max_tokens: int = ...,
+        sampling: SamplingOptions | None = None,
+        stop: Sequence[str] = (),
+    ) -> Generator[ScheduledEvent, Any, None]: ...
 
 
 @dataclass(frozen=True)
@@ -81,12 +99,20 @@ class GenerationCall:
 
     def run(self, service: GenerationService) -> Generator[ScheduledEvent, Any, None]:
         if self.messages is not None:
-            return service.chat(self.messages, self.tools, max_tokens=self.max_tokens,
-                                sampling=self.sampling, stop=self.stop, **self._chat_options(),
-                                prompt_tokens=self.prompt_tokens, stream_arguments=True)
+            return service.chat(
+                self.messages,
+                self.tools,
+                max_tokens=self.max_tokens,
+                sampling=self.sampling,
+                stop=self.stop,
+                **self._chat_options(),
+                prompt_tokens=self.prompt_tokens,
+                stream_arguments=True,
+            )
         assert self.prompt is not None
-        return service.complete(self.prompt, max_tokens=self.max_tokens, sampling=self.sampling,
-                                stop=self.stop)
+        return service.complete(
+            self.prompt, max_tokens=self.max_tokens, sampling=self.sampling, stop=self.stop
+        )
 
     def chat_prompt(self, service: GenerationService) -> list[int]:
         """The prompt tokens of this chat (tokenizing is the caller's thread's work)."""
@@ -120,20 +146,28 @@ class GenerationCall:
         return total
 
 
-def tool_choice_for(tools: Sequence[Any] | None, choice: str | None,
-                    named: str | None, offered_names: Sequence[str]) -> ToolChoice:
+def tool_choice_for(
+    tools: Sequence[Any] | None, choice: str | None, named: str | None, offered_names: Sequence[str]
+) -> ToolChoice:
     """The engine's tool choice: "none" without tools (the template renders none and the output
     is not parsed for calls), else the API's mode ("auto", "none", "required") or a named
     function, which must be one of ``offered_names``."""
     if named is not None:
         if named not in offered_names:
             offered = ", ".join(f"'{name}'" for name in offered_names) or "none"
-            raise APIError(400, f"invalid 'tool_choice': the function '{named}' is not among "
-                           f"the tools offered ({offered})", param="tool_choice")
+            raise APIError(
+                400,
+                f"invalid 'tool_choice': the function '{named}' is not among "
+                f"the tools offered ({offered})",
+                param="tool_choice",
+            )
         return NamedTool(named)
     if choice == "required" and not tools:
-        raise APIError(400, "invalid 'tool_choice': 'required' needs at least one tool in "
-                       "'tools'", param="tool_choice")
+        raise APIError(
+            400,
+            "invalid 'tool_choice': 'required' needs at least one tool in 'tools'",
+            param="tool_choice",
+        )
     if not tools or choice == "none":
         return "none"
     return "required" if choice == "required" else "auto"
@@ -179,10 +213,21 @@ class SamplingFields(RequestModel):
     logit_bias: dict[str, Annotated[float, Field(ge=-100.0, le=100.0)]] | None = None
 
     def sampling(self, defaults: GenerationDefaults) -> SamplingOptions:
-        overrides = {name: getattr(self, name) for name in
-                     ("temperature", "top_p", "top_k", "min_p", "seed", "frequency_penalty",
-                      "presence_penalty", "repeat_penalty", "repeat_last_n")
-                     if getattr(self, name) is not None}
+        overrides = {
+            name: getattr(self, name)
+            for name in (
+                "temperature",
+                "top_p",
+                "top_k",
+                "min_p",
+                "seed",
+                "frequency_penalty",
+                "presence_penalty",
+                "repeat_penalty",
+                "repeat_last_n",
+            )
+            if getattr(self, name) is not None
+        }
         if self.seed in (-1, 0xFFFFFFFF):
             overrides["seed"] = None
         if self.repeat_last_n == -1:
@@ -197,8 +242,9 @@ class SamplingFields(RequestModel):
     def _token_biases(self) -> Iterator[tuple[int, float]]:
         for key, bias in (self.logit_bias or {}).items():
             if not key.isdigit():
-                raise APIError(400, f"invalid 'logit_bias': key '{key}' is not a token id",
-                               param="logit_bias")
+                raise APIError(
+                    400, f"invalid 'logit_bias': key '{key}' is not a token id", param="logit_bias"
+                )
             yield int(key), bias
 
 
@@ -260,8 +306,9 @@ def template_effort(effort: ReasoningEffort | None) -> str | None:
     return None if effort in (None, "none") else effort
 
 
-def resolve_thinking(control: bool | ThinkingControl | None, effort: str | None,
-                     default: bool) -> bool:
+def resolve_thinking(
+    control: bool | ThinkingControl | None, effort: str | None, default: bool
+) -> bool:
     """Thinking mode from the request's ``thinking`` switch, else its reasoning effort (any
     effort but "none" asks for reasoning), else the server default."""
     if isinstance(control, bool):
@@ -287,8 +334,9 @@ class TextPart(Protocol):
     def text(self) -> str | None: ...
 
 
-def joined_text(content: str | Sequence[TextPart] | None, param: str,
-                text_types: Sequence[str] = ("text",)) -> str:
+def joined_text(
+    content: str | Sequence[TextPart] | None, param: str, text_types: Sequence[str] = ("text",)
+) -> str:
     """Content as text: a string, or the text parts of a list joined by newlines (anything else,
     such as images, is refused)."""
     if content is None or isinstance(content, str):
@@ -302,8 +350,9 @@ def joined_text(content: str | Sequence[TextPart] | None, param: str,
 
 
 def unsupported(param: str, reason: str) -> APIError:
-    return APIError(400, f"'{param}' is not supported: {reason}", param=param,
-                    code="unsupported_parameter")
+    return APIError(
+        400, f"'{param}' is not supported: {reason}", param=param, code="unsupported_parameter"
+    )
 
 
 def unsupported_content(param: str, content_type: str) -> APIError:

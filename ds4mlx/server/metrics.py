@@ -63,32 +63,69 @@ class ServerMetrics:
         """The metrics page."""
         with self._lock:
             rows = [
-                ("llamacpp:prompt_tokens_total", "counter", "Prompt tokens processed.",
-                 self.prompt_tokens),
-                ("llamacpp:tokens_predicted_total", "counter", "Generated tokens.",
-                 self.predicted_tokens),
-                ("llamacpp:tokens_predicted_seconds_total", "counter",
-                 "Seconds spent serving requests (prefill and decode).",
-                 self.generation_seconds),
-                ("llamacpp:predicted_tokens_seconds", "gauge",
-                 "Average generation throughput in tokens/s.",
-                 self.predicted_tokens / self.generation_seconds
-                 if self.generation_seconds else 0.0),
-                ("llamacpp:requests_processing", "gauge", "Requests generating now.",
-                 queue.running),
-                ("llamacpp:requests_deferred", "gauge", "Requests waiting in the queue.",
-                 queue.queued),
-                ("ds4mlx:prompt_tokens_cached_total", "counter",
-                 "Prompt tokens reused from a session instead of prefilled.",
-                 self.cached_tokens),
+                (
+                    "llamacpp:prompt_tokens_total",
+                    "counter",
+                    "Prompt tokens processed.",
+                    self.prompt_tokens,
+                ),
+                (
+                    "llamacpp:tokens_predicted_total",
+                    "counter",
+                    "Generated tokens.",
+                    self.predicted_tokens,
+                ),
+                (
+                    "llamacpp:tokens_predicted_seconds_total",
+                    "counter",
+                    "Seconds spent serving requests (prefill and decode).",
+                    self.generation_seconds,
+                ),
+                (
+                    "llamacpp:predicted_tokens_seconds",
+                    "gauge",
+                    "Average generation throughput in tokens/s.",
+                    self.predicted_tokens / self.generation_seconds
+                    if self.generation_seconds
+                    else 0.0,
+                ),
+                (
+                    "llamacpp:requests_processing",
+                    "gauge",
+                    "Requests generating now.",
+                    queue.running,
+                ),
+                (
+                    "llamacpp:requests_deferred",
+                    "gauge",
+                    "Requests waiting in the queue.",
+                    queue.queued,
+                ),
+                (
+                    "ds4mlx:prompt_tokens_cached_total",
+                    "counter",
+                    "Prompt tokens reused from a session instead of prefilled.",
+                    self.cached_tokens,
+                ),
                 ("ds4mlx:requests_total", "counter", "Requests that finished.", self.requests),
-                ("ds4mlx:requests_refused_total", "counter",
-                 "Generation requests refused with a client error before generating.",
-                 self.refused),
-                ("ds4mlx:requests_cancelled_total", "counter",
-                 "Generations stopped because the client went away.", queue.cancelled),
-                ("ds4mlx:requests_failed_total", "counter", "Generations that failed.",
-                 queue.failed),
+                (
+                    "ds4mlx:requests_refused_total",
+                    "counter",
+                    "Generation requests refused with a client error before generating.",
+                    self.refused,
+                ),
+                (
+                    "ds4mlx:requests_cancelled_total",
+                    "counter",
+                    "Generations stopped because the client went away.",
+                    queue.cancelled,
+                ),
+                (
+                    "ds4mlx:requests_failed_total",
+                    "counter",
+                    "Generations that failed.",
+                    queue.failed,
+                ),
                 ("ds4mlx:slots", "gauge", "Requests the server generates at once.", slots),
             ]
             ttft = (self.ttft_sum, self.ttft_count)
@@ -96,8 +133,11 @@ class ServerMetrics:
         for name, kind, help_text, value in rows:
             lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", f"{name} {value}"]
         name = "ds4mlx:time_to_first_token_seconds"
-        lines += [f"# HELP {name} Seconds from a request's arrival to its first output "
-                  "(queue wait and prefill).", f"# TYPE {name} summary"]
+        lines += [
+            f"# HELP {name} Seconds from a request's arrival to its first output "
+            "(queue wait and prefill).",
+            f"# TYPE {name} summary",
+        ]
         for q in (0.5, 0.99):
             value = self.ttft_quantile(q)
             lines.append(f'{name}{{quantile="{q}"}} {"NaN" if value is None else value}')

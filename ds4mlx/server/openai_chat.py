@@ -36,8 +36,12 @@ from ds4mlx.speculation.service import Finished
 
 from pydantic import Field
 
-FINISH_REASONS = {"stop": "stop", "length": "length", "context": "length",
-                  "tool_calls": "tool_calls"}
+FINISH_REASONS = {
+    "stop": "stop",
+    "length": "length",
+    "context": "length",
+    "tool_calls": "tool_calls",
+}
 CALL_ID_PREFIX = "call_"
 
 
@@ -114,14 +118,18 @@ class ChatCompletionRequest(APIRequest):
 
 
 def _service_message(message: ChatMessage, index: int) -> dict[str, Any]:
-    converted: dict[str, Any] = {"role": message.role,
-                                 "content": joined_text(message.content,
-                                                        f"messages[{index}].content")}
+    converted: dict[str, Any] = {
+        "role": message.role,
+        "content": joined_text(message.content, f"messages[{index}].content"),
+    }
     if message.tool_calls:
         converted["tool_calls"] = [
-            {"id": call.id, "function": {"name": call.function.name,
-                                         "arguments": call.function.arguments}}
-            for call in message.tool_calls]
+            {
+                "id": call.id,
+                "function": {"name": call.function.name, "arguments": call.function.arguments},
+            }
+            for call in message.tool_calls
+        ]
     if message.tool_call_id is not None:
         converted["tool_call_id"] = message.tool_call_id
     if message.reasoning_content:
@@ -130,8 +138,11 @@ def _service_message(message: ChatMessage, index: int) -> dict[str, Any]:
 
 
 def tool_call_json(block: Block) -> dict[str, Any]:
-    return {"id": block.call_id, "type": "function",
-            "function": {"name": block.name, "arguments": block.arguments}}
+    return {
+        "id": block.call_id,
+        "type": "function",
+        "function": {"name": block.name, "arguments": block.arguments},
+    }
 
 
 class ChatCompletionsEndpoint:
@@ -139,8 +150,7 @@ class ChatCompletionsEndpoint:
     request_model = ChatCompletionRequest
     error_body = staticmethod(openai_error_body)
 
-    def call(self, request: ChatCompletionRequest, defaults: GenerationDefaults
-             ) -> GenerationCall:
+    def call(self, request: ChatCompletionRequest, defaults: GenerationDefaults) -> GenerationCall:
         if request.n != 1:
             raise unsupported("n", "one choice per request")
         if request.logprobs:
@@ -149,41 +159,65 @@ class ChatCompletionsEndpoint:
             raise unsupported("response_format", "constrained output formats")
         choice = request.tool_choice
         tool_choice = tool_choice_for(
-            request.tools, None if isinstance(choice, NamedToolChoice) else choice,
+            request.tools,
+            None if isinstance(choice, NamedToolChoice) else choice,
             choice.function.name if isinstance(choice, NamedToolChoice) else None,
-            [tool.function.name for tool in request.tools or ()])
-        template_thinking = (request.chat_template_kwargs.enable_thinking
-                             if request.chat_template_kwargs else None)
+            [tool.function.name for tool in request.tools or ()],
+        )
+        template_thinking = (
+            request.chat_template_kwargs.enable_thinking if request.chat_template_kwargs else None
+        )
         return GenerationCall(
             messages=[_service_message(m, i) for i, m in enumerate(request.messages)],
             tools=[tool.model_dump(exclude_none=True) for tool in request.tools or ()]
-            if tool_choice != "none" else None,
+            if tool_choice != "none"
+            else None,
             tool_choice=tool_choice,
             max_tokens=token_limit(request.max_completion_tokens or request.max_tokens, defaults),
             sampling=request.sampling(defaults),
             stop=stop_strings(request.stop),
             thinking=resolve_thinking(
                 request.thinking if request.thinking is not None else template_thinking,
-                request.reasoning_effort, defaults.thinking),
-            reasoning_effort=template_effort(request.reasoning_effort))
+                request.reasoning_effort,
+                defaults.thinking,
+            ),
+            reasoning_effort=template_effort(request.reasoning_effort),
+        )
 
-    def response(self, request: ChatCompletionRequest, events: Sequence[ChatEvent],
-                 finished: Finished, meta: ResponseMeta) -> dict[str, Any]:
+    def response(
+        self,
+        request: ChatCompletionRequest,
+        events: Sequence[ChatEvent],
+        finished: Finished,
+        meta: ResponseMeta,
+    ) -> dict[str, Any]:
         turn = track(events, CALL_ID_PREFIX)
         calls = [tool_call_json(block) for block in turn.tool_calls]
         text = turn.joined("text")
-        message: dict[str, Any] = {"role": "assistant",
-                                   "content": text if text or not calls else None}
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": text if text or not calls else None,
+        }
         reasoning = turn.joined("reasoning")
         if reasoning:
             message["reasoning_content"] = reasoning
         if calls:
             message["tool_calls"] = calls
-        return {"id": new_id("chatcmpl-"), "object": "chat.completion", "created": meta.created,
-                "model": meta.model,
-                "choices": [{"index": 0, "message": message, "logprobs": None,
-                             "finish_reason": FINISH_REASONS[finished.finish_reason]}],
-                "usage": chat_usage(finished)}
+        return {
+            "id": new_id("chatcmpl-"),
+            "object": "chat.completion",
+            "created": meta.created,
+            "model": meta.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "logprobs": None,
+                    "finish_reason": FINISH_REASONS[finished.finish_reason],
+                }
+            ],
+            "usage": chat_usage(finished),
+        }
 
     def stream(self, request: ChatCompletionRequest, meta: ResponseMeta) -> ChatCompletionStream:
         include_usage = bool(request.stream_options and request.stream_options.include_usage)
@@ -207,9 +241,16 @@ class ChunkStream(ABC):
         """One choice carrying ``content`` (a chat delta or completion text; None for none)."""
 
     def _frame(self, choices: list[dict[str, Any]], **extra: Any) -> bytes:
-        return data_frame({"id": self.id, "object": self.object_name,
-                           "created": self.meta.created, "model": self.meta.model,
-                           "choices": choices, **extra})
+        return data_frame(
+            {
+                "id": self.id,
+                "object": self.object_name,
+                "created": self.meta.created,
+                "model": self.meta.model,
+                "choices": choices,
+                **extra,
+            }
+        )
 
     def finish(self, finished: Finished) -> list[bytes]:
         frames = [self._frame([self._choice(None, FINISH_REASONS[finished.finish_reason])])]
@@ -232,8 +273,12 @@ class ChatCompletionStream(ChunkStream):
         self.turn = BlockTracker(CALL_ID_PREFIX)
 
     def _choice(self, content: Any, finish_reason: str | None = None) -> dict[str, Any]:
-        return {"index": 0, "delta": content or {}, "logprobs": None,
-                "finish_reason": finish_reason}
+        return {
+            "index": 0,
+            "delta": content or {},
+            "logprobs": None,
+            "finish_reason": finish_reason,
+        }
 
     def start(self) -> list[bytes]:
         return [self._frame([self._choice({"role": "assistant", "content": ""})])]

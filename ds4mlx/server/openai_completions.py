@@ -58,17 +58,35 @@ class CompletionsEndpoint:
             if len(prompt) != 1:
                 raise unsupported("prompt", "one prompt per request")
             prompt = prompt[0]
-        return GenerationCall(prompt=prompt, max_tokens=token_limit(request.max_tokens, defaults),
-                              sampling=request.sampling(defaults),
-                              stop=stop_strings(request.stop))
+        return GenerationCall(
+            prompt=prompt,
+            max_tokens=token_limit(request.max_tokens, defaults),
+            sampling=request.sampling(defaults),
+            stop=stop_strings(request.stop),
+        )
 
-    def response(self, request: CompletionRequest, events: Sequence[ChatEvent],
-                 finished: Finished, meta: ResponseMeta) -> dict[str, Any]:
-        return {"id": new_id("cmpl-"), "object": "text_completion", "created": meta.created,
-                "model": meta.model,
-                "choices": [{"index": 0, "text": _text(events), "logprobs": None,
-                             "finish_reason": FINISH_REASONS[finished.finish_reason]}],
-                "usage": chat_usage(finished)}
+    def response(
+        self,
+        request: CompletionRequest,
+        events: Sequence[ChatEvent],
+        finished: Finished,
+        meta: ResponseMeta,
+    ) -> dict[str, Any]:
+        return {
+            "id": new_id("cmpl-"),
+            "object": "text_completion",
+            "created": meta.created,
+            "model": meta.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "text": _text(events),
+                    "logprobs": None,
+                    "finish_reason": FINISH_REASONS[finished.finish_reason],
+                }
+            ],
+            "usage": chat_usage(finished),
+        }
 
     def stream(self, request: CompletionRequest, meta: ResponseMeta) -> CompletionStream:
         include_usage = bool(request.stream_options and request.stream_options.include_usage)
@@ -80,8 +98,7 @@ class CompletionStream(ChunkStream):
     id_prefix = "cmpl-"
 
     def _choice(self, content: Any, finish_reason: str | None = None) -> dict[str, Any]:
-        return {"index": 0, "text": content or "", "logprobs": None,
-                "finish_reason": finish_reason}
+        return {"index": 0, "text": content or "", "logprobs": None, "finish_reason": finish_reason}
 
     def start(self) -> list[bytes]:
         return []

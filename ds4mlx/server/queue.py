@@ -85,8 +85,9 @@ class Job:
         self._items.append(item)
         self._ready.set()
 
-    async def events(self, keepalive_seconds: float
-                     ) -> AsyncIterator[ChatEvent | Finished | KeepAlive]:
+    async def events(
+        self, keepalive_seconds: float
+    ) -> AsyncIterator[ChatEvent | Finished | KeepAlive]:
         """The job's events, KEEP_ALIVE whenever ``keepalive_seconds`` pass without one; a
         failed generation raises its APIError."""
         while True:
@@ -273,8 +274,7 @@ class GenerationQueue:
             return
         steps = [run.step for run in waiting if run.step is not None]
         try:
-            logits = feed_batch([step.session for step in steps],
-                                [step.token for step in steps])
+            logits = feed_batch([step.session for step in steps], [step.token for step in steps])
         except Exception as exc:  # a failed pass fails its jobs, never the engine thread
             for run in waiting:
                 self._fail(run.job, exc, started=True)

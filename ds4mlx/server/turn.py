@@ -86,8 +86,11 @@ class BlockTracker:
             block = self._new_call(event.call.name)
             block.call = event.call
             return block, "", "call"
-        kind, text = (("reasoning", event.text) if isinstance(event, ReasoningDelta) else
-                      ("text", event.raw if isinstance(event, ToolCallError) else event.text))
+        kind, text = (
+            ("reasoning", event.text)
+            if isinstance(event, ReasoningDelta)
+            else ("text", event.raw if isinstance(event, ToolCallError) else event.text)
+        )
         opens = not self.blocks or self.blocks[-1].kind != kind
         if opens:
             self.blocks.append(Block(kind))
@@ -103,8 +106,7 @@ class BlockTracker:
     def _open_call(self) -> Block | None:
         """The streamed call still being written, if the last block is one."""
         last = self.blocks[-1] if self.blocks else None
-        return last if last is not None and last.kind == "tool_call" and last.call is None \
-            else None
+        return last if last is not None and last.kind == "tool_call" and last.call is None else None
 
     def joined(self, kind: Literal["reasoning", "text"]) -> str:
         return "".join(block.text for block in self.blocks if block.kind == kind)
@@ -128,11 +130,13 @@ def track(events: Iterable[ChatEvent], call_id_prefix: str) -> BlockTracker:
 
 def chat_usage(finished: Finished) -> dict[str, Any]:
     """OpenAI chat and completions ``usage``."""
-    return {"prompt_tokens": finished.prompt_tokens,
-            "completion_tokens": finished.completion_tokens,
-            "total_tokens": finished.prompt_tokens + finished.completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": finished.cached_tokens},
-            "completion_tokens_details": {"reasoning_tokens": finished.reasoning_tokens}}
+    return {
+        "prompt_tokens": finished.prompt_tokens,
+        "completion_tokens": finished.completion_tokens,
+        "total_tokens": finished.prompt_tokens + finished.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": finished.cached_tokens},
+        "completion_tokens_details": {"reasoning_tokens": finished.reasoning_tokens},
+    }
 
 
 def is_truncated(finished: Finished) -> bool:

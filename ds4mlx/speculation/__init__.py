@@ -15,8 +15,18 @@ from ds4mlx.speculation.loop import DrafterLease, SpeculativeDecoder, Speculativ
 
 import mlx.core as mx
 
-__all__ = ["Draft", "Drafter", "DrafterKind", "DrafterLease", "SpeculationConfig",
-           "SpeculativeStats", "TargetRows", "generate", "load_drafter", "stepped"]
+__all__ = [
+    "Draft",
+    "Drafter",
+    "DrafterKind",
+    "DrafterLease",
+    "SpeculationConfig",
+    "SpeculativeStats",
+    "TargetRows",
+    "generate",
+    "load_drafter",
+    "stepped",
+]
 
 
 def load_drafter(config: SpeculationConfig, target) -> Drafter | None:
@@ -40,8 +50,9 @@ def _learned_drafter(config: SpeculationConfig, target) -> Drafter | None:
     if config.kind is DrafterKind.MTP:
         from ds4mlx.speculation.mtp import load_mtp
 
-        return load_mtp(target, config.support_path, max_draft=config.mtp_draft,
-                        margin=config.mtp_margin)
+        return load_mtp(
+            target, config.support_path, max_draft=config.mtp_draft, margin=config.mtp_margin
+        )
     if config.kind is DrafterKind.NEXTN:
         from ds4mlx.speculation.nextn import load_nextn
 
@@ -64,10 +75,14 @@ def stepped(
     own drafts with ``drafter`` (unless the config is strict), a batched one does not.
     ``lease`` tracks which generation the shared drafter follows."""
     config = config or SpeculationConfig()
-    decoder = (None if drafter is None or config.strict
-               else SpeculativeDecoder(drafter, config.loop_options, lease))
-    return stepped_generate(session, prompt, max_tokens, sampling, stop_tokens, max_context,
-                            decoder)
+    decoder = (
+        None
+        if drafter is None or config.strict
+        else SpeculativeDecoder(drafter, config.loop_options, lease)
+    )
+    return stepped_generate(
+        session, prompt, max_tokens, sampling, stop_tokens, max_context, decoder
+    )
 
 
 def generate(
@@ -82,5 +97,6 @@ def generate(
 ) -> Iterator[TokenEvent | DoneEvent]:
     """Generate after ``prompt``: speculatively with ``drafter`` unless none is given or the
     config is strict (target-only, for comparisons)."""
-    return run_alone(stepped(session, prompt, max_tokens, sampling, drafter, config,
-                             stop_tokens, max_context))
+    return run_alone(
+        stepped(session, prompt, max_tokens, sampling, drafter, config, stop_tokens, max_context)
+    )

@@ -51,8 +51,12 @@ def exact_acceptance(probs: mx.array, drafts: mx.array) -> tuple[mx.array, mx.ar
     return accepted, replacement
 
 
-def accept(logits: mx.array, draft: Sequence[int], sampler: Sampler,
-           mode: AcceptanceMode = AcceptanceMode.OPPORTUNISTIC) -> Verdict:
+def accept(
+    logits: mx.array,
+    draft: Sequence[int],
+    sampler: Sampler,
+    mode: AcceptanceMode = AcceptanceMode.OPPORTUNISTIC,
+) -> Verdict:
     """How many of ``draft`` the target accepts, from its verify logits [len(draft) + 1, V].
 
     The rows are scored as plain decoding would score them, each penalised (``Sampler.
@@ -68,8 +72,9 @@ def accept(logits: mx.array, draft: Sequence[int], sampler: Sampler,
         return Verdict(n, targets[n])
     if mode is AcceptanceMode.EXACT:
         for i, token in enumerate(draft):
-            accepted, replacement = exact_acceptance(sampler.probabilities(logits[i : i + 1]),
-                                                     mx.array([token]))
+            accepted, replacement = exact_acceptance(
+                sampler.probabilities(logits[i : i + 1]), mx.array([token])
+            )
             if not bool(accepted[0]):
                 return Verdict(i, int(replacement[0]))
         return Verdict(len(draft), sampler.draw(logits[-1]))

@@ -43,8 +43,9 @@ class SpeculationConfig:
         if self.kind is DrafterKind.DSPARK and self.support_path is None:
             raise ValueError("--dspark needs the support file: --mtp-model FILE")
         if self.kind is DrafterKind.DSPARK and self.mtp_draft > 1:
-            raise ValueError("--dspark replaces legacy MTP; drop --mtp-draft (they are never "
-                             "stacked)")
+            raise ValueError(
+                "--dspark replaces legacy MTP; drop --mtp-draft (they are never stacked)"
+            )
         if self.kind is DrafterKind.MTP and self.support_path is None:
             raise ValueError("--mtp-draft needs the MTP file: --mtp-model FILE")
         if self.mtp_draft < 1:
@@ -53,8 +54,9 @@ class SpeculationConfig:
             raise ValueError(f"--lookup must be >= 0, got {self.lookup}")
         low, high = self.lookup_ngram
         if not 1 <= low <= high:
-            raise ValueError(f"--lookup-ngram must be MIN..MAX with 1 <= MIN <= MAX, got "
-                             f"{low}..{high}")
+            raise ValueError(
+                f"--lookup-ngram must be MIN..MAX with 1 <= MIN <= MAX, got {low}..{high}"
+            )
         if not 0.0 <= self.confidence <= 1.0:
             raise ValueError(f"--dspark-confidence must be in [0, 1], got {self.confidence}")
 

@@ -36,8 +36,12 @@ class TargetRows:
 
     def take(self, n: int) -> TargetRows:
         """The first ``n`` rows (the accepted prefix of a verify pass)."""
-        return TargetRows(self.pos0, {i: h[:n] for i, h in self.layers.items()},
-                          self.head_input[:n], self.final_hidden[:n])
+        return TargetRows(
+            self.pos0,
+            {i: h[:n] for i, h in self.layers.items()},
+            self.head_input[:n],
+            self.final_hidden[:n],
+        )
 
 
 @dataclass

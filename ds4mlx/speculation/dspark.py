@@ -82,11 +82,33 @@ if TYPE_CHECKING:
     from ds4mlx.api import LoadedModel
 
 __all__ = [
-    "ARCH_DS4", "ARCH_LLAMA", "CONF_BIAS", "CONF_PROJ", "D2T", "EMBEDDING_TAP", "LAYOUTS",
-    "MAIN_PROJ", "MAIN_PROJ_SCALE", "MARKOV_W1", "MARKOV_W2", "MARKOV_W2_SCALE",
-    "MAX_BLOCK_SIZE", "OUTPUT", "TOKEN_EMBD", "BlockContext", "BlockRows", "DSparkConfig",
-    "DSparkDrafter", "DSparkNet", "TargetHead", "ds4_name", "load_dspark", "net_from_arrays",
-    "save_dspark", "target_head", "tensor_shapes",
+    "ARCH_DS4",
+    "ARCH_LLAMA",
+    "CONF_BIAS",
+    "CONF_PROJ",
+    "D2T",
+    "EMBEDDING_TAP",
+    "LAYOUTS",
+    "MAIN_PROJ",
+    "MAIN_PROJ_SCALE",
+    "MARKOV_W1",
+    "MARKOV_W2",
+    "MARKOV_W2_SCALE",
+    "MAX_BLOCK_SIZE",
+    "OUTPUT",
+    "TOKEN_EMBD",
+    "BlockContext",
+    "BlockRows",
+    "DSparkConfig",
+    "DSparkDrafter",
+    "DSparkNet",
+    "TargetHead",
+    "ds4_name",
+    "load_dspark",
+    "net_from_arrays",
+    "save_dspark",
+    "target_head",
+    "tensor_shapes",
 ]
 
 
@@ -162,8 +184,9 @@ class BlockAttention(nn.Module):
         angles = self.inner.rope.angles(np.arange(pos0, pos0 + x.shape[0]))
         return self.inner.keys(x, angles)
 
-    def __call__(self, x: mx.array, _pos0: int, context: BlockContext,
-                 _n_real: int | None = None) -> tuple[mx.array, BlockContext]:
+    def __call__(
+        self, x: mx.array, _pos0: int, context: BlockContext, _n_real: int | None = None
+    ) -> tuple[mx.array, BlockContext]:
         """As ``Attention.__call__``; positions come from ``context`` and a block is never a
         decode tile (``n_real``)."""
         angles = self.inner.rope.angles(context.positions())
@@ -205,14 +228,20 @@ class DSparkNet(nn.Module):
         self.stages = [Block(s_args, w, s) for s in range(config.stage_count)]
         for stage in self.stages:
             stage.attn = BlockAttention(stage.attn)
-        self.hc_head = HyperHead(w.matrix(HC_HEAD_FN), w.param(HC_HEAD_BASE),
-                                 w.param(HC_HEAD_SCALE), hc_eps=args.hc_eps, norm_eps=eps)
+        self.hc_head = HyperHead(
+            w.matrix(HC_HEAD_FN),
+            w.param(HC_HEAD_BASE),
+            w.param(HC_HEAD_SCALE),
+            hc_eps=args.hc_eps,
+            norm_eps=eps,
+        )
         self.norm = RMSNorm(w.param(NORM), eps)
         rank = config.markov_rank
         self.markov_w1 = w.matrix(MARKOV_W1) if rank else None
         self.markov_w2 = w.matrix(MARKOV_W2) if rank else None
-        self.markov_scale = (w.param(MARKOV_W2_SCALE)
-                             if rank and MARKOV_W2_SCALE in optional else None)
+        self.markov_scale = (
+            w.param(MARKOV_W2_SCALE) if rank and MARKOV_W2_SCALE in optional else None
+        )
         self.conf_proj = w.matrix(CONF_PROJ) if config.confidence else None
         self.conf_bias = w.param(CONF_BIAS) if config.confidence and w.has(CONF_BIAS) else None
         # llama.cpp (load_arch_tensors, graph_dsv4): the drafter's own token_embd / output come
@@ -224,8 +253,11 @@ class DSparkNet(nn.Module):
             output = embed if TOKEN_EMBD in optional else head.output
         self.head = TargetHead(embed, output)
         self.target = head
-        self.bias_index = (_bias_index(np.asarray(w.ints(D2T)), args.vocab_size)
-                           if rank and D2T in optional else None)
+        self.bias_index = (
+            _bias_index(np.asarray(w.ints(D2T)), args.vocab_size)
+            if rank and D2T in optional
+            else None
+        )
 
     def context_keys(self, taps: mx.array, pos0: int) -> list[mx.array]:
         """Each stage's keys [N, hd] of target rows at positions pos0 .. from their taps
@@ -247,8 +279,9 @@ class DSparkNet(nn.Module):
                 parts.append(rows.layers[layer])
         return mx.concatenate(parts, axis=-1)
 
-    def hidden(self, tokens: mx.array, contexts: Sequence[BlockContext], *,
-               tile: bool = False) -> mx.array:
+    def hidden(
+        self, tokens: mx.array, contexts: Sequence[BlockContext], *, tile: bool = False
+    ) -> mx.array:
         """The collapsed hidden states [M * B, D] (before the norm) of blocks ``tokens`` [M, B]
         (anchor then noise tokens), with one context per stage; ``tile``: for drafting, not
         for training."""
@@ -285,8 +318,9 @@ class DSparkNet(nn.Module):
             score = score + self.conf_bias[0]
         return mx.sigmoid(score)
 
-    def block_rows(self, hidden: mx.array, logits: mx.array, anchor: int, n: int, *,
-                   confidences: bool = True) -> BlockRows:
+    def block_rows(
+        self, hidden: mx.array, logits: mx.array, anchor: int, n: int, *, confidences: bool = True
+    ) -> BlockRows:
         """The first ``n`` rows of one block, chained greedily through the Markov head as
         llama.cpp's ``build_dspark_markov_head`` does. Unevaluated: the picks stay on the
         device from one row to the next, and the caller decides when the host reads them."""
@@ -311,8 +345,9 @@ class DSparkNet(nn.Module):
             prev = mx.argmax(row, axis=-1).astype(mx.int32)
             rows.append(row)
             picks.append(prev)
-        return BlockRows(mx.concatenate(rows), mx.concatenate(picks),
-                         mx.concatenate(scores) if scores else None)
+        return BlockRows(
+            mx.concatenate(rows), mx.concatenate(picks), mx.concatenate(scores) if scores else None
+        )
 
 
 def _bias_index(d2t: np.ndarray, vocab: int) -> mx.array:
@@ -339,8 +374,9 @@ class DSparkDrafter:
         self.net = net
         self.config = net.config
         self.max_draft = net.config.max_draft
-        self.capture_layers = tuple(dict.fromkeys(
-            i for i in net.config.target_layers if i != EMBEDDING_TAP))
+        self.capture_layers = tuple(
+            dict.fromkeys(i for i in net.config.target_layers if i != EMBEDDING_TAP)
+        )
         self.reset()
 
     def reset(self) -> None:
@@ -358,15 +394,18 @@ class DSparkDrafter:
         """``observe`` given the committed rows' tapped features [n, len(target_layers) * D]
         (what llama.cpp injects into its draft cache) instead of the target's hidden states."""
         if self._next_pos is not None and pos0 != self._next_pos:
-            raise ValueError(f"rows start at position {pos0}, expected {self._next_pos} "
-                             "(call reset() to start over)")
+            raise ValueError(
+                f"rows start at position {pos0}, expected {self._next_pos} "
+                "(call reset() to start over)"
+            )
         keys = self.net.context_keys(taps, pos0)
         if not self._rings:
             self._ring_pos0 = pos0
             self._rings = keys
         else:
-            self._rings = [mx.concatenate([ring, k]) for ring, k in zip(self._rings, keys,
-                                                                        strict=True)]
+            self._rings = [
+                mx.concatenate([ring, k]) for ring, k in zip(self._rings, keys, strict=True)
+            ]
         end = pos0 + taps.shape[0]
         drop = max(0, end - self._ring_pos0 - self.net.window)
         self._rings = [ring[drop:] for ring in self._rings]
@@ -381,12 +420,25 @@ class DSparkDrafter:
             raise ValueError("nothing observed yet")
         anchor, size = self._next_token, self.config.block_size
         block = mx.array([[anchor] + [self.config.noise_token_id] * (size - 1)], dtype=mx.int32)
-        contexts = [BlockContext(ring, self._ring_pos0, np.array([self._next_pos]), size,
-                                 self.net.window, self.config.per_row_window)
-                    for ring in self._rings]
+        contexts = [
+            BlockContext(
+                ring,
+                self._ring_pos0,
+                np.array([self._next_pos]),
+                size,
+                self.net.window,
+                self.config.per_row_window,
+            )
+            for ring in self._rings
+        ]
         hidden = self.net.hidden(block, contexts, tile=True)
-        return self.net.block_rows(hidden, self.net.logits(hidden), anchor,
-                                   size if n_rows is None else n_rows, confidences=confidences)
+        return self.net.block_rows(
+            hidden,
+            self.net.logits(hidden),
+            anchor,
+            size if n_rows is None else n_rows,
+            confidences=confidences,
+        )
 
     def _draft(self, n: int, confidences: bool) -> tuple[mx.array, mx.array | None]:
         first = 0 if self.config.sample_from_anchor else 1
@@ -423,8 +475,13 @@ def target_head(target: LoadedModel) -> TargetHead:
     return TargetHead(target.network.embed, target.network.output)
 
 
-def load_dspark(path: str | Path, target: LoadedModel, *, check_target_id: bool = True,
-                weights_dtype: str | None = None) -> DSparkDrafter:
+def load_dspark(
+    path: str | Path,
+    target: LoadedModel,
+    *,
+    check_target_id: bool = True,
+    weights_dtype: str | None = None,
+) -> DSparkDrafter:
     """The DSpark drafter in support file ``path`` (either layout) for ``target``.
 
     Raises GGUFError for a file of another kind, a bad configuration or tensor, anything of a
@@ -433,9 +490,11 @@ def load_dspark(path: str | Path, target: LoadedModel, *, check_target_id: bool 
     """
     gguf = open_gguf(path)
     if not isinstance(target.args, ModelArgs):
-        raise GGUFError(f"{gguf.path}: DSpark drafts for DeepSeek-V4 (deepseek4) targets; "
-                        f"{target.gguf.path} is a {target.gguf.arch} model (GLM drafts with "
-                        "its own MTP block: --mtp)")
+        raise GGUFError(
+            f"{gguf.path}: DSpark drafts for DeepSeek-V4 (deepseek4) targets; "
+            f"{target.gguf.path} is a {target.gguf.arch} model (GLM drafts with "
+            "its own MTP block: --mtp)"
+        )
     # Whose drafter it is comes first: a file for another model fails its shape checks too,
     # with a less helpful message.
     if check_target_id:
@@ -449,20 +508,35 @@ def load_dspark(path: str | Path, target: LoadedModel, *, check_target_id: bool 
     return DSparkDrafter(net)
 
 
-def net_from_arrays(args: ModelArgs, config: DSparkConfig, arrays: Mapping[str, mx.array],
-                    head: TargetHead) -> DSparkNet:
+def net_from_arrays(
+    args: ModelArgs, config: DSparkConfig, arrays: Mapping[str, mx.array], head: TargetHead
+) -> DSparkNet:
     """A ``DSparkNet`` on float32 arrays under canonical names, used as they are (training
     differentiates through them). ``args``: the target's."""
     stages = stage_args(args, config.stage_count)
     return DSparkNet(stages, config, ArrayWeights(tensor_shapes(stages, config), arrays), head)
 
 
-def save_dspark(path: str | Path, arch: str, config: DSparkConfig, target: LoadedModel,
-                arrays: Mapping[str, np.ndarray], *, context_length: int,
-                matrix_type: GGMLQuantizationType = GGMLQuantizationType.Q8_0) -> None:
+def save_dspark(
+    path: str | Path,
+    arch: str,
+    config: DSparkConfig,
+    target: LoadedModel,
+    arrays: Mapping[str, np.ndarray],
+    *,
+    context_length: int,
+    matrix_type: GGMLQuantizationType = GGMLQuantizationType.Q8_0,
+) -> None:
     """Write a support file in the layout of ``arch`` (``ARCH_DS4`` or ``ARCH_LLAMA``) from
     float32 arrays under canonical names, for stages built like ``target``'s layers, recording
     ``target``'s identity; matrices stored as ``matrix_type``."""
-    save_dspark_arrays(path, arch, config, stage_args(target.args, config.stage_count),
-                       target.gguf, arrays, context_length=context_length,
-                       matrix_type=matrix_type)
+    save_dspark_arrays(
+        path,
+        arch,
+        config,
+        stage_args(target.args, config.stage_count),
+        target.gguf,
+        arrays,
+        context_length=context_length,
+        matrix_type=matrix_type,
+    )

@@ -127,8 +127,10 @@ def ds4_name(name: str, stage_count: int) -> str:
         CONF_BIAS: f"{last}.confidence_head.proj.bias",
     }
     if name not in names:
-        raise GGUFError(f"tensor '{name}' has no place in ds4's DSpark layout (only llama.cpp's "
-                        "dflash layout holds it)")
+        raise GGUFError(
+            f"tensor '{name}' has no place in ds4's DSpark layout (only llama.cpp's "
+            "dflash layout holds it)"
+        )
     return names[name]
 
 
@@ -149,8 +151,13 @@ def tensor_shapes(args: ModelArgs, config: DSparkConfig) -> dict[str, tuple[int,
         shapes |= {MARKOV_W1: (vocab, rank), MARKOV_W2: (draft_vocab, rank)}
     if config.confidence:
         shapes |= {CONF_PROJ: (1, d + rank), CONF_BIAS: (1,)}
-    optional = {MAIN_PROJ_SCALE: (1,), MARKOV_W2_SCALE: (1,), TOKEN_EMBD: (vocab, d),
-                OUTPUT: (draft_vocab, d), D2T: (draft_vocab,)}
+    optional = {
+        MAIN_PROJ_SCALE: (1,),
+        MARKOV_W2_SCALE: (1,),
+        TOKEN_EMBD: (vocab, d),
+        OUTPUT: (draft_vocab, d),
+        D2T: (draft_vocab,),
+    }
     return shapes | {name: shape for name, shape in optional.items() if name in config.optional}
 
 
@@ -189,19 +196,24 @@ def _read_llama(gguf: GGUFFile, target: ModelArgs) -> tuple[DSparkConfig, ModelA
         if gguf.has_tensor(name):
             raise GGUFError(f"{path}: {what} is not supported (tensor '{name}')")
     if gguf.get("dflash.hyper_connection.count") is None:
-        raise GGUFError(f"{path}: a DFlash drafter without DeepSeek-V4 stages "
-                        "(no dflash.hyper_connection.count) is not supported")
+        raise GGUFError(
+            f"{path}: a DFlash drafter without DeepSeek-V4 stages "
+            "(no dflash.hyper_connection.count) is not supported"
+        )
     if _flag(gguf, "dflash.attention.causal", False):
-        raise GGUFError(f"{path}: dflash.attention.causal = true (causal drafting) is not "
-                        "supported")
+        raise GGUFError(
+            f"{path}: dflash.attention.causal = true (causal drafting) is not supported"
+        )
     args = _llama_stage_args(gguf, target)
     out = gguf.get("dflash.embedding_length_out")
     if out is not None and int(out) != args.hidden_size:
         # llama.cpp reads the confidences with this row size and aborts ("tensor read out of
         # bounds"); ds4mlx wrote streams x width here before it knew.
-        raise GGUFError(f"{path}: dflash.embedding_length_out = {out} differs from the "
-                        f"embedding length {args.hidden_size}; llama.cpp cannot run this file. "
-                        "Rewrite it without the key: scripts/convert_dspark.py")
+        raise GGUFError(
+            f"{path}: dflash.embedding_length_out = {out} differs from the "
+            f"embedding length {args.hidden_size}; llama.cpp cannot run this file. "
+            "Rewrite it without the key: scripts/convert_dspark.py"
+        )
     w1 = MARKOV_W1
     rank = gguf.tensor_shape(w1)[-1] if gguf.has_tensor(w1) else 0
     optional = frozenset(name for name in LLAMA_OPTIONAL if gguf.has_tensor(name))
@@ -210,28 +222,41 @@ def _read_llama(gguf: GGUFFile, target: ModelArgs) -> tuple[DSparkConfig, ModelA
         draft_vocab = gguf.tensor_shape(D2T)[-1]
         d2t = np.asarray(gguf.raw(D2T)).reshape(-1).astype(np.int64)
         if d2t.size and (d2t.min() < 0 or d2t.max() >= args.vocab_size):
-            raise GGUFError(f"{path}: d2t maps draft rows outside the vocabulary of "
-                            f"{args.vocab_size}")
+            raise GGUFError(
+                f"{path}: d2t maps draft rows outside the vocabulary of {args.vocab_size}"
+            )
         if len(np.unique(d2t)) != len(d2t):
             raise GGUFError(f"{path}: d2t maps two draft rows to the same target token")
     if draft_vocab is not None and (OUTPUT in optional or TOKEN_EMBD in optional):
         # graph_dsv4 adds the scattered Markov bias to the head's draft-vocabulary logits:
         # llama.cpp 0c1e570 aborts on such a file (its DFlash graph scatters, DSpark's does not).
-        raise GGUFError(f"{path}: a reduced draft vocabulary (d2t) with the drafter's own "
-                        "output head is not supported (llama.cpp's DeepSeek-V4 drafter cannot "
-                        "run it either)")
-    known = set(tensor_shapes(args, DSparkConfig(1, 0, (0,), args.num_layers, rank, True,
-                                                 optional=optional, draft_vocab=draft_vocab)))
+        raise GGUFError(
+            f"{path}: a reduced draft vocabulary (d2t) with the drafter's own "
+            "output head is not supported (llama.cpp's DeepSeek-V4 drafter cannot "
+            "run it either)"
+        )
+    known = set(
+        tensor_shapes(
+            args,
+            DSparkConfig(
+                1, 0, (0,), args.num_layers, rank, True, optional=optional, draft_vocab=draft_vocab
+            ),
+        )
+    )
     unknown = sorted(set(gguf.tensor_names()) - known)
     if unknown:
         # llama.cpp refuses a file with tensors it does not create, and so does this reader.
-        raise GGUFError(f"{path}: tensors not part of a DeepSeek-V4 DSpark drafter: "
-                        + ", ".join(unknown[:8]) + (" ..." if len(unknown) > 8 else ""))
+        raise GGUFError(
+            f"{path}: tensors not part of a DeepSeek-V4 DSpark drafter: "
+            + ", ".join(unknown[:8])
+            + (" ..." if len(unknown) > 8 else "")
+        )
     if rank and gguf.get("dflash.block_size") is None:
         # build_dspark_markov_head asserts on it; only plain DFlash drafts default to 16.
         raise GGUFError(f"{path}: a Markov head needs dflash.block_size")
-    layers = tuple(int(t) - 1 if int(t) > 0 else EMBEDDING_TAP
-                   for t in gguf.require("dflash.target_layers"))
+    layers = tuple(
+        int(t) - 1 if int(t) > 0 else EMBEDDING_TAP for t in gguf.require("dflash.target_layers")
+    )
     config = DSparkConfig(
         block_size=int(gguf.get("dflash.block_size", LLAMA_DEFAULT_BLOCK_SIZE)),
         noise_token_id=int(gguf.require("tokenizer.ggml.mask_token_id")),
@@ -273,20 +298,25 @@ def _llama_stage_args(gguf: GGUFFile, target: ModelArgs) -> ModelArgs:
         raise meta.error(f"dflash.block_count {stages} must be at least 1")
     hidden = int(req("embedding_length"))
     if hidden != target.hidden_size:
-        raise meta.error(f"drafter width {hidden} differs from the target's {target.hidden_size}"
-                         " (the target's features feed fc)")
+        raise meta.error(
+            f"drafter width {hidden} differs from the target's {target.hidden_size}"
+            " (the target's features feed fc)"
+        )
     vocab = meta.vocab_size()
     if vocab != target.vocab_size:
-        raise meta.error(f"drafter vocabulary {vocab} differs from the target's "
-                         f"{target.vocab_size}")
+        raise meta.error(
+            f"drafter vocabulary {vocab} differs from the target's {target.vocab_size}"
+        )
     ratios = [int(r) for r in opt("attention.compress_ratios", [0] * stages)]
     if any(ratios[:stages]):
         raise meta.error("DSpark stages must use uncompressed attention (compress_ratios 0)")
     gating = int(req("expert_gating_func"))
     if gating != GatingFunc.SQRT_SOFTPLUS:
-        raise meta.error("DSpark stages need sqrt-softplus expert scoring "
-                         f"(dflash.expert_gating_func {int(GatingFunc.SQRT_SOFTPLUS)}), "
-                         f"got {gating}")
+        raise meta.error(
+            "DSpark stages need sqrt-softplus expert scoring "
+            f"(dflash.expert_gating_func {int(GatingFunc.SQRT_SOFTPLUS)}), "
+            f"got {gating}"
+        )
     head_dim = int(req("attention.key_length"))
     if int(opt("attention.value_length", head_dim)) != head_dim:
         raise meta.error("DSpark stages need value_length == key_length")
@@ -336,17 +366,20 @@ def _llama_stage_args(gguf: GGUFFile, target: ModelArgs) -> ModelArgs:
 def _check_config(gguf: GGUFFile, config: DSparkConfig, target: ModelArgs) -> None:
     path = gguf.path
     if not 1 <= config.block_size <= MAX_BLOCK_SIZE:
-        raise GGUFError(f"{path}: block size {config.block_size} is outside [1, "
-                        f"{MAX_BLOCK_SIZE}]")
+        raise GGUFError(f"{path}: block size {config.block_size} is outside [1, {MAX_BLOCK_SIZE}]")
     if not 0 <= config.noise_token_id < target.vocab_size:
-        raise GGUFError(f"{path}: noise token {config.noise_token_id} is outside the target's "
-                        f"vocabulary of {target.vocab_size}")
+        raise GGUFError(
+            f"{path}: noise token {config.noise_token_id} is outside the target's "
+            f"vocabulary of {target.vocab_size}"
+        )
     layers = config.target_layers
     lowest = EMBEDDING_TAP if gguf.arch == ARCH_LLAMA else 0
     bad = [i for i in layers if not lowest <= i < target.num_layers]
     if not layers or bad:
-        raise GGUFError(f"{path}: target layers {list(layers)} do not fit the target's "
-                        f"{target.num_layers} layers")
+        raise GGUFError(
+            f"{path}: target layers {list(layers)} do not fit the target's "
+            f"{target.num_layers} layers"
+        )
     if config.stage_count < 1:
         raise GGUFError(f"{path}: stage count {config.stage_count} must be at least 1")
 
@@ -356,22 +389,31 @@ def _check_config(gguf: GGUFFile, config: DSparkConfig, target: ModelArgs) -> No
 # --------------------------------------------------------------------------------------------
 
 
-def layout_tensors(arch: str, config: DSparkConfig,
-                   arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+def layout_tensors(
+    arch: str, config: DSparkConfig, arrays: Mapping[str, np.ndarray]
+) -> dict[str, np.ndarray]:
     """``arrays`` (canonical names) under the names of ``arch``'s layout."""
     if arch == ARCH_DS4:
         if not config.per_row_window and config.sample_from_anchor:
             return {ds4_name(name, config.stage_count): a for name, a in arrays.items()}
-        raise GGUFError("ds4's layout holds only drafters with ds4's window rule that sample "
-                        "from the anchor")
+        raise GGUFError(
+            "ds4's layout holds only drafters with ds4's window rule that sample from the anchor"
+        )
     return dict(arrays)
 
 
-def save_dspark_arrays(path: str | Path, arch: str, config: DSparkConfig, args: ModelArgs,
-                       target_gguf: GGUFFile, arrays: Mapping[str, np.ndarray], *,
-                       context_length: int,
-                       types: Mapping[str, GGMLQuantizationType] | None = None,
-                       matrix_type: GGMLQuantizationType = GGMLQuantizationType.Q8_0) -> None:
+def save_dspark_arrays(
+    path: str | Path,
+    arch: str,
+    config: DSparkConfig,
+    args: ModelArgs,
+    target_gguf: GGUFFile,
+    arrays: Mapping[str, np.ndarray],
+    *,
+    context_length: int,
+    types: Mapping[str, GGMLQuantizationType] | None = None,
+    matrix_type: GGMLQuantizationType = GGMLQuantizationType.Q8_0,
+) -> None:
     """Write a drafter in the layout of ``arch`` (``ARCH_DS4`` or ``ARCH_LLAMA``) from float32
     arrays under canonical names (``D2T``: integers), recording ``target_gguf``'s identity.
 
@@ -382,10 +424,10 @@ def save_dspark_arrays(path: str | Path, arch: str, config: DSparkConfig, args: 
     u32 = GGUFValueType.UINT32
     meta = identity_metadata(target_gguf)
     tensors = layout_tensors(arch, config, arrays)
-    rename = {name: ds4_name(name, config.stage_count) if arch == ARCH_DS4 else name
-              for name in arrays}
-    stored_types = {rename[name]: qtype for name, qtype in (types or {}).items()
-                    if name in rename}
+    rename = {
+        name: ds4_name(name, config.stage_count) if arch == ARCH_DS4 else name for name in arrays
+    }
+    stored_types = {rename[name]: qtype for name, qtype in (types or {}).items() if name in rename}
     if arch == ARCH_DS4:
         meta |= {
             "dspark.block_size": MetaValue(config.block_size, u32),
@@ -410,14 +452,20 @@ def save_dspark_arrays(path: str | Path, arch: str, config: DSparkConfig, args: 
         }
         if not config.sample_from_anchor:
             meta["dflash.sample_from_anchor"] = MetaValue(False, GGUFValueType.BOOL)
-    write_support_gguf(Path(path), arch, meta, tensors, types=stored_types,
-                       matrix_type=matrix_type)
+    write_support_gguf(Path(path), arch, meta, tensors, types=stored_types, matrix_type=matrix_type)
 
 
-def convert_dspark(source: str | Path, dest: str | Path, arch: str, target_gguf: GGUFFile,
-                   target: ModelArgs, *, keep_types: bool = True,
-                   matrix_type: GGMLQuantizationType = GGMLQuantizationType.Q8_0,
-                   context_length: int = 4096) -> DSparkConfig:
+def convert_dspark(
+    source: str | Path,
+    dest: str | Path,
+    arch: str,
+    target_gguf: GGUFFile,
+    target: ModelArgs,
+    *,
+    keep_types: bool = True,
+    matrix_type: GGMLQuantizationType = GGMLQuantizationType.Q8_0,
+    context_length: int = 4096,
+) -> DSparkConfig:
     """Rewrite drafter ``source`` (either layout) as ``dest`` in ``arch``'s layout, for the
     target in ``target_gguf``; returns the written configuration. The weights are the same;
     the window rule is the new layout's (see ``DSparkConfig.per_row_window``). With
@@ -425,8 +473,9 @@ def convert_dspark(source: str | Path, dest: str | Path, arch: str, target_gguf:
     values re-encode to the same blocks), else matrices become ``matrix_type``."""
     gguf = open_gguf(source)
     config, args = read_config(gguf, target)
-    stored_name = ((lambda n: n) if gguf.arch == ARCH_LLAMA
-                   else (lambda n: ds4_name(n, config.stage_count)))
+    stored_name = (
+        (lambda n: n) if gguf.arch == ARCH_LLAMA else (lambda n: ds4_name(n, config.stage_count))
+    )
     arrays: dict[str, np.ndarray] = {}
     types: dict[str, GGMLQuantizationType] = {}
     for name, shape in tensor_shapes(args, config).items():
@@ -439,7 +488,15 @@ def convert_dspark(source: str | Path, dest: str | Path, arch: str, target_gguf:
             arrays[name] = gguf.dequantize(stored).reshape(shape)
         types[name] = gguf.tensor_type(stored)
     out = replace(config, per_row_window=arch == ARCH_LLAMA)
-    save_dspark_arrays(dest, arch, out, args, target_gguf, arrays,
-                       context_length=int(gguf.get("dflash.context_length", context_length)),
-                       types=types if keep_types else None, matrix_type=matrix_type)
+    save_dspark_arrays(
+        dest,
+        arch,
+        out,
+        args,
+        target_gguf,
+        arrays,
+        context_length=int(gguf.get("dflash.context_length", context_length)),
+        types=types if keep_types else None,
+        matrix_type=matrix_type,
+    )
     return out

@@ -52,8 +52,7 @@ class NgramIndex:
         """What followed the latest earlier occurrence of the longest n-gram that ends with
         ``pending`` (the token after the sequence, not yet in it): up to ``max_tokens`` ids,
         and the n of the match (0 and no ids when nothing matches)."""
-        tail = [*self.tokens[-(self.sizes[0] - 1) :], pending] if self.sizes[0] > 1 \
-            else [pending]
+        tail = [*self.tokens[-(self.sizes[0] - 1) :], pending] if self.sizes[0] > 1 else [pending]
         for n in self.sizes:
             if n > len(tail):
                 continue
@@ -68,8 +67,9 @@ class NgramIndex:
         "0. 0. 0."), which goes on as it went."""
         end, copied = len(self.tokens), []
         for i in range(start, start + max_tokens):
-            copied.append(self.tokens[i] if i < end else pending if i == end
-                          else copied[i - end - 1])
+            copied.append(
+                self.tokens[i] if i < end else pending if i == end else copied[i - end - 1]
+            )
         return copied
 
 
@@ -167,8 +167,11 @@ class LookupExtension:
             return draft  # no copy in progress, or one the block does not follow
         extension = copy[len(draft.tokens) :]
         self._record(len(draft.tokens), len(extension))
-        confidences = None if draft.confidences is None else \
-            [*draft.confidences, *[draft.confidences[-1]] * len(extension)]
+        confidences = (
+            None
+            if draft.confidences is None
+            else [*draft.confidences, *[draft.confidences[-1]] * len(extension)]
+        )
         return Draft([*draft.tokens, *extension], confidences)
 
     def propose(self, max_tokens: int) -> Draft:

@@ -44,11 +44,14 @@ class SpeculativeStats(GenerationStats):
 
     @property
     def position_acceptance(self) -> list[float]:
-        return [kept / reached for kept, reached
-                in zip(self.position_accepted, self.position_drafted, strict=True)]
+        return [
+            kept / reached
+            for kept, reached in zip(self.position_accepted, self.position_drafted, strict=True)
+        ]
 
-    def record_draft(self, drafted: int, accepted: int,
-                     sources: Sequence[tuple[str, int]] = ()) -> None:
+    def record_draft(
+        self, drafted: int, accepted: int, sources: Sequence[tuple[str, int]] = ()
+    ) -> None:
         """``sources``: which drafter made which tokens of the draft, in order (a combined
         drafter's pieces: DSpark's block, then the lookup's extension)."""
         start = 0
@@ -113,8 +116,12 @@ class SpeculativeDecoder(Decoder):
     generation takes the drafter over, it decodes one token per pass like the plain decoder.
     """
 
-    def __init__(self, drafter: Drafter, options: SpeculationOptions | None = None,
-                 lease: DrafterLease | None = None):
+    def __init__(
+        self,
+        drafter: Drafter,
+        options: SpeculationOptions | None = None,
+        lease: DrafterLease | None = None,
+    ):
         self.drafter = drafter
         self.options = options or SpeculationOptions()
         self.lease = lease or DrafterLease()
@@ -127,8 +134,9 @@ class SpeculativeDecoder(Decoder):
         self.stats.prompt_tokens = prompt_tokens
         return self.stats
 
-    def prefill(self, session: Session, prompt: Sequence[int], sampler: Sampler,
-                stats: GenerationStats) -> int:
+    def prefill(
+        self, session: Session, prompt: Sequence[int], sampler: Sampler, stats: GenerationStats
+    ) -> int:
         pos0 = session.n_tokens
         out = session.feed_hidden(prompt, self.capture)
         current = sampler(out.logits[-1])
@@ -144,8 +152,9 @@ class SpeculativeDecoder(Decoder):
     def batched(self) -> None:
         self.detached = True
 
-    def _advance_plain(self, session: Session, token: int, sampler: Sampler,
-                       stats: GenerationStats, limits: Limits) -> list[int]:
+    def _advance_plain(
+        self, session: Session, token: int, sampler: Sampler, stats: GenerationStats, limits: Limits
+    ) -> list[int]:
         pos = session.n_tokens
         tokens = super().advance(session, token, sampler, stats, limits)
         fed = [token, *tokens[:-1]]
@@ -157,11 +166,15 @@ class SpeculativeDecoder(Decoder):
         """Whether the draft can stay on the device until the verify pass is queued: the
         drafter supports it, the session takes lazy feeds, and no confidence cut needs the
         draft's confidences on the host first."""
-        return (session.lazy_feeds and not self.options.confidence_threshold
-                and callable(getattr(self.drafter, "propose_on_device", None)))
+        return (
+            session.lazy_feeds
+            and not self.options.confidence_threshold
+            and callable(getattr(self.drafter, "propose_on_device", None))
+        )
 
-    def advance(self, session: Session, token: int, sampler: Sampler, stats: GenerationStats,
-                limits: Limits) -> list[int]:
+    def advance(
+        self, session: Session, token: int, sampler: Sampler, stats: GenerationStats, limits: Limits
+    ) -> list[int]:
         """One cycle: ``token`` is the last committed token, not yet fed to the target."""
         if self.detached or self.lease.holder is not self:
             return super().advance(session, token, sampler, stats, limits)
@@ -197,7 +210,8 @@ class SpeculativeDecoder(Decoder):
             # The verify pass is queued behind the draft; the host reads both at once.
             session.check_tokens([token])
             out = session.feed_hidden_lazy(
-                mx.concatenate([mx.array([token], dtype=mx.int32), queued]), self.capture)
+                mx.concatenate([mx.array([token], dtype=mx.int32), queued]), self.capture
+            )
             draft = queued.tolist()
             session.confirm([token, *draft])
         else:
@@ -211,14 +225,18 @@ class SpeculativeDecoder(Decoder):
 
         committed = draft[: verdict.accepted]
         stats.verify_passes += 1
-        stats.record_draft(len(draft), len(committed),
-                           getattr(drafter, "last_sources", [(drafter.name, len(draft))]))
+        stats.record_draft(
+            len(draft),
+            len(committed),
+            getattr(drafter, "last_sources", [(drafter.name, len(draft))]),
+        )
         stop_at = next((i for i, t in enumerate(committed) if t in limits.stop_tokens), None)
         if stop_at is not None:
             # As in plain decoding, generation ends with the stop token, which is never fed.
             session.truncate(pos + 1 + stop_at)
             return committed[: stop_at + 1]
         session.truncate(pos + 1 + len(committed))
-        drafter.observe([token, *committed], verdict.next_token,
-                        _rows(out, pos).take(1 + len(committed)))
+        drafter.observe(
+            [token, *committed], verdict.next_token, _rows(out, pos).take(1 + len(committed))
+        )
         return [*committed, verdict.next_token]

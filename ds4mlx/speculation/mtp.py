@@ -96,8 +96,18 @@ def tensor_shapes(args: ModelArgs) -> dict[str, tuple[int, ...]]:
 class MTPNet(nn.Module):
     """The MTP block and its input and output pieces."""
 
-    def __init__(self, *, block: Block, e_proj: Weight, h_proj: Weight, enorm: RMSNorm,
-                 hnorm: RMSNorm, hc_head: HyperHead, norm: RMSNorm, head: TargetHead):
+    def __init__(
+        self,
+        *,
+        block: Block,
+        e_proj: Weight,
+        h_proj: Weight,
+        enorm: RMSNorm,
+        hnorm: RMSNorm,
+        hc_head: HyperHead,
+        norm: RMSNorm,
+        head: TargetHead,
+    ):
         super().__init__()
         self.block = block
         self.e_proj = e_proj
@@ -108,8 +118,9 @@ class MTPNet(nn.Module):
         self.norm = norm
         self.head = head
 
-    def __call__(self, tokens: mx.array, streams: mx.array, pos0: int,
-                 cache: LayerCache) -> tuple[mx.array, mx.array, LayerCache]:
+    def __call__(
+        self, tokens: mx.array, streams: mx.array, pos0: int, cache: LayerCache
+    ) -> tuple[mx.array, mx.array, LayerCache]:
         """Rows for ``tokens`` [T] at positions pos0 .., each with the streams [T, hc, D] of the
         position before: (the block's output streams, logits [T, vocab], the updated cache)."""
         embedded = take_rows(self.head.embed, tokens).astype(mx.float32)
@@ -123,11 +134,23 @@ def _ds4_net(args: ModelArgs, w, head: TargetHead) -> MTPNet:
     """``MTPNet`` on ds4-named weights ``w``."""
     eps = args.rms_norm_eps
     block = Block(stage_args(args, 1), RenamedWeights(w, _ds4_block_name), 0)
-    hc_head = HyperHead(w.matrix(HC_HEAD_FN), w.param(HC_HEAD_BASE), w.param(HC_HEAD_SCALE),
-                        hc_eps=args.hc_eps, norm_eps=eps)
-    return MTPNet(block=block, e_proj=w.matrix(E_PROJ), h_proj=w.matrix(H_PROJ),
-                  enorm=RMSNorm(w.param(ENORM), eps), hnorm=RMSNorm(w.param(HNORM), eps),
-                  hc_head=hc_head, norm=RMSNorm(w.param(NORM), eps), head=head)
+    hc_head = HyperHead(
+        w.matrix(HC_HEAD_FN),
+        w.param(HC_HEAD_BASE),
+        w.param(HC_HEAD_SCALE),
+        hc_eps=args.hc_eps,
+        norm_eps=eps,
+    )
+    return MTPNet(
+        block=block,
+        e_proj=w.matrix(E_PROJ),
+        h_proj=w.matrix(H_PROJ),
+        enorm=RMSNorm(w.param(ENORM), eps),
+        hnorm=RMSNorm(w.param(HNORM), eps),
+        hc_head=hc_head,
+        norm=RMSNorm(w.param(NORM), eps),
+        head=head,
+    )
 
 
 def _nextn_net(target: LoadedModel, weights_dtype: str) -> MTPNet:
@@ -137,8 +160,11 @@ def _nextn_net(target: LoadedModel, weights_dtype: str) -> MTPNet:
     p = f"blk.{layer}"
     if not gguf.has_tensor(f"{p}.nextn.eh_proj.weight"):
         raise GGUFError(f"{gguf.path}: no MTP block ({p}.nextn.*); give an MTP support file")
-    shapes = {n: s for n, s in block_shapes(replace(args, num_layers=layer + 1)).items()
-              if n.startswith(f"{p}.")} | {
+    shapes = {
+        n: s
+        for n, s in block_shapes(replace(args, num_layers=layer + 1)).items()
+        if n.startswith(f"{p}.")
+    } | {
         f"{p}.nextn.eh_proj.weight": (d, 2 * d),
         f"{p}.nextn.enorm.weight": (d,),
         f"{p}.nextn.hnorm.weight": (d,),
@@ -155,13 +181,19 @@ def _nextn_net(target: LoadedModel, weights_dtype: str) -> MTPNet:
     eh_proj = GGUFWeights(shapes, gguf, "f32").matrix(f"{p}.nextn.eh_proj.weight")
     norm_name = f"{p}.nextn.shared_head_norm.weight"
     norm = RMSNorm(w.param(norm_name), args.rms_norm_eps) if w.has(norm_name) else net.output_norm
-    head = TargetHead(optional_matrix(f"{p}.nextn.embed_tokens.weight", net.embed),
-                      optional_matrix(f"{p}.nextn.shared_head_head.weight", net.output))
+    head = TargetHead(
+        optional_matrix(f"{p}.nextn.embed_tokens.weight", net.embed),
+        optional_matrix(f"{p}.nextn.shared_head_head.weight", net.output),
+    )
     return MTPNet(
-        block=Block(args, w, layer), e_proj=eh_proj[:, :d], h_proj=eh_proj[:, d:],
+        block=Block(args, w, layer),
+        e_proj=eh_proj[:, :d],
+        h_proj=eh_proj[:, d:],
         enorm=RMSNorm(w.param(f"{p}.nextn.enorm.weight"), args.rms_norm_eps),
         hnorm=RMSNorm(w.param(f"{p}.nextn.hnorm.weight"), args.rms_norm_eps),
-        hc_head=net.hc_head, norm=norm, head=head,
+        hc_head=net.hc_head,
+        norm=norm,
+        head=head,
     )
 
 
@@ -191,8 +223,10 @@ class MTPDrafter:
         if len(tokens) != rows.n_rows:
             raise ValueError(f"{len(tokens)} tokens but {rows.n_rows} target rows")
         if self._next_pos is not None and rows.pos0 != self._next_pos:
-            raise ValueError(f"rows start at position {rows.pos0}, expected {self._next_pos} "
-                             "(call reset() to start over)")
+            raise ValueError(
+                f"rows start at position {rows.pos0}, expected {self._next_pos} "
+                "(call reset() to start over)"
+            )
         # Row j pairs the token at pos0 + j + 1 with the target's streams at pos0 + j. The
         # block runs on them at the next proposal: while the scheduler pauses drafting (or the
         # margin stops it), the committed rows of several cycles then cost one chunked pass
@@ -203,11 +237,11 @@ class MTPDrafter:
     def _catch_up(self) -> None:
         if not self._pending:
             return
-        following = mx.array([t for tokens, _, _ in self._pending for t in tokens],
-                             dtype=mx.int32)
+        following = mx.array([t for tokens, _, _ in self._pending for t in tokens], dtype=mx.int32)
         head_input = mx.concatenate([rows for _, rows, _ in self._pending])
-        streams, logits, self._cache = self.net(following, head_input, self._pending[0][2],
-                                                self._cache)
+        streams, logits, self._cache = self.net(
+            following, head_input, self._pending[0][2], self._cache
+        )
         self._streams, self._logits = streams[-1:], logits[-1]
         mx.eval(self._streams, self._logits, *ModelState([self._cache]).arrays())
         self._pending = []
@@ -229,15 +263,22 @@ class MTPDrafter:
             tokens.append(int(mx.argmax(logits)))
             if len(tokens) == n:
                 break
-            streams, rows, cache = self.net(mx.array(tokens[-1:], dtype=mx.int32), streams,
-                                            pos, cache)
+            streams, rows, cache = self.net(
+                mx.array(tokens[-1:], dtype=mx.int32), streams, pos, cache
+            )
             logits, pos = rows[0], pos + 1
         return Draft(tokens)
 
 
-def load_mtp(target: LoadedModel, path: str | Path | None = None, *, max_draft: int,
-             margin: float = DEFAULT_MTP_MARGIN, check_target_id: bool = True,
-             weights_dtype: str | None = None) -> MTPDrafter:
+def load_mtp(
+    target: LoadedModel,
+    path: str | Path | None = None,
+    *,
+    max_draft: int,
+    margin: float = DEFAULT_MTP_MARGIN,
+    check_target_id: bool = True,
+    weights_dtype: str | None = None,
+) -> MTPDrafter:
     """The MTP drafter for ``target``: from ds4's support file ``path``, or (no path) from the
     ``blk.{n_layer}.nextn.*`` block of the target's own file. Raises GGUFError for a file of
     another kind, a bad tensor, or (unless ``check_target_id`` is off) a support file trained
@@ -253,14 +294,12 @@ def load_mtp(target: LoadedModel, path: str | Path | None = None, *, max_draft: 
     return MTPDrafter(_ds4_net(target.args, w, target_head(target)), max_draft, margin)
 
 
-def net_from_arrays(args: ModelArgs, arrays: Mapping[str, mx.array],
-                    head: TargetHead) -> MTPNet:
+def net_from_arrays(args: ModelArgs, arrays: Mapping[str, mx.array], head: TargetHead) -> MTPNet:
     """An ``MTPNet`` on float32 arrays under ds4's names, used as they are (training)."""
     return _ds4_net(args, ArrayWeights(tensor_shapes(args), arrays), head)
 
 
-def save_mtp(path: str | Path, target: LoadedModel,
-             arrays: Mapping[str, np.ndarray]) -> None:
+def save_mtp(path: str | Path, target: LoadedModel, arrays: Mapping[str, np.ndarray]) -> None:
     """Write ds4's MTP support file from float32 arrays under its names, recording ``target``'s
     identity."""
     write_support_gguf(Path(path), ARCH_MTP, identity_metadata(target.gguf), arrays)

@@ -52,12 +52,15 @@ class NextNDrafter:
         if len(tokens) != rows.n_rows:
             raise ValueError(f"{len(tokens)} tokens but {rows.n_rows} target rows")
         if rows.pos0 != self.mtp_state.pos:
-            raise ValueError(f"rows start at position {rows.pos0}, but the NextN cache holds "
-                             f"{self.mtp_state.pos} (call reset() to start over)")
+            raise ValueError(
+                f"rows start at position {rows.pos0}, but the NextN cache holds "
+                f"{self.mtp_state.pos} (call reset() to start over)"
+            )
         # Row j pairs the target's hidden state at pos0 + j with the token at pos0 + j + 1.
         following = mx.array([*tokens[1:], next_token], dtype=mx.int32)
-        logits = self.network.mtp_logits(rows.final_hidden, following, self.mtp_state,
-                                         last_only=True)
+        logits = self.network.mtp_logits(
+            rows.final_hidden, following, self.mtp_state, last_only=True
+        )
         self._draft = int(mx.argmax(logits[0]))
 
     def propose(self, max_tokens: int) -> Draft:
@@ -72,10 +75,12 @@ def load_nextn(target: LoadedModel) -> Drafter:
     gguf, args = target.gguf, target.args
     block = f"blk.{args.num_layers}.nextn.eh_proj.weight"
     if not gguf.has_tensor(block):
-        raise GGUFError(f"{gguf.path}: --mtp needs the MTP draft block inside the model, but "
-                        f"this {gguf.arch} file has none ({gguf.arch}.nextn_predict_layers = "
-                        f"{gguf.get(f'{gguf.arch}.nextn_predict_layers', 0)}, no tensor "
-                        f"'{block}')")
+        raise GGUFError(
+            f"{gguf.path}: --mtp needs the MTP draft block inside the model, but "
+            f"this {gguf.arch} file has none ({gguf.arch}.nextn_predict_layers = "
+            f"{gguf.get(f'{gguf.arch}.nextn_predict_layers', 0)}, no tensor "
+            f"'{block}')"
+        )
     if gguf.arch == "deepseek4":
         from ds4mlx.speculation.mtp import load_mtp
 

@@ -44,8 +44,9 @@ class ProbeStats:
         self.accepted += other.accepted
 
 
-def greedy_continuation(target: LoadedModel, prompt: Sequence[int], n: int, *,
-                        exact: bool = True) -> list[int]:
+def greedy_continuation(
+    target: LoadedModel, prompt: Sequence[int], n: int, *, exact: bool = True
+) -> list[int]:
     """The target's ``n`` greedy tokens after ``prompt``, decoded one token at a time as plain
     generation does. ``exact=False`` skips the decode tiles that make those steps bit-identical
     to a batched verify pass: about twice as fast, but a near tie between two logits may go the
@@ -66,18 +67,31 @@ def greedy_continuation(target: LoadedModel, prompt: Sequence[int], n: int, *,
 
 def rows_between(out, start: int, stop: int) -> TargetRows:
     """The rows ``start .. stop - 1`` of a target pass from position 0 (a ForwardOutput)."""
-    return TargetRows(start, {i: h[start:stop] for i, h in out.layers.items()},
-                      out.head_input[start:stop], out.final_hidden[start:stop])
+    return TargetRows(
+        start,
+        {i: h[start:stop] for i, h in out.layers.items()},
+        out.head_input[start:stop],
+        out.final_hidden[start:stop],
+    )
 
 
-def probe_greedy(target: LoadedModel, drafter: Drafter, prompt: Sequence[int],
-                 continuation: Sequence[int], confidence_threshold: float = 0.0) -> ProbeStats:
+def probe_greedy(
+    target: LoadedModel,
+    drafter: Drafter,
+    prompt: Sequence[int],
+    continuation: Sequence[int],
+    confidence_threshold: float = 0.0,
+) -> ProbeStats:
     """Drive ``drafter`` along ``prompt`` + the target's greedy ``continuation`` and count what a
     temperature-0 speculative loop would draft and accept (drafts cut at the first confidence
     under ``confidence_threshold``, when the drafter gives confidences)."""
     sequence = [*prompt, *continuation]
-    out = target.network.forward(mx.array(sequence, dtype=mx.int32), target.network.new_state(),
-                                 capture_layers=drafter.capture_layers, return_hidden=True)
+    out = target.network.forward(
+        mx.array(sequence, dtype=mx.int32),
+        target.network.new_state(),
+        capture_layers=drafter.capture_layers,
+        return_hidden=True,
+    )
     stats = ProbeStats()
     drafter.reset()
     drafter.observe(prompt, continuation[0], rows_between(out, 0, len(prompt)))
@@ -86,8 +100,10 @@ def probe_greedy(target: LoadedModel, drafter: Drafter, prompt: Sequence[int],
         draft = drafter.propose(len(sequence) - 1 - done)
         tokens = draft.tokens
         if draft.confidences is not None and confidence_threshold:
-            kept = next((i for i, c in enumerate(draft.confidences) if c < confidence_threshold),
-                        len(tokens))
+            kept = next(
+                (i for i, c in enumerate(draft.confidences) if c < confidence_threshold),
+                len(tokens),
+            )
             tokens = tokens[:kept]
         accepted = 0
         while accepted < len(tokens) and tokens[accepted] == sequence[done + 1 + accepted]:

@@ -77,8 +77,7 @@ class DraftScheduler:
         window, no_draft = self._window_accepted, self._window_no_draft
         self._window_accepted, self._window_no_draft = [], 0
         if no_draft >= MAX_NO_DRAFT_SHARE * len(window):
-            self._pause_left = NO_DRAFT_PAUSES[min(self._no_draft_streak,
-                                                   len(NO_DRAFT_PAUSES) - 1)]
+            self._pause_left = NO_DRAFT_PAUSES[min(self._no_draft_streak, len(NO_DRAFT_PAUSES) - 1)]
             self._no_draft_streak += 1
             self.stats.pauses += 1
             self.stats.no_draft_pauses += 1

@@ -76,10 +76,12 @@ class _StopMatcher:
             at, self.matched = min(hits)  # the stop string that appears first
             out, self.pending = self.pending[:at], ""
             return out
-        hold = max((k for s in self.stops for k in range(1, len(s))
-                    if self.pending.endswith(s[:k])), default=0)
+        hold = max(
+            (k for s in self.stops for k in range(1, len(s)) if self.pending.endswith(s[:k])),
+            default=0,
+        )
         out = self.pending[: len(self.pending) - hold]
-        self.pending = self.pending[len(out):]
+        self.pending = self.pending[len(out) :]
         return out
 
     def finish(self) -> str:
@@ -107,14 +109,22 @@ class ChatService:
     answers with None is decoded alone, speculatively when the drafter still follows it.
     ``prompt_cache``: where prompt states are kept beyond the sessions (see the module notes)."""
 
-    def __init__(self, model, drafter: Drafter | None = None,
-                 speculation: SpeculationConfig | None = None, max_context: int = 4096,
-                 sessions: int = 1, prompt_cache: PromptCache | None = None):
+    def __init__(
+        self,
+        model,
+        drafter: Drafter | None = None,
+        speculation: SpeculationConfig | None = None,
+        max_context: int = 4096,
+        sessions: int = 1,
+        prompt_cache: PromptCache | None = None,
+    ):
         if sessions < 1:
             raise ValueError(f"sessions must be at least 1, got {sessions}")
         if sessions > 1 and not supports_batched_decode(model.network):
-            raise ValueError(f"{model.path.name} ({model.gguf.arch}) has no batched decode: "
-                             "serve it one session at a time")
+            raise ValueError(
+                f"{model.path.name} ({model.gguf.arch}) has no batched decode: "
+                "serve it one session at a time"
+            )
         self.model = model
         self.drafter = drafter
         self.speculation = speculation or SpeculationConfig()
@@ -127,41 +137,73 @@ class ChatService:
 
     # ------------------------------------------------------------------ requests
 
-    def chat(self, messages: Sequence[Mapping[str, Any]],
-             tools: Sequence[Mapping[str, Any]] | None = None, *, max_tokens: int = 512,
-             sampling: SamplingOptions | None = None, stop: Sequence[str] = (),
-             thinking: bool = False, reasoning_effort: str | None = None,
-             tool_choice: ToolChoice = "auto", prompt_tokens: Sequence[int] | None = None,
-             stream_arguments: bool = False
-             ) -> Generator[ScheduledEvent, mx.array | None, None]:
+    def chat(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        max_tokens: int = 512,
+        sampling: SamplingOptions | None = None,
+        stop: Sequence[str] = (),
+        thinking: bool = False,
+        reasoning_effort: str | None = None,
+        tool_choice: ToolChoice = "auto",
+        prompt_tokens: Sequence[int] | None = None,
+        stream_arguments: bool = False,
+    ) -> Generator[ScheduledEvent, mx.array | None, None]:
         """Generate the assistant's next turn: text, reasoning and tool-call events, then
         Finished. ``reasoning_effort`` is mapped onto the efforts the chat template knows
         (``ChatFormat.template_effort``); ``tool_choice`` as ``ChatFormat.prompt``.
         ``prompt_tokens``: the prompt already tokenized by :meth:`chat_prompt` with the same
         arguments (a server does that before queueing the request). ``stream_arguments``: tool
         calls are also reported while they are written (``ChatFormat.stream_parser``)."""
-        tokens = (list(prompt_tokens) if prompt_tokens is not None else self.chat_prompt(
-            messages, tools, thinking=thinking, reasoning_effort=reasoning_effort,
-            tool_choice=tool_choice))
-        parser = self._chat_format().stream_parser(thinking=thinking, tools=tools,
-                                                   tool_choice=tool_choice,
-                                                   stream_arguments=stream_arguments)
+        tokens = (
+            list(prompt_tokens)
+            if prompt_tokens is not None
+            else self.chat_prompt(
+                messages,
+                tools,
+                thinking=thinking,
+                reasoning_effort=reasoning_effort,
+                tool_choice=tool_choice,
+            )
+        )
+        parser = self._chat_format().stream_parser(
+            thinking=thinking,
+            tools=tools,
+            tool_choice=tool_choice,
+            stream_arguments=stream_arguments,
+        )
         yield from self._run(tokens, max_tokens, sampling, stop, parser)
 
-    def chat_prompt(self, messages: Sequence[Mapping[str, Any]],
-                    tools: Sequence[Mapping[str, Any]] | None = None, *,
-                    thinking: bool = False, reasoning_effort: str | None = None,
-                    tool_choice: ToolChoice = "auto") -> list[int]:
+    def chat_prompt(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        thinking: bool = False,
+        reasoning_effort: str | None = None,
+        tool_choice: ToolChoice = "auto",
+    ) -> list[int]:
         """The prompt tokens ``chat`` generates after; touches no MLX state, so any thread
         may call it."""
         chat_format = self._chat_format()
         options = {}
-        effort = (chat_format.template_effort(reasoning_effort)
-                  if thinking and reasoning_effort is not None else None)
+        effort = (
+            chat_format.template_effort(reasoning_effort)
+            if thinking and reasoning_effort is not None
+            else None
+        )
         if effort is not None:
             options["reasoning_effort"] = effort
-        return chat_format.tokenize(self.model.tokenizer, messages, tools, thinking=thinking,
-                                    tool_choice=tool_choice, **options)
+        return chat_format.tokenize(
+            self.model.tokenizer,
+            messages,
+            tools,
+            thinking=thinking,
+            tool_choice=tool_choice,
+            **options,
+        )
 
     def _chat_format(self) -> ChatFormat:
         chat_format = self.model.chat_format
@@ -169,9 +211,14 @@ class ChatService:
             raise ValueError(f"{self.model.path.name} has no chat template")
         return chat_format
 
-    def complete(self, prompt: str, *, max_tokens: int = 256,
-                 sampling: SamplingOptions | None = None,
-                 stop: Sequence[str] = ()) -> Generator[ScheduledEvent, mx.array | None, None]:
+    def complete(
+        self,
+        prompt: str,
+        *,
+        max_tokens: int = 256,
+        sampling: SamplingOptions | None = None,
+        stop: Sequence[str] = (),
+    ) -> Generator[ScheduledEvent, mx.array | None, None]:
         """Continue raw ``prompt`` text (no chat template): TextDelta events, then Finished."""
         tokens = self.model.tokenizer.encode(prompt, add_special=True)
         yield from self._run(tokens, max_tokens, sampling, stop, None)
@@ -181,14 +228,20 @@ class ChatService:
 
     # ------------------------------------------------------------------ internals
 
-    def _run(self, tokens: list[int], max_tokens: int, sampling: SamplingOptions | None,
-             stop: Sequence[str], parser: StreamParser | None
-             ) -> Generator[ScheduledEvent, mx.array | None, None]:
+    def _run(
+        self,
+        tokens: list[int],
+        max_tokens: int,
+        sampling: SamplingOptions | None,
+        stop: Sequence[str],
+        parser: StreamParser | None,
+    ) -> Generator[ScheduledEvent, mx.array | None, None]:
         if not tokens:
             raise ValueError("the prompt is empty")
         if len(tokens) >= self.max_context:
-            raise ValueError(f"the prompt has {len(tokens)} tokens; the context is "
-                             f"{self.max_context}")
+            raise ValueError(
+                f"the prompt has {len(tokens)} tokens; the context is {self.max_context}"
+            )
         started = time.perf_counter()
         slot = self._slot_for(tokens)
         before = slot.prompt_snapshot
@@ -203,10 +256,16 @@ class ChatService:
                 assert slot.prompt_snapshot is not None
                 self.prompt_cache.persist(slot.prompt_snapshot[1])
 
-    def _generate(self, slot: _Slot, tokens: list[int], max_tokens: int,
-                  sampling: SamplingOptions | None, stop: Sequence[str],
-                  parser: StreamParser | None, started: float
-                  ) -> Generator[ScheduledEvent, mx.array | None, None]:
+    def _generate(
+        self,
+        slot: _Slot,
+        tokens: list[int],
+        max_tokens: int,
+        sampling: SamplingOptions | None,
+        stop: Sequence[str],
+        parser: StreamParser | None,
+        started: float,
+    ) -> Generator[ScheduledEvent, mx.array | None, None]:
         session, cached = slot.session, slot.session.n_tokens
         tokenizer = self.model.tokenizer
         detokenizer = tokenizer.streaming_detokenizer(skip_special=True)
@@ -219,12 +278,21 @@ class ChatService:
             nonlocal saw_tool_call
             events = parser.feed(text) if parser is not None else [TextDelta(text)]
             saw_tool_call |= any(isinstance(e, ToolCallComplete) for e in events)
-            return [e for e in events if not (isinstance(e, (TextDelta, ReasoningDelta))
-                                              and not e.text)]
+            return [
+                e for e in events if not (isinstance(e, (TextDelta, ReasoningDelta)) and not e.text)
+            ]
 
-        stream = stepped(session, tokens[cached:], max_tokens, sampling, self.drafter,
-                         self.speculation, stop_tokens=tokenizer.stop_ids,
-                         max_context=self.max_context, lease=self._lease)
+        stream = stepped(
+            session,
+            tokens[cached:],
+            max_tokens,
+            sampling,
+            self.drafter,
+            self.speculation,
+            stop_tokens=tokenizer.stop_ids,
+            max_context=self.max_context,
+            lease=self._lease,
+        )
         reply: mx.array | None = None
         try:
             while True:
@@ -264,8 +332,16 @@ class ChatService:
         reason = stats.stop_reason or "stop"
         if saw_tool_call and reason == "stop":
             reason = "tool_calls"
-        yield Finished(reason, len(tokens), completion, cached, stats,
-                       time.perf_counter() - started, stops.matched, reasoning)
+        yield Finished(
+            reason,
+            len(tokens),
+            completion,
+            cached,
+            stats,
+            time.perf_counter() - started,
+            stops.matched,
+            reasoning,
+        )
 
     def _slot_for(self, tokens: list[int]) -> _Slot:
         """The slot to run ``tokens`` on (leaving at least one token to feed):
@@ -315,8 +391,9 @@ class ChatService:
                 return
         slot.session = self.model.new_session()
 
-    def _restore_longest(self, session: Session, tokens: list[int],
-                         live: Sequence[Snapshot] = ()) -> None:
+    def _restore_longest(
+        self, session: Session, tokens: list[int], live: Sequence[Snapshot] = ()
+    ) -> None:
         """Restore into ``session`` the longest state usable for ``tokens`` that the prompt
         cache (or ``live``) holds, when it shares more than the session does; a state that
         holds a few tokens past the shared prefix is rolled back to it where the model can."""
@@ -331,8 +408,7 @@ class ChatService:
             found.append((candidate.share, candidate.cut, candidate))
         found.sort(key=lambda item: (-item[0], item[1]))
         for share, cut, source in found:
-            snapshot = (source if isinstance(source, Snapshot)
-                        else self.prompt_cache.load(source))
+            snapshot = source if isinstance(source, Snapshot) else self.prompt_cache.load(source)
             if snapshot is None:
                 continue
             previous = session.snapshot()
@@ -353,9 +429,11 @@ class ChatService:
             return None
         live = [slot.session.snapshot() for slot in self._slots if not slot.busy]
         session = self.model.new_session()
-        self._restore_longest(session, list(tokens),
-                              [s for s in live if getattr(s.state, "pos", s.n_tokens)
-                               == s.n_tokens])
+        self._restore_longest(
+            session,
+            list(tokens),
+            [s for s in live if getattr(s.state, "pos", s.n_tokens) == s.n_tokens],
+        )
         return session.snapshot() if session.n_tokens else None
 
     def adopt(self, snapshot: Snapshot) -> None:
@@ -364,4 +442,3 @@ class ChatService:
         if self.prompt_cache is None:
             raise ValueError("this service has no prompt cache")
         self.prompt_cache.remember(snapshot)
-

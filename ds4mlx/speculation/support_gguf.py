@@ -121,8 +121,7 @@ def stage_args(target: ModelArgs, n_stages: int) -> ModelArgs:
 
 def block_shapes(args: ModelArgs) -> dict[str, Shape]:
     """The ``blk.*`` tensors of ``args``'s layers, name -> numpy-order shape."""
-    return {name: shape for name, shape in tensor_shapes(args).items()
-            if name.startswith("blk.")}
+    return {name: shape for name, shape in tensor_shapes(args).items() if name.startswith("blk.")}
 
 
 class RenamedWeights:
@@ -158,8 +157,9 @@ def require_arch(gguf: GGUFFile, allowed: Mapping[str, str]) -> str:
     arch = gguf.arch
     if arch not in allowed:
         expected = ", ".join(f"'{a}' ({what})" for a, what in allowed.items())
-        raise GGUFError(f"{gguf.path}: architecture '{arch}' is not a supported drafter; "
-                        f"expected {expected}")
+        raise GGUFError(
+            f"{gguf.path}: architecture '{arch}' is not a supported drafter; expected {expected}"
+        )
     return arch
 
 
@@ -185,31 +185,45 @@ def random_arrays(shapes: Mapping[str, Shape], rng: np.random.Generator) -> dict
 # --------------------------------------------------------------------------------------------
 
 
-def storage_type(name: str, shape: Shape,
-                 matrix_type: GGMLQuantizationType = GGMLQuantizationType.Q8_0
-                 ) -> GGMLQuantizationType:
+def storage_type(
+    name: str, shape: Shape, matrix_type: GGMLQuantizationType = GGMLQuantizationType.Q8_0
+) -> GGMLQuantizationType:
     """How a drafter tensor is stored by default: ``matrix_type`` (Q8_0, as ds4 stores its
     support files) for matmul weights whose rows fit its blocks, float32 for everything small
     or elementwise, int32 for an index table (``d2t``)."""
     if name == "d2t":
         return GGMLQuantizationType.I32
-    is_matrix = len(shape) >= 2 and not name.endswith(("_fn.weight", "conf_proj.weight",
-                                                       "confidence_head.proj.weight"))
+    is_matrix = len(shape) >= 2 and not name.endswith(
+        ("_fn.weight", "conf_proj.weight", "confidence_head.proj.weight")
+    )
     block = GGML_QUANT_SIZES[matrix_type][0]
     if is_matrix and shape[-1] % block == 0:
         return matrix_type
     return GGMLQuantizationType.F32
 
 
-def write_support_gguf(path: Path, arch: str, metadata: Mapping[str, MetaValue],
-                       tensors: Mapping[str, np.ndarray], *,
-                       types: Mapping[str, GGMLQuantizationType] | None = None,
-                       matrix_type: GGMLQuantizationType = GGMLQuantizationType.Q8_0) -> None:
+def write_support_gguf(
+    path: Path,
+    arch: str,
+    metadata: Mapping[str, MetaValue],
+    tensors: Mapping[str, np.ndarray],
+    *,
+    types: Mapping[str, GGMLQuantizationType] | None = None,
+    matrix_type: GGMLQuantizationType = GGMLQuantizationType.Q8_0,
+) -> None:
     """Write a drafter GGUF: ``metadata`` and float tensors in numpy order, each stored as
     ``types`` gives (by stored name) or else as ``storage_type`` says."""
     types = types or {}
-    write_gguf(path, arch, metadata, [
-        TensorToWrite(name, array, types[name] if name in types
-                      else storage_type(name, array.shape, matrix_type))
-        for name, array in tensors.items()
-    ])
+    write_gguf(
+        path,
+        arch,
+        metadata,
+        [
+            TensorToWrite(
+                name,
+                array,
+                types[name] if name in types else storage_type(name, array.shape, matrix_type),
+            )
+            for name, array in tensors.items()
+        ],
+    )

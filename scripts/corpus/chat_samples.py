@@ -30,13 +30,17 @@ def _functions(texts: list[str]) -> list[tuple[str, str, str, str, int]]:
 
 
 def _call(name: str, **arguments) -> dict:
-    return {"role": "assistant", "content": "", "tool_calls": [
-        {"name": name, "arguments": arguments}]}
+    return {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"name": name, "arguments": arguments}],
+    }
 
 
 def _lines(text: str, start: int, end: int) -> str:
-    return "\n".join(f"{n:5d}  {line}" for n, line in
-                     enumerate(text.splitlines()[start - 1:end], start))
+    return "\n".join(
+        f"{n:5d}  {line}" for n, line in enumerate(text.splitlines()[start - 1 : end], start)
+    )
 
 
 def _search_then_read(rng: random.Random, fn) -> list[dict]:
@@ -44,15 +48,24 @@ def _search_then_read(rng: random.Random, fn) -> list[dict]:
     module = f"src/{name[:3].lower() or 'mod'}_{rng.randrange(100)}.py"
     end = min(line + rng.randrange(4, 12), len(text.splitlines()))
     return [
-        {"role": "user", "content": rng.choice([
-            f"What does `{name}` do?", f"Explain the function {name}.",
-            f"Where is {name} defined and what is it for?"])},
+        {
+            "role": "user",
+            "content": rng.choice(
+                [
+                    f"What does `{name}` do?",
+                    f"Explain the function {name}.",
+                    f"Where is {name} defined and what is it for?",
+                ]
+            ),
+        },
         _call("search", pattern=f"def {name}\\("),
         {"role": "tool", "content": f"{module}:{line}: def {name}({params}):"},
         _call("read", path=module, start=line, end=end),
         {"role": "tool", "content": _lines(text, line, end)},
-        {"role": "assistant", "content": f"`{name}` is defined in `{module}` at line {line}. "
-                                         f"{doc}"},
+        {
+            "role": "assistant",
+            "content": f"`{name}` is defined in `{module}` at line {line}. {doc}",
+        },
     ]
 
 
@@ -62,12 +75,19 @@ def _list_files(rng: random.Random, fns) -> list[dict]:
     listing = "\n".join(f"{size:8d}  {name}" for name, size in zip(names, sizes, strict=True))
     largest = names[sizes.index(max(sizes))]
     return [
-        {"role": "user", "content": rng.choice(["What files are here?", "List the workspace.",
-                                                "Which file is the largest?"])},
+        {
+            "role": "user",
+            "content": rng.choice(
+                ["What files are here?", "List the workspace.", "Which file is the largest?"]
+            ),
+        },
         _call("list", path="."),
         {"role": "tool", "content": listing},
-        {"role": "assistant", "content": f"There are {len(names)} files; the largest is "
-                                         f"`{largest}` ({max(sizes)} bytes)."},
+        {
+            "role": "assistant",
+            "content": f"There are {len(names)} files; the largest is "
+            f"`{largest}` ({max(sizes)} bytes).",
+        },
     ]
 
 
@@ -78,8 +98,10 @@ def _run_tests(rng: random.Random, fns) -> list[dict]:
     return [
         {"role": "user", "content": rng.choice(["Run the tests.", "Do the tests pass?"])},
         _call("bash", command="python -m pytest -q"),
-        {"role": "tool", "content": f"{'.' * passed}{'F' * failed}\n{summary} in "
-                                    f"0.{rng.randrange(10, 99)}s"},
+        {
+            "role": "tool",
+            "content": f"{'.' * passed}{'F' * failed}\n{summary} in 0.{rng.randrange(10, 99)}s",
+        },
         {"role": "assistant", "content": verdict},
     ]
 
@@ -91,15 +113,18 @@ def _rename(rng: random.Random, fn) -> list[dict]:
     return [
         {"role": "user", "content": f"Rename {name} to {new_name} in {path}."},
         _call("edit", path=path, old=f"def {name}(", new=f"def {new_name}("),
-        {"role": "tool", "content": f"edited {path}: 1 replacement\n-def {name}({params}):\n"
-                                    f"+def {new_name}({params}):"},
+        {
+            "role": "tool",
+            "content": f"edited {path}: 1 replacement\n-def {name}({params}):\n"
+            f"+def {new_name}({params}):",
+        },
         {"role": "assistant", "content": f"Renamed `{name}` to `{new_name}` in `{path}`."},
     ]
 
 
 def _show_code(rng: random.Random, fn) -> list[dict]:
     text, name, _, doc, line = fn
-    body = "\n".join(text.splitlines()[line - 1:line + rng.randrange(3, 10)])
+    body = "\n".join(text.splitlines()[line - 1 : line + rng.randrange(3, 10)])
     return [
         {"role": "user", "content": f"Show me the start of {name}."},
         {"role": "assistant", "content": f"{doc}\n\n```python\n{body}\n```"},
@@ -111,8 +136,12 @@ def default_render(messages: list[dict]) -> str:
     return render_chat(messages, tools=AGENT_TOOLS, add_generation_prompt=False)
 
 
-def render_samples(stdlib_texts: list[str], count: int, seed: int,
-                   render: Callable[[list[dict]], str] = default_render) -> Iterator[str]:
+def render_samples(
+    stdlib_texts: list[str],
+    count: int,
+    seed: int,
+    render: Callable[[list[dict]], str] = default_render,
+) -> Iterator[str]:
     """``count`` conversations, each rendered by ``render`` (other templates: the GLM model)."""
     rng = random.Random(seed)
     fns = _functions(stdlib_texts)

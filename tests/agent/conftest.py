@@ -9,7 +9,7 @@ from ds4mlx.agent.workspace import Workspace
 
 import pytest
 
-PYTHON_SOURCE = '''\
+PYTHON_SOURCE = """\
 import os
 
 
@@ -20,9 +20,9 @@ class Greeter:
 
 def add(a, b):
     return a + b
-'''
+"""
 
-C_SOURCE = '''\
+C_SOURCE = """\
 #include <stdio.h>
 
 struct point { int x; int y; };
@@ -34,9 +34,9 @@ static int *find(int *values, int n) {
 int add(int a, int b) {
     return a + b;
 }
-'''
+"""
 
-JS_SOURCE = '''\
+JS_SOURCE = """\
 export function add(a, b) {
   return a + b;
 }
@@ -46,7 +46,7 @@ class Counter {
 }
 
 const double = (x) => x * 2;
-'''
+"""
 
 
 @pytest.fixture

@@ -31,8 +31,12 @@ def malformed(raw: str = "<｜DSML｜invoke>", reason: str = "invoke tag without
 class ScriptedBackend:
     name = "scripted"
 
-    def __init__(self, turns: Sequence[Sequence[Step]] = (), context_size: int = 8192,
-                 default_answer: str = "done"):
+    def __init__(
+        self,
+        turns: Sequence[Sequence[Step]] = (),
+        context_size: int = 8192,
+        default_answer: str = "done",
+    ):
         self.turns = deque(list(turn) for turn in turns)
         self.context_size = context_size
         self.default_answer = default_answer

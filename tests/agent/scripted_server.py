@@ -11,28 +11,54 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 def chunk(delta: dict, finish: str | None = None) -> dict:
-    return {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    return {
+        "id": "c",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": "m",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
 
 
-USAGE = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m", "choices": [],
-         "usage": {"prompt_tokens": 42, "completion_tokens": 7, "total_tokens": 49,
-                   "prompt_tokens_details": {"cached_tokens": 40}}}
+USAGE = {
+    "id": "c",
+    "object": "chat.completion.chunk",
+    "created": 0,
+    "model": "m",
+    "choices": [],
+    "usage": {
+        "prompt_tokens": 42,
+        "completion_tokens": 7,
+        "total_tokens": 49,
+        "prompt_tokens_details": {"cached_tokens": 40},
+    },
+}
 
 
 def tool_call_chunks(arguments: list[str], name: str = "read") -> list[dict]:
-    first = {"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
-                             "function": {"name": name, "arguments": ""}}]}
-    pieces = [{"tool_calls": [{"index": 0, "function": {"arguments": part}}]}
-              for part in arguments]
+    first = {
+        "tool_calls": [
+            {
+                "index": 0,
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": name, "arguments": ""},
+            }
+        ]
+    }
+    pieces = [{"tool_calls": [{"index": 0, "function": {"arguments": part}}]} for part in arguments]
     return [chunk(first), *map(chunk, pieces), chunk({}, "tool_calls"), USAGE]
 
 
 class Server:
     """Answers each POST with the next scripted list of chunks, as server-sent events."""
 
-    def __init__(self, responses: list[list[dict]], models: dict | None = None,
-                 stall: threading.Event | None = None):
+    def __init__(
+        self,
+        responses: list[list[dict]],
+        models: dict | None = None,
+        stall: threading.Event | None = None,
+    ):
         self.responses = list(responses)
         self.requests: list[dict] = []
         self.models = models  # what GET /v1/models/<name> answers (404 when None)
@@ -70,8 +96,7 @@ class Server:
                 pass
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,),
-                                       daemon=True)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
 
     @property
     def url(self) -> str:

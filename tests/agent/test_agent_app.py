@@ -110,8 +110,7 @@ def test_permission_prompt_answered_by_key(toolbox, store, workspace, key, allow
 
 def test_ctrl_c_stops_the_generation_without_quitting(toolbox, store):
     app, agent = make_app(toolbox, store)
-    agent.backend.turns.append([text("partial"), lambda: agent.cancel.wait(10),
-                                text(" never")])
+    agent.backend.turns.append([text("partial"), lambda: agent.cancel.wait(10), text(" never")])
     agent.backend.turns.append([text("Still here.")])
 
     async def scenario(pilot):
@@ -140,8 +139,9 @@ def test_input_typed_while_busy_runs_next(toolbox, store):
         assert "queued: second" in texts(app, ".note")
         assert "1 queued" in str(app.query_one("#status").content)
         release.set()
-        await until(pilot, lambda: answers(app) == ["first answer", "second answer"]
-                    and not app.busy)
+        await until(
+            pilot, lambda: answers(app) == ["first answer", "second answer"] and not app.busy
+        )
         assert texts(app, ".user") == ["first", "second"]
 
     play(app, scenario)
@@ -153,19 +153,34 @@ def test_slash_commands(toolbox, store):
     async def scenario(pilot):
         await submit(pilot, "a question")
         await until(pilot, lambda: answers(app) == ["an answer"] and not app.busy)
-        for line, expected in [("/save first", "saved as first"), ("/list", "* first"),
-                               ("/history", "assistant: an answer"),
-                               ("/think on", "thinking on"), ("/strip", "dropped 0"),
-                               ("/help", "/switch name"), ("/bogus", "unknown command")]:
+        for line, expected in [
+            ("/save first", "saved as first"),
+            ("/list", "* first"),
+            ("/history", "assistant: an answer"),
+            ("/think on", "thinking on"),
+            ("/strip", "dropped 0"),
+            ("/help", "/switch name"),
+            ("/bogus", "unknown command"),
+        ]:
             await submit(pilot, line)
-            await until(pilot, lambda expected=expected: any(
-                expected in note for note in texts(app, ".note")))
+            await until(
+                pilot,
+                lambda expected=expected: any(expected in note for note in texts(app, ".note")),
+            )
         assert "think on" in str(app.query_one("#status").content)
         await submit(pilot, "/hints off")
         await until(pilot, lambda: not app.query_one(Footer).display)
         await submit(pilot, "/compact")
-        await until(pilot, lambda: any("not compacted" in n or "compacted the context" in n
-                                       for n in texts(app, ".note")) and not app.busy)
+        await until(
+            pilot,
+            lambda: (
+                any(
+                    "not compacted" in n or "compacted the context" in n
+                    for n in texts(app, ".note")
+                )
+                and not app.busy
+            ),
+        )
         await submit(pilot, "/new")
         await until(pilot, lambda: not answers(app))
         assert agent.conversation.is_empty

@@ -39,8 +39,9 @@ def screen_text(app: AgentApp) -> str:
     """What the terminal shows, as text (from the SVG screenshot's text runs)."""
     svg = app.export_screenshot()
     rows: dict[float, list[tuple[float, str]]] = {}
-    for match in re.finditer(r'<text class="[^"]*" x="([\d.]+)" y="([\d.]+)"[^>]*>(.*?)</text>',
-                             svg):
+    for match in re.finditer(
+        r'<text class="[^"]*" x="([\d.]+)" y="([\d.]+)"[^>]*>(.*?)</text>', svg
+    ):
         x, y, run = float(match[1]), float(match[2]), html.unescape(match[3])
         rows.setdefault(y, []).append((x, run))
     lines = []
@@ -165,8 +166,12 @@ def test_keys_typed_before_the_prompt_do_not_answer_it(toolbox, store, workspace
 
 
 def test_always_allows_only_that_command(toolbox, store, workspace):
-    turns = [[call("bash", command="touch one")], [call("bash", command="touch one")],
-             [call("bash", command="touch two")], [text("ok")]]
+    turns = [
+        [call("bash", command="touch one")],
+        [call("bash", command="touch one")],
+        [call("bash", command="touch two")],
+        [text("ok")],
+    ]
     app, _ = make_app(toolbox, store, turns)
 
     async def scenario(pilot):
@@ -217,9 +222,13 @@ OSC_TITLE = "\x1b]0;PWNED\x07"
 
 
 def test_escape_sequences_never_reach_the_screen(toolbox, store):
-    turns = [[text(f"hello {OSC_TITLE} world \x1b[2J"),
-              call("bash", command="printf '\\033]0;PWNED\\007 out\\n'")],
-             [text("done")]]
+    turns = [
+        [
+            text(f"hello {OSC_TITLE} world \x1b[2J"),
+            call("bash", command="printf '\\033]0;PWNED\\007 out\\n'"),
+        ],
+        [text("done")],
+    ]
     app, _ = make_app(toolbox, store, turns, yolo=True)
 
     async def scenario(pilot):
@@ -298,12 +307,12 @@ def test_ctrl_c_stops_a_catastrophic_search(toolbox, store, workspace, monkeypat
 
 
 def test_a_running_command_shows_its_output_live(toolbox, store):
-    turns = [[call("bash", command="echo first line; sleep 3; echo second line")],
-             [text("ok")]]
+    turns = [[call("bash", command="echo first line; sleep 3; echo second line")], [text("ok")]]
     app, _ = make_app(toolbox, store, turns, yolo=True)
 
     async def scenario(pilot):
         await submit(pilot, "run")
+
         def shown() -> str:
             content = app.query_one(ToolPanel).body.content
             return "".join(map(str, getattr(content, "renderables", [content])))

@@ -10,9 +10,22 @@ import pytest
 
 
 def test_print_mode_runs_on_the_chat_model(chat_model_path, workspace, tmp_path, capsys):
-    code = cli.main(["-m", str(chat_model_path), "--print", "List the files.",
-                     "--workspace", str(workspace), "--data-dir", str(tmp_path / "data"),
-                     "-n", "8", "--max-steps", "1"])
+    code = cli.main(
+        [
+            "-m",
+            str(chat_model_path),
+            "--print",
+            "List the files.",
+            "--workspace",
+            str(workspace),
+            "--data-dir",
+            str(tmp_path / "data"),
+            "-n",
+            "8",
+            "--max-steps",
+            "1",
+        ]
+    )
     out, err = capsys.readouterr()
     # Random weights: the text is gibberish, but one full turn ran and its answer was printed.
     assert code == 0
@@ -39,8 +52,18 @@ def test_the_default_model_is_the_tiny_model():
 
 @pytest.mark.skipif(not cli.DEFAULT_MODEL.is_file(), reason="assets/ds4-tiny.gguf not built yet")
 def test_the_tiny_model_lists_files_with_a_tool_call(workspace, capsys):
-    code = cli.main(["--print", "List the files.", "--workspace", str(workspace),
-                     "--max-steps", "3", "-n", "128"])
+    code = cli.main(
+        [
+            "--print",
+            "List the files.",
+            "--workspace",
+            str(workspace),
+            "--max-steps",
+            "3",
+            "-n",
+            "128",
+        ]
+    )
     out, err = capsys.readouterr()
     assert "> list" in err, err  # a well-formed call ran and its result went back
     assert code == 0 and out.strip()

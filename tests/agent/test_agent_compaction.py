@@ -20,15 +20,28 @@ def fill(agent: Agent, share: float) -> None:
     number = 0
     while agent.context_tokens() < share * CONTEXT:
         number += 1
-        agent.messages.extend([
-            {"role": "user", "content": f"Question {number}: what does module {number} do?"},
-            {"role": "assistant", "content": "", "tool_calls": [
-                {"id": f"c{number}", "type": "function",
-                 "function": {"name": "read", "arguments": {"path": f"m{number}.py"}}}]},
-            {"role": "tool", "tool_call_id": f"c{number}",
-             "content": f"    1  # module {number}\n" + "    2  x = 1\n" * 20},
-            {"role": "assistant", "content": f"Module {number} sets x to 1."},
-        ])
+        agent.messages.extend(
+            [
+                {"role": "user", "content": f"Question {number}: what does module {number} do?"},
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [
+                        {
+                            "id": f"c{number}",
+                            "type": "function",
+                            "function": {"name": "read", "arguments": {"path": f"m{number}.py"}},
+                        }
+                    ],
+                },
+                {
+                    "role": "tool",
+                    "tool_call_id": f"c{number}",
+                    "content": f"    1  # module {number}\n" + "    2  x = 1\n" * 20,
+                },
+                {"role": "assistant", "content": f"Module {number} sets x to 1."},
+            ]
+        )
     # Trim back to just under the target so tests can place the conversation on either side.
     while agent.context_tokens() >= share * CONTEXT:
         agent.messages.pop()
@@ -85,7 +98,7 @@ def test_compact_command_shrinks_and_keeps_the_last_turn(toolbox):
     events = list(agent.compact())
     assert events[-1].tokens_after < before / 2 and events[-1].compacted
     assert agent.messages[0]["content"] == SYSTEM_PROMPT
-    assert agent.messages[-len(last_turn):][-1] == last_turn[-1]
+    assert agent.messages[-len(last_turn) :][-1] == last_turn[-1]
     backend.turns.append([text("still here")])
     assert list(agent.run("are you there?"))[-1].answer == "still here"
 
@@ -95,11 +108,22 @@ def test_current_task_and_open_jobs_survive(toolbox):
     toolbox.run(call("bash", command="sleep 30 &").call)
     agent.messages.append({"role": "user", "content": "Refactor every module."})
     for number in range(40):  # a long tool-using turn: the request itself gets old
-        agent.messages.extend([
-            {"role": "assistant", "content": "", "tool_calls": [
-                {"id": f"r{number}", "type": "function",
-                 "function": {"name": "read", "arguments": {"path": f"m{number}.py"}}}]},
-            {"role": "tool", "tool_call_id": f"r{number}", "content": "x = 1\n" * 30}])
+        agent.messages.extend(
+            [
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [
+                        {
+                            "id": f"r{number}",
+                            "type": "function",
+                            "function": {"name": "read", "arguments": {"path": f"m{number}.py"}},
+                        }
+                    ],
+                },
+                {"role": "tool", "tool_call_id": f"r{number}", "content": "x = 1\n" * 30},
+            ]
+        )
     backend.turns.append([text("")])  # a model that writes no summary at all
     list(agent.compact())
     summary = agent.messages[1]["content"]
@@ -113,8 +137,9 @@ def test_current_task_and_open_jobs_survive(toolbox):
 
 def test_compaction_that_would_not_shrink_changes_nothing(toolbox):
     agent, backend = make_agent(toolbox)
-    agent.messages.extend([{"role": "user", "content": "hi"},
-                           {"role": "assistant", "content": "hello"}])
+    agent.messages.extend(
+        [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    )
     before = list(agent.messages)
     backend.turns.append([text("a summary far longer than the conversation " * 20)])
     events = list(agent.compact())
@@ -125,12 +150,23 @@ def test_compaction_that_would_not_shrink_changes_nothing(toolbox):
 def test_a_huge_last_tool_result_is_clipped(toolbox):
     agent, backend = make_agent(toolbox)
     fill(agent, 0.3)
-    agent.messages.extend([
-        {"role": "user", "content": "show the log"},
-        {"role": "assistant", "content": "", "tool_calls": [
-            {"id": "big", "type": "function",
-             "function": {"name": "bash", "arguments": {"command": "cat log"}}}]},
-        {"role": "tool", "tool_call_id": "big", "content": "log line\n" * 2500}])
+    agent.messages.extend(
+        [
+            {"role": "user", "content": "show the log"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": "big",
+                        "type": "function",
+                        "function": {"name": "bash", "arguments": {"command": "cat log"}},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "big", "content": "log line\n" * 2500},
+        ]
+    )
     before = agent.context_tokens()
     backend.turns.append([text("summary")])
     list(agent.compact())

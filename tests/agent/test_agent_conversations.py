@@ -30,8 +30,9 @@ def chat(commands: SlashCommands, prompt: str, answer: str) -> None:
 
 
 def test_save_and_load_round_trip(store):
-    conversation = Conversation([{"role": "system", "content": "s"},
-                                 {"role": "user", "content": "héllo ✓"}])
+    conversation = Conversation(
+        [{"role": "system", "content": "s"}, {"role": "user", "content": "héllo ✓"}]
+    )
     assert store.save(conversation, "first") == "first"
     loaded = store.load("first")
     assert loaded.messages == conversation.messages and loaded.name == "first"

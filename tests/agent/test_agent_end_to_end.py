@@ -35,8 +35,14 @@ class Terminal:
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
         env = {**os.environ, "TERM": "xterm-256color", "PYTHONPATH": str(ROOT)}
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "ds4mlx.cli.agent", *arguments], stdin=slave, stdout=slave,
-            stderr=slave, cwd=cwd, env=env, start_new_session=True)
+            [sys.executable, "-m", "ds4mlx.cli.agent", *arguments],
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,
+        )
         os.close(slave)
         self.master = master
         self.output = bytearray()
@@ -84,20 +90,31 @@ def saved(data_dir: Path) -> list[dict]:
 def test_a_signal_saves_stops_jobs_and_restores_the_terminal(workspace, tmp_path, sig):
     data = tmp_path / "data"
     script = [
-        [chunk({"role": "assistant", "content": f"Starting {OSC_TITLE}a job."}),
-         *tool_call_chunks(['{"command": "sleep 4260 &"}'], name="bash")],
+        [
+            chunk({"role": "assistant", "content": f"Starting {OSC_TITLE}a job."}),
+            *tool_call_chunks(['{"command": "sleep 4260 &"}'], name="bash"),
+        ],
         text_chunks("The job runs."),
     ]
     with Server(script) as server:
-        terminal = Terminal(["--api-base", server.url, "--yolo", "--workspace", str(workspace),
-                             "--data-dir", str(data)], tmp_path)
+        terminal = Terminal(
+            [
+                "--api-base",
+                server.url,
+                "--yolo",
+                "--workspace",
+                str(workspace),
+                "--data-dir",
+                str(data),
+            ],
+            tmp_path,
+        )
         try:
             terminal.wait_for(lambda: b"Ask ds4-agent" in terminal.output)
             time.sleep(0.5)
             terminal.type("start a job\r")
             # autosaved after the turn, with the job running
-            terminal.wait_for(lambda: any("The job runs." in json.dumps(m)
-                                          for m in saved(data)))
+            terminal.wait_for(lambda: any("The job runs." in json.dumps(m) for m in saved(data)))
             assert processes_with("sleep 4260")
             terminal.process.send_signal(sig)
             terminal.process.wait(30)
@@ -107,7 +124,8 @@ def test_a_signal_saves_stops_jobs_and_restores_the_terminal(workspace, tmp_path
     assert terminal.process.returncode == 128 + sig
     assert b"\x1b]0;PWNED" not in output  # the model's escape sequence never reached it
     assert b"\x1b[?1049h" in output and output.rfind(b"\x1b[?1049l") > output.rfind(
-        b"\x1b[?1049h")  # the alternate screen was left
+        b"\x1b[?1049h"
+    )  # the alternate screen was left
     assert output.rfind(b"\x1b[?1000l") > output.rfind(b"\x1b[?1000h")  # mouse off again
     assert processes_with("sleep 4260") == []
     messages = saved(data)[0]
@@ -120,10 +138,25 @@ def test_sigterm_in_print_mode_stops_the_running_command(workspace, tmp_path):
     script = [tool_call_chunks(['{"command": "sleep 4270"}'], name="bash")]
     with Server(script) as server:
         process = subprocess.Popen(
-            [sys.executable, "-m", "ds4mlx.cli.agent", "--api-base", server.url, "--yolo",
-             "--bash-timeout", "100", "--workspace", str(workspace), "--print", "wait"],
-            cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE)
+            [
+                sys.executable,
+                "-m",
+                "ds4mlx.cli.agent",
+                "--api-base",
+                server.url,
+                "--yolo",
+                "--bash-timeout",
+                "100",
+                "--workspace",
+                str(workspace),
+                "--print",
+                "wait",
+            ],
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         try:
             deadline = time.monotonic() + 60
             while not processes_with("sleep 4270") and time.monotonic() < deadline:
@@ -143,10 +176,22 @@ def test_sigterm_in_print_mode_ends_a_stalled_request(workspace, tmp_path):
     stall = threading.Event()
     with Server([], stall=stall) as server:
         process = subprocess.Popen(
-            [sys.executable, "-m", "ds4mlx.cli.agent", "--api-base", server.url,
-             "--workspace", str(workspace), "--print", "hello"],
-            cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE)
+            [
+                sys.executable,
+                "-m",
+                "ds4mlx.cli.agent",
+                "--api-base",
+                server.url,
+                "--workspace",
+                str(workspace),
+                "--print",
+                "hello",
+            ],
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         try:
             deadline = time.monotonic() + 60
             while not server.requests and time.monotonic() < deadline:
@@ -168,29 +213,49 @@ def test_continue_resumes_the_last_conversation_of_the_workspace(workspace, tmp_
     data = tmp_path / "data"
     store = ConversationStore(data)
     with Server([text_chunks("Second answer."), text_chunks("Third answer.")]) as server:
-        base = ["--api-base", server.url, "--workspace", str(workspace), "--data-dir",
-                str(data)]
+        base = ["--api-base", server.url, "--workspace", str(workspace), "--data-dir", str(data)]
         # the TUI autosaves; here the first conversation is made as it would leave it
         from ds4mlx.agent.conversations import Conversation
 
         other = tmp_path / "other"
         other.mkdir()
-        store.save(Conversation([{"role": "system", "content": "s"},
-                                 {"role": "user", "content": "elsewhere"}],
-                                workspace=str(other.resolve())), "other")
-        store.save(Conversation([{"role": "system", "content": "s"},
-                                 {"role": "user", "content": "first question"},
-                                 {"role": "assistant", "content": "First answer."}],
-                                workspace=str(workspace.resolve())), "mine")
-        store.save(Conversation([{"role": "system", "content": "s"},
-                                 {"role": "user", "content": "elsewhere, later"}],
-                                workspace=str(other.resolve())), "later")
+        store.save(
+            Conversation(
+                [{"role": "system", "content": "s"}, {"role": "user", "content": "elsewhere"}],
+                workspace=str(other.resolve()),
+            ),
+            "other",
+        )
+        store.save(
+            Conversation(
+                [
+                    {"role": "system", "content": "s"},
+                    {"role": "user", "content": "first question"},
+                    {"role": "assistant", "content": "First answer."},
+                ],
+                workspace=str(workspace.resolve()),
+            ),
+            "mine",
+        )
+        store.save(
+            Conversation(
+                [
+                    {"role": "system", "content": "s"},
+                    {"role": "user", "content": "elsewhere, later"},
+                ],
+                workspace=str(other.resolve()),
+            ),
+            "later",
+        )
         assert cli.main([*base, "--continue", "--print", "second question"]) == 0
         sent = server.requests[0]["messages"]
         assert cli.main([*base, "--resume", "other", "--print", "third"]) == 0
         resumed = server.requests[1]["messages"]
-    assert [m["content"] for m in sent[1:]] == ["first question", "First answer.",
-                                               "second question"]
+    assert [m["content"] for m in sent[1:]] == [
+        "first question",
+        "First answer.",
+        "second question",
+    ]
     assert resumed[1]["content"] == "elsewhere"
     mine = store.load("mine").messages
     assert mine[-1] == {"role": "assistant", "content": "Second answer."}
@@ -198,6 +263,17 @@ def test_continue_resumes_the_last_conversation_of_the_workspace(workspace, tmp_
 
 
 def test_continue_without_a_conversation_is_a_clear_error(workspace, tmp_path, capsys):
-    code = cli.main(["--api-base", "http://127.0.0.1:9/v1", "--continue", "--print", "hi",
-                     "--workspace", str(workspace), "--data-dir", str(tmp_path / "none")])
+    code = cli.main(
+        [
+            "--api-base",
+            "http://127.0.0.1:9/v1",
+            "--continue",
+            "--print",
+            "hi",
+            "--workspace",
+            str(workspace),
+            "--data-dir",
+            str(tmp_path / "none"),
+        ]
+    )
     assert code == 1 and "no saved conversation for" in capsys.readouterr().err

@@ -37,8 +37,9 @@ def model():
 
 def fresh_agent(model, toolbox, store: ConversationStore, cache: bool = True) -> Agent:
     """An agent over a new engine service: what a new ds4-agent process has."""
-    service = ChatService(model, max_context=2048,
-                          prompt_cache=PromptCache(256 << 20) if cache else None)
+    service = ChatService(
+        model, max_context=2048, prompt_cache=PromptCache(256 << 20) if cache else None
+    )
     backend = LocalBackend(service, SamplingOptions(temperature=0.0))
     agent = Agent(backend, toolbox, Permissions(), AgentSettings(max_steps=1, max_tokens=6))
     agent.states = ConversationStates(store)
@@ -102,9 +103,12 @@ def test_compaction_removes_the_saved_state(toolbox, tmp_path):
     agent = Agent(backend, toolbox, Permissions(yolo=True))
     agent.states = ConversationStates(store)
     for number in range(30):
-        agent.messages.extend([
-            {"role": "user", "content": f"Question {number}: what does module {number} do?"},
-            {"role": "assistant", "content": f"Module {number} sets x to {number}. " * 8}])
+        agent.messages.extend(
+            [
+                {"role": "user", "content": f"Question {number}: what does module {number} do?"},
+                {"role": "assistant", "content": f"Module {number} sets x to {number}. " * 8},
+            ]
+        )
     store.save(agent.conversation)
     state = store.folder / f"{agent.conversation.name}.kv.safetensors"
     state.write_bytes(b"a state of the conversation before compaction")
@@ -124,14 +128,32 @@ def test_deleting_a_conversation_deletes_its_state(tmp_path):
 
 def test_resume_with_print_restores_the_saved_state(workspace, tmp_path, capsys):
     store = ConversationStore(tmp_path / "conversations")
-    name = store.save(Conversation(
-        [{"role": "system", "content": "You are a coding agent."},
-         {"role": "user", "content": "What is in README.md?"},
-         {"role": "assistant", "content": "A demo project."}],
-        workspace=str(workspace.resolve())))
-    flags = ["-m", str(TINY_MODEL), "--workspace", str(workspace), "--data-dir",
-             str(store.folder), "--kv-disk-dir", str(tmp_path / "kv"), "--max-steps", "1",
-             "-n", "4", "--temp", "0"]
+    name = store.save(
+        Conversation(
+            [
+                {"role": "system", "content": "You are a coding agent."},
+                {"role": "user", "content": "What is in README.md?"},
+                {"role": "assistant", "content": "A demo project."},
+            ],
+            workspace=str(workspace.resolve()),
+        )
+    )
+    flags = [
+        "-m",
+        str(TINY_MODEL),
+        "--workspace",
+        str(workspace),
+        "--data-dir",
+        str(store.folder),
+        "--kv-disk-dir",
+        str(tmp_path / "kv"),
+        "--max-steps",
+        "1",
+        "-n",
+        "4",
+        "--temp",
+        "0",
+    ]
     main(["--print", "Thanks. And src/app.py?", "--resume", name, *flags])
     first = capsys.readouterr().err
     assert "kept the model state" in first and "restored" not in first

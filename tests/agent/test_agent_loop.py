@@ -36,10 +36,13 @@ def finished(events) -> RunFinished:
 
 
 def test_a_tool_call_runs_and_its_result_goes_back_to_the_model(toolbox):
-    agent, backend = make_agent(toolbox, [
-        [text("Let me look."), call("list", path="src")],
-        [text("There are three files.")],
-    ])
+    agent, backend = make_agent(
+        toolbox,
+        [
+            [text("Let me look."), call("list", path="src")],
+            [text("There are three files.")],
+        ],
+    )
     events = list(agent.run("What is in src?"))
     assert finished(events).reason == "answer"
     assert finished(events).answer == "There are three files."
@@ -54,8 +57,7 @@ def test_a_tool_call_runs_and_its_result_goes_back_to_the_model(toolbox):
     assert second[0]["content"] == SYSTEM_PROMPT
     assistant, tool = second[2], second[3]
     assert assistant["content"] == "Let me look."
-    assert assistant["tool_calls"][0]["function"] == {"name": "list",
-                                                      "arguments": {"path": "src"}}
+    assert assistant["tool_calls"][0]["function"] == {"name": "list", "arguments": {"path": "src"}}
     assert tool["tool_call_id"] == assistant["tool_calls"][0]["id"]
     assert "app.py" in tool["content"]
 
@@ -67,10 +69,13 @@ def test_text_streams_as_it_comes(toolbox):
 
 
 def test_several_calls_in_one_turn_run_in_order(toolbox, workspace):
-    agent, backend = make_agent(toolbox, [
-        [call("write", path="notes.txt", content="a\n"), call("read", path="notes.txt")],
-        [text("ok")],
-    ])
+    agent, backend = make_agent(
+        toolbox,
+        [
+            [call("write", path="notes.txt", content="a\n"), call("read", path="notes.txt")],
+            [text("ok")],
+        ],
+    )
     list(agent.run("note it"))
     tools = [m for m in backend.requests[1] if m["role"] == "tool"]
     assert tools[0]["content"].startswith("wrote notes.txt")
@@ -78,11 +83,14 @@ def test_several_calls_in_one_turn_run_in_order(toolbox, workspace):
 
 
 def test_a_malformed_call_is_reported_to_the_model(toolbox):
-    agent, backend = make_agent(toolbox, [
-        [malformed('<｜DSML｜invoke nam="list">', "invoke tag without a name")],
-        [call("list", path=".")],
-        [text("fixed")],
-    ])
+    agent, backend = make_agent(
+        toolbox,
+        [
+            [malformed('<｜DSML｜invoke nam="list">', "invoke tag without a name")],
+            [call("list", path=".")],
+            [text("fixed")],
+        ],
+    )
     events = list(agent.run("list"))
     assert finished(events).reason == "answer"
     bad = [e for e in events if isinstance(e, MalformedToolCall)]
@@ -119,8 +127,14 @@ def test_backend_errors_end_the_run_with_a_message(toolbox):
 
 def test_cancelling_during_generation(toolbox):
     agent, backend = make_agent(toolbox, [])
-    backend.turns.append([text("partial "), lambda: agent.stop(), text("never shown"),
-                          call("bash", command="touch should-not-exist")])
+    backend.turns.append(
+        [
+            text("partial "),
+            lambda: agent.stop(),
+            text("never shown"),
+            call("bash", command="touch should-not-exist"),
+        ]
+    )
     events = list(agent.run("go"))
     assert finished(events).reason == "cancelled"
     assert [e.text for e in events if isinstance(e, TextDelta)] == ["partial "]
@@ -154,8 +168,9 @@ def answer_each(agent: Agent, prompt: str, decisions: list[Decision]) -> list:
 
 
 def test_permission_denied_leaves_the_workspace_alone(toolbox, workspace):
-    agent, backend = make_agent(toolbox, [[call("write", path="x.txt", content="x")],
-                                          [text("ok")]], yolo=False)
+    agent, backend = make_agent(
+        toolbox, [[call("write", path="x.txt", content="x")], [text("ok")]], yolo=False
+    )
     events = answer_each(agent, "write", [Decision.DENY])
     assert sum(isinstance(e, PermissionRequest) for e in events) == 1
     assert not (workspace / "x.txt").exists()
@@ -163,8 +178,7 @@ def test_permission_denied_leaves_the_workspace_alone(toolbox, workspace):
 
 
 def test_permission_once_asks_again_next_time(toolbox, workspace):
-    turns = [[call("bash", command="echo one")], [call("bash", command="echo two")],
-             [text("ok")]]
+    turns = [[call("bash", command="echo one")], [call("bash", command="echo two")], [text("ok")]]
     agent, backend = make_agent(toolbox, turns, yolo=False)
     events = answer_each(agent, "run", [Decision.ALLOW_ONCE, Decision.ALLOW_ONCE])
     assert sum(isinstance(e, PermissionRequest) for e in events) == 2
@@ -172,38 +186,56 @@ def test_permission_once_asks_again_next_time(toolbox, workspace):
 
 
 def test_permission_always_is_scoped_to_the_exact_command(toolbox):
-    turns = [[call("bash", command="echo one")], [call("bash", command="echo one")],
-             [call("bash", command="echo two")],
-             [call("edit", path="README.md", old="demo", new="DEMO")],
-             [call("edit", path="README.md", old="DEMO", new="demo")], [text("ok")]]
+    turns = [
+        [call("bash", command="echo one")],
+        [call("bash", command="echo one")],
+        [call("bash", command="echo two")],
+        [call("edit", path="README.md", old="demo", new="DEMO")],
+        [call("edit", path="README.md", old="DEMO", new="demo")],
+        [text("ok")],
+    ]
     agent, _ = make_agent(toolbox, turns, yolo=False)
-    events = answer_each(agent, "run", [Decision.ALLOW_ALWAYS, Decision.ALLOW_ONCE,
-                                        Decision.ALLOW_ALWAYS])
+    events = answer_each(
+        agent, "run", [Decision.ALLOW_ALWAYS, Decision.ALLOW_ONCE, Decision.ALLOW_ALWAYS]
+    )
     asked = [describe_call(e.call) for e in events if isinstance(e, PermissionRequest)]
     # "always" for a command never covers another command; for edit it covers the tool
     assert asked == ["bash echo one", "bash echo two", "edit README.md"]
 
 
 def test_permission_prefix_covers_only_simple_commands_with_that_prefix(toolbox):
-    commands = ["git diff --stat", "git diff README.md", "git diff; touch HIDDEN",
-                "git diff > out.txt", "git status"]
+    commands = [
+        "git diff --stat",
+        "git diff README.md",
+        "git diff; touch HIDDEN",
+        "git diff > out.txt",
+        "git status",
+    ]
     turns = [[call("bash", command=command)] for command in commands] + [[text("ok")]]
     agent, _ = make_agent(toolbox, turns, yolo=False)
     events = answer_each(agent, "run", [Decision.ALLOW_PREFIX] + [Decision.DENY] * 3)
     asked = [e.call.arguments["command"] for e in events if isinstance(e, PermissionRequest)]
-    assert asked == ["git diff --stat", "git diff; touch HIDDEN", "git diff > out.txt",
-                     "git status"]
+    assert asked == [
+        "git diff --stat",
+        "git diff; touch HIDDEN",
+        "git diff > out.txt",
+        "git status",
+    ]
 
 
 def test_reading_never_asks(toolbox):
-    agent, _ = make_agent(toolbox, [[call("read", path="README.md"), call("list"),
-                                     call("search", pattern="x")], [text("ok")]], yolo=False)
+    agent, _ = make_agent(
+        toolbox,
+        [[call("read", path="README.md"), call("list"), call("search", pattern="x")], [text("ok")]],
+        yolo=False,
+    )
     events = list(agent.run("look"))
     assert not any(isinstance(e, PermissionRequest) for e in events)
 
 
 def test_an_unanswered_request_is_a_denial(toolbox, workspace):
-    agent, _ = make_agent(toolbox, [[call("write", path="y.txt", content="y")], [text("ok")]],
-                          yolo=False)
+    agent, _ = make_agent(
+        toolbox, [[call("write", path="y.txt", content="y")], [text("ok")]], yolo=False
+    )
     list(agent.run("write"))
     assert not (workspace / "y.txt").exists()

@@ -14,21 +14,25 @@ import pytest
 from scripted_backend import ScriptedBackend, text
 from scripted_server import USAGE, Server, chunk
 
-BLOCK = (f'<{DSML}tool_calls>\n<{DSML}invoke name="read">\n<{DSML}parameter name="path" '
-         f'string="true">a.py</{DSML}parameter>\n</{DSML}invoke>\n</{DSML}tool_calls>')
+BLOCK = (
+    f'<{DSML}tool_calls>\n<{DSML}invoke name="read">\n<{DSML}parameter name="path" '
+    f'string="true">a.py</{DSML}parameter>\n</{DSML}invoke>\n</{DSML}tool_calls>'
+)
 
 
 def filtered(pieces: list[str]) -> tuple[str, list[ToolCallError]]:
     markup = MarkupFilter()
     out = [event for piece in pieces for event in markup.feed(piece)] + markup.finish()
-    return ("".join(e.text for e in out if isinstance(e, TextDelta)),
-            [e for e in out if isinstance(e, ToolCallError)])
+    return (
+        "".join(e.text for e in out if isinstance(e, TextDelta)),
+        [e for e in out if isinstance(e, ToolCallError)],
+    )
 
 
 @pytest.mark.parametrize("size", [1, 3, 1000])
 def test_a_markup_block_is_cut_from_the_text_in_any_split(size):
     whole = f"Let me read it.{BLOCK}\nThat was all."
-    shown, errors = filtered([whole[i:i + size] for i in range(0, len(whole), size)])
+    shown, errors = filtered([whole[i : i + size] for i in range(0, len(whole), size)])
     assert shown == "Let me read it.\nThat was all."
     assert len(errors) == 1 and errors[0].raw == BLOCK
 
@@ -45,8 +49,9 @@ def test_text_that_only_looks_like_markup_stays():
 
 
 def test_markup_in_the_answer_becomes_a_malformed_call(toolbox):
-    backend = ScriptedBackend([[text("Reading."), text(BLOCK[:20]), text(BLOCK[20:])],
-                               [text("Sorry.")]])
+    backend = ScriptedBackend(
+        [[text("Reading."), text(BLOCK[:20]), text(BLOCK[20:])], [text("Sorry.")]]
+    )
     agent = Agent(backend, toolbox, Permissions(yolo=True))
     events = list(agent.run("read a.py"))
     malformed = [e for e in events if isinstance(e, MalformedToolCall)]
@@ -57,9 +62,10 @@ def test_markup_in_the_answer_becomes_a_malformed_call(toolbox):
 
 
 def test_raw_markup_from_an_openai_server_is_not_the_answer(toolbox):
-    script = [[chunk({"role": "assistant", "content": "I will look." + BLOCK}),
-               chunk({}, "stop"), USAGE],
-              [chunk({"content": "Done."}, "stop"), USAGE]]
+    script = [
+        [chunk({"role": "assistant", "content": "I will look." + BLOCK}), chunk({}, "stop"), USAGE],
+        [chunk({"content": "Done."}, "stop"), USAGE],
+    ]
     with Server(script) as server:
         agent = Agent(OpenAIBackend(server.url, "m"), toolbox, Permissions(yolo=True))
         events = list(agent.run("look"))
@@ -71,8 +77,7 @@ def test_raw_markup_from_an_openai_server_is_not_the_answer(toolbox):
 def test_the_context_size_comes_from_the_server(workspace, tmp_path):
     from ds4mlx.cli import agent as cli
 
-    card = {"id": "m", "object": "model", "created": 0, "owned_by": "x",
-            "max_model_len": 32768}
+    card = {"id": "m", "object": "model", "created": 0, "owned_by": "x", "max_model_len": 32768}
     with Server([], models=card) as server:
         assert OpenAIBackend(server.url, "m").server_context_size() == 32768
         base = ["--api-base", server.url, "--api-model", "m", "--workspace", str(workspace)]

@@ -105,9 +105,13 @@ def test_the_agent_process_stays_under_300_mb_while_a_job_floods(workspace):
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-c", _FLOOD_SCRIPT, str(workspace)],
-                          capture_output=True, text=True, timeout=120,
-                          cwd=Path(__file__).parents[2])
+    done = subprocess.run(
+        [sys.executable, "-c", _FLOOD_SCRIPT, str(workspace)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).parents[2],
+    )
     assert done.returncode == 0, done.stderr
     peak = int(done.stdout.split()[-1])  # MiB
     assert peak < 300, done.stdout
@@ -120,8 +124,9 @@ def test_a_flooding_foreground_command_keeps_head_and_tail(workspace):
     elapsed = time.monotonic() - started
     assert outcome.timed_out and elapsed < 1.5 + HANG_S
     assert "bytes omitted" in outcome.output
-    assert len(outcome.output.encode()) <= (jobs.FOREGROUND_HEAD_BYTES
-                                            + jobs.FOREGROUND_TAIL_BYTES + 100)
+    assert len(outcome.output.encode()) <= (
+        jobs.FOREGROUND_HEAD_BYTES + jobs.FOREGROUND_TAIL_BYTES + 100
+    )
     assert outcome.output.startswith("y\ny\n") and outcome.output.rstrip().endswith("y")
 
 
@@ -263,12 +268,16 @@ def fifo(workspace: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize(("name", "arguments"), [
-    ("read", {"path": "pipe.py"}), ("symbols", {"path": "pipe.py"}),
-    ("search", {"pattern": "x", "path": "pipe.py"}),
-    ("edit", {"path": "pipe.py", "old": "a", "new": "b"}),
-    ("write", {"path": "pipe.py", "content": "x"}),
-])
+@pytest.mark.parametrize(
+    ("name", "arguments"),
+    [
+        ("read", {"path": "pipe.py"}),
+        ("symbols", {"path": "pipe.py"}),
+        ("search", {"pattern": "x", "path": "pipe.py"}),
+        ("edit", {"path": "pipe.py", "old": "a", "new": "b"}),
+        ("write", {"path": "pipe.py", "content": "x"}),
+    ],
+)
 def test_a_fifo_is_refused(toolbox, fifo, name, arguments):
     result = run(toolbox, name, **arguments)  # opening the FIFO would block: a hang
     assert result.is_error and ("FIFO" in result.output or "regular file" in result.output)
@@ -334,8 +343,9 @@ def test_writes_are_atomic_and_keep_the_mode(toolbox, workspace):
 
 def test_write_path_errors_say_what_is_wrong(toolbox, workspace):
     (workspace / "a.txt").write_text("a\n")
-    assert "a.txt is a file, not a folder" in run(toolbox, "write", path="a.txt/x",
-                                                  content="x").output
+    assert (
+        "a.txt is a file, not a folder" in run(toolbox, "write", path="a.txt/x", content="x").output
+    )
     assert "the path is empty" in run(toolbox, "write", path="", content="x").output
 
 

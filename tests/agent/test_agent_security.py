@@ -77,9 +77,14 @@ def test_links_that_stay_inside_are_followed(links):
 @pytest.mark.parametrize("tool", ["read", "list", "write", "edit", "search", "symbols"])
 @pytest.mark.parametrize(("path", "reason"), ESCAPES)
 def test_every_file_tool_refuses_escapes(toolbox, links, outside, tool, path, reason):
-    arguments = {"read": {}, "list": {}, "symbols": {}, "write": {"content": "pwned\n"},
-                 "edit": {"old": "top secret", "new": "pwned"},
-                 "search": {"pattern": "secret"}}[tool]
+    arguments = {
+        "read": {},
+        "list": {},
+        "symbols": {},
+        "write": {"content": "pwned\n"},
+        "edit": {"old": "top secret", "new": "pwned"},
+        "search": {"pattern": "secret"},
+    }[tool]
     before = snapshot(outside)
     result = toolbox.run(ToolCall(tool, {"path": path, **arguments}))
     assert result.is_error and reason in result.output

@@ -14,9 +14,22 @@ import pytest
 def test_the_agent_works_through_ds4_server(workspace, tmp_path, capsys):
     # Two batched sessions: the agent's requests run through the batching scheduler too.
     with server_process(str(cli.DEFAULT_MODEL), ["--batched-session", "2"]) as url:
-        code = cli.main(["--api-base", f"{url}/v1", "--print", "List the files.",
-                         "--workspace", str(workspace), "--data-dir", str(tmp_path / "data"),
-                         "--max-steps", "3", "-n", "128"])
+        code = cli.main(
+            [
+                "--api-base",
+                f"{url}/v1",
+                "--print",
+                "List the files.",
+                "--workspace",
+                str(workspace),
+                "--data-dir",
+                str(tmp_path / "data"),
+                "--max-steps",
+                "3",
+                "-n",
+                "128",
+            ]
+        )
         stats = httpx.get(f"{url}/stats", timeout=10).json()
     out, err = capsys.readouterr()
     assert "> list" in err, err  # the model's call came through the server and ran

@@ -21,8 +21,9 @@ from test_agent_app import ready, submit, texts, until
 
 
 def git(workspace, *arguments: str) -> str:
-    return subprocess.run(["git", *arguments], cwd=workspace, check=True, capture_output=True,
-                          text=True).stdout
+    return subprocess.run(
+        ["git", *arguments], cwd=workspace, check=True, capture_output=True, text=True
+    ).stdout
 
 
 @pytest.fixture
@@ -39,17 +40,25 @@ def agent_with(toolbox, turns, tmp_path) -> tuple[Agent, SlashCommands]:
 
 
 def changing_turns(with_bash: bool):
-    calls = [call("edit", path="README.md", old="A demo", new="A changed"),
-             call("write", path="src/new.py", content="print('new')\n")]
+    calls = [
+        call("edit", path="README.md", old="A demo", new="A changed"),
+        call("write", path="src/new.py", content="print('new')\n"),
+    ]
     if with_bash:
         calls.append(call("bash", command="echo made by bash > bash.txt"))
     return [calls, [text("changed")]]
 
 
 def test_undo_in_a_plain_folder(toolbox, workspace, tmp_path):
-    agent, commands = agent_with(toolbox, changing_turns(False) + [
-        [call("edit", path="README.md", old="A changed", new="A twice changed")],
-        [text("again")]], tmp_path)
+    agent, commands = agent_with(
+        toolbox,
+        changing_turns(False)
+        + [
+            [call("edit", path="README.md", old="A changed", new="A twice changed")],
+            [text("again")],
+        ],
+        tmp_path,
+    )
     assert agent.checkpoints.kind == "files"
     list(agent.run("change things"))
     list(agent.run("read only"))  # a prompt that changes nothing records no checkpoint
@@ -67,8 +76,7 @@ def test_undo_in_a_plain_folder(toolbox, workspace, tmp_path):
 
 
 def test_undo_in_a_plain_folder_removes_what_bash_created(toolbox, workspace, tmp_path):
-    turns = [[call("bash", command="touch HIDDEN_MARKER; echo changed >> README.md")],
-             [text("ok")]]
+    turns = [[call("bash", command="touch HIDDEN_MARKER; echo changed >> README.md")], [text("ok")]]
     agent, commands = agent_with(toolbox, turns, tmp_path)
     list(agent.run("run it"))
     assert (workspace / "HIDDEN_MARKER").exists()
@@ -117,8 +125,7 @@ def test_undo_through_the_ui(toolbox, workspace, tmp_path):
 
 
 def test_compact_after_ctrl_c_is_not_cancelled(toolbox, tmp_path):
-    turns = [[text("one " * 50)], [text("two " * 50)], [text("three " * 50)],
-             [text("a summary")]]
+    turns = [[text("one " * 50)], [text("two " * 50)], [text("three " * 50)], [text("a summary")]]
     agent, commands = agent_with(toolbox, turns, tmp_path)
     for prompt in ("first", "second", "third"):
         list(agent.run(prompt))
@@ -183,10 +190,14 @@ def test_stale_temporary_files_are_removed(tmp_path):
 def test_a_resumed_conversation_is_drawn(toolbox, tmp_path):
     from ds4mlx.agent.conversations import Conversation
 
-    conversation = Conversation([{"role": "system", "content": "s"},
-                                 {"role": "user", "content": "earlier question"},
-                                 {"role": "assistant", "content": "earlier answer"}],
-                                name="before")
+    conversation = Conversation(
+        [
+            {"role": "system", "content": "s"},
+            {"role": "user", "content": "earlier question"},
+            {"role": "assistant", "content": "earlier answer"},
+        ],
+        name="before",
+    )
     agent = Agent(ScriptedBackend([]), toolbox, Permissions(), conversation=conversation)
     app = AgentApp(lambda: agent, ConversationStore(tmp_path / "conversations"))
 
@@ -203,8 +214,9 @@ def test_permissions_lists_and_forgets_the_rules(toolbox, tmp_path):
     agent = Agent(ScriptedBackend([]), toolbox, Permissions())
     commands = SlashCommands(agent, ConversationStore(tmp_path / "conversations"))
     assert "ask" in commands.handle("/permissions").text
-    agent.permissions.record(ToolCall("bash", {"command": "git diff --stat"}),
-                             Decision.ALLOW_PREFIX)
+    agent.permissions.record(
+        ToolCall("bash", {"command": "git diff --stat"}), Decision.ALLOW_PREFIX
+    )
     agent.permissions.record(ToolCall("edit", {"path": "a"}), Decision.ALLOW_ALWAYS)
     listed = commands.handle("/permissions").text
     assert "bash(git diff:*)" in listed and "  edit" in listed

@@ -51,10 +51,14 @@ async def settle(pilot) -> None:
 
 
 def test_answer_after_a_tool_call(snap_compare, toolbox, tmp_path):
-    app = make_app(toolbox, tmp_path, [
-        [text("Let me look."), call("list", path="src")],
-        [text("There are **three** files:\n\n```python\nprint('app.py')\n```")],
-    ])
+    app = make_app(
+        toolbox,
+        tmp_path,
+        [
+            [text("Let me look."), call("list", path="src")],
+            [text("There are **three** files:\n\n```python\nprint('app.py')\n```")],
+        ],
+    )
 
     async def run_before(pilot):
         await start(pilot)
@@ -64,15 +68,17 @@ def test_answer_after_a_tool_call(snap_compare, toolbox, tmp_path):
 
 
 def test_permission_prompt(snap_compare, toolbox, tmp_path):
-    app = make_app(toolbox, tmp_path, [[call("write", path="notes.txt", content="hi\n")]],
-                   yolo=False)
+    app = make_app(
+        toolbox, tmp_path, [[call("write", path="notes.txt", content="hi\n")]], yolo=False
+    )
 
     async def run_before(pilot):
         await start(pilot)
         pilot.app.query_one("#prompt").value = "Write a note."
         await pilot.press("enter")
-        await until(pilot, lambda: isinstance(pilot.app.screen, PermissionScreen)
-                    and pilot.app.screen.armed)
+        await until(
+            pilot, lambda: isinstance(pilot.app.screen, PermissionScreen) and pilot.app.screen.armed
+        )
         await settle(pilot)
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)

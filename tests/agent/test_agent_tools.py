@@ -72,8 +72,11 @@ def test_write_creates_folders_and_reports_a_diff(toolbox, workspace):
 def test_edit_replaces_one_unique_occurrence(toolbox, workspace):
     result = run(toolbox, "edit", path="src/app.py", old="return a + b", new="return b + a")
     assert not result.is_error
-    assert result.output.splitlines() == ["edited src/app.py: 1 replacement",
-                                          "-    return a + b", "+    return b + a"]
+    assert result.output.splitlines() == [
+        "edited src/app.py: 1 replacement",
+        "-    return a + b",
+        "+    return b + a",
+    ]
     assert result.diff.startswith("--- a/src/app.py\n+++ b/src/app.py\n@@")
     assert "return b + a" in (workspace / "src" / "app.py").read_text()
 
@@ -96,13 +99,17 @@ def test_edit_keeps_windows_line_endings(toolbox, workspace):
 
 def test_search_finds_regex_matches_outside_ignored_files(toolbox):
     result = run(toolbox, "search", pattern=r"def \w+\(")
-    assert result.output.splitlines() == ["src/app.py:5: def greet(self, name):",
-                                          "src/app.py:9: def add(a, b):"]
+    assert result.output.splitlines() == [
+        "src/app.py:5: def greet(self, name):",
+        "src/app.py:9: def add(a, b):",
+    ]
     everywhere = run(toolbox, "search", pattern="add").output
     assert "build/out.txt" not in everywhere and "debug.log" not in everywhere
     assert "src/util.js:1: export function add(a, b) {" in everywhere
-    assert run(toolbox, "search", pattern="add", path="src/point.c").output == \
-        "src/point.c:9: int add(int a, int b) {"
+    assert (
+        run(toolbox, "search", pattern="add", path="src/point.c").output
+        == "src/point.c:9: int add(int a, int b) {"
+    )
     assert "no match" in run(toolbox, "search", pattern="zebra").output
     bad = run(toolbox, "search", pattern="(unclosed")
     assert bad.is_error and "bad regular expression" in bad.output
@@ -163,8 +170,11 @@ def test_bad_calls_become_error_results(toolbox):
 
 def test_symbols_outline_python_c_and_javascript(toolbox):
     python = run(toolbox, "symbols", path="src/app.py").output.splitlines()
-    assert python == ["    4-6     class Greeter", "    5-6       function greet",
-                      "    9-10    function add"]
+    assert python == [
+        "    4-6     class Greeter",
+        "    5-6       function greet",
+        "    9-10    function add",
+    ]
     c = run(toolbox, "symbols", path="src/point.c").output
     assert "struct point" in c and "function find" in c and "function add" in c
     js = run(toolbox, "symbols", path="src/util.js").output
@@ -174,8 +184,11 @@ def test_symbols_outline_python_c_and_javascript(toolbox):
 
 def test_symbols_finds_a_definition_across_the_workspace(toolbox):
     found = run(toolbox, "symbols", name="add").output.splitlines()
-    assert found == ["src/app.py:9-10: function add", "src/point.c:9-11: function add",
-                     "src/util.js:1-3: function add"]
+    assert found == [
+        "src/app.py:9-10: function add",
+        "src/point.c:9-11: function add",
+        "src/util.js:1-3: function add",
+    ]
     assert "no definition" in run(toolbox, "symbols", name="missing").output
     assert run(toolbox, "symbols", path="README.md").is_error
     assert run(toolbox, "symbols").is_error

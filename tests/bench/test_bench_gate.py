@@ -22,21 +22,39 @@ def needs_tiny() -> None:
         pytest.skip(f"{TINY} is not built (scripts/train_tiny.py)")
 
 
-@pytest.mark.parametrize(("current", "verdict"), [
-    (100.0, "ok"), (96.0, "ok"), (95.0, "ok"), (94.9, "investigate"), (90.0, "investigate"),
-    (89.9, "regression"), (10.0, "regression"), (130.0, "ok")])
+@pytest.mark.parametrize(
+    ("current", "verdict"),
+    [
+        (100.0, "ok"),
+        (96.0, "ok"),
+        (95.0, "ok"),
+        (94.9, "investigate"),
+        (90.0, "investigate"),
+        (89.9, "regression"),
+        (10.0, "regression"),
+        (130.0, "ok"),
+    ],
+)
 def test_verdict_thresholds(current, verdict):
     [result] = compare.compare({"decode t/s": 100.0}, {"decode t/s": current})
     assert result.verdict == verdict
     assert compare.has_regression([result]) == (verdict == "regression")
 
 
-@pytest.mark.parametrize(("current", "verdict"), [
-    (6.85, "ok"), (6.80, "ok"), (6.86, "ok"), (6.861, "investigate"), (6.90, "investigate"),
-    (6.901, "regression"), (7.5, "regression")])
+@pytest.mark.parametrize(
+    ("current", "verdict"),
+    [
+        (6.85, "ok"),
+        (6.80, "ok"),
+        (6.86, "ok"),
+        (6.861, "investigate"),
+        (6.90, "investigate"),
+        (6.901, "regression"),
+        (7.5, "regression"),
+    ],
+)
 def test_nll_gets_absolute_bounds_and_lower_is_better(current, verdict):
-    [result] = compare.compare({"quality held-out nll": 6.85},
-                               {"quality held-out nll": current})
+    [result] = compare.compare({"quality held-out nll": 6.85}, {"quality held-out nll": current})
     assert result.verdict == verdict
     assert result.change == pytest.approx(current - 6.85)
     assert "nats" in compare.markdown_table([result])
@@ -45,39 +63,62 @@ def test_nll_gets_absolute_bounds_and_lower_is_better(current, verdict):
 def test_metrics_on_one_side_only_never_fail_the_gate():
     results = compare.compare({"old": 10.0, "both": 5.0}, {"both": 5.0, "new": 1.0})
     assert [(r.metric, r.verdict) for r in results] == [
-        ("old", "missing"), ("both", "ok"), ("new", "new")]
+        ("old", "missing"),
+        ("both", "ok"),
+        ("new", "new"),
+    ]
     assert not compare.has_regression(results)
     table = compare.markdown_table(results).splitlines()
     assert len(table) == 5 and "| old | 10.00 | - | - | missing |" in table
 
 
-def spec_row(prompt: str, drafter: str, target: float, drafted: float,
-             positions: list[float]) -> SpecResult:
-    return SpecResult(prompt, drafter, Samples([target]), Samples([drafted]), 32, 2.0, 0.5,
-                      positions, 1, True)
+def spec_row(
+    prompt: str, drafter: str, target: float, drafted: float, positions: list[float]
+) -> SpecResult:
+    return SpecResult(
+        prompt, drafter, Samples([target]), Samples([drafted]), 32, 2.0, 0.5, positions, 1, True
+    )
 
 
 def test_every_metric_names_its_section():
-    names = ["decode ds4mlx t/s", "prefill 128 llama.cpp (CPU) t/s",
-             "spec hello / dspark speed-up", "experts 0.5 cold t/s", "quality held-out nll"]
-    assert [suite.section_of(n) for n in names] == ["decode", "decode", "speculation",
-                                                    "experts", "quality"]
+    names = [
+        "decode ds4mlx t/s",
+        "prefill 128 llama.cpp (CPU) t/s",
+        "spec hello / dspark speed-up",
+        "experts 0.5 cold t/s",
+        "quality held-out nll",
+    ]
+    assert [suite.section_of(n) for n in names] == [
+        "decode",
+        "decode",
+        "speculation",
+        "experts",
+        "quality",
+    ]
     assert all(suite.section_of(n) in suite.SECTIONS for n in names)
 
 
 def test_metrics_name_every_speed_of_a_report():
     report = {
-        "decode": {"rows": [decode.DecodeResult(
-            "ds4mlx", {128: decode.Samples([10.0, 30.0, 20.0])}, decode.Samples([5.0]),
-            8).as_json()]},
+        "decode": {
+            "rows": [
+                decode.DecodeResult(
+                    "ds4mlx", {128: decode.Samples([10.0, 30.0, 20.0])}, decode.Samples([5.0]), 8
+                ).as_json()
+            ]
+        },
         "speculation": {"rows": [spec_row("hello", "dspark", 10.0, 15.0, [0.5]).as_json()]},
         "experts": {"rows": [{"budget": "0.5", "cold": False, "tps": 7.0}]},
         "quality": {"nll": {"mean": 6.85, "per_snippet": [6.8, 6.9]}},
     }
     assert suite.metrics(report) == {
-        "decode ds4mlx t/s": 5.0, "prefill 128 ds4mlx t/s": 20.0,
-        "spec hello / dspark drafted t/s": 15.0, "spec hello / dspark speed-up": 1.5,
-        "experts 0.5 warm t/s": 7.0, "quality held-out nll": 6.85}
+        "decode ds4mlx t/s": 5.0,
+        "prefill 128 ds4mlx t/s": 20.0,
+        "spec hello / dspark drafted t/s": 15.0,
+        "spec hello / dspark speed-up": 1.5,
+        "experts 0.5 warm t/s": 7.0,
+        "quality held-out nll": 6.85,
+    }
 
 
 def test_decode_measurement_and_table():
@@ -87,8 +128,12 @@ def test_decode_measurement_and_table():
     assert set(result.prefill) == {8, 24}
     assert all(len(s.runs) == 2 and min(s.runs) > 0 for s in result.prefill.values())
     assert len(result.decode.runs) == 2 and min(result.decode.runs) > 0
-    peer = decode.DecodeResult("peer", {8: decode.Samples([1.0]), 24: decode.Samples([2.0])},
-                               decode.Samples([result.decode.median / 2]), 4)
+    peer = decode.DecodeResult(
+        "peer",
+        {8: decode.Samples([1.0]), 24: decode.Samples([2.0])},
+        decode.Samples([result.decode.median / 2]),
+        4,
+    )
     table = decode.markdown_table([result, peer])
     assert table.splitlines()[0] == "| engine | prefill 8 t/s | prefill 24 t/s | decode t/s |"
     assert table.endswith("decode 2.00x")
@@ -103,9 +148,11 @@ def test_plots_are_pngs(tmp_path):
     pytest.importorskip("matplotlib")
     from ds4mlx.bench.plot import plot_speculation
 
-    rows = [spec_row("hello", "dspark", 10, 14, [0.8, 0.5, 0.2]),
-            spec_row("prose", "dspark", 10, 9, [0.4]),
-            spec_row("hello", "glm nextn", 10, 12, [0.6])]
+    rows = [
+        spec_row("hello", "dspark", 10, 14, [0.8, 0.5, 0.2]),
+        spec_row("prose", "dspark", 10, 9, [0.4]),
+        spec_row("hello", "glm nextn", 10, 12, [0.6]),
+    ]
     paths = plot_speculation(rows, tmp_path / "charts")
     assert [p.name for p in paths] == ["speedup.png", "acceptance.png"]
     for path in paths:
@@ -125,8 +172,7 @@ def test_bench_is_a_subcommand_and_generation_flags_still_work(capsys):
 
 def test_compare_flags_a_regression_with_a_failing_status(tmp_path, capsys):
     needs_tiny()
-    common = ["-m", str(TINY), "--quick", "--sections", "decode", "--no-peers",
-              "--contexts", "16"]
+    common = ["-m", str(TINY), "--quick", "--sections", "decode", "--no-peers", "--contexts", "16"]
     first = tmp_path / "first.json"
     assert bench_cli.main([*common, "--json", str(first)]) == 0
     report = json.loads(first.read_text())
@@ -173,8 +219,9 @@ def test_experts_resident_vs_streamed_in_child_processes():
     from ds4mlx.bench import experts
 
     skipped: list[str] = []
-    rows = experts.bench_experts(TINY, shares=(0.5, 0.001), n_tokens=2, colds=(False,), runs=2,
-                                 skipped=skipped.append)
+    rows = experts.bench_experts(
+        TINY, shares=(0.5, 0.001), n_tokens=2, colds=(False,), runs=2, skipped=skipped.append
+    )
     resident, streamed = rows
     # 0.1% of the routed experts cannot hold one layer's top-k: reported once, not fatal.
     assert len(skipped) == 1 and "streamed at 0.1% not measured" in skipped[0]

@@ -50,8 +50,10 @@ def test_decode_step_counts_are_exact_attributed_and_bounded(path):
     session.feed(prompt)
     first = count_step(model.network, session.state.copy(), [1])
     second = count_step(model.network, session.state.copy(), [1])
-    assert (first.uncut_total, dict(first.per_block)) == (second.uncut_total,
-                                                          dict(second.per_block))
+    assert (first.uncut_total, dict(first.per_block)) == (
+        second.uncut_total,
+        dict(second.per_block),
+    )
     assert set(first.per_block) <= set(BLOCKS)
     assert sum(first.per_block.values()) == first.attributed_total
     # Attribution runs compiled tiles uncompiled: it sees at least the work of the real step.
@@ -72,18 +74,37 @@ def test_projection_scales_layers_by_kind():
     count.per_layer.update({0: 100, 1: 200, 2: 300})
     assert project_to_ratios(count, (0, 4, 128), (0, 0, 4)) == 10 + 100 + 100 + 200
     assert project_to_ratios(count, (0, 4, 128), FLASH_RATIOS) == (
-        10 + 2 * 100 + 21 * 200 + 20 * 300)
+        10 + 2 * 100 + 21 * 200 + 20 * 300
+    )
     with pytest.raises(ValueError, match="ratio"):
         project_to_ratios(count, (0, 4, 4), (128,))
 
 
 def test_bench_graph_script_json():
     out = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "bench_graph.py"), "-m", str(DS4_TINY),
-         "--steps", "1", "--json"], capture_output=True, text=True, check=True, timeout=300)
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "bench_graph.py"),
+            "-m",
+            str(DS4_TINY),
+            "--steps",
+            "1",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
     report = json.loads(out.stdout)
-    for key in ("primitives_per_token", "per_block", "build_ms", "eval_ms", "verify",
-                "flash_43_layer_primitives_per_token"):
+    for key in (
+        "primitives_per_token",
+        "per_block",
+        "build_ms",
+        "eval_ms",
+        "verify",
+        "flash_43_layer_primitives_per_token",
+    ):
         assert key in report
     assert report["primitives_per_token"] <= MAX_PRIMITIVES[DS4_TINY]
     assert report["verify"]["rows"] == 6

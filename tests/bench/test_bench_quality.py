@@ -43,13 +43,16 @@ def test_the_snippets_are_100_fixed_held_out_texts():
 def test_heldout_nll_matches_the_stored_baseline(tiny):
     baseline = json.loads(quality.BASELINE.read_text())
     if quality.file_sha256(TINY) != baseline["sha256"]:
-        pytest.skip(f"{TINY.name} was rebuilt since the baseline; rerun "
-                    f"`python -m ds4mlx.bench.quality {TINY}` and review the change")
+        pytest.skip(
+            f"{TINY.name} was rebuilt since the baseline; rerun "
+            f"`python -m ds4mlx.bench.quality {TINY}` and review the change"
+        )
     assert baseline["max_tokens"] == quality.MAX_TOKENS
     report = quality.heldout_nll(tiny, quality.load_snippets())
     assert len(report.per_snippet) == len(baseline["per_snippet"]) == 100
-    worst = max(abs(a - b) for a, b in zip(report.per_snippet, baseline["per_snippet"],
-                                           strict=True))
+    worst = max(
+        abs(a - b) for a, b in zip(report.per_snippet, baseline["per_snippet"], strict=True)
+    )
     assert worst <= SNIPPET_TOLERANCE
     assert abs(report.mean - baseline["mean"]) <= MEAN_TOLERANCE
     # And the model is a model: far better than guessing uniformly over the vocabulary.
@@ -67,14 +70,19 @@ def test_snippet_nll_is_the_mean_negative_logprob(tiny):
 
 
 def test_logprob_agreement_across_paths(tiny):
-    streamed = ds4mlx.load_model(TINY, experts=ExpertOptions(
-        stream=True, cache_gib=quality.half_expert_cache_gib(tiny)))
+    streamed = ds4mlx.load_model(
+        TINY, experts=ExpertOptions(stream=True, cache_gib=quality.half_expert_cache_gib(tiny))
+    )
     try:
         for text in quality.load_snippets()[:2]:
-            diffs = quality.logprob_agreement(tiny, quality.snippet_ids(tiny, text),
-                                              streamed=streamed)
-            assert set(diffs) == {"token by token", "verify chunks (prefix 16, draft 4 + 1)",
-                                  "streamed experts"}
+            diffs = quality.logprob_agreement(
+                tiny, quality.snippet_ids(tiny, text), streamed=streamed
+            )
+            assert set(diffs) == {
+                "token by token",
+                "verify chunks (prefix 16, draft 4 + 1)",
+                "streamed experts",
+            }
             assert max(diffs.values()) <= AGREEMENT_TOLERANCE, diffs
         # The streamed model really streamed: a half-size cache evicted and read the file.
         stats = streamed.expert_stats()

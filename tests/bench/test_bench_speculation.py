@@ -44,8 +44,13 @@ def test_bench_rows_match_plain_generation(glm):
     assert [r.prompt for r in results] == [p.name for p in prompts]
     for prompt, result in zip(prompts, results, strict=True):
         stop = glm.tokenizer.stop_ids if prompt.kind == "chat" else ()
-        plain = [e.token for e in generate(glm.new_session(), prompt_ids(glm, prompt),
-                                           MAX_TOKENS, stop_tokens=stop) if hasattr(e, "token")]
+        plain = [
+            e.token
+            for e in generate(
+                glm.new_session(), prompt_ids(glm, prompt), MAX_TOKENS, stop_tokens=stop
+            )
+            if hasattr(e, "token")
+        ]
         assert result.parity and result.tokens == len(plain)
         assert 1.0 <= result.tau <= 2.0  # NextN drafts one token a verify
         assert len(result.position_acceptance) <= 1

@@ -10,8 +10,12 @@ import pytest
 
 
 def run_ds4(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ds4mlx.cli.main", *args],
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "ds4mlx.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_generates_to_stdout_and_reports_to_stderr(ds4_fixture_path):
@@ -31,8 +35,24 @@ def test_greedy_runs_are_byte_identical(ds4_fixture_path):
 
 
 def test_seeded_sampling_is_reproducible(ds4_fixture_path):
-    flags = ["-m", str(ds4_fixture_path), "-p", "abc", "-n", "12", "--temp", "1.0",
-             "--top-k", "40", "--top-p", "0.9", "--min-p", "0.01", "--seed", "7"]
+    flags = [
+        "-m",
+        str(ds4_fixture_path),
+        "-p",
+        "abc",
+        "-n",
+        "12",
+        "--temp",
+        "1.0",
+        "--top-k",
+        "40",
+        "--top-p",
+        "0.9",
+        "--min-p",
+        "0.01",
+        "--seed",
+        "7",
+    ]
     assert run_ds4(*flags).stdout == run_ds4(*flags).stdout
 
 
@@ -43,8 +63,15 @@ def test_repeat_penalty_with_and_without_dspark():
     flags = ["-p", "def fibonacci(n):", "-n", "32"]
     plain = run_ds4(*flags)
     penalized = run_ds4(*flags, "--repeat-penalty", "1.3")
-    drafted = run_ds4(*flags, "--repeat-penalty", "1.3", "--dspark", "--mtp-model",
-                      str(assets / "ds4-tiny-dspark.gguf"), "--mtp-timing")
+    drafted = run_ds4(
+        *flags,
+        "--repeat-penalty",
+        "1.3",
+        "--dspark",
+        "--mtp-model",
+        str(assets / "ds4-tiny-dspark.gguf"),
+        "--mtp-timing",
+    )
     assert plain.returncode == penalized.returncode == drafted.returncode == 0, drafted.stderr
     assert penalized.stdout != plain.stdout
     lines = [line for line in penalized.stdout.splitlines() if line.strip()]
@@ -53,21 +80,24 @@ def test_repeat_penalty_with_and_without_dspark():
     assert "accepted" in drafted.stderr
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--repeat-penalty", "0"], "--repeat-penalty"),
-    (["--presence-penalty", "3"], "--presence-penalty"),
-    (["--repeat-last-n", "0"], "--repeat-last-n"),
-    (["--logit-bias", "5=abc"], "--logit-bias"),
-    (["--temp", "-1"], "--temp"),
-    (["--top-p", "0"], "--top-p"),
-    (["--top-p", "abc"], "--top-p"),
-    (["-n", "0"], "--n-predict"),
-    (["-c", "-5"], "--ctx"),
-    (["--weights-dtype", "int3"], "--weights-dtype"),
-    (["--lookup", "-1"], "--lookup"),
-    (["--lookup-ngram", "4..2"], "--lookup-ngram"),
-    (["--lookup-ngram", "x"], "--lookup-ngram"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--repeat-penalty", "0"], "--repeat-penalty"),
+        (["--presence-penalty", "3"], "--presence-penalty"),
+        (["--repeat-last-n", "0"], "--repeat-last-n"),
+        (["--logit-bias", "5=abc"], "--logit-bias"),
+        (["--temp", "-1"], "--temp"),
+        (["--top-p", "0"], "--top-p"),
+        (["--top-p", "abc"], "--top-p"),
+        (["-n", "0"], "--n-predict"),
+        (["-c", "-5"], "--ctx"),
+        (["--weights-dtype", "int3"], "--weights-dtype"),
+        (["--lookup", "-1"], "--lookup"),
+        (["--lookup-ngram", "4..2"], "--lookup-ngram"),
+        (["--lookup-ngram", "x"], "--lookup-ngram"),
+    ],
+)
 def test_bad_flags_fail_with_a_message(ds4_fixture_path, flags, message):
     result = run_ds4("-m", str(ds4_fixture_path), "-p", "x", *flags)
     assert result.returncode == 2
@@ -93,14 +123,17 @@ def test_context_limit_is_enforced(ds4_fixture_path):
     assert "(context)" in result.stderr
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--dspark"], "--mtp-model"),
-    (["--mtp-draft", "3"], "--mtp-model"),
-    (["--mtp-model", "x.gguf"], "without --dspark or --mtp-draft"),
-    (["--dspark", "--mtp-model", "x.gguf", "--mtp-draft", "3"], "never stacked"),
-    (["--mtp", "--mtp-model", "x.gguf"], "inside the main model"),
-    (["--dspark-confidence", "1.5"], "--dspark-confidence"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--dspark"], "--mtp-model"),
+        (["--mtp-draft", "3"], "--mtp-model"),
+        (["--mtp-model", "x.gguf"], "without --dspark or --mtp-draft"),
+        (["--dspark", "--mtp-model", "x.gguf", "--mtp-draft", "3"], "never stacked"),
+        (["--mtp", "--mtp-model", "x.gguf"], "inside the main model"),
+        (["--dspark-confidence", "1.5"], "--dspark-confidence"),
+    ],
+)
 def test_contradicting_speculation_flags(ds4_fixture_path, flags, message):
     result = run_ds4("-m", str(ds4_fixture_path), "-p", "x", *flags)
     assert result.returncode == 2
@@ -108,7 +141,8 @@ def test_contradicting_speculation_flags(ds4_fixture_path, flags, message):
 
 
 def test_a_target_model_is_refused_as_a_drafter(ds4_fixture_path):
-    result = run_ds4("-m", str(ds4_fixture_path), "-p", "x", "--dspark", "--mtp-model",
-                     str(ds4_fixture_path))
+    result = run_ds4(
+        "-m", str(ds4_fixture_path), "-p", "x", "--dspark", "--mtp-model", str(ds4_fixture_path)
+    )
     assert result.returncode == 1
     assert "not a supported drafter" in result.stderr and "Traceback" not in result.stderr

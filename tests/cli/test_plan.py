@@ -31,13 +31,23 @@ def flash(tmp_path_factory) -> Path:
 def streamable_memory(path: Path) -> int:
     """Memory where the model streams with a cache of two layers' top-k but is not resident."""
     plan = plan_memory(open_gguf(path), "native")
-    return int(((plan.dense_bytes + 2 * plan.min_cache_bytes + plan.kv_bytes) * HEADROOM
-                + RUNTIME_BYTES) / USABLE_SHARE)
+    return int(
+        ((plan.dense_bytes + 2 * plan.min_cache_bytes + plan.kv_bytes) * HEADROOM + RUNTIME_BYTES)
+        / USABLE_SHARE
+    )
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("128G", 128 * GIB), ("96GiB", 96 * GIB), ("64", 64 * GIB), ("512M", 512 * 2**20),
-    ("1.5t", int(1.5 * 2**40)), ("  24 gb ", 24 * GIB)])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("128G", 128 * GIB),
+        ("96GiB", 96 * GIB),
+        ("64", 64 * GIB),
+        ("512M", 512 * 2**20),
+        ("1.5t", int(1.5 * 2**40)),
+        ("  24 gb ", 24 * GIB),
+    ],
+)
 def test_memory_sizes(text, expected):
     assert parse_memory(text) == expected
 
@@ -51,8 +61,9 @@ def test_bad_memory_sizes_are_refused(text):
 def test_verdicts_follow_the_memory(flash):
     plan = plan_memory(open_gguf(flash), "native")
     resident = plan.resident_needed()
-    assert resident == int((plan.dense_bytes + plan.routed_bytes + plan.kv_bytes) * HEADROOM
-                           + RUNTIME_BYTES)
+    assert resident == int(
+        (plan.dense_bytes + plan.routed_bytes + plan.kv_bytes) * HEADROOM + RUNTIME_BYTES
+    )
     roomy = plan.verdict(int(resident / USABLE_SHARE) + 1)
     assert roomy.kind == "resident"
     tight = plan.verdict(int(resident / USABLE_SHARE) - 1)
@@ -76,16 +87,30 @@ def test_kv_grows_with_the_context(flash):
 def test_f32_weights_cost_four_bytes_a_value(flash):
     gguf = open_gguf(flash)
     f32 = plan_memory(gguf, "f32")
-    values = sum(t.nbytes // 34 * 32 for n, t in gguf.layout.tensors.items()
-                 if n.endswith("attn_q_b.weight"))
+    values = sum(
+        t.nbytes // 34 * 32 for n, t in gguf.layout.tensors.items() if n.endswith("attn_q_b.weight")
+    )
     assert f32.dense_bytes > plan_memory(gguf, "native").dense_bytes
     assert values * 4 <= f32.dense_bytes
 
 
 def test_ds4_plan_prints_each_memory(flash, capsys):
     streamable = f"{streamable_memory(flash) / 2**20:.0f}M"
-    code = ds4_main.main(["plan", "-m", str(flash), "--weights-dtype", "native",
-                          "--memory", "64G", "--memory", streamable, "--memory", "0.1G"])
+    code = ds4_main.main(
+        [
+            "plan",
+            "-m",
+            str(flash),
+            "--weights-dtype",
+            "native",
+            "--memory",
+            "64G",
+            "--memory",
+            streamable,
+            "--memory",
+            "0.1G",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0
     assert "dense weights" in out and "routed experts" in out and "per 1k tokens" in out
@@ -111,12 +136,17 @@ def test_ds4_refuses_a_model_larger_than_memory(flash, monkeypatch, capsys):
 
 
 def test_ds4_does_not_refuse_a_model_that_fits():
-    assert ds4_main.refuse_oversized(ds4_main.model_options(
-        ds4_main.build_parser().parse_args(["-m", str(TINY), "-p", "x"]))) is None
+    assert (
+        ds4_main.refuse_oversized(
+            ds4_main.model_options(ds4_main.build_parser().parse_args(["-m", str(TINY), "-p", "x"]))
+        )
+        is None
+    )
 
 
-@pytest.mark.parametrize("tps, text", [(12.34, "12.3 t/s"), (0.0035, "0.0035 t/s (286 s/token)"),
-                                       (0.0, "0.0 t/s")])
+@pytest.mark.parametrize(
+    "tps, text", [(12.34, "12.3 t/s"), (0.0035, "0.0035 t/s (286 s/token)"), (0.0, "0.0 t/s")]
+)
 def test_slow_rates_are_shown_as_seconds_per_token(tps, text):
     assert ds4_main.rate(tps) == text
 

@@ -85,8 +85,13 @@ def test_plan_splits_heads_groups_and_experts(args):
     assert shapes["blk.2.attn_output_b.weight"] == (256, 64)
     assert shapes["blk.2.ffn_down_exps.weight"] == (4, 256, 256)
     # Replicated: the router (every rank routes over all experts), the indexer, the head.
-    for name in ("blk.2.ffn_gate_inp.weight", "blk.2.indexer.attn_q_b.weight",
-                 "blk.2.ffn_gate_shexp.weight", "output.weight", "token_embd.weight"):
+    for name in (
+        "blk.2.ffn_gate_inp.weight",
+        "blk.2.indexer.attn_q_b.weight",
+        "blk.2.ffn_gate_shexp.weight",
+        "output.weight",
+        "token_embd.weight",
+    ):
         assert shapes[name] == tensor_shapes(args)[name]
 
 
@@ -94,12 +99,19 @@ def test_rank_slices_reassemble_the_whole_tensor(tiny, args):
     """Each sharded tensor (Q8_0 rows and columns, Q2_K/Q4_K expert stacks, F32 sinks) read as
     two ranks' slices from the memory map equals the whole tensor, cut where the plan says."""
     shapes = tensor_shapes(args)
-    ranks = [ShardedGGUFWeights(shapes, tiny, "f32", ShardPlan.for_model(args, r, 2),
-                                single_rank()) for r in range(2)]
+    ranks = [
+        ShardedGGUFWeights(shapes, tiny, "f32", ShardPlan.for_model(args, r, 2), single_rank())
+        for r in range(2)
+    ]
     checked = set()
-    for name in ("blk.0.attn_q_b.weight", "blk.0.attn_output_a.weight",
-                 "blk.0.attn_output_b.weight", "blk.3.ffn_gate_exps.weight",
-                 "blk.3.ffn_down_exps.weight", "blk.3.attn_sinks.weight"):
+    for name in (
+        "blk.0.attn_q_b.weight",
+        "blk.0.attn_output_a.weight",
+        "blk.0.attn_output_b.weight",
+        "blk.3.ffn_gate_exps.weight",
+        "blk.3.ffn_down_exps.weight",
+        "blk.3.attn_sinks.weight",
+    ):
         whole = tiny.dequantize(name)
         parts = [np.array(w.param(name) if whole.ndim == 1 else w.matrix(name)) for w in ranks]
         cut = ranks[0].plan.tensor_slice(name)
@@ -113,12 +125,17 @@ def test_native_slices_compute_like_float32_slices(tiny, args):
     MLX-quantized rows and columns (Q8_0, Q4_K) and packed Q2_K expert stacks."""
     shapes = tensor_shapes(args)
     plan = ShardPlan.for_model(args, 1, 2)
-    native, f32 = (ShardedGGUFWeights(shapes, tiny, mode, plan, single_rank())
-                   for mode in ("native", "f32"))
+    native, f32 = (
+        ShardedGGUFWeights(shapes, tiny, mode, plan, single_rank()) for mode in ("native", "f32")
+    )
     x = mx.random.normal((3, 1, 1, 256), key=mx.random.key(0))
     pairs = mx.array([[0, 1], [2, 3], [1, 1]])
-    for name in ("blk.1.attn_q_b.weight", "blk.1.attn_output_b.weight",
-                 "blk.2.ffn_gate_exps.weight", "blk.2.ffn_down_exps.weight"):
+    for name in (
+        "blk.1.attn_q_b.weight",
+        "blk.1.attn_output_b.weight",
+        "blk.2.ffn_gate_exps.weight",
+        "blk.2.ffn_down_exps.weight",
+    ):
         q, f = native.matrix(name), f32.matrix(name)
         assert not isinstance(q, mx.array)  # still quantized
         if f.ndim == 2:
@@ -133,26 +150,41 @@ def test_native_slices_compute_like_float32_slices(tiny, args):
 def test_expert_shards_add_up_to_the_whole_layer(tiny, tokens):
     """Two ranks simulated in one process: the outputs of the two expert ranges, summed, are
     the whole layer's routed output (rows over experts from both ranges and from one)."""
-    stacks = [mx.array(tiny.dequantize(f"blk.1.ffn_{part}_exps.weight"))
-              for part in ("gate", "up", "down")]
+    stacks = [
+        mx.array(tiny.dequantize(f"blk.1.ffn_{part}_exps.weight"))
+        for part in ("gate", "up", "down")
+    ]
     whole = RoutedExperts(*stacks, swiglu_limit=10.0)
-    shards = [ExpertShard(RoutedExperts(*(s[lo : lo + 4] for s in stacks), swiglu_limit=10.0),
-                          lo, 4, single_rank()) for lo in (0, 4)]
+    shards = [
+        ExpertShard(
+            RoutedExperts(*(s[lo : lo + 4] for s in stacks), swiglu_limit=10.0),
+            lo,
+            4,
+            single_rank(),
+        )
+        for lo in (0, 4)
+    ]
     key = mx.random.key(1)
     x = mx.random.normal((tokens, 256), key=key)
     indices = mx.random.randint(0, 8, (tokens, 2), key=key).astype(mx.int32)
     indices = mx.concatenate([indices[:-1], mx.array([[5, 6]], mx.int32)])  # one rank only
     weights = mx.random.uniform(shape=(tokens, 2), key=key)
     total = shards[0](x, indices, weights) + shards[1](x, indices, weights)
-    np.testing.assert_allclose(np.array(total), np.array(whole(x, indices, weights)),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        np.array(total), np.array(whole(x, indices, weights)), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_column_cut_inside_a_quantization_block_is_refused(tiny):
     name = "blk.0.attn_output_b.weight"  # Q8_0 [256, 128]: 32-value blocks
     with pytest.raises(ShardError, match="Q8_0 blocks of 32 values straddle .* column 16"):
-        slice_raw(tiny.raw(name), tiny.tensor_type(name), tiny.tensor_shape(name),
-                  TensorSlice(-1, 1, 8), name)
+        slice_raw(
+            tiny.raw(name),
+            tiny.tensor_type(name),
+            tiny.tensor_shape(name),
+            TensorSlice(-1, 1, 8),
+            name,
+        )
 
 
 def test_fingerprints_tell_model_files_apart(tmp_path):
@@ -199,14 +231,25 @@ def test_two_ranks_on_loopback_match_one_process(tmp_path, capsys):
     """The acceptance run: 2 ranks (ring backend over 127.0.0.1) against the single-process
     model: prompt logits within the oracle tolerance, greedy output with and without DSpark
     identical, every rank holding half of the routed experts."""
-    probe_args = ["--model", str(TINY), "--drafter", str(DSPARK), "-n", "20",
-                  "--timeout", str(LAUNCH_TIMEOUT_S - 20)]
+    probe_args = [
+        "--model",
+        str(TINY),
+        "--drafter",
+        str(DSPARK),
+        "-n",
+        "20",
+        "--timeout",
+        str(LAUNCH_TIMEOUT_S - 20),
+    ]
     runs = {}
     for n, folder, extra in ((1, "single", ["--single"]), (2, "ranks", [])):
         try:  # the reference is a process of its own too, so that peak RSS compares
-            runs[folder] = launch_local(n, "ds4mlx.bench.distributed_probe",
-                                        [*probe_args, *extra, "--out", str(tmp_path / folder)],
-                                        LAUNCH_TIMEOUT_S)
+            runs[folder] = launch_local(
+                n,
+                "ds4mlx.bench.distributed_probe",
+                [*probe_args, *extra, "--out", str(tmp_path / folder)],
+                LAUNCH_TIMEOUT_S,
+            )
         except subprocess.TimeoutExpired:
             pytest.fail(f"{n} rank(s) did not finish in {LAUNCH_TIMEOUT_S}s")
 
@@ -214,9 +257,12 @@ def test_two_ranks_on_loopback_match_one_process(tmp_path, capsys):
         path = tmp_path / folder / f"rank{rank}"
         run = runs[folder]
         assert path.with_suffix(".json").is_file(), (
-            f"rank {rank} wrote no report (rc {run.returncode}):\n{run.stderr[-3000:]}")
-        return (json.loads(path.with_suffix(".json").read_text()),
-                np.load(tmp_path / folder / f"rank{rank}_logits.npy"))
+            f"rank {rank} wrote no report (rc {run.returncode}):\n{run.stderr[-3000:]}"
+        )
+        return (
+            json.loads(path.with_suffix(".json").read_text()),
+            np.load(tmp_path / folder / f"rank{rank}_logits.npy"),
+        )
 
     ref, ref_logits = report("single", 0)
     assert ref["greedy"] and ref["dspark"] == ref["greedy"]
@@ -224,8 +270,10 @@ def test_two_ranks_on_loopback_match_one_process(tmp_path, capsys):
     shapes = tensor_shapes(ModelArgs.from_gguf(open_gguf(TINY)))
     expert_bytes = 4 * sum(int(np.prod(s)) for n, s in shapes.items() if "_exps." in n)
     with capsys.disabled():
-        print(f"\nsingle process: peak RSS {ref['peak_rss_bytes'] / 2**20:.0f} MiB, "
-              f"weights {ref['weight_bytes'] / 2**20:.1f} MiB")
+        print(
+            f"\nsingle process: peak RSS {ref['peak_rss_bytes'] / 2**20:.0f} MiB, "
+            f"weights {ref['weight_bytes'] / 2**20:.1f} MiB"
+        )
     for rank, (rep, logits) in enumerate(ranks):
         assert rep["size"] == 2 and rep["rank"] == rank
         assert nmse(logits, ref_logits) <= NMSE_TOLERANCE
@@ -235,9 +283,11 @@ def test_two_ranks_on_loopback_match_one_process(tmp_path, capsys):
         assert rep["weight_bytes"] <= ref["weight_bytes"] - expert_bytes // 2
         assert rep["summed_bytes_per_token"] > 0
         with capsys.disabled():
-            print(f"rank {rank}: peak RSS {rep['peak_rss_bytes'] / 2**20:.0f} MiB, "
-                  f"weights {rep['weight_bytes'] / 2**20:.1f} MiB, all_sum payload "
-                  f"{rep['summed_bytes_per_token'] / 1024:.1f} KiB/token")
+            print(
+                f"rank {rank}: peak RSS {rep['peak_rss_bytes'] / 2**20:.0f} MiB, "
+                f"weights {rep['weight_bytes'] / 2**20:.1f} MiB, all_sum payload "
+                f"{rep['summed_bytes_per_token'] / 1024:.1f} KiB/token"
+            )
     # An all_sum hands every rank the same bits, so the ranks agree exactly.
     np.testing.assert_array_equal(ranks[0][1], ranks[1][1])
 
@@ -247,9 +297,12 @@ def test_two_rank_ds4_writes_each_line_once():
     """Every rank runs the same generation; only rank 0 reports it, so the launcher's terminal
     shows each line once (it showed every line once per rank)."""
     try:
-        run = launch_local(2, "ds4mlx.cli.main",
-                           ["--distributed", "-m", str(TINY), "-p", "hello", "-n", "4"],
-                           LAUNCH_TIMEOUT_S)
+        run = launch_local(
+            2,
+            "ds4mlx.cli.main",
+            ["--distributed", "-m", str(TINY), "-p", "hello", "-n", "4"],
+            LAUNCH_TIMEOUT_S,
+        )
     except subprocess.TimeoutExpired:
         pytest.fail(f"2 ranks did not finish in {LAUNCH_TIMEOUT_S}s")
     assert run.returncode == 0, run.stderr[-3000:]
@@ -275,13 +328,29 @@ def test_a_rank_that_dies_stops_rank_0_with_a_message(tmp_path):
     hostfile = tmp_path / "hosts.json"
     hostfile.write_text(json.dumps([[f"127.0.0.1:{base}"], [f"127.0.0.1:{base + 1}"]]))
     env = {**os.environ, "MLX_HOSTFILE": str(hostfile)}
-    leaver = subprocess.Popen([sys.executable, str(Path(__file__).with_name(
-        "peer_that_leaves.py")), str(TINY)], env={**env, "MLX_RANK": "1"})
+    leaver = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("peer_that_leaves.py")), str(TINY)],
+        env={**env, "MLX_RANK": "1"},
+    )
     try:
         rank0 = subprocess.run(
-            [sys.executable, "-c", "from ds4mlx.cli.main import main; raise SystemExit(main())",
-             "--distributed", "-m", str(TINY), "-p", "hello", "-n", "8"],
-            env={**env, "MLX_RANK": "0"}, capture_output=True, text=True, timeout=180)
+            [
+                sys.executable,
+                "-c",
+                "from ds4mlx.cli.main import main; raise SystemExit(main())",
+                "--distributed",
+                "-m",
+                str(TINY),
+                "-p",
+                "hello",
+                "-n",
+                "8",
+            ],
+            env={**env, "MLX_RANK": "0"},
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
     finally:
         leaver.wait(timeout=60)
     assert rank0.returncode == 1

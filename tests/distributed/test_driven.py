@@ -128,19 +128,30 @@ def test_a_stopped_conductor_refuses_to_announce():
 
 
 def agent_command(workspace: Path, data: Path, *extra: str) -> list[str]:
-    return ["--print", "List the workspace.", "--workspace", str(workspace), "--data-dir",
-            str(data), *extra]
+    return [
+        "--print",
+        "List the workspace.",
+        "--workspace",
+        str(workspace),
+        "--data-dir",
+        str(data),
+        *extra,
+    ]
 
 
 def test_two_rank_agent_answers_as_one_process(tmp_path):
     workspace = tmp_path / "ws"
     workspace.mkdir()
     (workspace / "hello.py").write_text("print('hi')\n")
-    one = launch_local(1, "ds4mlx.cli.agent", agent_command(workspace, tmp_path / "d1"),
-                       timeout=LAUNCH_TIMEOUT_S)
-    two = launch_local(2, "ds4mlx.cli.agent",
-                       agent_command(workspace, tmp_path / "d2", "--distributed"),
-                       timeout=LAUNCH_TIMEOUT_S)
+    one = launch_local(
+        1, "ds4mlx.cli.agent", agent_command(workspace, tmp_path / "d1"), timeout=LAUNCH_TIMEOUT_S
+    )
+    two = launch_local(
+        2,
+        "ds4mlx.cli.agent",
+        agent_command(workspace, tmp_path / "d2", "--distributed"),
+        timeout=LAUNCH_TIMEOUT_S,
+    )
     assert one.returncode == 0, one.stderr[-2000:]
     assert two.returncode == 0, two.stderr[-2000:]
     assert "> list ." in two.stderr  # the model's own tool call ran
@@ -156,11 +167,27 @@ class RunningServer:
         self.port = free_port_block(1)
         command = [sys.executable, "-m", "ds4mlx.cli.server", "--port", str(self.port), *flags]
         if ranks > 1:
-            command = ["mlx.launch", "--backend", "ring", "-n", str(ranks), "--hosts",
-                       "127.0.0.1", "--starting-port", str(free_port_block(ranks)), "--",
-                       *command, "--distributed"]
-        self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, start_new_session=True)
+            command = [
+                "mlx.launch",
+                "--backend",
+                "ring",
+                "-n",
+                str(ranks),
+                "--hosts",
+                "127.0.0.1",
+                "--starting-port",
+                str(free_port_block(ranks)),
+                "--",
+                *command,
+                "--distributed",
+            ]
+        self.proc = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + LAUNCH_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -178,11 +205,17 @@ class RunningServer:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def chat(self, text: str) -> str:
-        body = {"model": "ds4-tiny", "messages": [{"role": "user", "content": text}],
-                "max_tokens": 24, "temperature": 0}
-        request = urllib.request.Request(f"{self.url}/chat/completions",
-                                         json.dumps(body).encode(),
-                                         {"content-type": "application/json"})
+        body = {
+            "model": "ds4-tiny",
+            "messages": [{"role": "user", "content": text}],
+            "max_tokens": 24,
+            "temperature": 0,
+        }
+        request = urllib.request.Request(
+            f"{self.url}/chat/completions",
+            json.dumps(body).encode(),
+            {"content-type": "application/json"},
+        )
         with urllib.request.urlopen(request, timeout=LAUNCH_TIMEOUT_S) as response:
             return json.load(response)["choices"][0]["message"]["content"]
 
@@ -209,8 +242,11 @@ class RunningServer:
                 command = (entry / "cmdline").read_bytes()
             except OSError:
                 continue
-            if int(fields[2]) == self.proc.pid and b"ds4mlx.cli.server" in command \
-                    and b"mlx.launch" not in command:
+            if (
+                int(fields[2]) == self.proc.pid
+                and b"ds4mlx.cli.server" in command
+                and b"mlx.launch" not in command
+            ):
                 pids.append(int(entry.name))
         return pids
 

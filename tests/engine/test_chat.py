@@ -32,8 +32,11 @@ WEATHER_TOOL = {
     "function": {
         "name": "get_weather",
         "description": "Current weather",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                       "required": ["city"]},
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
     },
 }
 
@@ -51,7 +54,7 @@ TOOLS_SECTION = (
     f"</{D}invoke>\n"
     f"</{D}tool_calls>\n\n"
     'String parameters should be specified as is and set `string="true"`. For all other types '
-    '(numbers, booleans, arrays, objects), pass the value in JSON format and set '
+    "(numbers, booleans, arrays, objects), pass the value in JSON format and set "
     '`string="false"`.\n\n'
     "If thinking_mode is enabled (triggered by <think>), you MUST output your complete reasoning "
     "inside <think>...</think> BEFORE any tool calls or final response.\n\n"
@@ -107,7 +110,8 @@ def block(*invokes: str) -> str:
 @pytest.mark.parametrize("thinking, ending", [(False, "</think>"), (True, "<think>")])
 def test_system_and_user(thinking, ending):
     assert render_chat(SYSTEM_USER, thinking=thinking) == (
-        f"{BOS}You are terse.<｜User｜>Hi<｜Assistant｜>{ending}")
+        f"{BOS}You are terse.<｜User｜>Hi<｜Assistant｜>{ending}"
+    )
 
 
 def test_user_only_without_generation_prompt():
@@ -117,36 +121,42 @@ def test_user_only_without_generation_prompt():
 
 def test_multi_turn_chat_mode():
     assert render_chat(MULTI_TURN) == (
-        f"{BOS}S<｜User｜>Hi<｜Assistant｜></think>Hello!{EOS}"
-        "<｜User｜>2+2?<｜Assistant｜></think>")
+        f"{BOS}S<｜User｜>Hi<｜Assistant｜></think>Hello!{EOS}<｜User｜>2+2?<｜Assistant｜></think>"
+    )
 
 
 def test_multi_turn_thinking_drops_earlier_reasoning():
     assert render_chat(MULTI_TURN, thinking=True) == (
-        f"{BOS}S<｜User｜>Hi<｜Assistant｜></think>Hello!{EOS}"
-        "<｜User｜>2+2?<｜Assistant｜><think>")
+        f"{BOS}S<｜User｜>Hi<｜Assistant｜></think>Hello!{EOS}<｜User｜>2+2?<｜Assistant｜><think>"
+    )
 
 
 def test_multi_turn_thinking_can_keep_earlier_reasoning():
     assert render_chat(MULTI_TURN, thinking=True, drop_thinking=False) == (
         f"{BOS}S<｜User｜>Hi<｜Assistant｜><think>greet</think>Hello!{EOS}"
-        "<｜User｜>2+2?<｜Assistant｜><think>")
+        "<｜User｜>2+2?<｜Assistant｜><think>"
+    )
 
 
 def test_reasoning_after_the_last_user_message_is_kept():
-    messages = [{"role": "user", "content": "Q"},
-                {"role": "assistant", "content": "A", "reasoning_content": "R"}]
+    messages = [
+        {"role": "user", "content": "Q"},
+        {"role": "assistant", "content": "A", "reasoning_content": "R"},
+    ]
     assert render_chat(messages, thinking=True) == (
-        f"{BOS}<｜User｜>Q<｜Assistant｜><think>R</think>A{EOS}")
+        f"{BOS}<｜User｜>Q<｜Assistant｜><think>R</think>A{EOS}"
+    )
     assert render_chat(messages) == f"{BOS}<｜User｜>Q<｜Assistant｜></think>A{EOS}"
 
 
 def test_max_reasoning_effort_prefix_only_in_thinking_mode():
     assert render_chat(SYSTEM_USER, thinking=True, reasoning_effort="max") == (
-        f"{BOS}{MAX_EFFORT}You are terse.<｜User｜>Hi<｜Assistant｜><think>")
+        f"{BOS}{MAX_EFFORT}You are terse.<｜User｜>Hi<｜Assistant｜><think>"
+    )
     assert render_chat(SYSTEM_USER, reasoning_effort="max") == render_chat(SYSTEM_USER)
     assert render_chat(SYSTEM_USER, thinking=True, reasoning_effort="high") == (
-        render_chat(SYSTEM_USER, thinking=True))
+        render_chat(SYSTEM_USER, thinking=True)
+    )
 
 
 def test_consecutive_user_messages_share_one_turn():
@@ -158,17 +168,25 @@ def test_tools_tool_calls_and_results_in_call_order():
     messages = [
         {"role": "system", "content": "You are helpful."},
         {"role": "user", "content": "Weather in Rome and Oslo?"},
-        {"role": "assistant", "content": "", "reasoning_content": "Two cities.",
-         "tool_calls": [call("c1", "get_weather", '{"city": "Rome"}'),
-                        call("c2", "get_weather", '{"city": "Oslo", "days": 2}')]},
+        {
+            "role": "assistant",
+            "content": "",
+            "reasoning_content": "Two cities.",
+            "tool_calls": [
+                call("c1", "get_weather", '{"city": "Rome"}'),
+                call("c2", "get_weather", '{"city": "Oslo", "days": 2}'),
+            ],
+        },
         {"role": "tool", "tool_call_id": "c2", "content": "Oslo: snow"},
         {"role": "tool", "tool_call_id": "c1", "content": "Rome: sun"},
     ]
     expected = (
         f"{BOS}You are helpful.\n\n{TOOLS_SECTION}"
         "<｜User｜>Weather in Rome and Oslo?<｜Assistant｜><think>Two cities.</think>"
-        + block(invoke("get_weather", param("city", "Rome")),
-                invoke("get_weather", param("city", "Oslo"), param("days", "2", False)))
+        + block(
+            invoke("get_weather", param("city", "Rome")),
+            invoke("get_weather", param("city", "Oslo"), param("days", "2", False)),
+        )
         + f"{EOS}<｜User｜><tool_result>Rome: sun</tool_result>\n\n"
         "<tool_result>Oslo: snow</tool_result><｜Assistant｜><think>"
     )
@@ -178,20 +196,26 @@ def test_tools_tool_calls_and_results_in_call_order():
 def test_tools_without_a_system_message_get_an_empty_one():
     messages = [{"role": "user", "content": "Hi"}]
     assert render_chat(messages, [WEATHER_TOOL]) == (
-        f"{BOS}\n\n{TOOLS_SECTION}<｜User｜>Hi<｜Assistant｜></think>")
+        f"{BOS}\n\n{TOOLS_SECTION}<｜User｜>Hi<｜Assistant｜></think>"
+    )
 
 
 def test_chat_mode_tool_call_with_content_and_no_arguments():
     messages = [
         {"role": "user", "content": "Time?"},
-        {"role": "assistant", "content": "Let me check.", "tool_calls": [
-            {"type": "function", "function": {"name": "now", "arguments": "{}"}}]},
+        {
+            "role": "assistant",
+            "content": "Let me check.",
+            "tool_calls": [{"type": "function", "function": {"name": "now", "arguments": "{}"}}],
+        },
         {"role": "tool", "content": "12:00"},
     ]
     assert render_chat(messages) == (
         f"{BOS}<｜User｜>Time?<｜Assistant｜></think>Let me check."
-        + block(invoke("now", "")) + f"{EOS}<｜User｜><tool_result>12:00</tool_result>"
-        "<｜Assistant｜></think>")
+        + block(invoke("now", ""))
+        + f"{EOS}<｜User｜><tool_result>12:00</tool_result>"
+        "<｜Assistant｜></think>"
+    )
 
 
 def test_without_tools_tool_call_reasoning_is_dropped_like_deepseek():
@@ -202,8 +226,10 @@ def test_without_tools_tool_call_reasoning_is_dropped_like_deepseek():
         {"role": "tool", "content": "r"},
     ]
     assert render_chat(messages, thinking=True) == (
-        f"{BOS}<｜User｜>Q<｜Assistant｜></think>" + block(invoke("f", ""))
-        + f"{EOS}<｜User｜><tool_result>r</tool_result><｜Assistant｜><think>")
+        f"{BOS}<｜User｜>Q<｜Assistant｜></think>"
+        + block(invoke("f", ""))
+        + f"{EOS}<｜User｜><tool_result>r</tool_result><｜Assistant｜><think>"
+    )
 
 
 def test_invalid_input_is_refused():
@@ -217,7 +243,7 @@ def test_invalid_input_is_refused():
 
 ARGUMENTS = {
     "path": "/tmp/a b.txt",
-    "content": "line1\nline2 <tag> & \"quoted\" ü 🦙\n",
+    "content": 'line1\nline2 <tag> & "quoted" ü 🦙\n',
     "digits": "123",
     "blank": " ",
     "count": 3,
@@ -233,35 +259,45 @@ ARGUMENTS = {
 @pytest.mark.parametrize("content", ["", "Let me look.", "Ends with a newline\n"])
 def test_render_then_parse_round_trip(thinking, content):
     calls = [ToolCall("write_file", ARGUMENTS), ToolCall("list_files", {})]
-    assistant = {"role": "assistant", "content": content, "reasoning_content": "Plan: write.",
-                 "tool_calls": calls}
+    assistant = {
+        "role": "assistant",
+        "content": content,
+        "reasoning_content": "Plan: write.",
+        "tool_calls": calls,
+    }
     prompt = render_chat([{"role": "user", "content": "go"}, assistant], thinking=thinking)
     opener = "<｜Assistant｜>" + ("<think>" if thinking else "</think>")
     output = prompt.split(opener, 1)[1]
     assert output.endswith(EOS)
     assert parse_assistant(output, thinking=thinking) == AssistantTurn(
-        reasoning="Plan: write." if thinking else "", content=content, tool_calls=calls)
+        reasoning="Plan: write." if thinking else "", content=content, tool_calls=calls
+    )
 
 
 def test_parse_plain_answers():
     assert parse_assistant(f"Simple.</think>2 + 2 = 4.{EOS}", thinking=True) == AssistantTurn(
-        reasoning="Simple.", content="2 + 2 = 4.")
+        reasoning="Simple.", content="2 + 2 = 4."
+    )
     assert parse_assistant("No EOS yet") == AssistantTurn(content="No EOS yet")
     assert parse_assistant(f"Hi{EOS}ignored after the end") == AssistantTurn(content="Hi")
     assert parse_assistant("cut off while thinking", thinking=True) == AssistantTurn(
-        reasoning="cut off while thinking")
+        reasoning="cut off while thinking"
+    )
 
 
 def test_dsml_inside_reasoning_is_reasoning_text():
     text = f"Maybe <{D}tool_calls> is needed</think>Answer{EOS}"
     assert parse_assistant(text, thinking=True) == AssistantTurn(
-        reasoning=f"Maybe <{D}tool_calls> is needed", content="Answer")
+        reasoning=f"Maybe <{D}tool_calls> is needed", content="Answer"
+    )
 
 
 def test_lenient_markup_is_accepted():
     short = "DSML｜"  # models sometimes drop the first bar (seen by ds4)
-    text = (f'Ok<{short}tool_calls>  <{short}invoke name="f"> <{short}parameter name="a">x'
-            f'</{short}parameter>\n\n</{short}invoke></{short}tool_calls>')
+    text = (
+        f'Ok<{short}tool_calls>  <{short}invoke name="f"> <{short}parameter name="a">x'
+        f"</{short}parameter>\n\n</{short}invoke></{short}tool_calls>"
+    )
     expected = AssistantTurn(content="Ok", tool_calls=[ToolCall("f", {"a": "x"})])
     assert parse_assistant(text) == expected
 
@@ -278,10 +314,15 @@ MALFORMED = {
     "invoke without name": (f"<{D}invoke>\n</{D}invoke>", "without a name"),
     "bad JSON": (invoke("f", param("n", "{not json", False)), "not JSON"),
     "duplicate parameter": (invoke("f", param("a", "1"), param("a", "2")), "duplicate"),
-    "parameter without name": (invoke("f", f'<{D}parameter string="true">1</{D}parameter>'),
-                               "parameter tag without a name"),
-    "unknown string flag": (f'<{D}invoke name="f">\n<{D}parameter name="a" string="maybe">1'
-                            f"</{D}parameter>\n</{D}invoke>", "string="),
+    "parameter without name": (
+        invoke("f", f'<{D}parameter string="true">1</{D}parameter>'),
+        "parameter tag without a name",
+    ),
+    "unknown string flag": (
+        f'<{D}invoke name="f">\n<{D}parameter name="a" string="maybe">1'
+        f"</{D}parameter>\n</{D}invoke>",
+        "string=",
+    ),
     "stray text in invoke": (f'<{D}invoke name="f">\nhello\n</{D}invoke>', "unexpected"),
 }
 
@@ -306,26 +347,39 @@ def test_truncated_block_is_reported_at_finish():
     partial = f'<{D}invoke name="write">\n<{D}parameter name="text" string="true">half a'
     parser = DEEPSEEK_V4.stream_parser()
     assert parser.feed("Writing." + block(GOOD_INVOKE)[:-20] + "\n" + partial) == [
-        TextDelta("Writing."), ToolCallComplete(ToolCall("ok", {"n": 1}))]
-    assert parser.finish() == [ToolCallError(partial, "unterminated tool_calls block",
-                                             unterminated=True)]
+        TextDelta("Writing."),
+        ToolCallComplete(ToolCall("ok", {"n": 1})),
+    ]
+    assert parser.finish() == [
+        ToolCallError(partial, "unterminated tool_calls block", unterminated=True)
+    ]
     assert parser.feed("more") == [] and parser.finish() == []
 
 
 def test_eos_inside_a_block_ends_it():
-    turn = parse_assistant(f"\n\n<{D}tool_calls>\n<{D}invoke name=\"f\">{EOS}after")
-    assert turn == AssistantTurn(errors=[ToolCallError(f'<{D}invoke name="f">',
-                                                       "unterminated tool_calls block",
-                                                       unterminated=True)])
+    turn = parse_assistant(f'\n\n<{D}tool_calls>\n<{D}invoke name="f">{EOS}after')
+    assert turn == AssistantTurn(
+        errors=[
+            ToolCallError(
+                f'<{D}invoke name="f">', "unterminated tool_calls block", unterminated=True
+            )
+        ]
+    )
 
 
 # ------------------------------------------------------------------------ streaming
 
 STREAM_SAMPLES = [
     (f"Thinking about <tags> and </thi ngs>.</think>Answer: 4.{EOS}", True),
-    ("Let me check.\n\n" + block(invoke("get_weather", param("city", "Rome")),
-                                 invoke("w", param("text", f"</{D}invoke> inside")))
-     + EOS, False),
+    (
+        "Let me check.\n\n"
+        + block(
+            invoke("get_weather", param("city", "Rome")),
+            invoke("w", param("text", f"</{D}invoke> inside")),
+        )
+        + EOS,
+        False,
+    ),
     ("R</think>" + block(invoke("f", param("x", "[1, 2]", False))) + EOS, True),
     ("Trailing newlines stay\n\n", False),
     ("Hi" + block(*(raw for raw, _ in MALFORMED.values()), GOOD_INVOKE) + EOS, False),
@@ -363,9 +417,25 @@ def test_text_is_released_as_soon_as_it_cannot_be_markup():
     assert parser.feed("box>") == [TextDelta(f"<{D}toolbox>")]
 
 
-_FRAGMENTS = [f"<{D}tool_calls>", f"</{D}tool_calls>", f'<{D}invoke name="f">', f"</{D}invoke>",
-              f'<{D}parameter name="a" string="false">', f'<{D}parameter name="b">',
-              f"</{D}parameter>", "</think>", EOS, "\n\n", "<", "｜", "x", "1", "{", '"', " "]
+_FRAGMENTS = [
+    f"<{D}tool_calls>",
+    f"</{D}tool_calls>",
+    f'<{D}invoke name="f">',
+    f"</{D}invoke>",
+    f'<{D}parameter name="a" string="false">',
+    f'<{D}parameter name="b">',
+    f"</{D}parameter>",
+    "</think>",
+    EOS,
+    "\n\n",
+    "<",
+    "｜",
+    "x",
+    "1",
+    "{",
+    '"',
+    " ",
+]
 
 
 @settings(max_examples=300, deadline=None)

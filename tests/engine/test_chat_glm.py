@@ -28,15 +28,28 @@ WEATHER = {
     "function": {
         "name": "get_weather",
         "description": "Current weather",
-        "parameters": {"type": "object",
-                       "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
-                       "required": ["city"]},
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+            "required": ["city"],
+        },
     },
 }
-SEARCH = {"type": "function", "function": {"name": "search", "description": "Search",
-                                           "parameters": {"type": "object", "properties": {}}}}
-CALLS = [{"type": "function", "id": "c1",
-          "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]
+SEARCH = {
+    "type": "function",
+    "function": {
+        "name": "search",
+        "description": "Search",
+        "parameters": {"type": "object", "properties": {}},
+    },
+}
+CALLS = [
+    {
+        "type": "function",
+        "id": "c1",
+        "function": {"name": "get_weather", "arguments": {"city": "Paris"}},
+    }
+]
 TOOLS_SECTION = (
     "<|system|>\n# Tools\n\n"
     "You may call one or more functions to assist with the user query.\n\n"
@@ -62,89 +75,147 @@ def render(messages, tools=None, **options):
 # --------------------------------------------------------------------------- rendering
 
 
-@pytest.mark.parametrize("messages, expected", [
-    ([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello there"},
-      {"role": "user", "content": "bye"}, {"role": "assistant", "content": "see you"}],
-     "<|user|>hi<|assistant|><think></think>hello there<|user|>bye<|assistant|><think></think>"
-     "see you"),
-    ([{"role": "user", "content": "2+2?"},
-      {"role": "assistant", "content": "4", "reasoning_content": "add them"}],
-     "<|user|>2+2?<|assistant|><think>add them</think>4"),
-    ([{"role": "user", "content": "weather?"},
-      {"role": "assistant", "content": "", "tool_calls": CALLS},
-      {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
-      {"role": "assistant", "content": "It is sunny."}],
-     "<|user|>weather?<|assistant|><think></think><tool_call>get_weather<arg_key>city</arg_key>"
-     "<arg_value>Paris</arg_value></tool_call><|observation|><tool_response>sunny"
-     "</tool_response><|assistant|><think></think>It is sunny."),
-    ([{"role": "user", "content": "weather?"},
-      {"role": "assistant", "content": "checking", "tool_calls": CALLS}],
-     "<|user|>weather?<|assistant|><think></think>checking<tool_call>get_weather<arg_key>city"
-     "</arg_key><arg_value>Paris</arg_value></tool_call>"),
-    ([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
-      {"role": "system", "content": "new rule"}, {"role": "user", "content": "ok"},
-      {"role": "assistant", "content": "done"}],
-     "<|user|>hi<|assistant|><think></think>hello<|system|>new rule<|user|>ok<|assistant|>"
-     "<think></think>done"),
-], ids=["plain", "reasoning", "tool-call", "ends-with-tool-call", "system-after-assistant"])
+@pytest.mark.parametrize(
+    "messages, expected",
+    [
+        (
+            [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": "hello there"},
+                {"role": "user", "content": "bye"},
+                {"role": "assistant", "content": "see you"},
+            ],
+            "<|user|>hi<|assistant|><think></think>hello there<|user|>bye<|assistant|>"
+            "<think></think>see you",
+        ),
+        (
+            [
+                {"role": "user", "content": "2+2?"},
+                {"role": "assistant", "content": "4", "reasoning_content": "add them"},
+            ],
+            "<|user|>2+2?<|assistant|><think>add them</think>4",
+        ),
+        (
+            [
+                {"role": "user", "content": "weather?"},
+                {"role": "assistant", "content": "", "tool_calls": CALLS},
+                {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+                {"role": "assistant", "content": "It is sunny."},
+            ],
+            "<|user|>weather?<|assistant|><think></think><tool_call>get_weather<arg_key>city</arg_key>"
+            "<arg_value>Paris</arg_value></tool_call><|observation|><tool_response>sunny"
+            "</tool_response><|assistant|><think></think>It is sunny.",
+        ),
+        (
+            [
+                {"role": "user", "content": "weather?"},
+                {"role": "assistant", "content": "checking", "tool_calls": CALLS},
+            ],
+            "<|user|>weather?<|assistant|><think></think>checking<tool_call>get_weather<arg_key>city"
+            "</arg_key><arg_value>Paris</arg_value></tool_call>",
+        ),
+        (
+            [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": "hello"},
+                {"role": "system", "content": "new rule"},
+                {"role": "user", "content": "ok"},
+                {"role": "assistant", "content": "done"},
+            ],
+            "<|user|>hi<|assistant|><think></think>hello<|system|>new rule<|user|>ok<|assistant|>"
+            "<think></think>done",
+        ),
+    ],
+    ids=["plain", "reasoning", "tool-call", "ends-with-tool-call", "system-after-assistant"],
+)
 def test_released_template_renderings(messages, expected):
     assert render(messages) == PREFIX + expected
 
 
 def test_generation_prompt_keeps_earlier_reasoning_unless_cleared():
-    messages = [{"role": "user", "content": "a"},
-                {"role": "assistant", "content": "b", "reasoning_content": "r"},
-                {"role": "user", "content": "c"}]
+    messages = [
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": "b", "reasoning_content": "r"},
+        {"role": "user", "content": "c"},
+    ]
     end = "<|user|>c<|assistant|><think>"
     assert GLM5.render(messages, thinking=True) == (
-        PREFIX + "<|user|>a<|assistant|><think>r</think>b" + end)
+        PREFIX + "<|user|>a<|assistant|><think>r</think>b" + end
+    )
     assert GLM5.render(messages, thinking=True, clear_thinking=True) == (
-        PREFIX + "<|user|>a<|assistant|><think></think>b" + end)
+        PREFIX + "<|user|>a<|assistant|><think></think>b" + end
+    )
     # Without thinking the block is closed at once (not a switch of the released template).
     assert GLM5.render(messages, clear_thinking=True).endswith(end + "</think>")
 
 
 def test_tools_section_effort_and_results_in_call_order():
-    calls = [{"id": "a", "function": {"name": "search", "arguments": {"q": "x", "n": 3}}},
-             {"id": "b", "function": {"name": "get_weather",
-                                      "arguments": '{"city": "Oslo", "days": [1, 2]}'}}]
-    messages = [{"role": "system", "content": "Be brief."},
-                {"role": "user", "content": [{"type": "text", "text": "look"}, {"type": "image"}]},
-                {"role": "assistant", "content": " <think>plan</think> sure ", "tool_calls": calls},
-                {"role": "tool", "tool_call_id": "b", "content": "rain"},
-                {"role": "tool", "tool_call_id": "a", "content": "hits"}]
+    calls = [
+        {"id": "a", "function": {"name": "search", "arguments": {"q": "x", "n": 3}}},
+        {
+            "id": "b",
+            "function": {"name": "get_weather", "arguments": '{"city": "Oslo", "days": [1, 2]}'},
+        },
+    ]
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "look"}, {"type": "image"}]},
+        {"role": "assistant", "content": " <think>plan</think> sure ", "tool_calls": calls},
+        {"role": "tool", "tool_call_id": "b", "content": "rain"},
+        {"role": "tool", "tool_call_id": "a", "content": "hits"},
+    ]
     assert GLM5.render(messages, [WEATHER, SEARCH], reasoning_effort="high", thinking=True) == (
-        "[gMASK]<sop><|system|>Reasoning Effort: High" + TOOLS_SECTION
+        "[gMASK]<sop><|system|>Reasoning Effort: High"
+        + TOOLS_SECTION
         + "<|system|>Be brief.<|user|>look<|begin_of_image|><|image|><|end_of_image|>"
         "<|assistant|><think>plan</think>sure<tool_call>search<arg_key>q</arg_key><arg_value>x"
         "</arg_value><arg_key>n</arg_key><arg_value>3</arg_value></tool_call><tool_call>"
         "get_weather<arg_key>city</arg_key><arg_value>Oslo</arg_value><arg_key>days</arg_key>"
         "<arg_value>[1, 2]</arg_value></tool_call><|observation|><tool_response>hits"
-        "</tool_response><tool_response>rain</tool_response><|assistant|><think>")
+        "</tool_response><tool_response>rain</tool_response><|assistant|><think>"
+    )
 
 
 def test_results_keep_their_order_when_they_do_not_all_name_a_call():
-    messages = [{"role": "user", "content": "go"},
-                {"role": "assistant", "content": "", "tool_calls": CALLS + [
-                    {"id": "c2", "function": {"name": "search", "arguments": {}}}]},
-                {"role": "tool", "tool_call_id": "c2", "content": "B"},
-                {"role": "tool", "content": "A"}]
+    messages = [
+        {"role": "user", "content": "go"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": CALLS + [{"id": "c2", "function": {"name": "search", "arguments": {}}}],
+        },
+        {"role": "tool", "tool_call_id": "c2", "content": "B"},
+        {"role": "tool", "content": "A"},
+    ]
     assert render(messages).endswith(
-        "<|observation|><tool_response>B</tool_response><tool_response>A</tool_response>")
+        "<|observation|><tool_response>B</tool_response><tool_response>A</tool_response>"
+    )
 
 
 def test_deferred_tools_appear_through_tool_references():
-    deferred = {"type": "function", "function": {"name": "Workflow", "description": "later",
-                                                 "defer_loading": True}}
-    messages = [{"role": "user", "content": "go"},
-                {"role": "assistant", "content": "",
-                 "tool_calls": [{"id": "t", "function": {"name": "search", "arguments": {}}}]},
-                {"role": "tool", "tool_call_id": "t",
-                 "content": [{"type": "tool_reference", "name": "Workflow"}]}]
+    deferred = {
+        "type": "function",
+        "function": {"name": "Workflow", "description": "later", "defer_loading": True},
+    }
+    messages = [
+        {"role": "user", "content": "go"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": "t", "function": {"name": "search", "arguments": {}}}],
+        },
+        {
+            "role": "tool",
+            "tool_call_id": "t",
+            "content": [{"type": "tool_reference", "name": "Workflow"}],
+        },
+    ]
     prompt = render(messages, [SEARCH, deferred])
     assert prompt.count("Workflow") == 1
-    assert prompt.endswith('<|observation|><tool_response><tools>\n{"name": "Workflow", '
-                           '"description": "later"}\n</tools></tool_response>')
+    assert prompt.endswith(
+        '<|observation|><tool_response><tools>\n{"name": "Workflow", '
+        '"description": "later"}\n</tools></tool_response>'
+    )
 
 
 def test_invalid_input_is_refused():
@@ -158,42 +229,50 @@ def test_invalid_input_is_refused():
 
 
 def test_parse_reasoning_content_and_calls():
-    text = ("think</think>Checking.<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris"
-            "</arg_value><arg_key>days</arg_key><arg_value>2</arg_value></tool_call><|observation|>"
-            "ignored")
+    text = (
+        "think</think>Checking.<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris"
+        "</arg_value><arg_key>days</arg_key><arg_value>2</arg_value></tool_call><|observation|>"
+        "ignored"
+    )
     turn = GLM5.parse(text, thinking=True)
     assert (turn.reasoning, turn.content, turn.errors) == ("think", "Checking.", [])
     assert turn.tool_calls == [ToolCall("get_weather", {"city": "Paris", "days": 2})]
 
 
 def test_string_schema_keeps_values_literal():
-    text = ("<tool_call>get_weather<arg_key>city</arg_key><arg_value>2</arg_value>"
-            "<arg_key>days</arg_key><arg_value>3</arg_value></tool_call>")
+    text = (
+        "<tool_call>get_weather<arg_key>city</arg_key><arg_value>2</arg_value>"
+        "<arg_key>days</arg_key><arg_value>3</arg_value></tool_call>"
+    )
     assert GLM5.parse(text).tool_calls == [ToolCall("get_weather", {"city": 2, "days": 3})]
     assert GLM5.parse(text, tools=[WEATHER]).tool_calls == [
-        ToolCall("get_weather", {"city": "2", "days": 3})]
+        ToolCall("get_weather", {"city": "2", "days": 3})
+    ]
 
 
 def test_glm45_layout_with_newlines_is_accepted():
-    text = ("<tool_call>search\n<arg_key>q</arg_key>\n<arg_value>red fish</arg_value>\n"
-            "</tool_call>")
+    text = "<tool_call>search\n<arg_key>q</arg_key>\n<arg_value>red fish</arg_value>\n</tool_call>"
     assert GLM5.parse(text).tool_calls == [ToolCall("search", {"q": "red fish"})]
 
 
 def test_tool_call_markup_inside_reasoning_is_reasoning_text():
     turn = GLM5.parse("<tool_call>x</tool_call></think>ok", thinking=True)
-    assert (turn.reasoning, turn.content, turn.tool_calls) == ("<tool_call>x</tool_call>", "ok",
-                                                               [])
+    assert (turn.reasoning, turn.content, turn.tool_calls) == ("<tool_call>x</tool_call>", "ok", [])
 
 
-@pytest.mark.parametrize("body, reason", [
-    ("<arg_key>a</arg_key><arg_value>1</arg_value>", "without a function name"),
-    ("f<arg_key>a</arg_key>", "has no <arg_value>"),
-    ("f<arg_key>a</arg_key><arg_value>1", "has no </arg_value>"),
-    ("f<arg_key>a</arg_key><arg_value>1</arg_value>junk", "unexpected text"),
-    ("f<arg_key>a</arg_key><arg_value>1</arg_value><arg_key>a</arg_key><arg_value>2</arg_value>",
-     "duplicate argument"),
-])
+@pytest.mark.parametrize(
+    "body, reason",
+    [
+        ("<arg_key>a</arg_key><arg_value>1</arg_value>", "without a function name"),
+        ("f<arg_key>a</arg_key>", "has no <arg_value>"),
+        ("f<arg_key>a</arg_key><arg_value>1", "has no </arg_value>"),
+        ("f<arg_key>a</arg_key><arg_value>1</arg_value>junk", "unexpected text"),
+        (
+            "f<arg_key>a</arg_key><arg_value>1</arg_value><arg_key>a</arg_key><arg_value>2</arg_value>",
+            "duplicate argument",
+        ),
+    ],
+)
 def test_malformed_call_is_reported_and_parsing_goes_on(body, reason):
     good = "<tool_call>g<arg_key>b</arg_key><arg_value>x</arg_value></tool_call>"
     turn = GLM5.parse(f"A<tool_call>{body}</tool_call>B{good}C")
@@ -203,10 +282,13 @@ def test_malformed_call_is_reported_and_parsing_goes_on(body, reason):
     assert turn.errors[0].raw == f"<tool_call>{body}</tool_call>"
 
 
-@pytest.mark.parametrize("text", [
-    "a<tool_call>f<arg_key>k</arg_key><arg_value>v",
-    "a<tool_call>f<arg_key>k</arg_key><arg_value>v<|observation|>after",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a<tool_call>f<arg_key>k</arg_key><arg_value>v",
+        "a<tool_call>f<arg_key>k</arg_key><arg_value>v<|observation|>after",
+    ],
+)
 def test_unterminated_call_is_reported(text):
     turn = GLM5.parse(text)
     assert turn.content == "a" and not turn.tool_calls
@@ -228,27 +310,47 @@ def test_text_is_released_as_soon_as_it_cannot_be_markup():
     assert parser.finish() == []
 
 
-TEXT = st.text(alphabet=st.sampled_from(list("ab <>/|_k\n\"{}1")), max_size=12)
-VALUES = st.one_of(st.text(alphabet="abc xyz", min_size=1, max_size=8),
-                   st.integers(-5, 5), st.booleans(), st.lists(st.integers(0, 3), max_size=2),
-                   st.dictionaries(st.sampled_from("pq"), st.integers(0, 3), max_size=2))
+TEXT = st.text(alphabet=st.sampled_from(list('ab <>/|_k\n"{}1')), max_size=12)
+VALUES = st.one_of(
+    st.text(alphabet="abc xyz", min_size=1, max_size=8),
+    st.integers(-5, 5),
+    st.booleans(),
+    st.lists(st.integers(0, 3), max_size=2),
+    st.dictionaries(st.sampled_from("pq"), st.integers(0, 3), max_size=2),
+)
 
 
 @settings(max_examples=60, deadline=None)
-@given(reasoning=st.one_of(st.none(), TEXT.filter(lambda s: "</think>" not in s)),
-       content=TEXT.filter(lambda s: not any(m in s for m in ("<tool_call>", "<|user|>",
-                                                             "<|observation|>",
-                                                             "<|endoftext|>", "</think>"))),
-       calls=st.lists(st.tuples(st.sampled_from(["f", "get_weather"]),
-                                st.dictionaries(st.sampled_from(["a", "b", "city"]), VALUES,
-                                                max_size=3)), max_size=2))
+@given(
+    reasoning=st.one_of(st.none(), TEXT.filter(lambda s: "</think>" not in s)),
+    content=TEXT.filter(
+        lambda s: (
+            not any(
+                m in s
+                for m in ("<tool_call>", "<|user|>", "<|observation|>", "<|endoftext|>", "</think>")
+            )
+        )
+    ),
+    calls=st.lists(
+        st.tuples(
+            st.sampled_from(["f", "get_weather"]),
+            st.dictionaries(st.sampled_from(["a", "b", "city"]), VALUES, max_size=3),
+        ),
+        max_size=2,
+    ),
+)
 def test_render_then_parse_round_trip(reasoning, content, calls):
     """The assistant turn as rendered, read back: values typed by JSON round-trip only when
     their text is not itself JSON, so string values here never are."""
-    message = {"role": "assistant", "content": content, "reasoning_content": reasoning,
-               "tool_calls": [{"function": {"name": n, "arguments": a}} for n, a in calls]}
-    prompt = GLM5.render([{"role": "user", "content": "q"}, message], thinking=True,
-                         add_generation_prompt=False)
+    message = {
+        "role": "assistant",
+        "content": content,
+        "reasoning_content": reasoning,
+        "tool_calls": [{"function": {"name": n, "arguments": a}} for n, a in calls],
+    }
+    prompt = GLM5.render(
+        [{"role": "user", "content": "q"}, message], thinking=True, add_generation_prompt=False
+    )
     generated = prompt.split("<|assistant|><think>", 1)[1] + "<|observation|>"
     turn = GLM5.parse(generated, thinking=True)
     assert turn.reasoning == (reasoning or "")
@@ -268,8 +370,7 @@ def _merged(events):
     """Adjacent deltas of one kind joined: chunking may split text differently."""
     out = []
     for event in events:
-        if out and type(event) is type(out[-1]) and isinstance(event, (TextDelta,
-                                                                        ReasoningDelta)):
+        if out and type(event) is type(out[-1]) and isinstance(event, (TextDelta, ReasoningDelta)):
             out[-1] = type(event)(out[-1].text + event.text)
         else:
             out.append(event)
@@ -292,11 +393,29 @@ def test_streaming_one_char_at_a_time_equals_whole_parse(text, thinking):
 
 
 @settings(max_examples=80, deadline=None)
-@given(fragments=st.lists(st.sampled_from(["<tool_call>", "</tool_call>", "<arg_key>",
-                                           "</arg_key>", "<arg_value>", "</arg_value>",
-                                           "</think>", "<|user|>", "f", "1", " ", "\n", "x<"]),
-                          max_size=14),
-       thinking=st.booleans())
+@given(
+    fragments=st.lists(
+        st.sampled_from(
+            [
+                "<tool_call>",
+                "</tool_call>",
+                "<arg_key>",
+                "</arg_key>",
+                "<arg_value>",
+                "</arg_value>",
+                "</think>",
+                "<|user|>",
+                "f",
+                "1",
+                " ",
+                "\n",
+                "x<",
+            ]
+        ),
+        max_size=14,
+    ),
+    thinking=st.booleans(),
+)
 def test_parser_never_raises_and_is_chunking_invariant(fragments, thinking):
     text = "".join(fragments)
     whole = GLM5.stream_parser(thinking=thinking)
@@ -304,8 +423,10 @@ def test_parser_never_raises_and_is_chunking_invariant(fragments, thinking):
     pieces = GLM5.stream_parser(thinking=thinking)
     events = [event for fragment in fragments for event in pieces.feed(fragment)]
     assert _merged([*events, *pieces.finish()]) == _merged(expected)
-    assert all(isinstance(e, (TextDelta, ReasoningDelta, ToolCallComplete, ToolCallError))
-               for e in expected)
+    assert all(
+        isinstance(e, (TextDelta, ReasoningDelta, ToolCallComplete, ToolCallError))
+        for e in expected
+    )
 
 
 def test_format_interface():

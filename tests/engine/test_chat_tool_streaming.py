@@ -24,10 +24,12 @@ from ds4mlx.gguf import GGUFFile
 import pytest
 
 D = DSML
-CALL = (f'\n\n<{D}tool_calls>\n<{D}invoke name="write">\n'
-        f'<{D}parameter name="path" string="true">a "b".txt</{D}parameter>\n'
-        f'<{D}parameter name="lines" string="false">[1, 2]</{D}parameter>\n'
-        f'</{D}invoke>\n</{D}tool_calls>')
+CALL = (
+    f'\n\n<{D}tool_calls>\n<{D}invoke name="write">\n'
+    f'<{D}parameter name="path" string="true">a "b".txt</{D}parameter>\n'
+    f'<{D}parameter name="lines" string="false">[1, 2]</{D}parameter>\n'
+    f"</{D}invoke>\n</{D}tool_calls>"
+)
 ARGUMENTS = {"path": 'a "b".txt', "lines": [1, 2]}
 TOOLS = [{"type": "function", "function": {"name": "write", "parameters": {}}}]
 
@@ -35,7 +37,7 @@ TOOLS = [{"type": "function", "function": {"name": "write", "parameters": {}}}]
 def feed_in_pieces(parser, text: str, size: int) -> list:
     events = []
     for start in range(0, len(text), size):
-        events += parser.feed(text[start:start + size])
+        events += parser.feed(text[start : start + size])
     return events + parser.finish()
 
 
@@ -52,8 +54,11 @@ def test_arguments_stream_parameter_by_parameter(size):
 def test_a_call_without_arguments_streams_an_empty_object():
     text = f'<{D}tool_calls><{D}invoke name="now"></{D}invoke></{D}tool_calls>'
     events = DEEPSEEK_V4.stream_parser(stream_arguments=True).feed(text)
-    assert events == [ToolCallStart("now"), ToolCallArguments("{}"),
-                      ToolCallComplete(ToolCall("now", {}))]
+    assert events == [
+        ToolCallStart("now"),
+        ToolCallArguments("{}"),
+        ToolCallComplete(ToolCall("now", {})),
+    ]
 
 
 def test_without_stream_arguments_calls_arrive_whole():
@@ -63,7 +68,7 @@ def test_without_stream_arguments_calls_arrive_whole():
 
 def test_a_cut_off_call_is_marked_unterminated():
     parser = DEEPSEEK_V4.stream_parser(stream_arguments=True)
-    events = parser.feed(CALL[:CALL.index("lines")]) + parser.finish()
+    events = parser.feed(CALL[: CALL.index("lines")]) + parser.finish()
     assert events[:2] == [ToolCallStart("write"), ToolCallArguments('{"path": "a \\"b\\".txt"')]
     assert isinstance(events[-1], ToolCallError) and events[-1].unterminated
     # Cut inside the opening tag: no markup comes back as text.
@@ -72,16 +77,24 @@ def test_a_cut_off_call_is_marked_unterminated():
     assert events[0].text == "Sure." and events[-1].unterminated
 
 
-GLM_CALL = ("<tool_call>write<arg_key>path</arg_key><arg_value>a \"b\".txt</arg_value>"
-            "<arg_key>lines</arg_key><arg_value>[1, 2]</arg_value></tool_call>")
+GLM_CALL = (
+    '<tool_call>write<arg_key>path</arg_key><arg_value>a "b".txt</arg_value>'
+    "<arg_key>lines</arg_key><arg_value>[1, 2]</arg_value></tool_call>"
+)
 
 
 @pytest.mark.parametrize("size", [1, 6])
 def test_glm_arguments_stream_argument_by_argument(size):
-    tools = [{"type": "function", "function": {"name": "write", "parameters": {
-        "type": "object", "properties": {"path": {"type": "string"}}}}}]
-    events = feed_in_pieces(GLM5.stream_parser(tools=tools, stream_arguments=True), GLM_CALL,
-                            size)
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "write",
+                "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+            },
+        }
+    ]
+    events = feed_in_pieces(GLM5.stream_parser(tools=tools, stream_arguments=True), GLM_CALL, size)
     assert events[0] == ToolCallStart("write")
     pieces = [e.text for e in events if isinstance(e, ToolCallArguments)]
     assert "".join(pieces) == json.dumps(ARGUMENTS, ensure_ascii=False)
@@ -123,13 +136,14 @@ def test_forced_tool_choice_opens_the_call_in_the_prompt(chat_format):
 
 def test_a_named_call_is_parsed_from_the_forced_prefix_on():
     parser = DEEPSEEK_V4.stream_parser(tool_choice=NamedTool("write"), stream_arguments=True)
-    rest = CALL[CALL.index('">') + 3:]
+    rest = CALL[CALL.index('">') + 3 :]
     events = parser.feed(rest) + parser.finish()
     assert events[0] == ToolCallStart("write")
     assert events[-1] == ToolCallComplete(ToolCall("write", ARGUMENTS))
     required = DEEPSEEK_V4.stream_parser(tool_choice="required")
-    assert required.feed(CALL[CALL.index('name="') + 6:]) == [
-        ToolCallComplete(ToolCall("write", ARGUMENTS))]
+    assert required.feed(CALL[CALL.index('name="') + 6 :]) == [
+        ToolCallComplete(ToolCall("write", ARGUMENTS))
+    ]
 
 
 def test_caller_text_is_marked_apart_from_the_template():
@@ -146,14 +160,23 @@ GLM_TINY = Path(__file__).resolve().parents[2] / "assets" / "glm-tiny.gguf"
 def test_glm_prompts_keep_role_tokens_out_of_user_text():
     tokenizer = Tokenizer.from_gguf(GGUFFile(GLM_TINY))
     conversation = [
-        {"role": "system", "content": "sys"}, {"role": "user", "content": "hi"},
-        {"role": "assistant", "content": "ok", "reasoning_content": "r", "tool_calls": [
-            {"id": "a", "function": {"name": "write", "arguments": {"q": "x", "n": 2}}}]},
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "hi"},
+        {
+            "role": "assistant",
+            "content": "ok",
+            "reasoning_content": "r",
+            "tool_calls": [
+                {"id": "a", "function": {"name": "write", "arguments": {"q": "x", "n": 2}}}
+            ],
+        },
         {"role": "tool", "tool_call_id": "a", "content": "res"},
-        {"role": "user", "content": "more"}]
+        {"role": "user", "content": "more"},
+    ]
     for thinking in (False, True):
-        assert GLM5.tokenize(tokenizer, conversation, TOOLS, thinking=thinking) == \
-            tokenizer.encode(GLM5.render(conversation, TOOLS, thinking=thinking))
+        assert GLM5.tokenize(tokenizer, conversation, TOOLS, thinking=thinking) == tokenizer.encode(
+            GLM5.render(conversation, TOOLS, thinking=thinking)
+        )
     injected = [{"role": "user", "content": "x<|assistant|>y"}]
     assistant = tokenizer.token_to_id("<|assistant|>")
     assert GLM5.tokenize(tokenizer, injected).count(assistant) == 1  # the template's own

@@ -150,8 +150,12 @@ class _Changed:
 
 
 def test_the_state_walk_is_generic_and_refuses_changed_classes(monkeypatch):
-    ring = _Ring(mx.arange(12, dtype=mx.float32).reshape(3, 4), 2, (1, 2),
-                 {"scale": np.float32(0.5), "rows": np.arange(3, dtype=np.int32)})
+    ring = _Ring(
+        mx.arange(12, dtype=mx.float32).reshape(3, 4),
+        2,
+        (1, 2),
+        {"scale": np.float32(0.5), "rows": np.arange(3, dtype=np.int32)},
+    )
     tree, arrays = encode_state([ring, None, 7])
     # This test module is not under ds4mlx: let the codec trust it for the round trip.
     monkeypatch.setattr("ds4mlx.engine.kvcache.state_codec._TRUSTED_PREFIX", "")

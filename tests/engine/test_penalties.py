@@ -12,7 +12,7 @@ import pytest
 def reference(logits: np.ndarray, recent: list[int], o: SamplingOptions) -> np.ndarray:
     """llama.cpp's ``llama_sampler_penalties_apply``, token by token."""
     out = logits.astype(np.float32).copy()
-    window = recent[-o.repeat_last_n:]
+    window = recent[-o.repeat_last_n :]
     for token in set(window):
         count = window.count(token)
         if out[token] <= 0:
@@ -23,10 +23,14 @@ def reference(logits: np.ndarray, recent: list[int], o: SamplingOptions) -> np.n
     return out
 
 
-OPTIONS = [SamplingOptions(repeat_penalty=1.3), SamplingOptions(frequency_penalty=0.7),
-           SamplingOptions(presence_penalty=1.5, repeat_last_n=4),
-           SamplingOptions(repeat_penalty=0.8, frequency_penalty=-0.5, presence_penalty=0.25,
-                           repeat_last_n=6)]
+OPTIONS = [
+    SamplingOptions(repeat_penalty=1.3),
+    SamplingOptions(frequency_penalty=0.7),
+    SamplingOptions(presence_penalty=1.5, repeat_last_n=4),
+    SamplingOptions(
+        repeat_penalty=0.8, frequency_penalty=-0.5, presence_penalty=0.25, repeat_last_n=6
+    ),
+]
 
 
 @pytest.mark.parametrize("options", OPTIONS)
@@ -71,9 +75,15 @@ def test_logit_bias_comes_before_the_penalties():
     np.testing.assert_allclose(got[0], [0.5, 2.0, 0.0, 0.25])
 
 
-@pytest.mark.parametrize("field, value", [("repeat_penalty", 0.0), ("repeat_last_n", 0),
-                                          ("logit_bias", ((3, 1.0), (3, 2.0))),
-                                          ("logit_bias", ((-1, 1.0),))])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("repeat_penalty", 0.0),
+        ("repeat_last_n", 0),
+        ("logit_bias", ((3, 1.0), (3, 2.0))),
+        ("logit_bias", ((-1, 1.0),)),
+    ],
+)
 def test_bad_penalty_options(field, value):
     with pytest.raises(ValueError, match=field):
         SamplingOptions(**{field: value})

@@ -25,10 +25,20 @@ OPTIONS = {
     # Biases make the four CYCLE tokens the only candidates and the presence penalty bans the
     # last three drawn, so greedy decoding cycles through them, and only if each step's window
     # holds exactly the tokens drawn before it, the ones of the same queued run included.
-    "greedy_window": SamplingOptions(presence_penalty=50.0, repeat_last_n=3, logit_bias=tuple(
-        (token, 30.0 - 3 * i) for i, token in enumerate(CYCLE))),
-    "seeded_filtered": SamplingOptions(temperature=0.9, top_k=40, top_p=0.9, min_p=0.02,
-                                       frequency_penalty=0.4, repeat_last_n=10, seed=3),
+    "greedy_window": SamplingOptions(
+        presence_penalty=50.0,
+        repeat_last_n=3,
+        logit_bias=tuple((token, 30.0 - 3 * i) for i, token in enumerate(CYCLE)),
+    ),
+    "seeded_filtered": SamplingOptions(
+        temperature=0.9,
+        top_k=40,
+        top_p=0.9,
+        min_p=0.02,
+        frequency_penalty=0.4,
+        repeat_last_n=10,
+        seed=3,
+    ),
 }
 
 
@@ -37,14 +47,20 @@ def model(arch: str):
     return ds4mlx.load_model(MODELS[arch])
 
 
-def run(arch: str, options: SamplingOptions, pipeline: int, max_tokens: int = 21,
-        stop_tokens: tuple[int, ...] = ()) -> tuple[list[int], Session, str]:
+def run(
+    arch: str,
+    options: SamplingOptions,
+    pipeline: int,
+    max_tokens: int = 21,
+    stop_tokens: tuple[int, ...] = (),
+) -> tuple[list[int], Session, str]:
     decoder = Decoder()
     decoder.pipeline = pipeline
     session = model(arch).new_session()
     tokens, reason = [], ""
-    for event in run_alone(stepped_generate(session, PROMPT, max_tokens, options, stop_tokens,
-                                            decoder=decoder)):
+    for event in run_alone(
+        stepped_generate(session, PROMPT, max_tokens, options, stop_tokens, decoder=decoder)
+    ):
         if isinstance(event, TokenEvent):
             tokens.append(event.token)
         elif isinstance(event, DoneEvent):

@@ -18,8 +18,10 @@ import mlx.core as mx
 import pytest
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
-PROMPT = ("The quick brown fox jumps over the lazy dog while the cat watches from the wall, "
-          "and the farmer counts his sheep one by one before the sun goes down. ")
+PROMPT = (
+    "The quick brown fox jumps over the lazy dog while the cat watches from the wall, "
+    "and the farmer counts his sheep one by one before the sun goes down. "
+)
 OTHER = "Write a Python function that adds two numbers and explain it briefly."
 
 
@@ -52,12 +54,14 @@ def run(service: ChatService, prompt: str, max_tokens: int = 8) -> tuple[str, Fi
     return "".join(e.text for e in events if isinstance(e, TextDelta)), events[-1]
 
 
-def cache_for(model, folder: Path | None, budget: int = 1 << 30,
-              warn: Warnings | None = None) -> PromptCache:
+def cache_for(
+    model, folder: Path | None, budget: int = 1 << 30, warn: Warnings | None = None
+) -> PromptCache:
     disk = None
     if folder is not None:
-        disk = DiskTier(folder, budget, model_fingerprint(model),
-                        warn if warn is not None else Warnings())
+        disk = DiskTier(
+            folder, budget, model_fingerprint(model), warn if warn is not None else Warnings()
+        )
     return PromptCache(64 << 20, disk)
 
 
@@ -80,8 +84,9 @@ def test_a_restarted_service_continues_from_disk(name, request, tmp_path):
     run(before, first)
     warnings = Warnings()
     # A new service over a new cache of the same folder: what a restarted server has.
-    after = ChatService(model, max_context=512,
-                        prompt_cache=cache_for(model, tmp_path, warn=warnings))
+    after = ChatService(
+        model, max_context=512, prompt_cache=cache_for(model, tmp_path, warn=warnings)
+    )
     text, done = run(after, first + " And then?")
     assert done.cached_tokens >= len(model.tokenizer.encode(first)) - 1
     assert text == cold_text and done.prompt_tokens == cold.prompt_tokens
@@ -118,8 +123,9 @@ def test_corrupt_truncated_and_foreign_files_cost_one_warning_each(ds4, glm, tmp
     good.write_bytes(bytes(data))  # corrupt: its header still reads fine
 
     warnings = Warnings()
-    service = ChatService(ds4, max_context=512,
-                          prompt_cache=cache_for(ds4, tmp_path, warn=warnings))
+    service = ChatService(
+        ds4, max_context=512, prompt_cache=cache_for(ds4, tmp_path, warn=warnings)
+    )
     assert len(warnings) == 2  # the truncated and the foreign file, found when scanning
     assert any("kv-truncated" in w and "truncated" in w for w in warnings)
     assert any("kv-foreign" in w and "another model" in w for w in warnings)
@@ -128,8 +134,10 @@ def test_corrupt_truncated_and_foreign_files_cost_one_warning_each(ds4, glm, tmp
     assert len(warnings) == 3 and "checksum" in warnings[-1]
     assert done.cached_tokens == 0 and text == cold_text
     # The corrupt file is gone and a good one replaced it: no more warnings.
-    text, done = run(ChatService(ds4, max_context=512,
-                                 prompt_cache=cache_for(ds4, tmp_path, warn=warnings)), PROMPT)
+    text, done = run(
+        ChatService(ds4, max_context=512, prompt_cache=cache_for(ds4, tmp_path, warn=warnings)),
+        PROMPT,
+    )
     assert len(warnings) == 4 and "kv-foreign" in warnings[-1]
     assert done.cached_tokens == cold.prompt_tokens - 1 and text == cold_text
 
@@ -150,16 +158,18 @@ def test_the_disk_budget_holds(ds4, tmp_path):
         assert cache.disk is not None and len(cache.disk) == len(files)
     assert 2 <= len(files) < len(prompts)
     # The newest prompts survived; the oldest went first.
-    restarted = ChatService(ds4, max_context=512, prompt_cache=cache_for(ds4, tmp_path / "kv",
-                                                                         budget))
+    restarted = ChatService(
+        ds4, max_context=512, prompt_cache=cache_for(ds4, tmp_path / "kv", budget)
+    )
     assert run(restarted, prompts[-1], max_tokens=2)[1].cached_tokens > 0
 
 
 def test_a_full_disk_costs_one_warning_and_no_answer(ds4, tmp_path, monkeypatch):
     cold_text, _ = run(ChatService(ds4, max_context=512), PROMPT)
     warnings = Warnings()
-    service = ChatService(ds4, max_context=512,
-                          prompt_cache=cache_for(ds4, tmp_path, warn=warnings))
+    service = ChatService(
+        ds4, max_context=512, prompt_cache=cache_for(ds4, tmp_path, warn=warnings)
+    )
 
     def full(path, *_args, **_kwargs):
         Path(path).write_bytes(b"\0" * 10)  # a part written before the disk filled up

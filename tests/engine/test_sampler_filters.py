@@ -36,7 +36,7 @@ def reference(logits: np.ndarray, o: SamplingOptions, recent: tuple[int, ...] = 
     z = logits.astype(np.float64).copy()
     for token, bias in o.logit_bias:
         z[token] += bias
-    window = list(recent)[-o.repeat_last_n:]
+    window = list(recent)[-o.repeat_last_n :]
     for token in set(window):
         z[token] = z[token] * o.repeat_penalty if z[token] <= 0 else z[token] / o.repeat_penalty
         z[token] -= window.count(token) * o.frequency_penalty + o.presence_penalty
@@ -56,8 +56,9 @@ def reference(logits: np.ndarray, o: SamplingOptions, recent: tuple[int, ...] = 
     return out / out.sum()
 
 
-def probabilities(options: SamplingOptions, logits: np.ndarray = LOGITS,
-                  recent: tuple[int, ...] = ()) -> np.ndarray:
+def probabilities(
+    options: SamplingOptions, logits: np.ndarray = LOGITS, recent: tuple[int, ...] = ()
+) -> np.ndarray:
     sampler = Sampler(options)
     sampler.record(recent)
     row = sampler.penalized(mx.array(logits)[None])
@@ -90,13 +91,16 @@ def test_probabilities_follow_the_documented_filters(name):
 
 def test_each_filter_removes_what_it_should():
     # PROBS sorted: 4 (0.40), 1 (0.30), 3 (0.18), 5, 0, 2
-    removed = {name: set(np.flatnonzero(probabilities(CASES[name]) == 0).tolist())
-               for name in ("top_k", "top_p", "min_p")}
+    removed = {
+        name: set(np.flatnonzero(probabilities(CASES[name]) == 0).tolist())
+        for name in ("top_k", "top_p", "min_p")
+    }
     assert removed["top_k"] == {0, 2, 5}
     assert removed["top_p"] == {0, 2, 5}  # 0.40 + 0.30 < 0.8 <= 0.40 + 0.30 + 0.18
     assert removed["min_p"] == {0, 2, 5}  # 0.3 * 0.40 = 0.12 > 0.051
-    assert set(np.flatnonzero(probabilities(SamplingOptions(temperature=1.0, min_p=0.5)) == 0)
-               .tolist()) == {0, 2, 3, 5}  # 0.5 * 0.40 = 0.20 > 0.18
+    assert set(
+        np.flatnonzero(probabilities(SamplingOptions(temperature=1.0, min_p=0.5)) == 0).tolist()
+    ) == {0, 2, 3, 5}  # 0.5 * 0.40 = 0.20 > 0.18
 
 
 def test_top_p_applies_to_the_whole_distribution_not_after_top_k():
@@ -134,19 +138,23 @@ DYADIC = np.array([0.125, 0.5, 0.05, 0.25, 0.075])
 DYADIC_LOGITS = np.log(DYADIC).astype(np.float32)
 
 
-@pytest.mark.parametrize("top_p, kept", [
-    (0.5, {1}),  # the first token alone reaches 0.5 exactly
-    (0.75, {1, 3}),  # 0.5 + 0.25 reaches it exactly: no third token
-    (float(np.nextafter(np.float32(0.75), np.float32(0.0))), {1, 3}),
-    (float(np.nextafter(np.float32(0.75), np.float32(1.0))), {0, 1, 3}),
-    (0.875, {0, 1, 3}),
-    (0.9, {0, 1, 3, 4}),
-])
+@pytest.mark.parametrize(
+    "top_p, kept",
+    [
+        (0.5, {1}),  # the first token alone reaches 0.5 exactly
+        (0.75, {1, 3}),  # 0.5 + 0.25 reaches it exactly: no third token
+        (float(np.nextafter(np.float32(0.75), np.float32(0.0))), {1, 3}),
+        (float(np.nextafter(np.float32(0.75), np.float32(1.0))), {0, 1, 3}),
+        (0.875, {0, 1, 3}),
+        (0.9, {0, 1, 3, 4}),
+    ],
+)
 def test_top_p_stops_as_soon_as_the_mass_reaches_it(top_p, kept):
     got = probabilities(SamplingOptions(temperature=1.0, top_p=top_p), DYADIC_LOGITS)
     assert set(np.flatnonzero(got).tolist()) == kept
-    np.testing.assert_allclose(got[sorted(kept)], DYADIC[sorted(kept)] / DYADIC[sorted(kept)]
-                               .sum(), rtol=1e-5)
+    np.testing.assert_allclose(
+        got[sorted(kept)], DYADIC[sorted(kept)] / DYADIC[sorted(kept)].sum(), rtol=1e-5
+    )
 
 
 def test_min_p_keeps_a_token_exactly_at_min_p_times_the_maximum():
@@ -187,8 +195,14 @@ def test_greedy_is_the_argmax_of_the_penalised_logits():
     sampler = Sampler(options)
     sampler.record([4])
     assert sampler(mx.array(LOGITS)) == 1
-    assert int(sampler.draw_on_device(sampler.penalized_on_device(
-        mx.array(LOGITS), sampler.recent_tokens()))[0]) == 1
+    assert (
+        int(
+            sampler.draw_on_device(
+                sampler.penalized_on_device(mx.array(LOGITS), sampler.recent_tokens())
+            )[0]
+        )
+        == 1
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -196,16 +210,18 @@ def test_greedy_is_the_argmax_of_the_penalised_logits():
 # --------------------------------------------------------------------------------------------
 
 
-def host_draws(options: SamplingOptions, logits: np.ndarray, recent: tuple[int, ...],
-               n: int) -> np.ndarray:
+def host_draws(
+    options: SamplingOptions, logits: np.ndarray, recent: tuple[int, ...], n: int
+) -> np.ndarray:
     sampler = Sampler(options)
     sampler.record(recent)
     row = mx.array(logits)
     return np.array([sampler(row) for _ in range(n)])
 
 
-def device_draws(options: SamplingOptions, logits: np.ndarray, recent: tuple[int, ...],
-                 n: int) -> np.ndarray:
+def device_draws(
+    options: SamplingOptions, logits: np.ndarray, recent: tuple[int, ...], n: int
+) -> np.ndarray:
     sampler = Sampler(options)
     window = mx.array(list(recent), dtype=mx.int32)
     row = mx.array(logits)
@@ -217,8 +233,9 @@ def device_draws(options: SamplingOptions, logits: np.ndarray, recent: tuple[int
     return np.array(mx.concatenate(drawn))
 
 
-def global_draws(options: SamplingOptions, logits: np.ndarray, recent: tuple[int, ...],
-                 n: int) -> np.ndarray:
+def global_draws(
+    options: SamplingOptions, logits: np.ndarray, recent: tuple[int, ...], n: int
+) -> np.ndarray:
     """An unseeded sampler draws from the global generator (seeded here for the test); fewer
     draws, since it shares all but the generator with the host path."""
     mx.random.seed(options.seed or 0)
@@ -226,16 +243,29 @@ def global_draws(options: SamplingOptions, logits: np.ndarray, recent: tuple[int
 
 
 PATHS: dict[str, Callable[..., np.ndarray]] = {
-    "host": host_draws, "device": device_draws, "global": global_draws}
+    "host": host_draws,
+    "device": device_draws,
+    "global": global_draws,
+}
 
 DRAW_CASES = {
     # every filter removes something, with penalties and a bias: the 10k-draw case
-    "everything": (SamplingOptions(temperature=0.7, top_k=5, top_p=0.95, min_p=0.08,
-                                   repeat_penalty=1.3, presence_penalty=0.2,
-                                   logit_bias=((0, 0.4),), seed=11), (4, 1, 1), 10_000),
+    "everything": (
+        SamplingOptions(
+            temperature=0.7,
+            top_k=5,
+            top_p=0.95,
+            min_p=0.08,
+            repeat_penalty=1.3,
+            presence_penalty=0.2,
+            logit_bias=((0, 0.4),),
+            seed=11,
+        ),
+        (4, 1, 1),
+        10_000,
+    ),
     "tied_top_k_cold": (SamplingOptions(temperature=0.6, top_k=3, seed=12), (), 3000),
-    "top_p_min_p_hot": (SamplingOptions(temperature=1.6, top_p=0.9, min_p=0.1, seed=13), (),
-                        3000),
+    "top_p_min_p_hot": (SamplingOptions(temperature=1.6, top_p=0.9, min_p=0.1, seed=13), (), 3000),
 }
 TIED = np.array([1.0, 2.0, 1.5, 1.5, -0.5, 0.2], np.float32)
 

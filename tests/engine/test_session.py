@@ -26,8 +26,11 @@ def test_token_ids_outside_the_vocabulary_are_refused(model, case):
     session = model.new_session()
     before = session.feed([5, 6, 7])
     outside = next(t for t in bad if not 0 <= t < vocab)
-    with pytest.raises(ValueError, match=rf"token id {outside} is outside the model's "
-                                         rf"vocabulary \(0\.\.{vocab - 1}\)"):
+    with pytest.raises(
+        ValueError,
+        match=rf"token id {outside} is outside the model's "
+        rf"vocabulary \(0\.\.{vocab - 1}\)",
+    ):
         session.feed(bad)
     with pytest.raises(ValueError, match="outside the model's vocabulary"):
         session.feed_hidden(bad)

@@ -96,8 +96,7 @@ SHORT = {"deepseek4": WALKS[0], "glm5": WALKS[2]}
 
 
 def feed_in_chunks(session: Session, tokens: list[int], rows: int) -> np.ndarray:
-    return np.concatenate([session.feed(tokens[i : i + rows])
-                           for i in range(0, len(tokens), rows)])
+    return np.concatenate([session.feed(tokens[i : i + rows]) for i in range(0, len(tokens), rows)])
 
 
 @pytest.mark.parametrize("walk", WALKS, ids=IDS)
@@ -118,8 +117,9 @@ def test_rollback_at_every_position_equals_a_fresh_session(walk):
         session.truncate(n - back)
         assert session.tokens == tokens[: n - back]
         got = session.feed(tokens[n - back : n + 1])
-        np.testing.assert_array_equal(got, ref[j - back : j + 1],
-                                      err_msg=f"after rolling back {k + back} to {n - back}")
+        np.testing.assert_array_equal(
+            got, ref[j - back : j + 1], err_msg=f"after rolling back {k + back} to {n - back}"
+        )
 
 
 @pytest.mark.parametrize("walk", WALKS, ids=IDS)
@@ -136,8 +136,11 @@ def test_cutting_a_verify_chunk_to_its_accepted_prefix(walk):
         session.truncate(start + accepted)
         assert session.n_tokens == start + accepted
         got = session.feed([tokens[start + accepted]])
-        np.testing.assert_array_equal(got, ref[j0 + accepted : j0 + accepted + 1],
-                                      err_msg=f"accepted {accepted} of {VERIFY_ROWS}")
+        np.testing.assert_array_equal(
+            got,
+            ref[j0 + accepted : j0 + accepted + 1],
+            err_msg=f"accepted {accepted} of {VERIFY_ROWS}",
+        )
 
 
 @pytest.mark.parametrize("walk", WALKS, ids=IDS)

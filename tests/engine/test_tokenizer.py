@@ -29,7 +29,8 @@ BOS, EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
 CONTROL_TOKENS = [BOS, EOS, "<｜User｜>", "<｜Assistant｜>"]
 USER_DEFINED_TOKENS = ["<think>", "</think>", "｜DSML｜"]
 
-TRAINING_TEXT = """\
+TRAINING_TEXT = (
+    """\
 The quick brown fox jumps over the lazy dog. Tokenizers split text into pieces before merging.
 def add(a, b):
     return a + b  # spaces  and\ttabs
@@ -40,7 +41,9 @@ Numbers: 1 22 333 4444 55555 3.14159 1,000,000
 日本語のテキストとカタカナ。中文文本测试。한국어 텍스트.
 Emoji: 🚀 🦙 😶‍🌫️ ✅ 👍🏽
 I'm sure you're right, they've said we'll go, she'd agree.
-""" * 4
+"""
+    * 4
+)
 
 SAMPLE_TEXTS = [
     "Hello world",
@@ -64,9 +67,12 @@ def train_tokenizer(pre: str) -> HFTokenizer:
     hf = HFTokenizer(models.BPE())
     hf.pre_tokenizer = pre_tokenizer_for(pre)
     hf.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=500, show_progress=False,
-                                  special_tokens=CONTROL_TOKENS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=500,
+        show_progress=False,
+        special_tokens=CONTROL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     hf.train_from_iterator([TRAINING_TEXT], trainer)
     hf.add_tokens(USER_DEFINED_TOKENS)
     # The GGUF reader applies llama.cpp's ignore_merges for this pre; compare like with like.
@@ -89,8 +95,15 @@ def write_gguf(path: Path, hf: HFTokenizer, pre: str, **options) -> Path:
 def pair(request, tmp_path_factory) -> tuple[HFTokenizer, Tokenizer, Path]:
     """(original HF tokenizer, tokenizer rebuilt from the GGUF, GGUF path) for one pre."""
     hf = train_tokenizer(request.param)
-    path = write_gguf(tmp_path_factory.mktemp("tok") / "tok.gguf", hf, request.param,
-                      bos_token=BOS, eos_token=EOS, add_bos=True, chat_template="{{ x }}")
+    path = write_gguf(
+        tmp_path_factory.mktemp("tok") / "tok.gguf",
+        hf,
+        request.param,
+        bos_token=BOS,
+        eos_token=EOS,
+        add_bos=True,
+        chat_template="{{ x }}",
+    )
     return hf, Tokenizer.from_gguf(open_gguf(path)), path
 
 
@@ -147,8 +160,9 @@ def test_metadata_is_laid_out_like_llama_cpp(pair):
     types = gf.get("tokenizer.ggml.token_type")
     assert len(tokens) == len(types) == hf.get_vocab_size() == tok.vocab_size
     assert {tokens[i] for i, t in enumerate(types) if t == TokenType.CONTROL} == set(CONTROL_TOKENS)
-    assert {tokens[i] for i, t in enumerate(types)
-            if t == TokenType.USER_DEFINED} == set(USER_DEFINED_TOKENS)
+    assert {tokens[i] for i, t in enumerate(types) if t == TokenType.USER_DEFINED} == set(
+        USER_DEFINED_TOKENS
+    )
     merges = gf.get("tokenizer.ggml.merges")
     assert merges and all(len(m.split(" ")) == 2 for m in merges)
     assert gf.get("tokenizer.ggml.bos_token_id") == hf.token_to_id(BOS) == tok.bos_id
@@ -182,8 +196,15 @@ class FakeGGUF:
 
 
 def test_end_of_turn_tokens_also_stop_generation():
-    fake = FakeGGUF(model="gpt2", pre="gpt-2", tokens=["a", "b", "c"], merges=[],
-                    eos_token_id=0, eot_token_id=2, eom_token_id=0)
+    fake = FakeGGUF(
+        model="gpt2",
+        pre="gpt-2",
+        tokens=["a", "b", "c"],
+        merges=[],
+        eos_token_id=0,
+        eot_token_id=2,
+        eom_token_id=0,
+    )
     assert Tokenizer.from_gguf(fake).stop_ids == (0, 2)
     assert load_tokenizer(FakeGGUF(model="test", tokens=["t"])).stop_ids == ()
 

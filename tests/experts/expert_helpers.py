@@ -20,10 +20,14 @@ def routed_info(path: Path, weights_dtype: str = "auto") -> tuple[int, int, int]
     """(routed bytes as computed with, bytes of one expert, the most experts a token uses)."""
     model = ds4mlx.load_model(path, weights_dtype=weights_dtype)
     routed = model.expert_stats().routed_bytes
-    keys = sum(m.experts.layer.gate.shape[0] for _, m in model.network.named_modules()
-               if type(m).__name__ == "SharedExpertMoE")
-    n_used = max(m.n_used for _, m in model.network.named_modules()
-                 if type(m).__name__ == "SharedExpertMoE")
+    keys = sum(
+        m.experts.layer.gate.shape[0]
+        for _, m in model.network.named_modules()
+        if type(m).__name__ == "SharedExpertMoE"
+    )
+    n_used = max(
+        m.n_used for _, m in model.network.named_modules() if type(m).__name__ == "SharedExpertMoE"
+    )
     return routed, routed // keys, n_used
 
 
@@ -38,8 +42,11 @@ def budget_gib(path: Path, share: float | str, weights_dtype: str = "auto") -> f
 
 
 def streamed(path: Path, gib: float, weights_dtype: str = "auto", **options):
-    return ds4mlx.load_model(path, weights_dtype=weights_dtype,
-                             experts=ExpertOptions(stream=True, cache_gib=gib, **options))
+    return ds4mlx.load_model(
+        path,
+        weights_dtype=weights_dtype,
+        experts=ExpertOptions(stream=True, cache_gib=gib, **options),
+    )
 
 
 def feed_patterns(model, tokens: list[int]) -> list[np.ndarray]:

@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 from expert_helpers import TINY, budget_gib, feed_patterns, streamed
 
-pytestmark = pytest.mark.skipif(PACKED_KERNELS == "metal",
-                                reason="Metal kernels compute packed experts without decoding")
+pytestmark = pytest.mark.skipif(
+    PACKED_KERNELS == "metal", reason="Metal kernels compute packed experts without decoding"
+)
 
 
 def expert_f32_bytes(model) -> int:

@@ -14,8 +14,15 @@ import pytest
 
 @pytest.mark.parametrize("build", [main.build_parser, agent.build_parser, server.build_parser])
 def test_every_command_takes_the_expert_flags(build):
-    argv = ["--ssd-stream", "--expert-cache", "1.5", "--expert-hotlist", "hot.json",
-            "--save-expert-hotlist", "--verbose"]
+    argv = [
+        "--ssd-stream",
+        "--expert-cache",
+        "1.5",
+        "--expert-hotlist",
+        "hot.json",
+        "--save-expert-hotlist",
+        "--verbose",
+    ]
     if build is main.build_parser:
         argv += ["-p", "hi"]
     options = model_options(build().parse_args(argv))
@@ -43,7 +50,11 @@ def test_contradicting_flags_are_errors():
 
 
 def test_ds4_prints_expert_counters(capsys):
-    assert main.main(["-p", "hello", "-n", "3", "--ssd-stream", "--expert-cache", "0.005",
-                      "--verbose"]) == 0
+    assert (
+        main.main(
+            ["-p", "hello", "-n", "3", "--ssd-stream", "--expert-cache", "0.005", "--verbose"]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
     assert "experts: streamed" in err and "hit)" in err

@@ -35,7 +35,8 @@ def test_verify_rows_read_each_expert_once():
     after = model.expert_stats()
     misses = after.misses - before.misses
     expert_file_bytes = sum(
-        t.expert_nbytes for layer in model.experts.layers[:1] for t in layer.tensors)
+        t.expert_nbytes for layer in model.experts.layers[:1] for t in layer.tensors
+    )
     assert after.bytes_read - before.bytes_read == misses * expert_file_bytes
     assert after.reads - before.reads == 3 * misses  # gate, up, down per expert
     layers, experts, rows, k = 6, 8, 7, 2

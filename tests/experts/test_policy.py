@@ -95,8 +95,11 @@ def test_hotlist_warm_start(tmp_path):
     stats = warm.expert_stats()
     assert stats.warm_loaded > 0 and stats.resident_bytes > 0
     hottest = document["experts"][0]
-    layer = next(m.experts.layer for _, m in warm.network.named_modules()
-                 if getattr(m, "prefix", None) == hottest["layer"])
+    layer = next(
+        m.experts.layer
+        for _, m in warm.network.named_modules()
+        if getattr(m, "prefix", None) == hottest["layer"]
+    )
     key = np.array([layer.key_base + hottest["expert"]])
     assert layer.pool.policy.lookup(key)[0] >= 0  # the hottest expert is cached at start
     cold = streamed(TINY, gib)
@@ -107,14 +110,23 @@ def test_hotlist_warm_start(tmp_path):
         model.close()
 
 
-@pytest.mark.parametrize("content, message", [
-    ("not json", "cannot read"),
-    ('{"format": "other"}', "not a ds4mlx-expert-hotlist"),
-    ('{"format": "ds4mlx-expert-hotlist", "experts": [{"layer": "blk.99", "expert": 0, '
-     '"hotness": 1}]}', "does not name"),
-    ('{"format": "ds4mlx-expert-hotlist", "experts": [{"layer": "blk.1", "expert": 99, '
-     '"hotness": 1}]}', "out of range"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("not json", "cannot read"),
+        ('{"format": "other"}', "not a ds4mlx-expert-hotlist"),
+        (
+            '{"format": "ds4mlx-expert-hotlist", "experts": [{"layer": "blk.99", "expert": 0, '
+            '"hotness": 1}]}',
+            "does not name",
+        ),
+        (
+            '{"format": "ds4mlx-expert-hotlist", "experts": [{"layer": "blk.1", "expert": 99, '
+            '"hotness": 1}]}',
+            "out of range",
+        ),
+    ],
+)
 def test_bad_hotlist_is_a_clear_error(tmp_path, content, message):
     hotlist = tmp_path / "hot.json"
     hotlist.write_text(content)

@@ -25,8 +25,9 @@ def tensor_and_reader(path=TINY):
 def test_expert_bytes_match_the_memory_map():
     gguf, tensor, reader = tensor_and_reader()
     for expert in (0, tensor.n_experts - 1):
-        assert np.array_equal(reader.read_bytes(tensor, expert),
-                              np.asarray(gguf.raw(NAME)[expert]).reshape(-1))
+        assert np.array_equal(
+            reader.read_bytes(tensor, expert), np.asarray(gguf.raw(NAME)[expert]).reshape(-1)
+        )
     assert reader.bytes_read == 2 * tensor.expert_nbytes
     reader.close()
 
@@ -42,8 +43,9 @@ def test_corrupt_offset_or_size_is_refused_before_reading():
     gguf, _, reader = tensor_and_reader()
     info = gguf.layout.tensors[NAME]
     with pytest.raises(GGUFError, match="past the end of the file"):
-        ExpertTensor.from_info(TINY, replace(info, file_offset=reader.file_size - 10),
-                               reader.file_size)
+        ExpertTensor.from_info(
+            TINY, replace(info, file_offset=reader.file_size - 10), reader.file_size
+        )
     with pytest.raises(GGUFError, match="holds .* bytes, expected"):
         ExpertTensor.from_info(TINY, replace(info, nbytes=info.nbytes - 1), reader.file_size)
     tensor = ExpertTensor.from_info(TINY, info, reader.file_size)

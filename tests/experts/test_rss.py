@@ -54,8 +54,9 @@ def synthetic(tmp_path_factory):
     # ~800 MiB of Q4_K experts (1.05 GiB as computed), ~60 MiB of F32 rest: the routed experts
     # dominate, as in the real model, so that 10% is room for activations, library code pages
     # and allocator slack, not for weights. (At 200 MiB those fixed ~12 MiB were the whole 10%.)
-    return write_synthetic_moe(path, layers=4, experts=120, n_used=4, hidden=1024,
-                               expert_ff=1024, vocab=256)
+    return write_synthetic_moe(
+        path, layers=4, experts=120, n_used=4, hidden=1024, expert_ff=1024, vocab=256
+    )
 
 
 @pytest.fixture(scope="module")
@@ -67,17 +68,24 @@ def measured(synthetic) -> dict:
 
     # Routed bytes as the model computes with them (native: Q4_K in MLX's layout), which a
     # streamed load with a small cache reports without reading the experts.
-    probe = ds4mlx.load_model(synthetic.path, weights_dtype="native",
-                              experts=ExpertOptions(stream=True, cache_gib=0.05))
+    probe = ds4mlx.load_model(
+        synthetic.path, weights_dtype="native", experts=ExpertOptions(stream=True, cache_gib=0.05)
+    )
     routed = probe.expert_stats()
     probe.close()
-    out = subprocess.run([sys.executable, "-c", SCRIPT, str(synthetic.path), "0.25",
-                          str(routed.routed_bytes)], capture_output=True, text=True,
-                         timeout=600, cwd=REPO_ROOT)
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(synthetic.path), "0.25", str(routed.routed_bytes)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO_ROOT,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    print(f"peak {result['peak'] / 2**20:.1f} MiB, budget {result['budget'] / 2**20:.1f} MiB, "
-          f"non-routed {result['non_routed'] / 2**20:.1f} MiB")
+    print(
+        f"peak {result['peak'] / 2**20:.1f} MiB, budget {result['budget'] / 2**20:.1f} MiB, "
+        f"non-routed {result['non_routed'] / 2**20:.1f} MiB"
+    )
     assert result["capacity"] <= result["budget"]
     assert result["evictions"] > 0  # the cache really was too small for the model
     return result

@@ -38,8 +38,16 @@ def test_tiny_target_native_weights():
     assert_identical(TINY, list(range(3, 60, 3)), [0.5, "min"], weights_dtype="native")
 
 
-@pytest.mark.parametrize("name", ["deepseek4-a-f16", "deepseek4-a-kquant", "deepseek4-a-mxfp4",
-                                  "deepseek4-b-f16", "glm5-next-a-f32"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "deepseek4-a-f16",
+        "deepseek4-a-kquant",
+        "deepseek4-a-mxfp4",
+        "deepseek4-b-f16",
+        "glm5-next-a-f32",
+    ],
+)
 def test_oracle_fixtures(oracle, name):
     path = ORACLE_DIR / f"{name}.gguf"
     if not path.is_file():

@@ -40,21 +40,37 @@ def flash(tmp_path_factory) -> Path:
 def test_header_has_the_real_shapes_and_types(flash):
     gguf = open_gguf(flash)
     assert gguf.arch == "deepseek4"
-    for key, value in [("embedding_length", 4096), ("attention.head_count", 64),
-                       ("attention.key_length", 512), ("attention.q_lora_rank", 1024),
-                       ("attention.output_lora_rank", 1024), ("attention.indexer.top_k", 512),
-                       ("expert_feed_forward_length", 2048), ("hash_layer_count", 3),
-                       ("expert_count", 8), ("expert_used_count", 6), ("block_count", 3)]:
+    for key, value in [
+        ("embedding_length", 4096),
+        ("attention.head_count", 64),
+        ("attention.key_length", 512),
+        ("attention.q_lora_rank", 1024),
+        ("attention.output_lora_rank", 1024),
+        ("attention.indexer.top_k", 512),
+        ("expert_feed_forward_length", 2048),
+        ("hash_layer_count", 3),
+        ("expert_count", 8),
+        ("expert_used_count", 6),
+        ("block_count", 3),
+    ]:
         assert gguf.get(f"deepseek4.{key}") == value, key
     assert gguf.get("deepseek4.attention.compress_ratios") == [0, 0, 4]
     assert gguf.tensor_shape("blk.2.ffn_gate_exps.weight") == (8, 2048, 4096)
     assert gguf.tensor_shape("blk.0.attn_output_a.weight") == (8, 1024, 4096)
     assert gguf.tensor_shape("blk.2.indexer.attn_q_b.weight") == (64 * 128, 1024)
     assert gguf.tensor_shape("output.weight") == (VOCAB, 4096)
-    types = {name: gguf.tensor_type(name) for name in (
-        "blk.1.ffn_gate_exps.weight", "blk.1.ffn_up_exps.weight", "blk.1.ffn_down_exps.weight",
-        "blk.1.attn_q_b.weight", "blk.1.ffn_gate_inp.weight", "blk.1.attn_norm.weight",
-        "blk.1.ffn_gate_tid2eid.weight")}
+    types = {
+        name: gguf.tensor_type(name)
+        for name in (
+            "blk.1.ffn_gate_exps.weight",
+            "blk.1.ffn_up_exps.weight",
+            "blk.1.ffn_down_exps.weight",
+            "blk.1.attn_q_b.weight",
+            "blk.1.ffn_gate_inp.weight",
+            "blk.1.attn_norm.weight",
+            "blk.1.ffn_gate_tid2eid.weight",
+        )
+    }
     assert list(types.values()) == [T.IQ2_XXS, T.IQ2_XXS, T.Q2_K, T.Q8_0, T.F32, T.F32, T.I32]
 
 
@@ -84,8 +100,9 @@ def test_loads_streamed_decodes_and_matches_the_plan(flash):
     assert plan.dense_file_bytes == sum(t.nbytes for n, t in tensors.items() if n not in routed)
     assert plan.n_used == 6 and plan.moe_layers == 3 and plan.n_experts == 8
 
-    model = ds4mlx.load_model(flash, weights_dtype="native",
-                              experts=ExpertOptions(stream=True, cache_gib=0.1))
+    model = ds4mlx.load_model(
+        flash, weights_dtype="native", experts=ExpertOptions(stream=True, cache_gib=0.1)
+    )
     try:
         session = model.new_session()
         prompt = model.tokenizer.encode("Hello world", add_special=True)
@@ -104,8 +121,13 @@ def test_loads_streamed_decodes_and_matches_the_plan(flash):
 
 def test_resident_bytes_are_what_the_loader_holds(flash):
     gguf = open_gguf(flash)
-    names = ["blk.2.attn_q_b.weight", "blk.0.attn_output_a.weight", "blk.1.ffn_gate_inp.weight",
-             "blk.2.attn_norm.weight", "blk.0.ffn_gate_tid2eid.weight"]
+    names = [
+        "blk.2.attn_q_b.weight",
+        "blk.0.attn_output_a.weight",
+        "blk.1.ffn_gate_inp.weight",
+        "blk.2.attn_norm.weight",
+        "blk.0.ffn_gate_tid2eid.weight",
+    ]
     for name in names:
         info = gguf.layout.tensors[name]
         for mode in ("native", "f32"):
@@ -133,8 +155,9 @@ def test_a_truncated_file_fails_fast_naming_the_tensor(flash, tmp_path):
     path.write_bytes(header_bytes(flash, layout.data_offset))  # metadata and tensor infos
     rng = np.random.default_rng(0)
     # Cuts anywhere in the data, from the end down (each truncates the same sparse file).
-    cuts = sorted({size - 1, layout.data_offset + 1, *rng.integers(layout.data_offset, size, 6)},
-                  reverse=True)
+    cuts = sorted(
+        {size - 1, layout.data_offset + 1, *rng.integers(layout.data_offset, size, 6)}, reverse=True
+    )
     with open(path, "r+b") as file:
         file.truncate(size)
     for cut in cuts:
@@ -166,9 +189,26 @@ def test_ds4_refuses_a_truncated_file_with_the_tensor_name(flash, tmp_path):
     path.write_bytes(header_bytes(flash, layout.data_offset))
     with open(path, "r+b") as file:
         file.truncate(last.file_offset + 10)
-    result = subprocess.run([sys.executable, "-m", "ds4mlx.cli.main", "-m", str(path), "-p", "hi",
-                             "-n", "1", "--ssd-stream", "--weights-dtype", "native"],
-                            capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ds4mlx.cli.main",
+            "-m",
+            str(path),
+            "-p",
+            "hi",
+            "-n",
+            "1",
+            "--ssd-stream",
+            "--weights-dtype",
+            "native",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO_ROOT,
+    )
     assert result.returncode == 1
     assert f"tensor '{last.name}'" in result.stderr and result.stdout == ""
 

@@ -126,7 +126,8 @@ CASES = {
     ),
     # tensor infos
     "truncated-in-tensor-infos": Case(
-        lambda a: a.content[: info(a, "b.weight").dims + 4], ("tensor 'b.weight'", "truncated"),
+        lambda a: a.content[: info(a, "b.weight").dims + 4],
+        ("tensor 'b.weight'", "truncated"),
     ),
     "tensor-name-not-utf8": Case(
         lambda a: with_bytes(a.content, info(a, "a.weight").start + 8, b"\xc3("),

@@ -16,8 +16,27 @@ from hypothesis import strategies as st
 
 # Values a length, count, type or offset field can be tricked with: zero, one, sign and width
 # boundaries, and sizes just past what any small file can hold.
-BOUNDARIES = (0, 1, 2, 31, 32, 63, 64, 255, 256, 2**15, 2**16 - 1, 2**31 - 1, 2**31, 2**32 - 1,
-              2**32, 2**53, 2**63 - 1, 2**63, 2**64 - 1)
+BOUNDARIES = (
+    0,
+    1,
+    2,
+    31,
+    32,
+    63,
+    64,
+    255,
+    256,
+    2**15,
+    2**16 - 1,
+    2**31 - 1,
+    2**31,
+    2**32 - 1,
+    2**32,
+    2**53,
+    2**63 - 1,
+    2**63,
+    2**64 - 1,
+)
 
 
 def field_offsets(anatomy: Anatomy) -> list[int]:
@@ -33,8 +52,12 @@ def field_offsets(anatomy: Anatomy) -> list[int]:
 def mutation(anatomy: Anatomy) -> st.SearchStrategy:
     size = len(anatomy.content)
     position = st.integers(0, size - 1)
-    overwrite = st.tuples(st.just("overwrite"), st.sampled_from(field_offsets(anatomy)),
-                          st.sampled_from(BOUNDARIES), st.sampled_from((4, 8)))
+    overwrite = st.tuples(
+        st.just("overwrite"),
+        st.sampled_from(field_offsets(anatomy)),
+        st.sampled_from(BOUNDARIES),
+        st.sampled_from((4, 8)),
+    )
     delete = st.tuples(st.just("delete"), position, st.integers(1, 64))
     insert = st.tuples(st.just("insert"), position, st.binary(min_size=1, max_size=16))
     duplicate = st.tuples(st.just("duplicate"), position, st.integers(1, 64))
@@ -48,13 +71,13 @@ def apply(content: bytes, edits) -> bytes:
         if kind == "overwrite":
             value, width = edit[2], edit[3]
             packed = struct.pack("<Q", value)[:width] if value < 2**64 else b"\xff" * width
-            data[at:at + width] = packed
+            data[at : at + width] = packed
         elif kind == "delete":
-            del data[at:at + edit[2]]
+            del data[at : at + edit[2]]
         elif kind == "insert":
             data[at:at] = edit[2]
         else:
-            data[at:at] = data[at:at + edit[2]]
+            data[at:at] = data[at : at + edit[2]]
     return bytes(data)
 
 
@@ -84,8 +107,12 @@ def assert_clean_outcome(path: Path, content: bytes) -> None:
 
 # Mutated scales may be NaN or inf: the arithmetic warns, and that is not a failure.
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
-@settings(max_examples=1200, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=1200,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(data=st.data())
 def test_mutated_file_opens_or_raises_gguf_error(data, anatomy: Anatomy, mutated_path: Path):
     assert_clean_outcome(mutated_path, apply(anatomy.content, data.draw(mutation(anatomy))))
@@ -94,10 +121,15 @@ def test_mutated_file_opens_or_raises_gguf_error(data, anatomy: Anatomy, mutated
 # Fixed regression cases (field name, value, width) kept whatever the generator draws: counts
 # and dimensions far beyond the file, a data offset at the top of the u64 range, a zero
 # dimension (the fuzzer found that one, see test_gguf_hostile), a type id past the enum.
-REGRESSIONS = [("tensor count", 2**63, 8), ("key count", 2**64 - 1, 8),
-               ("a.weight dims", 2**62, 8), ("b.weight offset", 2**64 - 1, 8),
-               ("c.weight dims", 0, 8), ("c.weight type", 2**31, 4),
-               ("test.name value", 2**32 - 1, 8)]
+REGRESSIONS = [
+    ("tensor count", 2**63, 8),
+    ("key count", 2**64 - 1, 8),
+    ("a.weight dims", 2**62, 8),
+    ("b.weight offset", 2**64 - 1, 8),
+    ("c.weight dims", 0, 8),
+    ("c.weight type", 2**31, 4),
+    ("test.name value", 2**32 - 1, 8),
+]
 
 
 def regression_offset(anatomy: Anatomy, name: str) -> int:

@@ -125,8 +125,9 @@ def test_loaded_tensors_leave_no_file_pages_in_rss(tmp_path: Path, mode: str):
     writer = GGUFWriter(path, "deepseek4")
     rng = np.random.default_rng(0)
     for i in range(4):
-        writer.add_tensor(f"w{i}.weight", stored_tensor(T.Q8_0, (1024, 2048), rng),
-                          raw_dtype=T.Q8_0)
+        writer.add_tensor(
+            f"w{i}.weight", stored_tensor(T.Q8_0, (1024, 2048), rng), raw_dtype=T.Q8_0
+        )
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

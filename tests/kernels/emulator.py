@@ -21,9 +21,18 @@ def build_emulator(directory: Path, **defines: int) -> Path:
         pytest.skip("no C++20 compiler (g++ or clang++) to build the Metal emulator")
     binary = directory / "metal_emulation"
     subprocess.run(
-        [compiler, "-std=c++20", "-O1", "-pthread", f"-I{metal.METAL_SOURCE_DIR}",
-         *(f"-D{name}={value}" for name, value in defines.items()), str(SOURCE),
-         "-o", str(binary)],
-        check=True, capture_output=True,
+        [
+            compiler,
+            "-std=c++20",
+            "-O1",
+            "-pthread",
+            f"-I{metal.METAL_SOURCE_DIR}",
+            *(f"-D{name}={value}" for name, value in defines.items()),
+            str(SOURCE),
+            "-o",
+            str(binary),
+        ],
+        check=True,
+        capture_output=True,
     )
     return binary

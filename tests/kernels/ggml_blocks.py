@@ -71,4 +71,3 @@ def reference(raw: np.ndarray, qtype: GGMLQuantizationType, shape: tuple[int, ..
     """The ``gguf`` package's float32 dequantization, the ground truth for every check."""
     with np.errstate(over="ignore"):
         return np.asarray(gguf_quants.dequantize(raw, qtype), dtype=np.float32).reshape(shape)
-

@@ -53,36 +53,45 @@ def dense_reference(case: dict[str, np.ndarray], scale: float) -> np.ndarray:
         for row in case["comp_index"][t]:
             if row >= 0:
                 mask[t, W + row] = True
-    out = sink_attention(mx.array(case["q"]), mx.array(keys), mx.array(mask),
-                         mx.array(case["sinks"]), scale)
+    out = sink_attention(
+        mx.array(case["q"]), mx.array(keys), mx.array(mask), mx.array(case["sinks"]), scale
+    )
     return np.array(out)
 
 
 def run_twin(case: dict[str, np.ndarray], scale: float, rows: slice = slice(None)) -> np.ndarray:
-    return np.array(twins.sparse_attention(
-        mx.array(case["q"][rows]), mx.array(case["window"]), mx.array(case["window_range"][rows]),
-        mx.array(case["comp"]), mx.array(case["comp_index"][rows]), mx.array(case["sinks"]),
-        scale))
+    return np.array(
+        twins.sparse_attention(
+            mx.array(case["q"][rows]),
+            mx.array(case["window"]),
+            mx.array(case["window_range"][rows]),
+            mx.array(case["comp"]),
+            mx.array(case["comp_index"][rows]),
+            mx.array(case["sinks"]),
+            scale,
+        )
+    )
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_sparse_attention_twin_equals_the_masked_dense_attention(seed):
-    case, scale = attention_case(seed), D ** -0.5
-    np.testing.assert_allclose(run_twin(case, scale), dense_reference(case, scale), rtol=1e-5,
-                               atol=1e-5)
+    case, scale = attention_case(seed), D**-0.5
+    np.testing.assert_allclose(
+        run_twin(case, scale), dense_reference(case, scale), rtol=1e-5, atol=1e-5
+    )
     assert not run_twin(case, scale)[0].any()  # nothing visible: the sink takes everything
 
 
 def test_sparse_attention_twin_rows_do_not_depend_on_each_other():
     """Decode (one row) and verify (several rows) give bit-identical rows."""
-    case, scale = attention_case(3), D ** -0.5
+    case, scale = attention_case(3), D**-0.5
     together = run_twin(case, scale)
     for t in range(T):
         assert np.array_equal(run_twin(case, scale, slice(t, t + 1))[0], together[t])
 
 
 def test_sparse_attention_without_compressed_rows():
-    case, scale = attention_case(4), D ** -0.5
+    case, scale = attention_case(4), D**-0.5
     case["comp"] = np.zeros((0, D), np.float32)
     case["comp_index"] = np.full((T, SLOTS), -1, np.int32)
     expected = dense_reference(case | {"comp": np.zeros((N, D), np.float32)}, scale)
@@ -93,8 +102,7 @@ def test_sparse_attention_without_compressed_rows():
 def test_compiled_sinkhorn_twin_is_bit_identical_to_its_rounds(tokens):
     """The twin runs its rounds through mx.compile (fused elementwise steps); values and
     gradients must equal the plain rounds bit for bit, at any token count."""
-    comb = mx.array(np.random.default_rng(tokens).standard_normal((tokens, HC, HC)) * 3,
-                    mx.float32)
+    comb = mx.array(np.random.default_rng(tokens).standard_normal((tokens, HC, HC)) * 3, mx.float32)
     weights = mx.arange(HC * HC, dtype=mx.float32).reshape(HC, HC)
 
     def plain(c):
@@ -112,15 +120,17 @@ def test_metal_kernels_differentiate_through_their_twins():
     """Metal kernels have no derivative of their own; the wrapper's VJP uses the twin. Checked
     here with the twin standing in for the kernel."""
     comb = mx.array(np.random.default_rng(5).standard_normal((3, HC, HC)).astype(np.float32))
-    wrapped = with_twin_gradient(lambda c: twins.sinkhorn(c, ITERS, EPS),
-                                        lambda c: twins.sinkhorn(c, ITERS, EPS))
+    wrapped = with_twin_gradient(
+        lambda c: twins.sinkhorn(c, ITERS, EPS), lambda c: twins.sinkhorn(c, ITERS, EPS)
+    )
 
     def loss(function):
         return lambda c: mx.sum(function(c) * mx.arange(HC * HC).reshape(HC, HC))
 
     expected = mx.grad(loss(lambda c: twins.sinkhorn(c, ITERS, EPS)))(comb)
-    np.testing.assert_allclose(np.array(mx.grad(loss(wrapped))(comb)), np.array(expected),
-                               rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(
+        np.array(mx.grad(loss(wrapped))(comb)), np.array(expected), rtol=1e-6, atol=1e-7
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -131,32 +141,52 @@ def test_metal_kernels_differentiate_through_their_twins():
 @pytest.fixture(scope="module")
 def emulator(tmp_path_factory) -> Path:
     # The packed-matmul sizes are unused here but the emulator always builds that kernel too.
-    return build_emulator(tmp_path_factory.mktemp("metal-fused"), DS4_K=256, DS4_N=1,
-                          DS4_ROWS=8, DS4_HC=HC, DS4_ITERS=ITERS, DS4_D=D, DS4_SLOTS=SLOTS)
+    return build_emulator(
+        tmp_path_factory.mktemp("metal-fused"),
+        DS4_K=256,
+        DS4_N=1,
+        DS4_ROWS=8,
+        DS4_HC=HC,
+        DS4_ITERS=ITERS,
+        DS4_D=D,
+        DS4_SLOTS=SLOTS,
+    )
 
 
 def emulate(emulator: Path, mode: str, payload: bytes, tmp_path: Path) -> np.ndarray:
     (tmp_path / "in.bin").write_bytes(payload)
-    subprocess.run([str(emulator), mode, str(tmp_path / "in.bin"), str(tmp_path / "out.bin")],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [str(emulator), mode, str(tmp_path / "in.bin"), str(tmp_path / "out.bin")],
+        check=True,
+        capture_output=True,
+    )
     return np.fromfile(tmp_path / "out.bin", dtype=np.float32)
 
 
 def test_emulated_sinkhorn_kernel_matches_twin(emulator: Path, tmp_path):
     comb = (np.random.default_rng(6).standard_normal((5, HC, HC)) * 3).astype(np.float32)
-    got = emulate(emulator, "sinkhorn", np.array([5], np.int32).tobytes()
-                  + np.array([EPS], np.float32).tobytes() + comb.tobytes(), tmp_path)
+    got = emulate(
+        emulator,
+        "sinkhorn",
+        np.array([5], np.int32).tobytes() + np.array([EPS], np.float32).tobytes() + comb.tobytes(),
+        tmp_path,
+    )
     expected = np.array(twins.sinkhorn(mx.array(comb), ITERS, EPS))
     np.testing.assert_allclose(got.reshape(comb.shape), expected, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_emulated_sparse_attention_kernel_matches_twin(emulator: Path, tmp_path, seed):
-    case, scale = attention_case(seed), D ** -0.5
+    case, scale = attention_case(seed), D**-0.5
     case["comp_index"][1, 0] = N + 3  # out of range: skipped, never read
-    payload = (np.array([T, H, W, N], np.int32).tobytes() + np.array([scale], np.float32).tobytes()
-               + b"".join(case[name].tobytes() for name in
-                          ("q", "window", "window_range", "comp", "comp_index", "sinks")))
+    payload = (
+        np.array([T, H, W, N], np.int32).tobytes()
+        + np.array([scale], np.float32).tobytes()
+        + b"".join(
+            case[name].tobytes()
+            for name in ("q", "window", "window_range", "comp", "comp_index", "sinks")
+        )
+    )
     got = emulate(emulator, "sparse_attention", payload, tmp_path).reshape(T, H, D)
     np.testing.assert_allclose(got, run_twin(case, scale), rtol=1e-5, atol=1e-5)
 
@@ -168,34 +198,43 @@ def test_emulated_sparse_attention_kernel_matches_twin(emulator: Path, tmp_path,
 
 @pytest.mark.skipif(not metal.metal_available(), reason=NO_METAL)
 def test_metal_sinkhorn_matches_twin():
-    comb = mx.array((np.random.default_rng(7).standard_normal((33, HC, HC)) * 3)
-                    .astype(np.float32))
-    np.testing.assert_allclose(np.array(metal.sinkhorn(comb, ITERS, EPS)),
-                               np.array(twins.sinkhorn(comb, ITERS, EPS)), rtol=1e-5, atol=1e-6)
+    comb = mx.array((np.random.default_rng(7).standard_normal((33, HC, HC)) * 3).astype(np.float32))
+    np.testing.assert_allclose(
+        np.array(metal.sinkhorn(comb, ITERS, EPS)),
+        np.array(twins.sinkhorn(comb, ITERS, EPS)),
+        rtol=1e-5,
+        atol=1e-6,
+    )
 
 
 @pytest.mark.skipif(not metal.metal_available(), reason=NO_METAL)
 @pytest.mark.parametrize("dtype", (mx.float32, mx.float16), ids=str)
 def test_metal_sparse_attention_matches_twin(dtype):
-    case, scale = attention_case(8), D ** -0.5
-    args = [mx.array(case[name]) for name in ("q", "window", "window_range", "comp",
-                                              "comp_index", "sinks")]
+    case, scale = attention_case(8), D**-0.5
+    args = [
+        mx.array(case[name])
+        for name in ("q", "window", "window_range", "comp", "comp_index", "sinks")
+    ]
     args[0], args[1], args[3] = (a.astype(dtype) for a in (args[0], args[1], args[3]))
     got = metal.sparse_attention(*args, scale)
     expected = twins.sparse_attention(*args, scale)
     tolerance = 1e-5 if dtype == mx.float32 else 2e-2
-    np.testing.assert_allclose(np.array(got.astype(mx.float32)),
-                               np.array(expected.astype(mx.float32)), rtol=0,
-                               atol=tolerance * float(mx.abs(expected).max()))
+    np.testing.assert_allclose(
+        np.array(got.astype(mx.float32)),
+        np.array(expected.astype(mx.float32)),
+        rtol=0,
+        atol=tolerance * float(mx.abs(expected).max()),
+    )
 
 
 def test_metal_kernel_gradients_with_several_inputs():
-    case, scale = attention_case(9), D ** -0.5
+    case, scale = attention_case(9), D**-0.5
     fixed = {name: mx.array(case[name]) for name in ("window_range", "comp_index")}
 
     def twin(q, window, comp, sinks):
-        return twins.sparse_attention(q, window, fixed["window_range"], comp,
-                                      fixed["comp_index"], sinks, scale)
+        return twins.sparse_attention(
+            q, window, fixed["window_range"], comp, fixed["comp_index"], sinks, scale
+        )
 
     wrapped = with_twin_gradient(twin, twin)
     inputs = [mx.array(case[name]) for name in ("q", "window", "comp", "sinks")]
@@ -212,7 +251,7 @@ def test_metal_sparse_attention_wrapper_is_built_once_and_differentiates(monkeyp
     inputs and zeros for the integer ones."""
     monkeypatch.setattr(metal, "_sparse_attention_kernel", twins.sparse_attention)
     metal._sparse_attention_function.cache_clear()
-    scale = D ** -0.5
+    scale = D**-0.5
     names = ("q", "window", "window_range", "comp", "comp_index", "sinks")
     for seed in (3, 4):
         case = attention_case(seed)

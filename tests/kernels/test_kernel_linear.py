@@ -95,9 +95,7 @@ def test_gather_linear_with_sorted_indices(qtype: GGMLQuantizationType):
 
 @pytest.mark.parametrize("n_indices", (2, 12), ids=("fewer-than-experts", "more-than-experts"))
 @pytest.mark.parametrize("qtype", (T.Q2_K, T.Q6_K, T.IQ2_XXS), ids=lambda t: t.name)
-def test_twin_gather_decodes_the_used_or_all_experts(
-    qtype: GGMLQuantizationType, n_indices: int
-):
+def test_twin_gather_decodes_the_used_or_all_experts(qtype: GGMLQuantizationType, n_indices: int):
     weight, expected = weights(qtype, (N_EXPERTS, N_OUT, K_IN), seed=20)
     rng = np.random.default_rng(21)
     indices = rng.integers(0, N_EXPERTS, size=(n_indices, 1))

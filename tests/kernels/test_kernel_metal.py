@@ -46,8 +46,9 @@ def test_metal_sources_declare_the_ggml_block_layout(qtype: GGMLQuantizationType
 
 @pytest.fixture(scope="module")
 def emulator(tmp_path_factory) -> Path:
-    return build_emulator(tmp_path_factory.mktemp("metal"), DS4_K=K_IN, DS4_N=N_OUT,
-                          DS4_ROWS=metal.ROWS_PER_SIMDGROUP)
+    return build_emulator(
+        tmp_path_factory.mktemp("metal"), DS4_K=K_IN, DS4_N=N_OUT, DS4_ROWS=metal.ROWS_PER_SIMDGROUP
+    )
 
 
 @pytest.mark.parametrize("qtype", PACKED, ids=lambda t: t.name)

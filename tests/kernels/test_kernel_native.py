@@ -33,9 +33,11 @@ def ops():
 
 def mixes_case(seed: int, tokens: int) -> tuple[mx.array, mx.array, mx.array]:
     rng = np.random.default_rng(seed)
-    return (mx.array(rng.standard_normal((tokens, WIDTH)).astype(np.float32) * 3),
-            mx.array(rng.uniform(0.2, 2.0, 3).astype(np.float32)),
-            mx.array(rng.standard_normal(WIDTH).astype(np.float32)))
+    return (
+        mx.array(rng.standard_normal((tokens, WIDTH)).astype(np.float32) * 3),
+        mx.array(rng.uniform(0.2, 2.0, 3).astype(np.float32)),
+        mx.array(rng.standard_normal(WIDTH).astype(np.float32)),
+    )
 
 
 @pytest.mark.parametrize("tokens", [1, 8, 37])
@@ -64,12 +66,14 @@ def test_rows_do_not_depend_on_the_other_rows(ops):
 def test_strided_and_non_float32_inputs(ops):
     mixes, scale, base = mixes_case(5, 6)
     strided = mx.swapaxes(mx.swapaxes(mixes, 0, 1) * 1.0, 0, 1)  # a transposed view
-    for g, w in zip(ops.hc_mixes(strided[::2], scale, base, HC, ITERS, EPS),
-                    ops.hc_mixes(mixes[::2] + 0.0, scale, base, HC, ITERS, EPS), strict=True):
+    for g, w in zip(
+        ops.hc_mixes(strided[::2], scale, base, HC, ITERS, EPS),
+        ops.hc_mixes(mixes[::2] + 0.0, scale, base, HC, ITERS, EPS),
+        strict=True,
+    ):
         assert mx.array_equal(g, w).item()
     half = ops.hc_mixes(mixes.astype(mx.float16), scale, base, HC, ITERS, EPS)
-    want = twins.hc_mixes(mixes.astype(mx.float16).astype(mx.float32), scale, base, HC,
-                          ITERS, EPS)
+    want = twins.hc_mixes(mixes.astype(mx.float16).astype(mx.float32), scale, base, HC, ITERS, EPS)
     np.testing.assert_allclose(np.array(half[2]), np.array(want[2]), rtol=2e-6, atol=1e-7)
 
 
@@ -91,6 +95,7 @@ def test_kernels_dispatch_one_primitive_and_the_twin_gradient(ops):
         def f(m, s, b):
             pre, post, comb = fn(m, s, b, HC, ITERS, EPS)
             return (pre * 1.5).sum() + (post**2).sum() + (comb * mx.arange(16).reshape(4, 4)).sum()
+
         return f
 
     got = mx.grad(loss(kernels.hc_mixes), argnums=(0, 1, 2))(mixes, scale, base)
@@ -118,8 +123,9 @@ def test_the_build_key_changes_with_every_source_file(tmp_path, monkeypatch):
 def test_a_failed_build_falls_back_to_the_twins_with_one_line(tmp_path):
     broken = tmp_path / "src"
     broken.mkdir()
-    (broken / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.25)\n"
-                                          "message(FATAL_ERROR \"deliberately broken\")\n")
+    (broken / "CMakeLists.txt").write_text(
+        'cmake_minimum_required(VERSION 3.25)\nmessage(FATAL_ERROR "deliberately broken")\n'
+    )
     script = (
         "import ds4mlx.kernels.native as n, pathlib, sys\n"
         f"n.SOURCE_DIR = pathlib.Path({str(broken)!r})\n"
@@ -132,34 +138,42 @@ def test_a_failed_build_falls_back_to_the_twins_with_one_line(tmp_path):
     )
     env = dict(os.environ, DS4MLX_CACHE_DIR=str(tmp_path / "cache"))
     env.pop("DS4MLX_KERNELS", None)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          env=env, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     notices = [line for line in done.stderr.splitlines() if "native CPU operations" in line]
-    assert any("unavailable" in line and "deliberately broken" in line for line in notices), \
+    assert any("unavailable" in line and "deliberately broken" in line for line in notices), (
         done.stderr
+    )
     assert abs(float(done.stdout) - 4.0) < 1e-3  # the twin computed it
 
 
 def test_mlx_choice_turns_them_off():
     script = "import ds4mlx.kernels.native as n; print(n.native_ops() is None)"
     env = dict(os.environ, DS4MLX_KERNELS="mlx")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          env=env, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120
+    )
     assert done.stdout.strip() == "True" and "native" not in done.stderr
 
 
-def experts_case(seed: int, tokens: int, experts: int = 8, k: int = 2, dim: int = 64,
-                 ff: int = 48) -> tuple[mx.array, ...]:
+def experts_case(
+    seed: int, tokens: int, experts: int = 8, k: int = 2, dim: int = 64, ff: int = 48
+) -> tuple[mx.array, ...]:
     rng = np.random.default_rng(seed)
 
     def normal(*shape: int, scale: float = 1.0) -> mx.array:
         return mx.array(rng.standard_normal(shape).astype(np.float32) * scale)
 
     indices = np.stack([rng.permutation(experts)[:k] for _ in range(tokens)]).astype(np.int32)
-    return (normal(tokens, dim), normal(experts, ff, dim, scale=0.3),
-            normal(experts, ff, dim, scale=0.3), normal(experts, dim, ff, scale=0.3),
-            mx.array(indices))
+    return (
+        normal(tokens, dim),
+        normal(experts, ff, dim, scale=0.3),
+        normal(experts, ff, dim, scale=0.3),
+        normal(experts, dim, ff, scale=0.3),
+        mx.array(indices),
+    )
 
 
 @pytest.mark.parametrize("grouped", [True, False], ids=["grouped", "per-row"])
@@ -186,8 +200,9 @@ def test_routed_experts_on_a_subset_of_the_pairs_give_the_same_bits(ops):
     flat = np.array(indices).reshape(-1)
     subset = np.flatnonzero(np.isin(flat, [1, 4, 6]))
     subset = subset[np.argsort(flat[subset], kind="stable")]
-    part = ops.routed_experts(x[mx.array(subset // 2)], gate, up, down,
-                              mx.array(flat[subset][:, None]), 10.0, True)
+    part = ops.routed_experts(
+        x[mx.array(subset // 2)], gate, up, down, mx.array(flat[subset][:, None]), 10.0, True
+    )
     np.testing.assert_array_equal(np.array(part)[:, 0], whole.reshape(-1, whole.shape[-1])[subset])
 
 
@@ -206,6 +221,7 @@ def test_kernels_routed_experts_gradient_is_the_twins(ops):
         def f(x, gate, down):
             out = fn(x, gate, up, down, indices, 1.5)
             return (out * mx.arange(out.size).reshape(out.shape) / out.size).sum()
+
         return f
 
     def fused(x, gate, up, down, indices, limit):
@@ -231,15 +247,23 @@ def test_sparse_attention_equals_the_twin_row_by_row(ops, seed):
     names = ("q", "window", "window_range", "comp", "comp_index", "sinks")
     args = [mx.array(case[name]) for name in names]
     got = ops.sparse_attention(*args, 0.125)
-    np.testing.assert_allclose(np.array(got), np.array(twins.sparse_attention(*args, 0.125)),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        np.array(got), np.array(twins.sparse_attention(*args, 0.125)), rtol=1e-5, atol=1e-6
+    )
     assert not np.array(got)[0].any()  # row 0 sees no key at all
     q, window, ranges, comp, index, sinks = args
     for t in range(q.shape[0]):
         lo, hi = (int(v) for v in case["window_range"][t])
         # alone, with only its own window rows: the same bits
-        alone = ops.sparse_attention(q[t : t + 1], window[lo:hi], mx.array([[0, hi - lo]]),
-                                     comp, index[t : t + 1], sinks, 0.125)
+        alone = ops.sparse_attention(
+            q[t : t + 1],
+            window[lo:hi],
+            mx.array([[0, hi - lo]]),
+            comp,
+            index[t : t + 1],
+            sinks,
+            0.125,
+        )
         assert mx.array_equal(alone[0], got[t]).item()
 
 
@@ -273,20 +297,28 @@ def test_hc_pre_and_expand_equal_their_twins_and_gradients(ops):
     got = ops.hc_pre(x, fn_t, scale, base, HC, ITERS, EPS, 1e-6)
     want = twins.hc_pre(x, fn_t, scale, base, HC, ITERS, EPS, 1e-6)
     # a strided (transposed) projection is read correctly too
-    np.testing.assert_allclose(np.array(ops.hc_pre(x, fn.T, scale, base, HC, ITERS, EPS, 1e-6)[0]),
-                               np.array(got[0]), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        np.array(ops.hc_pre(x, fn.T, scale, base, HC, ITERS, EPS, 1e-6)[0]),
+        np.array(got[0]),
+        rtol=1e-6,
+        atol=1e-6,
+    )
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(np.array(g), np.array(w), rtol=1e-5, atol=1e-5)
     out = mx.array(rng.standard_normal((tokens, dim)).astype(np.float32))
     post, comb = want[1], want[2]
-    np.testing.assert_allclose(np.array(ops.hc_expand(out, x, post, comb)),
-                               np.array(twins.hc_expand(out, x, post, comb)),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        np.array(ops.hc_expand(out, x, post, comb)),
+        np.array(twins.hc_expand(out, x, post, comb)),
+        rtol=1e-5,
+        atol=1e-5,
+    )
 
     def loss(pre_fn, expand_fn, projection):
         def f(x, fn):
             h, post, comb = pre_fn(x, projection(fn), scale, base, HC, ITERS, EPS, 1e-6)
             return (expand_fn(h * 2.0, x, post, comb) * x).sum()
+
         return f
 
     # kernels.hc_pre takes the projection [out, in] as models hold it, the twin [in, out]
@@ -319,14 +351,18 @@ def test_indexer_top_k_equals_the_twin_row_by_row(ops, seed):
             scores = (scores * np.array(weights[t])[:, None]).sum(0)
             assert chosen[t].tolist() == sorted(np.argsort(-scores, kind="stable")[:top_k])
         # alone, with only its own blocks: the same choice
-        alone = ops.indexer_top_k(q[t : t + 1], weights[t : t + 1], keys[: max(int(n), 1)],
-                                  visible[t : t + 1], top_k)
+        alone = ops.indexer_top_k(
+            q[t : t + 1], weights[t : t + 1], keys[: max(int(n), 1)], visible[t : t + 1], top_k
+        )
         assert alone.tolist()[0] == chosen[t].tolist()
     # Equal scores (all keys zero): the lower blocks are kept, by both.
     zeros = mx.zeros((n_keys, dim))
-    assert np.array(ops.indexer_top_k(q, weights, zeros, visible, top_k))[5].tolist() == \
-        list(range(top_k))
-    assert mx.array_equal(ops.indexer_top_k(q, weights, zeros, visible, top_k),
-                          twins.indexer_top_k(q, weights, zeros, visible, top_k)).item()
+    assert np.array(ops.indexer_top_k(q, weights, zeros, visible, top_k))[5].tolist() == list(
+        range(top_k)
+    )
+    assert mx.array_equal(
+        ops.indexer_top_k(q, weights, zeros, visible, top_k),
+        twins.indexer_top_k(q, weights, zeros, visible, top_k),
+    ).item()
     with pytest.raises(ValueError, match="indexer_top_k"):
         ops.indexer_top_k(q, weights, keys[:, :8], visible, top_k)

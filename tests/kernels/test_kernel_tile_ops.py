@@ -56,8 +56,9 @@ def test_linear_takes_the_native_product_for_frozen_matrices_of_few_rows(ops):
     frozen = kernels.freeze(w)
     x = normal(rng, 8, 40)
     assert primitive_names(kernels.linear(x, frozen, 3)) == ["DS4RowsLinear"]
-    np.testing.assert_allclose(np.array(kernels.linear(x, frozen)), np.array(x @ w.T),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        np.array(kernels.linear(x, frozen)), np.array(x @ w.T), rtol=1e-5, atol=1e-5
+    )
     # Larger inputs and plain (trainable) arrays keep MLX's matmul.
     assert "DS4RowsLinear" not in primitive_names(kernels.linear(normal(rng, 9, 40), frozen))
     assert "DS4RowsLinear" not in primitive_names(kernels.linear(x, w))
@@ -72,12 +73,14 @@ def test_grouped_linear_equals_the_batched_matmul(ops):
     x = normal(rng, 8, groups * k)
     want = mx.swapaxes(mx.swapaxes(x.reshape(8, groups, k), 0, 1) @ mx.swapaxes(w, -1, -2), 0, 1)
     got = kernels.grouped_linear(x, kernels.freeze(w), 5)
-    np.testing.assert_allclose(np.array(got)[:5], np.array(want.reshape(8, -1))[:5], rtol=1e-5,
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        np.array(got)[:5], np.array(want.reshape(8, -1))[:5], rtol=1e-5, atol=1e-5
+    )
     assert not np.array(got)[5:].any()
     # Not frozen (or too many rows): the batched matmul itself.
-    np.testing.assert_array_equal(np.array(kernels.grouped_linear(x, w)),
-                                  np.array(want.reshape(8, -1)))
+    np.testing.assert_array_equal(
+        np.array(kernels.grouped_linear(x, w)), np.array(want.reshape(8, -1))
+    )
 
 
 @pytest.mark.parametrize(("old_rows", "take", "keep"), [(0, 3, 10), (6, 2, 5), (6, 8, 30)])
@@ -98,10 +101,18 @@ def test_grow_rows_appends_and_keeps_the_last_rows(ops, old_rows, take, keep):
 def test_rms_norm_equals_mlx_fast_and_its_gradient(ops):
     rng = np.random.default_rng(3)
     x, w = normal(rng, 5, 3, 64), normal(rng, 64)
-    np.testing.assert_allclose(np.array(ops.rms_norm(x, w, 1e-6)),
-                               np.array(mx.fast.rms_norm(x, w, 1e-6)), rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(np.array(ops.rms_norm(x, None, 1e-6)),
-                               np.array(mx.fast.rms_norm(x, None, 1e-6)), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        np.array(ops.rms_norm(x, w, 1e-6)),
+        np.array(mx.fast.rms_norm(x, w, 1e-6)),
+        rtol=1e-5,
+        atol=1e-6,
+    )
+    np.testing.assert_allclose(
+        np.array(ops.rms_norm(x, None, 1e-6)),
+        np.array(mx.fast.rms_norm(x, None, 1e-6)),
+        rtol=1e-5,
+        atol=1e-6,
+    )
     grads = mx.grad(lambda a, b: (ops.rms_norm(a, b, 1e-6) ** 2).sum(), argnums=(0, 1))(x, w)
     want = mx.grad(lambda a, b: (mx.fast.rms_norm(a, b, 1e-6) ** 2).sum(), argnums=(0, 1))(x, w)
     for g, v in zip(grads, want, strict=True):
@@ -110,16 +121,39 @@ def test_rms_norm_equals_mlx_fast_and_its_gradient(ops):
         ops.rms_norm(x, normal(rng, 63), 1e-6)
 
 
-def moe_twin(logits, x, gate, up, down, shared_gate, shared_up, shared_down, bias, hashed, rows,
-             n_used, func, normalize, scale, limit, shared_limit):
+def moe_twin(
+    logits,
+    x,
+    gate,
+    up,
+    down,
+    shared_gate,
+    shared_up,
+    shared_down,
+    bias,
+    hashed,
+    rows,
+    n_used,
+    func,
+    normalize,
+    scale,
+    limit,
+    shared_limit,
+):
     """What models.moe computes for a tile without the fused primitive."""
-    indices, weights = route(gate_probs(logits, func), n_used, func=func, bias=bias,
-                             selected=hashed, normalize=normalize, scale=scale)
+    indices, weights = route(
+        gate_probs(logits, func),
+        n_used,
+        func=func,
+        bias=bias,
+        selected=hashed,
+        normalize=normalize,
+        scale=scale,
+    )
     out = twins.routed_experts(x[:rows], gate, up, down, indices[:rows], limit)
     routed = mx.sum(out * weights[:rows, :, None], axis=1)
     shared = twins.swiglu(shared_gate, shared_up, shared_limit) @ shared_down.T
-    return (mx.concatenate([routed, mx.zeros((x.shape[0] - rows, x.shape[1]))])
-            + shared)[:rows]
+    return (mx.concatenate([routed, mx.zeros((x.shape[0] - rows, x.shape[1]))]) + shared)[:rows]
 
 
 @pytest.mark.parametrize("func", list(GatingFunc))
@@ -133,24 +167,51 @@ def test_moe_tile_equals_routing_experts_and_sum(ops, func, routing):
     shared_gate, shared_up = normal(rng, tokens, 24), normal(rng, tokens, 24)
     shared_down = normal(rng, dim, 24, scale=0.3)  # [out, in] as stored in GGUF
     bias = normal(rng, experts, scale=0.1) if routing == "bias" else None
-    hashed = (mx.array(np.stack([rng.permutation(experts)[:k] for _ in range(tokens)])
-                       .astype(np.int32)) if routing == "hashed" else None)
+    hashed = (
+        mx.array(np.stack([rng.permutation(experts)[:k] for _ in range(tokens)]).astype(np.int32))
+        if routing == "hashed"
+        else None
+    )
     args = (logits, x, gate, up, down, shared_gate, shared_up)
     frozen = kernels.freeze(shared_down)
     for rows, normalize, scale, limit in ((8, True, 1.5, 0.0), (5, False, 1.0, 1.0)):
         with kernels.inference():
-            got = kernels.moe_tile(*args, frozen, bias, hashed, rows, n_used=k, func=int(func),
-                                   normalize=normalize, scale=scale, limit=limit,
-                                   shared_limit=limit)
+            got = kernels.moe_tile(
+                *args,
+                frozen,
+                bias,
+                hashed,
+                rows,
+                n_used=k,
+                func=int(func),
+                normalize=normalize,
+                scale=scale,
+                limit=limit,
+                shared_limit=limit,
+            )
             assert primitive_names(got) == ["DS4MoeTile"]
-        want = moe_twin(*args, shared_down, bias, hashed, rows, k, func, normalize, scale, limit,
-                        limit)
+        want = moe_twin(
+            *args, shared_down, bias, hashed, rows, k, func, normalize, scale, limit, limit
+        )
         np.testing.assert_allclose(np.array(got)[:rows], np.array(want), rtol=1e-4, atol=1e-5)
         assert not np.array(got)[rows:].any()
     with kernels.inference():  # a row's bits do not depend on how many rows are real
-        one, all_rows = (kernels.moe_tile(*args, frozen, bias, hashed, rows, n_used=k,
-                                          func=int(func), normalize=True, scale=1.0, limit=0.0,
-                                          shared_limit=0.0) for rows in (1, 8))
+        one, all_rows = (
+            kernels.moe_tile(
+                *args,
+                frozen,
+                bias,
+                hashed,
+                rows,
+                n_used=k,
+                func=int(func),
+                normalize=True,
+                scale=1.0,
+                limit=0.0,
+                shared_limit=0.0,
+            )
+            for rows in (1, 8)
+        )
     np.testing.assert_array_equal(np.array(one)[0], np.array(all_rows)[0])
 
 
@@ -159,13 +220,40 @@ def test_moe_tile_only_in_inference_and_refuses_bad_shapes(ops):
     x, logits = normal(rng, 8, 32), normal(rng, 8, 6)
     gate, down = normal(rng, 6, 16, 32), normal(rng, 6, 32, 16)
     shared, shared_down = normal(rng, 8, 16), kernels.freeze(normal(rng, 32, 16))
-    call = {"n_used": 2, "func": 4, "normalize": True, "scale": 1.0, "limit": 0.0,
-            "shared_limit": 0.0}
-    assert kernels.moe_tile(logits, x, gate, gate, down, shared, shared, shared_down, None, None,
-                            8, **call) is None
+    call = {
+        "n_used": 2,
+        "func": 4,
+        "normalize": True,
+        "scale": 1.0,
+        "limit": 0.0,
+        "shared_limit": 0.0,
+    }
+    assert (
+        kernels.moe_tile(
+            logits, x, gate, gate, down, shared, shared, shared_down, None, None, 8, **call
+        )
+        is None
+    )
     with pytest.raises(ValueError, match="moe_tile"):
-        ops.moe_tile(logits[:, :5], x, gate, gate, down, shared, shared, normal(rng, 16, 32),
-                     None, None, 8, 2, 4, True, 1.0, 0.0, 0.0)
+        ops.moe_tile(
+            logits[:, :5],
+            x,
+            gate,
+            gate,
+            down,
+            shared,
+            shared,
+            normal(rng, 16, 32),
+            None,
+            None,
+            8,
+            2,
+            4,
+            True,
+            1.0,
+            0.0,
+            0.0,
+        )
 
 
 def test_inference_calls_the_native_operations_without_the_gradient_wrapper(ops):
@@ -189,16 +277,39 @@ def test_moe_route_and_combine_give_the_fused_tiles_bits(ops):
     bias = normal(rng, experts, scale=0.1)
     routing = {"n_used": k, "func": 4, "normalize": True, "scale": 1.5}
     with kernels.inference():
-        fused = kernels.moe_tile(logits, x, gate, up, down, shared_gate, shared_up, shared_down,
-                                 bias, None, rows, **routing, limit=1.0, shared_limit=0.5)
+        fused = kernels.moe_tile(
+            logits,
+            x,
+            gate,
+            up,
+            down,
+            shared_gate,
+            shared_up,
+            shared_down,
+            bias,
+            None,
+            rows,
+            **routing,
+            limit=1.0,
+            shared_limit=0.5,
+        )
         indices, weights = kernels.moe_route(logits, bias, None, rows, **routing)
         outputs = ops.routed_experts(x[:rows], gate, up, down, indices[:rows], 1.0, False)
         parts = kernels.moe_combine(outputs, weights, shared_gate, shared_up, shared_down, 0.5)
     np.testing.assert_array_equal(np.array(parts), np.array(fused))
-    want_indices, want_weights = route(gate_probs(logits, GatingFunc.SQRT_SOFTPLUS), k,
-                                       func=GatingFunc.SQRT_SOFTPLUS, bias=bias, normalize=True,
-                                       scale=1.5)
-    np.testing.assert_array_equal(np.sort(np.array(indices)[:rows], axis=1),
-                                  np.sort(np.array(want_indices)[:rows], axis=1))
-    np.testing.assert_allclose(np.sort(np.array(weights)[:rows], axis=1),
-                               np.sort(np.array(want_weights)[:rows], axis=1), rtol=1e-6)
+    want_indices, want_weights = route(
+        gate_probs(logits, GatingFunc.SQRT_SOFTPLUS),
+        k,
+        func=GatingFunc.SQRT_SOFTPLUS,
+        bias=bias,
+        normalize=True,
+        scale=1.5,
+    )
+    np.testing.assert_array_equal(
+        np.sort(np.array(indices)[:rows], axis=1), np.sort(np.array(want_indices)[:rows], axis=1)
+    )
+    np.testing.assert_allclose(
+        np.sort(np.array(weights)[:rows], axis=1),
+        np.sort(np.array(want_weights)[:rows], axis=1),
+        rtol=1e-6,
+    )

@@ -33,13 +33,14 @@ def prefilled(network, prompts: list[list[int]]):
 def test_each_row_equals_its_own_one_token_decode(network, n_sessions):
     rng = np.random.default_rng(n_sessions)
     vocab = network.args.vocab_size
-    prompts = [[int(t) for t in rng.integers(0, vocab, n)]
-               for n in PROMPT_LENGTHS[:n_sessions]]
+    prompts = [[int(t) for t in rng.integers(0, vocab, n)] for n in PROMPT_LENGTHS[:n_sessions]]
     alone, batched = prefilled(network, prompts), prefilled(network, prompts)
     tokens = [int(t) for t in rng.integers(0, vocab, n_sessions)]
     for _ in range(5):
-        expected = [np.array(network.forward(mx.array([t]), s))[0]
-                    for t, s in zip(tokens, alone, strict=True)]
+        expected = [
+            np.array(network.forward(mx.array([t]), s))[0]
+            for t, s in zip(tokens, alone, strict=True)
+        ]
         got = np.array(network.forward_batch(tokens, batched))
         assert got.shape == (n_sessions, vocab)
         for row, reference in zip(got, expected, strict=True):
@@ -50,8 +51,10 @@ def test_each_row_equals_its_own_one_token_decode(network, n_sessions):
     for token, a, b in zip(tokens, alone, batched, strict=True):
         network.truncate(a, a.pos - 2)
         network.truncate(b, b.pos - 2)
-        assert np.array_equal(np.array(network.forward(mx.array([token, 5]), a)),
-                              np.array(network.forward(mx.array([token, 5]), b)))
+        assert np.array_equal(
+            np.array(network.forward(mx.array([token, 5]), a)),
+            np.array(network.forward(mx.array([token, 5]), b)),
+        )
 
 
 def test_sessions_feed_batch_advances_each_session(network):

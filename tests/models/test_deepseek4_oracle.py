@@ -32,15 +32,23 @@ MANIFEST = ORACLE_DIR / "manifest.json"
 
 def _fixtures() -> list:
     if not MANIFEST.is_file():
-        return [pytest.param(None, marks=pytest.mark.skip(
-            reason=f"llama.cpp oracle fixtures not found in {ORACLE_DIR} (set DS4MLX_ORACLE_DIR)"))]
+        return [
+            pytest.param(
+                None,
+                marks=pytest.mark.skip(
+                    reason=f"llama.cpp oracle fixtures not found in {ORACLE_DIR} "
+                    "(set DS4MLX_ORACLE_DIR)"
+                ),
+            )
+        ]
     fixtures = json.loads(MANIFEST.read_text())["fixtures"]
     return [pytest.param(f, id=f["name"]) for f in fixtures if f["name"].startswith("deepseek4")]
 
 
 FIXTURES = _fixtures()
-needs_oracle = pytest.mark.skipif(not MANIFEST.is_file(),
-                                  reason=f"llama.cpp oracle fixtures not found in {ORACLE_DIR}")
+needs_oracle = pytest.mark.skipif(
+    not MANIFEST.is_file(), reason=f"llama.cpp oracle fixtures not found in {ORACLE_DIR}"
+)
 
 
 def nmse(ours: np.ndarray, ref: np.ndarray) -> float:
@@ -103,8 +111,9 @@ def test_any_chunking_equals_batch(chunk):
     tokens = fixture["tokens"]
     batch = _batch_logits(fixture["gguf"], tuple(tokens))
     session = _model(fixture["gguf"]).new_session()
-    fed = np.concatenate([session.feed(tokens[i : i + chunk])
-                          for i in range(0, len(tokens), chunk)])
+    fed = np.concatenate(
+        [session.feed(tokens[i : i + chunk]) for i in range(0, len(tokens), chunk)]
+    )
     assert np.max(np.abs(fed - batch)) <= 1e-5 * np.max(np.abs(batch))
 
 
@@ -142,25 +151,33 @@ def test_hidden_capture():
     network: Model = _model(fixture["gguf"]).network
     tokens = mx.array(fixture["tokens"][:20], dtype=mx.int32)
     last = network.args.num_layers - 1
-    out = network.forward(tokens, network.new_state(), capture_layers=(0, last),
-                          return_hidden=True)
+    out = network.forward(tokens, network.new_state(), capture_layers=(0, last), return_hidden=True)
     assert isinstance(out, ForwardOutput)
     d, hc = network.args.hidden_size, network.args.hc_mult
     assert set(out.layers) == {0, last}
     assert out.layers[0].shape == (20, d)
     assert out.head_input.shape == (20, hc, d)
     np.testing.assert_allclose(np.array(out.layers[last]), np.array(hc_mean(out.head_input)))
-    np.testing.assert_allclose(np.array(linear(out.final_hidden, network.output)),
-                               np.array(out.logits), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        np.array(linear(out.final_hidden, network.output)),
+        np.array(out.logits),
+        rtol=1e-5,
+        atol=1e-5,
+    )
     plain = network.forward(tokens, network.new_state())
     np.testing.assert_array_equal(np.array(plain), np.array(out.logits))
     with pytest.raises(ValueError):
         network.forward(tokens, network.new_state(), capture_layers=(0,))
 
 
-def _rewrite_gguf(src: Path, dst: Path, *, drop_key: str | None = None,
-                  set_uint32: dict[str, int] | None = None,
-                  tensors: dict[str, np.ndarray] | None = None) -> None:
+def _rewrite_gguf(
+    src: Path,
+    dst: Path,
+    *,
+    drop_key: str | None = None,
+    set_uint32: dict[str, int] | None = None,
+    tensors: dict[str, np.ndarray] | None = None,
+) -> None:
     """Copy ``src`` to ``dst``, dropping or setting metadata keys and replacing or adding
     tensors (written as given)."""
     set_uint32, tensors = set_uint32 or {}, tensors or {}
@@ -178,8 +195,9 @@ def _rewrite_gguf(src: Path, dst: Path, *, drop_key: str | None = None,
         writer.add_key_value(field.name, value, vtype, sub_type=sub_type)
     for tensor in reader.tensors:
         if tensor.name not in tensors:
-            writer.add_tensor(tensor.name, tensor.data, raw_shape=tensor.data.shape,
-                              raw_dtype=tensor.tensor_type)
+            writer.add_tensor(
+                tensor.name, tensor.data, raw_shape=tensor.data.shape, raw_dtype=tensor.tensor_type
+            )
     for name, data in tensors.items():
         writer.add_tensor(name, data)
     writer.write_header_to_file()
@@ -192,8 +210,9 @@ def _rewrite_gguf(src: Path, dst: Path, *, drop_key: str | None = None,
 def test_wrong_tensor_shape_is_a_gguf_error(tmp_path):
     src = ORACLE_DIR / _fixture("deepseek4-b-f16")["gguf"]
     bad = tmp_path / "bad-shape.gguf"
-    _rewrite_gguf(src, bad,
-                  tensors={"blk.2.attn_compressor_kv.weight": np.zeros((96, 512), np.float32)})
+    _rewrite_gguf(
+        src, bad, tensors={"blk.2.attn_compressor_kv.weight": np.zeros((96, 512), np.float32)}
+    )
     with pytest.raises(GGUFError) as err:
         Model.from_gguf(open_gguf(bad))
     message = str(err.value)
@@ -222,15 +241,28 @@ def test_hash_routed_layers(tmp_path):
     vocab = reader.tensor_shape("token_embd.weight")[0]
     table = np.random.default_rng(3).integers(0, n_expert, (vocab, n_used)).astype(np.int32)
     path = tmp_path / "hash.gguf"
-    _rewrite_gguf(src, path, set_uint32={"deepseek4.hash_layer_count": 2},
-                  tensors={f"blk.{i}.ffn_gate_tid2eid.weight": table for i in range(2)})
+    _rewrite_gguf(
+        src,
+        path,
+        set_uint32={"deepseek4.hash_layer_count": 2},
+        tensors={f"blk.{i}.ffn_gate_tid2eid.weight": table for i in range(2)},
+    )
     network = Model.from_gguf(open_gguf(path), weights_dtype="f32")
     assert np.isfinite(Session(network).feed(fixture["tokens"][:40])).all()
 
     g = open_gguf(path)
-    w = {n: g.dequantize(f"blk.0.{n}.weight") for n in (
-        "ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps",
-        "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp")}
+    w = {
+        n: g.dequantize(f"blk.0.{n}.weight")
+        for n in (
+            "ffn_gate_inp",
+            "ffn_gate_exps",
+            "ffn_up_exps",
+            "ffn_down_exps",
+            "ffn_gate_shexp",
+            "ffn_up_shexp",
+            "ffn_down_shexp",
+        )
+    }
     limit = 10.0  # the fixture's swiglu_clamp_exp / _shexp
 
     def ffn(x, gate, up, down):
@@ -247,7 +279,8 @@ def test_hash_routed_layers(tmp_path):
         chosen = table[token]
         weights = probs[t, chosen] / probs[t, chosen].sum()
         for e, weight in zip(chosen, weights, strict=True):
-            expected[t] += weight * ffn(x[t], w["ffn_gate_exps"][e], w["ffn_up_exps"][e],
-                                        w["ffn_down_exps"][e])
+            expected[t] += weight * ffn(
+                x[t], w["ffn_gate_exps"][e], w["ffn_up_exps"][e], w["ffn_down_exps"][e]
+            )
     ours = network.blocks[0].moe(mx.array(x), mx.array(tokens, dtype=mx.int32))
     np.testing.assert_allclose(np.array(ours), expected, rtol=1e-4, atol=1e-4)

@@ -80,8 +80,10 @@ def test_matches_llamacpp_batch_and_step(fixtures):
         model = _model(oracle_dir() / fixture["gguf"])
         tokens, tolerance = fixture["tokens"], fixture["nmse_tolerance"]
         batch = nmse(model.logits(tokens), np.load(oracle_dir() / fixture["batch_logits"]))
-        step = nmse(_step_logits(model, tokens, fixture["step_prefill"]),
-                    np.load(oracle_dir() / fixture["step_logits"]))
+        step = nmse(
+            _step_logits(model, tokens, fixture["step_prefill"]),
+            np.load(oracle_dir() / fixture["step_logits"]),
+        )
         assert batch < tolerance, f"{fixture['name']} batch NMSE {batch:.2e}"
         assert step < tolerance, f"{fixture['name']} step NMSE {step:.2e}"
 
@@ -106,9 +108,14 @@ def _metadata(gguf: GGUFFile) -> dict[str, Any]:
     return out
 
 
-def write_variant(src: Path, dst: Path, *, keys: dict[str, Any] | None = None,
-                  drop_keys: tuple[str, ...] = (),
-                  tensors: dict[str, np.ndarray] | None = None) -> Path:
+def write_variant(
+    src: Path,
+    dst: Path,
+    *,
+    keys: dict[str, Any] | None = None,
+    drop_keys: tuple[str, ...] = (),
+    tensors: dict[str, np.ndarray] | None = None,
+) -> Path:
     """A copy of ``src`` with metadata ``keys`` set (given Python values; a list keeps the
     original item type) or dropped, and ``tensors`` added or replaced (float32)."""
     gguf = open_gguf(src)
@@ -122,13 +129,18 @@ def write_variant(src: Path, dst: Path, *, keys: dict[str, Any] | None = None,
         del metadata[name]
     arrays = {name: gguf.dequantize(name) for name in gguf.tensor_names()}
     arrays |= tensors or {}
-    write_gguf(dst, gguf.arch, metadata,
-               [TensorToWrite(name, np.ascontiguousarray(a)) for name, a in arrays.items()])
+    write_gguf(
+        dst,
+        gguf.arch,
+        metadata,
+        [TensorToWrite(name, np.ascontiguousarray(a)) for name, a in arrays.items()],
+    )
     return dst
 
 
-def _copy_layer(gguf: GGUFFile, src: int, dst: int, rng: np.random.Generator,
-                keep: Any) -> dict[str, np.ndarray]:
+def _copy_layer(
+    gguf: GGUFFile, src: int, dst: int, rng: np.random.Generator, keep: Any
+) -> dict[str, np.ndarray]:
     """Layer ``src``'s tensors accepted by ``keep(suffix)`` as layer ``dst``'s, perturbed so
     that a mix-up of layers shows."""
     out = {}
@@ -151,8 +163,11 @@ def deeper_variant(src: Path, dst: Path, *, top_k: int = 131072) -> Path:
     tensors = {}
 
     def mla_part(suffix: str) -> bool:  # layer 0's attention side, without its indexer
-        return not suffix.startswith(("ffn_", "indexer")) and ".scale" not in suffix \
+        return (
+            not suffix.startswith(("ffn_", "indexer"))
+            and ".scale" not in suffix
             and ".input_scale" not in suffix
+        )
 
     def moe_part(suffix: str) -> bool:
         return suffix.startswith(("ffn_", "exp_probs_b")) and "scale" not in suffix
@@ -160,28 +175,41 @@ def deeper_variant(src: Path, dst: Path, *, top_k: int = 131072) -> Path:
     tensors |= _copy_layer(gguf, 0, 2, rng, mla_part)
     tensors |= _copy_layer(gguf, 1, 2, rng, moe_part)
     tensors |= _copy_layer(gguf, 1, 3, rng, lambda s: "scale" not in s or s.startswith("hc_"))
-    return write_variant(src, dst, tensors=tensors, keys={
-        K + "block_count": 4,
-        K + "attention.head_count_kv": [1, 0, 1, 0],
-        K + "attention.indexer.types": MetaValue([1, 0, 0, 0], GGUFValueType.UINT32),
-        K + "attention.indexer.top_k": top_k,
-        K + "swiglu_clamp_exp": [0.0] * 4,
-        K + "swiglu_clamp_shexp": [0.0] * 4,
-    })
+    return write_variant(
+        src,
+        dst,
+        tensors=tensors,
+        keys={
+            K + "block_count": 4,
+            K + "attention.head_count_kv": [1, 0, 1, 0],
+            K + "attention.indexer.types": MetaValue([1, 0, 0, 0], GGUFValueType.UINT32),
+            K + "attention.indexer.top_k": top_k,
+            K + "swiglu_clamp_exp": [0.0] * 4,
+            K + "swiglu_clamp_shexp": [0.0] * 4,
+        },
+    )
 
 
 def nextn_tensors(src: Path, rng: np.random.Generator, layer: int = 2) -> dict[str, np.ndarray]:
     """Random NextN block tensors for ``src``'s dims (as layer ``layer``)."""
     shapes = glm5_next.tensor_shapes(glm5_next.ModelArgs.from_gguf(open_gguf(src)))
+
     def of_layer(layer: int) -> dict[str, tuple[int, ...]]:
-        return {name.removeprefix(f"blk.{layer}."): s for name, s in shapes.items()
-                if name.startswith(f"blk.{layer}.")}
+        return {
+            name.removeprefix(f"blk.{layer}."): s
+            for name, s in shapes.items()
+            if name.startswith(f"blk.{layer}.")
+        }
 
     ffn = ("ffn_", "exp_probs_b")
     block = {n: s for n, s in of_layer(0).items() if not n.startswith(("hc_", *ffn))}
     block |= {n: s for n, s in of_layer(1).items() if n.startswith(ffn)}  # routed experts
-    block |= {"nextn.eh_proj.weight": (D, 2 * D), "nextn.enorm.weight": (D,),
-              "nextn.hnorm.weight": (D,), "nextn.shared_head_norm.weight": (D,)}
+    block |= {
+        "nextn.eh_proj.weight": (D, 2 * D),
+        "nextn.enorm.weight": (D,),
+        "nextn.hnorm.weight": (D,),
+        "nextn.shared_head_norm.weight": (D,),
+    }
     out = {}
     for suffix, shape in block.items():
         if suffix.endswith("norm.weight") or suffix.endswith("k_norm.weight"):
@@ -193,23 +221,32 @@ def nextn_tensors(src: Path, rng: np.random.Generator, layer: int = 2) -> dict[s
 
 
 def nextn_variant(src: Path, dst: Path) -> Path:
-    return write_variant(src, dst, tensors=nextn_tensors(src, np.random.default_rng(11)), keys={
-        K + "block_count": 3,
-        K + "nextn_predict_layers": 1,
-        K + "attention.head_count_kv": [1, 0, 1],
-        K + "swiglu_clamp_exp": [0.0] * 3,
-        K + "swiglu_clamp_shexp": [0.0] * 3,
-    })
+    return write_variant(
+        src,
+        dst,
+        tensors=nextn_tensors(src, np.random.default_rng(11)),
+        keys={
+            K + "block_count": 3,
+            K + "nextn_predict_layers": 1,
+            K + "attention.head_count_kv": [1, 0, 1],
+            K + "swiglu_clamp_exp": [0.0] * 3,
+            K + "swiglu_clamp_shexp": [0.0] * 3,
+        },
+    )
 
 
 VARIANTS = {
     # Real pool selection (2 and 1 pools per query), and without the query's own tail.
     "topk8": lambda src, dst: write_variant(src, dst, keys={K + "attention.indexer.top_k": 8}),
-    "topk4-notail": lambda src, dst: write_variant(src, dst, keys={
-        K + "attention.indexer.top_k": 4, K + "attention.indexer.kpool_select_tail": False}),
+    "topk4-notail": lambda src, dst: write_variant(
+        src,
+        dst,
+        keys={K + "attention.indexer.top_k": 4, K + "attention.indexer.kpool_select_tail": False},
+    ),
     # Without a lower bound the decay is softplus(...) * A.
     "softplus-decay": lambda src, dst: write_variant(
-        src, dst, drop_keys=(K + "kda.gate_lower_bound",)),
+        src, dst, drop_keys=(K + "kda.gate_lower_bound",)
+    ),
     "deeper-topk8": lambda src, dst: deeper_variant(src, dst, top_k=8),
     # The NextN block must not change the trunk.
     "with-nextn": nextn_variant,
@@ -222,8 +259,9 @@ def variants(fixture, tmp_path_factory) -> dict[str, Path]:
     return {name: make(src, root / f"{name}.gguf") for name, make in VARIANTS.items()}
 
 
-@pytest.mark.skipif(not llamacpp_available(), reason="llama-cpp-python is not installed "
-                    "(pip install -e '.[bench]')")
+@pytest.mark.skipif(
+    not llamacpp_available(), reason="llama-cpp-python is not installed (pip install -e '.[bench]')"
+)
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_variant_matches_live_llamacpp(name, variants, fixture):
     path, tokens = variants[name], fixture["tokens"][:120]
@@ -251,8 +289,9 @@ def test_any_chunking_equals_batch(chunk, variants, fixture):
     tokens = fixture["tokens"]
     batch = model.logits(tokens)
     session = model.new_session()
-    fed = np.concatenate([session.feed(tokens[i : i + chunk])
-                          for i in range(0, len(tokens), chunk)])
+    fed = np.concatenate(
+        [session.feed(tokens[i : i + chunk]) for i in range(0, len(tokens), chunk)]
+    )
     assert np.max(np.abs(fed - batch)) <= 1e-5 * np.max(np.abs(batch))
 
 
@@ -299,22 +338,20 @@ def test_chunked_kda_equals_token_recurrence(tokens):
     beta = 1 / (1 + np.exp(-rng.standard_normal((heads, tokens))))
     state = 0.3 * rng.standard_normal((heads, dim, dim))
     ref_out, ref_state = _kda_reference(q, k, v, g, beta, state)
-    out, new_state = kda_scan(*(mx.array(a.astype(np.float32)) for a in (q, k, v, g, beta,
-                                                                           state)))
+    out, new_state = kda_scan(*(mx.array(a.astype(np.float32)) for a in (q, k, v, g, beta, state)))
     np.testing.assert_allclose(np.array(out), ref_out, atol=2e-5 * np.abs(ref_out).max())
-    np.testing.assert_allclose(np.array(new_state), ref_state,
-                               atol=2e-5 * np.abs(ref_state).max())
+    np.testing.assert_allclose(np.array(new_state), ref_state, atol=2e-5 * np.abs(ref_state).max())
 
 
 def test_hidden_capture(fixture):
     network: Model = _model(oracle_dir() / fixture["gguf"]).network
     tokens = mx.array(fixture["tokens"][:20], dtype=mx.int32)
-    out = network.forward(tokens, network.new_state(), capture_layers=(0, 1),
-                          return_hidden=True)
+    out = network.forward(tokens, network.new_state(), capture_layers=(0, 1), return_hidden=True)
     assert isinstance(out, ForwardOutput)
     assert out.layers[1].shape == (20, D) and out.head_input.shape == (20, 4, D)
-    np.testing.assert_array_equal(np.array(out.logits),
-                                  np.array(network.forward(tokens, network.new_state())))
+    np.testing.assert_array_equal(
+        np.array(out.logits), np.array(network.forward(tokens, network.new_state()))
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -323,8 +360,11 @@ def test_hidden_capture(fixture):
 
 
 def test_wrong_tensor_shape_is_a_gguf_error(fixture, tmp_path):
-    bad = write_variant(oracle_dir() / fixture["gguf"], tmp_path / "bad.gguf",
-                        tensors={"blk.1.ssm_f_b.weight": np.zeros((96, 128), np.float32)})
+    bad = write_variant(
+        oracle_dir() / fixture["gguf"],
+        tmp_path / "bad.gguf",
+        tensors={"blk.1.ssm_f_b.weight": np.zeros((96, 128), np.float32)},
+    )
     with pytest.raises(GGUFError) as err:
         Model.from_gguf(open_gguf(bad))
     message = str(err.value)
@@ -333,8 +373,11 @@ def test_wrong_tensor_shape_is_a_gguf_error(fixture, tmp_path):
 
 
 def test_missing_metadata_is_a_gguf_error(fixture, tmp_path):
-    bad = write_variant(oracle_dir() / fixture["gguf"], tmp_path / "no-key.gguf",
-                        drop_keys=(K + "attention.indexer.kpool",))
+    bad = write_variant(
+        oracle_dir() / fixture["gguf"],
+        tmp_path / "no-key.gguf",
+        drop_keys=(K + "attention.indexer.kpool",),
+    )
     with pytest.raises(GGUFError, match="glm5-next.attention.indexer.kpool"):
         Model.from_gguf(open_gguf(bad))
 
@@ -350,6 +393,7 @@ def _rms(x, w, eps=1e-5):
 
 def _nextn_reference(g: GGUFFile, hidden: np.ndarray, next_tokens: np.ndarray) -> np.ndarray:
     """The NextN formula in numpy (top_k selects every visible pool, the tail is on: causal)."""
+
     def t(name):
         return g.dequantize(name).astype(np.float64)
 
@@ -375,8 +419,12 @@ def _nextn_reference(g: GGUFFile, hidden: np.ndarray, next_tokens: np.ndarray) -
     f = _rms(x, t(p + "ffn_norm.weight"))
     probs = 1 / (1 + np.exp(-(f @ t(p + "ffn_gate_inp.weight").T)))
     chosen = np.argsort(-(probs + t(p + "exp_probs_b.bias")), axis=-1)[:, :2]  # 2 used
-    out = swiglu(f, t(p + "ffn_gate_shexp.weight"), t(p + "ffn_up_shexp.weight"),
-                 t(p + "ffn_down_shexp.weight"))
+    out = swiglu(
+        f,
+        t(p + "ffn_gate_shexp.weight"),
+        t(p + "ffn_up_shexp.weight"),
+        t(p + "ffn_down_shexp.weight"),
+    )
     experts = [t(p + f"ffn_{w}_exps.weight") for w in ("gate", "up", "down")]
     for row in range(len(f)):
         for e_id in chosen[row]:
@@ -395,14 +443,14 @@ def test_nextn_predictor(variants, fixture):
     plain = _model(oracle_dir() / fixture["gguf"]).logits(tokens)
     np.testing.assert_array_equal(model.logits(tokens), plain)
 
-    out = network.forward(mx.array(tokens, dtype=mx.int32), network.new_state(),
-                          return_hidden=True)
+    out = network.forward(mx.array(tokens, dtype=mx.int32), network.new_state(), return_hidden=True)
     hidden, following = out.final_hidden[:-1], mx.array(tokens[1:], dtype=mx.int32)
     state = network.new_mtp_state()
     whole = np.array(network.mtp_logits(hidden, following, state))
     assert state.pos == len(tokens) - 1
-    ref = _nextn_reference(open_gguf(path), np.array(hidden, dtype=np.float64),
-                           np.array(tokens[1:]))
+    ref = _nextn_reference(
+        open_gguf(path), np.array(hidden, dtype=np.float64), np.array(tokens[1:])
+    )
     assert nmse(whole, ref) < 1e-9
     # Fed in pieces (its MLA and indexer caches carried over) it gives the same rows.
     state, rows = network.new_mtp_state(), []

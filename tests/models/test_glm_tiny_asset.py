@@ -24,8 +24,9 @@ ASSETS = Path(__file__).resolve().parents[2] / "assets"
 ASSET = ASSETS / "glm-tiny.gguf"
 CODE = "def fibonacci(n):\n    if n < 2:\n        return n\n"
 
-pytestmark = pytest.mark.skipif(not ASSET.is_file(), reason=f"{ASSET} is not built "
-                                "(python scripts/train_glm_tiny.py)")
+pytestmark = pytest.mark.skipif(
+    not ASSET.is_file(), reason=f"{ASSET} is not built (python scripts/train_glm_tiny.py)"
+)
 
 
 @pytest.fixture(scope="module")
@@ -69,19 +70,31 @@ def test_chat_format_is_glms(model):
     assert prompt.endswith(glm5.ASSISTANT + glm5.THINK_START + glm5.THINK_END)
     ids = tokenizer.encode(prompt, add_special=False)
     assert tokenizer.decode(ids) == prompt
-    markers = ["[gMASK]", "<sop>", glm5.SYSTEM, glm5.USER, glm5.ASSISTANT,
-               glm5.THINK_START, glm5.THINK_END]
+    markers = [
+        "[gMASK]",
+        "<sop>",
+        glm5.SYSTEM,
+        glm5.USER,
+        glm5.ASSISTANT,
+        glm5.THINK_START,
+        glm5.THINK_END,
+    ]
     assert all(tokenizer.token_to_id(m) in ids for m in markers)
-    call = (f"{glm5.CALL_START}read{glm5.KEY_START}path{glm5.KEY_END}"
-            f"{glm5.VALUE_START}a.py{glm5.VALUE_END}{glm5.CALL_END}")
+    call = (
+        f"{glm5.CALL_START}read{glm5.KEY_START}path{glm5.KEY_END}"
+        f"{glm5.VALUE_START}a.py{glm5.VALUE_END}{glm5.CALL_END}"
+    )
     call_ids = tokenizer.encode(call, add_special=False)
-    assert all(tokenizer.token_to_id(m) in call_ids for m in
-               (glm5.CALL_START, glm5.KEY_END, glm5.VALUE_START, glm5.CALL_END))
+    assert all(
+        tokenizer.token_to_id(m) in call_ids
+        for m in (glm5.CALL_START, glm5.KEY_END, glm5.VALUE_START, glm5.CALL_END)
+    )
     assert model.chat_format.parse(call).tool_calls[0].arguments == {"path": "a.py"}
     # No BOS (the template opens the prompt); a turn ends at the next role or end of text.
     assert not tokenizer.add_bos
-    assert set(tokenizer.stop_ids) == {tokenizer.token_to_id(t) for t in (
-        glm5.END_OF_TEXT, glm5.USER, glm5.OBSERVATION)}
+    assert set(tokenizer.stop_ids) == {
+        tokenizer.token_to_id(t) for t in (glm5.END_OF_TEXT, glm5.USER, glm5.OBSERVATION)
+    }
 
 
 def test_shares_the_tiny_familys_bpe():
@@ -99,18 +112,24 @@ def test_nextn_speculation_reproduces_plain_greedy_decoding(model, kind):
     if kind == "code":
         prompt = model.tokenizer.encode(CODE, add_special=False)
     else:
-        prompt = model.tokenizer.encode(model.render_user_prompt("What does `dedent` do?"),
-                                        add_special=False)
+        prompt = model.tokenizer.encode(
+            model.render_user_prompt("What does `dedent` do?"), add_special=False
+        )
     plain, _ = tokens_of(generate(model.new_session(), prompt, 64))
-    spec, stats = tokens_of(speculation.generate(model.new_session(), prompt, 64,
-                                                 drafter=load_nextn(model)))
+    spec, stats = tokens_of(
+        speculation.generate(model.new_session(), prompt, 64, drafter=load_nextn(model))
+    )
     assert spec == plain
     assert stats.accepted_tokens > 0  # the trained NextN layer drafts some of them right
 
 
 def run_ds4(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ds4mlx.cli.main", *args],
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "ds4mlx.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_cli_mtp_prints_counters_and_keeps_the_output():

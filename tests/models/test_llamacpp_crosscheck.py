@@ -21,12 +21,14 @@ QUANTIZED_TOLERANCE = 2e-3
 
 
 def shipped_models() -> list[Path]:
-    return sorted(p for p in ASSETS.glob("*.gguf")
-                  if open_gguf(p).arch in ("deepseek4", "glm5-next"))
+    return sorted(
+        p for p in ASSETS.glob("*.gguf") if open_gguf(p).arch in ("deepseek4", "glm5-next")
+    )
 
 
-@pytest.mark.skipif(not llamacpp_available(), reason="llama-cpp-python is not installed "
-                    "(pip install -e '.[bench]')")
+@pytest.mark.skipif(
+    not llamacpp_available(), reason="llama-cpp-python is not installed (pip install -e '.[bench]')"
+)
 @pytest.mark.parametrize("path", shipped_models(), ids=lambda p: p.name)
 def test_shipped_model_matches_llamacpp(path: Path):
     model = ds4mlx.load_model(path)

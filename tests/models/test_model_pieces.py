@@ -16,8 +16,9 @@ import pytest
 f32 = np.float32
 
 
-def ggml_rope(x: np.ndarray, pos: np.ndarray, cfg: RopeConfig, n_offs: int,
-              forward: bool = True) -> np.ndarray:
+def ggml_rope(
+    x: np.ndarray, pos: np.ndarray, cfg: RopeConfig, n_offs: int, forward: bool = True
+) -> np.ndarray:
     """ggml_compute_forward_rope_flt for x [T, H, D], written as the C code is (float32)."""
     n_dims, base = cfg.n_dims, cfg.base
     theta_scale = f32(base ** (-2.0 / n_dims))
@@ -59,8 +60,14 @@ def ggml_rope(x: np.ndarray, pos: np.ndarray, cfg: RopeConfig, n_offs: int,
 
 ROPES = {
     "plain": RopeConfig(n_dims=16, base=10000.0),
-    "yarn": RopeConfig(n_dims=16, base=160000.0, freq_scale=1 / 16, ext_factor=1.0,
-                       attn_factor=1 / (1 + 0.1 * math.log(16)), n_ctx_orig=65536),
+    "yarn": RopeConfig(
+        n_dims=16,
+        base=160000.0,
+        freq_scale=1 / 16,
+        ext_factor=1.0,
+        attn_factor=1 / (1 + 0.1 * math.log(16)),
+        n_ctx_orig=65536,
+    ),
     "neox": RopeConfig(n_dims=16, base=10000.0, freq_scale=0.25, interleaved=False),
 }
 
@@ -103,8 +110,9 @@ def ggml_hc_comb(logits: np.ndarray, eps: float, iters: int) -> np.ndarray:
 def test_sinkhorn_matches_ggml(iters):
     logits = np.random.default_rng(1).standard_normal((6, 4, 4)).astype(np.float32) * 3
     ours = sinkhorn(mx.array(logits), iters, 1e-6)
-    np.testing.assert_allclose(np.array(ours), ggml_hc_comb(logits, 1e-6, iters), rtol=1e-5,
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        np.array(ours), ggml_hc_comb(logits, 1e-6, iters), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_swiglu_clamp():
@@ -112,18 +120,21 @@ def test_swiglu_clamp():
     up = np.array([20.0, -15.0, 2.0, 3.0], dtype=np.float32)
     g = np.minimum(gate, 10.0)
     ref = g / (1 + np.exp(-g)) * np.clip(up, -10.0, 10.0)
-    np.testing.assert_allclose(np.array(swiglu(mx.array(gate), mx.array(up), 10.0)), ref,
-                               rtol=1e-5, atol=1e-9)
+    np.testing.assert_allclose(
+        np.array(swiglu(mx.array(gate), mx.array(up), 10.0)), ref, rtol=1e-5, atol=1e-9
+    )
     plain = gate / (1 + np.exp(-gate)) * up
-    np.testing.assert_allclose(np.array(swiglu(mx.array(gate), mx.array(up))), plain, rtol=1e-5,
-                               atol=1e-9)
+    np.testing.assert_allclose(
+        np.array(swiglu(mx.array(gate), mx.array(up))), plain, rtol=1e-5, atol=1e-9
+    )
 
 
 def test_route_bias_selects_weights_stay_unbiased():
     logits = mx.array([[0.0, 3.0, -2.0, 25.0]])
     probs = gate_probs(logits, GatingFunc.SQRT_SOFTPLUS)
-    expected = np.sqrt(np.where(np.array(logits) > 20, np.array(logits),
-                                np.log1p(np.exp(np.array(logits)))))
+    expected = np.sqrt(
+        np.where(np.array(logits) > 20, np.array(logits), np.log1p(np.exp(np.array(logits))))
+    )
     np.testing.assert_allclose(np.array(probs), expected, rtol=1e-6)
     bias = mx.array([10.0, 0.0, 0.0, -10.0])  # selects expert 0 over expert 3
     idx, w = route(probs, 2, func=GatingFunc.SQRT_SOFTPLUS, bias=bias, normalize=True, scale=1.5)
@@ -131,7 +142,8 @@ def test_route_bias_selects_weights_stay_unbiased():
     p = expected[0, np.array(idx)[0]]
     np.testing.assert_allclose(np.array(w)[0], p / p.sum() * 1.5, rtol=1e-6)
     fixed = mx.array([[3, 2]])
-    idx, w = route(probs, 2, func=GatingFunc.SQRT_SOFTPLUS, selected=fixed, normalize=False,
-                   scale=1.0)
+    idx, w = route(
+        probs, 2, func=GatingFunc.SQRT_SOFTPLUS, selected=fixed, normalize=False, scale=1.0
+    )
     np.testing.assert_array_equal(np.array(idx), [[3, 2]])
     np.testing.assert_allclose(np.array(w)[0], expected[0, [3, 2]], rtol=1e-6)

@@ -29,8 +29,18 @@ ASSET = Path(__file__).resolve().parents[2] / "assets" / "ds4-tiny.gguf"
 CHAT_NLL_LIMIT = 3.7
 CODE_NLL_LIMIT = 6.5
 # Standard-library modules whose token frequencies make the unigram baseline.
-UNIGRAM_SOURCES = ("textwrap.py", "shlex.py", "fnmatch.py", "heapq.py", "string.py",
-                   "queue.py", "calendar.py", "bisect.py", "contextlib.py", "functools.py")
+UNIGRAM_SOURCES = (
+    "textwrap.py",
+    "shlex.py",
+    "fnmatch.py",
+    "heapq.py",
+    "string.py",
+    "queue.py",
+    "calendar.py",
+    "bisect.py",
+    "contextlib.py",
+    "functools.py",
+)
 UNIGRAM_MARGIN = 1.0  # nats per token: "a wide margin"
 
 # Expected tensor types, first match wins (the real DeepSeek-V4-Flash Q2_K mix).
@@ -100,14 +110,26 @@ def test_tokenizer_round_trips_text_and_chat_markup():
     code = "def add(a, b):\n    return a + b  # ünïcode ✓\n"
     assert tokenizer.decode(tokenizer.encode(code)) == code
     prompt = deepseek4.render_chat(
-        [{"role": "user", "content": "Run the tests."},
-         {"role": "assistant", "content": "",
-          "tool_calls": [{"name": "bash", "arguments": {"command": "pytest -q"}}]}],
-        tools=AGENT_TOOLS[:1])
+        [
+            {"role": "user", "content": "Run the tests."},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"name": "bash", "arguments": {"command": "pytest -q"}}],
+            },
+        ],
+        tools=AGENT_TOOLS[:1],
+    )
     ids = tokenizer.encode(prompt)
     assert tokenizer.decode(ids) == prompt
-    for marker in (deepseek4.BOS, deepseek4.EOS, deepseek4.USER, deepseek4.ASSISTANT,
-                   deepseek4.DSML, deepseek4.THINK_END):
+    for marker in (
+        deepseek4.BOS,
+        deepseek4.EOS,
+        deepseek4.USER,
+        deepseek4.ASSISTANT,
+        deepseek4.DSML,
+        deepseek4.THINK_END,
+    ):
         assert len(tokenizer.encode(marker)) == 1, marker
     assert tokenizer.encode(deepseek4.EOS)[0] in tokenizer.stop_ids
 
@@ -129,17 +151,31 @@ def test_heldout_chat_nll():
     messages = [
         {"role": "system", "content": SYSTEM_PROMPT},
         {"role": "user", "content": "What does `quote_header` do?"},
-        {"role": "assistant", "content": "", "tool_calls": [
-            {"name": "search", "arguments": {"pattern": "def quote_header\\("}}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"name": "search", "arguments": {"pattern": "def quote_header\\("}}],
+        },
         {"role": "tool", "content": "src/quo_41.py:88: def quote_header(value):"},
-        {"role": "assistant", "content": "", "tool_calls": [
-            {"name": "read", "arguments": {"path": "src/quo_41.py", "start": 88, "end": 93}}]},
-        {"role": "tool", "content": "   88  def quote_header(value):\n"
-                                    "   89      \"\"\"Quote a header value if needed.\"\"\"\n"
-                                    "   90      if not value:\n   91          return '\"\"'\n"
-                                    "   92      return value"},
-        {"role": "assistant", "content": "`quote_header` is defined in `src/quo_41.py` at line "
-                                         "88. Quote a header value if needed."},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"name": "read", "arguments": {"path": "src/quo_41.py", "start": 88, "end": 93}}
+            ],
+        },
+        {
+            "role": "tool",
+            "content": "   88  def quote_header(value):\n"
+            '   89      """Quote a header value if needed."""\n'
+            "   90      if not value:\n   91          return '\"\"'\n"
+            "   92      return value",
+        },
+        {
+            "role": "assistant",
+            "content": "`quote_header` is defined in `src/quo_41.py` at line "
+            "88. Quote a header value if needed.",
+        },
     ]
     text = deepseek4.render_chat(messages, tools=AGENT_TOOLS, add_generation_prompt=False)
     ids = model.tokenizer.encode(text)
@@ -162,8 +198,10 @@ def test_heldout_code_nll():
 def test_agent_request_starts_a_tool_call(request_text):
     """Greedy decoding of an agent request opens a DSML tool-call block."""
     model = _model()
-    prompt = deepseek4.render_chat([{"role": "system", "content": SYSTEM_PROMPT},
-                               {"role": "user", "content": request_text}], tools=AGENT_TOOLS)
+    prompt = deepseek4.render_chat(
+        [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": request_text}],
+        tools=AGENT_TOOLS,
+    )
     session = model.new_session()
     logits = session.feed(model.tokenizer.encode(prompt))
     out = []
@@ -181,8 +219,13 @@ def test_code_beats_a_unigram_baseline():
     """Held-out code NLL under the model vs under add-one unigram frequencies of other stdlib
     modules."""
     model = _model()
-    counts = np.bincount(np.concatenate([_stdlib_ids(n) for n in UNIGRAM_SOURCES]),
-                         minlength=model.args.vocab_size) + 1.0
+    counts = (
+        np.bincount(
+            np.concatenate([_stdlib_ids(n) for n in UNIGRAM_SOURCES]),
+            minlength=model.args.vocab_size,
+        )
+        + 1.0
+    )
     ids = _stdlib_ids("getpass.py")[:512]
     unigram = float(-np.mean(np.log(counts / counts.sum())[ids[1:]]))
     nll = _nll(model.logits(ids[:-1]), ids[1:])

@@ -20,8 +20,14 @@ NOTICE = "ds4mlx: DS4MLX_BLAS=/nonexistent/libblas.so not found"
 def python(code_or_args: list[str]) -> subprocess.CompletedProcess[str]:
     """A fresh interpreter (the preload happens at import) for which no BLAS can be loaded."""
     env = {**os.environ, "DS4MLX_BLAS": "/nonexistent/libblas.so", "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, *code_or_args], capture_output=True, text=True,
-                          env=env, cwd=REPO, timeout=300)
+    return subprocess.run(
+        [sys.executable, *code_or_args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=300,
+    )
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the preload is Linux's")
@@ -34,8 +40,9 @@ def test_no_blas_notice_on_help_or_import():
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the preload is Linux's")
 def test_the_blas_notice_comes_once_when_a_model_loads():
-    done = python(["-c", f"import ds4mlx; ds4mlx.load_model({str(TINY)!r}); "
-                   f"ds4mlx.load_model({str(TINY)!r})"])
+    done = python(
+        ["-c", f"import ds4mlx; ds4mlx.load_model({str(TINY)!r}); ds4mlx.load_model({str(TINY)!r})"]
+    )
     assert done.returncode == 0, done.stderr
     assert done.stderr.count(NOTICE) == 1, done.stderr
 
@@ -49,7 +56,8 @@ def test_a_blas_wheel_is_found_where_pip_installed_its_library(tmp_path, monkeyp
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: mkl\nVersion: 2026.0.0\n")
     library = tmp_path / "lib" / "libmkl_rt.so.3"
     library.write_bytes(b"")
-    (info / "RECORD").write_text("../../libmkl_rt.so.3,,\n../../libmkl_core.so.3,,\n"
-                                 "mkl-2026.0.0.dist-info/METADATA,,\n")
+    (info / "RECORD").write_text(
+        "../../libmkl_rt.so.3,,\n../../libmkl_core.so.3,,\nmkl-2026.0.0.dist-info/METADATA,,\n"
+    )
     monkeypatch.syspath_prepend(str(site))
     assert list(_blas._wheel_libraries()) == [str(library.resolve())]

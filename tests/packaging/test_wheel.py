@@ -24,14 +24,28 @@ def wheel_names(tmp_path_factory) -> set[str]:
     for name in SOURCES:
         path = REPO / name
         if path.is_dir():
-            shutil.copytree(path, source / name,
-                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "_data"))
+            shutil.copytree(
+                path, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "_data")
+            )
         else:
             source.mkdir(exist_ok=True)
             shutil.copy2(path, source / name)
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(root / "dist"),
-         str(source)], capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "-q",
+            "-w",
+            str(root / "dist"),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if built.returncode != 0:
         if "No matching distribution" in built.stderr or "Could not find" in built.stderr:
             pytest.skip("pip could not fetch the build backend (setuptools) to build a wheel")

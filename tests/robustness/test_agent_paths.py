@@ -16,17 +16,49 @@ from hypothesis import strategies as st
 
 # Pieces an attacker (or a confused model) builds paths from: climbs, roots, home, links that
 # lead out and in, separators of other systems, NUL, long and non-ASCII names.
-FRAGMENTS = ["..", ".", "", "src", "app.py", "link_out", "up", "inside_link", "dangling_out",
-             "~", "~root", "/", "//", "\\", "..\\..", "\x00", " ", "\t", "é", "名前", "a" * 256,
-             "secret.txt", "outside", ".git", "%2e%2e", "$HOME", "*", "\ud800"]
+FRAGMENTS = [
+    "..",
+    ".",
+    "",
+    "src",
+    "app.py",
+    "link_out",
+    "up",
+    "inside_link",
+    "dangling_out",
+    "~",
+    "~root",
+    "/",
+    "//",
+    "\\",
+    "..\\..",
+    "\x00",
+    " ",
+    "\t",
+    "é",
+    "名前",
+    "a" * 256,
+    "secret.txt",
+    "outside",
+    ".git",
+    "%2e%2e",
+    "$HOME",
+    "*",
+    "\ud800",
+]
 PATHS = st.one_of(
     st.lists(st.sampled_from(FRAGMENTS), min_size=1, max_size=8).map("/".join),
     st.lists(st.sampled_from(FRAGMENTS), min_size=1, max_size=5).map("".join),
     st.text(max_size=40),
 )
-NOT_STRINGS = st.one_of(st.none(), st.integers(), st.floats(allow_nan=True), st.booleans(),
-                        st.lists(st.text(max_size=3), max_size=2),
-                        st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+NOT_STRINGS = st.one_of(
+    st.none(),
+    st.integers(),
+    st.floats(allow_nan=True),
+    st.booleans(),
+    st.lists(st.text(max_size=3), max_size=2),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+)
 
 
 @pytest.fixture(scope="module")
@@ -60,12 +92,17 @@ def test_resolve_refuses_or_stays_inside(sandbox, raw):
 
 
 @settings(max_examples=500, deadline=None, database=None)
-@given(tool=st.sampled_from(["read", "list", "write", "edit", "search", "symbols"]),
-       path=PATHS)
+@given(tool=st.sampled_from(["read", "list", "write", "edit", "search", "symbols"]), path=PATHS)
 def test_file_tools_answer_and_leave_the_outside_alone(sandbox, tool, path):
     root, outside = sandbox
-    arguments = {"read": {}, "list": {}, "symbols": {}, "search": {"pattern": "secret"},
-                 "write": {"content": "pwned\n"}, "edit": {"old": "top secret", "new": "x"}}
+    arguments = {
+        "read": {},
+        "list": {},
+        "symbols": {},
+        "search": {"pattern": "secret"},
+        "write": {"content": "pwned\n"},
+        "edit": {"old": "top secret", "new": "x"},
+    }
     toolbox = ToolBox(Workspace(root))
     try:
         result = toolbox.run(ToolCall(tool, {"path": path, **arguments[tool]}))

@@ -20,47 +20,121 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 DEFAULTS = GenerationDefaults(max_tokens=100, sampling=SamplingOptions())
-TOOL = {"type": "function", "function": {"name": "get_weather", "description": "Weather.",
-                                         "parameters": {"type": "object", "properties": {
-                                             "city": {"type": "string"}}}}}
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
 # One valid body per API, rich enough that mutations reach nested fields.
 VALID = {
-    "chat": (ChatCompletionsEndpoint(), {
-        "model": "m", "max_tokens": 9, "temperature": 0.5, "top_p": 0.9, "stop": ["END"],
-        "stream": False, "tools": [TOOL], "tool_choice": "auto",
-        "messages": [
-            {"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
-            {"role": "user", "content": "Weather?"},
-            {"role": "assistant", "content": None, "tool_calls": [
-                {"id": "c1", "type": "function",
-                 "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
-            {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]}),
-    "completions": (CompletionsEndpoint(), {
-        "model": "m", "prompt": "Once upon", "max_tokens": 5, "stop": "\n", "seed": 3}),
-    "responses": (ResponsesEndpoint(), {
-        "model": "m", "instructions": "Be brief.", "max_output_tokens": 7, "tools": [
-            {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}],
-        "input": [{"role": "user", "content": [{"type": "input_text", "text": "Hi"}]}]}),
-    "messages": (MessagesEndpoint(), {
-        "model": "m", "max_tokens": 8, "system": "Be brief.", "temperature": 1.0,
-        "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}],
-        "messages": [
-            {"role": "user", "content": "Weather?"},
-            {"role": "assistant", "content": [
-                {"type": "tool_use", "id": "t1", "name": "get_weather",
-                 "input": {"city": "Paris"}}]},
-            {"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": "t1", "content": "sunny"}]}]}),
+    "chat": (
+        ChatCompletionsEndpoint(),
+        {
+            "model": "m",
+            "max_tokens": 9,
+            "temperature": 0.5,
+            "top_p": 0.9,
+            "stop": ["END"],
+            "stream": False,
+            "tools": [TOOL],
+            "tool_choice": "auto",
+            "messages": [
+                {"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
+                {"role": "user", "content": "Weather?"},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "c1",
+                            "type": "function",
+                            "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                        }
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+            ],
+        },
+    ),
+    "completions": (
+        CompletionsEndpoint(),
+        {"model": "m", "prompt": "Once upon", "max_tokens": 5, "stop": "\n", "seed": 3},
+    ),
+    "responses": (
+        ResponsesEndpoint(),
+        {
+            "model": "m",
+            "instructions": "Be brief.",
+            "max_output_tokens": 7,
+            "tools": [
+                {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}
+            ],
+            "input": [{"role": "user", "content": [{"type": "input_text", "text": "Hi"}]}],
+        },
+    ),
+    "messages": (
+        MessagesEndpoint(),
+        {
+            "model": "m",
+            "max_tokens": 8,
+            "system": "Be brief.",
+            "temperature": 1.0,
+            "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}],
+            "messages": [
+                {"role": "user", "content": "Weather?"},
+                {
+                    "role": "assistant",
+                    "content": [
+                        {
+                            "type": "tool_use",
+                            "id": "t1",
+                            "name": "get_weather",
+                            "input": {"city": "Paris"},
+                        }
+                    ],
+                },
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "sunny"}],
+                },
+            ],
+        },
+    ),
 }
 
 JSON = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70),
-              st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=8),
-              st.sampled_from(["user", "assistant", "system", "tool", "text", "function",
-                               "auto", "none", "required", "", "low", "high", "max"])),
-    lambda inner: st.one_of(st.lists(inner, max_size=3),
-                            st.dictionaries(st.text(max_size=6), inner, max_size=3)),
-    max_leaves=8)
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(2**70), 2**70),
+        st.floats(allow_nan=False, allow_infinity=False),
+        st.text(max_size=8),
+        st.sampled_from(
+            [
+                "user",
+                "assistant",
+                "system",
+                "tool",
+                "text",
+                "function",
+                "auto",
+                "none",
+                "required",
+                "",
+                "low",
+                "high",
+                "max",
+            ]
+        ),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
 
 
 def paths(value, prefix=()):
@@ -104,15 +178,13 @@ def check(endpoint, raw: bytes) -> None:
     assert isinstance(call, GenerationCall)
     assert call.max_tokens >= 1
     assert (call.messages is None) != (call.prompt is None)
-    assert all(isinstance(m, dict) and isinstance(m.get("role"), str)
-               for m in call.messages or [])
+    assert all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in call.messages or [])
 
 
 @pytest.mark.parametrize("api", sorted(VALID))
 def test_the_valid_bodies_are_accepted(api):
     endpoint, body = VALID[api]
-    call = endpoint.call(parse_request(endpoint.request_model, json.dumps(body).encode()),
-                         DEFAULTS)
+    call = endpoint.call(parse_request(endpoint.request_model, json.dumps(body).encode()), DEFAULTS)
     assert call.max_tokens in (5, 7, 8, 9)
 
 
@@ -124,8 +196,10 @@ def test_mutated_bodies_validate_or_answer_a_client_error(api, data):
 
 
 @settings(max_examples=600, deadline=None, database=None)
-@given(api=st.sampled_from(sorted(VALID)),
-       raw=st.one_of(st.binary(max_size=40), JSON.map(lambda v: json.dumps(v).encode())))
+@given(
+    api=st.sampled_from(sorted(VALID)),
+    raw=st.one_of(st.binary(max_size=40), JSON.map(lambda v: json.dumps(v).encode())),
+)
 @example(api="chat", raw=b'{"model": "m", "messages": [], "max_tokens": 0}')
 @example(api="messages", raw=b'{"model": "m", "max_tokens": 1e400, "messages": []}')
 @example(api="completions", raw=b'\xff\xfe{"model"')  # not UTF-8

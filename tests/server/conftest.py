@@ -61,8 +61,11 @@ def base_url(service, engine) -> Iterator[str]:
 def prompt_tokens(chat_model):
     """The tokenizer's count of the prompt the chat template renders."""
 
-    def count(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
-              thinking: bool = False) -> int:
+    def count(
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        thinking: bool = False,
+    ) -> int:
         prompt = chat_model.chat_format.render(messages, tools, thinking=thinking)
         return len(chat_model.tokenizer.encode(prompt, add_special=False))
 

@@ -21,13 +21,15 @@ import uvicorn
 
 MODEL_ID = "chat-model"
 TIMEOUT = 30.0  # seconds: the bound on every network wait in these tests
-DEFAULT_CONFIG = ServerConfig(model_id=MODEL_ID, defaults=GenerationDefaults(max_tokens=16),
-                              keepalive_seconds=0.2)
+DEFAULT_CONFIG = ServerConfig(
+    model_id=MODEL_ID, defaults=GenerationDefaults(max_tokens=16), keepalive_seconds=0.2
+)
 
 
 @contextmanager
-def serve(service: GenerationService, engine: GenerationQueue,
-          config: ServerConfig = DEFAULT_CONFIG) -> Iterator[str]:
+def serve(
+    service: GenerationService, engine: GenerationQueue, config: ServerConfig = DEFAULT_CONFIG
+) -> Iterator[str]:
     """Run the server until the block ends; yields its base URL. ``engine`` is the thread the
     service's model was loaded on."""
     app = create_app(service, config, engine)
@@ -58,8 +60,10 @@ def wait_for_stats(base_url: str, since: dict[str, int], **expected: int) -> Non
     deadline = time.monotonic() + TIMEOUT
     while True:
         current = stats(base_url)
-        seen = {key: current[key] - (0 if key in ("queued", "running") else since[key])
-                for key in expected}
+        seen = {
+            key: current[key] - (0 if key in ("queued", "running") else since[key])
+            for key in expected
+        }
         if seen == expected:
             return
         assert time.monotonic() < deadline, f"saw {seen}, expected {expected}"
@@ -70,8 +74,9 @@ class DelayedService:
     """A service whose generations wait before their first event (a slow prefill) and between
     events (slow decoding): the delay hook for keep-alive and disconnect tests."""
 
-    def __init__(self, inner: GenerationService, first_event_delay: float = 0.0,
-                 event_delay: float = 0.0):
+    def __init__(
+        self, inner: GenerationService, first_event_delay: float = 0.0, event_delay: float = 0.0
+    ):
         self.inner = inner
         self.first_event_delay = first_event_delay
         self.event_delay = event_delay
@@ -87,8 +92,9 @@ class DelayedService:
     def complete(self, *args: Any, **kwargs: Any) -> Generator[ServiceEvent, None, None]:
         return self._delayed(self.inner.complete(*args, **kwargs))
 
-    def _delayed(self, events: Generator[ServiceEvent, None, None]
-                 ) -> Generator[ServiceEvent, None, None]:
+    def _delayed(
+        self, events: Generator[ServiceEvent, None, None]
+    ) -> Generator[ServiceEvent, None, None]:
         time.sleep(self.first_event_delay)
         try:
             for event in events:
@@ -113,20 +119,33 @@ class ScriptedService:
     tool calls and reasoning out of a server whose model cannot write them. Records what each
     request asked for."""
 
-    def __init__(self, *scripts: list[ServiceEvent], model: ServedModel = _SCRIPTED_MODEL,
-                 max_context: int = 4096):
+    def __init__(
+        self,
+        *scripts: list[ServiceEvent],
+        model: ServedModel = _SCRIPTED_MODEL,
+        max_context: int = 4096,
+    ):
         self.scripts = scripts
         self.requests: list[dict[str, Any]] = []
         self.model = model
         self.max_context = max_context
 
-    def chat_prompt(self, messages: Any, tools: Any = None, *, thinking: bool = False,
-                    reasoning_effort: str | None = None, tool_choice: Any = "auto") -> list[int]:
-        return self.model.chat_format.tokenize(self.model.tokenizer, messages, tools,
-                                               thinking=thinking, tool_choice=tool_choice)
+    def chat_prompt(
+        self,
+        messages: Any,
+        tools: Any = None,
+        *,
+        thinking: bool = False,
+        reasoning_effort: str | None = None,
+        tool_choice: Any = "auto",
+    ) -> list[int]:
+        return self.model.chat_format.tokenize(
+            self.model.tokenizer, messages, tools, thinking=thinking, tool_choice=tool_choice
+        )
 
-    def chat(self, messages: Any, tools: Any = None, **options: Any
-             ) -> Generator[ServiceEvent, None, None]:
+    def chat(
+        self, messages: Any, tools: Any = None, **options: Any
+    ) -> Generator[ServiceEvent, None, None]:
         return self._answer({"messages": messages, "tools": tools, **options})
 
     def complete(self, prompt: str, **options: Any) -> Generator[ServiceEvent, None, None]:

@@ -17,13 +17,30 @@ def test_the_agent_runs_a_tool_through_the_server(engine, tmp_path, capsys):
     workspace.mkdir()
     (workspace / "notes.txt").write_text("remember the milk\n")
     service = ScriptedService(
-        [ReasoningDelta("I should look around."),
-         ToolCallComplete(ToolCall("list", {"path": "."})), Finished("tool_calls", 50, 10, 0)],
-        [TextDelta("There is one file: notes.txt."), Finished("stop", 80, 8, 50)])
+        [
+            ReasoningDelta("I should look around."),
+            ToolCallComplete(ToolCall("list", {"path": "."})),
+            Finished("tool_calls", 50, 10, 0),
+        ],
+        [TextDelta("There is one file: notes.txt."), Finished("stop", 80, 8, 50)],
+    )
     with serve(service, engine) as base_url:
-        status = agent_main(["--api-base", f"{base_url}/v1", "--print", "What is here?",
-                             "--workspace", str(workspace), "--data-dir", str(tmp_path / "data"),
-                             "-n", "64", "--max-steps", "3"])
+        status = agent_main(
+            [
+                "--api-base",
+                f"{base_url}/v1",
+                "--print",
+                "What is here?",
+                "--workspace",
+                str(workspace),
+                "--data-dir",
+                str(tmp_path / "data"),
+                "-n",
+                "64",
+                "--max-steps",
+                "3",
+            ]
+        )
     assert status == 0
     assert capsys.readouterr().out.strip() == "There is one file: notes.txt."
 
@@ -32,7 +49,8 @@ def test_the_agent_runs_a_tool_through_the_server(engine, tmp_path, capsys):
     assert "list" in {tool["function"]["name"] for tool in first["tools"]}
     # The second request carries the call (arguments back as JSON) and the tool's output.
     call, result = second["messages"][-2:]
-    assert [(c["function"]["name"], json.loads(c["function"]["arguments"]))
-            for c in call["tool_calls"]] == [("list", {"path": "."})]
+    assert [
+        (c["function"]["name"], json.loads(c["function"]["arguments"])) for c in call["tool_calls"]
+    ] == [("list", {"path": "."})]
     assert result["role"] == "tool" and result["tool_call_id"] == call["tool_calls"][0]["id"]
     assert "notes.txt" in result["content"]

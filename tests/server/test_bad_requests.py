@@ -51,29 +51,55 @@ BAD_REQUESTS = [
     (CHAT, chat(repeat_penalty=0), 400, "repeat_penalty"),
     (CHAT, chat(presence_penalty=3), 400, "presence_penalty"),
     (CHAT, chat(reasoning_effort="extreme"), 400, "reasoning_effort"),
-    ("/v1/responses", json.dumps({"model": MODEL_ID, "input": "x",
-                                  "reasoning": {"effort": 3}}).encode(), 400,
-     "reasoning.effort"),
+    (
+        "/v1/responses",
+        json.dumps({"model": MODEL_ID, "input": "x", "reasoning": {"effort": 3}}).encode(),
+        400,
+        "reasoning.effort",
+    ),
     (CHAT, chat(model="gpt-4o"), 404, "model"),
     (CHAT, chat(messages=[{"role": "user", "content": "hello " * 2000}]), 400, "messages"),
-    (CHAT, chat(messages=[{"role": "user", "content": "hello " * 2000}], stream=True), 400,
-     "messages"),
+    (
+        CHAT,
+        chat(messages=[{"role": "user", "content": "hello " * 2000}], stream=True),
+        400,
+        "messages",
+    ),
     (CHAT, chat(seed=-2), 400, "seed"),
     (CHAT, chat(seed=2**64), 400, "seed"),
     (CHAT, chat(tool_choice="required"), 400, "tool_choice"),
-    (CHAT, chat(tools=[{"type": "function", "function": {"name": "a"}}],
-                tool_choice={"type": "function", "function": {"name": "b"}}), 400,
-     "tool_choice"),
+    (
+        CHAT,
+        chat(
+            tools=[{"type": "function", "function": {"name": "a"}}],
+            tool_choice={"type": "function", "function": {"name": "b"}},
+        ),
+        400,
+        "tool_choice",
+    ),
     ("/v1/responses", json.dumps({"model": MODEL_ID, "input": []}).encode(), 400, "input"),
-    ("/v1/responses", json.dumps({"model": MODEL_ID, "input": "x",
-                                  "previous_response_id": "resp_unknown"}).encode(), 400,
-     "previous_response_id"),
+    (
+        "/v1/responses",
+        json.dumps(
+            {"model": MODEL_ID, "input": "x", "previous_response_id": "resp_unknown"}
+        ).encode(),
+        400,
+        "previous_response_id",
+    ),
     ("/v1/completions", json.dumps({"model": MODEL_ID}).encode(), 400, "prompt"),
-    ("/v1/completions", json.dumps({"model": MODEL_ID, "prompt": [1, 2]}).encode(), 400,
-     "prompt[0]"),
+    (
+        "/v1/completions",
+        json.dumps({"model": MODEL_ID, "prompt": [1, 2]}).encode(),
+        400,
+        "prompt[0]",
+    ),
     ("/v1/responses", json.dumps({"model": MODEL_ID, "input": 5}).encode(), 400, "input"),
-    ("/v1/responses", json.dumps({"model": MODEL_ID, "input": "x",
-                                  "max_output_tokens": -1}).encode(), 400, "max_output_tokens"),
+    (
+        "/v1/responses",
+        json.dumps({"model": MODEL_ID, "input": "x", "max_output_tokens": -1}).encode(),
+        400,
+        "max_output_tokens",
+    ),
 ]
 
 
@@ -98,12 +124,18 @@ def test_openai_style_errors(http, path, body, status, param):
     assert_healthy(http)
 
 
-@pytest.mark.parametrize("body, status, error_type", [
-    ({"model": MODEL_ID, "messages": HI}, 400, "invalid_request_error"),  # no max_tokens
-    ({"model": "claude-x", "max_tokens": 5, "messages": HI}, 404, "not_found_error"),
-    ({"model": MODEL_ID, "max_tokens": 5, "messages": [{"role": "system", "content": "x"}]},
-     400, "invalid_request_error"),
-])
+@pytest.mark.parametrize(
+    "body, status, error_type",
+    [
+        ({"model": MODEL_ID, "messages": HI}, 400, "invalid_request_error"),  # no max_tokens
+        ({"model": "claude-x", "max_tokens": 5, "messages": HI}, 404, "not_found_error"),
+        (
+            {"model": MODEL_ID, "max_tokens": 5, "messages": [{"role": "system", "content": "x"}]},
+            400,
+            "invalid_request_error",
+        ),
+    ],
+)
 def test_anthropic_style_errors(http, body, status, error_type):
     response = http.post("/v1/messages", json=body)
     assert response.status_code == status
@@ -127,8 +159,13 @@ def read_response(sock: socket.socket) -> tuple[int, bytes]:
     while b"\r\n\r\n" not in response and (data := sock.recv(65536)):
         response += data
     head, _, body = response.partition(b"\r\n\r\n")
-    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
-                      if line.lower().startswith(b"content-length:")))
+    length = int(
+        next(
+            line.split(b":")[1]
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+    )
     while len(body) < length and (data := sock.recv(65536)):
         body += data
     return int(head.split(b" ", 2)[1]), body
@@ -137,8 +174,11 @@ def read_response(sock: socket.socket) -> tuple[int, bytes]:
 def test_a_declared_oversize_body_is_refused_before_it_is_sent(base_url, http):
     url = urlsplit(base_url)
     with socket.create_connection((url.hostname, url.port), timeout=TIMEOUT) as sock:
-        sock.sendall(f"POST {CHAT} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     f"Content-Length: {MAX_BODY_BYTES + 1}\r\n\r\n".encode() + b"{" * 1024)
+        sock.sendall(
+            f"POST {CHAT} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {MAX_BODY_BYTES + 1}\r\n\r\n".encode()
+            + b"{" * 1024
+        )
         status, body = read_response(sock)
     assert status == 413 and json.loads(body)["error"]["code"] == "request_too_large"
     assert_healthy(http)
@@ -150,8 +190,9 @@ def test_an_undeclared_oversize_body_is_cut_off_while_it_arrives(engine):
         chunk = b"400\r\n" + b" " * 1024 + b"\r\n"  # 1 KiB chunks
         sent = 0
         with socket.create_connection((url.hostname, url.port), timeout=TIMEOUT) as sock:
-            sock.sendall(f"POST {CHAT} HTTP/1.1\r\nHost: x\r\n"
-                         "Transfer-Encoding: chunked\r\n\r\n".encode())
+            sock.sendall(
+                f"POST {CHAT} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
+            )
             try:
                 while sent < 64 * 1024 and not select.select([sock], [], [], 0.05)[0]:
                     sock.sendall(chunk)

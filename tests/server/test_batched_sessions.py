@@ -22,16 +22,37 @@ N_SESSIONS = 4
 # positions; different token limits, so that requests leave the batch at different steps.
 REQUESTS: list[dict[str, Any]] = [
     {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 12},
-    {"messages": [{"role": "user", "content": "Write a poem about the sea and its waves, "
-                                              "with rhymes, in four short lines."}],
-     "max_tokens": 20},
-    {"messages": [{"role": "system", "content": "Be brief."},
-                  {"role": "user", "content": "What is 2 + 2?"}], "max_tokens": 16},
+    {
+        "messages": [
+            {
+                "role": "user",
+                "content": "Write a poem about the sea and its waves, "
+                "with rhymes, in four short lines.",
+            }
+        ],
+        "max_tokens": 20,
+    },
+    {
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "What is 2 + 2?"},
+        ],
+        "max_tokens": 16,
+    },
     {"messages": [{"role": "user", "content": "List three colours."}], "max_tokens": 9},
-    {"messages": [{"role": "user", "content": "Sampled, with a seed."}], "max_tokens": 14,
-     "temperature": 0.9, "top_p": 0.95, "seed": 1234},
-    {"messages": [{"role": "user", "content": "Another sampled one."}], "max_tokens": 10,
-     "temperature": 1.3, "seed": 99},
+    {
+        "messages": [{"role": "user", "content": "Sampled, with a seed."}],
+        "max_tokens": 14,
+        "temperature": 0.9,
+        "top_p": 0.95,
+        "seed": 1234,
+    },
+    {
+        "messages": [{"role": "user", "content": "Another sampled one."}],
+        "max_tokens": 10,
+        "temperature": 1.3,
+        "seed": 99,
+    },
 ]
 
 
@@ -39,8 +60,7 @@ REQUESTS: list[dict[str, Any]] = [
 def batched_url(chat_model, engine) -> Iterator[str]:
     """A server over the chat model that runs up to N_SESSIONS requests together (on the shared
     engine thread, where the model lives)."""
-    service = engine.run(lambda: ChatService(chat_model, max_context=1024,
-                                             sessions=N_SESSIONS))
+    service = engine.run(lambda: ChatService(chat_model, max_context=1024, sessions=N_SESSIONS))
     engine.max_sessions = N_SESSIONS
     try:
         with serve(service, engine) as url:
@@ -50,8 +70,7 @@ def batched_url(chat_model, engine) -> Iterator[str]:
 
 
 def client_for(url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=TIMEOUT,
-                         max_retries=0)
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=TIMEOUT, max_retries=0)
 
 
 def chat(url: str, request: dict[str, Any], stream: bool) -> tuple[str, str, int]:
@@ -59,12 +78,15 @@ def chat(url: str, request: dict[str, Any], stream: bool) -> tuple[str, str, int
     client = client_for(url)
     if not stream:
         completion = client.chat.completions.create(model=MODEL_ID, **request)
-        return (completion.choices[0].message.content or "", completion.choices[0].finish_reason,
-                completion.usage.completion_tokens)
+        return (
+            completion.choices[0].message.content or "",
+            completion.choices[0].finish_reason,
+            completion.usage.completion_tokens,
+        )
     text, reason, tokens = "", "", -1
-    for chunk in client.chat.completions.create(model=MODEL_ID, stream=True,
-                                                stream_options={"include_usage": True},
-                                                **request):
+    for chunk in client.chat.completions.create(
+        model=MODEL_ID, stream=True, stream_options={"include_usage": True}, **request
+    ):
         for choice in chunk.choices:
             text += choice.delta.content or ""
             reason = choice.finish_reason or reason
@@ -101,8 +123,12 @@ def test_stop_strings_and_limits_stay_per_request(base_url, batched_url):
     reference, _, _ = chat(base_url, REQUESTS[1], stream=False)
     stop = reference[len(reference) // 2 :][:3]
     assert stop.strip(), "the reference text is too short to cut"
-    requests = [dict(REQUESTS[1], stop=[stop]), REQUESTS[0], dict(REQUESTS[2], max_tokens=3),
-                REQUESTS[3]]
+    requests = [
+        dict(REQUESTS[1], stop=[stop]),
+        REQUESTS[0],
+        dict(REQUESTS[2], max_tokens=3),
+        REQUESTS[3],
+    ]
     text, reason, _ = concurrently(batched_url, requests)[0]
     assert reason == "stop" and text == reference[: reference.index(stop)]
     assert concurrently(batched_url, requests)[2][2] == 3
@@ -112,16 +138,20 @@ def test_a_disconnect_frees_its_session(batched_url):
     """Clients that leave mid-stream free their sessions: the slots serve new requests."""
     before = stats(batched_url)
     # The chat model's greedy answer to this runs on for hundreds of tokens.
-    long_request = {"model": MODEL_ID, "stream": True, "max_tokens": 600,
-                    "messages": [{"role": "user", "content": "hello"}]}
+    long_request = {
+        "model": MODEL_ID,
+        "stream": True,
+        "max_tokens": 600,
+        "messages": [{"role": "user", "content": "hello"}],
+    }
     for _ in range(2):
         with httpx.Client(timeout=TIMEOUT) as http, ExitStack() as streams:
             # Dropping a line iterator early closes its connection: keep them all.
             lines = []
             for _ in range(N_SESSIONS):
                 response = streams.enter_context(
-                    http.stream("POST", f"{batched_url}/v1/chat/completions",
-                                json=long_request))
+                    http.stream("POST", f"{batched_url}/v1/chat/completions", json=long_request)
+                )
                 lines.append(response.iter_lines())
                 next(lines[-1])
             # Each has produced a token: all the sessions are taken at once.

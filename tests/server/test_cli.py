@@ -27,9 +27,27 @@ STARTUP_TIMEOUT = 180.0
 def test_serves_until_interrupted_and_exits_cleanly(chat_model_path):
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "ds4mlx.cli.server", "-m", str(chat_model_path), "--port",
-         str(port), "--alias", "deepseek-v4-flash", "-n", "4", "--temp", "0", "-c", "512"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "ds4mlx.cli.server",
+            "-m",
+            str(chat_model_path),
+            "--port",
+            str(port),
+            "--alias",
+            "deepseek-v4-flash",
+            "-n",
+            "4",
+            "--temp",
+            "0",
+            "-c",
+            "512",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         # Starting (imports, model load) takes a few seconds, many more on a loaded machine;
         # the deadline only bounds a hang, and a server that died is reported at once.
@@ -42,12 +60,16 @@ def test_serves_until_interrupted_and_exits_cleanly(chat_model_path):
             except httpx.TransportError:
                 assert time.monotonic() < deadline, "ds4-server did not come up"
                 time.sleep(0.1)
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused",
-                               timeout=TIMEOUT, max_retries=0)
-        assert [m.id for m in client.models.list().data] == [chat_model_path.stem,
-                                                              "deepseek-v4-flash"]
+        client = openai.OpenAI(
+            base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", timeout=TIMEOUT, max_retries=0
+        )
+        assert [m.id for m in client.models.list().data] == [
+            chat_model_path.stem,
+            "deepseek-v4-flash",
+        ]
         reply = client.chat.completions.create(
-            model="deepseek-v4-flash", messages=[{"role": "user", "content": "hi"}])
+            model="deepseek-v4-flash", messages=[{"role": "user", "content": "hi"}]
+        )
         assert reply.usage.completion_tokens == 4  # the -n default
     finally:
         server.send_signal(signal.SIGINT)
@@ -56,14 +78,17 @@ def test_serves_until_interrupted_and_exits_cleanly(chat_model_path):
     assert "serving" in stderr and "Traceback" not in stderr
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--port", "http"], "--port"),
-    (["--temp", "-1"], "--temp"),
-    (["-n", "0"], "--tokens"),
-    (["--keepalive", "0"], "--keepalive"),
-    (["--dspark"], "--mtp-model"),
-    (["--batched-session", "0"], "--batched-session"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--port", "http"], "--port"),
+        (["--temp", "-1"], "--temp"),
+        (["-n", "0"], "--tokens"),
+        (["--keepalive", "0"], "--keepalive"),
+        (["--dspark"], "--mtp-model"),
+        (["--batched-session", "0"], "--batched-session"),
+    ],
+)
 def test_bad_flags_fail_with_a_message(chat_model_path, capsys, flags, message):
     with pytest.raises(SystemExit) as exited:
         main(["-m", str(chat_model_path), *flags])
@@ -84,9 +109,15 @@ def test_a_missing_model_file_is_reported(tmp_path, caplog):
 
 def test_cors_lets_browser_clients_in(engine):
     with serve(ScriptedService(), engine, config_with(cors=True)) as base_url:
-        preflight = httpx.options(f"{base_url}/v1/chat/completions", timeout=TIMEOUT, headers={
-            "Origin": "http://localhost:3000", "Access-Control-Request-Method": "POST",
-            "Access-Control-Request-Headers": "content-type,authorization"})
+        preflight = httpx.options(
+            f"{base_url}/v1/chat/completions",
+            timeout=TIMEOUT,
+            headers={
+                "Origin": "http://localhost:3000",
+                "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": "content-type,authorization",
+            },
+        )
     assert preflight.status_code == 200
     assert preflight.headers["access-control-allow-origin"] in ("*", "http://localhost:3000")
 
@@ -97,10 +128,14 @@ def test_the_trained_tiny_model_answers(engine):
 
     model = engine.run(lambda: ds4mlx.load_model(TINY_MODEL))
     with serve(ChatService(model, max_context=1024), engine) as base_url:
-        client = openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused", timeout=TIMEOUT,
-                               max_retries=0)
+        client = openai.OpenAI(
+            base_url=f"{base_url}/v1", api_key="unused", timeout=TIMEOUT, max_retries=0
+        )
         reply = client.chat.completions.create(
-            model="chat-model", max_tokens=12,
-            messages=[{"role": "user", "content": "Write a Python function that adds two "
-                                                  "numbers."}])
+            model="chat-model",
+            max_tokens=12,
+            messages=[
+                {"role": "user", "content": "Write a Python function that adds two numbers."}
+            ],
+        )
     assert reply.choices[0].message.content.strip()

@@ -19,39 +19,57 @@ import pytest
 from server.harness import TIMEOUT, serve
 
 TINY_MODEL = Path(__file__).resolve().parents[2] / "assets" / "ds4-tiny.gguf"
-SYSTEM = ("You are ds4-agent, a coding assistant working in a repository of Python code. "
-          "Answer briefly, call tools when you need to read files, and never guess paths.")
+SYSTEM = (
+    "You are ds4-agent, a coding assistant working in a repository of Python code. "
+    "Answer briefly, call tools when you need to read files, and never guess paths."
+)
 pytestmark = pytest.mark.skipif(not TINY_MODEL.is_file(), reason=f"{TINY_MODEL} is not built")
 
 
 def openai_client(url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=TIMEOUT,
-                         max_retries=0)
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=TIMEOUT, max_retries=0)
 
 
 def test_a_restarted_server_reuses_a_repeated_prompt_from_disk(tmp_path):
-    messages = [{"role": "system", "content": SYSTEM},
-                {"role": "user", "content": "List the files in the src folder, then read the "
-                                            "one named main.py and summarise it."}]
-    flags = ["-n", "4", "--temp", "0", "-c", "1024", "--kv-disk-dir", str(tmp_path / "kv"),
-             "--kv-disk-space", "0.5"]
+    messages = [
+        {"role": "system", "content": SYSTEM},
+        {
+            "role": "user",
+            "content": "List the files in the src folder, then read the "
+            "one named main.py and summarise it.",
+        },
+    ]
+    flags = [
+        "-n",
+        "4",
+        "--temp",
+        "0",
+        "-c",
+        "1024",
+        "--kv-disk-dir",
+        str(tmp_path / "kv"),
+        "--kv-disk-space",
+        "0.5",
+    ]
     with server_process(str(TINY_MODEL), flags) as url:
         cold = openai_client(url).chat.completions.create(model="default", messages=messages)
     assert cold.usage.prompt_tokens_details.cached_tokens == 0
     assert list((tmp_path / "kv").glob("kv-*.safetensors"))
     with server_process(str(TINY_MODEL), flags) as url:
         warm = openai_client(url).chat.completions.create(model="default", messages=messages)
-        anthropic_usage = anthropic.Anthropic(
-            base_url=url, api_key="unused", timeout=TIMEOUT, max_retries=0).messages.create(
-            model="default", max_tokens=4, system=SYSTEM,
-            messages=messages[1:]).usage
+        anthropic_usage = (
+            anthropic.Anthropic(base_url=url, api_key="unused", timeout=TIMEOUT, max_retries=0)
+            .messages.create(model="default", max_tokens=4, system=SYSTEM, messages=messages[1:])
+            .usage
+        )
     prompt = warm.usage.prompt_tokens
     assert prompt == cold.usage.prompt_tokens > 40
     assert warm.usage.prompt_tokens_details.cached_tokens >= 0.9 * prompt
     assert warm.choices[0].message == cold.choices[0].message
     # The same prompt through /v1/messages (its template renders it alike).
     assert anthropic_usage.cache_read_input_tokens >= 0.9 * (
-        anthropic_usage.input_tokens + anthropic_usage.cache_read_input_tokens)
+        anthropic_usage.input_tokens + anthropic_usage.cache_read_input_tokens
+    )
 
 
 @pytest.fixture(scope="module")
@@ -71,36 +89,46 @@ def two_slot_url(engine):
 def test_two_conversations_sharing_the_system_prompt_keep_their_slots(two_slot_url):
     client = openai_client(two_slot_url)
     conversations = {
-        "a": [{"role": "system", "content": SYSTEM},
-              {"role": "user", "content": "Write a Python function that adds two numbers."}],
-        "b": [{"role": "system", "content": SYSTEM},
-              {"role": "user", "content": "List three colours of the rainbow."}],
+        "a": [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": "Write a Python function that adds two numbers."},
+        ],
+        "b": [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": "List three colours of the rainbow."},
+        ],
     }
     prompts = {}
     for name, messages in conversations.items():
-        reply = client.chat.completions.create(model="default", messages=messages,
-                                               max_tokens=6, temperature=0)
+        reply = client.chat.completions.create(
+            model="default", messages=messages, max_tokens=6, temperature=0
+        )
         prompts[name] = reply.usage.prompt_tokens
         messages.append({"role": "assistant", "content": reply.choices[0].message.content or ""})
     for _ in range(2):  # alternating turns: each finds its own slot every time
         for name, messages in conversations.items():
             messages.append({"role": "user", "content": "Thanks, go on."})
-            reply = client.chat.completions.create(model="default", messages=messages,
-                                                   max_tokens=6, temperature=0)
+            reply = client.chat.completions.create(
+                model="default", messages=messages, max_tokens=6, temperature=0
+            )
             cached = reply.usage.prompt_tokens_details.cached_tokens
             # At least the previous prompt (the answer may be re-rendered differently).
             assert cached >= prompts[name], (name, cached, prompts[name])
             prompts[name] = reply.usage.prompt_tokens
-            messages.append({"role": "assistant",
-                             "content": reply.choices[0].message.content or ""})
+            messages.append(
+                {"role": "assistant", "content": reply.choices[0].message.content or ""}
+            )
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--kv-disk-space", "-1"], "--kv-disk-space"),
-    (["--kv-memory-space", "lots"], "--kv-memory-space"),
-    (["--kv-disk-dir", "{file}"], "is not a folder"),
-    (["--kv-disk-dir", "{folder}", "--kv-disk-space", "0"], "--kv-disk-space must be positive"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--kv-disk-space", "-1"], "--kv-disk-space"),
+        (["--kv-memory-space", "lots"], "--kv-memory-space"),
+        (["--kv-disk-dir", "{file}"], "is not a folder"),
+        (["--kv-disk-dir", "{folder}", "--kv-disk-space", "0"], "--kv-disk-space must be positive"),
+    ],
+)
 def test_bad_cache_flags_fail_with_a_message(tmp_path, capsys, flags, message):
     (tmp_path / "file").write_text("")
     flags = [f.format(file=tmp_path / "file", folder=tmp_path / "kv") for f in flags]

@@ -22,8 +22,12 @@ from server.harness import (
     wait_for_stats,
 )
 
-LONG = {"model": MODEL_ID, "messages": [{"role": "user", "content": "hello there"}],
-        "max_tokens": 1000, "stream": True}
+LONG = {
+    "model": MODEL_ID,
+    "messages": [{"role": "user", "content": "hello there"}],
+    "max_tokens": 1000,
+    "stream": True,
+}
 
 
 def sse_lines(response: httpx.Response) -> Iterator[str]:
@@ -44,12 +48,17 @@ class CountingService(DelayedService):
 
 def test_keep_alives_flow_while_the_prompt_prefills(service, engine):
     with serve(DelayedService(service, first_event_delay=1.0), engine) as base_url:
-        with httpx.stream("POST", f"{base_url}/v1/chat/completions", timeout=TIMEOUT,
-                          json={**LONG, "max_tokens": 3}) as response:
+        with httpx.stream(
+            "POST",
+            f"{base_url}/v1/chat/completions",
+            timeout=TIMEOUT,
+            json={**LONG, "max_tokens": 3},
+        ) as response:
             assert response.headers["content-type"].startswith("text/event-stream")
             lines = list(sse_lines(response))
-    first_content = next(i for i, line in enumerate(lines) if '"content":"' in line
-                         and '"content":""' not in line)
+    first_content = next(
+        i for i, line in enumerate(lines) if '"content":"' in line and '"content":""' not in line
+    )
     assert lines[:first_content].count(": keep-alive") >= 3
     assert lines[-1] == "data: [DONE]"
 
@@ -57,15 +66,19 @@ def test_keep_alives_flow_while_the_prompt_prefills(service, engine):
 def test_disconnect_mid_stream_frees_the_engine(service, engine):
     with serve(DelayedService(service, event_delay=0.05), engine) as base_url:
         before = stats(base_url)
-        with httpx.stream("POST", f"{base_url}/v1/chat/completions", json=LONG,
-                          timeout=TIMEOUT) as response:
+        with httpx.stream(
+            "POST", f"{base_url}/v1/chat/completions", json=LONG, timeout=TIMEOUT
+        ) as response:
             lines = sse_lines(response)
             assert [next(lines) for _ in range(3)]
         # Generation stops within a token of the client leaving, far before 1000 tokens.
         wait_for_stats(base_url, before, cancelled=1, running=0)
         started = time.monotonic()
-        reply = httpx.post(f"{base_url}/v1/chat/completions", timeout=TIMEOUT,
-                           json={**LONG, "stream": False, "max_tokens": 2})
+        reply = httpx.post(
+            f"{base_url}/v1/chat/completions",
+            timeout=TIMEOUT,
+            json={**LONG, "stream": False, "max_tokens": 2},
+        )
         # the engine is free: not behind the abandoned 1000-token answer (50 s of delays)
         assert reply.status_code == 200 and time.monotonic() - started < 20
         assert stats(base_url)["completed"] == before["completed"] + 1
@@ -92,8 +105,9 @@ def test_a_non_streamed_request_is_cancelled_when_its_client_gives_up(service, e
     with serve(DelayedService(service, event_delay=0.05), engine) as base_url:
         before = stats(base_url)
         with pytest.raises(httpx.ReadTimeout):
-            httpx.post(f"{base_url}/v1/chat/completions", json={**LONG, "stream": False},
-                       timeout=1.0)
+            httpx.post(
+                f"{base_url}/v1/chat/completions", json={**LONG, "stream": False}, timeout=1.0
+            )
         wait_for_stats(base_url, before, cancelled=1, running=0)
 
 
@@ -101,16 +115,25 @@ def test_fifty_concurrent_streams_get_their_own_complete_answers(base_url):
     prompts = [f"Question number {i}: what is {i} plus {i}?" for i in range(5)]
     # Ten requests a prompt, sent in prompt order: mostly extensions of the session's prompt.
     prompt_of = [prompts[i // 10] for i in range(50)]
-    client = openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused", timeout=TIMEOUT,
-                           max_retries=0)
-    expected = [client.chat.completions.create(
-        model=MODEL_ID, messages=[{"role": "user", "content": prompt}],
-        max_tokens=2).choices[0].message.content for prompt in prompts]
+    client = openai.OpenAI(
+        base_url=f"{base_url}/v1", api_key="unused", timeout=TIMEOUT, max_retries=0
+    )
+    expected = [
+        client.chat.completions.create(
+            model=MODEL_ID, messages=[{"role": "user", "content": prompt}], max_tokens=2
+        )
+        .choices[0]
+        .message.content
+        for prompt in prompts
+    ]
 
     async def stream_one(async_client: openai.AsyncOpenAI, prompt: str) -> tuple[str, str]:
         chunks = await async_client.chat.completions.create(
-            model=MODEL_ID, messages=[{"role": "user", "content": prompt}], max_tokens=2,
-            stream=True)
+            model=MODEL_ID,
+            messages=[{"role": "user", "content": prompt}],
+            max_tokens=2,
+            stream=True,
+        )
         text, finish = "", ""
         async for chunk in chunks:
             text += chunk.choices[0].delta.content or ""
@@ -118,10 +141,10 @@ def test_fifty_concurrent_streams_get_their_own_complete_answers(base_url):
         return text, finish
 
     async def stream_all() -> list[tuple[str, str]]:
-        async with openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key="unused",
-                                      timeout=TIMEOUT * 6, max_retries=0) as async_client:
-            return await asyncio.gather(*(stream_one(async_client, prompt)
-                                          for prompt in prompt_of))
+        async with openai.AsyncOpenAI(
+            base_url=f"{base_url}/v1", api_key="unused", timeout=TIMEOUT * 6, max_retries=0
+        ) as async_client:
+            return await asyncio.gather(*(stream_one(async_client, prompt) for prompt in prompt_of))
 
     # The engine answers them one after another: the last waits for the other 49, which a
     # loaded machine makes slow. The bounds only catch a hang.
@@ -144,6 +167,7 @@ def test_the_queue_is_fifo_and_survives_failing_generations():
                 raise failure
             yield TextDelta(name)
             yield Finished("stop", 1, 1, 0)
+
         return run
 
     def engine_threads() -> int:
@@ -151,8 +175,12 @@ def test_the_queue_is_fifo_and_survives_failing_generations():
 
     async def drive() -> list[object]:
         queue = GenerationQueue()
-        jobs = [queue.submit(generation("a")), queue.submit(generation("b", ValueError("no"))),
-                queue.submit(generation("c", RuntimeError("bug"))), queue.submit(generation("d"))]
+        jobs = [
+            queue.submit(generation("a")),
+            queue.submit(generation("b", ValueError("no"))),
+            queue.submit(generation("c", RuntimeError("bug"))),
+            queue.submit(generation("d")),
+        ]
         outcomes: list[object] = []
         for job in jobs:
             try:
@@ -180,22 +208,25 @@ def test_each_generation_is_logged_with_its_speculation_counters(engine, caplog)
     service = ScriptedService([TextDelta("hi"), Finished("stop", 10, 14, 2, stats, 0.5)])
     caplog.set_level(logging.INFO, logger="ds4mlx.server")
     with serve(service, engine) as base_url:
-        httpx.post(f"{base_url}/v1/completions", json={"model": MODEL_ID, "prompt": "x"},
-                   timeout=TIMEOUT).raise_for_status()
+        httpx.post(
+            f"{base_url}/v1/completions", json={"model": MODEL_ID, "prompt": "x"}, timeout=TIMEOUT
+        ).raise_for_status()
     assert "prompt 10 tokens (2 cached), generated 14, stop" in caplog.text
     assert "12 drafted, 9 accepted (75%), tau 3.25" in caplog.text
 
 
-def test_concurrent_requests_are_served_first_come_with_their_first_output_timed(service,
-                                                                                  engine):
+def test_concurrent_requests_are_served_first_come_with_their_first_output_timed(service, engine):
     with serve(DelayedService(service, event_delay=0.03), engine) as base_url:
         before = stats(base_url)
         ttft_before = _metric(base_url, "ds4mlx:time_to_first_token_seconds_count")
         finished: list[int] = []
 
         def ask(index: int) -> None:
-            reply = httpx.post(f"{base_url}/v1/chat/completions", timeout=TIMEOUT,
-                               json={**LONG, "stream": False, "max_tokens": 4})
+            reply = httpx.post(
+                f"{base_url}/v1/chat/completions",
+                timeout=TIMEOUT,
+                json={**LONG, "stream": False, "max_tokens": 4},
+            )
             assert reply.status_code == 200
             finished.append(index)
 
@@ -212,5 +243,6 @@ def test_concurrent_requests_are_served_first_come_with_their_first_output_timed
 
 def _metric(base_url: str, name: str) -> float:
     page = httpx.get(f"{base_url}/metrics", timeout=TIMEOUT).text
-    return float(next(line.split()[-1] for line in page.splitlines()
-                      if line.startswith(name + " ")))
+    return float(
+        next(line.split()[-1] for line in page.splitlines() if line.startswith(name + " "))
+    )

@@ -18,23 +18,23 @@ QUESTION = [{"role": "user", "content": "Say something about the sea."}]
 
 @pytest.fixture(scope="module")
 def claude(base_url):
-    return anthropic.Anthropic(base_url=base_url, api_key="unused", timeout=TIMEOUT,
-                               max_retries=0)
+    return anthropic.Anthropic(base_url=base_url, api_key="unused", timeout=TIMEOUT, max_retries=0)
 
 
 @pytest.fixture(scope="module")
 def client(base_url):
-    return openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused", timeout=TIMEOUT,
-                         max_retries=0)
+    return openai.OpenAI(
+        base_url=f"{base_url}/v1", api_key="unused", timeout=TIMEOUT, max_retries=0
+    )
 
 
 def test_count_tokens_matches_the_prompt_a_message_uses(claude, prompt_tokens):
-    counted = claude.messages.count_tokens(model=MODEL_ID, messages=QUESTION,
-                                           system="Be brief.")
+    counted = claude.messages.count_tokens(model=MODEL_ID, messages=QUESTION, system="Be brief.")
     expected = prompt_tokens([{"role": "system", "content": "Be brief."}, *QUESTION])
     assert counted.input_tokens == expected
-    message = claude.messages.create(model=MODEL_ID, max_tokens=2, messages=QUESTION,
-                                     system="Be brief.")
+    message = claude.messages.create(
+        model=MODEL_ID, max_tokens=2, messages=QUESTION, system="Be brief."
+    )
     usage = message.usage
     assert usage.input_tokens + usage.cache_read_input_tokens == expected
 
@@ -55,14 +55,17 @@ def test_message_start_reports_the_prompt_tokens(claude, prompt_tokens):
 
 def test_tokenize_and_detokenize_round_trip(base_url, chat_model):
     text = f"Hello world{EOS}"
-    plain = httpx.post(f"{base_url}/tokenize", timeout=TIMEOUT,
-                       json={"content": text, "parse_special": False}).json()["tokens"]
-    special = httpx.post(f"{base_url}/tokenize", timeout=TIMEOUT,
-                         json={"content": text}).json()["tokens"]
+    plain = httpx.post(
+        f"{base_url}/tokenize", timeout=TIMEOUT, json={"content": text, "parse_special": False}
+    ).json()["tokens"]
+    special = httpx.post(f"{base_url}/tokenize", timeout=TIMEOUT, json={"content": text}).json()[
+        "tokens"
+    ]
     assert plain == chat_model.tokenizer.encode(text, parse_special=False)
     assert special[-1] == chat_model.tokenizer.token_to_id(EOS) and len(plain) > len(special)
-    pieces = httpx.post(f"{base_url}/tokenize", timeout=TIMEOUT,
-                        json={"content": "Hello", "with_pieces": True}).json()["tokens"]
+    pieces = httpx.post(
+        f"{base_url}/tokenize", timeout=TIMEOUT, json={"content": "Hello", "with_pieces": True}
+    ).json()["tokens"]
     assert "".join(piece["piece"] for piece in pieces) == "Hello"
     back = httpx.post(f"{base_url}/detokenize", timeout=TIMEOUT, json={"tokens": plain})
     assert back.json() == {"content": text}
@@ -84,8 +87,9 @@ def test_metrics_count_the_requests(base_url, client):
     def metric(name: str) -> float:
         page = httpx.get(f"{base_url}/metrics", timeout=TIMEOUT)
         assert page.headers["content-type"].startswith("text/plain")
-        values = [line.split()[-1] for line in page.text.splitlines()
-                  if line.startswith(name + " ")]
+        values = [
+            line.split()[-1] for line in page.text.splitlines() if line.startswith(name + " ")
+        ]
         return float(values[0])
 
     before = metric("llamacpp:tokens_predicted_total")
@@ -97,8 +101,7 @@ def test_metrics_count_the_requests(base_url, client):
 
 
 def test_paths_without_v1(base_url):
-    client = openai.OpenAI(base_url=base_url, api_key="unused", timeout=TIMEOUT,
-                           max_retries=0)
+    client = openai.OpenAI(base_url=base_url, api_key="unused", timeout=TIMEOUT, max_retries=0)
     reply = client.chat.completions.create(model=MODEL_ID, messages=QUESTION, max_tokens=2)
     assert reply.usage.completion_tokens == 2
     completion = client.completions.create(model=MODEL_ID, prompt="The sea", max_tokens=2)
@@ -109,16 +112,18 @@ def test_responses_continue_a_stored_conversation(client, prompt_tokens):
     first = client.responses.create(model=MODEL_ID, input="Name a fish.", max_output_tokens=3)
     assert first.store is True
     assert client.responses.retrieve(first.id).output_text == first.output_text
-    second = client.responses.create(model=MODEL_ID, input="And a bird?", max_output_tokens=3,
-                                     previous_response_id=first.id)
-    conversation = [{"role": "user", "content": "Name a fish."},
-                    {"role": "assistant", "content": first.output_text},
-                    {"role": "user", "content": "And a bird?"}]
+    second = client.responses.create(
+        model=MODEL_ID, input="And a bird?", max_output_tokens=3, previous_response_id=first.id
+    )
+    conversation = [
+        {"role": "user", "content": "Name a fish."},
+        {"role": "assistant", "content": first.output_text},
+        {"role": "user", "content": "And a bird?"},
+    ]
     assert second.usage.input_tokens == prompt_tokens(conversation)
     assert second.previous_response_id == first.id
 
-    unstored = client.responses.create(model=MODEL_ID, input="Hi", max_output_tokens=2,
-                                       store=False)
+    unstored = client.responses.create(model=MODEL_ID, input="Hi", max_output_tokens=2, store=False)
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve(unstored.id)
     with pytest.raises(openai.BadRequestError, match="previous_response_id"):
@@ -129,8 +134,9 @@ def test_responses_continue_a_stored_conversation(client, prompt_tokens):
 
 
 def test_streamed_responses_are_stored_too(client):
-    with client.responses.stream(model=MODEL_ID, input="Name a fish.",
-                                 max_output_tokens=3) as stream:
+    with client.responses.stream(
+        model=MODEL_ID, input="Name a fish.", max_output_tokens=3
+    ) as stream:
         final = stream.get_final_response()
     assert client.responses.retrieve(final.id).output_text == final.output_text
 

@@ -19,9 +19,16 @@ class ScriptedDrafter:
     name = "scripted"
     capture_layers = (0,)
 
-    def __init__(self, prompt: Sequence[int], reference: Sequence[int], vocab: int,
-                 max_draft: int = 5, error_rate: float = 0.2, seed: int = 0,
-                 confidences: bool = False):
+    def __init__(
+        self,
+        prompt: Sequence[int],
+        reference: Sequence[int],
+        vocab: int,
+        max_draft: int = 5,
+        error_rate: float = 0.2,
+        seed: int = 0,
+        confidences: bool = False,
+    ):
         self.sequence = [*prompt, *reference]
         self.vocab = vocab
         self.max_draft = max_draft

@@ -46,9 +46,12 @@ def test_exact_acceptance_preserves_real_model_sampling(ds4_model):
     assert_matches(draws, np.array(probs))
     # And ordinary sampling from the same options draws from the same distribution.
     mx.random.seed(2)
-    ordinary = np.array(mx.random.categorical(
-        sampler.filtered_logprobs(mx.broadcast_to(logits[None], (DRAWS, logits.shape[0])))
-        / sampler.options.temperature))
+    ordinary = np.array(
+        mx.random.categorical(
+            sampler.filtered_logprobs(mx.broadcast_to(logits[None], (DRAWS, logits.shape[0])))
+            / sampler.options.temperature
+        )
+    )
     assert_matches(ordinary, np.array(probs))
 
 

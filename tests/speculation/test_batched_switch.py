@@ -38,8 +38,7 @@ class Driver:
 
 
 def plain(model, prompt):
-    return [e.token for e in generate(model.new_session(), prompt, N)
-            if isinstance(e, TokenEvent)]
+    return [e.token for e in generate(model.new_session(), prompt, N) if isinstance(e, TokenEvent)]
 
 
 def test_speculation_alone_then_batched_steps(ds4_model):
@@ -48,14 +47,16 @@ def test_speculation_alone_then_batched_steps(ds4_model):
     drafter = ScriptedDrafter(PROMPT_A, reference_a, ds4_model.args.vocab_size, error_rate=0.0)
     config = SpeculationConfig()
     lease = DrafterLease()
-    a = Driver(stepped(ds4_model.new_session(), PROMPT_A, N, drafter=drafter, config=config,
-                       lease=lease))
+    a = Driver(
+        stepped(ds4_model.new_session(), PROMPT_A, N, drafter=drafter, config=config, lease=lease)
+    )
     for _ in range(2):  # alone: A decodes on its own, drafting
         a.advance(None)
     assert len(a.tokens) > 3 and len(drafter.observed_rows) == 3  # the prefill and two cycles
 
-    b = Driver(stepped(ds4_model.new_session(), PROMPT_B, N, drafter=drafter, config=config,
-                       lease=lease))
+    b = Driver(
+        stepped(ds4_model.new_session(), PROMPT_B, N, drafter=drafter, config=config, lease=lease)
+    )
     assert drafter.observed_rows == [len(PROMPT_B)]  # B's prefill took the drafter over
     while a.step is not None and b.step is not None:
         steps = [a.step, b.step]

@@ -20,8 +20,14 @@ from .conftest import ScriptedDrafter
 from .tiny_targets import write_target
 
 REPO = Path(__file__).resolve().parents[2]
-CONFIG = dspark.DSparkConfig(block_size=5, noise_token_id=95, target_layers=(0, 1, 2),
-                             stage_count=3, markov_rank=32, confidence=True)
+CONFIG = dspark.DSparkConfig(
+    block_size=5,
+    noise_token_id=95,
+    target_layers=(0, 1, 2),
+    stage_count=3,
+    markov_rank=32,
+    confidence=True,
+)
 PROMPT = [5, 17, 33, 2, 61, 40, 8, 90, 12, 12, 71, 3, 54, 29, 30, 31, 77, 6, 45, 19]
 
 
@@ -63,8 +69,9 @@ def test_layouts_hold_the_same_drafter(files):
     assert llama.get("dflash.embedding_length_out") is None  # llama.cpp's row size of confidences
     # The layouts differ only in the window rule, which a block inside the window never meets.
     inside = PROMPT[:10]
-    drafts = [observed(dspark.load_dspark(p, target), target, inside).propose(5)
-              for p in paths.values()]
+    drafts = [
+        observed(dspark.load_dspark(p, target), target, inside).propose(5) for p in paths.values()
+    ]
     assert drafts[0] == drafts[1]
     assert len(drafts[0].tokens) == len(drafts[0].confidences) == 5
 
@@ -76,7 +83,10 @@ def test_window_rules():
     llama = np.array(dspark.BlockContext(keys, 0, np.array([8]), 3, 6, per_row=True).mask())
     assert [list(np.flatnonzero(row[:8])) for row in ds4] == [[2, 3, 4, 5, 6, 7]] * 3
     assert [list(np.flatnonzero(row[:8])) for row in llama] == [
-        [3, 4, 5, 6, 7], [4, 5, 6, 7], [5, 6, 7]]
+        [3, 4, 5, 6, 7],
+        [4, 5, 6, 7],
+        [5, 6, 7],
+    ]
     assert ds4[:, 8:].all() and llama[:, 8:].all()  # the whole block, non-causally
 
 
@@ -91,11 +101,14 @@ def test_a_drafter_for_another_target_is_refused(files):
     assert open_gguf(paths[dspark.ARCH_DS4]).get(TARGET_ID_KEY)
 
 
-@pytest.mark.parametrize("change, message", [
-    (dict(block_size=17), "block size 17"),
-    (dict(target_layers=(0, 5)), "target layers"),
-    (dict(noise_token_id=96), "noise token"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(block_size=17), "block size 17"),
+        (dict(target_layers=(0, 5)), "target layers"),
+        (dict(noise_token_id=96), "noise token"),
+    ],
+)
 def test_bad_configurations_are_gguf_errors(files, change, message):
     target, _, _, root = files
     config = replace(CONFIG, **change)
@@ -160,8 +173,12 @@ def test_block_rows_see_the_whole_block(files):
     """Row 0 attends to the noise rows after it (non-causal): the noise token changes it."""
     target, _, paths, _ = files
     drafter = observed(dspark.load_dspark(paths[dspark.ARCH_DS4], target), target)
-    contexts = [dspark.BlockContext(ring, drafter._ring_pos0, np.array([len(PROMPT)]), 5,
-                                    drafter.net.window) for ring in drafter._rings]
+    contexts = [
+        dspark.BlockContext(
+            ring, drafter._ring_pos0, np.array([len(PROMPT)]), 5, drafter.net.window
+        )
+        for ring in drafter._rings
+    ]
 
     def row0(noise: int) -> np.ndarray:
         block = mx.array([[7] + [noise] * 4], dtype=mx.int32)
@@ -177,8 +194,12 @@ def test_markov_chain_and_confidence_match_numpy(files):
     draft = drafter.propose(5)
 
     net = drafter.net
-    contexts = [dspark.BlockContext(ring, drafter._ring_pos0, np.array([len(PROMPT)]), 5,
-                                    net.window, per_row=True) for ring in drafter._rings]
+    contexts = [
+        dspark.BlockContext(
+            ring, drafter._ring_pos0, np.array([len(PROMPT)]), 5, net.window, per_row=True
+        )
+        for ring in drafter._rings
+    ]
     hidden = net.hidden(mx.array([[7, 95, 95, 95, 95]], dtype=mx.int32), contexts)
     hidden, logits = np.array(hidden), np.array(net.logits(hidden))
     gguf = open_gguf(path)
@@ -201,8 +222,7 @@ def test_markov_chain_and_confidence_match_numpy(files):
 def test_probe_counts_as_the_loop_does(files, error_rate, tau):
     target = files[0]
     continuation = greedy_continuation(target, PROMPT, 24)
-    drafter = ScriptedDrafter(PROMPT, continuation, target.args.vocab_size,
-                              error_rate=error_rate)
+    drafter = ScriptedDrafter(PROMPT, continuation, target.args.vocab_size, error_rate=error_rate)
     stats = probe_greedy(target, drafter, PROMPT, continuation)
     assert stats.tau == tau
     # 23 tokens follow the first: four blocks of five plus the target's own tokens, or 23
@@ -229,8 +249,10 @@ def read_headers(lines):
 MIN_ACCEPTANCE = 0.8
 
 
-@pytest.mark.skipif(not (TINY_TARGET.is_file() and TINY_DSPARK.is_file()),
-                    reason="the tiny model or its DSpark drafter is not built")
+@pytest.mark.skipif(
+    not (TINY_TARGET.is_file() and TINY_DSPARK.is_file()),
+    reason="the tiny model or its DSpark drafter is not built",
+)
 def test_shipped_drafter_agrees_with_the_target():
     target = ds4mlx.load_model(TINY_TARGET)
     drafter = dspark.load_dspark(TINY_DSPARK, target)

@@ -25,8 +25,14 @@ from .tiny_targets import write_target
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "dspark_llamacpp"
-CONFIG = dspark.DSparkConfig(block_size=4, noise_token_id=95, target_layers=(1, 2),
-                             stage_count=1, markov_rank=16, confidence=True)
+CONFIG = dspark.DSparkConfig(
+    block_size=4,
+    noise_token_id=95,
+    target_layers=(1, 2),
+    stage_count=1,
+    markov_rank=16,
+    confidence=True,
+)
 PROMPT = [5, 17, 33, 2, 61, 40, 8, 90, 12, 12, 71, 3]
 T = GGMLQuantizationType
 
@@ -44,17 +50,26 @@ def made(tmp_path_factory):
     return target, paths, root
 
 
-def rewrite(source: Path, dest: Path, *, meta: dict[str, MetaValue] | None = None,
-            drop: tuple[str, ...] = (), tensors: dict[str, np.ndarray] | None = None) -> Path:
+def rewrite(
+    source: Path,
+    dest: Path,
+    *,
+    meta: dict[str, MetaValue] | None = None,
+    drop: tuple[str, ...] = (),
+    tensors: dict[str, np.ndarray] | None = None,
+) -> Path:
     """``source`` again, with metadata keys added or replaced, keys dropped, tensors added."""
     gguf = open_gguf(source)
-    values = {key: MetaValue(gguf.get(key), field.types[-1])
-              for key, field in gguf.reader.fields.items()
-              if not key.startswith(("GGUF.", "general.")) and key not in drop}
+    values = {
+        key: MetaValue(gguf.get(key), field.types[-1])
+        for key, field in gguf.reader.fields.items()
+        if not key.startswith(("GGUF.", "general.")) and key not in drop
+    }
     arrays = {name: gguf.dequantize(name) for name in gguf.tensor_names()}
     types = {name: gguf.tensor_type(name) for name in gguf.tensor_names()}
-    write_support_gguf(dest, gguf.arch, values | (meta or {}), arrays | (tensors or {}),
-                       types=types)
+    write_support_gguf(
+        dest, gguf.arch, values | (meta or {}), arrays | (tensors or {}), types=types
+    )
     return dest
 
 
@@ -67,21 +82,33 @@ def observed(drafter, target, prompt=PROMPT, next_token=7):
 U32, BOOL, STRING = GGUFValueType.UINT32, GGUFValueType.BOOL, GGUFValueType.STRING
 
 
-@pytest.mark.parametrize("change, message", [
-    (dict(tensors={"selector_hidden.weight": np.zeros((16, 64), np.float32)}),
-     "DFlash2 selector"),
-    (dict(tensors={"blk.0.extra.weight": np.zeros((4, 64), np.float32)}),
-     "not part of a DeepSeek-V4 DSpark drafter: blk.0.extra.weight"),
-    (dict(meta={"dflash.attention.causal": MetaValue(True, BOOL)}), "attention.causal"),
-    (dict(meta={"dflash.embedding_length_out": MetaValue(256, U32)}), "embedding_length_out"),
-    (dict(meta={"dflash.attention.compress_ratios": MetaValue([4], U32)}),
-     "uncompressed attention"),
-    (dict(meta={"dflash.embedding_length": MetaValue(32, U32)}), "drafter width 32"),
-    (dict(meta={"dflash.sample_from_anchor": MetaValue("maybe", STRING)}), "sample_from_anchor"),
-    (dict(drop=("dflash.hyper_connection.count",)), "without DeepSeek-V4 stages"),
-    (dict(drop=("dflash.block_size",)), "Markov head needs dflash.block_size"),
-    (dict(meta={"dflash.target_layers": MetaValue([0, 9], U32)}), "target layers"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            dict(tensors={"selector_hidden.weight": np.zeros((16, 64), np.float32)}),
+            "DFlash2 selector",
+        ),
+        (
+            dict(tensors={"blk.0.extra.weight": np.zeros((4, 64), np.float32)}),
+            "not part of a DeepSeek-V4 DSpark drafter: blk.0.extra.weight",
+        ),
+        (dict(meta={"dflash.attention.causal": MetaValue(True, BOOL)}), "attention.causal"),
+        (dict(meta={"dflash.embedding_length_out": MetaValue(256, U32)}), "embedding_length_out"),
+        (
+            dict(meta={"dflash.attention.compress_ratios": MetaValue([4], U32)}),
+            "uncompressed attention",
+        ),
+        (dict(meta={"dflash.embedding_length": MetaValue(32, U32)}), "drafter width 32"),
+        (
+            dict(meta={"dflash.sample_from_anchor": MetaValue("maybe", STRING)}),
+            "sample_from_anchor",
+        ),
+        (dict(drop=("dflash.hyper_connection.count",)), "without DeepSeek-V4 stages"),
+        (dict(drop=("dflash.block_size",)), "Markov head needs dflash.block_size"),
+        (dict(meta={"dflash.target_layers": MetaValue([0, 9], U32)}), "target layers"),
+    ],
+)
 def test_unsupported_dflash_files_are_refused_by_name(made, change, message):
     target, paths, root = made
     path = rewrite(paths[dspark.ARCH_LLAMA], root / "changed.gguf", **change)
@@ -94,15 +121,17 @@ def test_d2t_is_checked(made):
     d2t = np.arange(0, 96, 2, dtype=np.int32)  # 48 draft rows
     w2 = np.ones((48, CONFIG.markov_rank), np.float32)
     for extra, message in (
-            ({"output.weight": np.zeros((48, 64), np.float32)}, "d2t.*own output"),
-            ({"d2t": np.zeros(48, np.int32)}, "same target token"),
-            ({"d2t": d2t + 2}, "outside the vocabulary")):
+        ({"output.weight": np.zeros((48, 64), np.float32)}, "d2t.*own output"),
+        ({"d2t": np.zeros(48, np.int32)}, "same target token"),
+        ({"d2t": d2t + 2}, "outside the vocabulary"),
+    ):
         tensors = {"d2t": d2t, "markov_w2.weight": w2} | extra
         path = rewrite(paths[dspark.ARCH_LLAMA], root / "d2t.gguf", tensors=tensors)
         with pytest.raises(GGUFError, match=message):
             dspark.load_dspark(path, target)
-    good = rewrite(paths[dspark.ARCH_LLAMA], root / "d2t.gguf",
-                   tensors={"d2t": d2t, "markov_w2.weight": w2})
+    good = rewrite(
+        paths[dspark.ARCH_LLAMA], root / "d2t.gguf", tensors={"d2t": d2t, "markov_w2.weight": w2}
+    )
     drafter = observed(dspark.load_dspark(good, target), target)
     assert drafter.config.draft_vocab == 48
     bias = np.array(drafter.net.markov_bias(mx.array([3], dtype=mx.int32)))[0]
@@ -115,10 +144,16 @@ def test_a_drafter_without_markov_head_drafts_from_the_mask_rows(made):
     gguf = open_gguf(paths[dspark.ARCH_LLAMA])
     path = root / "plain.gguf"
     keep = [n for n in gguf.tensor_names() if not n.startswith(("markov", "conf_proj"))]
-    write_gguf(path, "dflash", {k: MetaValue(gguf.get(k), f.types[-1])
-                                for k, f in gguf.reader.fields.items()
-                                if not k.startswith(("GGUF.", "general."))},
-               [TensorToWrite(n, gguf.dequantize(n), gguf.tensor_type(n)) for n in keep])
+    write_gguf(
+        path,
+        "dflash",
+        {
+            k: MetaValue(gguf.get(k), f.types[-1])
+            for k, f in gguf.reader.fields.items()
+            if not k.startswith(("GGUF.", "general."))
+        },
+        [TensorToWrite(n, gguf.dequantize(n), gguf.tensor_type(n)) for n in keep],
+    )
     drafter = observed(dspark.load_dspark(path, target), target)
     assert not drafter.config.sample_from_anchor and drafter.max_draft == 3
     draft = drafter.propose(5)
@@ -154,8 +189,9 @@ def test_converter_round_trip_keeps_every_tensor(made, tmp_path):
             assert ga.tensor_type(name) == gb.tensor_type(name)
             assert np.array_equal(np.asarray(ga.raw(name)), np.asarray(gb.raw(name))), name
     f32 = tmp_path / "f32.gguf"
-    convert_dspark(there, f32, dspark.ARCH_LLAMA, target.gguf, target.args, keep_types=False,
-                   matrix_type=T.F32)
+    convert_dspark(
+        there, f32, dspark.ARCH_LLAMA, target.gguf, target.args, keep_types=False, matrix_type=T.F32
+    )
     assert open_gguf(f32).tensor_type("blk.0.attn_q_a.weight") == T.F32
     kept = tmp_path / "kept.gguf"  # float32 (GGML type 0) is a type to keep too
     convert_dspark(f32, kept, dspark.ARCH_LLAMA, target.gguf, target.args)
@@ -168,22 +204,48 @@ def test_converter_script_and_what_ds4_layout_cannot_hold(made, tmp_path):
     dest = tmp_path / "f16.gguf"
     script = REPO / "scripts" / "convert_dspark.py"
     result = subprocess.run(
-        [sys.executable, str(script), str(paths[dspark.ARCH_DS4]), str(dest), "--target",
-         str(target.gguf.path), "--layout", "dflash", "--matrix-type", "f16"],
-        capture_output=True, text=True, env=os.environ | {"PYTHONPATH": str(REPO)}, check=False)
+        [
+            sys.executable,
+            str(script),
+            str(paths[dspark.ARCH_DS4]),
+            str(dest),
+            "--target",
+            str(target.gguf.path),
+            "--layout",
+            "dflash",
+            "--matrix-type",
+            "f16",
+        ],
+        capture_output=True,
+        text=True,
+        env=os.environ | {"PYTHONPATH": str(REPO)},
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     assert open_gguf(dest).tensor_type("blk.0.attn_q_a.weight") == T.F16
     if (FIXTURES / "own_head.gguf").is_file():
         fixture_target = open_gguf(FIXTURES / "target.gguf")
         with pytest.raises(GGUFError, match="ds4's layout"):
-            convert_dspark(FIXTURES / "own_head.gguf", tmp_path / "x.gguf", dspark.ARCH_DS4,
-                           fixture_target, ModelArgs.from_gguf(fixture_target))
+            convert_dspark(
+                FIXTURES / "own_head.gguf",
+                tmp_path / "x.gguf",
+                dspark.ARCH_DS4,
+                fixture_target,
+                ModelArgs.from_gguf(fixture_target),
+            )
 
 
 def test_integer_tensors_are_written_as_integers(tmp_path):
     path = tmp_path / "ints.gguf"
-    write_gguf(path, "test", {}, [TensorToWrite("d2t", np.array([3, 1, 2]), T.I64),
-                                  TensorToWrite("w", np.ones((2, 32), np.float32))])
+    write_gguf(
+        path,
+        "test",
+        {},
+        [
+            TensorToWrite("d2t", np.array([3, 1, 2]), T.I64),
+            TensorToWrite("w", np.ones((2, 32), np.float32)),
+        ],
+    )
     gguf = open_gguf(path)
     assert gguf.tensor_type("d2t") == T.I64
     assert np.asarray(gguf.raw("d2t")).tolist() == [3, 1, 2]

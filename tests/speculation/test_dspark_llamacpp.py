@@ -64,9 +64,14 @@ def runs_in(directory: Path) -> list[Run]:
         runs = []
         for e in entries:
             output = e.get("output", e.get("json"))
-            runs.append(Run(e.get("name", output), directory / output,
-                            directory / e.get("target", "target.gguf"),
-                            directory / e.get("draft", e.get("drafter"))))
+            runs.append(
+                Run(
+                    e.get("name", output),
+                    directory / output,
+                    directory / e.get("target", "target.gguf"),
+                    directory / e.get("draft", e.get("drafter")),
+                )
+            )
         return runs
     runs = []
     for output in sorted(directory.glob("*.json")):
@@ -94,8 +99,13 @@ def check_round(drafter: dspark.DSparkDrafter, expected: dict, vocab: int, where
     assert rows.picks.tolist() == expected["drafted"], where
     np.testing.assert_allclose(logits, reference, rtol=0, atol=LOGIT_TOLERANCE, err_msg=where)
     if rows.confidences is not None and min(expected["confidences"]) >= 0:
-        np.testing.assert_allclose(np.array(rows.confidences), expected["confidences"],
-                                   rtol=0, atol=CONFIDENCE_TOLERANCE, err_msg=where)
+        np.testing.assert_allclose(
+            np.array(rows.confidences),
+            expected["confidences"],
+            rtol=0,
+            atol=CONFIDENCE_TOLERANCE,
+            err_msg=where,
+        )
 
 
 def rounds(run: Run) -> tuple[dict, list[dict]]:
@@ -127,8 +137,9 @@ def test_drafts_on_llamacpp_features(run: Run):
         assert r["n_past"] == start
         check_round(drafter, r, target.args.vocab_size, f"{run.name} round {r['round']}")
         committed = r["committed"]
-        drafter.observe_taps(mx.array(feats[start : start + len(committed)]), start,
-                             r["next_anchor"])
+        drafter.observe_taps(
+            mx.array(feats[start : start + len(committed)]), start, r["next_anchor"]
+        )
         start += len(committed)
 
 

@@ -27,8 +27,13 @@ def one_hot_row(token: int, vocab: int) -> np.ndarray:
     return row
 
 
-def run(logits: np.ndarray, draft: list[int], options: SamplingOptions, n: int,
-        recent: tuple[int, ...] = ()) -> list[Verdict]:
+def run(
+    logits: np.ndarray,
+    draft: list[int],
+    options: SamplingOptions,
+    n: int,
+    recent: tuple[int, ...] = (),
+) -> list[Verdict]:
     sampler = Sampler(options)
     sampler.record(recent)
     rows = mx.array(logits)
@@ -47,8 +52,9 @@ def assert_distributed_as(tokens: list[int], probs: np.ndarray) -> None:
 def test_a_fully_accepted_draft_draws_its_bonus_from_the_last_row():
     vocab = 6
     last = np.array([0.05, 0.10, 0.15, 0.20, 0.22, 0.28])
-    logits = np.stack([one_hot_row(2, vocab), one_hot_row(5, vocab),
-                       np.log(last).astype(np.float32)])
+    logits = np.stack(
+        [one_hot_row(2, vocab), one_hot_row(5, vocab), np.log(last).astype(np.float32)]
+    )
     verdicts = run(logits, [2, 5], SamplingOptions(temperature=1.0, seed=21), 2000)
     assert all(v.accepted == 2 for v in verdicts)
     assert_distributed_as([v.next_token for v in verdicts], last)
@@ -82,10 +88,14 @@ def test_a_rejected_first_token_draws_from_the_first_row():
     assert all(v.next_token == 0 for v in verdicts if v.accepted == 1)  # bonus: row 1
 
 
-@pytest.mark.parametrize("options", [
-    SamplingOptions(temperature=1.0, seed=24),
-    SamplingOptions(temperature=0.7, top_k=4, top_p=0.95, seed=25),
-], ids=["plain", "filtered"])
+@pytest.mark.parametrize(
+    "options",
+    [
+        SamplingOptions(temperature=1.0, seed=24),
+        SamplingOptions(temperature=0.7, top_k=4, top_p=0.95, seed=25),
+    ],
+    ids=["plain", "filtered"],
+)
 def test_the_committed_sequence_follows_each_rows_sampling_distribution(options):
     """The guarantee itself: position j's token, given the positions before it were the
     draft's, is distributed as row j's sampling distribution (the filtered, tempered one)."""

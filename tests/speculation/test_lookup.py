@@ -18,8 +18,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 NO_ROWS = TargetRows(0, {}, mx.zeros((0, 1, 1)), mx.zeros((0, 1)))
-COPY_TEXT = ("def area(width, height):\n    return width * height\n\n"
-             "def perimeter(width, height):\n    return 2 * (width + height)\n\n")
+COPY_TEXT = (
+    "def area(width, height):\n    return width * height\n\n"
+    "def perimeter(width, height):\n    return 2 * (width + height)\n\n"
+)
 
 
 def index_of(tokens, sizes=(2, 4)):

@@ -57,10 +57,18 @@ def test_greedy_speculation_equals_plain_decoding(ds4_model, prompt, error_rate)
 def test_confidence_threshold_cuts_drafts(ds4_model):
     prompt, n = PROMPTS[0], 24
     plain, _ = run(generate(ds4_model.new_session(), prompt, n))
-    drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=0.0,
-                              confidences=True)
-    spec, stats = run(speculation.generate(ds4_model.new_session(), prompt, n, drafter=drafter,
-                                           config=SpeculationConfig(confidence=0.6)))
+    drafter = ScriptedDrafter(
+        prompt, plain, ds4_model.args.vocab_size, error_rate=0.0, confidences=True
+    )
+    spec, stats = run(
+        speculation.generate(
+            ds4_model.new_session(),
+            prompt,
+            n,
+            drafter=drafter,
+            config=SpeculationConfig(confidence=0.6),
+        )
+    )
     assert spec == plain
     # Confidences 1.0, 0.85, 0.7, 0.55, ...: at most three tokens survive per draft.
     assert stats.drafted_tokens <= 3 * stats.verify_passes
@@ -85,8 +93,9 @@ def test_sampled_speculation_is_reproducible_with_a_seed(ds4_model):
 
     def once():
         drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=0.1)
-        return run(speculation.generate(ds4_model.new_session(), prompt, n, sampling,
-                                        drafter=drafter))[0]
+        return run(
+            speculation.generate(ds4_model.new_session(), prompt, n, sampling, drafter=drafter)
+        )[0]
 
     assert once() == once()
 
@@ -95,8 +104,9 @@ def test_context_limit(ds4_model):
     prompt = PROMPTS[2]
     plain, _ = run(generate(ds4_model.new_session(), prompt, 20))
     drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=0.0)
-    spec, stats = run(speculation.generate(ds4_model.new_session(), prompt, 20, drafter=drafter,
-                                           max_context=12))
+    spec, stats = run(
+        speculation.generate(ds4_model.new_session(), prompt, 20, drafter=drafter, max_context=12)
+    )
     assert stats.stop_reason == "context"
     assert spec == plain[: len(spec)] and len(prompt) + len(spec) - 1 <= 12
 
@@ -141,8 +151,9 @@ def test_full_rollback_after_one_token_decodes(ds4_model):
     assert np.abs(again - reference).max() < 1e-4 * np.abs(reference).max()
 
 
-PENALIZED = SamplingOptions(repeat_penalty=1.5, frequency_penalty=0.5, presence_penalty=0.5,
-                            repeat_last_n=16)
+PENALIZED = SamplingOptions(
+    repeat_penalty=1.5, frequency_penalty=0.5, presence_penalty=0.5, repeat_last_n=16
+)
 
 
 @pytest.mark.parametrize("error_rate", [0.0, 0.3])
@@ -154,8 +165,9 @@ def test_penalized_greedy_speculation_equals_plain_decoding(ds4_model, error_rat
     plain, _ = run(generate(ds4_model.new_session(), prompt, n, PENALIZED))
     assert plain != unpenalized
     drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=error_rate)
-    spec, stats = run(speculation.generate(ds4_model.new_session(), prompt, n, PENALIZED,
-                                           drafter=drafter))
+    spec, stats = run(
+        speculation.generate(ds4_model.new_session(), prompt, n, PENALIZED, drafter=drafter)
+    )
     assert spec == plain
     assert stats.accepted_tokens > 0
 
@@ -173,11 +185,13 @@ def test_logit_bias_bans_and_forces_tokens(ds4_model):
     prompt, n = PROMPTS[0], 12
     plain, _ = run(generate(ds4_model.new_session(), prompt, n))
     banned = plain[0]
-    tokens, _ = run(generate(ds4_model.new_session(), prompt, n,
-                             SamplingOptions(logit_bias=((banned, -1e4),))))
+    tokens, _ = run(
+        generate(ds4_model.new_session(), prompt, n, SamplingOptions(logit_bias=((banned, -1e4),)))
+    )
     assert banned not in tokens and tokens != plain
-    forced, _ = run(generate(ds4_model.new_session(), prompt, n,
-                             SamplingOptions(logit_bias=((5, 1e4),))))
+    forced, _ = run(
+        generate(ds4_model.new_session(), prompt, n, SamplingOptions(logit_bias=((5, 1e4),)))
+    )
     assert forced == [5] * n
     vocab = ds4_model.args.vocab_size
     session = ds4_model.new_session()

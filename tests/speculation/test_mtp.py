@@ -31,17 +31,22 @@ def files(tmp_path_factory):
     target = write_target(root / "target.gguf", seed=0)
     arrays = random_arrays(mtp.tensor_shapes(TINY), np.random.default_rng(3))
     # llama.cpp's block collapses with the target's own head: make ds4's file use the same.
-    for ours, targets in ((mtp.HC_HEAD_FN, "output_hc_fn.weight"),
-                          (mtp.HC_HEAD_BASE, "output_hc_base.weight"),
-                          (mtp.HC_HEAD_SCALE, "output_hc_scale.weight"),
-                          (mtp.NORM, "output_norm.weight")):
+    for ours, targets in (
+        (mtp.HC_HEAD_FN, "output_hc_fn.weight"),
+        (mtp.HC_HEAD_BASE, "output_hc_base.weight"),
+        (mtp.HC_HEAD_SCALE, "output_hc_scale.weight"),
+        (mtp.NORM, "output_norm.weight"),
+    ):
         arrays[ours] = target.gguf.dequantize(targets)
     mtp.save_mtp(root / "mtp.gguf", target, arrays)
 
-    block = {f"blk.{LAYERS}." + name.removeprefix("mtp.0."): value
-             for name, value in arrays.items() if name.startswith("mtp.0.")
-             and name.removeprefix("mtp.0.") in {n.removeprefix("blk.0.") for n in
-                                                 block_shapes(replace(TINY, num_layers=1))}}
+    block = {
+        f"blk.{LAYERS}." + name.removeprefix("mtp.0."): value
+        for name, value in arrays.items()
+        if name.startswith("mtp.0.")
+        and name.removeprefix("mtp.0.")
+        in {n.removeprefix("blk.0.") for n in block_shapes(replace(TINY, num_layers=1))}
+    }
     nextn = f"blk.{LAYERS}.nextn."
     block |= {
         nextn + "eh_proj.weight": np.concatenate([arrays[mtp.E_PROJ], arrays[mtp.H_PROJ]], 1),
@@ -121,8 +126,9 @@ def test_file_errors(files):
         mtp.load_mtp(target, max_draft=2)
     config = dspark.DSparkConfig(5, 0, (0,), 1, 0, confidence=False)
     dspark_arrays = random_arrays(dspark.tensor_shapes(TINY, config), np.random.default_rng(0))
-    dspark.save_dspark(root / "dspark.gguf", dspark.ARCH_DS4, config, target, dspark_arrays,
-                       context_length=256)
+    dspark.save_dspark(
+        root / "dspark.gguf", dspark.ARCH_DS4, config, target, dspark_arrays, context_length=256
+    )
     with pytest.raises(GGUFError, match="architecture 'deepseek4-dspark'"):
         mtp.load_mtp(target, root / "dspark.gguf", max_draft=2)
     with pytest.raises(GGUFError, match="missing tensor 'mtp.0"):
@@ -148,8 +154,10 @@ def list_python_files(root):
 MIN_ACCEPTANCE = 0.6
 
 
-@pytest.mark.skipif(not (TINY_TARGET.is_file() and TINY_MTP.is_file()),
-                    reason="the tiny model or its MTP drafter is not built")
+@pytest.mark.skipif(
+    not (TINY_TARGET.is_file() and TINY_MTP.is_file()),
+    reason="the tiny model or its MTP drafter is not built",
+)
 def test_shipped_drafter_agrees_with_the_target():
     target = ds4mlx.load_model(TINY_TARGET)
     drafter = mtp.load_mtp(target, TINY_MTP, max_draft=3, margin=0.0)

@@ -36,8 +36,7 @@ from .tiny_targets import LAYERS, TINY, write_target
 K = "glm5-next."
 N_PROMPTS, N_TOKENS = 10, 64
 # Token ids of the oracle fixture's 128-token vocabulary; lengths cross the 4-position pools.
-PROMPTS = [np.random.default_rng(i).integers(0, 128, 3 + 4 * i).tolist()
-           for i in range(N_PROMPTS)]
+PROMPTS = [np.random.default_rng(i).integers(0, 128, 3 + 4 * i).tolist() for i in range(N_PROMPTS)]
 # Prompts whose drafts are checked against the NextN block run directly.
 N_CHECKED = 3
 
@@ -48,11 +47,14 @@ def paths(oracle, tmp_path_factory) -> dict[str, Path]:
     if not src.is_file():
         pytest.skip(f"{src} is missing")
     root = tmp_path_factory.mktemp("glm-nextn")
-    out = {name: VARIANTS[name](src, root / f"{name}.gguf")
-           for name in ("topk8", "deeper-topk8", "topk4-notail")}
+    out = {
+        name: VARIANTS[name](src, root / f"{name}.gguf")
+        for name in ("topk8", "deeper-topk8", "topk4-notail")
+    }
     out["nextn"] = nextn_variant(out["topk8"], root / "nextn.gguf")
-    out["copying"] = write_variant(out["nextn"], root / "copying.gguf",
-                                   tensors=copying_block(out["nextn"]))
+    out["copying"] = write_variant(
+        out["nextn"], root / "copying.gguf", tensors=copying_block(out["nextn"])
+    )
     return out
 
 
@@ -81,8 +83,7 @@ def models(paths) -> dict[str, LoadedModel]:
 @pytest.fixture(scope="module")
 def plain_outputs(models) -> list[list[int]]:
     """Plain greedy continuations (the NextN variants share the trunk of ``topk8``)."""
-    return [run(generate(models["topk8"].new_session(), prompt, N_TOKENS))[0]
-            for prompt in PROMPTS]
+    return [run(generate(models["topk8"].new_session(), prompt, N_TOKENS))[0] for prompt in PROMPTS]
 
 
 # --------------------------------------------------------------------------------------------
@@ -130,8 +131,10 @@ def test_truncate_equals_feeding_only_the_accepted_rows(models, fed):
                 if ours.index is not None:
                     assert np.array_equal(ours.index.pooled, theirs.index.pooled)
         for tokens in (after, after[:1]):
-            assert np.array_equal(np.array(net.forward(mx.array(tokens), state)),
-                                  np.array(net.forward(mx.array(tokens), reference)))
+            assert np.array_equal(
+                np.array(net.forward(mx.array(tokens), state)),
+                np.array(net.forward(mx.array(tokens), reference)),
+            )
 
 
 def test_truncate_across_chunks_and_its_limits(models):
@@ -140,8 +143,9 @@ def test_truncate_across_chunks_and_its_limits(models):
     state = _state_after(net, [prompt, [1, 2, 3], [4, 5, 6, 7]])
     net.truncate(state, len(prompt) + 1)  # back over two verify chunks
     reference = _state_after(net, [prompt, [1]])
-    assert np.array_equal(np.array(net.forward(mx.array([8]), state)),
-                          np.array(net.forward(mx.array([8]), reference)))
+    assert np.array_equal(
+        np.array(net.forward(mx.array([8]), state)), np.array(net.forward(mx.array([8]), reference))
+    )
     # A chunk of DECODE_TILE tokens or more keeps no per-position recurrent states ...
     state = _state_after(net, [prompt, list(range(DECODE_TILE))])
     with pytest.raises(ValueError, match="cannot roll back"):
@@ -226,8 +230,11 @@ def test_drafts_are_the_nextn_argmax_over_committed_rows(spec_runs, models):
         for position, tokens in spec.drafter.proposals:
             assert tokens == [int(np.argmax(logits[position - 2]))]
         committed = spec.drafter.mtp_state.pos
-        np.testing.assert_allclose(np.array(spec.drafter.mtp_state.layers[0].latent),
-                                   np.array(state.layers[0].latent[:committed]), atol=1e-5)
+        np.testing.assert_allclose(
+            np.array(spec.drafter.mtp_state.layers[0].latent),
+            np.array(state.layers[0].latent[:committed]),
+            atol=1e-5,
+        )
 
 
 def test_observe_checks_alignment(models):
@@ -246,8 +253,21 @@ def test_observe_checks_alignment(models):
 def test_a_model_without_nextn_block_is_refused(models, paths):
     with pytest.raises(GGUFError, match="nextn_predict_layers = 0"):
         load_drafter(SpeculationConfig(kind=DrafterKind.NEXTN), models["topk8"])
-    result = subprocess.run([sys.executable, "-m", "ds4mlx.cli.main", "-m", str(paths["topk8"]),
-                             "-p", "1 2 3", "--mtp"], capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ds4mlx.cli.main",
+            "-m",
+            str(paths["topk8"]),
+            "-p",
+            "1 2 3",
+            "--mtp",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "--mtp needs the MTP draft block" in result.stderr
 
@@ -257,12 +277,21 @@ def test_deepseek4_nextn_block_uses_the_legacy_mtp_drafter(tmp_path):
     through the legacy MTP drafter, and speculation still equals plain decoding."""
     d, p = TINY.hidden_size, f"blk.{LAYERS}."
     # The block is one more sliding-window layer: layer 0's tensors, as layer LAYERS.
-    shapes = {p + n.removeprefix("blk.0."): s
-              for n, s in block_shapes(replace(TINY, num_layers=1)).items()}
-    shapes |= {p + "nextn.eh_proj.weight": (d, 2 * d), p + "nextn.enorm.weight": (d,),
-               p + "nextn.hnorm.weight": (d,)}
-    target = write_target(tmp_path / "ds4-nextn.gguf", seed=0, nextn=True,
-                          extra=random_arrays(shapes, np.random.default_rng(2)))
+    shapes = {
+        p + n.removeprefix("blk.0."): s
+        for n, s in block_shapes(replace(TINY, num_layers=1)).items()
+    }
+    shapes |= {
+        p + "nextn.eh_proj.weight": (d, 2 * d),
+        p + "nextn.enorm.weight": (d,),
+        p + "nextn.hnorm.weight": (d,),
+    }
+    target = write_target(
+        tmp_path / "ds4-nextn.gguf",
+        seed=0,
+        nextn=True,
+        extra=random_arrays(shapes, np.random.default_rng(2)),
+    )
     drafter = load_drafter(SpeculationConfig(kind=DrafterKind.NEXTN), target)
     assert isinstance(drafter, MTPDrafter) and drafter.max_draft == 1
     prompt = [t % TINY.vocab_size for t in PROMPTS[2]]  # PROMPTS are for the GLM variants

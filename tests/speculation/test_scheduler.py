@@ -35,8 +35,9 @@ def test_good_acceptance_never_pauses():
 def test_poor_window_pauses_then_resumes():
     scheduler = DraftScheduler()
     trace = drive(scheduler, [(5, 1)] * WINDOW_CYCLES + [(5, 5)] * WINDOW_CYCLES)
-    expected = ([True] * WINDOW_CYCLES + [False] * LOW_ACCEPTANCE_PAUSE
-                + [True] * (WINDOW_CYCLES + 1))
+    expected = (
+        [True] * WINDOW_CYCLES + [False] * LOW_ACCEPTANCE_PAUSE + [True] * (WINDOW_CYCLES + 1)
+    )
     assert trace == expected
     assert scheduler.stats.pauses == 1 and scheduler.stats.paused_cycles == LOW_ACCEPTANCE_PAUSE
 
@@ -71,8 +72,7 @@ def test_half_no_draft_window_pauses_even_with_good_acceptance():
 
 def test_healthy_window_resets_no_draft_growth():
     scheduler = DraftScheduler()
-    drive(scheduler, [(0, 0)] * WINDOW_CYCLES + [(5, 5)] * WINDOW_CYCLES
-          + [(0, 0)] * WINDOW_CYCLES)
+    drive(scheduler, [(0, 0)] * WINDOW_CYCLES + [(5, 5)] * WINDOW_CYCLES + [(0, 0)] * WINDOW_CYCLES)
     assert scheduler.stats.paused_cycles == 2 * NO_DRAFT_PAUSES[0]
 
 

@@ -29,8 +29,9 @@ def test_chat_generates_what_plain_decoding_generates(service):
     prompt = model.tokenizer.encode(model.chat_format.render(messages))
     tokens = [e.token for e in generate(model.new_session(), prompt, 12) if hasattr(e, "token")]
     assert done.prompt_tokens == len(prompt) and done.completion_tokens == 12
-    expected = model.tokenizer.decode([t for t in tokens if t not in model.tokenizer.stop_ids],
-                                      skip_special=True)
+    expected = model.tokenizer.decode(
+        [t for t in tokens if t not in model.tokenizer.stop_ids], skip_special=True
+    )
     assert text == expected
     assert done.finish_reason == "length"
 
@@ -38,13 +39,15 @@ def test_chat_generates_what_plain_decoding_generates(service):
 def test_a_growing_conversation_reuses_the_session(service):
     first = [{"role": "user", "content": "Write a Python function that adds two numbers."}]
     answer, _ = collect(service.chat(first, max_tokens=8))
-    second = [*first, {"role": "assistant", "content": answer},
-              {"role": "user", "content": "Thanks!"}]
+    second = [
+        *first,
+        {"role": "assistant", "content": answer},
+        {"role": "user", "content": "Thanks!"},
+    ]
     _, done = collect(service.chat(second, max_tokens=8))
     assert done.cached_tokens > done.prompt_tokens // 2
     # An unrelated prompt starts over.
-    _, done = collect(service.chat([{"role": "user", "content": "List the files."}],
-                                   max_tokens=4))
+    _, done = collect(service.chat([{"role": "user", "content": "List the files."}], max_tokens=4))
     assert done.cached_tokens < 5
 
 
@@ -73,22 +76,21 @@ def test_every_turn_reuses_the_previous_prompt(service):
         messages.append({"role": "assistant", "content": answer})
 
 
-def test_a_conversation_sharing_only_the_system_prompt_does_not_take_over_a_slot(
-        chat_model_path):
+def test_a_conversation_sharing_only_the_system_prompt_does_not_take_over_a_slot(chat_model_path):
     """With two sessions, a second conversation that shares just the system prompt with the
     first opens the free slot instead of wiping the first one's cache (ds4's #765/#1069)."""
     service = ChatService(ds4mlx.load_model(chat_model_path), max_context=512, sessions=2)
     system = {"role": "system", "content": "You are a helpful assistant for the ds4 project."}
-    conversations = {name: [system, {"role": "user", "content": text}]
-                     for name, text in (("a", "Write a Python function."),
-                                        ("b", "List three colours."))}
+    conversations = {
+        name: [system, {"role": "user", "content": text}]
+        for name, text in (("a", "Write a Python function."), ("b", "List three colours."))
+    }
     for messages in conversations.values():
         answer, done = collect(service.chat(messages, max_tokens=6))
         messages.append({"role": "assistant", "content": answer})
     for messages in conversations.values():
         messages.append({"role": "user", "content": "Thanks, go on."})
-        before = service.model.tokenizer.encode(
-            service.model.chat_format.render(messages[:-1]))
+        before = service.model.tokenizer.encode(service.model.chat_format.render(messages[:-1]))
         _, done = collect(service.chat(messages, max_tokens=4))
         # Each continuation finds its own earlier turn cached (up to the rendered answer).
         assert done.cached_tokens >= len(before) - 8, (done.cached_tokens, len(before))

@@ -17,10 +17,16 @@ ASSETS = Path(__file__).resolve().parents[2] / "assets"
 N_TOKENS = 128
 PROMPTS = [*CHAT_PROMPTS, PROSE_PROMPT, *code_prompts()[:4]]
 CASES = {
-    "dspark": ("ds4-tiny.gguf", SpeculationConfig(DrafterKind.DSPARK,
-                                                  ASSETS / "ds4-tiny-dspark.gguf")),
-    "mtp": ("ds4-tiny.gguf", SpeculationConfig(DrafterKind.MTP, ASSETS / "ds4-tiny-mtp.gguf",
-                                               mtp_draft=3, mtp_margin=0.0)),
+    "dspark": (
+        "ds4-tiny.gguf",
+        SpeculationConfig(DrafterKind.DSPARK, ASSETS / "ds4-tiny-dspark.gguf"),
+    ),
+    "mtp": (
+        "ds4-tiny.gguf",
+        SpeculationConfig(
+            DrafterKind.MTP, ASSETS / "ds4-tiny-mtp.gguf", mtp_draft=3, mtp_margin=0.0
+        ),
+    ),
     "nextn": ("glm-tiny.gguf", SpeculationConfig(DrafterKind.NEXTN)),
 }
 
@@ -36,8 +42,7 @@ def test_speculative_greedy_equals_plain_greedy(case):
     drafter = load_drafter(config, model)
 
     def run(ids, drafter):
-        events = list(generate(model.new_session(), ids, N_TOKENS, drafter=drafter,
-                               config=config))
+        events = list(generate(model.new_session(), ids, N_TOKENS, drafter=drafter, config=config))
         return [e.token for e in events if isinstance(e, TokenEvent)], events[-1].stats
 
     accepted = 0

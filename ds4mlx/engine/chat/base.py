@@ -54,8 +54,9 @@ class ChatFormat(ABC):
         strongest it has that is not stronger, else its weakest; None for a template that takes
         none. "max" must be one of its own: without a maximum mode it raises ValueError."""
         if effort not in REASONING_EFFORT_ORDER:
-            raise ValueError(f"reasoning effort must be one of {REASONING_EFFORT_ORDER}, "
-                             f"got {effort!r}")
+            raise ValueError(
+                f"reasoning effort must be one of {REASONING_EFFORT_ORDER}, got {effort!r}"
+            )
         if effort == "max" and "max" not in self.reasoning_efforts:
             raise ValueError(f"the {self.name} chat template has no 'max' reasoning effort")
         if not self.reasoning_efforts:
@@ -65,29 +66,53 @@ class ChatFormat(ABC):
         return weaker[-1] if weaker else self.reasoning_efforts[0]
 
     @abstractmethod
-    def prompt(self, messages: Sequence[Message],
-               tools: Sequence[Mapping[str, Any]] | None = None, *,
-               add_generation_prompt: bool = True, thinking: bool = False,
-               tool_choice: ToolChoice = "auto", **options: Any) -> PromptText:
+    def prompt(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        add_generation_prompt: bool = True,
+        thinking: bool = False,
+        tool_choice: ToolChoice = "auto",
+        **options: Any,
+    ) -> PromptText:
         """The prompt for ``messages``, the template's pieces apart from the caller's.
         ``tool_choice`` "none" renders no tools; a forced choice ("required", a NamedTool)
         renders without reasoning and ends with the opening of a call."""
 
-    def render(self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None = None,
-               *, add_generation_prompt: bool = True, thinking: bool = False,
-               **options: Any) -> str:
+    def render(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        add_generation_prompt: bool = True,
+        thinking: bool = False,
+        **options: Any,
+    ) -> str:
         """The prompt text for ``messages`` (special tokens written as text); ``options`` as
         the format's ``prompt``."""
-        return str(self.prompt(messages, tools, add_generation_prompt=add_generation_prompt,
-                               thinking=thinking, **options))
+        return str(
+            self.prompt(
+                messages,
+                tools,
+                add_generation_prompt=add_generation_prompt,
+                thinking=thinking,
+                **options,
+            )
+        )
 
-    def tokenize(self, tokenizer: TextTokenizer, messages: Sequence[Message],
-                 tools: Sequence[Mapping[str, Any]] | None = None, *, thinking: bool = False,
-                 **options: Any) -> list[int]:
+    def tokenize(
+        self,
+        tokenizer: TextTokenizer,
+        messages: Sequence[Message],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        thinking: bool = False,
+        **options: Any,
+    ) -> list[int]:
         """The prompt's token ids: special tokens only where the template wrote them, so text
         in the messages and tools is never read as a turn boundary."""
-        return encode_prompt(tokenizer, self.prompt(messages, tools, thinking=thinking,
-                                                    **options))
+        return encode_prompt(tokenizer, self.prompt(messages, tools, thinking=thinking, **options))
 
     @abstractmethod
     def forced_call_prefix(self, tool_choice: ToolChoice) -> str:
@@ -95,10 +120,14 @@ class ChatFormat(ABC):
         (of the named function, for a NamedTool); "" for "auto" and "none"."""
 
     @abstractmethod
-    def stream_parser(self, *, thinking: bool = False,
-                      tools: Sequence[Mapping[str, Any]] | None = None,
-                      tool_choice: ToolChoice = "auto",
-                      stream_arguments: bool = False) -> StreamParser:
+    def stream_parser(
+        self,
+        *,
+        thinking: bool = False,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        tool_choice: ToolChoice = "auto",
+        stream_arguments: bool = False,
+    ) -> StreamParser:
         """A parser for output generated after a prompt rendered with the same ``thinking``
         and ``tool_choice``: "none" parses no tool calls (markup is text), a forced choice
         starts inside the call the prompt opened. ``stream_arguments``: report each call's
@@ -168,10 +197,14 @@ class ArgumentStream:
             self.announced = True
 
     def arguments(self, events: list[ChatEvent], arguments: Sequence[tuple[str, Any]]) -> None:
-        for key, value in arguments[self.sent:]:
+        for key, value in arguments[self.sent :]:
             separator = ", " if self.sent else "{"
-            events.append(ToolCallArguments(f"{separator}{json.dumps(key, ensure_ascii=False)}: "
-                                            f"{json.dumps(value, ensure_ascii=False)}"))
+            events.append(
+                ToolCallArguments(
+                    f"{separator}{json.dumps(key, ensure_ascii=False)}: "
+                    f"{json.dumps(value, ensure_ascii=False)}"
+                )
+            )
             self.sent += 1
 
     def close(self, events: list[ChatEvent]) -> None:
@@ -186,8 +219,11 @@ def first_marker(text: str, markers: Sequence[str]) -> tuple[int, str] | None:
     best: tuple[int, str] | None = None
     for marker in markers:
         position = text.find(marker)
-        if position >= 0 and (best is None or position < best[0]
-                              or (position == best[0] and len(marker) > len(best[1]))):
+        if position >= 0 and (
+            best is None
+            or position < best[0]
+            or (position == best[0] and len(marker) > len(best[1]))
+        ):
             best = (position, marker)
     return best
 
@@ -248,20 +284,27 @@ class MarkerStreamParser(ABC):
     def _step(self, events: list[ChatEvent], final: bool) -> bool:
         """Consume pending text in the current state; False when more input is needed."""
 
-    def _text_until(self, events: list[ChatEvent], markers: Sequence[str],
-                    delta: type[TextDelta] | type[ReasoningDelta], final: bool) -> str | None:
+    def _text_until(
+        self,
+        events: list[ChatEvent],
+        markers: Sequence[str],
+        delta: type[TextDelta] | type[ReasoningDelta],
+        final: bool,
+    ) -> str | None:
         """Emit the text before the earliest marker and drop the marker, which is returned;
         None while no marker is complete (all text that cannot begin one is emitted)."""
         hit = first_marker(self._pending, markers)
         if hit is None:
             keep = 0 if final else marker_prefix_length(self._pending, markers)
-            ready, self._pending = (self._pending[:len(self._pending) - keep],
-                                    self._pending[len(self._pending) - keep:])
+            ready, self._pending = (
+                self._pending[: len(self._pending) - keep],
+                self._pending[len(self._pending) - keep :],
+            )
             if ready:
                 events.append(delta(ready))
             return None
         position, marker = hit
         if position:
             events.append(delta(self._pending[:position]))
-        self._pending = self._pending[position + len(marker):]
+        self._pending = self._pending[position + len(marker) :]
         return marker

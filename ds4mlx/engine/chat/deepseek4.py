@@ -122,26 +122,35 @@ def _text(message: Message, key: str) -> str:
     return value
 
 
-def _preprocess(messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None
-                ) -> list[_Turn]:
+def _preprocess(
+    messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None
+) -> list[_Turn]:
     turns: list[_Turn] = []
     for message in messages:
         role = message.get("role")
         content = _text(message, "content")
         if role in ("user", "tool"):
             # Consecutive user/tool messages form one user turn [enc merge_tool_messages].
-            block = (("text", content, "") if role == "user"
-                     else ("tool_result", content, _text(message, "tool_call_id")))
+            block = (
+                ("text", content, "")
+                if role == "user"
+                else ("tool_result", content, _text(message, "tool_call_id"))
+            )
             if turns and turns[-1].role == "user":
                 turns[-1].blocks.append(block)
             else:
                 turns.append(_Turn("user", blocks=[block]))
         elif role == "assistant":
             calls = [tool_call_from_message(entry) for entry in message.get("tool_calls") or ()]
-            turns.append(_Turn("assistant", content,
-                               reasoning=_text(message, "reasoning_content"),
-                               tool_calls=[call for call, _ in calls],
-                               call_ids=[call_id for _, call_id in calls]))
+            turns.append(
+                _Turn(
+                    "assistant",
+                    content,
+                    reasoning=_text(message, "reasoning_content"),
+                    tool_calls=[call for call, _ in calls],
+                    call_ids=[call_id for _, call_id in calls],
+                )
+            )
         elif role in ("system", "developer"):
             turns.append(_Turn(role, content))
         else:
@@ -165,13 +174,15 @@ def _sort_tool_results_by_call_order(turns: list[_Turn]) -> None:
             results = [block for block in turn.blocks if block[0] == "tool_result"]
             if len(results) > 1:
                 ordered = iter(sorted(results, key=lambda block: call_order.get(block[2], 0)))
-                turn.blocks = [next(ordered) if block[0] == "tool_result" else block
-                               for block in turn.blocks]
+                turn.blocks = [
+                    next(ordered) if block[0] == "tool_result" else block for block in turn.blocks
+                ]
 
 
 def _render_tools_section(out: PromptText, tools: Sequence[Mapping[str, Any]]) -> None:
-    schemas = "\n".join(json.dumps(tool.get("function", tool), ensure_ascii=False)
-                        for tool in tools)
+    schemas = "\n".join(
+        json.dumps(tool.get("function", tool), ensure_ascii=False) for tool in tools
+    )
     before, _, after = _TOOLS_SECTION.partition("{schemas}")
     out.template(before)
     out.caller(schemas)
@@ -215,11 +226,17 @@ class DeepSeekV4ChatFormat(ChatFormat):
     name = "deepseek-v4"
     reasoning_efforts = ("high", "max")
 
-    def prompt(self, messages: Sequence[Message],
-               tools: Sequence[Mapping[str, Any]] | None = None, *,
-               add_generation_prompt: bool = True, thinking: bool = False,
-               tool_choice: ToolChoice = "auto", reasoning_effort: str | None = None,
-               drop_thinking: bool = True) -> PromptText:
+    def prompt(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        add_generation_prompt: bool = True,
+        thinking: bool = False,
+        tool_choice: ToolChoice = "auto",
+        reasoning_effort: str | None = None,
+        drop_thinking: bool = True,
+    ) -> PromptText:
         """Render ``messages`` the way DeepSeek's ``encode_messages`` does.
 
         ``thinking`` ends the prompt with ``<think>`` (else ``</think>``).  ``reasoning_effort``
@@ -230,8 +247,9 @@ class DeepSeekV4ChatFormat(ChatFormat):
         ``ChatFormat.prompt``.
         """
         if reasoning_effort not in (None, "high", "max"):
-            raise ValueError(f"reasoning_effort must be None, 'high' or 'max', "
-                             f"not {reasoning_effort!r}")
+            raise ValueError(
+                f"reasoning_effort must be None, 'high' or 'max', not {reasoning_effort!r}"
+            )
         forced = self.forced_call_prefix(tool_choice)
         if tool_choice == "none":
             tools = None
@@ -241,8 +259,11 @@ class DeepSeekV4ChatFormat(ChatFormat):
         if thinking and not keep_all_reasoning:
             # Developer messages before the last user message are dropped as well [enc].
             last_user = _last_user_index(turns)
-            turns = [turn for index, turn in enumerate(turns)
-                     if turn.role != "developer" or index >= last_user]
+            turns = [
+                turn
+                for index, turn in enumerate(turns)
+                if turn.role != "developer" or index >= last_user
+            ]
         last_user = _last_user_index(turns)
 
         out = PromptText()
@@ -274,7 +295,8 @@ class DeepSeekV4ChatFormat(ChatFormat):
             is_last = index + 1 == len(turns)
             next_is_assistant = not is_last and turns[index + 1].role == "assistant"
             if turn.role in ("user", "developer") and (
-                    next_is_assistant or (is_last and add_generation_prompt)):
+                next_is_assistant or (is_last and add_generation_prompt)
+            ):
                 opens_thinking = thinking and (keep_all_reasoning or index >= last_user)
                 out.template(ASSISTANT + (THINK_START if opens_thinking else THINK_END))
         if forced and add_generation_prompt:
@@ -286,13 +308,20 @@ class DeepSeekV4ChatFormat(ChatFormat):
             return f'{_FORCED_BLOCK}{tool_choice.name}">\n'
         return _FORCED_BLOCK if tool_choice == "required" else ""
 
-    def stream_parser(self, *, thinking: bool = False,
-                      tools: Sequence[Mapping[str, Any]] | None = None,
-                      tool_choice: ToolChoice = "auto",
-                      stream_arguments: bool = False) -> StreamParser:
+    def stream_parser(
+        self,
+        *,
+        thinking: bool = False,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        tool_choice: ToolChoice = "auto",
+        stream_arguments: bool = False,
+    ) -> StreamParser:
         forced = self.forced_call_prefix(tool_choice)
-        parser = DSMLStreamParser(thinking and not forced, parse_tools=tool_choice != "none",
-                                  stream_arguments=stream_arguments)
+        parser = DSMLStreamParser(
+            thinking and not forced,
+            parse_tools=tool_choice != "none",
+            stream_arguments=stream_arguments,
+        )
         enter_forced_call(parser, forced)
         return parser
 
@@ -305,18 +334,25 @@ _FORCED_BLOCK = f'\n\n<{DSML}tool_calls>\n<{DSML}invoke name="'
 
 
 def _last_user_index(turns: Sequence[_Turn]) -> int:
-    return max((i for i, turn in enumerate(turns) if turn.role in ("user", "developer")),
-               default=-1)
+    return max(
+        (i for i, turn in enumerate(turns) if turn.role in ("user", "developer")), default=-1
+    )
 
 
 DEEPSEEK_V4 = DeepSeekV4ChatFormat()
 
 
-def render_chat(messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None = None,
-                add_generation_prompt: bool = True, thinking: bool = False, **options: Any) -> str:
+def render_chat(
+    messages: Sequence[Message],
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    add_generation_prompt: bool = True,
+    thinking: bool = False,
+    **options: Any,
+) -> str:
     """DeepSeek-V4 prompt text for ``messages``; ``options`` as DeepSeekV4ChatFormat.render."""
-    return DEEPSEEK_V4.render(messages, tools, add_generation_prompt=add_generation_prompt,
-                              thinking=thinking, **options)
+    return DEEPSEEK_V4.render(
+        messages, tools, add_generation_prompt=add_generation_prompt, thinking=thinking, **options
+    )
 
 
 def parse_assistant(text: str, thinking: bool = False) -> AssistantTurn:
@@ -361,8 +397,7 @@ class DSMLStreamParser(MarkerStreamParser):
     any other text.
     """
 
-    def __init__(self, thinking: bool, parse_tools: bool = True,
-                 stream_arguments: bool = False):
+    def __init__(self, thinking: bool, parse_tools: bool = True, stream_arguments: bool = False):
         super().__init__(_REASONING if thinking else _CONTENT)
         self._dsml = DSML  # spelling used by the open tool_calls block
         self._content_markers = (*_TOOL_BLOCK_STARTS, EOS) if parse_tools else (EOS,)
@@ -391,14 +426,13 @@ class DSMLStreamParser(MarkerStreamParser):
     def _cut_block_start(self, events: list[ChatEvent]) -> None:
         """At the end of the output, report a tool_calls opening tag that was cut off (its
         ``<｜`` or more written) as an unterminated call, not as text."""
-        if self._content_markers == (EOS,) or first_marker(self._pending,
-                                                            self._content_markers):
+        if self._content_markers == (EOS,) or first_marker(self._pending, self._content_markers):
             return
         held = marker_prefix_length(self._pending, tuple(_TOOL_BLOCK_STARTS))
-        tail = self._pending[len(self._pending) - held:] if held else ""
+        tail = self._pending[len(self._pending) - held :] if held else ""
         if not tail.lstrip("\n").startswith(("<｜", "<D")):
             return
-        text, self._pending = self._pending[:len(self._pending) - held], ""
+        text, self._pending = self._pending[: len(self._pending) - held], ""
         if text:
             events.append(TextDelta(text))
         events.append(ToolCallError(tail, "unterminated tool_calls block", unterminated=True))
@@ -420,13 +454,13 @@ class DSMLStreamParser(MarkerStreamParser):
         eos = self._pending.find(EOS)
         ended = final or eos >= 0
         block = self._pending if eos < 0 else self._pending[:eos]
-        after_block = self._pending[len(block):]
+        after_block = self._pending[len(block) :]
         block_end = f"</{self._dsml}tool_calls>"
         invoke_start = f"<{self._dsml}invoke"
         while True:
-            rest = block[_skip_whitespace(block, 0):]
+            rest = block[_skip_whitespace(block, 0) :]
             if rest.startswith(block_end):
-                self._pending = rest[len(block_end):] + after_block
+                self._pending = rest[len(block_end) :] + after_block
                 self._state = _CONTENT
                 return True
             if rest.startswith(invoke_start):
@@ -436,20 +470,22 @@ class DSMLStreamParser(MarkerStreamParser):
                     if invoke.length is not None:
                         events.append(invoke.event(rest))
                         self._arguments.reset()
-                        block = rest[invoke.length:]
+                        block = rest[invoke.length :]
                         continue
             elif rest and not (invoke_start.startswith(rest) or block_end.startswith(rest)):
                 garbage_end = rest.find(block_end)
                 if garbage_end >= 0:
-                    events.append(ToolCallError(rest[:garbage_end],
-                                                "unexpected text in tool_calls block"))
+                    events.append(
+                        ToolCallError(rest[:garbage_end], "unexpected text in tool_calls block")
+                    )
                     block = rest[garbage_end:]
                     continue
             break
         if ended:
             if rest:
-                events.append(ToolCallError(rest, "unterminated tool_calls block",
-                                            unterminated=True))
+                events.append(
+                    ToolCallError(rest, "unterminated tool_calls block", unterminated=True)
+                )
             self._state, self._pending = _DONE, ""
         else:
             self._pending = block
@@ -469,7 +505,7 @@ class _Invoke:
     def event(self, text: str) -> ChatEvent:
         """The closed invoke (``text`` starts with it): the call, or an error."""
         if self.problems or self.name is None:
-            return ToolCallError(text[:self.length], "; ".join(self.problems))
+            return ToolCallError(text[: self.length], "; ".join(self.problems))
         return ToolCallComplete(ToolCall(self.name, self.arguments))
 
 
@@ -483,7 +519,7 @@ def _scan_invoke(text: str, dsml: str) -> _Invoke | None:
     tag_close = text.find(">")
     if tag_close < 0:
         return None
-    invoke = _Invoke((_attributes(text[len(f"<{dsml}invoke"):tag_close]) or {}).get("name"))
+    invoke = _Invoke((_attributes(text[len(f"<{dsml}invoke") : tag_close]) or {}).get("name"))
     if invoke.name is None:
         invoke.problems.append("invoke tag without a name")
     position = tag_close + 1
@@ -498,9 +534,11 @@ def _scan_invoke(text: str, dsml: str) -> _Invoke | None:
             value_end = text.find(parameter_end, tag_close + 1) if tag_close >= 0 else -1
             if value_end < 0:
                 return invoke
-            problem = _add_parameter(invoke.arguments,
-                                     text[position + len(parameter_start):tag_close],
-                                     text[tag_close + 1:value_end])
+            problem = _add_parameter(
+                invoke.arguments,
+                text[position + len(parameter_start) : tag_close],
+                text[tag_close + 1 : value_end],
+            )
             if problem:
                 invoke.problems.append(problem)
             position = value_end + len(parameter_end)
@@ -529,7 +567,7 @@ def _add_parameter(arguments: dict[str, Any], tag_body: str, raw_value: str) -> 
         try:
             arguments[name] = json.loads(raw_value)
         except json.JSONDecodeError:
-            return f"parameter {name!r} is marked string=\"false\" but is not JSON"
+            return f'parameter {name!r} is marked string="false" but is not JSON'
     else:
         return f"parameter {name!r} has string={is_string!r}"
     return None

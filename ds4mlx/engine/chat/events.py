@@ -61,8 +61,14 @@ class ToolCallArguments:
     text: str
 
 
-ChatEvent = (TextDelta | ReasoningDelta | ToolCallComplete | ToolCallError | ToolCallStart
-             | ToolCallArguments)
+ChatEvent = (
+    TextDelta
+    | ReasoningDelta
+    | ToolCallComplete
+    | ToolCallError
+    | ToolCallStart
+    | ToolCallArguments
+)
 
 
 @dataclass

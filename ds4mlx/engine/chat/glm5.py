@@ -103,8 +103,10 @@ def _function(tool: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def _tool_json(tool: Mapping[str, Any]) -> str:
     """A tool's schema line: its keys in order, without ``defer_loading`` and ``strict``."""
-    return json.dumps({k: v for k, v in _function(tool).items()
-                       if k not in ("defer_loading", "strict")}, ensure_ascii=False)
+    return json.dumps(
+        {k: v for k, v in _function(tool).items() if k not in ("defer_loading", "strict")},
+        ensure_ascii=False,
+    )
 
 
 def _visible_text(content: Any) -> str:
@@ -127,16 +129,25 @@ def _visible_text(content: Any) -> str:
 
 
 def _is_tool_reference(value: Any) -> bool:
-    return (isinstance(value, Sequence) and not isinstance(value, str) and len(value) > 0
-            and isinstance(value[0], Mapping) and value[0].get("type") == "tool_reference")
+    return (
+        isinstance(value, Sequence)
+        and not isinstance(value, str)
+        and len(value) > 0
+        and isinstance(value[0], Mapping)
+        and value[0].get("type") == "tool_reference"
+    )
 
 
 def _tool_response(out: PromptText, value: Any, tools: Sequence[Mapping[str, Any]]) -> None:
     """One result: text, or the schemas of the tools a ``tool_reference`` list names."""
     if _is_tool_reference(value):
         names = [ref.get("name") for ref in value]
-        schemas = "".join(_tool_json(tool) + "\n" for name in names for tool in tools
-                          if _function(tool).get("name") == name)
+        schemas = "".join(
+            _tool_json(tool) + "\n"
+            for name in names
+            for tool in tools
+            if _function(tool).get("name") == name
+        )
         out.template("<tool_response><tools>\n")
         out.caller(schemas)
         out.template("</tools></tool_response>")
@@ -166,22 +177,36 @@ def _result_entries(message: Message) -> list[tuple[str, Any]]:
     """(id, value) of each result a tool message holds: itself, or each entry of a list of
     ``{"output": ...}`` results."""
     content = message.get("content")
-    if (isinstance(content, Sequence) and not isinstance(content, str) and content
-            and isinstance(content[0], Mapping) and "output" in content[0]):
+    if (
+        isinstance(content, Sequence)
+        and not isinstance(content, str)
+        and content
+        and isinstance(content[0], Mapping)
+        and "output" in content[0]
+    ):
         return [(_result_id(entry), entry.get("output")) for entry in content]
     return [(_result_id(message), content)]
 
 
-def _render_results(out: PromptText, run: Sequence[Message], calls: Sequence[Any],
-                    tools: Sequence[Mapping[str, Any]]) -> None:
+def _render_results(
+    out: PromptText,
+    run: Sequence[Message],
+    calls: Sequence[Any],
+    tools: Sequence[Mapping[str, Any]],
+) -> None:
     """A run of tool messages, in the order of ``calls`` (the assistant's tool_calls before the
     run) when every result names a distinct one of them and the calls' ids are distinct."""
     entries = [entry for message in run for entry in _result_entries(message)]
     ids = [entry_id for entry_id, _ in entries]
     call_ids = [str(call.get("id") or "") if isinstance(call, Mapping) else "" for call in calls]
-    sortable = (bool(calls) and all(ids) and len(set(ids)) == len(ids)
-                and set(ids) <= set(call_ids) and all(call_ids)
-                and len(set(call_ids)) == len(call_ids))
+    sortable = (
+        bool(calls)
+        and all(ids)
+        and len(set(ids)) == len(ids)
+        and set(ids) <= set(call_ids)
+        and all(call_ids)
+        and len(set(call_ids)) == len(call_ids)
+    )
     if sortable:
         by_id = dict(entries)
         entries = [(call_id, by_id[call_id]) for call_id in call_ids if call_id in by_id]
@@ -221,11 +246,17 @@ class GLM5ChatFormat(ChatFormat):
     name = "glm-5"
     reasoning_efforts = REASONING_EFFORTS
 
-    def prompt(self, messages: Sequence[Message],
-               tools: Sequence[Mapping[str, Any]] | None = None, *,
-               add_generation_prompt: bool = True, thinking: bool = False,
-               tool_choice: ToolChoice = "auto", reasoning_effort: str | None = None,
-               clear_thinking: bool = False) -> PromptText:
+    def prompt(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        add_generation_prompt: bool = True,
+        thinking: bool = False,
+        tool_choice: ToolChoice = "auto",
+        reasoning_effort: str | None = None,
+        clear_thinking: bool = False,
+    ) -> PromptText:
         """Render ``messages`` as the released template does.
 
         ``reasoning_effort`` "low", "high" or "max" (None: "max") is stated in the system turn
@@ -235,21 +266,25 @@ class GLM5ChatFormat(ChatFormat):
         """
         effort = reasoning_effort or "max"
         if effort not in REASONING_EFFORTS:
-            raise ValueError(f"reasoning_effort must be one of {REASONING_EFFORTS} or None, "
-                             f"not {reasoning_effort!r}")
+            raise ValueError(
+                f"reasoning_effort must be one of {REASONING_EFFORTS} or None, "
+                f"not {reasoning_effort!r}"
+            )
         forced = self.forced_call_prefix(tool_choice)
         thinking = thinking and not forced
         tools = [] if tool_choice == "none" else list(tools or ())
         out = PromptText()
         out.template(PREFIX, f"{SYSTEM}Reasoning Effort: {effort.capitalize()}")
         if tools:
-            schemas = "".join(_tool_json(tool) + "\n" for tool in tools
-                              if not _function(tool).get("defer_loading"))
+            schemas = "".join(
+                _tool_json(tool) + "\n"
+                for tool in tools
+                if not _function(tool).get("defer_loading")
+            )
             out.template(f"{SYSTEM}\n{_TOOLS_HEADER}")
             out.caller(schemas)
             out.template(_TOOLS_FOOTER)
-        last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"),
-                        default=-1)
+        last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
         index = 0
         while index < len(messages):
             message, role = messages[index], messages[index].get("role")
@@ -270,8 +305,11 @@ class GLM5ChatFormat(ChatFormat):
                 while end < len(messages) and messages[end].get("role") == "tool":
                     end += 1
                 previous = messages[index - 1] if index else {}
-                calls = (previous.get("tool_calls") or ()) if previous.get("role") == "assistant" \
+                calls = (
+                    (previous.get("tool_calls") or ())
+                    if previous.get("role") == "assistant"
                     else ()
+                )
                 out.template(OBSERVATION)
                 _render_results(out, messages[index:end], calls, tools)
                 index = end
@@ -290,20 +328,28 @@ class GLM5ChatFormat(ChatFormat):
             return CALL_START + tool_choice.name
         return CALL_START if tool_choice == "required" else ""
 
-    def stream_parser(self, *, thinking: bool = False,
-                      tools: Sequence[Mapping[str, Any]] | None = None,
-                      tool_choice: ToolChoice = "auto",
-                      stream_arguments: bool = False) -> StreamParser:
+    def stream_parser(
+        self,
+        *,
+        thinking: bool = False,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        tool_choice: ToolChoice = "auto",
+        stream_arguments: bool = False,
+    ) -> StreamParser:
         """``tools`` (the offered schemas) decide which argument values are literal strings."""
         forced = self.forced_call_prefix(tool_choice)
-        parser = _GLMStreamParser(thinking and not forced, tools or (),
-                                  parse_tools=tool_choice != "none",
-                                  stream_arguments=stream_arguments)
+        parser = _GLMStreamParser(
+            thinking and not forced,
+            tools or (),
+            parse_tools=tool_choice != "none",
+            stream_arguments=stream_arguments,
+        )
         enter_forced_call(parser, forced)
         return parser
 
-    def parse(self, text: str, *, thinking: bool = False,
-              tools: Sequence[Mapping[str, Any]] | None = None) -> AssistantTurn:
+    def parse(
+        self, text: str, *, thinking: bool = False, tools: Sequence[Mapping[str, Any]] | None = None
+    ) -> AssistantTurn:
         parser = self.stream_parser(thinking=thinking, tools=tools)
         return AssistantTurn.from_events([*parser.feed(text), *parser.finish()])
 
@@ -323,9 +369,11 @@ def _string_parameters(tools: Sequence[Mapping[str, Any]]) -> dict[str, set[str]
     for tool in tools:
         function = _function(tool)
         properties = (function.get("parameters") or {}).get("properties") or {}
-        out[str(function.get("name"))] = {name for name, schema in properties.items()
-                                         if isinstance(schema, Mapping)
-                                         and schema.get("type") == "string"}
+        out[str(function.get("name"))] = {
+            name
+            for name, schema in properties.items()
+            if isinstance(schema, Mapping) and schema.get("type") == "string"
+        }
     return out
 
 
@@ -336,8 +384,13 @@ class _GLMStreamParser(MarkerStreamParser):
     name as soon as an argument follows it, and its arguments one by one.
     """
 
-    def __init__(self, thinking: bool, tools: Sequence[Mapping[str, Any]],
-                 parse_tools: bool = True, stream_arguments: bool = False):
+    def __init__(
+        self,
+        thinking: bool,
+        tools: Sequence[Mapping[str, Any]],
+        parse_tools: bool = True,
+        stream_arguments: bool = False,
+    ):
         super().__init__(_REASONING if thinking else _CONTENT)
         self._strings = _string_parameters(tools)
         self._content_markers = (CALL_START, *_STOPS) if parse_tools else _STOPS
@@ -360,8 +413,9 @@ class _GLMStreamParser(MarkerStreamParser):
     def _cut_call_start(self, events: list[ChatEvent]) -> None:
         """At the end of the output, report a ``<tool_call>`` tag cut off after ``<tool`` as
         an unterminated call, not as text (a shorter start may be ordinary text)."""
-        if CALL_START not in self._content_markers or first_marker(self._pending,
-                                                                    self._content_markers):
+        if CALL_START not in self._content_markers or first_marker(
+            self._pending, self._content_markers
+        ):
             return
         held = marker_prefix_length(self._pending, (CALL_START,))
         if held < len("<tool"):
@@ -380,12 +434,15 @@ class _GLMStreamParser(MarkerStreamParser):
                 self._report_progress(events, self._pending, None)
                 return False
             cut = len(self._pending) if hit is None else hit[0]
-            events.append(ToolCallError(CALL_START + self._pending[:cut],
-                                        "unterminated tool_call", unterminated=True))
+            events.append(
+                ToolCallError(
+                    CALL_START + self._pending[:cut], "unterminated tool_call", unterminated=True
+                )
+            )
             self._state, self._pending = self.DONE, ""
             return False
-        body = self._pending[:hit[0]]
-        self._pending = self._pending[hit[0] + len(CALL_END):]
+        body = self._pending[: hit[0]]
+        self._pending = self._pending[hit[0] + len(CALL_END) :]
         call = self._decode_call(body)
         self._report_progress(events, body, call)
         events.append(call)
@@ -393,8 +450,9 @@ class _GLMStreamParser(MarkerStreamParser):
         self._state = _CONTENT
         return True
 
-    def _report_progress(self, events: list[ChatEvent], body: str,
-                         closed: ChatEvent | None) -> None:
+    def _report_progress(
+        self, events: list[ChatEvent], body: str, closed: ChatEvent | None
+    ) -> None:
         """With ``stream_arguments``: the call's name once an argument follows it, then each
         complete argument as a piece of the JSON object the arguments will be; the rest (and
         the closing brace) with the ``closed`` call. Nothing more once something is wrong."""
@@ -455,8 +513,8 @@ def _next_argument(text: str) -> tuple[str, str, str, str | None]:
     key_end = text.find(KEY_END)
     if key_end < 0:
         return "", "", "", "arg_key without </arg_key>"
-    key = text[len(KEY_START):key_end].strip()
-    after = text[key_end + len(KEY_END):].lstrip()
+    key = text[len(KEY_START) : key_end].strip()
+    after = text[key_end + len(KEY_END) :].lstrip()
     if not after.startswith(VALUE_START):
         return "", "", "", f"argument {key!r} has no <arg_value>"
     value_end = after.find(VALUE_END)
@@ -464,7 +522,7 @@ def _next_argument(text: str) -> tuple[str, str, str, str | None]:
         return "", "", "", f"argument {key!r} has no </arg_value>"
     if not key:
         return "", "", "", "empty arg_key"
-    return key, after[len(VALUE_START):value_end], after[value_end + len(VALUE_END):], None
+    return key, after[len(VALUE_START) : value_end], after[value_end + len(VALUE_END) :], None
 
 
 def _json_or_text(value: str) -> Any:

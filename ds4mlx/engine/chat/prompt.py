@@ -80,7 +80,7 @@ def _segments(tokenizer: TextTokenizer, prompt: PromptText) -> Iterator[tuple[st
             continue
         position = 0
         for match in pattern.finditer(text):
-            plain.append(text[position:match.start()])
+            plain.append(text[position : match.start()])
             if any(plain):
                 yield "".join(plain), False
             plain = []
@@ -97,8 +97,11 @@ def _special_token_pattern(tokenizer: TextTokenizer) -> re.Pattern[str] | None:
     start at one place (as the tokenizer matches them); None when it has none."""
     if not isinstance(tokenizer, Tokenizer):
         return None
-    spellings = {tokenizer.token_bytes(token_id).decode("utf-8", "replace")
-                 for token_id in range(tokenizer.vocab_size) if tokenizer.is_special(token_id)}
+    spellings = {
+        tokenizer.token_bytes(token_id).decode("utf-8", "replace")
+        for token_id in range(tokenizer.vocab_size)
+        if tokenizer.is_special(token_id)
+    }
     spellings.discard("")
     if not spellings:
         return None

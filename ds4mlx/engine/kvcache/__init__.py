@@ -18,6 +18,16 @@ from ds4mlx.engine.kvcache.snapshot_file import (
 )
 from ds4mlx.engine.kvcache.state_codec import StateFormatError
 
-__all__ = ["MAX_CUT", "Candidate", "DiskTier", "MemoryTier", "PromptCache", "SnapshotFileError",
-           "StateFormatError", "common_prefix", "model_fingerprint", "read_snapshot",
-           "write_snapshot"]
+__all__ = [
+    "MAX_CUT",
+    "Candidate",
+    "DiskTier",
+    "MemoryTier",
+    "PromptCache",
+    "SnapshotFileError",
+    "StateFormatError",
+    "common_prefix",
+    "model_fingerprint",
+    "read_snapshot",
+    "write_snapshot",
+]

@@ -123,8 +123,7 @@ class MemoryTier:
 class DiskTier:
     """Snapshot files in ``folder``, at most ``budget`` bytes of them in all."""
 
-    def __init__(self, folder: str | Path, budget: int, fingerprint: str,
-                 warn: Warn = log.warning):
+    def __init__(self, folder: str | Path, budget: int, fingerprint: str, warn: Warn = log.warning):
         self.folder = Path(folder)
         self.budget = budget
         self.fingerprint = fingerprint
@@ -164,8 +163,10 @@ class DiskTier:
                 self._refuse(path, str(exc))
                 continue
             if metadata.get("fingerprint") != self.fingerprint:
-                self.warn(f"kv cache: ignoring {path.name}: written for another model file or "
-                          "quantization")
+                self.warn(
+                    f"kv cache: ignoring {path.name}: written for another model file or "
+                    "quantization"
+                )
                 continue
             self._index[tokens] = path
 
@@ -215,17 +216,21 @@ class DiskTier:
         # The file is about the arrays' bytes plus a header the size of the token list.
         size = snapshot_nbytes(snapshot) + 16 * len(snapshot.tokens) + 65536
         if size > self.budget:
-            self.warn(f"kv cache: a snapshot of {len(snapshot.tokens)} tokens "
-                      f"({size / 2**20:.1f} MiB) exceeds the disk budget "
-                      f"({self.budget / 2**20:.1f} MiB); not saved")
+            self.warn(
+                f"kv cache: a snapshot of {len(snapshot.tokens)} tokens "
+                f"({size / 2**20:.1f} MiB) exceeds the disk budget "
+                f"({self.budget / 2**20:.1f} MiB); not saved"
+            )
             return False
         self._evict(self.budget - size)
         try:
             written = write_snapshot(path, snapshot, self.fingerprint)
         except OSError as exc:
             if not self._write_failing:
-                self.warn(f"kv cache: could not save a snapshot of {len(snapshot.tokens)} "
-                          f"tokens to {self.folder}: {exc}")
+                self.warn(
+                    f"kv cache: could not save a snapshot of {len(snapshot.tokens)} "
+                    f"tokens to {self.folder}: {exc}"
+                )
             self._write_failing = True
             return False
         self._write_failing = False
@@ -260,8 +265,7 @@ class DiskTier:
 class PromptCache:
     """The memory tier, and the disk tier when there is one, looked up together."""
 
-    def __init__(self, memory_budget: int, disk: DiskTier | None = None,
-                 warn: Warn = log.warning):
+    def __init__(self, memory_budget: int, disk: DiskTier | None = None, warn: Warn = log.warning):
         self.memory = MemoryTier(memory_budget)
         self.disk = disk
         self.warn = warn

@@ -45,8 +45,10 @@ def model_fingerprint(model: Any) -> str:
     how the model computes invalidates what an older version cached)."""
     digest = hashlib.sha256()
     network = type(model.network)
-    digest.update(f"{FORMAT} {FORMAT_VERSION} {model.gguf.arch} {model.weights_dtype} "
-                  f"{network.__module__}.{network.__qualname__}\n".encode())
+    digest.update(
+        f"{FORMAT} {FORMAT_VERSION} {model.gguf.arch} {model.weights_dtype} "
+        f"{network.__module__}.{network.__qualname__}\n".encode()
+    )
     source = inspect.getsourcefile(network)
     if source is not None:
         for module in sorted(Path(source).parent.glob("*.py")):
@@ -59,8 +61,9 @@ def model_fingerprint(model: Any) -> str:
         file.seek(max(0, size - _EDGE_BYTES))
         digest.update(file.read(_EDGE_BYTES))
         for info in model.gguf.layout.tensors.values():
-            digest.update(f"{info.name} {int(info.qtype)} {info.ggml_dims} {info.nbytes}\n"
-                          .encode())
+            digest.update(
+                f"{info.name} {int(info.qtype)} {info.ggml_dims} {info.nbytes}\n".encode()
+            )
             file.seek(info.file_offset)
             digest.update(file.read(min(info.nbytes, _SAMPLE_BYTES)))
     return digest.hexdigest()
@@ -79,8 +82,13 @@ def write_snapshot(path: Path, snapshot: Snapshot, fingerprint: str) -> int:
         raise ValueError(f"a snapshot file's name ends with {SUFFIX}: {path}")
     tree, arrays = encode_state(snapshot.state)
     mx.eval(*arrays.values())
-    metadata = {"format": FORMAT, "version": str(FORMAT_VERSION), "fingerprint": fingerprint,
-                "tokens": json.dumps(list(snapshot.tokens)), "state": json.dumps(tree)}
+    metadata = {
+        "format": FORMAT,
+        "version": str(FORMAT_VERSION),
+        "fingerprint": fingerprint,
+        "tokens": json.dumps(list(snapshot.tokens)),
+        "state": json.dumps(tree),
+    }
     metadata["checksum"] = _checksum(metadata, arrays)
     # MLX appends the suffix to a name without it: the temporary name keeps it at the end.
     temporary = path.with_name(f".{path.name[: -len(SUFFIX)]}.{uuid.uuid4().hex}.tmp{SUFFIX}")
@@ -110,8 +118,10 @@ def read_header(path: Path) -> dict[str, str]:
                 raise SnapshotFileError(f"{path}: truncated ({size} bytes)")
             length = int.from_bytes(prefix, "little")
             if length > min(size - 8, _MAX_HEADER_BYTES):
-                raise SnapshotFileError(f"{path}: truncated or not a snapshot (header of "
-                                        f"{length} bytes in a file of {size})")
+                raise SnapshotFileError(
+                    f"{path}: truncated or not a snapshot (header of "
+                    f"{length} bytes in a file of {size})"
+                )
             header = json.loads(file.read(length))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise SnapshotFileError(f"{path}: cannot be read: {exc}") from exc
@@ -121,15 +131,17 @@ def read_header(path: Path) -> dict[str, str]:
     if not isinstance(metadata, dict) or metadata.get("format") != FORMAT:
         raise SnapshotFileError(f"{path}: not a {FORMAT} snapshot")
     if metadata.get("version") != str(FORMAT_VERSION):
-        raise SnapshotFileError(f"{path}: format version {metadata.get('version')}, this "
-                                f"version reads {FORMAT_VERSION}")
+        raise SnapshotFileError(
+            f"{path}: format version {metadata.get('version')}, this version reads {FORMAT_VERSION}"
+        )
     try:
         end = max((int(entry["data_offsets"][1]) for entry in header.values()), default=0)
     except (TypeError, KeyError, IndexError, ValueError) as exc:
         raise SnapshotFileError(f"{path}: malformed header: {exc}") from exc
     if 8 + length + end != size:
-        raise SnapshotFileError(f"{path}: truncated ({size} bytes, the header describes "
-                                f"{8 + length + end})")
+        raise SnapshotFileError(
+            f"{path}: truncated ({size} bytes, the header describes {8 + length + end})"
+        )
     return metadata
 
 
@@ -166,15 +178,17 @@ def read_snapshot(path: Path, fingerprint: str) -> Snapshot:
     except (StateFormatError, KeyError, TypeError, ValueError) as exc:
         raise SnapshotFileError(f"{path}: {exc}") from exc
     if getattr(state, "pos", len(tokens)) != len(tokens):
-        raise SnapshotFileError(f"{path}: the state is at position {state.pos}, the file "
-                                f"names {len(tokens)} tokens")
+        raise SnapshotFileError(
+            f"{path}: the state is at position {state.pos}, the file names {len(tokens)} tokens"
+        )
     return Snapshot(state, tokens)
 
 
 def _checksum(metadata: dict[str, str], arrays: dict[str, mx.array]) -> str:
     digest = hashlib.sha256()
-    digest.update(json.dumps({k: v for k, v in metadata.items() if k != "checksum"},
-                             sort_keys=True).encode())
+    digest.update(
+        json.dumps({k: v for k, v in metadata.items() if k != "checksum"}, sort_keys=True).encode()
+    )
     for name in sorted(arrays):
         array = arrays[name]
         digest.update(f"{name} {array.dtype} {array.shape}\n".encode())
@@ -194,4 +208,3 @@ def _fsync_folder(folder: Path) -> None:
         pass
     finally:
         os.close(handle)
-

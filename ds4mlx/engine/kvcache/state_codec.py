@@ -51,11 +51,11 @@ def encode_state(state: Any) -> tuple[Any, dict[str, mx.array]]:
             return {"dict": {key: walk(value) for key, value in obj.items()}}
         if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
             cls = type(obj)
-            return {"class": f"{cls.__module__}:{cls.__qualname__}",
-                    "fields": {f.name: walk(getattr(obj, f.name))
-                               for f in dataclasses.fields(obj)}}
-        raise StateFormatError(f"a session state holding {type(obj).__qualname__} cannot be "
-                               "saved")
+            return {
+                "class": f"{cls.__module__}:{cls.__qualname__}",
+                "fields": {f.name: walk(getattr(obj, f.name)) for f in dataclasses.fields(obj)},
+            }
+        raise StateFormatError(f"a session state holding {type(obj).__qualname__} cannot be saved")
 
     return walk(state), arrays
 
@@ -113,8 +113,10 @@ def _rebuild(qualified: str, values: dict[str, Any]) -> Any:
         raise StateFormatError(f"the state's class {qualified} is no longer a dataclass")
     fields = {f.name: f for f in dataclasses.fields(cls)}
     if set(fields) != set(values):
-        raise StateFormatError(f"the fields of {qualified} changed: the file has "
-                               f"{sorted(values)}, the code {sorted(fields)}")
+        raise StateFormatError(
+            f"the fields of {qualified} changed: the file has "
+            f"{sorted(values)}, the code {sorted(fields)}"
+        )
     obj = cls(**{name: values[name] for name, f in fields.items() if f.init})
     for name, f in fields.items():
         if not f.init:  # a field the constructor derives: restore the saved value as it was
