@@ -28,14 +28,6 @@ class SparseAttention : public CpuPrimitive {
   }
 
  private:
-  static std::vector<int> int_values(const mx::array& a) {
-    std::vector<int> out(a.size());
-    for (size_t i = 0; i < a.size(); i++) {
-      out[i] = a.data<int32_t>()[mx::elem_to_loc(static_cast<int>(i), a)];
-    }
-    return out;
-  }
-
   static void run(const std::vector<mx::array>& inputs, float* out, float scale) {
     const int tokens = inputs[0].shape(0), heads = inputs[0].shape(1), dim = inputs[0].shape(2);
     const int window_rows = inputs[1].shape(0), comp_rows = inputs[3].shape(0);

@@ -229,7 +229,7 @@ inline void out_in_times_row(const float* w, const float* x, float* y, int n, in
   for (; j < n; j++) y[j] = dot(w + static_cast<size_t>(j) * k_dim, x, k_dim);
 }
 
-inline std::vector<int> int_values_of(const mx::array& a) {
+inline std::vector<int> int_values(const mx::array& a) {
   std::vector<int> out(a.size());
   for (size_t i = 0; i < a.size(); i++) {
     out[i] = a.data<int32_t>()[mx::elem_to_loc(static_cast<int>(i), a)];

@@ -8,6 +8,18 @@
 namespace ds4mlx_ops {
 namespace {
 
+// One routed expert e on one row x [D]: down_e(swiglu(gate_e x, up_e x)) -> out [D], with the
+// stacked weights as GGUF stores them (gate/up [E, F, D], down [E, D, F]): RoutedExpertsFFN's
+// row-by-row mode and MoeTile both compute it, so their results have the same bits.
+void expert_row(const float* gate_w, const float* up_w, const float* down_w, int e, int ff,
+                int dim, float limit, const float* x, float* gate, float* up, float* out) {
+  const size_t in_size = static_cast<size_t>(ff) * dim;
+  out_in_times_row(gate_w + e * in_size, x, gate, ff, dim);
+  out_in_times_row(up_w + e * in_size, x, up, ff, dim);
+  for (int j = 0; j < ff; j++) gate[j] = swiglu_clamped(gate[j], up[j], limit);
+  out_in_times_row(down_w + e * in_size, gate, out, dim, ff);
+}
+
 // Routed SwiGLU experts of one layer (models.moe.RoutedExperts on float32 weights): for every
 // (token t, slot s) pair, out[t, s] = down_e(swiglu(gate_e x[t], up_e x[t])) with
 // e = indices[t, s], the weights stacked as GGUF has them ([E, out, in]). MLX's gather_mm runs
@@ -42,11 +54,7 @@ class RoutedExpertsFFN : public CpuPrimitive {
     const int experts = inputs[1].shape(0), ff = inputs[1].shape(1);
     const int slots = inputs[4].shape(1);
     RowMajor x(x_in);
-    std::vector<int> route_e(tokens * slots);
-    const mx::array& idx = inputs[4];
-    for (int p = 0; p < tokens * slots; p++) {
-      route_e[p] = idx.data<int32_t>()[mx::elem_to_loc(p, idx)];
-    }
+    const std::vector<int> route_e = int_values(inputs[4]);
     // The stacked weights are contiguous as loaded (a strided one would be copied here).
     RowMajor gate_w(inputs[1]), up_w(inputs[2]), down_w(inputs[3]);
     const float* w[3] = {gate_w.data(), up_w.data(), down_w.data()};
@@ -56,8 +64,11 @@ class RoutedExpertsFFN : public CpuPrimitive {
     }
     float* y = out;
     std::fill(y, y + static_cast<size_t>(tokens) * slots * dim, 0.0f);
-    std::vector<float> rows, gate, up, down;
-    auto block = [&](int e, const int* pairs, int n) {
+    const size_t in_size = static_cast<size_t>(ff) * dim;
+    std::vector<float> rows, gate(ff), up(ff), down;
+    // The pairs of one expert share one GEMM.
+    auto grouped_block = [&](int e, const std::vector<int>& pairs) {
+      const int n = static_cast<int>(pairs.size());
       rows.resize(static_cast<size_t>(n) * dim);
       gate.resize(static_cast<size_t>(n) * ff);
       up.resize(static_cast<size_t>(n) * ff);
@@ -66,25 +77,13 @@ class RoutedExpertsFFN : public CpuPrimitive {
         const float* src = x.data() + static_cast<size_t>(pairs[i] / slots) * dim;
         std::copy(src, src + dim, rows.data() + static_cast<size_t>(i) * dim);
       }
-      const size_t in_size = static_cast<size_t>(ff) * dim;
-      // Grouped rows share one GEMM; a row on its own (decode tiles) takes dot products that
-      // do not depend on anything but the row.
-      auto product = [&](const float* weight, const float* in, float* result, int out_dim,
-                         int in_dim) {
-        if (grouped) {
-          cblas_sgemm(kRowMajor, kNoTrans, kTrans, n, out_dim, in_dim, 1.0f, in, in_dim,
-                      weight, in_dim, 0.0f, result, out_dim);
-          return;
-        }
-        for (int i = 0; i < n; i++) {
-          out_in_times_row(weight, in + static_cast<size_t>(i) * in_dim,
-                           result + static_cast<size_t>(i) * out_dim, out_dim, in_dim);
-        }
-      };
-      product(w[0] + e * in_size, rows.data(), gate.data(), ff, dim);
-      product(w[1] + e * in_size, rows.data(), up.data(), ff, dim);
+      cblas_sgemm(kRowMajor, kNoTrans, kTrans, n, ff, dim, 1.0f, rows.data(), dim,
+                  w[0] + e * in_size, dim, 0.0f, gate.data(), ff);
+      cblas_sgemm(kRowMajor, kNoTrans, kTrans, n, ff, dim, 1.0f, rows.data(), dim,
+                  w[1] + e * in_size, dim, 0.0f, up.data(), ff);
       for (size_t i = 0; i < gate.size(); i++) gate[i] = swiglu_clamped(gate[i], up[i], limit);
-      product(w[2] + e * in_size, gate.data(), down.data(), dim, ff);
+      cblas_sgemm(kRowMajor, kNoTrans, kTrans, n, dim, ff, 1.0f, gate.data(), ff,
+                  w[2] + e * in_size, ff, 0.0f, down.data(), dim);
       for (int i = 0; i < n; i++) {
         std::copy(down.data() + static_cast<size_t>(i) * dim,
                   down.data() + static_cast<size_t>(i + 1) * dim,
@@ -95,9 +94,14 @@ class RoutedExpertsFFN : public CpuPrimitive {
       const auto& pairs = pairs_of[e];
       if (pairs.empty()) continue;
       if (grouped) {
-        block(e, pairs.data(), static_cast<int>(pairs.size()));
-      } else {
-        for (const int& p : pairs) block(e, &p, 1);
+        grouped_block(e, pairs);
+        continue;
+      }
+      // A pair on its own (decode tiles): dot products that depend on nothing but its row.
+      for (const int p : pairs) {
+        expert_row(w[0], w[1], w[2], e, ff, dim, limit,
+                   x.data() + static_cast<size_t>(p / slots) * dim, gate.data(), up.data(),
+                   y + static_cast<size_t>(p) * dim);
       }
     }
   }
@@ -191,18 +195,6 @@ class RowRouter {
   std::vector<int> order_;
 };
 
-// One routed expert e on one row x [D]: down_e(swiglu(gate_e x, up_e x)) -> out [D], with the
-// stacked weights as GGUF stores them (gate/up [E, F, D], down [E, D, F]); the same products as
-// RoutedExpertsFFN's row-by-row mode, so the same bits.
-void expert_row(const float* gate_w, const float* up_w, const float* down_w, int e, int ff,
-                int dim, float limit, const float* x, float* gate, float* up, float* out) {
-  const size_t in_size = static_cast<size_t>(ff) * dim;
-  out_in_times_row(gate_w + e * in_size, x, gate, ff, dim);
-  out_in_times_row(up_w + e * in_size, x, up, ff, dim);
-  for (int j = 0; j < ff; j++) gate[j] = swiglu_clamped(gate[j], up[j], limit);
-  out_in_times_row(down_w + e * in_size, gate, out, dim, ff);
-}
-
 // The weighted sum of one row's routed expert outputs plus the shared expert.
 class RowCombiner {
  public:
@@ -277,7 +269,7 @@ class MoeTile : public CpuPrimitive {
     size_t next = 8;
     std::optional<RowMajor> bias;
     if (c.has_bias) bias.emplace(in[next++]);
-    const std::vector<int> hashed = c.hashed ? int_values_of(in[next]) : std::vector<int>();
+    const std::vector<int> hashed = c.hashed ? int_values(in[next]) : std::vector<int>();
     RowRouter router(c.routing, experts);
     RowCombiner combiner(dim, shared_ff, shared_down.data(), c.shared_limit);
     std::vector<int> chosen(k_used);
@@ -323,7 +315,7 @@ class MoeRoute : public CpuPrimitive {
       std::optional<RowMajor> bias;
       if (has_bias) bias.emplace(in[1]);
       const std::vector<int> ids =
-          hashed ? int_values_of(in[has_bias ? 2 : 1]) : std::vector<int>();
+          hashed ? int_values(in[has_bias ? 2 : 1]) : std::vector<int>();
       auto* chosen = reinterpret_cast<int32_t*>(out[0]);
       std::fill(chosen, chosen + static_cast<size_t>(tokens) * r.n_used, 0);
       std::fill(out[1], out[1] + static_cast<size_t>(tokens) * r.n_used, 0.0f);

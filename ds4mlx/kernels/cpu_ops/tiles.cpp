@@ -52,8 +52,9 @@ class RmsNorm : public CpuPrimitive {
       const bool weighted = in.size() > 1;
       const int dim = in[0].shape(-1);
       const size_t rows = dim ? in[0].size() / dim : 0;
-      RowMajor weights(weighted ? in[1] : in[0]);
-      const float* weight = weights.data();
+      std::optional<RowMajor> weights;
+      if (weighted) weights.emplace(in[1]);
+      const float* weight = weighted ? weights->data() : nullptr;
       for (size_t r = 0; r < rows; r++) {
         const float* row = x.data() + r * dim;
         float* o = out[0] + r * dim;
