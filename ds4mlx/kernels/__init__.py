@@ -199,6 +199,22 @@ def _native_cpu_ops() -> ModuleType | None:
     return native_ops()
 
 
+def _inference_ops() -> ModuleType | None:
+    """The native CPU operations where inference-only ones may run (``inference``)."""
+    return _native_cpu_ops() if _INFERENCE.get() else None
+
+
+def _frozen_float32(w: Weight) -> mx.array | None:
+    """The frozen [in, out] float32 memory of a matrix (``freeze``), else None."""
+    stored = _frozen(w) if isinstance(w, mx.array) else None
+    return stored if stored is not None and stored.dtype == mx.float32 else None
+
+
+def _float32_arrays(*weights: Weight) -> bool:
+    """Whether every weight is a plain float32 array (what the native experts read)."""
+    return all(isinstance(w, mx.array) and w.dtype == mx.float32 for w in weights)
+
+
 def sinkhorn(comb: mx.array, iters: int, eps: float) -> mx.array:
     """Sinkhorn-normalised mHC mixing matrices [..., src, dst] (``twins.sinkhorn`` says how).
     On the CPU the models run it inside the native ``hc_pre`` / ``hc_mixes`` primitives."""
@@ -296,15 +312,10 @@ def moe_tile(
     and up products [T, Fs] and its down matrix; the other rows are zeros. What ``models.moe``
     computes with ``route``, ``routed_experts`` and ``SwiGLU`` (the twins). None where it does
     not apply (not in inference on the CPU, weights not float32 arrays)."""
-    down_t = _frozen(shared_down) if isinstance(shared_down, mx.array) else None
-    if not (
-        _INFERENCE.get()
-        and _native_cpu_ops() is not None
-        and down_t is not None
-        and all(isinstance(w, mx.array) and w.dtype == mx.float32 for w in (gate, up, down, down_t))
-    ):
+    ops, down_t = _inference_ops(), _frozen_float32(shared_down)
+    if ops is None or down_t is None or not _float32_arrays(gate, up, down):
         return None
-    return native_ops().moe_tile(
+    return ops.moe_tile(
         logits,
         x,
         gate,
@@ -338,11 +349,10 @@ def moe_route(
 ) -> tuple[mx.array, mx.array] | None:
     """``moe_tile``'s routing alone (the experts [T, k] and their weights for the first
     ``rows`` rows), for experts that are not all resident; None where it does not apply."""
-    if not (_INFERENCE.get() and _native_cpu_ops() is not None):
+    ops = _inference_ops()
+    if ops is None:
         return None
-    indices, weights = native_ops().moe_route(
-        logits, bias, hashed, rows, n_used, func, normalize, scale
-    )
+    indices, weights = ops.moe_route(logits, bias, hashed, rows, n_used, func, normalize, scale)
     return indices, weights
 
 
@@ -357,17 +367,10 @@ def moe_combine(
     """``moe_tile``'s sum alone: the routed experts' outputs [R, k, D] of the first R rows
     weighted and summed, plus the shared expert ([T, D], zeros past R); None where it does not
     apply."""
-    down_t = _frozen(shared_down) if isinstance(shared_down, mx.array) else None
-    if not (
-        _INFERENCE.get()
-        and _native_cpu_ops() is not None
-        and down_t is not None
-        and down_t.dtype == mx.float32
-    ):
+    ops, down_t = _inference_ops(), _frozen_float32(shared_down)
+    if ops is None or down_t is None:
         return None
-    return native_ops().moe_combine(
-        expert_out, weights, shared_gate, shared_up, down_t, shared_limit
-    )
+    return ops.moe_combine(expert_out, weights, shared_gate, shared_up, down_t, shared_limit)
 
 
 def routed_experts(
@@ -385,9 +388,7 @@ def routed_experts(
     expert share one GEMM, unless ``row_invariant`` asks for every row on its own (decode
     tiles). None where it does not apply (not on the CPU, weights not float32 arrays): the
     caller runs its own matmuls."""
-    if not all(isinstance(w, mx.array) and w.dtype == mx.float32 for w in (gate, up, down)):
-        return None
-    if _native_cpu_ops() is None:
+    if not _float32_arrays(gate, up, down) or _native_cpu_ops() is None:
         return None
     if _INFERENCE.get():
         return native_ops().routed_experts(x, gate, up, down, indices, limit, not row_invariant)
@@ -487,12 +488,9 @@ def grow_rows(
     ``new[i]``, of which the last ``keep`` (all if fewer): a cache growing by a chunk. One
     native primitive for all pairs in inference on the CPU; MLX slices and concatenations
     (differentiable) else."""
-    if (
-        _INFERENCE.get()
-        and _native_cpu_ops() is not None
-        and all(a.ndim == 2 and a.dtype == mx.float32 for a in (*cached, *new))
-    ):
-        return native_ops().grow_rows(list(cached), list(new), take, keep)
+    ops = _inference_ops()
+    if ops is not None and all(a.ndim == 2 and a.dtype == mx.float32 for a in (*cached, *new)):
+        return ops.grow_rows(list(cached), list(new), take, keep)
     out = []
     for old, fresh in zip(cached, new, strict=True):
         full = mx.concatenate([old, fresh[:take]]) if old.shape[0] else fresh[:take]

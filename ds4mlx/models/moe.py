@@ -306,14 +306,18 @@ class SharedExpertMoE(nn.Module):
     ) -> tuple[mx.array, mx.array]:
         """The routing of x [T, D]: (indices, weights) [T, k] (``rows``: see
         ``kernels.linear``)."""
-        return self._route(gate_probs(linear(x, self.router, rows), self.gating), tokens)
+        probs = gate_probs(linear(x, self.router, rows), self.gating)
+        return self._route(probs, self._hashed(tokens))
 
-    def _route(self, probs: mx.array, tokens: mx.array | None) -> tuple[mx.array, mx.array]:
-        selected = None
-        if self.hash_routes is not None:
-            if tokens is None:
-                raise ValueError("a hash-routed MoE layer needs the token ids")
-            selected = self.hash_routes[tokens]
+    def _hashed(self, tokens: mx.array | None) -> mx.array | None:
+        """The experts a hash-routed layer takes for ``tokens`` (None for a routed layer)."""
+        if self.hash_routes is None:
+            return None
+        if tokens is None:
+            raise ValueError("a hash-routed MoE layer needs the token ids")
+        return self.hash_routes[tokens]
+
+    def _route(self, probs: mx.array, selected: mx.array | None) -> tuple[mx.array, mx.array]:
         return route(
             probs,
             self.n_used,
@@ -348,7 +352,7 @@ class SharedExpertMoE(nn.Module):
         all (``__call__``)."""
         # The router's and the shared expert's products of x as one call.
         router, gate, up = linear_many(x, [self.router, self.shared.gate, self.shared.up], n_real)
-        hashed = None if self.hash_routes is None else self.hash_routes[tokens]
+        hashed = self._hashed(tokens)
         routing = {
             "n_used": self.n_used,
             "func": int(self.gating),
@@ -387,7 +391,7 @@ class SharedExpertMoE(nn.Module):
                 )
                 if combined is not None:
                     return combined
-        indices, weights = self._route(gate_probs(router, self.gating), tokens)
+        indices, weights = self._route(gate_probs(router, self.gating), hashed)
         routed = self.experts(x[:n_real], indices[:n_real], weights[:n_real], row_invariant=True)
         padding = mx.zeros((x.shape[0] - n_real, routed.shape[1]), routed.dtype)
         return mx.concatenate([routed, padding]) + self.shared.down_of(gate, up, n_real)
