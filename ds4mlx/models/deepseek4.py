@@ -1027,9 +1027,7 @@ class Block(nn.Module):
         n_real: int,
     ) -> mx.array:
         x = hc_expand(self.attn.output(out, RopeAngles(cos, sin), n_real), x, post, comb)
-        h, post, comb = self.hc_ffn(x)
-        h = self.moe(self.ffn_norm(h), tokens, n_real)
-        return hc_expand(h, x, post, comb)
+        return self._ffn(x, tokens, n_real)
 
     def batched(
         self, x: mx.array, tokens: mx.array, positions: np.ndarray, caches: Sequence[LayerCache]
@@ -1046,10 +1044,13 @@ class Block(nn.Module):
     ) -> tuple[mx.array, _C]:
         h, post, comb = self.hc_attn(x)
         h, cache = attend(self.attn_norm(h))
-        x = hc_expand(h, x, post, comb)
+        return self._ffn(hc_expand(h, x, post, comb), tokens, n_real), cache
+
+    def _ffn(self, x: mx.array, tokens: mx.array, n_real: int | None) -> mx.array:
+        """The block's second half: its FFN between the mHC site's collapse and expansion."""
         h, post, comb = self.hc_ffn(x)
         h = self.moe(self.ffn_norm(h), tokens, n_real)
-        return hc_expand(h, x, post, comb), cache
+        return hc_expand(h, x, post, comb)
 
 
 # --------------------------------------------------------------------------------------------
