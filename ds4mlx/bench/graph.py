@@ -144,9 +144,9 @@ _PIECES: dict[str, dict[str, tuple[str, ...]]] = {
             "deepseek4.Attention.output",
         ),
         "indexer": (
-            "deepseek4.Compressor.project",
+            "deepseek4.Compressor.rows",
             "deepseek4.Compressor.pool",
-            "deepseek4.LightningIndexer.queries",
+            "deepseek4.LightningIndexer.from_products",
             "deepseek4.LightningIndexer.select",
             "deepseek4.LightningIndexer.top_blocks",
         ),

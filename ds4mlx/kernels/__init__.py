@@ -29,7 +29,6 @@ from ds4mlx.kernels.twins import swiglu
 from ds4mlx.kernels.weights import PackedWeight, QuantizedWeight, Weight
 
 import mlx.core as mx
-import numpy as np
 
 KERNEL_CHOICES = ("auto", "metal", "mlx")
 
@@ -500,27 +499,19 @@ def grow_rows(
 
 def rotary(
     x: mx.array,
-    cos: np.ndarray | mx.array,
-    sin: np.ndarray | mx.array,
+    cos: mx.array,
+    sin: mx.array,
     offset: int,
     n_dims: int,
     interleaved: bool,
     inverse: bool,
 ) -> mx.array | None:
     """``models.rope.RoPE.apply`` (its formula is the twin) as one native primitive on the CPU,
-    from the angle tables cos/sin [T, n_dims / 2] (host or MLX arrays); None where that does
-    not apply (not on the CPU, x not float32)."""
+    from the angle tables cos/sin [T, n_dims / 2] (``RopeAngles.on_device``); None where that
+    does not apply (not on the CPU, x not float32)."""
     if x.dtype != mx.float32 or _native_cpu_ops() is None:
         return None
-    return native_ops().rope(
-        x,
-        mx.array(cos) if isinstance(cos, np.ndarray) else cos,
-        mx.array(sin) if isinstance(sin, np.ndarray) else sin,
-        offset,
-        n_dims,
-        interleaved,
-        inverse,
-    )
+    return native_ops().rope(x, cos, sin, offset, n_dims, interleaved, inverse)
 
 
 def dequantize(w: Weight) -> mx.array:

@@ -449,25 +449,6 @@ class Compressor(nn.Module):
         block = pos // self.ratio - (1 if self.overlap else 0)
         return max(0, block * self.ratio)
 
-    def __call__(
-        self, x: mx.array, pos0: int, pending: PendingRows | None
-    ) -> tuple[mx.array | None, PendingRows]:
-        """Rows of the blocks completed by x (positions pos0...), and the rows to keep."""
-        kv, score = self.project(x, np.arange(pos0, pos0 + x.shape[0]))
-        return self.pool(kv, score, pos0, pending)
-
-    def project(
-        self, x: mx.array, positions: np.ndarray, rows: int | None = None
-    ) -> tuple[mx.array, mx.array]:
-        """The kv and gate-score rows [T, width] of x [T, D] at ``positions``: row by row, so a
-        batched decode computes them once for all of its sessions (``rows``: see
-        ``linear``)."""
-        return self.rows(
-            linear(x, self.wkv, rows),
-            linear(x, self.wgate, rows),
-            self.position_embedding(positions),
-        )
-
     def position_embedding(self, positions: np.ndarray, on_host: bool = False) -> mx.array:
         """``ape[p % ratio]`` for each position [T, width]; ``on_host`` gathers it on the host
         from the tiny table (an input of a decode tile, inference only, rather than three
@@ -547,16 +528,11 @@ class LightningIndexer(nn.Module):
         self.heads, self.dim, self.top_k = heads, dim, args.index_topk
         self.rope = rope
 
-    def queries(
-        self, qr: mx.array, x: mx.array, angles: RopeAngles, rows: int | None = None
-    ) -> tuple[mx.array, mx.array]:
-        """Indexer queries [T, heads, dim] and head weights [T, heads]."""
-        return self.from_products(linear(qr, self.q_b, rows), linear(x, self.proj, rows), angles)
-
     def from_products(
         self, q: mx.array, weights: mx.array, angles: RopeAngles
     ) -> tuple[mx.array, mx.array]:
-        """``queries`` from the products ``q_b qr`` and ``proj x``."""
+        """Indexer queries [T, heads, dim] and head weights [T, heads] from the products
+        ``q_b qr`` and ``proj x`` (``Attention._project`` makes them with its own)."""
         q = q.reshape(q.shape[0], self.heads, self.dim)
         q = self.rope.apply(q, angles, offset=self.dim - self.rope.n_dims)
         weights = weights * (1.0 / math.sqrt(self.dim * self.heads))
@@ -789,17 +765,14 @@ class Attention(nn.Module):
 
     # The pieces around the attention proper, shared with drafters that attend differently.
 
-    def queries(
-        self, x: mx.array, angles: RopeAngles, rows: int | None = None
-    ) -> tuple[mx.array, mx.array]:
-        """The low-rank query input [T, q_lora_rank] and the queries [T, H, hd] of x [T, D]
-        (``rows``: see ``linear``)."""
-        qr = self.q_a_norm(linear(x, self.wq_a, rows))
-        return qr, self._rotated_queries(linear(qr, self.wq_b, rows), angles)
+    def queries(self, x: mx.array, angles: RopeAngles) -> tuple[mx.array, mx.array]:
+        """The low-rank query input [T, q_lora_rank] and the queries [T, H, hd] of x [T, D]."""
+        qr = self.q_a_norm(linear(x, self.wq_a))
+        return qr, self._rotated_queries(linear(qr, self.wq_b), angles)
 
-    def keys(self, x: mx.array, angles: RopeAngles, rows: int | None = None) -> mx.array:
+    def keys(self, x: mx.array, angles: RopeAngles) -> mx.array:
         """The keys of x [T, D], which are also the values: [T, hd]."""
-        return self._rotated_keys(linear(x, self.wkv, rows), angles)
+        return self._rotated_keys(linear(x, self.wkv), angles)
 
     def _rotated_queries(self, q: mx.array, angles: RopeAngles) -> mx.array:
         """The queries [T, H, hd] from the product ``wq_b qr`` [T, H * hd]."""
