@@ -21,6 +21,12 @@
 #include <string>
 #include <vector>
 
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#include <immintrin.h>
+#elif defined(__ARM_NEON) && defined(__ARM_FEATURE_FMA)
+#include <arm_neon.h>
+#endif
+
 #include "mlx/allocator.h"
 #include "mlx/backend/common/utils.h"
 #include "mlx/backend/cpu/encoder.h"
@@ -133,8 +139,8 @@ inline void rows_times_in_out_tail(const Product& p, int rows, int j0) {
 }
 
 // Rows [r0, r0 + kGroup) of x @ w over columns [j_begin, n): whole blocks of kColumns, then
-// what is left in blocks of 8, then one column at a time (narrow matrices, e.g. a router's
-// eight columns, stay vectorised).
+// what is left in blocks half as wide, down to 8, then one column at a time (narrow matrices,
+// e.g. a router's eight columns, stay vectorised).
 template <int kGroup, int kColumns>
 void rows_times_in_out_group(const Product& p, int r0, int j_begin = 0) {
   const int whole = j_begin + (p.n - j_begin) / kColumns * kColumns;
@@ -143,7 +149,7 @@ void rows_times_in_out_group(const Product& p, int r0, int j_begin = 0) {
   }
   if (whole == p.n) return;
   if constexpr (kColumns > 8) {
-    rows_times_in_out_group<kGroup, 8>(p, r0, whole);
+    rows_times_in_out_group<kGroup, kColumns / 2>(p, r0, whole);
   } else {
     Product rest = p;
     rest.x += r0 * p.x_stride;
@@ -157,76 +163,114 @@ void rows_times_in_out_group(const Product& p, int r0, int j_begin = 0) {
 // order, whatever the row count or the block it falls in: a row's bits never depend on the
 // other rows of the call. (A BLAS GEMM changes kernel and blocking with the row count, which
 // is why decode tiles had a fixed number of rows; and it computed every padding row of a
-// one-token tile.) Rows go four, two or one at a time through blocks of columns whose sums
-// stay in registers; fewer rows take wider blocks, so that a lone row (a one-token step)
-// reads each weight row in long contiguous runs.
+// one-token tile.) Rows go up to six at a time (a verify pass's six rows read each weight
+// once) through blocks of columns whose sums stay in registers: rows x columns / 16 of about
+// 16-24 vector registers, the widest blocks measured fastest here (6x64 columns: 3x the
+// speed of 4x32 + 2x64 for a verify pass's head).
 inline void rows_times_in_out(const Product& p, int tokens, int rows) {
   for (int r = rows; r < tokens; r++) std::fill(p.y + r * p.y_stride, p.y + r * p.y_stride + p.n, 0.0f);
   int r0 = 0;
-  for (; r0 + 4 <= rows; r0 += 4) rows_times_in_out_group<4, 32>(p, r0);
-  for (; r0 + 2 <= rows; r0 += 2) rows_times_in_out_group<2, 64>(p, r0);
-  for (; r0 < rows; r0++) rows_times_in_out_group<1, 128>(p, r0);
+  for (; r0 + 6 <= rows; r0 += 6) rows_times_in_out_group<6, 64>(p, r0);
+  switch (rows - r0) {
+    case 5: rows_times_in_out_group<5, 64>(p, r0); break;
+    case 4: rows_times_in_out_group<4, 64>(p, r0); break;
+    case 3: rows_times_in_out_group<3, 128>(p, r0); break;
+    case 2: rows_times_in_out_group<2, 128>(p, r0); break;
+    case 1: rows_times_in_out_group<1, 256>(p, r0); break;
+    default: break;
+  }
 }
 
-// a . b over n floats in sixteen interleaved partial sums added in a fixed order: vectorisable
-// without reassociating anything, so the same inputs give the same bits in every call.
+// Sixteen partial sums, lane l accumulating madd(a[l], b[l], lane) for blocks of 16 floats: one
+// AVX-512 register, two AVX2 or four NEON ones, else an array (the same fused multiply-adds as
+// madd in every case, so the same bits). Written with intrinsics because the compiler's own
+// vectorisation of such loops is not reliable: in dot4 it left one of the four sums scalar.
+class Lanes16 {
+ public:
+  void madd_block(const float* __restrict a, const float* __restrict b) {
+#if defined(__AVX512F__)
+    v_ = _mm512_fmadd_ps(_mm512_loadu_ps(a), _mm512_loadu_ps(b), v_);
+#elif defined(__AVX2__) && defined(__FMA__)
+    lo_ = _mm256_fmadd_ps(_mm256_loadu_ps(a), _mm256_loadu_ps(b), lo_);
+    hi_ = _mm256_fmadd_ps(_mm256_loadu_ps(a + 8), _mm256_loadu_ps(b + 8), hi_);
+#elif defined(__ARM_NEON) && defined(__ARM_FEATURE_FMA)
+    for (int q = 0; q < 4; q++) v_[q] = vfmaq_f32(v_[q], vld1q_f32(a + 4 * q), vld1q_f32(b + 4 * q));
+#else
+    for (int l = 0; l < 16; l++) v_[l] = madd(a[l], b[l], v_[l]);
+#endif
+  }
+
+  // The lanes added in order, from zero.
+  float sum() const {
+    float lanes[16];
+#if defined(__AVX512F__)
+    _mm512_storeu_ps(lanes, v_);
+#elif defined(__AVX2__) && defined(__FMA__)
+    _mm256_storeu_ps(lanes, lo_);
+    _mm256_storeu_ps(lanes + 8, hi_);
+#elif defined(__ARM_NEON) && defined(__ARM_FEATURE_FMA)
+    for (int q = 0; q < 4; q++) vst1q_f32(lanes + 4 * q, v_[q]);
+#else
+    std::copy(v_, v_ + 16, lanes);
+#endif
+    float total = 0.0f;
+    for (int l = 0; l < 16; l++) total += lanes[l];
+    return total;
+  }
+
+ private:
+#if defined(__AVX512F__)
+  __m512 v_ = _mm512_setzero_ps();
+#elif defined(__AVX2__) && defined(__FMA__)
+  __m256 lo_ = _mm256_setzero_ps(), hi_ = _mm256_setzero_ps();
+#elif defined(__ARM_NEON) && defined(__ARM_FEATURE_FMA)
+  float32x4_t v_[4] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f),
+                       vdupq_n_f32(0.0f)};
+#else
+  float v_[16] = {};
+#endif
+};
+
+// a . b over n floats: sixteen interleaved partial sums (Lanes16) added in a fixed order, then the
+// tail, so the same inputs give the same bits in every call.
 inline float dot(const float* __restrict a, const float* __restrict b, int n) {
-  constexpr int kLanes = 16;
-  float lanes[kLanes] = {};
-  const int whole = n / kLanes;
-  // Written block by block (a pointer per block) so that the compiler keeps the lanes in one
-  // vector register; indexed from the start, it left them scalar.
-  for (int block = 0; block < whole; block++) {
-    const float* __restrict pa = a + block * kLanes;
-    const float* __restrict pb = b + block * kLanes;
-    for (int l = 0; l < kLanes; l++) lanes[l] = madd(pa[l], pb[l], lanes[l]);
-  }
+  Lanes16 lanes;
+  const int whole = n / 16 * 16;
+  for (int i = 0; i < whole; i += 16) lanes.madd_block(a + i, b + i);
   float tail = 0.0f;
-  for (int i = whole * kLanes; i < n; i++) tail = madd(a[i], b[i], tail);
-  float sum = 0.0f;
-  for (int l = 0; l < kLanes; l++) sum += lanes[l];
-  return sum + tail;
+  for (int i = whole; i < n; i++) tail = madd(a[i], b[i], tail);
+  return lanes.sum() + tail;
 }
 
-// y = W x for one row x [K] and W [N, K] stored [out, in] (GGUF's layout).
-// Four of dot's sums at once, rows w[0..3] each against the same x: every sum the same partial
-// sums in the same order as dot's (so the same bits), x read once for the four.
+// dot(w[r], x) for four rows w[0..3] against the same x (the same bits as dot), x read once.
 inline void dot4(const float* const* w, const float* __restrict x, int n, float* out) {
-  constexpr int kLanes = 16;
-  // Four separate arrays and loops (not one indexed by row): the compiler then keeps each in a
-  // vector register across the whole loop instead of in memory.
-  float l0[kLanes] = {}, l1[kLanes] = {}, l2[kLanes] = {}, l3[kLanes] = {};
-  const int whole = n / kLanes;
-  for (int block = 0; block < whole; block++) {
-    const size_t at = static_cast<size_t>(block) * kLanes;
-    const float* __restrict px = x + at;
-    const float* __restrict p0 = w[0] + at;
-    const float* __restrict p1 = w[1] + at;
-    const float* __restrict p2 = w[2] + at;
-    const float* __restrict p3 = w[3] + at;
-    for (int l = 0; l < kLanes; l++) l0[l] = madd(p0[l], px[l], l0[l]);
-    for (int l = 0; l < kLanes; l++) l1[l] = madd(p1[l], px[l], l1[l]);
-    for (int l = 0; l < kLanes; l++) l2[l] = madd(p2[l], px[l], l2[l]);
-    for (int l = 0; l < kLanes; l++) l3[l] = madd(p3[l], px[l], l3[l]);
+  Lanes16 lanes[4];
+  const int whole = n / 16 * 16;
+  for (int i = 0; i < whole; i += 16) {
+    for (int r = 0; r < 4; r++) lanes[r].madd_block(w[r] + i, x + i);
   }
-  const float* lanes[4] = {l0, l1, l2, l3};
   for (int r = 0; r < 4; r++) {
     float tail = 0.0f;
-    for (int j = whole * kLanes; j < n; j++) tail = madd(w[r][j], x[j], tail);
-    float sum = 0.0f;
-    for (int l = 0; l < kLanes; l++) sum += lanes[r][l];
-    out[r] = sum + tail;
+    for (int i = whole; i < n; i++) tail = madd(w[r][i], x[i], tail);
+    out[r] = lanes[r].sum() + tail;
   }
 }
 
-inline void out_in_times_row(const float* w, const float* x, float* y, int n, int k_dim) {
+// y[r] = W x[r] for ``count`` rows x[r] [K] and W [N, K] stored [out, in] (GGUF's layout): each
+// output is dot's sum (dot4 four at a time), so a row's bits do not depend on the other rows.
+// The rows go through W together, four of its rows at a time, so that the 4 x K floats of W stay
+// in the L1 cache for all of them: rows that share an expert read its weights once.
+inline void out_in_times_rows(const float* w, const float* const* x, float* const* y, int count,
+                              int n, int k_dim) {
   int j = 0;
   for (; j + 4 <= n; j += 4) {
-    const float* rows[4];
-    for (int r = 0; r < 4; r++) rows[r] = w + static_cast<size_t>(j + r) * k_dim;
-    dot4(rows, x, k_dim, y + j);
+    const float* block[4];
+    for (int r = 0; r < 4; r++) block[r] = w + static_cast<size_t>(j + r) * k_dim;
+    for (int r = 0; r < count; r++) dot4(block, x[r], k_dim, y[r] + j);
   }
-  for (; j < n; j++) y[j] = dot(w + static_cast<size_t>(j) * k_dim, x, k_dim);
+  for (; j < n; j++) {
+    for (int r = 0; r < count; r++) y[r][j] = dot(w + static_cast<size_t>(j) * k_dim, x[r], k_dim);
+  }
 }
 
 inline std::vector<int> int_values(const mx::array& a) {

@@ -8,16 +8,65 @@
 namespace ds4mlx_ops {
 namespace {
 
-// One routed expert e on one row x [D]: down_e(swiglu(gate_e x, up_e x)) -> out [D], with the
-// stacked weights as GGUF stores them (gate/up [E, F, D], down [E, D, F]): RoutedExpertsFFN's
-// row-by-row mode and MoeTile both compute it, so their results have the same bits.
-void expert_row(const float* gate_w, const float* up_w, const float* down_w, int e, int ff,
-                int dim, float limit, const float* x, float* gate, float* up, float* out) {
-  const size_t in_size = static_cast<size_t>(ff) * dim;
-  out_in_times_row(gate_w + e * in_size, x, gate, ff, dim);
-  out_in_times_row(up_w + e * in_size, x, up, ff, dim);
-  for (int j = 0; j < ff; j++) gate[j] = swiglu_clamped(gate[j], up[j], limit);
-  out_in_times_row(down_w + e * in_size, gate, out, dim, ff);
+// The rows routed to one expert, computed together: out[r] = down_e(swiglu(gate_e x[r],
+// up_e x[r])) [D] for rows x[r] [D], with the stacked weights as GGUF stores them (gate/up
+// [E, F, D], down [E, D, F]). Each row's products are dot sums of that row alone
+// (out_in_times_rows), so RoutedExpertsFFN's row-by-row mode and MoeTile give a row the same
+// bits whichever rows share its expert, while those rows read the expert's weights once.
+class ExpertRows {
+ public:
+  ExpertRows(const float* gate_w, const float* up_w, const float* down_w, int ff, int dim,
+             float limit)
+      : gate_w_(gate_w), up_w_(up_w), down_w_(down_w), ff_(ff), dim_(dim), limit_(limit) {}
+
+  void run(int e, const std::vector<const float*>& x, const std::vector<float*>& out) {
+    const int count = static_cast<int>(x.size());
+    const size_t in_size = static_cast<size_t>(ff_) * dim_;
+    gate_.resize(static_cast<size_t>(count) * ff_);
+    up_.resize(gate_.size());
+    std::vector<float*> gate(count), up(count);
+    for (int r = 0; r < count; r++) {
+      gate[r] = gate_.data() + static_cast<size_t>(r) * ff_;
+      up[r] = up_.data() + static_cast<size_t>(r) * ff_;
+    }
+    out_in_times_rows(gate_w_ + e * in_size, x.data(), gate.data(), count, ff_, dim_);
+    out_in_times_rows(up_w_ + e * in_size, x.data(), up.data(), count, ff_, dim_);
+    for (size_t i = 0; i < gate_.size(); i++) gate_[i] = swiglu_clamped(gate_[i], up_[i], limit_);
+    const std::vector<const float*> hidden(gate.begin(), gate.end());
+    out_in_times_rows(down_w_ + e * in_size, hidden.data(), out.data(), count, dim_, ff_);
+  }
+
+  // Every routed pair p of ``pairs_of`` (by expert): row p / slots of x [T, D] -> row p of out
+  // [T * slots, D].
+  void run_pairs(const std::vector<std::vector<int>>& pairs_of, const float* x, int slots,
+                 float* out) {
+    for (size_t e = 0; e < pairs_of.size(); e++) {
+      if (pairs_of[e].empty()) continue;
+      std::vector<const float*> rows_in;
+      std::vector<float*> rows_out;
+      for (const int p : pairs_of[e]) {
+        rows_in.push_back(x + static_cast<size_t>(p / slots) * dim_);
+        rows_out.push_back(out + static_cast<size_t>(p) * dim_);
+      }
+      run(static_cast<int>(e), rows_in, rows_out);
+    }
+  }
+
+ private:
+  const float *gate_w_, *up_w_, *down_w_;
+  int ff_, dim_;
+  float limit_;
+  std::vector<float> gate_, up_;
+};
+
+// The (token, slot) pairs p of ``expert`` [pairs] routed to each expert, in pair order (ids out
+// of range route nowhere).
+std::vector<std::vector<int>> pairs_by_expert(const int* expert, int pairs, int experts) {
+  std::vector<std::vector<int>> pairs_of(experts);
+  for (int p = 0; p < pairs; p++) {
+    if (expert[p] >= 0 && expert[p] < experts) pairs_of[expert[p]].push_back(p);
+  }
+  return pairs_of;
 }
 
 // Routed SwiGLU experts of one layer (models.moe.RoutedExperts on float32 weights): for every
@@ -58,14 +107,11 @@ class RoutedExpertsFFN : public CpuPrimitive {
     // The stacked weights are contiguous as loaded (a strided one would be copied here).
     RowMajor gate_w(inputs[1]), up_w(inputs[2]), down_w(inputs[3]);
     const float* w[3] = {gate_w.data(), up_w.data(), down_w.data()};
-    std::vector<std::vector<int>> pairs_of(experts);
-    for (int p = 0; p < tokens * slots; p++) {
-      if (route_e[p] >= 0 && route_e[p] < experts) pairs_of[route_e[p]].push_back(p);
-    }
+    const auto pairs_of = pairs_by_expert(route_e.data(), tokens * slots, experts);
     float* y = out;
     std::fill(y, y + static_cast<size_t>(tokens) * slots * dim, 0.0f);
     const size_t in_size = static_cast<size_t>(ff) * dim;
-    std::vector<float> rows, gate(ff), up(ff), down;
+    std::vector<float> rows, gate, up, down;
     // The pairs of one expert share one GEMM.
     auto grouped_block = [&](int e, const std::vector<int>& pairs) {
       const int n = static_cast<int>(pairs.size());
@@ -90,19 +136,13 @@ class RoutedExpertsFFN : public CpuPrimitive {
                   y + static_cast<size_t>(pairs[i]) * dim);
       }
     };
+    if (!grouped) {
+      // Row by row (decode tiles): dot products that depend on nothing but their row.
+      ExpertRows(w[0], w[1], w[2], ff, dim, limit).run_pairs(pairs_of, x.data(), slots, y);
+      return;
+    }
     for (int e = 0; e < experts; e++) {
-      const auto& pairs = pairs_of[e];
-      if (pairs.empty()) continue;
-      if (grouped) {
-        grouped_block(e, pairs);
-        continue;
-      }
-      // A pair on its own (decode tiles): dot products that depend on nothing but its row.
-      for (const int p : pairs) {
-        expert_row(w[0], w[1], w[2], e, ff, dim, limit,
-                   x.data() + static_cast<size_t>(p / slots) * dim, gate.data(), up.data(),
-                   y + static_cast<size_t>(p) * dim);
-      }
+      if (!pairs_of[e].empty()) grouped_block(e, pairs_of[e]);
     }
   }
 
@@ -195,38 +235,33 @@ class RowRouter {
   std::vector<int> order_;
 };
 
-// The weighted sum of one row's routed expert outputs plus the shared expert.
-class RowCombiner {
- public:
-  RowCombiner(int dim, int shared_ff, const float* shared_down, float shared_limit)
-      : dim_(dim), shared_ff_(shared_ff), shared_down_(shared_down), shared_limit_(shared_limit),
-        hidden_(shared_ff), shared_(dim), acc_(dim) {}
-
-  // out [D] = sum_k weights[k] * expert_out[k] (expert_out [k, D], in k order) + the shared
-  // expert's down projection of swiglu(shared_gate, shared_up) [Fs].
-  void combine(const float* expert_out, const float* weights, int k_used,
-               const float* shared_gate, const float* shared_up, float* out) {
-    std::fill(acc_.begin(), acc_.end(), 0.0f);
-    for (int k = 0; k < k_used; k++) {
-      const float* e = expert_out + static_cast<size_t>(k) * dim_;
-      for (int d = 0; d < dim_; d++) acc_[d] = madd(weights[k], e[d], acc_[d]);
-    }
-    for (int j = 0; j < shared_ff_; j++) {
-      hidden_[j] = swiglu_clamped(shared_gate[j], shared_up[j], shared_limit_);
-    }
-    // As the shared expert's own down projection computes this row (rows_linear).
-    rows_times_in_out({hidden_.data(), static_cast<size_t>(shared_ff_), shared_down_,
-                       shared_.data(), static_cast<size_t>(dim_), shared_ff_, dim_},
-                      1, 1);
-    for (int d = 0; d < dim_; d++) out[d] = acc_[d] + shared_[d];
+// The weighted sums of ``rows`` rows' routed expert outputs plus the shared expert: out[t] [D] =
+// sum_k weights[t, k] * expert_out[t, k] (expert_out [rows, k, D], in k order) + the shared
+// expert's down projection [Fs, D] (stored [in, out]) of swiglu(shared_gate[t], shared_up[t])
+// [Fs], as the shared expert's own down projection computes a row (rows_linear).
+void combine_rows(const float* expert_out, const float* weights, int rows, int k_used, int dim,
+                  const float* shared_gate, const float* shared_up, const float* shared_down,
+                  int shared_ff, float shared_limit, float* out) {
+  std::vector<float> hidden(static_cast<size_t>(rows) * shared_ff);
+  for (size_t i = 0; i < hidden.size(); i++) {
+    hidden[i] = swiglu_clamped(shared_gate[i], shared_up[i], shared_limit);
   }
-
- private:
-  int dim_, shared_ff_;
-  const float* shared_down_;
-  float shared_limit_;
-  std::vector<float> hidden_, shared_, acc_;
-};
+  std::vector<float> shared(static_cast<size_t>(rows) * dim);
+  rows_times_in_out({hidden.data(), static_cast<size_t>(shared_ff), shared_down, shared.data(),
+                     static_cast<size_t>(dim), shared_ff, dim},
+                    rows, rows);
+  for (int t = 0; t < rows; t++) {
+    float* acc = out + static_cast<size_t>(t) * dim;
+    std::fill(acc, acc + dim, 0.0f);
+    for (int k = 0; k < k_used; k++) {
+      const float w = weights[t * k_used + k];
+      const float* e = expert_out + (static_cast<size_t>(t) * k_used + k) * dim;
+      for (int d = 0; d < dim; d++) acc[d] = madd(w, e[d], acc[d]);
+    }
+    const float* sh = shared.data() + static_cast<size_t>(t) * dim;
+    for (int d = 0; d < dim; d++) acc[d] += sh[d];
+  }
+}
 
 // A decode tile's whole FFN for its first ``rows`` rows (the others zeros): routing, routed
 // experts, their weighted sum and the shared expert. Inputs: logits [T, E], x [T, D],
@@ -271,30 +306,22 @@ class MoeTile : public CpuPrimitive {
     if (c.has_bias) bias.emplace(in[next++]);
     const std::vector<int> hashed = c.hashed ? int_values(in[next]) : std::vector<int>();
     RowRouter router(c.routing, experts);
-    RowCombiner combiner(dim, shared_ff, shared_down.data(), c.shared_limit);
-    std::vector<int> chosen(k_used);
-    std::vector<float> weights(k_used), gate(ff), up(ff),
-        expert_out(static_cast<size_t>(k_used) * dim);
-    std::fill(out, out + static_cast<size_t>(tokens) * dim, 0.0f);
-    for (int t = 0; t < std::min(c.rows, tokens); t++) {
+    const int real = std::min(c.rows, tokens);
+    std::vector<int> chosen(static_cast<size_t>(real) * k_used);
+    std::vector<float> weights(chosen.size());
+    for (int t = 0; t < real; t++) {
       router.route(logits.data() + static_cast<size_t>(t) * experts,
                    bias ? bias->data() : nullptr, c.hashed ? &hashed[t * k_used] : nullptr,
-                   chosen.data(), weights.data());
-      const float* row = x.data() + static_cast<size_t>(t) * dim;
-      for (int k = 0; k < k_used; k++) {
-        float* e_out = expert_out.data() + static_cast<size_t>(k) * dim;
-        if (chosen[k] < 0 || chosen[k] >= experts) {
-          std::fill(e_out, e_out + dim, 0.0f);
-          continue;
-        }
-        expert_row(gate_w.data(), up_w.data(), down_w.data(), chosen[k], ff, dim, c.limit, row,
-                   gate.data(), up.data(), e_out);
-      }
-      combiner.combine(expert_out.data(), weights.data(), k_used,
-                       shared_gate.data() + static_cast<size_t>(t) * shared_ff,
-                       shared_up.data() + static_cast<size_t>(t) * shared_ff,
-                       out + static_cast<size_t>(t) * dim);
+                   &chosen[t * k_used], &weights[t * k_used]);
     }
+    // The rows of one expert together (its weights read once), each row on its own bits.
+    std::vector<float> expert_out(chosen.size() * dim, 0.0f);
+    ExpertRows(gate_w.data(), up_w.data(), down_w.data(), ff, dim, c.limit)
+        .run_pairs(pairs_by_expert(chosen.data(), real * k_used, experts), x.data(), k_used,
+                   expert_out.data());
+    std::fill(out, out + static_cast<size_t>(tokens) * dim, 0.0f);
+    combine_rows(expert_out.data(), weights.data(), real, k_used, dim, shared_gate.data(),
+                 shared_up.data(), shared_down.data(), shared_ff, c.shared_limit, out);
   }
 
   Config c_;
@@ -358,15 +385,9 @@ class MoeCombine : public CpuPrimitive {
           shared_down(in[4]);
       const int real = in[0].shape(0), k_used = in[0].shape(1), dim = in[0].shape(2);
       const int tokens = in[1].shape(0), shared_ff = in[2].shape(1);
-      RowCombiner combiner(dim, shared_ff, shared_down.data(), limit);
       std::fill(out[0], out[0] + static_cast<size_t>(tokens) * dim, 0.0f);
-      for (int t = 0; t < real; t++) {
-        combiner.combine(expert_out.data() + static_cast<size_t>(t) * k_used * dim,
-                         weights.data() + static_cast<size_t>(t) * k_used, k_used,
-                         shared_gate.data() + static_cast<size_t>(t) * shared_ff,
-                         shared_up.data() + static_cast<size_t>(t) * shared_ff,
-                         out[0] + static_cast<size_t>(t) * dim);
-      }
+      combine_rows(expert_out.data(), weights.data(), real, k_used, dim, shared_gate.data(),
+                   shared_up.data(), shared_down.data(), shared_ff, limit, out[0]);
     };
   }
 
