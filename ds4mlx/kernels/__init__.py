@@ -460,6 +460,41 @@ def indexer_top_k(
     return native_ops().indexer_top_k(q, weights, keys, visible, top_k)
 
 
+def pool_blocks(
+    kv: mx.array, score: mx.array, lo: int, n: int, ratio: int, dim: int, overlap: bool
+) -> mx.array | None:
+    """A compressor's softmax pooling of ``n`` completed blocks whose rows start at row ``lo``
+    of kv and score [N, C] (``models.deepseek4.Compressor.pool`` computes the same with MLX
+    ops, some twenty primitives) as one native primitive in inference on the CPU; None where
+    that does not apply."""
+    if _inference_ops() is None or kv.dtype != mx.float32:
+        return None
+    return native_ops().pool_blocks(kv, score, lo, n, ratio, dim, overlap)
+
+
+def markov_chain(
+    logits: mx.array,
+    w1: Weight,
+    w2: Weight,
+    anchor: mx.array,
+    scale: mx.array | None,
+    index: mx.array | None,
+    first: int,
+    n: int,
+) -> tuple[mx.array, mx.array] | None:
+    """DSpark's Markov head chained greedily over a block's first ``n`` rows of ``logits``
+    [B, V]: row i (from ``first``) adds ``linear(w1[prev], w2)`` (times ``scale``, scattered
+    through ``index`` for a draft vocabulary) and picks its argmax, prev being the anchor, then
+    the previous pick; rows before ``first`` pass through. -> (rows [n, V], picks int32 [n]) as
+    one native primitive in inference on the CPU (``speculation.dspark.DSparkNet.block_rows``
+    computes the same with MLX ops, about eight a row); None where that does not apply."""
+    w1_t, w2_t = _frozen_float32(w1), _frozen_float32(w2)
+    if _inference_ops() is None or w1_t is None or w2_t is None or logits.dtype != mx.float32:
+        return None
+    rows, picks = native_ops().markov_chain(logits, w1_t, w2_t, anchor, scale, index, first, n)
+    return rows, picks
+
+
 def rms_norm(x: mx.array, weight: mx.array | None, eps: float) -> mx.array | None:
     """``mx.fast.rms_norm`` (also its derivative) as one native primitive on the CPU; None
     where that does not apply (not on the CPU, x not float32)."""
@@ -559,9 +594,11 @@ __all__ = [
     "grow_rows",
     "linear",
     "linear_many",
+    "markov_chain",
     "moe_combine",
     "moe_route",
     "moe_tile",
+    "pool_blocks",
     "rms_norm",
     "select_kernel_backend",
     "hc_expand",

@@ -52,6 +52,7 @@ from ds4mlx.kernels import (
     indexer_top_k,
     linear,
     linear_many,
+    pool_blocks,
     sparse_attention,
     take_rows,
 )
@@ -486,7 +487,20 @@ class Compressor(nn.Module):
         if b1 == b0:
             return None, kept
         n = b1 - b0
-        lo, hi = b0 * r - start, b1 * r - start
+        lo = b0 * r - start
+        # One native primitive in a decode tile on the CPU, else the MLX ops (its twin).
+        pooled = pool_blocks(kv, score, lo, n, r, dim, self.overlap)
+        if pooled is None:
+            pooled = self._pooled(kv, score, lo, n, b0)
+        pooled = rms_norm(pooled, self.norm, self.eps)
+        angles = self.rope.angles(np.arange(b0, b1) * r)
+        return self.rope.apply(pooled, angles, offset=dim - self.rope.n_dims), kept
+
+    def _pooled(self, kv: mx.array, score: mx.array, lo: int, n: int, b0: int) -> mx.array:
+        """The softmax pooling of the ``n`` blocks whose rows start at row ``lo`` of kv and
+        score (block b0 first): [n, dim]."""
+        r, dim = self.ratio, self.dim
+        hi = lo + n * r
         if self.overlap:
             prev_kv, prev_score = kv[lo - r : hi - r, :dim], score[lo - r : hi - r, :dim]
             if b0 == 0:
@@ -502,10 +516,7 @@ class Compressor(nn.Module):
         else:
             values = kv[lo:hi].reshape(n, r, dim)
             scores = score[lo:hi].reshape(n, r, dim)
-        pooled = mx.sum(values * mx.softmax(scores, axis=1, precise=True), axis=1)
-        pooled = rms_norm(pooled, self.norm, self.eps)
-        angles = self.rope.angles(np.arange(b0, b1) * r)
-        return self.rope.apply(pooled, angles, offset=dim - self.rope.n_dims), kept
+        return mx.sum(values * mx.softmax(scores, axis=1, precise=True), axis=1)
 
 
 class LightningIndexer(nn.Module):

@@ -13,6 +13,8 @@ from contextvars import ContextVar
 from functools import partial
 from typing import Any
 
+from ds4mlx.kernels import inference
+
 import mlx.core as mx
 
 _COMPILING: ContextVar[bool] = ContextVar("ds4mlx_compiling_tiles", default=True)
@@ -41,7 +43,13 @@ class CompiledTiles:
 
     def get(self, n_real: int) -> Callable[..., Any]:
         if not _COMPILING.get():
-            return partial(self.tile, n_real=n_real)
+            return partial(self._inference_tile, n_real=n_real)
         if n_real not in self.compiled:
-            self.compiled[n_real] = mx.compile(partial(self.tile, n_real=n_real))
+            self.compiled[n_real] = mx.compile(partial(self._inference_tile, n_real=n_real))
         return self.compiled[n_real]
+
+    def _inference_tile(self, *args: Any, **kwargs: Any) -> Any:
+        # Traced as inference whoever calls first: the compiled graph is kept for every later
+        # call, so it must not depend on the caller's context (``kernels.inference``).
+        with inference():
+            return self.tile(*args, **kwargs)

@@ -37,11 +37,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ds4mlx.gguf import GGUFError, open_gguf
-from ds4mlx.kernels import Weight, linear, take_rows
+from ds4mlx.kernels import Weight, inference, linear, markov_chain, take_rows
 from ds4mlx.models.attention import sink_attention
 from ds4mlx.models.deepseek4 import Attention, Block, ModelArgs
 from ds4mlx.models.mhc import HyperHead
 from ds4mlx.models.norms import RMSNorm
+from ds4mlx.models.rope import RoPE, RopeAngles
+from ds4mlx.models.tiles import CompiledTiles
 from ds4mlx.models.weights import ArrayWeights, GGUFWeights
 from ds4mlx.speculation.drafter import Draft, TargetRows
 from ds4mlx.speculation.dspark_layout import (
@@ -151,6 +153,8 @@ class BlockContext:
     block_size: int
     window: int
     per_row: bool = False
+    #: The first ``padding`` keys are placeholders no row sees (a ring padded to a fixed shape).
+    padding: int = 0
 
     def positions(self) -> np.ndarray:
         return (self.anchors[:, None] + np.arange(self.block_size)).reshape(-1)
@@ -167,7 +171,23 @@ class BlockContext:
             same_block &= rows[:, None] - rows[None, :] < self.window
         else:
             context = (key_pos < anchors) & (key_pos >= anchors - self.window)
+        context[:, : self.padding] = False
         return mx.array(np.concatenate([context, same_block], axis=1))
+
+    def for_stage(self, rope: RoPE) -> StageContext:
+        """The keys, mask and rows' angles of one stage's attention (``rope``: its RoPE)."""
+        return StageContext(self.keys, self.mask(), rope.angles(self.positions()))
+
+
+@dataclass(frozen=True)
+class StageContext:
+    """A ``BlockContext`` as one stage's attention reads it: the context keys [N, hd], the
+    mask [rows, N + rows] and the block rows' RoPE angles. A compiled draft takes these as its
+    inputs (``DSparkNet.draft_tile``), so they hold device arrays there."""
+
+    keys: mx.array
+    mask: mx.array
+    angles: RopeAngles
 
 
 class BlockAttention(nn.Module):
@@ -185,15 +205,19 @@ class BlockAttention(nn.Module):
         return self.inner.keys(x, angles)
 
     def __call__(
-        self, x: mx.array, _pos0: int, context: BlockContext, _n_real: int | None = None
-    ) -> tuple[mx.array, BlockContext]:
+        self,
+        x: mx.array,
+        _pos0: int,
+        context: BlockContext | StageContext,
+        _n_real: int | None = None,
+    ) -> tuple[mx.array, BlockContext | StageContext]:
         """As ``Attention.__call__``; positions come from ``context`` and a block is never a
         decode tile (``n_real``)."""
-        angles = self.inner.rope.angles(context.positions())
-        _, q = self.inner.queries(x, angles)
-        keys = mx.concatenate([context.keys, self.inner.keys(x, angles)])
-        out = sink_attention(q, keys, context.mask(), self.inner.sinks, self.inner.scale)
-        return self.inner.output(out, angles), context
+        stage = context.for_stage(self.inner.rope) if isinstance(context, BlockContext) else context
+        _, q = self.inner.queries(x, stage.angles)
+        keys = mx.concatenate([stage.keys, self.inner.keys(x, stage.angles)])
+        out = sink_attention(q, keys, stage.mask, self.inner.sinks, self.inner.scale)
+        return self.inner.output(out, stage.angles), context
 
 
 @dataclass(frozen=True)
@@ -279,8 +303,27 @@ class DSparkNet(nn.Module):
                 parts.append(rows.layers[layer])
         return mx.concatenate(parts, axis=-1)
 
+    def draft_tile(
+        self, tokens: mx.array, anchor: mx.array, *contexts: mx.array, n_real: int
+    ) -> tuple[mx.array, mx.array]:
+        """A draft as one compiled function (``DSparkDrafter.block``): the block ``tokens``
+        [1, B], the anchor [1] and each stage's context as (keys, mask, cos, sin), all with
+        fixed shapes -> the first ``n_real`` rows' biased logits and picks, without
+        confidences (``block_rows``)."""
+        stages = [
+            StageContext(keys, mask, RopeAngles(cos, sin))
+            for keys, mask, cos, sin in zip(*[iter(contexts)] * 4, strict=True)
+        ]
+        hidden = self.hidden(tokens, stages, tile=True)
+        rows = self.block_rows(hidden, self.logits(hidden), anchor, n_real, confidences=False)
+        return rows.logits, rows.picks
+
     def hidden(
-        self, tokens: mx.array, contexts: Sequence[BlockContext], *, tile: bool = False
+        self,
+        tokens: mx.array,
+        contexts: Sequence[BlockContext | StageContext],
+        *,
+        tile: bool = False,
     ) -> mx.array:
         """The collapsed hidden states [M * B, D] (before the norm) of blocks ``tokens`` [M, B]
         (anchor then noise tokens), with one context per stage; ``tile``: for drafting, not
@@ -319,17 +362,38 @@ class DSparkNet(nn.Module):
         return mx.sigmoid(score)
 
     def block_rows(
-        self, hidden: mx.array, logits: mx.array, anchor: int, n: int, *, confidences: bool = True
+        self,
+        hidden: mx.array,
+        logits: mx.array,
+        anchor: int | mx.array,
+        n: int,
+        *,
+        confidences: bool = True,
     ) -> BlockRows:
         """The first ``n`` rows of one block, chained greedily through the Markov head as
-        llama.cpp's ``build_dspark_markov_head`` does. Unevaluated: the picks stay on the
-        device from one row to the next, and the caller decides when the host reads them."""
+        llama.cpp's ``build_dspark_markov_head`` does (``anchor``: a token id, or int32 [1] on
+        the device). Unevaluated: the picks stay on the device from one row to the next, and
+        the caller decides when the host reads them."""
+        prev = anchor if isinstance(anchor, mx.array) else mx.array([anchor], dtype=mx.int32)
+        want_scores = confidences and self.conf_proj is not None
+        first = 0 if self.config.sample_from_anchor else 1
+        if not want_scores and self.markov_w1 is not None:
+            # One native primitive for the chain in inference on the CPU.
+            chained = markov_chain(
+                logits,
+                self.markov_w1,
+                self.markov_w2,
+                prev,
+                self.markov_scale,
+                self.bias_index,
+                first,
+                n,
+            )
+            if chained is not None:
+                return BlockRows(*chained, None)
         rows: list[mx.array] = []
         picks: list[mx.array] = []
         scores: list[mx.array] = []
-        prev = mx.array([anchor], dtype=mx.int32)
-        want_scores = confidences and self.conf_proj is not None
-        first = 0 if self.config.sample_from_anchor else 1
         if first and n:
             bonus = logits[0:1]
             rows.append(bonus)
@@ -348,6 +412,13 @@ class DSparkNet(nn.Module):
         return BlockRows(
             mx.concatenate(rows), mx.concatenate(picks), mx.concatenate(scores) if scores else None
         )
+
+
+def _padded(ring: mx.array, rows: int) -> mx.array:
+    """``ring`` [N, hd] after ``rows`` zero rows."""
+    return (
+        ring if rows <= 0 else mx.concatenate([mx.zeros((rows, ring.shape[1]), ring.dtype), ring])
+    )
 
 
 def _bias_index(d2t: np.ndarray, vocab: int) -> mx.array:
@@ -377,6 +448,7 @@ class DSparkDrafter:
         self.capture_layers = tuple(
             dict.fromkeys(i for i in net.config.target_layers if i != EMBEDDING_TAP)
         )
+        self._draft_tiles = CompiledTiles(net.draft_tile)
         self.reset()
 
     def reset(self) -> None:
@@ -398,7 +470,8 @@ class DSparkDrafter:
                 f"rows start at position {pos0}, expected {self._next_pos} "
                 "(call reset() to start over)"
             )
-        keys = self.net.context_keys(taps, pos0)
+        with inference():
+            keys = self.net.context_keys(taps, pos0)
         if not self._rings:
             self._ring_pos0 = pos0
             self._rings = keys
@@ -415,30 +488,40 @@ class DSparkDrafter:
 
     def block(self, n_rows: int | None = None, *, confidences: bool = True) -> BlockRows:
         """The next block's first ``n_rows`` rows (default: all), unevaluated; needs an
-        ``observe`` first."""
+        ``observe`` first. Without confidences (the speculative loop's drafts) the block runs
+        as one compiled function over fixed shapes (``DSparkNet.draft_tile``): each ring is
+        padded to the window with keys no row sees."""
         if self._next_token is None:
             raise ValueError("nothing observed yet")
         anchor, size = self._next_token, self.config.block_size
+        n = size if n_rows is None else n_rows
         block = mx.array([[anchor] + [self.config.noise_token_id] * (size - 1)], dtype=mx.int32)
+        padding = 0 if confidences else self.net.window - self._rings[0].shape[0]
         contexts = [
             BlockContext(
-                ring,
-                self._ring_pos0,
+                _padded(ring, padding),
+                self._ring_pos0 - padding,
                 np.array([self._next_pos]),
                 size,
                 self.net.window,
                 self.config.per_row_window,
+                padding,
             )
             for ring in self._rings
         ]
-        hidden = self.net.hidden(block, contexts, tile=True)
-        return self.net.block_rows(
-            hidden,
-            self.net.logits(hidden),
-            anchor,
-            size if n_rows is None else n_rows,
-            confidences=confidences,
-        )
+        with inference():  # drafting: no gradient is taken
+            if not confidences:
+                flat = []
+                for context, stage in zip(contexts, self.net.stages, strict=True):
+                    prepared = context.for_stage(stage.attn.inner.rope)
+                    flat += [prepared.keys, prepared.mask, *prepared.angles.on_device]
+                anchor_ids = mx.array([anchor], dtype=mx.int32)
+                logits, picks = self._draft_tiles.get(n)(block, anchor_ids, *flat)
+                return BlockRows(logits, picks, None)
+            hidden = self.net.hidden(block, contexts, tile=True)
+            return self.net.block_rows(
+                hidden, self.net.logits(hidden), anchor, n, confidences=confidences
+            )
 
     def _draft(self, n: int, confidences: bool) -> tuple[mx.array, mx.array | None]:
         first = 0 if self.config.sample_from_anchor else 1

@@ -313,3 +313,100 @@ def test_moe_route_and_combine_give_the_fused_tiles_bits(ops):
         np.sort(np.array(want_weights)[:rows], axis=1),
         rtol=1e-6,
     )
+
+
+def _pool_twin(kv: mx.array, score: mx.array, lo: int, n: int, r: int, dim: int, overlap: bool):
+    """Compressor.pool's MLX pooling (``Compressor._pooled``), written out for the test."""
+    rows = []
+    for i in range(n):
+        base = lo + i * r
+        if overlap:
+            prev = [base - r + j for j in range(r)]
+            values = [kv[p, :dim] if p >= 0 else mx.zeros((dim,)) for p in prev]
+            scores = [score[p, :dim] if p >= 0 else mx.full((dim,), -mx.inf) for p in prev]
+            values += [kv[base + j, dim:] for j in range(r)]
+            scores += [score[base + j, dim:] for j in range(r)]
+        else:
+            values = [kv[base + j] for j in range(r)]
+            scores = [score[base + j] for j in range(r)]
+        weights = mx.softmax(mx.stack(scores), axis=0, precise=True)
+        rows.append(mx.sum(mx.stack(values) * weights, axis=0))
+    return mx.stack(rows)
+
+
+@pytest.mark.parametrize(
+    ("lo", "n", "overlap"), [(0, 2, True), (4, 1, True), (5, 2, True), (0, 3, False), (2, 1, False)]
+)
+def test_pool_blocks_is_the_compressors_softmax_pooling(ops, lo, n, overlap):
+    rng = np.random.default_rng(lo * 10 + n)
+    r, dim = 4, 8
+    width = 2 * dim if overlap else dim
+    kv, score = normal(rng, 16, width), normal(rng, 16, width, scale=3.0)
+    pooled = ops.pool_blocks(kv, score, lo, n, r, dim, overlap)
+    np.testing.assert_allclose(
+        np.array(pooled), np.array(_pool_twin(kv, score, lo, n, r, dim, overlap)), atol=1e-6
+    )
+    assert kernels.pool_blocks(kv, score, lo, n, r, dim, overlap) is None  # not in inference
+    with kernels.inference():
+        assert primitive_names(kernels.pool_blocks(kv, score, lo, n, r, dim, overlap)) == [
+            "DS4PoolBlocks"
+        ]
+    with pytest.raises(ValueError, match="pool_blocks"):
+        ops.pool_blocks(kv, score, 14, 1, r, dim, overlap)  # rows past the end
+
+
+def _chain_twin(logits, w1, w2, anchor, scale, index, first, n):
+    """DSparkNet.block_rows' Markov chain without confidences, in numpy on the host."""
+    logits, w1, w2 = np.array(logits), np.array(w1), np.array(w2)
+    prev, rows, picks = anchor, [], []
+    for i in range(n):
+        row = logits[i].copy()
+        if i < first:  # the bonus slot: unbiased, and the chain still starts at the anchor
+            rows.append(row)
+            picks.append(int(np.argmax(row)))
+            continue
+        bias = np.array(kernels.linear(mx.array(w1[prev][None]), kernels.freeze(mx.array(w2))))
+        bias = bias[0] * (1.0 if scale is None else np.float32(scale))
+        if index is not None:
+            bias = np.append(bias, np.float32(0))[index]
+        row = row + bias
+        prev = int(np.argmax(row))
+        rows.append(row)
+        picks.append(prev)
+    return np.stack(rows), np.array(picks)
+
+
+@pytest.mark.parametrize(("first", "reduced", "scaled"), [(0, False, False), (1, True, True)])
+def test_markov_chain_equals_the_chained_rows(ops, first, reduced, scaled):
+    rng = np.random.default_rng(first)
+    vocab, rank, n = 50, 6, 5
+    draft_vocab = 30 if reduced else vocab
+    logits = normal(rng, 6, vocab)
+    w1, w2 = normal(rng, vocab, rank), normal(rng, draft_vocab, rank)  # [out, in] as stored
+    index = None
+    if reduced:  # target token -> its draft row, or draft_vocab (no row)
+        index = np.full(vocab, draft_vocab, np.int32)
+        index[rng.permutation(vocab)[:draft_vocab]] = np.arange(draft_vocab)
+    scale = mx.array([0.7]) if scaled else None
+    w1_frozen, w2_frozen = kernels.freeze(w1), kernels.freeze(w2)
+    with kernels.inference():
+        rows, picks = kernels.markov_chain(
+            logits,
+            w1_frozen,
+            w2_frozen,
+            mx.array([3], dtype=mx.int32),
+            scale,
+            None if index is None else mx.array(index),
+            first,
+            n,
+        )
+    want_rows, want_picks = _chain_twin(
+        logits, w1, w2, 3, None if scale is None else 0.7, index, first, n
+    )
+    np.testing.assert_array_equal(np.array(picks), want_picks)
+    np.testing.assert_allclose(np.array(rows), want_rows, rtol=1e-6, atol=1e-6)
+    assert (
+        kernels.markov_chain(logits, w1_frozen, w2_frozen, mx.array([3]), None, None, 0, n) is None
+    )
+    with pytest.raises(ValueError, match="markov_chain"):
+        ops.markov_chain(logits, w1.T, w2.T, mx.array([3]), None, None, 0, 7)  # n > rows

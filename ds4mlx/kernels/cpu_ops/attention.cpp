@@ -1,5 +1,5 @@
 // The attention primitives: sparse sink attention over a window and selected compressed
-// rows, the lightning indexer's top-k, and the rotary embedding.
+// rows, the lightning indexer's top-k, the rotary embedding and the compressors' pooling.
 
 #include "common.h"
 #include "ops.h"
@@ -200,6 +200,71 @@ class Rope : public CpuPrimitive {
   bool inverse_;
 };
 
+// A compressor's pooling of the blocks a chunk completes (models.deepseek4.Compressor.pool):
+// block i of ``n`` takes rows lo + i * r + j, j < r, of kv and score [N, C]; each channel's
+// values are weighted by the softmax of its scores over the block's rows and summed. With
+// ``overlap`` (C = 2 * dim) the softmax runs over the previous block's first ``dim``
+// channels, then the block's last ``dim`` channels (a row before the first is a zero value
+// with a -inf score); else over the block's rows (C = dim). -> [n, dim]
+class PoolBlocks : public CpuPrimitive {
+ public:
+  struct Config {
+    int lo, n, ratio, dim;
+    bool overlap;
+
+    bool operator==(const Config&) const = default;
+  };
+
+  PoolBlocks(mx::Stream stream, Config config) : CpuPrimitive(stream), c_(config) {}
+
+  Task task() const override {
+    return [c = c_](const std::vector<mx::array>& in, const std::vector<float*>& out) {
+      run(in, out[0], c);
+    };
+  }
+
+  const char* name() const override { return "DS4PoolBlocks"; }
+
+  bool is_equivalent(const mx::Primitive& other) const override {
+    return c_ == static_cast<const PoolBlocks&>(other).c_;
+  }
+
+ private:
+  static void run(const std::vector<mx::array>& in, float* out, const Config& c) {
+    const int width = in[0].shape(1), r = c.ratio, dim = c.dim;
+    const int span = c.overlap ? 2 * r : r;
+    RowMajor kv(in[0]), score(in[1]);
+    std::vector<float> values(span), weights(span);
+    for (int i = 0; i < c.n; i++) {
+      const int base = c.lo + i * r;
+      for (int ch = 0; ch < dim; ch++) {
+        for (int j = 0; j < span; j++) {
+          // With overlap, j < r reads the previous block's first half, j >= r this block's
+          // second half; without, this block's rows.
+          const int row = c.overlap ? base - r + j : base + j;
+          const int col = c.overlap && j >= r ? dim + ch : ch;
+          if (row < 0) {
+            values[j] = 0.0f;
+            weights[j] = -INFINITY;
+            continue;
+          }
+          values[j] = kv[static_cast<size_t>(row) * width + col];
+          weights[j] = score[static_cast<size_t>(row) * width + col];
+        }
+        float top = weights[0];
+        for (int j = 1; j < span; j++) top = std::max(top, weights[j]);
+        float total = 0.0f;
+        for (int j = 0; j < span; j++) total += weights[j] = std::exp(weights[j] - top);
+        float pooled = 0.0f;
+        for (int j = 0; j < span; j++) pooled += values[j] * (weights[j] / total);
+        out[static_cast<size_t>(i) * dim + ch] = pooled;
+      }
+    }
+  }
+
+  Config c_;
+};
+
 }  // namespace
 
 mx::array sparse_attention(const mx::array& q, const mx::array& window,
@@ -251,6 +316,21 @@ mx::array rope(const mx::array& x, const mx::array& cos, const mx::array& sin, i
                    std::make_shared<Rope>(s, offset, n_dims, interleaved, inverse),
                    {mx::astype(x, mx::float32, s), mx::astype(cos, mx::float32, s),
                     mx::astype(sin, mx::float32, s)});
+}
+
+mx::array pool_blocks(const mx::array& kv, const mx::array& score, int lo, int n, int ratio,
+                      int dim, bool overlap) {
+  auto s = mx::default_stream(mx::Device::cpu);
+  const int width = overlap ? 2 * dim : dim;
+  if (kv.ndim() != 2 || kv.shape(1) != width || score.shape() != kv.shape() || ratio < 1 ||
+      n < 0 || lo < 0 || lo + n * ratio > kv.shape(0)) {
+    throw std::invalid_argument(
+        "pool_blocks: expected kv and score [N, C] (C = 2 * dim with overlap, else dim) "
+        "holding rows [lo, lo + n * ratio)");
+  }
+  return mx::array({n, dim}, mx::float32,
+                   std::make_shared<PoolBlocks>(s, PoolBlocks::Config{lo, n, ratio, dim, overlap}),
+                   {mx::astype(kv, mx::float32, s), mx::astype(score, mx::float32, s)});
 }
 
 }  // namespace ds4mlx_ops

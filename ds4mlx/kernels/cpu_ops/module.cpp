@@ -24,6 +24,11 @@ NB_MODULE(_cpu_ops, m) {
         "Every (token, slot) pair's routed SwiGLU expert output [T, k, D], as one primitive.");
   m.def("indexer_top_k", &indexer_top_k, "q"_a, "weights"_a, "keys"_a, "visible"_a, "top_k"_a,
         "Each row's lightning-indexer top-k blocks among its visible ones, as one primitive.");
+  m.def("pool_blocks", &pool_blocks, "kv"_a, "score"_a, "lo"_a, "n"_a, "ratio"_a, "dim"_a,
+        "overlap"_a, "A compressor's softmax pooling of the blocks a chunk completes.");
+  m.def("markov_chain", &markov_chain, "logits"_a, "w1"_a, "w2"_a, "anchor"_a, "scale"_a.none(),
+        "index"_a.none(), "first"_a, "n"_a,
+        "DSpark's Markov head chained greedily over a block's rows: (rows, picks).");
   m.def("rope", &rope, "x"_a, "cos"_a, "sin"_a, "offset"_a, "n_dims"_a, "interleaved"_a,
         "inverse"_a, "Rotary embedding of channels [offset, offset + n_dims), one primitive.");
   m.def("rms_norm", &rms_norm, "x"_a, "weight"_a.none(), "eps"_a,

@@ -1,6 +1,7 @@
 // The native operations' factories, one per Python function of the _cpu_ops module: each checks
 // its arguments' shapes (std::invalid_argument otherwise) and returns the outputs of one
-// primitive on the CPU stream. Defined in mhc.cpp, moe.cpp, attention.cpp and tiles.cpp.
+// primitive on the CPU stream. Defined in mhc.cpp, moe.cpp, attention.cpp, tiles.cpp and
+// drafting.cpp.
 
 #pragma once
 
@@ -48,6 +49,14 @@ mx::array sparse_attention(const mx::array& q, const mx::array& window,
 
 mx::array indexer_top_k(const mx::array& q, const mx::array& weights, const mx::array& keys,
                         const mx::array& visible, int top_k);
+
+mx::array pool_blocks(const mx::array& kv, const mx::array& score, int lo, int n, int ratio,
+                      int dim, bool overlap);
+
+std::vector<mx::array> markov_chain(const mx::array& logits, const mx::array& w1,
+                                    const mx::array& w2, const mx::array& anchor,
+                                    const std::optional<mx::array>& scale,
+                                    const std::optional<mx::array>& index, int first, int n);
 
 mx::array rope(const mx::array& x, const mx::array& cos, const mx::array& sin, int offset,
                int n_dims, bool interleaved, bool inverse);
