@@ -28,7 +28,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ds4mlx.kernels import PackedWeight, QuantizedWeight, Weight
+from ds4mlx.kernels import PackedWeight, QuantizedWeight, RowCodes, Weight, attach_codes
 from ds4mlx.kernels.metal import metal_available
 from ds4mlx.kernels.twins import PACKED_TYPES
 
@@ -150,8 +150,16 @@ def load_weight(
     """The tensor (stored bytes ``raw`` as ``GGUFReader`` maps them) as a weight for ``kernels``.
 
     ``qtype`` must be in ``SUPPORTED_TYPES`` (the reader checks, naming the file and tensor).
+    A float32 matrix of a quantized type gets its int8 codes too (``row_codes``), which the
+    CPU's row kernels read instead of the float32 values.
     """
-    return to_device(host_weight(raw, qtype, shape, mode))
+    host = host_weight(raw, qtype, shape, mode)
+    weight = to_device(host)
+    if host.kind == "dense" and qtype not in DENSE_TYPES and isinstance(weight, mx.array):
+        found = row_codes(raw, qtype, host.parts[0])
+        if found is not None:
+            attach_codes(weight, RowCodes(*(mx.array(part) for part in found)))
+    return weight
 
 
 def _convert_in_chunks(
@@ -218,6 +226,79 @@ def _q4_k(blocks: np.ndarray) -> tuple[np.ndarray, ...]:
 def _mxfp4(blocks: np.ndarray) -> tuple[np.ndarray, ...]:
     # Same e8m0 exponent and e2m1 codes as MLX's "mxfp4"; only the nibble order differs.
     return _nibbles_to_mlx(blocks[..., 1:], 16), blocks[..., 0]
+
+
+# --------------------------------------------------------------------------------------------
+# Codes for the CPU's row kernels: value = scale * code + bias, a scale and a bias per group
+# --------------------------------------------------------------------------------------------
+
+
+def _group_affine_q8_0(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    d = _f16(blocks, 0)[..., None]  # one group of 32: d * q
+    return d, np.zeros_like(d)
+
+
+def _group_affine_q4_k(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    n_rows, n_blocks, _ = blocks.shape  # 8 groups of 32: d * sc * q - dmin * m
+    d, dmin = _f16(blocks, 0)[..., None], _f16(blocks, 2)[..., None]
+    sc, m = gguf_quants.Q4_K.get_scale_min(blocks[..., 4:16].reshape(-1, 12))
+    scale = d * sc.reshape(n_rows, n_blocks, 8).astype(np.float32)
+    return scale, -(dmin * m.reshape(n_rows, n_blocks, 8).astype(np.float32))
+
+
+def _group_affine_q2_k(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    scales = blocks[..., :16]  # 16 groups of 16: d * (sc & 15) * q - dmin * (sc >> 4)
+    d, dmin = _f16(blocks, 80)[..., None], _f16(blocks, 82)[..., None]
+    return d * (scales & 0xF).astype(np.float32), -(dmin * (scales >> 4).astype(np.float32))
+
+
+def _group_affine_q6_k(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    sc = blocks[..., 192:208].copy().view(np.int8).astype(np.float32)  # 16 groups: d * sc * q
+    scale = _f16(blocks, 208)[..., None] * sc
+    return scale, np.zeros_like(scale)
+
+
+# GGML types whose values are scale * q + bias per group: what gives a group's scale and bias
+# from the blocks [rows, blocks, bytes], each [rows, blocks, groups per block].
+_GROUP_AFFINE: dict[GGMLQuantizationType, Callable] = {
+    T.Q8_0: _group_affine_q8_0,
+    T.Q4_0: _group_affine_q8_0,  # d * (q - 8): the same d per 32
+    T.Q4_K: _group_affine_q4_k,
+    T.Q2_K: _group_affine_q2_k,
+    T.Q6_K: _group_affine_q6_k,
+}
+
+
+def row_codes(
+    raw: np.ndarray, qtype: GGMLQuantizationType, values: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """A quantized matrix (stack) as int8 codes [..., out, in] with a float32 scale and bias
+    per group of the input dim [..., out, groups], such that ``scale * code + bias`` in float32
+    (rounded after the multiply and after the add) is ``values`` (its float32 dequantization)
+    exactly: what the CPU's row kernels read instead of the float32 values (``kernels.RowCodes``,
+    a quarter of the bytes). None for a type without such a form or where the check fails."""
+    group_affine = _GROUP_AFFINE.get(qtype)
+    if group_affine is None or values.ndim < 2 or values.size == 0:
+        return None
+    block_size, type_size = GGML_QUANT_SIZES[qtype]
+    blocks = raw.reshape(-1, values.shape[-1] // block_size, type_size)
+    scale, bias = group_affine(np.asarray(blocks))
+    groups = scale.shape[1] * scale.shape[2]
+    flat = values.reshape(blocks.shape[0], groups, -1)
+    scale, bias = scale.reshape(-1, groups, 1), bias.reshape(-1, groups, 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        codes = np.rint(np.where(scale != 0, (flat - bias) / scale, 0))
+    if codes.max(initial=0) > 127 or codes.min(initial=0) < -128:
+        return None
+    codes = codes.astype(np.int8)
+    if not np.array_equal(scale * codes.astype(np.float32) + bias, flat):
+        return None
+    outer = values.shape[:-1]
+    return (
+        codes.reshape(values.shape),
+        scale.reshape(*outer, -1).astype(np.float32),
+        bias.reshape(*outer, -1).astype(np.float32),
+    )
 
 
 _CONVERTERS: dict[GGMLQuantizationType, tuple[Callable, int, str]] = {

@@ -50,4 +50,27 @@ class PackedWeight:
         return (*outer, row_bytes // type_size * block_size)
 
 
+@dataclass(frozen=True)
+class RowCodes:
+    """A float32 matrix's values as int8 codes: ``scale * code + bias`` (rounded after the
+    multiply and after the add) with a scale and a bias per group of input channels, exactly the
+    matrix's values (``gguf.quants.row_codes`` checks that). The CPU's row kernels read these, a
+    quarter of float32's bytes, where a decode or verify tile is bound by weight reads.
+
+    As GGUF stores a matrix (``panels`` false): codes [..., out, in], scale and bias
+    [..., out, in / group]. For a frozen [in, out] matrix (``panels`` true): codes
+    [out / PANEL, in, PANEL], scale and bias [out / PANEL, in / group, PANEL], each panel of
+    columns read front to back."""
+
+    codes: mx.array
+    scale: mx.array
+    bias: mx.array
+    panels: bool = False
+
+    @property
+    def operand(self) -> list[mx.array]:
+        """The native operations' argument for the matrix: [codes, scale, bias]."""
+        return [self.codes, self.scale, self.bias]
+
+
 Weight = mx.array | QuantizedWeight | PackedWeight

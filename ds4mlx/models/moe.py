@@ -15,6 +15,7 @@ from ds4mlx.experts import ExpertBatch, LayerExperts, ResidentLayer
 from ds4mlx.kernels import (
     Weight,
     gather_linear,
+    inference,
     linear,
     linear_many,
     moe_combine,
@@ -345,7 +346,10 @@ class SharedExpertMoE(nn.Module):
             return routed + self.shared(x)
         if self.compiles_tiles:
             return self._tiles.get(n_real)(x, tokens)
-        return self._tile(x, tokens, n_real)
+        # Streamed experts: the same native routing and sum as the compiled tile (which runs in
+        # inference, models.tiles), so resident and streamed experts give the same bits.
+        with inference():
+            return self._tile(x, tokens, n_real)
 
     def _tile(self, x: mx.array, tokens: mx.array | None, n_real: int) -> mx.array:
         """A decode tile: routed experts on the first ``n_real`` rows, the shared expert on

@@ -410,3 +410,80 @@ def test_markov_chain_equals_the_chained_rows(ops, first, reduced, scaled):
     )
     with pytest.raises(ValueError, match="markov_chain"):
         ops.markov_chain(logits, w1.T, w2.T, mx.array([3]), None, None, 0, 7)  # n > rows
+
+
+def _coded(values: np.ndarray, qtype) -> tuple[mx.array, kernels.RowCodes]:
+    """``values`` [..., out, in] quantized to ``qtype``: its float32 dequantization and codes."""
+    from ds4mlx.gguf import quants
+    from ds4mlx.gguf.quantize import quantize
+
+    raw = quantize(values, qtype)
+    dense = quants.dequantize(raw, qtype, values.shape)
+    found = quants.row_codes(raw.reshape(-1), qtype, dense)
+    assert found is not None, f"{qtype.name} has no exact codes"
+    return mx.array(dense), kernels.RowCodes(*(mx.array(part) for part in found))
+
+
+CODED_TYPES = ["Q8_0", "Q4_0", "Q4_K", "Q2_K", "Q6_K"]
+
+
+@pytest.mark.parametrize("qtype_name", CODED_TYPES)
+def test_coded_matrices_give_the_float32_products_bit_for_bit(ops, qtype_name):
+    from gguf import GGMLQuantizationType
+
+    qtype = GGMLQuantizationType[qtype_name]
+    rng = np.random.default_rng(7)
+    dense, codes = _coded(rng.standard_normal((192, 256)).astype(np.float32), qtype)
+    frozen = kernels.freeze(dense)
+    kernels.attach_codes(dense, codes)  # attached after freezing: the view has none
+    assert kernels._codes(frozen) is None
+    frozen = kernels.freeze(dense)  # now the codes follow, in panels
+    panels = kernels._codes(frozen)
+    assert panels is not None and panels.panels and panels.codes.dtype == mx.int8
+    x = normal(rng, 8, 256)
+    stored = kernels._frozen(frozen)
+    for rows in (1, 2, 3, 5, 6, 8):
+        want = ops.rows_linear(x, [stored], rows)[0]
+        got = ops.rows_linear(x, [panels.operand], rows)[0]
+        np.testing.assert_array_equal(np.array(got), np.array(want))
+    assert primitive_names(kernels.linear(x, frozen, 2)) == ["DS4RowsLinear"]
+    np.testing.assert_array_equal(
+        np.array(kernels.linear(x, frozen, 2)), np.array(ops.rows_linear(x, [stored], 2)[0])
+    )
+    with pytest.raises(ValueError, match="rows_linear"):
+        ops.rows_linear(x, [[panels.codes, panels.scale[:, :-1], panels.bias[:, :-1]]], 2)
+
+
+@pytest.mark.parametrize("qtype_name", ["Q8_0", "Q2_K", "Q4_K"])
+def test_moe_tile_on_coded_experts_gives_the_float32_bits(ops, qtype_name):
+    from gguf import GGMLQuantizationType
+
+    qtype = GGMLQuantizationType[qtype_name]
+    rng = np.random.default_rng(11)
+    experts, ff, dim, shared_ff, tokens = 4, 256, 256, 256, 6
+    gate, gate_codes = _coded(rng.standard_normal((experts, ff, dim)).astype(np.float32), qtype)
+    up, up_codes = _coded(rng.standard_normal((experts, ff, dim)).astype(np.float32), qtype)
+    down, down_codes = _coded(rng.standard_normal((experts, dim, ff)).astype(np.float32), qtype)
+    shared, shared_codes = _coded(rng.standard_normal((dim, shared_ff)).astype(np.float32), qtype)
+    kernels.attach_codes(shared, shared_codes)
+    shared_frozen = kernels.freeze(shared)
+    x, logits = normal(rng, tokens, dim), normal(rng, tokens, experts)
+    sg, su = normal(rng, tokens, shared_ff), normal(rng, tokens, shared_ff)
+    args = dict(rows=5, n_used=2, func=4, normalize=True, scale=1.5, limit=10.0, shared_limit=10.0)
+    plain = ops.moe_tile(
+        logits, x, gate, up, down, sg, su, kernels._frozen(shared_frozen), None, None, **args
+    )
+    coded = ops.moe_tile(
+        logits,
+        x,
+        gate_codes.operand,
+        up_codes.operand,
+        down_codes.operand,
+        sg,
+        su,
+        kernels._codes(shared_frozen).operand,
+        None,
+        None,
+        **args,
+    )
+    np.testing.assert_array_equal(np.array(coded), np.array(plain))

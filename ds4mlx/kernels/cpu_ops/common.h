@@ -14,11 +14,14 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <variant>
 #include <vector>
 
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
@@ -34,6 +37,7 @@
 #include "mlx/ops.h"
 #include "mlx/primitives.h"
 #include "mlx/transforms.h"
+#include "ops.h"
 
 namespace mx = mlx::core;
 
@@ -49,30 +53,33 @@ constexpr int kRowMajor = 101;
 constexpr int kNoTrans = 111;
 constexpr int kTrans = 112;
 
-// The float32 values of an evaluated array in row-major order: the array's own memory when it
-// is row-contiguous (the usual case), else a copy.
-class RowMajor {
+// The values of an evaluated array in row-major order: the array's own memory when it is
+// row-contiguous (the usual case), else a copy. ``RowMajor`` reads float32 arrays.
+template <typename T>
+class RowMajorOf {
  public:
-  explicit RowMajor(const mx::array& a) {
+  explicit RowMajorOf(const mx::array& a) {
     if (a.flags().row_contiguous) {
-      data_ = a.data<float>();
+      data_ = a.data<T>();
       return;
     }
     copy_.resize(a.size());
-    const float* values = a.data<float>();
+    const T* values = a.data<T>();
     for (size_t i = 0; i < a.size(); i++) {
       copy_[i] = values[mx::elem_to_loc(static_cast<int>(i), a)];
     }
     data_ = copy_.data();
   }
 
-  const float* data() const { return data_; }
-  float operator[](size_t i) const { return data_[i]; }
+  const T* data() const { return data_; }
+  T operator[](size_t i) const { return data_[i]; }
 
  private:
-  const float* data_ = nullptr;
-  std::vector<float> copy_;
+  const T* data_ = nullptr;
+  std::vector<T> copy_;
 };
+
+using RowMajor = RowMajorOf<float>;
 
 inline float sigmoid(float x) {
   return 1.0f / (1.0f + std::exp(-x));
@@ -181,6 +188,72 @@ inline void rows_times_in_out(const Product& p, int tokens, int rows) {
   }
 }
 
+// The columns of a coded matrix are stored in panels this wide (``Coded``).
+constexpr int kPanel = 64;
+
+// A matrix [K, N] (stored [in, out]) whose values are scale * code + bias (a GGUF quant's
+// blocks, re-laid out at load: kernels.RowCodes): codes [N / kPanel, K, kPanel] int8 and scale
+// and bias [N / kPanel, K / group, kPanel], a scale and a bias per ``group`` consecutive k (the
+// quant's sub-block). A quarter of float32's bytes, and each column panel is read front to back
+// (a float32 [K, N] column block is read in short runs a row apart, one page each on a wide
+// matrix): decode and verify tiles are bound by these reads.
+struct Coded {
+  const int8_t* codes;
+  const float* scale;
+  const float* bias;
+  int group;
+};
+
+// coded_times_in_out's rows [r0, r0 + kGroup) x columns [j0, j0 + kColumns) (whole panels):
+// each k's values are decoded once for the rows, then every element takes the same multiply-add
+// chain as rows_times_in_out_block's (the values are the float32 matrix's, so the same bits).
+template <int kGroup, int kColumns>
+void coded_block(const Product& p, const Coded& c, int r0, int j0) {
+  static_assert(kColumns % kPanel == 0);
+  float acc[kGroup][kColumns] = {};
+  float w[kColumns];
+  const size_t groups = p.k / c.group;
+  for (int k = 0; k < p.k; k++) {
+    for (int pp = 0; pp < kColumns / kPanel; pp++) {
+      const size_t panel = j0 / kPanel + pp;
+      const int8_t* __restrict q = c.codes + (panel * p.k + k) * kPanel;
+      const size_t at = (panel * groups + k / c.group) * kPanel;
+      const float* __restrict scale = c.scale + at;
+      const float* __restrict bias = c.bias + at;
+      float* __restrict wp = w + pp * kPanel;
+      for (int j = 0; j < kPanel; j++) wp[j] = scale[j] * static_cast<float>(q[j]) + bias[j];
+    }
+    for (int r = 0; r < kGroup; r++) {
+      const float xv = p.x[(r0 + r) * p.x_stride + k];
+      for (int j = 0; j < kColumns; j++) acc[r][j] = madd(xv, w[j], acc[r][j]);
+    }
+  }
+  for (int r = 0; r < kGroup; r++) std::copy(acc[r], acc[r] + kColumns, p.y + (r0 + r) * p.y_stride + j0);
+}
+
+template <int kGroup, int kColumns>
+void coded_group(const Product& p, const Coded& c, int r0) {
+  const int whole = p.n / kColumns * kColumns;
+  for (int j0 = 0; j0 < whole; j0 += kColumns) coded_block<kGroup, kColumns>(p, c, r0, j0);
+  for (int j0 = whole; j0 < p.n; j0 += kPanel) coded_block<kGroup, kPanel>(p, c, r0, j0);
+}
+
+// rows_times_in_out on a coded matrix (N a multiple of kPanel, K of the group): the same
+// results, bit for bit, from a quarter of the bytes.
+inline void coded_times_in_out(const Product& p, const Coded& c, int tokens, int rows) {
+  for (int r = rows; r < tokens; r++) std::fill(p.y + r * p.y_stride, p.y + r * p.y_stride + p.n, 0.0f);
+  int r0 = 0;
+  for (; r0 + 6 <= rows; r0 += 6) coded_group<6, 64>(p, c, r0);
+  switch (rows - r0) {
+    case 5: coded_group<5, 64>(p, c, r0); break;
+    case 4: coded_group<4, 64>(p, c, r0); break;
+    case 3: coded_group<3, 128>(p, c, r0); break;
+    case 2: coded_group<2, 128>(p, c, r0); break;
+    case 1: coded_group<1, 128>(p, c, r0); break;
+    default: break;
+  }
+}
+
 // Sixteen partial sums, lane l accumulating madd(a[l], b[l], lane) for blocks of 16 floats: one
 // AVX-512 register, two AVX2 or four NEON ones, else an array (the same fused multiply-adds as
 // madd in every case, so the same bits). Written with intrinsics because the compiler's own
@@ -197,6 +270,29 @@ class Lanes16 {
     for (int q = 0; q < 4; q++) v_[q] = vfmaq_f32(v_[q], vld1q_f32(a + 4 * q), vld1q_f32(b + 4 * q));
 #else
     for (int l = 0; l < 16; l++) v_[l] = madd(a[l], b[l], v_[l]);
+#endif
+  }
+
+  // madd_block with a = scale * code + bias for 16 int8 codes (a coded row's values: the
+  // multiply and the add rounded apart, as the load-time check computed them).
+  void madd_coded_block(const int8_t* __restrict codes, float scale, float bias,
+                        const float* __restrict b) {
+#if defined(__AVX512F__)
+    const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+        reinterpret_cast<const __m128i*>(codes))));
+    const __m512 a = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(scale), q), _mm512_set1_ps(bias));
+    v_ = _mm512_fmadd_ps(a, _mm512_loadu_ps(b), v_);
+#elif defined(__AVX2__) && defined(__FMA__)
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes));
+    const __m256 q_lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
+    const __m256 q_hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(bytes, 8)));
+    const __m256 s = _mm256_set1_ps(scale), o = _mm256_set1_ps(bias);
+    lo_ = _mm256_fmadd_ps(_mm256_add_ps(_mm256_mul_ps(s, q_lo), o), _mm256_loadu_ps(b), lo_);
+    hi_ = _mm256_fmadd_ps(_mm256_add_ps(_mm256_mul_ps(s, q_hi), o), _mm256_loadu_ps(b + 8), hi_);
+#else
+    float a[16];
+    for (int l = 0; l < 16; l++) a[l] = scale * static_cast<float>(codes[l]) + bias;
+    madd_block(a, b);
 #endif
   }
 
@@ -273,6 +369,41 @@ inline void out_in_times_rows(const float* w, const float* const* x, float* cons
   }
 }
 
+// A stack of matrices [E, N, K] stored [out, in] (GGUF's layout: routed experts) whose values
+// are scale * code + bias: codes [E, N, K] int8, scale and bias [E, N, K / group] (group a
+// multiple of 16, K of the group). Decoded in the dot products (Lanes16::madd_coded_block).
+struct CodedRows {
+  const int8_t* codes;
+  const float* scale;
+  const float* bias;
+  int group;
+};
+
+// out_in_times_rows on matrix ``e`` of a coded stack: the same dot sums of the same values, so
+// the same bits, reading a quarter of the bytes.
+inline void coded_out_in_times_rows(const CodedRows& c, size_t e, const float* const* x,
+                                    float* const* y, int count, int n, int k_dim) {
+  const int groups = k_dim / c.group;
+  const int8_t* codes = c.codes + e * n * static_cast<size_t>(k_dim);
+  const float* scale = c.scale + e * n * static_cast<size_t>(groups);
+  const float* bias = c.bias + e * n * static_cast<size_t>(groups);
+  for (int j = 0; j < n; j += 4) {
+    const int block = std::min(4, n - j);
+    for (int r = 0; r < count; r++) {
+      Lanes16 lanes[4];
+      for (int i = 0; i < k_dim; i += 16) {
+        const int g = i / c.group;
+        for (int b = 0; b < block; b++) {
+          const size_t row = static_cast<size_t>(j + b);
+          lanes[b].madd_coded_block(codes + row * k_dim + i, scale[row * groups + g],
+                                    bias[row * groups + g], x[r] + i);
+        }
+      }
+      for (int b = 0; b < block; b++) y[r][j + b] = lanes[b].sum();
+    }
+  }
+}
+
 inline std::vector<int> int_values(const mx::array& a) {
   std::vector<int> out(a.size());
   for (size_t i = 0; i < a.size(); i++) {
@@ -280,6 +411,122 @@ inline std::vector<int> int_values(const mx::array& a) {
   }
   return out;
 }
+
+// Appends a matrix's arrays to a primitive's inputs; returns how many (1 or 3).
+inline int push_matrix(std::vector<mx::array>& in, const MatrixArg& m, mx::Stream s,
+                       const std::string& op) {
+  if (const auto* values = std::get_if<mx::array>(&m)) {
+    in.push_back(mx::astype(*values, mx::float32, s));
+    return 1;
+  }
+  const auto& parts = std::get<std::vector<mx::array>>(m);
+  if (parts.size() != 3 || parts[0].dtype() != mx::int8 || parts[1].shape() != parts[2].shape() ||
+      parts[0].ndim() != parts[1].ndim()) {
+    throw std::invalid_argument(op + ": a coded matrix is [codes (int8), scale, bias]");
+  }
+  in.push_back(parts[0]);
+  in.push_back(mx::astype(parts[1], mx::float32, s));
+  in.push_back(mx::astype(parts[2], mx::float32, s));
+  return 3;
+}
+
+// The [K, N] shape a dense matrix argument stands for (codes in kPanel-column panels), checking
+// a coded one's parts against each other.
+inline std::pair<int, int> matrix_shape(const MatrixArg& m, const std::string& op) {
+  if (const auto* values = std::get_if<mx::array>(&m)) {
+    if (values->ndim() != 2) throw std::invalid_argument(op + ": a matrix is [K, N]");
+    return {values->shape(0), values->shape(1)};
+  }
+  const auto& parts = std::get<std::vector<mx::array>>(m);
+  const mx::array& codes = parts.at(0);
+  const mx::array& scale = parts.at(1);
+  if (codes.ndim() != 3 || codes.shape(2) != kPanel || scale.ndim() != 3 ||
+      scale.shape(0) != codes.shape(0) || scale.shape(2) != kPanel || scale.shape(1) < 1 ||
+      codes.shape(1) % scale.shape(1) != 0) {
+    throw std::invalid_argument(op + ": coded matrix parts of mismatched shapes");
+  }
+  return {codes.shape(1), codes.shape(0) * kPanel};
+}
+
+// A stored matrix [K, N] ([in, out]) read from a primitive's inputs: float32 (one input) or
+// coded (three, ``Coded``).
+class MatrixInput {
+ public:
+  MatrixInput(const std::vector<mx::array>& in, size_t at, int parts) {
+    if (parts == 1) {
+      values_.emplace(in[at]);
+      return;
+    }
+    codes_.emplace(in[at]);
+    scale_.emplace(in[at + 1]);
+    bias_.emplace(in[at + 2]);
+    group_ = in[at].shape(1) / in[at + 1].shape(1);
+  }
+
+  // y = x @ this for the first ``rows`` of ``tokens`` rows (the others zeros); p.w unused.
+  void times(Product p, int tokens, int rows) const {
+    if (values_) {
+      p.w = values_->data();
+      rows_times_in_out(p, tokens, rows);
+    } else {
+      coded_times_in_out(p, {codes_->data(), scale_->data(), bias_->data(), group_}, tokens,
+                         rows);
+    }
+  }
+
+ private:
+  std::optional<RowMajor> values_, scale_, bias_;
+  std::optional<RowMajorOf<int8_t>> codes_;
+  int group_ = 0;
+};
+
+// The [E, N, K] shape a stacked matrix argument stands for (stored [out, in]: routed experts),
+// checking a coded one's parts (codes [E, N, K], scale and bias [E, N, K / group], the group a
+// multiple of 16).
+inline mx::Shape stack_shape(const MatrixArg& m, const std::string& op) {
+  if (const auto* values = std::get_if<mx::array>(&m)) return values->shape();
+  const auto& parts = std::get<std::vector<mx::array>>(m);
+  const mx::array& codes = parts.at(0);
+  const mx::array& scale = parts.at(1);
+  if (codes.ndim() != 3 || scale.ndim() != 3 || scale.shape(0) != codes.shape(0) ||
+      scale.shape(1) != codes.shape(1) || scale.shape(2) < 1 ||
+      codes.shape(2) % scale.shape(2) != 0 || (codes.shape(2) / scale.shape(2)) % 16 != 0) {
+    throw std::invalid_argument(op + ": coded expert parts of mismatched shapes");
+  }
+  return codes.shape();
+}
+
+// A stack of matrices [E, N, K] stored [out, in] read from a primitive's inputs: float32 (one
+// input) or coded (three, ``CodedRows``).
+class StackInput {
+ public:
+  StackInput(const std::vector<mx::array>& in, size_t at, int parts) {
+    if (parts == 1) {
+      values_.emplace(in[at]);
+      return;
+    }
+    codes_.emplace(in[at]);
+    scale_.emplace(in[at + 1]);
+    bias_.emplace(in[at + 2]);
+    group_ = in[at].shape(2) / in[at + 1].shape(2);
+  }
+
+  // y[r] = W_e x[r] for ``count`` rows, W_e [n, k] (out_in_times_rows).
+  void times_rows(size_t e, const float* const* x, float* const* y, int count, int n,
+                  int k) const {
+    if (values_) {
+      out_in_times_rows(values_->data() + e * n * static_cast<size_t>(k), x, y, count, n, k);
+    } else {
+      coded_out_in_times_rows({codes_->data(), scale_->data(), bias_->data(), group_}, e, x, y,
+                              count, n, k);
+    }
+  }
+
+ private:
+  std::optional<RowMajor> values_, scale_, bias_;
+  std::optional<RowMajorOf<int8_t>> codes_;
+  int group_ = 0;
+};
 
 // A primitive's computation: (its evaluated inputs, its float32 outputs' memory).
 using Task = std::function<void(const std::vector<mx::array>&, const std::vector<float*>&)>;

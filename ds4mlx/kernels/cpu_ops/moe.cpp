@@ -15,13 +15,12 @@ namespace {
 // bits whichever rows share its expert, while those rows read the expert's weights once.
 class ExpertRows {
  public:
-  ExpertRows(const float* gate_w, const float* up_w, const float* down_w, int ff, int dim,
-             float limit)
+  ExpertRows(const StackInput& gate_w, const StackInput& up_w, const StackInput& down_w, int ff,
+             int dim, float limit)
       : gate_w_(gate_w), up_w_(up_w), down_w_(down_w), ff_(ff), dim_(dim), limit_(limit) {}
 
   void run(int e, const std::vector<const float*>& x, const std::vector<float*>& out) {
     const int count = static_cast<int>(x.size());
-    const size_t in_size = static_cast<size_t>(ff_) * dim_;
     gate_.resize(static_cast<size_t>(count) * ff_);
     up_.resize(gate_.size());
     std::vector<float*> gate(count), up(count);
@@ -29,11 +28,11 @@ class ExpertRows {
       gate[r] = gate_.data() + static_cast<size_t>(r) * ff_;
       up[r] = up_.data() + static_cast<size_t>(r) * ff_;
     }
-    out_in_times_rows(gate_w_ + e * in_size, x.data(), gate.data(), count, ff_, dim_);
-    out_in_times_rows(up_w_ + e * in_size, x.data(), up.data(), count, ff_, dim_);
+    gate_w_.times_rows(e, x.data(), gate.data(), count, ff_, dim_);
+    up_w_.times_rows(e, x.data(), up.data(), count, ff_, dim_);
     for (size_t i = 0; i < gate_.size(); i++) gate_[i] = swiglu_clamped(gate_[i], up_[i], limit_);
     const std::vector<const float*> hidden(gate.begin(), gate.end());
-    out_in_times_rows(down_w_ + e * in_size, hidden.data(), out.data(), count, dim_, ff_);
+    down_w_.times_rows(e, hidden.data(), out.data(), count, dim_, ff_);
   }
 
   // Every routed pair p of ``pairs_of`` (by expert): row p / slots of x [T, D] -> row p of out
@@ -53,7 +52,7 @@ class ExpertRows {
   }
 
  private:
-  const float *gate_w_, *up_w_, *down_w_;
+  const StackInput &gate_w_, &up_w_, &down_w_;
   int ff_, dim_;
   float limit_;
   std::vector<float> gate_, up_;
@@ -138,7 +137,8 @@ class RoutedExpertsFFN : public CpuPrimitive {
     };
     if (!grouped) {
       // Row by row (decode tiles): dot products that depend on nothing but their row.
-      ExpertRows(w[0], w[1], w[2], ff, dim, limit).run_pairs(pairs_of, x.data(), slots, y);
+      const StackInput gate_in(inputs, 1, 1), up_in(inputs, 2, 1), down_in(inputs, 3, 1);
+      ExpertRows(gate_in, up_in, down_in, ff, dim, limit).run_pairs(pairs_of, x.data(), slots, y);
       return;
     }
     for (int e = 0; e < experts; e++) {
@@ -240,14 +240,14 @@ class RowRouter {
 // expert's down projection [Fs, D] (stored [in, out]) of swiglu(shared_gate[t], shared_up[t])
 // [Fs], as the shared expert's own down projection computes a row (rows_linear).
 void combine_rows(const float* expert_out, const float* weights, int rows, int k_used, int dim,
-                  const float* shared_gate, const float* shared_up, const float* shared_down,
-                  int shared_ff, float shared_limit, float* out) {
+                  const float* shared_gate, const float* shared_up,
+                  const MatrixInput& shared_down, int shared_ff, float shared_limit, float* out) {
   std::vector<float> hidden(static_cast<size_t>(rows) * shared_ff);
   for (size_t i = 0; i < hidden.size(); i++) {
     hidden[i] = swiglu_clamped(shared_gate[i], shared_up[i], shared_limit);
   }
   std::vector<float> shared(static_cast<size_t>(rows) * dim);
-  rows_times_in_out({hidden.data(), static_cast<size_t>(shared_ff), shared_down, shared.data(),
+  shared_down.times({hidden.data(), static_cast<size_t>(shared_ff), nullptr, shared.data(),
                      static_cast<size_t>(dim), shared_ff, dim},
                     rows, rows);
   for (int t = 0; t < rows; t++) {
@@ -264,11 +264,12 @@ void combine_rows(const float* expert_out, const float* weights, int rows, int k
 }
 
 // A decode tile's whole FFN for its first ``rows`` rows (the others zeros): routing, routed
-// experts, their weighted sum and the shared expert. Inputs: logits [T, E], x [T, D],
-// gate/up [E, F, D], down [E, D, F], the shared expert's gate and up products [T, Fs] and its
-// down matrix stored [in, out] [Fs, D], then the bias [E] (``has_bias``) and the hash-routed
-// experts [T, k] int32 (``hashed``). One primitive where MLX needs some twenty; each row on its
-// own. MoeRoute and MoeCombine compute the same in two steps, around experts that are streamed.
+// experts, their weighted sum and the shared expert. Inputs: logits [T, E], x [T, D], the
+// shared expert's gate and up products [T, Fs], then the matrices, each float32 or coded
+// (``parts``): gate/up [E, F, D], down [E, D, F] and the shared expert's down matrix stored
+// [in, out] [Fs, D]; then the bias [E] (``has_bias``) and the hash-routed experts [T, k] int32
+// (``hashed``). One primitive where MLX needs some twenty; each row on its own. MoeRoute and
+// MoeCombine compute the same in two steps, around experts that are streamed.
 class MoeTile : public CpuPrimitive {
  public:
   struct Config {
@@ -276,6 +277,7 @@ class MoeTile : public CpuPrimitive {
     int rows;
     bool has_bias, hashed;
     float limit, shared_limit;
+    std::array<int, 4> parts;  // gate, up, down, shared down: 1 (float32) or 3 (coded)
 
     bool operator==(const Config&) const = default;
   };
@@ -297,11 +299,15 @@ class MoeTile : public CpuPrimitive {
  private:
   static void run(const std::vector<mx::array>& in, float* out, const Config& c) {
     const int tokens = in[1].shape(0), dim = in[1].shape(1);
-    const int experts = in[2].shape(0), ff = in[2].shape(1), k_used = c.routing.n_used;
-    RowMajor logits(in[0]), x(in[1]), gate_w(in[2]), up_w(in[3]), down_w(in[4]);
-    RowMajor shared_gate(in[5]), shared_up(in[6]), shared_down(in[7]);
-    const int shared_ff = in[5].shape(1);
-    size_t next = 8;
+    const int experts = in[0].shape(1), shared_ff = in[2].shape(1), k_used = c.routing.n_used;
+    RowMajor logits(in[0]), x(in[1]), shared_gate(in[2]), shared_up(in[3]);
+    size_t next = 4;
+    const int ff = in[next].shape(1);
+    const StackInput gate_w(in, next, c.parts[0]);
+    const StackInput up_w(in, next += c.parts[0], c.parts[1]);
+    const StackInput down_w(in, next += c.parts[1], c.parts[2]);
+    const MatrixInput shared_down(in, next += c.parts[2], c.parts[3]);
+    next += c.parts[3];
     std::optional<RowMajor> bias;
     if (c.has_bias) bias.emplace(in[next++]);
     const std::vector<int> hashed = c.hashed ? int_values(in[next]) : std::vector<int>();
@@ -316,12 +322,12 @@ class MoeTile : public CpuPrimitive {
     }
     // The rows of one expert together (its weights read once), each row on its own bits.
     std::vector<float> expert_out(chosen.size() * dim, 0.0f);
-    ExpertRows(gate_w.data(), up_w.data(), down_w.data(), ff, dim, c.limit)
+    ExpertRows(gate_w, up_w, down_w, ff, dim, c.limit)
         .run_pairs(pairs_by_expert(chosen.data(), real * k_used, experts), x.data(), k_used,
                    expert_out.data());
     std::fill(out, out + static_cast<size_t>(tokens) * dim, 0.0f);
     combine_rows(expert_out.data(), weights.data(), real, k_used, dim, shared_gate.data(),
-                 shared_up.data(), shared_down.data(), shared_ff, c.shared_limit, out);
+                 shared_up.data(), shared_down, shared_ff, c.shared_limit, out);
   }
 
   Config c_;
@@ -371,34 +377,36 @@ class MoeRoute : public CpuPrimitive {
 };
 
 // MoeTile's sum: the routed experts' outputs [R, k, D] (R real rows) and their weights [T, k],
-// the shared expert's gate and up products [T, Fs] and down matrix [Fs, D] -> [T, D], zeros
-// past the R rows.
+// the shared expert's gate and up products [T, Fs] and down matrix [Fs, D] (float32 or coded,
+// ``parts``) -> [T, D], zeros past the R rows.
 class MoeCombine : public CpuPrimitive {
  public:
-  MoeCombine(mx::Stream stream, float shared_limit)
-      : CpuPrimitive(stream), shared_limit_(shared_limit) {}
+  MoeCombine(mx::Stream stream, float shared_limit, int parts)
+      : CpuPrimitive(stream), shared_limit_(shared_limit), parts_(parts) {}
 
   Task task() const override {
-    return [limit = shared_limit_](const std::vector<mx::array>& in,
-                                   const std::vector<float*>& out) {
-      RowMajor expert_out(in[0]), weights(in[1]), shared_gate(in[2]), shared_up(in[3]),
-          shared_down(in[4]);
+    return [limit = shared_limit_, parts = parts_](const std::vector<mx::array>& in,
+                                                   const std::vector<float*>& out) {
+      RowMajor expert_out(in[0]), weights(in[1]), shared_gate(in[2]), shared_up(in[3]);
+      const MatrixInput shared_down(in, 4, parts);
       const int real = in[0].shape(0), k_used = in[0].shape(1), dim = in[0].shape(2);
       const int tokens = in[1].shape(0), shared_ff = in[2].shape(1);
       std::fill(out[0], out[0] + static_cast<size_t>(tokens) * dim, 0.0f);
       combine_rows(expert_out.data(), weights.data(), real, k_used, dim, shared_gate.data(),
-                   shared_up.data(), shared_down.data(), shared_ff, limit, out[0]);
+                   shared_up.data(), shared_down, shared_ff, limit, out[0]);
     };
   }
 
   const char* name() const override { return "DS4MoeCombine"; }
 
   bool is_equivalent(const mx::Primitive& other) const override {
-    return shared_limit_ == static_cast<const MoeCombine&>(other).shared_limit_;
+    const auto& o = static_cast<const MoeCombine&>(other);
+    return shared_limit_ == o.shared_limit_ && parts_ == o.parts_;
   }
 
  private:
   float shared_limit_;
+  int parts_;
 };
 
 }  // namespace
@@ -421,37 +429,41 @@ mx::array routed_experts(const mx::array& x, const mx::array& gate, const mx::ar
                    std::make_shared<RoutedExpertsFFN>(s, limit, grouped), in);
 }
 
-mx::array moe_tile(const mx::array& logits, const mx::array& x, const mx::array& gate,
-                   const mx::array& up, const mx::array& down, const mx::array& shared_gate,
-                   const mx::array& shared_up, const mx::array& shared_down,
+mx::array moe_tile(const mx::array& logits, const mx::array& x, const MatrixArg& gate,
+                   const MatrixArg& up, const MatrixArg& down, const mx::array& shared_gate,
+                   const mx::array& shared_up, const MatrixArg& shared_down,
                    const std::optional<mx::array>& bias, const std::optional<mx::array>& hashed,
                    int rows, int n_used, int func, bool normalize, float scale, float limit,
                    float shared_limit) {
   auto s = mx::default_stream(mx::Device::cpu);
+  const std::string op = "moe_tile";
+  const mx::Shape gate_shape = stack_shape(gate, op);
   const int tokens = x.ndim() == 2 ? x.shape(0) : -1;
-  if (x.ndim() != 2 || gate.ndim() != 3 || logits.shape() != mx::Shape{tokens, gate.shape(0)} ||
-      up.shape() != gate.shape() || gate.shape(2) != x.shape(1) ||
-      down.shape() != mx::Shape{gate.shape(0), x.shape(1), gate.shape(1)} ||
-      shared_gate.ndim() != 2 || shared_gate.shape(0) != tokens ||
-      shared_up.shape() != shared_gate.shape() ||
-      shared_down.shape() != mx::Shape{shared_gate.shape(1), x.shape(1)} || n_used < 1 ||
-      n_used > gate.shape(0) || func < 1 || func > 4 ||
-      (bias && bias->size() != static_cast<size_t>(gate.shape(0))) ||
+  const int experts = gate_shape.size() == 3 ? gate_shape[0] : -1;
+  const int ff = gate_shape.size() == 3 ? gate_shape[1] : -1;
+  const auto [shared_ff, shared_dim] = matrix_shape(shared_down, op);
+  if (x.ndim() != 2 || gate_shape.size() != 3 || logits.shape() != mx::Shape{tokens, experts} ||
+      stack_shape(up, op) != gate_shape || gate_shape[2] != x.shape(1) ||
+      stack_shape(down, op) != mx::Shape{experts, x.shape(1), ff} || shared_gate.ndim() != 2 ||
+      shared_gate.shape(0) != tokens || shared_up.shape() != shared_gate.shape() ||
+      shared_ff != shared_gate.shape(1) || shared_dim != x.shape(1) || n_used < 1 ||
+      n_used > experts || func < 1 || func > 4 ||
+      (bias && bias->size() != static_cast<size_t>(experts)) ||
       (hashed && hashed->shape() != mx::Shape{tokens, n_used})) {
     throw std::invalid_argument(
         "moe_tile: expected logits [T, E], x [T, D], gate/up [E, F, D], down [E, D, F], "
         "shared gate/up [T, Fs], shared down [Fs, D], bias [E] or None, hashed [T, k] or "
         "None, 1 <= k <= E, func 1-4");
   }
-  std::vector<mx::array> in = {
-      mx::astype(logits, mx::float32, s),    mx::astype(x, mx::float32, s),
-      mx::astype(gate, mx::float32, s),      mx::astype(up, mx::float32, s),
-      mx::astype(down, mx::float32, s),      mx::astype(shared_gate, mx::float32, s),
-      mx::astype(shared_up, mx::float32, s), mx::astype(shared_down, mx::float32, s)};
+  std::vector<mx::array> in = {mx::astype(logits, mx::float32, s), mx::astype(x, mx::float32, s),
+                               mx::astype(shared_gate, mx::float32, s),
+                               mx::astype(shared_up, mx::float32, s)};
+  std::array<int, 4> parts = {push_matrix(in, gate, s, op), push_matrix(in, up, s, op),
+                              push_matrix(in, down, s, op), push_matrix(in, shared_down, s, op)};
   if (bias) in.push_back(mx::astype(*bias, mx::float32, s));
   if (hashed) in.push_back(mx::astype(*hashed, mx::int32, s));
   MoeTile::Config config{{n_used, func, normalize, scale}, rows, bias.has_value(),
-                         hashed.has_value(), limit, shared_limit};
+                         hashed.has_value(), limit, shared_limit, parts};
   return mx::array(x.shape(), mx::float32, std::make_shared<MoeTile>(s, config), in);
 }
 
@@ -478,22 +490,23 @@ std::vector<mx::array> moe_route(const mx::array& logits, const std::optional<mx
 
 mx::array moe_combine(const mx::array& expert_out, const mx::array& weights,
                       const mx::array& shared_gate, const mx::array& shared_up,
-                      const mx::array& shared_down, float shared_limit) {
+                      const MatrixArg& shared_down, float shared_limit) {
   auto s = mx::default_stream(mx::Device::cpu);
+  const auto [shared_ff, shared_dim] = matrix_shape(shared_down, "moe_combine");
   if (expert_out.ndim() != 3 || weights.ndim() != 2 || weights.shape(1) != expert_out.shape(1) ||
       weights.shape(0) < expert_out.shape(0) || shared_gate.ndim() != 2 ||
       shared_gate.shape(0) != weights.shape(0) || shared_up.shape() != shared_gate.shape() ||
-      shared_down.shape() != mx::Shape{shared_gate.shape(1), expert_out.shape(2)}) {
+      shared_ff != shared_gate.shape(1) || shared_dim != expert_out.shape(2)) {
     throw std::invalid_argument(
         "moe_combine: expected expert outputs [R, k, D], weights [T, k] (T >= R), shared "
         "gate/up [T, Fs] and shared down [Fs, D]");
   }
+  std::vector<mx::array> in = {
+      mx::astype(expert_out, mx::float32, s), mx::astype(weights, mx::float32, s),
+      mx::astype(shared_gate, mx::float32, s), mx::astype(shared_up, mx::float32, s)};
+  const int parts = push_matrix(in, shared_down, s, "moe_combine");
   return mx::array({weights.shape(0), expert_out.shape(2)}, mx::float32,
-                   std::make_shared<MoeCombine>(s, shared_limit),
-                   {mx::astype(expert_out, mx::float32, s), mx::astype(weights, mx::float32, s),
-                    mx::astype(shared_gate, mx::float32, s),
-                    mx::astype(shared_up, mx::float32, s),
-                    mx::astype(shared_down, mx::float32, s)});
+                   std::make_shared<MoeCombine>(s, shared_limit, parts), in);
 }
 
 }  // namespace ds4mlx_ops

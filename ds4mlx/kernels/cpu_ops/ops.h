@@ -6,6 +6,7 @@
 #pragma once
 
 #include <optional>
+#include <variant>
 #include <vector>
 
 #include "mlx/array.h"
@@ -13,6 +14,9 @@
 namespace mx = mlx::core;
 
 namespace ds4mlx_ops {
+
+// A stored matrix: a float32 array, or its codes [codes (int8), scale, bias] (common.h).
+using MatrixArg = std::variant<mx::array, std::vector<mx::array>>;
 
 std::vector<mx::array> hc_mixes(const mx::array& mixes, const mx::array& scale,
                                 const mx::array& base, int hc, int iters, float eps);
@@ -28,9 +32,9 @@ mx::array routed_experts(const mx::array& x, const mx::array& gate, const mx::ar
                          const mx::array& down, const mx::array& indices, float limit,
                          bool grouped);
 
-mx::array moe_tile(const mx::array& logits, const mx::array& x, const mx::array& gate,
-                   const mx::array& up, const mx::array& down, const mx::array& shared_gate,
-                   const mx::array& shared_up, const mx::array& shared_down,
+mx::array moe_tile(const mx::array& logits, const mx::array& x, const MatrixArg& gate,
+                   const MatrixArg& up, const MatrixArg& down, const mx::array& shared_gate,
+                   const mx::array& shared_up, const MatrixArg& shared_down,
                    const std::optional<mx::array>& bias, const std::optional<mx::array>& hashed,
                    int rows, int n_used, int func, bool normalize, float scale, float limit,
                    float shared_limit);
@@ -41,7 +45,7 @@ std::vector<mx::array> moe_route(const mx::array& logits, const std::optional<mx
 
 mx::array moe_combine(const mx::array& expert_out, const mx::array& weights,
                       const mx::array& shared_gate, const mx::array& shared_up,
-                      const mx::array& shared_down, float shared_limit);
+                      const MatrixArg& shared_down, float shared_limit);
 
 mx::array sparse_attention(const mx::array& q, const mx::array& window,
                            const mx::array& window_range, const mx::array& comp,
@@ -61,7 +65,7 @@ std::vector<mx::array> markov_chain(const mx::array& logits, const mx::array& w1
 mx::array rope(const mx::array& x, const mx::array& cos, const mx::array& sin, int offset,
                int n_dims, bool interleaved, bool inverse);
 
-std::vector<mx::array> rows_linear(const mx::array& x, const std::vector<mx::array>& ws,
+std::vector<mx::array> rows_linear(const mx::array& x, const std::vector<MatrixArg>& ws,
                                    int rows);
 
 mx::array rms_norm(const mx::array& x, const std::optional<mx::array>& weight, float eps);

@@ -13,18 +13,22 @@ namespace {
 // one row, each row's bits are its own, and the projections of one input are one primitive.
 class RowsLinear : public CpuPrimitive {
  public:
-  RowsLinear(mx::Stream stream, int rows) : CpuPrimitive(stream), rows_(rows) {}
+  // ``parts``: each matrix's input count (1: float32 [K, N], 3: coded, ``MatrixInput``).
+  RowsLinear(mx::Stream stream, int rows, std::vector<int> parts)
+      : CpuPrimitive(stream), rows_(rows), parts_(std::move(parts)) {}
 
   Task task() const override {
-    return [rows = rows_](const std::vector<mx::array>& in, const std::vector<float*>& out) {
+    return [rows = rows_, parts = parts_](const std::vector<mx::array>& in,
+                                          const std::vector<float*>& out) {
       RowMajor x(in[0]);
       const int tokens = in[0].shape(0), k = in[0].shape(1);
-      for (size_t i = 1; i < in.size(); i++) {
-        RowMajor w(in[i]);
-        const int n = in[i].shape(1);
-        rows_times_in_out({x.data(), static_cast<size_t>(k), w.data(), out[i - 1],
-                           static_cast<size_t>(n), k, n},
-                          tokens, std::min(rows, tokens));
+      size_t at = 1;
+      for (size_t i = 0; i < parts.size(); i++) {
+        const MatrixInput w(in, at, parts[i]);
+        at += parts[i];
+        const int n = static_cast<int>(out_width(in, at - parts[i], parts[i]));
+        w.times({x.data(), static_cast<size_t>(k), nullptr, out[i], static_cast<size_t>(n), k, n},
+                tokens, std::min(rows, tokens));
       }
     };
   }
@@ -32,11 +36,17 @@ class RowsLinear : public CpuPrimitive {
   const char* name() const override { return "DS4RowsLinear"; }
 
   bool is_equivalent(const mx::Primitive& other) const override {
-    return rows_ == static_cast<const RowsLinear&>(other).rows_;
+    const auto& o = static_cast<const RowsLinear&>(other);
+    return rows_ == o.rows_ && parts_ == o.parts_;
   }
 
  private:
+  static size_t out_width(const std::vector<mx::array>& in, size_t at, int parts) {
+    return parts == 1 ? in[at].shape(1) : static_cast<size_t>(in[at].shape(0)) * kPanel;
+  }
+
   int rows_;
+  std::vector<int> parts_;
 };
 
 // mx.fast.rms_norm over the last axis of x [..., D]: each row times 1 / sqrt(mean(x^2) + eps),
@@ -166,7 +176,7 @@ class AppendRows : public CpuPrimitive {
 
 }  // namespace
 
-std::vector<mx::array> rows_linear(const mx::array& x, const std::vector<mx::array>& ws,
+std::vector<mx::array> rows_linear(const mx::array& x, const std::vector<MatrixArg>& ws,
                                    int rows) {
   auto s = mx::default_stream(mx::Device::cpu);
   if (x.ndim() != 2 || ws.empty() || rows < 0) {
@@ -174,15 +184,17 @@ std::vector<mx::array> rows_linear(const mx::array& x, const std::vector<mx::arr
   }
   std::vector<mx::array> in = {mx::astype(x, mx::float32, s)};
   std::vector<mx::Shape> shapes;
+  std::vector<int> parts;
   for (const auto& w : ws) {
-    if (w.ndim() != 2 || w.shape(0) != x.shape(1)) {
+    const auto [k, n] = matrix_shape(w, "rows_linear");
+    if (k != x.shape(1)) {
       throw std::invalid_argument("rows_linear: every w must be [K, N] with x [T, K]");
     }
-    in.push_back(mx::astype(w, mx::float32, s));
-    shapes.push_back({x.shape(0), w.shape(1)});
+    parts.push_back(push_matrix(in, w, s, "rows_linear"));
+    shapes.push_back({x.shape(0), n});
   }
   return mx::array::make_arrays(shapes, std::vector<mx::Dtype>(ws.size(), mx::float32),
-                                std::make_shared<RowsLinear>(s, rows), in);
+                                std::make_shared<RowsLinear>(s, rows, std::move(parts)), in);
 }
 
 mx::array rms_norm(const mx::array& x, const std::optional<mx::array>& weight, float eps) {
