@@ -155,8 +155,8 @@ _PIECES: dict[str, dict[str, tuple[str, ...]]] = {
     },
     "glm5_next": {
         "mhc": ("mhc.HyperConnection.__call__", "glm5_next.hc_expand"),
-        "attention": ("glm5_next.KDA.__call__", "glm5_next.SparseMLA.__call__"),
-        "indexer": ("glm5_next.PoolIndexer.pool", "glm5_next.PoolIndexer.select"),
+        "attention": ("kda.KDA.__call__", "glm5_next.SparseMLA.__call__"),
+        "indexer": ("pool_indexer.PoolIndexer.pool", "pool_indexer.PoolIndexer.select"),
         "moe": ("moe.SharedExpertMoE.__call__", "moe.SwiGLU.__call__"),
         "head": ("glm5_next.Model.head",),
     },

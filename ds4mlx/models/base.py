@@ -33,6 +33,8 @@ DECODE_TILE = 8
 # The most rows a chunk may have for its logits to be bit-identical to one-token decode: the
 # largest decode tile with a real row in every place, so the largest verify pass.
 VERIFY_ROWS = DECODE_TILE - 1
+# Attention score elements materialised per query block; longer inputs are processed in blocks.
+SCORE_BUDGET = 1 << 24
 
 _M = TypeVar("_M", bound="TiledModel")
 
@@ -46,7 +48,8 @@ class TiledModel(nn.Module):
     """The architecture-neutral part of a model (the interface ``ds4mlx.models`` describes).
 
     A subclass sets ``args_class`` and ``tensor_shapes``, holds ``args``, ``embed`` (the token
-    embeddings) and ``blocks``, and implements ``_layers`` and ``head``.
+    embeddings) and ``blocks`` (each with ``new_cache()``), and implements ``_layers`` and
+    ``head``.
     """
 
     #: The most rows a chunk may have for its logits to be bit-identical to one-token decode.
@@ -85,6 +88,10 @@ class TiledModel(nn.Module):
         where a table holds indices; tensors the architecture marks optional may be left out),
         used as they are: training differentiates through them."""
         return cls(args, ArrayWeights(cls.tensor_shapes(args), arrays))
+
+    def new_state(self) -> ModelState:
+        """An empty per-sequence state: every block's empty cache."""
+        return ModelState([block.new_cache() for block in self.blocks])
 
     # The architecture's part of ``forward``.
 

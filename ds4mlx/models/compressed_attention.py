@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ds4mlx.kernels import grow_rows, indexer_top_k, pool_blocks, sparse_attention
 from ds4mlx.models.attention import sink_attention, sliding_window_mask
-from ds4mlx.models.base import DECODE_TILE
+from ds4mlx.models.base import DECODE_TILE, SCORE_BUDGET
 from ds4mlx.models.norms import rms_norm
 from ds4mlx.models.rope import RoPE, RopeAngles
 from ds4mlx.models.weights import Weights
@@ -28,8 +28,6 @@ import numpy as np
 # indexer) and HCA (every completed block).
 CSA_RATIO = 4
 HCA_RATIO = 128
-# Attention score elements materialised per query block; longer inputs are processed in blocks.
-_SCORE_BUDGET = 1 << 24
 #: Chunks up to this many rows (decode tiles, verify passes) attend CSA blocks sparsely; longer
 #: prefill chunks use one mask over all blocks, which batches better.
 SPARSE_ATTENTION_ROWS = DECODE_TILE
@@ -359,7 +357,7 @@ class CompressedAttention(nn.Module):
         # Query blocks bound the [heads, rows, keys] score memory of long prefills.
         n_keys = min(window.shape[0], tokens + self.window) + n_comp
         per_row = n_keys * (self.heads + (self.indexer.heads if self.indexer else 0))
-        step = max(1, _SCORE_BUDGET // per_row)
+        step = max(1, SCORE_BUDGET // per_row)
         outs = []
         for t0 in range(0, tokens, step):
             q_pos = positions[t0 : t0 + step]

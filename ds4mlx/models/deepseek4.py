@@ -627,6 +627,9 @@ class Block(nn.Module):
         self._before_attention = CompiledTiles(self._tile_before_attention)
         self._after_attention = CompiledTiles(self._tile_after_attention)
 
+    def new_cache(self) -> LayerCache:
+        return LayerCache()
+
     @property
     def _compiles_tiles(self) -> bool:
         """Decode tiles run compiled around the attention proper (``_compiled_tile``) where the
@@ -739,9 +742,6 @@ class Model(TiledModel):
         self.output_norm = RMSNorm(w.param("output_norm.weight"), args.rms_norm_eps)
         self.output = w.matrix("output.weight")
         self._head_tiles = CompiledTiles(lambda x, n_real: self.head(x, n_real))
-
-    def new_state(self) -> ModelState:
-        return ModelState([LayerCache() for _ in self.blocks])
 
     def truncate(self, state: ModelState, pos: int) -> None:
         """Roll ``state`` back to just after position ``pos - 1`` (at most ROLLBACK_DEPTH

@@ -124,7 +124,7 @@ def test_query_blocks_equal_one_block(monkeypatch):
     fixture = _fixture("deepseek4-b-f16")
     tokens = fixture["tokens"]
     batch = _batch_logits(fixture["gguf"], tuple(tokens))
-    monkeypatch.setattr(compressed_attention, "_SCORE_BUDGET", 1 << 16)  # ~10 query rows per block
+    monkeypatch.setattr(compressed_attention, "SCORE_BUDGET", 1 << 16)  # ~10 query rows per block
     blocked = _model(fixture["gguf"]).logits(tokens)
     assert np.max(np.abs(blocked - batch)) <= 1e-5 * np.max(np.abs(batch))
 
