@@ -12,6 +12,8 @@ object with:
     verify's rejected rows) without recomputing anything,
   - ``max_invariant_rows``: chunks up to this many tokens give logits bit-identical to
     one-token decode (so greedy speculation reproduces plain greedy decoding exactly).
+
+``models.base.TiledModel`` implements what the architectures share of this.
 """
 
 from __future__ import annotations

@@ -36,42 +36,33 @@ not emulated.
 
 from __future__ import annotations
 
-import functools
 import math
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, TypeVar
 
 from ds4mlx import kernels
-from ds4mlx.experts import ExpertStore
 from ds4mlx.gguf import GGUFError, GGUFFile, MetaValue
-from ds4mlx.kernels import (
-    grouped_linear,
-    grow_rows,
-    indexer_top_k,
-    linear,
-    linear_many,
-    pool_blocks,
-    sparse_attention,
-    take_rows,
-)
-from ds4mlx.models.attention import sink_attention, sliding_window_mask
+from ds4mlx.kernels import grouped_linear, grow_rows, linear, linear_many
+from ds4mlx.models.base import DECODE_TILE, TiledModel, pad_to_tile
 from ds4mlx.models.cache import ModelState, append_rows
-from ds4mlx.models.metadata import ArchMetadata, first
-from ds4mlx.models.mhc import (
-    HyperHead,
-    block_site_shapes,
-    hc_expand,
-    hc_mean,
-    load_block_sites,
+from ds4mlx.models.compressed_attention import (
+    CSA_RATIO,
+    HCA_RATIO,
+    CompressedAttention,
+    Compressor,
+    LayerCache,
+    LightningIndexer,
+    compressor_shapes,
 )
+from ds4mlx.models.metadata import ArchMetadata, first
+from ds4mlx.models.mhc import HyperHead, block_site_shapes, hc_expand, load_block_sites
 from ds4mlx.models.moe import GatingFunc, SharedExpertMoE, shared_expert_moe_shapes
 from ds4mlx.models.norms import RMSNorm, rms_norm
-from ds4mlx.models.outputs import ForwardOutput, capture_set
 from ds4mlx.models.rope import RoPE, RopeAngles, RopeConfig
 from ds4mlx.models.tiles import CompiledTiles
-from ds4mlx.models.weights import ArrayWeights, GGUFWeights, Weights
+from ds4mlx.models.weights import Weights
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -79,25 +70,13 @@ import numpy as np
 from gguf import GGUFValueType
 
 ARCH = "deepseek4"
-CSA_RATIO = 4
-HCA_RATIO = 128
-# Positions a state can be rolled back by (``Model.truncate``): a speculative verify pass feeds
-# at most this many rows, and the rejected ones are cut off afterwards.
-MAX_ROLLBACK = 16
-# Chunks of at most this many tokens (one-token decode and speculative verify) run as a tile of
-# exactly this many rows, padded with dummy tokens, so that every matmul sees the same shape and
-# each row's result is bit-identical however many real rows the chunk had. Attention and the
-# routed experts, whose shapes would depend on the chunk, run row by row on the real rows only.
-# This is what makes greedy speculative output equal plain greedy output byte for byte.
-DECODE_TILE = 8
+# Positions a state can be rolled back by (``Model.truncate``), however they were fed: a
+# speculative verify pass feeds at most this many rows, and the rejected ones are cut off
+# afterwards (the caches keep the history for it, ``CACHE_SLACK``).
+ROLLBACK_DEPTH = 16
 # Rows of history caches keep beyond what the next chunk needs: a tile drops its padding rows
-# (up to DECODE_TILE - 1) and then a caller may still roll back MAX_ROLLBACK positions.
-CACHE_SLACK = MAX_ROLLBACK + DECODE_TILE
-# Attention score elements materialised per query block; longer inputs are processed in blocks.
-_SCORE_BUDGET = 1 << 24
-#: Chunks up to this many rows (decode tiles, verify passes) attend CSA blocks sparsely; longer
-#: prefill chunks use one mask over all blocks, which batches better.
-SPARSE_ATTENTION_ROWS = DECODE_TILE
+# (up to DECODE_TILE - 1) and then a caller may still roll back ROLLBACK_DEPTH positions.
+CACHE_SLACK = ROLLBACK_DEPTH + DECODE_TILE
 
 _C = TypeVar("_C")  # what a block's attention returns besides its output: one or more caches
 
@@ -317,15 +296,6 @@ def tensor_shapes(args: ModelArgs) -> dict[str, tuple[int, ...]]:
     fs = f * args.n_shared_experts
     o_rank, group_dim = args.o_lora_rank, h * hd // args.o_groups
 
-    def compressor(prefix: str, dim: int, ratio: int) -> dict[str, tuple[int, ...]]:
-        width = (2 if ratio == CSA_RATIO else 1) * dim  # CSA rows overlap two blocks
-        return {
-            f"{prefix}_kv.weight": (width, d),
-            f"{prefix}_gate.weight": (width, d),
-            f"{prefix}_ape.weight": (ratio, width),
-            f"{prefix}_norm.weight": (dim,),
-        }
-
     shapes: dict[str, tuple[int, ...]] = {
         "token_embd.weight": (vocab, d),
         "output_hc_fn.weight": (hc, hc * d),
@@ -352,13 +322,15 @@ def tensor_shapes(args: ModelArgs) -> dict[str, tuple[int, ...]]:
         }
         ratio = args.compress_ratios[layer]
         if ratio:
-            shapes |= compressor(f"{p}.attn_compressor", hd, ratio)
+            shapes |= compressor_shapes(f"{p}.attn_compressor", hidden=d, dim=hd, ratio=ratio)
         if ratio == CSA_RATIO:
             shapes |= {
                 f"{p}.indexer.attn_q_b.weight": (args.index_heads * args.index_head_dim, q_rank),
                 f"{p}.indexer.proj.weight": (args.index_heads, d),
             }
-            shapes |= compressor(f"{p}.indexer_compressor", args.index_head_dim, CSA_RATIO)
+            shapes |= compressor_shapes(
+                f"{p}.indexer_compressor", hidden=d, dim=args.index_head_dim, ratio=CSA_RATIO
+            )
         shapes[f"{p}.ffn_norm.weight"] = (d,)
         hashed = layer < args.n_hash_layers
         shapes |= shared_expert_moe_shapes(
@@ -373,205 +345,8 @@ def tensor_shapes(args: ModelArgs) -> dict[str, tuple[int, ...]]:
 
 
 # --------------------------------------------------------------------------------------------
-# Per-layer caches
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PendingRows:
-    """Compressor rows (kv and gate scores, [n, width]) of positions ``start ..``: the rows not
-    yet consumed by a completed block, plus the last ``CACHE_SLACK`` rows so that a rejected
-    speculative suffix can be cut off (``truncate``) without recomputing anything."""
-
-    start: int
-    kv: mx.array
-    score: mx.array
-
-    def truncate(self, pos: int) -> PendingRows:
-        return PendingRows(self.start, self.kv[: pos - self.start], self.score[: pos - self.start])
-
-
-@dataclass(frozen=True)
-class LayerCache:
-    """One layer's cache. ``window``: the last raw keys; ``comp``/``index``: compressed attention
-    keys and lightning-indexer keys of every completed block, with their compressors' rows."""
-
-    window: mx.array | None = None
-    comp: mx.array | None = None
-    comp_pending: PendingRows | None = None
-    index: mx.array | None = None
-    index_pending: PendingRows | None = None
-
-    def truncate(self, old_pos: int, pos: int, ratio: int) -> LayerCache:
-        """This cache as it was after position ``pos`` (``old_pos - pos <= MAX_ROLLBACK``)."""
-        cut = old_pos - pos
-        blocks = pos // ratio if ratio else 0
-
-        def pending(rows: PendingRows | None) -> PendingRows | None:
-            return None if rows is None else rows.truncate(pos)
-
-        return LayerCache(
-            window=None if self.window is None else self.window[: self.window.shape[0] - cut],
-            comp=None if self.comp is None else self.comp[:blocks],
-            comp_pending=pending(self.comp_pending),
-            index=None if self.index is None else self.index[:blocks],
-            index_pending=pending(self.index_pending),
-        )
-
-
-# --------------------------------------------------------------------------------------------
 # Modules
 # --------------------------------------------------------------------------------------------
-
-
-class Compressor(nn.Module):
-    """Pools each block of ``ratio`` positions into one row (llama.cpp ``build_*_compressed_kv``).
-
-    Every position contributes a kv row and a gate-score row (``wgate x + ape[pos % ratio]``);
-    a block's row is the per-channel softmax(score)-weighted sum of its rows, RMS-normed and
-    RoPE'd at the block's first position. With ``overlap`` (CSA) rows are twice as wide: the first
-    half feeds the next block, the second half the block itself.
-    """
-
-    def __init__(self, w: Weights, prefix: str, *, dim: int, ratio: int, rope: RoPE, eps: float):
-        super().__init__()
-        self.overlap = ratio == CSA_RATIO
-        self.wkv = w.matrix(f"{prefix}_kv.weight")
-        self.wgate = w.matrix(f"{prefix}_gate.weight")
-        self.ape = w.param(f"{prefix}_ape.weight")
-        self.norm = w.param(f"{prefix}_norm.weight")
-        self.dim = dim
-        self.ratio = ratio
-        self.rope = rope
-        self.eps = eps
-
-    def pending_start(self, pos: int) -> int:
-        """First position whose rows must be kept once ``pos`` positions have been seen."""
-        block = pos // self.ratio - (1 if self.overlap else 0)
-        return max(0, block * self.ratio)
-
-    def position_embedding(self, positions: np.ndarray, on_host: bool = False) -> mx.array:
-        """``ape[p % ratio]`` for each position [T, width]; ``on_host`` gathers it on the host
-        from the tiny table (an input of a decode tile, inference only, rather than three
-        primitives in it), else MLX gathers it (differentiable)."""
-        phase = np.asarray(positions) % self.ratio
-        return mx.array(np.array(self.ape)[phase]) if on_host else self.ape[mx.array(phase)]
-
-    def rows(self, kv: mx.array, gate: mx.array, embedding: mx.array) -> tuple[mx.array, mx.array]:
-        """``project`` from the products ``wkv x`` and ``wgate x`` and the rows'
-        ``position_embedding``: the kv rows and the gate scores."""
-        return kv, gate + embedding
-
-    def pool(
-        self,
-        kv: mx.array,
-        score: mx.array,
-        pos0: int,
-        pending: PendingRows | None,
-        take: int | None = None,
-    ) -> tuple[mx.array | None, PendingRows]:
-        """``__call__`` on rows already projected (``project``) for positions pos0....
-        ``take``: only the first rows are real (a decode tile)."""
-        take = kv.shape[0] if take is None else take
-        r, dim, end = self.ratio, self.dim, pos0 + take
-        start = pos0 if pending is None else pending.start  # position of the first row
-        keep_from = max(start, self.pending_start(max(0, end - CACHE_SLACK)))
-        b0, b1 = pos0 // r, end // r  # blocks completed in this chunk: [b0, b1)
-        # The rows read from here on: those kept, and those of the blocks completed now (each
-        # with the block before it, CSA).
-        read_from = keep_from if b1 == b0 else max(start, min(keep_from, (b0 - self.overlap) * r))
-        cached = (kv[:0], score[:0]) if pending is None else (pending.kv, pending.score)
-        kv, score = grow_rows(cached, (kv, score), take, end - read_from)
-        start, skip = read_from, keep_from - read_from
-        kept = PendingRows(keep_from, kv[skip:] if skip else kv, score[skip:] if skip else score)
-        if b1 == b0:
-            return None, kept
-        n = b1 - b0
-        lo = b0 * r - start
-        # One native primitive in a decode tile on the CPU, else the MLX ops (its twin).
-        pooled = pool_blocks(kv, score, lo, n, r, dim, self.overlap)
-        if pooled is None:
-            pooled = self._pooled(kv, score, lo, n, b0)
-        pooled = rms_norm(pooled, self.norm, self.eps)
-        angles = self.rope.angles(np.arange(b0, b1) * r)
-        return self.rope.apply(pooled, angles, offset=dim - self.rope.n_dims), kept
-
-    def _pooled(self, kv: mx.array, score: mx.array, lo: int, n: int, b0: int) -> mx.array:
-        """The softmax pooling of the ``n`` blocks whose rows start at row ``lo`` of kv and
-        score (block b0 first): [n, dim]."""
-        r, dim = self.ratio, self.dim
-        hi = lo + n * r
-        if self.overlap:
-            prev_kv, prev_score = kv[lo - r : hi - r, :dim], score[lo - r : hi - r, :dim]
-            if b0 == 0:
-                # Block 0 has no previous block: pool against a zero row with a -inf gate.
-                prev_kv = mx.concatenate([mx.zeros((r, dim)), kv[: hi - r, :dim]])
-                prev_score = mx.concatenate([mx.full((r, dim), -mx.inf), score[: hi - r, :dim]])
-            values = mx.concatenate(
-                [prev_kv.reshape(n, r, dim), kv[lo:hi, dim:].reshape(n, r, dim)], axis=1
-            )
-            scores = mx.concatenate(
-                [prev_score.reshape(n, r, dim), score[lo:hi, dim:].reshape(n, r, dim)], axis=1
-            )
-        else:
-            values = kv[lo:hi].reshape(n, r, dim)
-            scores = score[lo:hi].reshape(n, r, dim)
-        return mx.sum(values * mx.softmax(scores, axis=1, precise=True), axis=1)
-
-
-class LightningIndexer(nn.Module):
-    """Scores compressed blocks per query and keeps the top-k (CSA layers)."""
-
-    def __init__(self, args: ModelArgs, w: Weights, layer: int, rope: RoPE):
-        super().__init__()
-        p = f"blk.{layer}"
-        heads, dim = args.index_heads, args.index_head_dim
-        self.q_b = w.matrix(f"{p}.indexer.attn_q_b.weight")
-        self.proj = w.matrix(f"{p}.indexer.proj.weight")
-        self.compressor = Compressor(
-            w,
-            f"{p}.indexer_compressor",
-            dim=dim,
-            ratio=CSA_RATIO,
-            rope=rope,
-            eps=args.rms_norm_eps,
-        )
-        self.heads, self.dim, self.top_k = heads, dim, args.index_topk
-        self.rope = rope
-
-    def from_products(
-        self, q: mx.array, weights: mx.array, angles: RopeAngles
-    ) -> tuple[mx.array, mx.array]:
-        """Indexer queries [T, heads, dim] and head weights [T, heads] from the products
-        ``q_b qr`` and ``proj x`` (``Attention._project`` makes them with its own)."""
-        q = q.reshape(q.shape[0], self.heads, self.dim)
-        q = self.rope.apply(q, angles, offset=self.dim - self.rope.n_dims)
-        weights = weights * (1.0 / math.sqrt(self.dim * self.heads))
-        return q, weights
-
-    def select(self, q: mx.array, weights: mx.array, keys: mx.array, visible: mx.array) -> mx.array:
-        """Which visible blocks each query attends: bool [T, N] (at most top_k per row)."""
-        if keys.shape[0] <= self.top_k:
-            return visible
-        top = self.top_blocks(q, weights, keys, visible)
-        # A selection has no gradient; stop_gradient says so to MLX, which cannot differentiate
-        # a scatter with respect to its indices.
-        chosen = mx.put_along_axis(
-            mx.zeros(visible.shape, mx.bool_), mx.maximum(top, 0), mx.array(True), axis=-1
-        )
-        return chosen & visible
-
-    def top_blocks(
-        self, q: mx.array, weights: mx.array, keys: mx.array, visible: mx.array
-    ) -> mx.array:
-        """The top_k visible blocks of each query, int32 [T, top_k] in no particular order;
-        -1 fills the slots of a row that sees fewer blocks. Needs N > top_k keys."""
-        scores = mx.maximum(mx.matmul(q, keys.T), 0.0)  # [T, heads, N]
-        scores = mx.sum(scores * weights[..., None], axis=1)
-        scores = mx.where(visible, scores, -mx.inf)
-        top = mx.argpartition(-scores, self.top_k - 1, axis=-1)[:, : self.top_k]
-        top = mx.where(mx.take_along_axis(visible, top, axis=-1), top.astype(mx.int32), -1)
-        return mx.stop_gradient(top)
 
 
 @dataclass
@@ -621,7 +396,7 @@ class _Projected:
         )
 
 
-class Attention(nn.Module):
+class Attention(CompressedAttention):
     def __init__(self, args: ModelArgs, w: Weights, layer: int):
         super().__init__()
         p = f"blk.{layer}"
@@ -653,9 +428,19 @@ class Attention(nn.Module):
                 ratio=self.ratio,
                 rope=comp_rope,
                 eps=args.rms_norm_eps,
+                slack=CACHE_SLACK,
             )
             if self.ratio == CSA_RATIO:
-                self.indexer = LightningIndexer(args, w, layer, comp_rope)
+                self.indexer = LightningIndexer(
+                    w,
+                    p,
+                    heads=args.index_heads,
+                    dim=args.index_head_dim,
+                    top_k=args.index_topk,
+                    rope=comp_rope,
+                    eps=args.rms_norm_eps,
+                    slack=CACHE_SLACK,
+                )
 
     def __call__(
         self, x: mx.array, pos0: int, cache: LayerCache, n_real: int | None = None
@@ -805,114 +590,6 @@ class Attention(nn.Module):
         lora = grouped_linear(out.reshape(tokens, -1), self.wo_a, n_real)  # [T, G * o_rank]
         return linear(lora, self.wo_b, n_real)
 
-    def _attend_tile(
-        self,
-        q: mx.array,
-        positions: np.ndarray,
-        window: mx.array,
-        cache: LayerCache,
-        index_q: mx.array | None,
-        index_w: mx.array | None,
-        n_real: int,
-    ) -> mx.array:
-        """A decode tile's attention in one call: each of the first ``n_real`` rows over exactly
-        the keys its position sees (its window rows, its visible or indexer-selected compressed
-        rows), padding rows over none (zeros out). ``kernels.sparse_attention`` reads each
-        row's keys on their own, so a row's result does not depend on the other rows: a verify
-        row equals decoding its token alone, bit for bit."""
-        tokens = q.shape[0]
-        real = np.arange(tokens) < n_real
-        window_start = int(positions[n_real - 1]) + 1 - window.shape[0]  # holds real rows only
-        hi = positions + 1 - window_start
-        ranges = np.where(real[:, None], np.stack([np.maximum(hi - self.window, 0), hi], 1), 0)
-        comp, index = self._tile_blocks(positions, real, cache, index_q, index_w)
-        return sparse_attention(
-            q, window, mx.array(ranges.astype(np.int32)), comp, index, self.sinks, self.scale
-        )
-
-    def _tile_blocks(
-        self,
-        positions: np.ndarray,
-        real: np.ndarray,
-        cache: LayerCache,
-        index_q: mx.array | None,
-        index_w: mx.array | None,
-    ) -> tuple[mx.array, mx.array]:
-        """The compressed rows and, per tile row, the ones it attends (int32 [T, K], -1 for an
-        unused slot): every visible block, or the indexer's top-k where a row sees more."""
-        n_comp = 0 if cache.comp is None else cache.comp.shape[0]
-        n_vis = np.where(real, np.minimum((positions + 1) // max(self.ratio, 1), n_comp), 0)
-        if not n_vis.any():
-            return _no_blocks(self.head_dim, len(positions))
-        top_k = self.indexer.top_k if self.indexer is not None else 0
-        if not top_k or n_vis.max() <= top_k:
-            slots = np.arange(n_vis.max())
-            return cache.comp, mx.array(
-                np.where(slots < n_vis[:, None], slots, -1).astype(np.int32)
-            )
-        # The indexer's choice for each row over exactly that row's blocks, as a one-row
-        # decode makes it (one primitive for the tile on the CPU).
-        return cache.comp, indexer_top_k(
-            index_q, index_w, cache.index, mx.array(n_vis.astype(np.int32)), top_k
-        )
-
-    def _attend(
-        self,
-        q: mx.array,
-        positions: np.ndarray,
-        window: mx.array,
-        cache: LayerCache,
-        index_q: mx.array | None,
-        index_w: mx.array | None,
-    ) -> mx.array:
-        """Sink attention of q [T, H, hd] over the raw window plus the visible compressed rows.
-
-        ``window`` holds the raw keys of the positions just before and including the queries';
-        ``cache`` the compressed rows of every block completed so far.
-        """
-        tokens = q.shape[0]
-        window_start = int(positions[-1]) + 1 - window.shape[0]
-        n_comp = 0 if cache.comp is None else cache.comp.shape[0]
-        n_vis = (int(positions[-1]) + 1) // self.ratio if n_comp else 0
-        if (
-            self.indexer is not None
-            and tokens <= SPARSE_ATTENTION_ROWS
-            and n_vis > self.indexer.top_k
-        ):
-            # Few rows of a CSA layer whose indexer keeps fewer blocks than are visible: each
-            # row reads its window and its top-k rows in place, as a decode tile does.
-            return self._attend_tile(q, positions, window, cache, index_q, index_w, tokens)
-        # Query blocks bound the [heads, rows, keys] score memory of long prefills.
-        n_keys = min(window.shape[0], tokens + self.window) + n_comp
-        per_row = n_keys * (self.heads + (self.indexer.heads if self.indexer else 0))
-        step = max(1, _SCORE_BUDGET // per_row)
-        outs = []
-        for t0 in range(0, tokens, step):
-            q_pos = positions[t0 : t0 + step]
-            k0 = max(0, int(q_pos[0]) - self.window + 1 - window_start)
-            k1 = int(q_pos[-1]) + 1 - window_start
-            keys = window[k0:k1]
-            mask = mx.array(
-                sliding_window_mask(q_pos, np.arange(k0, k1) + window_start, self.window)
-            )
-            n_vis = (int(q_pos[-1]) + 1) // self.ratio if n_comp else 0
-            if n_vis:
-                visible = self._visible_blocks(q_pos, n_vis)
-                if self.indexer is not None:
-                    t1 = t0 + len(q_pos)
-                    visible = self.indexer.select(
-                        index_q[t0:t1], index_w[t0:t1], cache.index[:n_vis], visible
-                    )
-                keys = mx.concatenate([keys, cache.comp[:n_vis]])
-                mask = mx.concatenate([mask, visible], axis=1)
-            outs.append(sink_attention(q[t0 : t0 + step], keys, mask, self.sinks, self.scale))
-        return outs[0] if len(outs) == 1 else mx.concatenate(outs)
-
-    def _visible_blocks(self, positions: np.ndarray, n_blocks: int) -> mx.array:
-        """bool [T, n_blocks]: a block is visible to the query that completes it and to all
-        later ones."""
-        return mx.array(np.arange(n_blocks) < ((positions + 1) // self.ratio)[:, None])
-
 
 class Block(nn.Module):
     # The module kinds a block is made of; ``ds4mlx.distributed`` substitutes sharded ones.
@@ -949,6 +626,9 @@ class Block(nn.Module):
 
         self._before_attention = CompiledTiles(self._tile_before_attention)
         self._after_attention = CompiledTiles(self._tile_after_attention)
+
+    def new_cache(self) -> LayerCache:
+        return LayerCache()
 
     @property
     def _compiles_tiles(self) -> bool:
@@ -1042,9 +722,9 @@ class Block(nn.Module):
 # --------------------------------------------------------------------------------------------
 
 
-class Model(nn.Module):
-    #: The most rows a chunk may have for its logits to be bit-identical to one-token decode.
-    max_invariant_rows = DECODE_TILE - 1
+class Model(TiledModel):
+    args_class = ModelArgs
+    tensor_shapes = staticmethod(tensor_shapes)
     block_class: type[Block] = Block  # ``ds4mlx.distributed`` substitutes a sharded one
 
     def __init__(self, args: ModelArgs, w: Weights):
@@ -1063,39 +743,14 @@ class Model(nn.Module):
         self.output = w.matrix("output.weight")
         self._head_tiles = CompiledTiles(lambda x, n_real: self.head(x, n_real))
 
-    @classmethod
-    def from_gguf(
-        cls,
-        gguf_file: GGUFFile,
-        weights_dtype: str | None = None,
-        expert_store: ExpertStore | None = None,
-    ) -> Model:
-        """Build the model from an opened GGUF file.
-
-        ``weights_dtype`` ("f32" or "native") is how matmul weights are held (see
-        ``ds4mlx.gguf.quants``); None leaves the choice to ``GGUFFile.load_weight``.
-        ``expert_store`` holds the routed experts (default: resident).
-        """
-        args = ModelArgs.from_gguf(gguf_file)
-        return cls(args, GGUFWeights(tensor_shapes(args), gguf_file, weights_dtype, expert_store))
-
-    @classmethod
-    def from_arrays(cls, args: ModelArgs, arrays: Mapping[str, mx.array]) -> Model:
-        """Build the model on float32 arrays named as in ``tensor_shapes(args)`` (the hash tables
-        may be integer arrays), used as they are: training differentiates through them."""
-        return cls(args, ArrayWeights(tensor_shapes(args), arrays))
-
-    def new_state(self) -> ModelState:
-        return ModelState([LayerCache() for _ in self.blocks])
-
     def truncate(self, state: ModelState, pos: int) -> None:
-        """Roll ``state`` back to just after position ``pos - 1`` (at most MAX_ROLLBACK
+        """Roll ``state`` back to just after position ``pos - 1`` (at most ROLLBACK_DEPTH
         positions back): how a speculative verify drops its rejected rows without recomputing
         the accepted ones."""
-        if not 0 <= state.pos - pos <= MAX_ROLLBACK:
+        if not 0 <= state.pos - pos <= ROLLBACK_DEPTH:
             raise ValueError(
                 f"cannot roll back from {state.pos} to {pos} tokens "
-                f"(at most {MAX_ROLLBACK} positions)"
+                f"(at most {ROLLBACK_DEPTH} positions)"
             )
         ratios = self.args.compress_ratios
         state.layers = [
@@ -1103,78 +758,19 @@ class Model(nn.Module):
         ]
         state.pos = pos
 
-    @overload
-    def forward(
-        self,
-        tokens: mx.array,
-        state: ModelState,
-        *,
-        capture_layers: Sequence[int] = (),
-        return_hidden: Literal[False] = False,
-        evaluate: bool = True,
-        asynchronous: bool = False,
-    ) -> mx.array: ...
+    def _layers(
+        self, x: mx.array, tokens: mx.array, pos0: int, caches: list[Any], n_real: int | None
+    ) -> Iterator[mx.array]:
+        for i, block in enumerate(self.blocks):
+            x, caches[i] = block(x, tokens, pos0, caches[i], n_real)
+            yield x
 
-    @overload
-    def forward(
-        self,
-        tokens: mx.array,
-        state: ModelState,
-        *,
-        capture_layers: Sequence[int] = (),
-        return_hidden: Literal[True],
-        evaluate: bool = True,
-        asynchronous: bool = False,
-    ) -> ForwardOutput: ...
+    def _tile_head(self, x: mx.array, n_real: int) -> tuple[mx.array, mx.array]:
+        return self._head_tiles.get(n_real)(x)
 
-    def forward(
-        self,
-        tokens: mx.array,
-        state: ModelState,
-        *,
-        capture_layers: Sequence[int] = (),
-        return_hidden: bool = False,
-        evaluate: bool = True,
-        asynchronous: bool = False,
-    ) -> mx.array | ForwardOutput:
-        """Logits [T, vocab] of int32 ``tokens`` [T] continuing ``state``, which it advances.
-
-        With ``return_hidden`` a ``ForwardOutput`` also carries the hidden states of
-        ``capture_layers`` and of the head. ``evaluate=False`` returns the results (and leaves
-        the caches) unevaluated, for callers that transform the computation (training takes
-        gradients through it).
-        """
-        capture = capture_set(capture_layers, return_hidden, len(self.blocks))
-        tokens = tokens.astype(mx.int32).reshape(-1)
-        pos0, n = state.pos, tokens.shape[0]
-        # Short chunks (decode, verify) run as a fixed-shape tile; see DECODE_TILE.
-        n_real = n if evaluate and n < DECODE_TILE else None
-        if n_real is not None:
-            tokens = _pad_to_tile(tokens)
-        caches = list(state.layers)
-        captured: dict[int, mx.array] = {}
+    def _tile_context(self) -> AbstractContextManager[Any]:
         # Decode tiles are inference only: the kernels need not be differentiable there.
-        with kernels.inference() if n_real is not None else nullcontext():
-            x = self._embed(tokens)
-            for i, block in enumerate(self.blocks):
-                x, caches[i] = block(x, tokens, pos0, caches[i], n_real)
-                if i in capture:
-                    captured[i] = hc_mean(x)[:n]
-            final, logits = self.head(x) if n_real is None else self._head_tiles.get(n_real)(x)
-        x, final, logits = x[:n], final[:n], logits[:n]
-
-        # A tile's padding rows never entered the caches (Attention._extend).
-        state.layers, state.pos = caches, pos0 + n
-        if evaluate:
-            # One evaluation for the outputs and the new caches keeps the caches' graphs short.
-            # ``asynchronous`` only queues it: the host may build the next step meanwhile
-            # (pipelined decoding, ``engine.generate``), even on a token it has not read.
-            (mx.async_eval if asynchronous else mx.eval)(
-                logits, *captured.values(), x, final, *state.arrays()
-            )
-        if not return_hidden:
-            return logits
-        return ForwardOutput(logits, captured, x, final)
+        return kernels.inference()
 
     def forward_batch(self, tokens: Sequence[int], states: Sequence[ModelState]) -> mx.array:
         """Logits [N, vocab] of one decode step of N independent sequences: ``tokens[i]``
@@ -1202,7 +798,7 @@ class Model(nn.Module):
 
     def _decode_tile(self, tokens: Sequence[int], states: Sequence[ModelState]) -> mx.array:
         n = len(states)
-        ids = _pad_to_tile(mx.array([int(t) for t in tokens], dtype=mx.int32))
+        ids = pad_to_tile(mx.array([int(t) for t in tokens], dtype=mx.int32))
         # Padding rows sit at position 0: their results are discarded and touch no cache.
         positions = np.array([state.pos for state in states] + [0] * (DECODE_TILE - n))
         layers: list[list[LayerCache]] = []
@@ -1223,20 +819,3 @@ class Model(nn.Module):
         [T, vocab]); ``n_real``: of a decode tile, only the first rows are needed."""
         final = self.output_norm(self.hc_head(x, n_real))
         return final, linear(final, self.output, n_real)
-
-    def _embed(self, tokens: mx.array) -> mx.array:
-        """The hc residual streams [T, hc, D] entering the first block: the token embeddings."""
-        h = take_rows(self.embed, tokens).astype(mx.float32)
-        return mx.broadcast_to(h[:, None, :], (h.shape[0], self.args.hc_mult, h.shape[1]))
-
-
-@functools.cache
-def _no_blocks(dim: int, tokens: int) -> tuple[mx.array, mx.array]:
-    """No compressed rows [0, dim] and no slots [tokens, 0]: constants made from host arrays,
-    not primitives on every call."""
-    return mx.array(np.zeros((0, dim), np.float32)), mx.array(np.zeros((tokens, 0), np.int32))
-
-
-def _pad_to_tile(tokens: mx.array) -> mx.array:
-    """int32 ``tokens`` (fewer than DECODE_TILE) padded with dummy tokens to DECODE_TILE."""
-    return mx.concatenate([tokens, mx.zeros((DECODE_TILE - tokens.shape[0],), mx.int32)])

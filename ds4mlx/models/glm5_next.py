@@ -10,22 +10,15 @@ fused mHC ops). Per layer:
   streams, then the output norm: no ``hc_head`` tensors.
 * Token mixer, by layer: ``head_count_kv == 0`` marks a KDA layer, otherwise nope-only MLA with
   a DSA indexer.
-* KDA (Kimi Delta Attention, recurrent): q/k/v projections each through a causal depthwise conv
-  (``ssm_conv``, kernel ``ssm.conv_kernel``) and SiLU; q and k L2-normalised; a per-channel decay
-  ``g = lower_bound * sigmoid(-A * (f_b f_a x + dt_b))`` (or ``softplus(...) * A`` without a lower
-  bound); ``beta = sigmoid(ssm_beta x)``. Per head, state S [key, value]:
-  ``S = diag(exp(g)) S;  d = beta (v - S^T k);  S += k d^T;  o = S^T q / sqrt(head_dim)``.
-  The output is RMS-normed per head (``ssm_norm``), gated by ``sigmoid(g_b g_a x)``, projected.
+* KDA (Kimi Delta Attention, recurrent; ``models.kda``): a gated delta-rule recurrence over
+  conv'd, L2-normalised q/k/v with a per-channel decay, its output normed, gated, projected.
 * MLA without RoPE: ``q = wq_b norm(wq_a x)``, the key/value is the normed latent
   ``norm(wkv_a x)`` (the only thing cached); queries are absorbed through ``wk_b``, the attended
   latent is expanded through ``wv_b``; scale ``1/sqrt(key_length_mla)``.
-* DSA k-pool indexer: every position caches a LayerNorm'd key and a gate row; each complete pool
-  of ``kpool`` positions (counted from position 0) is pooled by a per-channel softmax over
-  ``gate + ape``. A query scores the pools it has fully seen with
-  ``sum_h relu(q_h . pooled) * w_h`` and attends the positions of its top ``top_k / kpool``
-  pools (all of them when fewer are visible) plus, with ``kpool_select_tail``, its own incomplete
-  pool up to itself. Layers with ``indexer.types == 0`` reuse the selection of the last full
-  indexer layer before them.
+* DSA k-pool indexer (``models.pool_indexer``): a query attends the positions of the pools of
+  ``kpool`` positions it scores highest, plus (``kpool_select_tail``) its own incomplete pool.
+  Layers with ``indexer.types == 0`` reuse the selection of the last full indexer layer before
+  them.
 * FFN: dense SwiGLU in the leading ``leading_dense_block_count`` layers, else routed experts
   (sigmoid gating by default, selection bias) plus the shared expert.
 * NextN (MTP): ``blk.{n_layer}`` holds one more MLA + FFN block without mHC, and
@@ -36,8 +29,6 @@ Notes where llama.cpp's semantics are the contract:
 
 * ``attn_q/k/v.bias`` and every ``.scale`` / ``.input_scale`` companion are loaded by llama.cpp
   but never used by this graph; they are ignored here.
-* KDA prefill is computed chunk-wise (``_kda_chunk``: the WY/UT form over 16-position chunks);
-  llama.cpp's CPU op scans token by token. Both compute the same recurrence.
 * A query that sees no position (only without ``kpool_select_tail``) gets a zero output, as
   ggml's flash attention gives it.
 
@@ -48,31 +39,21 @@ flash-attention queries are not emulated.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Literal, overload
+from typing import Any
 
-from ds4mlx.experts import ExpertStore
 from ds4mlx.gguf import GGUFFile, MetaValue
 from ds4mlx.kernels import linear, take_rows
+from ds4mlx.models.base import DECODE_TILE, SCORE_BUDGET, VERIFY_ROWS, TiledModel
 from ds4mlx.models.cache import ModelState, append_rows
+from ds4mlx.models.kda import KDA, KDACache
 from ds4mlx.models.metadata import ArchMetadata, first
-from ds4mlx.models.mhc import (
-    block_site_shapes,
-    hc_expand,
-    hc_mean,
-    load_block_sites,
-)
-from ds4mlx.models.moe import (
-    GatingFunc,
-    SharedExpertMoE,
-    SwiGLU,
-    shared_expert_moe_shapes,
-    softplus,
-)
-from ds4mlx.models.norms import RMSNorm, rms_norm
-from ds4mlx.models.outputs import ForwardOutput, capture_set
-from ds4mlx.models.weights import ArrayWeights, GGUFWeights, Shape, Weights
+from ds4mlx.models.mhc import block_site_shapes, hc_expand, hc_mean, load_block_sites
+from ds4mlx.models.moe import GatingFunc, SharedExpertMoE, SwiGLU, shared_expert_moe_shapes
+from ds4mlx.models.norms import RMSNorm
+from ds4mlx.models.pool_indexer import IndexCache, PoolIndexer, Selection
+from ds4mlx.models.weights import Shape, Weights
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -80,25 +61,13 @@ import numpy as np
 from gguf import GGUFValueType
 
 ARCH = "glm5-next"
-# Chunks of fewer than this many tokens (one-token decode and speculative verify) run as a tile of
-# exactly this many rows, padded with dummy tokens, so that every dense matmul sees the same shape
-# and each row's result is bit-identical however many real rows the chunk had (as deepseek4's
-# DECODE_TILE). The parts whose shapes would depend on the chunk (the KDA recurrence, the
-# indexer's pooling and selection, MLA attention, routed experts) run row by row on the real rows
-# only, and the padding rows never enter a cache. This makes greedy speculative output equal plain
-# greedy output byte for byte.
-DECODE_TILE = 8
-# Positions a state can be rolled back by (``Model.truncate``): a speculative verify pass has at
-# most DECODE_TILE - 1 rows, and its rejected ones are cut off. KDA layers keep a recurrent state
-# per position for this (only of positions fed in decode tiles: a longer chunk keeps its final
-# state alone, which bounds the memory a long prefill costs).
-MAX_ROLLBACK = DECODE_TILE - 1
-# Positions per KDA chunk (llama.cpp's chunked KDA uses 16 too).
-_KDA_CHUNK = 16
-# Score elements materialised per query block; longer inputs are processed in blocks.
-_SCORE_BUDGET = 1 << 24
-# ggml_gated_delta_net's L2 norm epsilon (build_gdn_l2_norm, "Match FLA l2 norm").
-_L2_EPS = 1e-6
+# Positions a state can be rolled back by (``Model.truncate``), counting only positions fed in
+# decode tiles (see ``models.base.DECODE_TILE``; the KDA recurrence, the indexer's pooling and
+# selection and MLA attention run row by row on a tile's real rows): a speculative verify pass
+# has at most VERIFY_ROWS rows, and its rejected ones are cut off. KDA layers keep a recurrent
+# state per position for this (only of positions fed in decode tiles: a longer chunk keeps its
+# final state alone, which bounds the memory a long prefill costs).
+TILE_ROLLBACK = VERIFY_ROWS
 
 
 # --------------------------------------------------------------------------------------------
@@ -377,53 +346,9 @@ def tensor_shapes(args: ModelArgs) -> dict[str, Shape]:
 
 
 # --------------------------------------------------------------------------------------------
-# Per-layer caches (frozen: a forward pass returns new ones, so ModelState.copy() is shallow)
+# MLA over the k-pool indexer's selection, and its cache (frozen: a forward pass returns new
+# ones, so ModelState.copy() is shallow)
 # --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class KDACache:
-    """A KDA layer's recurrent state: the projected q/k/v rows of the last positions
-    [3, rows, inner] (the conv reads the last ``conv_kernel - 1``; up to MAX_ROLLBACK more allow
-    a rollback) and the delta-rule states [n, heads, key, value] after each of the last n
-    positions, the current one last (n - 1 is how far the state can be rolled back)."""
-
-    conv: mx.array | None = None
-    ssm: mx.array | None = None
-
-    @property
-    def rollback(self) -> int:
-        return 0 if self.ssm is None else self.ssm.shape[0] - 1
-
-    def truncate(self, cut: int) -> KDACache:
-        """This cache as it was ``cut`` positions ago (``cut <= rollback``)."""
-        if cut == 0:
-            return self
-        return KDACache(
-            conv=self.conv[:, : self.conv.shape[1] - cut], ssm=self.ssm[: self.ssm.shape[0] - cut]
-        )
-
-
-@dataclass(frozen=True)
-class IndexCache:
-    """A full indexer's cache: pooled keys of every complete pool [pools, dim], and the key and
-    gate rows [n, dim] of the positions ``start ..``: those of the incomplete pool, plus those of
-    the pools completed within the last MAX_ROLLBACK positions, so that a rollback can reopen
-    them."""
-
-    pooled: mx.array | None = None
-    start: int = 0
-    keys: mx.array | None = None
-    gates: mx.array | None = None
-
-    def truncate(self, pos: int, kpool: int) -> IndexCache:
-        """This cache as it was after ``pos`` positions."""
-        return IndexCache(
-            pooled=None if self.pooled is None else self.pooled[: pos // kpool],
-            start=self.start,
-            keys=None if self.keys is None else self.keys[: pos - self.start],
-            gates=None if self.gates is None else self.gates[: pos - self.start],
-        )
 
 
 @dataclass(frozen=True)
@@ -441,334 +366,6 @@ class MLACache:
         )
 
 
-# --------------------------------------------------------------------------------------------
-# KDA
-# --------------------------------------------------------------------------------------------
-
-
-def _unit_lower_inverse(a: mx.array) -> mx.array:
-    """(I + a)^-1 for strictly lower triangular ``a`` [..., C, C].
-
-    ``a`` is nilpotent, so the inverse is the finite series sum_k (-a)^k, evaluated as the
-    product (I - a)(I + a^2)(I + a^4)...: log2(C) matmuls instead of C substitution steps.
-    """
-    size = a.shape[-1]
-    eye = mx.eye(size)
-    inverse, power, span = eye - a, a, 2
-    while span < size:
-        power = power @ power
-        inverse = inverse @ (eye + power)
-        span *= 2
-    return inverse
-
-
-def _kda_chunk(
-    q: mx.array,
-    k: mx.array,
-    v: mx.array,
-    g: mx.array,
-    beta: mx.array,
-    state: mx.array,
-    scale: float,
-) -> tuple[mx.array, mx.array]:
-    """The KDA recurrence over one chunk of C positions, in closed form.
-
-    q, k, g [H, C, K]; v [H, C, V]; beta [H, C]; state [H, K, V]. With B_t the cumulative
-    decay (sum of g up to t), the deltas solve (I + A) D = beta (V - (K e^B) S) where
-    A[t, s] = beta_t sum_c k_t,c k_s,c e^(B_t,c - B_s,c) for s < t; then
-    O = scale ((Q e^B) S + M D) with M[t, s] the same sum over q_t for s <= t, and
-    S' = e^(B_last) S + (K e^(B_last - B))^T D. Returns (O [H, C, V], S').
-    """
-    size = q.shape[1]
-    cum = mx.cumsum(g, axis=1)
-    causal = mx.array(np.tril(np.ones((size, size), dtype=bool)))[..., None]
-    diff = cum[:, :, None, :] - cum[:, None, :, :]  # [H, t, s, K]
-    # Zero the decay above the diagonal before exp, where the differences may overflow.
-    decay = mx.where(causal, mx.exp(mx.where(causal, diff, 0.0)), 0.0)
-    k_decayed = decay * k[:, None, :, :]
-    qk = mx.sum(q[:, :, None, :] * k_decayed, axis=-1)  # M, lower triangle with diagonal
-    kk = mx.sum(k[:, :, None, :] * k_decayed, axis=-1)
-    strict = mx.array(np.tril(np.ones((size, size), dtype=np.float32), -1))
-    a = beta[..., None] * kk * strict
-    grow = mx.exp(cum)
-    rhs = beta[..., None] * (v - (k * grow) @ state)
-    delta = _unit_lower_inverse(a) @ rhs
-    out = scale * ((q * grow) @ state + qk @ delta)
-    last = cum[:, -1:, :]
-    new_state = mx.exp(last[:, 0, :])[..., None] * state
-    new_state = new_state + mx.swapaxes(k * mx.exp(last - cum), 1, 2) @ delta
-    return out, new_state
-
-
-def kda_scan(
-    q: mx.array, k: mx.array, v: mx.array, g: mx.array, beta: mx.array, state: mx.array
-) -> tuple[mx.array, mx.array]:
-    """``ggml_gated_delta_net`` with per-channel gates, over any number of positions.
-
-    q, k, g [H, T, K]; v [H, T, V]; beta [H, T]; state [H, K, V] (key-major). Returns the
-    outputs [H, T, V] (scaled by 1/sqrt(V)) and the state after the last position.
-    """
-    scale = 1.0 / math.sqrt(v.shape[-1])
-    outs = []
-    for c0 in range(0, q.shape[1], _KDA_CHUNK):
-        c1 = c0 + _KDA_CHUNK
-        out, state = _kda_chunk(
-            q[:, c0:c1], k[:, c0:c1], v[:, c0:c1], g[:, c0:c1], beta[:, c0:c1], state, scale
-        )
-        outs.append(out)
-    return (outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=1)), state
-
-
-def kda_steps(
-    q: mx.array, k: mx.array, v: mx.array, g: mx.array, beta: mx.array, states: mx.array
-) -> tuple[mx.array, mx.array]:
-    """The KDA recurrence one position at a time (as ``ggml_gated_delta_net`` scans), on the
-    shapes of a single position whatever the number of positions: a position's result does not
-    depend on how many positions share the call.
-
-    q, k, g [H, T, K]; v [H, T, V]; beta [H, T]; ``states`` [n, H, K, V] ends with the state to
-    continue. Returns the outputs [H, T, V] and ``states`` followed by the state after each
-    position.
-    """
-    scale = 1.0 / math.sqrt(v.shape[-1])
-    state, outs, new_states = states[-1], [], [states]
-    for t in range(q.shape[1]):
-        state = mx.exp(g[:, t])[..., None] * state
-        delta = beta[:, t, None] * (v[:, t] - (k[:, t, None, :] @ state)[:, 0])
-        state = state + k[:, t, :, None] * delta[:, None, :]
-        outs.append((q[:, t, None, :] @ state) * scale)
-        new_states.append(state[None])
-    return mx.concatenate(outs, axis=1), mx.concatenate(new_states)
-
-
-def _l2_norm(x: mx.array) -> mx.array:
-    """x / sqrt(sum(x^2) + eps) over the last axis, computed as llama.cpp's
-    ``build_gdn_l2_norm`` does (an RMS norm with eps / n, times 1 / sqrt(n))."""
-    n = x.shape[-1]
-    return rms_norm(x, None, _L2_EPS / n) * (1.0 / math.sqrt(n))
-
-
-class KDA(nn.Module):
-    """A Kimi-Delta-Attention layer (llama.cpp ``build_kda_layer``)."""
-
-    def __init__(self, args: ModelArgs, w: Weights, layer: int):
-        super().__init__()
-        p = f"blk.{layer}"
-        self.wqkv = [w.matrix(f"{p}.attn_{x}.weight") for x in "qkv"]
-        # [3, inner, kernel]: the depthwise causal conv weights of q, k and v.
-        self.conv = mx.stack([w.param(f"{p}.ssm_conv1d_{x}.weight")[:, 0] for x in "qkv"])
-        self.f_a = w.matrix(f"{p}.ssm_f_a.weight")
-        self.f_b = w.matrix(f"{p}.ssm_f_b.weight")
-        self.dt_bias = w.param(f"{p}.ssm_dt.bias")
-        self.a = w.param(f"{p}.ssm_a")  # -exp(A_log), per head
-        self.w_beta = w.matrix(f"{p}.ssm_beta.weight")
-        self.g_a = w.matrix(f"{p}.ssm_g_a.weight")
-        self.g_b = w.matrix(f"{p}.ssm_g_b.weight")
-        self.o_norm = RMSNorm(w.param(f"{p}.ssm_norm.weight"), args.rms_norm_eps)
-        self.wo = w.matrix(f"{p}.attn_output.weight")
-        self.heads, self.head_dim = args.num_heads, args.kda_head_dim
-        self.kernel = args.conv_kernel
-        self.lower_bound = args.kda_gate_lower_bound
-
-    def _conv(self, x: mx.array, rows: mx.array | None, n_real: int) -> tuple[mx.array, mx.array]:
-        """Causal depthwise conv + SiLU of the q/k/v projections -> ([3, T, inner], the rows to
-        keep: those of the last ``kernel - 1 + MAX_ROLLBACK`` real positions)."""
-        tokens, history = x.shape[0], self.kernel - 1
-        proj = mx.stack([linear(x, wt) for wt in self.wqkv])  # [3, T, inner]
-        if rows is None:
-            rows = mx.zeros((3, history, proj.shape[-1]))
-        window = mx.concatenate([rows[:, rows.shape[1] - history :], proj], axis=1)
-        out = window[:, :tokens] * self.conv[:, None, :, 0]
-        for i in range(1, self.kernel):
-            out = out + window[:, i : i + tokens] * self.conv[:, None, :, i]
-        keep = history + MAX_ROLLBACK
-        kept = mx.concatenate([rows, proj[:, max(0, n_real - keep) : n_real]], axis=1)
-        return nn.silu(out), kept[:, max(0, kept.shape[1] - keep) :]
-
-    def _decay(self, x: mx.array) -> mx.array:
-        """Per-channel log decay g [T, H, K] (llama.cpp's ``kda_g1``)."""
-        g = linear(linear(x, self.f_a), self.f_b) + self.dt_bias
-        g = g.reshape(x.shape[0], self.heads, self.head_dim)
-        a = self.a[:, None]
-        if self.lower_bound > -math.inf:
-            return self.lower_bound * mx.sigmoid(-(g * a))
-        return softplus(g) * a
-
-    def __call__(
-        self, x: mx.array, cache: KDACache, n_real: int | None = None
-    ) -> tuple[mx.array, KDACache]:
-        """x [T, D] -> (output [T, D], the new cache). ``n_real`` marks a decode tile (see
-        DECODE_TILE): the recurrence runs one position at a time on the first ``n_real`` rows,
-        keeping the state after each for a rollback; the padding rows get zeros. Otherwise it
-        runs chunk-wise and keeps the final state only."""
-        tokens, h, hd = x.shape[0], self.heads, self.head_dim
-        real = tokens if n_real is None else n_real
-        qkv, conv = self._conv(x, cache.conv, real)
-        q, k, v = (mx.swapaxes(t.reshape(tokens, h, hd), 0, 1) for t in qkv)  # [H, T, hd]
-        q, k = _l2_norm(q), _l2_norm(k)
-        beta = mx.swapaxes(mx.sigmoid(linear(x, self.w_beta)), 0, 1)  # [H, T]
-        g = mx.swapaxes(self._decay(x), 0, 1)
-        states = cache.ssm if cache.ssm is not None else mx.zeros((1, h, hd, hd))
-        if n_real is None:
-            out, state = kda_scan(q, k, v, g, beta, states[-1])
-            states = state[None]
-        else:
-            out, states = kda_steps(
-                q[:, :real], k[:, :real], v[:, :real], g[:, :real], beta[:, :real], states
-            )
-            out = mx.concatenate([out, mx.zeros((h, tokens - real, hd))], axis=1)
-            states = states[max(0, states.shape[0] - MAX_ROLLBACK - 1) :]
-        gate = linear(linear(x, self.g_a), self.g_b).reshape(tokens, h, hd)
-        out = self.o_norm(mx.swapaxes(out, 0, 1)) * mx.sigmoid(gate)
-        return linear(out.reshape(tokens, h * hd), self.wo), KDACache(conv=conv, ssm=states)
-
-
-# --------------------------------------------------------------------------------------------
-# MLA with the k-pool indexer
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Selection:
-    """Which positions each query of a chunk attends (llama.cpp's ``indexer_sel``).
-
-    ``positions`` [T] are the queries'; ``pools`` [T, P] bool marks the complete pools each one
-    selected (only pools it has fully seen). Layers sharing an indexer reuse it as is.
-    """
-
-    positions: np.ndarray
-    pools: mx.array
-    kpool: int
-    tail: bool
-
-    def mask(self, t0: int, t1: int) -> mx.array:
-        """bool [t1 - t0, positions[t1 - 1] + 1]: the keys of queries t0 .. t1 - 1."""
-        q_pos = self.positions[t0:t1]
-        n_keys = int(q_pos[-1]) + 1
-        r = self.kpool
-        pools = self.pools[t0:t1, : n_keys // r]
-        mask = mx.repeat(pools, r, axis=1)
-        if mask.shape[1] < n_keys:
-            pad = mx.zeros((len(q_pos), n_keys - mask.shape[1]), dtype=mx.bool_)
-            mask = mx.concatenate([mask, pad], axis=1)
-        if self.tail:
-            # The query's own incomplete pool, up to the query itself.
-            keys, queries = np.arange(n_keys)[None, :], q_pos[:, None]
-            own = (keys // r == (queries + 1) // r) & (keys <= queries)
-            mask = mask | mx.array(own)
-        return mask
-
-
-class PoolIndexer(nn.Module):
-    """The DSA indexer over k-pools (llama.cpp ``build_kpool_select``)."""
-
-    def __init__(self, args: ModelArgs, w: Weights, layer: int):
-        super().__init__()
-        p = f"blk.{layer}"
-        self.q_b = w.matrix(f"{p}.indexer.attn_q_b.weight")
-        self.wk = w.matrix(f"{p}.indexer.attn_k.weight")
-        self.k_norm = w.param(f"{p}.indexer.k_norm.weight")
-        self.k_norm_bias = w.param(f"{p}.indexer.k_norm.bias")
-        self.proj = w.matrix(f"{p}.indexer.proj.weight")
-        self.wgate = w.matrix(f"{p}.indexer_compressor_gate.weight")
-        self.ape = w.param(f"{p}.indexer_compressor_ape.weight")  # [kpool, dim]
-        self.heads, self.dim, self.kpool = args.index_heads, args.index_head_dim, args.kpool
-        self.top_pools = args.index_topk // args.kpool
-        self.tail = args.kpool_select_tail
-        self.norm_eps = args.norm_eps
-
-    def pool(
-        self, x: mx.array, pos0: int, cache: IndexCache | None, n_real: int | None = None
-    ) -> IndexCache:
-        """Caches the key and gate rows of x (positions pos0 ..; of a decode tile, the first
-        ``n_real`` rows only), pooling the pools they complete: in a tile one pool at a time, so
-        that a pool's key does not depend on the chunk that completed it."""
-        r = self.kpool
-        real = x.shape[0] if n_real is None else n_real
-        keys = mx.fast.layer_norm(linear(x, self.wk), self.k_norm, self.k_norm_bias, self.norm_eps)[
-            :real
-        ]
-        gates = linear(x, self.wgate)[:real]
-        start, pooled = pos0, None
-        if cache is not None:
-            keys, gates = append_rows(cache.keys, keys), append_rows(cache.gates, gates)
-            start, pooled = cache.start, cache.pooled
-        end = pos0 + real
-        first, last = pos0 // r, end // r  # the pools completed now: [first, last)
-        spans = [(first, last)] if n_real is None else [(b, b + 1) for b in range(first, last)]
-        for b0, b1 in spans:
-            if b1 > b0:
-                lo, hi = b0 * r - start, b1 * r - start
-                rows = keys[lo:hi].reshape(-1, r, self.dim)
-                scores = gates[lo:hi].reshape(-1, r, self.dim) + self.ape
-                new = mx.sum(rows * mx.softmax(scores, axis=1, precise=True), axis=1)
-                pooled = append_rows(pooled, new)
-        keep = max(start, max(0, end - MAX_ROLLBACK) // r * r)
-        return IndexCache(
-            pooled=pooled, start=keep, keys=keys[keep - start :], gates=gates[keep - start :]
-        )
-
-    def select(
-        self,
-        x: mx.array,
-        qr: mx.array,
-        positions: np.ndarray,
-        pooled: mx.array | None,
-        n_real: int | None = None,
-    ) -> Selection:
-        """The top pools of each query among those it has fully seen. In a decode tile
-        (``n_real``) each real row is scored on its own over exactly the pools its position
-        sees, as one-token decode scores it; the padding rows select nothing."""
-        n_pools = 0 if pooled is None else pooled.shape[0]
-        if n_real is None:
-            visible = mx.array(
-                np.arange(n_pools)[None, :] < ((positions + 1) // self.kpool)[:, None]
-            )
-            chosen = visible
-            if n_pools > self.top_pools:
-                chosen = self._top_pools(*self._queries(x, qr), pooled, visible)
-            return Selection(positions, chosen, self.kpool, self.tail)
-        q, weights = self._queries(x, qr)
-        rows = []
-        for r in range(n_real):
-            n_seen = (int(positions[r]) + 1) // self.kpool
-            seen = mx.ones((1, n_seen), dtype=mx.bool_)
-            if n_seen > self.top_pools:
-                seen = self._top_pools(q[r : r + 1], weights[r : r + 1], pooled[:n_seen], seen)
-            rows.append(mx.concatenate([seen, mx.zeros((1, n_pools - n_seen), mx.bool_)], axis=1))
-        rows.append(mx.zeros((len(positions) - n_real, n_pools), mx.bool_))
-        return Selection(positions, mx.concatenate(rows), self.kpool, self.tail)
-
-    def _queries(self, x: mx.array, qr: mx.array) -> tuple[mx.array, mx.array]:
-        """Indexer queries [T, heads, dim] and head weights [T, heads]."""
-        q = linear(qr, self.q_b).reshape(x.shape[0], self.heads, self.dim)
-        return q, linear(x, self.proj) * (1.0 / math.sqrt(self.dim * self.heads))
-
-    def _top_pools(
-        self, q: mx.array, weights: mx.array, pooled: mx.array, visible: mx.array
-    ) -> mx.array:
-        if self.top_pools == 0:
-            return mx.zeros(visible.shape, dtype=mx.bool_)
-        tokens, n_pools = visible.shape
-        step = max(1, _SCORE_BUDGET // (self.heads * n_pools))
-        chosen = []
-        for t0 in range(0, tokens, step):
-            t1 = t0 + step
-            scores = mx.maximum(mx.matmul(q[t0:t1], pooled.T), 0.0)  # [t, heads, P]
-            scores = mx.sum(scores * weights[t0:t1, :, None], axis=1)
-            scores = mx.where(visible[t0:t1], scores, -mx.inf)
-            # A selection has no gradient; stop_gradient says so to MLX, which cannot
-            # differentiate a scatter with respect to its indices.
-            top = mx.stop_gradient(
-                mx.argpartition(-scores, self.top_pools - 1, axis=-1)[:, : self.top_pools]
-            )
-            picked = mx.put_along_axis(
-                mx.zeros(scores.shape, dtype=mx.bool_), top, mx.array(True), axis=-1
-            )
-            chosen.append(picked & visible[t0:t1])
-        return chosen[0] if len(chosen) == 1 else mx.concatenate(chosen)
-
-
 class SparseMLA(nn.Module):
     """Nope-only MLA attending the indexer's selection (llama.cpp ``build_dsa_layer``)."""
 
@@ -783,7 +380,19 @@ class SparseMLA(nn.Module):
         self.wk_b = w.matrix(f"{p}.attn_k_b.weight")  # [H, kv_lora_rank, qk_head_dim]
         self.wv_b = w.matrix(f"{p}.attn_v_b.weight")  # [H, v_head_dim, kv_lora_rank]
         self.wo = w.matrix(f"{p}.attn_output.weight")
-        self.indexer = PoolIndexer(args, w, layer) if args.has_full_indexer(layer) else None
+        self.indexer: PoolIndexer | None = None
+        if args.has_full_indexer(layer):
+            self.indexer = PoolIndexer(
+                w,
+                p,
+                heads=args.index_heads,
+                dim=args.index_head_dim,
+                kpool=args.kpool,
+                top_k=args.index_topk,
+                select_tail=args.kpool_select_tail,
+                eps=args.norm_eps,
+                rollback=TILE_ROLLBACK,
+            )
         self.heads, self.head_dim = args.num_heads, args.qk_head_dim
         self.scale = 1.0 / math.sqrt(args.qk_head_dim)
         self.tail = args.kpool_select_tail
@@ -799,7 +408,7 @@ class SparseMLA(nn.Module):
         """x [T, D] at positions pos0 .. -> (output [T, D], new cache, the selection used).
 
         ``shared`` is the selection of the last full indexer layer (for a layer without one).
-        ``n_real`` marks a decode tile (see DECODE_TILE): only its first rows are real; each
+        ``n_real`` marks a decode tile (see ``DECODE_TILE``): only its first rows are real; each
         attends on its own, the padding rows get zeros and stay out of the cache.
         """
         tokens = x.shape[0]
@@ -828,7 +437,7 @@ class SparseMLA(nn.Module):
         """Attention of the absorbed queries over the selected latents (keys = values), in
         blocks of queries that bound the score memory."""
         heads, tokens = q.shape[:2]
-        step = max(1, _SCORE_BUDGET // (heads * latent.shape[0]))
+        step = max(1, SCORE_BUDGET // (heads * latent.shape[0]))
         outs = [
             self._attend_block(q, latent, selection, t0, min(tokens, t0 + step))
             for t0 in range(0, tokens, step)
@@ -903,7 +512,20 @@ class Block(nn.Module):
         )
         self.attn_norm = RMSNorm(w.param(f"{p}.attn_norm.weight"), args.rms_norm_eps)
         self.ffn_norm = RMSNorm(w.param(f"{p}.ffn_norm.weight"), args.rms_norm_eps)
-        self.mixer = KDA(args, w, layer) if args.recurrent[layer] else SparseMLA(args, w, layer)
+        self.mixer: KDA | SparseMLA
+        if args.recurrent[layer]:
+            self.mixer = KDA(
+                w,
+                p,
+                heads=args.num_heads,
+                head_dim=args.kda_head_dim,
+                conv_kernel=args.conv_kernel,
+                gate_lower_bound=args.kda_gate_lower_bound,
+                eps=args.rms_norm_eps,
+                rollback=TILE_ROLLBACK,
+            )
+        else:
+            self.mixer = SparseMLA(args, w, layer)
         self.ffn = _ffn(args, w, layer)
 
     def new_cache(self) -> KDACache | MLACache:
@@ -998,9 +620,9 @@ class NextNPredictor(nn.Module):
 # --------------------------------------------------------------------------------------------
 
 
-class Model(nn.Module):
-    #: The most rows a chunk may have for its logits to be bit-identical to one-token decode.
-    max_invariant_rows = DECODE_TILE - 1
+class Model(TiledModel):
+    args_class = ModelArgs
+    tensor_shapes = staticmethod(tensor_shapes)
 
     def __init__(self, args: ModelArgs, w: Weights):
         super().__init__()
@@ -1012,32 +634,6 @@ class Model(nn.Module):
         has_nextn = args.nextn_layers and w.has(f"blk.{args.num_layers}.nextn.eh_proj.weight")
         self.mtp = NextNPredictor(args, w, self) if has_nextn else None
 
-    @classmethod
-    def from_gguf(
-        cls,
-        gguf_file: GGUFFile,
-        weights_dtype: str | None = None,
-        expert_store: ExpertStore | None = None,
-    ) -> Model:
-        """Build the model from an opened GGUF file.
-
-        ``weights_dtype`` ("f32" or "native") is how matmul weights are held (see
-        ``ds4mlx.gguf.quants``); None leaves the choice to ``GGUFFile.load_weight``.
-        ``expert_store`` holds the routed experts (default: resident).
-        """
-        args = ModelArgs.from_gguf(gguf_file)
-        return cls(args, GGUFWeights(tensor_shapes(args), gguf_file, weights_dtype, expert_store))
-
-    @classmethod
-    def from_arrays(cls, args: ModelArgs, arrays: Mapping[str, mx.array]) -> Model:
-        """Build the model on float32 arrays named as in ``tensor_shapes(args)`` (the NextN
-        block's optional tensors may be left out), used as they are: training differentiates
-        through them."""
-        return cls(args, ArrayWeights(tensor_shapes(args), arrays))
-
-    def new_state(self) -> ModelState:
-        return ModelState([block.new_cache() for block in self.blocks])
-
     def head(self, x: mx.array) -> tuple[mx.array, mx.array]:
         """The streams after the last block [T, hc, D] -> (the LM head's input [T, D], logits
         [T, vocab])."""
@@ -1046,16 +642,16 @@ class Model(nn.Module):
 
     def truncate(self, state: ModelState, pos: int) -> None:
         """Roll ``state`` back to just after position ``pos - 1``, without recomputing anything:
-        how a speculative verify drops its rejected rows. At most MAX_ROLLBACK positions, and
+        how a speculative verify drops its rejected rows. At most TILE_ROLLBACK positions, and
         only over positions fed in decode tiles (chunks of fewer than DECODE_TILE tokens): a KDA
         layer keeps no per-position states of a longer chunk."""
         cut = state.pos - pos
-        limit = min([MAX_ROLLBACK] + [c.rollback for c in state.layers if isinstance(c, KDACache)])
+        limit = min([TILE_ROLLBACK] + [c.rollback for c in state.layers if isinstance(c, KDACache)])
         if not 0 <= cut <= limit:
             raise ValueError(
                 f"cannot roll back from {state.pos} to {pos} tokens (at most "
                 f"{limit} positions here: the recurrent state is kept for up to "
-                f"{MAX_ROLLBACK} positions fed in chunks of under {DECODE_TILE} "
+                f"{TILE_ROLLBACK} positions fed in chunks of under {DECODE_TILE} "
                 "tokens)"
             )
         state.layers = [
@@ -1095,74 +691,10 @@ class Model(nn.Module):
             mx.eval(logits)
         return logits
 
-    @overload
-    def forward(
-        self,
-        tokens: mx.array,
-        state: ModelState,
-        *,
-        capture_layers: Sequence[int] = (),
-        return_hidden: Literal[False] = False,
-        evaluate: bool = True,
-        asynchronous: bool = False,
-    ) -> mx.array: ...
-
-    @overload
-    def forward(
-        self,
-        tokens: mx.array,
-        state: ModelState,
-        *,
-        capture_layers: Sequence[int] = (),
-        return_hidden: Literal[True],
-        evaluate: bool = True,
-        asynchronous: bool = False,
-    ) -> ForwardOutput: ...
-
-    def forward(
-        self,
-        tokens: mx.array,
-        state: ModelState,
-        *,
-        capture_layers: Sequence[int] = (),
-        return_hidden: bool = False,
-        evaluate: bool = True,
-        asynchronous: bool = False,
-    ) -> mx.array | ForwardOutput:
-        """Logits [T, vocab] of int32 ``tokens`` [T] continuing ``state``, which it advances.
-
-        With ``return_hidden`` a ``ForwardOutput`` also carries the hidden states of
-        ``capture_layers`` and of the head (``final_hidden`` feeds ``mtp_logits``).
-        ``evaluate=False`` returns the results (and leaves the caches) unevaluated, for callers
-        that transform the computation (training takes gradients through it).
-        """
-        capture = capture_set(capture_layers, return_hidden, len(self.blocks))
-        tokens = tokens.astype(mx.int32).reshape(-1)
-        pos0, n = state.pos, tokens.shape[0]
-        # Short chunks (decode, verify) run as a fixed-shape tile; see DECODE_TILE.
-        n_real = n if evaluate and n < DECODE_TILE else None
-        if n_real is not None:
-            tokens = mx.concatenate([tokens, mx.zeros((DECODE_TILE - n,), mx.int32)])
-        h = take_rows(self.embed, tokens).astype(mx.float32)
-        x = mx.broadcast_to(h[:, None, :], (h.shape[0], self.args.hc_mult, h.shape[1]))
-        caches = list(state.layers)
-        captured: dict[int, mx.array] = {}
+    def _layers(
+        self, x: mx.array, tokens: mx.array, pos0: int, caches: list[Any], n_real: int | None
+    ) -> Iterator[mx.array]:
         selection: Selection | None = None
         for i, block in enumerate(self.blocks):
             x, caches[i], selection = block(x, pos0, caches[i], selection, n_real)
-            if i in capture:
-                captured[i] = hc_mean(x)[:n]
-        final, logits = self.head(x)
-        x, final, logits = x[:n], final[:n], logits[:n]
-
-        state.layers, state.pos = caches, pos0 + n
-        if evaluate:
-            # One evaluation for the outputs and the new caches keeps the caches' graphs short.
-            # ``asynchronous`` only queues it: the host may build the next step meanwhile
-            # (pipelined decoding, ``engine.generate``), even on a token it has not read.
-            (mx.async_eval if asynchronous else mx.eval)(
-                logits, *captured.values(), x, final, *state.arrays()
-            )
-        if not return_hidden:
-            return logits
-        return ForwardOutput(logits, captured, x, final)
+            yield x

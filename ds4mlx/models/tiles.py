@@ -1,4 +1,4 @@
-"""Compiled decode-tile functions (see ``deepseek4.DECODE_TILE``).
+"""Compiled decode-tile functions (see ``models.base.DECODE_TILE``).
 
 A decode or verify tile always has the same shapes, so a function of it traces once per number
 of real rows. Compiled, its elementwise chains fuse and later calls replay the graph without

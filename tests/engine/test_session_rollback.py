@@ -19,15 +19,16 @@ from pathlib import Path
 import ds4mlx
 from ds4mlx.engine.session import Session
 from ds4mlx.models import deepseek4, glm5_next
+from ds4mlx.models.base import VERIFY_ROWS
+from ds4mlx.models.pool_indexer import PoolIndexer
 
 import numpy as np
 import pytest
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 MODELS = {"deepseek4": ASSETS / "ds4-tiny.gguf", "glm5": ASSETS / "glm-tiny.gguf"}
-MAX_ROLLBACK = {"deepseek4": deepseek4.MAX_ROLLBACK, "glm5": glm5_next.MAX_ROLLBACK}
-#: Rows of a verify chunk: glm5 keeps per-position recurrent states only of shorter chunks.
-VERIFY_ROWS = glm5_next.DECODE_TILE - 1
+ROLLBACK_LIMIT = {"deepseek4": deepseek4.ROLLBACK_DEPTH, "glm5": glm5_next.TILE_ROLLBACK}
+# VERIFY_ROWS: rows of a verify chunk; glm5 keeps per-position recurrent states only of those.
 
 
 @cache
@@ -38,7 +39,7 @@ def model(arch: str):
     loaded = ds4mlx.load_model(MODELS[base(arch)])
     if arch == "glm5-narrow":
         for module in loaded.network.modules():
-            if isinstance(module, glm5_next.PoolIndexer):
+            if isinstance(module, PoolIndexer):
                 module.top_pools = 2
     return loaded
 
@@ -104,7 +105,7 @@ def test_rollback_at_every_position_equals_a_fresh_session(walk):
     """At each position: feed k junk tokens (1..k, one at a time or as verify chunks), roll
     back over them and over up to two committed tokens, feed the committed ones again as one
     chunk: their logits equal the fresh session's, and so do the session's tokens."""
-    limit = MAX_ROLLBACK[base(walk.arch)]
+    limit = ROLLBACK_LIMIT[base(walk.arch)]
     tokens, ref = walk.tokens, reference(walk)
     session = walk.session()
     for j in range(walk.steps):
@@ -189,13 +190,13 @@ def test_restoring_a_later_snapshot_after_going_back(arch):
 def test_a_refused_rollback_leaves_the_session_as_it_was(arch):
     walk = SHORT[arch]
     tokens, ref = walk.tokens, reference(walk)
-    j = MAX_ROLLBACK[arch] + 2
+    j = ROLLBACK_LIMIT[arch] + 2
     n = walk.prefill + j
     session = walk.session(decoded=j)
-    for bad in (n - MAX_ROLLBACK[arch] - 1, n + 1, -1):
+    for bad in (n - ROLLBACK_LIMIT[arch] - 1, n + 1, -1):
         with pytest.raises(ValueError, match="cannot roll back"):
             session.truncate(bad)
         assert session.tokens == tokens[:n]
-    session.truncate(n - MAX_ROLLBACK[arch])  # the limit itself is allowed
-    got = feed_in_chunks(session, tokens[n - MAX_ROLLBACK[arch] : n + 1], 1)
-    np.testing.assert_array_equal(got, ref[j - MAX_ROLLBACK[arch] : j + 1])
+    session.truncate(n - ROLLBACK_LIMIT[arch])  # the limit itself is allowed
+    got = feed_in_chunks(session, tokens[n - ROLLBACK_LIMIT[arch] : n + 1], 1)
+    np.testing.assert_array_equal(got, ref[j - ROLLBACK_LIMIT[arch] : j + 1])

@@ -14,9 +14,10 @@ from ds4mlx import load_model
 from ds4mlx.engine.session import Session
 from ds4mlx.gguf import GGUFError, open_gguf
 from ds4mlx.kernels import linear
-from ds4mlx.models import deepseek4
-from ds4mlx.models.deepseek4 import ForwardOutput, Model
+from ds4mlx.models import compressed_attention
+from ds4mlx.models.deepseek4 import Model
 from ds4mlx.models.mhc import hc_mean
+from ds4mlx.models.outputs import ForwardOutput
 
 import mlx.core as mx
 import numpy as np
@@ -123,7 +124,7 @@ def test_query_blocks_equal_one_block(monkeypatch):
     fixture = _fixture("deepseek4-b-f16")
     tokens = fixture["tokens"]
     batch = _batch_logits(fixture["gguf"], tuple(tokens))
-    monkeypatch.setattr(deepseek4, "_SCORE_BUDGET", 1 << 16)  # ~10 query rows per block
+    monkeypatch.setattr(compressed_attention, "SCORE_BUDGET", 1 << 16)  # ~10 query rows per block
     blocked = _model(fixture["gguf"]).logits(tokens)
     assert np.max(np.abs(blocked - batch)) <= 1e-5 * np.max(np.abs(batch))
 

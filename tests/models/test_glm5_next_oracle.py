@@ -21,7 +21,9 @@ from ds4mlx.engine.session import Session
 from ds4mlx.gguf import GGUFError, GGUFFile, open_gguf
 from ds4mlx.gguf.writer import MetaValue, TensorToWrite, write_gguf
 from ds4mlx.models import glm5_next
-from ds4mlx.models.glm5_next import ForwardOutput, Model, kda_scan
+from ds4mlx.models.glm5_next import Model
+from ds4mlx.models.kda import kda_scan
+from ds4mlx.models.outputs import ForwardOutput
 
 import mlx.core as mx
 import numpy as np

@@ -134,7 +134,7 @@ def assert_verify_rows_equal_decode(net, prompt: list[int], chunk: list[int]) ->
 
 def test_full_rollback_after_one_token_decodes(ds4_model):
     """A decode tile drops its padding rows; the caches must still allow a full rollback."""
-    from ds4mlx.models.deepseek4 import MAX_ROLLBACK
+    from ds4mlx.models.deepseek4 import ROLLBACK_DEPTH
 
     import mlx.core as mx
     import numpy as np
@@ -142,12 +142,12 @@ def test_full_rollback_after_one_token_decodes(ds4_model):
     net = ds4_model.network
     prompt = [115, 78, 104, 2, 65, 24, 98, 109, 23, 9] * 6
     state = net.new_state()
-    net.forward(mx.array(prompt[:-MAX_ROLLBACK]), state)
-    for token in prompt[-MAX_ROLLBACK:]:
+    net.forward(mx.array(prompt[:-ROLLBACK_DEPTH]), state)
+    for token in prompt[-ROLLBACK_DEPTH:]:
         net.forward(mx.array([token]), state)
-    net.truncate(state, len(prompt) - MAX_ROLLBACK)
-    again = np.array(net.forward(mx.array(prompt[-MAX_ROLLBACK:]), state))
-    reference = ds4_model.logits(prompt)[-MAX_ROLLBACK:]
+    net.truncate(state, len(prompt) - ROLLBACK_DEPTH)
+    again = np.array(net.forward(mx.array(prompt[-ROLLBACK_DEPTH:]), state))
+    reference = ds4_model.logits(prompt)[-ROLLBACK_DEPTH:]
     assert np.abs(again - reference).max() < 1e-4 * np.abs(reference).max()
 
 

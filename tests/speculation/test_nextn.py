@@ -17,7 +17,9 @@ from ds4mlx import speculation
 from ds4mlx.api import LoadedModel
 from ds4mlx.engine.generate import generate
 from ds4mlx.gguf import GGUFError, open_gguf
-from ds4mlx.models.glm5_next import DECODE_TILE, MAX_ROLLBACK, KDACache
+from ds4mlx.models.base import DECODE_TILE
+from ds4mlx.models.glm5_next import TILE_ROLLBACK
+from ds4mlx.models.kda import KDACache
 from ds4mlx.speculation import DrafterKind, SpeculationConfig, load_drafter
 from ds4mlx.speculation.loop import SpeculativeStats
 from ds4mlx.speculation.mtp import MTPDrafter
@@ -150,9 +152,9 @@ def test_truncate_across_chunks_and_its_limits(models):
     state = _state_after(net, [prompt, list(range(DECODE_TILE))])
     with pytest.raises(ValueError, match="cannot roll back"):
         net.truncate(state, state.pos - 1)
-    # ... and decode tiles keep MAX_ROLLBACK of them.
-    state = _state_after(net, [prompt] + [[t] for t in range(MAX_ROLLBACK + 2)])
-    net.truncate(state, state.pos - MAX_ROLLBACK)
+    # ... and decode tiles keep TILE_ROLLBACK of them.
+    state = _state_after(net, [prompt] + [[t] for t in range(TILE_ROLLBACK + 2)])
+    net.truncate(state, state.pos - TILE_ROLLBACK)
     with pytest.raises(ValueError, match="cannot roll back"):
         net.truncate(state, state.pos - 1)
 

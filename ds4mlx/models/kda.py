@@ -1,0 +1,251 @@
+"""Kimi Delta Attention (KDA): the recurrent token mixer of GLM-5.3-Flash's KDA layers
+(llama.cpp ``build_kda_layer`` and ``ggml_gated_delta_net``), with its cache.
+
+q/k/v projections each go through a causal depthwise conv (``ssm_conv``, kernel
+``ssm.conv_kernel``) and SiLU; q and k are L2-normalised; a per-channel decay
+``g = lower_bound * sigmoid(-A * (f_b f_a x + dt_b))`` (or ``softplus(...) * A`` without a lower
+bound); ``beta = sigmoid(ssm_beta x)``. Per head, state S [key, value]:
+``S = diag(exp(g)) S;  d = beta (v - S^T k);  S += k d^T;  o = S^T q / sqrt(head_dim)``.
+The output is RMS-normed per head (``ssm_norm``), gated by ``sigmoid(g_b g_a x)``, projected.
+
+Prefill is computed chunk-wise (``_kda_chunk``: the WY/UT form over 16-position chunks);
+llama.cpp's CPU op scans token by token. Both compute the same recurrence. Decode tiles scan
+one position at a time (``kda_steps``) and keep the state after each, for a rollback.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ds4mlx.kernels import linear
+from ds4mlx.models.moe import softplus
+from ds4mlx.models.norms import RMSNorm, rms_norm
+from ds4mlx.models.weights import Weights
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+
+# Positions per KDA chunk (llama.cpp's chunked KDA uses 16 too).
+_KDA_CHUNK = 16
+# ggml_gated_delta_net's L2 norm epsilon (build_gdn_l2_norm, "Match FLA l2 norm").
+_L2_EPS = 1e-6
+
+
+@dataclass(frozen=True)
+class KDACache:
+    """A KDA layer's recurrent state: the projected q/k/v rows of the last positions
+    [3, rows, inner] (the conv reads the last ``conv_kernel - 1``; up to ``KDA.rollback`` more
+    allow a rollback) and the delta-rule states [n, heads, key, value] after each of the last n
+    positions, the current one last (n - 1 is how far the state can be rolled back)."""
+
+    conv: mx.array | None = None
+    ssm: mx.array | None = None
+
+    @property
+    def rollback(self) -> int:
+        return 0 if self.ssm is None else self.ssm.shape[0] - 1
+
+    def truncate(self, cut: int) -> KDACache:
+        """This cache as it was ``cut`` positions ago (``cut <= rollback``)."""
+        if cut == 0:
+            return self
+        return KDACache(
+            conv=self.conv[:, : self.conv.shape[1] - cut], ssm=self.ssm[: self.ssm.shape[0] - cut]
+        )
+
+
+def _unit_lower_inverse(a: mx.array) -> mx.array:
+    """(I + a)^-1 for strictly lower triangular ``a`` [..., C, C].
+
+    ``a`` is nilpotent, so the inverse is the finite series sum_k (-a)^k, evaluated as the
+    product (I - a)(I + a^2)(I + a^4)...: log2(C) matmuls instead of C substitution steps.
+    """
+    size = a.shape[-1]
+    eye = mx.eye(size)
+    inverse, power, span = eye - a, a, 2
+    while span < size:
+        power = power @ power
+        inverse = inverse @ (eye + power)
+        span *= 2
+    return inverse
+
+
+def _kda_chunk(
+    q: mx.array,
+    k: mx.array,
+    v: mx.array,
+    g: mx.array,
+    beta: mx.array,
+    state: mx.array,
+    scale: float,
+) -> tuple[mx.array, mx.array]:
+    """The KDA recurrence over one chunk of C positions, in closed form.
+
+    q, k, g [H, C, K]; v [H, C, V]; beta [H, C]; state [H, K, V]. With B_t the cumulative
+    decay (sum of g up to t), the deltas solve (I + A) D = beta (V - (K e^B) S) where
+    A[t, s] = beta_t sum_c k_t,c k_s,c e^(B_t,c - B_s,c) for s < t; then
+    O = scale ((Q e^B) S + M D) with M[t, s] the same sum over q_t for s <= t, and
+    S' = e^(B_last) S + (K e^(B_last - B))^T D. Returns (O [H, C, V], S').
+    """
+    size = q.shape[1]
+    cum = mx.cumsum(g, axis=1)
+    causal = mx.array(np.tril(np.ones((size, size), dtype=bool)))[..., None]
+    diff = cum[:, :, None, :] - cum[:, None, :, :]  # [H, t, s, K]
+    # Zero the decay above the diagonal before exp, where the differences may overflow.
+    decay = mx.where(causal, mx.exp(mx.where(causal, diff, 0.0)), 0.0)
+    k_decayed = decay * k[:, None, :, :]
+    qk = mx.sum(q[:, :, None, :] * k_decayed, axis=-1)  # M, lower triangle with diagonal
+    kk = mx.sum(k[:, :, None, :] * k_decayed, axis=-1)
+    strict = mx.array(np.tril(np.ones((size, size), dtype=np.float32), -1))
+    a = beta[..., None] * kk * strict
+    grow = mx.exp(cum)
+    rhs = beta[..., None] * (v - (k * grow) @ state)
+    delta = _unit_lower_inverse(a) @ rhs
+    out = scale * ((q * grow) @ state + qk @ delta)
+    last = cum[:, -1:, :]
+    new_state = mx.exp(last[:, 0, :])[..., None] * state
+    new_state = new_state + mx.swapaxes(k * mx.exp(last - cum), 1, 2) @ delta
+    return out, new_state
+
+
+def kda_scan(
+    q: mx.array, k: mx.array, v: mx.array, g: mx.array, beta: mx.array, state: mx.array
+) -> tuple[mx.array, mx.array]:
+    """``ggml_gated_delta_net`` with per-channel gates, over any number of positions.
+
+    q, k, g [H, T, K]; v [H, T, V]; beta [H, T]; state [H, K, V] (key-major). Returns the
+    outputs [H, T, V] (scaled by 1/sqrt(V)) and the state after the last position.
+    """
+    scale = 1.0 / math.sqrt(v.shape[-1])
+    outs = []
+    for c0 in range(0, q.shape[1], _KDA_CHUNK):
+        c1 = c0 + _KDA_CHUNK
+        out, state = _kda_chunk(
+            q[:, c0:c1], k[:, c0:c1], v[:, c0:c1], g[:, c0:c1], beta[:, c0:c1], state, scale
+        )
+        outs.append(out)
+    return (outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=1)), state
+
+
+def kda_steps(
+    q: mx.array, k: mx.array, v: mx.array, g: mx.array, beta: mx.array, states: mx.array
+) -> tuple[mx.array, mx.array]:
+    """The KDA recurrence one position at a time (as ``ggml_gated_delta_net`` scans), on the
+    shapes of a single position whatever the number of positions: a position's result does not
+    depend on how many positions share the call.
+
+    q, k, g [H, T, K]; v [H, T, V]; beta [H, T]; ``states`` [n, H, K, V] ends with the state to
+    continue. Returns the outputs [H, T, V] and ``states`` followed by the state after each
+    position.
+    """
+    scale = 1.0 / math.sqrt(v.shape[-1])
+    state, outs, new_states = states[-1], [], [states]
+    for t in range(q.shape[1]):
+        state = mx.exp(g[:, t])[..., None] * state
+        delta = beta[:, t, None] * (v[:, t] - (k[:, t, None, :] @ state)[:, 0])
+        state = state + k[:, t, :, None] * delta[:, None, :]
+        outs.append((q[:, t, None, :] @ state) * scale)
+        new_states.append(state[None])
+    return mx.concatenate(outs, axis=1), mx.concatenate(new_states)
+
+
+def _l2_norm(x: mx.array) -> mx.array:
+    """x / sqrt(sum(x^2) + eps) over the last axis, computed as llama.cpp's
+    ``build_gdn_l2_norm`` does (an RMS norm with eps / n, times 1 / sqrt(n))."""
+    n = x.shape[-1]
+    return rms_norm(x, None, _L2_EPS / n) * (1.0 / math.sqrt(n))
+
+
+class KDA(nn.Module):
+    """A Kimi-Delta-Attention layer (llama.cpp ``build_kda_layer``).
+
+    ``prefix``: its block (``blk.N``); ``heads`` of width ``head_dim``; ``conv_kernel``: the
+    causal conv's width; ``gate_lower_bound``: -inf for the softplus decay; ``eps``: the output
+    norm's; ``rollback``: how many positions fed in decode tiles a state can be rolled back by
+    (the cache keeps a recurrent state and conv rows for each).
+    """
+
+    def __init__(
+        self,
+        w: Weights,
+        prefix: str,
+        *,
+        heads: int,
+        head_dim: int,
+        conv_kernel: int,
+        gate_lower_bound: float,
+        eps: float,
+        rollback: int,
+    ):
+        super().__init__()
+        p = prefix
+        self.wqkv = [w.matrix(f"{p}.attn_{x}.weight") for x in "qkv"]
+        # [3, inner, kernel]: the depthwise causal conv weights of q, k and v.
+        self.conv = mx.stack([w.param(f"{p}.ssm_conv1d_{x}.weight")[:, 0] for x in "qkv"])
+        self.f_a = w.matrix(f"{p}.ssm_f_a.weight")
+        self.f_b = w.matrix(f"{p}.ssm_f_b.weight")
+        self.dt_bias = w.param(f"{p}.ssm_dt.bias")
+        self.a = w.param(f"{p}.ssm_a")  # -exp(A_log), per head
+        self.w_beta = w.matrix(f"{p}.ssm_beta.weight")
+        self.g_a = w.matrix(f"{p}.ssm_g_a.weight")
+        self.g_b = w.matrix(f"{p}.ssm_g_b.weight")
+        self.o_norm = RMSNorm(w.param(f"{p}.ssm_norm.weight"), eps)
+        self.wo = w.matrix(f"{p}.attn_output.weight")
+        self.heads, self.head_dim = heads, head_dim
+        self.kernel = conv_kernel
+        self.lower_bound = gate_lower_bound
+        self.rollback = rollback
+
+    def _conv(self, x: mx.array, rows: mx.array | None, n_real: int) -> tuple[mx.array, mx.array]:
+        """Causal depthwise conv + SiLU of the q/k/v projections -> ([3, T, inner], the rows to
+        keep: those of the last ``kernel - 1 + rollback`` real positions)."""
+        tokens, history = x.shape[0], self.kernel - 1
+        proj = mx.stack([linear(x, wt) for wt in self.wqkv])  # [3, T, inner]
+        if rows is None:
+            rows = mx.zeros((3, history, proj.shape[-1]))
+        window = mx.concatenate([rows[:, rows.shape[1] - history :], proj], axis=1)
+        out = window[:, :tokens] * self.conv[:, None, :, 0]
+        for i in range(1, self.kernel):
+            out = out + window[:, i : i + tokens] * self.conv[:, None, :, i]
+        keep = history + self.rollback
+        kept = mx.concatenate([rows, proj[:, max(0, n_real - keep) : n_real]], axis=1)
+        return nn.silu(out), kept[:, max(0, kept.shape[1] - keep) :]
+
+    def _decay(self, x: mx.array) -> mx.array:
+        """Per-channel log decay g [T, H, K] (llama.cpp's ``kda_g1``)."""
+        g = linear(linear(x, self.f_a), self.f_b) + self.dt_bias
+        g = g.reshape(x.shape[0], self.heads, self.head_dim)
+        a = self.a[:, None]
+        if self.lower_bound > -math.inf:
+            return self.lower_bound * mx.sigmoid(-(g * a))
+        return softplus(g) * a
+
+    def __call__(
+        self, x: mx.array, cache: KDACache, n_real: int | None = None
+    ) -> tuple[mx.array, KDACache]:
+        """x [T, D] -> (output [T, D], the new cache). ``n_real`` marks a decode tile (see
+        ``models.base.DECODE_TILE``): the recurrence runs one position at a time on the first
+        ``n_real`` rows, keeping the state after each for a rollback; the padding rows get
+        zeros. Otherwise it runs chunk-wise and keeps the final state only."""
+        tokens, h, hd = x.shape[0], self.heads, self.head_dim
+        real = tokens if n_real is None else n_real
+        qkv, conv = self._conv(x, cache.conv, real)
+        q, k, v = (mx.swapaxes(t.reshape(tokens, h, hd), 0, 1) for t in qkv)  # [H, T, hd]
+        q, k = _l2_norm(q), _l2_norm(k)
+        beta = mx.swapaxes(mx.sigmoid(linear(x, self.w_beta)), 0, 1)  # [H, T]
+        g = mx.swapaxes(self._decay(x), 0, 1)
+        states = cache.ssm if cache.ssm is not None else mx.zeros((1, h, hd, hd))
+        if n_real is None:
+            out, state = kda_scan(q, k, v, g, beta, states[-1])
+            states = state[None]
+        else:
+            out, states = kda_steps(
+                q[:, :real], k[:, :real], v[:, :real], g[:, :real], beta[:, :real], states
+            )
+            out = mx.concatenate([out, mx.zeros((h, tokens - real, hd))], axis=1)
+            states = states[max(0, states.shape[0] - self.rollback - 1) :]
+        gate = linear(linear(x, self.g_a), self.g_b).reshape(tokens, h, hd)
+        out = self.o_norm(mx.swapaxes(out, 0, 1)) * mx.sigmoid(gate)
+        return linear(out.reshape(tokens, h * hd), self.wo), KDACache(conv=conv, ssm=states)

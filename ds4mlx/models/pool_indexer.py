@@ -1,0 +1,203 @@
+"""GLM-5.3-Flash's DSA indexer over k-pools (llama.cpp ``build_kpool_select``), with its cache
+and the selection it hands the MLA layers.
+
+Every position caches a LayerNorm'd key and a gate row; each complete pool of ``kpool``
+positions (counted from position 0) is pooled by a per-channel softmax over ``gate + ape``. A
+query scores the pools it has fully seen with ``sum_h relu(q_h . pooled) * w_h`` and attends the
+positions of its top ``top_k / kpool`` pools (all of them when fewer are visible) plus, with
+``kpool_select_tail``, its own incomplete pool up to itself.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ds4mlx.kernels import linear
+from ds4mlx.models.base import SCORE_BUDGET
+from ds4mlx.models.cache import append_rows
+from ds4mlx.models.weights import Weights
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+
+
+@dataclass(frozen=True)
+class IndexCache:
+    """A full indexer's cache: pooled keys of every complete pool [pools, dim], and the key and
+    gate rows [n, dim] of the positions ``start ..``: those of the incomplete pool, plus those of
+    the pools completed within the last ``PoolIndexer.rollback`` positions, so that a rollback
+    can reopen them."""
+
+    pooled: mx.array | None = None
+    start: int = 0
+    keys: mx.array | None = None
+    gates: mx.array | None = None
+
+    def truncate(self, pos: int, kpool: int) -> IndexCache:
+        """This cache as it was after ``pos`` positions."""
+        return IndexCache(
+            pooled=None if self.pooled is None else self.pooled[: pos // kpool],
+            start=self.start,
+            keys=None if self.keys is None else self.keys[: pos - self.start],
+            gates=None if self.gates is None else self.gates[: pos - self.start],
+        )
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which positions each query of a chunk attends (llama.cpp's ``indexer_sel``).
+
+    ``positions`` [T] are the queries'; ``pools`` [T, P] bool marks the complete pools each one
+    selected (only pools it has fully seen). Layers sharing an indexer reuse it as is.
+    """
+
+    positions: np.ndarray
+    pools: mx.array
+    kpool: int
+    tail: bool
+
+    def mask(self, t0: int, t1: int) -> mx.array:
+        """bool [t1 - t0, positions[t1 - 1] + 1]: the keys of queries t0 .. t1 - 1."""
+        q_pos = self.positions[t0:t1]
+        n_keys = int(q_pos[-1]) + 1
+        r = self.kpool
+        pools = self.pools[t0:t1, : n_keys // r]
+        mask = mx.repeat(pools, r, axis=1)
+        if mask.shape[1] < n_keys:
+            pad = mx.zeros((len(q_pos), n_keys - mask.shape[1]), dtype=mx.bool_)
+            mask = mx.concatenate([mask, pad], axis=1)
+        if self.tail:
+            # The query's own incomplete pool, up to the query itself.
+            keys, queries = np.arange(n_keys)[None, :], q_pos[:, None]
+            own = (keys // r == (queries + 1) // r) & (keys <= queries)
+            mask = mask | mx.array(own)
+        return mask
+
+
+class PoolIndexer(nn.Module):
+    """The DSA indexer over k-pools (llama.cpp ``build_kpool_select``)."""
+
+    def __init__(
+        self,
+        w: Weights,
+        prefix: str,
+        *,
+        heads: int,
+        dim: int,
+        kpool: int,
+        top_k: int,
+        select_tail: bool,
+        eps: float,
+        rollback: int,
+    ):
+        """The indexer of block ``prefix`` (``blk.N``): ``heads`` query heads of width ``dim``
+        scoring pools of ``kpool`` positions, of which each query keeps ``top_k / kpool``
+        (``select_tail``: and its own incomplete pool); ``eps``: the key norm's; ``rollback``:
+        how many positions a state can be rolled back by (their rows stay cached)."""
+        super().__init__()
+        p = prefix
+        self.q_b = w.matrix(f"{p}.indexer.attn_q_b.weight")
+        self.wk = w.matrix(f"{p}.indexer.attn_k.weight")
+        self.k_norm = w.param(f"{p}.indexer.k_norm.weight")
+        self.k_norm_bias = w.param(f"{p}.indexer.k_norm.bias")
+        self.proj = w.matrix(f"{p}.indexer.proj.weight")
+        self.wgate = w.matrix(f"{p}.indexer_compressor_gate.weight")
+        self.ape = w.param(f"{p}.indexer_compressor_ape.weight")  # [kpool, dim]
+        self.heads, self.dim, self.kpool = heads, dim, kpool
+        self.top_pools = top_k // kpool
+        self.tail = select_tail
+        self.norm_eps = eps
+        self.rollback = rollback
+
+    def pool(
+        self, x: mx.array, pos0: int, cache: IndexCache | None, n_real: int | None = None
+    ) -> IndexCache:
+        """Caches the key and gate rows of x (positions pos0 ..; of a decode tile, the first
+        ``n_real`` rows only), pooling the pools they complete: in a tile one pool at a time, so
+        that a pool's key does not depend on the chunk that completed it."""
+        r = self.kpool
+        real = x.shape[0] if n_real is None else n_real
+        keys = mx.fast.layer_norm(linear(x, self.wk), self.k_norm, self.k_norm_bias, self.norm_eps)[
+            :real
+        ]
+        gates = linear(x, self.wgate)[:real]
+        start, pooled = pos0, None
+        if cache is not None:
+            keys, gates = append_rows(cache.keys, keys), append_rows(cache.gates, gates)
+            start, pooled = cache.start, cache.pooled
+        end = pos0 + real
+        first, last = pos0 // r, end // r  # the pools completed now: [first, last)
+        spans = [(first, last)] if n_real is None else [(b, b + 1) for b in range(first, last)]
+        for b0, b1 in spans:
+            if b1 > b0:
+                lo, hi = b0 * r - start, b1 * r - start
+                rows = keys[lo:hi].reshape(-1, r, self.dim)
+                scores = gates[lo:hi].reshape(-1, r, self.dim) + self.ape
+                new = mx.sum(rows * mx.softmax(scores, axis=1, precise=True), axis=1)
+                pooled = append_rows(pooled, new)
+        keep = max(start, max(0, end - self.rollback) // r * r)
+        return IndexCache(
+            pooled=pooled, start=keep, keys=keys[keep - start :], gates=gates[keep - start :]
+        )
+
+    def select(
+        self,
+        x: mx.array,
+        qr: mx.array,
+        positions: np.ndarray,
+        pooled: mx.array | None,
+        n_real: int | None = None,
+    ) -> Selection:
+        """The top pools of each query among those it has fully seen. In a decode tile
+        (``n_real``) each real row is scored on its own over exactly the pools its position
+        sees, as one-token decode scores it; the padding rows select nothing."""
+        n_pools = 0 if pooled is None else pooled.shape[0]
+        if n_real is None:
+            visible = mx.array(
+                np.arange(n_pools)[None, :] < ((positions + 1) // self.kpool)[:, None]
+            )
+            chosen = visible
+            if n_pools > self.top_pools:
+                chosen = self._top_pools(*self._queries(x, qr), pooled, visible)
+            return Selection(positions, chosen, self.kpool, self.tail)
+        q, weights = self._queries(x, qr)
+        rows = []
+        for r in range(n_real):
+            n_seen = (int(positions[r]) + 1) // self.kpool
+            seen = mx.ones((1, n_seen), dtype=mx.bool_)
+            if n_seen > self.top_pools:
+                seen = self._top_pools(q[r : r + 1], weights[r : r + 1], pooled[:n_seen], seen)
+            rows.append(mx.concatenate([seen, mx.zeros((1, n_pools - n_seen), mx.bool_)], axis=1))
+        rows.append(mx.zeros((len(positions) - n_real, n_pools), mx.bool_))
+        return Selection(positions, mx.concatenate(rows), self.kpool, self.tail)
+
+    def _queries(self, x: mx.array, qr: mx.array) -> tuple[mx.array, mx.array]:
+        """Indexer queries [T, heads, dim] and head weights [T, heads]."""
+        q = linear(qr, self.q_b).reshape(x.shape[0], self.heads, self.dim)
+        return q, linear(x, self.proj) * (1.0 / math.sqrt(self.dim * self.heads))
+
+    def _top_pools(
+        self, q: mx.array, weights: mx.array, pooled: mx.array, visible: mx.array
+    ) -> mx.array:
+        if self.top_pools == 0:
+            return mx.zeros(visible.shape, dtype=mx.bool_)
+        tokens, n_pools = visible.shape
+        step = max(1, SCORE_BUDGET // (self.heads * n_pools))
+        chosen = []
+        for t0 in range(0, tokens, step):
+            t1 = t0 + step
+            scores = mx.maximum(mx.matmul(q[t0:t1], pooled.T), 0.0)  # [t, heads, P]
+            scores = mx.sum(scores * weights[t0:t1, :, None], axis=1)
+            scores = mx.where(visible[t0:t1], scores, -mx.inf)
+            # A selection has no gradient; stop_gradient says so to MLX, which cannot
+            # differentiate a scatter with respect to its indices.
+            top = mx.stop_gradient(
+                mx.argpartition(-scores, self.top_pools - 1, axis=-1)[:, : self.top_pools]
+            )
+            picked = mx.put_along_axis(
+                mx.zeros(scores.shape, dtype=mx.bool_), top, mx.array(True), axis=-1
+            )
+            chosen.append(picked & visible[t0:t1])
+        return chosen[0] if len(chosen) == 1 else mx.concatenate(chosen)
