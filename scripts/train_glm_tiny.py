@@ -484,7 +484,7 @@ def acceptance_prompts(data: Data, cfg: TrainConfig, assistant: int) -> list[lis
 
 
 def measure_acceptance(
-    loaded: ds4mlx.api.LoadedModel, prompts: list[list[int]], n_tokens: int
+    loaded: ds4mlx.loader.LoadedModel, prompts: list[list[int]], n_tokens: int
 ) -> dict[str, Any]:
     """Greedy speculative decoding with the NextN drafter against plain greedy decoding."""
     totals = {

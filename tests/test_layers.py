@@ -19,7 +19,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "ds4mlx"
 
 # Bottom to top; a unit may import its own layer or those below. A unit is a subpackage
-# (``ds4mlx.engine``), a top-level module (``ds4mlx.api``) or the package's own ``__init__``
+# (``ds4mlx.engine``), a top-level module (``ds4mlx.loader``) or the package's own ``__init__``
 # (``ds4mlx``, which re-exports ``load_model``).
 LAYERS: list[tuple[str, frozenset[str]]] = [
     ("leaves", frozenset({"ds4mlx._blas", "ds4mlx.resources", "ds4mlx.memory"})),
@@ -29,7 +29,7 @@ LAYERS: list[tuple[str, frozenset[str]]] = [
     ("models", frozenset({"ds4mlx.models"})),
     ("engine", frozenset({"ds4mlx.engine"})),
     ("distributed", frozenset({"ds4mlx.distributed"})),
-    ("loader", frozenset({"ds4mlx.api", "ds4mlx"})),
+    ("loader", frozenset({"ds4mlx.loader", "ds4mlx"})),
     ("speculation", frozenset({"ds4mlx.speculation"})),
     ("faces", frozenset({"ds4mlx.cli", "ds4mlx.agent", "ds4mlx.server", "ds4mlx.bench"})),
 ]
@@ -44,7 +44,7 @@ FACE_IMPORTS = {
     "ds4mlx.bench": set(),
 }
 
-# Faces talk to the layers below through the loader (``api``) and one generation API; they do
+# Faces talk to the layers below through the loader (``loader``) and one generation API; they do
 # not reach into these.
 BELOW_THE_FACES = (
     "ds4mlx.kernels",
@@ -196,7 +196,7 @@ def test_the_walk_sees_the_package():
     """Guards the walk itself: it finds the modules and resolves absolute, relative and
     ``from package import module`` imports."""
     assert {
-        "ds4mlx.api",
+        "ds4mlx.loader",
         "ds4mlx.engine.chat",
         "ds4mlx.engine.chat.base",
         "ds4mlx.experts.store",

@@ -24,7 +24,7 @@ from ds4mlx.engine.generate import DoneEvent, TokenEvent
 from ds4mlx.speculation import SpeculationConfig, SpeculativeStats, generate, load_drafter
 
 if TYPE_CHECKING:
-    from ds4mlx.api import LoadedModel
+    from ds4mlx.loader import LoadedModel
     from ds4mlx.speculation.drafter import Drafter
 
 

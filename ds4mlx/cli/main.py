@@ -7,7 +7,6 @@ import sys
 import time
 from dataclasses import dataclass
 
-from ds4mlx.api import LoadedModel
 from ds4mlx.cli.options import (
     ModelOptions,
     add_distributed_flags,
@@ -22,6 +21,7 @@ from ds4mlx.engine.generate import DoneEvent
 from ds4mlx.engine.sampling import SamplingOptions
 from ds4mlx.engine.tokenizer import TokenizerError
 from ds4mlx.gguf import GGUFError
+from ds4mlx.loader import LoadedModel
 from ds4mlx.speculation import SpeculativeStats, generate, load_drafter
 from ds4mlx.speculation.config import SpeculationConfig
 
@@ -111,9 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(str(exc))
 
-    from ds4mlx.api import load_model
     from ds4mlx.cli.distributed import start_ranks
     from ds4mlx.distributed import DistributedError
+    from ds4mlx.loader import load_model
 
     started = time.perf_counter()
     say = Messages()
@@ -156,8 +156,8 @@ def refuse_oversized(options: ModelOptions) -> str | None:
     refused with its memory plan (``ds4 plan``) instead of swapping or being killed."""
     if options.experts.stream or options.distributed:
         return None
-    from ds4mlx.api import resolve_weights_dtype
     from ds4mlx.cli.plan import refusal
+    from ds4mlx.loader import resolve_weights_dtype
 
     return refusal(options.model, resolve_weights_dtype(options.weights_dtype), options.ctx)
 

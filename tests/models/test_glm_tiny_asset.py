@@ -12,10 +12,10 @@ from pathlib import Path
 
 import ds4mlx
 from ds4mlx import speculation
-from ds4mlx.api import LoadedModel
 from ds4mlx.engine.chat import glm5
 from ds4mlx.engine.generate import DoneEvent, TokenEvent, generate
 from ds4mlx.gguf import open_gguf
+from ds4mlx.loader import LoadedModel
 from ds4mlx.speculation.nextn import NextNDrafter, load_nextn
 
 import pytest

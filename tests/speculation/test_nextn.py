@@ -14,9 +14,9 @@ from pathlib import Path
 
 import ds4mlx
 from ds4mlx import speculation
-from ds4mlx.api import LoadedModel
 from ds4mlx.engine.generate import generate
 from ds4mlx.gguf import GGUFError, open_gguf
+from ds4mlx.loader import LoadedModel
 from ds4mlx.models.glm5_next import DECODE_TILE, MAX_ROLLBACK, KDACache
 from ds4mlx.speculation import DrafterKind, SpeculationConfig, load_drafter
 from ds4mlx.speculation.loop import SpeculativeStats
