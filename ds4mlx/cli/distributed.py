@@ -13,9 +13,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ds4mlx.distributed.group import DistributedError, RankGroup, init_group
-from ds4mlx.engine.sampling import SamplingOptions
-from ds4mlx.engine.tokenizer import TokenizerError
-from ds4mlx.gguf import GGUFError
+from ds4mlx.generation import GGUFError, SamplingOptions, TokenizerError
 
 import mlx.core as mx
 

@@ -17,13 +17,17 @@ from ds4mlx.cli.options import (
     sampling_options,
     speculation_config,
 )
-from ds4mlx.engine.generate import DoneEvent
-from ds4mlx.engine.sampling import SamplingOptions
-from ds4mlx.engine.tokenizer import TokenizerError
-from ds4mlx.gguf import GGUFError
+from ds4mlx.generation import (
+    Done,
+    GGUFError,
+    SamplingOptions,
+    SpeculationConfig,
+    SpeculativeStats,
+    TokenizerError,
+    generate,
+    load_drafter,
+)
 from ds4mlx.loader import LoadedModel
-from ds4mlx.speculation import SpeculativeStats, generate, load_drafter
-from ds4mlx.speculation.config import SpeculationConfig
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -207,8 +211,8 @@ def run(
             stop_tokens=tokenizer.stop_ids,
             max_context=options.ctx,
         ):
-            if isinstance(event, DoneEvent):
-                stats = event.stats
+            if isinstance(event, Done):
+                stats, acceptance = event.stats, event.acceptance
                 break
             if event.token in tokenizer.stop_ids:
                 continue
@@ -232,8 +236,8 @@ def run(
         f"generated {stats.generated_tokens} tokens, decode {rate(stats.decode_tps)} "
         f"({stats.stop_reason})"
     )
-    if isinstance(stats, SpeculativeStats):
-        say.info(speculation_summary(stats, detailed=speculation.timing))
+    if acceptance is not None:
+        say.info(speculation_summary(acceptance, detailed=speculation.timing))
     expert_stats = model.expert_stats()
     if expert_stats is not None and (options.verbose or speculation.timing):
         say.info(f"ds4: {expert_stats.summary()}")
