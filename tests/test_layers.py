@@ -188,11 +188,13 @@ def test_the_walk_sees_the_package():
         "ds4mlx.engine.chat",
         "ds4mlx.engine.chat.base",
         "ds4mlx.experts.store",
+        "ds4mlx.generation.service",
     } <= MODULES.keys()
     assert "ds4mlx.engine.chat.events" in EDGES["ds4mlx.engine.chat.base"]
     assert "ds4mlx.engine.chat.glm5" in EDGES["ds4mlx.engine.chat"]
     assert "ds4mlx.kernels" in EDGES["ds4mlx.models.moe"]
     assert "ds4mlx._blas" in EDGES["ds4mlx"]
+    assert "ds4mlx.generation" in EDGES["ds4mlx.server.app"]
 
 
 def test_no_import_cycle_between_modules():
