@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import ds4mlx
-from ds4mlx.api import LoadedModel
 from ds4mlx.bench.speculation import HELD_OUT_CODE_FILES
+from ds4mlx.loader import LoadedModel
 from ds4mlx.models.deepseek4 import LayerCache
 from ds4mlx.speculation import dspark, mtp
 from ds4mlx.speculation.config import DEFAULT_MTP_MARGIN

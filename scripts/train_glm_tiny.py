@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import ds4mlx  # first: preloads BLAS before anything imports mlx.core
-from ds4mlx import speculation
+from ds4mlx import generation
 from ds4mlx.engine.chat import glm5
 from ds4mlx.engine.generate import DoneEvent, TokenEvent, generate
 from ds4mlx.engine.tokenizer import write_tokenizer_metadata
@@ -484,7 +484,7 @@ def acceptance_prompts(data: Data, cfg: TrainConfig, assistant: int) -> list[lis
 
 
 def measure_acceptance(
-    loaded: ds4mlx.api.LoadedModel, prompts: list[list[int]], n_tokens: int
+    loaded: ds4mlx.loader.LoadedModel, prompts: list[list[int]], n_tokens: int
 ) -> dict[str, Any]:
     """Greedy speculative decoding with the NextN drafter against plain greedy decoding."""
     totals = {
@@ -506,7 +506,7 @@ def measure_acceptance(
         totals["plain_seconds"] += time.perf_counter() - tick
         tick = time.perf_counter()
         spec, stats = [], None
-        for event in speculation.generate(
+        for event in generation.generate(
             loaded.new_session(), prompt, n_tokens, drafter=load_nextn(loaded)
         ):
             if isinstance(event, DoneEvent):

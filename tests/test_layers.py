@@ -19,7 +19,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "ds4mlx"
 
 # Bottom to top; a unit may import its own layer or those below. A unit is a subpackage
-# (``ds4mlx.engine``), a top-level module (``ds4mlx.api``) or the package's own ``__init__``
+# (``ds4mlx.engine``), a top-level module (``ds4mlx.loader``) or the package's own ``__init__``
 # (``ds4mlx``, which re-exports ``load_model``).
 LAYERS: list[tuple[str, frozenset[str]]] = [
     ("leaves", frozenset({"ds4mlx._blas", "ds4mlx.resources", "ds4mlx.memory"})),
@@ -29,8 +29,9 @@ LAYERS: list[tuple[str, frozenset[str]]] = [
     ("models", frozenset({"ds4mlx.models"})),
     ("engine", frozenset({"ds4mlx.engine"})),
     ("distributed", frozenset({"ds4mlx.distributed"})),
-    ("loader", frozenset({"ds4mlx.api", "ds4mlx"})),
+    ("loader", frozenset({"ds4mlx.loader", "ds4mlx"})),
     ("speculation", frozenset({"ds4mlx.speculation"})),
+    ("generation", frozenset({"ds4mlx.generation"})),
     ("faces", frozenset({"ds4mlx.cli", "ds4mlx.agent", "ds4mlx.server", "ds4mlx.bench"})),
 ]
 LAYER_OF = {unit: rank for rank, (_, units) in enumerate(LAYERS) for unit in units}
@@ -44,8 +45,8 @@ FACE_IMPORTS = {
     "ds4mlx.bench": set(),
 }
 
-# Faces talk to the layers below through the loader (``api``) and one generation API; they do
-# not reach into these.
+# Faces talk to the layers below through the loader (``ds4mlx.loader``) and the generation API
+# (``ds4mlx.generation``); they do not reach into these.
 BELOW_THE_FACES = (
     "ds4mlx.kernels",
     "ds4mlx.gguf",
@@ -56,11 +57,6 @@ BELOW_THE_FACES = (
     "ds4mlx.speculation",
 )
 
-_GENERATION_API = (
-    "issue 22 item 1: the face-facing generation API (messages in, events out: "
-    "ChatService, generate, the chat and token events, SamplingOptions, "
-    "SpeculationConfig, the errors a load raises) has no module of its own yet"
-)
 _OPTIONS = (
     "flags are parsed once into the options dataclass of the layer that uses them "
     "(ExpertOptions) and handed down"
@@ -68,16 +64,8 @@ _OPTIONS = (
 
 # (importing face or face module, imported package or module): why it may, for now or for good.
 FACE_EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("ds4mlx.agent", "ds4mlx.engine"): _GENERATION_API,
-    ("ds4mlx.agent", "ds4mlx.speculation"): _GENERATION_API,
-    ("ds4mlx.server", "ds4mlx.engine"): _GENERATION_API,
-    ("ds4mlx.server", "ds4mlx.speculation"): _GENERATION_API,
-    ("ds4mlx.cli", "ds4mlx.engine"): _GENERATION_API,
-    ("ds4mlx.cli", "ds4mlx.speculation"): _GENERATION_API,
-    ("ds4mlx.cli", "ds4mlx.gguf"): _GENERATION_API + "; and `ds4 plan` reads and validates "
-    "a GGUF header without loading the model",
-    ("ds4mlx.bench", "ds4mlx.engine"): _GENERATION_API,
-    ("ds4mlx.bench", "ds4mlx.speculation"): _GENERATION_API,
+    ("ds4mlx.cli.plan", "ds4mlx.gguf"): "`ds4 plan` reads and validates a GGUF header "
+    "without loading the model",
     ("ds4mlx.cli.options", "ds4mlx.experts.options"): _OPTIONS,
     ("ds4mlx.cli.plan", "ds4mlx.experts.options"): "`ds4 plan` sizes the expert cache with "
     "the share the streamed store takes",
@@ -196,15 +184,17 @@ def test_the_walk_sees_the_package():
     """Guards the walk itself: it finds the modules and resolves absolute, relative and
     ``from package import module`` imports."""
     assert {
-        "ds4mlx.api",
+        "ds4mlx.loader",
         "ds4mlx.engine.chat",
         "ds4mlx.engine.chat.base",
         "ds4mlx.experts.store",
+        "ds4mlx.generation.service",
     } <= MODULES.keys()
     assert "ds4mlx.engine.chat.events" in EDGES["ds4mlx.engine.chat.base"]
     assert "ds4mlx.engine.chat.glm5" in EDGES["ds4mlx.engine.chat"]
     assert "ds4mlx.kernels" in EDGES["ds4mlx.models.moe"]
     assert "ds4mlx._blas" in EDGES["ds4mlx"]
+    assert "ds4mlx.generation" in EDGES["ds4mlx.server.app"]
 
 
 def test_no_import_cycle_between_modules():

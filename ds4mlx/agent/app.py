@@ -37,8 +37,7 @@ from ds4mlx.agent.loop import (
 from ds4mlx.agent.permissions import Decision
 from ds4mlx.agent.tools import ToolResult
 from ds4mlx.agent.widgets import PermissionScreen, ToolPanel
-from ds4mlx.engine.chat import ReasoningDelta, TextDelta, ToolCall
-from ds4mlx.speculation import SpeculativeStats
+from ds4mlx.generation import ReasoningDelta, TextDelta, ToolCall
 
 from rich.text import Text
 from textual import work
@@ -438,7 +437,8 @@ class AgentApp(App[None]):
         self.stats.context_tokens = event.context_tokens
         self.stats.generated = event.finished.completion_tokens
         self.stats.tokens_per_second = stats.decode_tps
-        self.stats.tau = stats.tau if isinstance(stats, SpeculativeStats) else None
+        acceptance = event.finished.acceptance
+        self.stats.tau = None if acceptance is None else acceptance.tau
         self._update_status()
 
     def _refresh_context(self) -> None:

@@ -13,25 +13,24 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from ds4mlx.engine.chat import (
+from ds4mlx.generation import (
+    MAX_CUT,
     ChatEvent,
+    ChatService,
+    Finished,
+    GenerationStats,
     ReasoningDelta,
+    SamplingOptions,
+    SnapshotFileError,
     TextDelta,
     ToolCall,
     ToolCallComplete,
     ToolCallError,
-)
-from ds4mlx.engine.generate import GenerationStats
-from ds4mlx.engine.kvcache import (
-    MAX_CUT,
-    SnapshotFileError,
     common_prefix,
     model_fingerprint,
     read_snapshot,
     write_snapshot,
 )
-from ds4mlx.engine.sampling import SamplingOptions
-from ds4mlx.speculation.service import ChatService, Finished
 
 BackendEvent = ChatEvent | Finished
 Message = Mapping[str, Any]

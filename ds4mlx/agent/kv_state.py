@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ds4mlx.agent.conversations import STATE_SUFFIX, Conversation, ConversationStore
-from ds4mlx.engine.kvcache import SnapshotFileError
+from ds4mlx.generation import SnapshotFileError
 
 
 class Agent(Protocol):

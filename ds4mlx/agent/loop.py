@@ -25,8 +25,14 @@ from ds4mlx.agent.markup import MarkupFilter
 from ds4mlx.agent.permissions import Decision, Permissions
 from ds4mlx.agent.tool_schemas import SYSTEM_PROMPT
 from ds4mlx.agent.tools import TOOLS_NEEDING_PERMISSION, ToolBox, ToolResult
-from ds4mlx.engine.chat import ReasoningDelta, TextDelta, ToolCall, ToolCallComplete, ToolCallError
-from ds4mlx.speculation.service import Finished
+from ds4mlx.generation import (
+    Finished,
+    ReasoningDelta,
+    TextDelta,
+    ToolCall,
+    ToolCallComplete,
+    ToolCallError,
+)
 
 # ------------------------------------------------------------------------------ events
 

@@ -10,8 +10,7 @@ closing tag is dropped, and the text around them stays.
 
 from __future__ import annotations
 
-from ds4mlx.engine.chat import TextDelta, ToolCallError
-from ds4mlx.engine.chat.deepseek4 import DSML
+from ds4mlx.generation import DSML, TextDelta, ToolCallError
 
 # Spellings seen in output: the real one and the first-bar-dropped drift; "‹" for "<" too.
 _SPELLINGS = (DSML, DSML[1:])

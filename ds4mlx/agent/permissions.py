@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from ds4mlx.agent.tools import TOOLS_NEEDING_PERMISSION
-from ds4mlx.engine.chat import ToolCall
+from ds4mlx.generation import ToolCall
 
 
 class Decision(Enum):

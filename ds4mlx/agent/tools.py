@@ -22,7 +22,7 @@ from ds4mlx.agent.files import is_regular, read_regular, write_atomically
 from ds4mlx.agent.jobs import JobRunner
 from ds4mlx.agent.tool_schemas import AGENT_TOOLS
 from ds4mlx.agent.workspace import ToolError, Workspace
-from ds4mlx.engine.chat import ToolCall
+from ds4mlx.generation import ToolCall
 
 import regex
 

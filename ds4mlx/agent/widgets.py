@@ -12,7 +12,7 @@ from __future__ import annotations
 from ds4mlx.agent.display import sanitize
 from ds4mlx.agent.permissions import Decision, command_prefix
 from ds4mlx.agent.tools import ToolResult, describe_call
-from ds4mlx.engine.chat import ToolCall
+from ds4mlx.generation import ToolCall
 
 from rich.console import Group, RenderableType
 from rich.syntax import Syntax

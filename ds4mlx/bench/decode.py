@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING
 
 from ds4mlx.bench.llamacpp_peer import llamacpp_available
 from ds4mlx.bench.samples import Samples
-from ds4mlx.engine.generate import generate
+from ds4mlx.generation import generate
 
 if TYPE_CHECKING:
-    from ds4mlx.api import LoadedModel
+    from ds4mlx.loader import LoadedModel
 
 #: (prompt ids, tokens to decode) -> (prefill tokens/s, decode tokens/s)
 Runner = Callable[[Sequence[int], int], tuple[float, float]]

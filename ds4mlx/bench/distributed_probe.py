@@ -14,13 +14,17 @@ import json
 import time
 from pathlib import Path
 
-from ds4mlx.api import LoadedModel, load_model
 from ds4mlx.distributed.group import init_group, watchdog
-from ds4mlx.engine.generate import TokenEvent
-from ds4mlx.engine.sampling import SamplingOptions
+from ds4mlx.generation import (
+    DrafterKind,
+    SamplingOptions,
+    SpeculationConfig,
+    TokenEvent,
+    generate,
+    load_drafter,
+)
+from ds4mlx.loader import LoadedModel, load_model
 from ds4mlx.memory import peak_rss_bytes
-from ds4mlx.speculation import generate, load_drafter
-from ds4mlx.speculation.config import DrafterKind, SpeculationConfig
 
 import mlx.core as mx
 import numpy as np

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from ds4mlx.api import LoadedModel
+    from ds4mlx.loader import LoadedModel
 
 SNIPPETS = Path(__file__).resolve().parents[2] / "tests" / "data" / "quality_snippets.json"
 MAX_TOKENS = 48

@@ -20,12 +20,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ds4mlx.bench.samples import Samples
-from ds4mlx.engine.generate import DoneEvent, TokenEvent
-from ds4mlx.speculation import SpeculationConfig, SpeculativeStats, generate, load_drafter
+from ds4mlx.generation import Done, SpeculationConfig, TokenEvent, generate, load_drafter
 
 if TYPE_CHECKING:
-    from ds4mlx.api import LoadedModel
-    from ds4mlx.speculation.drafter import Drafter
+    from ds4mlx.generation import Drafter
+    from ds4mlx.loader import LoadedModel
 
 
 @dataclass(frozen=True)
@@ -139,13 +138,13 @@ def _run(
     drafter: Drafter | None,
     config: SpeculationConfig,
     stop_tokens: Sequence[int],
-) -> tuple[list[int], float, DoneEvent]:
-    """One greedy generation on a fresh session: tokens, decode tokens/s and its DoneEvent."""
+) -> tuple[list[int], float, Done]:
+    """One greedy generation on a fresh session: tokens, decode tokens/s and its Done."""
     session = model.new_session()
     if drafter is not None:
         drafter.reset()
     tokens: list[int] = []
-    done: DoneEvent | None = None
+    done: Done | None = None
     for event in generate(
         session, ids, max_tokens, drafter=drafter, config=config, stop_tokens=stop_tokens
     ):
@@ -178,8 +177,8 @@ def bench_prompt(
         target.runs.append(_run(model, ids, max_tokens, None, config, stop)[1])
         drafted.runs.append(_run(model, ids, max_tokens, drafter, config, stop)[1])
     # Greedy runs repeat the same cycles: the warm-up's counters are every run's.
-    stats = done.stats
-    assert isinstance(stats, SpeculativeStats)
+    stats = done.acceptance
+    assert stats is not None, f"{drafter_name} decoded without speculation"
     return SpecResult(
         prompt.name,
         drafter_name,

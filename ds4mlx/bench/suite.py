@@ -18,8 +18,8 @@ from typing import Any
 
 from ds4mlx.bench import decode, experts, quality, speculation
 from ds4mlx.bench.machine import machine_description
+from ds4mlx.generation import DrafterKind, SpeculationConfig
 from ds4mlx.resources import data_dir
-from ds4mlx.speculation import DrafterKind, SpeculationConfig
 
 ASSETS = data_dir("assets")
 SECTIONS = ("decode", "speculation", "experts", "quality")

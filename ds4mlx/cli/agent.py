@@ -160,10 +160,9 @@ def load_backend(
         if not args.ctx_given:
             backend.context_size = backend.server_context_size() or backend.context_size
         return backend
-    from ds4mlx.api import load_model
     from ds4mlx.distributed.driven import lead
-    from ds4mlx.speculation import load_drafter
-    from ds4mlx.speculation.service import ChatService
+    from ds4mlx.generation import ChatService, load_drafter
+    from ds4mlx.loader import load_model
 
     speculation = speculation_config(args)
     model = load_model(

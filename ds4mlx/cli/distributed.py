@@ -13,9 +13,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ds4mlx.distributed.group import DistributedError, RankGroup, init_group
-from ds4mlx.engine.sampling import SamplingOptions
-from ds4mlx.engine.tokenizer import TokenizerError
-from ds4mlx.gguf import GGUFError
+from ds4mlx.generation import GGUFError, SamplingOptions, TokenizerError
 
 import mlx.core as mx
 
@@ -59,8 +57,8 @@ def follow_rank_0(front_end: str, options: ModelOptions, ranks: RankGroup) -> in
     """The whole life of a rank other than 0 under a server or an agent (whose input reaches
     rank 0 alone): load this rank's shard, then replay rank 0's model operations until rank 0
     stops. Returns the exit code; messages go to stderr, prefixed by ``front_end``."""
-    from ds4mlx.api import load_model
     from ds4mlx.distributed.driven import Follower
+    from ds4mlx.loader import load_model
 
     def log(text: str) -> None:
         print(f"{front_end}: rank {ranks.rank}: {text}", file=sys.stderr, flush=True)

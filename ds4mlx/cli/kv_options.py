@@ -8,7 +8,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from ds4mlx.engine.kvcache import DiskTier, PromptCache, model_fingerprint
+from ds4mlx.generation import DiskTier, PromptCache, model_fingerprint
 
 GIB = 1 << 30
 DEFAULT_MEMORY_GIB = 2.0

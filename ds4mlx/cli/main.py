@@ -7,7 +7,6 @@ import sys
 import time
 from dataclasses import dataclass
 
-from ds4mlx.api import LoadedModel
 from ds4mlx.cli.options import (
     ModelOptions,
     add_distributed_flags,
@@ -18,12 +17,17 @@ from ds4mlx.cli.options import (
     sampling_options,
     speculation_config,
 )
-from ds4mlx.engine.generate import DoneEvent
-from ds4mlx.engine.sampling import SamplingOptions
-from ds4mlx.engine.tokenizer import TokenizerError
-from ds4mlx.gguf import GGUFError
-from ds4mlx.speculation import SpeculativeStats, generate, load_drafter
-from ds4mlx.speculation.config import SpeculationConfig
+from ds4mlx.generation import (
+    Done,
+    GGUFError,
+    SamplingOptions,
+    SpeculationConfig,
+    SpeculativeStats,
+    TokenizerError,
+    generate,
+    load_drafter,
+)
+from ds4mlx.loader import LoadedModel
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -111,9 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(str(exc))
 
-    from ds4mlx.api import load_model
     from ds4mlx.cli.distributed import start_ranks
     from ds4mlx.distributed import DistributedError
+    from ds4mlx.loader import load_model
 
     started = time.perf_counter()
     say = Messages()
@@ -156,8 +160,8 @@ def refuse_oversized(options: ModelOptions) -> str | None:
     refused with its memory plan (``ds4 plan``) instead of swapping or being killed."""
     if options.experts.stream or options.distributed:
         return None
-    from ds4mlx.api import resolve_weights_dtype
     from ds4mlx.cli.plan import refusal
+    from ds4mlx.loader import resolve_weights_dtype
 
     return refusal(options.model, resolve_weights_dtype(options.weights_dtype), options.ctx)
 
@@ -207,8 +211,8 @@ def run(
             stop_tokens=tokenizer.stop_ids,
             max_context=options.ctx,
         ):
-            if isinstance(event, DoneEvent):
-                stats = event.stats
+            if isinstance(event, Done):
+                stats, acceptance = event.stats, event.acceptance
                 break
             if event.token in tokenizer.stop_ids:
                 continue
@@ -232,8 +236,8 @@ def run(
         f"generated {stats.generated_tokens} tokens, decode {rate(stats.decode_tps)} "
         f"({stats.stop_reason})"
     )
-    if isinstance(stats, SpeculativeStats):
-        say.info(speculation_summary(stats, detailed=speculation.timing))
+    if acceptance is not None:
+        say.info(speculation_summary(acceptance, detailed=speculation.timing))
     expert_stats = model.expert_stats()
     if expert_stats is not None and (options.verbose or speculation.timing):
         say.info(f"ds4: {expert_stats.summary()}")

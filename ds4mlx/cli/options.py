@@ -6,15 +6,15 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from ds4mlx.engine.sampling import SamplingOptions
 from ds4mlx.experts.options import ExpertOptions, parse_cache_budget
-from ds4mlx.resources import data_dir
-from ds4mlx.speculation.config import (
+from ds4mlx.generation import (
     DEFAULT_MTP_MARGIN,
     DEFAULT_NGRAM,
     DrafterKind,
+    SamplingOptions,
     SpeculationConfig,
 )
+from ds4mlx.resources import data_dir
 
 
 @dataclass(frozen=True)

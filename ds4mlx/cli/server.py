@@ -14,7 +14,6 @@ import time
 from functools import partial
 from pathlib import Path
 
-from ds4mlx.api import LoadedModel, load_model
 from ds4mlx.cli.distributed import follow_rank_0, join_ranks
 from ds4mlx.cli.kv_options import add_kv_cache_flags, check_kv_cache_flags, prompt_cache_for
 from ds4mlx.cli.main import progress_line
@@ -30,11 +29,16 @@ from ds4mlx.cli.options import (
 )
 from ds4mlx.distributed import DistributedError, RankGroup
 from ds4mlx.distributed.driven import Conductor, lead
-from ds4mlx.engine.tokenizer import TokenizerError
-from ds4mlx.gguf import GGUFError
+from ds4mlx.generation import (
+    ChatService,
+    Drafter,
+    GGUFError,
+    SpeculationConfig,
+    TokenizerError,
+    load_drafter,
+)
+from ds4mlx.loader import LoadedModel, load_model
 from ds4mlx.server import GenerationDefaults, GenerationQueue, ServerConfig, create_app
-from ds4mlx.speculation import Drafter, SpeculationConfig, load_drafter
-from ds4mlx.speculation.service import ChatService
 
 import uvicorn
 

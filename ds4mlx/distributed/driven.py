@@ -31,7 +31,7 @@ import numpy as np
 
 
 class DrivenModel(Protocol):
-    """What leading and following need of a loaded model (``ds4mlx.api.LoadedModel``; named
+    """What leading and following need of a loaded model (``ds4mlx.loader.LoadedModel``; named
     by its shape so that this package does not import the loader, which imports it)."""
 
     network: Any

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from ds4mlx.engine.chat import ChatEvent
-from ds4mlx.engine.chat import ToolChoice as EngineToolChoice
+from ds4mlx.generation import ChatEvent, Finished
+from ds4mlx.generation import ToolChoice as EngineToolChoice
 from ds4mlx.server.errors import APIError, anthropic_error_body
 from ds4mlx.server.generation import (
     APIRequest,
@@ -27,7 +27,6 @@ from ds4mlx.server.generation import (
 )
 from ds4mlx.server.sse import event_frame
 from ds4mlx.server.turn import Block, BlockStream, ResponseMeta, is_truncated, new_id, track
-from ds4mlx.speculation.service import Finished
 
 from pydantic import Field
 

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from functools import partial
 from typing import Any
 
-from ds4mlx.engine.chat import ChatEvent, ToolCallError
+from ds4mlx.generation import ChatEvent, Finished, ToolCallError
 from ds4mlx.server.access import AccessControl, error_body_for
 from ds4mlx.server.anthropic_messages import MessagesEndpoint
 from ds4mlx.server.body import MAX_BODY_BYTES, read_body
@@ -42,8 +42,6 @@ from ds4mlx.server.queue import GenerationQueue, Job, KeepAlive
 from ds4mlx.server.sse import KEEP_ALIVE_FRAME
 from ds4mlx.server.turn import ResponseMeta
 from ds4mlx.server.utility_routes import UtilityRoutes
-from ds4mlx.speculation import SpeculativeStats
-from ds4mlx.speculation.service import Finished
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -320,15 +318,15 @@ def _log_finished(path: str, finished: Finished, first_output: float) -> None:
         finished.seconds,
         first_output,
     )
-    stats = finished.stats
-    if isinstance(stats, SpeculativeStats) and stats.drafted_tokens:
+    acceptance = finished.acceptance
+    if acceptance is not None and acceptance.drafted_tokens:
         log.info(
             "%s: speculation: %d drafted, %d accepted (%.0f%%), tau %.2f",
             path,
-            stats.drafted_tokens,
-            stats.accepted_tokens,
-            100 * stats.acceptance_rate,
-            stats.tau,
+            acceptance.drafted_tokens,
+            acceptance.accepted_tokens,
+            100 * acceptance.acceptance_rate,
+            acceptance.tau,
         )
 
 

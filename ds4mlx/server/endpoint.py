@@ -5,11 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
-from ds4mlx.engine.chat import ChatEvent
+from ds4mlx.generation import ChatEvent, Finished
 from ds4mlx.server.errors import APIError
 from ds4mlx.server.generation import APIRequest, GenerationCall, GenerationDefaults
 from ds4mlx.server.turn import ResponseMeta
-from ds4mlx.speculation.service import Finished
 
 
 class StreamEncoder(Protocol):

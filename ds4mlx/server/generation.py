@@ -9,11 +9,15 @@ from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Protocol, TypeVar
 
-from ds4mlx.engine.chat import ChatFormat, NamedTool, ToolChoice
-from ds4mlx.engine.sampling import SamplingOptions
-from ds4mlx.engine.tokenizer import TextTokenizer
+from ds4mlx.generation import (
+    ChatFormat,
+    NamedTool,
+    SamplingOptions,
+    ScheduledEvent,
+    TextTokenizer,
+    ToolChoice,
+)
 from ds4mlx.server.errors import APIError
-from ds4mlx.speculation.service import ScheduledEvent
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 

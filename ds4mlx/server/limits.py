@@ -6,9 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
-from ds4mlx.engine.chat.prompt import max_token_bytes
-from ds4mlx.engine.sampling import SamplingOptions
-from ds4mlx.engine.tokenizer import TokenizerError
+from ds4mlx.generation import SamplingOptions, TokenizerError, max_token_bytes
 from ds4mlx.server.errors import APIError
 from ds4mlx.server.generation import GenerationCall, GenerationService
 

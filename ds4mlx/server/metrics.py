@@ -10,8 +10,8 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 
+from ds4mlx.generation import Finished
 from ds4mlx.server.queue import QueueStats
-from ds4mlx.speculation.service import Finished
 
 # The recent times to first token the quantiles are taken over.
 TTFT_WINDOW = 1000

@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from ds4mlx.engine.chat import ChatEvent
+from ds4mlx.generation import ChatEvent, Finished
 from ds4mlx.server.errors import APIError, openai_error_body
 from ds4mlx.server.generation import (
     APIRequest,
@@ -32,7 +32,6 @@ from ds4mlx.server.generation import (
 )
 from ds4mlx.server.sse import DONE_FRAME, data_frame
 from ds4mlx.server.turn import Block, BlockTracker, ResponseMeta, chat_usage, new_id, track
-from ds4mlx.speculation.service import Finished
 
 from pydantic import Field
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ds4mlx.engine.chat import ChatEvent, TextDelta
+from ds4mlx.generation import ChatEvent, Finished, TextDelta
 from ds4mlx.server.errors import openai_error_body
 from ds4mlx.server.generation import (
     APIRequest,
@@ -17,7 +17,6 @@ from ds4mlx.server.generation import (
 )
 from ds4mlx.server.openai_chat import FINISH_REASONS, ChunkStream, StreamOptions
 from ds4mlx.server.turn import ResponseMeta, chat_usage, new_id
-from ds4mlx.speculation.service import Finished
 
 from pydantic import Field
 

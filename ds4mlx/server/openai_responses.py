@@ -17,7 +17,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Literal
 
-from ds4mlx.engine.chat import ChatEvent, ToolChoice
+from ds4mlx.generation import ChatEvent, Finished, ToolChoice
 from ds4mlx.server.errors import APIError, openai_error_body
 from ds4mlx.server.generation import (
     APIRequest,
@@ -43,7 +43,6 @@ from ds4mlx.server.turn import (
     new_id,
     track,
 )
-from ds4mlx.speculation.service import Finished
 
 from pydantic import Field, PrivateAttr
 

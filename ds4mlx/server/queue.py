@@ -25,11 +25,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-from ds4mlx.engine.chat import ChatEvent
-from ds4mlx.engine.generate import DecodeStep
-from ds4mlx.engine.session import feed_batch
+from ds4mlx.generation import ChatEvent, DecodeStep, Finished, ScheduledEvent, feed_batch
 from ds4mlx.server.errors import APIError
-from ds4mlx.speculation.service import Finished, ScheduledEvent
 
 import mlx.core as mx
 

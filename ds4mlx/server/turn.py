@@ -10,8 +10,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ds4mlx.engine.chat import (
+from ds4mlx.generation import (
     ChatEvent,
+    Finished,
     ReasoningDelta,
     ToolCall,
     ToolCallArguments,
@@ -20,7 +21,6 @@ from ds4mlx.engine.chat import (
     ToolCallStart,
 )
 from ds4mlx.server.generation import json_arguments
-from ds4mlx.speculation.service import Finished
 
 
 def new_id(prefix: str) -> str:

@@ -1,19 +1,12 @@
-"""Speculative decoding: drafters (DSpark, legacy MTP, GLM nextn), verification, acceptance and
-the drafting scheduler. ``generate`` is the one generation entry point the faces use: it runs the
-speculative loop when a drafter is configured and plain decoding otherwise."""
+"""Speculative decoding: drafters (DSpark, legacy MTP, GLM nextn, prompt lookup), verification,
+acceptance and the drafting scheduler. The faces generate through ``ds4mlx.generation``, which
+runs the verify loop here when a drafter is configured and plain decoding otherwise."""
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator, Sequence
-
-from ds4mlx.engine.generate import DecodeStep, DoneEvent, TokenEvent, run_alone, stepped_generate
-from ds4mlx.engine.sampling import SamplingOptions
-from ds4mlx.engine.session import Session
 from ds4mlx.speculation.config import DrafterKind, SpeculationConfig
 from ds4mlx.speculation.drafter import Draft, Drafter, TargetRows
-from ds4mlx.speculation.loop import DrafterLease, SpeculativeDecoder, SpeculativeStats
-
-import mlx.core as mx
+from ds4mlx.speculation.loop import DrafterLease, SpeculativeStats
 
 __all__ = [
     "Draft",
@@ -23,9 +16,7 @@ __all__ = [
     "SpeculationConfig",
     "SpeculativeStats",
     "TargetRows",
-    "generate",
     "load_drafter",
-    "stepped",
 ]
 
 
@@ -58,45 +49,3 @@ def _learned_drafter(config: SpeculationConfig, target) -> Drafter | None:
 
         return load_nextn(target)
     return None
-
-
-def stepped(
-    session: Session,
-    prompt: Sequence[int],
-    max_tokens: int,
-    sampling: SamplingOptions | None = None,
-    drafter: Drafter | None = None,
-    config: SpeculationConfig | None = None,
-    stop_tokens: Sequence[int] = (),
-    max_context: int | None = None,
-    lease: DrafterLease | None = None,
-) -> Generator[TokenEvent | DoneEvent | DecodeStep, mx.array | None, None]:
-    """``generate`` in stepped form (see ``engine.generate.DecodeStep``): a step decoded on its
-    own drafts with ``drafter`` (unless the config is strict), a batched one does not.
-    ``lease`` tracks which generation the shared drafter follows."""
-    config = config or SpeculationConfig()
-    decoder = (
-        None
-        if drafter is None or config.strict
-        else SpeculativeDecoder(drafter, config.loop_options, lease)
-    )
-    return stepped_generate(
-        session, prompt, max_tokens, sampling, stop_tokens, max_context, decoder
-    )
-
-
-def generate(
-    session: Session,
-    prompt: Sequence[int],
-    max_tokens: int,
-    sampling: SamplingOptions | None = None,
-    drafter: Drafter | None = None,
-    config: SpeculationConfig | None = None,
-    stop_tokens: Sequence[int] = (),
-    max_context: int | None = None,
-) -> Iterator[TokenEvent | DoneEvent]:
-    """Generate after ``prompt``: speculatively with ``drafter`` unless none is given or the
-    config is strict (target-only, for comparisons)."""
-    return run_alone(
-        stepped(session, prompt, max_tokens, sampling, drafter, config, stop_tokens, max_context)
-    )

@@ -81,7 +81,7 @@ import numpy as np
 from gguf import GGMLQuantizationType
 
 if TYPE_CHECKING:
-    from ds4mlx.api import LoadedModel
+    from ds4mlx.loader import LoadedModel
 
 __all__ = [
     "ARCH_DS4",

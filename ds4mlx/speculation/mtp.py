@@ -57,7 +57,7 @@ import mlx.nn as nn
 import numpy as np
 
 if TYPE_CHECKING:
-    from ds4mlx.api import LoadedModel
+    from ds4mlx.loader import LoadedModel
 
 ARCH_MTP = "deepseek4-mtp"
 LAYOUTS = {ARCH_MTP: "ds4's MTP support file", "deepseek4": "ds4's MTP support file"}

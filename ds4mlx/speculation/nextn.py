@@ -27,7 +27,7 @@ from ds4mlx.speculation.drafter import Draft, Drafter, TargetRows
 import mlx.core as mx
 
 if TYPE_CHECKING:
-    from ds4mlx.api import LoadedModel
+    from ds4mlx.loader import LoadedModel
 
 
 class NextNDrafter:

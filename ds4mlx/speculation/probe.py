@@ -19,7 +19,7 @@ from ds4mlx.speculation.drafter import Drafter, TargetRows
 import mlx.core as mx
 
 if TYPE_CHECKING:
-    from ds4mlx.api import LoadedModel
+    from ds4mlx.loader import LoadedModel
 
 
 @dataclass

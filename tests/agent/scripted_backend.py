@@ -9,7 +9,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 
 from ds4mlx.engine.chat import ChatEvent, TextDelta, ToolCall, ToolCallComplete, ToolCallError
-from ds4mlx.speculation.service import Finished
+from ds4mlx.generation import Finished
 
 # A scripted turn is a list of events; a callable in it is called instead of yielded (to act
 # at that moment, e.g. press Ctrl+C), and a threading.Event is waited for.

@@ -7,7 +7,7 @@ from pathlib import Path
 import ds4mlx
 from ds4mlx.agent.backend import LocalBackend
 from ds4mlx.experts.options import ExpertOptions
-from ds4mlx.speculation.service import ChatService
+from ds4mlx.generation import ChatService
 
 import pytest
 

@@ -20,7 +20,7 @@ from ds4mlx.agent.permissions import Permissions
 from ds4mlx.cli.agent import main
 from ds4mlx.engine.kvcache import PromptCache
 from ds4mlx.engine.sampling import SamplingOptions
-from ds4mlx.speculation.service import ChatService
+from ds4mlx.generation import ChatService
 
 import pytest
 from scripted_backend import ScriptedBackend, text

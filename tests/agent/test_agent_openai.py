@@ -6,7 +6,7 @@ from ds4mlx.agent.backend import BackendError, OpenAIBackend, openai_messages
 from ds4mlx.agent.loop import Agent, RunFinished, ToolFinished
 from ds4mlx.agent.permissions import Permissions
 from ds4mlx.engine.chat import ReasoningDelta, TextDelta, ToolCall, ToolCallComplete, ToolCallError
-from ds4mlx.speculation.service import Finished
+from ds4mlx.generation import Finished
 
 import pytest
 from scripted_server import USAGE, Server, chunk, tool_call_chunks

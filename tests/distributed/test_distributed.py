@@ -10,7 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ds4mlx.api import load_model
 from ds4mlx.cli.distributed import shared_seed
 from ds4mlx.cli.main import Messages
 from ds4mlx.cli.main import main as ds4_main
@@ -29,6 +28,7 @@ from ds4mlx.distributed.model import ExpertShard
 from ds4mlx.distributed.weights import ShardedGGUFWeights, slice_raw
 from ds4mlx.gguf import open_gguf
 from ds4mlx.kernels import gather_linear, linear
+from ds4mlx.loader import load_model
 from ds4mlx.models.deepseek4 import ModelArgs, tensor_shapes
 from ds4mlx.models.moe import RoutedExperts
 

@@ -15,13 +15,14 @@ import urllib.request
 from collections import deque
 from pathlib import Path
 
-from ds4mlx.api import load_model
 from ds4mlx.distributed.driven import Conductor, DrivenSession, Follower, Op, lead
 from ds4mlx.distributed.launch import free_port_block, launch_local
 from ds4mlx.engine.generate import TokenEvent
 from ds4mlx.engine.sampling import SamplingOptions
 from ds4mlx.engine.session import Session, feed_batch
-from ds4mlx.speculation import SpeculationConfig, generate, load_drafter
+from ds4mlx.generation import generate
+from ds4mlx.loader import load_model
+from ds4mlx.speculation import SpeculationConfig, load_drafter
 from ds4mlx.speculation.config import DrafterKind
 
 import numpy as np

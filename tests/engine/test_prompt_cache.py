@@ -12,7 +12,7 @@ import ds4mlx
 from ds4mlx.engine.chat import TextDelta
 from ds4mlx.engine.kvcache import DiskTier, PromptCache, model_fingerprint, write_snapshot
 from ds4mlx.engine.session import Snapshot
-from ds4mlx.speculation.service import ChatService, Finished
+from ds4mlx.generation import ChatService, Finished
 
 import mlx.core as mx
 import pytest

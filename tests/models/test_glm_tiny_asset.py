@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 
 import ds4mlx
-from ds4mlx import speculation
-from ds4mlx.api import LoadedModel
+from ds4mlx import generation
 from ds4mlx.engine.chat import glm5
 from ds4mlx.engine.generate import DoneEvent, TokenEvent, generate
 from ds4mlx.gguf import open_gguf
+from ds4mlx.loader import LoadedModel
 from ds4mlx.speculation.nextn import NextNDrafter, load_nextn
 
 import pytest
@@ -117,7 +117,7 @@ def test_nextn_speculation_reproduces_plain_greedy_decoding(model, kind):
         )
     plain, _ = tokens_of(generate(model.new_session(), prompt, 64))
     spec, stats = tokens_of(
-        speculation.generate(model.new_session(), prompt, 64, drafter=load_nextn(model))
+        generation.generate(model.new_session(), prompt, 64, drafter=load_nextn(model))
     )
     assert spec == plain
     assert stats.accepted_tokens > 0  # the trained NextN layer drafts some of them right

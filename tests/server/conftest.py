@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import ds4mlx
+from ds4mlx.generation import ChatService
 from ds4mlx.server import GenerationQueue
-from ds4mlx.speculation.service import ChatService
 
 import pytest
 

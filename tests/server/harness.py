@@ -12,9 +12,9 @@ from typing import Any
 
 from ds4mlx.engine.chat import DEEPSEEK_V4
 from ds4mlx.engine.tokenizer import NumericTokenizer
+from ds4mlx.generation import ServiceEvent
 from ds4mlx.server import GenerationDefaults, GenerationQueue, ServerConfig, create_app
 from ds4mlx.server.generation import GenerationService, ServedModel
-from ds4mlx.speculation.service import ServiceEvent
 
 import httpx
 import uvicorn

@@ -7,7 +7,7 @@ import json
 
 from ds4mlx.cli.agent import main as agent_main
 from ds4mlx.engine.chat import ReasoningDelta, TextDelta, ToolCall, ToolCallComplete
-from ds4mlx.speculation.service import Finished
+from ds4mlx.generation import Finished
 
 from server.harness import ScriptedService, serve
 

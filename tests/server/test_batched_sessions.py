@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from typing import Any
 
-from ds4mlx.speculation.service import ChatService
+from ds4mlx.generation import ChatService
 
 import httpx
 import openai

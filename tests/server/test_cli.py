@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ds4mlx.bench.server import free_port
 from ds4mlx.cli.server import main
-from ds4mlx.speculation.service import ChatService
+from ds4mlx.generation import ChatService
 
 import httpx
 import openai

@@ -10,7 +10,7 @@ from pathlib import Path
 import ds4mlx
 from ds4mlx.bench.server import server_process
 from ds4mlx.cli.server import main
-from ds4mlx.speculation.service import ChatService
+from ds4mlx.generation import ChatService
 
 import anthropic
 import openai

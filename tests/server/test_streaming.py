@@ -154,9 +154,9 @@ def test_fifty_concurrent_streams_get_their_own_complete_answers(base_url):
 
 def test_the_queue_is_fifo_and_survives_failing_generations():
     from ds4mlx.engine.chat import TextDelta
+    from ds4mlx.generation import Finished
     from ds4mlx.server.errors import APIError
     from ds4mlx.server.queue import GenerationQueue
-    from ds4mlx.speculation.service import Finished
 
     started: list[str] = []
 
@@ -201,8 +201,8 @@ def test_the_queue_is_fifo_and_survives_failing_generations():
 
 def test_each_generation_is_logged_with_its_speculation_counters(engine, caplog):
     from ds4mlx.engine.chat import TextDelta
+    from ds4mlx.generation import Finished
     from ds4mlx.speculation import SpeculativeStats
-    from ds4mlx.speculation.service import Finished
 
     stats = SpeculativeStats(drafted_passes=4, drafted_tokens=12, accepted_tokens=9)
     service = ScriptedService([TextDelta("hi"), Finished("stop", 10, 14, 2, stats, 0.5)])

@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 
 from ds4mlx.engine.chat import ReasoningDelta, TextDelta, ToolCall, ToolCallComplete, ToolCallError
+from ds4mlx.generation import Finished
 from ds4mlx.server.anthropic_messages import MessagesEndpoint, MessagesRequest
 from ds4mlx.server.openai_chat import ChatCompletionRequest, ChatCompletionsEndpoint
 from ds4mlx.server.openai_responses import ResponsesEndpoint, ResponsesRequest
 from ds4mlx.server.turn import ResponseMeta
-from ds4mlx.speculation.service import Finished
 
 import anthropic
 import openai

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from ds4mlx.engine.generate import DecodeStep, DoneEvent, TokenEvent, generate
 from ds4mlx.engine.session import feed_batch
-from ds4mlx.speculation import DrafterLease, SpeculationConfig, stepped
+from ds4mlx.generation import stepped
+from ds4mlx.speculation import DrafterLease, SpeculationConfig
 
 from .conftest import ScriptedDrafter
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import ds4mlx
 from ds4mlx.engine.generate import DoneEvent
 from ds4mlx.engine.sampling import SamplingOptions
-from ds4mlx.speculation import SpeculationConfig, generate, load_drafter
+from ds4mlx.generation import generate
+from ds4mlx.speculation import SpeculationConfig, load_drafter
 from ds4mlx.speculation.config import DrafterKind
 from ds4mlx.speculation.drafter import Draft, TargetRows
 from ds4mlx.speculation.lookup import LookupDrafter, LookupExtension, NgramIndex

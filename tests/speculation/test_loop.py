@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ds4mlx import speculation
+from ds4mlx import generation
 from ds4mlx.engine.generate import DoneEvent, generate
 from ds4mlx.engine.sampling import SamplingOptions
 from ds4mlx.speculation import SpeculationConfig
@@ -33,7 +33,7 @@ def test_greedy_speculation_equals_plain_decoding(ds4_model, prompt, error_rate)
     plain, _ = run(generate(ds4_model.new_session(), prompt, n))
     drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=error_rate)
     session = ds4_model.new_session()
-    spec, stats = run(speculation.generate(session, prompt, n, drafter=drafter))
+    spec, stats = run(generation.generate(session, prompt, n, drafter=drafter))
     assert spec == plain
     assert stats.generated_tokens == n
     # The session holds everything but the last generated token, as after plain decoding.
@@ -61,7 +61,7 @@ def test_confidence_threshold_cuts_drafts(ds4_model):
         prompt, plain, ds4_model.args.vocab_size, error_rate=0.0, confidences=True
     )
     spec, stats = run(
-        speculation.generate(
+        generation.generate(
             ds4_model.new_session(),
             prompt,
             n,
@@ -81,7 +81,7 @@ def test_stop_token_inside_an_accepted_draft(ds4_model):
     expected = plain[: plain.index(stop) + 1]
     drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=0.0)
     session = ds4_model.new_session()
-    spec, stats = run(speculation.generate(session, prompt, n, drafter=drafter, stop_tokens=[stop]))
+    spec, stats = run(generation.generate(session, prompt, n, drafter=drafter, stop_tokens=[stop]))
     assert spec == expected and stats.stop_reason == "stop"
     assert session.tokens == [*prompt, *expected[:-1]]
 
@@ -94,7 +94,7 @@ def test_sampled_speculation_is_reproducible_with_a_seed(ds4_model):
     def once():
         drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=0.1)
         return run(
-            speculation.generate(ds4_model.new_session(), prompt, n, sampling, drafter=drafter)
+            generation.generate(ds4_model.new_session(), prompt, n, sampling, drafter=drafter)
         )[0]
 
     assert once() == once()
@@ -105,7 +105,7 @@ def test_context_limit(ds4_model):
     plain, _ = run(generate(ds4_model.new_session(), prompt, 20))
     drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=0.0)
     spec, stats = run(
-        speculation.generate(ds4_model.new_session(), prompt, 20, drafter=drafter, max_context=12)
+        generation.generate(ds4_model.new_session(), prompt, 20, drafter=drafter, max_context=12)
     )
     assert stats.stop_reason == "context"
     assert spec == plain[: len(spec)] and len(prompt) + len(spec) - 1 <= 12
@@ -166,7 +166,7 @@ def test_penalized_greedy_speculation_equals_plain_decoding(ds4_model, error_rat
     assert plain != unpenalized
     drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=error_rate)
     spec, stats = run(
-        speculation.generate(ds4_model.new_session(), prompt, n, PENALIZED, drafter=drafter)
+        generation.generate(ds4_model.new_session(), prompt, n, PENALIZED, drafter=drafter)
     )
     assert spec == plain
     assert stats.accepted_tokens > 0

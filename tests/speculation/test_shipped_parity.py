@@ -9,7 +9,8 @@ from pathlib import Path
 import ds4mlx
 from ds4mlx.bench.speculation import CHAT_PROMPTS, PROSE_PROMPT, code_prompts, prompt_ids
 from ds4mlx.engine.generate import TokenEvent
-from ds4mlx.speculation import DrafterKind, SpeculationConfig, generate, load_drafter
+from ds4mlx.generation import generate
+from ds4mlx.speculation import DrafterKind, SpeculationConfig, load_drafter
 
 import pytest
 

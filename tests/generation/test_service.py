@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import ds4mlx
-from ds4mlx.engine.chat import TextDelta
-from ds4mlx.engine.generate import generate
-from ds4mlx.speculation.service import ChatService, Finished
+from ds4mlx.generation import ChatService, Finished, TextDelta, generate
 
 import pytest
 

@@ -1,4 +1,5 @@
-"""The public API: ``load_model(path)`` -> a model with ``logits``, ``new_session``, a tokenizer."""
+"""The loader: ``load_model(path)`` -> a LoadedModel (the network with ``logits`` and
+``new_session``, its tokenizer and chat format), resident, SSD-streamed or distributed."""
 
 from __future__ import annotations
 

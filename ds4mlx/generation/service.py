@@ -1,4 +1,4 @@
-"""The generation API the faces use: messages or a prompt in, a stream of events out.
+"""The chat service: messages or a prompt in, a stream of events out.
 
 ``ChatService`` owns one loaded model, its drafter and its sessions (one unless the server
 batches), which it reuses across requests when a new prompt extends what a session already
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Generator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ds4mlx.engine.chat import (
@@ -31,30 +31,13 @@ from ds4mlx.engine.generate import DecodeStep, DoneEvent, GenerationStats
 from ds4mlx.engine.kvcache import MAX_CUT, PromptCache, common_prefix
 from ds4mlx.engine.sampling import SamplingOptions
 from ds4mlx.engine.session import Session, Snapshot, supports_batched_decode
-from ds4mlx.speculation import DrafterLease, stepped
+from ds4mlx.generation.events import Finished, ScheduledEvent
+from ds4mlx.generation.tokens import stepped
 from ds4mlx.speculation.config import SpeculationConfig
 from ds4mlx.speculation.drafter import Drafter
+from ds4mlx.speculation.loop import DrafterLease
 
 import mlx.core as mx
-
-
-@dataclass(frozen=True)
-class Finished:
-    """The last event of a request."""
-
-    finish_reason: str  # "stop", "length", "tool_calls" or "context"
-    prompt_tokens: int
-    completion_tokens: int
-    cached_tokens: int  # prompt tokens reused from the session instead of prefilled
-    stats: GenerationStats = field(default_factory=GenerationStats)
-    seconds: float = 0.0
-    stop_sequence: str | None = None  # the stop string that ended the output, if one did
-    reasoning_tokens: int = 0  # completion tokens generated inside the reasoning block
-
-
-ServiceEvent = ChatEvent | Finished
-# What a service generation yields to a scheduler that batches (``ChatService(sessions > 1)``).
-ScheduledEvent = ServiceEvent | DecodeStep
 
 
 class _StopMatcher:

@@ -1,0 +1,104 @@
+"""The generation API, the one door the faces (CLI, agent, server, benchmarks) go through to
+generate text: messages or a prompt in, a stream of events out.
+
+- ``ChatService``: chat turns and raw completions over a loaded model (``ds4mlx.loader``), its
+  drafter and its sessions, with prefix reuse, a prompt cache and batched sessions. Its events:
+  the chat events (``TextDelta``, ``ReasoningDelta``, the tool-call events), then ``Finished``.
+- ``generate`` / ``stepped``: token-level generation, ending with ``Done``.
+- ``Finished`` and ``Done`` carry the statistics and, when a drafter took part, its
+  ``acceptance`` (``SpeculativeStats``: τ, acceptance rate, drafted and accepted counts).
+- What a face configures and hands down: ``SamplingOptions``, ``SpeculationConfig`` and
+  ``load_drafter``, the prompt cache (``PromptCache``, ``DiskTier``) and the saved states of
+  conversations (``read_snapshot``, ``write_snapshot``), and the errors these raise.
+
+The pieces live below (``engine``: sessions, sampling, tokenizer, chat formats, caches;
+``speculation``: drafters, verification, scheduling); this package composes them and names
+what a face may use.
+"""
+
+from ds4mlx.engine.chat import (
+    ChatEvent,
+    ChatFormat,
+    NamedTool,
+    ReasoningDelta,
+    TextDelta,
+    ToolCall,
+    ToolCallArguments,
+    ToolCallComplete,
+    ToolCallError,
+    ToolCallStart,
+    ToolChoice,
+)
+from ds4mlx.engine.chat.deepseek4 import DSML
+from ds4mlx.engine.chat.prompt import max_token_bytes
+from ds4mlx.engine.generate import DecodeStep, GenerationStats, TokenEvent
+from ds4mlx.engine.kvcache import (
+    MAX_CUT,
+    DiskTier,
+    PromptCache,
+    SnapshotFileError,
+    common_prefix,
+    model_fingerprint,
+    read_snapshot,
+    write_snapshot,
+)
+from ds4mlx.engine.sampling import SamplingOptions
+from ds4mlx.engine.session import feed_batch
+from ds4mlx.engine.tokenizer import TextTokenizer, TokenizerError
+from ds4mlx.generation.events import Done, Finished, ScheduledEvent, ServiceEvent
+from ds4mlx.generation.service import ChatService
+from ds4mlx.generation.tokens import generate, stepped
+from ds4mlx.gguf import GGUFError
+from ds4mlx.speculation import Drafter, SpeculativeStats, load_drafter
+from ds4mlx.speculation.config import (
+    DEFAULT_MTP_MARGIN,
+    DEFAULT_NGRAM,
+    DrafterKind,
+    SpeculationConfig,
+)
+
+__all__ = [
+    "DEFAULT_MTP_MARGIN",
+    "DEFAULT_NGRAM",
+    "DSML",
+    "MAX_CUT",
+    "ChatEvent",
+    "ChatFormat",
+    "ChatService",
+    "DecodeStep",
+    "DiskTier",
+    "Done",
+    "Drafter",
+    "DrafterKind",
+    "Finished",
+    "GGUFError",
+    "GenerationStats",
+    "NamedTool",
+    "PromptCache",
+    "ReasoningDelta",
+    "SamplingOptions",
+    "ScheduledEvent",
+    "ServiceEvent",
+    "SnapshotFileError",
+    "SpeculationConfig",
+    "SpeculativeStats",
+    "TextDelta",
+    "TextTokenizer",
+    "TokenEvent",
+    "TokenizerError",
+    "ToolCall",
+    "ToolCallArguments",
+    "ToolCallComplete",
+    "ToolCallError",
+    "ToolCallStart",
+    "ToolChoice",
+    "common_prefix",
+    "feed_batch",
+    "generate",
+    "load_drafter",
+    "max_token_bytes",
+    "model_fingerprint",
+    "read_snapshot",
+    "stepped",
+    "write_snapshot",
+]
