@@ -150,12 +150,16 @@ def load_weight(
     """The tensor (stored bytes ``raw`` as ``GGUFReader`` maps them) as a weight for ``kernels``.
 
     ``qtype`` must be in ``SUPPORTED_TYPES`` (the reader checks, naming the file and tensor).
-    A float32 matrix of a quantized type gets its int8 codes too (``row_codes``), which the
-    CPU's row kernels read instead of the float32 values.
+    A float32 matrix of a quantized type gets its int8 codes too (``row_codes``), and one of
+    an F16 tensor its float16 values, which the CPU's row kernels read instead.
     """
     host = host_weight(raw, qtype, shape, mode)
     weight = to_device(host)
-    if host.kind == "dense" and qtype not in DENSE_TYPES and isinstance(weight, mx.array):
+    if host.kind != "dense" or not isinstance(weight, mx.array) or weight.ndim < 2:
+        return weight
+    if qtype == T.F16 and weight.dtype == mx.float32:  # float16 values are exact
+        attach_codes(weight, RowCodes(mx.array(np.asarray(raw).view(np.float16).reshape(shape))))
+    elif qtype not in DENSE_TYPES:
         found = row_codes(raw, qtype, host.parts[0])
         if found is not None:
             attach_codes(weight, RowCodes(*(mx.array(part) for part in found)))

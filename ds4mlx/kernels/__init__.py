@@ -86,8 +86,9 @@ def _codes(w: Weight) -> RowCodes | None:
 
 
 def _in_panels(codes: RowCodes) -> RowCodes | None:
-    """A 2-D matrix's codes [out, in] laid out for its frozen [in, out] memory, in panels of
-    ``CODE_PANEL`` columns (None when the output width is not a whole number of panels)."""
+    """A 2-D matrix's codes [out, in] (or float16 values) laid out for its frozen [in, out]
+    memory, in panels of ``CODE_PANEL`` columns (None when the output width is not a whole
+    number of panels)."""
     out, width = codes.codes.shape
     if out % CODE_PANEL:
         return None
@@ -95,7 +96,13 @@ def _in_panels(codes: RowCodes) -> RowCodes | None:
     def panels(a: mx.array) -> mx.array:  # [out, n] -> [out / P, n, P]
         return mx.contiguous(a.reshape(out // CODE_PANEL, CODE_PANEL, -1).transpose(0, 2, 1))
 
-    laid_out = RowCodes(panels(codes.codes), panels(codes.scale), panels(codes.bias), True)
+    scale, bias = codes.scale, codes.bias
+    laid_out = RowCodes(
+        panels(codes.codes),
+        None if scale is None else panels(scale),
+        None if bias is None else panels(bias),
+        True,
+    )
     mx.eval(laid_out.operand)
     return laid_out
 

@@ -54,8 +54,9 @@ class PackedWeight:
 class RowCodes:
     """A float32 matrix's values as int8 codes: ``scale * code + bias`` (rounded after the
     multiply and after the add) with a scale and a bias per group of input channels, exactly the
-    matrix's values (``gguf.quants.row_codes`` checks that). The CPU's row kernels read these, a
-    quarter of float32's bytes, where a decode or verify tile is bound by weight reads.
+    matrix's values (``gguf.quants.row_codes`` checks that); or, for a GGUF F16 tensor, its
+    float16 values. The CPU's row kernels read these, a quarter (a half) of float32's bytes,
+    where a decode or verify tile is bound by weight reads.
 
     As GGUF stores a matrix (``panels`` false): codes [..., out, in], scale and bias
     [..., out, in / group]. For a frozen [in, out] matrix (``panels`` true): codes
@@ -63,14 +64,15 @@ class RowCodes:
     columns read front to back."""
 
     codes: mx.array
-    scale: mx.array
-    bias: mx.array
+    scale: mx.array | None = None
+    bias: mx.array | None = None
     panels: bool = False
 
     @property
     def operand(self) -> list[mx.array]:
-        """The native operations' argument for the matrix: [codes, scale, bias]."""
-        return [self.codes, self.scale, self.bias]
+        """The native operations' argument for the matrix: [codes, scale, bias], or [values]
+        for float16 values (``codes`` float16, no scale nor bias: a GGUF F16 tensor, exact)."""
+        return [self.codes] if self.scale is None else [self.codes, self.scale, self.bias]
 
 
 Weight = mx.array | QuantizedWeight | PackedWeight

@@ -487,3 +487,34 @@ def test_moe_tile_on_coded_experts_gives_the_float32_bits(ops, qtype_name):
         **args,
     )
     np.testing.assert_array_equal(np.array(coded), np.array(plain))
+
+
+def test_float16_values_give_the_float32_products_bit_for_bit(ops):
+    """A GGUF F16 matrix keeps its float16 values for the row kernels (half float32's bytes);
+    exact, so the products are the float32 matrix's to the bit, dense and as experts."""
+    rng = np.random.default_rng(5)
+    halves = rng.standard_normal((128, 96)).astype(np.float16)
+    halves[0, :4] = [np.float16(6e-8), np.float16(-3e-5), np.float16(0.0), np.float16(-0.0)]
+    dense = mx.array(halves.astype(np.float32))
+    kernels.attach_codes(dense, kernels.RowCodes(mx.array(halves)))
+    frozen = kernels.freeze(dense)
+    panels = kernels._codes(frozen)
+    assert panels is not None and panels.panels and panels.codes.dtype == mx.float16
+    x = normal(rng, 8, 96)
+    stored = kernels._frozen(frozen)
+    for rows in (1, 4, 6, 8):
+        np.testing.assert_array_equal(
+            np.array(ops.rows_linear(x, [panels.operand], rows)[0]),
+            np.array(ops.rows_linear(x, [stored], rows)[0]),
+        )
+    experts = rng.standard_normal((3, 64, 96)).astype(np.float16)
+    down = rng.standard_normal((3, 96, 64)).astype(np.float16)
+    logits, sg, su = normal(rng, 5, 3), normal(rng, 5, 96), normal(rng, 5, 96)
+    shared = kernels.freeze(normal(rng, 96, 96))
+    args = dict(rows=4, n_used=2, func=1, normalize=False, scale=1.0, limit=0.0, shared_limit=0.0)
+    x5 = normal(rng, 5, 96)
+    as_f32 = [mx.array(e.astype(np.float32)) for e in (experts, experts, down)]
+    plain = ops.moe_tile(logits, x5, *as_f32, sg, su, kernels._frozen(shared), None, None, **args)
+    halved = [[mx.array(e)] for e in (experts, experts, down)]
+    coded = ops.moe_tile(logits, x5, *halved, sg, su, kernels._frozen(shared), None, None, **args)
+    np.testing.assert_array_equal(np.array(coded), np.array(plain))

@@ -17,6 +17,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <optional>
 #include <stdexcept>
@@ -24,7 +25,7 @@
 #include <variant>
 #include <vector>
 
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__)) || defined(__F16C__)
 #include <immintrin.h>
 #elif defined(__ARM_NEON) && defined(__ARM_FEATURE_FMA)
 #include <arm_neon.h>
@@ -254,6 +255,88 @@ inline void coded_times_in_out(const Product& p, const Coded& c, int tokens, int
   }
 }
 
+// An IEEE half's bits as float32 (exact: every half is a float).
+inline float half_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu, bits;
+  if (exponent == 0x1fu) {
+    bits = sign | 0x7f800000u | (mantissa << 13);
+  } else if (exponent != 0) {
+    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+  } else if (mantissa == 0) {
+    bits = sign;
+  } else {  // subnormal: normalise
+    exponent = 113;
+    while (!(mantissa & 0x400u)) {
+      mantissa <<= 1;
+      exponent--;
+    }
+    bits = sign | (exponent << 23) | ((mantissa & 0x3ffu) << 13);
+  }
+  float value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+}
+
+// out[i] = the float of half bits h[i], i < n.
+inline void halves_to_floats(const uint16_t* __restrict h, float* __restrict out, int n) {
+  int i = 0;
+#if defined(__AVX512F__)
+  for (; i + 16 <= n; i += 16) {
+    _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm256_loadu_si256(
+                                  reinterpret_cast<const __m256i*>(h + i))));
+  }
+#elif defined(__F16C__)
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(
+                                  reinterpret_cast<const __m128i*>(h + i))));
+  }
+#endif
+  for (; i < n; i++) out[i] = half_to_float(h[i]);
+}
+
+// A matrix [K, N] (stored [in, out]) of float16 values (a GGUF F16 tensor) in panels of kPanel
+// columns: [N / kPanel, K, kPanel] (the same layout as Coded's codes, at half float32's bytes).
+// Decoded exactly, so the products are rows_times_in_out's, bit for bit.
+template <int kGroup, int kColumns>
+void half_block(const Product& p, const uint16_t* halves, int r0, int j0) {
+  static_assert(kColumns % kPanel == 0);
+  float acc[kGroup][kColumns] = {};
+  float w[kColumns];
+  for (int k = 0; k < p.k; k++) {
+    for (int pp = 0; pp < kColumns / kPanel; pp++) {
+      const size_t panel = j0 / kPanel + pp;
+      halves_to_floats(halves + (panel * p.k + k) * kPanel, w + pp * kPanel, kPanel);
+    }
+    for (int r = 0; r < kGroup; r++) {
+      const float xv = p.x[(r0 + r) * p.x_stride + k];
+      for (int j = 0; j < kColumns; j++) acc[r][j] = madd(xv, w[j], acc[r][j]);
+    }
+  }
+  for (int r = 0; r < kGroup; r++) std::copy(acc[r], acc[r] + kColumns, p.y + (r0 + r) * p.y_stride + j0);
+}
+
+template <int kGroup, int kColumns>
+void half_group(const Product& p, const uint16_t* halves, int r0) {
+  const int whole = p.n / kColumns * kColumns;
+  for (int j0 = 0; j0 < whole; j0 += kColumns) half_block<kGroup, kColumns>(p, halves, r0, j0);
+  for (int j0 = whole; j0 < p.n; j0 += kPanel) half_block<kGroup, kPanel>(p, halves, r0, j0);
+}
+
+inline void half_times_in_out(const Product& p, const uint16_t* halves, int tokens, int rows) {
+  for (int r = rows; r < tokens; r++) std::fill(p.y + r * p.y_stride, p.y + r * p.y_stride + p.n, 0.0f);
+  int r0 = 0;
+  for (; r0 + 6 <= rows; r0 += 6) half_group<6, 64>(p, halves, r0);
+  switch (rows - r0) {
+    case 5: half_group<5, 64>(p, halves, r0); break;
+    case 4: half_group<4, 64>(p, halves, r0); break;
+    case 3: half_group<3, 128>(p, halves, r0); break;
+    case 2: half_group<2, 128>(p, halves, r0); break;
+    case 1: half_group<1, 128>(p, halves, r0); break;
+    default: break;
+  }
+}
+
 // Sixteen partial sums, lane l accumulating madd(a[l], b[l], lane) for blocks of 16 floats: one
 // AVX-512 register, two AVX2 or four NEON ones, else an array (the same fused multiply-adds as
 // madd in every case, so the same bits). Written with intrinsics because the compiler's own
@@ -292,6 +375,18 @@ class Lanes16 {
 #else
     float a[16];
     for (int l = 0; l < 16; l++) a[l] = scale * static_cast<float>(codes[l]) + bias;
+    madd_block(a, b);
+#endif
+  }
+
+  // madd_block with a = the floats of 16 half values (exact).
+  void madd_half_block(const uint16_t* __restrict halves, const float* __restrict b) {
+#if defined(__AVX512F__)
+    const __m512 a = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(halves)));
+    v_ = _mm512_fmadd_ps(a, _mm512_loadu_ps(b), v_);
+#else
+    float a[16];
+    halves_to_floats(halves, a, 16);
     madd_block(a, b);
 #endif
   }
@@ -404,6 +499,25 @@ inline void coded_out_in_times_rows(const CodedRows& c, size_t e, const float* c
   }
 }
 
+// out_in_times_rows on matrix ``e`` of a float16 stack [E, N, K] (GGUF F16 experts): the
+// same dot sums of the same values, so the same bits, at half the bytes (K a multiple of 16).
+inline void half_out_in_times_rows(const uint16_t* halves, size_t e, const float* const* x,
+                                   float* const* y, int count, int n, int k_dim) {
+  const uint16_t* matrix = halves + e * n * static_cast<size_t>(k_dim);
+  for (int j = 0; j < n; j += 4) {
+    const int block = std::min(4, n - j);
+    for (int r = 0; r < count; r++) {
+      Lanes16 lanes[4];
+      for (int i = 0; i < k_dim; i += 16) {
+        for (int b = 0; b < block; b++) {
+          lanes[b].madd_half_block(matrix + static_cast<size_t>(j + b) * k_dim + i, x[r] + i);
+        }
+      }
+      for (int b = 0; b < block; b++) y[r][j + b] = lanes[b].sum();
+    }
+  }
+}
+
 inline std::vector<int> int_values(const mx::array& a) {
   std::vector<int> out(a.size());
   for (size_t i = 0; i < a.size(); i++) {
@@ -420,9 +534,14 @@ inline int push_matrix(std::vector<mx::array>& in, const MatrixArg& m, mx::Strea
     return 1;
   }
   const auto& parts = std::get<std::vector<mx::array>>(m);
+  if (parts.size() == 1 && parts[0].dtype() == mx::float16) {
+    in.push_back(parts[0]);
+    return 1;
+  }
   if (parts.size() != 3 || parts[0].dtype() != mx::int8 || parts[1].shape() != parts[2].shape() ||
       parts[0].ndim() != parts[1].ndim()) {
-    throw std::invalid_argument(op + ": a coded matrix is [codes (int8), scale, bias]");
+    throw std::invalid_argument(
+        op + ": a coded matrix is [codes (int8), scale, bias] or [float16 values]");
   }
   in.push_back(parts[0]);
   in.push_back(mx::astype(parts[1], mx::float32, s));
@@ -439,6 +558,12 @@ inline std::pair<int, int> matrix_shape(const MatrixArg& m, const std::string& o
   }
   const auto& parts = std::get<std::vector<mx::array>>(m);
   const mx::array& codes = parts.at(0);
+  if (parts.size() == 1) {  // float16 panels
+    if (codes.ndim() != 3 || codes.shape(2) != kPanel) {
+      throw std::invalid_argument(op + ": float16 panels are [N / 64, K, 64]");
+    }
+    return {codes.shape(1), codes.shape(0) * kPanel};
+  }
   const mx::array& scale = parts.at(1);
   if (codes.ndim() != 3 || codes.shape(2) != kPanel || scale.ndim() != 3 ||
       scale.shape(0) != codes.shape(0) || scale.shape(2) != kPanel || scale.shape(1) < 1 ||
@@ -453,6 +578,10 @@ inline std::pair<int, int> matrix_shape(const MatrixArg& m, const std::string& o
 class MatrixInput {
  public:
   MatrixInput(const std::vector<mx::array>& in, size_t at, int parts) {
+    if (parts == 1 && in[at].dtype() == mx::float16) {
+      halves_.emplace(in[at]);
+      return;
+    }
     if (parts == 1) {
       values_.emplace(in[at]);
       return;
@@ -468,6 +597,8 @@ class MatrixInput {
     if (values_) {
       p.w = values_->data();
       rows_times_in_out(p, tokens, rows);
+    } else if (halves_) {
+      half_times_in_out(p, halves_->data(), tokens, rows);
     } else {
       coded_times_in_out(p, {codes_->data(), scale_->data(), bias_->data(), group_}, tokens,
                          rows);
@@ -477,6 +608,7 @@ class MatrixInput {
  private:
   std::optional<RowMajor> values_, scale_, bias_;
   std::optional<RowMajorOf<int8_t>> codes_;
+  std::optional<RowMajorOf<uint16_t>> halves_;
   int group_ = 0;
 };
 
@@ -487,6 +619,12 @@ inline mx::Shape stack_shape(const MatrixArg& m, const std::string& op) {
   if (const auto* values = std::get_if<mx::array>(&m)) return values->shape();
   const auto& parts = std::get<std::vector<mx::array>>(m);
   const mx::array& codes = parts.at(0);
+  if (parts.size() == 1) {  // float16 values [E, N, K]
+    if (codes.ndim() != 3 || codes.shape(2) % 16 != 0) {
+      throw std::invalid_argument(op + ": float16 experts are [E, N, K], K a multiple of 16");
+    }
+    return codes.shape();
+  }
   const mx::array& scale = parts.at(1);
   if (codes.ndim() != 3 || scale.ndim() != 3 || scale.shape(0) != codes.shape(0) ||
       scale.shape(1) != codes.shape(1) || scale.shape(2) < 1 ||
@@ -501,6 +639,10 @@ inline mx::Shape stack_shape(const MatrixArg& m, const std::string& op) {
 class StackInput {
  public:
   StackInput(const std::vector<mx::array>& in, size_t at, int parts) {
+    if (parts == 1 && in[at].dtype() == mx::float16) {
+      halves_.emplace(in[at]);
+      return;
+    }
     if (parts == 1) {
       values_.emplace(in[at]);
       return;
@@ -516,6 +658,8 @@ class StackInput {
                   int k) const {
     if (values_) {
       out_in_times_rows(values_->data() + e * n * static_cast<size_t>(k), x, y, count, n, k);
+    } else if (halves_) {
+      half_out_in_times_rows(halves_->data(), e, x, y, count, n, k);
     } else {
       coded_out_in_times_rows({codes_->data(), scale_->data(), bias_->data(), group_}, e, x, y,
                               count, n, k);
@@ -525,6 +669,7 @@ class StackInput {
  private:
   std::optional<RowMajor> values_, scale_, bias_;
   std::optional<RowMajorOf<int8_t>> codes_;
+  std::optional<RowMajorOf<uint16_t>> halves_;
   int group_ = 0;
 };
 

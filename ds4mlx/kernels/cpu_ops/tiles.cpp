@@ -42,7 +42,8 @@ class RowsLinear : public CpuPrimitive {
 
  private:
   static size_t out_width(const std::vector<mx::array>& in, size_t at, int parts) {
-    return parts == 1 ? in[at].shape(1) : static_cast<size_t>(in[at].shape(0)) * kPanel;
+    const bool dense = parts == 1 && in[at].dtype() != mx::float16;  // else panels
+    return dense ? in[at].shape(1) : static_cast<size_t>(in[at].shape(0)) * kPanel;
   }
 
   int rows_;
