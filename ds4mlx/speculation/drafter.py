@@ -75,7 +75,10 @@ class Drafter(Protocol):
 
 # Optional: a drafter with ``needs_target_rows = False`` (prompt lookup) drafts from tokens
 # alone, so the loop decodes its draftless cycles as plain decoding does, pipelined, and hands
-# ``observe`` rows without hidden states.
+# ``observe`` rows without hidden states. One with ``reads_rows_after_last_draft = False``
+# (DSpark, MTP: ``reset`` starts them over at the next prefill) never reads the rows fed after
+# its last draft, so once no cycle drafts any more (the end of the token budget) the loop
+# decodes the rest that way too, without observing.
 
 
 class DeviceDrafter(Drafter, Protocol):

@@ -440,6 +440,8 @@ class DSparkDrafter:
     """The ``Drafter`` over a ``DSparkNet``: keeps each stage's ring of context keys."""
 
     name = "dspark"
+    #: ``reset`` empties the rings: rows fed after the last draft are never read (drafter.py).
+    reads_rows_after_last_draft = False
 
     def __init__(self, net: DSparkNet):
         self.net = net

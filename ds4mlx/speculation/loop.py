@@ -188,6 +188,14 @@ class SpeculativeDecoder(Decoder):
         queued: mx.array | None = None  # a draft left on the device (see DeviceDrafter)
         left = limits.max_tokens - stats.generated_tokens
         drafting = room > 0 and self.scheduler.should_draft(left)
+        if self.scheduler.drafting_over(left):
+            # No more drafts before the budget ends (ds4's rule): the rest decodes as plain
+            # decoding does, pipelined, where the drafter can follow or need not (drafter.py).
+            if not getattr(drafter, "needs_target_rows", True):
+                return self._advance_plain(session, token, sampler, stats, limits)
+            if not getattr(drafter, "reads_rows_after_last_draft", True):
+                self.detached = True
+                return super().advance(session, token, sampler, stats, limits)
         if drafting:
             tick = time.perf_counter()
             n = min(room, drafter.max_draft, options.max_draft, max_draft_for_parity)

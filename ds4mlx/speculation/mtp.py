@@ -202,6 +202,8 @@ class MTPDrafter:
 
     name = "mtp"
     capture_layers: tuple[int, ...] = ()
+    #: ``reset`` empties the cache: rows fed after the last draft are never read (drafter.py).
+    reads_rows_after_last_draft = False
 
     def __init__(self, net: MTPNet, max_draft: int, margin: float = DEFAULT_MTP_MARGIN):
         if not 1 <= max_draft <= MAX_DRAFT:

@@ -48,9 +48,14 @@ class DraftScheduler:
     _pause_left: int = 0
     _no_draft_streak: int = 0
 
+    @staticmethod
+    def drafting_over(remaining_budget: int) -> bool:
+        """Whether no cycle drafts any more before the token budget runs out."""
+        return remaining_budget < MIN_BUDGET_FOR_DRAFT
+
     def should_draft(self, remaining_budget: int) -> bool:
         """Whether the next cycle drafts; a cycle that does not draft is counted here."""
-        if remaining_budget < MIN_BUDGET_FOR_DRAFT:
+        if self.drafting_over(remaining_budget):
             self.stats.cycles += 1
             self.stats.tail_cycles += 1
             return False

@@ -6,6 +6,7 @@ from ds4mlx import generation
 from ds4mlx.engine.generate import DoneEvent, generate
 from ds4mlx.engine.sampling import SamplingOptions
 from ds4mlx.speculation import SpeculationConfig
+from ds4mlx.speculation.scheduler import MIN_BUDGET_FOR_DRAFT
 
 import mlx.core as mx
 import numpy as np
@@ -198,3 +199,21 @@ def test_logit_bias_bans_and_forces_tokens(ds4_model):
     with pytest.raises(ValueError, match="logit_bias: token id .* outside"):
         run(generate(session, prompt, n, SamplingOptions(logit_bias=((vocab, 1.0),))))
     assert session.tokens == []  # refused before the prefill
+
+
+def test_the_budget_tail_decodes_plainly_for_a_drafter_that_starts_over(ds4_model):
+    """Once no cycle drafts any more (fewer than MIN_BUDGET_FOR_DRAFT tokens left), a drafter
+    that never reads rows fed after its last draft (DSpark, MTP) is not fed them: the rest is
+    plain pipelined decoding, with the same tokens."""
+    prompt, n = PROMPTS[0], 40
+    plain, _ = run(generate(ds4_model.new_session(), prompt, n))
+    drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=0.0)
+    drafter.reads_rows_after_last_draft = False
+    session = ds4_model.new_session()
+    spec, stats = run(generation.generate(session, prompt, n, drafter=drafter))
+    assert spec == plain
+    assert session.tokens == [*prompt, *plain[:-1]]
+    # It saw every row fed until drafting ended; a cycle commits at most max_draft + 1 tokens.
+    seen = sum(drafter.observed_rows) - len(prompt) + 1  # generated tokens it saw fed
+    assert n - MIN_BUDGET_FOR_DRAFT < seen <= n - MIN_BUDGET_FOR_DRAFT + drafter.max_draft + 1
+    assert stats.verify_passes == stats.drafted_passes  # no verify pass of a lone token

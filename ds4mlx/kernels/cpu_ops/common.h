@@ -474,6 +474,24 @@ struct CodedRows {
   int group;
 };
 
+// kRows dot sums of rows w[0..kRows) of a coded matrix (codes [n, k_dim], scale and bias
+// [n, k_dim / group]) with x: Lanes16 sums as dot's (the same bits as over the float32 values).
+// kRows is a constant so that the sums stay in registers.
+template <int kRows>
+void coded_dots(const CodedRows& c, const int8_t* codes, const float* scale, const float* bias,
+                int k_dim, const float* __restrict x, float* out) {
+  const int groups = k_dim / c.group;
+  Lanes16 lanes[kRows];
+  for (int i = 0; i < k_dim; i += 16) {
+    const int g = i / c.group;
+    for (int b = 0; b < kRows; b++) {
+      lanes[b].madd_coded_block(codes + static_cast<size_t>(b) * k_dim + i,
+                                scale[b * groups + g], bias[b * groups + g], x + i);
+    }
+  }
+  for (int b = 0; b < kRows; b++) out[b] = lanes[b].sum();
+}
+
 // out_in_times_rows on matrix ``e`` of a coded stack: the same dot sums of the same values, so
 // the same bits, reading a quarter of the bytes.
 inline void coded_out_in_times_rows(const CodedRows& c, size_t e, const float* const* x,
@@ -482,21 +500,34 @@ inline void coded_out_in_times_rows(const CodedRows& c, size_t e, const float* c
   const int8_t* codes = c.codes + e * n * static_cast<size_t>(k_dim);
   const float* scale = c.scale + e * n * static_cast<size_t>(groups);
   const float* bias = c.bias + e * n * static_cast<size_t>(groups);
-  for (int j = 0; j < n; j += 4) {
-    const int block = std::min(4, n - j);
+  int j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const size_t at = static_cast<size_t>(j);
     for (int r = 0; r < count; r++) {
-      Lanes16 lanes[4];
-      for (int i = 0; i < k_dim; i += 16) {
-        const int g = i / c.group;
-        for (int b = 0; b < block; b++) {
-          const size_t row = static_cast<size_t>(j + b);
-          lanes[b].madd_coded_block(codes + row * k_dim + i, scale[row * groups + g],
-                                    bias[row * groups + g], x[r] + i);
-        }
-      }
-      for (int b = 0; b < block; b++) y[r][j + b] = lanes[b].sum();
+      coded_dots<4>(c, codes + at * k_dim, scale + at * groups, bias + at * groups, k_dim, x[r],
+                    y[r] + j);
     }
   }
+  for (; j < n; j++) {
+    const size_t at = static_cast<size_t>(j);
+    for (int r = 0; r < count; r++) {
+      coded_dots<1>(c, codes + at * k_dim, scale + at * groups, bias + at * groups, k_dim, x[r],
+                    y[r] + j);
+    }
+  }
+}
+
+// kRows dot sums of rows of a float16 matrix [n, k_dim] with x (the same bits as dot's over
+// their float32 values); kRows a constant so that the sums stay in registers.
+template <int kRows>
+void half_dots(const uint16_t* halves, int k_dim, const float* __restrict x, float* out) {
+  Lanes16 lanes[kRows];
+  for (int i = 0; i < k_dim; i += 16) {
+    for (int b = 0; b < kRows; b++) {
+      lanes[b].madd_half_block(halves + static_cast<size_t>(b) * k_dim + i, x + i);
+    }
+  }
+  for (int b = 0; b < kRows; b++) out[b] = lanes[b].sum();
 }
 
 // out_in_times_rows on matrix ``e`` of a float16 stack [E, N, K] (GGUF F16 experts): the
@@ -504,16 +535,15 @@ inline void coded_out_in_times_rows(const CodedRows& c, size_t e, const float* c
 inline void half_out_in_times_rows(const uint16_t* halves, size_t e, const float* const* x,
                                    float* const* y, int count, int n, int k_dim) {
   const uint16_t* matrix = halves + e * n * static_cast<size_t>(k_dim);
-  for (int j = 0; j < n; j += 4) {
-    const int block = std::min(4, n - j);
+  int j = 0;
+  for (; j + 4 <= n; j += 4) {
     for (int r = 0; r < count; r++) {
-      Lanes16 lanes[4];
-      for (int i = 0; i < k_dim; i += 16) {
-        for (int b = 0; b < block; b++) {
-          lanes[b].madd_half_block(matrix + static_cast<size_t>(j + b) * k_dim + i, x[r] + i);
-        }
-      }
-      for (int b = 0; b < block; b++) y[r][j + b] = lanes[b].sum();
+      half_dots<4>(matrix + static_cast<size_t>(j) * k_dim, k_dim, x[r], y[r] + j);
+    }
+  }
+  for (; j < n; j++) {
+    for (int r = 0; r < count; r++) {
+      half_dots<1>(matrix + static_cast<size_t>(j) * k_dim, k_dim, x[r], y[r] + j);
     }
   }
 }
