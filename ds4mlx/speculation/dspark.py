@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ds4mlx.gguf import GGUFError, open_gguf
-from ds4mlx.kernels import Weight, inference, linear, markov_chain, take_rows
+from ds4mlx.kernels import Weight, grow_rows, inference, linear, markov_chain, take_rows
 from ds4mlx.models.attention import sink_attention
 from ds4mlx.models.deepseek4 import Attention, Block, ModelArgs
 from ds4mlx.models.mhc import HyperHead
@@ -199,9 +199,8 @@ class BlockAttention(nn.Module):
         super().__init__()
         self.inner = attention
 
-    def context_keys(self, x: mx.array, pos0: int) -> mx.array:
-        """Keys [N, hd] of context rows x [N, D] at positions pos0 ..."""
-        angles = self.inner.rope.angles(np.arange(pos0, pos0 + x.shape[0]))
+    def context_keys(self, x: mx.array, angles: RopeAngles) -> mx.array:
+        """Keys [N, hd] of context rows x [N, D] with their positions' angles."""
         return self.inner.keys(x, angles)
 
     def __call__(
@@ -286,11 +285,28 @@ class DSparkNet(nn.Module):
     def context_keys(self, taps: mx.array, pos0: int) -> list[mx.array]:
         """Each stage's keys [N, hd] of target rows at positions pos0 .. from their taps
         [N, len(target_layers) * D]."""
+        return self._keys_at(taps, self.context_angles(pos0, taps.shape[0]))
+
+    def context_angles(self, pos0: int, n: int) -> list[RopeAngles]:
+        """Each stage's RoPE angles of positions pos0 .. pos0 + n - 1."""
+        positions = np.arange(pos0, pos0 + n)
+        return [stage.attn.inner.rope.angles(positions) for stage in self.stages]
+
+    def context_tile(self, taps: mx.array, *angles: mx.array, n_real: int) -> list[mx.array]:
+        """``context_keys`` of ``n_real`` rows as a compiled function takes it: each stage's
+        angles as (cos, sin) inputs."""
+        pairs = zip(*[iter(angles)] * 2, strict=True)
+        return self._keys_at(taps, [RopeAngles(cos, sin) for cos, sin in pairs])
+
+    def _keys_at(self, taps: mx.array, angles: Sequence[RopeAngles]) -> list[mx.array]:
         main = linear(taps, self.main_proj)
         if self.main_scale is not None:
             main = main * self.main_scale
         main = self.main_norm(main)
-        return [stage.attn.context_keys(main, pos0) for stage in self.stages]
+        return [
+            stage.attn.context_keys(main, stage_angles)
+            for stage, stage_angles in zip(self.stages, angles, strict=True)
+        ]
 
     def taps(self, tokens: Sequence[int], rows: TargetRows) -> mx.array:
         """The tapped target features [n, len(target_layers) * D] of committed rows."""
@@ -451,6 +467,7 @@ class DSparkDrafter:
             dict.fromkeys(i for i in net.config.target_layers if i != EMBEDDING_TAP)
         )
         self._draft_tiles = CompiledTiles(net.draft_tile)
+        self._context_tiles = CompiledTiles(net.context_tile)
         self.reset()
 
     def reset(self) -> None:
@@ -472,19 +489,23 @@ class DSparkDrafter:
                 f"rows start at position {pos0}, expected {self._next_pos} "
                 "(call reset() to start over)"
             )
+        n, window = taps.shape[0], self.net.window
         with inference():
-            keys = self.net.context_keys(taps, pos0)
-        if not self._rings:
-            self._ring_pos0 = pos0
-            self._rings = keys
-        else:
-            self._rings = [
-                mx.concatenate([ring, k]) for ring, k in zip(self._rings, keys, strict=True)
-            ]
-        end = pos0 + taps.shape[0]
-        drop = max(0, end - self._ring_pos0 - self.net.window)
-        self._rings = [ring[drop:] for ring in self._rings]
-        self._ring_pos0 += drop
+            if n <= self.max_draft + 1:  # a cycle's committed rows: one compiled call
+                angles = self.net.context_angles(pos0, n)
+                flat = [part for stage in angles for part in stage.on_device]
+                keys = self._context_tiles.get(n)(taps, *flat)
+            else:
+                keys = self.net.context_keys(taps, pos0)
+            held = self._rings[0].shape[0] if self._rings else 0
+            if not self._rings:
+                self._ring_pos0 = pos0
+                self._rings = [k[:0] for k in keys]
+            # Each ring grows by the rows and keeps the last ``window`` (one primitive).
+            kept = min(window, held + n)
+            self._rings = grow_rows(self._rings, keys, n, kept)
+        end = pos0 + n
+        self._ring_pos0 = end - kept
         mx.async_eval(self._rings)  # computed while the host goes on; the next draft reads them
         self._next_pos, self._next_token = end, int(next_token)
 
