@@ -603,11 +603,12 @@ inline std::pair<int, int> matrix_shape(const MatrixArg& m, const std::string& o
   return {codes.shape(1), codes.shape(0) * kPanel};
 }
 
-// A stored matrix [K, N] ([in, out]) read from a primitive's inputs: float32 (one input) or
-// coded (three, ``Coded``).
-class MatrixInput {
- public:
-  MatrixInput(const std::vector<mx::array>& in, size_t at, int parts) {
+// A stored weight read from a primitive's inputs: float32 values (one input), float16 values
+// (one float16 input) or codes (three: codes, scale and bias, whose sizes along
+// ``group_axis`` give the group).
+class WeightInput {
+ protected:
+  WeightInput(const std::vector<mx::array>& in, size_t at, int parts, int group_axis) {
     if (parts == 1 && in[at].dtype() == mx::float16) {
       halves_.emplace(in[at]);
       return;
@@ -619,8 +620,20 @@ class MatrixInput {
     codes_.emplace(in[at]);
     scale_.emplace(in[at + 1]);
     bias_.emplace(in[at + 2]);
-    group_ = in[at].shape(1) / in[at + 1].shape(1);
+    group_ = in[at].shape(group_axis) / in[at + 1].shape(group_axis);
   }
+
+  std::optional<RowMajor> values_, scale_, bias_;
+  std::optional<RowMajorOf<int8_t>> codes_;
+  std::optional<RowMajorOf<uint16_t>> halves_;
+  int group_ = 0;
+};
+
+// A stored matrix [K, N] ([in, out]): float32, or float16 or codes in column panels (``Coded``).
+class MatrixInput : WeightInput {
+ public:
+  MatrixInput(const std::vector<mx::array>& in, size_t at, int parts)
+      : WeightInput(in, at, parts, 1) {}
 
   // y = x @ this for the first ``rows`` of ``tokens`` rows (the others zeros); p.w unused.
   void times(Product p, int tokens, int rows) const {
@@ -634,12 +647,6 @@ class MatrixInput {
                          rows);
     }
   }
-
- private:
-  std::optional<RowMajor> values_, scale_, bias_;
-  std::optional<RowMajorOf<int8_t>> codes_;
-  std::optional<RowMajorOf<uint16_t>> halves_;
-  int group_ = 0;
 };
 
 // The [E, N, K] shape a stacked matrix argument stands for (stored [out, in]: routed experts),
@@ -664,24 +671,12 @@ inline mx::Shape stack_shape(const MatrixArg& m, const std::string& op) {
   return codes.shape();
 }
 
-// A stack of matrices [E, N, K] stored [out, in] read from a primitive's inputs: float32 (one
-// input) or coded (three, ``CodedRows``).
-class StackInput {
+// A stack of matrices [E, N, K] stored [out, in] (routed experts): float32, float16 or codes
+// (``CodedRows``).
+class StackInput : WeightInput {
  public:
-  StackInput(const std::vector<mx::array>& in, size_t at, int parts) {
-    if (parts == 1 && in[at].dtype() == mx::float16) {
-      halves_.emplace(in[at]);
-      return;
-    }
-    if (parts == 1) {
-      values_.emplace(in[at]);
-      return;
-    }
-    codes_.emplace(in[at]);
-    scale_.emplace(in[at + 1]);
-    bias_.emplace(in[at + 2]);
-    group_ = in[at].shape(2) / in[at + 1].shape(2);
-  }
+  StackInput(const std::vector<mx::array>& in, size_t at, int parts)
+      : WeightInput(in, at, parts, 2) {}
 
   // y[r] = W_e x[r] for ``count`` rows, W_e [n, k] (out_in_times_rows).
   void times_rows(size_t e, const float* const* x, float* const* y, int count, int n,
@@ -696,11 +691,6 @@ class StackInput {
     }
   }
 
- private:
-  std::optional<RowMajor> values_, scale_, bias_;
-  std::optional<RowMajorOf<int8_t>> codes_;
-  std::optional<RowMajorOf<uint16_t>> halves_;
-  int group_ = 0;
 };
 
 // A primitive's computation: (its evaluated inputs, its float32 outputs' memory).
