@@ -62,8 +62,8 @@ def _expert_grid(w: QuantizedWeight | PackedWeight) -> mx.array:
 _TRANSPOSED: dict[int, tuple[weakref.ref, mx.array]] = {}
 
 
-# The int8 codes of float32 inference matrices (``attach_codes``), by the id of the array the
-# model holds; an entry leaves with its weight.
+# The codes (or float16 values) of float32 inference matrices (``attach_codes``), by the id of
+# the array the model holds; an entry leaves with its weight.
 _CODES: dict[int, tuple[weakref.ref, RowCodes]] = {}
 
 # A frozen matrix's codes are stored in panels of this many output columns (cpu_ops kPanel).
@@ -89,7 +89,7 @@ def _in_panels(codes: RowCodes) -> RowCodes | None:
     """A 2-D matrix's codes [out, in] (or float16 values) laid out for its frozen [in, out]
     memory, in panels of ``CODE_PANEL`` columns (None when the output width is not a whole
     number of panels)."""
-    out, width = codes.codes.shape
+    out = codes.codes.shape[0]
     if out % CODE_PANEL:
         return None
 
