@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ds4mlx.experts.options import AUTO_SHARE
 from ds4mlx.gguf import WEIGHT_MODES, GGUFError, GGUFFile, open_gguf
-from ds4mlx.gguf.quants import DEFAULT_WEIGHT_MODE, resident_nbytes
+from ds4mlx.gguf.quants import DEFAULT_WEIGHT_MODE, resident_nbytes, row_codes_nbytes
 from ds4mlx.gguf.validate import validate_gguf
 from ds4mlx.memory import available_memory_bytes, physical_memory_bytes
 
@@ -141,9 +141,11 @@ def plan_memory(gguf: GGUFFile, mode: str, ctx: int = 4096) -> MemoryPlan:
     experts_per_layer: dict[str, int] = {}
     for name, info in tensors.items():
         held = resident_nbytes(info.qtype, info.shape, mode)
+        # A resident load also keeps the row kernels' codes (a streamed slot does not).
+        codes = row_codes_nbytes(info.qtype, info.shape, mode)
         if ROUTED_MARK in name:
             routed_file += info.nbytes
-            routed += held
+            routed += held + codes
             if not name.endswith("_exps.weight"):  # per-expert scale companions: no geometry
                 continue
             layer = name.split(ROUTED_MARK)[0].rsplit(".", 1)[0]
@@ -152,7 +154,7 @@ def plan_memory(gguf: GGUFFile, mode: str, ctx: int = 4096) -> MemoryPlan:
             per_layer_expert[layer] = per_layer_expert.get(layer, 0) + held // n
         else:
             dense_file += info.nbytes
-            dense += held
+            dense += held + codes
     arch = gguf.arch
     used = gguf.get(f"{arch}.expert_used_count", 0)
     n_used = int(used[0] if isinstance(used, list) else used)
@@ -267,7 +269,10 @@ def refusal(path: str | Path, mode: str, ctx: int) -> str | None:
     if available is None:
         return None
     layout = validate_gguf(path)
-    weights = sum(resident_nbytes(t.qtype, t.shape, mode) for t in layout.tensors.values())
+    weights = sum(
+        resident_nbytes(t.qtype, t.shape, mode) + row_codes_nbytes(t.qtype, t.shape, mode)
+        for t in layout.tensors.values()
+    )
     if weights * HEADROOM + RUNTIME_BYTES <= available:
         return None
     gguf = open_gguf(path)

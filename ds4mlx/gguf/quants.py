@@ -121,6 +121,19 @@ def resident_nbytes(qtype: GGMLQuantizationType, shape: Sequence[int], mode: str
     return n * bits // 8 + 2 * 4 * groups  # codes, float32 scale and bias a group
 
 
+def row_codes_nbytes(qtype: GGMLQuantizationType, shape: Sequence[int], mode: str) -> int:
+    """Bytes ``load_weight`` keeps besides ``resident_nbytes`` for the CPU's row kernels (the
+    codes of ``row_codes``, or an F16 matrix's float16 values), in the float32 mode; an upper
+    bound, since a tensor whose codes fail the exactness check keeps none."""
+    n = math.prod(shape)
+    if mode != "f32" or len(shape) < 2 or n == 0:
+        return 0
+    if qtype == T.F16:
+        return 2 * n
+    group = _CODE_GROUPS.get(qtype)
+    return 0 if group is None else n + 2 * 4 * (n // group)  # int8 codes, scale and bias
+
+
 def to_device(host: HostWeight, arrays: Sequence[mx.array] | None = None) -> Weight:
     """The ``kernels`` weight of a ``HostWeight``: copies of its parts in MLX arrays, or, with
     ``arrays``, a weight of the same kind over those MLX arrays (parts of the same layout, e.g.
@@ -271,6 +284,10 @@ _GROUP_AFFINE: dict[GGMLQuantizationType, Callable] = {
     T.Q2_K: _group_affine_q2_k,
     T.Q6_K: _group_affine_q6_k,
 }
+
+
+# Values per scale and bias in each type's codes (``_GROUP_AFFINE``).
+_CODE_GROUPS = {T.Q8_0: 32, T.Q4_0: 32, T.Q4_K: 32, T.Q2_K: 16, T.Q6_K: 16}
 
 
 def row_codes(

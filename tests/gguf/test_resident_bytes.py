@@ -34,3 +34,19 @@ def test_matches_host_weight(qtype, shape, mode):
 def test_integer_tables_are_kept_as_stored():
     assert resident_nbytes(T.I32, (1000, 6), "native") == 24000
     assert resident_nbytes(T.I32, (1000, 6), "f32") == 24000
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("qtype", [T.F16, T.Q8_0, T.Q4_0, T.Q4_K, T.Q2_K, T.Q6_K, T.MXFP4])
+def test_row_codes_bytes_are_what_load_weight_attaches(qtype, shape):
+    """The plan's ``row_codes_nbytes`` counts the codes (or float16 values) ``load_weight``
+    keeps beside a float32 matrix for the CPU's row kernels: none for a vector, another type
+    or the native mode."""
+    from ds4mlx import kernels
+    from ds4mlx.gguf.quants import load_weight, row_codes_nbytes
+
+    weight = load_weight(stored(qtype, shape), qtype, shape, "f32")
+    codes = kernels._codes(weight)
+    attached = 0 if codes is None else sum(part.nbytes for part in codes.operand)
+    assert row_codes_nbytes(qtype, shape, "f32") == attached
+    assert row_codes_nbytes(qtype, shape, "native") == 0
