@@ -531,9 +531,9 @@ def pool_blocks(
     kv: mx.array, score: mx.array, lo: int, n: int, ratio: int, dim: int, overlap: bool
 ) -> mx.array | None:
     """A compressor's softmax pooling of ``n`` completed blocks whose rows start at row ``lo``
-    of kv and score [N, C] (``models.deepseek4.Compressor.pool`` computes the same with MLX
-    ops, some twenty primitives) as one native primitive in inference on the CPU; None where
-    that does not apply."""
+    of kv and score [N, C] as one native primitive in inference on the CPU; None where that
+    does not apply. ``models.compressed_attention.Compressor.pool`` computes the same with
+    MLX ops (some twenty primitives)."""
     if _inference_ops() is None or kv.dtype != mx.float32:
         return None
     return native_ops().pool_blocks(kv, score, lo, n, ratio, dim, overlap)

@@ -200,12 +200,13 @@ class Rope : public CpuPrimitive {
   bool inverse_;
 };
 
-// A compressor's pooling of the blocks a chunk completes (models.deepseek4.Compressor.pool):
-// block i of ``n`` takes rows lo + i * r + j, j < r, of kv and score [N, C]; each channel's
-// values are weighted by the softmax of its scores over the block's rows and summed. With
-// ``overlap`` (C = 2 * dim) the softmax runs over the previous block's first ``dim``
-// channels, then the block's last ``dim`` channels (a row before the first is a zero value
-// with a -inf score); else over the block's rows (C = dim). -> [n, dim]
+// A compressor's pooling of the blocks a chunk completes
+// (models.compressed_attention.Compressor.pool): block i of ``n`` takes rows lo + i * r + j,
+// j < r, of kv and score [N, C]; each channel's values are weighted by the softmax of its
+// scores over the block's rows and summed. With ``overlap`` (C = 2 * dim) the softmax runs
+// over the previous block's first ``dim`` channels, then the block's last ``dim`` channels (a
+// row before the first is a zero value with a -inf score); else over the block's rows
+// (C = dim). -> [n, dim]
 class PoolBlocks : public CpuPrimitive {
  public:
   struct Config {
