@@ -189,7 +189,7 @@ inline void rows_times_in_out(const Product& p, int tokens, int rows) {
   }
 }
 
-// The columns of a coded matrix are stored in panels this wide (``Coded``).
+// The columns of a coded or float16 matrix are stored in panels this wide (``Coded``).
 constexpr int kPanel = 64;
 
 // A matrix [K, N] (stored [in, out]) whose values are scale * code + bias (a GGUF quant's
@@ -203,57 +203,16 @@ struct Coded {
   const float* scale;
   const float* bias;
   int group;
+
+  // Row k (of K) of column panel ``panel``: its kPanel values into w.
+  void decode(size_t panel, int k, int k_dim, float* __restrict w) const {
+    const int8_t* __restrict q = codes + (panel * k_dim + k) * kPanel;
+    const size_t at = (panel * (k_dim / group) + k / group) * kPanel;
+    const float* __restrict s = scale + at;
+    const float* __restrict o = bias + at;
+    for (int j = 0; j < kPanel; j++) w[j] = s[j] * static_cast<float>(q[j]) + o[j];
+  }
 };
-
-// coded_times_in_out's rows [r0, r0 + kGroup) x columns [j0, j0 + kColumns) (whole panels):
-// each k's values are decoded once for the rows, then every element takes the same multiply-add
-// chain as rows_times_in_out_block's (the values are the float32 matrix's, so the same bits).
-template <int kGroup, int kColumns>
-void coded_block(const Product& p, const Coded& c, int r0, int j0) {
-  static_assert(kColumns % kPanel == 0);
-  float acc[kGroup][kColumns] = {};
-  float w[kColumns];
-  const size_t groups = p.k / c.group;
-  for (int k = 0; k < p.k; k++) {
-    for (int pp = 0; pp < kColumns / kPanel; pp++) {
-      const size_t panel = j0 / kPanel + pp;
-      const int8_t* __restrict q = c.codes + (panel * p.k + k) * kPanel;
-      const size_t at = (panel * groups + k / c.group) * kPanel;
-      const float* __restrict scale = c.scale + at;
-      const float* __restrict bias = c.bias + at;
-      float* __restrict wp = w + pp * kPanel;
-      for (int j = 0; j < kPanel; j++) wp[j] = scale[j] * static_cast<float>(q[j]) + bias[j];
-    }
-    for (int r = 0; r < kGroup; r++) {
-      const float xv = p.x[(r0 + r) * p.x_stride + k];
-      for (int j = 0; j < kColumns; j++) acc[r][j] = madd(xv, w[j], acc[r][j]);
-    }
-  }
-  for (int r = 0; r < kGroup; r++) std::copy(acc[r], acc[r] + kColumns, p.y + (r0 + r) * p.y_stride + j0);
-}
-
-template <int kGroup, int kColumns>
-void coded_group(const Product& p, const Coded& c, int r0) {
-  const int whole = p.n / kColumns * kColumns;
-  for (int j0 = 0; j0 < whole; j0 += kColumns) coded_block<kGroup, kColumns>(p, c, r0, j0);
-  for (int j0 = whole; j0 < p.n; j0 += kPanel) coded_block<kGroup, kPanel>(p, c, r0, j0);
-}
-
-// rows_times_in_out on a coded matrix (N a multiple of kPanel, K of the group): the same
-// results, bit for bit, from a quarter of the bytes.
-inline void coded_times_in_out(const Product& p, const Coded& c, int tokens, int rows) {
-  for (int r = rows; r < tokens; r++) std::fill(p.y + r * p.y_stride, p.y + r * p.y_stride + p.n, 0.0f);
-  int r0 = 0;
-  for (; r0 + 6 <= rows; r0 += 6) coded_group<6, 64>(p, c, r0);
-  switch (rows - r0) {
-    case 5: coded_group<5, 64>(p, c, r0); break;
-    case 4: coded_group<4, 64>(p, c, r0); break;
-    case 3: coded_group<3, 128>(p, c, r0); break;
-    case 2: coded_group<2, 128>(p, c, r0); break;
-    case 1: coded_group<1, 128>(p, c, r0); break;
-    default: break;
-  }
-}
 
 // An IEEE half's bits as float32 (exact: every half is a float).
 inline float half_to_float(uint16_t h) {
@@ -296,18 +255,26 @@ inline void halves_to_floats(const uint16_t* __restrict h, float* __restrict out
 }
 
 // A matrix [K, N] (stored [in, out]) of float16 values (a GGUF F16 tensor) in panels of kPanel
-// columns: [N / kPanel, K, kPanel] (the same layout as Coded's codes, at half float32's bytes).
-// Decoded exactly, so the products are rows_times_in_out's, bit for bit.
-template <int kGroup, int kColumns>
-void half_block(const Product& p, const uint16_t* halves, int r0, int j0) {
+// columns: [N / kPanel, K, kPanel] (the same layout as Coded's codes, at half float32's bytes),
+// decoded exactly.
+struct HalfPanels {
+  const uint16_t* halves;
+
+  void decode(size_t panel, int k, int k_dim, float* __restrict w) const {
+    halves_to_floats(halves + (panel * k_dim + k) * kPanel, w, kPanel);
+  }
+};
+
+// panels_times_in_out's rows [r0, r0 + kGroup) x columns [j0, j0 + kColumns) (whole panels):
+// each k's values are decoded once for the rows, then every element takes the same multiply-add
+// chain as rows_times_in_out_block's (the values are the float32 matrix's, so the same bits).
+template <int kGroup, int kColumns, typename Panels>
+void panels_block(const Product& p, const Panels& m, int r0, int j0) {
   static_assert(kColumns % kPanel == 0);
   float acc[kGroup][kColumns] = {};
   float w[kColumns];
   for (int k = 0; k < p.k; k++) {
-    for (int pp = 0; pp < kColumns / kPanel; pp++) {
-      const size_t panel = j0 / kPanel + pp;
-      halves_to_floats(halves + (panel * p.k + k) * kPanel, w + pp * kPanel, kPanel);
-    }
+    for (int pp = 0; pp < kColumns / kPanel; pp++) m.decode(j0 / kPanel + pp, k, p.k, w + pp * kPanel);
     for (int r = 0; r < kGroup; r++) {
       const float xv = p.x[(r0 + r) * p.x_stride + k];
       for (int j = 0; j < kColumns; j++) acc[r][j] = madd(xv, w[j], acc[r][j]);
@@ -316,23 +283,26 @@ void half_block(const Product& p, const uint16_t* halves, int r0, int j0) {
   for (int r = 0; r < kGroup; r++) std::copy(acc[r], acc[r] + kColumns, p.y + (r0 + r) * p.y_stride + j0);
 }
 
-template <int kGroup, int kColumns>
-void half_group(const Product& p, const uint16_t* halves, int r0) {
+template <int kGroup, int kColumns, typename Panels>
+void panels_group(const Product& p, const Panels& m, int r0) {
   const int whole = p.n / kColumns * kColumns;
-  for (int j0 = 0; j0 < whole; j0 += kColumns) half_block<kGroup, kColumns>(p, halves, r0, j0);
-  for (int j0 = whole; j0 < p.n; j0 += kPanel) half_block<kGroup, kPanel>(p, halves, r0, j0);
+  for (int j0 = 0; j0 < whole; j0 += kColumns) panels_block<kGroup, kColumns>(p, m, r0, j0);
+  for (int j0 = whole; j0 < p.n; j0 += kPanel) panels_block<kGroup, kPanel>(p, m, r0, j0);
 }
 
-inline void half_times_in_out(const Product& p, const uint16_t* halves, int tokens, int rows) {
+// rows_times_in_out on a matrix in column panels (``Coded`` or ``HalfPanels``; N a multiple of
+// kPanel): the same results, bit for bit, from a quarter or a half of the bytes.
+template <typename Panels>
+void panels_times_in_out(const Product& p, const Panels& m, int tokens, int rows) {
   for (int r = rows; r < tokens; r++) std::fill(p.y + r * p.y_stride, p.y + r * p.y_stride + p.n, 0.0f);
   int r0 = 0;
-  for (; r0 + 6 <= rows; r0 += 6) half_group<6, 64>(p, halves, r0);
+  for (; r0 + 6 <= rows; r0 += 6) panels_group<6, 64>(p, m, r0);
   switch (rows - r0) {
-    case 5: half_group<5, 64>(p, halves, r0); break;
-    case 4: half_group<4, 64>(p, halves, r0); break;
-    case 3: half_group<3, 128>(p, halves, r0); break;
-    case 2: half_group<2, 128>(p, halves, r0); break;
-    case 1: half_group<1, 128>(p, halves, r0); break;
+    case 5: panels_group<5, 64>(p, m, r0); break;
+    case 4: panels_group<4, 64>(p, m, r0); break;
+    case 3: panels_group<3, 128>(p, m, r0); break;
+    case 2: panels_group<2, 128>(p, m, r0); break;
+    case 1: panels_group<1, 128>(p, m, r0); break;
     default: break;
   }
 }
@@ -472,79 +442,47 @@ struct CodedRows {
   const float* scale;
   const float* bias;
   int group;
+
+  // lanes += row ``row`` (of all E * N) at [i, i + 16) times x[i, i + 16).
+  void madd(Lanes16& lanes, size_t row, int i, int k_dim, const float* __restrict x) const {
+    const size_t at = row * (k_dim / group) + i / group;
+    lanes.madd_coded_block(codes + row * k_dim + i, scale[at], bias[at], x);
+  }
 };
 
-// kRows dot sums of rows w[0..kRows) of a coded matrix (codes [n, k_dim], scale and bias
-// [n, k_dim / group]) with x: Lanes16 sums as dot's (the same bits as over the float32 values).
-// kRows is a constant so that the sums stay in registers.
-template <int kRows>
-void coded_dots(const CodedRows& c, const int8_t* codes, const float* scale, const float* bias,
-                int k_dim, const float* __restrict x, float* out) {
-  const int groups = k_dim / c.group;
+// A stack of float16 matrices [E, N, K] (GGUF F16 experts; K a multiple of 16), decoded exactly.
+struct HalfRows {
+  const uint16_t* halves;
+
+  void madd(Lanes16& lanes, size_t row, int i, int k_dim, const float* __restrict x) const {
+    lanes.madd_half_block(halves + row * k_dim + i, x);
+  }
+};
+
+// kRows dot sums of rows row0.. of a stack (``CodedRows`` or ``HalfRows``) with x: Lanes16
+// sums as dot's (the same bits as over the float32 values). kRows is a constant so that the
+// sums stay in registers.
+template <int kRows, typename Rows>
+void stack_dots(const Rows& m, size_t row0, int k_dim, const float* __restrict x, float* out) {
   Lanes16 lanes[kRows];
   for (int i = 0; i < k_dim; i += 16) {
-    const int g = i / c.group;
-    for (int b = 0; b < kRows; b++) {
-      lanes[b].madd_coded_block(codes + static_cast<size_t>(b) * k_dim + i,
-                                scale[b * groups + g], bias[b * groups + g], x + i);
-    }
+    for (int b = 0; b < kRows; b++) m.madd(lanes[b], row0 + b, i, k_dim, x + i);
   }
   for (int b = 0; b < kRows; b++) out[b] = lanes[b].sum();
 }
 
-// out_in_times_rows on matrix ``e`` of a coded stack: the same dot sums of the same values, so
-// the same bits, reading a quarter of the bytes.
-inline void coded_out_in_times_rows(const CodedRows& c, size_t e, const float* const* x,
-                                    float* const* y, int count, int n, int k_dim) {
-  const int groups = k_dim / c.group;
-  const int8_t* codes = c.codes + e * n * static_cast<size_t>(k_dim);
-  const float* scale = c.scale + e * n * static_cast<size_t>(groups);
-  const float* bias = c.bias + e * n * static_cast<size_t>(groups);
+// out_in_times_rows on matrix ``e`` of a coded or float16 stack: the same dot sums of the same
+// values, so the same bits, reading a quarter or a half of the bytes.
+template <typename Rows>
+void stack_times_rows(const Rows& m, size_t e, const float* const* x, float* const* y, int count,
+                      int n, int k_dim) {
+  const size_t first = e * n;
   int j = 0;
   for (; j + 4 <= n; j += 4) {
-    const size_t at = static_cast<size_t>(j);
-    for (int r = 0; r < count; r++) {
-      coded_dots<4>(c, codes + at * k_dim, scale + at * groups, bias + at * groups, k_dim, x[r],
-                    y[r] + j);
-    }
+    for (int r = 0; r < count; r++) stack_dots<4>(m, first + j, k_dim, x[r], y[r] + j);
   }
   for (; j < n; j++) {
-    const size_t at = static_cast<size_t>(j);
-    for (int r = 0; r < count; r++) {
-      coded_dots<1>(c, codes + at * k_dim, scale + at * groups, bias + at * groups, k_dim, x[r],
-                    y[r] + j);
-    }
-  }
-}
-
-// kRows dot sums of rows of a float16 matrix [n, k_dim] with x (the same bits as dot's over
-// their float32 values); kRows a constant so that the sums stay in registers.
-template <int kRows>
-void half_dots(const uint16_t* halves, int k_dim, const float* __restrict x, float* out) {
-  Lanes16 lanes[kRows];
-  for (int i = 0; i < k_dim; i += 16) {
-    for (int b = 0; b < kRows; b++) {
-      lanes[b].madd_half_block(halves + static_cast<size_t>(b) * k_dim + i, x + i);
-    }
-  }
-  for (int b = 0; b < kRows; b++) out[b] = lanes[b].sum();
-}
-
-// out_in_times_rows on matrix ``e`` of a float16 stack [E, N, K] (GGUF F16 experts): the
-// same dot sums of the same values, so the same bits, at half the bytes (K a multiple of 16).
-inline void half_out_in_times_rows(const uint16_t* halves, size_t e, const float* const* x,
-                                   float* const* y, int count, int n, int k_dim) {
-  const uint16_t* matrix = halves + e * n * static_cast<size_t>(k_dim);
-  int j = 0;
-  for (; j + 4 <= n; j += 4) {
-    for (int r = 0; r < count; r++) {
-      half_dots<4>(matrix + static_cast<size_t>(j) * k_dim, k_dim, x[r], y[r] + j);
-    }
-  }
-  for (; j < n; j++) {
-    for (int r = 0; r < count; r++) {
-      half_dots<1>(matrix + static_cast<size_t>(j) * k_dim, k_dim, x[r], y[r] + j);
-    }
+    for (int r = 0; r < count; r++) stack_dots<1>(m, first + j, k_dim, x[r], y[r] + j);
   }
 }
 
@@ -641,10 +579,10 @@ class MatrixInput : WeightInput {
       p.w = values_->data();
       rows_times_in_out(p, tokens, rows);
     } else if (halves_) {
-      half_times_in_out(p, halves_->data(), tokens, rows);
+      panels_times_in_out(p, HalfPanels{halves_->data()}, tokens, rows);
     } else {
-      coded_times_in_out(p, {codes_->data(), scale_->data(), bias_->data(), group_}, tokens,
-                         rows);
+      panels_times_in_out(p, Coded{codes_->data(), scale_->data(), bias_->data(), group_},
+                          tokens, rows);
     }
   }
 };
@@ -684,13 +622,12 @@ class StackInput : WeightInput {
     if (values_) {
       out_in_times_rows(values_->data() + e * n * static_cast<size_t>(k), x, y, count, n, k);
     } else if (halves_) {
-      half_out_in_times_rows(halves_->data(), e, x, y, count, n, k);
+      stack_times_rows(HalfRows{halves_->data()}, e, x, y, count, n, k);
     } else {
-      coded_out_in_times_rows({codes_->data(), scale_->data(), bias_->data(), group_}, e, x, y,
-                              count, n, k);
+      stack_times_rows(CodedRows{codes_->data(), scale_->data(), bias_->data(), group_}, e, x,
+                       y, count, n, k);
     }
   }
-
 };
 
 // A primitive's computation: (its evaluated inputs, its float32 outputs' memory).
