@@ -130,8 +130,9 @@ def row_codes_nbytes(qtype: GGMLQuantizationType, shape: Sequence[int], mode: st
         return 0
     if qtype == T.F16:
         return 2 * n
-    group = _CODE_GROUPS.get(qtype)
-    return 0 if group is None else n + 2 * 4 * (n // group)  # int8 codes, scale and bias
+    if qtype not in _GROUP_AFFINE:
+        return 0
+    return n + 2 * 4 * (n // _GROUP_AFFINE[qtype][0])  # int8 codes, a scale and a bias a group
 
 
 def to_device(host: HostWeight, arrays: Sequence[mx.array] | None = None) -> Weight:
@@ -275,19 +276,16 @@ def _group_affine_q6_k(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return scale, np.zeros_like(scale)
 
 
-# GGML types whose values are scale * q + bias per group: what gives a group's scale and bias
-# from the blocks [rows, blocks, bytes], each [rows, blocks, groups per block].
-_GROUP_AFFINE: dict[GGMLQuantizationType, Callable] = {
-    T.Q8_0: _group_affine_q8_0,
-    T.Q4_0: _group_affine_q8_0,  # d * (q - 8): the same d per 32
-    T.Q4_K: _group_affine_q4_k,
-    T.Q2_K: _group_affine_q2_k,
-    T.Q6_K: _group_affine_q6_k,
+# GGML types whose values are scale * q + bias per group: how many values a group holds, and
+# what gives each group's scale and bias from the blocks [rows, blocks, bytes] (each [rows,
+# blocks, groups per block]).
+_GROUP_AFFINE: dict[GGMLQuantizationType, tuple[int, Callable]] = {
+    T.Q8_0: (32, _group_affine_q8_0),
+    T.Q4_0: (32, _group_affine_q8_0),  # d * (q - 8): the same d per 32
+    T.Q4_K: (32, _group_affine_q4_k),
+    T.Q2_K: (16, _group_affine_q2_k),
+    T.Q6_K: (16, _group_affine_q6_k),
 }
-
-
-# Values per scale and bias in each type's codes (``_GROUP_AFFINE``).
-_CODE_GROUPS = {T.Q8_0: 32, T.Q4_0: 32, T.Q4_K: 32, T.Q2_K: 16, T.Q6_K: 16}
 
 
 def row_codes(
@@ -298,14 +296,14 @@ def row_codes(
     (rounded after the multiply and after the add) is ``values`` (its float32 dequantization)
     exactly: what the CPU's row kernels read instead of the float32 values (``kernels.RowCodes``,
     a quarter of the bytes). None for a type without such a form or where the check fails."""
-    group_affine = _GROUP_AFFINE.get(qtype)
-    if group_affine is None or values.ndim < 2 or values.size == 0:
+    if qtype not in _GROUP_AFFINE or values.ndim < 2 or values.size == 0:
         return None
+    group, group_affine = _GROUP_AFFINE[qtype]
     block_size, type_size = GGML_QUANT_SIZES[qtype]
     blocks = raw.reshape(-1, values.shape[-1] // block_size, type_size)
     scale, bias = group_affine(np.asarray(blocks))
-    groups = scale.shape[1] * scale.shape[2]
-    flat = values.reshape(blocks.shape[0], groups, -1)
+    groups = values.shape[-1] // group
+    flat = values.reshape(blocks.shape[0], groups, group)
     scale, bias = scale.reshape(-1, groups, 1), bias.reshape(-1, groups, 1)
     with np.errstate(divide="ignore", invalid="ignore"):
         codes = np.rint(np.where(scale != 0, (flat - bias) / scale, 0))
