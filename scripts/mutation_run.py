@@ -242,8 +242,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "scheduler_budget_boundary",
         SCHEDULER_PY,
-        "if remaining_budget < MIN_BUDGET_FOR_DRAFT:",
-        "if remaining_budget <= MIN_BUDGET_FOR_DRAFT:",
+        "return remaining_budget - 1 < min(MIN_TAIL_DRAFT, self.max_draft)",
+        "return remaining_budget - 1 <= min(MIN_TAIL_DRAFT, self.max_draft)",
         SCHEDULER,
     ),
     Mutation(

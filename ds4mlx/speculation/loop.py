@@ -189,7 +189,7 @@ class SpeculativeDecoder(Decoder):
         left = limits.max_tokens - stats.generated_tokens
         drafting = room > 0 and self.scheduler.should_draft(left)
         if self.scheduler.drafting_over(left):
-            # No more drafts before the budget ends (ds4's rule): the rest decodes as plain
+            # No more drafts before the budget ends (too short to pay): the rest decodes as plain
             # decoding does, pipelined, where the drafter can follow or need not (drafter.py).
             if not getattr(drafter, "needs_target_rows", True):
                 return self._advance_plain(session, token, sampler, stats, limits)

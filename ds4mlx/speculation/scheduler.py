@@ -2,8 +2,9 @@
 
 Drafted cycles are judged in windows. A window whose mean accepted length is too short, or in
 which too many cycles produced no draft at all, pauses drafting for a few cycles; pauses caused by
-missing drafts grow when they repeat. Near the end of the token budget drafting stops, since a
-verify pass cannot pay for itself there. One scheduler serves one request.
+missing drafts grow when they repeat. Near the end of the token budget a draft is cut to what the
+budget can still take, and drafting stops once that is too short to pay for its verify pass. One
+scheduler serves one request.
 """
 
 from __future__ import annotations
@@ -23,8 +24,12 @@ MAX_NO_DRAFT_SHARE = 0.5
 LOW_ACCEPTANCE_PAUSE = 2
 #: Pauses after consecutive windows without drafts, in cycles (the last one repeats).
 NO_DRAFT_PAUSES = (3, 4, 7)
-#: No drafting when fewer tokens than this remain in the budget.
-MIN_BUDGET_FOR_DRAFT = 10
+#: No drafting once the budget leaves room for fewer draft tokens than this (or than the
+#: drafter's whole draft, if shorter). ds4 stops drafting 10 tokens before the end; here a draft
+#: is cut to the budget (a cycle commits at most the tokens left), and drafting down to
+#: two-token drafts beat stopping at ten tokens left on the held-out code prompts, with the same
+#: output (docs/performance.md, "Session 10").
+MIN_TAIL_DRAFT = 2
 
 
 @dataclass
@@ -48,10 +53,10 @@ class DraftScheduler:
     _pause_left: int = 0
     _no_draft_streak: int = 0
 
-    @staticmethod
-    def drafting_over(remaining_budget: int) -> bool:
-        """Whether no cycle drafts any more before the token budget runs out."""
-        return remaining_budget < MIN_BUDGET_FOR_DRAFT
+    def drafting_over(self, remaining_budget: int) -> bool:
+        """Whether no cycle drafts any more before the token budget runs out: a cycle commits
+        its draft plus one token, so ``remaining_budget - 1`` draft tokens still fit."""
+        return remaining_budget - 1 < min(MIN_TAIL_DRAFT, self.max_draft)
 
     def should_draft(self, remaining_budget: int) -> bool:
         """Whether the next cycle drafts; a cycle that does not draft is counted here."""

@@ -6,7 +6,7 @@ from ds4mlx import generation
 from ds4mlx.engine.generate import DoneEvent, generate
 from ds4mlx.engine.sampling import SamplingOptions
 from ds4mlx.speculation import SpeculationConfig
-from ds4mlx.speculation.scheduler import MIN_BUDGET_FOR_DRAFT
+from ds4mlx.speculation.scheduler import MIN_TAIL_DRAFT
 
 import mlx.core as mx
 import numpy as np
@@ -49,7 +49,10 @@ def test_greedy_speculation_equals_plain_decoding(ds4_model, prompt, error_rate)
         assert set(stats.position_acceptance) == {1.0 - error_rate}
     if error_rate == 0.0:
         assert stats.accepted_tokens == stats.drafted_tokens > 0
-        assert stats.tau == 6.0  # every draft of five accepted, plus the target's token
+        # Every draft of five accepted, plus the target's token; the budget's last draft is
+        # cut to the two tokens that fit (1 + 6 * 6 + 3 = 40).
+        assert stats.position_drafted == [7, 7, 6, 6, 6]
+        assert stats.tau == (6 * 6 + 3) / 7
     if error_rate == 1.0:
         assert stats.accepted_tokens == 0
         assert stats.scheduler.pauses > 0  # the scheduler backs off useless drafting
@@ -202,10 +205,14 @@ def test_logit_bias_bans_and_forces_tokens(ds4_model):
 
 
 def test_the_budget_tail_decodes_plainly_for_a_drafter_that_starts_over(ds4_model):
-    """Once no cycle drafts any more (fewer than MIN_BUDGET_FOR_DRAFT tokens left), a drafter
-    that never reads rows fed after its last draft (DSpark, MTP) is not fed them: the rest is
-    plain pipelined decoding, with the same tokens."""
-    prompt, n = PROMPTS[0], 40
+    """Once no cycle drafts any more (room for fewer than MIN_TAIL_DRAFT draft tokens), a
+    drafter that never reads rows fed after its last draft (DSpark, MTP) is not fed them: the
+    rest is plain pipelined decoding, with the same tokens."""
+    prompt = PROMPTS[0]
+    # Every draft is accepted, so each cycle commits max_draft + 1 tokens after the prefill's
+    # one; the budget ends MIN_TAIL_DRAFT tokens after the sixth cycle, too few to draft.
+    drafted = 1 + 6 * (5 + 1)
+    n = drafted + MIN_TAIL_DRAFT
     plain, _ = run(generate(ds4_model.new_session(), prompt, n))
     drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=0.0)
     drafter.reads_rows_after_last_draft = False
@@ -213,7 +220,8 @@ def test_the_budget_tail_decodes_plainly_for_a_drafter_that_starts_over(ds4_mode
     spec, stats = run(generation.generate(session, prompt, n, drafter=drafter))
     assert spec == plain
     assert session.tokens == [*prompt, *plain[:-1]]
-    # It saw every row fed until drafting ended; a cycle commits at most max_draft + 1 tokens.
+    # It saw every row fed until drafting ended, and none of the tail's.
     seen = sum(drafter.observed_rows) - len(prompt) + 1  # generated tokens it saw fed
-    assert n - MIN_BUDGET_FOR_DRAFT < seen <= n - MIN_BUDGET_FOR_DRAFT + drafter.max_draft + 1
+    assert seen == drafted
+    assert stats.scheduler.tail_cycles == 1
     assert stats.verify_passes == stats.drafted_passes  # no verify pass of a lone token

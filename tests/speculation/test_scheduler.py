@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ds4mlx.speculation.scheduler import (
     LOW_ACCEPTANCE_PAUSE,
-    MIN_BUDGET_FOR_DRAFT,
+    MIN_TAIL_DRAFT,
     NO_DRAFT_PAUSES,
     WINDOW_CYCLES,
     DraftScheduler,
@@ -76,11 +76,18 @@ def test_healthy_window_resets_no_draft_growth():
     assert scheduler.stats.paused_cycles == 2 * NO_DRAFT_PAUSES[0]
 
 
-def test_no_drafting_near_the_end_of_the_budget():
-    scheduler = DraftScheduler()
-    assert scheduler.should_draft(MIN_BUDGET_FOR_DRAFT)
-    assert not scheduler.should_draft(MIN_BUDGET_FOR_DRAFT - 1)
+def test_no_drafting_once_the_budget_leaves_too_short_a_draft():
+    scheduler = DraftScheduler(max_draft=5)
+    # A cycle commits its draft and one more token: MIN_TAIL_DRAFT draft tokens need one more.
+    assert scheduler.should_draft(MIN_TAIL_DRAFT + 1)
+    assert not scheduler.should_draft(MIN_TAIL_DRAFT)
     assert scheduler.stats.tail_cycles == 1
+
+
+def test_a_one_token_drafter_drafts_while_one_draft_token_fits():
+    scheduler = DraftScheduler(max_draft=1)
+    assert scheduler.should_draft(2)
+    assert not scheduler.should_draft(1)
 
 
 def test_a_new_scheduler_per_request_starts_fresh():
