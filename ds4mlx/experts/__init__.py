@@ -10,7 +10,13 @@ from ds4mlx.experts.options import ExpertOptions, parse_cache_budget
 from ds4mlx.experts.policy import SlotPolicy
 from ds4mlx.experts.reader import ExpertReader, ExpertTensor
 from ds4mlx.experts.resident import ResidentLayer, ResidentStore
-from ds4mlx.experts.store import ExpertBatch, ExpertStats, ExpertStore, LayerExperts
+from ds4mlx.experts.store import (
+    ExpertBatch,
+    ExpertStats,
+    ExpertStore,
+    LayerExperts,
+    PrefetchHint,
+)
 from ds4mlx.experts.streamed import StreamedStore
 from ds4mlx.gguf import GGUFFile
 
@@ -32,6 +38,7 @@ __all__ = [
     "ExpertStore",
     "ExpertTensor",
     "LayerExperts",
+    "PrefetchHint",
     "ResidentLayer",
     "ResidentStore",
     "SlotPolicy",

@@ -100,11 +100,37 @@ class LayerExperts(ABC):
     def batches(self, indices: mx.array) -> Iterator[ExpertBatch]:
         """The batches covering every pair of the routing ``indices`` [T, k] (int32).
 
-        A consumer must evaluate a batch's result before asking for the next when the batch
-        has ``pairs`` (the store may refill those slots)."""
+        The store may refill a batch's slots once the next batch is asked for when the batch
+        has ``pairs``; ``map_batches`` evaluates each such result first."""
+
+    def map_batches(
+        self, indices: mx.array, compute: Callable[[ExpertBatch], mx.array]
+    ) -> Iterator[tuple[ExpertBatch, mx.array]]:
+        """``compute`` over the batches of the routing ``indices``: each batch with its result.
+        A result that reads slots the store may refill is evaluated before the next batch."""
+        for batch in self.batches(indices):
+            result = compute(batch)
+            if batch.pairs is not None:
+                mx.eval(result)
+            yield batch, result
 
     def prefetch(self, indices: mx.array) -> None:  # noqa: B027 (optional hook)
         """Hint: ``indices`` will probably be this layer's routing next; start reading."""
+
+
+class PrefetchHint:
+    """Starts reading the experts a layer will probably need next: ``route`` maps a layer's
+    input (and token ids, for hash routing) to a guessed routing [T, k], which ``layer`` (a
+    store's view of the next MoE layer) is asked to prefetch. The guess is the model's
+    business (``models.moe.link_expert_prefetch`` routes through the next layer's router);
+    when to read is the store's."""
+
+    def __init__(self, route: Callable[[mx.array, mx.array | None], mx.array], layer: LayerExperts):
+        self.route = route
+        self.layer = layer
+
+    def __call__(self, x: mx.array, tokens: mx.array | None) -> None:
+        self.layer.prefetch(self.route(x, tokens))
 
 
 class ExpertStore(ABC):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from enum import IntEnum
 
-from ds4mlx.experts import ExpertBatch, LayerExperts, ResidentLayer
+from ds4mlx.experts import ExpertBatch, LayerExperts, PrefetchHint, ResidentLayer
 from ds4mlx.kernels import (
     Weight,
     gather_linear,
@@ -145,40 +145,46 @@ class RoutedExperts(nn.Module):
         out = None
         parts: list[mx.array] = []
         pairs: list[np.ndarray] = []
-        for batch in self.layer.batches(indices):
+        for batch, result in self.layer.map_batches(
+            indices, lambda batch: self._batch_outputs(x, batch, k, row_invariant)
+        ):
             if batch.pairs is None:
-                out = routed_experts(
-                    x,
-                    batch.gate,
-                    batch.up,
-                    batch.down,
-                    batch.indices,
-                    self.swiglu_limit,
-                    row_invariant=row_invariant,
-                )
-                if out is None:
-                    out = self._all_pairs(x, batch)
-                continue
-            # Some pairs only (a streamed layer needing more experts than its cache holds):
-            # each pair's result is the same product on the same rows, so the same bits.
-            rows = x[mx.array(batch.pairs // k)]
-            part = routed_experts(
-                rows,
-                batch.gate,
-                batch.up,
-                batch.down,
-                batch.indices[:, None],
-                self.swiglu_limit,
-                row_invariant=row_invariant,
-            )
-            if part is None:
-                part = self._ffn(rows[:, None, :], batch, batch.indices, True)
-            mx.eval(part)  # before the store refills the slots it reads
-            parts.append(part)
-            pairs.append(batch.pairs)
+                out = result
+            else:
+                parts.append(result)
+                pairs.append(batch.pairs)
         if out is None:
             out = mx.concatenate(parts)[mx.array(np.argsort(np.concatenate(pairs)))]
         return out.reshape(tokens, k, -1)
+
+    def _batch_outputs(
+        self, x: mx.array, batch: ExpertBatch, k: int, row_invariant: bool
+    ) -> mx.array:
+        """One batch's outputs: [T, k, (1,) D] for every pair, or [P, (1,) D] for ``pairs``."""
+        if batch.pairs is None:
+            out = routed_experts(
+                x,
+                batch.gate,
+                batch.up,
+                batch.down,
+                batch.indices,
+                self.swiglu_limit,
+                row_invariant=row_invariant,
+            )
+            return self._all_pairs(x, batch) if out is None else out
+        # Some pairs only (a streamed layer needing more experts than its cache holds): each
+        # pair's result is the same product on the same rows, so the same bits.
+        rows = x[mx.array(batch.pairs // k)]
+        part = routed_experts(
+            rows,
+            batch.gate,
+            batch.up,
+            batch.down,
+            batch.indices[:, None],
+            self.swiglu_limit,
+            row_invariant=row_invariant,
+        )
+        return self._ffn(rows[:, None, :], batch, batch.indices, True) if part is None else part
 
     def _all_pairs(self, x: mx.array, batch: ExpertBatch) -> mx.array:
         """Every (token, expert) pair: [T, k, 1, D] or, sorted, [T * k, 1, D]."""
@@ -290,7 +296,7 @@ class SharedExpertMoE(nn.Module):
         self.weights_scale = weights_scale
         self.prefix = prefix
         # Set by ``link_expert_prefetch`` when the next layer's experts are streamed.
-        self.prefetch_next: _PrefetchHint | None = None
+        self.prefetch_next: PrefetchHint | None = None
         # Compiled, the routing and SwiGLU elementwise chains fuse (77 -> 46 primitives a layer
         # on ds4-tiny). Only resident experts qualify: a streamed store reads the routing on
         # the host.
@@ -309,6 +315,11 @@ class SharedExpertMoE(nn.Module):
         ``kernels.linear``)."""
         probs = gate_probs(linear(x, self.router, rows), self.gating)
         return self._route(probs, self._hashed(tokens))
+
+    def guess_experts(self, x: mx.array, tokens: mx.array | None) -> mx.array:
+        """This layer's routing [T, k] of the previous layer's FFN input x: a guess to prefetch
+        by (the residual stream changes little between layers; hash-routed layers are exact)."""
+        return self.select(x, tokens)[0]
 
     def _hashed(self, tokens: mx.array | None) -> mx.array | None:
         """The experts a hash-routed layer takes for ``tokens`` (None for a routed layer)."""
@@ -401,19 +412,6 @@ class SharedExpertMoE(nn.Module):
         return mx.concatenate([routed, padding]) + self.shared.down_of(gate, up, n_real)
 
 
-class _PrefetchHint:
-    """Guesses the next MoE layer's experts by routing this layer's FFN input through the next
-    layer's router (the residual stream changes little between layers; hash-routed layers are
-    exact) and asks its store to start reading them. A plain object, not a module, so the next
-    layer does not become part of this one's parameter tree."""
-
-    def __init__(self, next_moe: SharedExpertMoE):
-        self.next_moe = next_moe
-
-    def __call__(self, x: mx.array, tokens: mx.array | None) -> None:
-        self.next_moe.experts.layer.prefetch(self.next_moe.select(x, tokens)[0])
-
-
 def moe_layers(network: nn.Module, num_layers: int) -> list[SharedExpertMoE]:
     """The main model's MoE layers (``blk.N`` with N < ``num_layers``) in layer order."""
     found = [m for _, m in network.named_modules() if isinstance(m, SharedExpertMoE)]
@@ -425,6 +423,7 @@ def link_expert_prefetch(moes: Sequence[SharedExpertMoE]) -> None:
     """Each layer of ``moes`` (in execution order) hints the next one's store during prefill,
     where that store reads experts (a streamed one)."""
     for current, following in zip(moes, moes[1:], strict=False):
+        layer = following.experts.layer
         current.prefetch_next = (
-            _PrefetchHint(following) if following.experts.layer.prefetches else None
+            PrefetchHint(following.guess_experts, layer) if layer.prefetches else None
         )
