@@ -18,6 +18,7 @@ from ds4mlx.engine.generate import generate
 from ds4mlx.gguf import GGUFError, open_gguf
 from ds4mlx.loader import LoadedModel
 from ds4mlx.models.base import DECODE_TILE
+from ds4mlx.models.deepseek4_mtp import block_shapes
 from ds4mlx.models.glm5_next import TILE_ROLLBACK
 from ds4mlx.models.kda import KDACache
 from ds4mlx.speculation import DrafterKind, SpeculationConfig, load_drafter
@@ -25,7 +26,7 @@ from ds4mlx.speculation.loop import SpeculativeStats
 from ds4mlx.speculation.mtp import MTPDrafter
 from ds4mlx.speculation.nextn import NextNDrafter, load_nextn
 from ds4mlx.speculation.probe import rows_between
-from ds4mlx.speculation.support_gguf import block_shapes, random_arrays
+from ds4mlx.speculation.support_gguf import random_arrays
 
 import mlx.core as mx
 import numpy as np
