@@ -77,20 +77,6 @@ def test_layouts_hold_the_same_drafter(files):
     assert len(drafts[0].tokens) == len(drafts[0].confidences) == 5
 
 
-def test_window_rules():
-    """ds4: every row of a block sees the same ring range; llama.cpp: row q sees k if q - k < W."""
-    keys = mx.zeros((8, 4))
-    ds4 = np.array(dspark_net.BlockContext(keys, 0, np.array([8]), 3, 6).mask())
-    llama = np.array(dspark_net.BlockContext(keys, 0, np.array([8]), 3, 6, per_row=True).mask())
-    assert [list(np.flatnonzero(row[:8])) for row in ds4] == [[2, 3, 4, 5, 6, 7]] * 3
-    assert [list(np.flatnonzero(row[:8])) for row in llama] == [
-        [3, 4, 5, 6, 7],
-        [4, 5, 6, 7],
-        [5, 6, 7],
-    ]
-    assert ds4[:, 8:].all() and llama[:, 8:].all()  # the whole block, non-causally
-
-
 def test_a_drafter_for_another_target_is_refused(files):
     _, other, paths, _ = files
     for path in paths.values():
