@@ -190,8 +190,10 @@ class StageContext:
 
 class BlockAttention(nn.Module):
     """A stage's attention: the target-style projections of ``attention``, applied to whole
-    blocks that attend non-causally to themselves and to their context keys. It stands in for
-    the ``Attention`` of a ``Block``, taking a ``BlockContext`` where that takes a cache."""
+    blocks that attend non-causally to themselves and to their context keys. A stage's
+    ``Block`` is given it in its constructor (``attention=``) in place of its own
+    ``Attention``; called as that one is, it takes a ``BlockContext`` where that takes a
+    cache."""
 
     def __init__(self, attention: Attention):
         super().__init__()

@@ -44,16 +44,16 @@ if TYPE_CHECKING:
     from ds4mlx.loader import LoadedModel
 
 
+# --------------------------------------------------------------------------------------------
+# The drafter
+# --------------------------------------------------------------------------------------------
+
+
 def _padded(ring: mx.array, rows: int) -> mx.array:
     """``ring`` [N, hd] after ``rows`` zero rows."""
     return (
         ring if rows <= 0 else mx.concatenate([mx.zeros((rows, ring.shape[1]), ring.dtype), ring])
     )
-
-
-# --------------------------------------------------------------------------------------------
-# The drafter
-# --------------------------------------------------------------------------------------------
 
 
 class DSparkDrafter:
@@ -183,6 +183,7 @@ class DSparkDrafter:
 
 
 def target_head(target: LoadedModel) -> TargetHead:
+    """The target's embedding and output head, which its drafters borrow."""
     return TargetHead(target.network.embed, target.network.output)
 
 
