@@ -26,11 +26,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from ds4mlx.gguf import MetaValue, open_gguf
+from ds4mlx.models import deepseek4_dspark as dspark_net
 from ds4mlx.models.deepseek4 import ModelArgs, tensor_shapes
+from ds4mlx.models.deepseek4_mtp import stage_args
 from ds4mlx.models.moe import GatingFunc
-from ds4mlx.speculation import dspark
+from ds4mlx.speculation import dspark_layout
 from ds4mlx.speculation.dspark_layout import save_dspark_arrays
-from ds4mlx.speculation.support_gguf import random_arrays, stage_args, write_support_gguf
+from ds4mlx.speculation.support_gguf import random_arrays, write_support_gguf
 
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType
@@ -100,9 +102,9 @@ def write_target(path: Path, rng: np.random.Generator) -> None:
     write_support_gguf(path, "deepseek4", metadata, arrays, matrix_type=F32)
 
 
-def drafters(rng: np.random.Generator) -> dict[str, tuple[dspark.DSparkConfig, dict]]:
+def drafters(rng: np.random.Generator) -> dict[str, tuple[dspark_net.DSparkConfig, dict]]:
     """The drafters, by case name: configuration and float arrays (canonical names)."""
-    base = dspark.DSparkConfig(
+    base = dspark_net.DSparkConfig(
         block_size=5,
         noise_token_id=NOISE,
         target_layers=(0, 1, 2),
@@ -118,31 +120,31 @@ def drafters(rng: np.random.Generator) -> dict[str, tuple[dspark.DSparkConfig, d
         "scaled": replace(
             base,
             stage_count=1,
-            optional=frozenset({dspark.MAIN_PROJ_SCALE, dspark.MARKOV_W2_SCALE}),
+            optional=frozenset({dspark_net.MAIN_PROJ_SCALE, dspark_net.MARKOV_W2_SCALE}),
         ),
         # Its own embedding and head, the token embedding as a tap (target_layers entry 0),
         # a bonus anchor slot, one stage.
         "own_head": replace(
             base,
-            target_layers=(dspark.EMBEDDING_TAP, 2),
+            target_layers=(dspark_net.EMBEDDING_TAP, 2),
             stage_count=1,
             sample_from_anchor=False,
-            optional=frozenset({dspark.TOKEN_EMBD, dspark.OUTPUT}),
+            optional=frozenset({dspark_net.TOKEN_EMBD, dspark_net.OUTPUT}),
         ),
         # A reduced draft vocabulary for the Markov head.
-        "d2t": replace(base, stage_count=1, draft_vocab=40, optional=frozenset({dspark.D2T})),
+        "d2t": replace(base, stage_count=1, draft_vocab=40, optional=frozenset({dspark_net.D2T})),
     }
     out = {}
     for name, config in cases.items():
         args = stage_args(ARGS, config.stage_count)
-        arrays = random_arrays(dspark.tensor_shapes(args, config), rng)
-        arrays[dspark.MARKOV_W2] *= 8.0  # a Markov bias strong enough to change picks
-        arrays[dspark.CONF_BIAS] = np.array([0.3], np.float32)
-        if dspark.MAIN_PROJ_SCALE in config.optional:
-            arrays[dspark.MAIN_PROJ_SCALE] = np.array([1.7], np.float32)
-            arrays[dspark.MARKOV_W2_SCALE] = np.array([2.5], np.float32)
-        if dspark.D2T in config.optional:
-            arrays[dspark.D2T] = rng.permutation(ARGS.vocab_size)[: config.draft_vocab].astype(
+        arrays = random_arrays(dspark_net.tensor_shapes(args, config), rng)
+        arrays[dspark_net.MARKOV_W2] *= 8.0  # a Markov bias strong enough to change picks
+        arrays[dspark_net.CONF_BIAS] = np.array([0.3], np.float32)
+        if dspark_net.MAIN_PROJ_SCALE in config.optional:
+            arrays[dspark_net.MAIN_PROJ_SCALE] = np.array([1.7], np.float32)
+            arrays[dspark_net.MARKOV_W2_SCALE] = np.array([2.5], np.float32)
+        if dspark_net.D2T in config.optional:
+            arrays[dspark_net.D2T] = rng.permutation(ARGS.vocab_size)[: config.draft_vocab].astype(
                 np.int32
             )
         out[name] = (config, arrays)
@@ -168,7 +170,7 @@ def main() -> None:
         draft = args.out / f"{case}.gguf"
         save_dspark_arrays(
             draft,
-            dspark.ARCH_LLAMA,
+            dspark_layout.ARCH_LLAMA,
             config,
             stage_args(ARGS, config.stage_count),
             target_gguf,

@@ -34,8 +34,10 @@ from pathlib import Path
 import ds4mlx
 from ds4mlx.bench.speculation import HELD_OUT_CODE_FILES
 from ds4mlx.loader import LoadedModel
+from ds4mlx.models import deepseek4_dspark as dspark_net
+from ds4mlx.models import deepseek4_mtp as mtp_net
 from ds4mlx.models.deepseek4 import LayerCache
-from ds4mlx.speculation import dspark, mtp
+from ds4mlx.speculation import dspark, dspark_layout, mtp
 from ds4mlx.speculation.config import DEFAULT_MTP_MARGIN
 from ds4mlx.speculation.drafter import Drafter
 from ds4mlx.speculation.probe import ProbeStats, greedy_continuation, probe_greedy
@@ -214,16 +216,16 @@ def last_layer_source(target: LoadedModel, n_stages: int, prefix: str) -> Callab
 
 
 def init_dspark(
-    target: LoadedModel, config: dspark.DSparkConfig, rng: np.random.Generator
+    target: LoadedModel, config: dspark_net.DSparkConfig, rng: np.random.Generator
 ) -> dict[str, np.ndarray]:
-    shapes = dspark.tensor_shapes(target.args, config)
+    shapes = dspark_net.tensor_shapes(target.args, config)
     arrays = init_from_target(
         target, shapes, last_layer_source(target, config.stage_count, "blk."), rng
     )
     d, n_taps = target.args.hidden_size, len(config.target_layers)
-    arrays[dspark.MAIN_PROJ] = np.tile(np.eye(d, dtype=np.float32) / n_taps, (1, n_taps))
-    arrays[dspark.MARKOV_W2] = np.zeros(shapes[dspark.MARKOV_W2], np.float32)
-    arrays[dspark.CONF_PROJ] = np.zeros(shapes[dspark.CONF_PROJ], np.float32)
+    arrays[dspark_net.MAIN_PROJ] = np.tile(np.eye(d, dtype=np.float32) / n_taps, (1, n_taps))
+    arrays[dspark_net.MARKOV_W2] = np.zeros(shapes[dspark_net.MARKOV_W2], np.float32)
+    arrays[dspark_net.CONF_PROJ] = np.zeros(shapes[dspark_net.CONF_PROJ], np.float32)
     return arrays
 
 
@@ -239,7 +241,7 @@ class DSparkBatchItem:
 
 
 def dspark_item(
-    view: TargetView, config: dspark.DSparkConfig, n_anchors: int, rng: np.random.Generator
+    view: TargetView, config: dspark_net.DSparkConfig, n_anchors: int, rng: np.random.Generator
 ) -> DSparkBatchItem:
     length, size = len(view.greedy), config.block_size
     anchors = np.sort(rng.choice(np.arange(1, length - 1), size=n_anchors, replace=False))
@@ -272,15 +274,15 @@ def dspark_item(
 def dspark_loss(
     arrays: dict[str, mx.array],
     target: LoadedModel,
-    config: dspark.DSparkConfig,
+    config: dspark_net.DSparkConfig,
     items: list[DSparkBatchItem],
 ) -> mx.array:
-    net = dspark.net_from_arrays(target.args, config, arrays, dspark.target_head(target))
+    net = dspark_net.net_from_arrays(target.args, config, arrays, dspark.target_head(target))
     total = mx.array(0.0)
     weight_sum = 0.0
     for item in items:
         contexts = [
-            dspark.BlockContext(keys, 0, item.anchors, config.block_size, net.window)
+            dspark_net.BlockContext(keys, 0, item.anchors, config.block_size, net.window)
             for keys in net.context_keys(item.taps, 0)
         ]
         hidden = net.hidden(item.blocks, contexts)
@@ -300,12 +302,12 @@ def dspark_loss(
 
 
 def init_mtp(target: LoadedModel, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    shapes = mtp.tensor_shapes(target.args)
+    shapes = mtp_net.tensor_shapes(target.args)
     head_sources = {
-        mtp.NORM: "output_norm.weight",
-        mtp.HC_HEAD_FN: "output_hc_fn.weight",
-        mtp.HC_HEAD_BASE: "output_hc_base.weight",
-        mtp.HC_HEAD_SCALE: "output_hc_scale.weight",
+        mtp_net.NORM: "output_norm.weight",
+        mtp_net.HC_HEAD_FN: "output_hc_fn.weight",
+        mtp_net.HC_HEAD_BASE: "output_hc_base.weight",
+        mtp_net.HC_HEAD_SCALE: "output_hc_scale.weight",
     }
     block_source = last_layer_source(target, 1, "mtp.")
 
@@ -314,13 +316,13 @@ def init_mtp(target: LoadedModel, rng: np.random.Generator) -> dict[str, np.ndar
 
     arrays = init_from_target(target, shapes, source, rng)
     # The target's streams pass through at first; the token embedding's share is learnt.
-    arrays[mtp.H_PROJ] = np.eye(target.args.hidden_size, dtype=np.float32)
-    arrays[mtp.E_PROJ] *= 0.1
+    arrays[mtp_net.H_PROJ] = np.eye(target.args.hidden_size, dtype=np.float32)
+    arrays[mtp_net.E_PROJ] *= 0.1
     return arrays
 
 
 def mtp_loss(arrays: dict[str, mx.array], target: LoadedModel, views: list[TargetView]) -> mx.array:
-    net = mtp.net_from_arrays(target.args, arrays, dspark.target_head(target))
+    net = mtp_net.net_from_arrays(target.args, arrays, dspark.target_head(target))
     total = mx.array(0.0)
     rows = 0
     for view in views:
@@ -475,7 +477,7 @@ def main() -> None:
 
     if args.drafters in ("dspark", "both"):
         rng = np.random.default_rng(args.seed)
-        config = dspark.DSparkConfig(
+        config = dspark_net.DSparkConfig(
             args.block_size, noise, taps, args.stages, args.markov_rank, confidence=True
         )
 
@@ -498,8 +500,8 @@ def main() -> None:
             args.batch * args.window,
         )
         for arch, file in (
-            (dspark.ARCH_DS4, "ds4-tiny-dspark.gguf"),
-            (dspark.ARCH_LLAMA, "ds4-tiny-dflash.gguf"),
+            (dspark_layout.ARCH_DS4, "ds4-tiny-dspark.gguf"),
+            (dspark_layout.ARCH_LLAMA, "ds4-tiny-dflash.gguf"),
         ):
             dspark.save_dspark(
                 args.out_dir / file,

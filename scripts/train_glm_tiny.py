@@ -36,10 +36,10 @@ from pathlib import Path
 from typing import Any
 
 import ds4mlx  # first: preloads BLAS before anything imports mlx.core
-from ds4mlx import generation
 from ds4mlx.engine.chat import glm5
-from ds4mlx.engine.generate import DoneEvent, TokenEvent, generate
+from ds4mlx.engine.generate import DoneEvent, TokenEvent
 from ds4mlx.engine.tokenizer import write_tokenizer_metadata
+from ds4mlx.generation import generate
 from ds4mlx.gguf import MetaValue, TensorToWrite, write_gguf
 from ds4mlx.models.glm5_next import ARCH, Model, ModelArgs, tensor_shapes
 from ds4mlx.models.moe import GatingFunc, SharedExpertMoE
@@ -506,9 +506,7 @@ def measure_acceptance(
         totals["plain_seconds"] += time.perf_counter() - tick
         tick = time.perf_counter()
         spec, stats = [], None
-        for event in generation.generate(
-            loaded.new_session(), prompt, n_tokens, drafter=load_nextn(loaded)
-        ):
+        for event in generate(loaded.new_session(), prompt, n_tokens, drafter=load_nextn(loaded)):
             if isinstance(event, DoneEvent):
                 stats = event.stats
             else:

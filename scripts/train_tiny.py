@@ -32,9 +32,10 @@ from typing import Any
 import ds4mlx  # first: preloads BLAS before anything imports mlx.core
 from ds4mlx.agent.tool_schemas import AGENT_TOOLS, SYSTEM_PROMPT
 from ds4mlx.engine.chat import deepseek4
-from ds4mlx.engine.generate import TokenEvent, generate
+from ds4mlx.engine.generate import TokenEvent
 from ds4mlx.engine.sampling import SamplingOptions
 from ds4mlx.engine.tokenizer import write_tokenizer_metadata
+from ds4mlx.generation import generate
 from ds4mlx.gguf import MetaValue, quantize
 from ds4mlx.kernels import linear, swiglu
 from ds4mlx.loader import LoadedModel

@@ -1,8 +1,9 @@
 """The generation loop: prefill a prompt, then decode step by step.
 
-Faces (CLI, agent, server) consume the event stream. A ``Decoder`` says how a generation
-advances on its own (one token at a time here; drafting and verifying in ``speculation``); the
-stepped form lets a scheduler decode many generations' steps in one batched pass instead.
+A ``Decoder`` says how a generation advances on its own (one token at a time here; drafting and
+verifying in ``speculation``); the stepped form lets a scheduler decode many generations' steps
+in one batched pass instead. The entry points are ``ds4mlx.generation``'s ``generate`` and
+``stepped``, which pick the decoder.
 """
 
 from __future__ import annotations
@@ -220,21 +221,3 @@ def run_alone(
                 yield event
     finally:
         events.close()
-
-
-def generate(
-    session: Session,
-    prompt: Sequence[int],
-    max_tokens: int,
-    sampling: SamplingOptions | None = None,
-    stop_tokens: Sequence[int] = (),
-    max_context: int | None = None,
-) -> Iterator[TokenEvent | DoneEvent]:
-    """Feed ``prompt`` (continuing the session) and yield sampled tokens, then a DoneEvent.
-
-    Stops at ``max_tokens``, at a stop token (which is yielded; callers decide whether to show
-    it), or when the session reaches ``max_context`` tokens.
-    """
-    return run_alone(
-        stepped_generate(session, prompt, max_tokens, sampling, stop_tokens, max_context)
-    )

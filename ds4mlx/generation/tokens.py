@@ -3,7 +3,8 @@ drafter is given (``speculation``'s verify loop) and by plain decoding otherwise
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
+from typing import ParamSpec
 
 from ds4mlx.engine.generate import DecodeStep, DoneEvent, TokenEvent, run_alone, stepped_generate
 from ds4mlx.engine.sampling import SamplingOptions
@@ -14,6 +15,11 @@ from ds4mlx.speculation.drafter import Drafter
 from ds4mlx.speculation.loop import DrafterLease, SpeculativeDecoder
 
 import mlx.core as mx
+
+P = ParamSpec("P")
+#: A stepped generation: tokens, a ``DecodeStep`` before each step (answered with its logits
+#: row, or None to decode it alone), then the ``DoneEvent``.
+Stepped = Generator[TokenEvent | DoneEvent | DecodeStep, mx.array | None, None]
 
 
 def stepped(
@@ -26,7 +32,7 @@ def stepped(
     stop_tokens: Sequence[int] = (),
     max_context: int | None = None,
     lease: DrafterLease | None = None,
-) -> Generator[TokenEvent | DoneEvent | DecodeStep, mx.array | None, None]:
+) -> Stepped:
     """``generate`` in stepped form (see ``engine.generate.DecodeStep``): a step decoded on its
     own drafts with ``drafter`` (unless the config is strict), a batched one does not.
     ``lease`` tracks which generation the shared drafter follows."""
@@ -41,25 +47,21 @@ def stepped(
     )
 
 
-def generate(
-    session: Session,
-    prompt: Sequence[int],
-    max_tokens: int,
-    sampling: SamplingOptions | None = None,
-    drafter: Drafter | None = None,
-    config: SpeculationConfig | None = None,
-    stop_tokens: Sequence[int] = (),
-    max_context: int | None = None,
-) -> Iterator[TokenEvent | Done]:
-    """Feed ``prompt`` (continuing the session) and yield sampled tokens, then a ``Done`` with
-    the statistics and the acceptance: speculatively with ``drafter`` unless none is given or
-    the config is strict (target-only, for comparisons). Stops at ``max_tokens``, at a stop
-    token (which is yielded; callers decide whether to show it), or when the session reaches
-    ``max_context`` tokens."""
-    events = stepped(
-        session, prompt, max_tokens, sampling, drafter, config, stop_tokens, max_context
-    )
-    return _ended_by_done(run_alone(events))
+def _driven_alone(
+    stepped_form: Callable[P, Stepped],
+) -> Callable[P, Iterator[TokenEvent | Done]]:
+    """A stepped generation that decodes every step on its own, as a function with the same
+    parameters: one parameter list for both entry points."""
+
+    def generate(*args: P.args, **kwargs: P.kwargs) -> Iterator[TokenEvent | Done]:
+        """Feed ``prompt`` (continuing the session) and yield sampled tokens, then a ``Done``
+        with the statistics and the acceptance: speculatively with ``drafter`` unless none is
+        given or the config is strict (target-only, for comparisons). Stops at ``max_tokens``,
+        at a stop token (which is yielded; callers decide whether to show it), or when the
+        session reaches ``max_context`` tokens. The parameters are ``stepped``'s."""
+        return _ended_by_done(run_alone(stepped_form(*args, **kwargs)))
+
+    return generate
 
 
 def _ended_by_done(events: Iterator[TokenEvent | DoneEvent]) -> Iterator[TokenEvent | Done]:
@@ -68,3 +70,6 @@ def _ended_by_done(events: Iterator[TokenEvent | DoneEvent]) -> Iterator[TokenEv
             yield Done(event.stats) if isinstance(event, DoneEvent) else event
     finally:
         events.close()
+
+
+generate = _driven_alone(stepped)

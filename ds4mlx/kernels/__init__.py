@@ -553,7 +553,7 @@ def markov_chain(
     [B, V]: row i (from ``first``) adds ``linear(w1[prev], w2)`` (times ``scale``, scattered
     through ``index`` for a draft vocabulary) and picks its argmax, prev being the anchor, then
     the previous pick; rows before ``first`` pass through. -> (rows [n, V], picks int32 [n]) as
-    one native primitive in inference on the CPU (``speculation.dspark.DSparkNet.block_rows``
+    one native primitive in inference on the CPU (``models.deepseek4_dspark.DSparkNet.block_rows``
     computes the same with MLX ops, about eight a row); None where that does not apply."""
     w1_t, w2_t = _frozen_float32(w1), _frozen_float32(w2)
     if _inference_ops() is None or w1_t is None or w2_t is None or logits.dtype != mx.float32:

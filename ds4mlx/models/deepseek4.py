@@ -596,7 +596,9 @@ class Block(nn.Module):
     attention_class: type[Attention] = Attention
     moe_class: type[SharedExpertMoE] = SharedExpertMoE
 
-    def __init__(self, args: ModelArgs, w: Weights, layer: int):
+    def __init__(self, args: ModelArgs, w: Weights, layer: int, attention: nn.Module | None = None):
+        """``attention``: the module that stands in for the layer's own ``attention_class``
+        (a drafter stage's attention over whole blocks), called as that one is."""
         super().__init__()
         p = f"blk.{layer}"
 
@@ -610,7 +612,7 @@ class Block(nn.Module):
         )
         self.attn_norm = RMSNorm(w.param(f"{p}.attn_norm.weight"), args.rms_norm_eps)
         self.ffn_norm = RMSNorm(w.param(f"{p}.ffn_norm.weight"), args.rms_norm_eps)
-        self.attn = self.attention_class(args, w, layer)
+        self.attn = self.attention_class(args, w, layer) if attention is None else attention
         # Hash layers route by token id through a fixed table (no selection bias).
         self.moe = self.moe_class(
             w,

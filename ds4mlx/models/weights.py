@@ -13,7 +13,7 @@ to the table's shape.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from ds4mlx.experts import ExpertStore, LayerExperts, ResidentStore
@@ -179,3 +179,31 @@ class ArrayWeights(Weights):
 
     def _ints(self, name: str) -> mx.array:
         return self.arrays[name].astype(mx.int32)
+
+
+class RenamedWeights:
+    """What the model modules read (``blk.{i}.*`` and friends) served from tensors stored under
+    other names: ``file_name`` maps a module's name to the stored one. Shape checks and their
+    errors happen in ``inner``, whose shape table uses the stored names."""
+
+    def __init__(self, inner: Weights, file_name: Callable[[str], str]):
+        self.inner = inner
+        self.file_name = file_name
+
+    def has(self, name: str) -> bool:
+        return self.inner.has(self.file_name(name))
+
+    def matrix(self, name: str) -> Weight:
+        return self.inner.matrix(self.file_name(name))
+
+    def param(self, name: str) -> mx.array:
+        return self.inner.param(self.file_name(name))
+
+    def ints(self, name: str) -> mx.array:
+        return self.inner.ints(self.file_name(name))
+
+    def grouped(self, name: str, groups: int) -> Weight:
+        return self.inner.grouped(self.file_name(name), groups)
+
+    def routed_experts(self, names: Sequence[str], n_used: int) -> LayerExperts:
+        return self.inner.routed_experts([self.file_name(name) for name in names], n_used)

@@ -1,4 +1,6 @@
-"""DSpark drafter files: the configuration, the tensors and the two layouts that hold them.
+"""DSpark drafter files: the two layouts that hold a drafter's configuration and tensors
+(``models.deepseek4_dspark``: ``DSparkConfig``, ``tensor_shapes``); reading, checking, writing
+and converting them.
 
 * ds4 (``general.architecture = deepseek4-dspark``): keys ``dspark.block_size``,
   ``dspark.markov_rank``, ``dspark.noise_token_id``, ``dspark.target_layer_ids`` (0-based: the
@@ -19,25 +21,44 @@
   to the target's; ``token_embd`` doubles as the head without ``output``) and ``d2t`` (a reduced
   draft vocabulary for ``markov_w2``: row i biases target token ``d2t[i]``).
 
-Canonical tensor names here are llama.cpp's.
+Canonical tensor names (``models.deepseek4_dspark``'s) are llama.cpp's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ds4mlx.gguf import GGUFError, GGUFFile, MetaValue, open_gguf
 from ds4mlx.models.deepseek4 import ModelArgs
+from ds4mlx.models.deepseek4_dspark import (
+    CONF_BIAS,
+    CONF_PROJ,
+    D2T,
+    EMBEDDING_TAP,
+    HC_HEAD_BASE,
+    HC_HEAD_FN,
+    HC_HEAD_SCALE,
+    MAIN_NORM,
+    MAIN_PROJ,
+    MAIN_PROJ_SCALE,
+    MARKOV_W1,
+    MARKOV_W2,
+    MARKOV_W2_SCALE,
+    NORM,
+    OUTPUT,
+    TOKEN_EMBD,
+    DSparkConfig,
+    tensor_shapes,
+)
+from ds4mlx.models.deepseek4_mtp import stage_args
 from ds4mlx.models.metadata import ArchMetadata, first
 from ds4mlx.models.moe import GatingFunc
 from ds4mlx.speculation.support_gguf import (
-    block_shapes,
     identity_metadata,
     require_arch,
-    stage_args,
     tokenizer_metadata,
     write_support_gguf,
 )
@@ -52,61 +73,12 @@ LAYOUTS = {ARCH_DS4: "ds4's DSpark support file", ARCH_LLAMA: "llama.cpp's DSpar
 MAX_BLOCK_SIZE = 16
 # llama.cpp's default when a dflash file has no dflash.block_size (common/speculative.cpp).
 LLAMA_DEFAULT_BLOCK_SIZE = 16
-#: ``DSparkConfig.target_layers`` entry for the target's token embedding (llama.cpp's
-#: ``target_layers`` entry 0: the input of layer 0, the mean of identical mHC streams).
-EMBEDDING_TAP = -1
-
-# Canonical (llama.cpp) names of the tensors outside the stages.
-MAIN_PROJ = "fc.weight"
-MAIN_PROJ_SCALE = "fc.scale"
-MAIN_NORM = "enc.output_norm.weight"
-NORM = "output_norm.weight"
-HC_HEAD_FN = "output_hc_fn.weight"
-HC_HEAD_BASE = "output_hc_base.weight"
-HC_HEAD_SCALE = "output_hc_scale.weight"
-MARKOV_W1 = "markov_w1.weight"
-MARKOV_W2 = "markov_w2.weight"
-MARKOV_W2_SCALE = "markov_w2.scale"
-CONF_PROJ = "conf_proj.weight"
-CONF_BIAS = "conf_proj.bias"
-TOKEN_EMBD = "token_embd.weight"
-OUTPUT = "output.weight"
-D2T = "d2t"
 #: Tensors a dflash file may add (llama.cpp loads them with TENSOR_NOT_REQUIRED).
 LLAMA_OPTIONAL = frozenset({MAIN_PROJ_SCALE, MARKOV_W2_SCALE, CONF_BIAS, TOKEN_EMBD, OUTPUT, D2T})
 # DFlash variants llama.cpp knows that these drafters do not implement, by a tensor they carry.
 UNSUPPORTED_TENSORS = {
     "selector_hidden.weight": "the DFlash2 selector (selector_* tensors)",
 }
-
-
-@dataclass(frozen=True)
-class DSparkConfig:
-    block_size: int
-    noise_token_id: int
-    #: Target layers whose outputs are tapped (``ForwardOutput.layers`` indices, or
-    #: ``EMBEDDING_TAP`` for the token embedding), in order.
-    target_layers: tuple[int, ...]
-    stage_count: int
-    #: Rank of the Markov head; 0 when the file has none (plain DFlash-style drafts).
-    markov_rank: int
-    #: Whether the file has a confidence head (it needs the Markov head's ``markov_w1``).
-    confidence: bool
-    #: False: block row 0 (the anchor) is a bonus slot, not a prediction (SpecForge exports);
-    #: drafts come from rows 1 .., at most ``block_size - 1`` of them.
-    sample_from_anchor: bool = True
-    #: The sliding-window rule. True (llama.cpp): the block row at position q sees the context
-    #: key at k when q - k < window. False (ds4): every row of a block anchored at p sees the
-    #: keys in [p - window, p), one range for the whole block.
-    per_row_window: bool = False
-    #: Optional tensors present (``LLAMA_OPTIONAL`` names; only the dflash layout has them).
-    optional: frozenset[str] = field(default_factory=frozenset)
-    #: Rows of ``markov_w2`` (and of ``d2t``) when the file has a reduced draft vocabulary.
-    draft_vocab: int | None = None
-
-    @property
-    def max_draft(self) -> int:
-        return self.block_size if self.sample_from_anchor else self.block_size - 1
 
 
 def ds4_name(name: str, stage_count: int) -> str:
@@ -132,33 +104,6 @@ def ds4_name(name: str, stage_count: int) -> str:
             "dflash layout holds it)"
         )
     return names[name]
-
-
-def tensor_shapes(args: ModelArgs, config: DSparkConfig) -> dict[str, tuple[int, ...]]:
-    """Every tensor of a DSpark drafter whose stages have ``args`` (the target's, or the file's
-    own for the dflash layout), canonical name -> shape; ``CONF_BIAS`` may be absent."""
-    d, hc, vocab, rank = args.hidden_size, args.hc_mult, args.vocab_size, config.markov_rank
-    draft_vocab = config.draft_vocab or vocab
-    shapes = block_shapes(stage_args(args, config.stage_count)) | {
-        MAIN_PROJ: (d, len(config.target_layers) * d),
-        MAIN_NORM: (d,),
-        NORM: (d,),
-        HC_HEAD_FN: (hc, hc * d),
-        HC_HEAD_BASE: (hc,),
-        HC_HEAD_SCALE: (1,),
-    }
-    if rank:
-        shapes |= {MARKOV_W1: (vocab, rank), MARKOV_W2: (draft_vocab, rank)}
-    if config.confidence:
-        shapes |= {CONF_PROJ: (1, d + rank), CONF_BIAS: (1,)}
-    optional = {
-        MAIN_PROJ_SCALE: (1,),
-        MARKOV_W2_SCALE: (1,),
-        TOKEN_EMBD: (vocab, d),
-        OUTPUT: (draft_vocab, d),
-        D2T: (draft_vocab,),
-    }
-    return shapes | {name: shape for name, shape in optional.items() if name in config.optional}
 
 
 # --------------------------------------------------------------------------------------------

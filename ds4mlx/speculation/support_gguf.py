@@ -1,5 +1,6 @@
-"""What the drafters' support GGUFs share: the target identity, stage hyper-parameters, tensor
-renaming, and writing.
+"""What the drafters' support GGUFs share: the target identity, the architecture check, test
+weights and writing. (The blocks built like the target's layers, ``stage_args`` and
+``block_shapes``, are model code: ``models.deepseek4_mtp``.)
 
 **Target identity.** A drafter is trained for one target checkpoint. Files ds4mlx writes record it
 under ``ds4mlx.target_sha256``: the sha256 of a byte stream built from the target's tensors,
@@ -15,17 +16,11 @@ a drafter with it anyway. Files without the key (ds4's and llama.cpp's exports) 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Mapping
 from pathlib import Path
 
-from ds4mlx.experts.store import LayerExperts
 from ds4mlx.gguf import GGUFError, GGUFFile, MetaValue, TensorToWrite, write_gguf
-from ds4mlx.kernels import Weight
-from ds4mlx.models.deepseek4 import ModelArgs, tensor_shapes
-from ds4mlx.models.weights import Weights
 
-import mlx.core as mx
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
@@ -98,58 +93,6 @@ def check_target(support: GGUFFile, target: GGUFFile) -> None:
             f"{str(expected)[:16]}...) than {target.path} (identity {actual[:16]}...); "
             f"load the matching target, or skip the check (check_target=False) at your own risk"
         )
-
-
-# --------------------------------------------------------------------------------------------
-# Stage hyper-parameters and tensor names
-# --------------------------------------------------------------------------------------------
-
-
-def stage_args(target: ModelArgs, n_stages: int) -> ModelArgs:
-    """Hyper-parameters of drafter blocks built like the target's layers (ds4 hard-codes the
-    real model's): ``n_stages`` layers with uncompressed sliding-window attention and
-    score-routed experts (no hash routing), SwiGLU limits of the target's last layer."""
-    return replace(
-        target,
-        num_layers=n_stages,
-        compress_ratios=(0,) * n_stages,
-        n_hash_layers=0,
-        swiglu_limits=(target.swiglu_limits[-1],) * n_stages,
-        swiglu_limits_shared=(target.swiglu_limits_shared[-1],) * n_stages,
-    )
-
-
-def block_shapes(args: ModelArgs) -> dict[str, Shape]:
-    """The ``blk.*`` tensors of ``args``'s layers, name -> numpy-order shape."""
-    return {name: shape for name, shape in tensor_shapes(args).items() if name.startswith("blk.")}
-
-
-class RenamedWeights:
-    """What the model modules read (``blk.{i}.*`` and friends) served from tensors stored under
-    other names: ``file_name`` maps a module's name to the stored one. Shape checks and their
-    errors happen in ``inner``, whose shape table uses the stored names."""
-
-    def __init__(self, inner: Weights, file_name: Callable[[str], str]):
-        self.inner = inner
-        self.file_name = file_name
-
-    def has(self, name: str) -> bool:
-        return self.inner.has(self.file_name(name))
-
-    def matrix(self, name: str) -> Weight:
-        return self.inner.matrix(self.file_name(name))
-
-    def param(self, name: str) -> mx.array:
-        return self.inner.param(self.file_name(name))
-
-    def ints(self, name: str) -> mx.array:
-        return self.inner.ints(self.file_name(name))
-
-    def grouped(self, name: str, groups: int) -> Weight:
-        return self.inner.grouped(self.file_name(name), groups)
-
-    def routed_experts(self, names: Sequence[str], n_used: int) -> LayerExperts:
-        return self.inner.routed_experts([self.file_name(name) for name in names], n_used)
 
 
 def require_arch(gguf: GGUFFile, allowed: Mapping[str, str]) -> str:

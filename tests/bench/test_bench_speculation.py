@@ -15,7 +15,7 @@ from ds4mlx.bench.speculation import (
     prompt_ids,
     summary_rows,
 )
-from ds4mlx.engine.generate import generate
+from ds4mlx.generation import generate
 from ds4mlx.speculation import DrafterKind, SpeculationConfig
 
 import pytest

@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 import ds4mlx
-from ds4mlx import generation
 from ds4mlx.engine.chat import glm5
-from ds4mlx.engine.generate import DoneEvent, TokenEvent, generate
+from ds4mlx.engine.generate import DoneEvent, TokenEvent
+from ds4mlx.generation import generate
 from ds4mlx.gguf import open_gguf
 from ds4mlx.loader import LoadedModel
 from ds4mlx.speculation.nextn import NextNDrafter, load_nextn
@@ -116,9 +116,7 @@ def test_nextn_speculation_reproduces_plain_greedy_decoding(model, kind):
             model.render_user_prompt("What does `dedent` do?"), add_special=False
         )
     plain, _ = tokens_of(generate(model.new_session(), prompt, 64))
-    spec, stats = tokens_of(
-        generation.generate(model.new_session(), prompt, 64, drafter=load_nextn(model))
-    )
+    spec, stats = tokens_of(generate(model.new_session(), prompt, 64, drafter=load_nextn(model)))
     assert spec == plain
     assert stats.accepted_tokens > 0  # the trained NextN layer drafts some of them right
 

@@ -4,9 +4,9 @@ drafter over, so the first never drafts from a state that is not its own."""
 
 from __future__ import annotations
 
-from ds4mlx.engine.generate import DecodeStep, DoneEvent, TokenEvent, generate
+from ds4mlx.engine.generate import DecodeStep, DoneEvent, TokenEvent
 from ds4mlx.engine.session import feed_batch
-from ds4mlx.generation import stepped
+from ds4mlx.generation import generate, stepped
 from ds4mlx.speculation import DrafterLease, SpeculationConfig
 
 from .conftest import ScriptedDrafter

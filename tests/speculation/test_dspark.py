@@ -8,7 +8,8 @@ from pathlib import Path
 
 import ds4mlx
 from ds4mlx.gguf import GGUFError, open_gguf
-from ds4mlx.speculation import dspark
+from ds4mlx.models import deepseek4_dspark as dspark_net
+from ds4mlx.speculation import dspark, dspark_layout
 from ds4mlx.speculation.probe import greedy_continuation, probe_greedy, rows_between
 from ds4mlx.speculation.support_gguf import TARGET_ID_KEY, random_arrays
 
@@ -20,7 +21,7 @@ from .conftest import ScriptedDrafter
 from .tiny_targets import write_target
 
 REPO = Path(__file__).resolve().parents[2]
-CONFIG = dspark.DSparkConfig(
+CONFIG = dspark_net.DSparkConfig(
     block_size=5,
     noise_token_id=95,
     target_layers=(0, 1, 2),
@@ -38,12 +39,12 @@ def files(tmp_path_factory):
     root = tmp_path_factory.mktemp("dspark")
     target = write_target(root / "target.gguf", seed=0)
     other = write_target(root / "other.gguf", seed=1)
-    arrays = random_arrays(dspark.tensor_shapes(target.args, CONFIG), np.random.default_rng(2))
-    arrays[dspark.MARKOV_W2] *= 8.0  # a Markov bias strong enough to change picks
+    arrays = random_arrays(dspark_net.tensor_shapes(target.args, CONFIG), np.random.default_rng(2))
+    arrays[dspark_net.MARKOV_W2] *= 8.0  # a Markov bias strong enough to change picks
     paths = {}
-    for arch in (dspark.ARCH_DS4, dspark.ARCH_LLAMA):
+    for arch in (dspark_layout.ARCH_DS4, dspark_layout.ARCH_LLAMA):
         paths[arch] = root / f"{arch}.gguf"
-        kept = {k: v for k, v in arrays.items() if k != dspark.CONF_BIAS}
+        kept = {k: v for k, v in arrays.items() if k != dspark_net.CONF_BIAS}
         dspark.save_dspark(paths[arch], arch, CONFIG, target, kept, context_length=256)
     return target, other, paths, root
 
@@ -56,8 +57,8 @@ def observed(drafter, target, prompt=PROMPT, next_token=7):
 
 def test_layouts_hold_the_same_drafter(files):
     target, _, paths, _ = files
-    ds4 = open_gguf(paths[dspark.ARCH_DS4])
-    llama = open_gguf(paths[dspark.ARCH_LLAMA])
+    ds4 = open_gguf(paths[dspark_layout.ARCH_DS4])
+    llama = open_gguf(paths[dspark_layout.ARCH_LLAMA])
     assert ds4.get("dspark.target_layer_ids") == [0, 1, 2]
     assert ds4.has_tensor("mtp.2.markov_head.markov_w1.weight")
     assert ds4.has_tensor("mtp.0.main_proj.weight") and ds4.has_tensor("mtp.1.attn_kv.weight")
@@ -76,20 +77,6 @@ def test_layouts_hold_the_same_drafter(files):
     assert len(drafts[0].tokens) == len(drafts[0].confidences) == 5
 
 
-def test_window_rules():
-    """ds4: every row of a block sees the same ring range; llama.cpp: row q sees k if q - k < W."""
-    keys = mx.zeros((8, 4))
-    ds4 = np.array(dspark.BlockContext(keys, 0, np.array([8]), 3, 6).mask())
-    llama = np.array(dspark.BlockContext(keys, 0, np.array([8]), 3, 6, per_row=True).mask())
-    assert [list(np.flatnonzero(row[:8])) for row in ds4] == [[2, 3, 4, 5, 6, 7]] * 3
-    assert [list(np.flatnonzero(row[:8])) for row in llama] == [
-        [3, 4, 5, 6, 7],
-        [4, 5, 6, 7],
-        [5, 6, 7],
-    ]
-    assert ds4[:, 8:].all() and llama[:, 8:].all()  # the whole block, non-causally
-
-
 def test_a_drafter_for_another_target_is_refused(files):
     _, other, paths, _ = files
     for path in paths.values():
@@ -97,8 +84,8 @@ def test_a_drafter_for_another_target_is_refused(files):
             dspark.load_dspark(path, other)
         assert str(path) in str(error.value) and "other.gguf" in str(error.value)
         assert "target.gguf" in str(error.value)  # the file it was trained for
-    assert dspark.load_dspark(paths[dspark.ARCH_DS4], other, check_target_id=False)
-    assert open_gguf(paths[dspark.ARCH_DS4]).get(TARGET_ID_KEY)
+    assert dspark.load_dspark(paths[dspark_layout.ARCH_DS4], other, check_target_id=False)
+    assert open_gguf(paths[dspark_layout.ARCH_DS4]).get(TARGET_ID_KEY)
 
 
 @pytest.mark.parametrize(
@@ -112,9 +99,9 @@ def test_a_drafter_for_another_target_is_refused(files):
 def test_bad_configurations_are_gguf_errors(files, change, message):
     target, _, _, root = files
     config = replace(CONFIG, **change)
-    arrays = random_arrays(dspark.tensor_shapes(target.args, CONFIG), np.random.default_rng(0))
+    arrays = random_arrays(dspark_net.tensor_shapes(target.args, CONFIG), np.random.default_rng(0))
     path = root / "bad.gguf"
-    dspark.save_dspark(path, dspark.ARCH_DS4, config, target, arrays, context_length=256)
+    dspark.save_dspark(path, dspark_layout.ARCH_DS4, config, target, arrays, context_length=256)
     with pytest.raises(GGUFError, match=message):
         dspark.load_dspark(path, target)
 
@@ -123,17 +110,17 @@ def test_wrong_architecture_and_shapes_are_gguf_errors(files):
     target, _, _, root = files
     with pytest.raises(GGUFError, match="architecture 'deepseek4'"):
         dspark.load_dspark(root / "target.gguf", target)
-    arrays = random_arrays(dspark.tensor_shapes(target.args, CONFIG), np.random.default_rng(0))
-    arrays[dspark.MARKOV_W2] = arrays[dspark.MARKOV_W2][:, :16]
+    arrays = random_arrays(dspark_net.tensor_shapes(target.args, CONFIG), np.random.default_rng(0))
+    arrays[dspark_net.MARKOV_W2] = arrays[dspark_net.MARKOV_W2][:, :16]
     path = root / "misshapen.gguf"
-    dspark.save_dspark(path, dspark.ARCH_LLAMA, CONFIG, target, arrays, context_length=256)
+    dspark.save_dspark(path, dspark_layout.ARCH_LLAMA, CONFIG, target, arrays, context_length=256)
     with pytest.raises(GGUFError, match="markov_w2.weight' has shape"):
         dspark.load_dspark(path, target)
 
 
 def test_drafts_respect_the_bounds_and_are_deterministic(files):
     target, _, paths, _ = files
-    drafter = dspark.load_dspark(paths[dspark.ARCH_DS4], target)
+    drafter = dspark.load_dspark(paths[dspark_layout.ARCH_DS4], target)
     assert drafter.max_draft == 5 and drafter.capture_layers == (0, 1, 2)
     assert drafter.propose(5).tokens == []  # nothing observed yet
     observed(drafter, target)
@@ -143,7 +130,7 @@ def test_drafts_respect_the_bounds_and_are_deterministic(files):
         assert len(draft.tokens) == len(draft.confidences) == min(n, 5)
         assert all(0 <= t < target.args.vocab_size for t in draft.tokens)
         assert all(0.0 < c < 1.0 for c in draft.confidences)
-    again = observed(dspark.load_dspark(paths[dspark.ARCH_DS4], target), target)
+    again = observed(dspark.load_dspark(paths[dspark_layout.ARCH_DS4], target), target)
     assert again.propose(5) == drafter.propose(5)
     # A shorter draft is the start of a longer one (the rows never depend on the draft width).
     assert drafter.propose(3).tokens == drafter.propose(5).tokens[:3]
@@ -156,8 +143,8 @@ def test_drafts_respect_the_bounds_and_are_deterministic(files):
 def test_observing_in_pieces_equals_observing_at_once(files):
     target, _, paths, _ = files
     long_prompt = PROMPT * 2  # longer than the ring of sliding_window (16) rows
-    whole = observed(dspark.load_dspark(paths[dspark.ARCH_DS4], target), target, long_prompt)
-    pieces = dspark.load_dspark(paths[dspark.ARCH_DS4], target)
+    whole = observed(dspark.load_dspark(paths[dspark_layout.ARCH_DS4], target), target, long_prompt)
+    pieces = dspark.load_dspark(paths[dspark_layout.ARCH_DS4], target)
     out = target.new_session().feed_hidden(long_prompt, pieces.capture_layers)
     for start, stop in ((0, 7), (7, 25), (25, len(long_prompt))):
         following = long_prompt[stop] if stop < len(long_prompt) else 7
@@ -172,9 +159,9 @@ def test_observing_in_pieces_equals_observing_at_once(files):
 def test_block_rows_see_the_whole_block(files):
     """Row 0 attends to the noise rows after it (non-causal): the noise token changes it."""
     target, _, paths, _ = files
-    drafter = observed(dspark.load_dspark(paths[dspark.ARCH_DS4], target), target)
+    drafter = observed(dspark.load_dspark(paths[dspark_layout.ARCH_DS4], target), target)
     contexts = [
-        dspark.BlockContext(
+        dspark_net.BlockContext(
             ring, drafter._ring_pos0, np.array([len(PROMPT)]), 5, drafter.net.window
         )
         for ring in drafter._rings
@@ -189,13 +176,13 @@ def test_block_rows_see_the_whole_block(files):
 
 def test_markov_chain_and_confidence_match_numpy(files):
     target, _, paths, _ = files
-    path = paths[dspark.ARCH_LLAMA]
+    path = paths[dspark_layout.ARCH_LLAMA]
     drafter = observed(dspark.load_dspark(path, target), target, next_token=7)
     draft = drafter.propose(5)
 
     net = drafter.net
     contexts = [
-        dspark.BlockContext(
+        dspark_net.BlockContext(
             ring, drafter._ring_pos0, np.array([len(PROMPT)]), 5, net.window, per_row=True
         )
         for ring in drafter._rings

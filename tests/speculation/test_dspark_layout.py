@@ -10,8 +10,9 @@ from pathlib import Path
 
 import ds4mlx
 from ds4mlx.gguf import GGUFError, MetaValue, TensorToWrite, open_gguf, write_gguf
+from ds4mlx.models import deepseek4_dspark as dspark_net
 from ds4mlx.models.deepseek4 import ModelArgs
-from ds4mlx.speculation import dspark
+from ds4mlx.speculation import dspark, dspark_layout
 from ds4mlx.speculation.dspark_layout import convert_dspark
 from ds4mlx.speculation.probe import rows_between
 from ds4mlx.speculation.support_gguf import random_arrays, write_support_gguf
@@ -25,7 +26,7 @@ from .tiny_targets import write_target
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "dspark_llamacpp"
-CONFIG = dspark.DSparkConfig(
+CONFIG = dspark_net.DSparkConfig(
     block_size=4,
     noise_token_id=95,
     target_layers=(1, 2),
@@ -42,9 +43,9 @@ def made(tmp_path_factory):
     """A random target and one drafter in both layouts."""
     root = tmp_path_factory.mktemp("layout")
     target = write_target(root / "target.gguf", seed=0)
-    arrays = random_arrays(dspark.tensor_shapes(target.args, CONFIG), np.random.default_rng(5))
+    arrays = random_arrays(dspark_net.tensor_shapes(target.args, CONFIG), np.random.default_rng(5))
     paths = {}
-    for arch in (dspark.ARCH_DS4, dspark.ARCH_LLAMA):
+    for arch in (dspark_layout.ARCH_DS4, dspark_layout.ARCH_LLAMA):
         paths[arch] = root / f"{arch}.gguf"
         dspark.save_dspark(paths[arch], arch, CONFIG, target, arrays, context_length=256)
     return target, paths, root
@@ -111,7 +112,7 @@ U32, BOOL, STRING = GGUFValueType.UINT32, GGUFValueType.BOOL, GGUFValueType.STRI
 )
 def test_unsupported_dflash_files_are_refused_by_name(made, change, message):
     target, paths, root = made
-    path = rewrite(paths[dspark.ARCH_LLAMA], root / "changed.gguf", **change)
+    path = rewrite(paths[dspark_layout.ARCH_LLAMA], root / "changed.gguf", **change)
     with pytest.raises(GGUFError, match=message):
         dspark.load_dspark(path, target)
 
@@ -126,11 +127,13 @@ def test_d2t_is_checked(made):
         ({"d2t": d2t + 2}, "outside the vocabulary"),
     ):
         tensors = {"d2t": d2t, "markov_w2.weight": w2} | extra
-        path = rewrite(paths[dspark.ARCH_LLAMA], root / "d2t.gguf", tensors=tensors)
+        path = rewrite(paths[dspark_layout.ARCH_LLAMA], root / "d2t.gguf", tensors=tensors)
         with pytest.raises(GGUFError, match=message):
             dspark.load_dspark(path, target)
     good = rewrite(
-        paths[dspark.ARCH_LLAMA], root / "d2t.gguf", tensors={"d2t": d2t, "markov_w2.weight": w2}
+        paths[dspark_layout.ARCH_LLAMA],
+        root / "d2t.gguf",
+        tensors={"d2t": d2t, "markov_w2.weight": w2},
     )
     drafter = observed(dspark.load_dspark(good, target), target)
     assert drafter.config.draft_vocab == 48
@@ -141,7 +144,7 @@ def test_d2t_is_checked(made):
 def test_a_drafter_without_markov_head_drafts_from_the_mask_rows(made):
     """llama.cpp drafts a DFlash-style file (no Markov head) from rows 1 .., as DFlash."""
     target, paths, root = made
-    gguf = open_gguf(paths[dspark.ARCH_LLAMA])
+    gguf = open_gguf(paths[dspark_layout.ARCH_LLAMA])
     path = root / "plain.gguf"
     keep = [n for n in gguf.tensor_names() if not n.startswith(("markov", "conf_proj"))]
     write_gguf(
@@ -165,7 +168,7 @@ def test_bonus_anchor_drafts_come_after_row_0():
         pytest.skip("no llama.cpp fixtures")
     target = ds4mlx.load_model(FIXTURES / "target.gguf", weights_dtype="f32")
     drafter = dspark.load_dspark(FIXTURES / "own_head.gguf", target)
-    assert drafter.config.target_layers == (dspark.EMBEDDING_TAP, 2)
+    assert drafter.config.target_layers == (dspark_net.EMBEDDING_TAP, 2)
     assert drafter.capture_layers == (2,)  # the embedding is not a layer output
     assert drafter.max_draft == 4 and not drafter.config.sample_from_anchor
     observed(drafter, target, [1, 2, 3, 4, 5, 6], 7)
@@ -180,9 +183,11 @@ def test_converter_round_trip_keeps_every_tensor(made, tmp_path):
     target, paths, _ = made
     there = tmp_path / "as-dflash.gguf"
     back = tmp_path / "back.gguf"
-    convert_dspark(paths[dspark.ARCH_DS4], there, dspark.ARCH_LLAMA, target.gguf, target.args)
-    convert_dspark(there, back, dspark.ARCH_DS4, target.gguf, target.args)
-    for a, b in ((paths[dspark.ARCH_LLAMA], there), (paths[dspark.ARCH_DS4], back)):
+    convert_dspark(
+        paths[dspark_layout.ARCH_DS4], there, dspark_layout.ARCH_LLAMA, target.gguf, target.args
+    )
+    convert_dspark(there, back, dspark_layout.ARCH_DS4, target.gguf, target.args)
+    for a, b in ((paths[dspark_layout.ARCH_LLAMA], there), (paths[dspark_layout.ARCH_DS4], back)):
         ga, gb = open_gguf(a), open_gguf(b)
         assert sorted(ga.tensor_names()) == sorted(gb.tensor_names())
         for name in ga.tensor_names():
@@ -190,11 +195,17 @@ def test_converter_round_trip_keeps_every_tensor(made, tmp_path):
             assert np.array_equal(np.asarray(ga.raw(name)), np.asarray(gb.raw(name))), name
     f32 = tmp_path / "f32.gguf"
     convert_dspark(
-        there, f32, dspark.ARCH_LLAMA, target.gguf, target.args, keep_types=False, matrix_type=T.F32
+        there,
+        f32,
+        dspark_layout.ARCH_LLAMA,
+        target.gguf,
+        target.args,
+        keep_types=False,
+        matrix_type=T.F32,
     )
     assert open_gguf(f32).tensor_type("blk.0.attn_q_a.weight") == T.F32
     kept = tmp_path / "kept.gguf"  # float32 (GGML type 0) is a type to keep too
-    convert_dspark(f32, kept, dspark.ARCH_LLAMA, target.gguf, target.args)
+    convert_dspark(f32, kept, dspark_layout.ARCH_LLAMA, target.gguf, target.args)
     assert open_gguf(kept).tensor_type("blk.0.attn_q_a.weight") == T.F32
     assert open_gguf(there).tensor_type("blk.0.attn_q_a.weight") == T.Q8_0
 
@@ -207,7 +218,7 @@ def test_converter_script_and_what_ds4_layout_cannot_hold(made, tmp_path):
         [
             sys.executable,
             str(script),
-            str(paths[dspark.ARCH_DS4]),
+            str(paths[dspark_layout.ARCH_DS4]),
             str(dest),
             "--target",
             str(target.gguf.path),
@@ -229,7 +240,7 @@ def test_converter_script_and_what_ds4_layout_cannot_hold(made, tmp_path):
             convert_dspark(
                 FIXTURES / "own_head.gguf",
                 tmp_path / "x.gguf",
-                dspark.ARCH_DS4,
+                dspark_layout.ARCH_DS4,
                 fixture_target,
                 ModelArgs.from_gguf(fixture_target),
             )

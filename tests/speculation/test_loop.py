@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ds4mlx import generation
-from ds4mlx.engine.generate import DoneEvent, generate
+from ds4mlx.engine.generate import DoneEvent
 from ds4mlx.engine.sampling import SamplingOptions
+from ds4mlx.generation import generate
 from ds4mlx.speculation import SpeculationConfig
 from ds4mlx.speculation.scheduler import MIN_TAIL_DRAFT
 
@@ -34,7 +34,7 @@ def test_greedy_speculation_equals_plain_decoding(ds4_model, prompt, error_rate)
     plain, _ = run(generate(ds4_model.new_session(), prompt, n))
     drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=error_rate)
     session = ds4_model.new_session()
-    spec, stats = run(generation.generate(session, prompt, n, drafter=drafter))
+    spec, stats = run(generate(session, prompt, n, drafter=drafter))
     assert spec == plain
     assert stats.generated_tokens == n
     # The session holds everything but the last generated token, as after plain decoding.
@@ -65,7 +65,7 @@ def test_confidence_threshold_cuts_drafts(ds4_model):
         prompt, plain, ds4_model.args.vocab_size, error_rate=0.0, confidences=True
     )
     spec, stats = run(
-        generation.generate(
+        generate(
             ds4_model.new_session(),
             prompt,
             n,
@@ -85,7 +85,7 @@ def test_stop_token_inside_an_accepted_draft(ds4_model):
     expected = plain[: plain.index(stop) + 1]
     drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=0.0)
     session = ds4_model.new_session()
-    spec, stats = run(generation.generate(session, prompt, n, drafter=drafter, stop_tokens=[stop]))
+    spec, stats = run(generate(session, prompt, n, drafter=drafter, stop_tokens=[stop]))
     assert spec == expected and stats.stop_reason == "stop"
     assert session.tokens == [*prompt, *expected[:-1]]
 
@@ -97,9 +97,7 @@ def test_sampled_speculation_is_reproducible_with_a_seed(ds4_model):
 
     def once():
         drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=0.1)
-        return run(
-            generation.generate(ds4_model.new_session(), prompt, n, sampling, drafter=drafter)
-        )[0]
+        return run(generate(ds4_model.new_session(), prompt, n, sampling, drafter=drafter))[0]
 
     assert once() == once()
 
@@ -109,7 +107,7 @@ def test_context_limit(ds4_model):
     plain, _ = run(generate(ds4_model.new_session(), prompt, 20))
     drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=0.0)
     spec, stats = run(
-        generation.generate(ds4_model.new_session(), prompt, 20, drafter=drafter, max_context=12)
+        generate(ds4_model.new_session(), prompt, 20, drafter=drafter, max_context=12)
     )
     assert stats.stop_reason == "context"
     assert spec == plain[: len(spec)] and len(prompt) + len(spec) - 1 <= 12
@@ -169,9 +167,7 @@ def test_penalized_greedy_speculation_equals_plain_decoding(ds4_model, error_rat
     plain, _ = run(generate(ds4_model.new_session(), prompt, n, PENALIZED))
     assert plain != unpenalized
     drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=error_rate)
-    spec, stats = run(
-        generation.generate(ds4_model.new_session(), prompt, n, PENALIZED, drafter=drafter)
-    )
+    spec, stats = run(generate(ds4_model.new_session(), prompt, n, PENALIZED, drafter=drafter))
     assert spec == plain
     assert stats.accepted_tokens > 0
 
@@ -217,7 +213,7 @@ def test_the_budget_tail_decodes_plainly_for_a_drafter_that_starts_over(ds4_mode
     drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=0.0)
     drafter.reads_rows_after_last_draft = False
     session = ds4_model.new_session()
-    spec, stats = run(generation.generate(session, prompt, n, drafter=drafter))
+    spec, stats = run(generate(session, prompt, n, drafter=drafter))
     assert spec == plain
     assert session.tokens == [*prompt, *plain[:-1]]
     # It saw every row fed until drafting ended, and none of the tail's.

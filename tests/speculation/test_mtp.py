@@ -8,10 +8,13 @@ from pathlib import Path
 
 import ds4mlx
 from ds4mlx.gguf import GGUFError
+from ds4mlx.models import deepseek4_dspark as dspark_net
+from ds4mlx.models import deepseek4_mtp as mtp_net
 from ds4mlx.models.deepseek4 import LayerCache
-from ds4mlx.speculation import dspark, mtp
+from ds4mlx.models.deepseek4_mtp import block_shapes
+from ds4mlx.speculation import dspark, dspark_layout, mtp
 from ds4mlx.speculation.probe import greedy_continuation, probe_greedy, rows_between
-from ds4mlx.speculation.support_gguf import block_shapes, random_arrays
+from ds4mlx.speculation.support_gguf import random_arrays
 
 import mlx.core as mx
 import numpy as np
@@ -29,13 +32,13 @@ def files(tmp_path_factory):
     llama.cpp's ``blk.3.nextn`` block inside a copy of that target (same weights)."""
     root = tmp_path_factory.mktemp("mtp")
     target = write_target(root / "target.gguf", seed=0)
-    arrays = random_arrays(mtp.tensor_shapes(TINY), np.random.default_rng(3))
+    arrays = random_arrays(mtp_net.tensor_shapes(TINY), np.random.default_rng(3))
     # llama.cpp's block collapses with the target's own head: make ds4's file use the same.
     for ours, targets in (
-        (mtp.HC_HEAD_FN, "output_hc_fn.weight"),
-        (mtp.HC_HEAD_BASE, "output_hc_base.weight"),
-        (mtp.HC_HEAD_SCALE, "output_hc_scale.weight"),
-        (mtp.NORM, "output_norm.weight"),
+        (mtp_net.HC_HEAD_FN, "output_hc_fn.weight"),
+        (mtp_net.HC_HEAD_BASE, "output_hc_base.weight"),
+        (mtp_net.HC_HEAD_SCALE, "output_hc_scale.weight"),
+        (mtp_net.NORM, "output_norm.weight"),
     ):
         arrays[ours] = target.gguf.dequantize(targets)
     mtp.save_mtp(root / "mtp.gguf", target, arrays)
@@ -49,9 +52,11 @@ def files(tmp_path_factory):
     }
     nextn = f"blk.{LAYERS}.nextn."
     block |= {
-        nextn + "eh_proj.weight": np.concatenate([arrays[mtp.E_PROJ], arrays[mtp.H_PROJ]], 1),
-        nextn + "enorm.weight": arrays[mtp.ENORM],
-        nextn + "hnorm.weight": arrays[mtp.HNORM],
+        nextn + "eh_proj.weight": np.concatenate(
+            [arrays[mtp_net.E_PROJ], arrays[mtp_net.H_PROJ]], 1
+        ),
+        nextn + "enorm.weight": arrays[mtp_net.ENORM],
+        nextn + "hnorm.weight": arrays[mtp_net.HNORM],
     }
     with_block = write_target(root / "with_nextn.gguf", seed=0, extra=block, nextn=True)
     other = write_target(root / "other.gguf", seed=1)
@@ -124,10 +129,15 @@ def test_file_errors(files):
     assert mtp.load_mtp(other, root / "mtp.gguf", max_draft=2, check_target_id=False)
     with pytest.raises(GGUFError, match=r"no MTP block \(blk.3.nextn"):
         mtp.load_mtp(target, max_draft=2)
-    config = dspark.DSparkConfig(5, 0, (0,), 1, 0, confidence=False)
-    dspark_arrays = random_arrays(dspark.tensor_shapes(TINY, config), np.random.default_rng(0))
+    config = dspark_net.DSparkConfig(5, 0, (0,), 1, 0, confidence=False)
+    dspark_arrays = random_arrays(dspark_net.tensor_shapes(TINY, config), np.random.default_rng(0))
     dspark.save_dspark(
-        root / "dspark.gguf", dspark.ARCH_DS4, config, target, dspark_arrays, context_length=256
+        root / "dspark.gguf",
+        dspark_layout.ARCH_DS4,
+        config,
+        target,
+        dspark_arrays,
+        context_length=256,
     )
     with pytest.raises(GGUFError, match="architecture 'deepseek4-dspark'"):
         mtp.load_mtp(target, root / "dspark.gguf", max_draft=2)

@@ -13,11 +13,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import ds4mlx
-from ds4mlx import generation
-from ds4mlx.engine.generate import generate
+from ds4mlx.generation import generate
 from ds4mlx.gguf import GGUFError, open_gguf
 from ds4mlx.loader import LoadedModel
 from ds4mlx.models.base import DECODE_TILE
+from ds4mlx.models.deepseek4_mtp import block_shapes
 from ds4mlx.models.glm5_next import TILE_ROLLBACK
 from ds4mlx.models.kda import KDACache
 from ds4mlx.speculation import DrafterKind, SpeculationConfig, load_drafter
@@ -25,7 +25,7 @@ from ds4mlx.speculation.loop import SpeculativeStats
 from ds4mlx.speculation.mtp import MTPDrafter
 from ds4mlx.speculation.nextn import NextNDrafter, load_nextn
 from ds4mlx.speculation.probe import rows_between
-from ds4mlx.speculation.support_gguf import block_shapes, random_arrays
+from ds4mlx.speculation.support_gguf import random_arrays
 
 import mlx.core as mx
 import numpy as np
@@ -194,7 +194,7 @@ def spec_runs(request, models) -> tuple[str, list[SpecRun]]:
     for prompt in PROMPTS:
         drafter = RecordingDrafter(model.network)
         session = model.new_session()
-        tokens, stats = run(generation.generate(session, prompt, N_TOKENS, drafter=drafter))
+        tokens, stats = run(generate(session, prompt, N_TOKENS, drafter=drafter))
         runs.append(SpecRun(prompt, tokens, stats, drafter, list(session.tokens)))
     return request.param, runs
 
@@ -298,7 +298,7 @@ def test_deepseek4_nextn_block_uses_the_legacy_mtp_drafter(tmp_path):
     assert isinstance(drafter, MTPDrafter) and drafter.max_draft == 1
     prompt = [t % TINY.vocab_size for t in PROMPTS[2]]  # PROMPTS are for the GLM variants
     plain, _ = run(generate(target.new_session(), prompt, 24))
-    spec, stats = run(generation.generate(target.new_session(), prompt, 24, drafter=drafter))
+    spec, stats = run(generate(target.new_session(), prompt, 24, drafter=drafter))
     assert spec == plain and stats.drafted_tokens > 0
     without = write_target(tmp_path / "ds4.gguf", seed=0)
     with pytest.raises(GGUFError, match="nextn_predict_layers"):
