@@ -476,7 +476,7 @@ class Attention(CompressedAttention):
         outs, new_caches = [], []
         for r, cache in enumerate(caches):
             row = rows.row(r)
-            window, new_cache = self._extend(cache, row, int(positions[r]))
+            window, new_cache = self._extend_tile(cache, row, int(positions[r]), 1)
             outs.append(
                 self._attend_tile(
                     row.q, positions[r : r + 1], window, new_cache, row.index_q, row.index_w, 1
@@ -532,7 +532,9 @@ class Attention(CompressedAttention):
         """The raw keys up to and including those of a chunk's ``rows`` (positions pos0..),
         and the new cache."""
         window = append_rows(cache.window, rows.kv)
-        keep = self._window_rows
+        # The next chunk needs the keys of the last sliding_window - 1 positions; the slack lets
+        # a rejected speculative suffix be cut off.
+        keep = self.window - 1 + CACHE_SLACK
         kept = window[window.shape[0] - keep :] if window.shape[0] > keep else window
         return window, self._pool(cache, LayerCache(window=kept), rows, pos0, rows.kv.shape[0])
 
@@ -542,16 +544,11 @@ class Attention(CompressedAttention):
         """``_extend`` of a decode tile: only the first ``n_real`` rows enter the caches
         (padding rows would only complete compressed blocks to be cut off again, a CSA block
         every step). Its rows see no key older than sliding_window - 1 positions before the
-        first of them, which the kept rows hold (``_window_rows`` >= that + DECODE_TILE)."""
+        first of them, which the kept rows hold (sliding_window - 1 + CACHE_SLACK of them, and
+        CACHE_SLACK >= DECODE_TILE)."""
         old = rows.kv[:0] if cache.window is None else cache.window
-        window = grow_rows([old], [rows.kv], n_real, self._window_rows)[0]
+        window = grow_rows([old], [rows.kv], n_real, self.window - 1 + CACHE_SLACK)[0]
         return window, self._pool(cache, LayerCache(window=window), rows, pos0, n_real)
-
-    @property
-    def _window_rows(self) -> int:
-        """Raw keys a cache keeps: the next chunk needs those of the last sliding_window - 1
-        positions; the slack lets a rejected speculative suffix be cut off."""
-        return self.window - 1 + CACHE_SLACK
 
     def _pool(
         self, cache: LayerCache, new_cache: LayerCache, rows: _Projected, pos0: int, take: int
