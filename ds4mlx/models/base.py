@@ -2,8 +2,9 @@
 or from arrays, and ``forward``'s loop (embed, run the blocks, capture, head, evaluate).
 
 An architecture subclasses ``TiledModel`` with its ``ModelArgs`` and ``tensor_shapes``, builds
-its blocks in ``__init__`` and says how they run (``_layers``) and how the head runs
-(``head``, ``_tile_head``); everything in between is here, once.
+its blocks in ``__init__`` and says how they run over a chunk (``_layers``) and over a decode
+tile (``_tile_layers``), and how the head runs (``head``, ``_tile_head``); everything in between
+is here, once.
 """
 
 from __future__ import annotations
@@ -48,8 +49,8 @@ class TiledModel(nn.Module):
     """The architecture-neutral part of a model (the interface ``ds4mlx.models`` describes).
 
     A subclass sets ``args_class`` and ``tensor_shapes``, holds ``args``, ``embed`` (the token
-    embeddings) and ``blocks`` (each with ``new_cache()``), and implements ``_layers`` and
-    ``head``.
+    embeddings) and ``blocks`` (each with ``new_cache()``), and implements ``_layers``,
+    ``_tile_layers`` and ``head``.
     """
 
     #: The most rows a chunk may have for its logits to be bit-identical to one-token decode.
