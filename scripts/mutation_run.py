@@ -334,7 +334,11 @@ MUTATIONS: tuple[Mutation, ...] = (
         SESSION,
     ),
     Mutation(
-        "glm5_latent_one_long", GLM5_PY, "self.latent[:pos]", "self.latent[: pos + 1]", SESSION
+        "glm5_latent_one_long",
+        "ds4mlx/models/sparse_mla.py",
+        "self.latent[:pos]",
+        "self.latent[: pos + 1]",
+        SESSION,
     ),
     # --- routing ----------------------------------------------------------------------------
     Mutation(

@@ -138,8 +138,10 @@ _PIECES: dict[str, dict[str, tuple[str, ...]]] = {
         "mhc": ("mhc.HyperConnection.__call__", "deepseek4.hc_expand"),
         "attention": (
             "deepseek4.Attention.__call__",
+            "deepseek4.Attention.tile",
             "deepseek4.Attention._project",
             "deepseek4.Attention._extend",
+            "deepseek4.Attention._extend_tile",
             "compressed_attention.CompressedAttention._attend_tile",
             "deepseek4.Attention.output",
         ),
@@ -150,14 +152,24 @@ _PIECES: dict[str, dict[str, tuple[str, ...]]] = {
             "compressed_attention.LightningIndexer.select",
             "compressed_attention.LightningIndexer.top_blocks",
         ),
-        "moe": ("moe.SharedExpertMoE.__call__",),
-        "head": ("deepseek4.Model.head",),
+        "moe": ("moe.SharedExpertMoE.__call__", "moe.SharedExpertMoE.tile"),
+        "head": ("deepseek4.Model.head", "deepseek4.Model._tile_head"),
     },
     "glm5_next": {
         "mhc": ("mhc.HyperConnection.__call__", "glm5_next.hc_expand"),
-        "attention": ("kda.KDA.__call__", "glm5_next.SparseMLA.__call__"),
-        "indexer": ("pool_indexer.PoolIndexer.pool", "pool_indexer.PoolIndexer.select"),
-        "moe": ("moe.SharedExpertMoE.__call__", "moe.SwiGLU.__call__"),
+        "attention": (
+            "kda.KDA.__call__",
+            "kda.KDA.tile",
+            "sparse_mla.SparseMLA.__call__",
+            "sparse_mla.SparseMLA.tile",
+        ),
+        "indexer": (
+            "pool_indexer.PoolIndexer.pool",
+            "pool_indexer.PoolIndexer.pool_tile",
+            "pool_indexer.PoolIndexer.select",
+            "pool_indexer.PoolIndexer.select_tile",
+        ),
+        "moe": ("moe.SharedExpertMoE.__call__", "moe.SharedExpertMoE.tile", "moe.SwiGLU.__call__"),
         "head": ("glm5_next.Model.head",),
     },
 }
@@ -201,11 +213,10 @@ def _patched(
                     swap(owner, name, profiler.wrap(vars(owner)[name], tag))
             block_class = type(network.blocks[0])
             layers = {id(block): i for i, block in enumerate(network.blocks)}
-            swap(
-                block_class,
-                "__call__",
-                profiler.wrap_layer(vars(block_class)["__call__"], lambda b: layers[id(b)]),
-            )
+            for entry in ("__call__", "tile"):  # a chunk's and a decode tile's
+                if entry in vars(block_class):
+                    wrapped = vars(block_class)[entry]
+                    swap(block_class, entry, profiler.wrap_layer(wrapped, lambda b: layers[id(b)]))
             mx.eval = mx.async_eval = lambda *a: profiler.cut(a)
         elif sink is not None:
             mx.eval = mx.async_eval = lambda *a: sink.append(a)

@@ -47,15 +47,15 @@ class ShardedAttention(Attention):
         super().__init__(args, w, layer)
         self.ranks = _sharded(w).ranks
 
-    def output(self, out: mx.array, angles: RopeAngles, n_real: int | None = None) -> mx.array:
+    def output(self, out: mx.array, angles: RopeAngles, real_rows: int | None = None) -> mx.array:
         partial = super().output(out, angles)
-        if n_real is None or n_real == partial.shape[0]:
+        if real_rows is None or real_rows == partial.shape[0]:
             return self.ranks.all_sum(partial)
         # A decode tile's padding rows are discarded, so only the real rows travel (on the
         # tiny model 54 -> 12 KiB a token); the padding rows become zeros, the same bits on
-        # every rank, as rows past n_real must be for the ranks to stay in step.
-        real = self.ranks.all_sum(partial[:n_real])
-        return mx.concatenate([real, mx.zeros_like(partial[n_real:])])
+        # every rank, as rows past real_rows must be for the ranks to stay in step.
+        real = self.ranks.all_sum(partial[:real_rows])
+        return mx.concatenate([real, mx.zeros_like(partial[real_rows:])])
 
 
 class ExpertShard(nn.Module):

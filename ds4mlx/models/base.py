@@ -2,8 +2,9 @@
 or from arrays, and ``forward``'s loop (embed, run the blocks, capture, head, evaluate).
 
 An architecture subclasses ``TiledModel`` with its ``ModelArgs`` and ``tensor_shapes``, builds
-its blocks in ``__init__`` and says how they run (``_layers``) and how the head runs
-(``head``, ``_tile_head``); everything in between is here, once.
+its blocks in ``__init__`` and says how they run over a chunk (``_layers``) and over a decode
+tile (``_tile_layers``), and how the head runs (``head``, ``_tile_head``); everything in between
+is here, once.
 """
 
 from __future__ import annotations
@@ -48,8 +49,8 @@ class TiledModel(nn.Module):
     """The architecture-neutral part of a model (the interface ``ds4mlx.models`` describes).
 
     A subclass sets ``args_class`` and ``tensor_shapes``, holds ``args``, ``embed`` (the token
-    embeddings) and ``blocks`` (each with ``new_cache()``), and implements ``_layers`` and
-    ``head``.
+    embeddings) and ``blocks`` (each with ``new_cache()``), and implements ``_layers``,
+    ``_tile_layers`` and ``head``.
     """
 
     #: The most rows a chunk may have for its logits to be bit-identical to one-token decode.
@@ -96,11 +97,17 @@ class TiledModel(nn.Module):
     # The architecture's part of ``forward``.
 
     def _layers(
-        self, x: mx.array, tokens: mx.array, pos0: int, caches: list[Any], n_real: int | None
+        self, x: mx.array, tokens: mx.array, pos0: int, caches: list[Any]
     ) -> Iterator[mx.array]:
-        """Runs the blocks over the streams ``x`` entering the first one, replacing each
-        ``caches[i]`` by block i's new cache, and yields the streams after each block.
-        ``n_real``: a decode tile whose first ``n_real`` rows are real (see DECODE_TILE)."""
+        """Runs the blocks over the streams ``x`` of a chunk (prefill) entering the first one,
+        replacing each ``caches[i]`` by block i's new cache, and yields the streams after each
+        block."""
+        raise NotImplementedError
+
+    def _tile_layers(
+        self, x: mx.array, tokens: mx.array, pos0: int, caches: list[Any], n_real: int
+    ) -> Iterator[mx.array]:
+        """``_layers`` of a decode tile whose first ``n_real`` rows are real (DECODE_TILE)."""
         raise NotImplementedError
 
     def head(self, x: mx.array) -> tuple[mx.array, mx.array]:
@@ -166,19 +173,23 @@ class TiledModel(nn.Module):
         capture = capture_set(capture_layers, return_hidden, len(self.blocks))
         tokens = tokens.astype(mx.int32).reshape(-1)
         pos0, n = state.pos, tokens.shape[0]
-        # Short chunks (decode, verify) run as a fixed-shape tile; see DECODE_TILE.
-        n_real = n if evaluate and n < DECODE_TILE else None
-        if n_real is not None:
-            tokens = pad_to_tile(tokens)
         caches = list(state.layers)
         captured: dict[int, mx.array] = {}
-        with self._tile_context() if n_real is not None else nullcontext():
+        # Short chunks (decode, verify) run as a fixed-shape tile; see DECODE_TILE.
+        tile = evaluate and n < DECODE_TILE
+        if tile:
+            tokens = pad_to_tile(tokens)
+        with self._tile_context() if tile else nullcontext():
             x = self._embed(tokens)
-            for i, after in enumerate(self._layers(x, tokens, pos0, caches, n_real)):
+            if tile:
+                layers = self._tile_layers(x, tokens, pos0, caches, n)
+            else:
+                layers = self._layers(x, tokens, pos0, caches)
+            for i, after in enumerate(layers):
                 x = after
                 if i in capture:
                     captured[i] = hc_mean(x)[:n]
-            final, logits = self.head(x) if n_real is None else self._tile_head(x, n_real)
+            final, logits = self._tile_head(x, n) if tile else self.head(x)
         x, final, logits = x[:n], final[:n], logits[:n]
 
         # A tile's padding rows never entered the caches.

@@ -116,11 +116,11 @@ class Compressor(nn.Module):
         score: mx.array,
         pos0: int,
         pending: PendingRows | None,
-        take: int | None = None,
+        take: int,
     ) -> tuple[mx.array | None, PendingRows]:
-        """``__call__`` on rows already projected (``project``) for positions pos0....
-        ``take``: only the first rows are real (a decode tile)."""
-        take = kv.shape[0] if take is None else take
+        """Pools the blocks that the first ``take`` of the kv and score rows (``rows``; of
+        positions pos0 ..) complete: (their rows, or None when none completes; the rows kept).
+        ``take``: all the rows of a chunk, a decode tile's real ones."""
         r, dim, end = self.ratio, self.dim, pos0 + take
         start = pos0 if pending is None else pending.start  # position of the first row
         keep_from = max(start, self.pending_start(max(0, end - self.slack)))

@@ -37,10 +37,10 @@ not emulated.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import Any
 
 from ds4mlx import kernels
 from ds4mlx.gguf import GGUFError, GGUFFile, MetaValue
@@ -77,9 +77,6 @@ ROLLBACK_DEPTH = 16
 # Rows of history caches keep beyond what the next chunk needs: a tile drops its padding rows
 # (up to DECODE_TILE - 1) and then a caller may still roll back ROLLBACK_DEPTH positions.
 CACHE_SLACK = ROLLBACK_DEPTH + DECODE_TILE
-
-_C = TypeVar("_C")  # what a block's attention returns besides its output: one or more caches
-
 
 # --------------------------------------------------------------------------------------------
 # Hyper-parameters
@@ -442,24 +439,29 @@ class Attention(CompressedAttention):
                     slack=CACHE_SLACK,
                 )
 
-    def __call__(
-        self, x: mx.array, pos0: int, cache: LayerCache, n_real: int | None = None
-    ) -> tuple[mx.array, LayerCache]:
-        """x [T, D] at positions pos0.. -> attention output [T, D] and the updated cache.
-
-        ``n_real`` marks a decode tile (see DECODE_TILE): only the first ``n_real`` rows are
-        real; each attends on its own, the padding rows get zeros.
-        """
+    def __call__(self, x: mx.array, pos0: int, cache: LayerCache) -> tuple[mx.array, LayerCache]:
+        """A chunk (prefill): x [T, D] at positions pos0.. -> attention output [T, D] and the
+        updated cache."""
         positions = np.arange(pos0, pos0 + x.shape[0])
-        rows = self._project(x, positions, n_real)
-        window, new_cache = self._extend(cache, rows, pos0, n_real)
-        if n_real is None:
-            out = self._attend(rows.q, positions, window, new_cache, rows.index_q, rows.index_w)
-        else:
-            out = self._attend_tile(
-                rows.q, positions, window, new_cache, rows.index_q, rows.index_w, n_real
-            )
-        return self.output(out, rows.angles, n_real), new_cache
+        angles = self.rope.angles(positions)
+        rows = self._project(x, angles, self.position_embeddings(positions))
+        window, new_cache = self._extend(cache, rows, pos0)
+        out = self._attend(rows.q, positions, window, new_cache, rows.index_q, rows.index_w)
+        return self.output(out, angles), new_cache
+
+    def tile(
+        self, x: mx.array, pos0: int, cache: LayerCache, n_real: int
+    ) -> tuple[mx.array, LayerCache]:
+        """``__call__`` of a decode tile (see DECODE_TILE): only the first ``n_real`` rows are
+        real; each attends on its own, the padding rows get zeros and stay out of the cache."""
+        positions = np.arange(pos0, pos0 + x.shape[0])
+        angles = self.rope.angles(positions)
+        rows = self._project(x, angles, self.position_embeddings(positions), n_real)
+        window, new_cache = self._extend_tile(cache, rows, pos0, n_real)
+        out = self._attend_tile(
+            rows.q, positions, window, new_cache, rows.index_q, rows.index_w, n_real
+        )
+        return self.output(out, angles, n_real), new_cache
 
     def batched(
         self, x: mx.array, positions: np.ndarray, caches: Sequence[LayerCache]
@@ -468,11 +470,13 @@ class Attention(CompressedAttention):
         session with cache ``caches[r]``, at ``positions[r]``; rows past ``len(caches)`` are
         padding (zeros out). The projections run once over all rows; the cache update and the
         attention run per session, exactly as that session's own one-token decode runs them."""
-        rows = self._project(x, positions, len(caches))
+        rows = self._project(
+            x, self.rope.angles(positions), self.position_embeddings(positions), len(caches)
+        )
         outs, new_caches = [], []
         for r, cache in enumerate(caches):
             row = rows.row(r)
-            window, new_cache = self._extend(cache, row, int(positions[r]))
+            window, new_cache = self._extend_tile(cache, row, int(positions[r]), 1)
             outs.append(
                 self._attend_tile(
                     row.q, positions[r : r + 1], window, new_cache, row.index_q, row.index_w, 1
@@ -485,20 +489,15 @@ class Attention(CompressedAttention):
     def _project(
         self,
         x: mx.array,
-        positions: np.ndarray,
-        n_real: int | None = None,
-        angles: RopeAngles | None = None,
-        embeddings: Sequence[mx.array] | None = None,
+        angles: RopeAngles,
+        embeddings: Sequence[mx.array],
+        real_rows: int | None = None,
     ) -> _Projected:
-        """Everything attention computes from its input rows alone (of a tile: its first
-        ``n_real`` rows; the padding rows' results are unspecified). A compiled tile passes
-        what depends on ``positions`` as its inputs: ``angles`` and the compressors'
-        ``embeddings`` (``position_embeddings``)."""
+        """Everything attention computes from its input rows alone, given the rows' RoPE
+        ``angles`` and the compressors' ``embeddings`` (``position_embeddings``). ``real_rows``:
+        only the first rows are needed (of a tile, its real rows; ``kernels.linear``'s
+        ``rows``); the others' results are unspecified."""
         comp, indexer = self.compressor, self.indexer
-        if angles is None:
-            angles = self.rope.angles(positions)
-        if embeddings is None:
-            embeddings = self.position_embeddings(positions)
         embedding = iter(embeddings)
         # Every product of x, then every product of the query input qr, as one call each: one
         # primitive each in a decode tile on the CPU (``kernels.linear_many``).
@@ -507,10 +506,10 @@ class Attention(CompressedAttention):
             weights += [comp.wkv, comp.wgate]
         if indexer is not None:
             weights += [indexer.compressor.wkv, indexer.compressor.wgate, indexer.proj]
-        products = iter(linear_many(x, weights, n_real))
+        products = iter(linear_many(x, weights, real_rows))
         qr = self.q_a_norm(next(products))
         rows = _Projected(angles, None, self._rotated_keys(next(products), angles))
-        q_products = linear_many(qr, [self.wq_b] + ([indexer.q_b] if indexer else []), n_real)
+        q_products = linear_many(qr, [self.wq_b] + ([indexer.q_b] if indexer else []), real_rows)
         rows.q = self._rotated_queries(q_products[0], angles)
         if comp is not None:
             rows.comp = comp.rows(next(products), next(products), next(embedding))
@@ -528,36 +527,45 @@ class Attention(CompressedAttention):
         return [c.position_embedding(positions, on_host) for c in compressors if c is not None]
 
     def _extend(
-        self, cache: LayerCache, rows: _Projected, pos0: int, n_real: int | None = None
+        self, cache: LayerCache, rows: _Projected, pos0: int
     ) -> tuple[mx.array, LayerCache]:
-        """The raw keys up to and including ``rows`` (positions pos0..), and the new cache.
-
-        In a decode tile only the first ``n_real`` rows enter the caches: padding rows would
-        only complete compressed blocks to be cut off again (a CSA block every step)."""
-
+        """The raw keys up to and including those of a chunk's ``rows`` (positions pos0..),
+        and the new cache."""
+        window = append_rows(cache.window, rows.kv)
         # The next chunk needs the keys of the last sliding_window - 1 positions; the slack lets
         # a rejected speculative suffix be cut off.
         keep = self.window - 1 + CACHE_SLACK
-        if n_real is None:
-            window = append_rows(cache.window, rows.kv)
-            kept = window[window.shape[0] - keep :] if window.shape[0] > keep else window
-        else:
-            # A tile's rows see no key older than sliding_window - 1 positions before the first
-            # of them, which the kept rows hold (keep >= sliding_window - 1 + DECODE_TILE).
-            old = rows.kv[:0] if cache.window is None else cache.window
-            window = kept = grow_rows([old], [rows.kv], n_real, keep)[0]
-        new_cache = LayerCache(window=kept)
+        kept = window[window.shape[0] - keep :] if window.shape[0] > keep else window
+        return window, self._pool(cache, LayerCache(window=kept), rows, pos0, rows.kv.shape[0])
+
+    def _extend_tile(
+        self, cache: LayerCache, rows: _Projected, pos0: int, n_real: int
+    ) -> tuple[mx.array, LayerCache]:
+        """``_extend`` of a decode tile: only the first ``n_real`` rows enter the caches
+        (padding rows would only complete compressed blocks to be cut off again, a CSA block
+        every step). Its rows see no key older than sliding_window - 1 positions before the
+        first of them, which the kept rows hold (sliding_window - 1 + CACHE_SLACK of them, and
+        CACHE_SLACK >= DECODE_TILE)."""
+        old = rows.kv[:0] if cache.window is None else cache.window
+        window = grow_rows([old], [rows.kv], n_real, self.window - 1 + CACHE_SLACK)[0]
+        return window, self._pool(cache, LayerCache(window=window), rows, pos0, n_real)
+
+    def _pool(
+        self, cache: LayerCache, new_cache: LayerCache, rows: _Projected, pos0: int, take: int
+    ) -> LayerCache:
+        """``new_cache`` with the compressed rows of the blocks that the first ``take`` of
+        ``rows`` (positions pos0..) complete."""
         if self.compressor is not None and rows.comp is not None:
-            pooled, pending = self.compressor.pool(*rows.comp, pos0, cache.comp_pending, n_real)
+            pooled, pending = self.compressor.pool(*rows.comp, pos0, cache.comp_pending, take)
             comp = cache.comp if pooled is None else append_rows(cache.comp, pooled)
             new_cache = replace(new_cache, comp=comp, comp_pending=pending)
         if self.indexer is not None and rows.index is not None:
             pooled, pending = self.indexer.compressor.pool(
-                *rows.index, pos0, cache.index_pending, n_real
+                *rows.index, pos0, cache.index_pending, take
             )
             index = cache.index if pooled is None else append_rows(cache.index, pooled)
             new_cache = replace(new_cache, index=index, index_pending=pending)
-        return window, new_cache
+        return new_cache
 
     # The pieces around the attention proper, shared with drafters that attend differently.
 
@@ -581,14 +589,14 @@ class Attention(CompressedAttention):
         nope = self.head_dim - self.rope.n_dims
         return self.rope.apply(self.kv_norm(kv), angles, offset=nope)
 
-    def output(self, out: mx.array, angles: RopeAngles, n_real: int | None = None) -> mx.array:
+    def output(self, out: mx.array, angles: RopeAngles, real_rows: int | None = None) -> mx.array:
         """Attention results [T, H, hd] -> [T, D]: de-rotated at the query positions, then the
-        grouped low-rank output projection. ``n_real``: in a decode tile, the rows after it are
-        padding, whose results are discarded (a sharded rank then sums only the real rows)."""
+        grouped low-rank output projection. ``real_rows``: only the first rows are needed (of
+        a decode tile, its real rows; a sharded rank then sums only those)."""
         tokens, nope = out.shape[0], self.head_dim - self.rope.n_dims
         out = self.rope.apply(out, angles, offset=nope, inverse=True)
-        lora = grouped_linear(out.reshape(tokens, -1), self.wo_a, n_real)  # [T, G * o_rank]
-        return linear(lora, self.wo_b, n_real)
+        lora = grouped_linear(out.reshape(tokens, -1), self.wo_a, real_rows)  # [T, G * o_rank]
+        return linear(lora, self.wo_b, real_rows)
 
 
 class Block(nn.Module):
@@ -644,19 +652,39 @@ class Block(nn.Module):
         )
 
     def __call__(
-        self, x: mx.array, tokens: mx.array, pos0: int, cache: LayerCache, n_real: int | None = None
+        self, x: mx.array, tokens: mx.array, pos0: int, cache: LayerCache
     ) -> tuple[mx.array, LayerCache]:
-        if n_real is not None and self._compiles_tiles:
+        """A chunk (prefill): the streams x [T, hc, D] of ``tokens`` at positions pos0.. ->
+        the streams after the block, and its new cache."""
+        h, post, comb = self.hc_attn(x)
+        h, cache = self.attn(self.attn_norm(h), pos0, cache)
+        return self._ffn(hc_expand(h, x, post, comb), tokens), cache
+
+    def tile(
+        self, x: mx.array, tokens: mx.array, pos0: int, cache: LayerCache, n_real: int
+    ) -> tuple[mx.array, LayerCache]:
+        """``__call__`` of a decode tile whose first ``n_real`` rows are real (DECODE_TILE)."""
+        if self._compiles_tiles:
             return self._compiled_tile(x, tokens, pos0, cache, n_real)
-        return self._run(x, tokens, n_real, lambda h: self.attn(h, pos0, cache, n_real))
+        h, post, comb = self.hc_attn(x)
+        h, cache = self.attn.tile(self.attn_norm(h), pos0, cache, n_real)
+        return self._tile_ffn(hc_expand(h, x, post, comb), tokens, n_real), cache
+
+    def batched(
+        self, x: mx.array, tokens: mx.array, positions: np.ndarray, caches: Sequence[LayerCache]
+    ) -> tuple[mx.array, list[LayerCache]]:
+        """A decode tile whose row r is the next token of the session with ``caches[r]``."""
+        h, post, comb = self.hc_attn(x)
+        h, new_caches = self.attn.batched(self.attn_norm(h), positions, caches)
+        return self._tile_ffn(hc_expand(h, x, post, comb), tokens, len(caches)), new_caches
 
     def _compiled_tile(
         self, x: mx.array, tokens: mx.array, pos0: int, cache: LayerCache, n_real: int
     ) -> tuple[mx.array, LayerCache]:
-        """``__call__`` on a decode tile as three calls: everything before the attention proper
-        (mHC, norm, projections) compiled, the cache update and the sparse attention, which
-        depend on the caches' shapes, as they are, and everything after (output projection,
-        mHC, FFN) compiled. The same operations as ``_run``, so the same bits."""
+        """``tile`` as three calls: everything before the attention proper (mHC, norm,
+        projections) compiled, the cache update and the sparse attention, which depend on the
+        caches' shapes, as they are, and everything after (output projection, mHC, FFN)
+        compiled. The same operations as the uncompiled tile, so the same bits."""
         attn = self.attn
         positions = np.arange(pos0, pos0 + x.shape[0])
         angles = attn.rope.angles(positions)
@@ -667,7 +695,7 @@ class Block(nn.Module):
         rows = _Projected.from_flat(
             angles, before[2:], attn.compressor is not None, attn.indexer is not None
         )
-        window, new_cache = attn._extend(cache, rows, pos0, n_real)
+        window, new_cache = attn._extend_tile(cache, rows, pos0, n_real)
         out = attn._attend_tile(
             rows.q, positions, window, new_cache, rows.index_q, rows.index_w, n_real
         )
@@ -678,7 +706,7 @@ class Block(nn.Module):
         self, x: mx.array, cos: mx.array, sin: mx.array, *embeddings: mx.array, n_real: int
     ) -> list[mx.array]:
         h, post, comb = self.hc_attn(x)
-        rows = self.attn._project(self.attn_norm(h), None, n_real, RopeAngles(cos, sin), embeddings)
+        rows = self.attn._project(self.attn_norm(h), RopeAngles(cos, sin), embeddings, n_real)
         return [post, comb, *rows.flat()]
 
     def _tile_after_attention(
@@ -693,30 +721,17 @@ class Block(nn.Module):
         n_real: int,
     ) -> mx.array:
         x = hc_expand(self.attn.output(out, RopeAngles(cos, sin), n_real), x, post, comb)
-        return self._ffn(x, tokens, n_real)
+        return self._tile_ffn(x, tokens, n_real)
 
-    def batched(
-        self, x: mx.array, tokens: mx.array, positions: np.ndarray, caches: Sequence[LayerCache]
-    ) -> tuple[mx.array, list[LayerCache]]:
-        """A decode tile whose row r is the next token of the session with ``caches[r]``."""
-        return self._run(x, tokens, len(caches), lambda h: self.attn.batched(h, positions, caches))
-
-    def _run(
-        self,
-        x: mx.array,
-        tokens: mx.array,
-        n_real: int | None,
-        attend: Callable[[mx.array], tuple[mx.array, _C]],
-    ) -> tuple[mx.array, _C]:
-        h, post, comb = self.hc_attn(x)
-        h, cache = attend(self.attn_norm(h))
-        return self._ffn(hc_expand(h, x, post, comb), tokens, n_real), cache
-
-    def _ffn(self, x: mx.array, tokens: mx.array, n_real: int | None) -> mx.array:
+    def _ffn(self, x: mx.array, tokens: mx.array) -> mx.array:
         """The block's second half: its FFN between the mHC site's collapse and expansion."""
         h, post, comb = self.hc_ffn(x)
-        h = self.moe(self.ffn_norm(h), tokens, n_real)
-        return hc_expand(h, x, post, comb)
+        return hc_expand(self.moe(self.ffn_norm(h), tokens), x, post, comb)
+
+    def _tile_ffn(self, x: mx.array, tokens: mx.array, n_real: int) -> mx.array:
+        """``_ffn`` of a decode tile whose first ``n_real`` rows are real."""
+        h, post, comb = self.hc_ffn(x)
+        return hc_expand(self.moe.tile(self.ffn_norm(h), tokens, n_real), x, post, comb)
 
 
 # --------------------------------------------------------------------------------------------
@@ -743,7 +758,7 @@ class Model(TiledModel):
         )
         self.output_norm = RMSNorm(w.param("output_norm.weight"), args.rms_norm_eps)
         self.output = w.matrix("output.weight")
-        self._head_tiles = CompiledTiles(lambda x, n_real: self.head(x, n_real))
+        self._head_tiles = CompiledTiles(self._tile_head_graph)
 
     def truncate(self, state: ModelState, pos: int) -> None:
         """Roll ``state`` back to just after position ``pos - 1`` (at most ROLLBACK_DEPTH
@@ -761,10 +776,17 @@ class Model(TiledModel):
         state.pos = pos
 
     def _layers(
-        self, x: mx.array, tokens: mx.array, pos0: int, caches: list[Any], n_real: int | None
+        self, x: mx.array, tokens: mx.array, pos0: int, caches: list[Any]
     ) -> Iterator[mx.array]:
         for i, block in enumerate(self.blocks):
-            x, caches[i] = block(x, tokens, pos0, caches[i], n_real)
+            x, caches[i] = block(x, tokens, pos0, caches[i])
+            yield x
+
+    def _tile_layers(
+        self, x: mx.array, tokens: mx.array, pos0: int, caches: list[Any], n_real: int
+    ) -> Iterator[mx.array]:
+        for i, block in enumerate(self.blocks):
+            x, caches[i] = block.tile(x, tokens, pos0, caches[i], n_real)
             yield x
 
     def _tile_head(self, x: mx.array, n_real: int) -> tuple[mx.array, mx.array]:
@@ -816,8 +838,13 @@ class Model(TiledModel):
         mx.eval(logits, *(a for state in states for a in state.arrays()))
         return logits
 
-    def head(self, x: mx.array, n_real: int | None = None) -> tuple[mx.array, mx.array]:
+    def head(self, x: mx.array) -> tuple[mx.array, mx.array]:
         """The streams after the last block [T, hc, D] -> (the LM head's input [T, D], logits
-        [T, vocab]); ``n_real``: of a decode tile, only the first rows are needed."""
+        [T, vocab])."""
+        final = self.output_norm(self.hc_head(x))
+        return final, linear(final, self.output)
+
+    def _tile_head_graph(self, x: mx.array, n_real: int) -> tuple[mx.array, mx.array]:
+        """``head`` of a decode tile's first ``n_real`` rows (compiled: ``_tile_head``)."""
         final = self.output_norm(self.hc_head(x, n_real))
         return final, linear(final, self.output, n_real)

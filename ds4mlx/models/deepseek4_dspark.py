@@ -204,19 +204,20 @@ class BlockAttention(nn.Module):
         return self.inner.keys(x, angles)
 
     def __call__(
-        self,
-        x: mx.array,
-        _pos0: int,
-        context: BlockContext | StageContext,
-        _n_real: int | None = None,
+        self, x: mx.array, _pos0: int, context: BlockContext | StageContext
     ) -> tuple[mx.array, BlockContext | StageContext]:
-        """As ``Attention.__call__``; positions come from ``context`` and a block is never a
-        decode tile (``n_real``)."""
+        """As ``Attention.__call__``; positions come from ``context``."""
         stage = context.for_stage(self.inner.rope) if isinstance(context, BlockContext) else context
         _, q = self.inner.queries(x, stage.angles)
         keys = mx.concatenate([stage.keys, self.inner.keys(x, stage.angles)])
         out = sink_attention(q, keys, stage.mask, self.inner.sinks, self.inner.scale)
         return self.inner.output(out, stage.angles), context
+
+    def tile(
+        self, x: mx.array, pos0: int, context: BlockContext | StageContext, _n_real: int
+    ) -> tuple[mx.array, BlockContext | StageContext]:
+        """As ``Attention.tile``: ``__call__``, since a drafted block's rows are all real."""
+        return self(x, pos0, context)
 
 
 @dataclass(frozen=True)
@@ -361,9 +362,11 @@ class DSparkNet(nn.Module):
         x = mx.broadcast_to(h[:, None, :], (h.shape[0], self.hc_mult, h.shape[1]))
         # Drafting runs the stages' MoE as a decode tile whose rows are all real: its compiled
         # fixed-shape function (weights captured as constants, so not while training).
-        n_real = flat.shape[0] if tile else None
         for stage, context in zip(self.stages, contexts, strict=True):
-            x, _ = stage(x, flat, 0, context, n_real)
+            if tile:
+                x, _ = stage.tile(x, flat, 0, context, flat.shape[0])
+            else:
+                x, _ = stage(x, flat, 0, context)
         return self.hc_head(x)
 
     def logits(self, hidden: mx.array) -> mx.array:

@@ -12,9 +12,9 @@ fused mHC ops). Per layer:
   a DSA indexer.
 * KDA (Kimi Delta Attention, recurrent; ``models.kda``): a gated delta-rule recurrence over
   conv'd, L2-normalised q/k/v with a per-channel decay, its output normed, gated, projected.
-* MLA without RoPE: ``q = wq_b norm(wq_a x)``, the key/value is the normed latent
-  ``norm(wkv_a x)`` (the only thing cached); queries are absorbed through ``wk_b``, the attended
-  latent is expanded through ``wv_b``; scale ``1/sqrt(key_length_mla)``.
+* MLA without RoPE (``models.sparse_mla``): ``q = wq_b norm(wq_a x)``, the key/value is the
+  normed latent ``norm(wkv_a x)`` (the only thing cached); queries are absorbed through ``wk_b``,
+  the attended latent is expanded through ``wv_b``; scale ``1/sqrt(key_length_mla)``.
 * DSA k-pool indexer (``models.pool_indexer``): a query attends the positions of the pools of
   ``kpool`` positions it scores highest, plus (``kpool_select_tail``) its own incomplete pool.
   Layers with ``indexer.types == 0`` reuse the selection of the last full indexer layer before
@@ -45,19 +45,19 @@ from typing import Any
 
 from ds4mlx.gguf import GGUFFile, MetaValue
 from ds4mlx.kernels import linear, take_rows
-from ds4mlx.models.base import DECODE_TILE, SCORE_BUDGET, VERIFY_ROWS, TiledModel
-from ds4mlx.models.cache import ModelState, append_rows
+from ds4mlx.models.base import DECODE_TILE, VERIFY_ROWS, TiledModel
+from ds4mlx.models.cache import ModelState
 from ds4mlx.models.kda import KDA, KDACache
 from ds4mlx.models.metadata import ArchMetadata, first
 from ds4mlx.models.mhc import block_site_shapes, hc_expand, hc_mean, load_block_sites
 from ds4mlx.models.moe import GatingFunc, SharedExpertMoE, SwiGLU, shared_expert_moe_shapes
 from ds4mlx.models.norms import RMSNorm
-from ds4mlx.models.pool_indexer import IndexCache, PoolIndexer, Selection
+from ds4mlx.models.pool_indexer import PoolIndexer, Selection
+from ds4mlx.models.sparse_mla import MLACache, SparseMLA
 from ds4mlx.models.weights import Shape, Weights
 
 import mlx.core as mx
 import mlx.nn as nn
-import numpy as np
 from gguf import GGUFValueType
 
 ARCH = "glm5-next"
@@ -351,126 +351,35 @@ def tensor_shapes(args: ModelArgs) -> dict[str, Shape]:
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class MLACache:
-    """An MLA layer's cache: the normed latent of every position [N, kv_lora_rank]."""
-
-    latent: mx.array | None = None
-    index: IndexCache | None = None
-
-    def truncate(self, pos: int, kpool: int) -> MLACache:
-        """This cache as it was after ``pos`` positions."""
-        return MLACache(
-            latent=None if self.latent is None else self.latent[:pos],
-            index=None if self.index is None else self.index.truncate(pos, kpool),
-        )
-
-
-class SparseMLA(nn.Module):
-    """Nope-only MLA attending the indexer's selection (llama.cpp ``build_dsa_layer``)."""
-
-    def __init__(self, args: ModelArgs, w: Weights, layer: int):
-        super().__init__()
-        p = f"blk.{layer}"
-        self.wq_a = w.matrix(f"{p}.attn_q_a.weight")
-        self.q_a_norm = RMSNorm(w.param(f"{p}.attn_q_a_norm.weight"), args.rms_norm_eps)
-        self.wq_b = w.matrix(f"{p}.attn_q_b.weight")
-        self.wkv_a = w.matrix(f"{p}.attn_kv_a_mqa.weight")
-        self.kv_norm = RMSNorm(w.param(f"{p}.attn_kv_a_norm.weight"), args.rms_norm_eps)
-        self.wk_b = w.matrix(f"{p}.attn_k_b.weight")  # [H, kv_lora_rank, qk_head_dim]
-        self.wv_b = w.matrix(f"{p}.attn_v_b.weight")  # [H, v_head_dim, kv_lora_rank]
-        self.wo = w.matrix(f"{p}.attn_output.weight")
-        self.indexer: PoolIndexer | None = None
-        if args.has_full_indexer(layer):
-            self.indexer = PoolIndexer(
-                w,
-                p,
-                heads=args.index_heads,
-                dim=args.index_head_dim,
-                kpool=args.kpool,
-                top_k=args.index_topk,
-                select_tail=args.kpool_select_tail,
-                eps=args.norm_eps,
-                rollback=TILE_ROLLBACK,
-            )
-        self.heads, self.head_dim = args.num_heads, args.qk_head_dim
-        self.scale = 1.0 / math.sqrt(args.qk_head_dim)
-        self.tail = args.kpool_select_tail
-
-    def __call__(
-        self,
-        x: mx.array,
-        pos0: int,
-        cache: MLACache,
-        shared: Selection | None,
-        n_real: int | None = None,
-    ) -> tuple[mx.array, MLACache, Selection]:
-        """x [T, D] at positions pos0 .. -> (output [T, D], new cache, the selection used).
-
-        ``shared`` is the selection of the last full indexer layer (for a layer without one).
-        ``n_real`` marks a decode tile (see ``DECODE_TILE``): only its first rows are real; each
-        attends on its own, the padding rows get zeros and stay out of the cache.
-        """
-        tokens = x.shape[0]
-        qr = self.q_a_norm(linear(x, self.wq_a))
-        q = linear(qr, self.wq_b).reshape(tokens, self.heads, self.head_dim)
-        q = linear(mx.swapaxes(q, 0, 1), self.wk_b)  # absorbed: [H, T, kv_lora_rank]
-        rows = self.kv_norm(linear(x, self.wkv_a))
-        latent = append_rows(cache.latent, rows if n_real is None else rows[:n_real])
-        index = cache.index
-        if self.indexer is not None:
-            index = self.indexer.pool(x, pos0, index, n_real)
-            positions = np.arange(pos0, pos0 + tokens)
-            shared = self.indexer.select(x, qr, positions, index.pooled, n_real)
-        if shared is None:
-            raise ValueError(
-                "an MLA layer without its own indexer needs a full indexer layer before it"
-            )
-        if n_real is None:
-            out = self._attend(q, latent, shared)  # [H, T, kv_lora_rank]
-        else:
-            out = self._attend_rows(q, latent, shared, n_real)
-        out = mx.swapaxes(linear(out, self.wv_b), 0, 1).reshape(tokens, -1)
-        return linear(out, self.wo), MLACache(latent=latent, index=index), shared
-
-    def _attend(self, q: mx.array, latent: mx.array, selection: Selection) -> mx.array:
-        """Attention of the absorbed queries over the selected latents (keys = values), in
-        blocks of queries that bound the score memory."""
-        heads, tokens = q.shape[:2]
-        step = max(1, SCORE_BUDGET // (heads * latent.shape[0]))
-        outs = [
-            self._attend_block(q, latent, selection, t0, min(tokens, t0 + step))
-            for t0 in range(0, tokens, step)
-        ]
-        return outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=1)
-
-    def _attend_rows(
-        self, q: mx.array, latent: mx.array, selection: Selection, n_real: int
-    ) -> mx.array:
-        """``_attend`` one real row at a time, each over exactly the latents its position sees,
-        so that its result does not depend on the other rows of the chunk; zeros for padding."""
-        outs = [self._attend_block(q, latent, selection, r, r + 1) for r in range(n_real)]
-        outs.append(mx.zeros((q.shape[0], q.shape[1] - n_real, q.shape[2])))
-        return mx.concatenate(outs, axis=1)
-
-    def _attend_block(
-        self, q: mx.array, latent: mx.array, selection: Selection, t0: int, t1: int
-    ) -> mx.array:
-        """The attention of queries t0 .. t1 - 1: [H, t1 - t0, kv_lora_rank]."""
-        mask = selection.mask(t0, t1)
-        keys = latent[None, None, : mask.shape[1]]
-        out = mx.fast.scaled_dot_product_attention(
-            q[None, :, t0:t1], keys, keys, scale=self.scale, mask=mask[None, None]
-        )[0]
-        if not self.tail:
-            # A query that sees no position gets zeros, as from ggml's flash attention.
-            out = mx.where(mx.any(mask, axis=-1)[None, :, None], out, 0.0)
-        return out
-
-
 # --------------------------------------------------------------------------------------------
 # Blocks
 # --------------------------------------------------------------------------------------------
+
+
+def _mla(args: ModelArgs, w: Weights, layer: int) -> SparseMLA:
+    """The layer's MLA, with its own indexer where the layer has a full one."""
+    indexer = None
+    if args.has_full_indexer(layer):
+        indexer = PoolIndexer(
+            w,
+            f"blk.{layer}",
+            heads=args.index_heads,
+            dim=args.index_head_dim,
+            kpool=args.kpool,
+            top_k=args.index_topk,
+            select_tail=args.kpool_select_tail,
+            eps=args.norm_eps,
+            rollback=TILE_ROLLBACK,
+        )
+    return SparseMLA(
+        w,
+        f"blk.{layer}",
+        heads=args.num_heads,
+        head_dim=args.qk_head_dim,
+        eps=args.rms_norm_eps,
+        indexer=indexer,
+        tail=args.kpool_select_tail,
+    )
 
 
 def _ffn(args: ModelArgs, w: Weights, layer: int) -> SwiGLU | SharedExpertMoE:
@@ -525,31 +434,41 @@ class Block(nn.Module):
                 rollback=TILE_ROLLBACK,
             )
         else:
-            self.mixer = SparseMLA(args, w, layer)
+            self.mixer = _mla(args, w, layer)
         self.ffn = _ffn(args, w, layer)
 
     def new_cache(self) -> KDACache | MLACache:
         return KDACache() if isinstance(self.mixer, KDA) else MLACache()
 
     def __call__(
-        self,
-        x: mx.array,
-        pos0: int,
-        cache: Any,
-        selection: Selection | None,
-        n_real: int | None = None,
+        self, x: mx.array, pos0: int, cache: Any, selection: Selection | None
     ) -> tuple[mx.array, Any, Selection | None]:
-        """``n_real``: x is a decode tile whose first ``n_real`` rows are real (DECODE_TILE)."""
+        """A chunk (prefill): the streams x [T, hc, D] at positions pos0 .. -> the streams
+        after the block, its new cache and the selection an MLA layer without an indexer uses."""
         h, post, comb = self.hc_attn(x)
         h = self.attn_norm(h)
         if isinstance(self.mixer, KDA):
-            h, cache = self.mixer(h, cache, n_real)
+            h, cache = self.mixer(h, cache)
         else:
-            h, cache, selection = self.mixer(h, pos0, cache, selection, n_real)
+            h, cache, selection = self.mixer(h, pos0, cache, selection)
+        x = hc_expand(h, x, post, comb)
+        h, post, comb = self.hc_ffn(x)
+        return hc_expand(self.ffn(self.ffn_norm(h)), x, post, comb), cache, selection
+
+    def tile(
+        self, x: mx.array, pos0: int, cache: Any, selection: Selection | None, n_real: int
+    ) -> tuple[mx.array, Any, Selection | None]:
+        """``__call__`` of a decode tile whose first ``n_real`` rows are real (DECODE_TILE)."""
+        h, post, comb = self.hc_attn(x)
+        h = self.attn_norm(h)
+        if isinstance(self.mixer, KDA):
+            h, cache = self.mixer.tile(h, cache, n_real)
+        else:
+            h, cache, selection = self.mixer.tile(h, pos0, cache, selection, n_real)
         x = hc_expand(h, x, post, comb)
         h, post, comb = self.hc_ffn(x)
         h = self.ffn_norm(h)
-        h = self.ffn(h, None, n_real) if isinstance(self.ffn, SharedExpertMoE) else self.ffn(h)
+        h = self.ffn.tile(h, None, n_real) if isinstance(self.ffn, SharedExpertMoE) else self.ffn(h)
         return hc_expand(h, x, post, comb), cache, selection
 
 
@@ -590,7 +509,7 @@ class NextNPredictor(nn.Module):
         self.head = optional("shared_head_head", main.output, w.matrix)
         self.attn_norm = RMSNorm(w.param(f"blk.{layer}.attn_norm.weight"), args.rms_norm_eps)
         self.ffn_norm = RMSNorm(w.param(f"blk.{layer}.ffn_norm.weight"), args.rms_norm_eps)
-        self.attn = SparseMLA(args, w, layer)
+        self.attn = _mla(args, w, layer)
         self.ffn = _ffn(args, w, layer)
 
     def __call__(
@@ -692,9 +611,17 @@ class Model(TiledModel):
         return logits
 
     def _layers(
-        self, x: mx.array, tokens: mx.array, pos0: int, caches: list[Any], n_real: int | None
+        self, x: mx.array, tokens: mx.array, pos0: int, caches: list[Any]
     ) -> Iterator[mx.array]:
         selection: Selection | None = None
         for i, block in enumerate(self.blocks):
-            x, caches[i], selection = block(x, pos0, caches[i], selection, n_real)
+            x, caches[i], selection = block(x, pos0, caches[i], selection)
+            yield x
+
+    def _tile_layers(
+        self, x: mx.array, tokens: mx.array, pos0: int, caches: list[Any], n_real: int
+    ) -> Iterator[mx.array]:
+        selection: Selection | None = None
+        for i, block in enumerate(self.blocks):
+            x, caches[i], selection = block.tile(x, pos0, caches[i], selection, n_real)
             yield x

@@ -222,30 +222,42 @@ class KDA(nn.Module):
             return self.lower_bound * mx.sigmoid(-(g * a))
         return softplus(g) * a
 
-    def __call__(
-        self, x: mx.array, cache: KDACache, n_real: int | None = None
-    ) -> tuple[mx.array, KDACache]:
-        """x [T, D] -> (output [T, D], the new cache). ``n_real`` marks a decode tile (see
-        ``models.base.DECODE_TILE``): the recurrence runs one position at a time on the first
-        ``n_real`` rows, keeping the state after each for a rollback; the padding rows get
-        zeros. Otherwise it runs chunk-wise and keeps the final state only."""
+    def __call__(self, x: mx.array, cache: KDACache) -> tuple[mx.array, KDACache]:
+        """A chunk (prefill): x [T, D] -> (output [T, D], the new cache). The recurrence runs
+        chunk-wise and keeps the final state only."""
+        (q, k, v, g, beta), states, conv = self._recurrence_inputs(x, cache, x.shape[0])
+        out, state = kda_scan(q, k, v, g, beta, states[-1])
+        return self._output(x, out), KDACache(conv=conv, ssm=state[None])
+
+    def tile(self, x: mx.array, cache: KDACache, n_real: int) -> tuple[mx.array, KDACache]:
+        """``__call__`` of a decode tile (see ``models.base.DECODE_TILE``): the recurrence runs
+        one position at a time on the first ``n_real`` rows, keeping the state after each for a
+        rollback; the padding rows get zeros."""
+        inputs, states, conv = self._recurrence_inputs(x, cache, n_real)
+        out, states = kda_steps(*(a[:, :n_real] for a in inputs), states)
+        h, hd = self.heads, self.head_dim
+        out = mx.concatenate([out, mx.zeros((h, x.shape[0] - n_real, hd))], axis=1)
+        states = states[max(0, states.shape[0] - self.rollback - 1) :]
+        return self._output(x, out), KDACache(conv=conv, ssm=states)
+
+    def _recurrence_inputs(
+        self, x: mx.array, cache: KDACache, real: int
+    ) -> tuple[tuple[mx.array, ...], mx.array, mx.array]:
+        """The recurrence's inputs q, k, g [H, T, K], v [H, T, V] and beta [H, T] of x [T, D];
+        the states [n, H, K, V] it continues from (the last); the conv rows to keep (of the
+        first ``real`` rows)."""
         tokens, h, hd = x.shape[0], self.heads, self.head_dim
-        real = tokens if n_real is None else n_real
         qkv, conv = self._conv(x, cache.conv, real)
         q, k, v = (mx.swapaxes(t.reshape(tokens, h, hd), 0, 1) for t in qkv)  # [H, T, hd]
         q, k = _l2_norm(q), _l2_norm(k)
         beta = mx.swapaxes(mx.sigmoid(linear(x, self.w_beta)), 0, 1)  # [H, T]
         g = mx.swapaxes(self._decay(x), 0, 1)
         states = cache.ssm if cache.ssm is not None else mx.zeros((1, h, hd, hd))
-        if n_real is None:
-            out, state = kda_scan(q, k, v, g, beta, states[-1])
-            states = state[None]
-        else:
-            out, states = kda_steps(
-                q[:, :real], k[:, :real], v[:, :real], g[:, :real], beta[:, :real], states
-            )
-            out = mx.concatenate([out, mx.zeros((h, tokens - real, hd))], axis=1)
-            states = states[max(0, states.shape[0] - self.rollback - 1) :]
+        return (q, k, v, g, beta), states, conv
+
+    def _output(self, x: mx.array, out: mx.array) -> mx.array:
+        """The recurrence's outputs [H, T, V] normed, gated by x [T, D] and projected: [T, D]."""
+        tokens, h, hd = x.shape[0], self.heads, self.head_dim
         gate = linear(linear(x, self.g_a), self.g_b).reshape(tokens, h, hd)
         out = self.o_norm(mx.swapaxes(out, 0, 1)) * mx.sigmoid(gate)
-        return linear(out.reshape(tokens, h * hd), self.wo), KDACache(conv=conv, ssm=states)
+        return linear(out.reshape(tokens, h * hd), self.wo)

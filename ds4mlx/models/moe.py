@@ -340,21 +340,18 @@ class SharedExpertMoE(nn.Module):
             scale=self.weights_scale,
         )
 
-    def __call__(
-        self, x: mx.array, tokens: mx.array | None = None, n_real: int | None = None
-    ) -> mx.array:
-        """x [T, D] (``tokens`` [T] int32 for hash-routed layers) -> [T, D].
+    def __call__(self, x: mx.array, tokens: mx.array | None = None) -> mx.array:
+        """A chunk (prefill): x [T, D] (``tokens`` [T] int32 for hash-routed layers) -> [T, D]."""
+        indices, weights = self.select(x, tokens)
+        routed = self.experts(x, indices, weights)
+        if self.prefetch_next is not None:  # prefill: overlap the next layer's reads
+            self.prefetch_next(x, tokens)
+        return routed + self.shared(x)
 
-        ``n_real``: only the first rows are real (a fixed-shape decode tile); the routed experts
-        run on those alone; their per-row results do not depend on the number of rows, and
-        padding rows would only cost expert reads. Padding rows get the shared expert only.
-        """
-        if n_real is None:
-            indices, weights = self.select(x, tokens)
-            routed = self.experts(x, indices, weights)
-            if self.prefetch_next is not None:  # prefill: overlap the next layer's reads
-                self.prefetch_next(x, tokens)
-            return routed + self.shared(x)
+    def tile(self, x: mx.array, tokens: mx.array | None, n_real: int) -> mx.array:
+        """A fixed-shape decode tile whose first ``n_real`` rows are real: the routed experts
+        run on those alone (their per-row results do not depend on the number of rows, and
+        padding rows would only cost expert reads); padding rows get the shared expert only."""
         if self.compiles_tiles:
             return self._tiles.get(n_real)(x, tokens)
         # Streamed experts: the same native routing and sum as the compiled tile (which runs in
@@ -363,8 +360,8 @@ class SharedExpertMoE(nn.Module):
             return self._tile(x, tokens, n_real)
 
     def _tile(self, x: mx.array, tokens: mx.array | None, n_real: int) -> mx.array:
-        """A decode tile: routed experts on the first ``n_real`` rows, the shared expert on
-        all (``__call__``)."""
+        """``tile``'s graph: routed experts on the first ``n_real`` rows, the shared expert on
+        all."""
         # The router's and the shared expert's products of x as one call.
         router, gate, up = linear_many(x, [self.router, self.shared.gate, self.shared.up], n_real)
         hashed = self._hashed(tokens)

@@ -111,14 +111,22 @@ class PoolIndexer(nn.Module):
         self.norm_eps = eps
         self.rollback = rollback
 
-    def pool(
-        self, x: mx.array, pos0: int, cache: IndexCache | None, n_real: int | None = None
+    def pool(self, x: mx.array, pos0: int, cache: IndexCache | None) -> IndexCache:
+        """Caches the key and gate rows of a chunk x (positions pos0 ..), pooling the pools they
+        complete."""
+        return self._pool(x, pos0, cache, x.shape[0], one_at_a_time=False)
+
+    def pool_tile(
+        self, x: mx.array, pos0: int, cache: IndexCache | None, n_real: int
     ) -> IndexCache:
-        """Caches the key and gate rows of x (positions pos0 ..; of a decode tile, the first
-        ``n_real`` rows only), pooling the pools they complete: in a tile one pool at a time, so
-        that a pool's key does not depend on the chunk that completed it."""
+        """``pool`` of a decode tile's first ``n_real`` rows, one pool at a time, so that a
+        pool's key does not depend on the chunk that completed it."""
+        return self._pool(x, pos0, cache, n_real, one_at_a_time=True)
+
+    def _pool(
+        self, x: mx.array, pos0: int, cache: IndexCache | None, real: int, one_at_a_time: bool
+    ) -> IndexCache:
         r = self.kpool
-        real = x.shape[0] if n_real is None else n_real
         keys = mx.fast.layer_norm(linear(x, self.wk), self.k_norm, self.k_norm_bias, self.norm_eps)[
             :real
         ]
@@ -129,7 +137,7 @@ class PoolIndexer(nn.Module):
             start, pooled = cache.start, cache.pooled
         end = pos0 + real
         first, last = pos0 // r, end // r  # the pools completed now: [first, last)
-        spans = [(first, last)] if n_real is None else [(b, b + 1) for b in range(first, last)]
+        spans = [(b, b + 1) for b in range(first, last)] if one_at_a_time else [(first, last)]
         for b0, b1 in spans:
             if b1 > b0:
                 lo, hi = b0 * r - start, b1 * r - start
@@ -143,25 +151,23 @@ class PoolIndexer(nn.Module):
         )
 
     def select(
-        self,
-        x: mx.array,
-        qr: mx.array,
-        positions: np.ndarray,
-        pooled: mx.array | None,
-        n_real: int | None = None,
+        self, x: mx.array, qr: mx.array, positions: np.ndarray, pooled: mx.array | None
     ) -> Selection:
-        """The top pools of each query among those it has fully seen. In a decode tile
-        (``n_real``) each real row is scored on its own over exactly the pools its position
-        sees, as one-token decode scores it; the padding rows select nothing."""
+        """The top pools of each query of a chunk among those it has fully seen."""
         n_pools = 0 if pooled is None else pooled.shape[0]
-        if n_real is None:
-            visible = mx.array(
-                np.arange(n_pools)[None, :] < ((positions + 1) // self.kpool)[:, None]
-            )
-            chosen = visible
-            if n_pools > self.top_pools:
-                chosen = self._top_pools(*self._queries(x, qr), pooled, visible)
-            return Selection(positions, chosen, self.kpool, self.tail)
+        visible = mx.array(np.arange(n_pools)[None, :] < ((positions + 1) // self.kpool)[:, None])
+        chosen = visible
+        if n_pools > self.top_pools:
+            chosen = self._top_pools(*self._queries(x, qr), pooled, visible)
+        return Selection(positions, chosen, self.kpool, self.tail)
+
+    def select_tile(
+        self, x: mx.array, qr: mx.array, positions: np.ndarray, pooled: mx.array | None, n_real: int
+    ) -> Selection:
+        """``select`` of a decode tile: each of the first ``n_real`` rows is scored on its own
+        over exactly the pools its position sees, as one-token decode scores it; the padding
+        rows select nothing."""
+        n_pools = 0 if pooled is None else pooled.shape[0]
         q, weights = self._queries(x, qr)
         rows = []
         for r in range(n_real):

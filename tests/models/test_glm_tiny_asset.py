@@ -16,8 +16,11 @@ from ds4mlx.engine.generate import DoneEvent, TokenEvent
 from ds4mlx.generation import generate
 from ds4mlx.gguf import open_gguf
 from ds4mlx.loader import LoadedModel
+from ds4mlx.models.base import DECODE_TILE
+from ds4mlx.models.sparse_mla import MLACache
 from ds4mlx.speculation.nextn import NextNDrafter, load_nextn
 
+import mlx.core as mx
 import pytest
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
@@ -137,3 +140,17 @@ def test_cli_mtp_prints_counters_and_keeps_the_output():
     assert timed.stdout == plain.stdout
     assert "drafter nextn" in timed.stderr
     assert "speculation:" in timed.stderr and "timing:" in timed.stderr
+
+
+@pytest.mark.parametrize("entry", ["chunk", "tile"])
+def test_an_mla_layer_without_an_indexer_refuses_to_run_without_a_selection(model, entry):
+    # Layer 2 of the asset is MLA without an indexer of its own: it attends the selection of
+    # the full indexer layer before it, and says so when it is called without one.
+    mla = model.network.blocks[2].mixer
+    assert mla.indexer is None
+    x = mx.zeros((DECODE_TILE, model.args.hidden_size))
+    with pytest.raises(ValueError, match="needs a full indexer layer before it"):
+        if entry == "tile":
+            mla.tile(x, 0, MLACache(), None, 1)
+        else:
+            mla(x, 0, MLACache(), None)

@@ -1,0 +1,159 @@
+"""GLM-5.3-Flash's MLA layers: nope-only multi-head latent attention over the positions a DSA
+k-pool indexer selects (llama.cpp ``build_dsa_layer``), and their cache.
+
+``q = wq_b norm(wq_a x)``; the key/value is the normed latent ``norm(wkv_a x)`` (the only thing
+cached); queries are absorbed through ``wk_b``, the attended latent is expanded through
+``wv_b``; scale ``1/sqrt(key_length_mla)``. A layer without an indexer of its own attends the
+selection of the last full indexer layer before it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ds4mlx.kernels import linear
+from ds4mlx.models.base import SCORE_BUDGET
+from ds4mlx.models.cache import append_rows
+from ds4mlx.models.norms import RMSNorm
+from ds4mlx.models.pool_indexer import IndexCache, PoolIndexer, Selection
+from ds4mlx.models.weights import Weights
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+
+
+@dataclass(frozen=True)
+class MLACache:
+    """An MLA layer's cache: the normed latent of every position [N, kv_lora_rank]."""
+
+    latent: mx.array | None = None
+    index: IndexCache | None = None
+
+    def truncate(self, pos: int, kpool: int) -> MLACache:
+        """This cache as it was after ``pos`` positions."""
+        return MLACache(
+            latent=None if self.latent is None else self.latent[:pos],
+            index=None if self.index is None else self.index.truncate(pos, kpool),
+        )
+
+
+class SparseMLA(nn.Module):
+    """Nope-only MLA attending the indexer's selection (llama.cpp ``build_dsa_layer``)."""
+
+    def __init__(
+        self,
+        w: Weights,
+        prefix: str,
+        *,
+        heads: int,
+        head_dim: int,
+        eps: float,
+        indexer: PoolIndexer | None,
+        tail: bool,
+    ):
+        """The MLA of block ``prefix`` (``blk.N``): ``heads`` query heads of width ``head_dim``
+        (``key_length_mla``); ``eps``: its norms'; ``indexer``: its own full indexer, if any;
+        ``tail``: a query also attends its own incomplete pool (``kpool_select_tail``)."""
+        super().__init__()
+        p = prefix
+        self.wq_a = w.matrix(f"{p}.attn_q_a.weight")
+        self.q_a_norm = RMSNorm(w.param(f"{p}.attn_q_a_norm.weight"), eps)
+        self.wq_b = w.matrix(f"{p}.attn_q_b.weight")
+        self.wkv_a = w.matrix(f"{p}.attn_kv_a_mqa.weight")
+        self.kv_norm = RMSNorm(w.param(f"{p}.attn_kv_a_norm.weight"), eps)
+        self.wk_b = w.matrix(f"{p}.attn_k_b.weight")  # [H, kv_lora_rank, qk_head_dim]
+        self.wv_b = w.matrix(f"{p}.attn_v_b.weight")  # [H, v_head_dim, kv_lora_rank]
+        self.wo = w.matrix(f"{p}.attn_output.weight")
+        self.indexer = indexer
+        self.heads, self.head_dim = heads, head_dim
+        self.scale = 1.0 / math.sqrt(head_dim)
+        self.tail = tail
+
+    def __call__(
+        self, x: mx.array, pos0: int, cache: MLACache, shared: Selection | None
+    ) -> tuple[mx.array, MLACache, Selection]:
+        """A chunk (prefill): x [T, D] at positions pos0 .. -> (output [T, D], new cache, the
+        selection used). ``shared`` is the selection of the last full indexer layer (for a
+        layer without one)."""
+        qr, q, rows = self._project(x)
+        latent = append_rows(cache.latent, rows)
+        index = cache.index
+        if self.indexer is not None:
+            index = self.indexer.pool(x, pos0, index)
+            positions = np.arange(pos0, pos0 + x.shape[0])
+            shared = self.indexer.select(x, qr, positions, index.pooled)
+        out = self._attend(q, latent, _required(shared))
+        return self._output(out), MLACache(latent=latent, index=index), shared
+
+    def tile(
+        self, x: mx.array, pos0: int, cache: MLACache, shared: Selection | None, n_real: int
+    ) -> tuple[mx.array, MLACache, Selection]:
+        """``__call__`` of a decode tile (see ``DECODE_TILE``): only its first ``n_real`` rows
+        are real; each attends on its own, the padding rows get zeros and stay out of the
+        cache."""
+        qr, q, rows = self._project(x)
+        latent = append_rows(cache.latent, rows[:n_real])
+        index = cache.index
+        if self.indexer is not None:
+            index = self.indexer.pool_tile(x, pos0, index, n_real)
+            positions = np.arange(pos0, pos0 + x.shape[0])
+            shared = self.indexer.select_tile(x, qr, positions, index.pooled, n_real)
+        out = self._attend_rows(q, latent, _required(shared), n_real)
+        return self._output(out), MLACache(latent=latent, index=index), shared
+
+    def _project(self, x: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+        """The query input qr [T, q_lora_rank], the absorbed queries [H, T, kv_lora_rank] and
+        the normed latents [T, kv_lora_rank] of x [T, D]."""
+        qr = self.q_a_norm(linear(x, self.wq_a))
+        q = linear(qr, self.wq_b).reshape(x.shape[0], self.heads, self.head_dim)
+        q = linear(mx.swapaxes(q, 0, 1), self.wk_b)  # absorbed: [H, T, kv_lora_rank]
+        return qr, q, self.kv_norm(linear(x, self.wkv_a))
+
+    def _output(self, out: mx.array) -> mx.array:
+        """The attended latents [H, T, kv_lora_rank] expanded and projected: [T, D]."""
+        out = mx.swapaxes(linear(out, self.wv_b), 0, 1)
+        return linear(out.reshape(out.shape[0], -1), self.wo)
+
+    def _attend(self, q: mx.array, latent: mx.array, selection: Selection) -> mx.array:
+        """Attention of the absorbed queries over the selected latents (keys = values), in
+        blocks of queries that bound the score memory."""
+        heads, tokens = q.shape[:2]
+        step = max(1, SCORE_BUDGET // (heads * latent.shape[0]))
+        outs = [
+            self._attend_block(q, latent, selection, t0, min(tokens, t0 + step))
+            for t0 in range(0, tokens, step)
+        ]
+        return outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=1)
+
+    def _attend_rows(
+        self, q: mx.array, latent: mx.array, selection: Selection, n_real: int
+    ) -> mx.array:
+        """``_attend`` one real row at a time, each over exactly the latents its position sees,
+        so that its result does not depend on the other rows of the chunk; zeros for padding."""
+        outs = [self._attend_block(q, latent, selection, r, r + 1) for r in range(n_real)]
+        outs.append(mx.zeros((q.shape[0], q.shape[1] - n_real, q.shape[2])))
+        return mx.concatenate(outs, axis=1)
+
+    def _attend_block(
+        self, q: mx.array, latent: mx.array, selection: Selection, t0: int, t1: int
+    ) -> mx.array:
+        """The attention of queries t0 .. t1 - 1: [H, t1 - t0, kv_lora_rank]."""
+        mask = selection.mask(t0, t1)
+        keys = latent[None, None, : mask.shape[1]]
+        out = mx.fast.scaled_dot_product_attention(
+            q[None, :, t0:t1], keys, keys, scale=self.scale, mask=mask[None, None]
+        )[0]
+        if not self.tail:
+            # A query that sees no position gets zeros, as from ggml's flash attention.
+            out = mx.where(mx.any(mask, axis=-1)[None, :, None], out, 0.0)
+        return out
+
+
+def _required(selection: Selection | None) -> Selection:
+    if selection is None:
+        raise ValueError(
+            "an MLA layer without its own indexer needs a full indexer layer before it"
+        )
+    return selection
