@@ -55,6 +55,9 @@ SESSION_PY = "ds4mlx/engine/session.py"
 DEEPSEEK4_PY = "ds4mlx/models/deepseek4.py"
 GLM5_PY = "ds4mlx/models/glm5_next.py"
 MOE_PY = "ds4mlx/models/moe.py"
+COMPRESSED_PY = "ds4mlx/models/compressed_attention.py"
+KDA_PY = "ds4mlx/models/kda.py"
+POOL_INDEXER_PY = "ds4mlx/models/pool_indexer.py"
 VALIDATE_PY = "ds4mlx/gguf/validate.py"
 
 # A device-side top-p as a refactor might write it, with the boundary flipped (``>`` where
@@ -75,14 +78,14 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "top_p_boundary_flip",
         SAMPLING_PY,
-        "logprobs = apply_top_p(logprobs, o.top_p)",
+        "logprobs = _sample_utils().apply_top_p(logprobs, o.top_p)",
         _TOP_P_FLIPPED,
         SAMPLER,
     ),
     Mutation(
         "top_k_keeps_ties",
         SAMPLING_PY,
-        "logprobs = apply_top_k(logprobs, o.top_k)",
+        "logprobs = _sample_utils().apply_top_k(logprobs, o.top_k)",
         _TOP_K_TIES,
         SAMPLER,
     ),
@@ -298,37 +301,37 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "deepseek4_window_cut_one_short",
-        DEEPSEEK4_PY,
+        COMPRESSED_PY,
         "self.window[: self.window.shape[0] - cut]",
         "self.window[: self.window.shape[0] - cut + 1]",
         SESSION,
     ),
     Mutation(
         "deepseek4_partial_block_kept",
-        DEEPSEEK4_PY,
+        COMPRESSED_PY,
         "blocks = pos // ratio if ratio else 0",
         "blocks = -(-pos // ratio) if ratio else 0",
         SESSION,
     ),
     Mutation(
         "deepseek4_pending_rows_one_long",
-        DEEPSEEK4_PY,
-        "return PendingRows(self.start, self.kv[: pos - self.start],\n"
-        "                           self.score[: pos - self.start])",
-        "return PendingRows(self.start, self.kv[: pos - self.start + 1],\n"
-        "                           self.score[: pos - self.start + 1])",
+        COMPRESSED_PY,
+        "return PendingRows(self.start, self.kv[: pos - self.start], "
+        "self.score[: pos - self.start])",
+        "return PendingRows(self.start, self.kv[: pos - self.start + 1], "
+        "self.score[: pos - self.start + 1])",
         SESSION,
     ),
     Mutation(
         "glm5_conv_rows_not_cut",
-        GLM5_PY,
-        "KDACache(conv=self.conv[:, : self.conv.shape[1] - cut],",
-        "KDACache(conv=self.conv,",
+        KDA_PY,
+        "conv=self.conv[:, : self.conv.shape[1] - cut],",
+        "conv=self.conv,",
         SESSION,
     ),
     Mutation(
         "glm5_partial_pool_kept",
-        GLM5_PY,
+        POOL_INDEXER_PY,
         "self.pooled[: pos // kpool]",
         "self.pooled[: -(-pos // kpool)]",
         SESSION,
