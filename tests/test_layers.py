@@ -57,19 +57,12 @@ BELOW_THE_FACES = (
     "ds4mlx.speculation",
 )
 
-_OPTIONS = (
-    "flags are parsed once into the options dataclass of the layer that uses them "
-    "(ExpertOptions) and handed down"
-)
-
 # (importing face or face module, imported package or module): why it may, for now or for good.
 FACE_EXCEPTIONS: dict[tuple[str, str], str] = {
     ("ds4mlx.cli.plan", "ds4mlx.gguf"): "`ds4 plan` reads and validates a GGUF header "
     "without loading the model",
-    ("ds4mlx.cli.options", "ds4mlx.experts.options"): _OPTIONS,
     ("ds4mlx.cli.plan", "ds4mlx.experts.options"): "`ds4 plan` sizes the expert cache with "
     "the share the streamed store takes",
-    ("ds4mlx.bench", "ds4mlx.experts"): _OPTIONS,
     ("ds4mlx.cli.plan", "ds4mlx.models.deepseek4"): "`ds4 plan` sizes the KV cache from the "
     "architecture's arguments and constants",
     ("ds4mlx.cli", "ds4mlx.distributed"): "launch glue: joining the rank group, and rank 0 "

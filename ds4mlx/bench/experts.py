@@ -58,7 +58,7 @@ def _measure_here(path: str, budget: str, cold: bool, routed: int, n_tokens: int
     """The child's side: load, warm up unless cold, prefill the timed prompt, then time
     ``n_tokens`` greedy decode steps."""
     import ds4mlx
-    from ds4mlx.experts import ExpertOptions
+    from ds4mlx.generation import ExpertOptions
     from ds4mlx.memory import peak_rss_bytes
 
     dropped = False

@@ -219,7 +219,7 @@ def run_experts(config: BenchConfig, progress: Progress) -> tuple[dict, str]:
 
 def run_quality(config: BenchConfig, progress: Progress) -> tuple[dict, str]:
     import ds4mlx
-    from ds4mlx.experts import ExpertOptions
+    from ds4mlx.generation import ExpertOptions
 
     model = ds4mlx.load_model(config.model)
     snippets = quality.load_snippets()

@@ -6,13 +6,14 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from ds4mlx.experts.options import ExpertOptions, parse_cache_budget
 from ds4mlx.generation import (
     DEFAULT_MTP_MARGIN,
     DEFAULT_NGRAM,
     DrafterKind,
+    ExpertOptions,
     SamplingOptions,
     SpeculationConfig,
+    parse_cache_budget,
 )
 from ds4mlx.resources import data_dir
 

@@ -8,8 +8,9 @@ generate text: messages or a prompt in, a stream of events out.
 - ``Finished`` and ``Done`` carry the statistics and, when a drafter took part, its
   ``acceptance`` (``SpeculativeStats``: τ, acceptance rate, drafted and accepted counts).
 - What a face configures and hands down: ``SamplingOptions``, ``SpeculationConfig`` and
-  ``load_drafter``, the prompt cache (``PromptCache``, ``DiskTier``) and the saved states of
-  conversations (``read_snapshot``, ``write_snapshot``), and the errors these raise.
+  ``load_drafter``, ``ExpertOptions`` (with ``parse_cache_budget`` for ``--expert-cache``),
+  the prompt cache (``PromptCache``, ``DiskTier``) and the saved states of conversations
+  (``read_snapshot``, ``write_snapshot``), and the errors these raise.
 
 The pieces live below (``engine``: sessions, sampling, tokenizer, chat formats, caches;
 ``speculation``: drafters, verification, scheduling); this package composes them and names
@@ -45,6 +46,7 @@ from ds4mlx.engine.kvcache import (
 from ds4mlx.engine.sampling import SamplingOptions
 from ds4mlx.engine.session import feed_batch
 from ds4mlx.engine.tokenizer import TextTokenizer, TokenizerError
+from ds4mlx.experts.options import ExpertOptions, parse_cache_budget
 from ds4mlx.generation.events import Done, Finished, ScheduledEvent, ServiceEvent
 from ds4mlx.generation.service import ChatService
 from ds4mlx.generation.tokens import generate, stepped
@@ -70,6 +72,7 @@ __all__ = [
     "Done",
     "Drafter",
     "DrafterKind",
+    "ExpertOptions",
     "Finished",
     "GGUFError",
     "GenerationStats",
@@ -98,6 +101,7 @@ __all__ = [
     "load_drafter",
     "max_token_bytes",
     "model_fingerprint",
+    "parse_cache_budget",
     "read_snapshot",
     "stepped",
     "write_snapshot",
