@@ -26,10 +26,11 @@ from pathlib import Path
 
 import ds4mlx  # noqa: F401  (first: preloads BLAS before anything imports mlx.core)
 from ds4mlx.bench.graph import primitive_names
-from ds4mlx.cli.plan import describe, format_size, plan_memory
+from ds4mlx.cli.plan import describe
 from ds4mlx.experts import ExpertOptions, StreamedStore
 from ds4mlx.experts import streamed as streamed_store
 from ds4mlx.gguf import GGUFFile
+from ds4mlx.load_plan import format_size, plan_memory
 from ds4mlx.loader import load_model
 
 import mlx.core as mx

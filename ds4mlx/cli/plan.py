@@ -1,17 +1,7 @@
-"""``ds4 plan``: what a model needs in memory, and how it fits, before anything is loaded.
-
-The plan reads only the GGUF's header (tensor table and metadata): dense bytes, routed-expert
-bytes, both as stored and as held in memory in the chosen weights mode (``quants.resident_nbytes``
-follows the loader's conversions), the KV cache per 1k tokens at the model's shape, and for a
-memory size the verdict: resident, streamed (``--ssd-stream``) with which expert cache, or not at
-all. ``ds4`` refuses to load a model resident when the plan says it cannot fit, instead of
-swapping or being killed.
-
-A verdict keeps ``HEADROOM`` (10%) above the weights, cache and KV it counts, for activations,
-MLX's buffer cache and the converted tensor in flight while loading, adds ``RUNTIME_BYTES`` for
-the process itself (interpreter, MLX, the parsed GGUF header: 0.4 GiB measured with
-DeepSeek-V4-Flash's 129k-token vocabulary), and uses at most ``USABLE_SHARE`` of the memory: the
-OS and other processes need the rest.
+"""``ds4 plan``: print what a model needs in memory, and how it fits, before anything is loaded;
+and the message with which ``ds4`` refuses a model that cannot fit resident. The plan itself is
+computed below the faces (``ds4mlx.load_plan``, through the generation API); this module parses
+the arguments and formats it.
 """
 
 from __future__ import annotations
@@ -19,21 +9,18 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
-from ds4mlx.experts.options import AUTO_SHARE
-from ds4mlx.gguf import WEIGHT_MODES, GGUFError, GGUFFile, open_gguf
-from ds4mlx.gguf.quants import DEFAULT_WEIGHT_MODE, resident_nbytes, row_codes_nbytes
-from ds4mlx.gguf.validate import validate_gguf
+from ds4mlx.generation import (
+    GGUFError,
+    MemoryPlan,
+    Verdict,
+    check_resident,
+    format_size,
+    plan_model,
+)
+from ds4mlx.loader import resolve_weights_dtype
 from ds4mlx.memory import available_memory_bytes, physical_memory_bytes
-
-USABLE_SHARE = 0.85
-HEADROOM = 1.10
-RUNTIME_BYTES = 512 * 2**20
-KV_TOKENS = 1024  # "per 1k tokens"
-ROUTED_MARK = "_exps."  # stacked routed-expert tensors: blk.N.ffn_{gate,up,down}_exps.weight
-GIB = 2**30
 
 
 def parse_memory(text: str) -> int:
@@ -43,164 +30,6 @@ def parse_memory(text: str) -> int:
         raise ValueError(f"memory size: expected e.g. 128G, 96GiB or 512M, got '{text}'")
     scale = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40, "": 2**30}[match[2]]
     return int(float(match[1]) * scale)
-
-
-def format_size(n: float) -> str:
-    return f"{n / GIB:.2f} GiB" if n >= GIB else f"{n / 2**20:.1f} MiB"
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """How the model fits a memory size: ``kind`` "resident", "streamed" or "none";
-    ``cache_bytes`` the expert cache to give --expert-cache when streamed."""
-
-    kind: str
-    memory_bytes: int
-    needed_bytes: int  # with HEADROOM: what the verdict's configuration uses at peak
-    cache_bytes: int = 0
-    cached_share: float = 0.0  # of the routed experts, when streamed
-
-    def flags(self) -> str:
-        if self.kind == "streamed":
-            # Rounded down to 0.1 GiB: the cache must not grow past the plan.
-            return f"--ssd-stream --expert-cache {int(self.cache_bytes / GIB * 10) / 10}"
-        return ""
-
-
-@dataclass(frozen=True)
-class MemoryPlan:
-    """A model's memory needs in one weights mode, from its GGUF header."""
-
-    path: Path
-    arch: str
-    mode: str
-    file_bytes: int
-    dense_file_bytes: int
-    routed_file_bytes: int
-    dense_bytes: int  # held in memory in ``mode``
-    routed_bytes: int
-    expert_bytes: int  # one expert (gate + up + down) in memory, the largest layer's
-    n_experts: int  # per layer
-    n_used: int
-    moe_layers: int
-    kv_fixed_bytes: int | None  # sliding windows and compressor state: the same at any length
-    kv_bytes_per_1k: int | None  # grows with the context
-    ctx: int
-
-    @property
-    def kv_bytes(self) -> int:
-        if self.kv_bytes_per_1k is None or self.kv_fixed_bytes is None:
-            return 0
-        return self.kv_fixed_bytes + self.kv_bytes_per_1k * self.ctx // KV_TOKENS
-
-    @property
-    def min_cache_bytes(self) -> int:
-        """The smallest expert cache a streamed run accepts: one layer's top-k experts."""
-        return self.n_used * self.expert_bytes
-
-    def resident_needed(self) -> int:
-        return int(
-            (self.dense_bytes + self.routed_bytes + self.kv_bytes) * HEADROOM + RUNTIME_BYTES
-        )
-
-    def streamed_needed(self, cache_bytes: int) -> int:
-        return int((self.dense_bytes + cache_bytes + self.kv_bytes) * HEADROOM + RUNTIME_BYTES)
-
-    def verdict(self, memory_bytes: int) -> Verdict:
-        usable = memory_bytes * USABLE_SHARE
-        if self.resident_needed() <= usable:
-            return Verdict("resident", memory_bytes, self.resident_needed())
-        if not self.routed_bytes:
-            return Verdict("none", memory_bytes, self.resident_needed())
-        room = int((usable - RUNTIME_BYTES) / HEADROOM) - self.dense_bytes - self.kv_bytes
-        cache = min(room, int(AUTO_SHARE * self.routed_bytes))
-        if cache < self.min_cache_bytes:
-            return Verdict(
-                "none",
-                memory_bytes,
-                self.streamed_needed(self.min_cache_bytes),
-                self.min_cache_bytes,
-            )
-        return Verdict(
-            "streamed", memory_bytes, self.streamed_needed(cache), cache, cache / self.routed_bytes
-        )
-
-    def streamed_bound(self, cache_bytes: int) -> int:
-        """The peak RSS bound of a streamed run with this cache that the rehearsal checks:
-        dense weights + cache + KV, plus 10% (without ``RUNTIME_BYTES``)."""
-        return int((self.dense_bytes + cache_bytes + self.kv_bytes) * HEADROOM)
-
-
-def plan_memory(gguf: GGUFFile, mode: str, ctx: int = 4096) -> MemoryPlan:
-    """The plan of an opened (validated) GGUF; ``mode`` "f32" or "native"."""
-    if mode not in WEIGHT_MODES:
-        raise ValueError(f"weights mode must be one of {', '.join(WEIGHT_MODES)}, got '{mode}'")
-    tensors = gguf.layout.tensors
-    dense_file = routed_file = dense = routed = 0
-    per_layer_expert: dict[str, int] = {}
-    experts_per_layer: dict[str, int] = {}
-    for name, info in tensors.items():
-        held = resident_nbytes(info.qtype, info.shape, mode)
-        # A resident load also keeps the row kernels' codes (a streamed slot does not).
-        codes = row_codes_nbytes(info.qtype, info.shape, mode)
-        if ROUTED_MARK in name:
-            routed_file += info.nbytes
-            routed += held + codes
-            if not name.endswith("_exps.weight"):  # per-expert scale companions: no geometry
-                continue
-            layer = name.split(ROUTED_MARK)[0].rsplit(".", 1)[0]
-            n = info.shape[0] if len(info.shape) == 3 else 1
-            experts_per_layer[layer] = n
-            per_layer_expert[layer] = per_layer_expert.get(layer, 0) + held // n
-        else:
-            dense_file += info.nbytes
-            dense += held + codes
-    arch = gguf.arch
-    used = gguf.get(f"{arch}.expert_used_count", 0)
-    n_used = int(used[0] if isinstance(used, list) else used)
-    kv_fixed, kv_per_1k = _kv_bytes(gguf, arch)
-    return MemoryPlan(
-        path=gguf.path,
-        arch=arch,
-        mode=mode,
-        file_bytes=gguf.path.stat().st_size,
-        dense_file_bytes=dense_file,
-        routed_file_bytes=routed_file,
-        dense_bytes=dense,
-        routed_bytes=routed,
-        expert_bytes=max(per_layer_expert.values(), default=0),
-        n_experts=max(experts_per_layer.values(), default=0),
-        n_used=n_used,
-        moe_layers=len(experts_per_layer),
-        kv_fixed_bytes=kv_fixed,
-        kv_bytes_per_1k=kv_per_1k,
-        ctx=ctx,
-    )
-
-
-def _kv_bytes(gguf: GGUFFile, arch: str) -> tuple[int | None, int | None]:
-    """(fixed, per 1k tokens) float32 cache bytes of a deepseek4 model; (None, None) for
-    architectures whose cache the plan does not model."""
-    if arch != "deepseek4":
-        return None, None
-    from ds4mlx.models.deepseek4 import CACHE_SLACK, CSA_RATIO, ModelArgs
-
-    args = ModelArgs.from_gguf(gguf)
-    fixed = per_1k = 0
-    for ratio in args.compress_ratios[: args.num_layers]:
-        # The raw keys of the sliding window (K = V, one head), plus the slack rows a decode
-        # tile and a speculative rollback keep.
-        fixed += (args.sliding_window + CACHE_SLACK) * args.head_dim * 4
-        if not ratio:
-            continue
-        # Compressed keys (and, for CSA, the indexer's keys) of every completed block.
-        dims = [args.head_dim] + ([args.index_head_dim] if ratio == CSA_RATIO else [])
-        per_1k += KV_TOKENS // ratio * sum(dims) * 4
-        # Each compressor's pending kv and score rows: the open block (two when CSA blocks
-        # overlap, with rows twice as wide) plus the slack.
-        overlap = 2 if ratio == CSA_RATIO else 1
-        fixed += sum(2 * (overlap * ratio + CACHE_SLACK) * overlap * dim * 4 for dim in dims)
-    return fixed, per_1k
 
 
 def describe(plan: MemoryPlan, memories: list[tuple[int, str]]) -> str:
@@ -264,30 +93,22 @@ def memory_label(memory: int, source: str) -> str:
 def refusal(path: str | Path, mode: str, ctx: int) -> str | None:
     """None when the model at ``path`` can be loaded resident in ``mode`` with the memory
     available now; else the message ``ds4`` prints instead of loading it: the plan and the
-    flags to use. The common case (it fits) costs one bounded walk of the header."""
+    flags to use."""
     available = available_memory_bytes()
     if available is None:
         return None
-    layout = validate_gguf(path)
-    weights = sum(
-        resident_nbytes(t.qtype, t.shape, mode) + row_codes_nbytes(t.qtype, t.shape, mode)
-        for t in layout.tensors.values()
-    )
-    if weights * HEADROOM + RUNTIME_BYTES <= available:
+    oversized = check_resident(path, mode, ctx, available)
+    if oversized is None:
         return None
-    gguf = open_gguf(path)
-    plan = plan_memory(gguf, mode, ctx)
-    if plan.resident_needed() <= available:
-        return None
-    verdict = plan.verdict(available)
+    plan, verdict = oversized.plan, oversized.verdict
     if verdict.kind == "streamed":
         advice = f"run with {verdict.flags()} (routed experts read from the file on demand)"
-    elif mode == "f32" and plan_memory(gguf, "native", ctx).verdict(available).kind != "none":
+    elif oversized.fits_native:
         advice = "it does not fit with f32 weights; try --weights-dtype native --ssd-stream"
     else:
         advice = "it does not fit in this machine's memory in any mode"
     return (
-        f"{gguf.path} needs {format_size(plan.resident_needed())} resident but "
+        f"{plan.path} needs {format_size(plan.resident_needed())} resident but "
         f"{format_size(available)} is available; {advice}\n"
         + describe(plan, [(available, memory_label(available, "available now"))])
     )
@@ -330,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.ctx <= 0:
         parser.error(f"--ctx must be positive, got {args.ctx}")
-    mode = DEFAULT_WEIGHT_MODE if args.weights_dtype == "auto" else args.weights_dtype
+    mode = resolve_weights_dtype(args.weights_dtype)
     if args.memory:
         memories = [(m, memory_label(m, "")) for m in args.memory]
     else:
@@ -341,8 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         if available is not None:
             memories.append((available, memory_label(available, "(available now)")))
     try:
-        gguf = open_gguf(args.model)
-        print(describe(plan_memory(gguf, mode, args.ctx), memories))
+        print(describe(plan_model(args.model, mode, args.ctx), memories))
     except (GGUFError, OSError, ValueError) as exc:
         print(f"ds4 plan: error: {exc}", file=sys.stderr)
         return 1

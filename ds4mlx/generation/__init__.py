@@ -11,6 +11,9 @@ generate text: messages or a prompt in, a stream of events out.
   ``load_drafter``, ``ExpertOptions`` (with ``parse_cache_budget`` for ``--expert-cache``),
   the prompt cache (``PromptCache``, ``DiskTier``) and the saved states of conversations
   (``read_snapshot``, ``write_snapshot``), and the errors these raise.
+- What loading a model would need, from its GGUF header alone (``ds4mlx.load_plan``):
+  ``plan_model`` (a ``MemoryPlan``, whose ``verdict`` for a memory size is a ``Verdict``) and
+  ``check_resident`` (an ``Oversized`` when the model does not fit resident).
 
 The pieces live below (``engine``: sessions, sampling, tokenizer, chat formats, caches;
 ``speculation``: drafters, verification, scheduling); this package composes them and names
@@ -51,6 +54,14 @@ from ds4mlx.generation.events import Done, Finished, ScheduledEvent, ServiceEven
 from ds4mlx.generation.service import ChatService
 from ds4mlx.generation.tokens import generate, stepped
 from ds4mlx.gguf import GGUFError
+from ds4mlx.load_plan import (
+    MemoryPlan,
+    Oversized,
+    Verdict,
+    check_resident,
+    format_size,
+    plan_model,
+)
 from ds4mlx.speculation import Drafter, SpeculativeStats, load_drafter
 from ds4mlx.speculation.config import (
     DEFAULT_MTP_MARGIN,
@@ -76,7 +87,9 @@ __all__ = [
     "Finished",
     "GGUFError",
     "GenerationStats",
+    "MemoryPlan",
     "NamedTool",
+    "Oversized",
     "PromptCache",
     "ReasoningDelta",
     "SamplingOptions",
@@ -95,13 +108,17 @@ __all__ = [
     "ToolCallError",
     "ToolCallStart",
     "ToolChoice",
+    "Verdict",
+    "check_resident",
     "common_prefix",
     "feed_batch",
+    "format_size",
     "generate",
     "load_drafter",
     "max_token_bytes",
     "model_fingerprint",
     "parse_cache_budget",
+    "plan_model",
     "read_snapshot",
     "stepped",
     "write_snapshot",

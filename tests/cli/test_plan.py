@@ -7,8 +7,9 @@ from pathlib import Path
 
 from ds4mlx.cli import main as ds4_main
 from ds4mlx.cli import plan as plan_module
-from ds4mlx.cli.plan import HEADROOM, RUNTIME_BYTES, USABLE_SHARE, parse_memory, plan_memory
+from ds4mlx.cli.plan import parse_memory
 from ds4mlx.gguf import open_gguf
+from ds4mlx.load_plan import HEADROOM, RUNTIME_BYTES, USABLE_SHARE, plan_memory
 
 import pytest
 

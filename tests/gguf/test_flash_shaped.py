@@ -10,12 +10,12 @@ import sys
 from pathlib import Path
 
 import ds4mlx
-from ds4mlx.cli.plan import plan_memory
 from ds4mlx.engine.chat.deepseek4 import ASSISTANT, BOS, USER
 from ds4mlx.engine.tokenizer import load_tokenizer
 from ds4mlx.experts import ExpertOptions
 from ds4mlx.gguf import GGUFError, open_gguf
 from ds4mlx.gguf.quants import host_weight, resident_nbytes
+from ds4mlx.load_plan import plan_memory
 
 import numpy as np
 import pytest
