@@ -59,8 +59,6 @@ BELOW_THE_FACES = (
 
 # (importing face or face module, imported package or module): why it may, for now or for good.
 FACE_EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("ds4mlx.cli", "ds4mlx.distributed"): "launch glue: joining the rank group, and rank 0 "
-    "leading the followers, are the front end's job",
     ("ds4mlx.bench.distributed_probe", "ds4mlx.distributed.group"): "a measured rank joins "
     "the rank group itself",
     ("ds4mlx.bench.kernels", "ds4mlx.kernels"): "the kernel benchmark measures the kernels",

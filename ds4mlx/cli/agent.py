@@ -47,7 +47,7 @@ from ds4mlx.cli.options import (
     sampling_options,
     speculation_config,
 )
-from ds4mlx.distributed import DistributedError, RankGroup
+from ds4mlx.generation.ranks import DistributedError, RankGroup
 
 # Exit codes of --print besides 0 (answered) and 1 (error).
 EXIT_STEP_LIMIT = 3
@@ -160,8 +160,8 @@ def load_backend(
         if not args.ctx_given:
             backend.context_size = backend.server_context_size() or backend.context_size
         return backend
-    from ds4mlx.distributed.driven import lead
     from ds4mlx.generation import ChatService, load_drafter
+    from ds4mlx.generation.ranks import lead
     from ds4mlx.loader import load_model
 
     speculation = speculation_config(args)

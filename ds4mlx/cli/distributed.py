@@ -1,7 +1,7 @@
 """What a command-line front end does with ``--distributed``: join the group and let rank 0 alone
 write the output. Under ``ds4`` every rank runs the same generation, so their sampling must be in
 step; under a server or an agent only rank 0 samples, and the other ranks follow its model calls
-(``ds4mlx.distributed.driven``)."""
+(``ds4mlx.generation.ranks``)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from ds4mlx.distributed.group import DistributedError, RankGroup, init_group
 from ds4mlx.generation import GGUFError, SamplingOptions, TokenizerError
+from ds4mlx.generation.ranks import DistributedError, RankGroup, init_group
 
 import mlx.core as mx
 
@@ -57,7 +57,7 @@ def follow_rank_0(front_end: str, options: ModelOptions, ranks: RankGroup) -> in
     """The whole life of a rank other than 0 under a server or an agent (whose input reaches
     rank 0 alone): load this rank's shard, then replay rank 0's model operations until rank 0
     stops. Returns the exit code; messages go to stderr, prefixed by ``front_end``."""
-    from ds4mlx.distributed.driven import Follower
+    from ds4mlx.generation.ranks import Follower
     from ds4mlx.loader import load_model
 
     def log(text: str) -> None:

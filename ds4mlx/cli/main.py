@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
 
     from ds4mlx.cli.distributed import start_ranks
-    from ds4mlx.distributed import DistributedError
+    from ds4mlx.generation.ranks import DistributedError
     from ds4mlx.loader import load_model
 
     started = time.perf_counter()

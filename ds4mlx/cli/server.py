@@ -27,8 +27,6 @@ from ds4mlx.cli.options import (
     sampling_options,
     speculation_config,
 )
-from ds4mlx.distributed import DistributedError, RankGroup
-from ds4mlx.distributed.driven import Conductor, lead
 from ds4mlx.generation import (
     ChatService,
     Drafter,
@@ -37,6 +35,7 @@ from ds4mlx.generation import (
     TokenizerError,
     load_drafter,
 )
+from ds4mlx.generation.ranks import Conductor, DistributedError, RankGroup, lead
 from ds4mlx.loader import LoadedModel, load_model
 from ds4mlx.server import GenerationDefaults, GenerationQueue, ServerConfig, create_app
 

@@ -14,6 +14,8 @@ generate text: messages or a prompt in, a stream of events out.
 - What loading a model would need, from its GGUF header alone (``ds4mlx.load_plan``):
   ``plan_model`` (a ``MemoryPlan``, whose ``verdict`` for a memory size is a ``Verdict``) and
   ``check_resident`` (an ``Oversized`` when the model does not fit resident).
+- ``ranks``: what a face needs for ``--distributed`` (the rank group, rank 0 leading the
+  others), in a module of its own that only a distributed face imports.
 
 The pieces live below (``engine``: sessions, sampling, tokenizer, chat formats, caches;
 ``speculation``: drafters, verification, scheduling); this package composes them and names
