@@ -2,7 +2,7 @@
 """Decode speed of 1 rank vs N ranks (mlx.launch, ring backend on loopback) and the collective
 traffic per token, with a projection onto a two-machine link as a model, not a measurement.
 
-Each configuration runs ``ds4mlx.bench.distributed_probe`` (greedy decode, and DSpark with
+Each configuration runs ``ds4mlx.diagnostics.distributed_probe`` (greedy decode, and DSpark with
 ``--drafter``). On one machine the ranks share its cores and talk over loopback TCP, so N ranks
 are not expected to be faster; what carries over to two Macs is the traffic: per decode step
 every layer ``all_sum``s two float32 partials (the attention output over the decode tile of
@@ -32,7 +32,10 @@ def run(n: int, args: argparse.Namespace, out: Path) -> dict:
     if args.drafter:
         probe += ["--drafter", args.drafter]
     result = launch_local(
-        n, "ds4mlx.bench.distributed_probe", probe + (["--single"] if n == 1 else []), args.timeout
+        n,
+        "ds4mlx.diagnostics.distributed_probe",
+        probe + (["--single"] if n == 1 else []),
+        args.timeout,
     )
     path = out / "rank0.json"
     if not path.is_file():

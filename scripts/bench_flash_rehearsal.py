@@ -25,8 +25,8 @@ from collections import Counter
 from pathlib import Path
 
 import ds4mlx  # noqa: F401  (first: preloads BLAS before anything imports mlx.core)
-from ds4mlx.bench.graph import primitive_names
 from ds4mlx.cli.plan import describe
+from ds4mlx.diagnostics.graph import primitive_names
 from ds4mlx.experts import ExpertOptions, StreamedStore
 from ds4mlx.experts import streamed as streamed_store
 from ds4mlx.gguf import GGUFFile

@@ -12,7 +12,7 @@ import argparse
 import json
 
 import ds4mlx
-from ds4mlx.bench.graph import BLOCKS, FLASH_RATIOS, count_step, project_to_ratios, time_step
+from ds4mlx.diagnostics.graph import BLOCKS, FLASH_RATIOS, count_step, project_to_ratios, time_step
 
 
 def measure(network, state, tokens: list[int], steps: int) -> dict:

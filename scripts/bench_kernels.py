@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 
 from ds4mlx import kernels
-from ds4mlx.bench import kernels as kernel_bench
 from ds4mlx.bench.machine import machine_description
+from ds4mlx.diagnostics import kernels as kernel_bench
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import ds4mlx
-from ds4mlx.bench.graph import (
+from ds4mlx.diagnostics.graph import (
     BLOCKS,
     FLASH_RATIOS,
     GraphCount,

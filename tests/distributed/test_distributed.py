@@ -246,7 +246,7 @@ def test_two_ranks_on_loopback_match_one_process(tmp_path, capsys):
         try:  # the reference is a process of its own too, so that peak RSS compares
             runs[folder] = launch_local(
                 n,
-                "ds4mlx.bench.distributed_probe",
+                "ds4mlx.diagnostics.distributed_probe",
                 [*probe_args, *extra, "--out", str(tmp_path / folder)],
                 LAUNCH_TIMEOUT_S,
             )

@@ -83,7 +83,7 @@ def test_bad_shapes_are_refused(ops):
 
 
 def test_kernels_dispatch_one_primitive_and_the_twin_gradient(ops):
-    from ds4mlx.bench.graph import primitive_names
+    from ds4mlx.diagnostics.graph import primitive_names
 
     mixes, scale, base = mixes_case(11, 8)
     mx.eval(mixes, scale, base)

@@ -8,7 +8,7 @@ import os
 import shutil
 
 from ds4mlx import kernels
-from ds4mlx.bench.graph import primitive_names
+from ds4mlx.diagnostics.graph import primitive_names
 from ds4mlx.kernels import native, twins
 from ds4mlx.models.moe import GatingFunc, gate_probs, route
 

@@ -1,5 +1,6 @@
-"""One rank of a measured distributed run: ``python -m ds4mlx.bench.distributed_probe --out DIR
-...`` (under ``mlx.launch`` for several ranks, or alone for the single-process reference).
+"""One rank of a measured distributed run:
+``python -m ds4mlx.diagnostics.distributed_probe --out DIR ...`` (under ``mlx.launch`` for several
+ranks, or alone for the single-process reference).
 
 Each rank loads its shard, computes the prompt's logits, decodes greedily with the target alone
 and, given ``--drafter``, with DSpark, then writes ``DIR/rank{r}.json`` (tokens, timings, peak
