@@ -31,10 +31,6 @@ ROUTED_MARK = "_exps."  # stacked routed-expert tensors: blk.N.ffn_{gate,up,down
 GIB = 2**30
 
 
-def format_size(n: float) -> str:
-    return f"{n / GIB:.2f} GiB" if n >= GIB else f"{n / 2**20:.1f} MiB"
-
-
 @dataclass(frozen=True)
 class Verdict:
     """How the model fits a memory size: ``kind`` "resident", "streamed" or "none";

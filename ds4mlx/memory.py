@@ -10,6 +10,11 @@ import sys
 from pathlib import Path
 
 
+def format_size(n: float) -> str:
+    """A byte count as people read it: GiB from one GiB up, MiB below."""
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
 def proc_kib_bytes(path: str, key: str) -> int | None:
     """The ``key:`` line of a Linux /proc file such as /proc/meminfo or /proc/self/status (a
     value in kB), in bytes; None where the file or the line does not exist."""

@@ -30,8 +30,9 @@ from ds4mlx.diagnostics.graph import primitive_names
 from ds4mlx.experts import ExpertOptions, StreamedStore
 from ds4mlx.experts import streamed as streamed_store
 from ds4mlx.gguf import GGUFFile
-from ds4mlx.load_plan import format_size, plan_memory
+from ds4mlx.load_plan import plan_memory
 from ds4mlx.loader import load_model
+from ds4mlx.memory import format_size
 
 import mlx.core as mx
 import numpy as np

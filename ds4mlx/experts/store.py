@@ -18,13 +18,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 
 from ds4mlx.kernels import QuantizedWeight, Weight
+from ds4mlx.memory import format_size
 
 import mlx.core as mx
 import numpy as np
-
-
-def format_bytes(n: float) -> str:
-    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 @dataclass(frozen=True)
@@ -78,11 +75,11 @@ class ExpertStats:
 
     def summary(self) -> str:
         if self.kind == "resident":
-            return f"experts: resident, {format_bytes(self.resident_bytes)}"
+            return f"experts: resident, {format_size(self.resident_bytes)}"
         return (
-            f"experts: streamed, cache {format_bytes(self.resident_bytes)} of "
-            f"{format_bytes(self.capacity_bytes)} (budget {format_bytes(self.budget_bytes)}"
-            f" of {format_bytes(self.routed_bytes)} routed) | hits {self.hits}, misses "
+            f"experts: streamed, cache {format_size(self.resident_bytes)} of "
+            f"{format_size(self.capacity_bytes)} (budget {format_size(self.budget_bytes)}"
+            f" of {format_size(self.routed_bytes)} routed) | hits {self.hits}, misses "
             f"{self.misses} ({self.hit_rate:.1%} hit), evictions {self.evictions} | read "
             f"{self.bytes_read / 2**20:.1f} MiB in {self.reads} reads, "
             f"{self.read_gbps:.2f} GB/s | prefetch {self.prefetch_used}/{self.prefetched} "

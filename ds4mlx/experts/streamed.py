@@ -32,12 +32,11 @@ from ds4mlx.experts.store import (
     ExpertStats,
     ExpertStore,
     LayerExperts,
-    format_bytes,
 )
 from ds4mlx.gguf import GGUFError, GGUFFile
 from ds4mlx.gguf.quants import HostWeight, to_device
 from ds4mlx.kernels import PACKED_KERNELS, Weight
-from ds4mlx.memory import available_memory_bytes
+from ds4mlx.memory import available_memory_bytes, format_size
 
 import mlx.core as mx
 import numpy as np
@@ -237,8 +236,8 @@ class StreamedStore(ExpertStore):
         minimum = sum(b * n for b, n in zip(slot_bytes, minimums, strict=True))
         if budget < minimum:
             raise ValueError(
-                f"expert cache of {format_bytes(budget)} is below the minimum "
-                f"{format_bytes(minimum)} (one layer's top-{max(minimums)} experts)"
+                f"expert cache of {format_size(budget)} is below the minimum "
+                f"{format_size(minimum)} (one layer's top-{max(minimums)} experts)"
             )
         self.budget_bytes = budget
         spare = budget - minimum

@@ -61,9 +61,9 @@ from ds4mlx.load_plan import (
     Oversized,
     Verdict,
     check_resident,
-    format_size,
     plan_model,
 )
+from ds4mlx.memory import format_size
 from ds4mlx.speculation import Drafter, SpeculativeStats, load_drafter
 from ds4mlx.speculation.config import (
     DEFAULT_MTP_MARGIN,

@@ -295,7 +295,8 @@ class SharedExpertMoE(nn.Module):
         self.normalize = normalize
         self.weights_scale = weights_scale
         self.prefix = prefix
-        # Set by ``link_expert_prefetch`` when the next layer's experts are streamed.
+        # Set by ``link_expert_prefetch`` when the next layer's experts are streamed; a plain
+        # object, not a module, so the next layer does not join this one's parameter tree.
         self.prefetch_next: PrefetchHint | None = None
         # Compiled, the routing and SwiGLU elementwise chains fuse (77 -> 46 primitives a layer
         # on ds4-tiny). Only resident experts qualify: a streamed store reads the routing on
