@@ -87,8 +87,10 @@ class BoundedOutput:
             last = bytes(self.tail[max(0, position - tail_start) :])
             unread = self.total - position
         if limit is not None and len(first) + len(last) > limit:
-            keep_first = min(len(first), limit // 3)
-            first, last = first[:keep_first], last[len(last) - (limit - keep_first) :]
+            # Room the end does not fill goes to the start: the slice stays ``limit`` long.
+            keep_last = min(len(last), limit - min(len(first), limit // 3))
+            keep_first = limit - keep_last
+            first, last = first[:keep_first], last[len(last) - keep_last :]
         omitted = unread - len(first) - len(last)
         text = first.decode("utf-8", "replace")
         if omitted > 0:

@@ -622,8 +622,11 @@ def _unified_diff(relative: str, before: str, after: str) -> str:
 
 
 def _clip(text: str, limit: int) -> str:
-    """Keep the start and the end of an over-long result (the end of a log matters most)."""
+    """Keep the start and the end of an over-long result: a third from the start, the rest
+    from the end (the end of a log matters most: the error, the summary), as jobs do."""
     if len(text) <= limit:
         return text
-    head, tail = limit * 2 // 3, limit // 3
-    return f"{text[:head]}\n[... {len(text) - head - tail} characters cut ...]\n{text[-tail:]}"
+    head = limit // 3
+    tail = limit - head
+    cut = len(text) - head - tail
+    return f"{text[:head]}\n[... {cut} characters cut ...]\n{text[len(text) - tail :]}"
