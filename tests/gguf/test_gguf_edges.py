@@ -1,0 +1,158 @@
+"""GGUF validation at its exact edges, on files built byte by byte here (no fixture from other
+modules, so each test fails on its own when the edge it guards moves): a last field or a last
+tensor ending exactly at the end of the file, the data section's start aligned up, counts that
+just fit, and tensors that touch without overlapping.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+from ds4mlx.gguf import GGUFError
+from ds4mlx.gguf.validate import validate_gguf
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType, GGUFValueType
+
+F32 = GGMLQuantizationType.F32
+
+
+def string(text: str) -> bytes:
+    data = text.encode()
+    return struct.pack("<Q", len(data)) + data
+
+
+def kv_u32(key: str, value: int) -> bytes:
+    return string(key) + struct.pack("<II", GGUFValueType.UINT32, value)
+
+
+def kv_string(key: str, value: str) -> bytes:
+    return string(key) + struct.pack("<I", GGUFValueType.STRING) + string(value)
+
+
+def kv_u32_array(key: str, values: list[int]) -> bytes:
+    return (
+        string(key)
+        + struct.pack("<IIQ", GGUFValueType.ARRAY, GGUFValueType.UINT32, len(values))
+        + struct.pack(f"<{len(values)}I", *values)
+    )
+
+
+def tensor_info(name: str, dims: tuple[int, ...], offset: int, qtype: int = F32) -> bytes:
+    return (
+        string(name)
+        + struct.pack("<I", len(dims))
+        + struct.pack(f"<{len(dims)}Q", *dims)
+        + struct.pack("<IQ", qtype, offset)
+    )
+
+
+def gguf(kvs: list[bytes], infos: list[bytes] = ()) -> bytes:
+    """The header, metadata and tensor infos (no padding, no data)."""
+    return struct.pack("<IIQQ", 0x46554747, 3, len(infos), len(kvs)) + b"".join(kvs + list(infos))
+
+
+def write(tmp_path: Path, content: bytes, name: str = "edge.gguf") -> Path:
+    path = tmp_path / name
+    path.write_bytes(content)
+    return path
+
+
+def padded(content: bytes, alignment: int) -> bytes:
+    return content + b"\0" * (-len(content) % alignment)
+
+
+# ------------------------------------------------------------------ the end of the file
+
+
+@pytest.mark.parametrize(
+    "last",
+    [
+        kv_string("test.last", "ends at the end"),
+        kv_u32_array("test.last", [1, 2, 3]),
+        kv_u32("x", 1),
+    ],
+    ids=["string", "array", "scalar"],
+)
+def test_a_last_metadata_field_ending_exactly_at_the_end_of_the_file_passes(tmp_path, last):
+    content = gguf([kv_u32("test.first", 7), last])
+    layout = validate_gguf(write(tmp_path, content))
+    assert layout.tensors == {} and layout.version == 3
+    with pytest.raises(GGUFError, match="truncated"):
+        validate_gguf(write(tmp_path, content[:-1], "cut.gguf"))
+
+
+def test_a_last_tensor_ending_exactly_at_the_end_of_the_file_passes(tmp_path):
+    head = padded(gguf([kv_u32("test.a", 1)], [tensor_info("t", (8,), 0)]), 32)
+    values = np.arange(8, dtype=np.float32).tobytes()
+    layout = validate_gguf(write(tmp_path, head + values))
+    assert layout.tensors["t"].file_offset + layout.tensors["t"].nbytes == len(head) + 32
+    with pytest.raises(GGUFError, match="runs past the end of the file"):
+        validate_gguf(write(tmp_path, head + values[:-1], "cut.gguf"))
+
+
+# ------------------------------------------------------------------ the data section's start
+
+
+@pytest.mark.parametrize("alignment", [None, 64, 128])
+def test_the_data_section_starts_at_the_next_multiple_of_the_alignment(tmp_path, alignment):
+    kvs = [kv_u32("general.alignment", alignment)] if alignment else []
+    step = alignment or 32  # GGUF's default
+    for extra in range(0, step, 7):  # tensor infos ending at every few bytes of a block
+        kvs_here = [*kvs, kv_string("test.pad", "p" * extra)]
+        header = gguf(kvs_here, [tensor_info("t", (8,), 0)])
+        start = -(-len(header) // step) * step
+        content = header + b"\0" * (start - len(header)) + np.ones(8, np.float32).tobytes()
+        layout = validate_gguf(write(tmp_path, content))
+        assert layout.alignment == step and layout.data_offset == start, extra
+        assert layout.tensors["t"].file_offset == start
+
+
+def test_an_aligned_header_end_is_the_data_sections_start(tmp_path):
+    for extra in range(32):
+        header = gguf([kv_string("test.pad", "p" * extra)], [tensor_info("t", (8,), 0)])
+        if len(header) % 32 == 0:
+            break
+    layout = validate_gguf(write(tmp_path, header + np.ones(8, np.float32).tobytes()))
+    assert layout.data_offset == len(header)
+
+
+def test_a_tensor_offset_off_the_alignment_is_refused(tmp_path):
+    header = padded(gguf([], [tensor_info("a", (8,), 0), tensor_info("b", (8,), 48)]), 32)
+    with pytest.raises(GGUFError, match="not a multiple of the alignment 32"):
+        validate_gguf(write(tmp_path, header + b"\0" * 96))
+
+
+# ------------------------------------------------------------------ neighbours and counts
+
+
+def test_tensors_that_touch_do_not_overlap(tmp_path):
+    header = padded(gguf([], [tensor_info("a", (8,), 0), tensor_info("b", (8,), 32)]), 32)
+    layout = validate_gguf(write(tmp_path, header + b"\0" * 64))
+    assert layout.tensors["b"].file_offset == layout.tensors["a"].file_offset + 32
+    overlapping = padded(gguf([], [tensor_info("a", (16,), 0), tensor_info("b", (8,), 32)]), 32)
+    with pytest.raises(GGUFError, match="overlap"):
+        validate_gguf(write(tmp_path, overlapping + b"\0" * 96, "overlap.gguf"))
+
+
+def test_four_dimensions_pass_and_five_do_not(tmp_path):
+    four = padded(gguf([], [tensor_info("t", (2, 2, 2, 1), 0)]), 32)
+    assert validate_gguf(write(tmp_path, four + b"\0" * 32)).tensors["t"].shape == (1, 2, 2, 2)
+    five = padded(gguf([], [tensor_info("t", (2, 2, 2, 1, 1), 0)]), 32)
+    with pytest.raises(GGUFError, match="5 dimensions"):
+        validate_gguf(write(tmp_path, five + b"\0" * 32, "five.gguf"))
+
+
+def test_alignment_must_be_a_power_of_two(tmp_path):
+    for bad in (0, 3, 48):
+        with pytest.raises(GGUFError, match="not a non-zero power of two"):
+            validate_gguf(write(tmp_path, gguf([kv_u32("general.alignment", bad)])))
+    assert validate_gguf(write(tmp_path, gguf([kv_u32("general.alignment", 1)]))).alignment == 1
+
+
+def test_a_duplicate_key_is_refused_even_last(tmp_path):
+    content = gguf([kv_u32("a", 1), kv_u32("b", 2), kv_u32("a", 3)])
+    with pytest.raises(GGUFError, match="duplicate metadata key 'a'"):
+        validate_gguf(write(tmp_path, content))
