@@ -36,6 +36,14 @@ SCHEDULER = ("tests/speculation/test_scheduler.py",)
 SESSION = ("tests/engine/test_session_rollback.py", "tests/engine/test_session.py")
 ROUTING = ("tests/models/test_model_pieces.py",)
 GGUF = ("tests/gguf/test_gguf_hostile.py", "tests/gguf/test_gguf_partial_overlap.py")
+# The guards users trust (issue 37): each area's edge tests.
+SERVER_GUARDS = ("tests/server/test_server_guards.py",)
+AGENT_GUARDS = ("tests/agent/test_agent_guards.py",)
+AGENT_EDGES = ("tests/agent/test_agent_tool_edges.py",)
+KVCACHE_GUARDS = ("tests/engine/test_prompt_cache_order.py",)
+SPECIAL_TOKENS = ("tests/engine/test_special_tokens_stay_text.py",)
+STAGING = ("tests/experts/test_staging_room.py",)
+GGUF_EDGES = ("tests/gguf/test_gguf_edges.py",)
 
 
 @dataclass(frozen=True)
@@ -403,6 +411,574 @@ MUTATIONS: tuple[Mutation, ...] = (
         GGUF,
     ),
 )
+
+
+ACCESS_PY = "ds4mlx/server/access.py"
+LIMITS_PY = "ds4mlx/server/limits.py"
+BODY_PY = "ds4mlx/server/body.py"
+UTILITY_PY = "ds4mlx/server/utility_routes.py"
+WORKSPACE_PY = "ds4mlx/agent/workspace.py"
+PERMISSIONS_PY = "ds4mlx/agent/permissions.py"
+JOBS_PY = "ds4mlx/agent/jobs.py"
+TOOLS_PY = "ds4mlx/agent/tools.py"
+CHECKPOINTS_PY = "ds4mlx/agent/checkpoints.py"
+PROMPT_CACHE_PY = "ds4mlx/engine/kvcache/prompt_cache.py"
+STREAMED_PY = "ds4mlx/experts/streamed.py"
+DEEPSEEK4_CHAT_PY = "ds4mlx/engine/chat/deepseek4.py"
+GLM5_CHAT_PY = "ds4mlx/engine/chat/glm5.py"
+_SHELL_SYNTAX = r"[;&|<>`$(){}\n\r\\*?\[\]!#~]"
+
+
+def _without(character: str) -> str:
+    """The permission rules' shell-syntax set with one character dropped."""
+    return _SHELL_SYNTAX.replace(character, "", 1)
+
+
+def _chat(name: str, file: str, old: str, new: str) -> Mutation:
+    return Mutation(name, file, old, new, SPECIAL_TOKENS)
+
+
+GUARD_MUTATIONS: tuple[Mutation, ...] = (
+    # --- server: keys, origins, body size, context and vocabulary ----------------------------
+    Mutation(
+        "server_key_prefix_accepted",
+        ACCESS_PY,
+        "secrets.compare_digest(given.encode(), key)",
+        "key.startswith(given.encode())",
+        SERVER_GUARDS,
+    ),
+    Mutation(
+        "server_key_extension_accepted",
+        ACCESS_PY,
+        "secrets.compare_digest(given.encode(), key)",
+        "given.encode().startswith(key)",
+        SERVER_GUARDS,
+    ),
+    Mutation(
+        "server_any_authorization_scheme",
+        ACCESS_PY,
+        'scheme.lower() == "bearer"',
+        'scheme.lower() != "basic"',
+        SERVER_GUARDS,
+    ),
+    Mutation(
+        "server_stats_open",
+        ACCESS_PY,
+        'OPEN_PATHS = frozenset({"/health", "/v1/health"})',
+        'OPEN_PATHS = frozenset({"/health", "/v1/health", "/stats"})',
+        SERVER_GUARDS,
+    ),
+    Mutation(
+        "server_origin_prefix_is_own",
+        ACCESS_PY,
+        "urlsplit(origin).netloc.lower() == host.lower()",
+        "host.lower().startswith(urlsplit(origin).netloc.lower())",
+        SERVER_GUARDS,
+    ),
+    Mutation(
+        "server_refusal_shape_by_wrong_path",
+        ACCESS_PY,
+        'if path.startswith("/v1/messages"):',
+        'if path.startswith("/v1/messages/"):',
+        SERVER_GUARDS,
+    ),
+    Mutation(
+        "server_declared_body_at_limit_refused",
+        BODY_PY,
+        "int(declared) > limit",
+        "int(declared) >= limit",
+        SERVER_GUARDS,
+    ),
+    Mutation(
+        "server_streamed_body_at_limit_refused",
+        BODY_PY,
+        "if len(body) > limit:",
+        "if len(body) >= limit:",
+        SERVER_GUARDS,
+    ),
+    Mutation(
+        "server_tokenize_default_limit",
+        UTILITY_PY,
+        "read_parsed(request, TokenizeRequest, self.max_body_bytes)",
+        "read_parsed(request, TokenizeRequest)",
+        SERVER_GUARDS,
+    ),
+    Mutation(
+        "server_detokenize_default_limit",
+        UTILITY_PY,
+        "read_parsed(request, DetokenizeRequest, self.max_body_bytes)",
+        "read_parsed(request, DetokenizeRequest)",
+        SERVER_GUARDS,
+    ),
+    Mutation(
+        "server_count_tokens_default_limit",
+        UTILITY_PY,
+        "read_parsed(request, CountTokensRequest, self.max_body_bytes)",
+        "read_parsed(request, CountTokensRequest)",
+        SERVER_GUARDS,
+    ),
+    Mutation(
+        "server_text_bound_strict",
+        LIMITS_PY,
+        "if at_least >= self.max_context:",
+        "if at_least > self.max_context:",
+        SERVER_GUARDS,
+    ),
+    Mutation(
+        "server_text_bound_rounds_down",
+        LIMITS_PY,
+        "at_least = -(-characters // self.bytes_per_token)",
+        "at_least = characters // self.bytes_per_token",
+        SERVER_GUARDS,
+    ),
+    Mutation(
+        "server_token_bound_strict",
+        LIMITS_PY,
+        "if count >= self.max_context:",
+        "if count > self.max_context:",
+        SERVER_GUARDS,
+    ),
+    Mutation(
+        "server_logit_bias_past_vocabulary",
+        LIMITS_PY,
+        "token_id >= self.vocab_size",
+        "token_id > self.vocab_size",
+        SERVER_GUARDS,
+    ),
+    Mutation(
+        "server_detokenize_past_vocabulary",
+        UTILITY_PY,
+        "token_id >= size)",
+        "token_id > size)",
+        SERVER_GUARDS,
+    ),
+    Mutation(
+        "server_detokenize_negative_id",
+        UTILITY_PY,
+        "if token_id < 0 or",
+        "if token_id < -1 or",
+        SERVER_GUARDS,
+    ),
+    # --- agent: confinement, permission prefixes, bounded output, undo -----------------------
+    Mutation(
+        "agent_lookalike_sibling_is_inside",
+        WORKSPACE_PY,
+        "if not resolved.is_relative_to(self.root):",
+        "if not str(resolved).startswith(str(self.root)):",
+        AGENT_GUARDS,
+    ),
+    Mutation(
+        "agent_walk_lists_links_to_a_lookalike",
+        WORKSPACE_PY,
+        "return target.exists() and target.is_relative_to(self.root)",
+        "return target.exists() and str(target).startswith(str(self.root))",
+        AGENT_GUARDS,
+    ),
+    *(
+        Mutation(
+            f"agent_{name}_is_not_shell_syntax",
+            PERMISSIONS_PY,
+            _SHELL_SYNTAX,
+            _without(c),
+            AGENT_GUARDS,
+        )
+        for name, c in (
+            ("semicolon", ";"),
+            ("pipe", "|"),
+            ("ampersand", "&"),
+            ("redirection", ">"),
+            ("newline", "\\n"),
+            ("substitution", "$"),
+            ("backquote", "`"),
+        )
+    ),
+    Mutation(
+        "agent_prefix_compared_by_characters",
+        PERMISSIONS_PY,
+        "return words is not None and words[: len(allowed)] == allowed",
+        'return words is not None and " ".join(words).startswith(self.prefix)',
+        AGENT_GUARDS,
+    ),
+    Mutation(
+        "agent_prefix_of_one_word",
+        PERMISSIONS_PY,
+        "_PREFIX_WORDS = 2",
+        "_PREFIX_WORDS = 1",
+        AGENT_GUARDS,
+    ),
+    Mutation(
+        "agent_prefix_counts_options",
+        PERMISSIONS_PY,
+        'plain += not word.startswith("-")',
+        "plain += 1",
+        AGENT_GUARDS,
+    ),
+    Mutation(
+        "agent_exact_rule_unstripped",
+        PERMISSIONS_PY,
+        'return Rule("bash", command=str(call.arguments.get("command", "")).strip())',
+        'return Rule("bash", command=str(call.arguments.get("command", "")))',
+        AGENT_GUARDS,
+    ),
+    Mutation(
+        "agent_tool_rule_covers_every_tool",
+        PERMISSIONS_PY,
+        "if call.name != self.tool:",
+        "if call.name == self.tool and False:",
+        AGENT_GUARDS,
+    ),
+    Mutation(
+        "agent_clip_keeps_two_thirds_head",
+        TOOLS_PY,
+        "head = limit // 3",
+        "head = limit * 2 // 3",
+        AGENT_GUARDS,
+    ),
+    Mutation(
+        "agent_tail_read_skips_a_byte",
+        JOBS_PY,
+        "last = bytes(self.tail[max(0, position - tail_start) :])",
+        "last = bytes(self.tail[max(1, position - tail_start) :])",
+        AGENT_GUARDS,
+    ),
+    Mutation(
+        "agent_tail_keeps_the_oldest",
+        JOBS_PY,
+        "del self.tail[: len(self.tail) - self.tail_limit]",
+        "del self.tail[self.tail_limit :]",
+        AGENT_GUARDS,
+    ),
+    Mutation(
+        "agent_overflowing_one_late",
+        JOBS_PY,
+        "return len(self.tail) >= self.tail_limit",
+        "return len(self.tail) > self.tail_limit",
+        AGENT_GUARDS,
+    ),
+    Mutation(
+        "agent_limited_read_overshoots_a_short_tail",
+        JOBS_PY,
+        "keep_last = min(len(last), limit - min(len(first), limit // 3))",
+        "keep_last = limit - min(len(first), limit // 3)",
+        AGENT_GUARDS,
+    ),
+    Mutation(
+        "agent_undo_keeps_the_middle_version",
+        CHECKPOINTS_PY,
+        "if path not in self._current.originals:",
+        "if path not in self._current.originals or True:",
+        AGENT_GUARDS,
+    ),
+    Mutation(
+        "agent_session_diff_from_the_last_copy",
+        CHECKPOINTS_PY,
+        "self._session_originals.setdefault(path, original)",
+        "self._session_originals[path] = original",
+        AGENT_GUARDS,
+    ),
+    Mutation(
+        "agent_search_cap_one_early",
+        TOOLS_PY,
+        "if len(self.matches) > MAX_SEARCH_MATCHES:",
+        "if len(self.matches) >= MAX_SEARCH_MATCHES:",
+        AGENT_EDGES,
+    ),
+    Mutation(
+        "agent_match_line_one_long",
+        TOOLS_PY,
+        "line.strip()[:MAX_MATCH_LINE_CHARS]",
+        "line.strip()[: MAX_MATCH_LINE_CHARS + 1]",
+        AGENT_EDGES,
+    ),
+    Mutation(
+        "agent_list_cap_one_late",
+        TOOLS_PY,
+        "if len(lines) == MAX_LIST_ENTRIES:",
+        "if len(lines) == MAX_LIST_ENTRIES + 1:",
+        AGENT_EDGES,
+    ),
+    Mutation(
+        "agent_list_one_level_short",
+        TOOLS_PY,
+        "if len(relative.parts) > LIST_DEPTH:",
+        "if len(relative.parts) >= LIST_DEPTH:",
+        AGENT_EDGES,
+    ),
+    Mutation(
+        "agent_read_limit_exclusive",
+        "ds4mlx/agent/files.py",
+        "if info.st_size > limit:",
+        "if info.st_size >= limit:",
+        AGENT_EDGES,
+    ),
+    Mutation(
+        "agent_last_line_past_the_end",
+        TOOLS_PY,
+        "if lines and start > len(lines):",
+        "if lines and start >= len(lines):",
+        AGENT_EDGES,
+    ),
+    Mutation(
+        "agent_more_stops_a_line_early",
+        TOOLS_PY,
+        "if position.next_line > len(lines):",
+        "if position.next_line >= len(lines):",
+        AGENT_EDGES,
+    ),
+    Mutation(
+        "agent_and_and_backgrounded",
+        TOOLS_PY,
+        'command.endswith("&") and not command.endswith("&&")',
+        'command.endswith("&")',
+        AGENT_EDGES,
+    ),
+    # --- KV / prompt cache ------------------------------------------------------------------
+    Mutation(
+        "kvcache_read_does_not_refresh",
+        PROMPT_CACHE_PY,
+        "        self._entries.move_to_end(tokens)\n",
+        "",
+        KVCACHE_GUARDS,
+    ),
+    Mutation(
+        "kvcache_evicts_the_newest",
+        PROMPT_CACHE_PY,
+        "self._entries.popitem(last=False)",
+        "self._entries.popitem(last=True)",
+        KVCACHE_GUARDS,
+    ),
+    Mutation(
+        "kvcache_memory_budget_strict",
+        PROMPT_CACHE_PY,
+        "while self.used + size > self.budget:",
+        "while self.used + size >= self.budget:",
+        KVCACHE_GUARDS,
+    ),
+    Mutation(
+        "kvcache_entry_of_the_whole_budget_dropped",
+        PROMPT_CACHE_PY,
+        "if size > self.budget:\n            return",
+        "if size >= self.budget:\n            return",
+        KVCACHE_GUARDS,
+    ),
+    Mutation(
+        "kvcache_file_name_without_fingerprint",
+        PROMPT_CACHE_PY,
+        "digest = hashlib.sha256(self.fingerprint.encode())",
+        "digest = hashlib.sha256()",
+        KVCACHE_GUARDS,
+    ),
+    Mutation(
+        "kvcache_disk_read_does_not_refresh",
+        PROMPT_CACHE_PY,
+        "os.utime(path)  # most recently used",
+        "os.stat(path)  # most recently used",
+        KVCACHE_GUARDS,
+    ),
+    Mutation(
+        "kvcache_disk_evicts_the_newest",
+        PROMPT_CACHE_PY,
+        "key=lambda f: (f[0], f[2].name)",
+        "key=lambda f: (-f[0], f[2].name)",
+        KVCACHE_GUARDS,
+    ),
+    Mutation(
+        "kvcache_rollback_one_short",
+        PROMPT_CACHE_PY,
+        "return share if len(entry) - share <= MAX_CUT else None",
+        "return share if len(entry) - share < MAX_CUT else None",
+        KVCACHE_GUARDS,
+    ),
+    Mutation(
+        "kvcache_share_includes_the_last_token",
+        PROMPT_CACHE_PY,
+        "share = common_prefix(entry, prompt[:-1])",
+        "share = common_prefix(entry, prompt)",
+        KVCACHE_GUARDS,
+    ),
+    Mutation(
+        "kvcache_one_token_state_cached",
+        PROMPT_CACHE_PY,
+        "len(snapshot.tokens) > 1",
+        "len(snapshot.tokens) > 0",
+        KVCACHE_GUARDS,
+    ),
+    Mutation(
+        "kvcache_disk_entry_replaces_memory",
+        PROMPT_CACHE_PY,
+        "share > longer_than and tokens not in found:",
+        "share > longer_than:",
+        KVCACHE_GUARDS,
+    ),
+    Mutation(
+        "kvcache_share_bound_inclusive",
+        PROMPT_CACHE_PY,
+        "share is not None and share > longer_than",
+        "share is not None and share >= longer_than",
+        KVCACHE_GUARDS,
+    ),
+    Mutation(
+        "kvcache_fresh_temporary_removed",
+        PROMPT_CACHE_PY,
+        "if now - temporary.stat().st_mtime > _STALE_TEMPORARY_SECONDS:",
+        "if now - temporary.stat().st_mtime < _STALE_TEMPORARY_SECONDS:",
+        KVCACHE_GUARDS,
+    ),
+    Mutation(
+        "kvcache_common_prefix_one_long",
+        PROMPT_CACHE_PY,
+        "return int(differ[0]) if differ.size else n",
+        "return int(differ[0]) + 1 if differ.size else n",
+        KVCACHE_GUARDS,
+    ),
+    # --- streamed experts: the staging room --------------------------------------------------
+    Mutation(
+        "experts_staging_one_over",
+        STREAMED_PY,
+        "if pool.staged() >= pool.staging:",
+        "if pool.staged() > pool.staging:",
+        STAGING,
+    ),
+    Mutation(
+        "experts_draining_reads_not_counted",
+        STREAMED_PY,
+        "return len(self.inflight) + len(self.draining)",
+        "return len(self.inflight)",
+        STAGING,
+    ),
+    Mutation(
+        "experts_staging_outside_the_budget",
+        STREAMED_PY,
+        "                    slots -= staging\n",
+        "",
+        STAGING,
+    ),
+    Mutation(
+        "experts_reserved_outside_the_budget",
+        STREAMED_PY,
+        "                slots -= reserved\n",
+        "",
+        STAGING,
+    ),
+    # --- GGUF validation at its edges ------------------------------------------------------
+    Mutation(
+        "gguf_data_offset_aligned_down",
+        VALIDATE_PY,
+        "data_offset = -(-cursor.position // alignment) * alignment",
+        "data_offset = cursor.position // alignment * alignment",
+        GGUF_EDGES,
+    ),
+    Mutation(
+        "gguf_data_offset_always_padded",
+        VALIDATE_PY,
+        "data_offset = -(-cursor.position // alignment) * alignment",
+        "data_offset = (cursor.position // alignment + 1) * alignment",
+        GGUF_EDGES,
+    ),
+    Mutation(
+        "gguf_field_may_not_end_at_eof",
+        VALIDATE_PY,
+        "if nbytes > self.remaining:",
+        "if nbytes >= self.remaining:",
+        GGUF_EDGES,
+    ),
+    Mutation(
+        "gguf_string_may_not_end_at_eof",
+        VALIDATE_PY,
+        "if length > self.remaining:",
+        "if length >= self.remaining:",
+        GGUF_EDGES,
+    ),
+    Mutation(
+        "gguf_count_may_not_fill_the_file",
+        VALIDATE_PY,
+        "if count * min_entry_bytes > self.remaining:",
+        "if count * min_entry_bytes >= self.remaining:",
+        GGUF_EDGES,
+    ),
+    Mutation(
+        "gguf_touching_tensors_overlap",
+        VALIDATE_PY,
+        "if before.file_offset + before.nbytes > after.file_offset:",
+        "if before.file_offset + before.nbytes >= after.file_offset:",
+        GGUF_EDGES,
+    ),
+    # --- special tokens stay text in every client field ----------------------------------
+    _chat(
+        "chat_deepseek_developer_message_as_template",
+        DEEPSEEK4_CHAT_PY,
+        "out.template(USER)\n                out.caller(turn.content)",
+        "out.template(USER)\n                out.template(turn.content)",
+    ),
+    _chat(
+        "chat_deepseek_tool_result_as_template",
+        DEEPSEEK4_CHAT_PY,
+        'out.template("<tool_result>")\n            out.caller(text)',
+        'out.template("<tool_result>")\n            out.template(text)',
+    ),
+    _chat(
+        "chat_deepseek_tool_schemas_as_template",
+        DEEPSEEK4_CHAT_PY,
+        "out.caller(schemas)",
+        "out.template(schemas)",
+    ),
+    _chat(
+        "chat_deepseek_call_name_as_template",
+        DEEPSEEK4_CHAT_PY,
+        "out.caller(call.name)",
+        "out.template(call.name)",
+    ),
+    _chat(
+        "chat_deepseek_call_key_as_template",
+        DEEPSEEK4_CHAT_PY,
+        "out.caller(key)",
+        "out.template(key)",
+    ),
+    _chat(
+        "chat_deepseek_reasoning_as_template",
+        DEEPSEEK4_CHAT_PY,
+        "out.caller(turn.reasoning)",
+        "out.template(turn.reasoning)",
+    ),
+    _chat(
+        "chat_glm_tool_response_as_template",
+        GLM5_CHAT_PY,
+        "    _caller_text(out, value)\n",
+        "    out.template(_visible_text(value))\n",
+    ),
+    _chat(
+        "chat_glm_tool_schemas_as_template",
+        GLM5_CHAT_PY,
+        "out.caller(schemas)\n            out.template(_TOOLS_FOOTER)",
+        "out.template(schemas)\n            out.template(_TOOLS_FOOTER)",
+    ),
+    _chat(
+        "chat_glm_call_value_as_template",
+        GLM5_CHAT_PY,
+        "out.caller(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))",
+        "out.template(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))",
+    ),
+    _chat(
+        "chat_glm_assistant_answer_as_template",
+        GLM5_CHAT_PY,
+        "out.caller(content.strip())",
+        "out.template(content.strip())",
+    ),
+    _chat(
+        "chat_glm_text_parts_as_template",
+        GLM5_CHAT_PY,
+        "out.caller(_visible_text([item]))",
+        "out.template(_visible_text([item]))",
+    ),
+    _chat(
+        "chat_forced_tool_name_as_template",
+        "ds4mlx/engine/chat/base.py",
+        "out.caller(name)",
+        "out.template(name)",
+    ),
+)
+
+MUTATIONS = MUTATIONS + GUARD_MUTATIONS
 
 
 @dataclass

@@ -82,6 +82,7 @@ CHAINED = [
     "git diff $(rm x)",
     "git diff `rm x`",
     "git diff ${HOME}",
+    "git diff $HOME",  # an expansion: the words run are not the words the rule saw
     "git diff {a,b}",
     "git diff *",
     "git diff ?",
@@ -107,7 +108,7 @@ def test_a_prefix_rule_never_covers_a_chained_command(command):
     assert command_prefix(command) is None
 
 
-SHELL_OPERATORS = [";", "|", "||", "&", "&&", "\n", ">", ">>", "<", "2>", "$(", "`", "("]
+SHELL_OPERATORS = [";", "|", "||", "&", "&&", "\n", ">", ">>", "<", "2>", "$(", "`", "(", "$"]
 words = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-_./=", min_size=1, max_size=8)
 
 

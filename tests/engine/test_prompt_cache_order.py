@@ -50,6 +50,9 @@ def test_memory_holds_entries_up_to_its_exact_budget():
     assert memory.keys() == [A, B, C] and memory.used == 3 * ENTRY_BYTES
     memory.put(state(A))  # a second put replaces, and refreshes
     assert memory.keys() == [B, C, A] and memory.used == 3 * ENTRY_BYTES
+    exact = MemoryTier(ENTRY_BYTES)
+    exact.put(state(A))
+    assert exact.keys() == [A]
     too_big = MemoryTier(ENTRY_BYTES - 1)
     too_big.put(state(A))
     assert len(too_big) == 0 and too_big.used == 0
@@ -173,3 +176,14 @@ def test_memory_wins_a_tie_with_disk(tmp_path, on_disk_first):
         cache.persist(state(A))
     (candidate,) = cache.candidates([*A, 1], 0)
     assert not candidate.on_disk
+
+
+def test_only_stale_temporary_files_are_removed_at_start(tmp_path):
+    stale = tmp_path / ".kv-interrupted.1234.tmp.safetensors"
+    fresh = tmp_path / ".kv-writing.5678.tmp.safetensors"
+    for path in (stale, fresh):
+        path.write_bytes(b"partial")
+    old = stale.stat().st_mtime - 601
+    os.utime(stale, (old, old))
+    DiskTier(tmp_path, 1 << 30, FINGERPRINT)
+    assert not stale.exists() and fresh.exists()  # another process may still be writing it
