@@ -37,7 +37,7 @@ def test_search_shows_every_match_up_to_the_cap(box, extra):
     cap = tools.MAX_SEARCH_MATCHES
     (box.workspace.root / "hits.txt").write_text("hit\n" * (cap + extra))
     lines = run(box, "search", pattern="hit").output.splitlines()
-    assert lines[: cap] == [f"hits.txt:{n}: hit" for n in range(1, cap + 1)]
+    assert lines[:cap] == [f"hits.txt:{n}: hit" for n in range(1, cap + 1)]
     more = [f"... more than {cap} matches; narrow the pattern or the path"]
     assert lines[cap:] == (more if extra else [])
 
