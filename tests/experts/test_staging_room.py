@@ -44,10 +44,12 @@ def test_hinted_reads_in_flight_stay_within_the_staging_room(routed, share, monk
     assert model.expert_stats().capacity_bytes <= model.expert_stats().budget_bytes
     assert pool.capacity >= routed[2] and pool.staging <= first_layer_experts(store)
     release = threading.Event()
+    started = threading.Semaphore(0)  # one release per read that reached the file
     reads: list[streamed_module._ExpertRead] = []
     read_tensor = store.reader.read_tensor
 
     def held_read(tensor, expert):
+        started.release()
         assert release.wait(30)
         return read_tensor(tensor, expert)
 
@@ -69,6 +71,8 @@ def test_hinted_reads_in_flight_stay_within_the_staging_room(routed, share, monk
         assert in_flight() == len(pool.inflight) == pool.staging
         first.prefetch(everything)  # hinted again: nothing more is started
         assert in_flight() == pool.staging
+        # Both reader threads are inside a read (held): those reads cannot be cancelled.
+        assert started.acquire(timeout=30) and started.acquire(timeout=30)
         # The routing wanted none of them: queued reads are cancelled, running ones drain.
         store._drop_unwanted_prefetches(first, pool, np.array([], np.int64))
         assert not pool.inflight and 0 < in_flight() <= pool.staging
