@@ -35,6 +35,7 @@ from ds4mlx.agent.loop import (
     TurnStarted,
 )
 from ds4mlx.agent.permissions import Decision
+from ds4mlx.agent.prompt_input import PromptHistory, PromptInput
 from ds4mlx.agent.tools import ToolResult
 from ds4mlx.agent.widgets import PermissionScreen, ToolPanel
 from ds4mlx.generation import ReasoningDelta, TextDelta, ToolCall
@@ -45,13 +46,15 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.timer import Timer
-from textual.widgets import Collapsible, Footer, Input, Markdown, Static
+from textual.widgets import Collapsible, Footer, Markdown, Static
 from textual.widgets.markdown import MarkdownStream
 
 # How often a running command's panel shows its output, and how much of its end.
 _LIVE_SECONDS = 0.5
 _LIVE_BYTES = 2048
 _LIVE_LINES = 12
+# Earlier prompts (Up/Down in the prompt), beside the saved conversations.
+HISTORY_FILE = "prompt-history.jsonl"
 
 
 @dataclass
@@ -114,13 +117,18 @@ class AgentApp(App[None]):
 
     def compose(self) -> ComposeResult:
         yield VerticalScroll(id="log")
-        yield Input(placeholder="Ask ds4-agent… (/help lists the commands)", id="prompt")
+        yield PromptInput(
+            PromptHistory(self.store.folder / HISTORY_FILE),
+            placeholder="Ask ds4-agent… (Enter sends, Shift+Enter or Ctrl+J: new line; "
+            "/help lists the commands)",
+            id="prompt",
+        )
         yield Static(id="status")
         yield Footer()
 
     def on_mount(self) -> None:
         self.query_one("#log", VerticalScroll).anchor()
-        self.query_one("#prompt", Input).focus()
+        self.query_one("#prompt", PromptInput).focus()
         self._update_status()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -173,11 +181,12 @@ class AgentApp(App[None]):
 
     # ------------------------------------------------------------------ input
 
-    def on_input_submitted(self, event: Input.Submitted) -> None:
+    def on_prompt_input_submitted(self, event: PromptInput.Submitted) -> None:
         text = event.value.strip()
         event.input.value = ""
         if not text:
             return
+        event.input.prompts.add(text)
         if text.split()[0] == "/quit":
             self.action_quit_agent()
             return
@@ -221,7 +230,7 @@ class AgentApp(App[None]):
             self.agent.stop()
             self._set_phase("stopping…")
         else:
-            self.query_one("#prompt", Input).value = ""
+            self.query_one("#prompt", PromptInput).value = ""
             self.notify("Ctrl+Q or /quit exits", timeout=3)
 
     def action_quit_agent(self) -> None:
