@@ -347,10 +347,9 @@ def _print_mode(
         if note:
             log(f"ds4-agent: {note}")
     received = _stop_on_signals(agent)
-    # --print keeps no conversation of its own; one it continues is saved back.
-    keep = store if conversation is not None else None
+    # Saved like the UI's conversations, so that --continue picks it up (as claude -p, -c).
     try:
-        code = run_print(agent, args.print_prompt, keep)
+        code = run_print(agent, args.print_prompt, store)
         return 128 + received[0] if received else code
     except KeyboardInterrupt:
         log("ds4-agent: interrupted")
@@ -358,8 +357,7 @@ def _print_mode(
     finally:
         signal.alarm(0)
         agent.toolbox.close()
-        if keep is not None:
-            _save(agent, keep, leaving=True)
+        _save(agent, store, leaving=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,7 +30,7 @@ def test_print_mode_runs_on_the_chat_model(chat_model_path, workspace, tmp_path,
     # Random weights: the text is gibberish, but one full turn ran and its answer was printed.
     assert code == 0
     assert out.strip(), err
-    assert not (tmp_path / "data").exists()  # --print keeps no conversation
+    assert list((tmp_path / "data").glob("chat-*.json"))  # saved, for --continue
 
 
 def test_flags_are_checked(tmp_path, capsys):
@@ -51,13 +51,15 @@ def test_the_default_model_is_the_tiny_model():
 
 
 @pytest.mark.skipif(not cli.DEFAULT_MODEL.is_file(), reason="assets/ds4-tiny.gguf not built yet")
-def test_the_tiny_model_lists_files_with_a_tool_call(workspace, capsys):
+def test_the_tiny_model_lists_files_with_a_tool_call(workspace, tmp_path, capsys):
     code = cli.main(
         [
             "--print",
             "List the files.",
             "--workspace",
             str(workspace),
+            "--data-dir",
+            str(tmp_path / "data"),
             "--max-steps",
             "3",
             "-n",

@@ -277,3 +277,19 @@ def test_continue_without_a_conversation_is_a_clear_error(workspace, tmp_path, c
         ]
     )
     assert code == 1 and "no saved conversation for" in capsys.readouterr().err
+
+
+def test_print_saves_so_that_continue_print_goes_on(workspace, tmp_path, capsys):
+    data = tmp_path / "data"
+    with Server([text_chunks("First answer."), text_chunks("Second answer.")]) as server:
+        base = ["--api-base", server.url, "--workspace", str(workspace), "--data-dir", str(data)]
+        assert cli.main([*base, "--print", "first question"]) == 0
+        assert cli.main([*base, "--continue", "--print", "second question"]) == 0
+        sent = server.requests[1]["messages"]
+    assert [m["content"] for m in sent[1:]] == [
+        "first question",
+        "First answer.",
+        "second question",
+    ]
+    assert len(saved(data)) == 1  # the continued conversation was saved back, not copied
+    assert saved(data)[0][-1] == {"role": "assistant", "content": "Second answer."}
