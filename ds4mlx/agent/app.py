@@ -461,7 +461,9 @@ class AgentApp(App[None]):
             size = self.agent.backend.context_size
             used = self.stats.context_tokens
             parts.append(f"ctx {used}/{size} ({used / size:.0%})")
-            parts.append(f"{self.stats.generated} tok {self.stats.tokens_per_second:.1f} t/s")
+            rate = self.stats.tokens_per_second
+            # No rate is shown where none was measured (a remote answer sent in one chunk).
+            parts.append(f"{self.stats.generated} tok" + (f" {rate:.1f} t/s" if rate else ""))
             if self.stats.tau is not None:
                 parts.append(f"τ {self.stats.tau:.2f}")
             hit_rate = self.agent.backend.expert_hit_rate()

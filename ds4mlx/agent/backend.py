@@ -233,6 +233,7 @@ class OpenAIBackend:
         calls: dict[int, dict[str, str]] = {}  # tool calls arrive in pieces, by index
         finish_reason, usage, chunks = "stop", None, 0
         first_token_at: float | None = None
+        last_token_at = 0.0
         for chunk in stream:
             usage = chunk.usage or usage
             for choice in chunk.choices:
@@ -249,7 +250,8 @@ class OpenAIBackend:
                         call["arguments"] += piece.function.arguments or ""
                 if reasoning or delta.content or delta.tool_calls:
                     chunks += 1
-                    first_token_at = first_token_at or time.perf_counter()
+                    last_token_at = time.perf_counter()
+                    first_token_at = first_token_at or last_token_at
                 finish_reason = choice.finish_reason or finish_reason
         for index in sorted(calls):
             yield _tool_call_event(calls[index])
@@ -265,7 +267,9 @@ class OpenAIBackend:
             prompt_tokens=prompt,
             prefill_seconds=(first_token_at or ended) - started,
             generated_tokens=completion,
-            decode_seconds=ended - (first_token_at or ended),
+            # A rate needs tokens that arrived apart: an answer sent in one chunk has none (0
+            # here, which the status bar shows as no rate rather than thousands of t/s).
+            decode_seconds=last_token_at - first_token_at if first_token_at and chunks > 1 else 0,
             stop_reason=finish_reason,
         )
         yield Finished(

@@ -309,6 +309,11 @@ class Agent:
 
     def _run_tool(self, call_id: str, call: ToolCall) -> Iterator[AgentEvent]:
         yield ToolStarted(call_id, call)
+        failure = self.toolbox.would_fail(call)
+        if failure is not None:  # nothing to allow: the model learns why at once
+            self._add_tool_result(call_id, failure.output, is_error=True)
+            yield ToolFinished(call_id, call, failure)
+            return
         if self.permissions.must_ask(call):
             request = PermissionRequest(call_id, call)
             yield request

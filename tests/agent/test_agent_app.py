@@ -255,3 +255,16 @@ def test_status_bar_shows_the_expert_cache_hit_rate_when_streaming(toolbox, stor
         assert "experts 75% hit" in str(app.query_one("#status").content)
 
     play(app, scenario)
+
+
+def test_status_bar_shows_no_rate_that_was_not_measured(toolbox, store):
+    # The scripted turn reports no decode time, as a remote answer sent in one chunk.
+    app, _ = make_app(toolbox, store, [[text("ok")]])
+
+    async def scenario(pilot):
+        await submit(pilot, "hi")
+        await until(pilot, lambda: answers(app) == ["ok"] and not app.busy)
+        status = str(app.query_one("#status").content)
+        assert "│ 5 tok │" in status and "t/s" not in status
+
+    play(app, scenario)
