@@ -361,10 +361,15 @@ class AgentApp(App[None]):
             )
         elif isinstance(event, RunFinished):
             await self._end_answer()
-            if event.reason == "cancelled":
-                self._note("stopped")
-            elif event.reason != "answer":
-                self._note(f"{event.reason.replace('_', ' ')}: {event.error}", "error")
+            self._show_run_end(event)
+
+    def _show_run_end(self, event: RunFinished) -> None:
+        if event.reason == "cancelled":
+            self._note("stopped")
+        elif event.reason == "context_full":
+            self._note(f"{event.error}: /compact or /new frees room", "error")
+        elif event.reason != "answer":
+            self._note(f"{event.reason.replace('_', ' ')}: {event.error}", "error")
 
     async def _end_answer(self) -> None:
         if self._answer_stream is not None:

@@ -99,7 +99,7 @@ class CompactionFinished:
 
 @dataclass(frozen=True)
 class RunFinished:
-    reason: str  # "answer", "step_limit", "cancelled" or "error"
+    reason: str  # "answer", "step_limit", "cancelled", "context_full" or "error"
     answer: str = ""  # the last assistant text
     error: str = ""
 
@@ -211,10 +211,21 @@ class Agent:
                     yield RunFinished("cancelled", answer)
                     return
                 tokens = self.context_tokens()
+            room = self.backend.context_size - tokens - 1
+            if room <= 0:
+                # What frees room differs between the faces (/compact, a larger --ctx): the
+                # reason tells them apart.
+                yield RunFinished(
+                    "context_full",
+                    answer,
+                    f"the conversation ({tokens} tokens) leaves no room in the context of "
+                    f"{self.backend.context_size} tokens",
+                )
+                return
             yield TurnStarted(step)
             turn = _Turn()
             try:
-                yield from self._model_turn(turn, tokens)
+                yield from self._model_turn(turn, room)
             except BackendError as exc:
                 yield RunFinished("error", answer, str(exc))
                 return
@@ -250,10 +261,8 @@ class Agent:
             "step_limit", answer, f"stopped after {self.settings.max_steps} model turns"
         )
 
-    def _model_turn(self, turn: _Turn, prompt_tokens: int) -> Iterator[AgentEvent]:
-        room = self.backend.context_size - prompt_tokens - 1
-        if room <= 0:
-            raise BackendError("the conversation fills the whole context; /compact or /new")
+    def _model_turn(self, turn: _Turn, room: int) -> Iterator[AgentEvent]:
+        """One model turn, of at most ``room`` tokens (what the context has left)."""
         events = self.backend.chat(
             self.messages,
             self.toolbox.schemas,

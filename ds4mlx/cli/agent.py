@@ -277,13 +277,25 @@ def run_print(agent: Agent, prompt: str, store: ConversationStore | None = None)
         elif isinstance(event, CompactionStarted):
             log(f"ds4-agent: compacting the context ({event.tokens} tokens)")
         elif isinstance(event, CompactionFinished):
-            log(f"ds4-agent: context {event.tokens_before} -> {event.tokens_after} tokens")
+            log(
+                f"ds4-agent: context compacted: {event.tokens_before} -> {event.tokens_after} "
+                "tokens"
+                if event.compacted
+                else f"ds4-agent: context not compacted: {event.note}"
+            )
         elif isinstance(event, RunFinished):
             if event.answer:
                 # A terminal must not obey the model's escape sequences; a pipe gets the text.
                 print(sanitize(event.answer) if sys.stdout.isatty() else event.answer, flush=True)
             if event.reason == "error":
                 log(f"ds4-agent: error: {event.error}")
+                return 1
+            if event.reason == "context_full":
+                # /compact is the UI's; here a larger context (or a new conversation) helps.
+                log(
+                    f"ds4-agent: {event.error}; give a larger -c/--ctx, or leave out "
+                    "--continue/--resume to start a new conversation"
+                )
                 return 1
             if event.reason == "step_limit":
                 log(f"ds4-agent: {event.error}")

@@ -268,3 +268,17 @@ def test_status_bar_shows_no_rate_that_was_not_measured(toolbox, store):
         assert "│ 5 tok │" in status and "t/s" not in status
 
     play(app, scenario)
+
+
+def test_a_full_context_suggests_compact_in_the_ui(toolbox, store):
+    agent = Agent(ScriptedBackend([], context_size=600), toolbox, Permissions(yolo=True))
+    app = AgentApp(lambda: agent, store)
+
+    async def scenario(pilot):
+        await submit(pilot, "hi")
+        await until(pilot, lambda: bool(texts(app, ".error")) and not app.busy)
+        assert any("context not compacted" in note for note in texts(app, ".note"))
+        assert "/compact or /new frees room" in texts(app, ".error")[-1]
+        assert not agent.backend.requests
+
+    play(app, scenario)

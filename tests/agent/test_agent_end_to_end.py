@@ -293,3 +293,19 @@ def test_print_saves_so_that_continue_print_goes_on(workspace, tmp_path, capsys)
     ]
     assert len(saved(data)) == 1  # the continued conversation was saved back, not copied
     assert saved(data)[0][-1] == {"role": "assistant", "content": "Second answer."}
+
+
+def test_print_with_a_context_too_small_says_what_helps_there(workspace, tmp_path, capsys):
+    with Server([]) as server:
+        code = cli.main(
+            [
+                "--api-base", server.url, "-c", "512", "--workspace", str(workspace),
+                "--data-dir", str(tmp_path / "data"), "--print", "hi",
+            ]
+        )  # fmt: skip
+        assert not server.requests
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "context not compacted: nothing to compact" in err and " -> " not in err
+    assert "leaves no room in the context of 512 tokens" in err and "-c/--ctx" in err
+    assert "/compact" not in err
