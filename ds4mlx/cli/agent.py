@@ -47,6 +47,7 @@ from ds4mlx.cli.options import (
     sampling_options,
     speculation_config,
 )
+from ds4mlx.generation import GGUFError
 from ds4mlx.generation.ranks import DistributedError, RankGroup
 
 # Exit codes of --print besides 0 (answered) and 1 (error).
@@ -64,6 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ds4-agent",
         description="A coding agent in the terminal, on a local "
         "DeepSeek-V4-Flash / GLM GGUF model or an OpenAI-compatible server.",
+        epilog="Without -c/--ctx the context is the model's own, capped by what fits in the "
+        "memory available (ds4 plan shows the plan); with --api-base, the server's.",
     )
     add_model_flags(parser)
     agent = parser.add_argument_group("agent")
@@ -208,6 +211,27 @@ def make_agent(
     return agent
 
 
+def model_context(args: argparse.Namespace, fallback: int) -> int:
+    """The default context of a local model: its own (the GGUF's context_length), capped by
+    what its memory plan says fits in the memory available now; ``fallback`` when the plan
+    cannot say or the model does not fit at all (loading says why)."""
+    from ds4mlx.load_plan import plan_model
+    from ds4mlx.loader import resolve_weights_dtype
+    from ds4mlx.memory import available_memory_bytes
+
+    try:
+        plan = plan_model(args.model, resolve_weights_dtype(args.weights_dtype))
+    except (GGUFError, OSError, ValueError):
+        return fallback
+    memory = available_memory_bytes()
+    fits = (
+        plan.trained_ctx
+        if memory is None
+        else plan.context_that_fits(memory, streamed=model_options(args).experts.stream)
+    )
+    return fits or fallback
+
+
 def resumed_conversation(args: argparse.Namespace, store: ConversationStore) -> Conversation | None:
     """The conversation --continue or --resume asks for; None for a new one."""
     if args.resume:
@@ -334,6 +358,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                 else ""
             )
         )
+    if not args.ctx_given and not args.api_base:
+        args.ctx = model_context(args, default_ctx)
     if args.distributed and args.api_base:
         parser.error(
             "--distributed runs the model in this group of processes; it cannot be "

@@ -24,6 +24,9 @@ def test_print_mode_runs_on_the_chat_model(chat_model_path, workspace, tmp_path,
             "8",
             "--max-steps",
             "1",
+            # The test model says its own context is 256 tokens, less than the system prompt.
+            "-c",
+            "4096",
         ]
     )
     out, err = capsys.readouterr()
@@ -69,3 +72,19 @@ def test_the_tiny_model_lists_files_with_a_tool_call(workspace, tmp_path, capsys
     out, err = capsys.readouterr()
     assert "> list" in err, err  # a well-formed call ran and its result went back
     assert code == 0 and out.strip()
+
+
+@pytest.mark.skipif(not cli.DEFAULT_MODEL.is_file(), reason="assets/ds4-tiny.gguf not built yet")
+def test_the_default_context_is_the_models_own_capped_by_memory(monkeypatch):
+    from ds4mlx import memory
+    from ds4mlx.load_plan import HEADROOM, RUNTIME_BYTES, USABLE_SHARE, plan_model
+
+    plan = plan_model(cli.DEFAULT_MODEL, "f32")
+    assert plan.trained_ctx == 4096
+    assert cli._parse(["--print", "x"]).ctx == plan.trained_ctx
+    assert cli._parse(["--print", "x", "-c", "1000"]).ctx == 1000
+    # Memory for the weights and the KV cache of 2048 tokens, and no more.
+    kv = plan.kv_fixed_bytes + plan.kv_bytes_per_1k * 2
+    needed = ((plan.dense_bytes + plan.routed_bytes + kv) * HEADROOM + RUNTIME_BYTES) / USABLE_SHARE
+    monkeypatch.setattr(memory, "available_memory_bytes", lambda: int(needed) + 1)
+    assert 2040 <= cli._parse(["--print", "x"]).ctx <= 2048
