@@ -176,6 +176,8 @@ class AgentApp(App[None]):
             f"{self.model_name} in {agent.toolbox.workspace.root} · Ctrl+C stops the "
             "model · /help lists the commands · Ctrl+Q quits"
         )
+        if agent.instructions is not None:
+            self._note(agent.instructions.describe())
         self._set_phase("ready")
         self._start_next()
 

@@ -20,6 +20,7 @@ from ds4mlx.agent import compaction
 from ds4mlx.agent.backend import BackendError, ModelBackend
 from ds4mlx.agent.checkpoints import CheckpointError, Checkpoints
 from ds4mlx.agent.conversations import Conversation
+from ds4mlx.agent.instructions import project_instructions
 from ds4mlx.agent.kv_state import ConversationStates
 from ds4mlx.agent.markup import MarkupFilter
 from ds4mlx.agent.permissions import Decision, Permissions
@@ -153,6 +154,8 @@ class Agent:
         self.toolbox = toolbox
         self.permissions = permissions or Permissions()
         self.settings = settings or AgentSettings()
+        # Read once: a conversation started later in the session gets the same instructions.
+        self.instructions = project_instructions(toolbox.workspace)
         self.conversation = conversation or self.new_conversation()
         # Where the conversation's model state is kept beside it (``kv_state``), if anywhere.
         self.states: ConversationStates | None = None
@@ -167,8 +170,11 @@ class Agent:
         return self.conversation.messages
 
     def new_conversation(self) -> Conversation:
+        system = self.settings.system_prompt
+        if self.instructions is not None:
+            system += self.instructions.system_section()
         return Conversation(
-            [{"role": "system", "content": self.settings.system_prompt}],
+            [{"role": "system", "content": system}],
             workspace=str(self.toolbox.workspace.root),
         )
 

@@ -380,6 +380,8 @@ def _print_mode(
     except Exception as exc:  # GGUF, tokenizer, drafter and server errors alike
         log(f"ds4-agent: error: {exc}")
         return 1
+    if agent.instructions is not None and conversation is None:
+        log(f"ds4-agent: {agent.instructions.describe()}")
     if conversation is not None and agent.states is not None:
         note = agent.states.restore(agent)
         if note:

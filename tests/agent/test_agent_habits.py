@@ -1,0 +1,94 @@
+"""What users of other coding agents reach for first, through Textual's pilot on the scripted
+backend: project instructions (AGENTS.md, CLAUDE.md), @path mentions, a reason given with a
+denial, and quitting with background jobs running."""
+
+from __future__ import annotations
+
+import asyncio
+
+from ds4mlx.agent.app import AgentApp
+from ds4mlx.agent.conversations import ConversationStore
+from ds4mlx.agent.instructions import MAX_INSTRUCTION_CHARS
+from ds4mlx.agent.loop import Agent
+from ds4mlx.agent.permissions import Permissions
+from ds4mlx.agent.tool_schemas import SYSTEM_PROMPT
+from ds4mlx.agent.tools import ToolBox
+from ds4mlx.agent.workspace import Workspace
+
+import pytest
+from scripted_backend import ScriptedBackend, call, text
+from textual.widgets import Static
+
+
+@pytest.fixture
+def store(tmp_path) -> ConversationStore:
+    return ConversationStore(tmp_path / "conversations")
+
+
+async def until(pilot, condition, timeout: float = 10.0) -> None:
+    for _ in range(int(timeout / 0.02)):
+        if condition():
+            return
+        await pilot.pause(0.02)
+    raise AssertionError("condition not reached")
+
+
+def notes(app: AgentApp, kind: str = ".note") -> list[str]:
+    return [str(widget.content) for widget in app.query(kind).results(Static)]
+
+
+def make_app(workspace, store, turns=(), yolo=True) -> tuple[AgentApp, Agent]:
+    toolbox = ToolBox(Workspace(workspace), bash_timeout=5.0)
+    agent = Agent(ScriptedBackend(turns), toolbox, Permissions(yolo=yolo))
+    return AgentApp(lambda: agent, store), agent
+
+
+def play(app: AgentApp, scenario) -> None:
+    async def main():
+        async with app.run_test(size=(100, 40)) as pilot:
+            await until(pilot, lambda: app.agent is not None and not app.busy)
+            await scenario(pilot)
+        app.agent.toolbox.close()
+
+    asyncio.run(main())
+
+
+async def submit(pilot, line: str) -> None:
+    pilot.app.query_one("#prompt").value = line
+    await pilot.press("enter")
+
+
+# ---------------------------------------------------------------- project instructions
+
+
+def test_agents_md_reaches_the_models_first_request(workspace, store):
+    (workspace / "AGENTS.md").write_text("Run tests with `make check`.\n")
+    (workspace / "CLAUDE.md").write_text("Not this one.\n")
+    app, agent = make_app(workspace, store)
+    bare = Agent(ScriptedBackend(), ToolBox(Workspace(workspace.parent)), Permissions())
+
+    async def scenario(pilot):
+        await submit(pilot, "how do I test?")
+        await until(pilot, lambda: agent.backend.requests and not app.busy)
+        system = agent.backend.requests[0][0]["content"]
+        assert system.startswith(SYSTEM_PROMPT)
+        assert "Run tests with `make check`." in system and "Not this one." not in system
+        shown = [n for n in notes(app) if "AGENTS.md" in n]
+        assert shown == ["project instructions from AGENTS.md (1 line) are in the context"]
+        # Counted in the context meter: the system prompt with them is larger.
+        assert agent.context_tokens() > bare.context_tokens()
+
+    play(app, scenario)
+
+
+def test_claude_md_is_read_when_there_is_no_agents_md(workspace, store):
+    (workspace / "CLAUDE.md").write_text("x" * (MAX_INSTRUCTION_CHARS + 100))
+    _, agent = make_app(workspace, store)
+    system = agent.messages[0]["content"]
+    assert "from CLAUDE.md" in system and "[... CLAUDE.md cut here ...]" in system
+    assert "x" * (MAX_INSTRUCTION_CHARS + 1) not in system
+
+
+def test_no_instructions_file_leaves_the_system_prompt_alone(workspace, store):
+    _, agent = make_app(workspace, store)
+    assert agent.instructions is None and agent.messages[0]["content"] == SYSTEM_PROMPT
