@@ -254,7 +254,7 @@ class AgentApp(App[None]):
         try:
             for event in events:
                 if isinstance(event, PermissionRequest):
-                    event.answer(self._ask_permission(event.call))
+                    event.answer(*self._ask_permission(event.call))
                 else:
                     self._from_worker(self._show, event)
                 if isinstance(event, (TurnFinished, RunFinished, CompactionFinished)):
@@ -284,14 +284,15 @@ class AgentApp(App[None]):
         if self.agent is not None:
             self.agent.stop()
 
-    def _ask_permission(self, call: ToolCall) -> Decision:
-        """Show the permission dialog and wait for the answer (in the worker thread)."""
+    def _ask_permission(self, call: ToolCall) -> tuple[Decision, str]:
+        """Show the permission dialog and wait for the answer and the reason given with a
+        denial (in the worker thread)."""
         assert self.agent is not None
         answered = threading.Event()
-        decisions: list[Decision] = []
+        decisions: list[tuple[Decision, str]] = []
 
-        def decided(decision: Decision | None) -> None:
-            decisions.append(decision or Decision.DENY)
+        def decided(decision: Decision | None, reason: str) -> None:
+            decisions.append((decision or Decision.DENY, reason))
             answered.set()
 
         # The diff reads and compares files: here, not in the UI thread.
@@ -300,21 +301,22 @@ class AgentApp(App[None]):
         while not answered.wait(0.05):
             if self.agent.cancel.is_set() or not self.is_running:
                 self._from_worker(self._close_permission)
-                return Decision.DENY
+                return Decision.DENY, ""
         return decisions[0]
 
     def _open_permission(
-        self, call: ToolCall, diff: str, decided: Callable[[Decision | None], None]
+        self, call: ToolCall, diff: str, decided: Callable[[Decision | None, str], None]
     ) -> None:
         self._set_phase("waiting for permission")
+        screen = PermissionScreen(call, diff)
 
         def answered(decision: Decision | None) -> None:
             if decision not in (None, Decision.DENY):
                 self._set_phase(f"running {call.name}…")
-            decided(decision)
+            decided(decision, screen.reason)
 
-        self._permission = PermissionScreen(call, diff)
-        self.push_screen(self._permission, answered)
+        self._permission = screen
+        self.push_screen(screen, answered)
 
     def _close_permission(self) -> None:
         if self._permission is not None and self._permission.is_current:

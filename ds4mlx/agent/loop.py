@@ -63,9 +63,11 @@ class PermissionRequest:
     call_id: str
     call: ToolCall
     decision: Decision | None = None
+    reason: str = ""  # given with a denial, for the model
 
-    def answer(self, decision: Decision) -> None:
+    def answer(self, decision: Decision, reason: str = "") -> None:
         self.decision = decision
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -335,8 +337,9 @@ class Agent:
             decision = request.decision or Decision.DENY
             self.permissions.record(call, decision)
             if decision is Decision.DENY:
+                why = f"; the user's reason: {request.reason}" if request.reason else ""
                 result = ToolResult(
-                    f"error: the user did not allow this {call.name} call", is_error=True
+                    f"error: the user did not allow this {call.name} call{why}", is_error=True
                 )
                 self._add_tool_result(call_id, result.output, is_error=True)
                 yield ToolFinished(call_id, call, result)

@@ -87,15 +87,15 @@ def test_a_tool_call_shows_a_panel_with_its_result(toolbox, store):
     play(app, scenario)
 
 
-@pytest.mark.parametrize(("key", "allowed"), [("y", True), ("n", False)])
-def test_permission_prompt_answered_by_key(toolbox, store, workspace, key, allowed):
+@pytest.mark.parametrize(("keys", "allowed"), [(["y"], True), (["n", "enter"], False)])
+def test_permission_prompt_answered_by_key(toolbox, store, workspace, keys, allowed):
     turns = [[call("edit", path="README.md", old="A demo", new="The demo")], [text("Done.")]]
     app, _ = make_app(toolbox, store, turns, yolo=False)
 
     async def scenario(pilot):
         await submit(pilot, "edit the readme")
         await until(pilot, lambda: isinstance(app.screen, PermissionScreen) and app.screen.armed)
-        await pilot.press(key)
+        await pilot.press(*keys)
         await until(pilot, lambda: answers(app) == ["Done."] and not app.busy)
         panel = app.query_one(ToolPanel)
         readme = (workspace / "README.md").read_text()

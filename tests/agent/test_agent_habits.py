@@ -13,6 +13,7 @@ from ds4mlx.agent.loop import Agent
 from ds4mlx.agent.permissions import Permissions
 from ds4mlx.agent.tool_schemas import SYSTEM_PROMPT
 from ds4mlx.agent.tools import ToolBox
+from ds4mlx.agent.widgets import PermissionScreen
 from ds4mlx.agent.workspace import Workspace
 
 import pytest
@@ -92,3 +93,35 @@ def test_claude_md_is_read_when_there_is_no_agents_md(workspace, store):
 def test_no_instructions_file_leaves_the_system_prompt_alone(workspace, store):
     _, agent = make_app(workspace, store)
     assert agent.instructions is None and agent.messages[0]["content"] == SYSTEM_PROMPT
+
+
+# ---------------------------------------------------------------- a reason with a denial
+
+
+@pytest.mark.parametrize(
+    ("keys", "reason"),
+    [
+        (["n", *"use the Makefile instead", "enter"], "use the Makefile instead"),
+        (["n", "enter"], ""),
+        (["n", *"never mind", "escape"], ""),
+        (["escape"], ""),
+    ],
+)
+def test_a_deny_reason_reaches_the_model(workspace, store, keys, reason):
+    turns = [[call("bash", command="touch DENIED")], [text("Understood.")]]
+    app, agent = make_app(workspace, store, turns, yolo=False)
+
+    async def scenario(pilot):
+        await submit(pilot, "build it")
+        await until(pilot, lambda: isinstance(app.screen, PermissionScreen) and app.screen.armed)
+        await pilot.press(*keys)
+        await until(pilot, lambda: len(agent.backend.requests) == 2 and not app.busy)
+        result = [m for m in agent.backend.requests[1] if m["role"] == "tool"][0]["content"]
+        assert result.startswith("error: the user did not allow this bash call")
+        if reason:
+            assert result.endswith(f"; the user's reason: {reason}")
+        else:
+            assert "reason" not in result
+        assert not (workspace / "DENIED").exists()
+
+    play(app, scenario)
