@@ -37,7 +37,7 @@ from ds4mlx.agent.loop import (
 from ds4mlx.agent.permissions import Decision
 from ds4mlx.agent.prompt_input import PromptHistory, PromptInput
 from ds4mlx.agent.tools import ToolResult
-from ds4mlx.agent.widgets import PermissionScreen, ToolPanel
+from ds4mlx.agent.widgets import PermissionScreen, QuitScreen, ToolPanel
 from ds4mlx.generation import ReasoningDelta, TextDelta, ToolCall
 
 from rich.text import Text
@@ -236,6 +236,19 @@ class AgentApp(App[None]):
             self.notify("Ctrl+Q or /quit exits", timeout=3)
 
     def action_quit_agent(self) -> None:
+        """Ctrl+Q or /quit: leave, after asking when background jobs still run."""
+        if isinstance(self.screen, QuitScreen):
+            return  # already asking
+        jobs = self.agent.toolbox.jobs.running_jobs() if self.agent is not None else []
+        if jobs:
+            self.push_screen(
+                QuitScreen([job.state() for job in jobs]),
+                lambda leave: self._quit() if leave else None,
+            )
+        else:
+            self._quit()
+
+    def _quit(self) -> None:
         if self.agent is not None:
             self.agent.stop()
         if self.commands is not None:

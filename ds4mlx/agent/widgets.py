@@ -1,4 +1,5 @@
-"""The agent UI's own widgets: a tool call's panel and the permission prompt.
+"""The agent UI's own widgets: a tool call's panel, the permission prompt and the question
+asked before quitting with background jobs.
 
 The permission prompt shows everything that would run: the whole command (wrapped, scrollable,
 with its line count) or the exact diff a write or edit would make. It cannot be answered by
@@ -201,6 +202,35 @@ class PermissionScreen(ModalScreen[Decision]):
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if self.armed:
             self.dismiss(Decision(event.button.id or "deny"))
+
+
+class QuitScreen(ModalScreen[bool]):
+    """Asks before quitting while background jobs run (quitting stops them)."""
+
+    def __init__(self, jobs: list[str]):
+        super().__init__()
+        self.jobs = jobs
+
+    def compose(self) -> ComposeResult:
+        count = len(self.jobs)
+        with Vertical(id="permission"):
+            yield Static(
+                Text(f"{count} background job{'s' * (count != 1)} still running", style="bold")
+            )
+            yield Static(Text("\n".join(sanitize(job) for job in self.jobs)))
+            yield Static(Text("Quit and stop them? y quits · n/Esc stays"), id="permission-hint")
+            with Horizontal(id="permission-buttons"):
+                yield Button("Quit and stop them (y)", id="quit", variant="error")
+                yield Button("Stay (n)", id="stay", variant="primary")
+
+    def on_key(self, event: events.Key) -> None:
+        answer = {"y": True, "n": False, "escape": False}.get(event.key)
+        if answer is not None:
+            event.stop()
+            self.dismiss(answer)
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "quit")
 
 
 def _title(mark: str, call: ToolCall) -> str:

@@ -309,3 +309,17 @@ def test_print_with_a_context_too_small_says_what_helps_there(workspace, tmp_pat
     assert "context not compacted: nothing to compact" in err and " -> " not in err
     assert "leaves no room in the context of 512 tokens" in err and "-c/--ctx" in err
     assert "/compact" not in err
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="checks processes through /proc")
+def test_print_stops_its_background_jobs_on_exit(workspace, tmp_path, capsys):
+    script = [tool_call_chunks(['{"command": "sleep 4264 &"}'], name="bash"), text_chunks("ok")]
+    with Server(script) as server:
+        code = cli.main(
+            [
+                "--api-base", server.url, "--yolo", "--workspace", str(workspace),
+                "--data-dir", str(tmp_path / "data"), "--print", "start a job",
+            ]
+        )  # fmt: skip
+    assert code == 0 and "started background job 1" in capsys.readouterr().err
+    assert processes_with("sleep 4264") == []

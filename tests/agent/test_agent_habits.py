@@ -13,10 +13,11 @@ from ds4mlx.agent.loop import Agent
 from ds4mlx.agent.permissions import Permissions
 from ds4mlx.agent.tool_schemas import SYSTEM_PROMPT
 from ds4mlx.agent.tools import ToolBox
-from ds4mlx.agent.widgets import PermissionScreen
+from ds4mlx.agent.widgets import PermissionScreen, QuitScreen
 from ds4mlx.agent.workspace import Workspace
 
 import pytest
+from processes import processes_with
 from scripted_backend import ScriptedBackend, call, text
 from textual.widgets import Static
 
@@ -123,5 +124,48 @@ def test_a_deny_reason_reaches_the_model(workspace, store, keys, reason):
         else:
             assert "reason" not in result
         assert not (workspace / "DENIED").exists()
+
+    play(app, scenario)
+
+
+# ---------------------------------------------------------------- quitting with jobs
+
+
+@pytest.mark.parametrize("quit_with", [["ctrl+q"], "/quit"])
+def test_quitting_with_a_running_job_asks(workspace, store, quit_with):
+    turns = [[call("bash", command="sleep 4263 &")], [text("Started.")]]
+    app, agent = make_app(workspace, store, turns)
+
+    async def scenario(pilot):
+        await submit(pilot, "start it")
+        await until(pilot, lambda: not app.busy and agent.toolbox.jobs.running_jobs())
+
+        async def ask_to_quit():
+            if quit_with == "/quit":
+                await submit(pilot, "/quit")
+            else:
+                await pilot.press(*quit_with)
+            await until(pilot, lambda: isinstance(app.screen, QuitScreen))
+
+        await ask_to_quit()
+        assert "sleep 4263" in " ".join(app.screen.jobs)
+        await pilot.press("n")
+        await until(pilot, lambda: not isinstance(app.screen, QuitScreen))
+        assert app.is_running and agent.toolbox.jobs.running_jobs()
+        await ask_to_quit()
+        await pilot.press("y")
+        await until(pilot, lambda: not app.is_running)
+
+    play(app, scenario)
+    assert not agent.toolbox.jobs.running_jobs()
+    assert processes_with("sleep 4263") == []
+
+
+def test_quitting_without_jobs_does_not_ask(workspace, store):
+    app, _ = make_app(workspace, store)
+
+    async def scenario(pilot):
+        await pilot.press("ctrl+q")
+        await until(pilot, lambda: not app.is_running)
 
     play(app, scenario)
