@@ -21,6 +21,7 @@ from typing import Any
 from ds4mlx.agent.commands import SlashCommands
 from ds4mlx.agent.conversations import ConversationStore
 from ds4mlx.agent.display import sanitize
+from ds4mlx.agent.event_notes import event_notes
 from ds4mlx.agent.loop import (
     Agent,
     AgentEvent,
@@ -34,6 +35,7 @@ from ds4mlx.agent.loop import (
     TurnFinished,
     TurnStarted,
 )
+from ds4mlx.agent.mentions import complete_mention
 from ds4mlx.agent.permissions import Decision
 from ds4mlx.agent.prompt_input import PromptHistory, PromptInput
 from ds4mlx.agent.tools import ToolResult
@@ -119,6 +121,7 @@ class AgentApp(App[None]):
         yield VerticalScroll(id="log")
         yield PromptInput(
             PromptHistory(self.store.folder / HISTORY_FILE),
+            complete=self._complete_mention,
             placeholder="Ask ds4-agent… (Enter sends, Shift+Enter or Ctrl+J: new line; "
             "/help lists the commands)",
             id="prompt",
@@ -136,6 +139,12 @@ class AgentApp(App[None]):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.add_signal_handler(sig, self.terminate, sig)
         self._load()
+
+    def _complete_mention(self, before_cursor: str) -> str | None:
+        """Tab in the prompt: the rest of an ``@path`` (once the workspace is known)."""
+        if self.agent is None:
+            return None
+        return complete_mention(before_cursor, self.agent.toolbox.workspace)
 
     def terminate(self, sig: int) -> None:
         """SIGTERM or SIGHUP: stop the work, save the conversation and leave cleanly (the
@@ -337,6 +346,11 @@ class AgentApp(App[None]):
         self._permission = None
 
     async def _show(self, event: AgentEvent) -> None:
+        await self._show_progress(event)
+        for text, is_error in event_notes(event):
+            self._note(text, "error" if is_error else "note")
+
+    async def _show_progress(self, event: AgentEvent) -> None:
         if isinstance(event, TurnStarted):
             self._set_phase("generating…")
         elif isinstance(event, TextDelta):
@@ -360,22 +374,13 @@ class AgentApp(App[None]):
             self._panels[event.call_id].finish(event.result)
         elif isinstance(event, MalformedToolCall):
             await self._end_answer()
-            self._note(
-                f"malformed tool call ({event.error.reason}); reported to the model", "error"
-            )
         elif isinstance(event, TurnFinished):
             await self._end_answer()
             self._record_stats(event)
         elif isinstance(event, CompactionStarted):
             self._set_phase("compacting…")
-            self._note(f"compacting… ({event.reason}; {event.tokens} tokens)")
         elif isinstance(event, CompactionFinished):
             self.stats.context_tokens = event.tokens_after
-            self._note(
-                f"compacted the context: {event.tokens_before} -> {event.tokens_after} tokens"
-                if event.compacted
-                else f"context not compacted: {event.note}"
-            )
         elif isinstance(event, RunFinished):
             await self._end_answer()
             self._show_run_end(event)

@@ -23,6 +23,7 @@ from ds4mlx.agent.conversations import Conversation
 from ds4mlx.agent.instructions import project_instructions
 from ds4mlx.agent.kv_state import ConversationStates
 from ds4mlx.agent.markup import MarkupFilter
+from ds4mlx.agent.mentions import attach_mentions
 from ds4mlx.agent.permissions import Decision, Permissions
 from ds4mlx.agent.tool_schemas import SYSTEM_PROMPT
 from ds4mlx.agent.tools import TOOLS_NEEDING_PERMISSION, ToolBox, ToolResult
@@ -101,6 +102,14 @@ class CompactionFinished:
 
 
 @dataclass(frozen=True)
+class FilesAttached:
+    """The files the prompt's ``@path`` mentions put into it, and the mentions refused."""
+
+    attached: list[str]
+    refused: list[str]
+
+
+@dataclass(frozen=True)
 class RunFinished:
     reason: str  # "answer", "step_limit", "cancelled", "context_full" or "error"
     answer: str = ""  # the last assistant text
@@ -118,6 +127,7 @@ AgentEvent = (
     | MalformedToolCall
     | CompactionStarted
     | CompactionFinished
+    | FilesAttached
     | RunFinished
 )
 
@@ -209,7 +219,10 @@ class Agent:
 
     def _run(self, prompt: str) -> Iterator[AgentEvent]:
         self.cancel.clear()
-        self.messages.append({"role": "user", "content": prompt})
+        attachments = attach_mentions(prompt, self.toolbox.workspace)
+        if attachments.attached or attachments.refused:
+            yield FilesAttached(attachments.attached, attachments.refused)
+        self.messages.append({"role": "user", "content": attachments.message})
         answer = ""
         for step in range(1, self.settings.max_steps + 1):
             tokens = self.context_tokens()

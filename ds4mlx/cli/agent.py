@@ -18,13 +18,11 @@ from pathlib import Path
 from ds4mlx.agent.backend import LocalBackend, ModelBackend, OpenAIBackend
 from ds4mlx.agent.conversations import Conversation, ConversationError, ConversationStore
 from ds4mlx.agent.display import sanitize
+from ds4mlx.agent.event_notes import event_notes
 from ds4mlx.agent.kv_state import ConversationStates
 from ds4mlx.agent.loop import (
     Agent,
     AgentSettings,
-    CompactionFinished,
-    CompactionStarted,
-    MalformedToolCall,
     PermissionRequest,
     RunFinished,
     ToolFinished,
@@ -285,6 +283,8 @@ def run_print(agent: Agent, prompt: str, store: ConversationStore | None = None)
     for event in agent.run(prompt):
         if store is not None and isinstance(event, (TurnFinished, RunFinished)):
             _save(agent, store)
+        for text, _ in event_notes(event):
+            log(f"ds4-agent: {sanitize(text)}")
         if isinstance(event, ToolStarted):
             log(f"ds4-agent: > {sanitize(describe_call(event.call))}")
         elif isinstance(event, PermissionRequest):
@@ -296,17 +296,6 @@ def run_print(agent: Agent, prompt: str, store: ConversationStore | None = None)
             lines = event.result.output.splitlines() or [""]
             more = f" (+{len(lines) - 1} lines)" if len(lines) > 1 else ""
             log(f"ds4-agent:   {sanitize(lines[0][:120])}{more}")
-        elif isinstance(event, MalformedToolCall):
-            log(f"ds4-agent: malformed tool call ({event.error.reason}); reported to the model")
-        elif isinstance(event, CompactionStarted):
-            log(f"ds4-agent: compacting the context ({event.tokens} tokens)")
-        elif isinstance(event, CompactionFinished):
-            log(
-                f"ds4-agent: context compacted: {event.tokens_before} -> {event.tokens_after} "
-                "tokens"
-                if event.compacted
-                else f"ds4-agent: context not compacted: {event.note}"
-            )
         elif isinstance(event, RunFinished):
             if event.answer:
                 # A terminal must not obey the model's escape sequences; a pipe gets the text.

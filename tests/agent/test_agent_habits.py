@@ -10,6 +10,7 @@ from ds4mlx.agent.app import AgentApp
 from ds4mlx.agent.conversations import ConversationStore
 from ds4mlx.agent.instructions import MAX_INSTRUCTION_CHARS
 from ds4mlx.agent.loop import Agent
+from ds4mlx.agent.mentions import MAX_ATTACHED_CHARS, attach_mentions, mentioned_paths
 from ds4mlx.agent.permissions import Permissions
 from ds4mlx.agent.tool_schemas import SYSTEM_PROMPT
 from ds4mlx.agent.tools import ToolBox
@@ -17,6 +18,7 @@ from ds4mlx.agent.widgets import PermissionScreen, QuitScreen
 from ds4mlx.agent.workspace import Workspace
 
 import pytest
+from conftest import PYTHON_SOURCE
 from processes import processes_with
 from scripted_backend import ScriptedBackend, call, text
 from textual.widgets import Static
@@ -53,6 +55,10 @@ def play(app: AgentApp, scenario) -> None:
         app.agent.toolbox.close()
 
     asyncio.run(main())
+
+
+def texts_of_user(app: AgentApp) -> list[str]:
+    return notes(app, ".user")
 
 
 async def submit(pilot, line: str) -> None:
@@ -167,5 +173,64 @@ def test_quitting_without_jobs_does_not_ask(workspace, store):
     async def scenario(pilot):
         await pilot.press("ctrl+q")
         await until(pilot, lambda: not app.is_running)
+
+    play(app, scenario)
+
+
+# ---------------------------------------------------------------- @path mentions
+
+
+def test_a_mention_attaches_the_file_and_a_climb_out_is_refused(workspace, store, outside):
+    app, agent = make_app(workspace, store)
+
+    async def scenario(pilot):
+        await submit(pilot, "explain @src/app.py, and @../outside/secret.txt.")
+        await until(pilot, lambda: agent.backend.requests and not app.busy)
+        sent = agent.backend.requests[0][-1]["content"]
+        assert sent.startswith("explain @src/app.py, and @../outside/secret.txt.\n\n")
+        assert f'<file path="src/app.py">\n{PYTHON_SOURCE.rstrip()}\n</file>' in sent
+        assert "top secret" not in sent
+        assert "attached src/app.py (10 lines)" in notes(app)
+        refused = notes(app, ".error")
+        assert len(refused) == 1 and "@../outside/secret.txt: " in refused[0]
+        assert "'..' is refused" in refused[0]
+        assert texts_of_user(app) == ["explain @src/app.py, and @../outside/secret.txt."]
+
+    play(app, scenario)
+
+
+def test_a_large_mentioned_file_is_cut_with_a_marker(workspace, store):
+    (workspace / "big.txt").write_text("".join(f"line {n}\n" for n in range(5000)))
+    result = attach_mentions("look at @big.txt", Workspace(workspace))
+    assert len(result.message) < MAX_ATTACHED_CHARS + 500
+    assert "[... cut: big.txt goes on; read it from line" in result.message
+    assert result.attached == [f"big.txt (5000 lines, cut to {MAX_ATTACHED_CHARS} characters)"]
+
+
+@pytest.mark.parametrize(
+    ("prompt", "paths"),
+    [
+        ("mail me at a@b.com", []),
+        ("@README.md: what is it?", ["README.md"]),
+        ("(see @src/app.py)", ["src/app.py"]),
+        ('("@a.py")', ["a.py"]),
+        ("see @src/app.py) and @src/app.py", ["src/app.py"]),
+    ],
+)
+def test_what_counts_as_a_mention(prompt, paths):
+    assert mentioned_paths(prompt) == paths
+
+
+def test_tab_completes_a_mentioned_path_inside_the_workspace(workspace, store):
+    app, agent = make_app(workspace, store)
+
+    async def scenario(pilot):
+        prompt = app.query_one("#prompt")
+        await pilot.press(*"read @sr", "tab")
+        assert prompt.text == "read @src/"
+        await pilot.press(*"ap", "tab")
+        assert prompt.text == "read @src/app.py"
+        await pilot.press(" ", "@", ".", ".", "/", "tab")  # nothing outside is offered
+        assert prompt.text == "read @src/app.py @../"
 
     play(app, scenario)
