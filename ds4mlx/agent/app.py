@@ -40,7 +40,7 @@ from ds4mlx.agent.permissions import Decision
 from ds4mlx.agent.prompt_input import PromptHistory, PromptInput
 from ds4mlx.agent.tools import ToolResult
 from ds4mlx.agent.widgets import PermissionScreen, QuitScreen, ToolPanel
-from ds4mlx.generation import ReasoningDelta, TextDelta, ToolCall
+from ds4mlx.generation import PrefillProgress, ReasoningDelta, TextDelta, ToolCall
 
 from rich.text import Text
 from textual import work
@@ -353,6 +353,10 @@ class AgentApp(App[None]):
     async def _show_progress(self, event: AgentEvent) -> None:
         if isinstance(event, TurnStarted):
             self._set_phase("generating…")
+        elif isinstance(event, PrefillProgress):
+            self._set_phase(
+                f"prefill {event.done}/{event.total} tokens, {event.tokens_per_second:.1f} t/s"
+            )
         elif isinstance(event, TextDelta):
             if self._answer_stream is None:
                 answer = Markdown(classes="assistant")

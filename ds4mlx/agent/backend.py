@@ -1,8 +1,9 @@
 """Where the agent's model turns come from: the in-process engine, or an OpenAI-compatible server.
 
 Both backends speak the generation API's event vocabulary (``TextDelta``, ``ReasoningDelta``,
-``ToolCallComplete``, ``ToolCallError``, then ``Finished``), so the agent loop does not know
-which one it talks to. Closing a backend's event iterator stops the generation.
+``ToolCallComplete``, ``ToolCallError``, then ``Finished``; the local one also
+``PrefillProgress`` while it prefills), so the agent loop does not know which one it talks to.
+Closing a backend's event iterator stops the generation (a local prefill at its next chunk).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ds4mlx.generation import (
     ChatService,
     Finished,
     GenerationStats,
+    PrefillProgress,
     ReasoningDelta,
     SamplingOptions,
     SnapshotFileError,
@@ -32,7 +34,7 @@ from ds4mlx.generation import (
     write_snapshot,
 )
 
-BackendEvent = ChatEvent | Finished
+BackendEvent = ChatEvent | PrefillProgress | Finished
 Message = Mapping[str, Any]
 Tools = Sequence[Mapping[str, Any]]
 
@@ -137,8 +139,14 @@ class LocalBackend:
     def chat(
         self, messages: Sequence[Message], tools: Tools, *, max_tokens: int, thinking: bool
     ) -> Iterator[BackendEvent]:
+        # Chunked, with progress: the agent shows it and can stop between chunks.
         stream = self.service.chat(
-            messages, tools, max_tokens=max_tokens, sampling=self.sampling, thinking=thinking
+            messages,
+            tools,
+            max_tokens=max_tokens,
+            sampling=self.sampling,
+            thinking=thinking,
+            report_prefill=True,
         )
         try:
             yield from stream

@@ -29,6 +29,7 @@ from ds4mlx.agent.tool_schemas import SYSTEM_PROMPT
 from ds4mlx.agent.tools import TOOLS_NEEDING_PERMISSION, ToolBox, ToolResult
 from ds4mlx.generation import (
     Finished,
+    PrefillProgress,
     ReasoningDelta,
     TextDelta,
     ToolCall,
@@ -119,6 +120,7 @@ class RunFinished:
 AgentEvent = (
     TextDelta
     | ReasoningDelta
+    | PrefillProgress
     | TurnStarted
     | TurnFinished
     | ToolStarted
@@ -302,6 +304,8 @@ class Agent:
                     yield from self._answer_text(turn, markup.finish())
                 if isinstance(event, ReasoningDelta):
                     turn.reasoning += event.text
+                    yield event
+                elif isinstance(event, PrefillProgress):
                     yield event
                 elif isinstance(event, ToolCallComplete):
                     turn.actions.append((self._new_call_id(), event.call))
