@@ -123,8 +123,13 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, PromptSourceError) as exc:
         parser.error(str(exc))
     args.chat = args.chat or args.system is not None
-    if args.prompt is None:
-        parser.error("give a prompt: -p TEXT, -f FILE, or -p - to read standard input")
+    if args.prompt is None and not (sys.stdin.isatty() and sys.stdout.isatty()):
+        parser.error(
+            "give a prompt: -p TEXT, -f FILE, or -p - to read standard input "
+            "(without one, on a terminal, ds4 opens a chat)"
+        )
+    if args.prompt is None and args.distributed:
+        parser.error("the chat runs in one process; give a prompt with --distributed")
 
     from ds4mlx.cli.distributed import start_ranks
     from ds4mlx.generation.ranks import DistributedError
@@ -199,6 +204,20 @@ def run(
         )
         say.info(f"ds4: drafter {drafter.name} ({mode})")
 
+    if args.prompt is None:
+        from ds4mlx.cli.repl import run_repl
+
+        return run_repl(
+            model,
+            system=args.system,
+            max_tokens=args.n_predict,
+            max_context=options.ctx,
+            sampling=sampling,
+            drafter=drafter,
+            speculation=speculation,
+            info=say.info,
+            verbose=options.verbose,
+        )
     tokenizer = model.tokenizer
     if args.chat:
         if model.chat_format is None:
