@@ -156,7 +156,7 @@ class PermissionScreen(ModalScreen[Decision]):
         keys = (
             "y allow once · a always"
             + (" · p prefix" if self.prefix else "")
-            + " · n/Esc deny · ↑↓ PgUp PgDn scroll"
+            + " · n deny (then a reason) · Esc deny · ↑↓ PgUp PgDn scroll"
         )
         self.query_one("#permission-hint", Static).update(Text(keys))
 
