@@ -3,15 +3,10 @@ OpenAI-compatible server: what reaches the terminal, autosave, SIGTERM, --contin
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
-import pty
 import signal
-import struct
 import subprocess
 import sys
-import termios
 import threading
 import time
 from pathlib import Path
@@ -21,63 +16,18 @@ from ds4mlx.cli import agent as cli
 
 import pytest
 from processes import processes_with
+from pseudo_terminal import PseudoTerminal
 from scripted_server import Server, chunk, text_chunks, tool_call_chunks
 
 ROOT = Path(__file__).parents[2]
 OSC_TITLE = "\x1b]0;PWNED\x07"
 
 
-class Terminal:
+class Terminal(PseudoTerminal):
     """ds4-agent in a 100x30 pseudo-terminal; everything it writes is kept in ``output``."""
 
     def __init__(self, arguments: list[str], cwd: Path):
-        master, slave = pty.openpty()
-        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
-        env = {**os.environ, "TERM": "xterm-256color", "PYTHONPATH": str(ROOT)}
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "ds4mlx.cli.agent", *arguments],
-            stdin=slave,
-            stdout=slave,
-            stderr=slave,
-            cwd=cwd,
-            env=env,
-            start_new_session=True,
-        )
-        os.close(slave)
-        self.master = master
-        self.output = bytearray()
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        while True:
-            try:
-                data = os.read(self.master, 65536)
-            except OSError:
-                return
-            if not data:
-                return
-            self.output += data
-
-    def type(self, text: str) -> None:
-        os.write(self.master, text.encode())
-
-    def wait_for(self, condition, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if condition():
-                return
-            if self.process.poll() is not None:
-                break
-            time.sleep(0.1)
-        raise AssertionError(f"not reached; the terminal shows:\n{self.output[-3000:]!r}")
-
-    def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-        self.reader.join(2)
-        os.close(self.master)
+        super().__init__("ds4mlx.cli.agent", arguments, cwd)
 
 
 def saved(data_dir: Path) -> list[dict]:

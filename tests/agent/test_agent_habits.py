@@ -21,20 +21,13 @@ import pytest
 from conftest import PYTHON_SOURCE
 from processes import processes_with
 from scripted_backend import ScriptedBackend, call, text
+from test_agent_app import until
 from textual.widgets import Static
 
 
 @pytest.fixture
 def store(tmp_path) -> ConversationStore:
     return ConversationStore(tmp_path / "conversations")
-
-
-async def until(pilot, condition, timeout: float = 10.0) -> None:
-    for _ in range(int(timeout / 0.02)):
-        if condition():
-            return
-        await pilot.pause(0.02)
-    raise AssertionError("condition not reached")
 
 
 def notes(app: AgentApp, kind: str = ".note") -> list[str]:

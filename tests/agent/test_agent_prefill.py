@@ -16,9 +16,14 @@ from ds4mlx.cli.options import DEFAULT_MODEL
 from ds4mlx.generation import PREFILL_CHUNK, ChatService, Finished
 
 import pytest
+from test_agent_app import until
 from textual.widgets import Static
 
 pytestmark = pytest.mark.skipif(not DEFAULT_MODEL.is_file(), reason="needs assets/ds4-tiny.gguf")
+
+
+# Seconds to wait for the tiny model's prefill on a loaded machine.
+LONG = 240.0
 
 
 class RecordingBackend(LocalBackend):
@@ -35,14 +40,6 @@ class RecordingBackend(LocalBackend):
             yield event
 
 
-async def until(pilot, condition, timeout: float = 240.0) -> None:
-    for _ in range(int(timeout / 0.02)):
-        if condition():
-            return
-        await pilot.pause(0.02)
-    raise AssertionError("condition not reached")
-
-
 def test_a_long_prefill_shows_progress_and_ctrl_c_stops_it_within_a_chunk(toolbox, tmp_path):
     service = ChatService(ds4mlx.load_model(DEFAULT_MODEL), max_context=4096)
     backend = RecordingBackend(service)
@@ -55,16 +52,16 @@ def test_a_long_prefill_shows_progress_and_ctrl_c_stops_it_within_a_chunk(toolbo
         return str(app.query_one("#status", Static).content)
 
     async def scenario(pilot):
-        await until(pilot, lambda: app.agent is not None and not app.busy)
+        await until(pilot, lambda: app.agent is not None and not app.busy, LONG)
         app.query_one("#prompt").value = long_prompt
         await pilot.press("enter")
-        await until(pilot, lambda: f"prefill {PREFILL_CHUNK}/" in status())
+        await until(pilot, lambda: f"prefill {PREFILL_CHUNK}/" in status(), LONG)
         assert " t/s" in status().split("prefill ")[1]
         prompt_total = int(status().split(f"prefill {PREFILL_CHUNK}/")[1].split()[0])
         assert prompt_total >= 2500  # about 3,000 tokens, the system prompt's included
         await pilot.press("ctrl+c")
         fed.append(service._slots[0].session.n_tokens)  # the chunk in flight included
-        await until(pilot, lambda: not app.busy)
+        await until(pilot, lambda: not app.busy, LONG)
         assert any("stopped" in str(w.content) for w in app.query(".note").results(Static))
         stopped_at = service._slots[0].session.n_tokens
         fed.append(stopped_at)
@@ -72,7 +69,7 @@ def test_a_long_prefill_shows_progress_and_ctrl_c_stops_it_within_a_chunk(toolbo
         assert stopped_at < prompt_total and not backend.finished
         app.query_one("#prompt").value = "go on"
         await pilot.press("enter")
-        await until(pilot, lambda: backend.finished and not app.busy)
+        await until(pilot, lambda: backend.finished and not app.busy, LONG)
 
     async def main():
         async with app.run_test(size=(100, 30)) as pilot:

@@ -14,6 +14,7 @@ from ds4mlx.agent.prompt_input import PromptHistory, PromptInput
 
 import pytest
 from scripted_backend import ScriptedBackend
+from test_agent_app import until
 from textual import events
 
 
@@ -29,14 +30,6 @@ def run(app: AgentApp, scenario) -> None:
             await scenario(pilot)
 
     asyncio.run(main())
-
-
-async def until(pilot, condition, timeout: float = 10.0) -> None:
-    for _ in range(int(timeout / 0.02)):
-        if condition():
-            return
-        await pilot.pause(0.02)
-    raise AssertionError("condition not reached")
 
 
 def user_messages(backend: ScriptedBackend) -> list[str]:

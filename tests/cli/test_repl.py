@@ -4,79 +4,37 @@ message, /clear, history kept between runs, Ctrl+D leaving."""
 
 from __future__ import annotations
 
-import os
-import pty
 import re
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 from ds4mlx.cli.options import DEFAULT_MODEL
 from ds4mlx.cli.repl import read_message
 
 import pytest
+from pseudo_terminal import PseudoTerminal
 
 ROOT = Path(__file__).parents[2]
 
 
-class Chat:
+class Chat(PseudoTerminal):
     """``ds4 -n 6 --verbose`` on the tiny model, in a pseudo-terminal."""
 
-    def __init__(self, data_home: Path, *flags: str):
-        master, slave = pty.openpty()
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_DATA_HOME": str(data_home)}
-        env["TERM"] = "xterm"
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "ds4mlx.cli.main", "-n", "6", "--verbose", *flags],
-            stdin=slave,
-            stdout=slave,
-            stderr=slave,
-            env=env,
-            start_new_session=True,
-        )
-        os.close(slave)
-        self.master = master
-        self.output = b""
-        threading.Thread(target=self._read, daemon=True).start()
+    timeout = 240.0  # the model loads first
 
-    def _read(self) -> None:
-        while True:
-            try:
-                data = os.read(self.master, 4096)
-            except OSError:
-                return
-            if not data:
-                return
-            self.output += data
+    def __init__(self, data_home: Path):
+        super().__init__(
+            "ds4mlx.cli.main", ["-n", "6", "--verbose"], env={"XDG_DATA_HOME": str(data_home)}
+        )
 
     def text(self) -> str:
         return self.output.decode(errors="replace").replace("\r", "")
-
-    def type(self, text: str) -> None:
-        os.write(self.master, text.encode())
-
-    def wait_for(self, condition, timeout: float = 240.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if condition():
-                return
-            if self.process.poll() is not None:
-                break
-            time.sleep(0.1)
-        raise AssertionError(f"not reached; the terminal shows:\n{self.text()[-3000:]}")
 
     def turns(self) -> list[tuple[int, int]]:
         """(prompt tokens, cached tokens) of each turn so far."""
         found = re.findall(r"ds4: prompt (\d+) tokens \((\d+) cached\)", self.text())
         return [(int(prompt), int(cached)) for prompt, cached in found]
-
-    def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
-        os.close(self.master)
 
 
 @pytest.mark.skipif(not DEFAULT_MODEL.is_file(), reason="needs assets/ds4-tiny.gguf")
