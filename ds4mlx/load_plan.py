@@ -68,6 +68,7 @@ class MemoryPlan:
     kv_fixed_bytes: int | None  # sliding windows and compressor state: the same at any length
     kv_bytes_per_1k: int | None  # grows with the context
     ctx: int
+    trained_ctx: int = 0  # the model's own context (GGUF context_length); 0 when not given
 
     @property
     def kv_bytes(self) -> int:
@@ -106,6 +107,19 @@ class MemoryPlan:
         return Verdict(
             "streamed", memory_bytes, self.streamed_needed(cache), cache, cache / self.routed_bytes
         )
+
+    def context_that_fits(self, memory_bytes: int, streamed: bool) -> int | None:
+        """The longest context whose KV cache fits ``memory_bytes`` beside the weights (all of
+        them, or with ``streamed`` the smallest expert cache), at most the model's own; None
+        when the plan cannot say (no trained context, or a cache it does not model)."""
+        if not self.trained_ctx or self.kv_bytes_per_1k is None or self.kv_fixed_bytes is None:
+            return None
+        weights = self.dense_bytes + (self.min_cache_bytes if streamed else self.routed_bytes)
+        usable = memory_bytes * USABLE_SHARE
+        room = int((usable - RUNTIME_BYTES) / HEADROOM) - weights - self.kv_fixed_bytes
+        if not self.kv_bytes_per_1k:
+            return self.trained_ctx
+        return max(0, min(self.trained_ctx, room * KV_TOKENS // self.kv_bytes_per_1k))
 
     def streamed_bound(self, cache_bytes: int) -> int:
         """The peak RSS bound of a streamed run with this cache that the rehearsal checks:
@@ -157,6 +171,7 @@ def plan_memory(gguf: GGUFFile, mode: str, ctx: int = 4096) -> MemoryPlan:
         kv_fixed_bytes=kv_fixed,
         kv_bytes_per_1k=kv_per_1k,
         ctx=ctx,
+        trained_ctx=int(gguf.get(f"{arch}.context_length", 0) or 0),
     )
 
 

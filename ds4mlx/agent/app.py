@@ -21,6 +21,7 @@ from typing import Any
 from ds4mlx.agent.commands import SlashCommands
 from ds4mlx.agent.conversations import ConversationStore
 from ds4mlx.agent.display import sanitize
+from ds4mlx.agent.event_notes import event_notes
 from ds4mlx.agent.loop import (
     Agent,
     AgentEvent,
@@ -34,10 +35,12 @@ from ds4mlx.agent.loop import (
     TurnFinished,
     TurnStarted,
 )
+from ds4mlx.agent.mentions import complete_mention
 from ds4mlx.agent.permissions import Decision
+from ds4mlx.agent.prompt_input import PromptHistory, PromptInput
 from ds4mlx.agent.tools import ToolResult
-from ds4mlx.agent.widgets import PermissionScreen, ToolPanel
-from ds4mlx.generation import ReasoningDelta, TextDelta, ToolCall
+from ds4mlx.agent.widgets import PermissionScreen, QuitScreen, ToolPanel
+from ds4mlx.generation import PrefillProgress, ReasoningDelta, TextDelta, ToolCall
 
 from rich.text import Text
 from textual import work
@@ -45,13 +48,15 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.timer import Timer
-from textual.widgets import Collapsible, Footer, Input, Markdown, Static
+from textual.widgets import Collapsible, Footer, Markdown, Static
 from textual.widgets.markdown import MarkdownStream
 
 # How often a running command's panel shows its output, and how much of its end.
 _LIVE_SECONDS = 0.5
 _LIVE_BYTES = 2048
 _LIVE_LINES = 12
+# Earlier prompts (Up/Down in the prompt), beside the saved conversations.
+HISTORY_FILE = "prompt-history.jsonl"
 
 
 @dataclass
@@ -114,13 +119,19 @@ class AgentApp(App[None]):
 
     def compose(self) -> ComposeResult:
         yield VerticalScroll(id="log")
-        yield Input(placeholder="Ask ds4-agent… (/help lists the commands)", id="prompt")
+        yield PromptInput(
+            PromptHistory(self.store.folder / HISTORY_FILE),
+            complete=self._complete_mention,
+            placeholder="Ask ds4-agent… (Enter sends, Shift+Enter or Ctrl+J: new line; "
+            "/help lists the commands)",
+            id="prompt",
+        )
         yield Static(id="status")
         yield Footer()
 
     def on_mount(self) -> None:
         self.query_one("#log", VerticalScroll).anchor()
-        self.query_one("#prompt", Input).focus()
+        self.query_one("#prompt", PromptInput).focus()
         self._update_status()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -128,6 +139,12 @@ class AgentApp(App[None]):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.add_signal_handler(sig, self.terminate, sig)
         self._load()
+
+    def _complete_mention(self, before_cursor: str) -> str | None:
+        """Tab in the prompt: the rest of an ``@path`` (once the workspace is known)."""
+        if self.agent is None:
+            return None
+        return complete_mention(before_cursor, self.agent.toolbox.workspace)
 
     def terminate(self, sig: int) -> None:
         """SIGTERM or SIGHUP: stop the work, save the conversation and leave cleanly (the
@@ -168,16 +185,19 @@ class AgentApp(App[None]):
             f"{self.model_name} in {agent.toolbox.workspace.root} · Ctrl+C stops the "
             "model · /help lists the commands · Ctrl+Q quits"
         )
+        if agent.instructions is not None:
+            self._note(agent.instructions.describe())
         self._set_phase("ready")
         self._start_next()
 
     # ------------------------------------------------------------------ input
 
-    def on_input_submitted(self, event: Input.Submitted) -> None:
+    def on_prompt_input_submitted(self, event: PromptInput.Submitted) -> None:
         text = event.value.strip()
         event.input.value = ""
         if not text:
             return
+        event.input.prompts.add(text)
         if text.split()[0] == "/quit":
             self.action_quit_agent()
             return
@@ -221,10 +241,23 @@ class AgentApp(App[None]):
             self.agent.stop()
             self._set_phase("stopping…")
         else:
-            self.query_one("#prompt", Input).value = ""
+            self.query_one("#prompt", PromptInput).value = ""
             self.notify("Ctrl+Q or /quit exits", timeout=3)
 
     def action_quit_agent(self) -> None:
+        """Ctrl+Q or /quit: leave, after asking when background jobs still run."""
+        if isinstance(self.screen, QuitScreen):
+            return  # already asking
+        jobs = self.agent.toolbox.jobs.running_jobs() if self.agent is not None else []
+        if jobs:
+            self.push_screen(
+                QuitScreen([job.state() for job in jobs]),
+                lambda leave: self._quit() if leave else None,
+            )
+        else:
+            self._quit()
+
+    def _quit(self) -> None:
         if self.agent is not None:
             self.agent.stop()
         if self.commands is not None:
@@ -243,7 +276,7 @@ class AgentApp(App[None]):
         try:
             for event in events:
                 if isinstance(event, PermissionRequest):
-                    event.answer(self._ask_permission(event.call))
+                    event.answer(*self._ask_permission(event.call))
                 else:
                     self._from_worker(self._show, event)
                 if isinstance(event, (TurnFinished, RunFinished, CompactionFinished)):
@@ -273,14 +306,15 @@ class AgentApp(App[None]):
         if self.agent is not None:
             self.agent.stop()
 
-    def _ask_permission(self, call: ToolCall) -> Decision:
-        """Show the permission dialog and wait for the answer (in the worker thread)."""
+    def _ask_permission(self, call: ToolCall) -> tuple[Decision, str]:
+        """Show the permission dialog and wait for the answer and the reason given with a
+        denial (in the worker thread)."""
         assert self.agent is not None
         answered = threading.Event()
-        decisions: list[Decision] = []
+        decisions: list[tuple[Decision, str]] = []
 
-        def decided(decision: Decision | None) -> None:
-            decisions.append(decision or Decision.DENY)
+        def decided(decision: Decision | None, reason: str) -> None:
+            decisions.append((decision or Decision.DENY, reason))
             answered.set()
 
         # The diff reads and compares files: here, not in the UI thread.
@@ -289,21 +323,22 @@ class AgentApp(App[None]):
         while not answered.wait(0.05):
             if self.agent.cancel.is_set() or not self.is_running:
                 self._from_worker(self._close_permission)
-                return Decision.DENY
+                return Decision.DENY, ""
         return decisions[0]
 
     def _open_permission(
-        self, call: ToolCall, diff: str, decided: Callable[[Decision | None], None]
+        self, call: ToolCall, diff: str, decided: Callable[[Decision | None, str], None]
     ) -> None:
         self._set_phase("waiting for permission")
+        screen = PermissionScreen(call, diff)
 
         def answered(decision: Decision | None) -> None:
             if decision not in (None, Decision.DENY):
                 self._set_phase(f"running {call.name}…")
-            decided(decision)
+            decided(decision, screen.reason)
 
-        self._permission = PermissionScreen(call, diff)
-        self.push_screen(self._permission, answered)
+        self._permission = screen
+        self.push_screen(screen, answered)
 
     def _close_permission(self) -> None:
         if self._permission is not None and self._permission.is_current:
@@ -311,8 +346,17 @@ class AgentApp(App[None]):
         self._permission = None
 
     async def _show(self, event: AgentEvent) -> None:
+        await self._show_progress(event)
+        for text, is_error in event_notes(event):
+            self._note(text, "error" if is_error else "note")
+
+    async def _show_progress(self, event: AgentEvent) -> None:
         if isinstance(event, TurnStarted):
             self._set_phase("generating…")
+        elif isinstance(event, PrefillProgress):
+            self._set_phase(
+                f"prefill {event.done}/{event.total} tokens, {event.tokens_per_second:.1f} t/s"
+            )
         elif isinstance(event, TextDelta):
             if self._answer_stream is None:
                 answer = Markdown(classes="assistant")
@@ -334,28 +378,24 @@ class AgentApp(App[None]):
             self._panels[event.call_id].finish(event.result)
         elif isinstance(event, MalformedToolCall):
             await self._end_answer()
-            self._note(
-                f"malformed tool call ({event.error.reason}); reported to the model", "error"
-            )
         elif isinstance(event, TurnFinished):
             await self._end_answer()
             self._record_stats(event)
         elif isinstance(event, CompactionStarted):
             self._set_phase("compacting…")
-            self._note(f"compacting… ({event.reason}; {event.tokens} tokens)")
         elif isinstance(event, CompactionFinished):
             self.stats.context_tokens = event.tokens_after
-            self._note(
-                f"compacted the context: {event.tokens_before} -> {event.tokens_after} tokens"
-                if event.compacted
-                else f"context not compacted: {event.note}"
-            )
         elif isinstance(event, RunFinished):
             await self._end_answer()
-            if event.reason == "cancelled":
-                self._note("stopped")
-            elif event.reason != "answer":
-                self._note(f"{event.reason.replace('_', ' ')}: {event.error}", "error")
+            self._show_run_end(event)
+
+    def _show_run_end(self, event: RunFinished) -> None:
+        if event.reason == "cancelled":
+            self._note("stopped")
+        elif event.reason == "context_full":
+            self._note(f"{event.error}: /compact or /new frees room", "error")
+        elif event.reason != "answer":
+            self._note(f"{event.reason.replace('_', ' ')}: {event.error}", "error")
 
     async def _end_answer(self) -> None:
         if self._answer_stream is not None:
@@ -452,7 +492,9 @@ class AgentApp(App[None]):
             size = self.agent.backend.context_size
             used = self.stats.context_tokens
             parts.append(f"ctx {used}/{size} ({used / size:.0%})")
-            parts.append(f"{self.stats.generated} tok {self.stats.tokens_per_second:.1f} t/s")
+            rate = self.stats.tokens_per_second
+            # No rate is shown where none was measured (a remote answer sent in one chunk).
+            parts.append(f"{self.stats.generated} tok" + (f" {rate:.1f} t/s" if rate else ""))
             if self.stats.tau is not None:
                 parts.append(f"τ {self.stats.tau:.2f}")
             hit_rate = self.agent.backend.expert_hit_rate()

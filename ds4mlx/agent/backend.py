@@ -1,8 +1,9 @@
 """Where the agent's model turns come from: the in-process engine, or an OpenAI-compatible server.
 
 Both backends speak the generation API's event vocabulary (``TextDelta``, ``ReasoningDelta``,
-``ToolCallComplete``, ``ToolCallError``, then ``Finished``), so the agent loop does not know
-which one it talks to. Closing a backend's event iterator stops the generation.
+``ToolCallComplete``, ``ToolCallError``, then ``Finished``; the local one also
+``PrefillProgress`` while it prefills), so the agent loop does not know which one it talks to.
+Closing a backend's event iterator stops the generation (a local prefill at its next chunk).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ds4mlx.generation import (
     ChatService,
     Finished,
     GenerationStats,
+    PrefillProgress,
     ReasoningDelta,
     SamplingOptions,
     SnapshotFileError,
@@ -32,7 +34,7 @@ from ds4mlx.generation import (
     write_snapshot,
 )
 
-BackendEvent = ChatEvent | Finished
+BackendEvent = ChatEvent | PrefillProgress | Finished
 Message = Mapping[str, Any]
 Tools = Sequence[Mapping[str, Any]]
 
@@ -137,8 +139,14 @@ class LocalBackend:
     def chat(
         self, messages: Sequence[Message], tools: Tools, *, max_tokens: int, thinking: bool
     ) -> Iterator[BackendEvent]:
+        # Chunked, with progress: the agent shows it and can stop between chunks.
         stream = self.service.chat(
-            messages, tools, max_tokens=max_tokens, sampling=self.sampling, thinking=thinking
+            messages,
+            tools,
+            max_tokens=max_tokens,
+            sampling=self.sampling,
+            thinking=thinking,
+            report_prefill=True,
         )
         try:
             yield from stream
@@ -233,6 +241,7 @@ class OpenAIBackend:
         calls: dict[int, dict[str, str]] = {}  # tool calls arrive in pieces, by index
         finish_reason, usage, chunks = "stop", None, 0
         first_token_at: float | None = None
+        last_token_at = 0.0
         for chunk in stream:
             usage = chunk.usage or usage
             for choice in chunk.choices:
@@ -249,7 +258,8 @@ class OpenAIBackend:
                         call["arguments"] += piece.function.arguments or ""
                 if reasoning or delta.content or delta.tool_calls:
                     chunks += 1
-                    first_token_at = first_token_at or time.perf_counter()
+                    last_token_at = time.perf_counter()
+                    first_token_at = first_token_at or last_token_at
                 finish_reason = choice.finish_reason or finish_reason
         for index in sorted(calls):
             yield _tool_call_event(calls[index])
@@ -265,7 +275,9 @@ class OpenAIBackend:
             prompt_tokens=prompt,
             prefill_seconds=(first_token_at or ended) - started,
             generated_tokens=completion,
-            decode_seconds=ended - (first_token_at or ended),
+            # A rate needs tokens that arrived apart: an answer sent in one chunk has none (0
+            # here, which the status bar shows as no rate rather than thousands of t/s).
+            decode_seconds=last_token_at - first_token_at if first_token_at and chunks > 1 else 0,
             stop_reason=finish_reason,
         )
         yield Finished(

@@ -51,6 +51,7 @@ class _Checkpoint:
     originals: dict[Path, bytes | None] = field(default_factory=dict)  # files: None = absent
     manifest: dict[Path, tuple[int, int]] | None = None  # files: before bash, size and mtime
     beyond_undo: list[Path] = field(default_factory=list)  # files: bash changed, no copy
+    new_folders: set[Path] = field(default_factory=set)  # made for the files write created
 
 
 class _Git:
@@ -120,12 +121,16 @@ class _Git:
     def exists_in(self, commit: str, path: str) -> bool:
         return bool(self.run("ls-tree", "--name-only", commit, "--", path).strip())
 
-    def restore(self, commit: str, paths: list[str]) -> None:
+    def restore(self, commit: str, paths: list[str]) -> list[str]:
+        """Put ``paths`` back as they were in ``commit``; returns those that were not there
+        (created after the snapshot), which are removed."""
         present = [path for path in paths if self.exists_in(commit, path)]
         if present:
             self.run("restore", f"--source={commit}", "--worktree", "--", *present)
-        for path in set(paths) - set(present):  # created after the snapshot
+        created = sorted(set(paths) - set(present))
+        for path in created:
             (self.top / path).unlink(missing_ok=True)
+        return created
 
     def diff(self, before: str, after: str) -> str:
         return self.run("diff", "--no-color", before, after, "--", self.prefix)
@@ -183,9 +188,17 @@ class Checkpoints:
             self._current.manifest = self._manifest()
 
     def before_file_change(self, path: Path) -> None:
-        """Before write or edit changes ``path``: keep its content (files mode)."""
+        """Before write or edit changes ``path``: keep its content (files mode), and note the
+        folders that will be made for it (an empty folder is in no snapshot)."""
         self.before_tool()
-        if self.git is not None or self._current is None:
+        if self._current is None:
+            return
+        self._current.new_folders.update(
+            folder
+            for folder in path.parents
+            if folder.is_relative_to(self.root) and not folder.exists()
+        )
+        if self.git is not None:
             return
         if path not in self._current.originals:
             try:
@@ -249,20 +262,32 @@ class Checkpoints:
             return f"nothing to undo: no prompt of this session changed files{problem}"
         checkpoint = self.stack.pop()
         if self.git is not None:
-            paths = self.git.changed(checkpoint.before, checkpoint.after)
-            self.git.restore(checkpoint.before, paths)
-            shown = [str((self.git.top / path).relative_to(self.root)) for path in paths]
+            git = self.git
+            paths = git.changed(checkpoint.before, checkpoint.after)
+            removed = [git.top / path for path in git.restore(checkpoint.before, paths)]
+            restored = [git.top / path for path in paths if git.top / path not in removed]
         else:
+            removed, restored = [], []
             for path, original in checkpoint.originals.items():
                 if original is None:
                     path.unlink(missing_ok=True)
+                    removed.append(path)
                 else:
                     path.parent.mkdir(parents=True, exist_ok=True)
                     write_atomically(path, original)
-            shown = [str(path.relative_to(self.root)) for path in checkpoint.originals]
-        done = f"restored {len(shown)} file(s) as they were before the last change: " + ", ".join(
-            sorted(shown)
-        )
+                    restored.append(path)
+        folders = self._remove_emptied(checkpoint.new_folders)
+        parts = []
+        if restored:
+            parts.append(
+                f"restored {len(restored)} file(s) as they were before the last change: "
+                + self._listed(restored)
+            )
+        if removed:
+            parts.append(f"removed {len(removed)} file(s) it created: {self._listed(removed)}")
+        if folders:
+            parts.append(f"removed the folder(s) it created: {self._listed(folders)}")
+        done = "; ".join(parts) or "the last change left no file to put back"
         if checkpoint.beyond_undo:
             done += (
                 "\nnot restored (bash changed them, and only a git repository keeps "
@@ -270,6 +295,22 @@ class Checkpoints:
                 + ", ".join(str(path.relative_to(self.root)) for path in checkpoint.beyond_undo)
             )
         return done
+
+    def _listed(self, paths: list[Path]) -> str:
+        return ", ".join(sorted(str(path.relative_to(self.root)) for path in paths))
+
+    @staticmethod
+    def _remove_emptied(folders: set[Path]) -> list[Path]:
+        """Remove those of the folders a prompt made that undo left empty; returns them, a
+        removed folder's removed subfolders left out (it names them)."""
+        removed: list[Path] = []
+        for folder in sorted(folders, key=lambda f: len(f.parts), reverse=True):  # deepest first
+            try:
+                folder.rmdir()  # only when empty
+            except OSError:
+                continue
+            removed.append(folder)
+        return [f for f in removed if not any(f != o and f.is_relative_to(o) for o in removed)]
 
     def diff(self) -> str:
         """A unified diff of everything this session changed (clipped)."""

@@ -20,13 +20,16 @@ from ds4mlx.agent import compaction
 from ds4mlx.agent.backend import BackendError, ModelBackend
 from ds4mlx.agent.checkpoints import CheckpointError, Checkpoints
 from ds4mlx.agent.conversations import Conversation
+from ds4mlx.agent.instructions import project_instructions
 from ds4mlx.agent.kv_state import ConversationStates
 from ds4mlx.agent.markup import MarkupFilter
+from ds4mlx.agent.mentions import attach_mentions
 from ds4mlx.agent.permissions import Decision, Permissions
 from ds4mlx.agent.tool_schemas import SYSTEM_PROMPT
 from ds4mlx.agent.tools import TOOLS_NEEDING_PERMISSION, ToolBox, ToolResult
 from ds4mlx.generation import (
     Finished,
+    PrefillProgress,
     ReasoningDelta,
     TextDelta,
     ToolCall,
@@ -62,9 +65,11 @@ class PermissionRequest:
     call_id: str
     call: ToolCall
     decision: Decision | None = None
+    reason: str = ""  # given with a denial, for the model
 
-    def answer(self, decision: Decision) -> None:
+    def answer(self, decision: Decision, reason: str = "") -> None:
         self.decision = decision
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -98,8 +103,16 @@ class CompactionFinished:
 
 
 @dataclass(frozen=True)
+class FilesAttached:
+    """The files the prompt's ``@path`` mentions put into it, and the mentions refused."""
+
+    attached: list[str]
+    refused: list[str]
+
+
+@dataclass(frozen=True)
 class RunFinished:
-    reason: str  # "answer", "step_limit", "cancelled" or "error"
+    reason: str  # "answer", "step_limit", "cancelled", "context_full" or "error"
     answer: str = ""  # the last assistant text
     error: str = ""
 
@@ -107,6 +120,7 @@ class RunFinished:
 AgentEvent = (
     TextDelta
     | ReasoningDelta
+    | PrefillProgress
     | TurnStarted
     | TurnFinished
     | ToolStarted
@@ -115,6 +129,7 @@ AgentEvent = (
     | MalformedToolCall
     | CompactionStarted
     | CompactionFinished
+    | FilesAttached
     | RunFinished
 )
 
@@ -153,6 +168,8 @@ class Agent:
         self.toolbox = toolbox
         self.permissions = permissions or Permissions()
         self.settings = settings or AgentSettings()
+        # Read once: a conversation started later in the session gets the same instructions.
+        self.instructions = project_instructions(toolbox.workspace)
         self.conversation = conversation or self.new_conversation()
         # Where the conversation's model state is kept beside it (``kv_state``), if anywhere.
         self.states: ConversationStates | None = None
@@ -167,8 +184,11 @@ class Agent:
         return self.conversation.messages
 
     def new_conversation(self) -> Conversation:
+        system = self.settings.system_prompt
+        if self.instructions is not None:
+            system += self.instructions.system_section()
         return Conversation(
-            [{"role": "system", "content": self.settings.system_prompt}],
+            [{"role": "system", "content": system}],
             workspace=str(self.toolbox.workspace.root),
         )
 
@@ -201,7 +221,10 @@ class Agent:
 
     def _run(self, prompt: str) -> Iterator[AgentEvent]:
         self.cancel.clear()
-        self.messages.append({"role": "user", "content": prompt})
+        attachments = attach_mentions(prompt, self.toolbox.workspace)
+        if attachments.attached or attachments.refused:
+            yield FilesAttached(attachments.attached, attachments.refused)
+        self.messages.append({"role": "user", "content": attachments.message})
         answer = ""
         for step in range(1, self.settings.max_steps + 1):
             tokens = self.context_tokens()
@@ -211,10 +234,21 @@ class Agent:
                     yield RunFinished("cancelled", answer)
                     return
                 tokens = self.context_tokens()
+            room = self.backend.context_size - tokens - 1
+            if room <= 0:
+                # What frees room differs between the faces (/compact, a larger --ctx): the
+                # reason tells them apart.
+                yield RunFinished(
+                    "context_full",
+                    answer,
+                    f"the conversation ({tokens} tokens) leaves no room in the context of "
+                    f"{self.backend.context_size} tokens",
+                )
+                return
             yield TurnStarted(step)
             turn = _Turn()
             try:
-                yield from self._model_turn(turn, tokens)
+                yield from self._model_turn(turn, room)
             except BackendError as exc:
                 yield RunFinished("error", answer, str(exc))
                 return
@@ -250,10 +284,8 @@ class Agent:
             "step_limit", answer, f"stopped after {self.settings.max_steps} model turns"
         )
 
-    def _model_turn(self, turn: _Turn, prompt_tokens: int) -> Iterator[AgentEvent]:
-        room = self.backend.context_size - prompt_tokens - 1
-        if room <= 0:
-            raise BackendError("the conversation fills the whole context; /compact or /new")
+    def _model_turn(self, turn: _Turn, room: int) -> Iterator[AgentEvent]:
+        """One model turn, of at most ``room`` tokens (what the context has left)."""
         events = self.backend.chat(
             self.messages,
             self.toolbox.schemas,
@@ -272,6 +304,8 @@ class Agent:
                     yield from self._answer_text(turn, markup.finish())
                 if isinstance(event, ReasoningDelta):
                     turn.reasoning += event.text
+                    yield event
+                elif isinstance(event, PrefillProgress):
                     yield event
                 elif isinstance(event, ToolCallComplete):
                     turn.actions.append((self._new_call_id(), event.call))
@@ -309,14 +343,20 @@ class Agent:
 
     def _run_tool(self, call_id: str, call: ToolCall) -> Iterator[AgentEvent]:
         yield ToolStarted(call_id, call)
+        failure = self.toolbox.would_fail(call)
+        if failure is not None:  # nothing to allow: the model learns why at once
+            self._add_tool_result(call_id, failure.output, is_error=True)
+            yield ToolFinished(call_id, call, failure)
+            return
         if self.permissions.must_ask(call):
             request = PermissionRequest(call_id, call)
             yield request
             decision = request.decision or Decision.DENY
             self.permissions.record(call, decision)
             if decision is Decision.DENY:
+                why = f"; the user's reason: {request.reason}" if request.reason else ""
                 result = ToolResult(
-                    f"error: the user did not allow this {call.name} call", is_error=True
+                    f"error: the user did not allow this {call.name} call{why}", is_error=True
                 )
                 self._add_tool_result(call_id, result.output, is_error=True)
                 yield ToolFinished(call_id, call, result)

@@ -347,22 +347,36 @@ class ToolBox:
         if self.before_change is not None:
             self.before_change(target)
 
+    def _planned_change(self, call: ToolCall) -> tuple[Path, str, str] | None:
+        """The file a write or edit call would change, its text before and after; None for
+        other tools. Raises what the call would fail with."""
+        arguments = _checked_arguments(call)
+        if call.name == "write":
+            target, before = self._write_target(arguments["path"])
+            return target, before, arguments["content"]
+        if call.name == "edit":
+            return self._edited(arguments["path"], arguments["old"], arguments["new"])
+        return None
+
+    def would_fail(self, call: ToolCall) -> ToolResult | None:
+        """The error result a write or edit call will end with, known before it runs (so
+        that nobody is asked to allow it); None when it may succeed, and for other tools."""
+        try:
+            self._planned_change(call)
+        except (ToolError, OSError, ValueError) as exc:
+            return ToolResult(f"error: {getattr(exc, 'strerror', None) or exc}", is_error=True)
+        return None
+
     def preview(self, call: ToolCall) -> str:
         """The exact diff a write or edit call would make, without making it; a line saying
         why it would fail instead, and "" for other tools."""
         try:
-            arguments = _checked_arguments(call)
-            if call.name == "write":
-                target, before = self._write_target(arguments["path"])
-                after = arguments["content"]
-            elif call.name == "edit":
-                target, before, after = self._edited(
-                    arguments["path"], arguments["old"], arguments["new"]
-                )
-            else:
-                return ""
+            planned = self._planned_change(call)
         except (ToolError, OSError, ValueError) as exc:
             return f"(this call would fail: {getattr(exc, 'strerror', None) or exc})"
+        if planned is None:
+            return ""
+        target, before, after = planned
         relative = self.workspace.relative(target)
         diff = _unified_diff(relative, _printable(before), _printable(after))
         return diff or f"(no change to {relative})"

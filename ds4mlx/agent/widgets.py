@@ -1,4 +1,5 @@
-"""The agent UI's own widgets: a tool call's panel and the permission prompt.
+"""The agent UI's own widgets: a tool call's panel, the permission prompt and the question
+asked before quitting with background jobs.
 
 The permission prompt shows everything that would run: the whole command (wrapped, scrollable,
 with its line count) or the exact diff a write or edit would make. It cannot be answered by
@@ -23,7 +24,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.markup import escape
 from textual.screen import ModalScreen
 from textual.timer import Timer
-from textual.widgets import Button, Collapsible, Static
+from textual.widgets import Button, Collapsible, Input, Static
 
 # Tools whose result is a change worth seeing without a click.
 _EXPANDED_TOOLS = {"edit", "write"}
@@ -74,6 +75,7 @@ class PermissionScreen(ModalScreen[Decision]):
         )
         self.armed = False
         self._arm_timer: Timer | None = None
+        self.reason = ""  # what the user typed after n, for the model
 
     def compose(self) -> ComposeResult:
         with Vertical(id="permission"):
@@ -104,6 +106,12 @@ class PermissionScreen(ModalScreen[Decision]):
                         Text(f"Always `{sanitize(self.prefix)} …` (p)"), id="prefix", disabled=True
                     )
                 yield Button("Deny (n)", id="deny", variant="error", disabled=True)
+            reason = Input(
+                placeholder="why not? Enter denies; the reason goes to the model (may be empty)",
+                id="deny-reason",
+            )
+            reason.display = False
+            yield reason
 
     def _preview(self) -> tuple[RenderableType, str]:
         arguments = self.call.arguments
@@ -148,11 +156,17 @@ class PermissionScreen(ModalScreen[Decision]):
         keys = (
             "y allow once · a always"
             + (" · p prefix" if self.prefix else "")
-            + " · n/Esc deny · ↑↓ PgUp PgDn scroll"
+            + " · n deny (then a reason) · Esc deny · ↑↓ PgUp PgDn scroll"
         )
         self.query_one("#permission-hint", Static).update(Text(keys))
 
     def on_key(self, event: events.Key) -> None:
+        reason = self.query_one("#deny-reason", Input)
+        if reason.display:  # typing the reason: Enter sends it, Esc denies without one
+            if event.key == "escape":
+                event.stop()
+                self.dismiss(Decision.DENY)
+            return
         if not self.armed:
             # Type-ahead: swallow the key and wait for a quiet moment again.
             event.stop()
@@ -163,13 +177,60 @@ class PermissionScreen(ModalScreen[Decision]):
         choice = {"y": "once", "a": "always", "n": "deny", "escape": "deny"}.get(event.key)
         if event.key == "p" and self.prefix:
             choice = "prefix"
-        if choice is not None:
+        if event.key == "n":
+            event.stop()
+            event.prevent_default()
+            self._ask_reason()
+        elif choice is not None:
             event.stop()
             self.dismiss(Decision(choice))
+
+    def _ask_reason(self) -> None:
+        """After n: a line for the reason, which the model reads with the denial."""
+        reason = self.query_one("#deny-reason", Input)
+        reason.display = True
+        reason.focus()
+        self.query_one("#permission-hint", Static).update(
+            Text("Enter denies with this reason (or none) · Esc denies without one")
+        )
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.reason = event.value.strip()
+        self.dismiss(Decision.DENY)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if self.armed:
             self.dismiss(Decision(event.button.id or "deny"))
+
+
+class QuitScreen(ModalScreen[bool]):
+    """Asks before quitting while background jobs run (quitting stops them)."""
+
+    def __init__(self, jobs: list[str]):
+        super().__init__()
+        self.jobs = jobs
+
+    def compose(self) -> ComposeResult:
+        count = len(self.jobs)
+        with Vertical(id="permission"):
+            yield Static(
+                Text(f"{count} background job{'s' * (count != 1)} still running", style="bold")
+            )
+            yield Static(Text("\n".join(sanitize(job) for job in self.jobs)))
+            yield Static(Text("Quit and stop them? y quits · n/Esc stays"), id="permission-hint")
+            with Horizontal(id="permission-buttons"):
+                yield Button("Quit and stop them (y)", id="quit", variant="error")
+                yield Button("Stay (n)", id="stay", variant="primary")
+
+    def on_key(self, event: events.Key) -> None:
+        answer = {"y": True, "n": False, "escape": False}.get(event.key)
+        if answer is not None:
+            event.stop()
+            self.dismiss(answer)
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "quit")
 
 
 def _title(mark: str, call: ToolCall) -> str:

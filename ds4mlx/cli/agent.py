@@ -18,13 +18,11 @@ from pathlib import Path
 from ds4mlx.agent.backend import LocalBackend, ModelBackend, OpenAIBackend
 from ds4mlx.agent.conversations import Conversation, ConversationError, ConversationStore
 from ds4mlx.agent.display import sanitize
+from ds4mlx.agent.event_notes import event_notes
 from ds4mlx.agent.kv_state import ConversationStates
 from ds4mlx.agent.loop import (
     Agent,
     AgentSettings,
-    CompactionFinished,
-    CompactionStarted,
-    MalformedToolCall,
     PermissionRequest,
     RunFinished,
     ToolFinished,
@@ -47,6 +45,7 @@ from ds4mlx.cli.options import (
     sampling_options,
     speculation_config,
 )
+from ds4mlx.generation import GGUFError
 from ds4mlx.generation.ranks import DistributedError, RankGroup
 
 # Exit codes of --print besides 0 (answered) and 1 (error).
@@ -64,6 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ds4-agent",
         description="A coding agent in the terminal, on a local "
         "DeepSeek-V4-Flash / GLM GGUF model or an OpenAI-compatible server.",
+        epilog="Without -c/--ctx the context is the model's own, capped by what fits in the "
+        "memory available (ds4 plan shows the plan); with --api-base, the server's.",
     )
     add_model_flags(parser)
     agent = parser.add_argument_group("agent")
@@ -208,6 +209,27 @@ def make_agent(
     return agent
 
 
+def model_context(args: argparse.Namespace, fallback: int) -> int:
+    """The default context of a local model: its own (the GGUF's context_length), capped by
+    what its memory plan says fits in the memory available now; ``fallback`` when the plan
+    cannot say or the model does not fit at all (loading says why)."""
+    from ds4mlx.load_plan import plan_model
+    from ds4mlx.loader import resolve_weights_dtype
+    from ds4mlx.memory import available_memory_bytes
+
+    try:
+        plan = plan_model(args.model, resolve_weights_dtype(args.weights_dtype))
+    except (GGUFError, OSError, ValueError):
+        return fallback
+    memory = available_memory_bytes()
+    fits = (
+        plan.trained_ctx
+        if memory is None
+        else plan.context_that_fits(memory, streamed=model_options(args).experts.stream)
+    )
+    return fits or fallback
+
+
 def resumed_conversation(args: argparse.Namespace, store: ConversationStore) -> Conversation | None:
     """The conversation --continue or --resume asks for; None for a new one."""
     if args.resume:
@@ -261,6 +283,8 @@ def run_print(agent: Agent, prompt: str, store: ConversationStore | None = None)
     for event in agent.run(prompt):
         if store is not None and isinstance(event, (TurnFinished, RunFinished)):
             _save(agent, store)
+        for text, _ in event_notes(event):
+            log(f"ds4-agent: {sanitize(text)}")
         if isinstance(event, ToolStarted):
             log(f"ds4-agent: > {sanitize(describe_call(event.call))}")
         elif isinstance(event, PermissionRequest):
@@ -272,18 +296,19 @@ def run_print(agent: Agent, prompt: str, store: ConversationStore | None = None)
             lines = event.result.output.splitlines() or [""]
             more = f" (+{len(lines) - 1} lines)" if len(lines) > 1 else ""
             log(f"ds4-agent:   {sanitize(lines[0][:120])}{more}")
-        elif isinstance(event, MalformedToolCall):
-            log(f"ds4-agent: malformed tool call ({event.error.reason}); reported to the model")
-        elif isinstance(event, CompactionStarted):
-            log(f"ds4-agent: compacting the context ({event.tokens} tokens)")
-        elif isinstance(event, CompactionFinished):
-            log(f"ds4-agent: context {event.tokens_before} -> {event.tokens_after} tokens")
         elif isinstance(event, RunFinished):
             if event.answer:
                 # A terminal must not obey the model's escape sequences; a pipe gets the text.
                 print(sanitize(event.answer) if sys.stdout.isatty() else event.answer, flush=True)
             if event.reason == "error":
                 log(f"ds4-agent: error: {event.error}")
+                return 1
+            if event.reason == "context_full":
+                # /compact is the UI's; here a larger context (or a new conversation) helps.
+                log(
+                    f"ds4-agent: {event.error}; give a larger -c/--ctx, or leave out "
+                    "--continue/--resume to start a new conversation"
+                )
                 return 1
             if event.reason == "step_limit":
                 log(f"ds4-agent: {event.error}")
@@ -322,6 +347,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                 else ""
             )
         )
+    if not args.ctx_given and not args.api_base:
+        args.ctx = model_context(args, default_ctx)
     if args.distributed and args.api_base:
         parser.error(
             "--distributed runs the model in this group of processes; it cannot be "
@@ -342,15 +369,16 @@ def _print_mode(
     except Exception as exc:  # GGUF, tokenizer, drafter and server errors alike
         log(f"ds4-agent: error: {exc}")
         return 1
+    if agent.instructions is not None and conversation is None:
+        log(f"ds4-agent: {agent.instructions.describe()}")
     if conversation is not None and agent.states is not None:
         note = agent.states.restore(agent)
         if note:
             log(f"ds4-agent: {note}")
     received = _stop_on_signals(agent)
-    # --print keeps no conversation of its own; one it continues is saved back.
-    keep = store if conversation is not None else None
+    # Saved like the UI's conversations, so that --continue picks it up (as claude -p, -c).
     try:
-        code = run_print(agent, args.print_prompt, keep)
+        code = run_print(agent, args.print_prompt, store)
         return 128 + received[0] if received else code
     except KeyboardInterrupt:
         log("ds4-agent: interrupted")
@@ -358,8 +386,7 @@ def _print_mode(
     finally:
         signal.alarm(0)
         agent.toolbox.close()
-        if keep is not None:
-            _save(agent, keep, leaving=True)
+        _save(agent, store, leaving=True)
 
 
 def main(argv: list[str] | None = None) -> int:

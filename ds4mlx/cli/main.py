@@ -17,6 +17,13 @@ from ds4mlx.cli.options import (
     sampling_options,
     speculation_config,
 )
+from ds4mlx.cli.prompt_source import (
+    PromptSourceError,
+    add_prompt_flags,
+    chat_messages,
+    read_prompt,
+    read_system,
+)
 from ds4mlx.generation import (
     Done,
     GGUFError,
@@ -38,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
         "it; 'ds4 bench' measures speed and quality.",
     )
     add_model_flags(parser)
-    parser.add_argument("-p", "--prompt", required=True, help="prompt text")
+    add_prompt_flags(parser)
     parser.add_argument(
         "-n",
         "--n-predict",
@@ -112,8 +119,17 @@ def main(argv: list[str] | None = None) -> int:
         sampling = sampling_options(args)
         speculation = speculation_config(args)
         options = model_options(args)
-    except ValueError as exc:
+        args.prompt, args.system = read_prompt(args), read_system(args)
+    except (ValueError, PromptSourceError) as exc:
         parser.error(str(exc))
+    args.chat = args.chat or args.system is not None
+    if args.prompt is None and not (sys.stdin.isatty() and sys.stdout.isatty()):
+        parser.error(
+            "give a prompt: -p TEXT, -f FILE, or -p - to read standard input "
+            "(without one, on a terminal, ds4 opens a chat)"
+        )
+    if args.prompt is None and args.distributed:
+        parser.error("the chat runs in one process; give a prompt with --distributed")
 
     from ds4mlx.cli.distributed import start_ranks
     from ds4mlx.generation.ranks import DistributedError
@@ -188,9 +204,27 @@ def run(
         )
         say.info(f"ds4: drafter {drafter.name} ({mode})")
 
+    if args.prompt is None:
+        from ds4mlx.cli.repl import run_repl
+
+        return run_repl(
+            model,
+            system=args.system,
+            max_tokens=args.n_predict,
+            max_context=options.ctx,
+            sampling=sampling,
+            drafter=drafter,
+            speculation=speculation,
+            info=say.info,
+            verbose=options.verbose,
+        )
     tokenizer = model.tokenizer
     if args.chat:
-        prompt = tokenizer.encode(model.render_user_prompt(args.prompt), add_special=False)
+        if model.chat_format is None:
+            say.error(f"{model.path.name} has no chat template (no real tokenizer)")
+            return 1
+        text = model.chat_format.render(chat_messages(args.prompt, args.system))
+        prompt = tokenizer.encode(text, add_special=False)
     else:
         prompt = tokenizer.encode(args.prompt, add_special=True)
     if not prompt:

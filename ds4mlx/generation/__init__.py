@@ -53,7 +53,7 @@ from ds4mlx.engine.session import feed_batch
 from ds4mlx.engine.tokenizer import TextTokenizer, TokenizerError
 from ds4mlx.experts.options import ExpertOptions, parse_cache_budget
 from ds4mlx.generation.events import Done, Finished, ScheduledEvent, ServiceEvent
-from ds4mlx.generation.service import ChatService
+from ds4mlx.generation.service import PREFILL_CHUNK, ChatService, PrefillProgress
 from ds4mlx.generation.tokens import generate, stepped
 from ds4mlx.gguf import GGUFError
 from ds4mlx.load_plan import (
@@ -77,6 +77,7 @@ __all__ = [
     "DEFAULT_NGRAM",
     "DSML",
     "MAX_CUT",
+    "PREFILL_CHUNK",
     "ChatEvent",
     "ChatFormat",
     "ChatService",
@@ -92,6 +93,7 @@ __all__ = [
     "MemoryPlan",
     "NamedTool",
     "Oversized",
+    "PrefillProgress",
     "PromptCache",
     "ReasoningDelta",
     "SamplingOptions",

@@ -39,6 +39,26 @@ from ds4mlx.speculation.loop import DrafterLease
 
 import mlx.core as mx
 
+# Prompt tokens fed per step when a request asks for prefill progress: a step is what a
+# cancellation waits for at most (the consumer closes the stream between steps).
+PREFILL_CHUNK = 512
+
+
+@dataclass(frozen=True)
+class PrefillProgress:
+    """Yielded after each chunk of a chunked prefill (``ChatService.chat(report_prefill=True)``):
+    ``done`` of the ``total`` prompt tokens not taken from a cache, in ``seconds``. Closing the
+    stream here stops the prefill; the session keeps the chunks done, so the same prompt sent
+    again goes on from them."""
+
+    done: int
+    total: int
+    seconds: float
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.done / self.seconds if self.seconds > 0 else 0.0
+
 
 class _StopMatcher:
     """Cuts a text stream at the first stop string; holds back text that may start one."""
@@ -70,6 +90,14 @@ class _StopMatcher:
     def finish(self) -> str:
         out, self.pending = self.pending, ""
         return out
+
+
+@dataclass(frozen=True)
+class _ChunkedPrefill:
+    """The prompt tokens fed in chunks before a generation, and how long they took."""
+
+    tokens: int = 0
+    seconds: float = 0.0
 
 
 @dataclass
@@ -133,13 +161,16 @@ class ChatService:
         tool_choice: ToolChoice = "auto",
         prompt_tokens: Sequence[int] | None = None,
         stream_arguments: bool = False,
-    ) -> Generator[ScheduledEvent, mx.array | None, None]:
+        report_prefill: bool = False,
+    ) -> Generator[ScheduledEvent | PrefillProgress, mx.array | None, None]:
         """Generate the assistant's next turn: text, reasoning and tool-call events, then
         Finished. ``reasoning_effort`` is mapped onto the efforts the chat template knows
         (``ChatFormat.template_effort``); ``tool_choice`` as ``ChatFormat.prompt``.
         ``prompt_tokens``: the prompt already tokenized by :meth:`chat_prompt` with the same
         arguments (a server does that before queueing the request). ``stream_arguments``: tool
-        calls are also reported while they are written (``ChatFormat.stream_parser``)."""
+        calls are also reported while they are written (``ChatFormat.stream_parser``).
+        ``report_prefill``: a long prompt is prefilled in chunks of ``PREFILL_CHUNK`` tokens,
+        with a ``PrefillProgress`` after each (a point to stop at, see there)."""
         tokens = (
             list(prompt_tokens)
             if prompt_tokens is not None
@@ -157,7 +188,7 @@ class ChatService:
             tool_choice=tool_choice,
             stream_arguments=stream_arguments,
         )
-        yield from self._run(tokens, max_tokens, sampling, stop, parser)
+        yield from self._run(tokens, max_tokens, sampling, stop, parser, report_prefill)
 
     def chat_prompt(
         self,
@@ -218,7 +249,8 @@ class ChatService:
         sampling: SamplingOptions | None,
         stop: Sequence[str],
         parser: StreamParser | None,
-    ) -> Generator[ScheduledEvent, mx.array | None, None]:
+        report_prefill: bool = False,
+    ) -> Generator[ScheduledEvent | PrefillProgress, mx.array | None, None]:
         if not tokens:
             raise ValueError("the prompt is empty")
         if len(tokens) >= self.max_context:
@@ -231,13 +263,36 @@ class ChatService:
         try:
             if self.prompt_cache is not None:
                 self._restore_longest(slot.session, tokens)
-            yield from self._generate(slot, tokens, max_tokens, sampling, stop, parser, started)
+            cached = slot.session.n_tokens
+            prefill = _ChunkedPrefill()
+            if report_prefill:
+                prefill = yield from self._prefill_chunks(slot.session, tokens)
+            yield from self._generate(
+                slot, tokens, max_tokens, sampling, stop, parser, started, cached, prefill
+            )
         finally:
             slot.busy = False
             # Written after the answer, so the disk costs the request no time to first token.
             if self.prompt_cache is not None and slot.prompt_snapshot is not before:
                 assert slot.prompt_snapshot is not None
                 self.prompt_cache.persist(slot.prompt_snapshot[1])
+
+    @staticmethod
+    def _prefill_chunks(
+        session: Session, tokens: list[int]
+    ) -> Generator[PrefillProgress, None, _ChunkedPrefill]:
+        """Feed all but the last chunk of the prompt's new tokens, reporting each; the last
+        chunk is left to the generation (its logits give the first token, and the drafter
+        observes it)."""
+        begin = session.n_tokens
+        total = len(tokens) - begin
+        started = time.perf_counter()
+        while len(tokens) - session.n_tokens > PREFILL_CHUNK:
+            at = session.n_tokens
+            logits = session.feed_mx(tokens[at : at + PREFILL_CHUNK])
+            mx.eval(logits[-1])  # the chunk is computed here, not queued for the next one
+            yield PrefillProgress(session.n_tokens - begin, total, time.perf_counter() - started)
+        return _ChunkedPrefill(session.n_tokens - begin, time.perf_counter() - started)
 
     def _generate(
         self,
@@ -248,8 +303,12 @@ class ChatService:
         stop: Sequence[str],
         parser: StreamParser | None,
         started: float,
+        cached: int,
+        prefill: _ChunkedPrefill,
     ) -> Generator[ScheduledEvent, mx.array | None, None]:
-        session, cached = slot.session, slot.session.n_tokens
+        """The generation after the prompt's first ``cached`` tokens came from a cache and
+        ``prefill`` fed some more in chunks."""
+        session = slot.session
         tokenizer = self.model.tokenizer
         detokenizer = tokenizer.streaming_detokenizer(skip_special=True)
         stops = _StopMatcher(stop)
@@ -267,7 +326,7 @@ class ChatService:
 
         stream = stepped(
             session,
-            tokens[cached:],
+            tokens[session.n_tokens :],
             max_tokens,
             sampling,
             self.drafter,
@@ -287,6 +346,9 @@ class ChatService:
                     continue
                 if isinstance(event, DoneEvent):
                     stats = event.stats
+                    # The whole prefill, the chunks fed before the generation included.
+                    stats.prompt_tokens += prefill.tokens
+                    stats.prefill_seconds += prefill.seconds
                     break
                 if completion == 0:
                     # The first token comes right after the prefill: the session holds exactly

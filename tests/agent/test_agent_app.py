@@ -87,15 +87,15 @@ def test_a_tool_call_shows_a_panel_with_its_result(toolbox, store):
     play(app, scenario)
 
 
-@pytest.mark.parametrize(("key", "allowed"), [("y", True), ("n", False)])
-def test_permission_prompt_answered_by_key(toolbox, store, workspace, key, allowed):
+@pytest.mark.parametrize(("keys", "allowed"), [(["y"], True), (["n", "enter"], False)])
+def test_permission_prompt_answered_by_key(toolbox, store, workspace, keys, allowed):
     turns = [[call("edit", path="README.md", old="A demo", new="The demo")], [text("Done.")]]
     app, _ = make_app(toolbox, store, turns, yolo=False)
 
     async def scenario(pilot):
         await submit(pilot, "edit the readme")
         await until(pilot, lambda: isinstance(app.screen, PermissionScreen) and app.screen.armed)
-        await pilot.press(key)
+        await pilot.press(*keys)
         await until(pilot, lambda: answers(app) == ["Done."] and not app.busy)
         panel = app.query_one(ToolPanel)
         readme = (workspace / "README.md").read_text()
@@ -253,5 +253,32 @@ def test_status_bar_shows_the_expert_cache_hit_rate_when_streaming(toolbox, stor
         await submit(pilot, "hi")
         await until(pilot, lambda: answers(app) == ["ok"] and not app.busy)
         assert "experts 75% hit" in str(app.query_one("#status").content)
+
+    play(app, scenario)
+
+
+def test_status_bar_shows_no_rate_that_was_not_measured(toolbox, store):
+    # The scripted turn reports no decode time, as a remote answer sent in one chunk.
+    app, _ = make_app(toolbox, store, [[text("ok")]])
+
+    async def scenario(pilot):
+        await submit(pilot, "hi")
+        await until(pilot, lambda: answers(app) == ["ok"] and not app.busy)
+        status = str(app.query_one("#status").content)
+        assert "│ 5 tok │" in status and "t/s" not in status
+
+    play(app, scenario)
+
+
+def test_a_full_context_suggests_compact_in_the_ui(toolbox, store):
+    agent = Agent(ScriptedBackend([], context_size=600), toolbox, Permissions(yolo=True))
+    app = AgentApp(lambda: agent, store)
+
+    async def scenario(pilot):
+        await submit(pilot, "hi")
+        await until(pilot, lambda: bool(texts(app, ".error")) and not app.busy)
+        assert any("context not compacted" in note for note in texts(app, ".note"))
+        assert "/compact or /new frees room" in texts(app, ".error")[-1]
+        assert not agent.backend.requests
 
     play(app, scenario)

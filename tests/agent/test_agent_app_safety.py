@@ -81,7 +81,7 @@ def test_a_30_line_command_shows_all_30_lines(toolbox, store, workspace):
         for n in range(1, 30):
             assert f"echo step {n}" in shown
         assert "touch HIDDEN_MARKER" in shown
-        await pilot.press("n")
+        await pilot.press("n", "enter")
         await until(pilot, lambda: not app.busy)
         assert not (workspace / "HIDDEN_MARKER").exists()
 
@@ -157,7 +157,7 @@ def test_keys_typed_before_the_prompt_do_not_answer_it(toolbox, store, workspace
         assert isinstance(screen, PermissionScreen) and not screen.armed
         assert not (workspace / "TYPED").exists() and agent.permissions.rules == []
         await until(pilot, lambda: screen.armed)
-        await pilot.press("n")
+        await pilot.press("n", "enter")
         await until(pilot, lambda: not app.busy)
         assert not (workspace / "TYPED").exists() and agent.permissions.rules == []
         assert app.query_one("#prompt").value.startswith("okay th")
@@ -183,7 +183,7 @@ def test_always_allows_only_that_command(toolbox, store, workspace):
         screen = await prompt_open(pilot)
         assert "touch two" in screen_text(app)
         await until(pilot, lambda: screen.armed)
-        await pilot.press("n")
+        await pilot.press("n", "enter")
         await until(pilot, lambda: not app.busy)
         assert (workspace / "one").exists() and not (workspace / "two").exists()
 

@@ -24,13 +24,16 @@ def test_print_mode_runs_on_the_chat_model(chat_model_path, workspace, tmp_path,
             "8",
             "--max-steps",
             "1",
+            # The test model says its own context is 256 tokens, less than the system prompt.
+            "-c",
+            "4096",
         ]
     )
     out, err = capsys.readouterr()
     # Random weights: the text is gibberish, but one full turn ran and its answer was printed.
     assert code == 0
     assert out.strip(), err
-    assert not (tmp_path / "data").exists()  # --print keeps no conversation
+    assert list((tmp_path / "data").glob("chat-*.json"))  # saved, for --continue
 
 
 def test_flags_are_checked(tmp_path, capsys):
@@ -51,13 +54,15 @@ def test_the_default_model_is_the_tiny_model():
 
 
 @pytest.mark.skipif(not cli.DEFAULT_MODEL.is_file(), reason="assets/ds4-tiny.gguf not built yet")
-def test_the_tiny_model_lists_files_with_a_tool_call(workspace, capsys):
+def test_the_tiny_model_lists_files_with_a_tool_call(workspace, tmp_path, capsys):
     code = cli.main(
         [
             "--print",
             "List the files.",
             "--workspace",
             str(workspace),
+            "--data-dir",
+            str(tmp_path / "data"),
             "--max-steps",
             "3",
             "-n",
@@ -67,3 +72,19 @@ def test_the_tiny_model_lists_files_with_a_tool_call(workspace, capsys):
     out, err = capsys.readouterr()
     assert "> list" in err, err  # a well-formed call ran and its result went back
     assert code == 0 and out.strip()
+
+
+@pytest.mark.skipif(not cli.DEFAULT_MODEL.is_file(), reason="assets/ds4-tiny.gguf not built yet")
+def test_the_default_context_is_the_models_own_capped_by_memory(monkeypatch):
+    from ds4mlx import memory
+    from ds4mlx.load_plan import HEADROOM, RUNTIME_BYTES, USABLE_SHARE, plan_model
+
+    plan = plan_model(cli.DEFAULT_MODEL, "f32")
+    assert plan.trained_ctx == 4096
+    assert cli._parse(["--print", "x"]).ctx == plan.trained_ctx
+    assert cli._parse(["--print", "x", "-c", "1000"]).ctx == 1000
+    # Memory for the weights and the KV cache of 2048 tokens, and no more.
+    kv = plan.kv_fixed_bytes + plan.kv_bytes_per_1k * 2
+    needed = ((plan.dense_bytes + plan.routed_bytes + kv) * HEADROOM + RUNTIME_BYTES) / USABLE_SHARE
+    monkeypatch.setattr(memory, "available_memory_bytes", lambda: int(needed) + 1)
+    assert 2040 <= cli._parse(["--print", "x"]).ctx <= 2048

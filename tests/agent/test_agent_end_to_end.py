@@ -3,15 +3,10 @@ OpenAI-compatible server: what reaches the terminal, autosave, SIGTERM, --contin
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
-import pty
 import signal
-import struct
 import subprocess
 import sys
-import termios
 import threading
 import time
 from pathlib import Path
@@ -21,63 +16,18 @@ from ds4mlx.cli import agent as cli
 
 import pytest
 from processes import processes_with
+from pseudo_terminal import PseudoTerminal
 from scripted_server import Server, chunk, text_chunks, tool_call_chunks
 
 ROOT = Path(__file__).parents[2]
 OSC_TITLE = "\x1b]0;PWNED\x07"
 
 
-class Terminal:
+class Terminal(PseudoTerminal):
     """ds4-agent in a 100x30 pseudo-terminal; everything it writes is kept in ``output``."""
 
     def __init__(self, arguments: list[str], cwd: Path):
-        master, slave = pty.openpty()
-        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
-        env = {**os.environ, "TERM": "xterm-256color", "PYTHONPATH": str(ROOT)}
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "ds4mlx.cli.agent", *arguments],
-            stdin=slave,
-            stdout=slave,
-            stderr=slave,
-            cwd=cwd,
-            env=env,
-            start_new_session=True,
-        )
-        os.close(slave)
-        self.master = master
-        self.output = bytearray()
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        while True:
-            try:
-                data = os.read(self.master, 65536)
-            except OSError:
-                return
-            if not data:
-                return
-            self.output += data
-
-    def type(self, text: str) -> None:
-        os.write(self.master, text.encode())
-
-    def wait_for(self, condition, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if condition():
-                return
-            if self.process.poll() is not None:
-                break
-            time.sleep(0.1)
-        raise AssertionError(f"not reached; the terminal shows:\n{self.output[-3000:]!r}")
-
-    def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-        self.reader.join(2)
-        os.close(self.master)
+        super().__init__("ds4mlx.cli.agent", arguments, cwd)
 
 
 def saved(data_dir: Path) -> list[dict]:
@@ -277,3 +227,49 @@ def test_continue_without_a_conversation_is_a_clear_error(workspace, tmp_path, c
         ]
     )
     assert code == 1 and "no saved conversation for" in capsys.readouterr().err
+
+
+def test_print_saves_so_that_continue_print_goes_on(workspace, tmp_path, capsys):
+    data = tmp_path / "data"
+    with Server([text_chunks("First answer."), text_chunks("Second answer.")]) as server:
+        base = ["--api-base", server.url, "--workspace", str(workspace), "--data-dir", str(data)]
+        assert cli.main([*base, "--print", "first question"]) == 0
+        assert cli.main([*base, "--continue", "--print", "second question"]) == 0
+        sent = server.requests[1]["messages"]
+    assert [m["content"] for m in sent[1:]] == [
+        "first question",
+        "First answer.",
+        "second question",
+    ]
+    assert len(saved(data)) == 1  # the continued conversation was saved back, not copied
+    assert saved(data)[0][-1] == {"role": "assistant", "content": "Second answer."}
+
+
+def test_print_with_a_context_too_small_says_what_helps_there(workspace, tmp_path, capsys):
+    with Server([]) as server:
+        code = cli.main(
+            [
+                "--api-base", server.url, "-c", "512", "--workspace", str(workspace),
+                "--data-dir", str(tmp_path / "data"), "--print", "hi",
+            ]
+        )  # fmt: skip
+        assert not server.requests
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "context not compacted: nothing to compact" in err and " -> " not in err
+    assert "leaves no room in the context of 512 tokens" in err and "-c/--ctx" in err
+    assert "/compact" not in err
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="checks processes through /proc")
+def test_print_stops_its_background_jobs_on_exit(workspace, tmp_path, capsys):
+    script = [tool_call_chunks(['{"command": "sleep 4264 &"}'], name="bash"), text_chunks("ok")]
+    with Server(script) as server:
+        code = cli.main(
+            [
+                "--api-base", server.url, "--yolo", "--workspace", str(workspace),
+                "--data-dir", str(tmp_path / "data"), "--print", "start a job",
+            ]
+        )  # fmt: skip
+    assert code == 0 and "started background job 1" in capsys.readouterr().err
+    assert processes_with("sleep 4264") == []

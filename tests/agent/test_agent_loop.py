@@ -190,8 +190,8 @@ def test_permission_always_is_scoped_to_the_exact_command(toolbox):
         [call("bash", command="echo one")],
         [call("bash", command="echo one")],
         [call("bash", command="echo two")],
-        [call("edit", path="README.md", old="demo", new="DEMO")],
-        [call("edit", path="README.md", old="DEMO", new="demo")],
+        [call("edit", path="README.md", old="A demo", new="A DEMO")],
+        [call("edit", path="README.md", old="A DEMO", new="A demo")],
         [text("ok")],
     ]
     agent, _ = make_agent(toolbox, turns, yolo=False)
@@ -239,3 +239,19 @@ def test_an_unanswered_request_is_a_denial(toolbox, workspace):
     )
     list(agent.run("write"))
     assert not (workspace / "y.txt").exists()
+
+
+def test_an_edit_known_to_fail_is_failed_without_asking(toolbox, workspace):
+    agent, backend = make_agent(
+        toolbox,
+        [[call("edit", path="README.md", old="not in the file", new="x")], [text("I see.")]],
+        yolo=False,
+    )
+    events = list(agent.run("edit it"))
+    assert not any(isinstance(e, PermissionRequest) for e in events)
+    result = next(e for e in events if isinstance(e, ToolFinished)).result
+    assert result.is_error and "old text was not found" in result.output
+    tool = [m for m in backend.requests[1] if m["role"] == "tool"][0]
+    assert "old text was not found" in tool["content"] and tool["is_error"]
+    assert (workspace / "README.md").read_text() == "# demo\nA demo project.\n"
+    assert finished(events).reason == "answer"

@@ -136,3 +136,10 @@ def test_print_mode_with_api_base(workspace, tmp_path, capsys):
     out, err = capsys.readouterr()
     assert code == 0 and out == "Three entries.\n" and model == "remote"
     assert "> list ." in err and ".gitignore (+5 lines)" in err
+
+
+def test_an_answer_in_one_chunk_has_no_decode_rate():
+    with Server([[chunk({"role": "assistant", "content": "All at once."}, "stop"), USAGE]]) as s:
+        done = list(OpenAIBackend(s.url, "m").chat([], [], max_tokens=20, thinking=False))[-1]
+    assert done.completion_tokens == 7
+    assert done.stats.decode_seconds == 0 and done.stats.decode_tps == 0

@@ -69,7 +69,9 @@ def test_undo_in_a_plain_folder(toolbox, workspace, tmp_path):
     assert "+print('new')" in diff
     assert "restored 1 file" in commands.handle("/undo").text
     assert "A changed project." in (workspace / "README.md").read_text()
-    assert "restored 2 file" in commands.handle("/undo").text
+    outcome = commands.handle("/undo").text
+    assert "restored 1 file(s) as they were before the last change: README.md" in outcome
+    assert "removed 1 file(s) it created: src/new.py" in outcome
     assert (workspace / "README.md").read_text() == "# demo\nA demo project.\n"
     assert not (workspace / "src" / "new.py").exists()
     assert "nothing to undo" in commands.handle("/undo").text
@@ -86,6 +88,30 @@ def test_undo_in_a_plain_folder_removes_what_bash_created(toolbox, workspace, tm
     assert "not restored" in outcome and "README.md" in outcome.split("not restored")[1]
 
 
+@pytest.mark.parametrize("in_git", [False, True])
+def test_undo_removes_the_folders_a_prompt_created(toolbox, workspace, tmp_path, in_git):
+    if in_git:
+        git(workspace, "init", "-q")
+    (workspace / "kept").mkdir()
+    turns = [
+        [
+            call("write", path="new/deeper/a.py", content="a\n"),
+            call("write", path="new/b.py", content="b\n"),
+            call("write", path="kept/c.py", content="c\n"),
+        ],
+        [text("ok")],
+    ]
+    agent, commands = agent_with(toolbox, turns, tmp_path)
+    assert agent.checkpoints.kind == ("git" if in_git else "files")
+    list(agent.run("make files"))
+    outcome = commands.handle("/undo").text
+    assert "restored" not in outcome
+    assert "removed 3 file(s) it created: kept/c.py, new/b.py, new/deeper/a.py" in outcome
+    assert "removed the folder(s) it created: new" in outcome
+    assert not (workspace / "new").exists()
+    assert (workspace / "kept").is_dir() and (workspace / "src").is_dir()
+
+
 def test_undo_in_a_git_repository_includes_bash_changes(toolbox, repository, tmp_path):
     agent, commands = agent_with(toolbox, changing_turns(True), tmp_path)
     assert agent.checkpoints.kind == "git"
@@ -98,7 +124,8 @@ def test_undo_in_a_git_repository_includes_bash_changes(toolbox, repository, tmp
     diff = commands.handle("/diff").text
     assert "+made by bash" in diff and "+A changed project." in diff
     outcome = commands.handle("/undo").text
-    assert "restored 3 file" in outcome and "bash.txt" in outcome
+    assert "restored 1 file(s) as they were before the last change: README.md" in outcome
+    assert "removed 2 file(s) it created: bash.txt, src/new.py" in outcome
     assert (repository / "README.md").read_text() == "# demo\nA demo project.\n"
     assert not (repository / "bash.txt").exists() and not (repository / "src/new.py").exists()
     # the user's index, branch and staged work are untouched
