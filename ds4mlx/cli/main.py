@@ -35,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ds4",
         description="Generate text with a DeepSeek-V4-Flash / GLM GGUF model.",
         epilog="Subcommands: 'ds4 plan -m FILE' prints a model's memory plan without loading "
-        "it; 'ds4 bench' measures speed and quality.",
+        "it; 'ds4 bench' measures speed and quality; 'ds4 perplexity -f FILE' and 'ds4 logprobs "
+        "-f FILE' score a text.",
     )
     add_model_flags(parser)
     parser.add_argument("-p", "--prompt", required=True, help="prompt text")
@@ -104,6 +105,10 @@ def main(argv: list[str] | None = None) -> int:
         from ds4mlx.cli.plan import main as plan_main
 
         return plan_main(argv[1:])
+    if argv[:1] in (["perplexity"], ["logprobs"]):
+        from ds4mlx.cli.perplexity import main as scoring_main
+
+        return scoring_main(argv[0], argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.n_predict <= 0:
