@@ -123,6 +123,7 @@ class SpecResult:
     acceptance: float
     #: Accepted share per draft position: position k counts drafts that reached it.
     position_acceptance: list[float]
+    #: The scheduler's pauses: for poor acceptance or missing drafts, and for cost.
     pauses: int
     parity: bool
 
@@ -205,7 +206,7 @@ def bench_prompt(
         stats.tau,
         stats.acceptance_rate,
         stats.position_acceptance,
-        stats.scheduler.pauses,
+        stats.scheduler.pauses + stats.scheduler.cost_pauses,
         spec_tokens == plain_tokens,
     )
 

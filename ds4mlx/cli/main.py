@@ -277,7 +277,8 @@ def speculation_summary(stats: SpeculativeStats, detailed: bool) -> str:
         f"{stats.verify_seconds * 1e3:.0f} ms in {stats.verify_passes} passes, accept "
         f"{stats.accept_seconds * 1e3:.0f} ms | scheduler: {s.cycles} cycles, "
         f"{s.pauses} pauses ({s.no_draft_pauses} for missing drafts), {s.paused_cycles} "
-        f"paused, {s.tail_cycles} in the budget tail"
+        f"paused, {s.tail_cycles} in the budget tail, {s.cost_pauses} cost pauses "
+        f"({s.plain_advances} plain advances)"
     )
 
 
