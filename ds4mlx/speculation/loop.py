@@ -90,6 +90,15 @@ def _rows(out, pos0: int) -> TargetRows:
     return TargetRows(pos0, out.layers, out.head_input, out.final_hidden)
 
 
+def _weighs_cost(sampler: Sampler) -> bool:
+    """Whether the scheduler's cost rule applies: greedy decoding only. A sampled token depends
+    on how many draws came before it (a seeded sampler splits its key at each), and a cycle's
+    draws depend on whether it drafted; times differ from run to run, so pauses for cost would
+    make a seeded request's output differ too. ds4's rules, which read only acceptance, keep it
+    reproducible."""
+    return sampler.options.temperature == 0
+
+
 def _cut_by_confidence(draft: Draft, threshold: float) -> list[int]:
     if not threshold or draft.confidences is None:
         return list(draft.tokens)
@@ -207,7 +216,9 @@ class SpeculativeDecoder(Decoder):
         """``_advance_plain``, its time and tokens told to the scheduler as plain cost."""
         started = self.lease.costs.clock()
         tokens = self._advance_plain(session, token, sampler, stats, limits)
-        self.scheduler.record_cost(Cycle.PLAIN, self.lease.costs.clock() - started, len(tokens))
+        if _weighs_cost(sampler):
+            elapsed = self.lease.costs.clock() - started
+            self.scheduler.record_cost(Cycle.PLAIN, elapsed, len(tokens))
         return tokens
 
     def _drafts_on_device(self, session: Session) -> bool:
@@ -299,8 +310,7 @@ class SpeculativeDecoder(Decoder):
         drafter.observe(
             [token, *committed], verdict.next_token, _rows(out, pos).take(1 + len(committed))
         )
-        if drafting:
-            self.scheduler.record_cost(
-                Cycle.DRAFT, self.lease.costs.clock() - started, len(committed) + 1
-            )
+        if drafting and _weighs_cost(sampler):
+            elapsed = self.lease.costs.clock() - started
+            self.scheduler.record_cost(Cycle.DRAFT, elapsed, len(committed) + 1)
         return [*committed, verdict.next_token]

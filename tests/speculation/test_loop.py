@@ -250,3 +250,24 @@ def test_cost_pauses_decode_plainly_with_the_drafter_following_every_row(ds4_mod
     np.testing.assert_allclose(
         np.array(mx.concatenate(seen)), np.array(reference.layers[0]), atol=1e-4, rtol=1e-4
     )
+
+
+def test_sampled_generation_is_never_paused_for_cost(ds4_model):
+    """Sampled tokens depend on the draws before them, which depend on the scheduling: the cost
+    rule (which reads a clock) leaves sampled generation to ds4's rules, so a seed still gives
+    the same output on every run."""
+    prompt, n = PROMPTS[0], 24
+    plain, _ = run(generate(ds4_model.new_session(), prompt, n))
+    sampling = SamplingOptions(temperature=0.8, top_k=20, seed=5)
+    drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=1.0)
+    _, stats = run(
+        generate(
+            ds4_model.new_session(), prompt, n, sampling, drafter=drafter, lease=measured_lease()
+        )
+    )
+    assert stats.scheduler.cost_pauses == 0 and stats.scheduler.plain_advances == 0
+    # The same drafter greedy: paused for cost.
+    _, stats = run(
+        generate(ds4_model.new_session(), prompt, n, drafter=drafter, lease=measured_lease())
+    )
+    assert stats.scheduler.cost_pauses > 0
