@@ -16,7 +16,9 @@ pauses for ``COST_PAUSE`` plain advances; then a probe of ``MIN_DRAFTED_SAMPLES`
 cycles judges again, and each probe that loses doubles the pause (up to ``MAX_COST_PAUSE``). Plain
 cost is a property of the model and the machine, not of the request, so it lives in a
 ``CostMeter`` the drafter's lease shares across requests; the first request measures it with
-``MIN_PLAIN_SAMPLES`` plain advances once its drafted cycles have enough samples.
+``MIN_PLAIN_SAMPLES`` plain advances once its drafted cycles have enough samples, and a request
+that would pause drafting on an earlier request's measurement measures it again first (the load
+of a shared machine changes).
 """
 
 from __future__ import annotations
@@ -139,6 +141,8 @@ class DraftScheduler:
     costs: CostMeter = field(default_factory=CostMeter)
     _drafted_cost: DecayingCost = field(default_factory=DecayingCost)
     _plain_left: int = 0
+    #: Whether this request has measured plain decoding (see ``_judge_cost``).
+    _plain_measured: bool = False
     _cost_pause: int = COST_PAUSE
     _window_accepted: list[int] = field(default_factory=list)
     _window_no_draft: int = 0
@@ -179,6 +183,7 @@ class DraftScheduler:
             return
         if cycle is Cycle.PLAIN:
             self.costs.plain.add(seconds, tokens)
+            self._plain_measured = True
             return
         self._drafted_cost.add(seconds, tokens)
         self._judge_cost()
@@ -193,6 +198,12 @@ class DraftScheduler:
         self.stats.drafted_cost, self.stats.plain_cost = drafted.per_token, plain.per_token
         if drafted.per_token <= plain.per_token * (1 + COST_MARGIN):
             self._cost_pause = COST_PAUSE
+            return
+        if not self._plain_measured:
+            # Plain cost from an earlier request may date from a quieter moment of a shared
+            # machine: measure it again now, and judge with that alone, before pausing.
+            plain.restart()
+            self._plain_left = MIN_PLAIN_SAMPLES
             return
         # The cost pause covers any pause of ds4's rule, and its probe starts from fresh samples.
         self._plain_left, self._pause_left = self._cost_pause, 0

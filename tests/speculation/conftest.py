@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import ds4mlx
 from ds4mlx.speculation.drafter import Draft, TargetRows
 from ds4mlx.speculation.loop import DrafterLease
-from ds4mlx.speculation.scheduler import CostMeter
+from ds4mlx.speculation.scheduler import CostMeter, DecayingCost
 
 import pytest
 
@@ -79,10 +79,24 @@ class TickingClock:
         return self.now
 
 
-def measured_lease(plain_tokens_per_tick: int = 4) -> DrafterLease:
-    """A lease whose plain cost is already known (one tick per plain advance of
-    ``plain_tokens_per_tick`` tokens), on a ticking clock: the cost rule pauses a drafter whose
-    cycles commit fewer tokens than that, and no request spends an advance measuring it."""
+def measured_lease() -> DrafterLease:
+    """A lease whose plain cost is already known (one tick per plain advance of four tokens, as
+    the ticking clock measures it again), on a ticking clock: the cost rule pauses a drafter
+    whose cycles commit fewer than four tokens, and keeps one whose cycles commit more."""
     costs = CostMeter(clock=TickingClock())
-    costs.plain.add(1.0, plain_tokens_per_tick)
+    costs.plain.add(1.0, 4)
     return DrafterLease(costs)
+
+
+class FreePlainCost(DecayingCost):
+    """Plain decoding measured as costing nothing, whatever the clock says."""
+
+    @property
+    def per_token(self) -> float:
+        return 0.0
+
+
+def losing_lease() -> DrafterLease:
+    """A lease on which every drafter loses to plain decoding: the cost rule pauses it after
+    each probe."""
+    return DrafterLease(CostMeter(clock=TickingClock(), plain=FreePlainCost()))

@@ -139,17 +139,25 @@ def drive_costs(
     return trace
 
 
-def measured(plain_seconds_per_token: float = 1.0) -> CostMeter:
+def measured() -> CostMeter:
+    """A meter on which an earlier request measured plain decoding at one second a token."""
     costs = CostMeter()
-    costs.plain.add(4 * plain_seconds_per_token, 4)
+    costs.plain.add(4.0, 4)
     return costs
+
+
+def judged(max_draft: int = 1) -> DraftScheduler:
+    """A scheduler whose request has measured plain decoding itself, at one second a token."""
+    scheduler = DraftScheduler(max_draft=max_draft)
+    scheduler.record_cost(Cycle.PLAIN, 4.0, 4)
+    return scheduler
 
 
 D, P = Cycle.DRAFT, Cycle.PLAIN
 
 
 def test_a_drafter_that_costs_more_than_plain_steps_pauses_then_probes():
-    scheduler = DraftScheduler(max_draft=1, costs=measured())
+    scheduler = judged()
     # 2.5 s a cycle of two tokens: 1.25 s a token against plain decoding's 1.0.
     trace = drive_costs(scheduler, [2.5] * (3 * MIN_DRAFTED_SAMPLES))
     probe = [D] * MIN_DRAFTED_SAMPLES
@@ -179,7 +187,7 @@ def plain_runs(trace: list[Cycle]) -> list[int]:
 
 
 def test_the_cost_pause_stops_growing():
-    scheduler = DraftScheduler(max_draft=1, costs=measured())
+    scheduler = judged()
     pauses = plain_runs(drive_costs(scheduler, [2.5] * (10 * MIN_DRAFTED_SAMPLES)))
     assert pauses[:4] == [COST_PAUSE, 2 * COST_PAUSE, 4 * COST_PAUSE, 8 * COST_PAUSE]
     assert max(pauses) == MAX_COST_PAUSE
@@ -214,7 +222,7 @@ def test_no_judgement_before_enough_drafted_cycles():
 
 
 def test_a_probe_that_pays_resumes_drafting_and_resets_the_pause():
-    scheduler = DraftScheduler(max_draft=1, costs=measured())
+    scheduler = judged()
     slow, fast = [2.5] * MIN_DRAFTED_SAMPLES, [1.0] * (3 * MIN_DRAFTED_SAMPLES)
     trace = drive_costs(scheduler, [*slow, *fast, *[2.5] * (3 * MIN_DRAFTED_SAMPLES)])
     # Drafting pays again after the first pause: the fast cycles run without one ...
@@ -225,6 +233,19 @@ def test_a_probe_that_pays_resumes_drafting_and_resets_the_pause():
     ]
     # ... and when it loses again, the pause starts over at the first pause's length.
     assert plain_runs(trace)[:2] == [COST_PAUSE, COST_PAUSE]
+
+
+def test_plain_cost_from_an_earlier_request_is_measured_again_before_a_pause():
+    # Drafting looks slower than an earlier request's plain decoding: one plain advance
+    # measures it now; it is as fast as before, so drafting pauses at the next judgement ...
+    scheduler = DraftScheduler(max_draft=1, costs=measured())
+    trace = drive_costs(scheduler, [2.5] * (MIN_DRAFTED_SAMPLES + 1))
+    assert trace == [*[D] * MIN_DRAFTED_SAMPLES, *[P] * MIN_PLAIN_SAMPLES, D]
+    assert scheduler.next_cycle(BUDGET) is P and scheduler.stats.cost_pauses == 1
+    # ... unless the machine got slower for plain decoding too (3 s a token now).
+    scheduler = DraftScheduler(max_draft=1, costs=measured())
+    trace = drive_costs(scheduler, [2.5] * 20, plain_seconds=12.0)
+    assert trace == [*[D] * MIN_DRAFTED_SAMPLES, *[P] * MIN_PLAIN_SAMPLES, *[D] * 16]
 
 
 def test_plain_cost_is_measured_once_per_meter():
@@ -246,7 +267,7 @@ def test_plain_cost_is_measured_once_per_meter():
 def test_cost_pauses_cover_ds4_pauses():
     # Poor acceptance and slow cycles: the cost pause runs plain advances, and ds4's pause of
     # one-token verifies does not follow it.
-    scheduler = DraftScheduler(max_draft=5, costs=measured())
+    scheduler = judged(max_draft=5)
     for _ in range(WINDOW_CYCLES):
         assert scheduler.next_cycle(BUDGET) is D
         scheduler.record(5, 0)
