@@ -20,7 +20,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ds4mlx.bench.samples import Samples
-from ds4mlx.generation import Done, SpeculationConfig, TokenEvent, generate, load_drafter
+from ds4mlx.generation import (
+    Done,
+    DrafterLease,
+    SpeculationConfig,
+    TokenEvent,
+    generate,
+    load_drafter,
+)
 
 if TYPE_CHECKING:
     from ds4mlx.generation import Drafter
@@ -116,6 +123,7 @@ class SpecResult:
     acceptance: float
     #: Accepted share per draft position: position k counts drafts that reached it.
     position_acceptance: list[float]
+    #: The scheduler's pauses: for poor acceptance or missing drafts, and for cost.
     pauses: int
     parity: bool
 
@@ -138,6 +146,7 @@ def _run(
     drafter: Drafter | None,
     config: SpeculationConfig,
     stop_tokens: Sequence[int],
+    lease: DrafterLease | None = None,
 ) -> tuple[list[int], float, Done]:
     """One greedy generation on a fresh session: tokens, decode tokens/s and its Done."""
     session = model.new_session()
@@ -146,7 +155,13 @@ def _run(
     tokens: list[int] = []
     done: Done | None = None
     for event in generate(
-        session, ids, max_tokens, drafter=drafter, config=config, stop_tokens=stop_tokens
+        session,
+        ids,
+        max_tokens,
+        drafter=drafter,
+        config=config,
+        stop_tokens=stop_tokens,
+        lease=lease,
     ):
         if isinstance(event, TokenEvent):
             tokens.append(event.token)
@@ -165,17 +180,20 @@ def bench_prompt(
     *,
     max_tokens: int,
     runs: int,
+    lease: DrafterLease | None = None,
 ) -> SpecResult:
+    """``lease``: the drafter's across runs and prompts, as a server keeps one for its drafter
+    (the scheduler's cost rule measures plain decoding once per lease)."""
     ids = prompt_ids(model, prompt)
     # A chat answer ends at its end-of-turn; text and code run the full length, so that each
     # row measures the same amount of decoding (a tiny model may end prose at once).
     stop = model.tokenizer.stop_ids if prompt.kind == "chat" else ()
     target, drafted = Samples(), Samples()
     plain_tokens, _, _ = _run(model, ids, max_tokens, None, config, stop)  # warm-up
-    spec_tokens, _, done = _run(model, ids, max_tokens, drafter, config, stop)
+    spec_tokens, _, done = _run(model, ids, max_tokens, drafter, config, stop, lease)
     for _ in range(runs):
         target.runs.append(_run(model, ids, max_tokens, None, config, stop)[1])
-        drafted.runs.append(_run(model, ids, max_tokens, drafter, config, stop)[1])
+        drafted.runs.append(_run(model, ids, max_tokens, drafter, config, stop, lease)[1])
     # Greedy runs repeat the same cycles: the warm-up's counters are every run's.
     stats = done.acceptance
     assert stats is not None, f"{drafter_name} decoded without speculation"
@@ -188,7 +206,7 @@ def bench_prompt(
         stats.tau,
         stats.acceptance_rate,
         stats.position_acceptance,
-        stats.scheduler.pauses,
+        stats.scheduler.pauses + stats.scheduler.cost_pauses,
         spec_tokens == plain_tokens,
     )
 
@@ -206,10 +224,20 @@ def bench_model(
     for name, config in drafters:
         drafter = load_drafter(config, model)
         assert drafter is not None, f"{name}: no drafter configured"
+        lease = DrafterLease()
         for prompt in prompts:
             started = time.perf_counter()
             results.append(
-                bench_prompt(model, prompt, name, drafter, config, max_tokens=max_tokens, runs=runs)
+                bench_prompt(
+                    model,
+                    prompt,
+                    name,
+                    drafter,
+                    config,
+                    max_tokens=max_tokens,
+                    runs=runs,
+                    lease=lease,
+                )
             )
             progress(f"{name} {prompt.name}: {time.perf_counter() - started:.1f} s")
     return results

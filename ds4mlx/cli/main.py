@@ -42,7 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ds4",
         description="Generate text with a DeepSeek-V4-Flash / GLM GGUF model.",
         epilog="Subcommands: 'ds4 plan -m FILE' prints a model's memory plan without loading "
-        "it; 'ds4 bench' measures speed and quality.",
+        "it; 'ds4 bench' measures speed and quality; 'ds4 perplexity -f FILE' and 'ds4 logprobs "
+        "-f FILE' score a text.",
     )
     add_model_flags(parser)
     add_prompt_flags(parser)
@@ -111,6 +112,10 @@ def main(argv: list[str] | None = None) -> int:
         from ds4mlx.cli.plan import main as plan_main
 
         return plan_main(argv[1:])
+    if argv[:1] in (["perplexity"], ["logprobs"]):
+        from ds4mlx.cli.perplexity import main as scoring_main
+
+        return scoring_main(argv[0], argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.n_predict <= 0:
@@ -306,7 +311,8 @@ def speculation_summary(stats: SpeculativeStats, detailed: bool) -> str:
         f"{stats.verify_seconds * 1e3:.0f} ms in {stats.verify_passes} passes, accept "
         f"{stats.accept_seconds * 1e3:.0f} ms | scheduler: {s.cycles} cycles, "
         f"{s.pauses} pauses ({s.no_draft_pauses} for missing drafts), {s.paused_cycles} "
-        f"paused, {s.tail_cycles} in the budget tail"
+        f"paused, {s.tail_cycles} in the budget tail, {s.cost_pauses} cost pauses "
+        f"({s.plain_advances} plain advances)"
     )
 
 

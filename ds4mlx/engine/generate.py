@@ -128,12 +128,12 @@ class Decoder:
             room = min(room, limits.max_context - session.n_tokens)
         steps = min(self.pipeline, room)
         if steps <= 1 or not session.lazy_feeds:
-            return [sampler(session.feed_mx([token])[-1])]
+            return [sampler(self.feed_read(session, token))]
         pos = session.n_tokens
         session.check_tokens([token])
         window = sampler.recent_tokens()
         last_n = sampler.options.repeat_last_n
-        logits = session.feed_lazy(mx.array([token], dtype=mx.int32))
+        logits = self.feed_queued(session, mx.array([token], dtype=mx.int32))
         drawn: list[mx.array] = []
         for step in range(steps):
             sampled = sampler.draw_on_device(sampler.penalized_on_device(logits[-1], window))
@@ -142,7 +142,7 @@ class Decoder:
                 mx.async_eval(sampled)
                 break
             window = mx.concatenate([window, sampled])[-last_n:]
-            logits = session.feed_lazy(sampled)
+            logits = self.feed_queued(session, sampled)
         tokens = [int(t) for t in mx.concatenate(drawn).tolist()]
         session.confirm([token, *tokens[:-1]])
         stop_at = next((i for i, t in enumerate(tokens) if t in limits.stop_tokens), None)
@@ -151,6 +151,15 @@ class Decoder:
             session.truncate(pos + 1 + stop_at)
             return tokens[: stop_at + 1]
         return tokens
+
+    def feed_read(self, session: Session, token: int) -> mx.array:
+        """Feed one token the host knows; its logits row. A subclass that also wants the
+        step's hidden states (a drafter following plain steps) overrides both feeds."""
+        return session.feed_mx([token])[-1]
+
+    def feed_queued(self, session: Session, token: mx.array) -> mx.array:
+        """Feed one token the device sampled, unread (``Session.feed_lazy``); its logits."""
+        return session.feed_lazy(token)
 
     def batched(self) -> None:
         """A batched step, which this decoder did not take part in, advanced the session."""

@@ -64,7 +64,7 @@ from ds4mlx.load_plan import (
     plan_model,
 )
 from ds4mlx.memory import format_size
-from ds4mlx.speculation import Drafter, SpeculativeStats, load_drafter
+from ds4mlx.speculation import Drafter, DrafterLease, SpeculativeStats, load_drafter
 from ds4mlx.speculation.config import (
     DEFAULT_MTP_MARGIN,
     DEFAULT_NGRAM,
@@ -86,6 +86,7 @@ __all__ = [
     "Done",
     "Drafter",
     "DrafterKind",
+    "DrafterLease",
     "ExpertOptions",
     "Finished",
     "GGUFError",

@@ -25,6 +25,7 @@ from ds4mlx.generation import ChatEvent, Finished, ToolCallError
 from ds4mlx.server.access import AccessControl, error_body_for
 from ds4mlx.server.anthropic_messages import MessagesEndpoint
 from ds4mlx.server.body import MAX_BODY_BYTES, read_body
+from ds4mlx.server.choices import choice_calls, merged
 from ds4mlx.server.endpoint import Endpoint, StreamEncoder
 from ds4mlx.server.errors import APIError, openai_error_body
 from ds4mlx.server.generation import (
@@ -92,13 +93,15 @@ class _JobStreamingResponse(StreamingResponse):
             self.job.cancel()
 
 
-async def _cancel_on_disconnect(request: Request, job: Job) -> None:
-    """Cancel ``job`` as soon as the client of a non-streamed request leaves. The body has been
-    read, so the next ASGI message can only be the disconnect; waiting for it (rather than
-    polling between events) notices a client that gives up while tokens flow steadily."""
+async def _cancel_on_disconnect(request: Request, *jobs: Job) -> None:
+    """Cancel ``jobs`` (a request's, one per choice) as soon as the client of a non-streamed
+    request leaves. The body has been read, so the next ASGI message can only be the
+    disconnect; waiting for it (rather than polling between events) notices a client that
+    gives up while tokens flow steadily."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
-    job.cancel()
+    for job in jobs:
+        job.cancel()
 
 
 def _error_response(error: APIError, endpoint: Endpoint[Any]) -> JSONResponse:
@@ -210,20 +213,28 @@ class _Server:
                 raise APIError(400, str(exc)) from None
             async with self._admission:
                 call = await self.limit.tokenized(call, self.service)
-                job = self.engine.submit(partial(call.run, self.service))
+                # One job per choice (n > 1: server.choices), queued in order.
+                jobs = [
+                    self.engine.submit(partial(c.run, self.service)) for c in choice_calls(call)
+                ]
         except APIError as error:
             self.metrics.refuse()
             return _error_response(error, endpoint)
         meta = ResponseMeta(self.config.model_id, prompt_tokens=len(call.prompt_tokens or ()))
-        events = self._measured(job.events(self.config.keepalive_seconds), arrived, endpoint.path)
-        if parsed.stream:
-            return await self._stream(job, events, endpoint.stream(parsed, meta), endpoint)
-        watcher = asyncio.create_task(_cancel_on_disconnect(request, job))
+        streams = [
+            self._measured(job.events(self.config.keepalive_seconds), arrived, endpoint.path)
+            for job in jobs
+        ]
+        events = streams[0] if len(streams) == 1 else merged(streams)
+        if parsed.stream:  # one choice: with_choices refuses streamed ones
+            return await self._stream(jobs[0], events, endpoint.stream(parsed, meta), endpoint)
+        watcher = asyncio.create_task(_cancel_on_disconnect(request, *jobs))
         try:
             return await self._respond(events, endpoint, parsed, meta)
         finally:
             watcher.cancel()
-            job.cancel()
+            for job in jobs:
+                job.cancel()
 
     async def _respond(
         self,

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from ds4mlx.generation import ChatEvent, Finished
+from ds4mlx.server.choices import split_choices, with_choices
 from ds4mlx.server.errors import APIError, openai_error_body
 from ds4mlx.server.generation import (
     APIRequest,
@@ -144,14 +145,33 @@ def tool_call_json(block: Block) -> dict[str, Any]:
     }
 
 
+def _choice_json(index: int, events: Sequence[ChatEvent], finished: Finished) -> dict[str, Any]:
+    turn = track(events, CALL_ID_PREFIX)
+    calls = [tool_call_json(block) for block in turn.tool_calls]
+    text = turn.joined("text")
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": text if text or not calls else None,
+    }
+    reasoning = turn.joined("reasoning")
+    if reasoning:
+        message["reasoning_content"] = reasoning
+    if calls:
+        message["tool_calls"] = calls
+    return {
+        "index": index,
+        "message": message,
+        "logprobs": None,
+        "finish_reason": FINISH_REASONS[finished.finish_reason],
+    }
+
+
 class ChatCompletionsEndpoint:
     path = "/v1/chat/completions"
     request_model = ChatCompletionRequest
     error_body = staticmethod(openai_error_body)
 
     def call(self, request: ChatCompletionRequest, defaults: GenerationDefaults) -> GenerationCall:
-        if request.n != 1:
-            raise unsupported("n", "one choice per request")
         if request.logprobs:
             raise unsupported("logprobs", "log-probabilities are not returned")
         if request.response_format is not None and request.response_format.type != "text":
@@ -166,7 +186,7 @@ class ChatCompletionsEndpoint:
         template_thinking = (
             request.chat_template_kwargs.enable_thinking if request.chat_template_kwargs else None
         )
-        return GenerationCall(
+        call = GenerationCall(
             messages=[_service_message(m, i) for i, m in enumerate(request.messages)],
             tools=[tool.model_dump(exclude_none=True) for tool in request.tools or ()]
             if tool_choice != "none"
@@ -182,6 +202,7 @@ class ChatCompletionsEndpoint:
             ),
             reasoning_effort=template_effort(request.reasoning_effort),
         )
+        return with_choices(call, request.n, request.stream)
 
     def response(
         self,
@@ -190,30 +211,14 @@ class ChatCompletionsEndpoint:
         finished: Finished,
         meta: ResponseMeta,
     ) -> dict[str, Any]:
-        turn = track(events, CALL_ID_PREFIX)
-        calls = [tool_call_json(block) for block in turn.tool_calls]
-        text = turn.joined("text")
-        message: dict[str, Any] = {
-            "role": "assistant",
-            "content": text if text or not calls else None,
-        }
-        reasoning = turn.joined("reasoning")
-        if reasoning:
-            message["reasoning_content"] = reasoning
-        if calls:
-            message["tool_calls"] = calls
         return {
             "id": new_id("chatcmpl-"),
             "object": "chat.completion",
             "created": meta.created,
             "model": meta.model,
             "choices": [
-                {
-                    "index": 0,
-                    "message": message,
-                    "logprobs": None,
-                    "finish_reason": FINISH_REASONS[finished.finish_reason],
-                }
+                _choice_json(index, own, own_finished)
+                for index, (own, own_finished) in enumerate(split_choices(events, finished))
             ],
             "usage": chat_usage(finished),
         }

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ds4mlx.generation import ChatEvent, Finished, TextDelta
+from ds4mlx.server.choices import split_choices, with_choices
 from ds4mlx.server.errors import openai_error_body
 from ds4mlx.server.generation import (
     APIRequest,
@@ -44,8 +45,8 @@ class CompletionsEndpoint:
     error_body = staticmethod(openai_error_body)
 
     def call(self, request: CompletionRequest, defaults: GenerationDefaults) -> GenerationCall:
-        if request.n != 1 or (request.best_of or 1) != 1:
-            raise unsupported("n", "one choice per request")
+        if (request.best_of or 1) != 1:
+            raise unsupported("best_of", "choices are not ranked")
         if request.echo:
             raise unsupported("echo", "the prompt is not repeated in the output")
         if request.logprobs is not None:
@@ -57,12 +58,13 @@ class CompletionsEndpoint:
             if len(prompt) != 1:
                 raise unsupported("prompt", "one prompt per request")
             prompt = prompt[0]
-        return GenerationCall(
+        call = GenerationCall(
             prompt=prompt,
             max_tokens=token_limit(request.max_tokens, defaults),
             sampling=request.sampling(defaults),
             stop=stop_strings(request.stop),
         )
+        return with_choices(call, request.n, request.stream)
 
     def response(
         self,
@@ -78,11 +80,12 @@ class CompletionsEndpoint:
             "model": meta.model,
             "choices": [
                 {
-                    "index": 0,
-                    "text": _text(events),
+                    "index": index,
+                    "text": _text(own),
                     "logprobs": None,
-                    "finish_reason": FINISH_REASONS[finished.finish_reason],
+                    "finish_reason": FINISH_REASONS[own_finished.finish_reason],
                 }
+                for index, (own, own_finished) in enumerate(split_choices(events, finished))
             ],
             "usage": chat_usage(finished),
         }

@@ -12,7 +12,7 @@ from ds4mlx.engine.sampling import Sampler
 from ds4mlx.engine.session import Session
 from ds4mlx.speculation.acceptance import AcceptanceMode, accept
 from ds4mlx.speculation.drafter import Draft, Drafter, TargetRows
-from ds4mlx.speculation.scheduler import DraftScheduler, SchedulerStats
+from ds4mlx.speculation.scheduler import CostMeter, Cycle, DraftScheduler, SchedulerStats
 
 import mlx.core as mx
 
@@ -90,6 +90,15 @@ def _rows(out, pos0: int) -> TargetRows:
     return TargetRows(pos0, out.layers, out.head_input, out.final_hidden)
 
 
+def _weighs_cost(sampler: Sampler) -> bool:
+    """Whether the scheduler's cost rule applies: greedy decoding only. A sampled token depends
+    on how many draws came before it (a seeded sampler splits its key at each), and a cycle's
+    draws depend on whether it drafted; times differ from run to run, so pauses for cost would
+    make a seeded request's output differ too. ds4's rules, which read only acceptance, keep it
+    reproducible."""
+    return sampler.options.temperature == 0
+
+
 def _cut_by_confidence(draft: Draft, threshold: float) -> list[int]:
     if not threshold or draft.confidences is None:
         return list(draft.tokens)
@@ -104,9 +113,13 @@ def _cut_by_confidence(draft: Draft, threshold: float) -> list[int]:
 class DrafterLease:
     """Which generation a drafter's state belongs to. A drafter follows one sequence; a
     generation that prefills with it takes it over, and any other generation sharing the drafter
-    decodes without drafts from then on."""
+    decodes without drafts from then on. The lease also keeps what plain decoding costs
+    (``scheduler.CostMeter``), so that each request need not measure it again."""
 
     holder: object | None = None
+
+    def __init__(self, costs: CostMeter | None = None) -> None:
+        self.costs = costs or CostMeter()
 
 
 class SpeculativeDecoder(Decoder):
@@ -128,7 +141,11 @@ class SpeculativeDecoder(Decoder):
         self.capture = tuple(drafter.capture_layers)
         self.detached = False
         self.stats = SpeculativeStats()
-        self.scheduler = DraftScheduler(self.stats.scheduler, max_draft=drafter.max_draft)
+        self.scheduler = DraftScheduler(
+            self.stats.scheduler, max_draft=drafter.max_draft, costs=self.lease.costs
+        )
+        #: While a plain advance collects the target rows for the drafter: each step's rows.
+        self._followed: list[TargetRows] | None = None
 
     def new_stats(self, prompt_tokens: int) -> SpeculativeStats:
         self.stats.prompt_tokens = prompt_tokens
@@ -152,14 +169,56 @@ class SpeculativeDecoder(Decoder):
     def batched(self) -> None:
         self.detached = True
 
+    def feed_read(self, session: Session, token: int) -> mx.array:
+        if self._followed is None:
+            return super().feed_read(session, token)
+        pos = session.n_tokens
+        out = session.feed_hidden([token], self.capture)
+        self._followed.append(_rows(out, pos))
+        return out.logits[-1]
+
+    def feed_queued(self, session: Session, token: mx.array) -> mx.array:
+        if self._followed is None:
+            return super().feed_queued(session, token)
+        out = session.feed_hidden_lazy(token, self.capture)
+        # The position is the step's own: earlier steps of the run are fed but not yet confirmed.
+        self._followed.append(_rows(out, session.n_tokens + len(self._followed)))
+        return out.logits
+
     def _advance_plain(
         self, session: Session, token: int, sampler: Sampler, stats: GenerationStats, limits: Limits
     ) -> list[int]:
+        """Plain decoding, pipelined, with the drafter following: it sees the tokens, and the
+        target's rows if it needs them (the cost rule's pauses must leave it able to draft)."""
         pos = session.n_tokens
-        tokens = super().advance(session, token, sampler, stats, limits)
+        follow = getattr(self.drafter, "needs_target_rows", True)
+        self._followed = [] if follow else None
+        try:
+            tokens = super().advance(session, token, sampler, stats, limits)
+        finally:
+            followed, self._followed = self._followed, None
         fed = [token, *tokens[:-1]]
-        no_rows = TargetRows(pos, {}, mx.zeros((len(fed), 0, 0)), mx.zeros((len(fed), 0)))
-        self.drafter.observe(fed, tokens[-1], no_rows)
+        if followed:
+            rows = TargetRows(
+                pos,
+                {i: mx.concatenate([r.layers[i] for r in followed]) for i in self.capture},
+                mx.concatenate([r.head_input for r in followed]),
+                mx.concatenate([r.final_hidden for r in followed]),
+            ).take(len(fed))
+        else:
+            rows = TargetRows(pos, {}, mx.zeros((len(fed), 0, 0)), mx.zeros((len(fed), 0)))
+        self.drafter.observe(fed, tokens[-1], rows)
+        return tokens
+
+    def _timed_plain(
+        self, session: Session, token: int, sampler: Sampler, stats: GenerationStats, limits: Limits
+    ) -> list[int]:
+        """``_advance_plain``, its time and tokens told to the scheduler as plain cost."""
+        started = self.lease.costs.clock()
+        tokens = self._advance_plain(session, token, sampler, stats, limits)
+        if _weighs_cost(sampler):
+            elapsed = self.lease.costs.clock() - started
+            self.scheduler.record_cost(Cycle.PLAIN, elapsed, len(tokens))
         return tokens
 
     def _drafts_on_device(self, session: Session) -> bool:
@@ -187,7 +246,11 @@ class SpeculativeDecoder(Decoder):
         draft: list[int] = []
         queued: mx.array | None = None  # a draft left on the device (see DeviceDrafter)
         left = limits.max_tokens - stats.generated_tokens
-        drafting = room > 0 and self.scheduler.should_draft(left)
+        cycle = self.scheduler.next_cycle(left) if room > 0 else Cycle.PAUSE
+        drafting = cycle is Cycle.DRAFT
+        if cycle is Cycle.PLAIN:
+            return self._timed_plain(session, token, sampler, stats, limits)
+        started = self.lease.costs.clock()
         if self.scheduler.drafting_over(left):
             # No more drafts before the budget ends (too short to pay): the rest decodes as plain
             # decoding does, pipelined, where the drafter can follow or need not (drafter.py).
@@ -210,8 +273,8 @@ class SpeculativeDecoder(Decoder):
             # Nothing to verify, and the drafter needs no target rows (prompt lookup): decode
             # as plain decoding does, pipelined, and let the drafter see the tokens. A lookup
             # that finds no copy costs nothing, so the scheduler does not count it against
-            # drafting (its pauses are for drafts the target rejects).
-            return self._advance_plain(session, token, sampler, stats, limits)
+            # drafting (its pauses are for drafts the target rejects); it is plain cost.
+            return self._timed_plain(session, token, sampler, stats, limits)
         tick = time.perf_counter()
         pos = session.n_tokens
         if queued is not None:
@@ -247,4 +310,7 @@ class SpeculativeDecoder(Decoder):
         drafter.observe(
             [token, *committed], verdict.next_token, _rows(out, pos).take(1 + len(committed))
         )
+        if drafting and _weighs_cost(sampler):
+            elapsed = self.lease.costs.clock() - started
+            self.scheduler.record_cost(Cycle.DRAFT, elapsed, len(committed) + 1)
         return [*committed, verdict.next_token]

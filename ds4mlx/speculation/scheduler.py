@@ -5,11 +5,28 @@ which too many cycles produced no draft at all, pauses drafting for a few cycles
 missing drafts grow when they repeat. Near the end of the token budget a draft is cut to what the
 budget can still take, and drafting stops once that is too short to pay for its verify pass. One
 scheduler serves one request.
+
+Acceptance is not cost: a drafter whose drafts are mostly accepted can still lose time when its
+verify pass (and its own network) costs more than the tokens it saves, as GLM's one-token NextN
+does on a CPU. So the scheduler also weighs time (ours, not ds4's): the loop reports how long each
+drafted cycle and each plain (pipelined, undrafted) advance took and how many tokens it committed,
+and the scheduler keeps a decaying average of seconds per committed token of each. Once both have
+enough samples and drafted cycles cost more than plain ones by more than ``COST_MARGIN``, drafting
+pauses for ``COST_PAUSE`` plain advances; then a probe of ``MIN_DRAFTED_SAMPLES`` fresh drafted
+cycles judges again, and each probe that loses doubles the pause (up to ``MAX_COST_PAUSE``). Plain
+cost is a property of the model and the machine, not of the request, so it lives in a
+``CostMeter`` the drafter's lease shares across requests; the first request measures it with
+``MIN_PLAIN_SAMPLES`` plain advances once its drafted cycles have enough samples, and a request
+that would pause drafting on an earlier request's measurement measures it again first (the load
+of a shared machine changes).
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
 
 #: Drafted cycles per judgement window.
 WINDOW_CYCLES = 4
@@ -30,6 +47,73 @@ NO_DRAFT_PAUSES = (3, 4, 7)
 #: two-token drafts beat stopping at ten tokens left on the held-out code prompts, with the same
 #: output (docs/performance.md, "Session 10").
 MIN_TAIL_DRAFT = 2
+#: Cost samples: each new sample weighs 1, the older ones decay by this factor per sample, so
+#: the last five or so cycles dominate.
+COST_DECAY = 0.8
+#: A sample counts at most this many times the average cycle's seconds: another process taking
+#: the core for one cycle is noise, not the drafter's cost (a real change shows in every cycle
+#: and passes the clip within a few samples, since the average then grows each time).
+COST_OUTLIER = 2.0
+#: Drafted cycles before the cost rule judges (a probe's length), and plain advances before
+#: plain cost is known (each decodes ``Decoder.pipeline`` tokens). One plain advance is enough:
+#: the noise of a shared machine only ever adds time, so a noisy plain sample errs towards
+#: drafting (ds4's behaviour), never towards a pause.
+MIN_DRAFTED_SAMPLES = 4
+MIN_PLAIN_SAMPLES = 1
+#: Drafting pauses when its seconds per committed token exceed plain decoding's by this share:
+#: below it the difference is within the noise of a shared machine.
+COST_MARGIN = 0.05
+#: Plain advances of a cost pause (about four tokens each), doubling after each losing probe.
+COST_PAUSE = 8
+MAX_COST_PAUSE = 64
+
+
+class Cycle(Enum):
+    """What the next cycle of the loop does."""
+
+    DRAFT = "draft"
+    #: ds4's pause: no draft, the token verified alone, the drafter fed its row.
+    PAUSE = "pause"
+    #: The cost rule's pause: plain pipelined decoding, the drafter following the rows.
+    PLAIN = "plain"
+    #: No draft fits the rest of the budget.
+    TAIL = "tail"
+
+
+@dataclass
+class DecayingCost:
+    """Seconds per token over decaying sums of both (not an average of per-cycle ratios: a
+    cycle that commits six tokens weighs six times one that commits one)."""
+
+    seconds: float = 0.0
+    tokens: float = 0.0
+    #: The decayed count of samples (each sample weighs 1 when it comes).
+    weight: float = 0.0
+    samples: int = 0
+
+    def add(self, seconds: float, tokens: int) -> None:
+        if self.weight:
+            seconds = min(seconds, COST_OUTLIER * self.seconds / self.weight)
+        self.seconds = self.seconds * COST_DECAY + seconds
+        self.tokens = self.tokens * COST_DECAY + tokens
+        self.weight = self.weight * COST_DECAY + 1.0
+        self.samples += 1
+
+    @property
+    def per_token(self) -> float:
+        return self.seconds / self.tokens if self.tokens else 0.0
+
+    def restart(self) -> None:
+        self.seconds, self.tokens, self.weight, self.samples = 0.0, 0.0, 0.0, 0
+
+
+@dataclass
+class CostMeter:
+    """Plain decoding's cost, shared by the requests of one drafter (``DrafterLease``), and the
+    clock both costs are read from (tests give a scripted one)."""
+
+    clock: Callable[[], float] = time.perf_counter
+    plain: DecayingCost = field(default_factory=DecayingCost)
 
 
 @dataclass
@@ -41,6 +125,12 @@ class SchedulerStats:
     pauses: int = 0
     no_draft_pauses: int = 0
     tail_cycles: int = 0
+    #: The cost rule: pauses, plain advances (pauses and plain-cost measurements) and the last
+    #: judged seconds per token, drafted and plain (0 before any judgement).
+    cost_pauses: int = 0
+    plain_advances: int = 0
+    drafted_cost: float = 0.0
+    plain_cost: float = 0.0
 
 
 @dataclass
@@ -48,6 +138,12 @@ class DraftScheduler:
     stats: SchedulerStats = field(default_factory=SchedulerStats)
     #: The drafter's longest draft; it scales the acceptance threshold (see MIN_ACCEPTED_SHARE).
     max_draft: int = 5
+    costs: CostMeter = field(default_factory=CostMeter)
+    _drafted_cost: DecayingCost = field(default_factory=DecayingCost)
+    _plain_left: int = 0
+    #: Whether this request has measured plain decoding (see ``_judge_cost``).
+    _plain_measured: bool = False
+    _cost_pause: int = COST_PAUSE
     _window_accepted: list[int] = field(default_factory=list)
     _window_no_draft: int = 0
     _pause_left: int = 0
@@ -59,17 +155,61 @@ class DraftScheduler:
         return remaining_budget - 1 < min(MIN_TAIL_DRAFT, self.max_draft)
 
     def should_draft(self, remaining_budget: int) -> bool:
-        """Whether the next cycle drafts; a cycle that does not draft is counted here."""
+        """Whether the next cycle drafts (see ``next_cycle``)."""
+        return self.next_cycle(remaining_budget) is Cycle.DRAFT
+
+    def next_cycle(self, remaining_budget: int) -> Cycle:
+        """What the next cycle does; a cycle that does not draft is counted here."""
         if self.drafting_over(remaining_budget):
             self.stats.cycles += 1
             self.stats.tail_cycles += 1
-            return False
+            return Cycle.TAIL
+        if self._plain_left > 0:
+            self._plain_left -= 1
+            self.stats.cycles += 1
+            self.stats.plain_advances += 1
+            return Cycle.PLAIN
         if self._pause_left > 0:
             self._pause_left -= 1
             self.stats.cycles += 1
             self.stats.paused_cycles += 1
-            return False
-        return True
+            return Cycle.PAUSE
+        return Cycle.DRAFT
+
+    def record_cost(self, cycle: Cycle, seconds: float, tokens: int) -> None:
+        """How long a drafted cycle (``Cycle.DRAFT``) or a plain advance (``Cycle.PLAIN``)
+        took, and how many tokens it committed."""
+        if tokens <= 0:
+            return
+        if cycle is Cycle.PLAIN:
+            self.costs.plain.add(seconds, tokens)
+            self._plain_measured = True
+            return
+        self._drafted_cost.add(seconds, tokens)
+        self._judge_cost()
+
+    def _judge_cost(self) -> None:
+        drafted, plain = self._drafted_cost, self.costs.plain
+        if drafted.samples < MIN_DRAFTED_SAMPLES:
+            return
+        if plain.samples < MIN_PLAIN_SAMPLES:
+            self._plain_left = MIN_PLAIN_SAMPLES - plain.samples
+            return
+        self.stats.drafted_cost, self.stats.plain_cost = drafted.per_token, plain.per_token
+        if drafted.per_token <= plain.per_token * (1 + COST_MARGIN):
+            self._cost_pause = COST_PAUSE
+            return
+        if not self._plain_measured:
+            # Plain cost from an earlier request may date from a quieter moment of a shared
+            # machine: measure it again now, and judge with that alone, before pausing.
+            plain.restart()
+            self._plain_left = MIN_PLAIN_SAMPLES
+            return
+        # The cost pause covers any pause of ds4's rule, and its probe starts from fresh samples.
+        self._plain_left, self._pause_left = self._cost_pause, 0
+        self._cost_pause = min(2 * self._cost_pause, MAX_COST_PAUSE)
+        drafted.restart()
+        self.stats.cost_pauses += 1
 
     def record(self, drafted: int, accepted: int) -> None:
         """The outcome of a cycle that was allowed to draft."""

@@ -232,7 +232,11 @@ def test_anthropic_blocks_become_turns():
             },
             "messages[0].content[0]",
         ),
-        (ChatCompletionsEndpoint(), {"messages": [{"role": "user", "content": "x"}], "n": 2}, "n"),
+        (
+            ChatCompletionsEndpoint(),
+            {"messages": [{"role": "user", "content": "x"}], "n": 2, "stream": True},
+            "n",
+        ),
         (CompletionsEndpoint(), {"prompt": ["a", "b"]}, "prompt"),
         (CompletionsEndpoint(), {"prompt": "a", "echo": True}, "echo"),
         (

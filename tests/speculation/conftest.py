@@ -8,6 +8,8 @@ from collections.abc import Sequence
 
 import ds4mlx
 from ds4mlx.speculation.drafter import Draft, TargetRows
+from ds4mlx.speculation.loop import DrafterLease
+from ds4mlx.speculation.scheduler import CostMeter, DecayingCost
 
 import pytest
 
@@ -63,3 +65,38 @@ class ScriptedDrafter:
 @pytest.fixture(scope="module")
 def ds4_model(ds4_fixture_path):
     return ds4mlx.load_model(ds4_fixture_path)
+
+
+class TickingClock:
+    """A clock that moves one second per reading: every cycle the loop times lasts one tick, so
+    the cost rule sees seconds per token = 1 / tokens committed, whatever the machine does."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+def measured_lease() -> DrafterLease:
+    """A lease whose plain cost is already known (one tick per plain advance of four tokens, as
+    the ticking clock measures it again), on a ticking clock: the cost rule pauses a drafter
+    whose cycles commit fewer than four tokens, and keeps one whose cycles commit more."""
+    costs = CostMeter(clock=TickingClock())
+    costs.plain.add(1.0, 4)
+    return DrafterLease(costs)
+
+
+class FreePlainCost(DecayingCost):
+    """Plain decoding measured as costing nothing, whatever the clock says."""
+
+    @property
+    def per_token(self) -> float:
+        return 0.0
+
+
+def losing_lease() -> DrafterLease:
+    """A lease on which every drafter loses to plain decoding: the cost rule pauses it after
+    each probe."""
+    return DrafterLease(CostMeter(clock=TickingClock(), plain=FreePlainCost()))

@@ -12,7 +12,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from .conftest import ScriptedDrafter
+from .conftest import ScriptedDrafter, measured_lease
 
 PROMPTS = [[115, 78, 104, 2, 65, 24], [9, 56, 25, 61, 80, 12, 12, 86], [1, 2, 3]]
 
@@ -34,7 +34,7 @@ def test_greedy_speculation_equals_plain_decoding(ds4_model, prompt, error_rate)
     plain, _ = run(generate(ds4_model.new_session(), prompt, n))
     drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=error_rate)
     session = ds4_model.new_session()
-    spec, stats = run(generate(session, prompt, n, drafter=drafter))
+    spec, stats = run(generate(session, prompt, n, drafter=drafter, lease=measured_lease()))
     assert spec == plain
     assert stats.generated_tokens == n
     # The session holds everything but the last generated token, as after plain decoding.
@@ -213,7 +213,7 @@ def test_the_budget_tail_decodes_plainly_for_a_drafter_that_starts_over(ds4_mode
     drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=0.0)
     drafter.reads_rows_after_last_draft = False
     session = ds4_model.new_session()
-    spec, stats = run(generate(session, prompt, n, drafter=drafter))
+    spec, stats = run(generate(session, prompt, n, drafter=drafter, lease=measured_lease()))
     assert spec == plain
     assert session.tokens == [*prompt, *plain[:-1]]
     # It saw every row fed until drafting ended, and none of the tail's.
@@ -221,3 +221,53 @@ def test_the_budget_tail_decodes_plainly_for_a_drafter_that_starts_over(ds4_mode
     assert seen == drafted
     assert stats.scheduler.tail_cycles == 1
     assert stats.verify_passes == stats.drafted_passes  # no verify pass of a lone token
+
+
+def test_cost_pauses_decode_plainly_with_the_drafter_following_every_row(ds4_model):
+    """A drafter whose cycles commit fewer tokens than a plain advance (on a clock where each
+    cycle lasts a tick) is paused by the cost rule: plain pipelined advances, each handing the
+    drafter the rows it fed, which are the target's own; the output is plain decoding's."""
+    prompt, n = PROMPTS[1], 48
+    plain, _ = run(generate(ds4_model.new_session(), prompt, n))
+    drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=1.0)
+    seen: list[mx.array] = []
+    observe = drafter.observe
+
+    def keep_rows(tokens, next_token, rows):
+        observe(tokens, next_token, rows)
+        seen.append(rows.layers[0])
+
+    drafter.observe = keep_rows
+    session = ds4_model.new_session()
+    spec, stats = run(generate(session, prompt, n, drafter=drafter, lease=measured_lease()))
+    assert spec == plain
+    assert stats.scheduler.cost_pauses > 0 and stats.scheduler.plain_advances > 0
+    assert sum(drafter.observed_rows) == len(prompt) + n - 1
+    # Plain advances decode several tokens a verify-free pass: fewer verify passes than tokens.
+    assert stats.verify_passes < n - 1 - stats.scheduler.plain_advances
+    # The rows handed over are the target's: those of one pass over the same tokens.
+    reference = ds4_model.new_session().feed_hidden(session.tokens, drafter.capture_layers)
+    np.testing.assert_allclose(
+        np.array(mx.concatenate(seen)), np.array(reference.layers[0]), atol=1e-4, rtol=1e-4
+    )
+
+
+def test_sampled_generation_is_never_paused_for_cost(ds4_model):
+    """Sampled tokens depend on the draws before them, which depend on the scheduling: the cost
+    rule (which reads a clock) leaves sampled generation to ds4's rules, so a seed still gives
+    the same output on every run."""
+    prompt, n = PROMPTS[0], 24
+    plain, _ = run(generate(ds4_model.new_session(), prompt, n))
+    sampling = SamplingOptions(temperature=0.8, top_k=20, seed=5)
+    drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=1.0)
+    _, stats = run(
+        generate(
+            ds4_model.new_session(), prompt, n, sampling, drafter=drafter, lease=measured_lease()
+        )
+    )
+    assert stats.scheduler.cost_pauses == 0 and stats.scheduler.plain_advances == 0
+    # The same drafter greedy: paused for cost.
+    _, stats = run(
+        generate(ds4_model.new_session(), prompt, n, drafter=drafter, lease=measured_lease())
+    )
+    assert stats.scheduler.cost_pauses > 0

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 from ds4mlx.speculation.scheduler import (
+    COST_MARGIN,
+    COST_PAUSE,
     LOW_ACCEPTANCE_PAUSE,
+    MAX_COST_PAUSE,
+    MIN_DRAFTED_SAMPLES,
+    MIN_PLAIN_SAMPLES,
     MIN_TAIL_DRAFT,
     NO_DRAFT_PAUSES,
     WINDOW_CYCLES,
+    CostMeter,
+    Cycle,
     DraftScheduler,
 )
+
+import pytest
 
 BUDGET = 1000
 
@@ -107,3 +116,167 @@ def test_one_token_drafters_are_judged_by_their_share_accepted():
     scheduler = DraftScheduler(max_draft=1)
     drive(scheduler, [(1, 0), (1, 0), (1, 1), (1, 0)])
     assert scheduler.stats.pauses == 1
+
+
+# The cost rule: drafted cycles against plain advances, in seconds per committed token.
+
+
+def drive_costs(
+    scheduler: DraftScheduler, drafted_seconds: list[float], plain_seconds: float = 4.0
+) -> list[Cycle]:
+    """Run cycles until ``drafted_seconds`` (one per drafted cycle, each committing a drafted
+    token and the target's) is used up; plain advances commit four tokens in ``plain_seconds``
+    (one second a token by default). Returns what each cycle did."""
+    trace, queue = [], list(drafted_seconds)
+    while queue:
+        cycle = scheduler.next_cycle(BUDGET)
+        trace.append(cycle)
+        if cycle is Cycle.DRAFT:
+            scheduler.record(1, 1)  # every draft accepted: ds4's rule never pauses here
+            scheduler.record_cost(Cycle.DRAFT, queue.pop(0), 2)
+        elif cycle is Cycle.PLAIN:
+            scheduler.record_cost(Cycle.PLAIN, plain_seconds, 4)
+    return trace
+
+
+def measured() -> CostMeter:
+    """A meter on which an earlier request measured plain decoding at one second a token."""
+    costs = CostMeter()
+    costs.plain.add(4.0, 4)
+    return costs
+
+
+def judged(max_draft: int = 1) -> DraftScheduler:
+    """A scheduler whose request has measured plain decoding itself, at one second a token."""
+    scheduler = DraftScheduler(max_draft=max_draft)
+    scheduler.record_cost(Cycle.PLAIN, 4.0, 4)
+    return scheduler
+
+
+D, P = Cycle.DRAFT, Cycle.PLAIN
+
+
+def test_a_drafter_that_costs_more_than_plain_steps_pauses_then_probes():
+    scheduler = judged()
+    # 2.5 s a cycle of two tokens: 1.25 s a token against plain decoding's 1.0.
+    trace = drive_costs(scheduler, [2.5] * (3 * MIN_DRAFTED_SAMPLES))
+    probe = [D] * MIN_DRAFTED_SAMPLES
+    assert trace == [
+        *probe,
+        *[P] * COST_PAUSE,
+        *probe,
+        *[P] * (2 * COST_PAUSE),  # each losing probe doubles the pause
+        *probe,
+    ]
+    assert scheduler.stats.cost_pauses == 3
+    assert scheduler.stats.plain_advances == COST_PAUSE + 2 * COST_PAUSE
+    assert scheduler.stats.drafted_cost == pytest.approx(1.25)
+    assert scheduler.stats.plain_cost == 1.0
+
+
+def plain_runs(trace: list[Cycle]) -> list[int]:
+    """The lengths of the runs of plain advances in ``trace``."""
+    runs, run = [], 0
+    for cycle in [*trace, D]:
+        if cycle is P:
+            run += 1
+        elif run:
+            runs.append(run)
+            run = 0
+    return runs
+
+
+def test_the_cost_pause_stops_growing():
+    scheduler = judged()
+    pauses = plain_runs(drive_costs(scheduler, [2.5] * (10 * MIN_DRAFTED_SAMPLES)))
+    assert pauses[:4] == [COST_PAUSE, 2 * COST_PAUSE, 4 * COST_PAUSE, 8 * COST_PAUSE]
+    assert max(pauses) == MAX_COST_PAUSE
+
+
+def test_a_drafter_that_pays_never_pauses():
+    scheduler = DraftScheduler(max_draft=1, costs=measured())
+    assert set(drive_costs(scheduler, [1.5] * 40)) == {D}  # 0.75 s a token
+    assert scheduler.stats.cost_pauses == 0
+
+
+def test_a_cost_within_the_margin_keeps_drafting():
+    scheduler = DraftScheduler(max_draft=1, costs=measured())
+    within = 2.0 * (1 + COST_MARGIN * 0.9)
+    assert set(drive_costs(scheduler, [within] * 40)) == {D}
+    scheduler = DraftScheduler(max_draft=1, costs=measured())
+    beyond = 2.0 * (1 + COST_MARGIN * 1.1)
+    assert P in drive_costs(scheduler, [beyond] * 40)
+
+
+def test_one_slow_cycle_does_not_pause_a_drafter_that_pays():
+    # Another process takes the core for one cycle: 6 s instead of 1.2 s.
+    scheduler = DraftScheduler(max_draft=1, costs=measured())
+    assert set(drive_costs(scheduler, [1.2, 1.2, 6.0, 1.2, 1.2, 1.2, 1.2, 1.2])) == {D}
+
+
+def test_no_judgement_before_enough_drafted_cycles():
+    scheduler = DraftScheduler(max_draft=1, costs=measured())
+    trace = drive_costs(scheduler, [10.0] * (MIN_DRAFTED_SAMPLES - 1))
+    assert trace == [D] * (MIN_DRAFTED_SAMPLES - 1)
+    assert scheduler.next_cycle(BUDGET) is D
+
+
+def test_a_probe_that_pays_resumes_drafting_and_resets_the_pause():
+    scheduler = judged()
+    slow, fast = [2.5] * MIN_DRAFTED_SAMPLES, [1.0] * (3 * MIN_DRAFTED_SAMPLES)
+    trace = drive_costs(scheduler, [*slow, *fast, *[2.5] * (3 * MIN_DRAFTED_SAMPLES)])
+    # Drafting pays again after the first pause: the fast cycles run without one ...
+    assert trace[: MIN_DRAFTED_SAMPLES + COST_PAUSE + len(fast)] == [
+        *[D] * MIN_DRAFTED_SAMPLES,
+        *[P] * COST_PAUSE,
+        *[D] * len(fast),
+    ]
+    # ... and when it loses again, the pause starts over at the first pause's length.
+    assert plain_runs(trace)[:2] == [COST_PAUSE, COST_PAUSE]
+
+
+def test_plain_cost_from_an_earlier_request_is_measured_again_before_a_pause():
+    # Drafting looks slower than an earlier request's plain decoding: one plain advance
+    # measures it now; it is as fast as before, so drafting pauses at the next judgement ...
+    scheduler = DraftScheduler(max_draft=1, costs=measured())
+    trace = drive_costs(scheduler, [2.5] * (MIN_DRAFTED_SAMPLES + 1))
+    assert trace == [*[D] * MIN_DRAFTED_SAMPLES, *[P] * MIN_PLAIN_SAMPLES, D]
+    assert scheduler.next_cycle(BUDGET) is P and scheduler.stats.cost_pauses == 1
+    # ... unless the machine got slower for plain decoding too (3 s a token now).
+    scheduler = DraftScheduler(max_draft=1, costs=measured())
+    trace = drive_costs(scheduler, [2.5] * 20, plain_seconds=12.0)
+    assert trace == [*[D] * MIN_DRAFTED_SAMPLES, *[P] * MIN_PLAIN_SAMPLES, *[D] * 16]
+
+
+def test_plain_cost_is_measured_once_per_meter():
+    costs = CostMeter()
+    first = DraftScheduler(max_draft=1, costs=costs)
+    trace = drive_costs(first, [1.0] * (MIN_DRAFTED_SAMPLES + 2))
+    # After enough drafted cycles to judge, plain advances measure plain decoding once.
+    assert trace == [
+        *[D] * MIN_DRAFTED_SAMPLES,
+        *[P] * MIN_PLAIN_SAMPLES,
+        D,
+        D,
+    ]
+    # The next request on the same meter (the drafter's lease) judges without measuring again.
+    second = DraftScheduler(max_draft=1, costs=costs)
+    assert set(drive_costs(second, [1.0] * (MIN_DRAFTED_SAMPLES + 2))) == {D}
+
+
+def test_cost_pauses_cover_ds4_pauses():
+    # Poor acceptance and slow cycles: the cost pause runs plain advances, and ds4's pause of
+    # one-token verifies does not follow it.
+    scheduler = judged(max_draft=5)
+    for _ in range(WINDOW_CYCLES):
+        assert scheduler.next_cycle(BUDGET) is D
+        scheduler.record(5, 0)
+        scheduler.record_cost(Cycle.DRAFT, 5.0, 1)
+    after = [scheduler.next_cycle(BUDGET) for _ in range(COST_PAUSE + 1)]
+    assert after == [*[P] * COST_PAUSE, D]
+
+
+def test_the_tail_comes_before_a_cost_pause():
+    scheduler = DraftScheduler(max_draft=1, costs=measured())
+    drive_costs(scheduler, [2.5] * MIN_DRAFTED_SAMPLES)
+    assert scheduler.next_cycle(1) is Cycle.TAIL

@@ -11,8 +11,11 @@ from ds4mlx.bench.speculation import CHAT_PROMPTS, PROSE_PROMPT, code_prompts, p
 from ds4mlx.engine.generate import TokenEvent
 from ds4mlx.generation import generate
 from ds4mlx.speculation import DrafterKind, SpeculationConfig, load_drafter
+from ds4mlx.speculation.scheduler import MIN_DRAFTED_SAMPLES
 
 import pytest
+
+from .conftest import losing_lease
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 N_TOKENS = 128
@@ -55,3 +58,37 @@ def test_speculative_greedy_equals_plain_greedy(case):
         assert len(plain) == N_TOKENS  # no stop tokens: the whole length is compared
         accepted += stats.accepted_tokens
     assert accepted > 0  # the drafts were really used
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_cost_pauses_keep_greedy_output_and_the_drafter_in_step(case):
+    """With plain decoding measured as cheaper than any drafted cycle, the cost rule pauses
+    each drafter for runs of plain pipelined advances and probes it again after each: the
+    drafter must follow those advances' rows, so that its drafts after a pause are still
+    accepted, and the output stays plain greedy's."""
+    target_file, config = CASES[case]
+    files = [ASSETS / target_file] + ([config.support_path] if config.support_path else [])
+    if not all(f.is_file() for f in files):
+        pytest.skip(f"{', '.join(f.name for f in files)} not all built")
+    model = ds4mlx.load_model(ASSETS / target_file)
+    drafter = load_drafter(config, model)
+    accepted_after_a_pause = 0
+    for prompt in [*PROMPTS[:2], PROSE_PROMPT, *code_prompts()[:2]]:
+        ids = prompt_ids(model, prompt)
+        plain = [
+            e.token
+            for e in generate(model.new_session(), ids, N_TOKENS)
+            if isinstance(e, TokenEvent)
+        ]
+        lease = losing_lease()
+        events = list(
+            generate(
+                model.new_session(), ids, N_TOKENS, drafter=drafter, config=config, lease=lease
+            )
+        )
+        stats = events[-1].stats
+        assert [e.token for e in events if isinstance(e, TokenEvent)] == plain, prompt.name
+        assert stats.scheduler.cost_pauses >= 2 and stats.scheduler.plain_advances > 0
+        # More drafts accepted than the first probe can hold: drafting resumed in step.
+        accepted_after_a_pause += stats.accepted_tokens > MIN_DRAFTED_SAMPLES * drafter.max_draft
+    assert accepted_after_a_pause > 0

@@ -1,0 +1,147 @@
+"""``ds4 perplexity`` and ``ds4 logprobs`` against llama.cpp's logits (the oracle fixtures) and
+against the definition of llama-perplexity's measure on the shipped tiny model."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import ds4mlx
+from ds4mlx.cli.main import main
+from ds4mlx.cli.perplexity import FEED_BATCH, bos_for_chunks, perplexity
+
+import numpy as np
+import pytest
+from conftest import oracle_dir
+
+ASSETS = Path(__file__).resolve().parents[2] / "assets"
+#: llama.cpp's own batch and step paths differ by this much; the issue asks for 1e-3 relative.
+RELATIVE = 1e-3
+
+
+def reference_perplexity(logits: np.ndarray, tokens: list[int], ctx: int) -> float:
+    """llama-perplexity's value for one chunk of ``ctx`` tokens from llama.cpp's logits of that
+    chunk: the rows ctx/2 .. ctx-2 score the token after each (a fixture's batch logits are the
+    first chunk's, computed from an empty context, and its vocabulary adds no BOS)."""
+    first = ctx // 2
+    rows = logits[first : ctx - 1].astype(np.float64)
+    rows = rows - rows.max(axis=1, keepdims=True)
+    logprobs = rows - np.log(np.exp(rows).sum(axis=1, keepdims=True))
+    following = np.asarray(tokens[first + 1 : ctx])
+    return math.exp(-logprobs[np.arange(len(following)), following].mean())
+
+
+def oracle_fixtures(oracle: dict, names: tuple[str, ...]) -> list[dict]:
+    return [f for f in oracle["fixtures"] if f["name"] in names]
+
+
+@pytest.mark.parametrize("ctx", [100, 64])
+def test_perplexity_equals_llamacpp_on_the_oracle_fixtures(oracle, ctx):
+    fixtures = oracle_fixtures(oracle, ("deepseek4-a-f16", "deepseek4-b-f16", "glm5-next-a-f32"))
+    assert fixtures
+    for fixture in fixtures:
+        model = ds4mlx.load_model(oracle_dir() / fixture["gguf"])
+        assert bos_for_chunks(model) is None  # llama.cpp's test vocabulary adds no BOS
+        tokens = fixture["tokens"]
+        expected = reference_perplexity(
+            np.load(oracle_dir() / fixture["batch_logits"]), tokens, ctx
+        )
+        ours = list(perplexity(model, tokens, ctx, chunks=1))
+        assert len(ours) == 1 and ours[0].count == ctx - 1 - ctx // 2
+        assert ours[0].value == pytest.approx(expected, rel=RELATIVE), fixture["name"]
+
+
+def test_logprobs_jsonl_equals_llamacpp_logits(oracle, tmp_path):
+    fixture = oracle_fixtures(oracle, ("deepseek4-a-f16",))[0]
+    tokens = fixture["tokens"]
+    ids = tmp_path / "ids.txt"
+    ids.write_text(" ".join(map(str, tokens)))
+    out = tmp_path / "logprobs.jsonl"
+    model = str(oracle_dir() / fixture["gguf"])
+    status = main(["logprobs", "-m", model, "-f", str(ids), "--ids", "--top", "3", "-o", str(out)])
+    assert status == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["position"] for r in records] == list(range(1, len(tokens)))
+    assert [r["token"] for r in records] == tokens[1:]
+    logits = np.load(oracle_dir() / fixture["batch_logits"]).astype(np.float64)
+    logits -= logits.max(axis=1, keepdims=True)
+    reference = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+    ours = np.array([r["logprob"] for r in records])
+    expected = reference[np.arange(len(records)), tokens[1:]]
+    np.testing.assert_allclose(ours, expected, atol=2e-3)
+    for record, row in zip(records, reference, strict=False):
+        # The three best, best first; near-ties may come in either engine's order.
+        top = record["top_logprobs"]
+        listed = [t["logprob"] for t in top]
+        assert listed == sorted(listed, reverse=True)
+        np.testing.assert_allclose(listed, np.sort(row)[::-1][:3], atol=2e-3)
+        np.testing.assert_allclose(listed, row[[t["token"] for t in top]], atol=2e-3)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    path = ASSETS / "ds4-tiny.gguf"
+    if not path.is_file():
+        pytest.skip(f"{path} is missing")
+    return ds4mlx.load_model(path)
+
+
+def test_chunks_start_from_an_empty_context_with_bos(tiny):
+    """The second chunk is scored from an empty context with its first token replaced by BOS
+    (ds4-tiny's vocabulary adds BOS), the second half of each chunk scored."""
+    bos = bos_for_chunks(tiny)
+    assert bos is not None
+    text = "The harbour was quiet in the early morning, and the boats rocked on the tide. " * 12
+    tokens = tiny.tokenizer.encode(text, add_special=True)
+    ctx = 48
+    result = list(perplexity(tiny, tokens, ctx, chunks=2, bos=bos))[-1]
+    scored = ctx - 1 - ctx // 2
+    assert result.count == 2 * scored
+    nll = 0.0
+    for chunk in range(2):
+        ids = [bos, *tokens[chunk * ctx + 1 : (chunk + 1) * ctx]]
+        nll += math.log(reference_perplexity(tiny.logits(ids), ids, ctx)) * scored
+        running = math.exp(nll / ((chunk + 1) * scored))
+        assert result.after_chunk[chunk] == pytest.approx(running, rel=1e-6)
+
+
+def test_a_chunk_longer_than_a_feed_is_fed_in_pieces(tiny, monkeypatch):
+    tokens = tiny.tokenizer.encode("one two three four five six seven eight nine " * 20)
+    whole = list(perplexity(tiny, tokens, 64, chunks=2))[-1].value
+    monkeypatch.setattr("ds4mlx.cli.perplexity.FEED_BATCH", 24)
+    assert FEED_BATCH != 24
+    pieces = list(perplexity(tiny, tokens, 64, chunks=2))[-1].value
+    assert pieces == pytest.approx(whole, rel=1e-5)
+
+
+def test_the_command_prints_llamacpp_lines(tmp_path, capsys):
+    text = tmp_path / "text.txt"
+    text.write_text("Fishing boats rocked against the pier. " * 40)
+    status = main(["perplexity", "-m", str(ASSETS / "ds4-tiny.gguf"), "-f", str(text), "-c", "64"])
+    out = capsys.readouterr().out
+    assert status == 0
+    progress, final = out.strip().splitlines()
+    assert progress.startswith("[1]") and progress.endswith(",")
+    assert final.startswith("Final estimate: PPL = ") and " +/- " in final
+    last = float(progress.rstrip(",").split(",")[-1].split("]")[1])
+    assert float(final.split()[4]) == pytest.approx(last, abs=1e-4)
+
+
+def test_too_short_a_text_is_refused_before_scoring(tmp_path, capsys):
+    text = tmp_path / "short.txt"
+    text.write_text("too short")
+    status = main(["perplexity", "-m", str(ASSETS / "ds4-tiny.gguf"), "-f", str(text)])
+    assert status == 1
+    assert "needs at least 8192" in capsys.readouterr().err
+
+
+def test_bad_ids_are_refused(tmp_path, capsys):
+    ids = tmp_path / "ids.txt"
+    ids.write_text("1 2 three")
+    status = main(["logprobs", "-m", str(ASSETS / "ds4-tiny.gguf"), "-f", str(ids), "--ids"])
+    assert status == 1
+    assert "whitespace-separated token ids" in capsys.readouterr().err
+    ids.write_text("1 2 99999999")
+    assert main(["logprobs", "-m", str(ASSETS / "ds4-tiny.gguf"), "-f", str(ids), "--ids"]) == 1
+    assert "outside the vocabulary" in capsys.readouterr().err
