@@ -13,6 +13,7 @@ from ds4mlx.cli.options import (
     add_model_flags,
     add_sampling_flags,
     add_speculation_flags,
+    check_drafter,
     model_options,
     sampling_options,
     speculation_config,
@@ -112,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         sampling = sampling_options(args)
         speculation = speculation_config(args)
         options = model_options(args)
+        check_drafter(args, speculation)
     except ValueError as exc:
         parser.error(str(exc))
 

@@ -8,7 +8,8 @@ generate text: messages or a prompt in, a stream of events out.
 - ``Finished`` and ``Done`` carry the statistics and, when a drafter took part, its
   ``acceptance`` (``SpeculativeStats``: τ, acceptance rate, drafted and accepted counts).
 - What a face configures and hands down: ``SamplingOptions``, ``SpeculationConfig`` and
-  ``load_drafter``, ``ExpertOptions`` (with ``parse_cache_budget`` for ``--expert-cache``),
+  ``load_drafter`` (``check_drafter_files`` before the model loads), ``ExpertOptions`` (with
+  ``parse_cache_budget`` for ``--expert-cache``),
   the prompt cache (``PromptCache``, ``DiskTier``) and the saved states of conversations
   (``read_snapshot``, ``write_snapshot``), and the errors these raise.
 - What loading a model would need, from its GGUF header alone (``ds4mlx.load_plan``):
@@ -64,7 +65,7 @@ from ds4mlx.load_plan import (
     plan_model,
 )
 from ds4mlx.memory import format_size
-from ds4mlx.speculation import Drafter, SpeculativeStats, load_drafter
+from ds4mlx.speculation import Drafter, SpeculativeStats, check_drafter_files, load_drafter
 from ds4mlx.speculation.config import (
     DEFAULT_MTP_MARGIN,
     DEFAULT_NGRAM,
@@ -111,6 +112,7 @@ __all__ = [
     "ToolCallStart",
     "ToolChoice",
     "Verdict",
+    "check_drafter_files",
     "check_resident",
     "common_prefix",
     "feed_batch",
