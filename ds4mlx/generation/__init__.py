@@ -53,7 +53,13 @@ from ds4mlx.engine.sampling import SamplingOptions
 from ds4mlx.engine.session import feed_batch
 from ds4mlx.engine.tokenizer import TextTokenizer, TokenizerError
 from ds4mlx.experts.options import ExpertOptions, parse_cache_budget
-from ds4mlx.generation.events import Done, Finished, ScheduledEvent, ServiceEvent
+from ds4mlx.generation.events import (
+    Done,
+    Finished,
+    GenerationCancelled,
+    ScheduledEvent,
+    ServiceEvent,
+)
 from ds4mlx.generation.service import ChatService
 from ds4mlx.generation.tokens import generate, stepped
 from ds4mlx.gguf import GGUFError
@@ -89,6 +95,7 @@ __all__ = [
     "ExpertOptions",
     "Finished",
     "GGUFError",
+    "GenerationCancelled",
     "GenerationStats",
     "MemoryPlan",
     "NamedTool",

@@ -210,7 +210,9 @@ class _Server:
                 raise APIError(400, str(exc)) from None
             async with self._admission:
                 call = await self.limit.tokenized(call, self.service)
-                job = self.engine.submit(partial(call.run, self.service))
+                job = self.engine.submit(
+                    partial(call.run, self.service), on_cancelled=self.metrics.finished
+                )
         except APIError as error:
             self.metrics.refuse()
             return _error_response(error, endpoint)

@@ -12,7 +12,7 @@ from typing import Any
 
 from ds4mlx.engine.chat import DEEPSEEK_V4
 from ds4mlx.engine.tokenizer import NumericTokenizer
-from ds4mlx.generation import ServiceEvent
+from ds4mlx.generation import GenerationCancelled, ServiceEvent
 from ds4mlx.server import GenerationDefaults, GenerationQueue, ServerConfig, create_app
 from ds4mlx.server.generation import GenerationService, ServedModel
 
@@ -98,7 +98,13 @@ class DelayedService:
         time.sleep(self.first_event_delay)
         try:
             for event in events:
-                yield event
+                try:
+                    yield event
+                except GenerationCancelled as stop:
+                    # The engine stops a generation whose client left this way, and counts
+                    # what it had generated from the Finished it answers with.
+                    yield events.throw(stop)
+                    return
                 time.sleep(self.event_delay)
         finally:
             events.close()
