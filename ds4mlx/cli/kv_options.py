@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ds4mlx.generation import DiskTier, PromptCache, model_fingerprint
+from ds4mlx.generation import DiskTier, PromptCache, format_size, model_fingerprint
 
 GIB = 1 << 30
 DEFAULT_MEMORY_GIB = 2.0
@@ -83,10 +83,10 @@ def prompt_cache_for(args: argparse.Namespace, model: Any) -> PromptCache | None
     if args.kv_disk_dir is not None:
         disk = DiskTier(args.kv_disk_dir, int(args.kv_disk_space * GIB), model_fingerprint(model))
         log.info(
-            "kv cache: %d saved prompt states in %s (budget %.1f GiB)",
+            "kv cache: %d saved prompt states in %s (budget %s)",
             len(disk),
             args.kv_disk_dir,
-            args.kv_disk_space,
+            format_size(disk.budget),
         )
     if disk is None and memory == 0:
         return None
