@@ -180,3 +180,23 @@ def test_a_glm_target_is_refused_for_dspark_before_loading():
     assert result.returncode == 2
     assert "glm5-next model" in result.stderr and "--mtp" in result.stderr
     assert "loaded" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "old, new, field",
+    [
+        ("--dspark", "--dspark-model", "dspark"),
+        ("--mtp", "--mtp-model", "mtp"),
+        ("--dflash", "--dflash-model", "dflash"),
+    ],
+)
+def test_bench_names_drafter_files_apart_from_ds4s_switches(capsys, old, new, field):
+    # In ds4, --dspark and --mtp are switches; ds4 bench took files with them (issue 36).
+    from ds4mlx.cli import bench
+
+    with pytest.raises(SystemExit) as exited:
+        bench.main([old, "x.gguf"])
+    assert exited.value.code == 2
+    assert f"{old} FILE is now {new} FILE" in capsys.readouterr().err
+    assert getattr(bench.build_parser().parse_args([new, "x.gguf"]), field) == Path("x.gguf")
+    assert getattr(bench.build_parser().parse_args([new, ""]), field) is None  # skipped
