@@ -17,7 +17,7 @@ import anthropic
 import openai
 import pytest
 
-from server.harness import TIMEOUT, serve
+from server.harness import TIMEOUT, serve_sessions
 
 TINY_MODEL = Path(__file__).resolve().parents[2] / "assets" / "ds4-tiny.gguf"
 SYSTEM = (
@@ -79,12 +79,8 @@ def two_slot_url(engine):
     alone keep."""
     model = engine.run(lambda: ds4mlx.load_model(TINY_MODEL))
     service = engine.run(lambda: ChatService(model, max_context=1024, sessions=2))
-    engine.max_sessions = 2
-    try:
-        with serve(service, engine) as url:
-            yield url
-    finally:
-        engine.max_sessions = 1
+    with serve_sessions(service, engine) as url:
+        yield url
 
 
 def test_two_conversations_sharing_the_system_prompt_keep_their_slots(two_slot_url):

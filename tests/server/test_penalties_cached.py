@@ -16,7 +16,7 @@ import anthropic
 import openai
 import pytest
 
-from server.harness import MODEL_ID, TIMEOUT, serve
+from server.harness import MODEL_ID, TIMEOUT, serve_sessions
 
 TINY_MODEL = Path(__file__).resolve().parents[2] / "assets" / "ds4-tiny.gguf"
 pytestmark = pytest.mark.skipif(not TINY_MODEL.is_file(), reason=f"{TINY_MODEL} is not built")
@@ -43,12 +43,8 @@ def url(request, engine, tiny_model) -> Iterator[str]:
             tiny_model, max_context=1024, sessions=sessions, prompt_cache=PromptCache(2**28)
         )
     )
-    engine.max_sessions = sessions
-    try:
-        with serve(service, engine) as base_url:
-            yield base_url
-    finally:
-        engine.max_sessions = 1
+    with serve_sessions(service, engine) as base_url:
+        yield base_url
 
 
 def openai_client(url: str) -> openai.OpenAI:
