@@ -14,9 +14,11 @@ from ds4mlx.engine.session import Session
 from ds4mlx.engine.tokenizer import NumericTokenizer, Tokenizer, load_tokenizer
 from ds4mlx.experts import ExpertOptions, ExpertStats, ExpertStore, open_expert_store
 from ds4mlx.gguf import DEFAULT_WEIGHT_MODE, WEIGHT_MODES, GGUFError, GGUFFile, open_gguf
+from ds4mlx.kernels.native import native_ops
 from ds4mlx.models import model_class_for
 from ds4mlx.models.moe import link_expert_prefetch, moe_layers
 
+import mlx.core as mx
 import numpy as np
 
 if TYPE_CHECKING:
@@ -141,6 +143,10 @@ def load_model(
     gguf_file = open_gguf(path)
     model_class = model_class_for(gguf_file)
     report_blas()  # no optimised BLAS: said once a model is about to run, not at import
+    if mx.default_device() == mx.cpu:
+        # Built on first use, minutes on a first run: here, with its own progress lines, and
+        # not inside the first prompt's prefill, whose speed it would seem to be.
+        native_ops()
     if ranks is not None:
         model_class = _sharded_model_class(gguf_file, path, ranks, experts)
     store = open_expert_store(gguf_file, dtype, experts)

@@ -10,6 +10,10 @@ baseline concurrency must not lose to. Greedy decoding, distinct prompts, the sa
 every setting; the generated texts are compared across settings (batched decoding is exact, so
 they must agree).
 
+New sampling parameters: ten streamed requests in a row, each with a temperature and top-p of its
+own; the time to the first token of each, which after the first must stay under half a second
+(a new value must not compile anything: issue 36).
+
 Hostile bodies: a 12 MB chat request (time to its 400, and the slowest ``/health`` answered
 while it is sent and refused), then the server's resident memory before and after ten refused
 24 MB bodies.
@@ -80,7 +84,9 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
-async def one_request(client: httpx.AsyncClient, url: str, index: int, max_tokens: int) -> Outcome:
+async def one_request(
+    client: httpx.AsyncClient, url: str, index: int, max_tokens: int, **sampling: float
+) -> Outcome:
     # Raw completions: the tiny model answers chat prompts with tool-call markup, which arrives
     # only once complete, while raw code prompts stream text token by token.
     body = {
@@ -90,6 +96,7 @@ async def one_request(client: httpx.AsyncClient, url: str, index: int, max_token
         "temperature": 0,
         "stream_options": {"include_usage": True},
         "prompt": PROMPTS[index % len(PROMPTS)].format(index=index),
+        **sampling,
     }
     start = time.perf_counter()
     first, tokens, text = None, 0, ""
@@ -125,6 +132,33 @@ async def load(
         else:
             outcomes = [await one_request(client, url, i, max_tokens) for i in range(n_requests)]
         return time.perf_counter() - start, outcomes
+
+
+async def new_temperatures(url: str, max_tokens: int) -> list[tuple[float, float, float]]:
+    """(temperature, top_p, seconds to the first token) of ten requests in a row on one prompt,
+    each with values never asked for before."""
+    async with httpx.AsyncClient(timeout=None) as client:
+        await one_request(client, url, 0, 4)  # the prompt's prefill, outside the measurement
+        rows = []
+        for i in range(10):
+            temperature, top_p = 0.7 + 0.01 * i, 0.95 - 0.005 * i
+            outcome = await one_request(
+                client, url, 0, max_tokens, temperature=temperature, top_p=top_p
+            )
+            rows.append((temperature, top_p, outcome.first_token))
+        return rows
+
+
+def sampling_parameters(url: str, max_tokens: int) -> None:
+    rows = asyncio.run(new_temperatures(url, max_tokens))
+    for temperature, top_p, first in rows:
+        print(f"temperature {temperature:.2f} top_p {top_p:.3f}: first token in {first:.3f} s")
+    slowest = max(first for _, _, first in rows[1:])
+    verdict = "met" if slowest < 0.5 else "NOT met"
+    print(
+        f"slowest time to first token after the first: {slowest:.3f} s (first {rows[0][2]:.3f} "
+        f"s; target < 0.5 s: {verdict})"
+    )
 
 
 def server_rss_mib(url: str) -> float:
@@ -207,6 +241,11 @@ def main() -> None:
     )
     parser.add_argument("-c", "--ctx", type=int, default=1024)
     parser.add_argument(
+        "--sampling-only",
+        action="store_true",
+        help="only the new-sampling-parameters benchmark (one server, seconds)",
+    )
+    parser.add_argument(
         "server_flags", nargs="*", help="more ds4-server flags for both settings (after --)"
     )
     args = parser.parse_args()
@@ -218,6 +257,10 @@ def main() -> None:
         f"model: {Path(args.model).name}; {args.requests} streamed requests, "
         f"max_tokens {args.max_tokens}, greedy\n"
     )
+    if args.sampling_only:
+        with server_process(args.model, ["--alias", MODEL_ID, "-c", str(args.ctx)]) as url:
+            sampling_parameters(url, args.max_tokens)
+        return
     runs = []
     for sessions in (1, args.batched_session):
         flags = [
@@ -231,6 +274,8 @@ def main() -> None:
         ]
         with server_process(args.model, flags) as url:
             if sessions == 1:
+                sampling_parameters(url, args.max_tokens)
+                print()
                 hostile(url)
                 print()
                 wall, outcomes = asyncio.run(

@@ -42,6 +42,21 @@ def _optional_path(text: str) -> Path | None:
     return Path(text) if text else None
 
 
+class _Renamed(argparse.Action):
+    """An old spelling of a flag, refused with its new name: ``ds4 bench --dspark FILE`` took
+    the file that ``ds4 --dspark`` (a switch) takes from ``--mtp-model``."""
+
+    def __init__(self, option_strings: list[str], dest: str, new_name: str, **kwargs) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        self.new_name = new_name
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        parser.error(
+            f"{option_string} FILE is now {self.new_name} FILE (in ds4, --dspark and --mtp are "
+            "switches: DSpark with the file of --mtp-model, and GLM's built-in MTP block)"
+        )
+
+
 def build_parser() -> argparse.ArgumentParser:
     defaults = suite.BenchConfig()
     parser = argparse.ArgumentParser(
@@ -54,23 +69,47 @@ def build_parser() -> argparse.ArgumentParser:
         default=defaults.model,
         help="target GGUF (default: the shipped tiny model)",
     )
+    # The drafters' files have names of their own: in ds4, --dspark and --mtp are switches
+    # (DSpark with the file given by --mtp-model; GLM's built-in MTP block).
     parser.add_argument(
-        "--dspark",
+        "--dspark-model",
+        dest="dspark",
         type=_optional_path,
         default=defaults.dspark,
+        metavar="FILE",
         help="DSpark support file ('' to skip)",
     )
     # No default here: absent means "the config's default", which --quick turns off.
     parser.add_argument(
-        "--dflash",
+        "--dflash-model",
+        dest="dflash",
         type=_optional_path,
         default=argparse.SUPPRESS,
+        metavar="FILE",
         help="DSpark in llama.cpp's dflash layout (default "
         f"{defaults.dflash}, off in --quick; '' to skip)",
     )
     parser.add_argument(
-        "--mtp", type=_optional_path, default=defaults.mtp, help="legacy MTP drafter ('' to skip)"
+        "--mtp-model",
+        dest="mtp",
+        type=_optional_path,
+        default=defaults.mtp,
+        metavar="FILE",
+        help="legacy MTP support file, as ds4's --mtp-draft N --mtp-model FILE ('' to skip)",
     )
+    for old, new in (
+        ("--dspark", "--dspark-model"),
+        ("--dflash", "--dflash-model"),
+        ("--mtp", "--mtp-model"),
+    ):
+        parser.add_argument(
+            old,
+            nargs="?",
+            action=_Renamed,
+            new_name=new,
+            default=argparse.SUPPRESS,
+            help=argparse.SUPPRESS,
+        )
     parser.add_argument(
         "--lookup",
         type=int,

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
-from ds4mlx.generation import DiskTier, PromptCache, model_fingerprint
+from ds4mlx.generation import DiskTier, PromptCache, format_size, model_fingerprint
 
 GIB = 1 << 30
 DEFAULT_MEMORY_GIB = 2.0
@@ -64,6 +65,14 @@ def check_kv_cache_flags(parser: argparse.ArgumentParser, args: argparse.Namespa
         parser.error(f"--kv-disk-dir {folder} is not a folder")
     if args.kv_disk_space <= 0:
         parser.error("--kv-disk-space must be positive with --kv-disk-dir")
+    # Made now, not after the model has loaded (minutes for a large one), so that a folder that
+    # cannot be made or written fails at once; owner-only, as the cache makes it.
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        parser.error(f"--kv-disk-dir {folder} cannot be created: {exc.strerror or exc}")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        parser.error(f"--kv-disk-dir {folder} is not writable")
 
 
 def prompt_cache_for(args: argparse.Namespace, model: Any) -> PromptCache | None:
@@ -74,10 +83,10 @@ def prompt_cache_for(args: argparse.Namespace, model: Any) -> PromptCache | None
     if args.kv_disk_dir is not None:
         disk = DiskTier(args.kv_disk_dir, int(args.kv_disk_space * GIB), model_fingerprint(model))
         log.info(
-            "kv cache: %d saved prompt states in %s (budget %.1f GiB)",
+            "kv cache: %d saved prompt states in %s (budget %s)",
             len(disk),
             args.kv_disk_dir,
-            args.kv_disk_space,
+            format_size(disk.budget),
         )
     if disk is None and memory == 0:
         return None

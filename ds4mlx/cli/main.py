@@ -13,6 +13,7 @@ from ds4mlx.cli.options import (
     add_model_flags,
     add_sampling_flags,
     add_speculation_flags,
+    check_drafter,
     model_options,
     sampling_options,
     speculation_config,
@@ -125,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         speculation = speculation_config(args)
         options = model_options(args)
         args.prompt, args.system = read_prompt(args), read_system(args)
+        check_drafter(args, speculation)
     except (ValueError, PromptSourceError) as exc:
         parser.error(str(exc))
     args.chat = args.chat or args.system is not None

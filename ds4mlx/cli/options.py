@@ -11,8 +11,10 @@ from ds4mlx.generation import (
     DEFAULT_NGRAM,
     DrafterKind,
     ExpertOptions,
+    GGUFError,
     SamplingOptions,
     SpeculationConfig,
+    check_drafter_files,
     parse_cache_budget,
 )
 from ds4mlx.resources import data_dir
@@ -318,6 +320,16 @@ def speculation_config(args: argparse.Namespace) -> SpeculationConfig:
         lookup=args.lookup,
         lookup_ngram=args.lookup_ngram,
     )
+
+
+def check_drafter(args: argparse.Namespace, speculation: SpeculationConfig) -> None:
+    """Raises ValueError when the drafter the flags ask for cannot draft for the model, found
+    from the files' headers before the model loads (minutes for a large one)."""
+    nextn_flag = "--mtp" if args.mtp else "--mtp-timing without another drafter"
+    try:
+        check_drafter_files(speculation, args.model, nextn_flag)
+    except GGUFError as exc:
+        raise ValueError(str(exc)) from None
 
 
 def model_options(args: argparse.Namespace) -> ModelOptions:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import logging
+import socket
 import sys
 import time
 from functools import partial
@@ -23,6 +25,7 @@ from ds4mlx.cli.options import (
     add_model_flags,
     add_sampling_flags,
     add_speculation_flags,
+    check_drafter,
     model_options,
     sampling_options,
     speculation_config,
@@ -136,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         sampling = sampling_options(args)
         speculation = speculation_config(args)
         options = model_options(args)
+        check_drafter(args, speculation)
     except ValueError as exc:
         parser.error(str(exc))
     logging.basicConfig(level=logging.INFO, format="ds4-server: %(message)s")
@@ -147,6 +151,13 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if ranks is not None and ranks.rank != 0:
         return follow_rank_0("ds4-server", options, ranks)
+    try:
+        # Bound before the model loads (minutes for a large one): a port in use fails at once.
+        # Requests that arrive meanwhile wait in the listen queue.
+        listener = listen(args.host, args.port)
+    except OSError as exc:
+        log.error("error: cannot listen on %s port %d: %s", args.host, args.port, exc)
+        return 1
 
     # The model is loaded on the engine thread, where every generation will run.
     engine = GenerationQueue(max_sessions=args.batched_session)
@@ -199,18 +210,28 @@ def main(argv: list[str] | None = None) -> int:
             api_keys=api_keys,
         )
         log.info("serving '%s' on http://%s:%d/v1", config.model_id, args.host, args.port)
-        uvicorn.run(
-            create_app(service, config, engine),
-            host=args.host,
-            port=args.port,
-            log_level="info",
-            timeout_graceful_shutdown=5,
+        server = uvicorn.Server(
+            uvicorn.Config(
+                create_app(service, config, engine),
+                log_level="info",
+                timeout_graceful_shutdown=5,
+            )
         )
+        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends serving (uvicorn.run's way)
+            server.run(sockets=[listener])
     finally:
+        listener.close()
         engine.close()
         if conductor is not None:
             conductor.stop()
     return 0
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket listening on ``host``:``port`` (an IPv6 address when ``host`` has a colon, as
+    uvicorn binds); OSError when the port is taken or the address is not this machine's."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, port), family=family, backlog=2048)
 
 
 def api_keys_from(keys: list[str], key_file: Path | None) -> tuple[str, ...]:

@@ -187,6 +187,10 @@ def stepped_generate(
             raise ValueError(f"logit_bias: {exc}") from None
 
     start = time.perf_counter()
+    # The penalties look back on the context, not on what this call feeds: a prompt-cache hit
+    # restores part of the prompt into the session and feeds only the rest, and its answer
+    # must equal the cold one's (llama.cpp's window covers the cached prompt tokens too).
+    sampler.record(session.tokens[-sampler.options.repeat_last_n :])
     sampler.record(prompt)
     pending = [decoder.prefill(session, prompt, sampler, stats)]  # tokens to yield, in order
     stats.prefill_seconds = time.perf_counter() - start  # sampling forced the evaluation

@@ -1,5 +1,5 @@
-"""Token sampling: logit biases and repetition penalties (llama.cpp's), then temperature, top-k,
-top-p, min-p built from mlx-lm's sampler pieces.
+"""Token sampling: logit biases and repetition penalties (llama.cpp's), then top-p, min-p,
+top-k and the temperature, in mlx-lm's order.
 
 The filtered distribution is exposed (``probabilities``) because exact speculative acceptance
 needs the very distribution that ordinary sampling draws from. Penalties depend on the tokens
@@ -9,20 +9,67 @@ rows of a speculative verify pass as if each draft token before a row had been c
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import mlx.core as mx
 
+# The filters and the draw are compiled once per logits shape: their parameters are arrays, so a
+# request with a new temperature or top-p reuses the compiled graph. (mlx-lm's samplers take them
+# as Python floats, which ``mx.compile`` treats as constants: every new value compiled afresh,
+# seconds per request on a busy machine.)
 
-def _sample_utils():
-    """mlx-lm's sampler pieces, imported on first use: importing mlx_lm loads transformers
-    (most of a second), which ``ds4 --help`` and the other commands that sample nothing should
-    not pay."""
-    from mlx_lm import sample_utils
 
-    return sample_utils
+@mx.compile
+def _top_p(logprobs: mx.array, top_p: mx.array) -> mx.array:
+    """Keeps the smallest set of most likely tokens whose probability reaches ``top_p`` of the
+    mass left: a token stays while the tokens more likely than it hold less than that."""
+    descending = -mx.sort(-logprobs, axis=-1)
+    probs = mx.exp(descending)
+    before = mx.cumsum(probs, axis=-1) - probs
+    kept = before < top_p * probs.sum(axis=-1, keepdims=True)
+    least_kept = mx.where(kept, descending, mx.inf).min(axis=-1, keepdims=True)
+    return _below_to_inf(logprobs, least_kept)
+
+
+@mx.compile
+def _min_p(logprobs: mx.array, log_min_p: mx.array) -> mx.array:
+    """Keeps the tokens at least ``min_p`` times as likely as the most likely one."""
+    return _below_to_inf(logprobs, logprobs.max(axis=-1, keepdims=True) + log_min_p)
+
+
+@mx.compile
+def _top_k(logprobs: mx.array, k: mx.array) -> mx.array:
+    """Keeps the ``k`` most likely tokens, exactly k of them when some tie at the k-th."""
+    order = mx.argsort(-logprobs, axis=-1)
+    positions = mx.broadcast_to(mx.arange(logprobs.shape[-1], dtype=mx.int32), logprobs.shape)
+    ranks = mx.put_along_axis(mx.zeros_like(positions), order, positions, axis=-1)
+    return mx.where(ranks < k, logprobs, -mx.inf)
+
+
+def _below_to_inf(logprobs: mx.array, threshold: mx.array) -> mx.array:
+    return mx.where(logprobs < threshold, -mx.inf, logprobs)
+
+
+@partial(mx.compile, inputs=mx.random.state, outputs=mx.random.state)
+def _categorical(logprobs: mx.array, inverse_temperature: mx.array) -> mx.array:
+    """A draw from the global generator (its state is an input and an output: compiled without
+    it, every draw would repeat the first)."""
+    return mx.random.categorical(logprobs * inverse_temperature).astype(mx.int32)
+
+
+@mx.compile
+def _categorical_keyed(
+    logprobs: mx.array, inverse_temperature: mx.array, key: mx.array
+) -> mx.array:
+    return mx.random.categorical(logprobs * inverse_temperature, key=key).astype(mx.int32)
+
+
+def _scalar(value: float) -> mx.array:
+    return mx.array(value, dtype=mx.float32)
 
 
 @dataclass(frozen=True)
@@ -143,12 +190,12 @@ class Sampler:
         logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
         o = self.options
         if 0.0 < o.top_p < 1.0:
-            logprobs = _sample_utils().apply_top_p(logprobs, o.top_p)
+            logprobs = _top_p(logprobs, _scalar(o.top_p))
         if o.min_p > 0.0:
-            logprobs = _sample_utils().apply_min_p(logprobs, o.min_p)
-        # A top-k at or above the vocabulary filters nothing (llama.cpp); mlx-lm's raises.
+            logprobs = _min_p(logprobs, _scalar(math.log(o.min_p)))
+        # A top-k at or above the vocabulary filters nothing (llama.cpp).
         if 0 < o.top_k < logprobs.shape[-1]:
-            logprobs = _sample_utils().apply_top_k(logprobs, o.top_k)
+            logprobs = _top_k(logprobs, mx.array(o.top_k, dtype=mx.int32))
         return logprobs
 
     def probabilities(self, logits: mx.array) -> mx.array:
@@ -172,9 +219,8 @@ class Sampler:
         if self.options.greedy:
             return mx.argmax(logits, keepdims=True).astype(mx.int32)
         row = self.filtered_logprobs(logits[None])
+        inverse_temperature = _scalar(1 / self.options.temperature)
         if self._key is None:
-            return (
-                _sample_utils().categorical_sampling(row, self.options.temperature).astype(mx.int32)
-            )
+            return _categorical(row, inverse_temperature)
         self._key, key = mx.random.split(self._key)
-        return mx.random.categorical(row * (1 / self.options.temperature), key=key).astype(mx.int32)
+        return _categorical_keyed(row, inverse_temperature, key)

@@ -8,7 +8,8 @@ generate text: messages or a prompt in, a stream of events out.
 - ``Finished`` and ``Done`` carry the statistics and, when a drafter took part, its
   ``acceptance`` (``SpeculativeStats``: τ, acceptance rate, drafted and accepted counts).
 - What a face configures and hands down: ``SamplingOptions``, ``SpeculationConfig`` and
-  ``load_drafter``, ``ExpertOptions`` (with ``parse_cache_budget`` for ``--expert-cache``),
+  ``load_drafter`` (``check_drafter_files`` before the model loads), ``ExpertOptions`` (with
+  ``parse_cache_budget`` for ``--expert-cache``),
   the prompt cache (``PromptCache``, ``DiskTier``) and the saved states of conversations
   (``read_snapshot``, ``write_snapshot``), and the errors these raise.
 - What loading a model would need, from its GGUF header alone (``ds4mlx.load_plan``):
@@ -52,7 +53,13 @@ from ds4mlx.engine.sampling import SamplingOptions
 from ds4mlx.engine.session import feed_batch
 from ds4mlx.engine.tokenizer import TextTokenizer, TokenizerError
 from ds4mlx.experts.options import ExpertOptions, parse_cache_budget
-from ds4mlx.generation.events import Done, Finished, ScheduledEvent, ServiceEvent
+from ds4mlx.generation.events import (
+    Done,
+    Finished,
+    GenerationCancelled,
+    ScheduledEvent,
+    ServiceEvent,
+)
 from ds4mlx.generation.service import PREFILL_CHUNK, ChatService, PrefillProgress
 from ds4mlx.generation.tokens import generate, stepped
 from ds4mlx.gguf import GGUFError
@@ -64,7 +71,13 @@ from ds4mlx.load_plan import (
     plan_model,
 )
 from ds4mlx.memory import format_size
-from ds4mlx.speculation import Drafter, DrafterLease, SpeculativeStats, load_drafter
+from ds4mlx.speculation import (
+    Drafter,
+    DrafterLease,
+    SpeculativeStats,
+    check_drafter_files,
+    load_drafter,
+)
 from ds4mlx.speculation.config import (
     DEFAULT_MTP_MARGIN,
     DEFAULT_NGRAM,
@@ -90,6 +103,7 @@ __all__ = [
     "ExpertOptions",
     "Finished",
     "GGUFError",
+    "GenerationCancelled",
     "GenerationStats",
     "MemoryPlan",
     "NamedTool",
@@ -114,6 +128,7 @@ __all__ = [
     "ToolCallStart",
     "ToolChoice",
     "Verdict",
+    "check_drafter_files",
     "check_resident",
     "common_prefix",
     "feed_batch",

@@ -25,7 +25,7 @@ def acceptance_of(stats: GenerationStats) -> SpeculativeStats | None:
 class Finished:
     """The last event of a request."""
 
-    finish_reason: str  # "stop", "length", "tool_calls" or "context"
+    finish_reason: str  # "stop", "length", "tool_calls", "context" or "cancelled"
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int  # prompt tokens reused from the session instead of prefilled
@@ -38,6 +38,12 @@ class Finished:
     def acceptance(self) -> SpeculativeStats | None:
         """What the drafter's drafts came to; None when no drafter took part."""
         return acceptance_of(self.stats)
+
+
+class GenerationCancelled(Exception):
+    """Thrown into a ChatService generation (``generator.throw``) to stop it early: it ends
+    with a ``Finished`` whose reason is "cancelled", which counts what it had generated (a
+    closed generation ends without one)."""
 
 
 @dataclass

@@ -31,7 +31,7 @@ from ds4mlx.engine.generate import DecodeStep, DoneEvent, GenerationStats
 from ds4mlx.engine.kvcache import MAX_CUT, PromptCache, common_prefix
 from ds4mlx.engine.sampling import SamplingOptions
 from ds4mlx.engine.session import Session, Snapshot, supports_batched_decode
-from ds4mlx.generation.events import Finished, ScheduledEvent
+from ds4mlx.generation.events import Finished, GenerationCancelled, ScheduledEvent
 from ds4mlx.generation.tokens import stepped
 from ds4mlx.speculation.config import SpeculationConfig
 from ds4mlx.speculation.drafter import Drafter
@@ -336,6 +336,7 @@ class ChatService:
             lease=self._lease,
         )
         reply: mx.array | None = None
+        cancelled = False
         try:
             while True:
                 event = stream.send(reply)
@@ -366,17 +367,22 @@ class ChatService:
                 if stops.stopped:
                     stats.stop_reason = "stop"
                     break
+        except GenerationCancelled:
+            cancelled = True
         finally:
             stream.close()
-        tail = stops.feed(detokenizer.finish()) + stops.finish() if not stops.stopped else ""
-        yield from emit(tail)
-        if parser is not None:
-            for event in parser.finish():
-                saw_tool_call |= isinstance(event, ToolCallComplete)
-                yield event
-        reason = stats.stop_reason or "stop"
-        if saw_tool_call and reason == "stop":
-            reason = "tool_calls"
+        if cancelled:  # the client went away: nothing more to show, only what it cost
+            reason = "cancelled"
+        else:
+            tail = stops.feed(detokenizer.finish()) + stops.finish() if not stops.stopped else ""
+            yield from emit(tail)
+            if parser is not None:
+                for event in parser.finish():
+                    saw_tool_call |= isinstance(event, ToolCallComplete)
+                    yield event
+            reason = stats.stop_reason or "stop"
+            if saw_tool_call and reason == "stop":
+                reason = "tool_calls"
         yield Finished(
             reason,
             len(tokens),

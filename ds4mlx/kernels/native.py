@@ -4,12 +4,16 @@ On the CPU every MLX primitive costs microseconds of scheduling, so a step made 
 tiny ops is bound by their number (``scripts/bench_graph.py``). A custom MLX primitive does such
 work, e.g. the mHC mixes with their 20-round Sinkhorn, in one. Building one needs a C++ compiler,
 CMake and nanobind (the latter two are dependencies of ds4mlx); it happens once per MLX version
-and source change (about 15-30 s), into ``$DS4MLX_CACHE_DIR`` (default ``~/.cache/ds4mlx``),
-under a file lock so that concurrent processes build it once.
+and source change, into ``$DS4MLX_CACHE_DIR`` (default ``~/.cache/ds4mlx``), under a file lock
+so that concurrent processes build it once. It takes about a minute on an idle 2-core machine
+and three or more under load, so its progress is shown (cmake's percentages, with the time).
 
 Anything that fails (no compiler, an MLX built with another nanobind ABI, a result that differs
-from the twin) leaves the pure-MLX twins in use and says so once on stderr. ``DS4MLX_KERNELS=mlx``
-turns the native operations off, like the Metal kernels.
+from the twin) leaves the pure-MLX twins in use and says so once on stderr. A failed build is
+remembered (``cpu_ops-KEY.failed`` beside the build log), so that every later process does not
+spend minutes failing again; a change of sources or versions is a new key and builds afresh, and
+``DS4MLX_REBUILD_NATIVE=1`` retries the same one (after installing a compiler, say).
+``DS4MLX_KERNELS=mlx`` turns the native operations off, like the Metal kernels.
 """
 
 from __future__ import annotations
@@ -20,13 +24,16 @@ import importlib.metadata
 import importlib.util
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from functools import cache
 from pathlib import Path
 from types import ModuleType
+from typing import TextIO
 
 import mlx.core as mx
 
@@ -90,9 +97,59 @@ def _built_module(directory: Path) -> Path | None:
     return found[0] if found else None
 
 
-def build(target: Path) -> Path:
-    """Configure and build the extension into ``target``; returns the module's path. Raises
-    RuntimeError with the tail of the build log when the build fails."""
+class _BuildProgress:
+    """Says how far the build is from cmake's ``[ NN%]`` lines, with the time so far: on a
+    terminal one line redrawn at every new percentage, elsewhere a line every tenth (a log gets
+    a dozen lines, not a hundred)."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.terminal = sys.stderr.isatty()
+        self.shown = -1
+
+    def line(self, text: str) -> None:
+        match = _PERCENT.match(text)
+        if match is None:
+            return
+        percent = int(match[1])
+        step = percent if self.terminal else percent // 10
+        if step == self.shown:
+            return
+        self.shown = step
+        message = f"ds4mlx: building the native CPU operations: {percent}% ({self.seconds()} s)"
+        if self.terminal:
+            print(f"\r{message}", end="", file=sys.stderr, flush=True)
+        else:
+            print(message, file=sys.stderr, flush=True)
+
+    def seconds(self) -> str:
+        return f"{time.monotonic() - self.started:.0f}"
+
+    def end(self) -> None:
+        """Ends the redrawn line, so that what follows starts on its own."""
+        if self.terminal and self.shown >= 0:
+            print(file=sys.stderr, flush=True)
+
+
+_PERCENT = re.compile(r"\[\s*(\d+)%\]")
+
+
+def _run_logged(command: list[str], log: TextIO, progress: _BuildProgress) -> int:
+    """Run ``command`` with its output into ``log``, each line shown to ``progress``."""
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+    ) as process:
+        assert process.stdout is not None
+        for line in process.stdout:
+            log.write(line)
+            progress.line(line)
+    return process.returncode
+
+
+def build(target: Path, progress: _BuildProgress | None = None) -> Path:
+    """Configure and build the extension into ``target``, saying how far it is to
+    ``progress``; returns the module's path. Raises RuntimeError with the tail of the build log
+    when the build fails."""
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         build_dir = Path(tmp) / "build"
@@ -109,10 +166,11 @@ def build(target: Path) -> Path:
             ],
             [_cmake(), "--build", str(build_dir), "-j", str(os.cpu_count() or 1)],
         ]
+        progress = progress or _BuildProgress()
         with open(log_path, "w") as log:
             for command in commands:
-                done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT)
-                if done.returncode != 0:
+                if _run_logged(command, log, progress) != 0:
+                    log.flush()
                     lines = log_path.read_text().splitlines()
                     tail = [line.strip() for line in lines if line.strip()][-3:]
                     raise RuntimeError(f"build failed (log: {log_path}): " + " | ".join(tail))
@@ -164,8 +222,7 @@ def native_ops() -> ModuleType | None:
                 fcntl.flock(lock, fcntl.LOCK_EX)
                 module_path = _built_module(target) if target.is_dir() else None
                 if module_path is None:
-                    print("ds4mlx: building the native CPU operations (once)...", file=sys.stderr)
-                    module_path = build(target)
+                    module_path = _build_once(target)
         module = _import(module_path)
         _check(module)
         return module
@@ -175,3 +232,35 @@ def native_ops() -> ModuleType | None:
             file=sys.stderr,
         )
         return None
+
+
+def _build_once(target: Path) -> Path:
+    """``build`` unless this very build (same key) failed before: then its remembered error,
+    until ``DS4MLX_REBUILD_NATIVE=1`` asks to try again."""
+    failed = target.parent / f"{target.name}.failed"
+    if failed.is_file() and os.environ.get("DS4MLX_REBUILD_NATIVE", "") != "1":
+        raise RuntimeError(
+            f"its build failed before: {failed.read_text().strip()}; "
+            "DS4MLX_REBUILD_NATIVE=1 tries again"
+        )
+    print(
+        "ds4mlx: building the native CPU operations, once per MLX version and source change "
+        "(a minute or more; several on a busy machine)...",
+        file=sys.stderr,
+        flush=True,
+    )
+    progress = _BuildProgress()
+    try:
+        module_path = build(target, progress)
+    except (RuntimeError, OSError) as exc:
+        failed.write_text(f"{exc}\n")
+        raise
+    finally:
+        progress.end()
+    failed.unlink(missing_ok=True)
+    print(
+        f"ds4mlx: built the native CPU operations in {progress.seconds()} s",
+        file=sys.stderr,
+        flush=True,
+    )
+    return module_path

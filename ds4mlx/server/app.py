@@ -215,7 +215,10 @@ class _Server:
                 call = await self.limit.tokenized(call, self.service)
                 # One job per choice (n > 1: server.choices), queued in order.
                 jobs = [
-                    self.engine.submit(partial(c.run, self.service)) for c in choice_calls(call)
+                    self.engine.submit(
+                        partial(c.run, self.service), on_cancelled=self.metrics.finished
+                    )
+                    for c in choice_calls(call)
                 ]
         except APIError as error:
             self.metrics.refuse()

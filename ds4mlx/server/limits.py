@@ -28,7 +28,7 @@ class RequestLimits:
         if at_least >= self.max_context:
             raise APIError(
                 400,
-                f"the {param} is at least {at_least} tokens long ({characters} "
+                f"the text of '{param}' is at least {at_least} tokens long ({characters} "
                 f"characters, at most {self.bytes_per_token} per token); the context "
                 f"is {self.max_context} tokens",
                 param=param,

@@ -25,7 +25,14 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-from ds4mlx.generation import ChatEvent, DecodeStep, Finished, ScheduledEvent, feed_batch
+from ds4mlx.generation import (
+    ChatEvent,
+    DecodeStep,
+    Finished,
+    GenerationCancelled,
+    ScheduledEvent,
+    feed_batch,
+)
 from ds4mlx.server.errors import APIError
 
 import mlx.core as mx
@@ -56,8 +63,16 @@ JobItem = ChatEvent | Finished | APIError | _End
 class Job:
     """One request's generation: started on the worker thread, read on the event loop."""
 
-    def __init__(self, start: Callable[[], Generation], loop: asyncio.AbstractEventLoop):
+    def __init__(
+        self,
+        start: Callable[[], Generation],
+        loop: asyncio.AbstractEventLoop,
+        on_cancelled: Callable[[Finished], None] | None = None,
+    ):
         self.start = start
+        #: Called on the worker thread with what a generation stopped early had generated
+        #: (its reader, gone, never sees that ``Finished``).
+        self.on_cancelled = on_cancelled
         self._loop = loop
         self._items: deque[JobItem] = deque()
         self._ready = asyncio.Event()
@@ -168,9 +183,15 @@ class GenerationQueue:
             self._wake.notify()
         return call.result.result()
 
-    def submit(self, start: Callable[[], Generation]) -> Job:
-        """Queue a generation; must be called on the event loop that will read the job."""
-        job = Job(start, asyncio.get_running_loop())
+    def submit(
+        self,
+        start: Callable[[], Generation],
+        on_cancelled: Callable[[Finished], None] | None = None,
+    ) -> Job:
+        """Queue a generation; must be called on the event loop that will read the job.
+        ``on_cancelled`` receives the ``Finished`` of a generation the job's cancelling stopped
+        (see ``Job.on_cancelled``)."""
+        job = Job(start, asyncio.get_running_loop(), on_cancelled)
         with self._wake:
             if self._closing:
                 raise APIError(503, "the server is shutting down")
@@ -320,8 +341,11 @@ class GenerationQueue:
             job.deliver(APIError(500, f"generation failed: {exc}"))
 
     def _finish(self, run: _Running, outcome: str) -> None:
-        """End a started job: close its generation (which frees its session)."""
+        """End a started job: close its generation (which frees its session); a cancelled one
+        is first asked what it generated."""
         try:
+            if outcome == "cancelled":
+                self._stop(run)
             run.events.close()
         except Exception:  # closing runs the generation's cleanup; it must not stop the worker
             log.exception("closing a generation failed")
@@ -329,6 +353,18 @@ class GenerationQueue:
             self._running.remove(run)
             self._stats.running = len(self._running)
         self._end(run.job, outcome)
+
+    @staticmethod
+    def _stop(run: _Running) -> None:
+        """Stop ``run``'s generation with ``GenerationCancelled``: the ``Finished`` it ends
+        with goes to the job's ``on_cancelled``. A generation that does not answer with one (a
+        stand-in service) just ends."""
+        try:
+            item = run.events.throw(GenerationCancelled())
+        except (GenerationCancelled, StopIteration):
+            return
+        if isinstance(item, Finished) and run.job.on_cancelled is not None:
+            run.job.on_cancelled(item)
 
     def _end(self, job: Job, outcome: str) -> None:
         """Count ``job`` under ``outcome`` (a QueueStats counter) and end its events."""

@@ -4,6 +4,9 @@ runs the verify loop here when a drafter is configured and plain decoding otherw
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from ds4mlx.gguf import GGUFError, open_gguf
 from ds4mlx.speculation.config import DrafterKind, SpeculationConfig
 from ds4mlx.speculation.drafter import Draft, Drafter, TargetRows
 from ds4mlx.speculation.loop import DrafterLease, SpeculativeStats
@@ -16,8 +19,58 @@ __all__ = [
     "SpeculationConfig",
     "SpeculativeStats",
     "TargetRows",
+    "check_drafter_files",
     "load_drafter",
 ]
+
+#: The architecture of the targets DSpark and legacy MTP draft for.
+DEEPSEEK_TARGET = "deepseek4"
+
+
+def check_drafter_files(
+    config: SpeculationConfig, model_path: str | Path, nextn_flag: str = "--mtp"
+) -> None:
+    """Refuse, from the files' headers alone, what ``load_drafter`` would refuse only after the
+    model has loaded (minutes for a large one): a drafter file that is missing or of another
+    kind (a GLM model given as DSpark's support file), a target the drafter does not draft for,
+    a target without the draft block that ``nextn_flag`` (the flag that chose it) uses. Raises
+    GGUFError naming the flags. Whose drafter a support file is (its recorded target identity)
+    is checked on load: it reads the loaded weights."""
+    if config.kind is DrafterKind.NONE:
+        return
+    target = open_gguf(model_path)
+    if config.kind is DrafterKind.NEXTN:
+        if not any(name.endswith(".nextn.eh_proj.weight") for name in target.layout.tensors):
+            raise GGUFError(
+                f"{nextn_flag} needs the MTP draft block inside the model (GLM's nextn), and "
+                f"{model_path} ({target.arch}) has none; draft with --dspark --mtp-model FILE, "
+                "--mtp-draft N --mtp-model FILE or --lookup N instead"
+            )
+        return
+    if config.kind is DrafterKind.DSPARK:
+        from ds4mlx.speculation.dspark_layout import LAYOUTS
+
+        flag = "--dspark"
+    else:
+        from ds4mlx.speculation.mtp import LAYOUTS
+
+        flag = f"--mtp-draft {config.mtp_draft}"
+    if config.support_path is None:
+        raise GGUFError(f"{flag} needs its drafter file: --mtp-model FILE")
+    if not Path(config.support_path).is_file():
+        raise GGUFError(f"--mtp-model {config.support_path}: no such file")
+    support = open_gguf(config.support_path)
+    if support.arch not in LAYOUTS:
+        expected = ", ".join(f"{what} ('{arch}')" for arch, what in LAYOUTS.items())
+        raise GGUFError(
+            f"--mtp-model {config.support_path} is a '{support.arch}' file, not a drafter for "
+            f"{flag}: expected {expected}"
+        )
+    if target.arch != DEEPSEEK_TARGET:
+        raise GGUFError(
+            f"{flag} drafts for DeepSeek-V4 ({DEEPSEEK_TARGET}) models; {model_path} is a "
+            f"{target.arch} model (a GLM model drafts with its own MTP block: --mtp)"
+        )
 
 
 def load_drafter(config: SpeculationConfig, target) -> Drafter | None:

@@ -60,8 +60,13 @@ def store(tmp_path):
     return ConversationStore(tmp_path / "conversations")
 
 
-async def prompt_open(pilot) -> PermissionScreen:
-    await until(pilot, lambda: isinstance(pilot.app.screen, PermissionScreen))
+async def prompt_open(pilot, answered: PermissionScreen | None = None) -> PermissionScreen:
+    """The permission prompt on screen; after ``answered``, the next one (the answered one
+    can still be the current screen for a moment after its key)."""
+    await until(
+        pilot,
+        lambda: isinstance(pilot.app.screen, PermissionScreen) and pilot.app.screen is not answered,
+    )
     return pilot.app.screen
 
 
@@ -179,9 +184,11 @@ def test_always_allows_only_that_command(toolbox, store, workspace):
         screen = await prompt_open(pilot)
         await until(pilot, lambda: screen.armed)
         await pilot.press("a")
-        # the same command runs unasked; another one asks again
-        screen = await prompt_open(pilot)
-        assert "touch two" in screen_text(app)
+        # the same command runs unasked; another one asks again. A screen just pushed is
+        # drawn a moment later (under load the screenshot came back empty), so the test waits
+        # for its text rather than reading it once.
+        screen = await prompt_open(pilot, answered=screen)
+        await until(pilot, lambda: "touch two" in screen_text(app))
         await until(pilot, lambda: screen.armed)
         await pilot.press("n", "enter")
         await until(pilot, lambda: not app.busy)

@@ -140,9 +140,63 @@ def test_contradicting_speculation_flags(ds4_fixture_path, flags, message):
     assert message in result.stderr
 
 
-def test_a_target_model_is_refused_as_a_drafter(ds4_fixture_path):
+ASSETS = Path(__file__).resolve().parents[2] / "assets"
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--dspark", "--mtp-model", "/nonexistent.gguf"], "--mtp-model /nonexistent.gguf"),
+        (["--dspark", "--mtp-model", "{model}"], "'deepseek4' file, not a drafter for --dspark"),
+        (
+            ["--dspark", "--mtp-model", str(ASSETS / "glm-tiny.gguf")],
+            "'glm5-next' file, not a drafter for --dspark",
+        ),
+        (["--mtp-draft", "2", "--mtp-model", "/nonexistent.gguf"], "no such file"),
+        (["--mtp-timing"], "--mtp-timing without another drafter needs the MTP draft block"),
+        (["--mtp"], "--mtp needs the MTP draft block"),
+    ],
+)
+def test_a_drafter_that_cannot_draft_is_refused_before_loading(ds4_fixture_path, flags, message):
+    # Found from the files' headers: a large model loads for minutes (issue 36, items 7, 10).
+    flags = [flag.format(model=ds4_fixture_path) for flag in flags]
+    result = run_ds4("-m", str(ds4_fixture_path), "-p", "x", *flags)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr and "Traceback" not in result.stderr
+    assert "loaded" not in result.stderr and "loading" not in result.stderr
+
+
+@pytest.mark.skipif(not (ASSETS / "glm-tiny.gguf").is_file(), reason="glm-tiny.gguf not built")
+def test_a_glm_target_is_refused_for_dspark_before_loading():
     result = run_ds4(
-        "-m", str(ds4_fixture_path), "-p", "x", "--dspark", "--mtp-model", str(ds4_fixture_path)
+        "-m",
+        str(ASSETS / "glm-tiny.gguf"),
+        "-p",
+        "x",
+        "--dspark",
+        "--mtp-model",
+        str(ASSETS / "ds4-tiny-dspark.gguf"),
     )
-    assert result.returncode == 1
-    assert "not a supported drafter" in result.stderr and "Traceback" not in result.stderr
+    assert result.returncode == 2
+    assert "glm5-next model" in result.stderr and "--mtp" in result.stderr
+    assert "loaded" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "old, new, field",
+    [
+        ("--dspark", "--dspark-model", "dspark"),
+        ("--mtp", "--mtp-model", "mtp"),
+        ("--dflash", "--dflash-model", "dflash"),
+    ],
+)
+def test_bench_names_drafter_files_apart_from_ds4s_switches(capsys, old, new, field):
+    # In ds4, --dspark and --mtp are switches; ds4 bench took files with them (issue 36).
+    from ds4mlx.cli import bench
+
+    with pytest.raises(SystemExit) as exited:
+        bench.main([old, "x.gguf"])
+    assert exited.value.code == 2
+    assert f"{old} FILE is now {new} FILE" in capsys.readouterr().err
+    assert getattr(bench.build_parser().parse_args([new, "x.gguf"]), field) == Path("x.gguf")
+    assert getattr(bench.build_parser().parse_args([new, ""]), field) is None  # skipped

@@ -5,6 +5,8 @@ generic state walk."""
 from __future__ import annotations
 
 import json
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +49,14 @@ def fingerprint(model) -> str:
 
 @pytest.fixture
 def saved(model, fingerprint, tmp_path) -> tuple[Path, Snapshot]:
+    previous = os.umask(0o022)  # the usual umask, under which open() makes world-readable files
+    try:
+        return _saved(model, fingerprint, tmp_path)
+    finally:
+        os.umask(previous)
+
+
+def _saved(model, fingerprint, tmp_path) -> tuple[Path, Snapshot]:
     session = model.new_session()
     session.feed(PREFIX)
     snapshot = session.snapshot()
@@ -181,3 +191,9 @@ def test_classes_outside_ds4mlx_are_never_imported():
         decode_state(tree, {})
     with pytest.raises(StateFormatError, match="cannot be saved"):
         encode_state(object())
+
+
+def test_a_saved_state_is_readable_by_its_owner_only(saved):
+    # A conversation's saved state (``chat-*.kv.safetensors``) holds its token ids: its text.
+    path, _ = saved
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import ds4mlx
+from ds4mlx.engine.generate import TokenEvent, run_alone, stepped_generate
 from ds4mlx.engine.sampling import Sampler, SamplingOptions
+from ds4mlx.engine.session import Session
 
 import mlx.core as mx
 import numpy as np
 import pytest
+
+TINY_MODEL = Path(__file__).resolve().parents[2] / "assets" / "ds4-tiny.gguf"
 
 
 def reference(logits: np.ndarray, recent: list[int], o: SamplingOptions) -> np.ndarray:
@@ -87,3 +94,23 @@ def test_logit_bias_comes_before_the_penalties():
 def test_bad_penalty_options(field, value):
     with pytest.raises(ValueError, match=field):
         SamplingOptions(**{field: value})
+
+
+def test_a_continued_session_penalises_the_tokens_it_already_holds():
+    # A prompt-cache hit restores part of the prompt and feeds only the rest: the penalties
+    # must still see the restored tokens, or the warm answer differs from the cold one.
+    if not TINY_MODEL.is_file():
+        pytest.skip(f"{TINY_MODEL} is not built")
+    model = ds4mlx.load_model(TINY_MODEL)
+    prompt = model.tokenizer.encode("def function_1(x):\n    return x\n\ndef", add_special=True)
+    options = SamplingOptions(frequency_penalty=1.0, presence_penalty=0.5)
+
+    def answer(session: Session, tokens: list[int], sampling: SamplingOptions) -> list[int]:
+        events = run_alone(stepped_generate(session, tokens, 24, sampling))
+        return [event.token for event in events if isinstance(event, TokenEvent)]
+
+    cold = answer(model.new_session(), prompt, options)
+    warm_session = model.new_session()
+    warm_session.feed(prompt[:-3])
+    assert answer(warm_session, prompt[-3:], options) == cold
+    assert answer(model.new_session(), prompt, SamplingOptions()) != cold  # it matters here

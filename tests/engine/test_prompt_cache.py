@@ -5,7 +5,9 @@ the disk budget holds."""
 from __future__ import annotations
 
 import logging
+import os
 import shutil
+import stat
 from pathlib import Path
 
 import ds4mlx
@@ -199,3 +201,22 @@ def test_a_state_the_codec_cannot_describe_turns_the_cache_off_with_one_warning(
         cache.persist(odd)
     assert len(warnings) == 1 and "turned off" in warnings[0]
     assert len(cache.memory) == 0 and list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture
+def usual_umask():
+    """The common umask (022), under which a plain open() makes world-readable files."""
+    previous = os.umask(0o022)
+    yield
+    os.umask(previous)
+
+
+def test_disk_states_are_readable_by_their_owner_only(ds4, tmp_path, usual_umask):
+    # The files hold the prompts' token ids, i.e. their text (issue 36, item 6).
+    folder = tmp_path / "cache" / "kv"
+    service = ChatService(ds4, max_context=512, prompt_cache=cache_for(ds4, folder))
+    run(service, PROMPT)
+    files = list(folder.glob("kv-*.safetensors"))
+    assert files
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert {stat.S_IMODE(path.stat().st_mode) for path in files} == {0o600}

@@ -149,6 +149,69 @@ def test_a_failed_build_falls_back_to_the_twins_with_one_line(tmp_path):
     assert abs(float(done.stdout) - 4.0) < 1e-3  # the twin computed it
 
 
+def _broken_build(tmp_path) -> tuple[str, dict[str, str]]:
+    """A Python preamble that points the build at sources whose configure step reports some
+    progress and fails fast, and the environment of a fresh cache."""
+    broken = tmp_path / "src"
+    broken.mkdir()
+    (broken / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.25)\n"
+        'message(NOTICE "[ 40%] Building CXX object half.cpp.o")\n'
+        'message(FATAL_ERROR "deliberately broken")\n'
+    )
+    preamble = (
+        "import ds4mlx.kernels.native as n, pathlib\n"
+        f"n.SOURCE_DIR = pathlib.Path({str(broken)!r})\n"
+    )
+    env = dict(os.environ, DS4MLX_CACHE_DIR=str(tmp_path / "cache"))
+    env.pop("DS4MLX_KERNELS", None)
+    env.pop("DS4MLX_REBUILD_NATIVE", None)
+    return preamble, env
+
+
+def test_a_failed_build_is_remembered_until_a_retry_is_asked_for(tmp_path):
+    # A build costs minutes on a busy machine: the next process must not spend them again.
+    preamble, env = _broken_build(tmp_path)
+    script = preamble + "assert n.native_ops() is None\n"
+
+    def run(**extra: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            env={**env, **extra},
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stderr
+
+    first = run()
+    assert "building the native CPU operations: 40%" in first  # cmake's progress, shown
+    assert "deliberately broken" in first
+    again = run()
+    assert "building" not in again
+    assert "failed before" in again and "deliberately broken" in again
+    assert "DS4MLX_REBUILD_NATIVE=1" in again
+    retried = run(DS4MLX_REBUILD_NATIVE="1")
+    assert "building the native CPU operations" in retried and "failed before" not in retried
+
+
+def test_the_build_happens_while_loading_not_in_the_prefill(tmp_path):
+    # Its minutes were reported as the first prompt's prefill speed ("prefill 0.05 t/s").
+    preamble, env = _broken_build(tmp_path)
+    script = preamble + (
+        "from ds4mlx.cli.main import main\nraise SystemExit(main(['-p', 'x', '-n', '2']))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    unavailable = next(i for i, line in enumerate(lines) if "unavailable" in line)
+    loaded = next(i for i, line in enumerate(lines) if line.startswith("ds4: loaded"))
+    assert unavailable < loaded, done.stderr
+
+
 def test_mlx_choice_turns_them_off():
     script = "import ds4mlx.kernels.native as n; print(n.native_ops() is None)"
     env = dict(os.environ, DS4MLX_KERNELS="mlx")

@@ -12,7 +12,7 @@ from typing import Any
 
 from ds4mlx.engine.chat import DEEPSEEK_V4
 from ds4mlx.engine.tokenizer import NumericTokenizer
-from ds4mlx.generation import ServiceEvent
+from ds4mlx.generation import ChatService, GenerationCancelled, ServiceEvent
 from ds4mlx.server import GenerationDefaults, GenerationQueue, ServerConfig, create_app
 from ds4mlx.server.generation import GenerationService, ServedModel
 
@@ -47,6 +47,18 @@ def serve(
         server.should_exit = True
         thread.join(TIMEOUT)
         assert not thread.is_alive(), "the server did not stop"
+
+
+@contextmanager
+def serve_sessions(service: ChatService, engine: GenerationQueue) -> Iterator[str]:
+    """``serve`` with the engine thread admitting as many requests at once as ``service`` has
+    sessions (the engine outlives the test's server: it admits one again afterwards)."""
+    engine.max_sessions = service.sessions
+    try:
+        with serve(service, engine) as url:
+            yield url
+    finally:
+        engine.max_sessions = 1
 
 
 def stats(base_url: str) -> dict[str, int]:
@@ -98,7 +110,13 @@ class DelayedService:
         time.sleep(self.first_event_delay)
         try:
             for event in events:
-                yield event
+                try:
+                    yield event
+                except GenerationCancelled as stop:
+                    # The engine stops a generation whose client left this way, and counts
+                    # what it had generated from the Finished it answers with.
+                    yield events.throw(stop)
+                    return
                 time.sleep(self.event_delay)
         finally:
             events.close()

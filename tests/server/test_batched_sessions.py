@@ -15,7 +15,7 @@ import httpx
 import openai
 import pytest
 
-from server.harness import MODEL_ID, TIMEOUT, serve, stats, wait_for_stats
+from server.harness import MODEL_ID, TIMEOUT, serve_sessions, stats, wait_for_stats
 
 N_SESSIONS = 4
 # Prompts of different lengths, so that the sessions of a batched step sit at different
@@ -61,12 +61,8 @@ def batched_url(chat_model, engine) -> Iterator[str]:
     """A server over the chat model that runs up to N_SESSIONS requests together (on the shared
     engine thread, where the model lives)."""
     service = engine.run(lambda: ChatService(chat_model, max_context=1024, sessions=N_SESSIONS))
-    engine.max_sessions = N_SESSIONS
-    try:
-        with serve(service, engine) as url:
-            yield url
-    finally:
-        engine.max_sessions = 1
+    with serve_sessions(service, engine) as url:
+        yield url
 
 
 def client_for(url: str) -> openai.OpenAI:

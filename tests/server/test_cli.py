@@ -4,6 +4,7 @@ model when it has been built."""
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -98,13 +99,48 @@ def test_bad_flags_fail_with_a_message(chat_model_path, capsys, flags, message):
 @pytest.mark.skipif(not GLM_TINY_MODEL.is_file(), reason=f"{GLM_TINY_MODEL} has not been built")
 def test_batched_sessions_are_refused_for_glm(caplog):
     """GLM's recurrent (KDA) layers have no batched decode: the server says so and exits."""
-    assert main(["-m", str(GLM_TINY_MODEL), "--batched-session", "2"]) == 1
+    port = str(free_port())
+    assert main(["-m", str(GLM_TINY_MODEL), "--port", port, "--batched-session", "2"]) == 1
     assert "--batched-session 2" in caplog.text and "no batched decode" in caplog.text
 
 
 def test_a_missing_model_file_is_reported(tmp_path, caplog):
-    assert main(["-m", str(tmp_path / "nope.gguf")]) == 1
+    assert main(["-m", str(tmp_path / "nope.gguf"), "--port", str(free_port())]) == 1
     assert "nope.gguf" in caplog.text
+
+
+@pytest.fixture
+def no_loading(monkeypatch) -> None:
+    """Fails the test if the server starts loading the model."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model was loaded before the bad argument was found")
+
+    monkeypatch.setattr("ds4mlx.cli.server.load_model", refuse)
+
+
+def test_a_port_in_use_is_found_before_loading(chat_model_path, caplog, no_loading):
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        assert main(["-m", str(chat_model_path), "--port", str(port)]) == 1
+    assert f"cannot listen on 127.0.0.1 port {port}" in caplog.text
+    assert "serving" not in caplog.text
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--dspark", "--mtp-model", "/nonexistent.gguf"], "--mtp-model /nonexistent.gguf"),
+        (["--dspark", "--mtp-model", str(GLM_TINY_MODEL)], "not a drafter for --dspark"),
+        (["--kv-disk-dir", "/proc/nonexistent/x"], "--kv-disk-dir /proc/nonexistent/x cannot"),
+    ],
+)
+def test_bad_files_and_folders_are_found_before_loading(
+    chat_model_path, capsys, no_loading, flags, message
+):
+    with pytest.raises(SystemExit) as exited:
+        main(["-m", str(chat_model_path), "--port", str(free_port()), *flags])
+    assert exited.value.code == 2 and message in capsys.readouterr().err
 
 
 def test_cors_lets_browser_clients_in(engine):

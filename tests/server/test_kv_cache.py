@@ -9,14 +9,15 @@ from pathlib import Path
 
 import ds4mlx
 from ds4mlx.bench.server import server_process
-from ds4mlx.cli.server import main
+from ds4mlx.cli.kv_options import prompt_cache_for
+from ds4mlx.cli.server import build_parser, main
 from ds4mlx.generation import ChatService
 
 import anthropic
 import openai
 import pytest
 
-from server.harness import TIMEOUT, serve
+from server.harness import TIMEOUT, serve_sessions
 
 TINY_MODEL = Path(__file__).resolve().parents[2] / "assets" / "ds4-tiny.gguf"
 SYSTEM = (
@@ -78,12 +79,8 @@ def two_slot_url(engine):
     alone keep."""
     model = engine.run(lambda: ds4mlx.load_model(TINY_MODEL))
     service = engine.run(lambda: ChatService(model, max_context=1024, sessions=2))
-    engine.max_sessions = 2
-    try:
-        with serve(service, engine) as url:
-            yield url
-    finally:
-        engine.max_sessions = 1
+    with serve_sessions(service, engine) as url:
+        yield url
 
 
 def test_two_conversations_sharing_the_system_prompt_keep_their_slots(two_slot_url):
@@ -135,3 +132,14 @@ def test_bad_cache_flags_fail_with_a_message(tmp_path, capsys, flags, message):
     with pytest.raises(SystemExit) as exited:
         main(["-m", str(TINY_MODEL), *flags])
     assert exited.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_small_disk_budget_is_reported_as_it_is(tmp_path, caplog, engine):
+    # 0.0015 GiB was reported as "budget 0.0 GiB".
+    model = engine.run(lambda: ds4mlx.load_model(TINY_MODEL))
+    args = build_parser().parse_args(
+        ["--kv-disk-dir", str(tmp_path / "kv"), "--kv-disk-space", "0.0015"]
+    )
+    with caplog.at_level("INFO", logger="ds4mlx.kvcache"):
+        assert engine.run(lambda: prompt_cache_for(args, model)) is not None
+    assert "(budget 1.5 MiB)" in caplog.text

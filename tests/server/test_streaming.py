@@ -84,6 +84,35 @@ def test_disconnect_mid_stream_frees_the_engine(service, engine):
         assert stats(base_url)["completed"] == before["completed"] + 1
 
 
+def predicted_tokens(base_url: str) -> float:
+    page = httpx.get(f"{base_url}/metrics", timeout=TIMEOUT).text
+    (line,) = [
+        line for line in page.splitlines() if line.startswith("llamacpp:tokens_predicted_total ")
+    ]
+    return float(line.split()[-1])
+
+
+def test_a_cancelled_streams_tokens_are_counted(service, engine):
+    # They were generated (the machine's time went to them) though nobody read the end.
+    with serve(DelayedService(service, event_delay=0.05), engine) as base_url:
+        before, predicted = stats(base_url), predicted_tokens(base_url)
+        client = openai.OpenAI(
+            base_url=f"{base_url}/v1", api_key="unused", timeout=TIMEOUT, max_retries=0
+        )
+        stream = client.chat.completions.create(
+            model=MODEL_ID, messages=LONG["messages"], max_tokens=1000, stream=True
+        )
+        received = 0
+        for chunk in stream:
+            received += sum(bool(choice.delta.content) for choice in chunk.choices)
+            if received == 3:
+                break
+        stream.close()
+        wait_for_stats(base_url, before, cancelled=1, running=0)
+        counted = predicted_tokens(base_url) - predicted
+    assert 3 <= counted < 1000
+
+
 def test_a_queued_request_whose_client_left_never_runs(service, engine):
     counting = CountingService(service, event_delay=0.05)
     with serve(counting, engine) as base_url:

@@ -128,7 +128,8 @@ class DiskTier:
         self.budget = budget
         self.fingerprint = fingerprint
         self.warn = warn
-        self.folder.mkdir(parents=True, exist_ok=True)
+        # Owner-only, as the files in it (an existing folder keeps the mode its owner chose).
+        self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._index: dict[tuple[int, ...], Path] = {}
         self._write_failing = False  # warned once until a write succeeds again
         self._scan()

@@ -76,8 +76,9 @@ def snapshot_nbytes(snapshot: Snapshot) -> int:
 
 
 def write_snapshot(path: Path, snapshot: Snapshot, fingerprint: str) -> int:
-    """Write ``snapshot`` to ``path`` atomically; returns the file's size. OSError (a full
-    disk included) leaves no file behind; StateFormatError for a state it cannot describe."""
+    """Write ``snapshot`` to ``path`` atomically, readable by its owner only (0600); returns the
+    file's size. OSError (a full disk included) leaves no file behind; StateFormatError for a
+    state it cannot describe."""
     if not path.name.endswith(SUFFIX):
         raise ValueError(f"a snapshot file's name ends with {SUFFIX}: {path}")
     tree, arrays = encode_state(snapshot.state)
@@ -93,6 +94,9 @@ def write_snapshot(path: Path, snapshot: Snapshot, fingerprint: str) -> int:
     # MLX appends the suffix to a name without it: the temporary name keeps it at the end.
     temporary = path.with_name(f".{path.name[: -len(SUFFIX)]}.{uuid.uuid4().hex}.tmp{SUFFIX}")
     try:
+        # The tokens are the conversation's text: readable by its owner only. Created so before
+        # MLX writes into it (MLX keeps the mode of a file it truncates), not chmod-ed after.
+        os.close(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         try:
             mx.save_safetensors(str(temporary), arrays, metadata)
         except RuntimeError as exc:  # MLX reports a failed write (a full disk) this way
