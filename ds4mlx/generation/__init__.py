@@ -5,6 +5,10 @@ generate text: messages or a prompt in, a stream of events out.
   drafter and its sessions, with prefix reuse, a prompt cache and batched sessions. Its events:
   the chat events (``TextDelta``, ``ReasoningDelta``, the tool-call events), then ``Finished``.
 - ``generate`` / ``stepped``: token-level generation, ending with ``Done``.
+- ``JsonFormat``: a JSON output the chat or completion is held to (``response_format``), by
+  constrained decoding; chats also hold tool calls to their template's syntax and the tools'
+  schemas, and ban call markup where no call may be made (``engine.constraints``).
+- ``TokenLogprobs``: each token's log-probability, when ``SamplingOptions.logprobs`` asks.
 - ``Finished`` and ``Done`` carry the statistics and, when a drafter took part, its
   ``acceptance`` (``SpeculativeStats``: τ, acceptance rate, drafted and accepted counts).
 - What a face configures and hands down: ``SamplingOptions``, ``SpeculationConfig`` and
@@ -37,6 +41,7 @@ from ds4mlx.engine.chat import (
 )
 from ds4mlx.engine.chat.deepseek4 import DSML
 from ds4mlx.engine.chat.prompt import max_token_bytes
+from ds4mlx.engine.constraints import GrammarError, JsonFormat, check_json_format
 from ds4mlx.engine.generate import DecodeStep, GenerationStats, TokenEvent
 from ds4mlx.engine.kvcache import (
     MAX_CUT,
@@ -52,7 +57,7 @@ from ds4mlx.engine.sampling import SamplingOptions
 from ds4mlx.engine.session import feed_batch
 from ds4mlx.engine.tokenizer import TextTokenizer, TokenizerError
 from ds4mlx.experts.options import ExpertOptions, parse_cache_budget
-from ds4mlx.generation.events import Done, Finished, ScheduledEvent, ServiceEvent
+from ds4mlx.generation.events import Done, Finished, ScheduledEvent, ServiceEvent, TokenLogprobs
 from ds4mlx.generation.service import ChatService
 from ds4mlx.generation.tokens import generate, stepped
 from ds4mlx.gguf import GGUFError
@@ -89,6 +94,8 @@ __all__ = [
     "Finished",
     "GGUFError",
     "GenerationStats",
+    "GrammarError",
+    "JsonFormat",
     "MemoryPlan",
     "NamedTool",
     "Oversized",
@@ -103,6 +110,7 @@ __all__ = [
     "TextDelta",
     "TextTokenizer",
     "TokenEvent",
+    "TokenLogprobs",
     "TokenizerError",
     "ToolCall",
     "ToolCallArguments",
@@ -111,6 +119,7 @@ __all__ = [
     "ToolCallStart",
     "ToolChoice",
     "Verdict",
+    "check_json_format",
     "check_resident",
     "common_prefix",
     "feed_batch",

@@ -27,11 +27,12 @@ from ds4mlx.engine.chat import (
     ToolCallComplete,
     ToolChoice,
 )
+from ds4mlx.engine.constraints import CallConstraint, Constraint, JsonConstraint, JsonFormat
 from ds4mlx.engine.generate import DecodeStep, DoneEvent, GenerationStats
 from ds4mlx.engine.kvcache import MAX_CUT, PromptCache, common_prefix
-from ds4mlx.engine.sampling import SamplingOptions
+from ds4mlx.engine.sampling import SamplingOptions, TokenLogprob
 from ds4mlx.engine.session import Session, Snapshot, supports_batched_decode
-from ds4mlx.generation.events import Finished, ScheduledEvent
+from ds4mlx.generation.events import Finished, ScheduledEvent, TokenLogprobs
 from ds4mlx.generation.tokens import stepped
 from ds4mlx.speculation.config import SpeculationConfig
 from ds4mlx.speculation.drafter import Drafter
@@ -133,13 +134,19 @@ class ChatService:
         tool_choice: ToolChoice = "auto",
         prompt_tokens: Sequence[int] | None = None,
         stream_arguments: bool = False,
+        output_format: JsonFormat | None = None,
     ) -> Generator[ScheduledEvent, mx.array | None, None]:
         """Generate the assistant's next turn: text, reasoning and tool-call events, then
         Finished. ``reasoning_effort`` is mapped onto the efforts the chat template knows
         (``ChatFormat.template_effort``); ``tool_choice`` as ``ChatFormat.prompt``.
         ``prompt_tokens``: the prompt already tokenized by :meth:`chat_prompt` with the same
         arguments (a server does that before queueing the request). ``stream_arguments``: tool
-        calls are also reported while they are written (``ChatFormat.stream_parser``)."""
+        calls are also reported while they are written (``ChatFormat.stream_parser``).
+
+        Decoding is constrained (``engine.constraints``): a call the model opens is held to
+        the template's syntax, naming an offered tool, its arguments held to the tool's schema
+        when it is ``strict`` or the choice forced; without tools (or with "none") call markup
+        is never sampled; ``output_format`` holds the answer to JSON (after the reasoning)."""
         tokens = (
             list(prompt_tokens)
             if prompt_tokens is not None
@@ -157,7 +164,29 @@ class ChatService:
             tool_choice=tool_choice,
             stream_arguments=stream_arguments,
         )
-        yield from self._run(tokens, max_tokens, sampling, stop, parser)
+        constraint = self._chat_constraint(tools, tool_choice, thinking, output_format)
+        yield from self._run(tokens, max_tokens, sampling, stop, parser, constraint)
+
+    def _chat_constraint(
+        self,
+        tools: Sequence[Mapping[str, Any]] | None,
+        tool_choice: ToolChoice,
+        thinking: bool,
+        output_format: JsonFormat | None,
+    ) -> Constraint | None:
+        """The constraint of a chat turn (see ``chat``). A forced tool choice wins over an
+        output format: the prompt has opened the call."""
+        chat_format = self._chat_format()
+        forced = bool(chat_format.forced_call_prefix(tool_choice))
+        reasoning_end = chat_format.reasoning_end if thinking and not forced else None
+        tokenizer = self.model.tokenizer
+        if output_format is not None and not forced:
+            return JsonConstraint(tokenizer, output_format.schema, reasoning_end)
+        syntax = (
+            chat_format.call_syntax(tools, tool_choice) if tools and tool_choice != "none" else None
+        )
+        constraint = CallConstraint(tokenizer, chat_format.call_marker, syntax, reasoning_end)
+        return constraint if constraint.constrains else None
 
     def chat_prompt(
         self,
@@ -201,10 +230,17 @@ class ChatService:
         max_tokens: int = 256,
         sampling: SamplingOptions | None = None,
         stop: Sequence[str] = (),
+        output_format: JsonFormat | None = None,
     ) -> Generator[ScheduledEvent, mx.array | None, None]:
-        """Continue raw ``prompt`` text (no chat template): TextDelta events, then Finished."""
+        """Continue raw ``prompt`` text (no chat template): TextDelta events, then Finished;
+        ``output_format`` holds the continuation to JSON."""
         tokens = self.model.tokenizer.encode(prompt, add_special=True)
-        yield from self._run(tokens, max_tokens, sampling, stop, None)
+        constraint = (
+            JsonConstraint(self.model.tokenizer, output_format.schema)
+            if output_format is not None
+            else None
+        )
+        yield from self._run(tokens, max_tokens, sampling, stop, None, constraint)
 
     def count_tokens(self, text: str) -> int:
         return len(self.model.tokenizer.encode(text, add_special=False))
@@ -218,6 +254,7 @@ class ChatService:
         sampling: SamplingOptions | None,
         stop: Sequence[str],
         parser: StreamParser | None,
+        constraint: Constraint | None = None,
     ) -> Generator[ScheduledEvent, mx.array | None, None]:
         if not tokens:
             raise ValueError("the prompt is empty")
@@ -231,7 +268,9 @@ class ChatService:
         try:
             if self.prompt_cache is not None:
                 self._restore_longest(slot.session, tokens)
-            yield from self._generate(slot, tokens, max_tokens, sampling, stop, parser, started)
+            yield from self._generate(
+                slot, tokens, max_tokens, sampling, stop, parser, started, constraint
+            )
         finally:
             slot.busy = False
             # Written after the answer, so the disk costs the request no time to first token.
@@ -248,6 +287,7 @@ class ChatService:
         stop: Sequence[str],
         parser: StreamParser | None,
         started: float,
+        constraint: Constraint | None = None,
     ) -> Generator[ScheduledEvent, mx.array | None, None]:
         session, cached = slot.session, slot.session.n_tokens
         tokenizer = self.model.tokenizer
@@ -275,6 +315,7 @@ class ChatService:
             stop_tokens=tokenizer.stop_ids,
             max_context=self.max_context,
             lease=self._lease,
+            constraint=constraint,
         )
         reply: mx.array | None = None
         try:
@@ -300,6 +341,8 @@ class ChatService:
                 reasoning += parser is not None and parser.reasoning
                 if event.token in tokenizer.stop_ids:
                     continue
+                if event.logprob is not None:
+                    yield self._logprobs_event(event.logprob)
                 yield from emit(stops.feed(detokenizer.add(event.token)))
                 if stops.stopped:
                     stats.stop_reason = "stop"
@@ -324,6 +367,18 @@ class ChatService:
             time.perf_counter() - started,
             stops.matched,
             reasoning,
+        )
+
+    def _logprobs_event(self, logprob: TokenLogprob) -> TokenLogprobs:
+        tokenizer = self.model.tokenizer
+
+        def spelled(token: int) -> tuple[str, bytes]:
+            piece = tokenizer.token_bytes(token)
+            return piece.decode("utf-8", "replace"), piece
+
+        text, piece = spelled(logprob.token)
+        return TokenLogprobs(
+            text, piece, logprob.logprob, tuple((*spelled(t), value) for t, value in logprob.top)
         )
 
     def _slot_for(self, tokens: list[int]) -> _Slot:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import ParamSpec
 
+from ds4mlx.engine.constraints import Constraint
 from ds4mlx.engine.generate import DecodeStep, DoneEvent, TokenEvent, run_alone, stepped_generate
 from ds4mlx.engine.sampling import SamplingOptions
 from ds4mlx.engine.session import Session
@@ -32,10 +33,12 @@ def stepped(
     stop_tokens: Sequence[int] = (),
     max_context: int | None = None,
     lease: DrafterLease | None = None,
+    constraint: Constraint | None = None,
 ) -> Stepped:
     """``generate`` in stepped form (see ``engine.generate.DecodeStep``): a step decoded on its
     own drafts with ``drafter`` (unless the config is strict), a batched one does not.
-    ``lease`` tracks which generation the shared drafter follows."""
+    ``lease`` tracks which generation the shared drafter follows; ``constraint`` masks every
+    step (``engine.constraints``), drafted ones included."""
     config = config or SpeculationConfig()
     decoder = (
         None
@@ -43,7 +46,7 @@ def stepped(
         else SpeculativeDecoder(drafter, config.loop_options, lease)
     )
     return stepped_generate(
-        session, prompt, max_tokens, sampling, stop_tokens, max_context, decoder
+        session, prompt, max_tokens, sampling, stop_tokens, max_context, decoder, constraint
     )
 
 

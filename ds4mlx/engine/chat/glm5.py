@@ -46,6 +46,17 @@ from ds4mlx.engine.chat.base import (
     tool_call_from_message,
     write_forced_prefix,
 )
+from ds4mlx.engine.chat.call_grammar import (
+    CallSyntax,
+    Parameter,
+    check_tools,
+    is_strict,
+    json_lexeme,
+    literal,
+    parameter_sequence,
+    parameters,
+    tool_name,
+)
 from ds4mlx.engine.chat.events import (
     AssistantTurn,
     ChatEvent,
@@ -244,6 +255,7 @@ class GLM5ChatFormat(ChatFormat):
     """GLM-5.3-Flash's prompt template and ``<tool_call>`` output syntax [tmpl]."""
 
     name = "glm-5"
+    call_marker = CALL_START
     reasoning_efforts = REASONING_EFFORTS
 
     def prompt(
@@ -353,8 +365,70 @@ class GLM5ChatFormat(ChatFormat):
         parser = self.stream_parser(thinking=thinking, tools=tools)
         return AssistantTurn.from_events([*parser.feed(text), *parser.finish()])
 
+    def call_syntax(
+        self, tools: Sequence[Mapping[str, Any]], tool_choice: ToolChoice = "auto"
+    ) -> CallSyntax:
+        return _glm_call_syntax(tools, tool_choice)
+
     def stop_strings(self) -> list[str]:
         return [USER, OBSERVATION, END_OF_TEXT]
+
+
+# --------------------------------------------------------------------------- the call grammar
+
+
+def _glm_value(parameter: Parameter, schema_bound: bool) -> str:
+    """An argument's value and its closing tag: a string-typed one as literal text (one of its
+    ``enum`` when held to the schema), any other as JSON, held to its schema when
+    ``schema_bound`` (the parser reads it back as ``_string_parameters`` says)."""
+    if parameter.is_string:
+        choices = parameter.schema.get("enum") if schema_bound else None
+        if isinstance(choices, list) and all(isinstance(choice, str) for choice in choices):
+            options = " | ".join(literal(choice) for choice in choices)
+            return f"({options}) {literal(VALUE_END)}"
+        return "raw"
+    return f"{json_lexeme(parameter.schema if schema_bound else None)} {literal(VALUE_END)}"
+
+
+def _glm_call_syntax(tools: Sequence[Mapping[str, Any]], tool_choice: ToolChoice) -> CallSyntax:
+    """``<tool_call>`` calls (``_render_tool_call``'s layout) of ``tools`` only, one after
+    another until the turn ends."""
+    check_tools(tools)
+    forced = tool_choice == "required" or isinstance(tool_choice, NamedTool)
+    if isinstance(tool_choice, NamedTool):
+        tools = [tool for tool in tools if tool_name(tool) == tool_choice.name]
+        if not tools:
+            raise ValueError(f"tool_choice names {tool_choice.name!r}, which is not offered")
+    rules = []
+    for index, tool in enumerate(tools):
+        declared = parameters(tool)
+        bound = forced or is_strict(tool)
+        if declared is None:
+            arguments = "free_argument*"
+        else:
+            items = []
+            for position, parameter in enumerate(declared):
+                rule = f"t{index}_{position}"
+                key = KEY_START + parameter.name + KEY_END + VALUE_START
+                rules.append(f"{rule}: {literal(key)} {_glm_value(parameter, bound)}")
+                items.append((rule, parameter.required and bound))
+            arguments = parameter_sequence(items)
+        rules.append(f"t{index}_arguments: {arguments}")
+        rules.append(f"t{index}: {literal(tool_name(tool))} t{index}_arguments {literal(CALL_END)}")
+    start = (
+        f"t0_arguments {literal(CALL_END)} more_calls"
+        if isinstance(tool_choice, NamedTool)
+        else "call more_calls"
+    )
+    rules += [
+        f"start: {start}",
+        "call: " + " | ".join(f"t{index}" for index in range(len(tools))),
+        f"more_calls: ({literal(CALL_START)} call)*",
+        f"raw[suffix={literal(VALUE_END)}]: /(?s:.*)/",
+        f"free_argument: {literal(KEY_START)} ARGUMENT_NAME {literal(KEY_END + VALUE_START)} raw",
+        "ARGUMENT_NAME: /[A-Za-z0-9_.-]+/",
+    ]
+    return CallSyntax(CALL_START, "", "\n".join(rules), forced)
 
 
 # --------------------------------------------------------------------------- parsing
