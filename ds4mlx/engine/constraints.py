@@ -111,6 +111,10 @@ class Grammar:
         )
         if self._matcher.is_error():
             raise GrammarError(f"the grammar does not compile: {self._matcher.get_error()}")
+        self._stop_ids = frozenset(tokenizer.stop_ids)
+        # Per advanced token, whether the matcher took it: a stop token ends the output, and the
+        # matcher does not count one it is allowed (rolling it back must not undo another).
+        self._taken: list[bool] = []
 
     def mask(self) -> mx.array:
         """The tokens allowed next, bool [vocab] (only the stop tokens once it is complete)."""
@@ -118,16 +122,22 @@ class Grammar:
         return mx.array(np.unpackbits(words, bitorder="little")[: self.vocab_size].astype(bool))
 
     def advance(self, token: int) -> None:
-        if not self._matcher.consume_token(token):
+        taken = token not in self._stop_ids
+        if taken and not self._matcher.consume_token(token):
             raise GrammarError(f"token {token} breaks the grammar: {self._matcher.get_error()}")
+        self._taken.append(taken)
 
     def allows(self, tokens: Sequence[int]) -> int:
         """How many of ``tokens``, in order from here, the grammar takes."""
         return self._matcher.validate_tokens(list(tokens))
 
     def rollback(self, count: int) -> None:
-        if count and not self._matcher.rollback(count):
-            raise GrammarError(f"cannot roll the grammar back {count} tokens")
+        if not count:
+            return
+        taken = sum(self._taken[-count:])
+        del self._taken[-count:]
+        if taken and not self._matcher.rollback(taken):
+            raise GrammarError(f"cannot roll the grammar back {taken} tokens")
 
 
 class Constraint:
