@@ -11,7 +11,7 @@ schemas when the call is ``strict`` (always for a forced choice), else to anythi
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,11 +101,43 @@ def parameter_sequence(items: Sequence[tuple[str, bool]]) -> str:
     return " ".join(rule if required else f"{rule}?" for rule, required in items) or '""'
 
 
-def rule_name(prefix: str, index: int) -> str:
-    return f"{prefix}{index}"
-
-
-def check_tools(tools: Sequence[Mapping[str, Any]]) -> None:
+def callable_tools(
+    tools: Sequence[Mapping[str, Any]], tool_choice: Any
+) -> tuple[Sequence[Mapping[str, Any]], bool]:
+    """The tools a call may name (only the named one for a NamedTool, any object with a
+    ``name``), and whether the choice forces a call."""
     names = [tool_name(tool) for tool in tools]
     if not all(names) or len(set(names)) != len(names):
         raise ValueError(f"tools need distinct non-empty names, got {names}")
+    named = getattr(tool_choice, "name", None)
+    if named is None:
+        return tools, tool_choice == "required"
+    chosen = [tool for tool in tools if tool_name(tool) == named]
+    if not chosen:
+        raise ValueError(f"tool_choice names {named!r}, which is not offered")
+    return chosen, True
+
+
+def argument_rules(
+    tools: Sequence[Mapping[str, Any]],
+    forced: bool,
+    parameter_rule: Callable[[Parameter, bool], str],
+    free_arguments: str,
+) -> list[str]:
+    """Rules ``t<i>_arguments``: tool i's parameters in declared order, each written by
+    ``parameter_rule(parameter, schema_bound)`` and optional unless required under a schema;
+    ``free_arguments`` for a tool that declares none."""
+    rules = []
+    for index, tool in enumerate(tools):
+        declared = parameters(tool)
+        bound = forced or is_strict(tool)
+        if declared is None:
+            rules.append(f"t{index}_arguments: {free_arguments}")
+            continue
+        items = []
+        for position, parameter in enumerate(declared):
+            rule = f"t{index}_{position}"
+            rules.append(f"{rule}: {parameter_rule(parameter, bound)}")
+            items.append((rule, parameter.required and bound))
+        rules.append(f"t{index}_arguments: {parameter_sequence(items)}")
+    return rules

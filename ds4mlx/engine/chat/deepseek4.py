@@ -37,12 +37,10 @@ from ds4mlx.engine.chat.call_grammar import (
     NEWLINE,
     CallSyntax,
     Parameter,
-    check_tools,
-    is_strict,
+    argument_rules,
+    callable_tools,
     json_lexeme,
     literal,
-    parameter_sequence,
-    parameters,
     tool_name,
 )
 from ds4mlx.engine.chat.events import (
@@ -371,34 +369,13 @@ def _dsml_parameter(parameter: Parameter, schema_bound: bool) -> str:
     return f"{literal(head + _JSON_VALUE)} {value} {literal(_PARAMETER_END + NEWLINE)}"
 
 
-def _dsml_arguments(tool: Mapping[str, Any], index: int, bound: bool, rules: list[str]) -> None:
-    """Rule ``t<index>``: one tool's invoke from its name on, its parameters' rules added."""
-    declared = parameters(tool)
-    if declared is None:
-        arguments = "free_parameter*"
-    else:
-        items = []
-        for position, parameter in enumerate(declared):
-            rule = f"t{index}_{position}"
-            rules.append(f"{rule}: {_dsml_parameter(parameter, bound)}")
-            items.append((rule, parameter.required and bound))
-        arguments = parameter_sequence(items)
-    rules.append(f"t{index}_arguments: {arguments}")
-    opening = literal(tool_name(tool) + '">' + NEWLINE)
-    rules.append(f"t{index}: {opening} t{index}_arguments {literal(_INVOKE_END)}")
-
-
 def _dsml_call_syntax(tools: Sequence[Mapping[str, Any]], tool_choice: ToolChoice) -> CallSyntax:
     """DSML tool_calls blocks (``_render_tool_calls``'s layout) calling only ``tools``."""
-    check_tools(tools)
-    forced = tool_choice == "required" or isinstance(tool_choice, NamedTool)
-    if isinstance(tool_choice, NamedTool):
-        tools = [tool for tool in tools if tool_name(tool) == tool_choice.name]
-        if not tools:
-            raise ValueError(f"tool_choice names {tool_choice.name!r}, which is not offered")
-    rules: list[str] = []
+    tools, forced = callable_tools(tools, tool_choice)
+    rules = argument_rules(tools, forced, _dsml_parameter, "free_parameter*")
     for index, tool in enumerate(tools):
-        _dsml_arguments(tool, index, forced or is_strict(tool), rules)
+        opening = literal(tool_name(tool) + '">' + NEWLINE)
+        rules.append(f"t{index}: {opening} t{index}_arguments {literal(_INVOKE_END)}")
     # Each invoke after the first starts with its newline, in one literal with the tag: two
     # literals where one starts like the other ("\n" and "\n</...") would leave the lexer
     # unable to tell where the first ends.

@@ -49,12 +49,10 @@ from ds4mlx.engine.chat.base import (
 from ds4mlx.engine.chat.call_grammar import (
     CallSyntax,
     Parameter,
-    check_tools,
-    is_strict,
+    argument_rules,
+    callable_tools,
     json_lexeme,
     literal,
-    parameter_sequence,
-    parameters,
     tool_name,
 )
 from ds4mlx.engine.chat.events import (
@@ -377,10 +375,15 @@ class GLM5ChatFormat(ChatFormat):
 # --------------------------------------------------------------------------- the call grammar
 
 
+def _glm_argument(parameter: Parameter, schema_bound: bool) -> str:
+    """One argument: its key, then its value and closing tag: a string-typed value as literal
+    text (one of its ``enum`` when held to the schema), any other as JSON, held to its schema
+    when ``schema_bound`` (the parser reads it back as ``_string_parameters`` says)."""
+    key = literal(KEY_START + parameter.name + KEY_END + VALUE_START)
+    return f"{key} {_glm_value(parameter, schema_bound)}"
+
+
 def _glm_value(parameter: Parameter, schema_bound: bool) -> str:
-    """An argument's value and its closing tag: a string-typed one as literal text (one of its
-    ``enum`` when held to the schema), any other as JSON, held to its schema when
-    ``schema_bound`` (the parser reads it back as ``_string_parameters`` says)."""
     if parameter.is_string:
         choices = parameter.schema.get("enum") if schema_bound else None
         if isinstance(choices, list) and all(isinstance(choice, str) for choice in choices):
@@ -393,27 +396,9 @@ def _glm_value(parameter: Parameter, schema_bound: bool) -> str:
 def _glm_call_syntax(tools: Sequence[Mapping[str, Any]], tool_choice: ToolChoice) -> CallSyntax:
     """``<tool_call>`` calls (``_render_tool_call``'s layout) of ``tools`` only, one after
     another until the turn ends."""
-    check_tools(tools)
-    forced = tool_choice == "required" or isinstance(tool_choice, NamedTool)
-    if isinstance(tool_choice, NamedTool):
-        tools = [tool for tool in tools if tool_name(tool) == tool_choice.name]
-        if not tools:
-            raise ValueError(f"tool_choice names {tool_choice.name!r}, which is not offered")
-    rules = []
+    tools, forced = callable_tools(tools, tool_choice)
+    rules = argument_rules(tools, forced, _glm_argument, "free_argument*")
     for index, tool in enumerate(tools):
-        declared = parameters(tool)
-        bound = forced or is_strict(tool)
-        if declared is None:
-            arguments = "free_argument*"
-        else:
-            items = []
-            for position, parameter in enumerate(declared):
-                rule = f"t{index}_{position}"
-                key = KEY_START + parameter.name + KEY_END + VALUE_START
-                rules.append(f"{rule}: {literal(key)} {_glm_value(parameter, bound)}")
-                items.append((rule, parameter.required and bound))
-            arguments = parameter_sequence(items)
-        rules.append(f"t{index}_arguments: {arguments}")
         rules.append(f"t{index}: {literal(tool_name(tool))} t{index}_arguments {literal(CALL_END)}")
     start = (
         f"t0_arguments {literal(CALL_END)} more_calls"
