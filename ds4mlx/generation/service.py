@@ -135,6 +135,7 @@ class ChatService:
         prompt_tokens: Sequence[int] | None = None,
         stream_arguments: bool = False,
         output_format: JsonFormat | None = None,
+        parallel_tool_calls: bool = True,
     ) -> Generator[ScheduledEvent, mx.array | None, None]:
         """Generate the assistant's next turn: text, reasoning and tool-call events, then
         Finished. ``reasoning_effort`` is mapped onto the efforts the chat template knows
@@ -146,7 +147,8 @@ class ChatService:
         Decoding is constrained (``engine.constraints``): a call the model opens is held to
         the template's syntax, naming an offered tool, its arguments held to the tool's schema
         when it is ``strict`` or the choice forced; without tools (or with "none") call markup
-        is never sampled; ``output_format`` holds the answer to JSON (after the reasoning)."""
+        is never sampled; ``output_format`` holds the answer to JSON (after the reasoning);
+        without ``parallel_tool_calls`` a turn makes at most one call."""
         tokens = (
             list(prompt_tokens)
             if prompt_tokens is not None
@@ -164,7 +166,9 @@ class ChatService:
             tool_choice=tool_choice,
             stream_arguments=stream_arguments,
         )
-        constraint = self._chat_constraint(tools, tool_choice, thinking, output_format)
+        constraint = self._chat_constraint(
+            tools, tool_choice, thinking, output_format, parallel_tool_calls
+        )
         yield from self._run(tokens, max_tokens, sampling, stop, parser, constraint)
 
     def _chat_constraint(
@@ -173,6 +177,7 @@ class ChatService:
         tool_choice: ToolChoice,
         thinking: bool,
         output_format: JsonFormat | None,
+        parallel_tool_calls: bool,
     ) -> Constraint | None:
         """The constraint of a chat turn (see ``chat``). A forced tool choice wins over an
         output format: the prompt has opened the call."""
@@ -183,7 +188,9 @@ class ChatService:
         if output_format is not None and not forced:
             return JsonConstraint(tokenizer, output_format.schema, reasoning_end)
         syntax = (
-            chat_format.call_syntax(tools, tool_choice) if tools and tool_choice != "none" else None
+            chat_format.call_syntax(tools, tool_choice, parallel_tool_calls)
+            if tools and tool_choice != "none"
+            else None
         )
         constraint = CallConstraint(tokenizer, chat_format.call_marker, syntax, reasoning_end)
         return constraint if constraint.constrains else None

@@ -58,6 +58,7 @@ class GenerationService(Protocol):
         prompt_tokens: Sequence[int] | None = None,
         stream_arguments: bool = False,
         output_format: JsonFormat | None = None,
+        parallel_tool_calls: bool = True,
     ) -> Generator[ScheduledEvent, Any, None]: ...
 
     def chat_prompt(
@@ -106,6 +107,7 @@ class GenerationCall:
     prompt: str | None = None
     prompt_tokens: list[int] | None = None
     output_format: JsonFormat | None = None  # response_format's JSON, by constrained decoding
+    parallel_tool_calls: bool = True  # False: at most one call in the turn
 
     def run(self, service: GenerationService) -> Generator[ScheduledEvent, Any, None]:
         if self.messages is not None:
@@ -119,6 +121,7 @@ class GenerationCall:
                 prompt_tokens=self.prompt_tokens,
                 stream_arguments=True,
                 output_format=self.output_format,
+                parallel_tool_calls=self.parallel_tool_calls,
             )
         assert self.prompt is not None
         return service.complete(

@@ -109,6 +109,7 @@ class ChatCompletionRequest(APIRequest):
     messages: list[ChatMessage] = Field(min_length=1)
     tools: list[FunctionTool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool = True
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     stop: str | list[str] | None = None
@@ -177,6 +178,7 @@ class ChatCompletionsEndpoint:
             if tool_choice != "none"
             else None,
             tool_choice=tool_choice,
+            parallel_tool_calls=request.parallel_tool_calls,
             max_tokens=token_limit(request.max_completion_tokens or request.max_tokens, defaults),
             sampling=with_logprobs(
                 request.sampling(defaults),

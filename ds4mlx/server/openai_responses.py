@@ -101,6 +101,7 @@ class ResponsesRequest(APIRequest):
     tools: list[Tool] | None = None
     # A mode, or {"type": "function", "name": ...} for a call of that function.
     tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
+    parallel_tool_calls: bool = True
     max_output_tokens: int | None = Field(None, ge=1)
     reasoning: ReasoningOptions | None = None
     previous_response_id: str | None = None
@@ -323,7 +324,7 @@ def _response_object(
         "max_output_tokens": request.max_output_tokens,
         "model": meta.model,
         "output": output,
-        "parallel_tool_calls": True,
+        "parallel_tool_calls": request.parallel_tool_calls,
         "temperature": request.temperature,
         "top_p": request.top_p,
         "tool_choice": request.tool_choice or "auto",
@@ -375,6 +376,7 @@ class ResponsesEndpoint:
             messages=[*instructions, *request._conversation],
             tools=tools,
             tool_choice=tool_choice,
+            parallel_tool_calls=request.parallel_tool_calls,
             max_tokens=token_limit(request.max_output_tokens, defaults),
             sampling=request.sampling(defaults),
             stop=stop_strings(request.stop),

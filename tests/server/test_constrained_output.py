@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 
+import anthropic
 import jsonschema
 import openai
 import pytest
@@ -207,6 +208,41 @@ def test_responses_stream_calls_only_offered_tools_with_parseable_arguments(clie
     assert all(json.loads(event.arguments) for event in done)
     texts = [item for item in final.output if item.type == "message"]
     assert not any(mark in part.text for item in texts for part in item.content for mark in MARKUP)
+
+
+def test_one_call_without_parallel_tool_calls(client, tiny_url):
+    tool = {"type": "function", **WEATHER["function"]}
+    response = client.responses.create(
+        model=MODEL_ID,
+        input="Weather in Paris?",
+        tools=[tool],
+        tool_choice="required",
+        parallel_tool_calls=False,
+        max_output_tokens=300,
+    )
+    calls = [item for item in response.output if item.type == "function_call"]
+    assert response.status == "completed" and len(calls) == 1
+    assert response.parallel_tool_calls is False
+    reply = client.chat.completions.create(
+        model=MODEL_ID,
+        messages=[{"role": "user", "content": "Weather in Paris?"}],
+        tools=[WEATHER],
+        parallel_tool_calls=False,
+        max_tokens=300,
+    )
+    assert len(reply.choices[0].message.tool_calls or ()) <= 1
+    assert reply.choices[0].finish_reason in ("tool_calls", "stop")
+    claude = anthropic.Anthropic(base_url=tiny_url, api_key="unused", timeout=TIMEOUT)
+    message = claude.messages.create(
+        model=MODEL_ID,
+        max_tokens=300,
+        messages=[{"role": "user", "content": "Weather in Paris?"}],
+        tools=[{"name": "get_weather", "input_schema": WEATHER["function"]["parameters"]}],
+        tool_choice={"type": "any", "disable_parallel_tool_use": True},
+    )
+    uses = [block for block in message.content if block.type == "tool_use"]
+    assert message.stop_reason == "tool_use" and len(uses) == 1
+    jsonschema.validate(uses[0].input, WEATHER["function"]["parameters"])
 
 
 def test_auto_tool_choice_names_only_offered_tools(client):

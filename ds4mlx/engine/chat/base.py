@@ -126,12 +126,15 @@ class ChatFormat(ABC):
 
     @abstractmethod
     def call_syntax(
-        self, tools: Sequence[Mapping[str, Any]], tool_choice: ToolChoice = "auto"
+        self,
+        tools: Sequence[Mapping[str, Any]],
+        tool_choice: ToolChoice = "auto",
+        parallel: bool = True,
     ) -> CallSyntax:
         """How this format's tool calls are held to its syntax for a request offering
         ``tools`` (at least one) with ``tool_choice`` (not "none"): names restricted to the
         tools (to the named one for a NamedTool), arguments to their schemas for strict tools
-        and forced choices."""
+        and forced choices; one call per turn unless ``parallel``."""
 
     @abstractmethod
     def stream_parser(

@@ -337,9 +337,12 @@ class DeepSeekV4ChatFormat(ChatFormat):
         return parser
 
     def call_syntax(
-        self, tools: Sequence[Mapping[str, Any]], tool_choice: ToolChoice = "auto"
+        self,
+        tools: Sequence[Mapping[str, Any]],
+        tool_choice: ToolChoice = "auto",
+        parallel: bool = True,
     ) -> CallSyntax:
-        return _dsml_call_syntax(tools, tool_choice)
+        return _dsml_call_syntax(tools, tool_choice, parallel)
 
     def stop_strings(self) -> list[str]:
         return [EOS]
@@ -369,7 +372,9 @@ def _dsml_parameter(parameter: Parameter, schema_bound: bool) -> str:
     return f"{literal(head + _JSON_VALUE)} {value} {literal(_PARAMETER_END + NEWLINE)}"
 
 
-def _dsml_call_syntax(tools: Sequence[Mapping[str, Any]], tool_choice: ToolChoice) -> CallSyntax:
+def _dsml_call_syntax(
+    tools: Sequence[Mapping[str, Any]], tool_choice: ToolChoice, parallel: bool = True
+) -> CallSyntax:
     """DSML tool_calls blocks (``_render_tool_calls``'s layout) calling only ``tools``."""
     tools, forced = callable_tools(tools, tool_choice)
     rules = argument_rules(tools, forced, _dsml_parameter, "free_parameter*")
@@ -386,11 +391,11 @@ def _dsml_call_syntax(tools: Sequence[Mapping[str, Any]], tool_choice: ToolChoic
         start = "invoke_named calls_rest"
     else:
         start = f"{literal('tool_calls>' + NEWLINE + invoke_open)} invoke_named calls_rest"
+    more_invokes = f"({literal(NEWLINE + invoke_open)} invoke_named)* " if parallel else ""
     rules += [
         f"start: {start}",
         "invoke_named: " + " | ".join(f"t{index}" for index in range(len(tools))),
-        f"calls_rest: ({literal(NEWLINE + invoke_open)} invoke_named)* "
-        f"{literal(f'{NEWLINE}</{DSML}tool_calls>')}",
+        f"calls_rest: {more_invokes}{literal(f'{NEWLINE}</{DSML}tool_calls>')}",
         f"raw[suffix={literal(_PARAMETER_END)}]: /(?s:.*)/",
         f"free_parameter: {literal(_PARAMETER_OPEN)} PARAMETER_NAME ({literal(_RAW_VALUE)} raw "
         f"{literal(NEWLINE)} | {literal(_JSON_VALUE)} {json_lexeme(None)} "

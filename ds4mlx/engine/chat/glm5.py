@@ -364,9 +364,12 @@ class GLM5ChatFormat(ChatFormat):
         return AssistantTurn.from_events([*parser.feed(text), *parser.finish()])
 
     def call_syntax(
-        self, tools: Sequence[Mapping[str, Any]], tool_choice: ToolChoice = "auto"
+        self,
+        tools: Sequence[Mapping[str, Any]],
+        tool_choice: ToolChoice = "auto",
+        parallel: bool = True,
     ) -> CallSyntax:
-        return _glm_call_syntax(tools, tool_choice)
+        return _glm_call_syntax(tools, tool_choice, parallel)
 
     def stop_strings(self) -> list[str]:
         return [USER, OBSERVATION, END_OF_TEXT]
@@ -393,17 +396,20 @@ def _glm_value(parameter: Parameter, schema_bound: bool) -> str:
     return f"{json_lexeme(parameter.schema if schema_bound else None)} {literal(VALUE_END)}"
 
 
-def _glm_call_syntax(tools: Sequence[Mapping[str, Any]], tool_choice: ToolChoice) -> CallSyntax:
+def _glm_call_syntax(
+    tools: Sequence[Mapping[str, Any]], tool_choice: ToolChoice, parallel: bool = True
+) -> CallSyntax:
     """``<tool_call>`` calls (``_render_tool_call``'s layout) of ``tools`` only, one after
     another until the turn ends."""
     tools, forced = callable_tools(tools, tool_choice)
     rules = argument_rules(tools, forced, _glm_argument, "free_argument*")
     for index, tool in enumerate(tools):
         rules.append(f"t{index}: {literal(tool_name(tool))} t{index}_arguments {literal(CALL_END)}")
+    more_calls = " more_calls" if parallel else ""
     start = (
-        f"t0_arguments {literal(CALL_END)} more_calls"
+        f"t0_arguments {literal(CALL_END)}{more_calls}"
         if isinstance(tool_choice, NamedTool)
-        else "call more_calls"
+        else f"call{more_calls}"
     )
     rules += [
         f"start: {start}",
