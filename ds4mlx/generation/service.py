@@ -21,6 +21,7 @@ from typing import Any
 from ds4mlx.engine.chat import (
     ChatEvent,
     ChatFormat,
+    NamedTool,
     ReasoningDelta,
     StreamParser,
     TextDelta,
@@ -180,7 +181,7 @@ class ChatService:
         parallel_tool_calls: bool,
     ) -> Constraint | None:
         """The constraint of a chat turn (see ``chat``). A forced tool choice wins over an
-        output format: the prompt has opened the call."""
+        output format: the prompt has opened the call; a named one makes that one call."""
         chat_format = self._chat_format()
         forced = bool(chat_format.forced_call_prefix(tool_choice))
         reasoning_end = chat_format.reasoning_end if thinking and not forced else None
@@ -188,7 +189,9 @@ class ChatService:
         if output_format is not None and not forced:
             return JsonConstraint(tokenizer, output_format.schema, reasoning_end)
         syntax = (
-            chat_format.call_syntax(tools, tool_choice, parallel_tool_calls)
+            chat_format.call_syntax(
+                tools, tool_choice, parallel_tool_calls and not isinstance(tool_choice, NamedTool)
+            )
             if tools and tool_choice != "none"
             else None
         )
