@@ -17,6 +17,7 @@ JSON schemas inside, computed token by token on the host, with no index to build
 from __future__ import annotations
 
 import weakref
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -127,10 +128,6 @@ class Grammar:
             raise GrammarError(f"token {token} breaks the grammar: {self._matcher.get_error()}")
         self._taken.append(taken)
 
-    def allows(self, tokens: Sequence[int]) -> int:
-        """How many of ``tokens``, in order from here, the grammar takes."""
-        return self._matcher.validate_tokens(list(tokens))
-
     def rollback(self, count: int) -> None:
         if not count:
             return
@@ -140,18 +137,23 @@ class Grammar:
             raise GrammarError(f"cannot roll the grammar back {taken} tokens")
 
 
-class Constraint:
+class Constraint(ABC):
     """See the module notes. ``static`` tells the pipelined decoder that the mask stays the same
     until a token in ``cut_tokens`` is committed, so that it can queue several steps with it."""
 
+    vocab_size: int = 0
+
+    @abstractmethod
     def mask(self) -> mx.array | None:
-        raise NotImplementedError
+        """The tokens allowed next, bool [vocab_size]; None when any is."""
 
+    @abstractmethod
     def advance(self, token: int) -> None:
-        raise NotImplementedError
+        """``token`` is committed (or drafted, to be rolled back)."""
 
+    @abstractmethod
     def rollback(self, count: int) -> None:
-        raise NotImplementedError
+        """Forget the last ``count`` advanced tokens."""
 
     @property
     def static(self) -> bool:
@@ -187,8 +189,6 @@ class Constraint:
             return None
         full = mx.ones((self.vocab_size,), dtype=mx.bool_)
         return mx.stack([full if mask is None else mask for mask in masks])
-
-    vocab_size: int = 0
 
 
 class JsonConstraint(Constraint):
@@ -269,6 +269,13 @@ def _marker_tokens(tokenizer: TextTokenizer, marker: str, opens_after: str) -> _
             bool(banned),
         )
     return found[key]
+
+
+def markup_ban(tokenizer: TextTokenizer, marker: str) -> CallConstraint | None:
+    """The constraint of a chat without tools: ``marker``'s tokens never sampled; None when
+    the vocabulary has none (nothing to mask)."""
+    constraint = CallConstraint(tokenizer, marker)
+    return constraint if constraint.constrains else None
 
 
 class CallConstraint(Constraint):

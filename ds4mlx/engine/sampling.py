@@ -91,6 +91,15 @@ class SamplingOptions:
         return self.temperature == 0.0
 
 
+def _masked(rows: mx.array, mask: mx.array) -> mx.array:
+    """``rows`` [..., V] with the tokens ``mask`` [..., V'] forbids at -inf; rows wider than
+    the tokenizer's vocabulary (padded embeddings) have the padding forbidden too."""
+    pad = rows.shape[-1] - mask.shape[-1]
+    if pad > 0:
+        mask = mx.pad(mask, [(0, 0)] * (mask.ndim - 1) + [(0, pad)], constant_values=False)
+    return mx.where(mask, rows, -mx.inf)
+
+
 @dataclass(frozen=True)
 class TokenLogprob:
     """A sampled token's log-probability and the most likely tokens at its step, best first
@@ -139,13 +148,13 @@ class Sampler:
         rows of a verify pass). Unchanged without any."""
         rows = self._biased(rows, draft)
         masks = self.constraint.masks_along(draft) if self.constraint is not None else None
-        return rows if masks is None else mx.where(masks, rows, -mx.inf)
+        return rows if masks is None else _masked(rows, masks)
 
     def masked_on_device(self, row: mx.array) -> mx.array:
         """``row`` [V] under the constraint's present mask (the pipelined decoder's rows, which
         share one mask while the constraint is ``static``)."""
         mask = self.constraint.mask() if self.constraint is not None else None
-        return row if mask is None else mx.where(mask, row, -mx.inf)
+        return row if mask is None else _masked(row, mask)
 
     def _biased(self, rows: mx.array, draft: Sequence[int]) -> mx.array:
         o = self.options
@@ -247,6 +256,8 @@ class Sampler:
 
     def note_logprobs(self, rows: mx.array, tokens: Sequence[int]) -> None:
         """Note the log-probabilities of ``tokens``, drawn from the scored ``rows`` [N, V]."""
+        if self.options.logprobs is None:
+            return
         arrays = self.logprob_arrays(rows[: len(tokens)], mx.array(list(tokens), mx.int32))
         self.keep_logprobs(arrays, tokens)
 

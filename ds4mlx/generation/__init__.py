@@ -59,7 +59,7 @@ from ds4mlx.engine.tokenizer import TextTokenizer, TokenizerError
 from ds4mlx.experts.options import ExpertOptions, parse_cache_budget
 from ds4mlx.generation.events import Done, Finished, ScheduledEvent, ServiceEvent, TokenLogprobs
 from ds4mlx.generation.service import ChatService
-from ds4mlx.generation.tokens import generate, stepped
+from ds4mlx.generation.tokens import chat_markup_ban, generate, stepped
 from ds4mlx.gguf import GGUFError
 from ds4mlx.load_plan import (
     MemoryPlan,
@@ -119,6 +119,7 @@ __all__ = [
     "ToolCallStart",
     "ToolChoice",
     "Verdict",
+    "chat_markup_ban",
     "check_json_format",
     "check_resident",
     "common_prefix",

@@ -28,7 +28,13 @@ from ds4mlx.engine.chat import (
     ToolCallComplete,
     ToolChoice,
 )
-from ds4mlx.engine.constraints import CallConstraint, Constraint, JsonConstraint, JsonFormat
+from ds4mlx.engine.constraints import (
+    CallConstraint,
+    Constraint,
+    JsonConstraint,
+    JsonFormat,
+    markup_ban,
+)
 from ds4mlx.engine.generate import DecodeStep, DoneEvent, GenerationStats
 from ds4mlx.engine.kvcache import MAX_CUT, PromptCache, common_prefix
 from ds4mlx.engine.sampling import SamplingOptions, TokenLogprob
@@ -188,15 +194,11 @@ class ChatService:
         tokenizer = self.model.tokenizer
         if output_format is not None and not forced:
             return JsonConstraint(tokenizer, output_format.schema, reasoning_end)
-        syntax = (
-            chat_format.call_syntax(
-                tools, tool_choice, parallel_tool_calls and not isinstance(tool_choice, NamedTool)
-            )
-            if tools and tool_choice != "none"
-            else None
-        )
-        constraint = CallConstraint(tokenizer, chat_format.call_marker, syntax, reasoning_end)
-        return constraint if constraint.constrains else None
+        if not tools or tool_choice == "none":
+            return markup_ban(tokenizer, chat_format.call_marker)
+        parallel = parallel_tool_calls and not isinstance(tool_choice, NamedTool)
+        syntax = chat_format.call_syntax(tools, tool_choice, parallel)
+        return CallConstraint(tokenizer, chat_format.call_marker, syntax, reasoning_end)
 
     def chat_prompt(
         self,

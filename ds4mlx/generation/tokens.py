@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import ParamSpec
 
-from ds4mlx.engine.constraints import Constraint
+from ds4mlx.engine.constraints import Constraint, markup_ban
 from ds4mlx.engine.generate import DecodeStep, DoneEvent, TokenEvent, run_alone, stepped_generate
 from ds4mlx.engine.sampling import SamplingOptions
 from ds4mlx.engine.session import Session
@@ -18,6 +18,17 @@ from ds4mlx.speculation.loop import DrafterLease, SpeculativeDecoder
 import mlx.core as mx
 
 P = ParamSpec("P")
+
+
+def chat_markup_ban(model) -> Constraint | None:
+    """What keeps a loaded model's tool-call markup out of a plain chat answer (``ds4 --chat``:
+    no tools are on offer, so the tokens that would open a call are never sampled); None for
+    a model without a chat template or without such tokens."""
+    if model.chat_format is None:
+        return None
+    return markup_ban(model.tokenizer, model.chat_format.call_marker)
+
+
 #: A stepped generation: tokens, a ``DecodeStep`` before each step (answered with its logits
 #: row, or None to decode it alone), then the ``DoneEvent``.
 Stepped = Generator[TokenEvent | DoneEvent | DecodeStep, mx.array | None, None]

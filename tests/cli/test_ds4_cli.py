@@ -146,3 +146,15 @@ def test_a_target_model_is_refused_as_a_drafter(ds4_fixture_path):
     )
     assert result.returncode == 1
     assert "not a supported drafter" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("model", ["ds4-tiny.gguf", "glm-tiny.gguf"])
+def test_chat_answers_carry_no_tool_call_markup(model):
+    # Issue 36 item 3: the tiny model answered ``--chat`` with DSML tool calls, verbatim.
+    path = Path(__file__).resolve().parents[2] / "assets" / model
+    if not path.is_file():
+        pytest.skip(f"{path} is not built")
+    for prompt in ("Weather in Paris?", "Find where the config is loaded."):
+        result = run_ds4("-m", str(path), "--chat", "-p", prompt, "-n", "60")
+        assert result.returncode == 0, result.stderr
+        assert "DSML" not in result.stdout and "<tool_call>" not in result.stdout
