@@ -303,13 +303,14 @@ class CallConstraint(Constraint):
         self._marker = _marker_tokens(
             tokenizer, marker, syntax.opens_after if syntax is not None else ""
         )
-        self._grammar: Grammar | None = None
+        # Compiled up front, so that a grammar that does not compile (a tool's schema) fails
+        # the request before it starts; a call the model opens starts it from the beginning.
+        self._grammar = Grammar(tokenizer, syntax.grammar) if syntax is not None else None
         # Per committed token, the state before it: (phase, last token, reasoning tail).
         self._history: list[tuple[str, int, bytes]] = []
         self._tail = b""  # the end of the reasoning written so far
         self._last = -1  # the last committed token outside a call
         if syntax is not None and syntax.forced:
-            self._grammar = Grammar(tokenizer, syntax.grammar)
             self._phase = "call"
         else:
             self._phase = "reasoning" if reasoning_end else "text"
@@ -358,7 +359,6 @@ class CallConstraint(Constraint):
             if self._reasoning_end in self._tail:
                 self._phase = "text"
         elif token in self._marker.opening and self._syntax is not None:
-            self._grammar = Grammar(self._tokenizer, self._syntax.grammar)
             self._phase = "call"
 
     def rollback(self, count: int) -> None:
@@ -367,6 +367,5 @@ class CallConstraint(Constraint):
             if phase == "call":
                 assert self._grammar is not None
                 self._grammar.rollback(1)
-            elif self._phase == "call":  # the token that opened the call
-                self._grammar = None
+            # Rolling back the token that opened the call leaves the grammar at its start.
             self._phase = phase
