@@ -32,6 +32,7 @@ from ds4mlx.generation import (
     SpeculationConfig,
     SpeculativeStats,
     TokenizerError,
+    chat_markup_ban,
     generate,
     load_drafter,
 )
@@ -251,6 +252,7 @@ def run(
             speculation,
             stop_tokens=tokenizer.stop_ids,
             max_context=options.ctx,
+            constraint=chat_markup_ban(model) if args.chat else None,
         ):
             if isinstance(event, Done):
                 stats, acceptance = event.stats, event.acceptance

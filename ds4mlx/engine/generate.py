@@ -12,7 +12,8 @@ import time
 from collections.abc import Generator, Iterator, Sequence, Set
 from dataclasses import dataclass, field
 
-from ds4mlx.engine.sampling import Sampler, SamplingOptions
+from ds4mlx.engine.constraints import Constraint
+from ds4mlx.engine.sampling import Sampler, SamplingOptions, TokenLogprob
 from ds4mlx.engine.session import Session
 
 import mlx.core as mx
@@ -40,6 +41,8 @@ class GenerationStats:
 @dataclass
 class TokenEvent:
     token: int
+    #: its log-probability, when the sampling options ask for them
+    logprob: TokenLogprob | None = None
 
 
 @dataclass
@@ -104,7 +107,9 @@ class Decoder:
     sampling on the device and feeding each sampled token to the next step before the host has
     read it, so the host builds step t + 1's graph while the device computes step t and syncs
     once for the lot. Greedy output is the same as one step at a time; a stop token or the
-    limits inside the run cut it there (the steps past a stop are rolled back).
+    limits inside the run cut it there (the steps past a stop are rolled back). Under a
+    constraint the steps share its mask, so a run is queued only while the mask is ``static``,
+    and it is cut after a token that changes it (``cut_tokens``) as after a stop.
     """
 
     #: steps one ``advance`` queues before the host reads their tokens
@@ -127,7 +132,8 @@ class Decoder:
         if limits.max_context is not None:
             room = min(room, limits.max_context - session.n_tokens)
         steps = min(self.pipeline, room)
-        if steps <= 1 or not session.lazy_feeds:
+        constraint = sampler.constraint
+        if steps <= 1 or not session.lazy_feeds or not (constraint is None or constraint.static):
             return [sampler(self.feed_read(session, token))]
         pos = session.n_tokens
         session.check_tokens([token])
@@ -135,21 +141,29 @@ class Decoder:
         last_n = sampler.options.repeat_last_n
         logits = self.feed_queued(session, mx.array([token], dtype=mx.int32))
         drawn: list[mx.array] = []
+        rows: list[mx.array] = []
         for step in range(steps):
-            sampled = sampler.draw_on_device(sampler.penalized_on_device(logits[-1], window))
+            row = sampler.masked_on_device(sampler.penalized_on_device(logits[-1], window))
+            sampled = sampler.draw_on_device(row)
             drawn.append(sampled)
+            rows.append(row)
             if step == steps - 1:
                 mx.async_eval(sampled)
                 break
             window = mx.concatenate([window, sampled])[-last_n:]
             logits = self.feed_queued(session, sampled)
-        tokens = [int(t) for t in mx.concatenate(drawn).tolist()]
+        sampled_tokens = mx.concatenate(drawn)
+        logprobs = sampler.logprob_arrays(mx.stack(rows), sampled_tokens)
+        tokens = [int(t) for t in sampled_tokens.tolist()]
         session.confirm([token, *tokens[:-1]])
-        stop_at = next((i for i, t in enumerate(tokens) if t in limits.stop_tokens), None)
+        cuts = limits.stop_tokens | (constraint.cut_tokens if constraint is not None else set())
+        stop_at = next((i for i, t in enumerate(tokens) if t in cuts), None)
         if stop_at is not None:
-            # As in plain decoding, generation ends with the stop token, which is never fed.
+            # As in plain decoding, generation ends with the stop token, which is never fed;
+            # a token that changes the constraint's mask is fed by the next step, under it.
             session.truncate(pos + 1 + stop_at)
-            return tokens[: stop_at + 1]
+            tokens = tokens[: stop_at + 1]
+        sampler.keep_logprobs(logprobs, tokens)
         return tokens
 
     def feed_read(self, session: Session, token: int) -> mx.array:
@@ -173,11 +187,13 @@ def stepped_generate(
     stop_tokens: Sequence[int] = (),
     max_context: int | None = None,
     decoder: Decoder | None = None,
+    constraint: Constraint | None = None,
 ) -> Generator[TokenEvent | DoneEvent | DecodeStep, mx.array | None, None]:
     """``generate`` that yields a DecodeStep before each decode step (see DecodeStep), so that a
-    scheduler can decode many generations in one batched pass. The prefill always runs alone."""
+    scheduler can decode many generations in one batched pass. The prefill always runs alone.
+    ``constraint`` masks every step's logits (``engine.constraints``)."""
     decoder = decoder or Decoder()
-    sampler = Sampler(sampling or SamplingOptions())
+    sampler = Sampler(sampling or SamplingOptions(), constraint)
     stats = decoder.new_stats(len(prompt))
     check_prompt_fits(session, prompt, max_context)
     if sampler.options.logit_bias:
@@ -199,9 +215,9 @@ def stepped_generate(
     limits = Limits(max_tokens, frozenset(stop_tokens), max_context)
     while pending:
         token = pending.pop(0)
-        sampler.record([token])
+        sampler.commit(token)
         stats.generated_tokens += 1
-        yield TokenEvent(token)
+        yield TokenEvent(token, sampler.take_logprob())
         stats.stop_reason = stop_reason(
             token,
             stats.generated_tokens,

@@ -5,6 +5,12 @@ The filtered distribution is exposed (``probabilities``) because exact speculati
 needs the very distribution that ordinary sampling draws from. Penalties depend on the tokens
 that came before, so a sampler keeps the recent ones (``record``), and ``penalized`` scores the
 rows of a speculative verify pass as if each draft token before a row had been committed.
+
+A ``Constraint`` (``engine.constraints``: a JSON schema, tool-call syntax) masks the logits after
+the biases and penalties: every path that scores a row (plain, pipelined, batched, speculative
+verification) applies it there. The log-probabilities a client can ask for (``logprobs``) are
+of that same row: after biases, penalties and the mask, before temperature and the top-k/top-p/
+min-p filters (what OpenAI documents), so they do not depend on how the token was decoded.
 """
 
 from __future__ import annotations
@@ -14,8 +20,15 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import TYPE_CHECKING
 
 import mlx.core as mx
+
+if TYPE_CHECKING:
+    from ds4mlx.engine.constraints import Constraint
+
+#: The most alternatives a token's log-probability may come with (OpenAI's ``top_logprobs``).
+MAX_TOP_LOGPROBS = 20
 
 # The filters and the draw are compiled once per logits shape: their parameters are arrays, so a
 # request with a new temperature or top-p reuses the compiled graph. (mlx-lm's samplers take them
@@ -89,6 +102,9 @@ class SamplingOptions:
     #: (token id, bias) pairs added to those tokens' logits before the penalties (OpenAI's
     #: ``logit_bias``; -100 in practice bans a token, +100 forces it).
     logit_bias: tuple[tuple[int, float], ...] = ()
+    #: Report each sampled token's log-probability with this many most likely alternatives
+    #: (0 to MAX_TOP_LOGPROBS); None reports none.
+    logprobs: int | None = None
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -103,6 +119,8 @@ class SamplingOptions:
             raise ValueError(f"repeat_penalty must be > 0, got {self.repeat_penalty}")
         if self.repeat_last_n < 1:
             raise ValueError(f"repeat_last_n must be >= 1, got {self.repeat_last_n}")
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_TOP_LOGPROBS:
+            raise ValueError(f"logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {self.logprobs}")
         ids = [token for token, _ in self.logit_bias]
         if any(token < 0 for token in ids) or len(set(ids)) != len(ids):
             raise ValueError(f"logit_bias needs distinct token ids >= 0, got {sorted(ids)}")
@@ -120,6 +138,25 @@ class SamplingOptions:
         return self.temperature == 0.0
 
 
+def _masked(rows: mx.array, mask: mx.array) -> mx.array:
+    """``rows`` [..., V] with the tokens ``mask`` [..., V'] forbids at -inf; rows wider than
+    the tokenizer's vocabulary (padded embeddings) have the padding forbidden too."""
+    pad = rows.shape[-1] - mask.shape[-1]
+    if pad > 0:
+        mask = mx.pad(mask, [(0, 0)] * (mask.ndim - 1) + [(0, pad)], constant_values=False)
+    return mx.where(mask, rows, -mx.inf)
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """A sampled token's log-probability and the most likely tokens at its step, best first
+    (see the module notes for which distribution)."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
 class Sampler:
     """Draws tokens from rows of logits; seeded once so that runs are reproducible.
 
@@ -128,8 +165,11 @@ class Sampler:
     (top-p, min-p, top-k), then the temperature scales what is left.
     """
 
-    def __init__(self, options: SamplingOptions):
+    def __init__(self, options: SamplingOptions, constraint: Constraint | None = None):
         self.options = options
+        self.constraint = constraint
+        #: Log-probabilities of the tokens drawn and not yet taken (``take_logprob``), in order.
+        self.logprobs: deque[TokenLogprob] = deque()
         self._recent: deque[int] = deque(maxlen=options.repeat_last_n)
         # A seeded sampler draws from its own key, so that its tokens do not depend on other
         # generations drawing in between (batched sessions interleave). The global seed still
@@ -143,10 +183,27 @@ class Sampler:
         """Tokens the penalties look back on: the prompt, then each committed token."""
         self._recent.extend(int(t) for t in tokens)
 
+    def commit(self, token: int) -> None:
+        """A generated token is final: the penalties see it, the constraint moves past it."""
+        self.record([token])
+        if self.constraint is not None:
+            self.constraint.advance(token)
+
     def penalized(self, rows: mx.array, draft: Sequence[int] = ()) -> mx.array:
-        """Logits rows [N, V] with the logit biases and then the penalties applied; row i as if
-        ``draft[:i]`` had been committed after the recorded tokens (the rows of a verify pass).
-        Unchanged without either."""
+        """Logits rows [N, V] with the logit biases, the penalties and the constraint's mask
+        applied; row i as if ``draft[:i]`` had been committed after the recorded tokens (the
+        rows of a verify pass). Unchanged without any."""
+        rows = self._biased(rows, draft)
+        masks = self.constraint.masks_along(draft) if self.constraint is not None else None
+        return rows if masks is None else _masked(rows, masks)
+
+    def masked_on_device(self, row: mx.array) -> mx.array:
+        """``row`` [V] under the constraint's present mask (the pipelined decoder's rows, which
+        share one mask while the constraint is ``static``)."""
+        mask = self.constraint.mask() if self.constraint is not None else None
+        return row if mask is None else _masked(row, mask)
+
+    def _biased(self, rows: mx.array, draft: Sequence[int]) -> mx.array:
         o = self.options
         if not (o.logit_bias or o.penalizes):
             return rows
@@ -207,8 +264,53 @@ class Sampler:
         return mx.softmax(self.filtered_logprobs(logits) / self.options.temperature, axis=-1)
 
     def __call__(self, logits: mx.array) -> int:
-        """One token from a single row of logits [vocab], penalised by the recorded tokens."""
-        return self.draw(self.penalized(logits[None])[0])
+        """One token from a single row of logits [vocab], penalised by the recorded tokens and
+        masked by the constraint; its log-probability noted when asked for."""
+        row = self.penalized(logits[None])[0]
+        token = self.draw(row)
+        self.note_logprobs(row[None], [token])
+        return token
+
+    # ------------------------------------------------------------------ log-probabilities
+
+    def logprob_arrays(self, rows: mx.array, tokens: mx.array) -> tuple[mx.array, ...] | None:
+        """On the device, for scored rows [N, V] and their tokens int32 [N]: each token's
+        log-probability [N] and the top alternatives' ids and log-probabilities [N, k]; None
+        when no log-probabilities are asked for."""
+        top = self.options.logprobs
+        if top is None:
+            return None
+        rows = rows.astype(mx.float32)
+        logprobs = rows - mx.logsumexp(rows, axis=-1, keepdims=True)
+        chosen = mx.take_along_axis(logprobs, tokens.reshape(-1, 1), axis=-1)[:, 0]
+        if not top:
+            return (chosen,)
+        best = mx.argpartition(-logprobs, top - 1, axis=-1)[:, :top]
+        return chosen, best, mx.take_along_axis(logprobs, best, axis=-1)
+
+    def keep_logprobs(self, arrays: tuple[mx.array, ...] | None, tokens: Sequence[int]) -> None:
+        """Note evaluated ``logprob_arrays`` for the committed ``tokens`` (a prefix of their
+        rows), best alternatives first and impossible (masked) ones left out."""
+        if arrays is None:
+            return
+        chosen = arrays[0].tolist()
+        ids = arrays[1].tolist() if len(arrays) > 1 else [[] for _ in tokens]
+        values = arrays[2].tolist() if len(arrays) > 1 else [[] for _ in tokens]
+        for index, token in enumerate(tokens):
+            pairs = sorted(zip(ids[index], values[index], strict=True), key=lambda p: -p[1])
+            top = tuple((int(i), float(v)) for i, v in pairs if v != float("-inf"))
+            self.logprobs.append(TokenLogprob(int(token), float(chosen[index]), top))
+
+    def note_logprobs(self, rows: mx.array, tokens: Sequence[int]) -> None:
+        """Note the log-probabilities of ``tokens``, drawn from the scored ``rows`` [N, V]."""
+        if self.options.logprobs is None:
+            return
+        arrays = self.logprob_arrays(rows[: len(tokens)], mx.array(list(tokens), mx.int32))
+        self.keep_logprobs(arrays, tokens)
+
+    def take_logprob(self) -> TokenLogprob | None:
+        """The oldest noted log-probability (the next committed token's), if any."""
+        return self.logprobs.popleft() if self.logprobs else None
 
     def draw(self, logits: mx.array) -> int:
         """One token from a row of logits [vocab] that is already penalised."""

@@ -5,6 +5,10 @@ generate text: messages or a prompt in, a stream of events out.
   drafter and its sessions, with prefix reuse, a prompt cache and batched sessions. Its events:
   the chat events (``TextDelta``, ``ReasoningDelta``, the tool-call events), then ``Finished``.
 - ``generate`` / ``stepped``: token-level generation, ending with ``Done``.
+- ``JsonFormat``: a JSON output the chat or completion is held to (``response_format``), by
+  constrained decoding; chats also hold tool calls to their template's syntax and the tools'
+  schemas, and ban call markup where no call may be made (``engine.constraints``).
+- ``TokenLogprobs``: each token's log-probability, when ``SamplingOptions.logprobs`` asks.
 - ``Finished`` and ``Done`` carry the statistics and, when a drafter took part, its
   ``acceptance`` (``SpeculativeStats``: τ, acceptance rate, drafted and accepted counts).
 - What a face configures and hands down: ``SamplingOptions``, ``SpeculationConfig`` and
@@ -38,6 +42,7 @@ from ds4mlx.engine.chat import (
 )
 from ds4mlx.engine.chat.deepseek4 import DSML
 from ds4mlx.engine.chat.prompt import max_token_bytes
+from ds4mlx.engine.constraints import GrammarError, JsonFormat, check_json_format
 from ds4mlx.engine.generate import DecodeStep, GenerationStats, TokenEvent
 from ds4mlx.engine.kvcache import (
     MAX_CUT,
@@ -59,9 +64,10 @@ from ds4mlx.generation.events import (
     GenerationCancelled,
     ScheduledEvent,
     ServiceEvent,
+    TokenLogprobs,
 )
 from ds4mlx.generation.service import PREFILL_CHUNK, ChatService, PrefillProgress
-from ds4mlx.generation.tokens import generate, stepped
+from ds4mlx.generation.tokens import chat_markup_ban, generate, stepped
 from ds4mlx.gguf import GGUFError
 from ds4mlx.load_plan import (
     MemoryPlan,
@@ -105,6 +111,8 @@ __all__ = [
     "GGUFError",
     "GenerationCancelled",
     "GenerationStats",
+    "GrammarError",
+    "JsonFormat",
     "MemoryPlan",
     "NamedTool",
     "Oversized",
@@ -120,6 +128,7 @@ __all__ = [
     "TextDelta",
     "TextTokenizer",
     "TokenEvent",
+    "TokenLogprobs",
     "TokenizerError",
     "ToolCall",
     "ToolCallArguments",
@@ -128,6 +137,8 @@ __all__ = [
     "ToolCallStart",
     "ToolChoice",
     "Verdict",
+    "chat_markup_ban",
+    "check_json_format",
     "check_drafter_files",
     "check_resident",
     "common_prefix",

@@ -56,6 +56,20 @@ class Done(DoneEvent):
         return acceptance_of(self.stats)
 
 
-ServiceEvent = ChatEvent | Finished
+@dataclass(frozen=True)
+class TokenLogprobs:
+    """A generated token's log-probability and its step's most likely tokens, best first, as
+    (text, bytes, log-probability); reported, when the sampling options ask, before the text
+    the token adds (which a parser may hold back or turn into a tool call). The distribution is
+    the sampler's: after logit biases, penalties and any constraint's mask, before temperature
+    and the top-k/top-p/min-p filters."""
+
+    text: str
+    token_bytes: bytes
+    logprob: float
+    top: tuple[tuple[str, bytes, float], ...] = ()
+
+
+ServiceEvent = ChatEvent | TokenLogprobs | Finished
 # What a service generation yields to a scheduler that batches (``ChatService(sessions > 1)``).
 ScheduledEvent = ServiceEvent | DecodeStep

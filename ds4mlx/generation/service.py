@@ -21,17 +21,30 @@ from typing import Any
 from ds4mlx.engine.chat import (
     ChatEvent,
     ChatFormat,
+    NamedTool,
     ReasoningDelta,
     StreamParser,
     TextDelta,
     ToolCallComplete,
     ToolChoice,
 )
+from ds4mlx.engine.constraints import (
+    CallConstraint,
+    Constraint,
+    JsonConstraint,
+    JsonFormat,
+    markup_ban,
+)
 from ds4mlx.engine.generate import DecodeStep, DoneEvent, GenerationStats
 from ds4mlx.engine.kvcache import MAX_CUT, PromptCache, common_prefix
-from ds4mlx.engine.sampling import SamplingOptions
+from ds4mlx.engine.sampling import SamplingOptions, TokenLogprob
 from ds4mlx.engine.session import Session, Snapshot, supports_batched_decode
-from ds4mlx.generation.events import Finished, GenerationCancelled, ScheduledEvent
+from ds4mlx.generation.events import (
+    Finished,
+    GenerationCancelled,
+    ScheduledEvent,
+    TokenLogprobs,
+)
 from ds4mlx.generation.tokens import stepped
 from ds4mlx.speculation.config import SpeculationConfig
 from ds4mlx.speculation.drafter import Drafter
@@ -162,6 +175,8 @@ class ChatService:
         prompt_tokens: Sequence[int] | None = None,
         stream_arguments: bool = False,
         report_prefill: bool = False,
+        output_format: JsonFormat | None = None,
+        parallel_tool_calls: bool = True,
     ) -> Generator[ScheduledEvent | PrefillProgress, mx.array | None, None]:
         """Generate the assistant's next turn: text, reasoning and tool-call events, then
         Finished. ``reasoning_effort`` is mapped onto the efforts the chat template knows
@@ -170,7 +185,13 @@ class ChatService:
         arguments (a server does that before queueing the request). ``stream_arguments``: tool
         calls are also reported while they are written (``ChatFormat.stream_parser``).
         ``report_prefill``: a long prompt is prefilled in chunks of ``PREFILL_CHUNK`` tokens,
-        with a ``PrefillProgress`` after each (a point to stop at, see there)."""
+        with a ``PrefillProgress`` after each (a point to stop at, see there).
+
+        Decoding is constrained (``engine.constraints``): a call the model opens is held to
+        the template's syntax, naming an offered tool, its arguments held to the tool's schema
+        when it is ``strict`` or the choice forced; without tools (or with "none") call markup
+        is never sampled; ``output_format`` holds the answer to JSON (after the reasoning);
+        without ``parallel_tool_calls`` a turn makes at most one call."""
         tokens = (
             list(prompt_tokens)
             if prompt_tokens is not None
@@ -188,7 +209,32 @@ class ChatService:
             tool_choice=tool_choice,
             stream_arguments=stream_arguments,
         )
-        yield from self._run(tokens, max_tokens, sampling, stop, parser, report_prefill)
+        constraint = self._chat_constraint(
+            tools, tool_choice, thinking, output_format, parallel_tool_calls
+        )
+        yield from self._run(tokens, max_tokens, sampling, stop, parser, report_prefill, constraint)
+
+    def _chat_constraint(
+        self,
+        tools: Sequence[Mapping[str, Any]] | None,
+        tool_choice: ToolChoice,
+        thinking: bool,
+        output_format: JsonFormat | None,
+        parallel_tool_calls: bool,
+    ) -> Constraint | None:
+        """The constraint of a chat turn (see ``chat``). A forced tool choice wins over an
+        output format: the prompt has opened the call; a named one makes that one call."""
+        chat_format = self._chat_format()
+        forced = bool(chat_format.forced_call_prefix(tool_choice))
+        reasoning_end = chat_format.reasoning_end if thinking and not forced else None
+        tokenizer = self.model.tokenizer
+        if output_format is not None and not forced:
+            return JsonConstraint(tokenizer, output_format.schema, reasoning_end)
+        if not tools or tool_choice == "none":
+            return markup_ban(tokenizer, chat_format.call_marker)
+        parallel = parallel_tool_calls and not isinstance(tool_choice, NamedTool)
+        syntax = chat_format.call_syntax(tools, tool_choice, parallel)
+        return CallConstraint(tokenizer, chat_format.call_marker, syntax, reasoning_end)
 
     def chat_prompt(
         self,
@@ -232,10 +278,17 @@ class ChatService:
         max_tokens: int = 256,
         sampling: SamplingOptions | None = None,
         stop: Sequence[str] = (),
+        output_format: JsonFormat | None = None,
     ) -> Generator[ScheduledEvent, mx.array | None, None]:
-        """Continue raw ``prompt`` text (no chat template): TextDelta events, then Finished."""
+        """Continue raw ``prompt`` text (no chat template): TextDelta events, then Finished;
+        ``output_format`` holds the continuation to JSON."""
         tokens = self.model.tokenizer.encode(prompt, add_special=True)
-        yield from self._run(tokens, max_tokens, sampling, stop, None)
+        constraint = (
+            JsonConstraint(self.model.tokenizer, output_format.schema)
+            if output_format is not None
+            else None
+        )
+        yield from self._run(tokens, max_tokens, sampling, stop, None, constraint=constraint)
 
     def count_tokens(self, text: str) -> int:
         return len(self.model.tokenizer.encode(text, add_special=False))
@@ -250,6 +303,7 @@ class ChatService:
         stop: Sequence[str],
         parser: StreamParser | None,
         report_prefill: bool = False,
+        constraint: Constraint | None = None,
     ) -> Generator[ScheduledEvent | PrefillProgress, mx.array | None, None]:
         if not tokens:
             raise ValueError("the prompt is empty")
@@ -268,7 +322,16 @@ class ChatService:
             if report_prefill:
                 prefill = yield from self._prefill_chunks(slot.session, tokens)
             yield from self._generate(
-                slot, tokens, max_tokens, sampling, stop, parser, started, cached, prefill
+                slot,
+                tokens,
+                max_tokens,
+                sampling,
+                stop,
+                parser,
+                started,
+                cached,
+                prefill,
+                constraint,
             )
         finally:
             slot.busy = False
@@ -305,6 +368,7 @@ class ChatService:
         started: float,
         cached: int,
         prefill: _ChunkedPrefill,
+        constraint: Constraint | None = None,
     ) -> Generator[ScheduledEvent, mx.array | None, None]:
         """The generation after the prompt's first ``cached`` tokens came from a cache and
         ``prefill`` fed some more in chunks."""
@@ -334,6 +398,7 @@ class ChatService:
             stop_tokens=tokenizer.stop_ids,
             max_context=self.max_context,
             lease=self._lease,
+            constraint=constraint,
         )
         reply: mx.array | None = None
         cancelled = False
@@ -352,17 +417,15 @@ class ChatService:
                     stats.prefill_seconds += prefill.seconds
                     break
                 if completion == 0:
-                    # The first token comes right after the prefill: the session holds exactly
-                    # the prompt now, the best restore point for the next request.
-                    slot.prompt_snapshot = (list(session.tokens), session.snapshot())
-                    if self.prompt_cache is not None:
-                        self.prompt_cache.remember(slot.prompt_snapshot[1])
+                    self._remember_prompt(slot)
                 completion += 1
                 # The parser's state before this token's text: a token that closes the
                 # reasoning block still belongs to it.
                 reasoning += parser is not None and parser.reasoning
                 if event.token in tokenizer.stop_ids:
                     continue
+                if event.logprob is not None:
+                    yield self._logprobs_event(event.logprob)
                 yield from emit(stops.feed(detokenizer.add(event.token)))
                 if stops.stopped:
                     stats.stop_reason = "stop"
@@ -392,6 +455,25 @@ class ChatService:
             time.perf_counter() - started,
             stops.matched,
             reasoning,
+        )
+
+    def _remember_prompt(self, slot: _Slot) -> None:
+        """At the first token, right after the prefill, the session holds exactly the prompt:
+        the best restore point for the next request."""
+        slot.prompt_snapshot = (list(slot.session.tokens), slot.session.snapshot())
+        if self.prompt_cache is not None:
+            self.prompt_cache.remember(slot.prompt_snapshot[1])
+
+    def _logprobs_event(self, logprob: TokenLogprob) -> TokenLogprobs:
+        tokenizer = self.model.tokenizer
+
+        def spelled(token: int) -> tuple[str, bytes]:
+            piece = tokenizer.token_bytes(token)
+            return piece.decode("utf-8", "replace"), piece
+
+        text, piece = spelled(logprob.token)
+        return TokenLogprobs(
+            text, piece, logprob.logprob, tuple((*spelled(t), value) for t, value in logprob.top)
         )
 
     def _slot_for(self, tokens: list[int]) -> _Slot:

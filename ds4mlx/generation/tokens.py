@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import ParamSpec
 
+from ds4mlx.engine.constraints import Constraint, markup_ban
 from ds4mlx.engine.generate import DecodeStep, DoneEvent, TokenEvent, run_alone, stepped_generate
 from ds4mlx.engine.sampling import SamplingOptions
 from ds4mlx.engine.session import Session
@@ -17,6 +18,17 @@ from ds4mlx.speculation.loop import DrafterLease, SpeculativeDecoder
 import mlx.core as mx
 
 P = ParamSpec("P")
+
+
+def chat_markup_ban(model) -> Constraint | None:
+    """What keeps a loaded model's tool-call markup out of a plain chat answer (``ds4 --chat``:
+    no tools are on offer, so the tokens that would open a call are never sampled); None for
+    a model without a chat template or without such tokens."""
+    if model.chat_format is None:
+        return None
+    return markup_ban(model.tokenizer, model.chat_format.call_marker)
+
+
 #: A stepped generation: tokens, a ``DecodeStep`` before each step (answered with its logits
 #: row, or None to decode it alone), then the ``DoneEvent``.
 Stepped = Generator[TokenEvent | DoneEvent | DecodeStep, mx.array | None, None]
@@ -32,10 +44,12 @@ def stepped(
     stop_tokens: Sequence[int] = (),
     max_context: int | None = None,
     lease: DrafterLease | None = None,
+    constraint: Constraint | None = None,
 ) -> Stepped:
     """``generate`` in stepped form (see ``engine.generate.DecodeStep``): a step decoded on its
     own drafts with ``drafter`` (unless the config is strict), a batched one does not.
-    ``lease`` tracks which generation the shared drafter follows."""
+    ``lease`` tracks which generation the shared drafter follows; ``constraint`` masks every
+    step (``engine.constraints``), drafted ones included."""
     config = config or SpeculationConfig()
     decoder = (
         None
@@ -43,7 +57,7 @@ def stepped(
         else SpeculativeDecoder(drafter, config.loop_options, lease)
     )
     return stepped_generate(
-        session, prompt, max_tokens, sampling, stop_tokens, max_context, decoder
+        session, prompt, max_tokens, sampling, stop_tokens, max_context, decoder, constraint
     )
 
 

@@ -61,6 +61,7 @@ class Tool(RequestModel):
 class ToolChoice(RequestModel):
     type: Literal["auto", "any", "tool", "none"]
     name: str | None = None
+    disable_parallel_tool_use: bool = False  # at most one tool use in the turn
 
 
 class MessagesRequest(APIRequest):
@@ -216,6 +217,9 @@ class MessagesEndpoint:
             messages=_service_messages(request),
             tools=tools,
             tool_choice=tool_choice,
+            parallel_tool_calls=not (
+                request.tool_choice and request.tool_choice.disable_parallel_tool_use
+            ),
             max_tokens=request.max_tokens,
             sampling=request.sampling(defaults),
             stop=tuple(request.stop_sequences or ()),

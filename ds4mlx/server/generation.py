@@ -11,11 +11,14 @@ from typing import Annotated, Any, Literal, Protocol, TypeVar
 
 from ds4mlx.generation import (
     ChatFormat,
+    GrammarError,
+    JsonFormat,
     NamedTool,
     SamplingOptions,
     ScheduledEvent,
     TextTokenizer,
     ToolChoice,
+    check_json_format,
 )
 from ds4mlx.server.errors import APIError
 
@@ -54,6 +57,8 @@ class GenerationService(Protocol):
         tool_choice: ToolChoice = "auto",
         prompt_tokens: Sequence[int] | None = None,
         stream_arguments: bool = False,
+        output_format: JsonFormat | None = None,
+        parallel_tool_calls: bool = True,
     ) -> Generator[ScheduledEvent, Any, None]: ...
 
     def chat_prompt(
@@ -73,6 +78,7 @@ class GenerationService(Protocol):
         max_tokens: int = ...,
         sampling: SamplingOptions | None = None,
         stop: Sequence[str] = (),
+        output_format: JsonFormat | None = None,
     ) -> Generator[ScheduledEvent, Any, None]: ...
 
 
@@ -100,6 +106,8 @@ class GenerationCall:
     reasoning_effort: str | None = None  # a REASONING_EFFORT_ORDER name, for thinking turns
     prompt: str | None = None
     prompt_tokens: list[int] | None = None
+    output_format: JsonFormat | None = None  # response_format's JSON, by constrained decoding
+    parallel_tool_calls: bool = True  # False: at most one call in the turn
 
     def run(self, service: GenerationService) -> Generator[ScheduledEvent, Any, None]:
         if self.messages is not None:
@@ -112,10 +120,16 @@ class GenerationCall:
                 **self._chat_options(),
                 prompt_tokens=self.prompt_tokens,
                 stream_arguments=True,
+                output_format=self.output_format,
+                parallel_tool_calls=self.parallel_tool_calls,
             )
         assert self.prompt is not None
         return service.complete(
-            self.prompt, max_tokens=self.max_tokens, sampling=self.sampling, stop=self.stop
+            self.prompt,
+            max_tokens=self.max_tokens,
+            sampling=self.sampling,
+            stop=self.stop,
+            output_format=self.output_format,
         )
 
     def chat_prompt(self, service: GenerationService) -> list[int]:
@@ -293,6 +307,42 @@ def _param_name(loc: Sequence[int | str]) -> str:
         elif not (part in _UNION_MEMBER_TAGS or "[" in part or part[:1].isupper()):
             name += f".{part}" if name else part
     return name
+
+
+class JsonSchemaFormat(RequestModel):
+    """OpenAI's ``json_schema`` response format (the Responses API has these fields on the
+    format itself)."""
+
+    name: str | None = None
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
+    strict: bool | None = None
+
+
+def output_format(
+    kind: str, schema_format: JsonSchemaFormat | None, param: str
+) -> JsonFormat | None:
+    """The JSON output a ``response_format`` (or Responses ``text.format``) of type ``kind``
+    asks for: None for "text"; a schema is held to whether ``strict`` or not (decoding is
+    constrained either way). A schema the grammar engine cannot compile is a 400."""
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return JsonFormat()
+    if kind != "json_schema":
+        raise APIError(
+            400,
+            f"invalid '{param}.type': '{kind}' (expected 'text', 'json_object' or 'json_schema')",
+            param=f"{param}.type",
+        )
+    if schema_format is None or schema_format.schema_ is None:
+        raise APIError(400, f"'{param}' of type 'json_schema' needs a schema", param=param)
+    requested = JsonFormat(schema_format.schema_)
+    try:
+        check_json_format(requested)
+    except GrammarError as exc:
+        raise APIError(400, f"invalid '{param}' schema: {exc}", param=param) from None
+    return requested
 
 
 def stop_strings(stop: str | list[str] | None) -> tuple[str, ...]:

@@ -9,27 +9,29 @@ DeepSeek's API and llama.cpp do.
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from ds4mlx.generation import ChatEvent, Finished
+from ds4mlx.generation import ChatEvent, Finished, SamplingOptions, TokenLogprobs
 from ds4mlx.server.choices import split_choices, with_choices
 from ds4mlx.server.errors import APIError, openai_error_body
 from ds4mlx.server.generation import (
     APIRequest,
     GenerationCall,
     GenerationDefaults,
+    JsonSchemaFormat,
     ReasoningEffort,
     RequestModel,
     ThinkingControl,
     joined_text,
+    output_format,
     resolve_thinking,
     stop_strings,
     template_effort,
     token_limit,
     tool_choice_for,
-    unsupported,
 )
 from ds4mlx.server.sse import DONE_FRAME, data_frame
 from ds4mlx.server.turn import Block, BlockTracker, ResponseMeta, chat_usage, new_id, track
@@ -73,6 +75,7 @@ class FunctionDefinition(RequestModel):
     name: str
     description: str | None = None
     parameters: dict[str, Any] | None = None
+    strict: bool | None = None  # arguments held to ``parameters`` by constrained decoding
 
 
 class FunctionTool(RequestModel):
@@ -95,6 +98,7 @@ class StreamOptions(RequestModel):
 
 class ResponseFormat(RequestModel):
     type: str
+    json_schema: JsonSchemaFormat | None = None
 
 
 class ChatTemplateKwargs(RequestModel):
@@ -105,12 +109,14 @@ class ChatCompletionRequest(APIRequest):
     messages: list[ChatMessage] = Field(min_length=1)
     tools: list[FunctionTool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool = True
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     stop: str | list[str] | None = None
     stream_options: StreamOptions | None = None
     n: int = Field(1, ge=1)
     logprobs: bool | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=20)
     response_format: ResponseFormat | None = None
     thinking: bool | ThinkingControl | None = None
     reasoning_effort: ReasoningEffort | None = None
@@ -145,8 +151,11 @@ def tool_call_json(block: Block) -> dict[str, Any]:
     }
 
 
-def _choice_json(index: int, events: Sequence[ChatEvent], finished: Finished) -> dict[str, Any]:
-    turn = track(events, CALL_ID_PREFIX)
+def _choice_json(
+    index: int, events: Sequence[ChatEvent], finished: Finished, with_logprobs: bool
+) -> dict[str, Any]:
+    logprobs = [event for event in events if isinstance(event, TokenLogprobs)]
+    turn = track([e for e in events if not isinstance(e, TokenLogprobs)], CALL_ID_PREFIX)
     calls = [tool_call_json(block) for block in turn.tool_calls]
     text = turn.joined("text")
     message: dict[str, Any] = {
@@ -161,7 +170,7 @@ def _choice_json(index: int, events: Sequence[ChatEvent], finished: Finished) ->
     return {
         "index": index,
         "message": message,
-        "logprobs": None,
+        "logprobs": chat_logprobs(logprobs) if with_logprobs else None,
         "finish_reason": FINISH_REASONS[finished.finish_reason],
     }
 
@@ -172,10 +181,9 @@ class ChatCompletionsEndpoint:
     error_body = staticmethod(openai_error_body)
 
     def call(self, request: ChatCompletionRequest, defaults: GenerationDefaults) -> GenerationCall:
-        if request.logprobs:
-            raise unsupported("logprobs", "log-probabilities are not returned")
-        if request.response_format is not None and request.response_format.type != "text":
-            raise unsupported("response_format", "constrained output formats")
+        if request.top_logprobs is not None and not request.logprobs:
+            raise APIError(400, "'top_logprobs' needs 'logprobs' set to true", param="top_logprobs")
+        response_format = request.response_format
         choice = request.tool_choice
         tool_choice = tool_choice_for(
             request.tools,
@@ -192,8 +200,12 @@ class ChatCompletionsEndpoint:
             if tool_choice != "none"
             else None,
             tool_choice=tool_choice,
+            parallel_tool_calls=request.parallel_tool_calls,
             max_tokens=token_limit(request.max_completion_tokens or request.max_tokens, defaults),
-            sampling=request.sampling(defaults),
+            sampling=with_logprobs(
+                request.sampling(defaults),
+                (request.top_logprobs or 0) if request.logprobs else None,
+            ),
             stop=stop_strings(request.stop),
             thinking=resolve_thinking(
                 request.thinking if request.thinking is not None else template_thinking,
@@ -201,6 +213,11 @@ class ChatCompletionsEndpoint:
                 defaults.thinking,
             ),
             reasoning_effort=template_effort(request.reasoning_effort),
+            output_format=output_format(
+                response_format.type, response_format.json_schema, "response_format"
+            )
+            if response_format is not None
+            else None,
         )
         return with_choices(call, request.n, request.stream)
 
@@ -217,7 +234,7 @@ class ChatCompletionsEndpoint:
             "created": meta.created,
             "model": meta.model,
             "choices": [
-                _choice_json(index, own, own_finished)
+                _choice_json(index, own, own_finished, bool(request.logprobs))
                 for index, (own, own_finished) in enumerate(split_choices(events, finished))
             ],
             "usage": chat_usage(finished),
@@ -228,9 +245,35 @@ class ChatCompletionsEndpoint:
         return ChatCompletionStream(meta, include_usage)
 
 
+def with_logprobs(sampling: SamplingOptions, top: int | None) -> SamplingOptions:
+    """``sampling`` asking for each token's log-probability and ``top`` alternatives (None:
+    none asked for)."""
+    return sampling if top is None else dataclasses.replace(sampling, logprobs=top)
+
+
+def _logprob_entry(text: str, piece: bytes, logprob: float) -> dict[str, Any]:
+    return {"token": text, "logprob": logprob, "bytes": list(piece)}
+
+
+def chat_logprobs(entries: Sequence[TokenLogprobs]) -> dict[str, Any]:
+    """OpenAI's chat ``logprobs``: per token its log-probability and the top alternatives."""
+    return {
+        "content": [
+            {
+                **_logprob_entry(entry.text, entry.token_bytes, entry.logprob),
+                "top_logprobs": [_logprob_entry(*alternative) for alternative in entry.top],
+            }
+            for entry in entries
+        ],
+        "refusal": None,
+    }
+
+
 class ChunkStream(ABC):
     """OpenAI's chunked streams (chat and legacy completions): one object a frame, the finish
-    reason in a last choice, usage in a chunk without choices when asked for, then [DONE]."""
+    reason in a last choice, usage in a chunk without choices when asked for, then [DONE].
+    Log-probabilities go with the next chunk after their tokens (with one of their own before
+    the finish when no text followed them)."""
 
     object_name: str
     id_prefix: str
@@ -239,10 +282,21 @@ class ChunkStream(ABC):
         self.meta = meta
         self.include_usage = include_usage
         self.id = new_id(self.id_prefix)
+        self.pending_logprobs: list[TokenLogprobs] = []
 
     @abstractmethod
     def _choice(self, content: Any, finish_reason: str | None = None) -> dict[str, Any]:
         """One choice carrying ``content`` (a chat delta or completion text; None for none)."""
+
+    @abstractmethod
+    def _logprobs(self, entries: Sequence[TokenLogprobs]) -> dict[str, Any]:
+        """The ``logprobs`` of a choice carrying ``entries``."""
+
+    def _with_logprobs(self, choice: dict[str, Any]) -> dict[str, Any]:
+        if self.pending_logprobs:
+            choice["logprobs"] = self._logprobs(self.pending_logprobs)
+            self.pending_logprobs = []
+        return choice
 
     def _frame(self, choices: list[dict[str, Any]], **extra: Any) -> bytes:
         return data_frame(
@@ -257,7 +311,10 @@ class ChunkStream(ABC):
         )
 
     def finish(self, finished: Finished) -> list[bytes]:
-        frames = [self._frame([self._choice(None, FINISH_REASONS[finished.finish_reason])])]
+        frames = []
+        if self.pending_logprobs:
+            frames.append(self._frame([self._with_logprobs(self._choice(None))]))
+        frames.append(self._frame([self._choice(None, FINISH_REASONS[finished.finish_reason])]))
         if self.include_usage:
             frames.append(self._frame([], usage=chat_usage(finished)))
         return [*frames, DONE_FRAME]
@@ -284,16 +341,22 @@ class ChatCompletionStream(ChunkStream):
             "finish_reason": finish_reason,
         }
 
+    def _logprobs(self, entries: Sequence[TokenLogprobs]) -> dict[str, Any]:
+        return chat_logprobs(entries)
+
     def start(self) -> list[bytes]:
         return [self._frame([self._choice({"role": "assistant", "content": ""})])]
 
-    def event(self, event: ChatEvent) -> list[bytes]:
+    def event(self, event: ChatEvent | TokenLogprobs) -> list[bytes]:
         """Text and reasoning as they come; a tool call whole, or streamed as it is written:
         its id and name first, then pieces of its arguments (what clients accumulate)."""
+        if isinstance(event, TokenLogprobs):
+            self.pending_logprobs.append(event)
+            return []
         block, text, change = self.turn.add(event)
         if block.kind != "tool_call":
             delta = {"reasoning_content" if block.kind == "reasoning" else "content": text}
-            return [self._frame([self._choice(delta)])]
+            return [self._frame([self._with_logprobs(self._choice(delta))])]
         index = [b for b in self.turn.blocks if b.kind == "tool_call"].index(block)
         if change == "call":
             piece = {"index": index, **tool_call_json(block)}
@@ -304,4 +367,4 @@ class ChatCompletionStream(ChunkStream):
             piece = {"index": index, "function": {"arguments": text}}
         else:  # the end of a streamed call: all of it has been sent
             return []
-        return [self._frame([self._choice({"tool_calls": [piece]})])]
+        return [self._frame([self._with_logprobs(self._choice({"tool_calls": [piece]}))])]

@@ -23,10 +23,12 @@ from ds4mlx.server.generation import (
     APIRequest,
     GenerationCall,
     GenerationDefaults,
+    JsonSchemaFormat,
     ReasoningEffort,
     RequestModel,
     ThinkingControl,
     joined_text,
+    output_format,
     resolve_thinking,
     stop_strings,
     template_effort,
@@ -76,13 +78,16 @@ class Tool(RequestModel):
     name: str | None = None
     description: str | None = None
     parameters: dict[str, Any] | None = None
+    strict: bool | None = None  # arguments held to ``parameters`` by constrained decoding
 
 
 class ReasoningOptions(RequestModel):
     effort: ReasoningEffort | None = None
 
 
-class TextFormat(RequestModel):
+class TextFormat(JsonSchemaFormat):
+    """``text.format``: "text", "json_object", or "json_schema" with the schema's fields."""
+
     type: str
 
 
@@ -96,6 +101,7 @@ class ResponsesRequest(APIRequest):
     tools: list[Tool] | None = None
     # A mode, or {"type": "function", "name": ...} for a call of that function.
     tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
+    parallel_tool_calls: bool = True
     max_output_tokens: int | None = Field(None, ge=1)
     reasoning: ReasoningOptions | None = None
     previous_response_id: str | None = None
@@ -227,7 +233,7 @@ def _tools(request: ResponsesRequest) -> tuple[list[dict[str, Any]] | None, Tool
             {
                 "type": "function",
                 "function": tool.model_dump(
-                    include={"name", "description", "parameters"}, exclude_none=True
+                    include={"name", "description", "parameters", "strict"}, exclude_none=True
                 ),
             }
         )
@@ -318,12 +324,16 @@ def _response_object(
         "max_output_tokens": request.max_output_tokens,
         "model": meta.model,
         "output": output,
-        "parallel_tool_calls": True,
+        "parallel_tool_calls": request.parallel_tool_calls,
         "temperature": request.temperature,
         "top_p": request.top_p,
         "tool_choice": request.tool_choice or "auto",
         "tools": [tool.model_dump(exclude_none=True) for tool in request.tools or ()],
-        "text": {"format": {"type": "text"}},
+        "text": {
+            "format": request.text.format.model_dump(by_alias=True, exclude_none=True)
+            if request.text and request.text.format
+            else {"type": "text"}
+        },
         "store": request.store,
         "previous_response_id": request.previous_response_id,
         "truncation": "disabled",
@@ -360,19 +370,21 @@ class ResponsesEndpoint:
             [{"role": "system", "content": request.instructions}] if request.instructions else []
         )
         text_format = request.text.format if request.text else None
-        if text_format is not None and text_format.type != "text":
-            raise unsupported("text.format", "constrained output formats")
         effort = request.reasoning.effort if request.reasoning else None
         tools, tool_choice = _tools(request)
         return GenerationCall(
             messages=[*instructions, *request._conversation],
             tools=tools,
             tool_choice=tool_choice,
+            parallel_tool_calls=request.parallel_tool_calls,
             max_tokens=token_limit(request.max_output_tokens, defaults),
             sampling=request.sampling(defaults),
             stop=stop_strings(request.stop),
             thinking=resolve_thinking(request.thinking, effort, defaults.thinking),
             reasoning_effort=template_effort(effort),
+            output_format=output_format(text_format.type, text_format, "text.format")
+            if text_format is not None
+            else None,
         )
 
     def response(

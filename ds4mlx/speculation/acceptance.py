@@ -59,11 +59,20 @@ def accept(
 ) -> Verdict:
     """How many of ``draft`` the target accepts, from its verify logits [len(draft) + 1, V].
 
-    The rows are scored as plain decoding would score them, each penalised (``Sampler.
-    penalized``) as if the draft tokens before it were committed."""
+    The rows are scored as plain decoding would score them, each penalised and masked by the
+    sampler's constraint (``Sampler.penalized``) as if the draft tokens before it were
+    committed; the committed tokens' log-probabilities are noted from those rows."""
     if logits.shape[0] != len(draft) + 1:
         raise ValueError(f"{logits.shape[0]} logit rows for a draft of {len(draft)} tokens")
     logits = sampler.penalized(logits, draft)
+    verdict = _verdict(logits, draft, sampler, mode)
+    sampler.note_logprobs(logits, [*draft[: verdict.accepted], verdict.next_token])
+    return verdict
+
+
+def _verdict(
+    logits: mx.array, draft: Sequence[int], sampler: Sampler, mode: AcceptanceMode
+) -> Verdict:
     if sampler.options.greedy:
         targets = mx.argmax(logits, axis=-1).tolist()
         n = 0

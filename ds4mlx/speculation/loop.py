@@ -221,12 +221,13 @@ class SpeculativeDecoder(Decoder):
             self.scheduler.record_cost(Cycle.PLAIN, elapsed, len(tokens))
         return tokens
 
-    def _drafts_on_device(self, session: Session) -> bool:
+    def _drafts_on_device(self, session: Session, sampler: Sampler) -> bool:
         """Whether the draft can stay on the device until the verify pass is queued: the
-        drafter supports it, the session takes lazy feeds, and no confidence cut needs the
-        draft's confidences on the host first."""
+        drafter supports it, the session takes lazy feeds, and no confidence cut nor
+        constraint needs the draft on the host first."""
         return (
-            session.lazy_feeds
+            sampler.constraint is None
+            and session.lazy_feeds
             and not self.options.confidence_threshold
             and callable(getattr(self.drafter, "propose_on_device", None))
         )
@@ -262,11 +263,15 @@ class SpeculativeDecoder(Decoder):
         if drafting:
             tick = time.perf_counter()
             n = min(room, drafter.max_draft, options.max_draft, max_draft_for_parity)
-            if self._drafts_on_device(session):
+            if self._drafts_on_device(session, sampler):
                 queued = drafter.propose_on_device(n)
             else:
                 proposal = drafter.propose(n)
                 draft = _cut_by_confidence(proposal, options.confidence_threshold)
+                if sampler.constraint is not None:
+                    # A draft token the constraint forbids could never be committed: the draft
+                    # ends before it.
+                    draft = draft[: sampler.constraint.allowed_prefix(draft)]
             stats.draft_seconds += time.perf_counter() - tick
 
         if not draft and queued is None and not getattr(drafter, "needs_target_rows", True):

@@ -200,3 +200,15 @@ def test_bench_names_drafter_files_apart_from_ds4s_switches(capsys, old, new, fi
     assert f"{old} FILE is now {new} FILE" in capsys.readouterr().err
     assert getattr(bench.build_parser().parse_args([new, "x.gguf"]), field) == Path("x.gguf")
     assert getattr(bench.build_parser().parse_args([new, ""]), field) is None  # skipped
+
+
+@pytest.mark.parametrize("model", ["ds4-tiny.gguf", "glm-tiny.gguf"])
+def test_chat_answers_carry_no_tool_call_markup(model):
+    # Issue 36 item 3: the tiny model answered ``--chat`` with DSML tool calls, verbatim.
+    path = Path(__file__).resolve().parents[2] / "assets" / model
+    if not path.is_file():
+        pytest.skip(f"{path} is not built")
+    for prompt in ("Weather in Paris?", "Find where the config is loaded."):
+        result = run_ds4("-m", str(path), "--chat", "-p", prompt, "-n", "60")
+        assert result.returncode == 0, result.stderr
+        assert "DSML" not in result.stdout and "<tool_call>" not in result.stdout

@@ -8,6 +8,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from ds4mlx.engine.chat.call_grammar import CallSyntax
 from ds4mlx.engine.chat.events import (
     AssistantTurn,
     ChatEvent,
@@ -46,6 +47,10 @@ class ChatFormat(ABC):
     """One model family's chat template and output syntax."""
 
     name: str
+    #: The text of the token that opens a tool call (``CallSyntax.marker``).
+    call_marker: str
+    #: What ends the reasoning block.
+    reasoning_end: str = "</think>"
     #: The ``reasoning_effort`` values ``render`` accepts, weakest first.
     reasoning_efforts: tuple[str, ...] = ()
 
@@ -118,6 +123,18 @@ class ChatFormat(ABC):
     def forced_call_prefix(self, tool_choice: ToolChoice) -> str:
         """What a forced ``tool_choice`` puts at the end of the prompt: the opening of a call
         (of the named function, for a NamedTool); "" for "auto" and "none"."""
+
+    @abstractmethod
+    def call_syntax(
+        self,
+        tools: Sequence[Mapping[str, Any]],
+        tool_choice: ToolChoice = "auto",
+        parallel: bool = True,
+    ) -> CallSyntax:
+        """How this format's tool calls are held to its syntax for a request offering
+        ``tools`` (at least one) with ``tool_choice`` (not "none"): names restricted to the
+        tools (to the named one for a NamedTool), arguments to their schemas for strict tools
+        and forced choices; one call per turn unless ``parallel``."""
 
     @abstractmethod
     def stream_parser(

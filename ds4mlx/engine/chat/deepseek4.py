@@ -33,6 +33,16 @@ from ds4mlx.engine.chat.base import (
     tool_call_from_message,
     write_forced_prefix,
 )
+from ds4mlx.engine.chat.call_grammar import (
+    NEWLINE,
+    CallSyntax,
+    Parameter,
+    argument_rules,
+    callable_tools,
+    json_lexeme,
+    literal,
+    tool_name,
+)
 from ds4mlx.engine.chat.events import (
     AssistantTurn,
     ChatEvent,
@@ -224,6 +234,7 @@ class DeepSeekV4ChatFormat(ChatFormat):
     """DeepSeek-V4's prompt encoding and DSML tool calls [enc]."""
 
     name = "deepseek-v4"
+    call_marker = DSML
     reasoning_efforts = ("high", "max")
 
     def prompt(
@@ -325,12 +336,73 @@ class DeepSeekV4ChatFormat(ChatFormat):
         enter_forced_call(parser, forced)
         return parser
 
+    def call_syntax(
+        self,
+        tools: Sequence[Mapping[str, Any]],
+        tool_choice: ToolChoice = "auto",
+        parallel: bool = True,
+    ) -> CallSyntax:
+        return _dsml_call_syntax(tools, tool_choice, parallel)
+
     def stop_strings(self) -> list[str]:
         return [EOS]
 
 
 # How a forced call starts: the tool_calls block as an assistant turn without text has it.
 _FORCED_BLOCK = f'\n\n<{DSML}tool_calls>\n<{DSML}invoke name="'
+
+
+# --------------------------------------------------------------------------- the call grammar
+
+_PARAMETER_END = f"</{DSML}parameter>"
+_INVOKE_END = f"</{DSML}invoke>"
+_PARAMETER_OPEN = f'<{DSML}parameter name="'
+_RAW_VALUE, _JSON_VALUE = '" string="true">', '" string="false">'
+
+
+def _dsml_parameter(parameter: Parameter, schema_bound: bool) -> str:
+    """One parameter, laid out as ``_render_tool_calls`` writes it (a newline after each): a
+    plain string as raw text; a string narrowed by its schema (enum, pattern, ...) as JSON
+    (``string="false"``), which the parser decodes to the same string; anything else as JSON,
+    held to its schema when ``schema_bound``."""
+    head = _PARAMETER_OPEN + parameter.name
+    if parameter.plain_string or (parameter.is_string and not schema_bound):
+        return f"{literal(head + _RAW_VALUE)} raw {literal(NEWLINE)}"
+    value = json_lexeme(parameter.schema if schema_bound else None)
+    return f"{literal(head + _JSON_VALUE)} {value} {literal(_PARAMETER_END + NEWLINE)}"
+
+
+def _dsml_call_syntax(
+    tools: Sequence[Mapping[str, Any]], tool_choice: ToolChoice, parallel: bool = True
+) -> CallSyntax:
+    """DSML tool_calls blocks (``_render_tool_calls``'s layout) calling only ``tools``."""
+    tools, forced = callable_tools(tools, tool_choice)
+    rules = argument_rules(tools, forced, _dsml_parameter, "free_parameter*")
+    for index, tool in enumerate(tools):
+        opening = literal(tool_name(tool) + '">' + NEWLINE)
+        rules.append(f"t{index}: {opening} t{index}_arguments {literal(_INVOKE_END)}")
+    # Each invoke after the first starts with its newline, in one literal with the tag: two
+    # literals where one starts like the other ("\n" and "\n</...") would leave the lexer
+    # unable to tell where the first ends.
+    invoke_open = f'<{DSML}invoke name="'
+    if isinstance(tool_choice, NamedTool):
+        start = f"t0_arguments {literal(_INVOKE_END)} calls_rest"
+    elif forced:
+        start = "invoke_named calls_rest"
+    else:
+        start = f"{literal('tool_calls>' + NEWLINE + invoke_open)} invoke_named calls_rest"
+    more_invokes = f"({literal(NEWLINE + invoke_open)} invoke_named)* " if parallel else ""
+    rules += [
+        f"start: {start}",
+        "invoke_named: " + " | ".join(f"t{index}" for index in range(len(tools))),
+        f"calls_rest: {more_invokes}{literal(f'{NEWLINE}</{DSML}tool_calls>')}",
+        f"raw[suffix={literal(_PARAMETER_END)}]: /(?s:.*)/",
+        f"free_parameter: {literal(_PARAMETER_OPEN)} PARAMETER_NAME ({literal(_RAW_VALUE)} raw "
+        f"{literal(NEWLINE)} | {literal(_JSON_VALUE)} {json_lexeme(None)} "
+        f"{literal(_PARAMETER_END + NEWLINE)})",
+        "PARAMETER_NAME: /[A-Za-z0-9_.-]+/",
+    ]
+    return CallSyntax(DSML, "<", NEWLINE.join(rules), forced)
 
 
 def _last_user_index(turns: Sequence[_Turn]) -> int:

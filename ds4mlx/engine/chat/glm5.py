@@ -46,6 +46,15 @@ from ds4mlx.engine.chat.base import (
     tool_call_from_message,
     write_forced_prefix,
 )
+from ds4mlx.engine.chat.call_grammar import (
+    CallSyntax,
+    Parameter,
+    argument_rules,
+    callable_tools,
+    json_lexeme,
+    literal,
+    tool_name,
+)
 from ds4mlx.engine.chat.events import (
     AssistantTurn,
     ChatEvent,
@@ -244,6 +253,7 @@ class GLM5ChatFormat(ChatFormat):
     """GLM-5.3-Flash's prompt template and ``<tool_call>`` output syntax [tmpl]."""
 
     name = "glm-5"
+    call_marker = CALL_START
     reasoning_efforts = REASONING_EFFORTS
 
     def prompt(
@@ -353,8 +363,63 @@ class GLM5ChatFormat(ChatFormat):
         parser = self.stream_parser(thinking=thinking, tools=tools)
         return AssistantTurn.from_events([*parser.feed(text), *parser.finish()])
 
+    def call_syntax(
+        self,
+        tools: Sequence[Mapping[str, Any]],
+        tool_choice: ToolChoice = "auto",
+        parallel: bool = True,
+    ) -> CallSyntax:
+        return _glm_call_syntax(tools, tool_choice, parallel)
+
     def stop_strings(self) -> list[str]:
         return [USER, OBSERVATION, END_OF_TEXT]
+
+
+# --------------------------------------------------------------------------- the call grammar
+
+
+def _glm_argument(parameter: Parameter, schema_bound: bool) -> str:
+    """One argument: its key, then its value and closing tag: a string-typed value as literal
+    text (one of its ``enum`` when held to the schema), any other as JSON, held to its schema
+    when ``schema_bound`` (the parser reads it back as ``_string_parameters`` says)."""
+    key = literal(KEY_START + parameter.name + KEY_END + VALUE_START)
+    return f"{key} {_glm_value(parameter, schema_bound)}"
+
+
+def _glm_value(parameter: Parameter, schema_bound: bool) -> str:
+    if parameter.is_string:
+        choices = parameter.schema.get("enum") if schema_bound else None
+        if isinstance(choices, list) and all(isinstance(choice, str) for choice in choices):
+            options = " | ".join(literal(choice) for choice in choices)
+            return f"({options}) {literal(VALUE_END)}"
+        return "raw"
+    return f"{json_lexeme(parameter.schema if schema_bound else None)} {literal(VALUE_END)}"
+
+
+def _glm_call_syntax(
+    tools: Sequence[Mapping[str, Any]], tool_choice: ToolChoice, parallel: bool = True
+) -> CallSyntax:
+    """``<tool_call>`` calls (``_render_tool_call``'s layout) of ``tools`` only, one after
+    another until the turn ends."""
+    tools, forced = callable_tools(tools, tool_choice)
+    rules = argument_rules(tools, forced, _glm_argument, "free_argument*")
+    for index, tool in enumerate(tools):
+        rules.append(f"t{index}: {literal(tool_name(tool))} t{index}_arguments {literal(CALL_END)}")
+    more_calls = " more_calls" if parallel else ""
+    start = (
+        f"t0_arguments {literal(CALL_END)}{more_calls}"
+        if isinstance(tool_choice, NamedTool)
+        else f"call{more_calls}"
+    )
+    rules += [
+        f"start: {start}",
+        "call: " + " | ".join(f"t{index}" for index in range(len(tools))),
+        f"more_calls: ({literal(CALL_START)} call)*",
+        f"raw[suffix={literal(VALUE_END)}]: /(?s:.*)/",
+        f"free_argument: {literal(KEY_START)} ARGUMENT_NAME {literal(KEY_END + VALUE_START)} raw",
+        "ARGUMENT_NAME: /[A-Za-z0-9_.-]+/",
+    ]
+    return CallSyntax(CALL_START, "", "\n".join(rules), forced)
 
 
 # --------------------------------------------------------------------------- parsing
