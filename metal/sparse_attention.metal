@@ -7,7 +7,8 @@
 //          (row t sees window rows [lo, hi)), comp [N, D] compressed keys, comp_index [T, K]
 //          int32 (selected rows of comp, -1 = unused slot), sinks [H] float32, scale [1] float32
 // output:  out [T, H, D] (T_ dtype)
-// template: T_ (dtype), D (head dim, a multiple of 32), K (index slots per row)
+// template: T_ (dtype), D (head dim, a multiple of 32); the slot count K is comp_index's width,
+//          an input, so a growing context never compiles a new kernel
 // launch:  grid (32, H, T), threadgroup (32, 1, 1): one simdgroup per (row, head); lane l owns
 //          dims l, l + 32, ... of the query, the accumulator and every key.
 // One pass with an online softmax (running max and denominator, rescaled when the max grows);
@@ -20,6 +21,7 @@ const uint t = thread_position_in_grid.z;
 const uint H = uint(q_shape[1]);
 const uint W = uint(window_shape[0]);
 const uint N = uint(comp_shape[0]);
+const uint K = uint(comp_index_shape[1]);
 const float scale_ = scale[0];
 
 float qv[PER_LANE];

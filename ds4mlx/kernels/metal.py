@@ -9,6 +9,7 @@ attention over selected compressed rows). Semantics match ``kernels.twins``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cache
 
 from ds4mlx.kernels import twins
@@ -18,48 +19,98 @@ from ds4mlx.kernels.weights import PackedWeight
 from ds4mlx.resources import data_dir
 
 import mlx.core as mx
+import numpy as np
 from gguf import GGMLQuantizationType
 
 METAL_SOURCE_DIR = data_dir("metal")
-ROWS_PER_SIMDGROUP = 8  # x rows that share one decode of a weight sub-block
 MAX_THREADGROUP = 256
 SIMD_WIDTH = 32
+MAX_SIMDGROUPS = 8  # simdgroups per threadgroup of the packed mat-vec
+ROWS_PER_SIMDGROUP = 4  # weight rows a simdgroup computes from one load of x
+X_ROW_TILES = (1, 2, 4, 8)  # x rows per threadgroup: decode, verify, and 8-row tiles beyond
 
 
 def metal_available() -> bool:
     return hasattr(mx.fast, "metal_kernel") and mx.metal.is_available()
 
 
+@dataclass(frozen=True)
+class MatVecLaunch:
+    """Template arguments of ``metal/linear.metal`` for one shape: its threadgroups hold
+    ``simdgroups * rows`` weight rows and ``x_rows`` rows of x."""
+
+    simdgroups: int
+    rows: int
+    x_rows: int
+
+    def grid(self, n_out: int, n_rows: int, n_batches: int) -> tuple[int, int, int]:
+        rows_per_group = self.simdgroups * self.rows
+        return (
+            SIMD_WIDTH * self.simdgroups * -(-n_out // rows_per_group),
+            -(-n_rows // self.x_rows),
+            n_batches,
+        )
+
+
+def matvec_launch(n_out: int, n_rows: int) -> MatVecLaunch:
+    """The launch for ``n_rows`` x rows times ``n_out`` weight rows: the smallest x-row tile
+    that holds them (8-row tiles beyond 8), and as many simdgroups (a power of two, at most 8)
+    as the weight rows fill."""
+    x_rows = next((tile for tile in X_ROW_TILES if tile >= n_rows), X_ROW_TILES[-1])
+    simdgroups = 1
+    while simdgroups < MAX_SIMDGROUPS and simdgroups * ROWS_PER_SIMDGROUP < n_out:
+        simdgroups *= 2
+    return MatVecLaunch(simdgroups, ROWS_PER_SIMDGROUP, x_rows)
+
+
+def table_words(qtype: GGMLQuantizationType) -> np.ndarray:
+    """The lookup tables a format's kernel reads (``DS4_TABLE_WORDS`` uint32 words): for
+    IQ2_XXS the grid (one 8-byte row in two words) then the 128 ksigns bytes, from
+    ``gguf.quants``; a single unused word for the formats without tables."""
+    if qtype != GGMLQuantizationType.IQ2_XXS:
+        return np.zeros(1, dtype=np.uint32)
+    grid, ksigns = iq2_xxs_tables()
+    table_bytes = np.concatenate([np.array(grid, dtype=np.uint8).reshape(-1), np.array(ksigns)])
+    return table_bytes.view(np.uint32)
+
+
+def format_header(qtype: GGMLQuantizationType) -> str:
+    """The kernel header of a packed format: the shared helpers, the format's decoder and its
+    lookup tables as a constant array."""
+    sources = ("common.metal", f"{qtype.name.lower()}.metal")
+    words = ", ".join(f"{word}u" for word in table_words(qtype))
+    tables = f"constant uint ds4_table_words[] = {{{words}}};\n"
+    return "\n".join((METAL_SOURCE_DIR / name).read_text() for name in sources) + tables
+
+
 @cache
 def _kernel(qtype: GGMLQuantizationType):
-    sources = ("common.metal", f"{qtype.name.lower()}.metal")
-    header = "\n".join((METAL_SOURCE_DIR / name).read_text() for name in sources)
     return mx.fast.metal_kernel(
         name=f"ds4_{qtype.name.lower()}_linear",
-        input_names=["x", "w", "tables", "expert_indices"],
+        input_names=["x", "w", "expert_indices"],
         output_names=["y"],
         source=(METAL_SOURCE_DIR / "linear.metal").read_text(),
-        header=header,
+        header=format_header(qtype),
     )
-
-
-@cache
-def _tables(qtype: GGMLQuantizationType) -> mx.array:
-    if qtype == GGMLQuantizationType.IQ2_XXS:
-        grid, ksigns = iq2_xxs_tables()
-        return mx.concatenate([grid.astype(mx.uint8).flatten(), ksigns])
-    return mx.zeros((1,), dtype=mx.uint8)  # formats without tables ignore the input
 
 
 def _run(x: mx.array, w: PackedWeight, expert_indices: mx.array) -> mx.array:
     """x [P, M, K], expert_indices [P] -> y [P, M, N] with y[p] = x[p] @ W[expert_indices[p]].T."""
     n_out, k = w.shape[-2:]
     n_batches, n_rows, _ = x.shape
+    launch = matvec_launch(n_out, n_rows)
     return _kernel(w.qtype)(
-        inputs=[x, w.data, _tables(w.qtype), expert_indices.astype(mx.uint32)],
-        template=[("T", x.dtype), ("K", k), ("N", n_out), ("ROWS", ROWS_PER_SIMDGROUP)],
-        grid=(SIMD_WIDTH * n_out, -(-n_rows // ROWS_PER_SIMDGROUP), n_batches),
-        threadgroup=(min(MAX_THREADGROUP, SIMD_WIDTH * n_out), 1, 1),
+        inputs=[x, w.data, expert_indices.astype(mx.uint32)],
+        template=[
+            ("T", x.dtype),
+            ("K", k),
+            ("N", n_out),
+            ("SIMDGROUPS", launch.simdgroups),
+            ("ROWS", launch.rows),
+            ("XROWS", launch.x_rows),
+        ],
+        grid=launch.grid(n_out, n_rows, n_batches),
+        threadgroup=(SIMD_WIDTH * launch.simdgroups, 1, 1),
         output_shapes=[(n_batches, n_rows, n_out)],
         output_dtypes=[x.dtype],
     )[0]

@@ -1,36 +1,49 @@
-// Runs the Metal sources in metal/ on the CPU, so their logic is tested where Metal is missing.
+// Runs the Metal sources in metal/ on the CPU, so their logic is tested (and measured) where
+// Metal is missing.
 //
-// A thin shim maps the Metal features the kernels use onto C++20: address-space qualifiers
-// vanish, `half` decodes IEEE binary16, `as_type` is a bit copy, and a simdgroup is 32 host
-// threads whose `simd_sum` meets at a barrier. Each format's header and the shared body are
-// compiled into their own namespace, exactly as mx.fast.metal_kernel would assemble them.
+// tests/kernels/emulator.py rewrites the sources before they reach this file (a device pointer
+// becomes DevicePtr<T>, a threadgroup array a static array), writes them to the include
+// directory as <kernel>.metal, and compiles this file against them. The shim below maps the rest
+// of the Metal language the kernels use onto C++20:
+// - a launch runs its threadgroups one after another; the threads of a threadgroup are fibers
+//   (ucontext) on one host thread, switched at every barrier, so threadgroup memory (a static
+//   array) is shared by exactly the threads of the running threadgroup, and simdgroup operations
+//   (simd_sum, simd_max, simd_shuffle...) and threadgroup_barrier meet like on the GPU; a barrier
+//   some threads of a group never reach is reported as a deadlock;
+// - every read through a device pointer is one device load instruction of sizeof(T) bytes,
+//   counted per launch, checked against the bounds and the alignment of its buffer;
+// - `half` decodes IEEE binary16 and `as_type` is a bit copy.
 //
-// Built by tests/kernels/test_kernel_metal.py with -I metal -DDS4_K=... -DDS4_N=... -DDS4_ROWS=...
-// Usage: metal_emulation <q2_k|q6_k|iq2_xxs> <input> <output>
-//   input:  int32 P, M, E | float32 x [P, M, K] | uint8 w [E, N, row_bytes] |
-//           uint32 table_bytes | uint8 tables | uint32 expert_indices [P]
-//   output: float32 y [P, M, N]
-//        metal_emulation sinkhorn <input> <output>      (-DDS4_HC=... -DDS4_ITERS=...)
-//   input:  int32 T | float32 eps | float32 comb [T, HC, HC];  output: float32 [T, HC, HC]
-//        metal_emulation sparse_attention <input> <output>  (-DDS4_D=... -DDS4_SLOTS=...)
-//   input:  int32 T, H, W, N | float32 scale | float32 q [T, H, D] | float32 window [W, D] |
-//           int32 window_range [T, 2] | float32 comp [N, D] | int32 comp_index [T, SLOTS] |
-//           float32 sinks [H];  output: float32 [T, H, D]
+// Usage: metal_emulation <mode> <input> <output>; prints the launch's counters as one JSON line.
+//   linear <q2_k|q6_k|iq2_xxs>, baseline_linear <format>   (-DDS4_K, -DDS4_N, -DDS4_SIMDGROUPS,
+//       -DDS4_ROWS; the baseline is the kernel the packed mat-vec replaced, ROWS x rows a group)
+//     input: int32 P, M, E, XROWS, GROUP_STRIDE | float32 x [P, M, K] | uint8 w [E, N, row_bytes]
+//            | uint32 table_bytes | uint8 tables | uint32 expert_indices [P]
+//     GROUP_STRIDE s > 1 runs only every s-th threadgroup along the output rows (the others'
+//     outputs stay NaN); output: float32 y [P, M, N]
+//   sinkhorn (-DDS4_HC, -DDS4_ITERS)
+//     input: int32 T | float32 eps | float32 comb [T, HC, HC];  output: float32 [T, HC, HC]
+//   sparse_attention (-DDS4_D)
+//     input: int32 T, H, W, N, SLOTS | float32 scale | float32 q [T, H, D] | float32 window [W, D]
+//            | int32 window_range [T, 2] | float32 comp [N, D] | int32 comp_index [T, SLOTS]
+//            | float32 sinks [H];  output: float32 [T, H, D]
 
-#include <barrier>
+#include <ucontext.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
-#include <thread>
+#include <type_traits>
 #include <vector>
-
-using host_thread = std::thread;
 
 typedef unsigned int uint;
 typedef unsigned short ushort;
 typedef unsigned long ulong;
+typedef unsigned char uchar;
 
 struct uint3 {
   uint x, y, z;
@@ -64,12 +77,205 @@ half as_type<half, ushort>(ushort bits) {
   return half{(bits >> 15) ? -magnitude : magnitude};
 }
 
-struct SimdGroup {
-  std::barrier<> sync{32};
-  float lanes[32];
+[[noreturn]] void fail(const char* message) {
+  std::fprintf(stderr, "metal emulation: %s\n", message);
+  std::exit(3);
+}
+
+// --------------------------------------------------------------------------------------------
+// Device memory: the launch's buffers, and pointers that count and check every load
+// --------------------------------------------------------------------------------------------
+
+struct Counters {
+  uint64_t device_load_instructions = 0;
+  uint64_t device_bytes = 0;
+  uint64_t threadgroups = 0;
+  uint threads_per_threadgroup = 0;
 };
-thread_local SimdGroup* current_group = nullptr;
-thread_local uint current_lane = 0;
+Counters counters;
+
+struct Buffer {
+  const char* begin;
+  size_t size;
+};
+std::vector<Buffer> buffers;  // every device buffer bound to the launch
+
+template <typename T>
+void bind_buffer(const std::vector<T>& values) {
+  buffers.push_back({reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T)});
+}
+
+void check_load(const void* address, size_t size, size_t alignment) {
+  const char* at = static_cast<const char*>(address);
+  if (reinterpret_cast<uintptr_t>(at) % alignment) {
+    fail("misaligned device load");
+  }
+  for (const Buffer& buffer : buffers) {
+    if (at >= buffer.begin && at + size <= buffer.begin + buffer.size) {
+      return;
+    }
+  }
+  fail("device load outside every bound buffer");
+}
+
+// `device T*` in a kernel source. Reads through a const pointer are the loads that count;
+// writes (outputs) go through non-const pointers and are not counted.
+template <typename T>
+struct DevicePtr {
+  T* address = nullptr;
+
+  DevicePtr() = default;
+  DevicePtr(T* at) : address(at) {}
+  template <typename U>
+    requires std::is_convertible_v<U*, T*>
+  DevicePtr(DevicePtr<U> other) : address(other.address) {}
+  template <typename U>  // a reinterpreting cast, `(const device uint*)(bytes)` in Metal
+    requires(!std::is_convertible_v<U*, T*>)
+  explicit DevicePtr(DevicePtr<U> other) : address(reinterpret_cast<T*>(other.address)) {}
+
+  template <typename I>
+  DevicePtr operator+(I offset) const {
+    return DevicePtr(address + offset);
+  }
+  template <typename I>
+  DevicePtr& operator+=(I offset) {
+    address += offset;
+    return *this;
+  }
+  template <typename I>
+    requires std::is_const_v<T>
+  std::remove_const_t<T> operator[](I index) const {
+    check_load(address + index, sizeof(T), alignof(T));
+    counters.device_load_instructions += 1;
+    counters.device_bytes += sizeof(T);
+    return address[index];
+  }
+  template <typename I>
+    requires(!std::is_const_v<T>)
+  T& operator[](I index) const {
+    return address[index];
+  }
+  decltype(auto) operator*() const { return (*this)[0]; }
+};
+
+// --------------------------------------------------------------------------------------------
+// Threads of a threadgroup as fibers; barriers; simdgroup operations
+// --------------------------------------------------------------------------------------------
+
+constexpr uint SIMD_WIDTH = 32;
+constexpr size_t FIBER_STACK = 256 * 1024;
+
+struct ThreadIds {
+  uint3 thread_position_in_grid, threadgroup_position_in_grid, thread_position_in_threadgroup;
+  uint thread_index_in_threadgroup, simdgroup_index_in_threadgroup, thread_index_in_simdgroup;
+};
+
+struct Barrier {
+  uint expected, arrived = 0;
+  uint64_t generation = 0;
+};
+
+struct SimdGroup {
+  Barrier barrier{SIMD_WIDTH};
+  alignas(16) unsigned char lanes[SIMD_WIDTH][16];  // each lane's operand of the running op
+};
+
+struct Fiber {
+  ucontext_t context;
+  std::vector<char> stack;
+  ThreadIds ids;
+  bool done = false;
+};
+
+struct Launch {
+  ucontext_t scheduler;
+  std::vector<Fiber> fibers;
+  std::vector<SimdGroup> simdgroups;
+  Barrier threadgroup_barrier{0};
+  Fiber* running = nullptr;
+  const std::function<void(const ThreadIds&)>* body = nullptr;
+  uint64_t progress = 0;  // barrier releases and finished threads: a round without any is stuck
+};
+Launch launch_state;
+
+void fiber_entry() {
+  Launch& launch = launch_state;
+  (*launch.body)(launch.running->ids);
+  launch.running->done = true;
+  ++launch.progress;
+  swapcontext(&launch.running->context, &launch.scheduler);
+}
+
+void wait_at(Barrier& barrier) {
+  Launch& launch = launch_state;
+  const uint64_t generation = barrier.generation;
+  if (++barrier.arrived == barrier.expected) {
+    barrier.arrived = 0;
+    ++barrier.generation;
+    ++launch.progress;
+    return;
+  }
+  while (barrier.generation == generation) {
+    swapcontext(&launch.running->context, &launch.scheduler);
+  }
+}
+
+// Runs `body` once per thread of `groups` threadgroups of `threads` threads (a multiple of the
+// SIMD width), as dispatchThreadgroups would; `run_group` may skip threadgroups.
+void launch(uint3 groups, uint threads, const std::function<void(const ThreadIds&)>& body,
+            const std::function<bool(uint3)>& run_group = [](uint3) { return true; }) {
+  if (threads == 0 || threads % SIMD_WIDTH) {
+    fail("threadgroup size must be a positive multiple of 32");
+  }
+  Launch& launch = launch_state;
+  launch.body = &body;
+  launch.fibers.resize(threads);
+  launch.simdgroups = std::vector<SimdGroup>(threads / SIMD_WIDTH);
+  counters.threads_per_threadgroup = threads;
+  for (Fiber& fiber : launch.fibers) {
+    fiber.stack.resize(FIBER_STACK);
+  }
+  for (uint gz = 0; gz < groups.z; ++gz) {
+    for (uint gy = 0; gy < groups.y; ++gy) {
+      for (uint gx = 0; gx < groups.x; ++gx) {
+        const uint3 group{gx, gy, gz};
+        if (!run_group(group)) {
+          continue;
+        }
+        ++counters.threadgroups;
+        launch.threadgroup_barrier = Barrier{threads};
+        for (SimdGroup& simdgroup : launch.simdgroups) {
+          simdgroup.barrier = Barrier{SIMD_WIDTH};
+        }
+        for (uint t = 0; t < threads; ++t) {
+          Fiber& fiber = launch.fibers[t];
+          fiber.done = false;
+          fiber.ids = {{gx * threads + t, gy, gz}, group, {t, 0, 0}, t, t / SIMD_WIDTH,
+                       t % SIMD_WIDTH};
+          getcontext(&fiber.context);
+          fiber.context.uc_stack.ss_sp = fiber.stack.data();
+          fiber.context.uc_stack.ss_size = fiber.stack.size();
+          fiber.context.uc_link = nullptr;
+          makecontext(&fiber.context, fiber_entry, 0);
+        }
+        for (uint live = threads; live > 0;) {
+          const uint64_t progress = launch.progress;
+          live = 0;
+          for (Fiber& fiber : launch.fibers) {
+            if (!fiber.done) {
+              launch.running = &fiber;
+              swapcontext(&launch.scheduler, &fiber.context);
+              live += !fiber.done;
+            }
+          }
+          if (live && launch.progress == progress) {
+            fail("deadlock: some threads wait at a barrier the others never reach");
+          }
+        }
+      }
+    }
+  }
+}
 
 namespace metal {
 template <typename A>
@@ -82,97 +288,190 @@ A max(A a, A b) {
 }
 inline float exp(float value) { return std::exp(value); }
 
-inline float simd_sum(float value) {
-  SimdGroup& group = *current_group;
-  group.lanes[current_lane] = value;
-  group.sync.arrive_and_wait();
-  float total = 0.0f;
-  for (float lane_value : group.lanes) {
-    total += lane_value;
-  }
-  group.sync.arrive_and_wait();  // nobody overwrites a lane before everyone has read it
-  return total;
+enum class mem_flags { mem_none, mem_device, mem_threadgroup };
+
+inline void threadgroup_barrier(mem_flags) { wait_at(launch_state.threadgroup_barrier); }
+
+// Every lane publishes its operand, all meet, each reads what it needs, all meet again (so no
+// lane overwrites its operand before everyone has read it).
+template <typename V, typename Read>
+V simd_exchange(V value, Read read) {
+  static_assert(sizeof(V) <= 16, "simdgroup operands are at most 16 bytes");
+  const ThreadIds& ids = launch_state.running->ids;
+  SimdGroup& group = launch_state.simdgroups[ids.simdgroup_index_in_threadgroup];
+  std::memcpy(group.lanes[ids.thread_index_in_simdgroup], &value, sizeof(V));
+  wait_at(group.barrier);
+  auto lane_value = [&](uint lane) {
+    V other;
+    std::memcpy(&other, group.lanes[lane % SIMD_WIDTH], sizeof(V));
+    return other;
+  };
+  const V result = read(lane_value, ids.thread_index_in_simdgroup);
+  wait_at(group.barrier);
+  return result;
+}
+
+template <typename V>
+V simd_sum(V value) {
+  return simd_exchange(value, [](auto lane_value, uint) {
+    V total = 0;
+    for (uint lane = 0; lane < SIMD_WIDTH; ++lane) {
+      total += lane_value(lane);
+    }
+    return total;
+  });
+}
+template <typename V>
+V simd_max(V value) {
+  return simd_exchange(value, [](auto lane_value, uint) {
+    V top = lane_value(0);
+    for (uint lane = 1; lane < SIMD_WIDTH; ++lane) {
+      top = max(top, lane_value(lane));
+    }
+    return top;
+  });
+}
+template <typename V>
+V simd_shuffle(V value, uint source) {
+  return simd_exchange(value, [source](auto lane_value, uint) { return lane_value(source); });
+}
+template <typename V>
+V simd_broadcast(V value, uint source) {
+  return simd_shuffle(value, source);
+}
+template <typename V>
+V simd_shuffle_xor(V value, uint mask) {
+  return simd_exchange(value, [mask](auto lane_value, uint lane) { return lane_value(lane ^ mask); });
+}
+template <typename V>
+V simd_shuffle_down(V value, uint delta) {  // lanes past the end keep their own value
+  return simd_exchange(value, [delta](auto lane_value, uint lane) {
+    return lane_value(lane + delta < SIMD_WIDTH ? lane + delta : lane);
+  });
 }
 }  // namespace metal
 
-#define device
+// --------------------------------------------------------------------------------------------
+// The kernels, each in its own namespace, with the signature mx.fast.metal_kernel would write
+// (only the attributes the body uses).
+// --------------------------------------------------------------------------------------------
+
 #define constant
 #define thread
 
-#include "common.metal"
-
-// Each format in its own namespace: header, then the kernel body as a function template with the
-// signature MLX would generate (only the attributes and inputs the body uses).
-#define DS4_KERNEL_SIGNATURE                                                                  \
-  template <typename T, int K, int N, int ROWS>                                               \
-  void kernel(const T* x, const int* x_shape, const uint8_t* w, const uint8_t* tables,        \
-              const uint32_t* expert_indices, T* y, uint3 thread_position_in_grid,            \
-              uint thread_index_in_simdgroup)
-
-namespace q2_k {
-#include "q2_k.metal"
-DS4_KERNEL_SIGNATURE {
-#include "linear.metal"
-}
-}  // namespace q2_k
-
-namespace q6_k {
-#include "q6_k.metal"
-DS4_KERNEL_SIGNATURE {
-#include "linear.metal"
-}
-}  // namespace q6_k
-
-namespace iq2_xxs {
-#include "iq2_xxs.metal"
-DS4_KERNEL_SIGNATURE {
-#include "linear.metal"
-}
-}  // namespace iq2_xxs
-
+#ifndef DS4_K
+#define DS4_K 256
+#define DS4_N 1
+#define DS4_SIMDGROUPS 1
+#define DS4_ROWS 1
+#endif
 #ifndef DS4_HC
 #define DS4_HC 4
 #define DS4_ITERS 20
 #endif
 #ifndef DS4_D
 #define DS4_D 64
-#define DS4_SLOTS 4
 #endif
+
+#define DS4_LINEAR_SIGNATURE                                                                    \
+  template <typename T, uint K, uint N, uint SIMDGROUPS, uint ROWS, uint XROWS>                 \
+  void kernel(DevicePtr<const T> x, const int* x_shape, DevicePtr<const uint8_t> w,             \
+              DevicePtr<const uint32_t> expert_indices, DevicePtr<T> y,                         \
+              uint simdgroup_index_in_threadgroup, uint thread_index_in_simdgroup,              \
+              uint thread_index_in_threadgroup, uint3 threadgroup_position_in_grid)
+#define DS4_BASELINE_SIGNATURE                                                                  \
+  template <typename T, int K, int N, int ROWS>                                                 \
+  void kernel(DevicePtr<const T> x, const int* x_shape, DevicePtr<const uint8_t> w,             \
+              DevicePtr<const uint8_t> tables, DevicePtr<const uint32_t> expert_indices,        \
+              DevicePtr<T> y, uint3 thread_position_in_grid, uint thread_index_in_simdgroup)
+
+namespace q2_k {
+#include "q2_k.metal"
+DS4_LINEAR_SIGNATURE {
+#include "linear.metal"
+}
+}  // namespace q2_k
+
+namespace q6_k {
+#include "q6_k.metal"
+DS4_LINEAR_SIGNATURE {
+#include "linear.metal"
+}
+}  // namespace q6_k
+
+namespace iq2_xxs {
+#include "iq2_xxs.metal"
+DS4_LINEAR_SIGNATURE {
+#include "linear.metal"
+}
+}  // namespace iq2_xxs
+
+namespace baseline_q2_k {
+#include "baseline_q2_k.metal"
+DS4_BASELINE_SIGNATURE {
+#include "baseline_linear.metal"
+}
+}  // namespace baseline_q2_k
+
+namespace baseline_q6_k {
+#include "baseline_q6_k.metal"
+DS4_BASELINE_SIGNATURE {
+#include "baseline_linear.metal"
+}
+}  // namespace baseline_q6_k
+
+namespace baseline_iq2_xxs {
+#include "baseline_iq2_xxs.metal"
+DS4_BASELINE_SIGNATURE {
+#include "baseline_linear.metal"
+}
+}  // namespace baseline_iq2_xxs
 
 namespace sinkhorn {
 template <uint HC, uint ITERS>
-void kernel(const float* comb, const int* comb_shape, const float* eps, float* out,
-            uint3 thread_position_in_grid) {
+void kernel(DevicePtr<const float> comb, const int* comb_shape, DevicePtr<const float> eps,
+            DevicePtr<float> out, uint3 thread_position_in_grid) {
 #include "sinkhorn.metal"
 }
 }  // namespace sinkhorn
 
 namespace sparse_attention {
-template <typename T_, uint D, uint K>
-void kernel(const T_* q, const int* q_shape, const T_* window, const int* window_shape,
-            const int* window_range, const T_* comp, const int* comp_shape, const int* comp_index,
-            const float* sinks, const float* scale, T_* out, uint3 thread_position_in_grid,
-            uint thread_index_in_simdgroup) {
+template <typename T_, uint D>
+void kernel(DevicePtr<const T_> q, const int* q_shape, DevicePtr<const T_> window,
+            const int* window_shape, DevicePtr<const int> window_range, DevicePtr<const T_> comp,
+            const int* comp_shape, DevicePtr<const int> comp_index, const int* comp_index_shape,
+            DevicePtr<const float> sinks, DevicePtr<const float> scale, DevicePtr<T_> out,
+            uint3 thread_position_in_grid, uint thread_index_in_simdgroup) {
 #include "sparse_attention.metal"
 }
 }  // namespace sparse_attention
 
-#undef device
 #undef constant
 #undef thread
 
-using Kernel = void (*)(const float*, const int*, const uint8_t*, const uint8_t*, const uint32_t*,
-                        float*, uint3, uint);
+// --------------------------------------------------------------------------------------------
+// Runners: read the inputs, launch as ds4mlx/kernels/metal.py does, write the outputs
+// --------------------------------------------------------------------------------------------
 
-template <typename Value>
-std::vector<Value> read_values(std::FILE* file, size_t count) {
-  std::vector<Value> values(count);
-  if (count && std::fread(values.data(), sizeof(Value), count, file) != count) {
-    std::fprintf(stderr, "short input\n");
-    std::exit(2);
+struct Input {
+  std::FILE* file;
+
+  explicit Input(const char* path) : file(std::fopen(path, "rb")) {
+    if (!file) {
+      fail("cannot open the input");
+    }
   }
-  return values;
-}
+  ~Input() { std::fclose(file); }
+
+  template <typename Value>
+  std::vector<Value> read(size_t count) {
+    std::vector<Value> values(count);
+    if (count && std::fread(values.data(), sizeof(Value), count, file) != count) {
+      fail("short input");
+    }
+    return values;
+  }
+};
 
 void write_output(const char* path, const std::vector<float>& values) {
   std::FILE* output = std::fopen(path, "wb");
@@ -180,125 +479,204 @@ void write_output(const char* path, const std::vector<float>& values) {
   std::fclose(output);
 }
 
-// One thread per matrix, as the grid (T, 1, 1) launches it.
+struct LinearLaunch {
+  const std::vector<float>& x;
+  const int* x_shape;
+  const std::vector<uint8_t>& w;
+  const std::vector<uint8_t>& tables;
+  const std::vector<uint32_t>& expert_indices;
+  std::vector<float>& y;
+  uint P, M, group_stride;
+};
+
+// The packed mat-vec: threadgroups of SIMDGROUPS x ROWS output rows by XROWS x rows.
+template <uint XROWS, typename Format>
+void run_linear(const LinearLaunch& a) {
+  constexpr uint rows_per_group = DS4_SIMDGROUPS * DS4_ROWS;
+  const uint3 groups{(DS4_N + rows_per_group - 1) / rows_per_group, (a.M + XROWS - 1) / XROWS,
+                     a.P};
+  launch(
+      groups, SIMD_WIDTH * DS4_SIMDGROUPS,
+      [&](const ThreadIds& ids) {
+        Format::template kernel<float, DS4_K, DS4_N, DS4_SIMDGROUPS, DS4_ROWS, XROWS>(
+            a.x.data(), a.x_shape, a.w.data(), a.expert_indices.data(), a.y.data(),
+            ids.simdgroup_index_in_threadgroup, ids.thread_index_in_simdgroup,
+            ids.thread_index_in_threadgroup, ids.threadgroup_position_in_grid);
+      },
+      [&](uint3 group) { return group.x % a.group_stride == 0; });
+}
+
+// Today's kernel before the packed mat-vec: one simdgroup per output row and 8 x rows.
+template <typename Format>
+void run_baseline_linear(const LinearLaunch& a) {
+  constexpr uint rows = 8, simdgroups_per_group = DS4_N < 8 ? DS4_N : 8;
+  const uint3 groups{(DS4_N + simdgroups_per_group - 1) / simdgroups_per_group,
+                     (a.M + rows - 1) / rows, a.P};
+  launch(
+      groups, SIMD_WIDTH * simdgroups_per_group,
+      [&](const ThreadIds& ids) {
+        if (ids.thread_position_in_grid.x >= SIMD_WIDTH * DS4_N) {
+          return;  // MLX launches exactly 32 * N threads along x
+        }
+        Format::template kernel<float, DS4_K, DS4_N, rows>(
+            a.x.data(), a.x_shape, a.w.data(), a.tables.data(), a.expert_indices.data(),
+            a.y.data(), ids.thread_position_in_grid, ids.thread_index_in_simdgroup);
+      },
+      [&](uint3 group) { return group.x % a.group_stride == 0; });
+}
+
+struct LinearFormat {
+  const char* name;
+  uint block_values, block_bytes;
+  void (*run[4])(const LinearLaunch&);  // XROWS 1, 2, 4, 8
+  void (*baseline)(const LinearLaunch&);
+};
+
+#define DS4_FORMAT_ENTRY(NAME)                                                                 \
+  struct NAME##_format {                                                                       \
+    template <typename T, uint K, uint N, uint S, uint R, uint X>                              \
+    static void kernel(DevicePtr<const T> x, const int* shape, DevicePtr<const uint8_t> w,     \
+                       DevicePtr<const uint32_t> e, DevicePtr<T> y, uint sg, uint lane,        \
+                       uint tid, uint3 group) {                                                \
+      NAME::kernel<T, K, N, S, R, X>(x, shape, w, e, y, sg, lane, tid, group);                 \
+    }                                                                                          \
+  };                                                                                           \
+  struct baseline_##NAME##_format {                                                            \
+    template <typename T, int K, int N, int R>                                                 \
+    static void kernel(DevicePtr<const T> x, const int* shape, DevicePtr<const uint8_t> w,     \
+                       DevicePtr<const uint8_t> tables, DevicePtr<const uint32_t> e,           \
+                       DevicePtr<T> y, uint3 position, uint lane) {                            \
+      baseline_##NAME::kernel<T, K, N, R>(x, shape, w, tables, e, y, position, lane);          \
+    }                                                                                          \
+  };
+DS4_FORMAT_ENTRY(q2_k)
+DS4_FORMAT_ENTRY(q6_k)
+DS4_FORMAT_ENTRY(iq2_xxs)
+
+#define DS4_FORMAT_TABLE_ROW(NAME)                                                               \
+  LinearFormat {                                                                                 \
+    #NAME, NAME::DS4_BLOCK_VALUES, NAME::DS4_BLOCK_BYTES,                                        \
+        {run_linear<1, NAME##_format>, run_linear<2, NAME##_format>,                             \
+         run_linear<4, NAME##_format>, run_linear<8, NAME##_format>},                            \
+        run_baseline_linear<baseline_##NAME##_format>                                            \
+  }
+const LinearFormat LINEAR_FORMATS[] = {DS4_FORMAT_TABLE_ROW(q2_k), DS4_FORMAT_TABLE_ROW(q6_k),
+                                       DS4_FORMAT_TABLE_ROW(iq2_xxs)};
+
+int run_linear_mode(bool baseline, const std::string& format, const char* in_path,
+                    const char* out_path) {
+  const LinearFormat* chosen = nullptr;
+  for (const LinearFormat& candidate : LINEAR_FORMATS) {
+    if (format == candidate.name) {
+      chosen = &candidate;
+    }
+  }
+  if (!chosen) {
+    fail("unknown packed format");
+  }
+  Input input(in_path);
+  const auto sizes = input.read<int32_t>(5);
+  const uint P = sizes[0], M = sizes[1], E = sizes[2], XROWS = sizes[3], stride = sizes[4];
+  const auto x = input.read<float>(size_t(P) * M * DS4_K);
+  const auto w = input.read<uint8_t>(size_t(E) * DS4_N * (DS4_K / chosen->block_values) *
+                                     chosen->block_bytes);
+  const auto table_bytes = input.read<uint32_t>(1)[0];
+  const auto tables = input.read<uint8_t>(table_bytes);
+  const auto expert_indices = input.read<uint32_t>(P);
+  for (uint32_t expert : expert_indices) {
+    if (expert >= E) {
+      fail("expert index out of range");
+    }
+  }
+  bind_buffer(x);
+  bind_buffer(w);
+  bind_buffer(tables);
+  bind_buffer(expert_indices);
+  const int x_shape[3] = {int(P), int(M), DS4_K};
+  std::vector<float> y(size_t(P) * M * DS4_N, NAN);
+  const LinearLaunch arguments{x, x_shape, w, tables, expert_indices, y, P, M, stride ? stride : 1};
+  if (baseline) {
+    chosen->baseline(arguments);
+  } else {
+    const int slot = XROWS == 1 ? 0 : XROWS == 2 ? 1 : XROWS == 4 ? 2 : XROWS == 8 ? 3 : -1;
+    if (slot < 0) {
+      fail("XROWS must be 1, 2, 4 or 8");
+    }
+    chosen->run[slot](arguments);
+  }
+  write_output(out_path, y);
+  return 0;
+}
+
+// One thread per matrix, as the grid (T, 1, 1) launches it; the threads past T must return
+// without writing.
 int run_sinkhorn(const char* in_path, const char* out_path) {
-  std::FILE* input = std::fopen(in_path, "rb");
-  const int T = read_values<int32_t>(input, 1)[0];
-  const auto eps = read_values<float>(input, 1);
-  const auto comb = read_values<float>(input, size_t(T) * DS4_HC * DS4_HC);
-  std::fclose(input);
+  Input input(in_path);
+  const int T = input.read<int32_t>(1)[0];
+  const auto eps = input.read<float>(1);
+  const auto comb = input.read<float>(size_t(T) * DS4_HC * DS4_HC);
+  bind_buffer(eps);
+  bind_buffer(comb);
   const int comb_shape[3] = {T, DS4_HC, DS4_HC};
   std::vector<float> out(comb.size(), NAN);
-  for (uint t = 0; t < uint(T) + 3; ++t) {  // extra threads must return without writing
+  launch({(uint(T) + SIMD_WIDTH - 1) / SIMD_WIDTH, 1, 1}, SIMD_WIDTH, [&](const ThreadIds& ids) {
     sinkhorn::kernel<DS4_HC, DS4_ITERS>(comb.data(), comb_shape, eps.data(), out.data(),
-                                        uint3{t, 0, 0});
-  }
+                                        ids.thread_position_in_grid);
+  });
   write_output(out_path, out);
   return 0;
 }
 
-// One simdgroup (32 host threads) per (row, head), as the grid (32, H, T) launches it.
+// One simdgroup per (row, head), as the grid (32, H, T) launches it.
 int run_sparse_attention(const char* in_path, const char* out_path) {
-  std::FILE* input = std::fopen(in_path, "rb");
-  const auto sizes = read_values<int32_t>(input, 4);
-  const int T = sizes[0], H = sizes[1], W = sizes[2], N = sizes[3];
-  const auto scale = read_values<float>(input, 1);
-  const auto q = read_values<float>(input, size_t(T) * H * DS4_D);
-  const auto window = read_values<float>(input, size_t(W) * DS4_D);
-  const auto window_range = read_values<int32_t>(input, size_t(T) * 2);
-  const auto comp = read_values<float>(input, size_t(N) * DS4_D);
-  const auto comp_index = read_values<int32_t>(input, size_t(T) * DS4_SLOTS);
-  const auto sinks = read_values<float>(input, H);
-  std::fclose(input);
-  const int q_shape[3] = {T, H, DS4_D}, window_shape[2] = {W, DS4_D}, comp_shape[2] = {N, DS4_D};
-  std::vector<float> out(q.size(), NAN);
-  for (uint t = 0; t < uint(T); ++t) {
-    for (uint h = 0; h < uint(H); ++h) {
-      SimdGroup group;
-      std::vector<host_thread> lanes;
-      for (uint lane = 0; lane < 32; ++lane) {
-        lanes.emplace_back([&, lane] {
-          current_group = &group;
-          current_lane = lane;
-          sparse_attention::kernel<float, DS4_D, DS4_SLOTS>(
-              q.data(), q_shape, window.data(), window_shape, window_range.data(), comp.data(),
-              comp_shape, comp_index.data(), sinks.data(), scale.data(), out.data(),
-              uint3{lane, h, t}, lane);
-        });
-      }
-      for (auto& lane : lanes) {
-        lane.join();
-      }
-    }
+  Input input(in_path);
+  const auto sizes = input.read<int32_t>(5);
+  const int T = sizes[0], H = sizes[1], W = sizes[2], N = sizes[3], SLOTS = sizes[4];
+  const auto scale = input.read<float>(1);
+  const auto q = input.read<float>(size_t(T) * H * DS4_D);
+  const auto window = input.read<float>(size_t(W) * DS4_D);
+  const auto window_range = input.read<int32_t>(size_t(T) * 2);
+  const auto comp = input.read<float>(size_t(N) * DS4_D);
+  const auto comp_index = input.read<int32_t>(size_t(T) * SLOTS);
+  const auto sinks = input.read<float>(H);
+  for (const auto* buffer : {&q, &window, &comp, &sinks, &scale}) {
+    bind_buffer(*buffer);
   }
+  bind_buffer(window_range);
+  bind_buffer(comp_index);
+  const int q_shape[3] = {T, H, DS4_D}, window_shape[2] = {W, DS4_D}, comp_shape[2] = {N, DS4_D};
+  const int comp_index_shape[2] = {T, SLOTS};
+  std::vector<float> out(q.size(), NAN);
+  launch({1, uint(H), uint(T)}, SIMD_WIDTH, [&](const ThreadIds& ids) {
+    sparse_attention::kernel<float, DS4_D>(
+        q.data(), q_shape, window.data(), window_shape, window_range.data(), comp.data(),
+        comp_shape, comp_index.data(), comp_index_shape, sinks.data(), scale.data(), out.data(),
+        ids.thread_position_in_grid, ids.thread_index_in_simdgroup);
+  });
   write_output(out_path, out);
   return 0;
 }
 
 int main(int argc, char** argv) {
-  if (argc != 4) {
-    std::fprintf(stderr, "usage: %s <format> <input> <output>\n", argv[0]);
-    return 2;
-  }
-  const std::string format = argv[1];
-  if (format == "sinkhorn") {
-    return run_sinkhorn(argv[2], argv[3]);
-  }
-  if (format == "sparse_attention") {
-    return run_sparse_attention(argv[2], argv[3]);
-  }
-  Kernel kernel;
-  uint block_values, block_bytes;
-  if (format == "q2_k") {
-    kernel = q2_k::kernel<float, DS4_K, DS4_N, DS4_ROWS>;
-    block_values = q2_k::DS4_BLOCK_VALUES;
-    block_bytes = q2_k::DS4_BLOCK_BYTES;
-  } else if (format == "q6_k") {
-    kernel = q6_k::kernel<float, DS4_K, DS4_N, DS4_ROWS>;
-    block_values = q6_k::DS4_BLOCK_VALUES;
-    block_bytes = q6_k::DS4_BLOCK_BYTES;
-  } else if (format == "iq2_xxs") {
-    kernel = iq2_xxs::kernel<float, DS4_K, DS4_N, DS4_ROWS>;
-    block_values = iq2_xxs::DS4_BLOCK_VALUES;
-    block_bytes = iq2_xxs::DS4_BLOCK_BYTES;
+  const std::string mode = argc > 1 ? argv[1] : "";
+  int status;
+  if (mode == "sinkhorn" && argc == 4) {
+    status = run_sinkhorn(argv[2], argv[3]);
+  } else if (mode == "sparse_attention" && argc == 4) {
+    status = run_sparse_attention(argv[2], argv[3]);
+  } else if ((mode == "linear" || mode == "baseline_linear") && argc == 5) {
+    status = run_linear_mode(mode == "baseline_linear", argv[2], argv[3], argv[4]);
   } else {
-    std::fprintf(stderr, "unknown format %s\n", format.c_str());
+    std::fprintf(stderr, "usage: %s <linear|baseline_linear> <format> <input> <output>\n"
+                         "       %s <sinkhorn|sparse_attention> <input> <output>\n",
+                 argv[0], argv[0]);
     return 2;
   }
-
-  std::FILE* input = std::fopen(argv[2], "rb");
-  const auto sizes = read_values<int32_t>(input, 3);
-  const uint P = sizes[0], M = sizes[1], E = sizes[2];
-  const auto x = read_values<float>(input, size_t(P) * M * DS4_K);
-  const auto w = read_values<uint8_t>(input, size_t(E) * DS4_N * (DS4_K / block_values) * block_bytes);
-  const auto table_bytes = read_values<uint32_t>(input, 1)[0];
-  const auto tables = read_values<uint8_t>(input, table_bytes);
-  const auto expert_indices = read_values<uint32_t>(input, P);
-  std::fclose(input);
-
-  const int x_shape[3] = {int(P), int(M), DS4_K};
-  std::vector<float> y(size_t(P) * M * DS4_N, NAN);
-  const uint row_groups = (M + DS4_ROWS - 1) / DS4_ROWS;
-  for (uint p = 0; p < P; ++p) {
-    for (uint row_group = 0; row_group < row_groups; ++row_group) {
-      for (uint n = 0; n < DS4_N; ++n) {
-        SimdGroup group;
-        std::vector<host_thread> lanes;
-        for (uint lane = 0; lane < 32; ++lane) {
-          lanes.emplace_back([&, lane] {
-            current_group = &group;
-            current_lane = lane;
-            kernel(x.data(), x_shape, w.data(), tables.data(), expert_indices.data(), y.data(),
-                   uint3{n * 32 + lane, row_group, p}, lane);
-          });
-        }
-        for (auto& lane : lanes) {
-          lane.join();
-        }
-      }
-    }
-  }
-
-  write_output(argv[3], y);
-  return 0;
+  std::printf(
+      "{\"device_load_instructions\": %llu, \"device_bytes\": %llu, \"threadgroups\": %llu, "
+      "\"threads_per_threadgroup\": %u}\n",
+      (unsigned long long)counters.device_load_instructions,
+      (unsigned long long)counters.device_bytes, (unsigned long long)counters.threadgroups,
+      counters.threads_per_threadgroup);
+  return status;
 }

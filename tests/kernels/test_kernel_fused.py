@@ -6,7 +6,6 @@ The Sinkhorn twin is checked against ggml's own order in tests/models/test_model
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 from ds4mlx.kernels import metal, twins
@@ -16,7 +15,7 @@ from ds4mlx.models.attention import sink_attention
 import mlx.core as mx
 import numpy as np
 import pytest
-from emulator import build_emulator
+from emulator import build_emulator, run
 
 NO_METAL = "Metal is not available (needs macOS on Apple silicon with MLX's Metal backend)"
 HC, ITERS, EPS = 4, 20, 1e-6
@@ -140,54 +139,39 @@ def test_metal_kernels_differentiate_through_their_twins():
 
 @pytest.fixture(scope="module")
 def emulator(tmp_path_factory) -> Path:
-    # The packed-matmul sizes are unused here but the emulator always builds that kernel too.
     return build_emulator(
-        tmp_path_factory.mktemp("metal-fused"),
-        DS4_K=256,
-        DS4_N=1,
-        DS4_ROWS=8,
-        DS4_HC=HC,
-        DS4_ITERS=ITERS,
-        DS4_D=D,
-        DS4_SLOTS=SLOTS,
+        tmp_path_factory.mktemp("metal-fused"), DS4_HC=HC, DS4_ITERS=ITERS, DS4_D=D
     )
-
-
-def emulate(emulator: Path, mode: str, payload: bytes, tmp_path: Path) -> np.ndarray:
-    (tmp_path / "in.bin").write_bytes(payload)
-    subprocess.run(
-        [str(emulator), mode, str(tmp_path / "in.bin"), str(tmp_path / "out.bin")],
-        check=True,
-        capture_output=True,
-    )
-    return np.fromfile(tmp_path / "out.bin", dtype=np.float32)
 
 
 def test_emulated_sinkhorn_kernel_matches_twin(emulator: Path, tmp_path):
     comb = (np.random.default_rng(6).standard_normal((5, HC, HC)) * 3).astype(np.float32)
-    got = emulate(
+    got, _ = run(
         emulator,
-        "sinkhorn",
-        np.array([5], np.int32).tobytes() + np.array([EPS], np.float32).tobytes() + comb.tobytes(),
+        ["sinkhorn"],
+        [np.array([5], np.int32), np.array([EPS], np.float32), comb],
         tmp_path,
     )
     expected = np.array(twins.sinkhorn(mx.array(comb), ITERS, EPS))
     np.testing.assert_allclose(got.reshape(comb.shape), expected, rtol=1e-5, atol=1e-6)
 
 
+def emulate_attention(emulator: Path, case: dict[str, np.ndarray], scale: float, tmp_path: Path):
+    tokens, heads, dim = case["q"].shape
+    sizes = [tokens, heads, len(case["window"]), len(case["comp"]), case["comp_index"].shape[1]]
+    payload = [np.array(sizes, np.int32), np.array([scale], np.float32)] + [
+        np.ascontiguousarray(case[name])
+        for name in ("q", "window", "window_range", "comp", "comp_index", "sinks")
+    ]
+    out, counters = run(emulator, ["sparse_attention"], payload, tmp_path)
+    return out.reshape(tokens, heads, dim), counters
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_emulated_sparse_attention_kernel_matches_twin(emulator: Path, tmp_path, seed):
     case, scale = attention_case(seed), D**-0.5
     case["comp_index"][1, 0] = N + 3  # out of range: skipped, never read
-    payload = (
-        np.array([T, H, W, N], np.int32).tobytes()
-        + np.array([scale], np.float32).tobytes()
-        + b"".join(
-            case[name].tobytes()
-            for name in ("q", "window", "window_range", "comp", "comp_index", "sinks")
-        )
-    )
-    got = emulate(emulator, "sparse_attention", payload, tmp_path).reshape(T, H, D)
+    got, _ = emulate_attention(emulator, case, scale, tmp_path)
     np.testing.assert_allclose(got, run_twin(case, scale), rtol=1e-5, atol=1e-5)
 
 
