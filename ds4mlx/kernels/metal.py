@@ -28,6 +28,9 @@ SIMD_WIDTH = 32
 MAX_SIMDGROUPS = 8  # simdgroups per threadgroup of the packed mat-vec
 ROWS_PER_SIMDGROUP = 4  # weight rows a simdgroup computes from one load of x
 X_ROW_TILES = (1, 2, 4, 8)  # x rows per threadgroup: decode, verify, and 8-row tiles beyond
+MAX_ATTENTION_HEADS_PER_GROUP = 8  # query heads sharing one read of each key row
+ATTENTION_SPLITS = 2  # simdgroups that split one head's keys
+MAX_ATTENTION_HEAD_DIM = 512  # 8 staged key rows of float32 fill 16 KiB of threadgroup memory
 
 
 def metal_available() -> bool:
@@ -61,6 +64,12 @@ def matvec_launch(n_out: int, n_rows: int) -> MatVecLaunch:
     while simdgroups < MAX_SIMDGROUPS and simdgroups * ROWS_PER_SIMDGROUP < n_out:
         simdgroups *= 2
     return MatVecLaunch(simdgroups, ROWS_PER_SIMDGROUP, x_rows)
+
+
+def attention_heads_per_group(heads: int) -> int:
+    """Query heads one sparse-attention threadgroup serves: the largest divisor of ``heads``
+    up to 8, so each key row is read once per group of (usually) 8 heads."""
+    return max(g for g in range(1, MAX_ATTENTION_HEADS_PER_GROUP + 1) if heads % g == 0)
 
 
 def table_words(qtype: GGMLQuantizationType) -> np.ndarray:
@@ -186,8 +195,8 @@ def sparse_attention(
     scale: float,
 ) -> mx.array:
     """``twins.sparse_attention`` without the gathered key copy; head dims that are not a
-    multiple of the SIMD width fall back to the twin."""
-    if q.shape[-1] % SIMD_WIDTH:
+    multiple of the SIMD width, or wider than the kernel stages, fall back to the twin."""
+    if q.shape[-1] % SIMD_WIDTH or q.shape[-1] > MAX_ATTENTION_HEAD_DIM:
         return twins.sparse_attention(q, window, window_range, comp, comp_index, sinks, scale)
     return _sparse_attention_function(scale)(q, window, window_range, comp, comp_index, sinks)
 
@@ -216,6 +225,8 @@ def _sparse_attention_kernel(
     if comp.shape[0] == 0:  # an empty input cannot be bound; no slot may point into it
         comp = mx.zeros((1, dim), q.dtype)
         comp_index = mx.full(comp_index.shape, -1, mx.int32)
+    group = attention_heads_per_group(heads)
+    threads = SIMD_WIDTH * group * ATTENTION_SPLITS
     return _body_kernel(
         "sparse_attention", ("q", "window", "window_range", "comp", "comp_index", "sinks", "scale")
     )(
@@ -228,9 +239,9 @@ def _sparse_attention_kernel(
             sinks.astype(mx.float32),
             mx.array([scale], dtype=mx.float32),
         ],
-        template=[("T_", q.dtype), ("D", dim), ("K", comp_index.shape[1])],
-        grid=(SIMD_WIDTH, heads, tokens),
-        threadgroup=(SIMD_WIDTH, 1, 1),
+        template=[("T_", q.dtype), ("D", dim), ("HEADS", group), ("SPLITS", ATTENTION_SPLITS)],
+        grid=(threads, heads // group, tokens),
+        threadgroup=(threads, 1, 1),
         output_shapes=[q.shape],
         output_dtypes=[q.dtype],
     )[0]

@@ -23,7 +23,7 @@
 //     outputs stay NaN); output: float32 y [P, M, N]
 //   sinkhorn (-DDS4_HC, -DDS4_ITERS)
 //     input: int32 T | float32 eps | float32 comb [T, HC, HC];  output: float32 [T, HC, HC]
-//   sparse_attention (-DDS4_D)
+//   sparse_attention (-DDS4_D, -DDS4_HEADS, -DDS4_SPLITS)
 //     input: int32 T, H, W, N, SLOTS | float32 scale | float32 q [T, H, D] | float32 window [W, D]
 //            | int32 window_range [T, 2] | float32 comp [N, D] | int32 comp_index [T, SLOTS]
 //            | float32 sinks [H];  output: float32 [T, H, D]
@@ -371,6 +371,8 @@ V simd_shuffle_down(V value, uint delta) {  // lanes past the end keep their own
 #endif
 #ifndef DS4_D
 #define DS4_D 64
+#define DS4_HEADS 1
+#define DS4_SPLITS 1
 #endif
 
 #define DS4_LINEAR_SIGNATURE                                                                    \
@@ -436,12 +438,13 @@ void kernel(DevicePtr<const float> comb, const int* comb_shape, DevicePtr<const 
 }  // namespace sinkhorn
 
 namespace sparse_attention {
-template <typename T_, uint D>
+template <typename T_, uint D, uint HEADS, uint SPLITS>
 void kernel(DevicePtr<const T_> q, const int* q_shape, DevicePtr<const T_> window,
             const int* window_shape, DevicePtr<const int> window_range, DevicePtr<const T_> comp,
             const int* comp_shape, DevicePtr<const int> comp_index, const int* comp_index_shape,
             DevicePtr<const float> sinks, DevicePtr<const float> scale, DevicePtr<T_> out,
-            uint3 thread_position_in_grid, uint thread_index_in_simdgroup) {
+            uint simdgroup_index_in_threadgroup, uint thread_index_in_simdgroup,
+            uint thread_index_in_threadgroup, uint3 threadgroup_position_in_grid) {
 #include "sparse_attention.metal"
 }
 }  // namespace sparse_attention
@@ -627,7 +630,7 @@ int run_sinkhorn(const char* in_path, const char* out_path) {
   return 0;
 }
 
-// One simdgroup per (row, head), as the grid (32, H, T) launches it.
+// Threadgroups of HEADS heads x SPLITS simdgroups per (row, head group), as metal.py launches.
 int run_sparse_attention(const char* in_path, const char* out_path) {
   Input input(in_path);
   const auto sizes = input.read<int32_t>(5);
@@ -647,12 +650,17 @@ int run_sparse_attention(const char* in_path, const char* out_path) {
   const int q_shape[3] = {T, H, DS4_D}, window_shape[2] = {W, DS4_D}, comp_shape[2] = {N, DS4_D};
   const int comp_index_shape[2] = {T, SLOTS};
   std::vector<float> out(q.size(), NAN);
-  launch({1, uint(H), uint(T)}, SIMD_WIDTH, [&](const ThreadIds& ids) {
-    sparse_attention::kernel<float, DS4_D>(
-        q.data(), q_shape, window.data(), window_shape, window_range.data(), comp.data(),
-        comp_shape, comp_index.data(), comp_index_shape, sinks.data(), scale.data(), out.data(),
-        ids.thread_position_in_grid, ids.thread_index_in_simdgroup);
-  });
+  if (H % DS4_HEADS) {
+    fail("the heads per threadgroup must divide H");
+  }
+  launch({1, uint(H) / DS4_HEADS, uint(T)}, SIMD_WIDTH * DS4_HEADS * DS4_SPLITS,
+         [&](const ThreadIds& ids) {
+           sparse_attention::kernel<float, DS4_D, DS4_HEADS, DS4_SPLITS>(
+               q.data(), q_shape, window.data(), window_shape, window_range.data(), comp.data(),
+               comp_shape, comp_index.data(), comp_index_shape, sinks.data(), scale.data(),
+               out.data(), ids.simdgroup_index_in_threadgroup, ids.thread_index_in_simdgroup,
+               ids.thread_index_in_threadgroup, ids.threadgroup_position_in_grid);
+         });
   write_output(out_path, out);
   return 0;
 }

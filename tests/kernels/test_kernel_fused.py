@@ -139,9 +139,18 @@ def test_metal_kernels_differentiate_through_their_twins():
 
 @pytest.fixture(scope="module")
 def emulator(tmp_path_factory) -> Path:
-    return build_emulator(
-        tmp_path_factory.mktemp("metal-fused"), DS4_HC=HC, DS4_ITERS=ITERS, DS4_D=D
-    )
+    return build_emulator(tmp_path_factory.mktemp("metal-fused"), **attention_defines(D, H))
+
+
+def attention_defines(dim: int, heads: int) -> dict[str, int]:
+    """The emulator's sizes: Sinkhorn's, and the attention's as metal.py launches it."""
+    return {
+        "DS4_HC": HC,
+        "DS4_ITERS": ITERS,
+        "DS4_D": dim,
+        "DS4_HEADS": metal.attention_heads_per_group(heads),
+        "DS4_SPLITS": metal.ATTENTION_SPLITS,
+    }
 
 
 def test_emulated_sinkhorn_kernel_matches_twin(emulator: Path, tmp_path):
@@ -173,6 +182,37 @@ def test_emulated_sparse_attention_kernel_matches_twin(emulator: Path, tmp_path,
     case["comp_index"][1, 0] = N + 3  # out of range: skipped, never read
     got, _ = emulate_attention(emulator, case, scale, tmp_path)
     np.testing.assert_allclose(got, run_twin(case, scale), rtol=1e-5, atol=1e-5)
+
+
+def test_emulated_sparse_attention_at_flash_shape_reads_each_key_once_per_8_heads(
+    tmp_path_factory, tmp_path
+):
+    """DeepSeek-V4-Flash's CSA decode: head dim 512, 64 heads, a 128-row window and 512
+    selected compressed rows (some slots unused), two rows with different lengths."""
+    tokens, heads, dim, window, n_comp, slots = 2, 64, 512, 128, 1024, 512
+    rng = np.random.default_rng(12)
+    index = np.stack([rng.permutation(n_comp)[:slots] for _ in range(tokens)]).astype(np.int32)
+    index[1, 500:] = -1
+    case = {
+        "q": rng.standard_normal((tokens, heads, dim)).astype(np.float32),
+        "window": rng.standard_normal((window, dim)).astype(np.float32),
+        "window_range": np.array([[0, window], [40, window]], np.int32),
+        "comp": rng.standard_normal((n_comp, dim)).astype(np.float32),
+        "comp_index": index,
+        "sinks": rng.standard_normal(heads).astype(np.float32),
+    }
+    binary = build_emulator(tmp_path_factory.mktemp("flash"), **attention_defines(dim, heads))
+    got, counters = emulate_attention(binary, case, dim**-0.5, tmp_path)
+    np.testing.assert_allclose(got, run_twin(case, dim**-0.5), rtol=1e-5, atol=1e-5)
+
+    group = metal.attention_heads_per_group(heads)
+    assert group >= 8 and counters["threadgroups"] == tokens * heads // group
+    visible_keys = (window + slots) + (window - 40 + 500)
+    key_bytes = visible_keys * dim * 4 * (heads // group)  # each row once per head group
+    q_bytes = metal.ATTENTION_SPLITS * case["q"].nbytes  # every split reads its head's query
+    index_bytes = index.nbytes * (heads // group)
+    per_thread = 16 * counters["threadgroups"] * counters["threads_per_threadgroup"]  # ranges..
+    assert key_bytes < counters["device_bytes"] <= key_bytes + q_bytes + index_bytes + per_thread
 
 
 # --------------------------------------------------------------------------------------------
