@@ -137,7 +137,7 @@ def main() -> None:
         return
     print(f"machine: {machine_description()}")
     print(f"kernels: {kernels.PACKED_KERNELS}; median of {args.repeats} calls\n")
-    print(kernel_bench.markdown_table(kernel_bench.run_all(args.repeats, args.seed)))
+    print(kernel_bench.report(args.repeats, args.seed))
 
 
 if __name__ == "__main__":
