@@ -7,8 +7,8 @@ Metal kernels on Apple silicon, their MLX twins elsewhere (``DS4MLX_KERNELS`` pi
 ``--emulated`` instead runs the Metal sources through the CPU emulator
 (tests/kernels/metal_emulation.cpp, needs a C++20 compiler) and prints, per kernel and shape,
 what a launch reads from device memory: load instructions and bytes, next to the ideal (the
-weights and x read once) and to the kernel the packed mat-vec replaced
-(tests/kernels/baseline_metal). ``--json`` prints those records as a JSON list.
+weights and x read once; for attention the visible keys and the queries) and to the kernels they
+replaced (tests/kernels/baseline_metal). ``--json`` prints those records as a JSON list.
 """
 
 from __future__ import annotations
@@ -78,9 +78,58 @@ def emulated_matvec(
     }
 
 
+def emulated_attention(build: Path, tokens: int) -> dict:
+    """One record: the sparse attention's counters at DeepSeek-V4-Flash's CSA decode shape
+    (64 heads of 512, a 128-row window, 512 selected of 2048 compressed rows), and the
+    replaced kernel's. Ideal: every visible key row, the queries and the outputs once."""
+    heads, dim, window, n_comp, slots = 64, 512, 128, 2048, 512
+    binary = emulator.build_emulator(
+        build / "attention",
+        DS4_D=dim,
+        DS4_HEADS=metal.attention_heads_per_group(heads),
+        DS4_SPLITS=metal.ATTENTION_SPLITS,
+        DS4_SLOTS=slots,
+    )
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((tokens, heads, dim)).astype(np.float32)
+    index = np.stack([rng.permutation(n_comp)[:slots] for _ in range(tokens)]).astype(np.int32)
+    payload = [
+        np.array([tokens, heads, window, n_comp, slots], np.int32),
+        np.array([dim**-0.5], np.float32),
+        q,
+        rng.standard_normal((window, dim)).astype(np.float32),
+        np.tile(np.array([0, window], np.int32), (tokens, 1)),
+        rng.standard_normal((n_comp, dim)).astype(np.float32),
+        index,
+        np.zeros(heads, np.float32),
+    ]
+    counters = {}
+    with tempfile.TemporaryDirectory() as work:
+        for mode in ("sparse_attention", "baseline_sparse_attention"):
+            counters[mode] = emulator.run(binary, [mode], payload, Path(work))[1]
+    new, old = counters["sparse_attention"], counters["baseline_sparse_attention"]
+    return {
+        "kernel": "sparse_attention",
+        "shape": "CSA decode",
+        "format": "float32",
+        "n": heads,
+        "k": dim,
+        "rows": tokens,
+        "device_load_instructions": new["device_load_instructions"],
+        "device_bytes": new["device_bytes"],
+        "ideal_bytes": tokens * (window + slots) * dim * 4 + 2 * q.nbytes + index.nbytes,
+        "threadgroups": new["threadgroups"],
+        "threads_per_threadgroup": new["threads_per_threadgroup"],
+        "baseline_device_load_instructions": old["device_load_instructions"],
+        "baseline_device_bytes": old["device_bytes"],
+        "sampled": False,
+    }
+
+
 def emulated_records(row_counts: list[int], sample_all: bool) -> list[dict]:
     records = []
     with tempfile.TemporaryDirectory() as build:
+        records.append(emulated_attention(Path(build), tokens=1))
         for name, n_out, k in FLASH_SHAPES:
             binary = emulator.build_emulator(
                 Path(build) / f"{n_out}x{k}", **emulator.linear_defines(n_out, k, 1)
@@ -95,17 +144,25 @@ def emulated_records(row_counts: list[int], sample_all: bool) -> list[dict]:
 
 
 def emulated_table(records: list[dict]) -> str:
+    """Per record: device load instructions (millions, and per weight for the mat-vec), bytes
+    against the ideal, each beside the replaced kernel's."""
     lines = [
-        "| kernel | format | N x K | M | load instr. / weight | baseline | bytes / ideal"
-        " | baseline | threadgroups x threads |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+        "| kernel | format | shape | M | loads | baseline | loads / weight | baseline"
+        " | bytes / ideal | baseline | threadgroups x threads |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in records:
-        weights = r["n"] * r["k"]
+        attention = r["kernel"] == "sparse_attention"
+        size = f"{r['n']} heads x {r['k']}" if attention else f"{r['n']} x {r['k']}"
+        per_weight = [
+            "-" if attention else f"{r[key] / (r['n'] * r['k']):.3f}"
+            for key in ("device_load_instructions", "baseline_device_load_instructions")
+        ]
         lines.append(
-            f"| {r['kernel']} ({r['shape']}) | {r['format']} | {r['n']} x {r['k']} | {r['rows']}"
-            f" | {r['device_load_instructions'] / weights:.3f}"
-            f" | {r['baseline_device_load_instructions'] / weights:.3f}"
+            f"| {r['kernel']} ({r['shape']}) | {r['format']} | {size} | {r['rows']}"
+            f" | {r['device_load_instructions'] / 1e6:.2f} M"
+            f" | {r['baseline_device_load_instructions'] / 1e6:.2f} M"
+            f" | {per_weight[0]} | {per_weight[1]}"
             f" | {r['device_bytes'] / r['ideal_bytes']:.2f}x"
             f" | {r['baseline_device_bytes'] / r['ideal_bytes']:.2f}x"
             f" | {r['threadgroups']} x {r['threads_per_threadgroup']} |"

@@ -211,6 +211,8 @@ def markdown_table(results: list[KernelTiming], bandwidth_gbps: float | None = N
         line = (
             f"| {r.name} | {r.kernel_ms:.3f} | {r.naive_ms:.3f} | {r.speedup:.2f}x"
             f" | {r.gb_per_s:.1f} |"
+            if r.gb_per_s >= 10
+            else f" | {r.gb_per_s:.3f} |"
         )
         if bandwidth_gbps:
             line += f" {r.gb_per_s / bandwidth_gbps:.0%} |"

@@ -4,8 +4,9 @@ The sources are rewritten for C++ first (``emulation_source``): a device pointer
 counting ``DevicePtr<T>``, a threadgroup array a static array shared by the fibers of the
 running threadgroup, other address-space qualifiers vanish. Each packed format's header is the
 one ``ds4mlx.kernels.metal`` compiles (with its lookup tables); ``baseline_<format>.metal`` and
-``baseline_linear.metal`` are the mat-vec kernel it replaced (tests/kernels/baseline_metal), kept
-so the benchmark can set the new kernel's counters beside the old one's.
+``baseline_linear.metal`` are the mat-vec kernel it replaced, ``baseline_sparse_attention.metal``
+the attention kernel (tests/kernels/baseline_metal), kept so the benchmark can set the new
+kernels' counters beside the old ones'.
 """
 
 from __future__ import annotations
@@ -62,8 +63,9 @@ def write_sources(directory: Path) -> None:
         (directory / f"{name}.metal").write_text(emulation_source(metal.format_header(qtype)))
         baseline = baseline_common + (BASELINE_DIR / f"{name}.metal").read_text()
         (directory / f"baseline_{name}.metal").write_text(emulation_source(baseline))
-    baseline_body = (BASELINE_DIR / "linear.metal").read_text()
-    (directory / "baseline_linear.metal").write_text(emulation_source(baseline_body))
+    for body in ("linear", "sparse_attention"):
+        baseline_body = (BASELINE_DIR / f"{body}.metal").read_text()
+        (directory / f"baseline_{body}.metal").write_text(emulation_source(baseline_body))
 
 
 def build_emulator(directory: Path, **defines: int) -> Path:

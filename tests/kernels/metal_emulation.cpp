@@ -23,7 +23,8 @@
 //     outputs stay NaN); output: float32 y [P, M, N]
 //   sinkhorn (-DDS4_HC, -DDS4_ITERS)
 //     input: int32 T | float32 eps | float32 comb [T, HC, HC];  output: float32 [T, HC, HC]
-//   sparse_attention (-DDS4_D, -DDS4_HEADS, -DDS4_SPLITS)
+//   sparse_attention (-DDS4_D, -DDS4_HEADS, -DDS4_SPLITS),
+//   baseline_sparse_attention (-DDS4_D, -DDS4_SLOTS: the replaced kernel, SLOTS compiled in)
 //     input: int32 T, H, W, N, SLOTS | float32 scale | float32 q [T, H, D] | float32 window [W, D]
 //            | int32 window_range [T, 2] | float32 comp [N, D] | int32 comp_index [T, SLOTS]
 //            | float32 sinks [H];  output: float32 [T, H, D]
@@ -374,6 +375,9 @@ V simd_shuffle_down(V value, uint delta) {  // lanes past the end keep their own
 #define DS4_HEADS 1
 #define DS4_SPLITS 1
 #endif
+#ifndef DS4_SLOTS
+#define DS4_SLOTS 4
+#endif
 
 #define DS4_LINEAR_SIGNATURE                                                                    \
   template <typename T, uint K, uint N, uint SIMDGROUPS, uint ROWS, uint XROWS>                 \
@@ -448,6 +452,17 @@ void kernel(DevicePtr<const T_> q, const int* q_shape, DevicePtr<const T_> windo
 #include "sparse_attention.metal"
 }
 }  // namespace sparse_attention
+
+namespace baseline_sparse_attention {
+template <typename T_, uint D, uint K>
+void kernel(DevicePtr<const T_> q, const int* q_shape, DevicePtr<const T_> window,
+            const int* window_shape, DevicePtr<const int> window_range, DevicePtr<const T_> comp,
+            const int* comp_shape, DevicePtr<const int> comp_index, DevicePtr<const float> sinks,
+            DevicePtr<const float> scale, DevicePtr<T_> out, uint3 thread_position_in_grid,
+            uint thread_index_in_simdgroup) {
+#include "baseline_sparse_attention.metal"
+}
+}  // namespace baseline_sparse_attention
 
 #undef constant
 #undef thread
@@ -631,7 +646,7 @@ int run_sinkhorn(const char* in_path, const char* out_path) {
 }
 
 // Threadgroups of HEADS heads x SPLITS simdgroups per (row, head group), as metal.py launches.
-int run_sparse_attention(const char* in_path, const char* out_path) {
+int run_sparse_attention(bool baseline, const char* in_path, const char* out_path) {
   Input input(in_path);
   const auto sizes = input.read<int32_t>(5);
   const int T = sizes[0], H = sizes[1], W = sizes[2], N = sizes[3], SLOTS = sizes[4];
@@ -650,10 +665,22 @@ int run_sparse_attention(const char* in_path, const char* out_path) {
   const int q_shape[3] = {T, H, DS4_D}, window_shape[2] = {W, DS4_D}, comp_shape[2] = {N, DS4_D};
   const int comp_index_shape[2] = {T, SLOTS};
   std::vector<float> out(q.size(), NAN);
-  if (H % DS4_HEADS) {
+  if (baseline) {  // the kernel it replaced: one simdgroup per (row, head), SLOTS compiled in
+    if (SLOTS != DS4_SLOTS) {
+      fail("the baseline attention was compiled for another slot count");
+    }
+    launch({1, uint(H), uint(T)}, SIMD_WIDTH, [&](const ThreadIds& ids) {
+      baseline_sparse_attention::kernel<float, DS4_D, DS4_SLOTS>(
+          q.data(), q_shape, window.data(), window_shape, window_range.data(), comp.data(),
+          comp_shape, comp_index.data(), sinks.data(), scale.data(), out.data(),
+          {ids.thread_index_in_simdgroup, ids.threadgroup_position_in_grid.y,
+           ids.threadgroup_position_in_grid.z},
+          ids.thread_index_in_simdgroup);
+    });
+  } else if (H % DS4_HEADS) {
     fail("the heads per threadgroup must divide H");
-  }
-  launch({1, uint(H) / DS4_HEADS, uint(T)}, SIMD_WIDTH * DS4_HEADS * DS4_SPLITS,
+  } else {
+    launch({1, uint(H) / DS4_HEADS, uint(T)}, SIMD_WIDTH * DS4_HEADS * DS4_SPLITS,
          [&](const ThreadIds& ids) {
            sparse_attention::kernel<float, DS4_D, DS4_HEADS, DS4_SPLITS>(
                q.data(), q_shape, window.data(), window_shape, window_range.data(), comp.data(),
@@ -661,6 +688,7 @@ int run_sparse_attention(const char* in_path, const char* out_path) {
                out.data(), ids.simdgroup_index_in_threadgroup, ids.thread_index_in_simdgroup,
                ids.thread_index_in_threadgroup, ids.threadgroup_position_in_grid);
          });
+  }
   write_output(out_path, out);
   return 0;
 }
@@ -670,8 +698,8 @@ int main(int argc, char** argv) {
   int status;
   if (mode == "sinkhorn" && argc == 4) {
     status = run_sinkhorn(argv[2], argv[3]);
-  } else if (mode == "sparse_attention" && argc == 4) {
-    status = run_sparse_attention(argv[2], argv[3]);
+  } else if ((mode == "sparse_attention" || mode == "baseline_sparse_attention") && argc == 4) {
+    status = run_sparse_attention(mode == "baseline_sparse_attention", argv[2], argv[3]);
   } else if ((mode == "linear" || mode == "baseline_linear") && argc == 5) {
     status = run_linear_mode(mode == "baseline_linear", argv[2], argv[3], argv[4]);
   } else {

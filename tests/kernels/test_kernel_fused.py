@@ -150,6 +150,7 @@ def attention_defines(dim: int, heads: int) -> dict[str, int]:
         "DS4_D": dim,
         "DS4_HEADS": metal.attention_heads_per_group(heads),
         "DS4_SPLITS": metal.ATTENTION_SPLITS,
+        "DS4_SLOTS": SLOTS,  # the replaced kernel's compiled-in slot count
     }
 
 
@@ -165,14 +166,16 @@ def test_emulated_sinkhorn_kernel_matches_twin(emulator: Path, tmp_path):
     np.testing.assert_allclose(got.reshape(comb.shape), expected, rtol=1e-5, atol=1e-6)
 
 
-def emulate_attention(emulator: Path, case: dict[str, np.ndarray], scale: float, tmp_path: Path):
+def emulate_attention(
+    emulator: Path, case: dict[str, np.ndarray], scale: float, tmp_path: Path, mode: str = ""
+):
     tokens, heads, dim = case["q"].shape
     sizes = [tokens, heads, len(case["window"]), len(case["comp"]), case["comp_index"].shape[1]]
     payload = [np.array(sizes, np.int32), np.array([scale], np.float32)] + [
         np.ascontiguousarray(case[name])
         for name in ("q", "window", "window_range", "comp", "comp_index", "sinks")
     ]
-    out, counters = run(emulator, ["sparse_attention"], payload, tmp_path)
+    out, counters = run(emulator, [mode or "sparse_attention"], payload, tmp_path)
     return out.reshape(tokens, heads, dim), counters
 
 
@@ -180,8 +183,9 @@ def emulate_attention(emulator: Path, case: dict[str, np.ndarray], scale: float,
 def test_emulated_sparse_attention_kernel_matches_twin(emulator: Path, tmp_path, seed):
     case, scale = attention_case(seed), D**-0.5
     case["comp_index"][1, 0] = N + 3  # out of range: skipped, never read
-    got, _ = emulate_attention(emulator, case, scale, tmp_path)
-    np.testing.assert_allclose(got, run_twin(case, scale), rtol=1e-5, atol=1e-5)
+    for mode in ("sparse_attention", "baseline_sparse_attention"):  # the benchmark's baseline
+        got, _ = emulate_attention(emulator, case, scale, tmp_path, mode)
+        np.testing.assert_allclose(got, run_twin(case, scale), rtol=1e-5, atol=1e-5)
 
 
 def test_emulated_sparse_attention_at_flash_shape_reads_each_key_once_per_8_heads(
