@@ -11,15 +11,19 @@ kernels' counters beside the old ones'.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from ds4mlx.kernels import metal
+from ds4mlx.kernels.native import cache_root
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
@@ -69,9 +73,10 @@ def write_sources(directory: Path) -> None:
 
 
 def build_emulator(directory: Path, **defines: int) -> Path:
-    """The emulator binary in ``directory``, compiled with ``-D{name}={value}`` for each define
-    (the kernels' compile-time sizes). Without a C++20 compiler it skips the running test, or
-    outside pytest raises EmulatorUnavailable."""
+    """The emulator binary for these sources and ``-D{name}={value}`` defines (the kernels'
+    compile-time sizes), compiled in ``directory`` and kept in the ds4mlx cache under a hash of
+    everything that went into it, so a later run reuses it. Without a C++20 compiler it skips
+    the running test, or outside pytest raises EmulatorUnavailable."""
     compiler = shutil.which("g++") or shutil.which("clang++")
     if compiler is None:
         reason = "no C++20 compiler (g++ or clang++) to build the Metal emulator"
@@ -80,24 +85,25 @@ def build_emulator(directory: Path, **defines: int) -> Path:
         raise EmulatorUnavailable(reason)
     directory.mkdir(parents=True, exist_ok=True)
     write_sources(directory)
+    flags = ["-std=c++20", "-O1", f"-I{directory}", *(f"-D{k}={v}" for k, v in defines.items())]
+    digest = hashlib.sha256(" ".join([compiler, *flags[:2], *flags[3:]]).encode())
+    for path in sorted([SOURCE, *directory.glob("*.metal")]):
+        digest.update(path.name.encode() + path.read_bytes())
+    cached = cache_root() / "metal-emulator" / f"metal_emulation-{digest.hexdigest()[:20]}"
+    if cached.exists():
+        return cached
     binary = directory / "metal_emulation"
     result = subprocess.run(
-        [
-            compiler,
-            "-std=c++20",
-            "-O1",
-            f"-I{directory}",
-            *(f"-D{name}={value}" for name, value in defines.items()),
-            str(SOURCE),
-            "-o",
-            str(binary),
-        ],
-        capture_output=True,
-        text=True,
+        [compiler, *flags, str(SOURCE), "-o", str(binary)], capture_output=True, text=True
     )
     if result.returncode:
         raise RuntimeError(f"the Metal emulator did not compile:\n{result.stderr[-4000:]}")
-    return binary
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    # Copied in under a temporary name, then renamed: a concurrent run never sees half a file.
+    with tempfile.NamedTemporaryFile(dir=cached.parent, delete=False) as part:
+        shutil.copy2(binary, part.name)
+    os.replace(part.name, cached)
+    return cached
 
 
 def linear_defines(n_out: int, k: int, n_rows: int) -> dict[str, int]:
