@@ -35,7 +35,7 @@ const uint3 group = threadgroup_position_in_grid;
 const uint M = uint(x_shape[1]);
 const uint p = group.z;
 const uint first_x_row = group.y * XROWS;
-const uint x_rows = metal::min(XROWS, M - first_x_row);
+const uint x_rows = metal::min(uint(XROWS), M - first_x_row);
 const uint first_row = (group.x * SIMDGROUPS + simdgroup_index_in_threadgroup) * ROWS;
 
 threadgroup uint tables[DS4_TABLE_WORDS > 0 ? DS4_TABLE_WORDS : 1];
@@ -77,7 +77,7 @@ for (uint stage = 0; stage < BLOCKS; stage += STAGE_BLOCKS) {
     ds4_codes codes[ROWS];
     for (uint r = 0; r < ROWS; ++r) {
       // Rows past N (the last threadgroup of a ragged N) read row N - 1 and are never written.
-      const uint row = metal::min(first_row + r, N - 1);
+      const uint row = metal::min(first_row + r, uint(N) - 1);
       codes[r] = ds4_load_codes(w_expert + row * ROW_BYTES + (stage + block) * DS4_BLOCK_BYTES,
                                 lane, active);
     }

@@ -354,7 +354,7 @@ V simd_shuffle_down(V value, uint delta) {  // lanes past the end keep their own
 
 // --------------------------------------------------------------------------------------------
 // The kernels, each in its own namespace, with the signature mx.fast.metal_kernel would write
-// (only the attributes the body uses).
+// (only the attributes the body uses). Integer template arguments are `int`, as MLX declares them.
 // --------------------------------------------------------------------------------------------
 
 #define constant
@@ -380,7 +380,7 @@ V simd_shuffle_down(V value, uint delta) {  // lanes past the end keep their own
 #endif
 
 #define DS4_LINEAR_SIGNATURE                                                                    \
-  template <typename T, uint K, uint N, uint SIMDGROUPS, uint ROWS, uint XROWS>                 \
+  template <typename T, int K, int N, int SIMDGROUPS, int ROWS, int XROWS>                      \
   void kernel(DevicePtr<const T> x, const int* x_shape, DevicePtr<const uint8_t> w,             \
               DevicePtr<const uint32_t> expert_indices, DevicePtr<T> y,                         \
               uint simdgroup_index_in_threadgroup, uint thread_index_in_simdgroup,              \
@@ -434,7 +434,7 @@ DS4_BASELINE_SIGNATURE {
 }  // namespace baseline_iq2_xxs
 
 namespace sinkhorn {
-template <uint HC, uint ITERS>
+template <int HC, int ITERS>
 void kernel(DevicePtr<const float> comb, const int* comb_shape, DevicePtr<const float> eps,
             DevicePtr<float> out, uint3 thread_position_in_grid) {
 #include "sinkhorn.metal"
@@ -442,7 +442,7 @@ void kernel(DevicePtr<const float> comb, const int* comb_shape, DevicePtr<const 
 }  // namespace sinkhorn
 
 namespace sparse_attention {
-template <typename T_, uint D, uint HEADS, uint SPLITS>
+template <typename T_, int D, int HEADS, int SPLITS>
 void kernel(DevicePtr<const T_> q, const int* q_shape, DevicePtr<const T_> window,
             const int* window_shape, DevicePtr<const int> window_range, DevicePtr<const T_> comp,
             const int* comp_shape, DevicePtr<const int> comp_index, const int* comp_index_shape,
@@ -454,7 +454,7 @@ void kernel(DevicePtr<const T_> q, const int* q_shape, DevicePtr<const T_> windo
 }  // namespace sparse_attention
 
 namespace baseline_sparse_attention {
-template <typename T_, uint D, uint K>
+template <typename T_, int D, int K>
 void kernel(DevicePtr<const T_> q, const int* q_shape, DevicePtr<const T_> window,
             const int* window_shape, DevicePtr<const int> window_range, DevicePtr<const T_> comp,
             const int* comp_shape, DevicePtr<const int> comp_index, DevicePtr<const float> sinks,
@@ -508,7 +508,7 @@ struct LinearLaunch {
 };
 
 // The packed mat-vec: threadgroups of SIMDGROUPS x ROWS output rows by XROWS x rows.
-template <uint XROWS, typename Format>
+template <int XROWS, typename Format>
 void run_linear(const LinearLaunch& a) {
   constexpr uint rows_per_group = DS4_SIMDGROUPS * DS4_ROWS;
   const uint3 groups{(DS4_N + rows_per_group - 1) / rows_per_group, (a.M + XROWS - 1) / XROWS,
@@ -552,7 +552,7 @@ struct LinearFormat {
 
 #define DS4_FORMAT_ENTRY(NAME)                                                                 \
   struct NAME##_format {                                                                       \
-    template <typename T, uint K, uint N, uint S, uint R, uint X>                              \
+    template <typename T, int K, int N, int S, int R, int X>                                   \
     static void kernel(DevicePtr<const T> x, const int* shape, DevicePtr<const uint8_t> w,     \
                        DevicePtr<const uint32_t> e, DevicePtr<T> y, uint sg, uint lane,        \
                        uint tid, uint3 group) {                                                \
