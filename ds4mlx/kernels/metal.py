@@ -1,10 +1,14 @@
 """Metal kernels built with ``mx.fast.metal_kernel`` from the sources in ``metal/``.
 
 Packed GGML weights: the header is ``metal/common.metal`` + ``metal/<type>.metal`` (block layout
-and decoder); the body is ``metal/linear.metal``, shared by every format. A plain matmul is the
-gather with one expert, so one kernel serves ``linear`` and ``gather_linear``. Besides:
-``metal/sinkhorn.metal`` (fused mHC Sinkhorn) and ``metal/sparse_attention.metal`` (CSA
-attention over selected compressed rows). Semantics match ``kernels.twins``.
+and decoder) + the format's lookup tables; the body is ``metal/linear.metal``, the packed mat-vec
+shared by every format, its threadgroup shape chosen per (out features, x rows) by
+``matvec_launch``. A plain matmul is the gather with one expert, so one kernel serves ``linear``
+and ``gather_linear`` (every selected expert of a tile in one launch). Besides:
+``metal/sinkhorn.metal`` (fused mHC Sinkhorn) and ``metal/sparse_attention.metal`` (CSA/HCA
+attention over selected compressed rows, 8 query heads sharing each key read). No template
+argument follows the context length, so a session compiles each kernel once. Semantics match
+``kernels.twins``; tests/kernels/metal_emulation.cpp runs and measures the sources without a Mac.
 """
 
 from __future__ import annotations
