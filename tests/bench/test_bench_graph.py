@@ -8,9 +8,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import ds4mlx
+from ds4mlx import kernels
 from ds4mlx.diagnostics.graph import (
     BLOCKS,
     FLASH_RATIOS,
@@ -19,10 +21,12 @@ from ds4mlx.diagnostics.graph import (
     primitive_names,
     project_to_ratios,
 )
+from ds4mlx.diagnostics.metal_graph import KernelCall, dispatches, metal_configuration
 
 import mlx.core as mx
 import numpy as np
 import pytest
+from gguf import GGMLQuantizationType
 
 ROOT = Path(__file__).resolve().parents[2]
 DS4_TINY = ROOT / "assets" / "ds4-tiny.gguf"
@@ -30,6 +34,10 @@ GLM_TINY = ROOT / "assets" / "glm-tiny.gguf"
 PROMPT = [(i * 7919 + 13) % 6144 for i in range(32)]
 # Upper bounds for one decode step after a 32-token prompt (measured, with a little room).
 MAX_PRIMITIVES = {DS4_TINY: 190, GLM_TINY: 570}
+# The same step as a Mac builds it (``--backend metal``), and its 43-layer projection.
+MAX_METAL_PRIMITIVES = 1100
+MAX_METAL_VERIFY_PRIMITIVES = 1220
+MAX_METAL_FLASH_PRIMITIVES = 7600
 
 
 def test_primitive_names_counts_only_pending_work():
@@ -80,7 +88,7 @@ def test_projection_scales_layers_by_kind():
         project_to_ratios(count, (0, 4, 4), (128,))
 
 
-def test_bench_graph_script_json():
+def bench_graph(*options: str) -> dict:
     out = subprocess.run(
         [
             sys.executable,
@@ -90,15 +98,21 @@ def test_bench_graph_script_json():
             "--steps",
             "1",
             "--json",
+            *options,
         ],
         capture_output=True,
         text=True,
         check=True,
         timeout=300,
     )
-    report = json.loads(out.stdout)
+    return json.loads(out.stdout)
+
+
+def test_bench_graph_script_json():
+    report = bench_graph()
     for key in (
         "primitives_per_token",
+        "dispatches_per_token",
         "per_block",
         "build_ms",
         "eval_ms",
@@ -106,6 +120,83 @@ def test_bench_graph_script_json():
         "flash_43_layer_primitives_per_token",
     ):
         assert key in report
+    assert report["backend"] == "cpu"
     assert report["primitives_per_token"] <= MAX_PRIMITIVES[DS4_TINY]
+    assert report["dispatches_per_token"] <= report["primitives_per_token"]
     assert report["verify"]["rows"] == 6
     assert report["flash_43_layer_primitives_per_token"] > report["primitives_per_token"]
+
+
+def test_bench_graph_script_counts_the_mac_configuration():
+    report = bench_graph("--backend", "metal")
+    assert (report["backend"], report["weights_dtype"]) == ("metal", "native")
+    assert report["primitives_per_token"] <= MAX_METAL_PRIMITIVES
+    assert report["verify"]["primitives"] <= MAX_METAL_VERIFY_PRIMITIVES
+    assert report["flash_43_layer_primitives_per_token"] <= MAX_METAL_FLASH_PRIMITIVES
+    # Every Metal kernel launch is a dispatch; views are not.
+    assert report["dispatches_per_token"] >= report["decode"]["top_primitives"]["Depends"]
+    assert report["dispatches_per_token"] < report["primitives_per_token"]
+
+
+def test_dispatches_leave_out_views():
+    assert dispatches(["Reshape", "Slice", "Matmul", "Depends", "Broadcast", "Add"]) == 3
+
+
+def test_metal_configuration_records_the_kernel_calls_and_restores_everything():
+    # Three Q2_K matrices [64, 256] (84 bytes a 256-value block); the stand-ins read no value.
+    q2k = kernels.PackedWeight(mx.zeros((3, 64, 84), mx.uint8), GGMLQuantizationType.Q2_K)
+    x = mx.ones((8, 256))
+    comb = mx.ones((8, 4, 4))
+    mx.eval(q2k.data, x, comb)
+    norm = mx.fast.rms_norm
+    with metal_configuration() as calls:
+        assert kernels._native_cpu_ops() is None
+        y = kernels.linear(x, kernels.PackedWeight(q2k.data[0], q2k.qtype))
+        g = kernels.gather_linear(x[:2, None, None], q2k, mx.array([[2], [0]], mx.uint32))
+        s = kernels.sinkhorn(comb, 20, 1e-6)
+        n = mx.fast.rms_norm(x, None, 1e-6)
+    linear_call, gather_call, sinkhorn_call = calls
+    assert linear_call == KernelCall(
+        "ds4_q2_k_linear",
+        (("T", mx.float32), ("K", 256), ("N", 64), ("ROWS", 8)),
+        (
+            ((1, 8, 256), mx.float32),
+            ((64, 84), mx.uint8),
+            ((1,), mx.uint8),
+            ((1,), mx.uint32),
+        ),
+        (((1, 8, 64), mx.float32),),
+        (32 * 64, 1, 1),
+        (256, 1, 1),
+    )
+    assert gather_call.inputs[0] == ((2, 1, 256), mx.float32)
+    assert gather_call.inputs[3] == ((2,), mx.uint32)
+    assert gather_call.outputs == (((2, 1, 64), mx.float32),)
+    assert gather_call.grid == (32 * 64, 1, 2)
+    assert sinkhorn_call.name == "ds4_sinkhorn"
+    assert sinkhorn_call.template == (("HC", 4), ("ITERS", 20))
+    assert (y.shape, g.shape, s.shape, n.shape) == ((8, 64), (2, 1, 1, 64), (8, 4, 4), (8, 256))
+    # Each kernel, and each mx.fast operation, is one primitive as on the GPU.
+    assert primitive_names(n) == ["Depends"]
+    assert primitive_names(s).count("Depends") == 1
+    assert mx.default_device() == mx.cpu and mx.fast.rms_norm is norm
+    assert kernels._backend is kernels.twins and kernels._native_cpu_ops() is not None
+
+
+def test_the_mac_decode_step_launches_the_metal_kernels_it_should():
+    with metal_configuration() as calls:
+        model = ds4mlx.load_model(DS4_TINY, weights_dtype="native")
+        session = model.new_session()
+        session.feed(PROMPT)
+        before = len(calls)
+        session.feed([1])
+    step = Counter(call.name for call in calls[before:])
+    blocks = len(model.network.blocks)
+    # Per block: two Sinkhorns, the routed gate and up matrices (Q2_K in the tiny model; its
+    # Q4_K down matrices are MLX's own quantized kind), the attention; then the Q6_K head.
+    assert step == Counter(
+        ds4_sinkhorn=2 * blocks,
+        ds4_q2_k_linear=2 * blocks,
+        ds4_sparse_attention=blocks,
+        ds4_q6_k_linear=1,
+    )
