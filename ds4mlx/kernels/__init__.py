@@ -264,6 +264,12 @@ def _native_cpu_ops() -> ModuleType | None:
     return native_ops()
 
 
+def _metal_kernels() -> bool:
+    """Whether the fused Metal kernels run: Metal is the packed-weight backend (``PACKED_KERNELS``)
+    and the default device is the GPU."""
+    return _backend is metal and mx.default_device() != mx.cpu
+
+
 def _inference_ops() -> ModuleType | None:
     """The native CPU operations where inference-only ones may run (``inference``)."""
     return _native_cpu_ops() if _INFERENCE.get() else None
@@ -298,6 +304,20 @@ def hc_mixes(
     return twins.hc_mixes(mixes, scale, base, hc, iters, eps, sinkhorn_fn=_backend.sinkhorn)
 
 
+def hc_site(
+    x: mx.array, mixes: mx.array, scale: mx.array, base: mx.array, hc: int, iters: int, eps: float
+) -> tuple[mx.array, mx.array, mx.array]:
+    """An mHC site after its projection (``twins.hc_site`` says how): the streams x [T, hc, D]
+    collapsed into the block input [T, D], post and comb. One Metal launch on the GPU
+    (``metal/hc_site.metal``); ``hc_mixes`` and the collapse else."""
+    if _metal_kernels():
+        if _INFERENCE.get():
+            return metal.hc_site_kernel(x, mixes, scale, base, hc, iters, eps)
+        return metal.hc_site(x, mixes, scale, base, hc, iters, eps)
+    pre, post, comb = hc_mixes(mixes, scale, base, hc, iters, eps)
+    return (pre[:, None, :] @ x)[:, 0], post, comb
+
+
 def hc_pre(
     x: mx.array,
     fn: Weight,
@@ -323,7 +343,11 @@ def hc_pre(
 
 def hc_expand(out: mx.array, residual: mx.array, post: mx.array, comb: mx.array) -> mx.array:
     """The mHC streams after a block (``twins.hc_expand`` says how): one native primitive on
-    the CPU."""
+    the CPU, one Metal launch on the GPU (``metal/hc_expand.metal``)."""
+    if _metal_kernels():
+        if _INFERENCE.get():
+            return metal.hc_expand_kernel(out, residual, post, comb)
+        return metal.hc_expand(out, residual, post, comb)
     if _native_cpu_ops() is None or residual.dtype != mx.float32:
         return twins.hc_expand(out, residual, post, comb)
     if _INFERENCE.get():
@@ -413,7 +437,12 @@ def moe_route(
     scale: float,
 ) -> tuple[mx.array, mx.array] | None:
     """``moe_tile``'s routing alone (the experts [T, k] and their weights for the first
-    ``rows`` rows), for experts that are not all resident; None where it does not apply."""
+    ``rows`` rows), for experts that are not all resident, and every tile on the GPU (one
+    Metal launch, ``metal/moe_route.metal``, for all rows); None where it does not apply."""
+    if _INFERENCE.get() and _metal_kernels():
+        return metal.moe_route(
+            logits, bias, hashed, n_used=n_used, func=func, normalize=normalize, scale=scale
+        )
     ops = _inference_ops()
     if ops is None:
         return None
@@ -430,8 +459,12 @@ def moe_combine(
     shared_limit: float,
 ) -> mx.array | None:
     """``moe_tile``'s sum alone: the routed experts' outputs [R, k, D] of the first R rows
-    weighted and summed, plus the shared expert ([T, D], zeros past R); None where it does not
-    apply."""
+    weighted and summed, plus the shared expert ([T, D], zeros past R): on the GPU the shared
+    expert's matmuls and then one Metal launch (``metal/moe_combine.metal``); None where it
+    does not apply."""
+    if _INFERENCE.get() and _metal_kernels():
+        shared = linear(swiglu(shared_gate, shared_up, shared_limit), shared_down)
+        return metal.moe_combine(expert_out, weights, shared)
     ops, down_t = _inference_ops(), _frozen_float32(shared_down)
     if ops is None or down_t is None:
         return None
@@ -609,8 +642,10 @@ def rotary(
     inverse: bool,
 ) -> mx.array | None:
     """``models.rope.RoPE.apply`` (its formula is the twin) as one native primitive on the CPU,
-    from the angle tables cos/sin [T, n_dims / 2] (``RopeAngles.on_device``); None where that
-    does not apply (not on the CPU, x not float32)."""
+    or in inference on the GPU one Metal launch (``metal/rope.metal``), from the angle tables
+    cos/sin [T, n_dims / 2] (``RopeAngles.on_device``); None where that does not apply."""
+    if _INFERENCE.get() and _metal_kernels():
+        return metal.rope(x, cos, sin, offset, n_dims, interleaved, inverse)
     if x.dtype != mx.float32 or _native_cpu_ops() is None:
         return None
     return native_ops().rope(x, cos, sin, offset, n_dims, interleaved, inverse)
@@ -673,6 +708,7 @@ __all__ = [
     "hc_expand",
     "hc_mixes",
     "hc_pre",
+    "hc_site",
     "inference",
     "indexer_top_k",
     "rotary",

@@ -3,8 +3,13 @@
 Packed GGML weights: the header is ``metal/common.metal`` + ``metal/<type>.metal`` (block layout
 and decoder); the body is ``metal/linear.metal``, shared by every format. A plain matmul is the
 gather with one expert, so one kernel serves ``linear`` and ``gather_linear``. Besides:
-``metal/sinkhorn.metal`` (fused mHC Sinkhorn) and ``metal/sparse_attention.metal`` (CSA
-attention over selected compressed rows). Semantics match ``kernels.twins``.
+``metal/sinkhorn.metal`` (fused mHC Sinkhorn), ``metal/hc_site.metal`` and
+``metal/hc_expand.metal`` (a whole mHC site after its projection, and the expansion after a
+block; ``metal/hc.metal`` is their header), ``metal/moe_route.metal`` and
+``metal/moe_combine.metal`` (the MoE routing, and the weighted sum around the expert launches),
+``metal/rope.metal`` (rotary embeddings from host angle tables) and
+``metal/sparse_attention.metal`` (CSA attention over selected compressed rows). Semantics match
+``kernels.twins`` (and ``models.rope``, ``models.moe`` for RoPE and the routing).
 """
 
 from __future__ import annotations
@@ -87,13 +92,16 @@ def gather_linear(
 
 
 @cache
-def _body_kernel(name: str, inputs: tuple[str, ...]):
-    """A kernel whose whole body is ``metal/<name>.metal``."""
+def _body_kernel(
+    name: str, inputs: tuple[str, ...], outputs: tuple[str, ...] = ("out",), header: str = ""
+):
+    """A kernel whose whole body is ``metal/<name>.metal`` (after ``metal/<header>.metal``)."""
     return mx.fast.metal_kernel(
         name=f"ds4_{name}",
         input_names=list(inputs),
-        output_names=["out"],
+        output_names=list(outputs),
         source=(METAL_SOURCE_DIR / f"{name}.metal").read_text(),
+        header=(METAL_SOURCE_DIR / f"{header}.metal").read_text() if header else "",
     )
 
 
@@ -114,7 +122,7 @@ def _sinkhorn_kernel(comb: mx.array, iters: int, eps: float) -> mx.array:
     hc = comb.shape[-1]
     flat = comb.astype(mx.float32).reshape(-1, hc, hc)
     n = flat.shape[0]
-    out = _body_kernel("sinkhorn", ("comb", "eps"))(
+    out = _body_kernel("sinkhorn", ("comb", "eps"), header="hc")(
         inputs=[flat, mx.array([eps], dtype=mx.float32)],
         template=[("HC", hc), ("ITERS", iters)],
         grid=(n, 1, 1),
@@ -123,6 +131,156 @@ def _sinkhorn_kernel(comb: mx.array, iters: int, eps: float) -> mx.array:
         output_dtypes=[mx.float32],
     )[0]
     return out.reshape(comb.shape)
+
+
+def hc_site(
+    x: mx.array, mixes: mx.array, scale: mx.array, base: mx.array, hc: int, iters: int, eps: float
+) -> tuple[mx.array, mx.array, mx.array]:
+    """``twins.hc_site`` in one launch, differentiated through the twin."""
+    return _hc_site_function(hc, iters, eps)(x, mixes, scale, base)
+
+
+@cache
+def _hc_site_function(hc: int, iters: int, eps: float):
+    return with_twin_gradient(
+        lambda x, m, s, b: hc_site_kernel(x, m, s, b, hc, iters, eps),
+        lambda x, m, s, b: twins.hc_site(x, m, s, b, hc, iters, eps),
+    )
+
+
+def hc_site_kernel(
+    x: mx.array, mixes: mx.array, scale: mx.array, base: mx.array, hc: int, iters: int, eps: float
+) -> tuple[mx.array, mx.array, mx.array]:
+    """(block input [T, D], post [T, hc], comb [T, hc, hc]) of streams x [T, hc, D] from their
+    projected mixes [T, (2 + hc) * hc] (``metal/hc_site.metal``)."""
+    tokens, _, dim = x.shape
+    y, post, comb = _body_kernel(
+        "hc_site", ("x", "mixes", "scale", "base", "eps"), ("y", "post", "comb"), header="hc"
+    )(
+        inputs=[
+            x,
+            mixes.astype(mx.float32),
+            scale.astype(mx.float32),
+            base.astype(mx.float32),
+            mx.array([eps], dtype=mx.float32),
+        ],
+        template=[("T_", x.dtype), ("HC", hc), ("D", dim), ("ITERS", iters)],
+        grid=(dim, tokens, 1),
+        threadgroup=(min(dim, MAX_THREADGROUP), 1, 1),
+        output_shapes=[(tokens, dim), (tokens, hc), (tokens, hc, hc)],
+        output_dtypes=[x.dtype, mx.float32, mx.float32],
+    )
+    return y, post, comb
+
+
+def hc_expand(out: mx.array, residual: mx.array, post: mx.array, comb: mx.array) -> mx.array:
+    """``twins.hc_expand`` in one launch, differentiated through the twin."""
+    return _hc_expand_function()(out, residual, post, comb)
+
+
+@cache
+def _hc_expand_function():
+    return with_twin_gradient(hc_expand_kernel, twins.hc_expand)
+
+
+def hc_expand_kernel(out: mx.array, residual: mx.array, post: mx.array, comb: mx.array) -> mx.array:
+    """The streams [T, hc, D] after a block (``metal/hc_expand.metal``)."""
+    tokens, hc, dim = residual.shape
+    return _body_kernel("hc_expand", ("out", "residual", "post", "comb"), ("streams",))(
+        inputs=[
+            out.astype(residual.dtype),
+            residual,
+            post.astype(mx.float32),
+            comb.astype(mx.float32),
+        ],
+        template=[("T_", residual.dtype), ("HC", hc), ("D", dim)],
+        grid=(dim, hc, tokens),
+        threadgroup=(min(dim, MAX_THREADGROUP), 1, 1),
+        output_shapes=[residual.shape],
+        output_dtypes=[residual.dtype],
+    )[0]
+
+
+def moe_route(
+    logits: mx.array,
+    bias: mx.array | None,
+    hashed: mx.array | None,
+    *,
+    n_used: int,
+    func: int,
+    normalize: bool,
+    scale: float,
+) -> tuple[mx.array, mx.array]:
+    """Every row's chosen experts int32 [T, k] and their weights float32 [T, k] from the router
+    logits [T, E] (``metal/moe_route.metal``; ``models.moe.route`` is the twin)."""
+    tokens, experts = logits.shape
+    indices, weights = _body_kernel(
+        "moe_route", ("logits", "bias", "hashed", "scale"), ("indices", "weights"), header="moe"
+    )(
+        inputs=[
+            logits.astype(mx.float32),
+            mx.zeros((1,), mx.float32) if bias is None else bias.astype(mx.float32),
+            mx.zeros((1,), mx.int32) if hashed is None else hashed.astype(mx.int32),
+            mx.array([scale], dtype=mx.float32),
+        ],
+        template=[
+            ("E", experts),
+            ("K", n_used),
+            ("FUNC", func),
+            ("HAS_BIAS", int(bias is not None)),
+            ("HASHED", int(hashed is not None)),
+            ("NORMALIZE", int(normalize)),
+        ],
+        grid=(tokens, 1, 1),
+        threadgroup=(min(tokens, MAX_THREADGROUP), 1, 1),
+        output_shapes=[(tokens, n_used), (tokens, n_used)],
+        output_dtypes=[mx.int32, mx.float32],
+    )
+    return indices, weights
+
+
+def moe_combine(expert_out: mx.array, weights: mx.array, shared: mx.array) -> mx.array:
+    """``shared`` [T, D] plus, in its first R rows, the chosen experts' outputs [R, k, D]
+    weighted by ``weights`` [T, k] and summed (``metal/moe_combine.metal``)."""
+    tokens, dim = shared.shape
+    return _body_kernel("moe_combine", ("expert_out", "weights", "shared"))(
+        inputs=[expert_out.astype(shared.dtype), weights.astype(mx.float32), shared],
+        template=[("T_", shared.dtype), ("K", weights.shape[1]), ("D", dim)],
+        grid=(dim, tokens, 1),
+        threadgroup=(min(dim, MAX_THREADGROUP), 1, 1),
+        output_shapes=[shared.shape],
+        output_dtypes=[shared.dtype],
+    )[0]
+
+
+def rope(
+    x: mx.array,
+    cos: mx.array,
+    sin: mx.array,
+    offset: int,
+    n_dims: int,
+    interleaved: bool,
+    inverse: bool,
+) -> mx.array:
+    """``models.rope.RoPE.apply`` of x [T, ..., D] from its angle tables cos/sin
+    [T, n_dims / 2] (``metal/rope.metal``)."""
+    tokens, dim = x.shape[0], x.shape[-1]
+    rows = x.reshape(tokens, -1, dim)
+    return _body_kernel("rope", ("x", "cosines", "sines"))(
+        inputs=[rows, cos.astype(mx.float32), sin.astype(mx.float32)],
+        template=[
+            ("T_", x.dtype),
+            ("D", dim),
+            ("N", n_dims),
+            ("OFFSET", offset),
+            ("INTERLEAVED", int(interleaved)),
+            ("INVERSE", int(inverse)),
+        ],
+        grid=(dim, rows.shape[1], tokens),
+        threadgroup=(min(dim, MAX_THREADGROUP), 1, 1),
+        output_shapes=[rows.shape],
+        output_dtypes=[x.dtype],
+    )[0].reshape(x.shape)
 
 
 def sparse_attention(

@@ -16,9 +16,28 @@
 //   input:  int32 T, H, W, N | float32 scale | float32 q [T, H, D] | float32 window [W, D] |
 //           int32 window_range [T, 2] | float32 comp [N, D] | int32 comp_index [T, SLOTS] |
 //           float32 sinks [H];  output: float32 [T, H, D]
+//        metal_emulation hc_site <input> <output>   (-DDS4_HC=... -DDS4_ITERS=... -DDS4_D=...)
+//   input:  int32 T | float32 eps | float32 scale [3] | float32 base [(2 + HC) * HC] |
+//           float32 x [T, HC, D] | float32 mixes [T, (2 + HC) * HC]
+//   output: float32 y [T, D] | float32 post [T, HC] | float32 comb [T, HC, HC]
+//        metal_emulation hc_expand <input> <output>  (-DDS4_HC=... -DDS4_D=...)
+//   input:  int32 T | float32 out [T, D] | float32 residual [T, HC, D] | float32 post [T, HC] |
+//           float32 comb [T, HC, HC];  output: float32 [T, HC, D]
+//        metal_emulation rope <input> <output>  (-DDS4_D=... -DDS4_ROPE_N=... -DDS4_ROPE_OFFSET=...)
+//   input:  int32 T, M, interleaved, inverse | float32 x [T, M, D] | float32 cos, sin [T, N / 2]
+//   output: float32 [T, M, D]
+//        metal_emulation moe_route <input> <output>  (-DDS4_E=... -DDS4_TOPK=...)
+//   input:  int32 T, func, has_bias, hashed, normalize | float32 scale | float32 logits [T, E] |
+//           float32 bias [E] | int32 hashed [T, TOPK]
+//   output: int32 indices [T, TOPK] | float32 weights [T, TOPK]
+//        metal_emulation moe_combine <input> <output>  (-DDS4_TOPK=... -DDS4_D=...)
+//   input:  int32 T, R | float32 expert_out [R, TOPK, D] | float32 weights [T, TOPK] |
+//           float32 shared [T, D];  output: float32 [T, D]
 
+#include <array>
 #include <barrier>
 #include <cmath>
+#include <utility>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -81,6 +100,23 @@ A max(A a, A b) {
   return a > b ? a : b;
 }
 inline float exp(float value) { return std::exp(value); }
+inline float log(float value) { return std::log(value); }
+inline float sqrt(float value) { return std::sqrt(value); }
+}  // namespace metal
+
+#define device
+#define constant
+#define thread
+
+// The mHC and MoE kernels' headers (metal/hc.metal, metal/moe.metal).
+#include "hc.metal"
+#include "moe.metal"
+
+#undef device
+#undef constant
+#undef thread
+
+namespace metal {
 
 inline float simd_sum(float value) {
   SimdGroup& group = *current_group;
@@ -138,6 +174,56 @@ DS4_KERNEL_SIGNATURE {
 #define DS4_D 64
 #define DS4_SLOTS 4
 #endif
+
+namespace hc_site {
+template <typename T_, uint HC, uint D, uint ITERS>
+void kernel(const T_* x, const int* x_shape, const float* mixes, const float* scale,
+            const float* base, const float* eps, T_* y, float* post, float* comb,
+            uint3 thread_position_in_grid) {
+#include "hc_site.metal"
+}
+}  // namespace hc_site
+
+namespace hc_expand {
+template <typename T_, uint HC, uint D>
+void kernel(const T_* out, const int* out_shape, const T_* residual, const float* post,
+            const float* comb, T_* streams, uint3 thread_position_in_grid) {
+#include "hc_expand.metal"
+}
+}  // namespace hc_expand
+
+#ifndef DS4_E
+#define DS4_E 16
+#define DS4_TOPK 4
+#endif
+#ifndef DS4_ROPE_N
+#define DS4_ROPE_N 16
+#define DS4_ROPE_OFFSET 0
+#endif
+
+namespace rope {
+template <typename T_, uint D, uint N, uint OFFSET, int INTERLEAVED, int INVERSE>
+void kernel(const T_* x, const int* x_shape, const float* cosines, const float* sines, T_* out,
+            uint3 thread_position_in_grid) {
+#include "rope.metal"
+}
+}  // namespace rope
+
+namespace moe_route {
+template <uint E, uint K, int FUNC, int HAS_BIAS, int HASHED, int NORMALIZE>
+void kernel(const float* logits, const int* logits_shape, const float* bias, const int* hashed,
+            const float* scale, int* indices, float* weights, uint3 thread_position_in_grid) {
+#include "moe_route.metal"
+}
+}  // namespace moe_route
+
+namespace moe_combine {
+template <typename T_, uint K, uint D>
+void kernel(const T_* expert_out, const int* expert_out_shape, const float* weights,
+            const T_* shared, const int* shared_shape, T_* out, uint3 thread_position_in_grid) {
+#include "moe_combine.metal"
+}
+}  // namespace moe_combine
 
 namespace sinkhorn {
 template <uint HC, uint ITERS>
@@ -197,6 +283,153 @@ int run_sinkhorn(const char* in_path, const char* out_path) {
   return 0;
 }
 
+// One thread per (channel, token), as the grid (D, T, 1) launches it, plus threads past the ends
+// that must return without writing.
+int run_hc_site(const char* in_path, const char* out_path) {
+  constexpr uint MIX = (2 + DS4_HC) * DS4_HC;
+  std::FILE* input = std::fopen(in_path, "rb");
+  const int T = read_values<int32_t>(input, 1)[0];
+  const auto eps = read_values<float>(input, 1);
+  const auto scale = read_values<float>(input, 3);
+  const auto base = read_values<float>(input, MIX);
+  const auto x = read_values<float>(input, size_t(T) * DS4_HC * DS4_D);
+  const auto mixes = read_values<float>(input, size_t(T) * MIX);
+  std::fclose(input);
+  const int x_shape[3] = {T, DS4_HC, DS4_D};
+  std::vector<float> y(size_t(T) * DS4_D, NAN), post(size_t(T) * DS4_HC, NAN),
+      comb(size_t(T) * DS4_HC * DS4_HC, NAN);
+  for (uint t = 0; t < uint(T) + 1; ++t) {
+    for (uint d = 0; d < DS4_D + 2; ++d) {
+      hc_site::kernel<float, DS4_HC, DS4_D, DS4_ITERS>(x.data(), x_shape, mixes.data(),
+                                                        scale.data(), base.data(), eps.data(),
+                                                        y.data(), post.data(), comb.data(),
+                                                        uint3{d, t, 0});
+    }
+  }
+  y.insert(y.end(), post.begin(), post.end());
+  y.insert(y.end(), comb.begin(), comb.end());
+  write_output(out_path, y);
+  return 0;
+}
+
+// One thread per output element, as the grid (D, HC, T) launches it, plus threads past the ends.
+int run_hc_expand(const char* in_path, const char* out_path) {
+  std::FILE* input = std::fopen(in_path, "rb");
+  const int T = read_values<int32_t>(input, 1)[0];
+  const auto out = read_values<float>(input, size_t(T) * DS4_D);
+  const auto residual = read_values<float>(input, size_t(T) * DS4_HC * DS4_D);
+  const auto post = read_values<float>(input, size_t(T) * DS4_HC);
+  const auto comb = read_values<float>(input, size_t(T) * DS4_HC * DS4_HC);
+  std::fclose(input);
+  const int out_shape[2] = {T, DS4_D};
+  std::vector<float> streams(residual.size(), NAN);
+  for (uint t = 0; t < uint(T) + 1; ++t) {
+    for (uint dst = 0; dst < DS4_HC + 1; ++dst) {
+      for (uint d = 0; d < DS4_D + 2; ++d) {
+        hc_expand::kernel<float, DS4_HC, DS4_D>(out.data(), out_shape, residual.data(),
+                                                 post.data(), comb.data(), streams.data(),
+                                                 uint3{d, dst, t});
+      }
+    }
+  }
+  write_output(out_path, streams);
+  return 0;
+}
+
+// One thread per output element, as the grid (D, M, T) launches it, plus threads past the ends.
+template <int INTERLEAVED, int INVERSE>
+void rope_all(int T, int M, const float* x, const float* cos, const float* sin, float* out) {
+  const int x_shape[3] = {T, M, DS4_D};
+  for (uint t = 0; t < uint(T) + 1; ++t) {
+    for (uint m = 0; m < uint(M) + 1; ++m) {
+      for (uint c = 0; c < DS4_D + 2; ++c) {
+        rope::kernel<float, DS4_D, DS4_ROPE_N, DS4_ROPE_OFFSET, INTERLEAVED, INVERSE>(
+            x, x_shape, cos, sin, out, uint3{c, m, t});
+      }
+    }
+  }
+}
+
+int run_rope(const char* in_path, const char* out_path) {
+  std::FILE* input = std::fopen(in_path, "rb");
+  const auto sizes = read_values<int32_t>(input, 4);
+  const int T = sizes[0], M = sizes[1];
+  const auto x = read_values<float>(input, size_t(T) * M * DS4_D);
+  const auto cos = read_values<float>(input, size_t(T) * DS4_ROPE_N / 2);
+  const auto sin = read_values<float>(input, size_t(T) * DS4_ROPE_N / 2);
+  std::fclose(input);
+  std::vector<float> out(x.size(), NAN);
+  using Runner = void (*)(int, int, const float*, const float*, const float*, float*);
+  const Runner runners[4] = {rope_all<0, 0>, rope_all<0, 1>, rope_all<1, 0>, rope_all<1, 1>};
+  runners[sizes[2] * 2 + sizes[3]](T, M, x.data(), cos.data(), sin.data(), out.data());
+  write_output(out_path, out);
+  return 0;
+}
+
+// One thread per token, as the grid (T, 1, 1) launches it, plus one past the end; the gating
+// function and flags, template arguments in Metal, are read from the input here.
+using RouteRunner = void (*)(int, const float*, const float*, const int*, const float*, int*,
+                             float*);
+
+template <int FUNC, int HAS_BIAS, int HASHED, int NORMALIZE>
+void route_all(int T, const float* logits, const float* bias, const int* hashed,
+               const float* scale, int* indices, float* weights) {
+  const int logits_shape[2] = {T, DS4_E};
+  for (uint t = 0; t < uint(T) + 1; ++t) {
+    moe_route::kernel<DS4_E, DS4_TOPK, FUNC, HAS_BIAS, HASHED, NORMALIZE>(
+        logits, logits_shape, bias, hashed, scale, indices, weights, uint3{t, 0, 0});
+  }
+}
+
+template <size_t... I>
+constexpr std::array<RouteRunner, sizeof...(I)> route_runners(std::index_sequence<I...>) {
+  return {route_all<int(I / 8) + 1, int(I / 4 % 2), int(I / 2 % 2), int(I % 2)>...};
+}
+
+int run_moe_route(const char* in_path, const char* out_path) {
+  std::FILE* input = std::fopen(in_path, "rb");
+  const auto flags = read_values<int32_t>(input, 5);
+  const int T = flags[0];
+  const auto scale = read_values<float>(input, 1);
+  const auto logits = read_values<float>(input, size_t(T) * DS4_E);
+  const auto bias = read_values<float>(input, DS4_E);
+  const auto hashed = read_values<int32_t>(input, size_t(T) * DS4_TOPK);
+  std::fclose(input);
+  std::vector<int32_t> indices(size_t(T) * DS4_TOPK, -7);
+  std::vector<float> weights(size_t(T) * DS4_TOPK, NAN);
+  constexpr auto runners = route_runners(std::make_index_sequence<32>());
+  runners[(flags[1] - 1) * 8 + flags[2] * 4 + flags[3] * 2 + flags[4]](
+      T, logits.data(), bias.data(), hashed.data(), scale.data(), indices.data(),
+      weights.data());
+  std::vector<float> result(indices.size());
+  std::memcpy(result.data(), indices.data(), indices.size() * sizeof(float));
+  result.insert(result.end(), weights.begin(), weights.end());
+  write_output(out_path, result);
+  return 0;
+}
+
+// One thread per output element, as the grid (D, T, 1) launches it, plus threads past the ends.
+int run_moe_combine(const char* in_path, const char* out_path) {
+  std::FILE* input = std::fopen(in_path, "rb");
+  const auto sizes = read_values<int32_t>(input, 2);
+  const int T = sizes[0], R = sizes[1];
+  const auto expert_out = read_values<float>(input, size_t(R) * DS4_TOPK * DS4_D);
+  const auto weights = read_values<float>(input, size_t(T) * DS4_TOPK);
+  const auto shared = read_values<float>(input, size_t(T) * DS4_D);
+  std::fclose(input);
+  const int expert_out_shape[3] = {R, DS4_TOPK, DS4_D}, shared_shape[2] = {T, DS4_D};
+  std::vector<float> out(shared.size(), NAN);
+  for (uint t = 0; t < uint(T) + 1; ++t) {
+    for (uint d = 0; d < DS4_D + 2; ++d) {
+      moe_combine::kernel<float, DS4_TOPK, DS4_D>(expert_out.data(), expert_out_shape,
+                                                  weights.data(), shared.data(), shared_shape,
+                                                  out.data(), uint3{d, t, 0});
+    }
+  }
+  write_output(out_path, out);
+  return 0;
+}
+
 // One simdgroup (32 host threads) per (row, head), as the grid (32, H, T) launches it.
 int run_sparse_attention(const char* in_path, const char* out_path) {
   std::FILE* input = std::fopen(in_path, "rb");
@@ -246,6 +479,21 @@ int main(int argc, char** argv) {
   }
   if (format == "sparse_attention") {
     return run_sparse_attention(argv[2], argv[3]);
+  }
+  if (format == "hc_site") {
+    return run_hc_site(argv[2], argv[3]);
+  }
+  if (format == "hc_expand") {
+    return run_hc_expand(argv[2], argv[3]);
+  }
+  if (format == "rope") {
+    return run_rope(argv[2], argv[3]);
+  }
+  if (format == "moe_route") {
+    return run_moe_route(argv[2], argv[3]);
+  }
+  if (format == "moe_combine") {
+    return run_moe_combine(argv[2], argv[3]);
   }
   Kernel kernel;
   uint block_values, block_bytes;
