@@ -2,8 +2,9 @@
 // ds4mlx/kernels/metal.py): ggml_rope_ext (and, with INVERSE, ggml_rope_ext_back) on channels
 // [OFFSET, OFFSET + N) of every row, from host-computed angle tables, what models.rope.RoPE.twin
 // computes with some eight MLX operations; the other channels are copied.
-// inputs:  x [T, M, D] (T_) rows by token; cosines, sines [T, N / 2] float32 (YaRN magnitude included)
-// output:  out [T, M, D] (T_): each rotated pair (a, b) becomes (a cos - b sin, a sin + b cos),
+// inputs:  x [T, M, D] or [T, D] (T_) rows by token; cosines, sines [T, N / 2] float32 (the
+//          YaRN magnitude included)
+// output:  out shaped like x (T_): each rotated pair (a, b) becomes (a cos - b sin, a sin + b cos),
 //          sin negated when INVERSE; pairs are (2i, 2i + 1) when INTERLEAVED (GGML_ROPE_TYPE_NORMAL),
 //          else (i, i + N / 2) (NEOX)
 // template: T_, D, N, OFFSET, INTERLEAVED, INVERSE
@@ -12,10 +13,11 @@
 const uint c = thread_position_in_grid.x;
 const uint m = thread_position_in_grid.y;
 const uint t = thread_position_in_grid.z;
-if (c >= D || m >= uint(x_shape[1]) || t >= uint(x_shape[0])) {
+const uint rows_per_token = x_ndim == 3 ? uint(x_shape[1]) : 1u;
+if (c >= D || m >= rows_per_token || t >= uint(x_shape[0])) {
   return;
 }
-const ulong row = (ulong(t) * x_shape[1] + m) * D;
+const ulong row = (ulong(t) * rows_per_token + m) * D;
 if (c < OFFSET || c >= OFFSET + N) {
   out[row + c] = x[row + c];
   return;

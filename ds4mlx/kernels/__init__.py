@@ -29,6 +29,7 @@ from ds4mlx.kernels.twins import swiglu
 from ds4mlx.kernels.weights import PackedWeight, QuantizedWeight, RowCodes, Weight
 
 import mlx.core as mx
+import numpy as np
 
 KERNEL_CHOICES = ("auto", "metal", "mlx")
 
@@ -53,8 +54,13 @@ _backend = metal if PACKED_KERNELS == "metal" else twins
 
 def _expert_grid(w: QuantizedWeight | PackedWeight) -> mx.array:
     """Indices of every matrix in a stacked weight [..., out, in], shaped like its leading dims."""
-    leading = w.shape[:-2]
-    return mx.arange(math.prod(leading), dtype=mx.uint32).reshape(leading)
+    return _index_grid(tuple(w.shape[:-2]))
+
+
+@cache
+def _index_grid(leading: tuple[int, ...]) -> mx.array:
+    # Made on the host: a constant, not two primitives (arange, reshape) on every call.
+    return mx.array(np.arange(math.prod(leading), dtype=np.uint32).reshape(leading))
 
 
 # The [..., in, out] copies of frozen weights (``freeze``), by the id of the [..., out, in] view
@@ -547,6 +553,11 @@ def sparse_attention(
                 q, window, window_range, comp, comp_index, sinks, scale
             )
         return _native_sparse_attention(scale)(q, window, window_range, comp, comp_index, sinks)
+    if _INFERENCE.get() and _metal_kernels() and q.shape[-1] % metal.SIMD_WIDTH == 0:
+        # No gradient is taken: the kernel without its twin-gradient wrapper (a primitive less).
+        return metal._sparse_attention_kernel(
+            q, window, window_range, comp, comp_index, sinks, scale
+        )
     return _backend.sparse_attention(q, window, window_range, comp, comp_index, sinks, scale)
 
 

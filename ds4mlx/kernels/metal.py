@@ -262,11 +262,12 @@ def rope(
     interleaved: bool,
     inverse: bool,
 ) -> mx.array:
-    """``models.rope.RoPE.apply`` of x [T, ..., D] from its angle tables cos/sin
-    [T, n_dims / 2] (``metal/rope.metal``)."""
+    """``models.rope.RoPE.apply`` of x [T, D] or [T, M, D] (other ranks are reshaped to that)
+    from its angle tables cos/sin [T, n_dims / 2] (``metal/rope.metal``)."""
     tokens, dim = x.shape[0], x.shape[-1]
-    rows = x.reshape(tokens, -1, dim)
-    return _body_kernel("rope", ("x", "cosines", "sines"))(
+    rows = x if x.ndim in (2, 3) else x.reshape(tokens, -1, dim)
+    per_token = rows.shape[1] if rows.ndim == 3 else 1
+    out = _body_kernel("rope", ("x", "cosines", "sines"))(
         inputs=[rows, cos.astype(mx.float32), sin.astype(mx.float32)],
         template=[
             ("T_", x.dtype),
@@ -276,11 +277,12 @@ def rope(
             ("INTERLEAVED", int(interleaved)),
             ("INVERSE", int(inverse)),
         ],
-        grid=(dim, rows.shape[1], tokens),
+        grid=(dim, per_token, tokens),
         threadgroup=(min(dim, MAX_THREADGROUP), 1, 1),
         output_shapes=[rows.shape],
         output_dtypes=[x.dtype],
-    )[0].reshape(x.shape)
+    )[0]
+    return out if rows is x else out.reshape(x.shape)
 
 
 def sparse_attention(

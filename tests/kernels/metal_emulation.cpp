@@ -24,7 +24,8 @@
 //   input:  int32 T | float32 out [T, D] | float32 residual [T, HC, D] | float32 post [T, HC] |
 //           float32 comb [T, HC, HC];  output: float32 [T, HC, D]
 //        metal_emulation rope <input> <output>  (-DDS4_D=... -DDS4_ROPE_N=... -DDS4_ROPE_OFFSET=...)
-//   input:  int32 T, M, interleaved, inverse | float32 x [T, M, D] | float32 cos, sin [T, N / 2]
+//   input:  int32 T, M, interleaved, inverse | float32 x [T, M, D] ([T, D] for M 0) |
+//           float32 cos, sin [T, N / 2]
 //   output: float32 [T, M, D]
 //        metal_emulation moe_route <input> <output>  (-DDS4_E=... -DDS4_TOPK=...)
 //   input:  int32 T, func, has_bias, hashed, normalize | float32 scale | float32 logits [T, E] |
@@ -203,8 +204,8 @@ void kernel(const T_* out, const int* out_shape, const T_* residual, const float
 
 namespace rope {
 template <typename T_, uint D, uint N, uint OFFSET, int INTERLEAVED, int INVERSE>
-void kernel(const T_* x, const int* x_shape, const float* cosines, const float* sines, T_* out,
-            uint3 thread_position_in_grid) {
+void kernel(const T_* x, const int* x_shape, int x_ndim, const float* cosines, const float* sines,
+            T_* out, uint3 thread_position_in_grid) {
 #include "rope.metal"
 }
 }  // namespace rope
@@ -337,14 +338,16 @@ int run_hc_expand(const char* in_path, const char* out_path) {
 }
 
 // One thread per output element, as the grid (D, M, T) launches it, plus threads past the ends.
+// M == 0 runs the kernel on x [T, D] (one row a token).
 template <int INTERLEAVED, int INVERSE>
 void rope_all(int T, int M, const float* x, const float* cos, const float* sin, float* out) {
-  const int x_shape[3] = {T, M, DS4_D};
+  const int x_shape[3] = {T, M ? M : DS4_D, DS4_D};
+  const int x_ndim = M ? 3 : 2;
   for (uint t = 0; t < uint(T) + 1; ++t) {
     for (uint m = 0; m < uint(M) + 1; ++m) {
       for (uint c = 0; c < DS4_D + 2; ++c) {
         rope::kernel<float, DS4_D, DS4_ROPE_N, DS4_ROPE_OFFSET, INTERLEAVED, INVERSE>(
-            x, x_shape, cos, sin, out, uint3{c, m, t});
+            x, x_shape, x_ndim, cos, sin, out, uint3{c, m, t});
       }
     }
   }
@@ -354,7 +357,7 @@ int run_rope(const char* in_path, const char* out_path) {
   std::FILE* input = std::fopen(in_path, "rb");
   const auto sizes = read_values<int32_t>(input, 4);
   const int T = sizes[0], M = sizes[1];
-  const auto x = read_values<float>(input, size_t(T) * M * DS4_D);
+  const auto x = read_values<float>(input, size_t(T) * (M ? M : 1) * DS4_D);
   const auto cos = read_values<float>(input, size_t(T) * DS4_ROPE_N / 2);
   const auto sin = read_values<float>(input, size_t(T) * DS4_ROPE_N / 2);
   std::fclose(input);

@@ -120,11 +120,15 @@ def test_emulated_hc_expand_kernel_matches_twin(emulator: Path, tmp_path, tokens
 
 @pytest.mark.parametrize("interleaved", [True, False])
 @pytest.mark.parametrize("inverse", [False, True])
-def test_emulated_rope_kernel_matches_twin(rope_emulator: Path, tmp_path, interleaved, inverse):
-    tokens, heads = 3, 5
+@pytest.mark.parametrize("heads", [5, 0], ids=["heads", "keys"])  # x [T, H, D] or [T, D]
+def test_emulated_rope_kernel_matches_twin(
+    rope_emulator: Path, tmp_path, interleaved, inverse, heads
+):
+    tokens = 3
     rope = RoPE(RopeConfig(ROPE_DIMS, 10000.0, interleaved=interleaved))
     angles = rope.angles(np.arange(70_000, 70_000 + tokens))  # far positions: host angles
-    x = np.random.default_rng(3).standard_normal((tokens, heads, HEAD_DIM)).astype(np.float32)
+    shape = (tokens, heads, HEAD_DIM) if heads else (tokens, HEAD_DIM)
+    x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
     payload = np.array([tokens, heads, interleaved, inverse], np.int32).tobytes()
     payload += x.tobytes() + angles.cos.tobytes() + angles.sin.tobytes()
     got = emulate(rope_emulator, "rope", payload, tmp_path).reshape(x.shape)
