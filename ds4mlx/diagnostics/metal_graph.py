@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ds4mlx import kernels
-from ds4mlx.kernels import metal
+from ds4mlx.kernels import metal, native
 
 import mlx.core as mx
 import numpy as np
@@ -164,13 +164,14 @@ def _fast_stand_in(real: Callable[..., Any]) -> Callable[..., Any]:
 
 def _clear_cached_factories() -> None:
     """Drop what ds4mlx's cached factories made (compiled functions, kernels): those made in
-    one configuration must not serve the other."""
+    one configuration must not serve the other. The native extension stays loaded."""
     for name, module in list(sys.modules.items()):
         if not name.startswith("ds4mlx.") or module is None:
             continue
         for value in list(vars(module).values()):
-            if callable(getattr(value, "cache_clear", None)):
-                value.cache_clear()
+            clear = getattr(value, "cache_clear", None)
+            if callable(clear) and getattr(value, "__module__", None) != native.__name__:
+                clear()
 
 
 @contextmanager
