@@ -577,7 +577,10 @@ def pool_blocks(
     """A compressor's softmax pooling of ``n`` completed blocks whose rows start at row ``lo``
     of kv and score [N, C] as one native primitive in inference on the CPU; None where that
     does not apply. ``models.compressed_attention.Compressor.pool`` computes the same with
-    MLX ops (some twenty primitives)."""
+    MLX ops (some twenty primitives). In inference on the GPU: one Metal launch
+    (``metal/pool_blocks.metal``)."""
+    if _INFERENCE.get() and _metal_kernels():
+        return metal.pool_blocks(kv, score, lo, n, ratio, dim, overlap)
     if _inference_ops() is None or kv.dtype != mx.float32:
         return None
     return native_ops().pool_blocks(kv, score, lo, n, ratio, dim, overlap)

@@ -7,7 +7,8 @@ gather with one expert, so one kernel serves ``linear`` and ``gather_linear``. B
 ``metal/hc_expand.metal`` (a whole mHC site after its projection, and the expansion after a
 block; ``metal/hc.metal`` is their header), ``metal/moe_route.metal`` and
 ``metal/moe_combine.metal`` (the MoE routing, and the weighted sum around the expert launches),
-``metal/rope.metal`` (rotary embeddings from host angle tables) and
+``metal/rope.metal`` (rotary embeddings from host angle tables), ``metal/pool_blocks.metal`` (a
+compressor's pooling of the blocks a chunk completes) and
 ``metal/sparse_attention.metal`` (CSA attention over selected compressed rows). Semantics match
 ``kernels.twins`` (and ``models.rope``, ``models.moe`` for RoPE and the routing).
 """
@@ -283,6 +284,21 @@ def rope(
         output_dtypes=[x.dtype],
     )[0]
     return out if rows is x else out.reshape(x.shape)
+
+
+def pool_blocks(
+    kv: mx.array, score: mx.array, lo: int, n: int, ratio: int, dim: int, overlap: bool
+) -> mx.array:
+    """The softmax pooling [n, dim] of the ``n`` blocks whose rows start at row ``lo`` of kv and
+    score (``metal/pool_blocks.metal``; ``Compressor._pooled`` is the twin)."""
+    return _body_kernel("pool_blocks", ("kv", "score", "first"), ("pooled",))(
+        inputs=[kv, score.astype(kv.dtype), mx.array([lo], dtype=mx.int32)],
+        template=[("T_", kv.dtype), ("R", ratio), ("DIM", dim), ("OVERLAP", int(overlap))],
+        grid=(dim, n, 1),
+        threadgroup=(min(dim, MAX_THREADGROUP), 1, 1),
+        output_shapes=[(n, dim)],
+        output_dtypes=[kv.dtype],
+    )[0]
 
 
 def sparse_attention(

@@ -31,6 +31,9 @@
 //   input:  int32 T, func, has_bias, hashed, normalize | float32 scale | float32 logits [T, E] |
 //           float32 bias [E] | int32 hashed [T, TOPK]
 //   output: int32 indices [T, TOPK] | float32 weights [T, TOPK]
+//        metal_emulation pool_blocks <input> <output>  (-DDS4_POOL_R=... -DDS4_D=...)
+//   input:  int32 N, n, first, overlap | float32 kv [N, W] | float32 score [N, W]
+//           (W = D, or 2 D with overlap);  output: float32 [n, D]
 //        metal_emulation moe_combine <input> <output>  (-DDS4_TOPK=... -DDS4_D=...)
 //   input:  int32 T, R | float32 expert_out [R, TOPK, D] | float32 weights [T, TOPK] |
 //           float32 shared [T, D];  output: float32 [T, D]
@@ -217,6 +220,18 @@ void kernel(const float* logits, const int* logits_shape, const float* bias, con
 #include "moe_route.metal"
 }
 }  // namespace moe_route
+
+#ifndef DS4_POOL_R
+#define DS4_POOL_R 4
+#endif
+
+namespace pool_blocks {
+template <typename T_, uint R, uint DIM, int OVERLAP>
+void kernel(const T_* kv, const T_* score, const int* first, T_* pooled, const int* pooled_shape,
+            uint3 thread_position_in_grid) {
+#include "pool_blocks.metal"
+}
+}  // namespace pool_blocks
 
 namespace moe_combine {
 template <typename T_, uint K, uint D>
@@ -411,6 +426,33 @@ int run_moe_route(const char* in_path, const char* out_path) {
   return 0;
 }
 
+// One thread per output element, as the grid (D, n, 1) launches it, plus threads past the ends.
+int run_pool_blocks(const char* in_path, const char* out_path) {
+  std::FILE* input = std::fopen(in_path, "rb");
+  const auto sizes = read_values<int32_t>(input, 4);
+  const int N = sizes[0], n = sizes[1], overlap = sizes[3];
+  const size_t width = size_t(overlap ? 2 : 1) * DS4_D;
+  const auto kv = read_values<float>(input, N * width);
+  const auto score = read_values<float>(input, N * width);
+  std::fclose(input);
+  const int first[1] = {sizes[2]}, pooled_shape[2] = {n, DS4_D};
+  std::vector<float> pooled(size_t(n) * DS4_D, NAN);
+  for (uint block = 0; block < uint(n) + 1; ++block) {
+    for (uint c = 0; c < DS4_D + 2; ++c) {
+      const uint3 position{c, block, 0};
+      if (overlap) {
+        pool_blocks::kernel<float, DS4_POOL_R, DS4_D, 1>(kv.data(), score.data(), first,
+                                                         pooled.data(), pooled_shape, position);
+      } else {
+        pool_blocks::kernel<float, DS4_POOL_R, DS4_D, 0>(kv.data(), score.data(), first,
+                                                         pooled.data(), pooled_shape, position);
+      }
+    }
+  }
+  write_output(out_path, pooled);
+  return 0;
+}
+
 // One thread per output element, as the grid (D, T, 1) launches it, plus threads past the ends.
 int run_moe_combine(const char* in_path, const char* out_path) {
   std::FILE* input = std::fopen(in_path, "rb");
@@ -494,6 +536,9 @@ int main(int argc, char** argv) {
   }
   if (format == "moe_route") {
     return run_moe_route(argv[2], argv[3]);
+  }
+  if (format == "pool_blocks") {
+    return run_pool_blocks(argv[2], argv[3]);
   }
   if (format == "moe_combine") {
     return run_moe_combine(argv[2], argv[3]);

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 from ds4mlx import kernels
 from ds4mlx.diagnostics.metal_graph import metal_configuration
 from ds4mlx.kernels import metal, twins
+from ds4mlx.models.compressed_attention import Compressor
 from ds4mlx.models.moe import GatingFunc, gate_probs, route
 from ds4mlx.models.rope import RoPE, RopeConfig
 
@@ -82,6 +84,7 @@ def rope_emulator(tmp_path_factory) -> Path:
         DS4_SLOTS=4,
         DS4_ROPE_N=ROPE_DIMS,
         DS4_ROPE_OFFSET=HEAD_DIM - ROPE_DIMS,
+        DS4_POOL_R=POOL_RATIO,
     )
 
 
@@ -201,6 +204,28 @@ def test_emulated_moe_combine_kernel_matches_twin(emulator: Path, tmp_path, real
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
+POOL_RATIO = 4  # CSA
+
+
+@pytest.mark.parametrize(
+    "overlap, b0, n", [(True, 0, 3), (True, 5, 2), (False, 0, 1), (False, 7, 3)]
+)
+def test_emulated_pool_blocks_kernel_matches_twin(rope_emulator: Path, tmp_path, overlap, b0, n):
+    """Block 0 of a CSA compressor pools against a missing previous block (-inf scores)."""
+    r, dim = POOL_RATIO, HEAD_DIM
+    lo = r if overlap and b0 else 0  # CSA keeps the block before the first completed one
+    rows = lo + n * r + 2  # and rows of a block not yet completed
+    rng = np.random.default_rng(b0 + n)
+    width = (2 if overlap else 1) * dim
+    kv = rng.standard_normal((rows, width)).astype(np.float32)
+    score = (rng.standard_normal((rows, width)) * 3).astype(np.float32)
+    payload = np.array([rows, n, lo, overlap], np.int32).tobytes() + kv.tobytes() + score.tobytes()
+    got = emulate(rope_emulator, "pool_blocks", payload, tmp_path).reshape(n, dim)
+    twin = SimpleNamespace(ratio=r, dim=dim, overlap=overlap)
+    expected = Compressor._pooled(twin, mx.array(kv), mx.array(score), lo, n, b0)
+    np.testing.assert_allclose(got, np.array(expected), rtol=1e-5, atol=1e-5)
+
+
 def test_gpu_steps_launch_the_fused_mhc_kernels():
     """On the GPU (the Mac configuration) an mHC site after its projection and an expansion are
     one launch each, of the sizes the kernels declare."""
@@ -309,3 +334,18 @@ def test_metal_moe_route_and_combine_match_twins():
     routed = mx.sum(expert_out * weights[:3, :, None], axis=1)
     expected_sum = mx.concatenate([routed, mx.zeros((5, 64))]) + shared
     np.testing.assert_allclose(np.array(got), np.array(expected_sum), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not metal.metal_available(), reason=NO_METAL)
+@pytest.mark.parametrize("overlap, b0", [(True, 0), (True, 3), (False, 2)])
+def test_metal_pool_blocks_matches_twin(overlap, b0):
+    r, dim, n = POOL_RATIO, HEAD_DIM, 2
+    lo = r if overlap and b0 else 0
+    rng = np.random.default_rng(b0)
+    width = (2 if overlap else 1) * dim
+    kv = mx.array(rng.standard_normal((lo + n * r + 1, width)).astype(np.float32))
+    score = mx.array(rng.standard_normal((lo + n * r + 1, width)).astype(np.float32))
+    got = metal.pool_blocks(kv, score, lo, n, r, dim, overlap)
+    twin = SimpleNamespace(ratio=r, dim=dim, overlap=overlap)
+    expected = Compressor._pooled(twin, kv, score, lo, n, b0)
+    np.testing.assert_allclose(np.array(got), np.array(expected), rtol=1e-5, atol=1e-5)
