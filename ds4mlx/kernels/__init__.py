@@ -565,7 +565,10 @@ def indexer_top_k(
     q: mx.array, weights: mx.array, keys: mx.array, visible: mx.array, top_k: int
 ) -> mx.array:
     """The lightning indexer's top-k blocks for each row on its own (``twins.indexer_top_k``
-    says how): one native primitive on the CPU for the whole tile, a loop over rows else."""
+    says how): one native primitive on the CPU for the whole tile, in inference on the GPU one
+    Metal launch and one top-k for the whole tile, a loop over rows else."""
+    if _INFERENCE.get() and _metal_kernels() and keys.shape[0] >= top_k:
+        return metal.indexer_top_k(q, weights, keys, visible, top_k)
     if _native_cpu_ops() is None or keys.dtype != mx.float32:
         return twins.indexer_top_k(q, weights, keys, visible, top_k)
     return native_ops().indexer_top_k(q, weights, keys, visible, top_k)

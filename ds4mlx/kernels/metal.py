@@ -8,7 +8,8 @@ gather with one expert, so one kernel serves ``linear`` and ``gather_linear``. B
 block; ``metal/hc.metal`` is their header), ``metal/moe_route.metal`` and
 ``metal/moe_combine.metal`` (the MoE routing, and the weighted sum around the expert launches),
 ``metal/rope.metal`` (rotary embeddings from host angle tables), ``metal/pool_blocks.metal`` (a
-compressor's pooling of the blocks a chunk completes) and
+compressor's pooling of the blocks a chunk completes), ``metal/indexer_scores.metal`` (the
+lightning indexer's block scores of a whole tile) and
 ``metal/sparse_attention.metal`` (CSA attention over selected compressed rows). Semantics match
 ``kernels.twins`` (and ``models.rope``, ``models.moe`` for RoPE and the routing).
 """
@@ -299,6 +300,38 @@ def pool_blocks(
         output_shapes=[(n, dim)],
         output_dtypes=[kv.dtype],
     )[0]
+
+
+def indexer_top_k(
+    q: mx.array, weights: mx.array, keys: mx.array, visible: mx.array, top_k: int
+) -> mx.array:
+    """``twins.indexer_top_k`` for a whole tile: every row's block scores in one launch
+    (``metal/indexer_scores.metal``), then one top-k over all rows (``select_top_k``)."""
+    return select_top_k(indexer_scores(q, weights, keys, visible), visible, top_k)
+
+
+def indexer_scores(q: mx.array, weights: mx.array, keys: mx.array, visible: mx.array) -> mx.array:
+    """Each row's score of each block [T, N], -inf past the blocks the row sees."""
+    tokens, heads, dim = q.shape
+    blocks = keys.shape[0]
+    return _body_kernel("indexer_scores", ("q", "weights", "keys", "visible"), ("scores",))(
+        inputs=[q, weights.astype(mx.float32), keys.astype(q.dtype), visible.astype(mx.int32)],
+        template=[("T_", q.dtype), ("H", heads), ("D", dim)],
+        grid=(blocks, tokens, 1),
+        threadgroup=(min(blocks, MAX_THREADGROUP), 1, 1),
+        output_shapes=[(tokens, blocks)],
+        output_dtypes=[mx.float32],
+    )[0]
+
+
+def select_top_k(scores: mx.array, visible: mx.array, top_k: int) -> mx.array:
+    """int32 [T, top_k]: each row's ``top_k`` best blocks of ``scores`` [T, N] in ascending
+    order, -1 in unused slots, as ``twins.indexer_top_k`` chooses them (a stable sort: equal
+    scores keep the lower block; the -inf of unseen blocks sort last, so a row that sees at
+    most ``top_k`` blocks takes them all)."""
+    picked = mx.sort(mx.argsort(-scores, axis=-1)[:, :top_k], axis=-1)
+    slots = mx.arange(top_k, dtype=mx.int32)
+    return mx.where(slots < visible.astype(mx.int32)[:, None], picked.astype(mx.int32), -1)
 
 
 def sparse_attention(

@@ -34,6 +34,9 @@
 //        metal_emulation pool_blocks <input> <output>  (-DDS4_POOL_R=... -DDS4_D=...)
 //   input:  int32 N, n, first, overlap | float32 kv [N, W] | float32 score [N, W]
 //           (W = D, or 2 D with overlap);  output: float32 [n, D]
+//        metal_emulation indexer_scores <input> <output>  (-DDS4_IDX_H=... -DDS4_IDX_D=...)
+//   input:  int32 T, N | float32 q [T, H, D] | float32 weights [T, H] | float32 keys [N, D] |
+//           int32 visible [T];  output: float32 [T, N]
 //        metal_emulation moe_combine <input> <output>  (-DDS4_TOPK=... -DDS4_D=...)
 //   input:  int32 T, R | float32 expert_out [R, TOPK, D] | float32 weights [T, TOPK] |
 //           float32 shared [T, D];  output: float32 [T, D]
@@ -232,6 +235,20 @@ void kernel(const T_* kv, const T_* score, const int* first, T_* pooled, const i
 #include "pool_blocks.metal"
 }
 }  // namespace pool_blocks
+
+#ifndef DS4_IDX_H
+#define DS4_IDX_H 4
+#define DS4_IDX_D 32
+#endif
+
+namespace indexer_scores {
+template <typename T_, uint H, uint D>
+void kernel(const T_* q, const int* q_shape, const float* weights, const T_* keys,
+            const int* keys_shape, const int* visible, float* scores,
+            uint3 thread_position_in_grid) {
+#include "indexer_scores.metal"
+}
+}  // namespace indexer_scores
 
 namespace moe_combine {
 template <typename T_, uint K, uint D>
@@ -453,6 +470,29 @@ int run_pool_blocks(const char* in_path, const char* out_path) {
   return 0;
 }
 
+// One thread per (block, row), as the grid (N, T, 1) launches it, plus threads past the ends.
+int run_indexer_scores(const char* in_path, const char* out_path) {
+  std::FILE* input = std::fopen(in_path, "rb");
+  const auto sizes = read_values<int32_t>(input, 2);
+  const int T = sizes[0], N = sizes[1];
+  const auto q = read_values<float>(input, size_t(T) * DS4_IDX_H * DS4_IDX_D);
+  const auto weights = read_values<float>(input, size_t(T) * DS4_IDX_H);
+  const auto keys = read_values<float>(input, size_t(N) * DS4_IDX_D);
+  const auto visible = read_values<int32_t>(input, T);
+  std::fclose(input);
+  const int q_shape[3] = {T, DS4_IDX_H, DS4_IDX_D}, keys_shape[2] = {N, DS4_IDX_D};
+  std::vector<float> scores(size_t(T) * N, NAN);
+  for (uint t = 0; t < uint(T) + 1; ++t) {
+    for (uint j = 0; j < uint(N) + 2; ++j) {
+      indexer_scores::kernel<float, DS4_IDX_H, DS4_IDX_D>(q.data(), q_shape, weights.data(),
+                                                          keys.data(), keys_shape, visible.data(),
+                                                          scores.data(), uint3{j, t, 0});
+    }
+  }
+  write_output(out_path, scores);
+  return 0;
+}
+
 // One thread per output element, as the grid (D, T, 1) launches it, plus threads past the ends.
 int run_moe_combine(const char* in_path, const char* out_path) {
   std::FILE* input = std::fopen(in_path, "rb");
@@ -539,6 +579,9 @@ int main(int argc, char** argv) {
   }
   if (format == "pool_blocks") {
     return run_pool_blocks(argv[2], argv[3]);
+  }
+  if (format == "indexer_scores") {
+    return run_indexer_scores(argv[2], argv[3]);
   }
   if (format == "moe_combine") {
     return run_moe_combine(argv[2], argv[3]);

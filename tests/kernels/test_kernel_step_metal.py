@@ -85,6 +85,8 @@ def rope_emulator(tmp_path_factory) -> Path:
         DS4_ROPE_N=ROPE_DIMS,
         DS4_ROPE_OFFSET=HEAD_DIM - ROPE_DIMS,
         DS4_POOL_R=POOL_RATIO,
+        DS4_IDX_H=INDEX_HEADS,
+        DS4_IDX_D=INDEX_DIM,
     )
 
 
@@ -226,6 +228,29 @@ def test_emulated_pool_blocks_kernel_matches_twin(rope_emulator: Path, tmp_path,
     np.testing.assert_allclose(got, np.array(expected), rtol=1e-5, atol=1e-5)
 
 
+# DeepSeek-V4-Flash's indexer: 64 heads of 128 channels (its top-k, 512, is scaled down here).
+INDEX_HEADS, INDEX_DIM = 64, 128
+
+
+def test_emulated_indexer_top_k_matches_twin(rope_emulator: Path, tmp_path):
+    """Rows of a ragged verify tile: seeing fewer blocks than the top-k, more, and none (a
+    padding row); some blocks tie at zero (no head scores them positively)."""
+    rng = np.random.default_rng(40)
+    tokens, blocks, top_k = 8, 37, 16
+    visible = np.array([9, 35, 36, 37, 16, 0, 0, 0], np.int32)
+    q = rng.standard_normal((tokens, INDEX_HEADS, INDEX_DIM)).astype(np.float32)
+    weights = rng.uniform(0, 1, (tokens, INDEX_HEADS)).astype(np.float32)
+    keys = rng.standard_normal((blocks, INDEX_DIM)).astype(np.float32)
+    keys[[3, 7, 20]] = 0.0  # every score of these blocks is 0: ties, the lower block first
+    payload = np.array([tokens, blocks], np.int32).tobytes()
+    payload += q.tobytes() + weights.tobytes() + keys.tobytes() + visible.tobytes()
+    scores = emulate(rope_emulator, "indexer_scores", payload, tmp_path).reshape(tokens, blocks)
+    assert np.all(np.isneginf(scores[1, 35:])) and np.all(np.isneginf(scores[5]))
+    got = metal.select_top_k(mx.array(scores), mx.array(visible), top_k)
+    args = (mx.array(q), mx.array(weights), mx.array(keys), mx.array(visible))
+    np.testing.assert_array_equal(np.array(got), np.array(twins.indexer_top_k(*args, top_k)))
+
+
 def test_gpu_steps_launch_the_fused_mhc_kernels():
     """On the GPU (the Mac configuration) an mHC site after its projection and an expansion are
     one launch each, of the sizes the kernels declare."""
@@ -349,3 +374,17 @@ def test_metal_pool_blocks_matches_twin(overlap, b0):
     twin = SimpleNamespace(ratio=r, dim=dim, overlap=overlap)
     expected = Compressor._pooled(twin, kv, score, lo, n, b0)
     np.testing.assert_allclose(np.array(got), np.array(expected), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not metal.metal_available(), reason=NO_METAL)
+def test_metal_indexer_top_k_matches_twin():
+    rng = np.random.default_rng(41)
+    visible = mx.array(np.array([9, 35, 36, 37, 16, 0, 0, 0], np.int32))
+    args = (
+        mx.array(rng.standard_normal((8, INDEX_HEADS, INDEX_DIM)).astype(np.float32)),
+        mx.array(rng.uniform(0, 1, (8, INDEX_HEADS)).astype(np.float32)),
+        mx.array(rng.standard_normal((37, INDEX_DIM)).astype(np.float32)),
+        visible,
+    )
+    got = metal.indexer_top_k(*args, 16)
+    np.testing.assert_array_equal(np.array(got), np.array(twins.indexer_top_k(*args, 16)))
