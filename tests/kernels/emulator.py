@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ds4mlx.kernels import metal
 
+import numpy as np
 import pytest
 
 SOURCE = Path(__file__).with_name("metal_emulation.cpp")
@@ -36,3 +37,15 @@ def build_emulator(directory: Path, **defines: int) -> Path:
         capture_output=True,
     )
     return binary
+
+
+def emulate(binary: Path, mode: str, payload: bytes, directory: Path) -> np.ndarray:
+    """Run the emulator's ``mode`` on the input bytes ``payload`` (files in ``directory``): its
+    float32 output."""
+    (directory / "in.bin").write_bytes(payload)
+    subprocess.run(
+        [str(binary), mode, str(directory / "in.bin"), str(directory / "out.bin")],
+        check=True,
+        capture_output=True,
+    )
+    return np.fromfile(directory / "out.bin", dtype=np.float32)

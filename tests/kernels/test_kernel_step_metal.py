@@ -5,7 +5,6 @@ the CPU emulator here, the real kernels on a Mac; and the dispatch that sends a 
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -19,7 +18,7 @@ from ds4mlx.models.rope import RoPE, RopeConfig
 import mlx.core as mx
 import numpy as np
 import pytest
-from emulator import build_emulator
+from emulator import build_emulator, emulate
 
 NO_METAL = "Metal is not available (needs macOS on Apple silicon with MLX's Metal backend)"
 # DeepSeek-V4-Flash's mHC: 4 streams of its 4096-wide hidden state, 20 Sinkhorn rounds; its
@@ -56,18 +55,19 @@ def site_twin(case: dict[str, np.ndarray]) -> list[np.ndarray]:
     return [np.array(a) for a in twins.hc_site(*args, HC, ITERS, EPS)]
 
 
+# The sizes of the kernels a build does not test (the emulator always builds them all).
+OTHER_SIZES = {"DS4_K": 256, "DS4_N": 1, "DS4_ROWS": 8, "DS4_SLOTS": 4}
+
+
 @pytest.fixture(scope="module")
 def emulator(tmp_path_factory) -> Path:
-    # The other kernels' sizes are unused here but the emulator always builds them too.
+    """The mHC and MoE kernels at DS4-Flash's hidden width."""
     return build_emulator(
-        tmp_path_factory.mktemp("metal-mhc"),
-        DS4_K=256,
-        DS4_N=1,
-        DS4_ROWS=8,
+        tmp_path_factory.mktemp("metal-step"),
+        **OTHER_SIZES,
         DS4_HC=HC,
         DS4_ITERS=ITERS,
         DS4_D=D,
-        DS4_SLOTS=4,
         DS4_E=EXPERTS,
         DS4_TOPK=TOP_K,
     )
@@ -75,29 +75,17 @@ def emulator(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def rope_emulator(tmp_path_factory) -> Path:
+    """RoPE, pooling and the indexer at DS4-Flash's head and indexer widths."""
     return build_emulator(
-        tmp_path_factory.mktemp("metal-rope"),
-        DS4_K=256,
-        DS4_N=1,
-        DS4_ROWS=8,
+        tmp_path_factory.mktemp("metal-heads"),
+        **OTHER_SIZES,
         DS4_D=HEAD_DIM,
-        DS4_SLOTS=4,
         DS4_ROPE_N=ROPE_DIMS,
         DS4_ROPE_OFFSET=HEAD_DIM - ROPE_DIMS,
         DS4_POOL_R=POOL_RATIO,
         DS4_IDX_H=INDEX_HEADS,
         DS4_IDX_D=INDEX_DIM,
     )
-
-
-def emulate(emulator: Path, mode: str, payload: bytes, tmp_path: Path) -> np.ndarray:
-    (tmp_path / "in.bin").write_bytes(payload)
-    subprocess.run(
-        [str(emulator), mode, str(tmp_path / "in.bin"), str(tmp_path / "out.bin")],
-        check=True,
-        capture_output=True,
-    )
-    return np.fromfile(tmp_path / "out.bin", dtype=np.float32)
 
 
 @pytest.mark.parametrize("tokens", TOKENS)
