@@ -5,10 +5,17 @@ and decoder) + the format's lookup tables; the body is ``metal/linear.metal``, t
 shared by every format, its threadgroup shape chosen per (out features, x rows) by
 ``matvec_launch``. A plain matmul is the gather with one expert, so one kernel serves ``linear``
 and ``gather_linear`` (every selected expert of a tile in one launch). Besides:
-``metal/sinkhorn.metal`` (fused mHC Sinkhorn) and ``metal/sparse_attention.metal`` (CSA/HCA
+``metal/sinkhorn.metal`` (fused mHC Sinkhorn), ``metal/hc_site.metal`` and
+``metal/hc_expand.metal`` (a whole mHC site after its projection, and the expansion after a
+block; ``metal/hc.metal`` is their header), ``metal/moe_route.metal`` and
+``metal/moe_combine.metal`` (the MoE routing, and the weighted sum around the expert launches),
+``metal/rope.metal`` (rotary embeddings from host angle tables), ``metal/pool_blocks.metal`` (a
+compressor's pooling of the blocks a chunk completes), ``metal/indexer_scores.metal`` (the
+lightning indexer's block scores of a whole tile) and ``metal/sparse_attention.metal`` (CSA/HCA
 attention over selected compressed rows, 8 query heads sharing each key read). No template
 argument follows the context length, so a session compiles each kernel once. Semantics match
-``kernels.twins``; tests/kernels/metal_emulation.cpp runs and measures the sources without a Mac.
+``kernels.twins`` (and ``models.rope``, ``models.moe`` for RoPE and the routing);
+tests/kernels/metal_emulation.cpp runs and measures the sources without a Mac.
 """
 
 from __future__ import annotations
@@ -74,6 +81,12 @@ def attention_heads_per_group(heads: int) -> int:
     """Query heads one sparse-attention threadgroup serves: the largest divisor of ``heads``
     up to 8, so each key row is read once per group of (usually) 8 heads."""
     return max(g for g in range(1, MAX_ATTENTION_HEADS_PER_GROUP + 1) if heads % g == 0)
+
+
+def attention_head_dim_fits(dim: int) -> bool:
+    """Whether the sparse-attention kernel serves heads of ``dim`` channels: whole simdgroup
+    strides, and key rows small enough to stage in threadgroup memory."""
+    return dim % SIMD_WIDTH == 0 and dim <= MAX_ATTENTION_HEAD_DIM
 
 
 def table_words(qtype: GGMLQuantizationType) -> np.ndarray:
@@ -151,13 +164,16 @@ def gather_linear(
 
 
 @cache
-def _body_kernel(name: str, inputs: tuple[str, ...]):
-    """A kernel whose whole body is ``metal/<name>.metal``."""
+def _body_kernel(
+    name: str, inputs: tuple[str, ...], outputs: tuple[str, ...] = ("out",), header: str = ""
+):
+    """A kernel whose whole body is ``metal/<name>.metal`` (after ``metal/<header>.metal``)."""
     return mx.fast.metal_kernel(
         name=f"ds4_{name}",
         input_names=list(inputs),
-        output_names=["out"],
+        output_names=list(outputs),
         source=(METAL_SOURCE_DIR / f"{name}.metal").read_text(),
+        header=(METAL_SOURCE_DIR / f"{header}.metal").read_text() if header else "",
     )
 
 
@@ -178,7 +194,7 @@ def _sinkhorn_kernel(comb: mx.array, iters: int, eps: float) -> mx.array:
     hc = comb.shape[-1]
     flat = comb.astype(mx.float32).reshape(-1, hc, hc)
     n = flat.shape[0]
-    out = _body_kernel("sinkhorn", ("comb", "eps"))(
+    out = _body_kernel("sinkhorn", ("comb", "eps"), header="hc")(
         inputs=[flat, mx.array([eps], dtype=mx.float32)],
         template=[("HC", hc), ("ITERS", iters)],
         grid=(n, 1, 1),
@@ -187,6 +203,205 @@ def _sinkhorn_kernel(comb: mx.array, iters: int, eps: float) -> mx.array:
         output_dtypes=[mx.float32],
     )[0]
     return out.reshape(comb.shape)
+
+
+def hc_site(
+    x: mx.array, mixes: mx.array, scale: mx.array, base: mx.array, hc: int, iters: int, eps: float
+) -> tuple[mx.array, mx.array, mx.array]:
+    """``twins.hc_site`` in one launch, differentiated through the twin."""
+    return _hc_site_function(hc, iters, eps)(x, mixes, scale, base)
+
+
+@cache
+def _hc_site_function(hc: int, iters: int, eps: float):
+    return with_twin_gradient(
+        lambda x, m, s, b: hc_site_kernel(x, m, s, b, hc, iters, eps),
+        lambda x, m, s, b: twins.hc_site(x, m, s, b, hc, iters, eps),
+    )
+
+
+def hc_site_kernel(
+    x: mx.array, mixes: mx.array, scale: mx.array, base: mx.array, hc: int, iters: int, eps: float
+) -> tuple[mx.array, mx.array, mx.array]:
+    """(block input [T, D], post [T, hc], comb [T, hc, hc]) of streams x [T, hc, D] from their
+    projected mixes [T, (2 + hc) * hc] (``metal/hc_site.metal``)."""
+    tokens, _, dim = x.shape
+    y, post, comb = _body_kernel(
+        "hc_site", ("x", "mixes", "scale", "base", "eps"), ("y", "post", "comb"), header="hc"
+    )(
+        inputs=[
+            x,
+            mixes.astype(mx.float32),
+            scale.astype(mx.float32),
+            base.astype(mx.float32),
+            mx.array([eps], dtype=mx.float32),
+        ],
+        template=[("T_", x.dtype), ("HC", hc), ("D", dim), ("ITERS", iters)],
+        grid=(dim, tokens, 1),
+        threadgroup=(min(dim, MAX_THREADGROUP), 1, 1),
+        output_shapes=[(tokens, dim), (tokens, hc), (tokens, hc, hc)],
+        output_dtypes=[x.dtype, mx.float32, mx.float32],
+    )
+    return y, post, comb
+
+
+def hc_expand(out: mx.array, residual: mx.array, post: mx.array, comb: mx.array) -> mx.array:
+    """``twins.hc_expand`` in one launch, differentiated through the twin."""
+    return _hc_expand_function()(out, residual, post, comb)
+
+
+@cache
+def _hc_expand_function():
+    return with_twin_gradient(hc_expand_kernel, twins.hc_expand)
+
+
+def hc_expand_kernel(out: mx.array, residual: mx.array, post: mx.array, comb: mx.array) -> mx.array:
+    """The streams [T, hc, D] after a block (``metal/hc_expand.metal``)."""
+    tokens, hc, dim = residual.shape
+    return _body_kernel("hc_expand", ("out", "residual", "post", "comb"), ("streams",))(
+        inputs=[
+            out.astype(residual.dtype),
+            residual,
+            post.astype(mx.float32),
+            comb.astype(mx.float32),
+        ],
+        template=[("T_", residual.dtype), ("HC", hc), ("D", dim)],
+        grid=(dim, hc, tokens),
+        threadgroup=(min(dim, MAX_THREADGROUP), 1, 1),
+        output_shapes=[residual.shape],
+        output_dtypes=[residual.dtype],
+    )[0]
+
+
+def moe_route(
+    logits: mx.array,
+    bias: mx.array | None,
+    hashed: mx.array | None,
+    *,
+    n_used: int,
+    func: int,
+    normalize: bool,
+    scale: float,
+) -> tuple[mx.array, mx.array]:
+    """Every row's chosen experts int32 [T, k] and their weights float32 [T, k] from the router
+    logits [T, E] (``metal/moe_route.metal``; ``models.moe.route`` is the twin)."""
+    tokens, experts = logits.shape
+    indices, weights = _body_kernel(
+        "moe_route", ("logits", "bias", "hashed", "scale"), ("indices", "weights"), header="moe"
+    )(
+        inputs=[
+            logits.astype(mx.float32),
+            mx.zeros((1,), mx.float32) if bias is None else bias.astype(mx.float32),
+            mx.zeros((1,), mx.int32) if hashed is None else hashed.astype(mx.int32),
+            mx.array([scale], dtype=mx.float32),
+        ],
+        template=[
+            ("E", experts),
+            ("K", n_used),
+            ("FUNC", func),
+            ("HAS_BIAS", int(bias is not None)),
+            ("HASHED", int(hashed is not None)),
+            ("NORMALIZE", int(normalize)),
+        ],
+        grid=(tokens, 1, 1),
+        threadgroup=(min(tokens, MAX_THREADGROUP), 1, 1),
+        output_shapes=[(tokens, n_used), (tokens, n_used)],
+        output_dtypes=[mx.int32, mx.float32],
+    )
+    return indices, weights
+
+
+def moe_combine(expert_out: mx.array, weights: mx.array, shared: mx.array) -> mx.array:
+    """``shared`` [T, D] plus, in its first R rows, the chosen experts' outputs [R, k, D]
+    weighted by ``weights`` [T, k] and summed (``metal/moe_combine.metal``)."""
+    tokens, dim = shared.shape
+    return _body_kernel("moe_combine", ("expert_out", "weights", "shared"))(
+        inputs=[expert_out.astype(shared.dtype), weights.astype(mx.float32), shared],
+        template=[("T_", shared.dtype), ("K", weights.shape[1]), ("D", dim)],
+        grid=(dim, tokens, 1),
+        threadgroup=(min(dim, MAX_THREADGROUP), 1, 1),
+        output_shapes=[shared.shape],
+        output_dtypes=[shared.dtype],
+    )[0]
+
+
+def rope(
+    x: mx.array,
+    cos: mx.array,
+    sin: mx.array,
+    offset: int,
+    n_dims: int,
+    interleaved: bool,
+    inverse: bool,
+) -> mx.array:
+    """``models.rope.RoPE.apply`` of x [T, D] or [T, M, D] (other ranks are reshaped to that)
+    from its angle tables cos/sin [T, n_dims / 2] (``metal/rope.metal``)."""
+    tokens, dim = x.shape[0], x.shape[-1]
+    rows = x if x.ndim in (2, 3) else x.reshape(tokens, -1, dim)
+    per_token = rows.shape[1] if rows.ndim == 3 else 1
+    out = _body_kernel("rope", ("x", "cosines", "sines"))(
+        inputs=[rows, cos.astype(mx.float32), sin.astype(mx.float32)],
+        template=[
+            ("T_", x.dtype),
+            ("D", dim),
+            ("N", n_dims),
+            ("OFFSET", offset),
+            ("INTERLEAVED", int(interleaved)),
+            ("INVERSE", int(inverse)),
+        ],
+        grid=(dim, per_token, tokens),
+        threadgroup=(min(dim, MAX_THREADGROUP), 1, 1),
+        output_shapes=[rows.shape],
+        output_dtypes=[x.dtype],
+    )[0]
+    return out if rows is x else out.reshape(x.shape)
+
+
+def pool_blocks(
+    kv: mx.array, score: mx.array, lo: int, n: int, ratio: int, dim: int, overlap: bool
+) -> mx.array:
+    """The softmax pooling [n, dim] of the ``n`` blocks whose rows start at row ``lo`` of kv and
+    score (``metal/pool_blocks.metal``; ``Compressor._pooled`` is the twin)."""
+    return _body_kernel("pool_blocks", ("kv", "score", "first"), ("pooled",))(
+        inputs=[kv, score.astype(kv.dtype), mx.array([lo], dtype=mx.int32)],
+        template=[("T_", kv.dtype), ("R", ratio), ("DIM", dim), ("OVERLAP", int(overlap))],
+        grid=(dim, n, 1),
+        threadgroup=(min(dim, MAX_THREADGROUP), 1, 1),
+        output_shapes=[(n, dim)],
+        output_dtypes=[kv.dtype],
+    )[0]
+
+
+def indexer_top_k(
+    q: mx.array, weights: mx.array, keys: mx.array, visible: mx.array, top_k: int
+) -> mx.array:
+    """``twins.indexer_top_k`` for a whole tile: every row's block scores in one launch
+    (``metal/indexer_scores.metal``), then one top-k over all rows (``select_top_k``)."""
+    return select_top_k(indexer_scores(q, weights, keys, visible), visible, top_k)
+
+
+def indexer_scores(q: mx.array, weights: mx.array, keys: mx.array, visible: mx.array) -> mx.array:
+    """Each row's score of each block [T, N], -inf past the blocks the row sees."""
+    tokens, heads, dim = q.shape
+    blocks = keys.shape[0]
+    return _body_kernel("indexer_scores", ("q", "weights", "keys", "visible"), ("scores",))(
+        inputs=[q, weights.astype(mx.float32), keys.astype(q.dtype), visible.astype(mx.int32)],
+        template=[("T_", q.dtype), ("H", heads), ("D", dim)],
+        grid=(blocks, tokens, 1),
+        threadgroup=(min(blocks, MAX_THREADGROUP), 1, 1),
+        output_shapes=[(tokens, blocks)],
+        output_dtypes=[mx.float32],
+    )[0]
+
+
+def select_top_k(scores: mx.array, visible: mx.array, top_k: int) -> mx.array:
+    """int32 [T, top_k]: each row's ``top_k`` best blocks of ``scores`` [T, N] in ascending
+    order, -1 in unused slots, as ``twins.indexer_top_k`` chooses them (a stable sort: equal
+    scores keep the lower block; the -inf of unseen blocks sort last, so a row that sees at
+    most ``top_k`` blocks takes them all)."""
+    picked = mx.sort(mx.argsort(-scores, axis=-1)[:, :top_k], axis=-1)
+    slots = mx.arange(top_k, dtype=mx.int32)
+    return mx.where(slots < visible.astype(mx.int32)[:, None], picked.astype(mx.int32), -1)
 
 
 def sparse_attention(
@@ -200,7 +415,7 @@ def sparse_attention(
 ) -> mx.array:
     """``twins.sparse_attention`` without the gathered key copy; head dims that are not a
     multiple of the SIMD width, or wider than the kernel stages, fall back to the twin."""
-    if q.shape[-1] % SIMD_WIDTH or q.shape[-1] > MAX_ATTENTION_HEAD_DIM:
+    if not attention_head_dim_fits(q.shape[-1]):
         return twins.sparse_attention(q, window, window_range, comp, comp_index, sinks, scale)
     return _sparse_attention_function(scale)(q, window, window_range, comp, comp_index, sinks)
 

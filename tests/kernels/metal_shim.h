@@ -266,6 +266,8 @@ A max(A a, A b) {
   return a > b ? a : b;
 }
 inline float exp(float value) { return std::exp(value); }
+inline float log(float value) { return std::log(value); }
+inline float sqrt(float value) { return std::sqrt(value); }
 
 enum class mem_flags { mem_none, mem_device, mem_threadgroup };
 
