@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -15,6 +16,7 @@ from ds4mlx.engine.tokenizer import NumericTokenizer, Tokenizer, load_tokenizer
 from ds4mlx.experts import ExpertOptions, ExpertStats, ExpertStore, open_expert_store
 from ds4mlx.gguf import DEFAULT_WEIGHT_MODE, WEIGHT_MODES, GGUFError, GGUFFile, open_gguf
 from ds4mlx.kernels.native import native_ops
+from ds4mlx.memory import gpu_working_set_bytes, wire_model
 from ds4mlx.models import model_class_for
 from ds4mlx.models.moe import link_expert_prefetch, moe_layers
 
@@ -171,6 +173,10 @@ def load_model(
     except BaseException:
         store.close()
         raise
+    # On a Mac, a model near the GPU's working set is wired (resident weights: all it holds).
+    note = wire_model(mx.get_active_memory(), gpu_working_set_bytes())
+    if note is not None:
+        print(f"ds4mlx: {note}", file=sys.stderr, flush=True)
     return LoadedModel(path, gguf_file, network, dtype, store)
 
 

@@ -58,3 +58,45 @@ def peak_rss_bytes() -> int:
         return peak
     scale = 1 if sys.platform == "darwin" else 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
+
+
+# On Apple silicon the GPU wires at most its recommended working set, by default about this
+# share of memory (on machines above 36 GB; less below): a model needing more stays resident
+# only with a higher ``sysctl iogpu.wired_limit_mb``.
+GPU_WIRED_SHARE = 0.75
+# A model above this share of the working set gets MLX's wired limit raised to all of it, so
+# that its weights are not paged out between steps (mlx-lm's rule).
+WIRE_SHARE = 0.9
+
+
+def gpu_working_set_bytes() -> int | None:
+    """The GPU's recommended working set (Metal's ``max_recommended_working_set_size``); None
+    without Metal."""
+    import mlx.core as mx
+
+    if not mx.metal.is_available():
+        return None
+    return int(mx.device_info()["max_recommended_working_set_size"])
+
+
+def wired_limit_sysctl(needed_bytes: int) -> str:
+    """The command that lets the GPU wire ``needed_bytes`` on macOS."""
+    return f"sudo sysctl iogpu.wired_limit_mb={-(-needed_bytes // 2**20)}"
+
+
+def wire_model(model_bytes: int, working_set: int | None) -> str | None:
+    """Raise MLX's wired limit to the GPU's ``working_set`` when a model of ``model_bytes``
+    comes close to it; returns what was done (and, when the model exceeds the working set,
+    the sysctl that would let it stay resident), or None when nothing was."""
+    if working_set is None or model_bytes <= WIRE_SHARE * working_set:
+        return None
+    import mlx.core as mx
+
+    mx.set_wired_limit(working_set)
+    note = (
+        f"the model takes {format_size(model_bytes)} of the GPU's {format_size(working_set)} "
+        "working set: wired limit raised to all of it"
+    )
+    if model_bytes > working_set:
+        note += f"; it does not fit: {wired_limit_sysctl(int(model_bytes * 1.1))} (then reload)"
+    return note

@@ -3,16 +3,20 @@
 evaluation time, the same for a verify pass, and the projection to DeepSeek-V4-Flash's 43 layers.
 
 Counts are exact and deterministic; times are medians of ``--steps`` repeats of the same step.
-``--json`` prints one JSON object instead of the tables.
+``--json`` prints one JSON object instead of the tables. ``--backend metal`` builds the step as a
+Mac would, on any machine (``ds4mlx.diagnostics.metal_graph``): its counts are a Mac's, its
+times are not (stand-ins compute nothing). Dispatches are the primitives that are not views.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from contextlib import nullcontext
 
 import ds4mlx
 from ds4mlx.diagnostics.graph import BLOCKS, FLASH_RATIOS, count_step, project_to_ratios, time_step
+from ds4mlx.diagnostics.metal_graph import dispatches, metal_configuration
 
 
 def measure(network, state, tokens: list[int], steps: int) -> dict:
@@ -21,6 +25,7 @@ def measure(network, state, tokens: list[int], steps: int) -> dict:
     return {
         "rows": len(tokens),
         "primitives": count.uncut_total,
+        "dispatches": dispatches(count.uncut_names),
         "primitives_counted_by_layer": count.total,
         "per_block": {b: count.per_block.get(b, 0) for b in BLOCKS},
         "per_layer": {str(k): v for k, v in count.per_layer.items()},
@@ -42,11 +47,33 @@ def main() -> None:
     )
     parser.add_argument("--verify-rows", type=int, default=6)
     parser.add_argument("--steps", type=int, default=30, help="timed repeats (median)")
-    parser.add_argument("--weights-dtype", default="auto", choices=("auto", "f32", "native"))
+    parser.add_argument(
+        "--weights-dtype",
+        default="auto",
+        choices=("auto", "f32", "native"),
+        help="auto: this machine's default, native with --backend metal (a Mac's)",
+    )
+    parser.add_argument(
+        "--backend",
+        default="cpu",
+        choices=("cpu", "metal"),
+        help="the graph this machine builds, or the one a Mac builds (default cpu)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
+    weights_dtype = args.weights_dtype
+    if args.backend == "metal" and weights_dtype == "auto":
+        weights_dtype = "native"
+    with metal_configuration() if args.backend == "metal" else nullcontext():
+        report = run(args, weights_dtype)
+    if args.json:
+        print(json.dumps(report, indent=1))
+    else:
+        print_tables(report)
 
-    model = ds4mlx.load_model(args.model, weights_dtype=args.weights_dtype)
+
+def run(args: argparse.Namespace, weights_dtype: str) -> dict:
+    model = ds4mlx.load_model(args.model, weights_dtype=weights_dtype)
     vocab = model.args.vocab_size
     session = model.new_session()
     session.feed([(i * 7919 + 13) % vocab for i in range(args.context)])
@@ -61,10 +88,14 @@ def main() -> None:
         flash = project_to_ratios(decode.pop("_count"), ratios, FLASH_RATIOS)
     decode.pop("_count", None)
     verify.pop("_count")
-    report = {
+    return {
         "model": args.model,
+        "summary": model.args_summary(),
+        "backend": args.backend,
+        "weights_dtype": weights_dtype,
         "context": args.context,
         "primitives_per_token": decode["primitives"],
+        "dispatches_per_token": decode["dispatches"],
         "per_block": decode["per_block"],
         "per_layer": decode["per_layer"],
         "build_ms": decode["build_ms"],
@@ -73,16 +104,24 @@ def main() -> None:
         "verify": verify,
         "flash_43_layer_primitives_per_token": flash,
     }
-    if args.json:
-        print(json.dumps(report, indent=1))
-        return
-    print(f"model: {args.model} ({model.args_summary()}); step after {args.context} tokens\n")
-    print("| step | rows | primitives | " + " | ".join(BLOCKS) + " | build ms | eval ms |")
-    print("|---|---:|---:|" + "---:|" * len(BLOCKS) + "---:|---:|")
-    for name, row in (("decode", decode), (f"verify {args.verify_rows}", verify)):
+
+
+def print_tables(report: dict) -> None:
+    decode, verify = report["decode"], report["verify"]
+    print(
+        f"model: {report['model']} ({report['summary']}); {report['backend']} configuration, "
+        f"{report['weights_dtype']} weights; step after {report['context']} tokens\n"
+    )
+    print(
+        "| step | rows | primitives | dispatches | "
+        + " | ".join(BLOCKS)
+        + " | build ms | eval ms |"
+    )
+    print("|---|---:|---:|---:|" + "---:|" * len(BLOCKS) + "---:|---:|")
+    for name, row in (("decode", decode), (f"verify {verify['rows']}", verify)):
         blocks = " | ".join(str(row["per_block"][b]) for b in BLOCKS)
         print(
-            f"| {name} | {row['rows']} | {row['primitives']} | {blocks} | "
+            f"| {name} | {row['rows']} | {row['primitives']} | {row['dispatches']} | {blocks} | "
             f"{row['build_ms']:.2f} | {row['eval_ms']:.2f} |"
         )
     print("\nper layer (decode): " + ", ".join(f"{k}: {v}" for k, v in decode["per_layer"].items()))
@@ -90,6 +129,7 @@ def main() -> None:
         "most frequent (decode): "
         + ", ".join(f"{k} {v}" for k, v in decode["top_primitives"].items())
     )
+    flash = report["flash_43_layer_primitives_per_token"]
     if flash is not None:
         print(f"\nprojected to DeepSeek-V4-Flash's 43 layers: {flash} primitives per token")
 

@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 
 from ds4mlx.bench import compare, suite
+from ds4mlx.bench.machine import machine_description
+from ds4mlx.diagnostics import kernels as kernel_bench
 
 
 def _sections(text: str) -> tuple[str, ...]:
@@ -154,6 +156,12 @@ def build_parser() -> argparse.ArgumentParser:
         "> 10%% as 'regression' (exit status 1)",
     )
     parser.add_argument(
+        "--kernels",
+        action="store_true",
+        help="only time each kernel against the MLX code it replaces, with its GB/s and, on a "
+        "Mac, its share of the chip's bandwidth",
+    )
+    parser.add_argument(
         "--plot",
         type=Path,
         metavar="DIR",
@@ -232,6 +240,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.kernels:
+        print(f"machine: {machine_description()}\n{kernel_bench.report()}")
+        return 0
     baseline = None if args.compare is None else _read_baseline(parser, args.compare)
     _check(parser, args)
     config = _config(args, argv)

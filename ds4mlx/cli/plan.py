@@ -20,7 +20,12 @@ from ds4mlx.generation import (
     plan_model,
 )
 from ds4mlx.loader import resolve_weights_dtype
-from ds4mlx.memory import available_memory_bytes, physical_memory_bytes
+from ds4mlx.memory import (
+    GPU_WIRED_SHARE,
+    available_memory_bytes,
+    physical_memory_bytes,
+    wired_limit_sysctl,
+)
 
 
 def parse_memory(text: str) -> int:
@@ -60,7 +65,13 @@ def describe(plan: MemoryPlan, memories: list[tuple[int, str]]) -> str:
         f"  KV cache        {kv}",
     ]
     for memory, label in memories:
-        lines.append(f"  {label}: {_verdict_line(plan, plan.verdict(memory))}")
+        verdict = plan.verdict(memory)
+        lines.append(f"  {label}: {_verdict_line(plan, verdict)}")
+        if verdict.kind == "resident" and verdict.needed_bytes > GPU_WIRED_SHARE * memory:
+            lines.append(
+                f"    on a Mac the GPU wires about {GPU_WIRED_SHARE:.0%} of memory by default: "
+                f"{wired_limit_sysctl(verdict.needed_bytes)} keeps it resident"
+            )
     return "\n".join(lines)
 
 

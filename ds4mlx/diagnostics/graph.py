@@ -76,6 +76,7 @@ class GraphCount:
     per_block: Counter = field(default_factory=Counter)
     per_layer: Counter = field(default_factory=Counter)
     per_name: Counter = field(default_factory=Counter)
+    uncut_names: list[str] = field(default_factory=list)  # the uncut graph's primitives
 
 
 class _Profiler:
@@ -234,7 +235,7 @@ def count_step(network: Any, state: Any, tokens: Sequence[int]) -> GraphCount:
     uncut: list[tuple[Any, ...]] = []
     with _patched(network, None, uncut):
         network.forward(ids, state.copy())
-    total = len(primitive_names(*_arrays(uncut, [])))
+    uncut_names = primitive_names(*_arrays(uncut, []))
     # Layers as they run: cuts between layers split no compiled tile.
     layers = _Profiler(mx.eval)
     with _patched(network, layers, None, pieces=False):
@@ -247,7 +248,8 @@ def count_step(network: Any, state: Any, tokens: Sequence[int]) -> GraphCount:
     count.per_layer = Counter(dict(sorted(count.per_layer.items())))
     count.per_block = blocks.count.per_block
     count.attributed_total = blocks.count.total
-    count.uncut_total = total
+    count.uncut_total = len(uncut_names)
+    count.uncut_names = uncut_names
     return count
 
 

@@ -29,6 +29,7 @@ from ds4mlx.kernels.twins import swiglu
 from ds4mlx.kernels.weights import PackedWeight, QuantizedWeight, RowCodes, Weight
 
 import mlx.core as mx
+import numpy as np
 
 KERNEL_CHOICES = ("auto", "metal", "mlx")
 
@@ -53,8 +54,13 @@ _backend = metal if PACKED_KERNELS == "metal" else twins
 
 def _expert_grid(w: QuantizedWeight | PackedWeight) -> mx.array:
     """Indices of every matrix in a stacked weight [..., out, in], shaped like its leading dims."""
-    leading = w.shape[:-2]
-    return mx.arange(math.prod(leading), dtype=mx.uint32).reshape(leading)
+    return _index_grid(tuple(w.shape[:-2]))
+
+
+@cache
+def _index_grid(leading: tuple[int, ...]) -> mx.array:
+    # Made on the host: a constant, not two primitives (arange, reshape) on every call.
+    return mx.array(np.arange(math.prod(leading), dtype=np.uint32).reshape(leading))
 
 
 # The [..., in, out] copies of frozen weights (``freeze``), by the id of the [..., out, in] view
@@ -264,6 +270,12 @@ def _native_cpu_ops() -> ModuleType | None:
     return native_ops()
 
 
+def _metal_kernels() -> bool:
+    """Whether the fused Metal kernels run: Metal is the packed-weight backend (``PACKED_KERNELS``)
+    and the default device is the GPU."""
+    return _backend is metal and mx.default_device() != mx.cpu
+
+
 def _inference_ops() -> ModuleType | None:
     """The native CPU operations where inference-only ones may run (``inference``)."""
     return _native_cpu_ops() if _INFERENCE.get() else None
@@ -298,6 +310,20 @@ def hc_mixes(
     return twins.hc_mixes(mixes, scale, base, hc, iters, eps, sinkhorn_fn=_backend.sinkhorn)
 
 
+def hc_site(
+    x: mx.array, mixes: mx.array, scale: mx.array, base: mx.array, hc: int, iters: int, eps: float
+) -> tuple[mx.array, mx.array, mx.array]:
+    """An mHC site after its projection (``twins.hc_site`` says how): the streams x [T, hc, D]
+    collapsed into the block input [T, D], post and comb. One Metal launch on the GPU
+    (``metal/hc_site.metal``); ``hc_mixes`` and the collapse else."""
+    if _metal_kernels():
+        if _INFERENCE.get():
+            return metal.hc_site_kernel(x, mixes, scale, base, hc, iters, eps)
+        return metal.hc_site(x, mixes, scale, base, hc, iters, eps)
+    pre, post, comb = hc_mixes(mixes, scale, base, hc, iters, eps)
+    return (pre[:, None, :] @ x)[:, 0], post, comb
+
+
 def hc_pre(
     x: mx.array,
     fn: Weight,
@@ -323,7 +349,11 @@ def hc_pre(
 
 def hc_expand(out: mx.array, residual: mx.array, post: mx.array, comb: mx.array) -> mx.array:
     """The mHC streams after a block (``twins.hc_expand`` says how): one native primitive on
-    the CPU."""
+    the CPU, one Metal launch on the GPU (``metal/hc_expand.metal``)."""
+    if _metal_kernels():
+        if _INFERENCE.get():
+            return metal.hc_expand_kernel(out, residual, post, comb)
+        return metal.hc_expand(out, residual, post, comb)
     if _native_cpu_ops() is None or residual.dtype != mx.float32:
         return twins.hc_expand(out, residual, post, comb)
     if _INFERENCE.get():
@@ -413,7 +443,12 @@ def moe_route(
     scale: float,
 ) -> tuple[mx.array, mx.array] | None:
     """``moe_tile``'s routing alone (the experts [T, k] and their weights for the first
-    ``rows`` rows), for experts that are not all resident; None where it does not apply."""
+    ``rows`` rows), for experts that are not all resident, and every tile on the GPU (one
+    Metal launch, ``metal/moe_route.metal``, for all rows); None where it does not apply."""
+    if _INFERENCE.get() and _metal_kernels():
+        return metal.moe_route(
+            logits, bias, hashed, n_used=n_used, func=func, normalize=normalize, scale=scale
+        )
     ops = _inference_ops()
     if ops is None:
         return None
@@ -430,8 +465,12 @@ def moe_combine(
     shared_limit: float,
 ) -> mx.array | None:
     """``moe_tile``'s sum alone: the routed experts' outputs [R, k, D] of the first R rows
-    weighted and summed, plus the shared expert ([T, D], zeros past R); None where it does not
-    apply."""
+    weighted and summed, plus the shared expert ([T, D], zeros past R): on the GPU the shared
+    expert's matmuls and then one Metal launch (``metal/moe_combine.metal``); None where it
+    does not apply."""
+    if _INFERENCE.get() and _metal_kernels():
+        shared = linear(swiglu(shared_gate, shared_up, shared_limit), shared_down)
+        return metal.moe_combine(expert_out, weights, shared)
     ops, down_t = _inference_ops(), _frozen_float32(shared_down)
     if ops is None or down_t is None:
         return None
@@ -514,6 +553,11 @@ def sparse_attention(
                 q, window, window_range, comp, comp_index, sinks, scale
             )
         return _native_sparse_attention(scale)(q, window, window_range, comp, comp_index, sinks)
+    if _INFERENCE.get() and _metal_kernels() and metal.attention_head_dim_fits(q.shape[-1]):
+        # No gradient is taken: the kernel without its twin-gradient wrapper (a primitive less).
+        return metal._sparse_attention_kernel(
+            q, window, window_range, comp, comp_index, sinks, scale
+        )
     return _backend.sparse_attention(q, window, window_range, comp, comp_index, sinks, scale)
 
 
@@ -521,7 +565,10 @@ def indexer_top_k(
     q: mx.array, weights: mx.array, keys: mx.array, visible: mx.array, top_k: int
 ) -> mx.array:
     """The lightning indexer's top-k blocks for each row on its own (``twins.indexer_top_k``
-    says how): one native primitive on the CPU for the whole tile, a loop over rows else."""
+    says how): one native primitive on the CPU for the whole tile, in inference on the GPU one
+    Metal launch and one top-k for the whole tile, a loop over rows else."""
+    if _INFERENCE.get() and _metal_kernels() and keys.shape[0] >= top_k:
+        return metal.indexer_top_k(q, weights, keys, visible, top_k)
     if _native_cpu_ops() is None or keys.dtype != mx.float32:
         return twins.indexer_top_k(q, weights, keys, visible, top_k)
     return native_ops().indexer_top_k(q, weights, keys, visible, top_k)
@@ -533,7 +580,10 @@ def pool_blocks(
     """A compressor's softmax pooling of ``n`` completed blocks whose rows start at row ``lo``
     of kv and score [N, C] as one native primitive in inference on the CPU; None where that
     does not apply. ``models.compressed_attention.Compressor.pool`` computes the same with
-    MLX ops (some twenty primitives)."""
+    MLX ops (some twenty primitives). In inference on the GPU: one Metal launch
+    (``metal/pool_blocks.metal``)."""
+    if _INFERENCE.get() and _metal_kernels():
+        return metal.pool_blocks(kv, score, lo, n, ratio, dim, overlap)
     if _inference_ops() is None or kv.dtype != mx.float32:
         return None
     return native_ops().pool_blocks(kv, score, lo, n, ratio, dim, overlap)
@@ -609,8 +659,10 @@ def rotary(
     inverse: bool,
 ) -> mx.array | None:
     """``models.rope.RoPE.apply`` (its formula is the twin) as one native primitive on the CPU,
-    from the angle tables cos/sin [T, n_dims / 2] (``RopeAngles.on_device``); None where that
-    does not apply (not on the CPU, x not float32)."""
+    or in inference on the GPU one Metal launch (``metal/rope.metal``), from the angle tables
+    cos/sin [T, n_dims / 2] (``RopeAngles.on_device``); None where that does not apply."""
+    if _INFERENCE.get() and _metal_kernels():
+        return metal.rope(x, cos, sin, offset, n_dims, interleaved, inverse)
     if x.dtype != mx.float32 or _native_cpu_ops() is None:
         return None
     return native_ops().rope(x, cos, sin, offset, n_dims, interleaved, inverse)
@@ -673,6 +725,7 @@ __all__ = [
     "hc_expand",
     "hc_mixes",
     "hc_pre",
+    "hc_site",
     "inference",
     "indexer_top_k",
     "rotary",

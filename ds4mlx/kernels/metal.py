@@ -1,14 +1,26 @@
 """Metal kernels built with ``mx.fast.metal_kernel`` from the sources in ``metal/``.
 
 Packed GGML weights: the header is ``metal/common.metal`` + ``metal/<type>.metal`` (block layout
-and decoder); the body is ``metal/linear.metal``, shared by every format. A plain matmul is the
-gather with one expert, so one kernel serves ``linear`` and ``gather_linear``. Besides:
-``metal/sinkhorn.metal`` (fused mHC Sinkhorn) and ``metal/sparse_attention.metal`` (CSA
-attention over selected compressed rows). Semantics match ``kernels.twins``.
+and decoder) + the format's lookup tables; the body is ``metal/linear.metal``, the packed mat-vec
+shared by every format, its threadgroup shape chosen per (out features, x rows) by
+``matvec_launch``. A plain matmul is the gather with one expert, so one kernel serves ``linear``
+and ``gather_linear`` (every selected expert of a tile in one launch). Besides:
+``metal/sinkhorn.metal`` (fused mHC Sinkhorn), ``metal/hc_site.metal`` and
+``metal/hc_expand.metal`` (a whole mHC site after its projection, and the expansion after a
+block; ``metal/hc.metal`` is their header), ``metal/moe_route.metal`` and
+``metal/moe_combine.metal`` (the MoE routing, and the weighted sum around the expert launches),
+``metal/rope.metal`` (rotary embeddings from host angle tables), ``metal/pool_blocks.metal`` (a
+compressor's pooling of the blocks a chunk completes), ``metal/indexer_scores.metal`` (the
+lightning indexer's block scores of a whole tile) and ``metal/sparse_attention.metal`` (CSA/HCA
+attention over selected compressed rows, 8 query heads sharing each key read). No template
+argument follows the context length, so a session compiles each kernel once. Semantics match
+``kernels.twins`` (and ``models.rope``, ``models.moe`` for RoPE and the routing);
+tests/kernels/metal_emulation.cpp runs and measures the sources without a Mac.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cache
 
 from ds4mlx.kernels import twins
@@ -18,48 +30,113 @@ from ds4mlx.kernels.weights import PackedWeight
 from ds4mlx.resources import data_dir
 
 import mlx.core as mx
+import numpy as np
 from gguf import GGMLQuantizationType
 
 METAL_SOURCE_DIR = data_dir("metal")
-ROWS_PER_SIMDGROUP = 8  # x rows that share one decode of a weight sub-block
 MAX_THREADGROUP = 256
 SIMD_WIDTH = 32
+MAX_SIMDGROUPS = 8  # simdgroups per threadgroup of the packed mat-vec
+ROWS_PER_SIMDGROUP = 4  # weight rows a simdgroup computes from one load of x
+X_ROW_TILES = (1, 2, 4, 8)  # x rows per threadgroup: decode, verify, and 8-row tiles beyond
+MAX_ATTENTION_HEADS_PER_GROUP = 8  # query heads sharing one read of each key row
+ATTENTION_SPLITS = 2  # simdgroups that split one head's keys
+MAX_ATTENTION_HEAD_DIM = 512  # 8 staged key rows of float32 fill 16 KiB of threadgroup memory
 
 
 def metal_available() -> bool:
     return hasattr(mx.fast, "metal_kernel") and mx.metal.is_available()
 
 
+@dataclass(frozen=True)
+class MatVecLaunch:
+    """Template arguments of ``metal/linear.metal`` for one shape: its threadgroups hold
+    ``simdgroups * rows`` weight rows and ``x_rows`` rows of x."""
+
+    simdgroups: int
+    rows: int
+    x_rows: int
+
+    def grid(self, n_out: int, n_rows: int, n_batches: int) -> tuple[int, int, int]:
+        rows_per_group = self.simdgroups * self.rows
+        return (
+            SIMD_WIDTH * self.simdgroups * -(-n_out // rows_per_group),
+            -(-n_rows // self.x_rows),
+            n_batches,
+        )
+
+
+def matvec_launch(n_out: int, n_rows: int) -> MatVecLaunch:
+    """The launch for ``n_rows`` x rows times ``n_out`` weight rows: the smallest x-row tile
+    that holds them (8-row tiles beyond 8), and as many simdgroups (a power of two, at most 8)
+    as the weight rows fill."""
+    x_rows = next((tile for tile in X_ROW_TILES if tile >= n_rows), X_ROW_TILES[-1])
+    simdgroups = 1
+    while simdgroups < MAX_SIMDGROUPS and simdgroups * ROWS_PER_SIMDGROUP < n_out:
+        simdgroups *= 2
+    return MatVecLaunch(simdgroups, ROWS_PER_SIMDGROUP, x_rows)
+
+
+def attention_heads_per_group(heads: int) -> int:
+    """Query heads one sparse-attention threadgroup serves: the largest divisor of ``heads``
+    up to 8, so each key row is read once per group of (usually) 8 heads."""
+    return max(g for g in range(1, MAX_ATTENTION_HEADS_PER_GROUP + 1) if heads % g == 0)
+
+
+def attention_head_dim_fits(dim: int) -> bool:
+    """Whether the sparse-attention kernel serves heads of ``dim`` channels: whole simdgroup
+    strides, and key rows small enough to stage in threadgroup memory."""
+    return dim % SIMD_WIDTH == 0 and dim <= MAX_ATTENTION_HEAD_DIM
+
+
+def table_words(qtype: GGMLQuantizationType) -> np.ndarray:
+    """The lookup tables a format's kernel reads (``DS4_TABLE_WORDS`` uint32 words): for
+    IQ2_XXS the grid (one 8-byte row in two words) then the 128 ksigns bytes, from
+    ``gguf.quants``; a single unused word for the formats without tables."""
+    if qtype != GGMLQuantizationType.IQ2_XXS:
+        return np.zeros(1, dtype=np.uint32)
+    grid, ksigns = iq2_xxs_tables()
+    table_bytes = np.concatenate([np.array(grid, dtype=np.uint8).reshape(-1), np.array(ksigns)])
+    return table_bytes.view(np.uint32)
+
+
+def format_header(qtype: GGMLQuantizationType) -> str:
+    """The kernel header of a packed format: the shared helpers, the format's decoder and its
+    lookup tables as a constant array."""
+    sources = ("common.metal", f"{qtype.name.lower()}.metal")
+    words = ", ".join(f"{word}u" for word in table_words(qtype))
+    tables = f"constant uint ds4_table_words[] = {{{words}}};\n"
+    return "\n".join((METAL_SOURCE_DIR / name).read_text() for name in sources) + tables
+
+
 @cache
 def _kernel(qtype: GGMLQuantizationType):
-    sources = ("common.metal", f"{qtype.name.lower()}.metal")
-    header = "\n".join((METAL_SOURCE_DIR / name).read_text() for name in sources)
     return mx.fast.metal_kernel(
         name=f"ds4_{qtype.name.lower()}_linear",
-        input_names=["x", "w", "tables", "expert_indices"],
+        input_names=["x", "w", "expert_indices"],
         output_names=["y"],
         source=(METAL_SOURCE_DIR / "linear.metal").read_text(),
-        header=header,
+        header=format_header(qtype),
     )
-
-
-@cache
-def _tables(qtype: GGMLQuantizationType) -> mx.array:
-    if qtype == GGMLQuantizationType.IQ2_XXS:
-        grid, ksigns = iq2_xxs_tables()
-        return mx.concatenate([grid.astype(mx.uint8).flatten(), ksigns])
-    return mx.zeros((1,), dtype=mx.uint8)  # formats without tables ignore the input
 
 
 def _run(x: mx.array, w: PackedWeight, expert_indices: mx.array) -> mx.array:
     """x [P, M, K], expert_indices [P] -> y [P, M, N] with y[p] = x[p] @ W[expert_indices[p]].T."""
     n_out, k = w.shape[-2:]
     n_batches, n_rows, _ = x.shape
+    launch = matvec_launch(n_out, n_rows)
     return _kernel(w.qtype)(
-        inputs=[x, w.data, _tables(w.qtype), expert_indices.astype(mx.uint32)],
-        template=[("T", x.dtype), ("K", k), ("N", n_out), ("ROWS", ROWS_PER_SIMDGROUP)],
-        grid=(SIMD_WIDTH * n_out, -(-n_rows // ROWS_PER_SIMDGROUP), n_batches),
-        threadgroup=(min(MAX_THREADGROUP, SIMD_WIDTH * n_out), 1, 1),
+        inputs=[x, w.data, expert_indices.astype(mx.uint32)],
+        template=[
+            ("T", x.dtype),
+            ("K", k),
+            ("N", n_out),
+            ("SIMDGROUPS", launch.simdgroups),
+            ("ROWS", launch.rows),
+            ("XROWS", launch.x_rows),
+        ],
+        grid=launch.grid(n_out, n_rows, n_batches),
+        threadgroup=(SIMD_WIDTH * launch.simdgroups, 1, 1),
         output_shapes=[(n_batches, n_rows, n_out)],
         output_dtypes=[x.dtype],
     )[0]
@@ -87,13 +164,16 @@ def gather_linear(
 
 
 @cache
-def _body_kernel(name: str, inputs: tuple[str, ...]):
-    """A kernel whose whole body is ``metal/<name>.metal``."""
+def _body_kernel(
+    name: str, inputs: tuple[str, ...], outputs: tuple[str, ...] = ("out",), header: str = ""
+):
+    """A kernel whose whole body is ``metal/<name>.metal`` (after ``metal/<header>.metal``)."""
     return mx.fast.metal_kernel(
         name=f"ds4_{name}",
         input_names=list(inputs),
-        output_names=["out"],
+        output_names=list(outputs),
         source=(METAL_SOURCE_DIR / f"{name}.metal").read_text(),
+        header=(METAL_SOURCE_DIR / f"{header}.metal").read_text() if header else "",
     )
 
 
@@ -114,7 +194,7 @@ def _sinkhorn_kernel(comb: mx.array, iters: int, eps: float) -> mx.array:
     hc = comb.shape[-1]
     flat = comb.astype(mx.float32).reshape(-1, hc, hc)
     n = flat.shape[0]
-    out = _body_kernel("sinkhorn", ("comb", "eps"))(
+    out = _body_kernel("sinkhorn", ("comb", "eps"), header="hc")(
         inputs=[flat, mx.array([eps], dtype=mx.float32)],
         template=[("HC", hc), ("ITERS", iters)],
         grid=(n, 1, 1),
@@ -123,6 +203,205 @@ def _sinkhorn_kernel(comb: mx.array, iters: int, eps: float) -> mx.array:
         output_dtypes=[mx.float32],
     )[0]
     return out.reshape(comb.shape)
+
+
+def hc_site(
+    x: mx.array, mixes: mx.array, scale: mx.array, base: mx.array, hc: int, iters: int, eps: float
+) -> tuple[mx.array, mx.array, mx.array]:
+    """``twins.hc_site`` in one launch, differentiated through the twin."""
+    return _hc_site_function(hc, iters, eps)(x, mixes, scale, base)
+
+
+@cache
+def _hc_site_function(hc: int, iters: int, eps: float):
+    return with_twin_gradient(
+        lambda x, m, s, b: hc_site_kernel(x, m, s, b, hc, iters, eps),
+        lambda x, m, s, b: twins.hc_site(x, m, s, b, hc, iters, eps),
+    )
+
+
+def hc_site_kernel(
+    x: mx.array, mixes: mx.array, scale: mx.array, base: mx.array, hc: int, iters: int, eps: float
+) -> tuple[mx.array, mx.array, mx.array]:
+    """(block input [T, D], post [T, hc], comb [T, hc, hc]) of streams x [T, hc, D] from their
+    projected mixes [T, (2 + hc) * hc] (``metal/hc_site.metal``)."""
+    tokens, _, dim = x.shape
+    y, post, comb = _body_kernel(
+        "hc_site", ("x", "mixes", "scale", "base", "eps"), ("y", "post", "comb"), header="hc"
+    )(
+        inputs=[
+            x,
+            mixes.astype(mx.float32),
+            scale.astype(mx.float32),
+            base.astype(mx.float32),
+            mx.array([eps], dtype=mx.float32),
+        ],
+        template=[("T_", x.dtype), ("HC", hc), ("D", dim), ("ITERS", iters)],
+        grid=(dim, tokens, 1),
+        threadgroup=(min(dim, MAX_THREADGROUP), 1, 1),
+        output_shapes=[(tokens, dim), (tokens, hc), (tokens, hc, hc)],
+        output_dtypes=[x.dtype, mx.float32, mx.float32],
+    )
+    return y, post, comb
+
+
+def hc_expand(out: mx.array, residual: mx.array, post: mx.array, comb: mx.array) -> mx.array:
+    """``twins.hc_expand`` in one launch, differentiated through the twin."""
+    return _hc_expand_function()(out, residual, post, comb)
+
+
+@cache
+def _hc_expand_function():
+    return with_twin_gradient(hc_expand_kernel, twins.hc_expand)
+
+
+def hc_expand_kernel(out: mx.array, residual: mx.array, post: mx.array, comb: mx.array) -> mx.array:
+    """The streams [T, hc, D] after a block (``metal/hc_expand.metal``)."""
+    tokens, hc, dim = residual.shape
+    return _body_kernel("hc_expand", ("out", "residual", "post", "comb"), ("streams",))(
+        inputs=[
+            out.astype(residual.dtype),
+            residual,
+            post.astype(mx.float32),
+            comb.astype(mx.float32),
+        ],
+        template=[("T_", residual.dtype), ("HC", hc), ("D", dim)],
+        grid=(dim, hc, tokens),
+        threadgroup=(min(dim, MAX_THREADGROUP), 1, 1),
+        output_shapes=[residual.shape],
+        output_dtypes=[residual.dtype],
+    )[0]
+
+
+def moe_route(
+    logits: mx.array,
+    bias: mx.array | None,
+    hashed: mx.array | None,
+    *,
+    n_used: int,
+    func: int,
+    normalize: bool,
+    scale: float,
+) -> tuple[mx.array, mx.array]:
+    """Every row's chosen experts int32 [T, k] and their weights float32 [T, k] from the router
+    logits [T, E] (``metal/moe_route.metal``; ``models.moe.route`` is the twin)."""
+    tokens, experts = logits.shape
+    indices, weights = _body_kernel(
+        "moe_route", ("logits", "bias", "hashed", "scale"), ("indices", "weights"), header="moe"
+    )(
+        inputs=[
+            logits.astype(mx.float32),
+            mx.zeros((1,), mx.float32) if bias is None else bias.astype(mx.float32),
+            mx.zeros((1,), mx.int32) if hashed is None else hashed.astype(mx.int32),
+            mx.array([scale], dtype=mx.float32),
+        ],
+        template=[
+            ("E", experts),
+            ("K", n_used),
+            ("FUNC", func),
+            ("HAS_BIAS", int(bias is not None)),
+            ("HASHED", int(hashed is not None)),
+            ("NORMALIZE", int(normalize)),
+        ],
+        grid=(tokens, 1, 1),
+        threadgroup=(min(tokens, MAX_THREADGROUP), 1, 1),
+        output_shapes=[(tokens, n_used), (tokens, n_used)],
+        output_dtypes=[mx.int32, mx.float32],
+    )
+    return indices, weights
+
+
+def moe_combine(expert_out: mx.array, weights: mx.array, shared: mx.array) -> mx.array:
+    """``shared`` [T, D] plus, in its first R rows, the chosen experts' outputs [R, k, D]
+    weighted by ``weights`` [T, k] and summed (``metal/moe_combine.metal``)."""
+    tokens, dim = shared.shape
+    return _body_kernel("moe_combine", ("expert_out", "weights", "shared"))(
+        inputs=[expert_out.astype(shared.dtype), weights.astype(mx.float32), shared],
+        template=[("T_", shared.dtype), ("K", weights.shape[1]), ("D", dim)],
+        grid=(dim, tokens, 1),
+        threadgroup=(min(dim, MAX_THREADGROUP), 1, 1),
+        output_shapes=[shared.shape],
+        output_dtypes=[shared.dtype],
+    )[0]
+
+
+def rope(
+    x: mx.array,
+    cos: mx.array,
+    sin: mx.array,
+    offset: int,
+    n_dims: int,
+    interleaved: bool,
+    inverse: bool,
+) -> mx.array:
+    """``models.rope.RoPE.apply`` of x [T, D] or [T, M, D] (other ranks are reshaped to that)
+    from its angle tables cos/sin [T, n_dims / 2] (``metal/rope.metal``)."""
+    tokens, dim = x.shape[0], x.shape[-1]
+    rows = x if x.ndim in (2, 3) else x.reshape(tokens, -1, dim)
+    per_token = rows.shape[1] if rows.ndim == 3 else 1
+    out = _body_kernel("rope", ("x", "cosines", "sines"))(
+        inputs=[rows, cos.astype(mx.float32), sin.astype(mx.float32)],
+        template=[
+            ("T_", x.dtype),
+            ("D", dim),
+            ("N", n_dims),
+            ("OFFSET", offset),
+            ("INTERLEAVED", int(interleaved)),
+            ("INVERSE", int(inverse)),
+        ],
+        grid=(dim, per_token, tokens),
+        threadgroup=(min(dim, MAX_THREADGROUP), 1, 1),
+        output_shapes=[rows.shape],
+        output_dtypes=[x.dtype],
+    )[0]
+    return out if rows is x else out.reshape(x.shape)
+
+
+def pool_blocks(
+    kv: mx.array, score: mx.array, lo: int, n: int, ratio: int, dim: int, overlap: bool
+) -> mx.array:
+    """The softmax pooling [n, dim] of the ``n`` blocks whose rows start at row ``lo`` of kv and
+    score (``metal/pool_blocks.metal``; ``Compressor._pooled`` is the twin)."""
+    return _body_kernel("pool_blocks", ("kv", "score", "first"), ("pooled",))(
+        inputs=[kv, score.astype(kv.dtype), mx.array([lo], dtype=mx.int32)],
+        template=[("T_", kv.dtype), ("R", ratio), ("DIM", dim), ("OVERLAP", int(overlap))],
+        grid=(dim, n, 1),
+        threadgroup=(min(dim, MAX_THREADGROUP), 1, 1),
+        output_shapes=[(n, dim)],
+        output_dtypes=[kv.dtype],
+    )[0]
+
+
+def indexer_top_k(
+    q: mx.array, weights: mx.array, keys: mx.array, visible: mx.array, top_k: int
+) -> mx.array:
+    """``twins.indexer_top_k`` for a whole tile: every row's block scores in one launch
+    (``metal/indexer_scores.metal``), then one top-k over all rows (``select_top_k``)."""
+    return select_top_k(indexer_scores(q, weights, keys, visible), visible, top_k)
+
+
+def indexer_scores(q: mx.array, weights: mx.array, keys: mx.array, visible: mx.array) -> mx.array:
+    """Each row's score of each block [T, N], -inf past the blocks the row sees."""
+    tokens, heads, dim = q.shape
+    blocks = keys.shape[0]
+    return _body_kernel("indexer_scores", ("q", "weights", "keys", "visible"), ("scores",))(
+        inputs=[q, weights.astype(mx.float32), keys.astype(q.dtype), visible.astype(mx.int32)],
+        template=[("T_", q.dtype), ("H", heads), ("D", dim)],
+        grid=(blocks, tokens, 1),
+        threadgroup=(min(blocks, MAX_THREADGROUP), 1, 1),
+        output_shapes=[(tokens, blocks)],
+        output_dtypes=[mx.float32],
+    )[0]
+
+
+def select_top_k(scores: mx.array, visible: mx.array, top_k: int) -> mx.array:
+    """int32 [T, top_k]: each row's ``top_k`` best blocks of ``scores`` [T, N] in ascending
+    order, -1 in unused slots, as ``twins.indexer_top_k`` chooses them (a stable sort: equal
+    scores keep the lower block; the -inf of unseen blocks sort last, so a row that sees at
+    most ``top_k`` blocks takes them all)."""
+    picked = mx.sort(mx.argsort(-scores, axis=-1)[:, :top_k], axis=-1)
+    slots = mx.arange(top_k, dtype=mx.int32)
+    return mx.where(slots < visible.astype(mx.int32)[:, None], picked.astype(mx.int32), -1)
 
 
 def sparse_attention(
@@ -135,8 +414,8 @@ def sparse_attention(
     scale: float,
 ) -> mx.array:
     """``twins.sparse_attention`` without the gathered key copy; head dims that are not a
-    multiple of the SIMD width fall back to the twin."""
-    if q.shape[-1] % SIMD_WIDTH:
+    multiple of the SIMD width, or wider than the kernel stages, fall back to the twin."""
+    if not attention_head_dim_fits(q.shape[-1]):
         return twins.sparse_attention(q, window, window_range, comp, comp_index, sinks, scale)
     return _sparse_attention_function(scale)(q, window, window_range, comp, comp_index, sinks)
 
@@ -165,6 +444,8 @@ def _sparse_attention_kernel(
     if comp.shape[0] == 0:  # an empty input cannot be bound; no slot may point into it
         comp = mx.zeros((1, dim), q.dtype)
         comp_index = mx.full(comp_index.shape, -1, mx.int32)
+    group = attention_heads_per_group(heads)
+    threads = SIMD_WIDTH * group * ATTENTION_SPLITS
     return _body_kernel(
         "sparse_attention", ("q", "window", "window_range", "comp", "comp_index", "sinks", "scale")
     )(
@@ -177,9 +458,9 @@ def _sparse_attention_kernel(
             sinks.astype(mx.float32),
             mx.array([scale], dtype=mx.float32),
         ],
-        template=[("T_", q.dtype), ("D", dim), ("K", comp_index.shape[1])],
-        grid=(SIMD_WIDTH, heads, tokens),
-        threadgroup=(SIMD_WIDTH, 1, 1),
+        template=[("T_", q.dtype), ("D", dim), ("HEADS", group), ("SPLITS", ATTENTION_SPLITS)],
+        grid=(threads, heads // group, tokens),
+        threadgroup=(threads, 1, 1),
         output_shapes=[q.shape],
         output_dtypes=[q.dtype],
     )[0]

@@ -226,7 +226,22 @@ def hc_pre(
     projected, mixed (``hc_mixes``) and collapsed by ``pre``. Returns (block input [T, D],
     post, comb)."""
     flat = mx.fast.rms_norm(x.reshape(x.shape[0], -1), None, norm_eps)
-    pre, post, comb = hc_mixes(flat @ fn_t, scale, base, hc, iters, eps)
+    return hc_site(x, flat @ fn_t, scale, base, hc, iters, eps)
+
+
+def hc_site(
+    x: mx.array,
+    mixes: mx.array,
+    scale: mx.array,
+    base: mx.array,
+    hc: int,
+    iters: int,
+    eps: float,
+    sinkhorn_fn: Callable[[mx.array, int, float], mx.array] = sinkhorn,
+) -> tuple[mx.array, mx.array, mx.array]:
+    """An mHC site after its projection: the streams x [T, hc, D] collapsed by the ``pre``
+    weights of their ``mixes`` (``hc_mixes``). Returns (block input [T, D], post, comb)."""
+    pre, post, comb = hc_mixes(mixes, scale, base, hc, iters, eps, sinkhorn_fn)
     return (pre[:, None, :] @ x)[:, 0], post, comb
 
 

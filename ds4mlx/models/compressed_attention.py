@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from ds4mlx.kernels import grow_rows, indexer_top_k, pool_blocks, sparse_attention
 from ds4mlx.models.attention import sink_attention, sliding_window_mask
 from ds4mlx.models.base import DECODE_TILE, SCORE_BUDGET
+from ds4mlx.models.cache import keep_rows
 from ds4mlx.models.norms import rms_norm
 from ds4mlx.models.rope import RoPE, RopeAngles
 from ds4mlx.models.weights import Weights
@@ -256,9 +257,9 @@ class LayerCache:
 
         return LayerCache(
             window=None if self.window is None else self.window[: self.window.shape[0] - cut],
-            comp=None if self.comp is None else self.comp[:blocks],
+            comp=None if self.comp is None else keep_rows(self.comp, blocks),
             comp_pending=pending(self.comp_pending),
-            index=None if self.index is None else self.index[:blocks],
+            index=None if self.index is None else keep_rows(self.index, blocks),
             index_pending=pending(self.index_pending),
         )
 

@@ -4,8 +4,8 @@ Per token the streams ``x`` [hc, D] are RMS-normed as one flat vector and projec
 ``(2 + hc) * hc`` mixes: ``pre`` weights collapse the streams into the block input, ``post`` weights
 spread the block output back over the streams, and ``comb`` (made doubly stochastic by Sinkhorn)
 mixes the residual streams. On the CPU a whole site is one native primitive (``kernels.hc_pre``)
-and so is the expansion (``kernels.hc_expand``); elsewhere the mixes run as ``kernels.hc_mixes``
-(a fused Metal Sinkhorn, or the MLX twin).
+and so is the expansion (``kernels.hc_expand``); on the GPU the site after its projection is one
+Metal launch (``kernels.hc_site``) and so is the expansion; elsewhere the MLX twins run.
 Layouts follow llama.cpp: ``comb`` is [T, src, dst].
 """
 
@@ -77,10 +77,15 @@ class HyperConnection(nn.Module):
         if fused is not None:
             return fused
         flat = rms_norm(x.reshape(x.shape[0], -1), None, self.norm_eps)
-        pre, post, comb = kernels.hc_mixes(
-            linear(flat, self.fn), self.scale, self.base, self.hc, self.sinkhorn_iters, self.hc_eps
+        return kernels.hc_site(
+            x,
+            linear(flat, self.fn),
+            self.scale,
+            self.base,
+            self.hc,
+            self.sinkhorn_iters,
+            self.hc_eps,
         )
-        return hc_collapse(x, pre), post, comb
 
 
 BLOCK_SITES = ("attn", "ffn")

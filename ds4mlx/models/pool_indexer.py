@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ds4mlx.kernels import linear
 from ds4mlx.models.base import SCORE_BUDGET
-from ds4mlx.models.cache import append_rows
+from ds4mlx.models.cache import append_rows, keep_rows
 from ds4mlx.models.weights import Weights
 
 import mlx.core as mx
@@ -38,7 +38,7 @@ class IndexCache:
     def truncate(self, pos: int, kpool: int) -> IndexCache:
         """This cache as it was after ``pos`` positions."""
         return IndexCache(
-            pooled=None if self.pooled is None else self.pooled[: pos // kpool],
+            pooled=None if self.pooled is None else keep_rows(self.pooled, pos // kpool),
             start=self.start,
             keys=None if self.keys is None else self.keys[: pos - self.start],
             gates=None if self.gates is None else self.gates[: pos - self.start],

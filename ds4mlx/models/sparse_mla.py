@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ds4mlx.kernels import linear
 from ds4mlx.models.base import SCORE_BUDGET
-from ds4mlx.models.cache import append_rows
+from ds4mlx.models.cache import append_rows, keep_rows
 from ds4mlx.models.norms import RMSNorm
 from ds4mlx.models.pool_indexer import IndexCache, PoolIndexer, Selection
 from ds4mlx.models.weights import Weights
@@ -34,7 +34,7 @@ class MLACache:
     def truncate(self, pos: int, kpool: int) -> MLACache:
         """This cache as it was after ``pos`` positions."""
         return MLACache(
-            latent=None if self.latent is None else self.latent[:pos],
+            latent=None if self.latent is None else keep_rows(self.latent, pos),
             index=None if self.index is None else self.index.truncate(pos, kpool),
         )
 

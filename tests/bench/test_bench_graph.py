@@ -8,9 +8,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import ds4mlx
+from ds4mlx import kernels
 from ds4mlx.diagnostics.graph import (
     BLOCKS,
     FLASH_RATIOS,
@@ -19,10 +21,13 @@ from ds4mlx.diagnostics.graph import (
     primitive_names,
     project_to_ratios,
 )
+from ds4mlx.diagnostics.metal_graph import KernelCall, dispatches, metal_configuration
+from ds4mlx.kernels import metal
 
 import mlx.core as mx
 import numpy as np
 import pytest
+from gguf import GGMLQuantizationType
 
 ROOT = Path(__file__).resolve().parents[2]
 DS4_TINY = ROOT / "assets" / "ds4-tiny.gguf"
@@ -30,6 +35,12 @@ GLM_TINY = ROOT / "assets" / "glm-tiny.gguf"
 PROMPT = [(i * 7919 + 13) % 6144 for i in range(32)]
 # Upper bounds for one decode step after a 32-token prompt (measured, with a little room).
 MAX_PRIMITIVES = {DS4_TINY: 190, GLM_TINY: 570}
+# A step as a Mac builds it (``--backend metal``) after a 100-token context (the CSA indexer
+# selecting its top-16 blocks), a 6-row verify, and the decode step's 43-layer projection.
+METAL_CONTEXT = 100
+MAX_METAL_PRIMITIVES = 500
+MAX_METAL_VERIFY_PRIMITIVES = 530
+MAX_METAL_FLASH_PRIMITIVES = 3600
 
 
 def test_primitive_names_counts_only_pending_work():
@@ -80,7 +91,7 @@ def test_projection_scales_layers_by_kind():
         project_to_ratios(count, (0, 4, 4), (128,))
 
 
-def test_bench_graph_script_json():
+def bench_graph(*options: str) -> dict:
     out = subprocess.run(
         [
             sys.executable,
@@ -90,15 +101,21 @@ def test_bench_graph_script_json():
             "--steps",
             "1",
             "--json",
+            *options,
         ],
         capture_output=True,
         text=True,
         check=True,
         timeout=300,
     )
-    report = json.loads(out.stdout)
+    return json.loads(out.stdout)
+
+
+def test_bench_graph_script_json():
+    report = bench_graph()
     for key in (
         "primitives_per_token",
+        "dispatches_per_token",
         "per_block",
         "build_ms",
         "eval_ms",
@@ -106,6 +123,113 @@ def test_bench_graph_script_json():
         "flash_43_layer_primitives_per_token",
     ):
         assert key in report
+    assert report["backend"] == "cpu"
     assert report["primitives_per_token"] <= MAX_PRIMITIVES[DS4_TINY]
+    assert report["dispatches_per_token"] <= report["primitives_per_token"]
     assert report["verify"]["rows"] == 6
     assert report["flash_43_layer_primitives_per_token"] > report["primitives_per_token"]
+
+
+def test_bench_graph_script_counts_the_mac_configuration():
+    report = bench_graph("--backend", "metal", "--context", str(METAL_CONTEXT))
+    assert (report["backend"], report["weights_dtype"]) == ("metal", "native")
+    assert report["primitives_per_token"] <= MAX_METAL_PRIMITIVES
+    assert report["verify"]["primitives"] <= MAX_METAL_VERIFY_PRIMITIVES
+    assert report["flash_43_layer_primitives_per_token"] <= MAX_METAL_FLASH_PRIMITIVES
+    # Every Metal kernel launch is a dispatch; views are not.
+    assert report["dispatches_per_token"] >= report["decode"]["top_primitives"]["Depends"]
+    assert report["dispatches_per_token"] < report["primitives_per_token"]
+
+
+def test_dispatches_leave_out_views():
+    assert dispatches(["Reshape", "Slice", "Matmul", "Depends", "Broadcast", "Add"]) == 3
+
+
+def test_metal_configuration_records_the_kernel_calls_and_restores_everything():
+    # Three Q2_K matrices [64, 256] (84 bytes a 256-value block); the stand-ins read no value.
+    q2k = kernels.PackedWeight(mx.zeros((3, 64, 84), mx.uint8), GGMLQuantizationType.Q2_K)
+    x = mx.ones((8, 256))
+    comb = mx.ones((8, 4, 4))
+    mx.eval(q2k.data, x, comb)
+    norm = mx.fast.rms_norm
+    with metal_configuration() as calls:
+        assert kernels._native_cpu_ops() is None
+        y = kernels.linear(x, kernels.PackedWeight(q2k.data[0], q2k.qtype))
+        g = kernels.gather_linear(x[:2, None, None], q2k, mx.array([[2], [0]], mx.uint32))
+        s = kernels.sinkhorn(comb, 20, 1e-6)
+        n = mx.fast.rms_norm(x, None, 1e-6)
+    linear_call, gather_call, sinkhorn_call = calls
+    # The packed mat-vec: 8 simdgroups of 4 weight rows a threadgroup (64 rows: 2 groups), all
+    # 8 x rows in one tile; the gather's single x row takes the 1-row tile.
+    assert linear_call == KernelCall(
+        "ds4_q2_k_linear",
+        (
+            ("T", mx.float32),
+            ("K", 256),
+            ("N", 64),
+            ("SIMDGROUPS", 8),
+            ("ROWS", 4),
+            ("XROWS", 8),
+        ),
+        (((1, 8, 256), mx.float32), ((64, 84), mx.uint8), ((1,), mx.uint32)),
+        (((1, 8, 64), mx.float32),),
+        (32 * 8 * 2, 1, 1),
+        (32 * 8, 1, 1),
+    )
+    assert gather_call.template[-1] == ("XROWS", 1)
+    assert gather_call.inputs[0] == ((2, 1, 256), mx.float32)
+    assert gather_call.inputs[2] == ((2,), mx.uint32)
+    assert gather_call.outputs == (((2, 1, 64), mx.float32),)
+    assert gather_call.grid == (32 * 8 * 2, 1, 2)
+    assert sinkhorn_call.name == "ds4_sinkhorn"
+    assert sinkhorn_call.template == (("HC", 4), ("ITERS", 20))
+    assert (y.shape, g.shape, s.shape, n.shape) == ((8, 64), (2, 1, 1, 64), (8, 4, 4), (8, 256))
+    # Each kernel, and each mx.fast operation, is one primitive as on the GPU.
+    assert primitive_names(n) == ["Depends"]
+    assert primitive_names(s).count("Depends") == 1
+    assert mx.default_device() == mx.cpu and mx.fast.rms_norm is norm
+    assert kernels._backend is kernels.twins and kernels._native_cpu_ops() is not None
+
+
+def test_the_mac_decode_step_launches_the_metal_kernels_it_should():
+    with metal_configuration() as calls:
+        model = ds4mlx.load_model(DS4_TINY, weights_dtype="native")
+        session = model.new_session()
+        session.feed(PROMPT)
+        before = len(calls)
+        session.feed([1])
+    step = Counter(call.name for call in calls[before:])
+    blocks = len(model.network.blocks)
+    csa = sum(1 for ratio in model.args.compress_ratios[:blocks] if ratio == 4)
+    # Per block: two mHC sites and two expansions, RoPE on the queries, the keys and the
+    # de-rotated output (and the indexer's queries in CSA layers), the routed gate and up
+    # matrices (Q2_K in the tiny model; its Q4_K down matrices are MLX's own quantized kind)
+    # between the routing and the sum, the attention; then the Q6_K head.
+    assert step == Counter(
+        ds4_hc_site=2 * blocks,
+        ds4_hc_expand=2 * blocks,
+        ds4_rope=3 * blocks + csa,
+        ds4_q2_k_linear=2 * blocks,
+        ds4_moe_route=blocks,
+        ds4_moe_combine=blocks,
+        ds4_sparse_attention=blocks,
+        ds4_q6_k_linear=1,
+    )
+    # The launches are the Metal path's own: the packed mat-vec's threadgroup shape for each
+    # matrix and x-row count (the routed experts' one row each, the head's tile), the attention
+    # in threadgroups of all 4 query heads of ds4-tiny times 2 key splits, one per tile row.
+    for call in calls[before:]:
+        if call.name.endswith("_linear"):
+            (batches, rows, _), _ = call.inputs[0]
+            n_out = call.outputs[0][0][-1]
+            launch = metal.matvec_launch(n_out, rows)
+            assert call.template[-3:] == (
+                ("SIMDGROUPS", launch.simdgroups),
+                ("ROWS", launch.rows),
+                ("XROWS", launch.x_rows),
+            )
+            assert call.grid == launch.grid(n_out, rows, batches)
+        if call.name == "ds4_sparse_attention":
+            (tokens, heads, dim), dtype = call.inputs[0]
+            assert call.template == (("T_", dtype), ("D", dim), ("HEADS", 4), ("SPLITS", 2))
+            assert (heads, call.grid, call.threadgroup) == (4, (256, 1, tokens), (256, 1, 1))

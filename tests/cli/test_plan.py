@@ -10,7 +10,9 @@ from ds4mlx.cli import plan as plan_module
 from ds4mlx.cli.plan import parse_memory
 from ds4mlx.gguf import open_gguf
 from ds4mlx.load_plan import HEADROOM, RUNTIME_BYTES, USABLE_SHARE, plan_memory
+from ds4mlx.memory import wire_model
 
+import mlx.core as mx
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -159,3 +161,31 @@ def test_expert_geometry_ignores_scale_companions(ds4_fixture_path):
     plan = plan_memory(gguf, "f32")
     assert plan.n_experts == 2 and plan.moe_layers == 4
     assert plan.expert_bytes == 3 * 1024 * 512 * 4  # gate, up, down of one expert in float32
+
+
+def test_ds4_plan_says_which_wired_limit_a_mac_needs(flash, capsys):
+    plan = plan_memory(open_gguf(flash), "native")
+    needed = plan.resident_needed()
+    tight, roomy = needed / USABLE_SHARE / 2**10 + 1, 4 * needed / 2**10  # KiB, resident
+    assert (
+        ds4_main.main(
+            ["plan", "-m", str(flash), "--weights-dtype", "native"]
+            + ["--memory", f"{tight:.0f}K", "--memory", f"{roomy:.0f}K"]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    # Only the tight memory is above the GPU's default share: one line, the plan's need in MiB.
+    assert out.count("sudo sysctl iogpu.wired_limit_mb=") == 1
+    assert f"iogpu.wired_limit_mb={-(-needed // 2**20)} keeps it resident" in out
+
+
+def test_a_model_near_the_gpu_working_set_is_wired(monkeypatch):
+    limits = []
+    monkeypatch.setattr(mx, "set_wired_limit", limits.append)
+    assert wire_model(50 * GIB, None) is None  # no Metal
+    assert wire_model(50 * GIB, 96 * GIB) is None and limits == []  # far below
+    note = wire_model(90 * GIB, 96 * GIB)
+    assert limits == [96 * GIB] and "wired limit raised" in note and "sysctl" not in note
+    note = wire_model(100 * GIB, 96 * GIB)
+    assert "sudo sysctl iogpu.wired_limit_mb=112640" in note  # 110% of 100 GiB, in MiB

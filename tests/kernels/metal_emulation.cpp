@@ -1,178 +1,214 @@
-// Runs the Metal sources in metal/ on the CPU, so their logic is tested where Metal is missing.
+// Runs the Metal sources in metal/ on the CPU, so their logic is tested (and measured) where
+// Metal is missing.
 //
-// A thin shim maps the Metal features the kernels use onto C++20: address-space qualifiers
-// vanish, `half` decodes IEEE binary16, `as_type` is a bit copy, and a simdgroup is 32 host
-// threads whose `simd_sum` meets at a barrier. Each format's header and the shared body are
-// compiled into their own namespace, exactly as mx.fast.metal_kernel would assemble them.
+// tests/kernels/emulator.py rewrites the sources before they reach this file (a device pointer
+// becomes DevicePtr<T>, a threadgroup array a static array), writes them to the include
+// directory as <kernel>.metal, and compiles this file against them. metal_shim.h maps the rest
+// of the Metal language the kernels use onto C++20:
+// - a launch runs its threadgroups one after another; the threads of a threadgroup are fibers
+//   (ucontext) on one host thread, switched at every barrier, so threadgroup memory (a static
+//   array) is shared by exactly the threads of the running threadgroup, and simdgroup operations
+//   (simd_sum, simd_max, simd_shuffle...) and threadgroup_barrier meet like on the GPU; a barrier
+//   some threads of a group never reach is reported as a deadlock;
+// - every read through a device pointer is one device load instruction of sizeof(T) bytes,
+//   counted per launch, checked against the bounds and the alignment of its buffer;
+// - `half` decodes IEEE binary16 and `as_type` is a bit copy.
 //
-// Built by tests/kernels/test_kernel_metal.py with -I metal -DDS4_K=... -DDS4_N=... -DDS4_ROWS=...
-// Usage: metal_emulation <q2_k|q6_k|iq2_xxs> <input> <output>
-//   input:  int32 P, M, E | float32 x [P, M, K] | uint8 w [E, N, row_bytes] |
-//           uint32 table_bytes | uint8 tables | uint32 expert_indices [P]
-//   output: float32 y [P, M, N]
-//        metal_emulation sinkhorn <input> <output>      (-DDS4_HC=... -DDS4_ITERS=...)
-//   input:  int32 T | float32 eps | float32 comb [T, HC, HC];  output: float32 [T, HC, HC]
-//        metal_emulation sparse_attention <input> <output>  (-DDS4_D=... -DDS4_SLOTS=...)
-//   input:  int32 T, H, W, N | float32 scale | float32 q [T, H, D] | float32 window [W, D] |
-//           int32 window_range [T, 2] | float32 comp [N, D] | int32 comp_index [T, SLOTS] |
-//           float32 sinks [H];  output: float32 [T, H, D]
+// Usage: metal_emulation <mode> <input> <output>; prints the launch's counters as one JSON line.
+//   linear <q2_k|q6_k|iq2_xxs>, baseline_linear <format>   (-DDS4_K, -DDS4_N, -DDS4_SIMDGROUPS,
+//       -DDS4_ROWS; the baseline is the kernel the packed mat-vec replaced, ROWS x rows a group)
+//     input: int32 P, M, E, XROWS, GROUP_STRIDE | float32 x [P, M, K] | uint8 w [E, N, row_bytes]
+//            | uint32 table_bytes | uint8 tables | uint32 expert_indices [P]
+//     GROUP_STRIDE s > 1 runs only every s-th threadgroup along the output rows (the others'
+//     outputs stay NaN); output: float32 y [P, M, N]
+//   sinkhorn (-DDS4_HC, -DDS4_ITERS)
+//     input: int32 T | float32 eps | float32 comb [T, HC, HC];  output: float32 [T, HC, HC]
+//   sparse_attention (-DDS4_D, -DDS4_HEADS, -DDS4_SPLITS),
+//   baseline_sparse_attention (-DDS4_D, -DDS4_SLOTS: the replaced kernel, SLOTS compiled in)
+//     input: int32 T, H, W, N, SLOTS | float32 scale | float32 q [T, H, D] | float32 window [W, D]
+//            | int32 window_range [T, 2] | float32 comp [N, D] | int32 comp_index [T, SLOTS]
+//            | float32 sinks [H];  output: float32 [T, H, D]
+//   The step kernels, one thread per output element (or token) as metal.py launches them:
+//   hc_site (-DDS4_HC, -DDS4_ITERS, -DDS4_D)
+//     input: int32 T | float32 eps | float32 scale [3] | float32 base [(2 + HC) * HC]
+//            | float32 x [T, HC, D] | float32 mixes [T, (2 + HC) * HC]
+//     output: float32 y [T, D] | float32 post [T, HC] | float32 comb [T, HC, HC]
+//   hc_expand (-DDS4_HC, -DDS4_D)
+//     input: int32 T | float32 out [T, D] | float32 residual [T, HC, D] | float32 post [T, HC]
+//            | float32 comb [T, HC, HC];  output: float32 [T, HC, D]
+//   rope (-DDS4_D, -DDS4_ROPE_N, -DDS4_ROPE_OFFSET)
+//     input: int32 T, M, interleaved, inverse | float32 x [T, M, D] ([T, D] for M 0)
+//            | float32 cos, sin [T, N / 2];  output: float32 [T, M, D]
+//   moe_route (-DDS4_E, -DDS4_TOPK)
+//     input: int32 T, func, has_bias, hashed, normalize | float32 scale | float32 logits [T, E]
+//            | float32 bias [E] | int32 hashed [T, TOPK]
+//     output: int32 indices [T, TOPK] | float32 weights [T, TOPK]
+//   moe_combine (-DDS4_TOPK, -DDS4_D)
+//     input: int32 T, R | float32 expert_out [R, TOPK, D] | float32 weights [T, TOPK]
+//            | float32 shared [T, D];  output: float32 [T, D]
+//   pool_blocks (-DDS4_POOL_R, -DDS4_D)
+//     input: int32 N, n, first, overlap | float32 kv [N, W] | float32 score [N, W]
+//            (W = D, or 2 D with overlap);  output: float32 [n, D]
+//   indexer_scores (-DDS4_IDX_H, -DDS4_IDX_D)
+//     input: int32 T, N | float32 q [T, H, D] | float32 weights [T, H] | float32 keys [N, D]
+//            | int32 visible [T];  output: float32 [T, N]
 
-#include <barrier>
-#include <cmath>
-#include <cstdint>
-#include <cstdio>
-#include <cstring>
-#include <string>
-#include <thread>
-#include <vector>
+#include "metal_shim.h"
 
-using host_thread = std::thread;
+// --------------------------------------------------------------------------------------------
+// The kernels, each in its own namespace, with the signature mx.fast.metal_kernel would write
+// (only the attributes the body uses). Integer template arguments are `int`, as MLX declares them.
+// --------------------------------------------------------------------------------------------
 
-typedef unsigned int uint;
-typedef unsigned short ushort;
-typedef unsigned long ulong;
-
-struct uint3 {
-  uint x, y, z;
-};
-
-struct half {
-  float value;
-  operator float() const { return value; }
-};
-
-template <typename To, typename From>
-To as_type(From from) {
-  static_assert(sizeof(To) == sizeof(From), "as_type needs equal sizes");
-  To to;
-  std::memcpy(&to, &from, sizeof(To));
-  return to;
-}
-
-template <>
-half as_type<half, ushort>(ushort bits) {
-  const int exponent = (bits >> 10) & 31;
-  const int mantissa = bits & 1023;
-  float magnitude;
-  if (exponent == 0) {
-    magnitude = std::ldexp(float(mantissa), -24);
-  } else if (exponent == 31) {
-    magnitude = mantissa ? NAN : INFINITY;
-  } else {
-    magnitude = std::ldexp(float(mantissa | 1024), exponent - 25);
-  }
-  return half{(bits >> 15) ? -magnitude : magnitude};
-}
-
-struct SimdGroup {
-  std::barrier<> sync{32};
-  float lanes[32];
-};
-thread_local SimdGroup* current_group = nullptr;
-thread_local uint current_lane = 0;
-
-namespace metal {
-template <typename A>
-A min(A a, A b) {
-  return a < b ? a : b;
-}
-template <typename A>
-A max(A a, A b) {
-  return a > b ? a : b;
-}
-inline float exp(float value) { return std::exp(value); }
-
-inline float simd_sum(float value) {
-  SimdGroup& group = *current_group;
-  group.lanes[current_lane] = value;
-  group.sync.arrive_and_wait();
-  float total = 0.0f;
-  for (float lane_value : group.lanes) {
-    total += lane_value;
-  }
-  group.sync.arrive_and_wait();  // nobody overwrites a lane before everyone has read it
-  return total;
-}
-}  // namespace metal
-
-#define device
 #define constant
 #define thread
 
-#include "common.metal"
+// Every size a test does not set (each build compiles every kernel).
+#ifndef DS4_K
+#define DS4_K 256
+#endif
+#ifndef DS4_N
+#define DS4_N 1
+#endif
+#ifndef DS4_SIMDGROUPS
+#define DS4_SIMDGROUPS 1
+#endif
+#ifndef DS4_ROWS
+#define DS4_ROWS 1
+#endif
+#ifndef DS4_HC
+#define DS4_HC 4
+#endif
+#ifndef DS4_ITERS
+#define DS4_ITERS 20
+#endif
+#ifndef DS4_D
+#define DS4_D 64
+#endif
+#ifndef DS4_HEADS
+#define DS4_HEADS 1
+#endif
+#ifndef DS4_SPLITS
+#define DS4_SPLITS 1
+#endif
+#ifndef DS4_SLOTS
+#define DS4_SLOTS 4
+#endif
 
-// Each format in its own namespace: header, then the kernel body as a function template with the
-// signature MLX would generate (only the attributes and inputs the body uses).
-#define DS4_KERNEL_SIGNATURE                                                                  \
-  template <typename T, int K, int N, int ROWS>                                               \
-  void kernel(const T* x, const int* x_shape, const uint8_t* w, const uint8_t* tables,        \
-              const uint32_t* expert_indices, T* y, uint3 thread_position_in_grid,            \
-              uint thread_index_in_simdgroup)
+// The mHC kernels' header (metal/sinkhorn.metal's too), where MLX puts a kernel's header.
+#include "hc.metal"
+
+#define DS4_LINEAR_SIGNATURE                                                                    \
+  template <typename T, int K, int N, int SIMDGROUPS, int ROWS, int XROWS>                      \
+  void kernel(DevicePtr<const T> x, const int* x_shape, DevicePtr<const uint8_t> w,             \
+              DevicePtr<const uint32_t> expert_indices, DevicePtr<T> y,                         \
+              uint simdgroup_index_in_threadgroup, uint thread_index_in_simdgroup,              \
+              uint thread_index_in_threadgroup, uint3 threadgroup_position_in_grid)
+#define DS4_BASELINE_SIGNATURE                                                                  \
+  template <typename T, int K, int N, int ROWS>                                                 \
+  void kernel(DevicePtr<const T> x, const int* x_shape, DevicePtr<const uint8_t> w,             \
+              DevicePtr<const uint8_t> tables, DevicePtr<const uint32_t> expert_indices,        \
+              DevicePtr<T> y, uint3 thread_position_in_grid, uint thread_index_in_simdgroup)
 
 namespace q2_k {
 #include "q2_k.metal"
-DS4_KERNEL_SIGNATURE {
+DS4_LINEAR_SIGNATURE {
 #include "linear.metal"
 }
 }  // namespace q2_k
 
 namespace q6_k {
 #include "q6_k.metal"
-DS4_KERNEL_SIGNATURE {
+DS4_LINEAR_SIGNATURE {
 #include "linear.metal"
 }
 }  // namespace q6_k
 
 namespace iq2_xxs {
 #include "iq2_xxs.metal"
-DS4_KERNEL_SIGNATURE {
+DS4_LINEAR_SIGNATURE {
 #include "linear.metal"
 }
 }  // namespace iq2_xxs
 
-#ifndef DS4_HC
-#define DS4_HC 4
-#define DS4_ITERS 20
-#endif
-#ifndef DS4_D
-#define DS4_D 64
-#define DS4_SLOTS 4
-#endif
+namespace baseline_q2_k {
+#include "baseline_q2_k.metal"
+DS4_BASELINE_SIGNATURE {
+#include "baseline_linear.metal"
+}
+}  // namespace baseline_q2_k
+
+namespace baseline_q6_k {
+#include "baseline_q6_k.metal"
+DS4_BASELINE_SIGNATURE {
+#include "baseline_linear.metal"
+}
+}  // namespace baseline_q6_k
+
+namespace baseline_iq2_xxs {
+#include "baseline_iq2_xxs.metal"
+DS4_BASELINE_SIGNATURE {
+#include "baseline_linear.metal"
+}
+}  // namespace baseline_iq2_xxs
 
 namespace sinkhorn {
-template <uint HC, uint ITERS>
-void kernel(const float* comb, const int* comb_shape, const float* eps, float* out,
-            uint3 thread_position_in_grid) {
+template <int HC, int ITERS>
+void kernel(DevicePtr<const float> comb, const int* comb_shape, DevicePtr<const float> eps,
+            DevicePtr<float> out, uint3 thread_position_in_grid) {
 #include "sinkhorn.metal"
 }
 }  // namespace sinkhorn
 
 namespace sparse_attention {
-template <typename T_, uint D, uint K>
-void kernel(const T_* q, const int* q_shape, const T_* window, const int* window_shape,
-            const int* window_range, const T_* comp, const int* comp_shape, const int* comp_index,
-            const float* sinks, const float* scale, T_* out, uint3 thread_position_in_grid,
-            uint thread_index_in_simdgroup) {
+template <typename T_, int D, int HEADS, int SPLITS>
+void kernel(DevicePtr<const T_> q, const int* q_shape, DevicePtr<const T_> window,
+            const int* window_shape, DevicePtr<const int> window_range, DevicePtr<const T_> comp,
+            const int* comp_shape, DevicePtr<const int> comp_index, const int* comp_index_shape,
+            DevicePtr<const float> sinks, DevicePtr<const float> scale, DevicePtr<T_> out,
+            uint simdgroup_index_in_threadgroup, uint thread_index_in_simdgroup,
+            uint thread_index_in_threadgroup, uint3 threadgroup_position_in_grid) {
 #include "sparse_attention.metal"
 }
 }  // namespace sparse_attention
 
-#undef device
+namespace baseline_sparse_attention {
+template <typename T_, int D, int K>
+void kernel(DevicePtr<const T_> q, const int* q_shape, DevicePtr<const T_> window,
+            const int* window_shape, DevicePtr<const int> window_range, DevicePtr<const T_> comp,
+            const int* comp_shape, DevicePtr<const int> comp_index, DevicePtr<const float> sinks,
+            DevicePtr<const float> scale, DevicePtr<T_> out, uint3 thread_position_in_grid,
+            uint thread_index_in_simdgroup) {
+#include "baseline_sparse_attention.metal"
+}
+}  // namespace baseline_sparse_attention
+
 #undef constant
 #undef thread
 
-using Kernel = void (*)(const float*, const int*, const uint8_t*, const uint8_t*, const uint32_t*,
-                        float*, uint3, uint);
+// --------------------------------------------------------------------------------------------
+// Runners: read the inputs, launch as ds4mlx/kernels/metal.py does, write the outputs
+// --------------------------------------------------------------------------------------------
 
-template <typename Value>
-std::vector<Value> read_values(std::FILE* file, size_t count) {
-  std::vector<Value> values(count);
-  if (count && std::fread(values.data(), sizeof(Value), count, file) != count) {
-    std::fprintf(stderr, "short input\n");
-    std::exit(2);
+struct Input {
+  std::FILE* file;
+
+  explicit Input(const char* path) : file(std::fopen(path, "rb")) {
+    if (!file) {
+      fail("cannot open the input");
+    }
   }
-  return values;
-}
+  ~Input() { std::fclose(file); }
+
+  template <typename Value>
+  std::vector<Value> read(size_t count) {
+    std::vector<Value> values(count);
+    if (count && std::fread(values.data(), sizeof(Value), count, file) != count) {
+      fail("short input");
+    }
+    return values;
+  }
+};
 
 void write_output(const char* path, const std::vector<float>& values) {
   std::FILE* output = std::fopen(path, "wb");
@@ -180,125 +216,251 @@ void write_output(const char* path, const std::vector<float>& values) {
   std::fclose(output);
 }
 
-// One thread per matrix, as the grid (T, 1, 1) launches it.
-int run_sinkhorn(const char* in_path, const char* out_path) {
-  std::FILE* input = std::fopen(in_path, "rb");
-  const int T = read_values<int32_t>(input, 1)[0];
-  const auto eps = read_values<float>(input, 1);
-  const auto comb = read_values<float>(input, size_t(T) * DS4_HC * DS4_HC);
-  std::fclose(input);
-  const int comb_shape[3] = {T, DS4_HC, DS4_HC};
-  std::vector<float> out(comb.size(), NAN);
-  for (uint t = 0; t < uint(T) + 3; ++t) {  // extra threads must return without writing
-    sinkhorn::kernel<DS4_HC, DS4_ITERS>(comb.data(), comb_shape, eps.data(), out.data(),
-                                        uint3{t, 0, 0});
-  }
-  write_output(out_path, out);
-  return 0;
+struct LinearLaunch {
+  const std::vector<float>& x;
+  const int* x_shape;
+  const std::vector<uint8_t>& w;
+  const std::vector<uint8_t>& tables;
+  const std::vector<uint32_t>& expert_indices;
+  std::vector<float>& y;
+  uint P, M, group_stride;
+};
+
+// The packed mat-vec: threadgroups of SIMDGROUPS x ROWS output rows by XROWS x rows.
+template <int XROWS, typename Format>
+void run_linear(const LinearLaunch& a) {
+  constexpr uint rows_per_group = DS4_SIMDGROUPS * DS4_ROWS;
+  const uint3 groups{(DS4_N + rows_per_group - 1) / rows_per_group, (a.M + XROWS - 1) / XROWS,
+                     a.P};
+  launch(
+      groups, SIMD_WIDTH * DS4_SIMDGROUPS,
+      [&](const ThreadIds& ids) {
+        Format::template kernel<float, DS4_K, DS4_N, DS4_SIMDGROUPS, DS4_ROWS, XROWS>(
+            a.x.data(), a.x_shape, a.w.data(), a.expert_indices.data(), a.y.data(),
+            ids.simdgroup_index_in_threadgroup, ids.thread_index_in_simdgroup,
+            ids.thread_index_in_threadgroup, ids.threadgroup_position_in_grid);
+      },
+      [&](uint3 group) { return group.x % a.group_stride == 0; });
 }
 
-// One simdgroup (32 host threads) per (row, head), as the grid (32, H, T) launches it.
-int run_sparse_attention(const char* in_path, const char* out_path) {
-  std::FILE* input = std::fopen(in_path, "rb");
-  const auto sizes = read_values<int32_t>(input, 4);
-  const int T = sizes[0], H = sizes[1], W = sizes[2], N = sizes[3];
-  const auto scale = read_values<float>(input, 1);
-  const auto q = read_values<float>(input, size_t(T) * H * DS4_D);
-  const auto window = read_values<float>(input, size_t(W) * DS4_D);
-  const auto window_range = read_values<int32_t>(input, size_t(T) * 2);
-  const auto comp = read_values<float>(input, size_t(N) * DS4_D);
-  const auto comp_index = read_values<int32_t>(input, size_t(T) * DS4_SLOTS);
-  const auto sinks = read_values<float>(input, H);
-  std::fclose(input);
-  const int q_shape[3] = {T, H, DS4_D}, window_shape[2] = {W, DS4_D}, comp_shape[2] = {N, DS4_D};
-  std::vector<float> out(q.size(), NAN);
-  for (uint t = 0; t < uint(T); ++t) {
-    for (uint h = 0; h < uint(H); ++h) {
-      SimdGroup group;
-      std::vector<host_thread> lanes;
-      for (uint lane = 0; lane < 32; ++lane) {
-        lanes.emplace_back([&, lane] {
-          current_group = &group;
-          current_lane = lane;
-          sparse_attention::kernel<float, DS4_D, DS4_SLOTS>(
-              q.data(), q_shape, window.data(), window_shape, window_range.data(), comp.data(),
-              comp_shape, comp_index.data(), sinks.data(), scale.data(), out.data(),
-              uint3{lane, h, t}, lane);
-        });
-      }
-      for (auto& lane : lanes) {
-        lane.join();
-      }
+// Today's kernel before the packed mat-vec: one simdgroup per output row and 8 x rows.
+template <typename Format>
+void run_baseline_linear(const LinearLaunch& a) {
+  constexpr uint rows = 8, simdgroups_per_group = DS4_N < 8 ? DS4_N : 8;
+  const uint3 groups{(DS4_N + simdgroups_per_group - 1) / simdgroups_per_group,
+                     (a.M + rows - 1) / rows, a.P};
+  launch(
+      groups, SIMD_WIDTH * simdgroups_per_group,
+      [&](const ThreadIds& ids) {
+        if (ids.thread_position_in_grid.x >= SIMD_WIDTH * DS4_N) {
+          return;  // MLX launches exactly 32 * N threads along x
+        }
+        Format::template kernel<float, DS4_K, DS4_N, rows>(
+            a.x.data(), a.x_shape, a.w.data(), a.tables.data(), a.expert_indices.data(),
+            a.y.data(), ids.thread_position_in_grid, ids.thread_index_in_simdgroup);
+      },
+      [&](uint3 group) { return group.x % a.group_stride == 0; });
+}
+
+struct LinearFormat {
+  const char* name;
+  uint block_values, block_bytes;
+  void (*run[4])(const LinearLaunch&);  // XROWS 1, 2, 4, 8
+  void (*baseline)(const LinearLaunch&);
+};
+
+#define DS4_FORMAT_ENTRY(NAME)                                                                 \
+  struct NAME##_format {                                                                       \
+    template <typename T, int K, int N, int S, int R, int X>                                   \
+    static void kernel(DevicePtr<const T> x, const int* shape, DevicePtr<const uint8_t> w,     \
+                       DevicePtr<const uint32_t> e, DevicePtr<T> y, uint sg, uint lane,        \
+                       uint tid, uint3 group) {                                                \
+      NAME::kernel<T, K, N, S, R, X>(x, shape, w, e, y, sg, lane, tid, group);                 \
+    }                                                                                          \
+  };                                                                                           \
+  struct baseline_##NAME##_format {                                                            \
+    template <typename T, int K, int N, int R>                                                 \
+    static void kernel(DevicePtr<const T> x, const int* shape, DevicePtr<const uint8_t> w,     \
+                       DevicePtr<const uint8_t> tables, DevicePtr<const uint32_t> e,           \
+                       DevicePtr<T> y, uint3 position, uint lane) {                            \
+      baseline_##NAME::kernel<T, K, N, R>(x, shape, w, tables, e, y, position, lane);          \
+    }                                                                                          \
+  };
+DS4_FORMAT_ENTRY(q2_k)
+DS4_FORMAT_ENTRY(q6_k)
+DS4_FORMAT_ENTRY(iq2_xxs)
+
+#define DS4_FORMAT_TABLE_ROW(NAME)                                                               \
+  LinearFormat {                                                                                 \
+    #NAME, NAME::DS4_BLOCK_VALUES, NAME::DS4_BLOCK_BYTES,                                        \
+        {run_linear<1, NAME##_format>, run_linear<2, NAME##_format>,                             \
+         run_linear<4, NAME##_format>, run_linear<8, NAME##_format>},                            \
+        run_baseline_linear<baseline_##NAME##_format>                                            \
+  }
+const LinearFormat LINEAR_FORMATS[] = {DS4_FORMAT_TABLE_ROW(q2_k), DS4_FORMAT_TABLE_ROW(q6_k),
+                                       DS4_FORMAT_TABLE_ROW(iq2_xxs)};
+
+int run_linear_mode(bool baseline, const std::string& format, const char* in_path,
+                    const char* out_path) {
+  const LinearFormat* chosen = nullptr;
+  for (const LinearFormat& candidate : LINEAR_FORMATS) {
+    if (format == candidate.name) {
+      chosen = &candidate;
     }
   }
-  write_output(out_path, out);
-  return 0;
-}
-
-int main(int argc, char** argv) {
-  if (argc != 4) {
-    std::fprintf(stderr, "usage: %s <format> <input> <output>\n", argv[0]);
-    return 2;
+  if (!chosen) {
+    fail("unknown packed format");
   }
-  const std::string format = argv[1];
-  if (format == "sinkhorn") {
-    return run_sinkhorn(argv[2], argv[3]);
+  Input input(in_path);
+  const auto sizes = input.read<int32_t>(5);
+  const uint P = sizes[0], M = sizes[1], E = sizes[2], XROWS = sizes[3], stride = sizes[4];
+  const auto x = input.read<float>(size_t(P) * M * DS4_K);
+  const auto w = input.read<uint8_t>(size_t(E) * DS4_N * (DS4_K / chosen->block_values) *
+                                     chosen->block_bytes);
+  const auto table_bytes = input.read<uint32_t>(1)[0];
+  const auto tables = input.read<uint8_t>(table_bytes);
+  const auto expert_indices = input.read<uint32_t>(P);
+  for (uint32_t expert : expert_indices) {
+    if (expert >= E) {
+      fail("expert index out of range");
+    }
   }
-  if (format == "sparse_attention") {
-    return run_sparse_attention(argv[2], argv[3]);
-  }
-  Kernel kernel;
-  uint block_values, block_bytes;
-  if (format == "q2_k") {
-    kernel = q2_k::kernel<float, DS4_K, DS4_N, DS4_ROWS>;
-    block_values = q2_k::DS4_BLOCK_VALUES;
-    block_bytes = q2_k::DS4_BLOCK_BYTES;
-  } else if (format == "q6_k") {
-    kernel = q6_k::kernel<float, DS4_K, DS4_N, DS4_ROWS>;
-    block_values = q6_k::DS4_BLOCK_VALUES;
-    block_bytes = q6_k::DS4_BLOCK_BYTES;
-  } else if (format == "iq2_xxs") {
-    kernel = iq2_xxs::kernel<float, DS4_K, DS4_N, DS4_ROWS>;
-    block_values = iq2_xxs::DS4_BLOCK_VALUES;
-    block_bytes = iq2_xxs::DS4_BLOCK_BYTES;
-  } else {
-    std::fprintf(stderr, "unknown format %s\n", format.c_str());
-    return 2;
-  }
-
-  std::FILE* input = std::fopen(argv[2], "rb");
-  const auto sizes = read_values<int32_t>(input, 3);
-  const uint P = sizes[0], M = sizes[1], E = sizes[2];
-  const auto x = read_values<float>(input, size_t(P) * M * DS4_K);
-  const auto w = read_values<uint8_t>(input, size_t(E) * DS4_N * (DS4_K / block_values) * block_bytes);
-  const auto table_bytes = read_values<uint32_t>(input, 1)[0];
-  const auto tables = read_values<uint8_t>(input, table_bytes);
-  const auto expert_indices = read_values<uint32_t>(input, P);
-  std::fclose(input);
-
+  bind_buffer(x);
+  bind_buffer(w);
+  bind_buffer(tables);
+  bind_buffer(expert_indices);
   const int x_shape[3] = {int(P), int(M), DS4_K};
   std::vector<float> y(size_t(P) * M * DS4_N, NAN);
-  const uint row_groups = (M + DS4_ROWS - 1) / DS4_ROWS;
-  for (uint p = 0; p < P; ++p) {
-    for (uint row_group = 0; row_group < row_groups; ++row_group) {
-      for (uint n = 0; n < DS4_N; ++n) {
-        SimdGroup group;
-        std::vector<host_thread> lanes;
-        for (uint lane = 0; lane < 32; ++lane) {
-          lanes.emplace_back([&, lane] {
-            current_group = &group;
-            current_lane = lane;
-            kernel(x.data(), x_shape, w.data(), tables.data(), expert_indices.data(), y.data(),
-                   uint3{n * 32 + lane, row_group, p}, lane);
-          });
-        }
-        for (auto& lane : lanes) {
-          lane.join();
-        }
-      }
+  const LinearLaunch arguments{x, x_shape, w, tables, expert_indices, y, P, M, stride ? stride : 1};
+  if (baseline) {
+    chosen->baseline(arguments);
+  } else {
+    const int slot = XROWS == 1 ? 0 : XROWS == 2 ? 1 : XROWS == 4 ? 2 : XROWS == 8 ? 3 : -1;
+    if (slot < 0) {
+      fail("XROWS must be 1, 2, 4 or 8");
+    }
+    chosen->run[slot](arguments);
+  }
+  write_output(out_path, y);
+  return 0;
+}
+
+// One thread per matrix, as the grid (T, 1, 1) launches it; the threads past T must return
+// without writing.
+int run_sinkhorn(const char* in_path, const char* out_path) {
+  Input input(in_path);
+  const int T = input.read<int32_t>(1)[0];
+  const auto eps = input.read<float>(1);
+  const auto comb = input.read<float>(size_t(T) * DS4_HC * DS4_HC);
+  bind_buffer(eps);
+  bind_buffer(comb);
+  const int comb_shape[3] = {T, DS4_HC, DS4_HC};
+  std::vector<float> out(comb.size(), NAN);
+  launch({(uint(T) + SIMD_WIDTH - 1) / SIMD_WIDTH, 1, 1}, SIMD_WIDTH, [&](const ThreadIds& ids) {
+    sinkhorn::kernel<DS4_HC, DS4_ITERS>(comb.data(), comb_shape, eps.data(), out.data(),
+                                        ids.thread_position_in_grid);
+  });
+  write_output(out_path, out);
+  return 0;
+}
+
+// Threadgroups of HEADS heads x SPLITS simdgroups per (row, head group), as metal.py launches.
+int run_sparse_attention(bool baseline, const char* in_path, const char* out_path) {
+  Input input(in_path);
+  const auto sizes = input.read<int32_t>(5);
+  const int T = sizes[0], H = sizes[1], W = sizes[2], N = sizes[3], SLOTS = sizes[4];
+  const auto scale = input.read<float>(1);
+  const auto q = input.read<float>(size_t(T) * H * DS4_D);
+  const auto window = input.read<float>(size_t(W) * DS4_D);
+  const auto window_range = input.read<int32_t>(size_t(T) * 2);
+  const auto comp = input.read<float>(size_t(N) * DS4_D);
+  const auto comp_index = input.read<int32_t>(size_t(T) * SLOTS);
+  const auto sinks = input.read<float>(H);
+  for (const auto* buffer : {&q, &window, &comp, &sinks, &scale}) {
+    bind_buffer(*buffer);
+  }
+  bind_buffer(window_range);
+  bind_buffer(comp_index);
+  const int q_shape[3] = {T, H, DS4_D}, window_shape[2] = {W, DS4_D}, comp_shape[2] = {N, DS4_D};
+  const int comp_index_shape[2] = {T, SLOTS};
+  std::vector<float> out(q.size(), NAN);
+  if (baseline) {  // the kernel it replaced: one simdgroup per (row, head), SLOTS compiled in
+    if (SLOTS != DS4_SLOTS) {
+      fail("the baseline attention was compiled for another slot count");
+    }
+    launch({1, uint(H), uint(T)}, SIMD_WIDTH, [&](const ThreadIds& ids) {
+      baseline_sparse_attention::kernel<float, DS4_D, DS4_SLOTS>(
+          q.data(), q_shape, window.data(), window_shape, window_range.data(), comp.data(),
+          comp_shape, comp_index.data(), sinks.data(), scale.data(), out.data(),
+          {ids.thread_index_in_simdgroup, ids.threadgroup_position_in_grid.y,
+           ids.threadgroup_position_in_grid.z},
+          ids.thread_index_in_simdgroup);
+    });
+  } else if (H % DS4_HEADS) {
+    fail("the heads per threadgroup must divide H");
+  } else {
+    launch({1, uint(H) / DS4_HEADS, uint(T)}, SIMD_WIDTH * DS4_HEADS * DS4_SPLITS,
+         [&](const ThreadIds& ids) {
+           sparse_attention::kernel<float, DS4_D, DS4_HEADS, DS4_SPLITS>(
+               q.data(), q_shape, window.data(), window_shape, window_range.data(), comp.data(),
+               comp_shape, comp_index.data(), comp_index_shape, sinks.data(), scale.data(),
+               out.data(), ids.simdgroup_index_in_threadgroup, ids.thread_index_in_simdgroup,
+               ids.thread_index_in_threadgroup, ids.threadgroup_position_in_grid);
+         });
+  }
+  write_output(out_path, out);
+  return 0;
+}
+
+#include "metal_step_kernels.h"
+
+// The modes that take `<input> <output>`: the attention, the mHC and MoE step kernels.
+struct Mode {
+  const char* name;
+  int (*run)(const char*, const char*);
+};
+const Mode MODES[] = {
+    {"sparse_attention", [](const char* in, const char* out) {
+       return run_sparse_attention(false, in, out);
+     }},
+    {"baseline_sparse_attention", [](const char* in, const char* out) {
+       return run_sparse_attention(true, in, out);
+     }},
+    {"sinkhorn", run_sinkhorn},
+    {"hc_site", run_hc_site},
+    {"hc_expand", run_hc_expand},
+    {"rope", run_rope},
+    {"moe_route", run_moe_route},
+    {"moe_combine", run_moe_combine},
+    {"pool_blocks", run_pool_blocks},
+    {"indexer_scores", run_indexer_scores},
+};
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  const Mode* chosen = nullptr;
+  for (const Mode& candidate : MODES) {
+    if (mode == candidate.name && argc == 4) {
+      chosen = &candidate;
     }
   }
-
-  write_output(argv[3], y);
-  return 0;
+  int status;
+  if (chosen) {
+    status = chosen->run(argv[2], argv[3]);
+  } else if ((mode == "linear" || mode == "baseline_linear") && argc == 5) {
+    status = run_linear_mode(mode == "baseline_linear", argv[2], argv[3], argv[4]);
+  } else {
+    std::fprintf(stderr, "usage: %s <linear|baseline_linear> <format> <input> <output>\n", argv[0]);
+    for (const Mode& candidate : MODES) {
+      std::fprintf(stderr, "       %s %s <input> <output>\n", argv[0], candidate.name);
+    }
+    return 2;
+  }
+  std::printf(
+      "{\"device_load_instructions\": %llu, \"device_bytes\": %llu, \"threadgroups\": %llu, "
+      "\"threads_per_threadgroup\": %u}\n",
+      (unsigned long long)counters.device_load_instructions,
+      (unsigned long long)counters.device_bytes, (unsigned long long)counters.threadgroups,
+      counters.threads_per_threadgroup);
+  return status;
 }

@@ -6,7 +6,6 @@ The Sinkhorn twin is checked against ggml's own order in tests/models/test_model
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 from ds4mlx.kernels import metal, twins
@@ -16,7 +15,7 @@ from ds4mlx.models.attention import sink_attention
 import mlx.core as mx
 import numpy as np
 import pytest
-from emulator import build_emulator
+from emulator import build_emulator, run
 
 NO_METAL = "Metal is not available (needs macOS on Apple silicon with MLX's Metal backend)"
 HC, ITERS, EPS = 4, 20, 1e-6
@@ -140,55 +139,84 @@ def test_metal_kernels_differentiate_through_their_twins():
 
 @pytest.fixture(scope="module")
 def emulator(tmp_path_factory) -> Path:
-    # The packed-matmul sizes are unused here but the emulator always builds that kernel too.
-    return build_emulator(
-        tmp_path_factory.mktemp("metal-fused"),
-        DS4_K=256,
-        DS4_N=1,
-        DS4_ROWS=8,
-        DS4_HC=HC,
-        DS4_ITERS=ITERS,
-        DS4_D=D,
-        DS4_SLOTS=SLOTS,
-    )
+    return build_emulator(tmp_path_factory.mktemp("metal-fused"), **attention_defines(D, H))
 
 
-def emulate(emulator: Path, mode: str, payload: bytes, tmp_path: Path) -> np.ndarray:
-    (tmp_path / "in.bin").write_bytes(payload)
-    subprocess.run(
-        [str(emulator), mode, str(tmp_path / "in.bin"), str(tmp_path / "out.bin")],
-        check=True,
-        capture_output=True,
-    )
-    return np.fromfile(tmp_path / "out.bin", dtype=np.float32)
+def attention_defines(dim: int, heads: int) -> dict[str, int]:
+    """The emulator's sizes: Sinkhorn's, and the attention's as metal.py launches it."""
+    return {
+        "DS4_HC": HC,
+        "DS4_ITERS": ITERS,
+        "DS4_D": dim,
+        "DS4_HEADS": metal.attention_heads_per_group(heads),
+        "DS4_SPLITS": metal.ATTENTION_SPLITS,
+        "DS4_SLOTS": SLOTS,  # the replaced kernel's compiled-in slot count
+    }
 
 
 def test_emulated_sinkhorn_kernel_matches_twin(emulator: Path, tmp_path):
     comb = (np.random.default_rng(6).standard_normal((5, HC, HC)) * 3).astype(np.float32)
-    got = emulate(
+    got, _ = run(
         emulator,
-        "sinkhorn",
-        np.array([5], np.int32).tobytes() + np.array([EPS], np.float32).tobytes() + comb.tobytes(),
+        ["sinkhorn"],
+        [np.array([5], np.int32), np.array([EPS], np.float32), comb],
         tmp_path,
     )
     expected = np.array(twins.sinkhorn(mx.array(comb), ITERS, EPS))
     np.testing.assert_allclose(got.reshape(comb.shape), expected, rtol=1e-5, atol=1e-6)
 
 
+def emulate_attention(
+    emulator: Path, case: dict[str, np.ndarray], scale: float, tmp_path: Path, mode: str = ""
+):
+    tokens, heads, dim = case["q"].shape
+    sizes = [tokens, heads, len(case["window"]), len(case["comp"]), case["comp_index"].shape[1]]
+    payload = [np.array(sizes, np.int32), np.array([scale], np.float32)] + [
+        np.ascontiguousarray(case[name])
+        for name in ("q", "window", "window_range", "comp", "comp_index", "sinks")
+    ]
+    out, counters = run(emulator, [mode or "sparse_attention"], payload, tmp_path)
+    return out.reshape(tokens, heads, dim), counters
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_emulated_sparse_attention_kernel_matches_twin(emulator: Path, tmp_path, seed):
     case, scale = attention_case(seed), D**-0.5
     case["comp_index"][1, 0] = N + 3  # out of range: skipped, never read
-    payload = (
-        np.array([T, H, W, N], np.int32).tobytes()
-        + np.array([scale], np.float32).tobytes()
-        + b"".join(
-            case[name].tobytes()
-            for name in ("q", "window", "window_range", "comp", "comp_index", "sinks")
-        )
-    )
-    got = emulate(emulator, "sparse_attention", payload, tmp_path).reshape(T, H, D)
-    np.testing.assert_allclose(got, run_twin(case, scale), rtol=1e-5, atol=1e-5)
+    for mode in ("sparse_attention", "baseline_sparse_attention"):  # the benchmark's baseline
+        got, _ = emulate_attention(emulator, case, scale, tmp_path, mode)
+        np.testing.assert_allclose(got, run_twin(case, scale), rtol=1e-5, atol=1e-5)
+
+
+def test_emulated_sparse_attention_at_flash_shape_reads_each_key_once_per_8_heads(
+    tmp_path_factory, tmp_path
+):
+    """DeepSeek-V4-Flash's CSA decode: head dim 512, 64 heads, a 128-row window and 512
+    selected compressed rows (some slots unused), two rows with different lengths."""
+    tokens, heads, dim, window, n_comp, slots = 2, 64, 512, 128, 1024, 512
+    rng = np.random.default_rng(12)
+    index = np.stack([rng.permutation(n_comp)[:slots] for _ in range(tokens)]).astype(np.int32)
+    index[1, 500:] = -1
+    case = {
+        "q": rng.standard_normal((tokens, heads, dim)).astype(np.float32),
+        "window": rng.standard_normal((window, dim)).astype(np.float32),
+        "window_range": np.array([[0, window], [40, window]], np.int32),
+        "comp": rng.standard_normal((n_comp, dim)).astype(np.float32),
+        "comp_index": index,
+        "sinks": rng.standard_normal(heads).astype(np.float32),
+    }
+    binary = build_emulator(tmp_path_factory.mktemp("flash"), **attention_defines(dim, heads))
+    got, counters = emulate_attention(binary, case, dim**-0.5, tmp_path)
+    np.testing.assert_allclose(got, run_twin(case, dim**-0.5), rtol=1e-5, atol=1e-5)
+
+    group = metal.attention_heads_per_group(heads)
+    assert group >= 8 and counters["threadgroups"] == tokens * heads // group
+    visible_keys = (window + slots) + (window - 40 + 500)
+    key_bytes = visible_keys * dim * 4 * (heads // group)  # each row once per head group
+    q_bytes = metal.ATTENTION_SPLITS * case["q"].nbytes  # every split reads its head's query
+    index_bytes = index.nbytes * (heads // group)
+    per_thread = 16 * counters["threadgroups"] * counters["threads_per_threadgroup"]  # ranges..
+    assert key_bytes < counters["device_bytes"] <= key_bytes + q_bytes + index_bytes + per_thread
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,372 @@
+"""The Metal kernels of a GPU decode step's mHC, RoPE and MoE routing (metal/hc_site.metal,
+hc_expand.metal, rope.metal, moe_route.metal, moe_combine.metal) against their twins: through
+the CPU emulator here, the real kernels on a Mac; and the dispatch that sends a GPU step to them
+(``kernels.hc_site``, ``hc_expand``, ``rotary``, ``moe_route``, ``moe_combine``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+from ds4mlx import kernels
+from ds4mlx.diagnostics.metal_graph import metal_configuration
+from ds4mlx.kernels import metal, twins
+from ds4mlx.models.compressed_attention import Compressor
+from ds4mlx.models.moe import GatingFunc, gate_probs, route
+from ds4mlx.models.rope import RoPE, RopeConfig
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from emulator import build_emulator, run
+
+NO_METAL = "Metal is not available (needs macOS on Apple silicon with MLX's Metal backend)"
+# DeepSeek-V4-Flash's mHC: 4 streams of its 4096-wide hidden state, 20 Sinkhorn rounds; its
+# 256 experts, 6 a token; its 512-wide heads, the last 64 channels rotated.
+HC, ITERS, EPS, D = 4, 20, 1e-6, 4096
+MIX = (2 + HC) * HC
+EXPERTS, TOP_K = 256, 6
+HEAD_DIM, ROPE_DIMS = 512, 64
+TOKENS = (1, 3, 8)  # a decode row, a ragged tile, a whole tile
+
+
+def site_case(tokens: int, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {
+        "x": rng.standard_normal((tokens, HC, D)).astype(np.float32),
+        "mixes": (rng.standard_normal((tokens, MIX)) * 2).astype(np.float32),
+        "scale": rng.uniform(0.5, 2.0, 3).astype(np.float32),
+        "base": rng.standard_normal(MIX).astype(np.float32),
+    }
+
+
+def expand_case(tokens: int, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {
+        "out": rng.standard_normal((tokens, D)).astype(np.float32),
+        "residual": rng.standard_normal((tokens, HC, D)).astype(np.float32),
+        "post": rng.uniform(0, 2, (tokens, HC)).astype(np.float32),
+        "comb": rng.uniform(0, 1, (tokens, HC, HC)).astype(np.float32),
+    }
+
+
+def site_twin(case: dict[str, np.ndarray]) -> list[np.ndarray]:
+    args = (mx.array(case[name]) for name in ("x", "mixes", "scale", "base"))
+    return [np.array(a) for a in twins.hc_site(*args, HC, ITERS, EPS)]
+
+
+@pytest.fixture(scope="module")
+def emulator(tmp_path_factory) -> Path:
+    """The mHC and MoE kernels at DS4-Flash's hidden width."""
+    return build_emulator(
+        tmp_path_factory.mktemp("metal-step"),
+        DS4_HC=HC,
+        DS4_ITERS=ITERS,
+        DS4_D=D,
+        DS4_E=EXPERTS,
+        DS4_TOPK=TOP_K,
+    )
+
+
+@pytest.fixture(scope="module")
+def rope_emulator(tmp_path_factory) -> Path:
+    """RoPE, pooling and the indexer at DS4-Flash's head and indexer widths."""
+    return build_emulator(
+        tmp_path_factory.mktemp("metal-heads"),
+        DS4_D=HEAD_DIM,
+        DS4_ROPE_N=ROPE_DIMS,
+        DS4_ROPE_OFFSET=HEAD_DIM - ROPE_DIMS,
+        DS4_POOL_R=POOL_RATIO,
+        DS4_IDX_H=INDEX_HEADS,
+        DS4_IDX_D=INDEX_DIM,
+    )
+
+
+@pytest.mark.parametrize("tokens", TOKENS)
+def test_emulated_hc_site_kernel_matches_twin(emulator: Path, tmp_path, tokens):
+    case = site_case(tokens, seed=tokens)
+    payload = np.array([tokens], np.int32).tobytes() + np.array([EPS], np.float32).tobytes()
+    payload += b"".join(case[name].tobytes() for name in ("scale", "base", "x", "mixes"))
+    got = run(emulator, ["hc_site"], [payload], tmp_path)[0]
+    y, post, comb = np.split(got, [tokens * D, tokens * (D + HC)])
+    expected = site_twin(case)
+    np.testing.assert_allclose(y.reshape(tokens, D), expected[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(post.reshape(tokens, HC), expected[1], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(comb.reshape(tokens, HC, HC), expected[2], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("tokens", TOKENS)
+def test_emulated_hc_expand_kernel_matches_twin(emulator: Path, tmp_path, tokens):
+    case = expand_case(tokens, seed=10 + tokens)
+    payload = np.array([tokens], np.int32).tobytes()
+    payload += b"".join(case[name].tobytes() for name in ("out", "residual", "post", "comb"))
+    got = run(emulator, ["hc_expand"], [payload], tmp_path)[0].reshape(tokens, HC, D)
+    expected = twins.hc_expand(*(mx.array(case[n]) for n in ("out", "residual", "post", "comb")))
+    np.testing.assert_allclose(got, np.array(expected), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("interleaved", [True, False])
+@pytest.mark.parametrize("inverse", [False, True])
+@pytest.mark.parametrize("heads", [5, 0], ids=["heads", "keys"])  # x [T, H, D] or [T, D]
+def test_emulated_rope_kernel_matches_twin(
+    rope_emulator: Path, tmp_path, interleaved, inverse, heads
+):
+    tokens = 3
+    rope = RoPE(RopeConfig(ROPE_DIMS, 10000.0, interleaved=interleaved))
+    angles = rope.angles(np.arange(70_000, 70_000 + tokens))  # far positions: host angles
+    shape = (tokens, heads, HEAD_DIM) if heads else (tokens, HEAD_DIM)
+    x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    payload = np.array([tokens, heads, interleaved, inverse], np.int32).tobytes()
+    payload += x.tobytes() + angles.cos.tobytes() + angles.sin.tobytes()
+    got = run(rope_emulator, ["rope"], [payload], tmp_path)[0].reshape(x.shape)
+    expected = rope.twin(mx.array(x), angles, HEAD_DIM - ROPE_DIMS, inverse)
+    np.testing.assert_allclose(got, np.array(expected), rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(got[..., : HEAD_DIM - ROPE_DIMS], x[..., : HEAD_DIM - ROPE_DIMS])
+
+
+ROUTINGS = [
+    (GatingFunc.SQRT_SOFTPLUS, True, False, True, 1.5),  # DS4's routed layers
+    (GatingFunc.SQRT_SOFTPLUS, False, True, True, 1.5),  # DS4's hash-routed layers
+    (GatingFunc.SOFTMAX, False, False, False, 1.0),
+    (GatingFunc.SIGMOID, True, False, True, 2.5),
+    (GatingFunc.SOFTMAX_WEIGHT, False, False, False, 0.0),
+]
+
+
+@pytest.mark.parametrize("func, has_bias, hashed, normalize, scale", ROUTINGS)
+def test_emulated_moe_route_kernel_matches_twin(
+    emulator: Path, tmp_path, func, has_bias, hashed, normalize, scale
+):
+    tokens = 7
+    rng = np.random.default_rng(int(func) * 10 + hashed)
+    logits = (rng.standard_normal((tokens, EXPERTS)) * 4).astype(np.float32)
+    logits[0, :10] = 30.0  # above softplus's threshold (and ties: the lower expert first)
+    bias = rng.standard_normal(EXPERTS).astype(np.float32) * 0.1
+    fixed = np.stack([rng.permutation(EXPERTS)[:TOP_K] for _ in range(tokens)]).astype(np.int32)
+    payload = np.array([tokens, func, has_bias, hashed, normalize], np.int32).tobytes()
+    payload += np.array([scale], np.float32).tobytes() + logits.tobytes() + bias.tobytes()
+    payload += fixed.tobytes()
+    got = run(emulator, ["moe_route"], [payload], tmp_path)[0]
+    indices = got[: tokens * TOP_K].view(np.int32).reshape(tokens, TOP_K)
+    weights = got[tokens * TOP_K :].reshape(tokens, TOP_K)
+    expected = route(
+        gate_probs(mx.array(logits), func),
+        TOP_K,
+        func=func,
+        bias=mx.array(bias) if has_bias else None,
+        selected=mx.array(fixed) if hashed else None,
+        normalize=normalize,
+        scale=scale,
+    )
+    if hashed:
+        np.testing.assert_array_equal(indices, fixed)
+    else:  # the same experts (the twin's sort may order ties either way)
+        np.testing.assert_array_equal(np.sort(indices[1:]), np.sort(np.array(expected[0])[1:]))
+        np.testing.assert_array_equal(indices[0], np.arange(TOP_K) if not has_bias else indices[0])
+    order = np.argsort(indices, axis=1)
+    expected_order = np.argsort(np.array(expected[0]), axis=1)
+    np.testing.assert_allclose(
+        np.take_along_axis(weights, order, 1),
+        np.take_along_axis(np.array(expected[1]), expected_order, 1),
+        rtol=1e-5,
+        atol=1e-6,
+    )
+
+
+@pytest.mark.parametrize("real", [1, 3, 8])
+def test_emulated_moe_combine_kernel_matches_twin(emulator: Path, tmp_path, real):
+    tokens = 8
+    rng = np.random.default_rng(real)
+    expert_out = rng.standard_normal((real, TOP_K, D)).astype(np.float32)
+    weights = rng.uniform(0, 1, (tokens, TOP_K)).astype(np.float32)
+    shared = rng.standard_normal((tokens, D)).astype(np.float32)
+    payload = np.array([tokens, real], np.int32).tobytes()
+    payload += expert_out.tobytes() + weights.tobytes() + shared.tobytes()
+    got = run(emulator, ["moe_combine"], [payload], tmp_path)[0].reshape(tokens, D)
+    routed = np.array(mx.sum(mx.array(expert_out) * mx.array(weights[:real])[..., None], axis=1))
+    expected = np.concatenate([routed, np.zeros((tokens - real, D), np.float32)]) + shared
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+POOL_RATIO = 4  # CSA
+
+
+@pytest.mark.parametrize(
+    "overlap, b0, n", [(True, 0, 3), (True, 5, 2), (False, 0, 1), (False, 7, 3)]
+)
+def test_emulated_pool_blocks_kernel_matches_twin(rope_emulator: Path, tmp_path, overlap, b0, n):
+    """Block 0 of a CSA compressor pools against a missing previous block (-inf scores)."""
+    r, dim = POOL_RATIO, HEAD_DIM
+    lo = r if overlap and b0 else 0  # CSA keeps the block before the first completed one
+    rows = lo + n * r + 2  # and rows of a block not yet completed
+    rng = np.random.default_rng(b0 + n)
+    width = (2 if overlap else 1) * dim
+    kv = rng.standard_normal((rows, width)).astype(np.float32)
+    score = (rng.standard_normal((rows, width)) * 3).astype(np.float32)
+    payload = np.array([rows, n, lo, overlap], np.int32).tobytes() + kv.tobytes() + score.tobytes()
+    got = run(rope_emulator, ["pool_blocks"], [payload], tmp_path)[0].reshape(n, dim)
+    twin = SimpleNamespace(ratio=r, dim=dim, overlap=overlap)
+    expected = Compressor._pooled(twin, mx.array(kv), mx.array(score), lo, n, b0)
+    np.testing.assert_allclose(got, np.array(expected), rtol=1e-5, atol=1e-5)
+
+
+# DeepSeek-V4-Flash's indexer: 64 heads of 128 channels (its top-k, 512, is scaled down here).
+INDEX_HEADS, INDEX_DIM = 64, 128
+
+
+def test_emulated_indexer_top_k_matches_twin(rope_emulator: Path, tmp_path):
+    """Rows of a ragged verify tile: seeing fewer blocks than the top-k, more, and none (a
+    padding row); some blocks tie at zero (no head scores them positively)."""
+    rng = np.random.default_rng(40)
+    tokens, blocks, top_k = 8, 37, 16
+    visible = np.array([9, 35, 36, 37, 16, 0, 0, 0], np.int32)
+    q = rng.standard_normal((tokens, INDEX_HEADS, INDEX_DIM)).astype(np.float32)
+    weights = rng.uniform(0, 1, (tokens, INDEX_HEADS)).astype(np.float32)
+    keys = rng.standard_normal((blocks, INDEX_DIM)).astype(np.float32)
+    keys[[3, 7, 20]] = 0.0  # every score of these blocks is 0: ties, the lower block first
+    payload = np.array([tokens, blocks], np.int32).tobytes()
+    payload += q.tobytes() + weights.tobytes() + keys.tobytes() + visible.tobytes()
+    scores = run(rope_emulator, ["indexer_scores"], [payload], tmp_path)[0].reshape(tokens, blocks)
+    assert np.all(np.isneginf(scores[1, 35:])) and np.all(np.isneginf(scores[5]))
+    got = metal.select_top_k(mx.array(scores), mx.array(visible), top_k)
+    args = (mx.array(q), mx.array(weights), mx.array(keys), mx.array(visible))
+    np.testing.assert_array_equal(np.array(got), np.array(twins.indexer_top_k(*args, top_k)))
+
+
+def test_gpu_steps_launch_the_fused_mhc_kernels():
+    """On the GPU (the Mac configuration) an mHC site after its projection and an expansion are
+    one launch each, of the sizes the kernels declare."""
+    site, expand = site_case(8, 1), expand_case(8, 2)
+    with metal_configuration() as calls:
+        y, post, comb = kernels.hc_site(
+            *(mx.array(site[n]) for n in ("x", "mixes", "scale", "base")), HC, ITERS, EPS
+        )
+        streams = kernels.hc_expand(*(mx.array(expand[n]) for n in expand))
+    assert [c.name for c in calls] == ["ds4_hc_site", "ds4_hc_expand"]
+    assert calls[0].template == (("T_", mx.float32), ("HC", HC), ("D", D), ("ITERS", ITERS))
+    assert calls[0].grid == (D, 8, 1)
+    assert calls[0].outputs == (
+        ((8, D), mx.float32),
+        ((8, HC), mx.float32),
+        ((8, HC, HC), mx.float32),
+    )
+    assert calls[1].template == (("T_", mx.float32), ("HC", HC), ("D", D))
+    assert calls[1].grid == (D, HC, 8)
+    assert (y.shape, post.shape, comb.shape, streams.shape) == (
+        (8, D),
+        (8, HC),
+        (8, HC, HC),
+        (8, HC, D),
+    )
+    # Off the GPU the same calls are the twins' values.
+    np.testing.assert_allclose(
+        np.array(kernels.hc_site(*(mx.array(site[n]) for n in site), HC, ITERS, EPS)[0]),
+        site_twin(site)[0],
+        rtol=1e-5,
+        atol=1e-5,
+    )
+
+
+def test_mhc_kernel_wrappers_differentiate_through_the_twins(monkeypatch):
+    """The wrappers themselves, with the twins standing in for the Metal kernels: the twins'
+    values and gradients."""
+    monkeypatch.setattr(metal, "hc_site_kernel", twins.hc_site)
+    monkeypatch.setattr(metal, "hc_expand_kernel", twins.hc_expand)
+    metal._hc_site_function.cache_clear()
+    metal._hc_expand_function.cache_clear()
+    site = [mx.array(a) for a in site_case(3, 4).values()]
+    expand = [mx.array(a) for a in expand_case(3, 5).values()]
+
+    def site_loss(function):
+        return lambda *a: sum(mx.sum(o**2) for o in function(*a, HC, ITERS, EPS))
+
+    def expand_loss(function):
+        return lambda *a: mx.sum(function(*a) ** 2)
+
+    for got, expected, inputs in (
+        (site_loss(metal.hc_site), site_loss(twins.hc_site), site),
+        (expand_loss(metal.hc_expand), expand_loss(twins.hc_expand), expand),
+    ):
+        argnums = list(range(len(inputs)))
+        np.testing.assert_allclose(np.array(got(*inputs)), np.array(expected(*inputs)), rtol=1e-6)
+        grads = mx.grad(got, argnums)(*inputs)
+        reference = mx.grad(expected, argnums)(*inputs)
+        for g, e in zip(grads, reference, strict=True):
+            np.testing.assert_allclose(np.array(g), np.array(e), rtol=1e-5, atol=1e-5)
+    metal._hc_site_function.cache_clear()
+    metal._hc_expand_function.cache_clear()
+
+
+@pytest.mark.skipif(not metal.metal_available(), reason=NO_METAL)
+@pytest.mark.parametrize("tokens", TOKENS)
+def test_metal_mhc_kernels_match_twins(tokens):
+    site, expand = site_case(tokens, 20 + tokens), expand_case(tokens, 30 + tokens)
+    got = metal.hc_site(*(mx.array(site[n]) for n in site), HC, ITERS, EPS)
+    for g, e in zip(got, site_twin(site), strict=True):
+        np.testing.assert_allclose(np.array(g), e, rtol=1e-5, atol=1e-5)
+    args = [mx.array(expand[n]) for n in expand]
+    np.testing.assert_allclose(
+        np.array(metal.hc_expand(*args)), np.array(twins.hc_expand(*args)), rtol=1e-5, atol=1e-5
+    )
+
+
+@pytest.mark.skipif(not metal.metal_available(), reason=NO_METAL)
+@pytest.mark.parametrize("inverse", [False, True])
+def test_metal_rope_matches_twin(inverse):
+    rope = RoPE(RopeConfig(ROPE_DIMS, 10000.0))
+    angles = rope.angles(np.arange(5, 12))
+    x = mx.array(np.random.default_rng(9).standard_normal((7, 3, HEAD_DIM)).astype(np.float32))
+    got = metal.rope(x, *angles.on_device, HEAD_DIM - ROPE_DIMS, ROPE_DIMS, True, inverse)
+    expected = rope.twin(x, angles, HEAD_DIM - ROPE_DIMS, inverse)
+    np.testing.assert_allclose(np.array(got), np.array(expected), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.skipif(not metal.metal_available(), reason=NO_METAL)
+def test_metal_moe_route_and_combine_match_twins():
+    rng = np.random.default_rng(12)
+    logits = mx.array(rng.standard_normal((8, EXPERTS)).astype(np.float32) * 4)
+    bias = mx.array(rng.standard_normal(EXPERTS).astype(np.float32) * 0.1)
+    func = GatingFunc.SQRT_SOFTPLUS
+    indices, weights = metal.moe_route(
+        logits, bias, None, n_used=TOP_K, func=int(func), normalize=True, scale=1.5
+    )
+    expected = route(
+        gate_probs(logits, func), TOP_K, func=func, bias=bias, normalize=True, scale=1.5
+    )
+    np.testing.assert_array_equal(np.array(indices), np.array(expected[0]))
+    np.testing.assert_allclose(np.array(weights), np.array(expected[1]), rtol=1e-5)
+    expert_out = mx.array(rng.standard_normal((3, TOP_K, 64)).astype(np.float32))
+    shared = mx.array(rng.standard_normal((8, 64)).astype(np.float32))
+    got = metal.moe_combine(expert_out, weights, shared)
+    routed = mx.sum(expert_out * weights[:3, :, None], axis=1)
+    expected_sum = mx.concatenate([routed, mx.zeros((5, 64))]) + shared
+    np.testing.assert_allclose(np.array(got), np.array(expected_sum), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not metal.metal_available(), reason=NO_METAL)
+@pytest.mark.parametrize("overlap, b0", [(True, 0), (True, 3), (False, 2)])
+def test_metal_pool_blocks_matches_twin(overlap, b0):
+    r, dim, n = POOL_RATIO, HEAD_DIM, 2
+    lo = r if overlap and b0 else 0
+    rng = np.random.default_rng(b0)
+    width = (2 if overlap else 1) * dim
+    kv = mx.array(rng.standard_normal((lo + n * r + 1, width)).astype(np.float32))
+    score = mx.array(rng.standard_normal((lo + n * r + 1, width)).astype(np.float32))
+    got = metal.pool_blocks(kv, score, lo, n, r, dim, overlap)
+    twin = SimpleNamespace(ratio=r, dim=dim, overlap=overlap)
+    expected = Compressor._pooled(twin, kv, score, lo, n, b0)
+    np.testing.assert_allclose(np.array(got), np.array(expected), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not metal.metal_available(), reason=NO_METAL)
+def test_metal_indexer_top_k_matches_twin():
+    rng = np.random.default_rng(41)
+    visible = mx.array(np.array([9, 35, 36, 37, 16, 0, 0, 0], np.int32))
+    args = (
+        mx.array(rng.standard_normal((8, INDEX_HEADS, INDEX_DIM)).astype(np.float32)),
+        mx.array(rng.uniform(0, 1, (8, INDEX_HEADS)).astype(np.float32)),
+        mx.array(rng.standard_normal((37, INDEX_DIM)).astype(np.float32)),
+        visible,
+    )
+    got = metal.indexer_top_k(*args, 16)
+    np.testing.assert_array_equal(np.array(got), np.array(twins.indexer_top_k(*args, 16)))
