@@ -74,6 +74,15 @@ class LoadedModel:
             f"vocab {a.vocab_size}, weights {self.weights_dtype}"
         )
 
+    def load_summary(self) -> str:
+        """How the weights were loaded: tensors mapped from the file as stored, and tensors
+        converted (what the backend cannot read in place) with the seconds that took."""
+        g = self.gguf
+        return (
+            f"{g.mapped_tensors} tensors mapped as stored, {g.converted_tensors} converted "
+            f"in {g.conversion_seconds:.2f}s"
+        )
+
     def render_user_prompt(self, text: str) -> str:
         """``text`` as one user turn followed by the assistant prompt, in the model's template."""
         if self.chat_format is None:

@@ -80,13 +80,14 @@ def run_ds4mlx(path: str, streamed: bool, prompt: int, n_decode: int) -> dict[st
     start = time.perf_counter()
     model = ds4mlx.load_model(path, experts=experts)
     load = time.perf_counter() - start
+    print(f"ds4mlx loaded in {load:.1f} s", file=sys.stderr)
     tokens = prompt_tokens(model.args.vocab_size, prompt)
     start, cpu_at_first, first = time.perf_counter(), 0.0, None
-    for event in generate(model.new_session(), tokens, n_decode + 1):
+    for event in generate(model.new_session(), tokens, n_decode + 1):  # noqa: B007
         if first is None:  # the first token ends the prefill; the decode starts here
             first, cpu_at_first = time.perf_counter(), cpu_seconds()
-        stats = event.stats
     cpu = cpu_seconds() - cpu_at_first
+    stats = event.stats  # the last event is generation's summary
     model.close()
     return _result(
         load, prompt / stats.prefill_seconds, stats.decode_seconds / n_decode, cpu / n_decode

@@ -23,6 +23,21 @@ import numpy as np
 from gguf import GGMLQuantizationType, GGUFReader
 
 
+class _Reader(GGUFReader):
+    """``GGUFReader`` over a plain array view of its memory map: numpy's memmap bookkeeping on
+    every slice (``__getitem__``, ``__array_finalize__``) was most of the time parsing a real
+    vocabulary's 257k metadata strings (a 129k-token tokenizer and its merges)."""
+
+    @property
+    def data(self) -> np.ndarray:
+        return self._plain
+
+    @data.setter
+    def data(self, mapped: np.memmap) -> None:
+        self.mapped = mapped  # the memmap itself, whose pages _release_pages gives back
+        self._plain = mapped.view(np.ndarray)
+
+
 class GGUFFile:
     """A GGUF file opened read-only through a memory map, after full structural validation."""
 
@@ -30,7 +45,7 @@ class GGUFFile:
         self.path = Path(path)
         self.layout: GGUFLayout = validate_gguf(self.path)
         try:
-            self.reader = GGUFReader(self.path, "r")
+            self.reader = _Reader(self.path, "r")
         except (ValueError, KeyError, IndexError, OverflowError) as exc:
             # Should be unreachable: validation covers every check the reader makes.
             raise GGUFError(f"{self.path}: gguf.GGUFReader rejected the file: {exc}") from exc
@@ -126,7 +141,7 @@ class GGUFFile:
         memory map count in its RSS until unmapped, so a loaded model would otherwise show
         twice its weights (the converted copy and the file). They stay in the OS page cache;
         every weight is a copy, so nothing reads them again."""
-        mapping = getattr(self.reader.data, "_mmap", None)  # numpy memmap's mmap object
+        mapping = getattr(self.reader.mapped, "_mmap", None)  # numpy memmap's mmap object
         if mapping is None or not hasattr(mmap, "MADV_DONTNEED"):
             return
         start = info.file_offset - info.file_offset % mmap.PAGESIZE

@@ -5,12 +5,11 @@ rows), and the blocks load by mapping the file."""
 
 from __future__ import annotations
 
-import os
-import shutil
+from pathlib import Path
 
 from ds4mlx import kernels
 from ds4mlx.gguf import quants
-from ds4mlx.kernels import PackedWeight, native
+from ds4mlx.kernels import PackedWeight
 
 import mlx.core as mx
 import numpy as np
@@ -19,17 +18,6 @@ import pytest
 from tests.kernels.ggml_blocks import T, random_blocks, reference
 
 FORMATS = (T.Q8_0, T.Q4_0, T.Q4_K, T.Q6_K, T.Q2_K, T.IQ2_XXS, T.MXFP4, T.F16, T.BF16)
-
-
-@pytest.fixture(scope="module")
-def ops():
-    if shutil.which("c++") is None and shutil.which("g++") is None:
-        pytest.skip("no C++ compiler: the native CPU operations cannot be built here")
-    if os.environ.get("DS4MLX_KERNELS", "").lower() == "mlx":
-        pytest.skip("DS4MLX_KERNELS=mlx turns the native operations off")
-    module = native.native_ops()
-    assert module is not None, "the native CPU operations failed to build (see stderr)"
-    return module
 
 
 def stored(qtype: T, shape: tuple[int, int], seed: int, moderate: bool = True) -> np.ndarray:
@@ -55,7 +43,10 @@ def test_linear_equals_a_float_matmul_on_the_decoded_values(ops, qtype, tokens):
     x = np.random.default_rng(tokens).standard_normal((tokens, shape[1])).astype(np.float32)
     want = x.astype(np.float64) @ reference(raw, qtype, shape).T.astype(np.float64)
     got = np.array(kernels.linear(mx.array(x), PackedWeight(mx.array(raw), qtype)))
-    np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4 * np.abs(want).max())
+    # Q8_0 tiles take integer dot products on the input in Q8_0 form (as llama.cpp does): the
+    # input's rounding to 8 bits, ~0.4% of a value, then stands in the sums.
+    tolerance = 1e-2 if qtype == T.Q8_0 and tokens <= 8 else 2e-4
+    np.testing.assert_allclose(got, want, rtol=tolerance, atol=tolerance * np.abs(want).max())
 
 
 @pytest.mark.parametrize("qtype", (T.Q8_0, T.IQ2_XXS, T.Q2_K), ids=lambda t: t.name)
@@ -80,7 +71,9 @@ def test_grouped_projection_takes_each_group_through_its_matrix(ops):
     for g in range(groups):
         values = reference(raw[g], T.Q8_0, (n, k))
         want = x[:, g * k : (g + 1) * k] @ values.T
-        np.testing.assert_allclose(got[:, g * n : (g + 1) * n], want, rtol=1e-4, atol=1e-4)
+        # Q8_0 form of the input, as in test_linear_equals_a_float_matmul_on_the_decoded_values
+        tolerance = 1e-2 * np.abs(want).max()
+        np.testing.assert_allclose(got[:, g * n : (g + 1) * n], want, atol=tolerance)
 
 
 def expert_stacks(experts: int, dim: int, ff: int) -> list[tuple[np.ndarray, T, tuple[int, ...]]]:
@@ -152,7 +145,28 @@ def test_blocks_load_by_mapping_the_file(ops, tmp_path):
     mapped = ops.mapped_bytes(str(path), 100, list(raw.shape))
     np.testing.assert_array_equal(np.array(mapped), raw)
     with pytest.raises(RuntimeError, match="missing.bin"):
-        ops.mapped_bytes(str(tmp_path / "missing.bin"), 0, [4])
+        ops.mapped_bytes(str(tmp_path / "missing.bin"), 100, [4])
+
+
+def test_mapping_reads_no_page_before_a_kernel_does(ops, tmp_path):
+    """Loading by mapping copies nothing: a 256 MiB tensor costs no resident memory until its
+    pages are read."""
+    status = Path("/proc/self/status")
+    if not status.exists():
+        pytest.skip("resident memory is read from Linux's /proc")
+
+    def resident_mib() -> float:
+        line = next(x for x in status.read_text().splitlines() if x.startswith("VmRSS:"))
+        return int(line.split()[1]) / 1024
+
+    path = tmp_path / "sparse.bin"
+    with open(path, "wb") as f:
+        f.truncate(2**28 + 4096)  # a hole: reading it is free, copying it is not
+    before = resident_mib()
+    mapped = ops.mapped_bytes(str(path), 4096, [2**14, 2**14])
+    mx.eval(mapped)
+    assert resident_mib() - before < 64
+    assert np.array(mapped[-1]).sum() == 0
 
 
 def test_native_weights_stay_blocks_on_the_cpu(ops):

@@ -27,6 +27,7 @@ struct BlockMatrix {
   const uint8_t* data;
   RowDecoder decoder;
   int n;
+  BlockType type;
 
   const uint8_t* row(int j) const { return data + static_cast<size_t>(j) * decoder.row_bytes(); }
 };
@@ -41,6 +42,19 @@ struct Scratch {
     return scratch;
   }
 };
+
+// block_product for a Q8_0 matrix: each input row put in Q8_0 form once, then every output
+// one q8_0_dot; a weight row stays in the L1 cache while the rows take their products.
+void q8_rows_product(const BlockMatrix& w, const float* x, size_t x_stride, float* y,
+                     size_t y_stride, int count) {
+  thread_local std::vector<Q8Row> rows;
+  const int k = w.decoder.k();
+  if (static_cast<int>(rows.size()) < count) rows.resize(count);
+  for (int r = 0; r < count; r++) rows[r].quantize(x + r * x_stride, k);
+  for (int j = 0; j < w.n; j++) {
+    for (int r = 0; r < count; r++) y[r * y_stride + j] = q8_0_dot(w.row(j), rows[r], k);
+  }
+}
 
 // y[r, j] = W_j . x[r] for ``count`` rows x [count, K] (row stride x_stride) into y (row stride
 // y_stride). ``batched``: count may share BLAS GEMMs (prefill); else each output is dot's sum.
@@ -57,6 +71,10 @@ void block_product(const BlockMatrix& w, const float* x, size_t x_stride, float*
                   static_cast<int>(x_stride), buffer.data(), k, 0.0f, y + j0,
                   static_cast<int>(y_stride));
     }
+    return;
+  }
+  if (w.type == BlockType::kQ8_0) {  // integer dot products on the blocks themselves
+    q8_rows_product(w, x, x_stride, y, y_stride, count);
     return;
   }
   // Four weight rows decoded at a time, each input row read once for the four (dot4).
@@ -97,7 +115,8 @@ class BlocksLinear : public CpuPrimitive {
       const RowDecoder decoder(type, k);
       Scratch& scratch = Scratch::local();
       for (int g = 0; g < groups; g++) {
-        const BlockMatrix m{w.data() + static_cast<size_t>(g) * n * decoder.row_bytes(), decoder, n};
+        const BlockMatrix m{w.data() + static_cast<size_t>(g) * n * decoder.row_bytes(), decoder, n,
+                            static_cast<BlockType>(type)};
         block_product(m, x.data() + static_cast<size_t>(g) * k, static_cast<size_t>(groups) * k,
                       out[0] + static_cast<size_t>(g) * n, width, real, true, scratch.weights);
       }
@@ -168,10 +187,12 @@ class BlocksExperts : public CpuPrimitive {
         std::copy(src, src + dim, s.rows.data() + static_cast<size_t>(i) * dim);
       }
       const size_t e_at = static_cast<size_t>(e) * ff;
-      const BlockMatrix gate{gate_w.data() + e_at * gate_dec.row_bytes(), gate_dec, ff};
-      const BlockMatrix up{up_w.data() + e_at * up_dec.row_bytes(), up_dec, ff};
+      const BlockMatrix gate{gate_w.data() + e_at * gate_dec.row_bytes(), gate_dec, ff,
+                            static_cast<BlockType>(types[0])};
+      const BlockMatrix up{up_w.data() + e_at * up_dec.row_bytes(), up_dec, ff,
+                          static_cast<BlockType>(types[1])};
       const BlockMatrix down{down_w.data() + static_cast<size_t>(e) * dim * down_dec.row_bytes(),
-                             down_dec, dim};
+                             down_dec, dim, static_cast<BlockType>(types[2])};
       block_product(gate, s.rows.data(), dim, s.gate.data(), ff, count, grouped, s.weights);
       block_product(up, s.rows.data(), dim, s.up.data(), ff, count, grouped, s.weights);
       for (size_t i = 0; i < s.gate.size(); i++) s.gate[i] = swiglu_clamped(s.gate[i], s.up[i], limit);
