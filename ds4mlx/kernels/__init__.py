@@ -452,10 +452,32 @@ def moe_combine(
     weighted and summed, plus the shared expert ([T, D], zeros past R); None where it does not
     apply."""
     ops, down_t = _inference_ops(), _frozen_float32(shared_down)
+    if ops is not None and down_t is None and _block_ops(shared_down) is not None:
+        return _combine_on_blocks(
+            expert_out, weights, shared_gate, shared_up, shared_down, shared_limit
+        )
     if ops is None or down_t is None:
         return None
     shared = _row_operand(shared_down, down_t)
     return ops.moe_combine(expert_out, weights, shared_gate, shared_up, shared, shared_limit)
+
+
+def _combine_on_blocks(
+    expert_out: mx.array,
+    weights: mx.array,
+    shared_gate: mx.array,
+    shared_up: mx.array,
+    shared_down: PackedWeight,
+    shared_limit: float,
+) -> mx.array:
+    """``moe_combine`` with the shared expert's down matrix as GGUF blocks: the same sums, each
+    row on its own (so resident and streamed experts still give the same bits)."""
+    real, tokens = expert_out.shape[0], shared_gate.shape[0]
+    routed = mx.sum(expert_out * weights[:real, :, None], axis=1)
+    if tokens > real:
+        routed = mx.concatenate([routed, mx.zeros((tokens - real, routed.shape[1]), routed.dtype)])
+    hidden = swiglu(shared_gate, shared_up, shared_limit)
+    return routed + _blocks_linear(hidden, shared_down, real)
 
 
 def routed_experts(
