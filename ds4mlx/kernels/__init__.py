@@ -256,6 +256,16 @@ def gather_linear(
             sorted_indices=sorted_indices,
         )
         return out.astype(x.dtype)
+    if _block_ops(w) is not None:
+        # A stacked projection (GLM's per-head matrices; routed experts take blocks_experts):
+        # the matrices it uses decoded to float32, then one gathered matmul, as the twin does.
+        stack = w.data.reshape(-1, *w.data.shape[-2:])
+        used = dequantize(PackedWeight(stack[expert_indices.flatten()], w.qtype))
+        positions = mx.arange(expert_indices.size).reshape(expert_indices.shape)
+        out = mx.gather_mm(
+            x, mx.swapaxes(used, -1, -2), rhs_indices=positions, sorted_indices=sorted_indices
+        )
+        return out.astype(x.dtype)
     return _backend.gather_linear(x, w, expert_indices, sorted_indices)
 
 
