@@ -18,7 +18,6 @@ from ds4mlx.agent.widgets import PermissionScreen, QuitScreen
 from ds4mlx.agent.workspace import Workspace
 
 import pytest
-from conftest import PYTHON_SOURCE
 from processes import processes_with
 from scripted_backend import ScriptedBackend, call, text
 from test_agent_app import until
@@ -181,7 +180,8 @@ def test_a_mention_attaches_the_file_and_a_climb_out_is_refused(workspace, store
         await until(pilot, lambda: agent.backend.requests and not app.busy)
         sent = agent.backend.requests[0][-1]["content"]
         assert sent.startswith("explain @src/app.py, and @../outside/secret.txt.\n\n")
-        assert f'<file path="src/app.py">\n{PYTHON_SOURCE.rstrip()}\n</file>' in sent
+        source = (workspace / "src" / "app.py").read_text()
+        assert f'<file path="src/app.py">\n{source.rstrip()}\n</file>' in sent
         assert "top secret" not in sent
         assert "attached src/app.py (10 lines)" in notes(app)
         refused = notes(app, ".error")
