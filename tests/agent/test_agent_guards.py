@@ -261,7 +261,8 @@ def test_two_edits_in_one_prompt_undo_to_the_content_before_the_prompt(tmp_path)
     checkpoints.end_prompt()
     diff = checkpoints.diff()
     assert "-original" in diff and "+final" in diff and "middle" not in diff
-    assert "restored 2 file(s)" in checkpoints.undo()
+    said = checkpoints.undo()
+    assert "restored 1 file(s)" in said and "removed 1 file(s) it created: new.txt" in said
     assert target.read_text() == "original\n" and not created.exists()
     assert "nothing to undo" in checkpoints.undo()
 

@@ -5,6 +5,7 @@ reuses the prefix it had prefilled."""
 from __future__ import annotations
 
 import asyncio
+import re
 
 import ds4mlx
 from ds4mlx.agent.app import AgentApp
@@ -24,6 +25,7 @@ pytestmark = pytest.mark.skipif(not DEFAULT_MODEL.is_file(), reason="needs asset
 
 # Seconds to wait for the tiny model's prefill on a loaded machine.
 LONG = 240.0
+PROGRESS = re.compile(r"prefill (\d+)/(\d+) tokens")
 
 
 class RecordingBackend(LocalBackend):
@@ -41,11 +43,11 @@ class RecordingBackend(LocalBackend):
 
 
 def test_a_long_prefill_shows_progress_and_ctrl_c_stops_it_within_a_chunk(toolbox, tmp_path):
-    service = ChatService(ds4mlx.load_model(DEFAULT_MODEL), max_context=4096)
+    service = ChatService(ds4mlx.load_model(DEFAULT_MODEL), max_context=8192)
     backend = RecordingBackend(service)
     agent = Agent(backend, toolbox, Permissions(yolo=True))
     app = AgentApp(lambda: agent, ConversationStore(tmp_path / "conversations"))
-    long_prompt = "Summarise: " + " ".join(f"w{n}" for n in range(700))
+    long_prompt = "Summarise: " + " ".join(f"w{n}" for n in range(1500))
     fed: list[int] = []
 
     def status() -> str:
@@ -55,10 +57,13 @@ def test_a_long_prefill_shows_progress_and_ctrl_c_stops_it_within_a_chunk(toolbo
         await until(pilot, lambda: app.agent is not None and not app.busy, LONG)
         app.query_one("#prompt").value = long_prompt
         await pilot.press("enter")
-        await until(pilot, lambda: f"prefill {PREFILL_CHUNK}/" in status(), LONG)
-        assert " t/s" in status().split("prefill ")[1]
-        prompt_total = int(status().split(f"prefill {PREFILL_CHUNK}/")[1].split()[0])
-        assert prompt_total >= 2500  # about 3,000 tokens, the system prompt's included
+        # The status bar may skip a chunk's line when a chunk is quick: any progress will do.
+        await until(pilot, lambda: PROGRESS.search(status()) is not None, LONG)
+        shown = PROGRESS.search(status())
+        assert shown is not None and " t/s" in status().split("prefill ")[1]
+        done, prompt_total = int(shown[1]), int(shown[2])
+        assert done % PREFILL_CHUNK == 0 and done < prompt_total
+        assert prompt_total >= 4500  # about 5,000 tokens, the system prompt's included
         await pilot.press("ctrl+c")
         fed.append(service._slots[0].session.n_tokens)  # the chunk in flight included
         await until(pilot, lambda: not app.busy, LONG)
