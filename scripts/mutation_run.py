@@ -68,17 +68,9 @@ KDA_PY = "ds4mlx/models/kda.py"
 POOL_INDEXER_PY = "ds4mlx/models/pool_indexer.py"
 VALIDATE_PY = "ds4mlx/gguf/validate.py"
 
-# A device-side top-p as a refactor might write it, with the boundary flipped (``>`` where
-# mlx-lm has ``>=``): a token whose mass above reaches top_p exactly is kept.
-_TOP_P_FLIPPED = """ordered = mx.sort(logprobs, axis=-1)
-            above = mx.cumsum(mx.exp(ordered), axis=-1, reverse=True, inclusive=False)
-            total = above[..., :1] + mx.exp(ordered[..., :1])
-            dropped = (above > o.top_p * total).sum(axis=-1, keepdims=True)
-            cut = mx.take_along_axis(ordered, dropped, axis=-1)
-            logprobs = mx.where(logprobs < cut, float("-inf"), logprobs)"""
-# A device-side top-k as a threshold on the k-th largest logit: every token tied with it stays.
-_TOP_K_TIES = """kth = mx.sort(logprobs, axis=-1)[..., logprobs.shape[-1] - o.top_k, None]
-            logprobs = mx.where(logprobs < kth, float("-inf"), logprobs)"""
+# A top-k as a threshold on the k-th largest value: every token tied with it stays.
+_TOP_K_TIES = """kth = mx.where(ranks < k, logprobs, mx.inf).min(axis=-1, keepdims=True)
+    return mx.where(logprobs >= kth, logprobs, -mx.inf)"""
 
 MUTATIONS: tuple[Mutation, ...] = (
     # --- sampling ---------------------------------------------------------------------------
@@ -86,22 +78,22 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "top_p_boundary_flip",
         SAMPLING_PY,
-        "logprobs = _sample_utils().apply_top_p(logprobs, o.top_p)",
-        _TOP_P_FLIPPED,
+        "kept = before < top_p * probs.sum(axis=-1, keepdims=True)",
+        "kept = before <= top_p * probs.sum(axis=-1, keepdims=True)",
         SAMPLER,
     ),
     Mutation(
         "top_k_keeps_ties",
         SAMPLING_PY,
-        "logprobs = _sample_utils().apply_top_k(logprobs, o.top_k)",
+        "return mx.where(ranks < k, logprobs, -mx.inf)",
         _TOP_K_TIES,
         SAMPLER,
     ),
     Mutation(
         "top_k_off_by_one",
         SAMPLING_PY,
-        "apply_top_k(logprobs, o.top_k)",
-        "apply_top_k(logprobs, o.top_k + 1)",
+        "_top_k(logprobs, mx.array(o.top_k, dtype=mx.int32))",
+        "_top_k(logprobs, mx.array(o.top_k + 1, dtype=mx.int32))",
         SAMPLER,
     ),
     Mutation(
@@ -129,8 +121,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "seeded_draw_ignores_temperature",
         SAMPLING_PY,
-        "mx.random.categorical(row * (1 / self.options.temperature),",
-        "mx.random.categorical(row,",
+        "inverse_temperature = _scalar(1 / self.options.temperature)",
+        "inverse_temperature = _scalar(1.0)",
         SAMPLER,
     ),
     Mutation(
@@ -179,8 +171,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "pipelined_draws_unpenalised",
         GENERATE_PY,
-        "sampler.draw_on_device(sampler.penalized_on_device(logits[-1], window))",
-        "sampler.draw_on_device(logits[-1])",
+        "row = sampler.masked_on_device(sampler.penalized_on_device(logits[-1], window))",
+        "row = sampler.masked_on_device(logits[-1])",
         PIPELINED,
     ),
     Mutation(
@@ -340,15 +332,15 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "glm5_partial_pool_kept",
         POOL_INDEXER_PY,
-        "self.pooled[: pos // kpool]",
-        "self.pooled[: -(-pos // kpool)]",
+        "keep_rows(self.pooled, pos // kpool)",
+        "keep_rows(self.pooled, -(-pos // kpool))",
         SESSION,
     ),
     Mutation(
         "glm5_latent_one_long",
         "ds4mlx/models/sparse_mla.py",
-        "self.latent[:pos]",
-        "self.latent[: pos + 1]",
+        "keep_rows(self.latent, pos)",
+        "keep_rows(self.latent, pos + 1)",
         SESSION,
     ),
     # --- routing ----------------------------------------------------------------------------
