@@ -14,7 +14,8 @@ from ds4mlx.engine.chat import ChatFormat, chat_format_for_arch
 from ds4mlx.engine.session import Session
 from ds4mlx.engine.tokenizer import NumericTokenizer, Tokenizer, load_tokenizer
 from ds4mlx.experts import ExpertOptions, ExpertStats, ExpertStore, open_expert_store
-from ds4mlx.gguf import DEFAULT_WEIGHT_MODE, WEIGHT_MODES, GGUFError, GGUFFile, open_gguf
+from ds4mlx.gguf import WEIGHT_MODES, GGUFError, GGUFFile, open_gguf
+from ds4mlx.gguf.quants import default_weight_mode
 from ds4mlx.kernels.native import native_ops
 from ds4mlx.memory import gpu_working_set_bytes, wire_model
 from ds4mlx.models import model_class_for
@@ -28,9 +29,10 @@ if TYPE_CHECKING:
 
 
 def resolve_weights_dtype(weights_dtype: str) -> str:
-    """``auto``: float32 on the CPU backend (BLAS-backed), GGUF-native quantization on Metal."""
+    """``auto``: the file's blocks as stored, with Metal or the CPU's block kernels; float32
+    (BLAS-backed) on a CPU without them."""
     if weights_dtype == "auto":
-        return DEFAULT_WEIGHT_MODE
+        return default_weight_mode()
     if weights_dtype not in WEIGHT_MODES:
         raise ValueError(
             f"weights_dtype must be auto or one of {WEIGHT_MODES}, got '{weights_dtype}'"
@@ -74,6 +76,15 @@ class LoadedModel:
         return (
             f"{self.gguf.arch}, {a.num_layers} layers, d={a.hidden_size}, "
             f"vocab {a.vocab_size}, weights {self.weights_dtype}"
+        )
+
+    def load_summary(self) -> str:
+        """How the weights were loaded: tensors mapped from the file as stored, and tensors
+        converted (what the backend cannot read in place) with the seconds that took."""
+        g = self.gguf
+        return (
+            f"{g.mapped_tensors} tensors mapped as stored, {g.converted_tensors} converted "
+            f"in {g.conversion_seconds:.2f}s"
         )
 
     def render_user_prompt(self, text: str) -> str:

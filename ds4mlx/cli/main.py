@@ -167,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         f"ds4: loaded {options.model} ({model.args_summary()}) "
         f"in {time.perf_counter() - started:.2f}s"
     )
+    if options.verbose:
+        say.info(f"ds4: weights: {model.load_summary()}")
     try:
         return run(args, options, model, sampling, speculation, say)
     except RuntimeError as exc:

@@ -3,9 +3,12 @@
 Two modes:
 - "f32": float32 ``mx.array`` via ``gguf.quants.dequantize`` (the reference). The CPU default:
   MLX's CPU backend runs fp16 and quantized matmuls without BLAS, so they are much slower.
-- "native": keep the file's precision. F32/F16/BF16 stay dense in their dtype. Q8_0, Q4_0, Q4_K
-  and MXFP4 are re-laid out, exactly, into MLX's quantized formats (``QuantizedWeight``); Q2_K,
-  Q6_K and IQ2_XXS keep their blocks (``PackedWeight``) for the kernels. The Metal default.
+- "native": keep the file's precision. On the CPU, with its block kernels built
+  (``kernels/cpu_ops/quant_blocks.cpp``), every quantized, F16 or BF16 matrix stays the file's
+  blocks as stored (``PackedWeight``, one copy, mapped from the file by ``GGUFFile``): the CPU
+  default then. On Metal F32/F16/BF16 stay dense in their dtype; Q8_0, Q4_0, Q4_K and MXFP4 are
+  re-laid out, exactly, into MLX's quantized formats (``QuantizedWeight``); Q2_K, Q6_K and
+  IQ2_XXS keep their blocks (``PackedWeight``) for the kernels. The Metal default.
 Quantized tensors with fewer than 2 dims or no elements (never matmul weights) are dequantized to
 float32.
 
@@ -27,9 +30,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cache
 
 from ds4mlx.kernels import PackedWeight, QuantizedWeight, RowCodes, Weight, attach_codes
 from ds4mlx.kernels.metal import metal_available
+from ds4mlx.kernels.native import native_ops
 from ds4mlx.kernels.twins import PACKED_TYPES
 
 import mlx.core as mx
@@ -41,8 +46,38 @@ T = GGMLQuantizationType
 DENSE_TYPES = frozenset({T.F32, T.F16, T.BF16})
 AFFINE_TYPES = frozenset({T.Q8_0, T.Q4_0, T.Q4_K})
 SUPPORTED_TYPES = DENSE_TYPES | AFFINE_TYPES | {T.MXFP4} | PACKED_TYPES
+# What the CPU's block kernels compute on as stored (quant_blocks.h ``BlockType``).
+BLOCK_TYPES = frozenset({T.F16, T.BF16, T.Q8_0, T.Q4_0, T.Q4_K, T.MXFP4}) | PACKED_TYPES
 WEIGHT_MODES = ("f32", "native")
+# Metal's default; the CPU's is ``default_weight_mode()`` (it depends on a build).
 DEFAULT_WEIGHT_MODE = "native" if metal_available() else "f32"
+
+
+@cache
+def cpu_keeps_blocks() -> bool:
+    """Whether "native" matrices stay the file's blocks as stored: on the CPU, when its block
+    kernels are built (Metal keeps MLX's quantized layouts; without a compiler the twins cannot
+    read every format)."""
+    return not metal_available() and native_ops() is not None
+
+
+def default_weight_mode() -> str:
+    """ "native" with Metal or the CPU's block kernels (one copy of each weight, as stored);
+    "f32" on a CPU without them."""
+    return "native" if DEFAULT_WEIGHT_MODE == "native" or cpu_keeps_blocks() else "f32"
+
+
+def keeps_blocks(qtype: GGMLQuantizationType, shape: Sequence[int], mode: str) -> bool:
+    """Whether a tensor loads as its blocks as stored (``PackedWeight``) on the CPU."""
+    is_matrix = len(shape) >= 2 and math.prod(shape) > 0
+    return mode == "native" and is_matrix and qtype in BLOCK_TYPES and cpu_keeps_blocks()
+
+
+def block_bytes_shape(qtype: GGMLQuantizationType, shape: Sequence[int]) -> tuple[int, ...]:
+    """The uint8 shape [..., row_bytes] of a tensor's blocks (numpy order ``shape``)."""
+    block, type_size = GGML_QUANT_SIZES[qtype]
+    return (*shape[:-1], shape[-1] // block * type_size)
+
 
 GROUP_SIZE = 32
 CHUNK_BYTES = 32 * 2**20  # raw bytes converted per step: bounds the temporaries
@@ -78,9 +113,13 @@ def host_weight(
     raw: np.ndarray, qtype: GGMLQuantizationType, shape: tuple[int, ...], mode: str | None = None
 ) -> HostWeight:
     """The conversion half of ``load_weight``, in numpy only (see ``HostWeight``)."""
-    mode = mode or DEFAULT_WEIGHT_MODE
+    mode = mode or default_weight_mode()
     if mode not in WEIGHT_MODES:
         raise ValueError(f"weight mode {mode!r}: expected one of {', '.join(WEIGHT_MODES)}")
+    if keeps_blocks(qtype, shape, mode):
+        return HostWeight(
+            "packed", (raw.view(np.uint8).reshape(block_bytes_shape(qtype, shape)),), qtype
+        )
     is_matrix = len(shape) >= 2 and raw.size > 0
     if mode == "f32" or (qtype not in DENSE_TYPES and not is_matrix):
         return HostWeight("dense", (dequantize(raw, qtype, shape),), qtype)
@@ -111,7 +150,7 @@ def resident_nbytes(qtype: GGMLQuantizationType, shape: Sequence[int], mode: str
         return n // block * type_size
     if mode == "f32" or (qtype not in DENSE_TYPES and not is_matrix):
         return 4 * n
-    if qtype in DENSE_TYPES or qtype in PACKED_TYPES:
+    if qtype in DENSE_TYPES or qtype in PACKED_TYPES or keeps_blocks(qtype, shape, mode):
         block, type_size = GGML_QUANT_SIZES[qtype]
         return n // block * type_size
     groups = n // GROUP_SIZE

@@ -190,7 +190,26 @@ def linear(x: mx.array, w: Weight, rows: int | None = None) -> mx.array:
             x, w.packed, w.scales, w.biases, True, w.group_size, w.bits, w.mode
         )
         return out.astype(x.dtype)
+    if _block_ops(w) is not None:
+        return _blocks_linear(x, w, rows)
     return _backend.linear(x, w)
+
+
+def _block_ops(*weights: Weight) -> ModuleType | None:
+    """The native CPU operations where they compute on these weights' GGUF blocks as stored
+    (``PackedWeight``s on the CPU: ``cpu_ops/quant_blocks.cpp``), else None."""
+    if not all(isinstance(w, PackedWeight) for w in weights):
+        return None
+    return _native_cpu_ops()
+
+
+def _blocks_linear(x: mx.array, w: PackedWeight, rows: int | None) -> mx.array:
+    """``linear`` on blocks: x [..., G * K] times w [N, K] (G = 1) or [G, N, K] (a grouped
+    projection, x [T, G * K]); each of the first ``rows`` rows on its own (decode tiles)."""
+    flat = x.reshape(-1, x.shape[-1])
+    real = flat.shape[0] if rows is None else rows
+    out = native_ops().blocks_linear(flat, w.data, int(w.qtype), real)
+    return out.reshape(*x.shape[:-1], out.shape[-1]).astype(x.dtype)
 
 
 def linear_many(x: mx.array, weights: list[Weight], rows: int | None = None) -> list[mx.array]:
@@ -241,6 +260,16 @@ def gather_linear(
             bits=w.bits,
             mode=w.mode,
             sorted_indices=sorted_indices,
+        )
+        return out.astype(x.dtype)
+    if _block_ops(w) is not None:
+        # A stacked projection (GLM's per-head matrices; routed experts take blocks_experts):
+        # the matrices it uses decoded to float32, then one gathered matmul, as the twin does.
+        stack = w.data.reshape(-1, *w.data.shape[-2:])
+        used = dequantize(PackedWeight(stack[expert_indices.flatten()], w.qtype))
+        positions = mx.arange(expert_indices.size).reshape(expert_indices.shape)
+        out = mx.gather_mm(
+            x, mx.swapaxes(used, -1, -2), rhs_indices=positions, sorted_indices=sorted_indices
         )
         return out.astype(x.dtype)
     return _backend.gather_linear(x, w, expert_indices, sorted_indices)
@@ -472,10 +501,32 @@ def moe_combine(
         shared = linear(swiglu(shared_gate, shared_up, shared_limit), shared_down)
         return metal.moe_combine(expert_out, weights, shared)
     ops, down_t = _inference_ops(), _frozen_float32(shared_down)
+    if ops is not None and down_t is None and _block_ops(shared_down) is not None:
+        return _combine_on_blocks(
+            expert_out, weights, shared_gate, shared_up, shared_down, shared_limit
+        )
     if ops is None or down_t is None:
         return None
     shared = _row_operand(shared_down, down_t)
     return ops.moe_combine(expert_out, weights, shared_gate, shared_up, shared, shared_limit)
+
+
+def _combine_on_blocks(
+    expert_out: mx.array,
+    weights: mx.array,
+    shared_gate: mx.array,
+    shared_up: mx.array,
+    shared_down: PackedWeight,
+    shared_limit: float,
+) -> mx.array:
+    """``moe_combine`` with the shared expert's down matrix as GGUF blocks: the same sums, each
+    row on its own (so resident and streamed experts still give the same bits)."""
+    real, tokens = expert_out.shape[0], shared_gate.shape[0]
+    routed = mx.sum(expert_out * weights[:real, :, None], axis=1)
+    if tokens > real:
+        routed = mx.concatenate([routed, mx.zeros((tokens - real, routed.shape[1]), routed.dtype)])
+    hidden = swiglu(shared_gate, shared_up, shared_limit)
+    return routed + _blocks_linear(hidden, shared_down, real)
 
 
 def routed_experts(
@@ -493,6 +544,11 @@ def routed_experts(
     expert share one GEMM, unless ``row_invariant`` asks for every row on its own (decode
     tiles). None where it does not apply (not on the CPU, weights not float32 arrays): the
     caller runs its own matmuls."""
+    if _block_ops(gate, up, down) is not None:
+        types = [int(w.qtype) for w in (gate, up, down)]
+        data = (gate.data, up.data, down.data)
+        grouped = not row_invariant
+        return native_ops().blocks_experts(x, *data, types, indices, limit, grouped).astype(x.dtype)
     if not _float32_arrays(gate, up, down) or _native_cpu_ops() is None:
         return None
     if _INFERENCE.get():
@@ -627,6 +683,8 @@ def grouped_linear(x: mx.array, w: Weight, rows: int | None = None) -> mx.array:
     stored = _frozen(w) if isinstance(w, mx.array) else None
     if stored is not None and stored.ndim == 3 and _rows_linear_applies(x, []):
         return native_ops().grouped_rows_linear(x, stored, x.shape[0] if rows is None else rows)
+    if _block_ops(w) is not None and x.ndim == 2:
+        return _blocks_linear(x, w, rows)
     tokens, groups = x.shape[0], w.shape[0]
     grouped = mx.swapaxes(x.reshape(tokens, groups, -1), 0, 1)  # [G, T, K]
     return mx.swapaxes(linear(grouped, w), 0, 1).reshape(tokens, -1)
@@ -676,6 +734,10 @@ def dequantize(w: Weight) -> mx.array:
         return mx.dequantize(
             w.packed, w.scales, w.biases, w.group_size, w.bits, w.mode, dtype=mx.float32
         )
+    if _block_ops(w) is not None:
+        rows = w.data.reshape(-1, w.data.shape[-1])
+        indices = mx.arange(rows.shape[0], dtype=mx.int32)
+        return native_ops().blocks_rows(rows, int(w.qtype), indices).reshape(w.shape)
     return twins.dequantize_packed(w.data, w.qtype)
 
 
@@ -697,6 +759,8 @@ def take_rows(w: Weight, indices: mx.array) -> mx.array:
             w.mode,
             dtype=mx.float32,
         )
+    if _block_ops(w) is not None:
+        return native_ops().blocks_rows(w.data, int(w.qtype), indices)
     return twins.dequantize_packed(w.data[indices], w.qtype)
 
 

@@ -20,17 +20,6 @@ HC, ITERS, EPS = 4, 20, 1e-6
 WIDTH = (2 + HC) * HC
 
 
-@pytest.fixture(scope="module")
-def ops():
-    if shutil.which("c++") is None and shutil.which("g++") is None:
-        pytest.skip("no C++ compiler: the native CPU operations cannot be built here")
-    if os.environ.get("DS4MLX_KERNELS", "").lower() == "mlx":
-        pytest.skip("DS4MLX_KERNELS=mlx turns the native operations off")
-    module = native.native_ops()
-    assert module is not None, "the native CPU operations failed to build (see stderr)"
-    return module
-
-
 def mixes_case(seed: int, tokens: int) -> tuple[mx.array, mx.array, mx.array]:
     rng = np.random.default_rng(seed)
     return (

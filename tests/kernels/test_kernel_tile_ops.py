@@ -4,28 +4,14 @@ other rows are, and refuses shapes it cannot take."""
 
 from __future__ import annotations
 
-import os
-import shutil
-
 from ds4mlx import kernels
 from ds4mlx.diagnostics.graph import primitive_names
-from ds4mlx.kernels import native, twins
+from ds4mlx.kernels import twins
 from ds4mlx.models.moe import GatingFunc, gate_probs, route
 
 import mlx.core as mx
 import numpy as np
 import pytest
-
-
-@pytest.fixture(scope="module")
-def ops():
-    if shutil.which("c++") is None and shutil.which("g++") is None:
-        pytest.skip("no C++ compiler: the native CPU operations cannot be built here")
-    if os.environ.get("DS4MLX_KERNELS", "").lower() == "mlx":
-        pytest.skip("DS4MLX_KERNELS=mlx turns the native operations off")
-    module = native.native_ops()
-    assert module is not None, "the native CPU operations failed to build (see stderr)"
-    return module
 
 
 def normal(rng: np.random.Generator, *shape: int, scale: float = 1.0) -> mx.array:

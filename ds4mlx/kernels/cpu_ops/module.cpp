@@ -3,6 +3,7 @@
 
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
 #include <nanobind/stl/variant.h>
 #include <nanobind/stl/vector.h>
 
@@ -52,4 +53,13 @@ NB_MODULE(_cpu_ops, m) {
   m.def("sparse_attention", &sparse_attention, "q"_a, "window"_a, "window_range"_a, "comp"_a,
         "comp_index"_a, "sinks"_a, "scale"_a,
         "Sink attention of each row over its window range and selected compressed rows.");
+  m.def("blocks_linear", &blocks_linear, "x"_a, "w"_a, "type"_a, "rows"_a,
+        "x [T, G * K] times G matrices of GGUF blocks w [G, N, bytes] (or one, [N, bytes]).");
+  m.def("blocks_experts", &blocks_experts, "x"_a, "gate"_a, "up"_a, "down"_a, "types"_a,
+        "indices"_a, "limit"_a, "grouped"_a,
+        "Every (token, slot) pair's routed SwiGLU expert output [T, k, D] on GGUF blocks.");
+  m.def("blocks_rows", &blocks_rows, "w"_a, "type"_a, "indices"_a,
+        "Rows w[indices] of a matrix of GGUF blocks, decoded to float32.");
+  m.def("mapped_bytes", &mapped_bytes, "path"_a, "offset"_a, "shape"_a,
+        "A file's bytes as a uint8 array over a private mapping (read when first touched).");
 }

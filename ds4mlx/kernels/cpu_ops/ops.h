@@ -1,11 +1,13 @@
 // The native operations' factories, one per Python function of the _cpu_ops module: each checks
 // its arguments' shapes (std::invalid_argument otherwise) and returns the outputs of one
-// primitive on the CPU stream. Defined in mhc.cpp, moe.cpp, attention.cpp, tiles.cpp and
-// drafting.cpp.
+// primitive on the CPU stream. Defined in mhc.cpp, moe.cpp, attention.cpp, tiles.cpp,
+// drafting.cpp, quant_blocks.cpp and mapping.cpp.
 
 #pragma once
 
+#include <cstdint>
 #include <optional>
+#include <string>
 #include <variant>
 #include <vector>
 
@@ -74,5 +76,18 @@ mx::array grouped_rows_linear(const mx::array& x, const mx::array& w, int rows);
 
 std::vector<mx::array> append_rows(const std::vector<mx::array>& cached,
                                    const std::vector<mx::array>& fresh, int take, int keep);
+
+// Matmuls on GGUF blocks as stored (uint8 rows of one GGML ``type``; quant_blocks.cpp).
+mx::array blocks_linear(const mx::array& x, const mx::array& w, int type, int rows);
+
+mx::array blocks_experts(const mx::array& x, const mx::array& gate, const mx::array& up,
+                         const mx::array& down, const std::vector<int>& types,
+                         const mx::array& indices, float limit, bool grouped);
+
+mx::array blocks_rows(const mx::array& w, int type, const mx::array& indices);
+
+// A file's bytes [offset, offset + prod(shape)) as a uint8 array over a private mapping
+// (mapping.cpp).
+mx::array mapped_bytes(const std::string& path, int64_t offset, const std::vector<int>& shape);
 
 }  // namespace ds4mlx_ops
