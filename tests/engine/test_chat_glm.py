@@ -218,6 +218,19 @@ def test_deferred_tools_appear_through_tool_references():
     )
 
 
+def test_developer_message_renders_as_system():
+    # OpenAI clients send "developer" where older ones send "system"; GLM's template knows only
+    # the latter, so both must render the same instead of one being refused.
+    as_system = render(
+        [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+    )
+    as_developer = render(
+        [{"role": "developer", "content": "be brief"}, {"role": "user", "content": "hi"}]
+    )
+    assert as_developer == as_system
+    assert "<|system|>be brief<|user|>hi" in as_developer
+
+
 def test_invalid_input_is_refused():
     with pytest.raises(ValueError, match="reasoning_effort"):
         GLM5.render([{"role": "user", "content": "x"}], reasoning_effort="medium")

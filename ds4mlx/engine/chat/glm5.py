@@ -298,7 +298,9 @@ class GLM5ChatFormat(ChatFormat):
         index = 0
         while index < len(messages):
             message, role = messages[index], messages[index].get("role")
-            if role in ("user", "system"):
+            if role in ("user", "system", "developer"):
+                # GLM's template has no developer role; OpenAI's developer message is the newer
+                # name of a system message, so it takes the system marker.
                 out.template(USER if role == "user" else SYSTEM)
                 _caller_text(out, message.get("content"))
             elif role == "assistant":
