@@ -208,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
             keepalive_seconds=args.keepalive,
             cors=args.cors,
             api_keys=api_keys,
+            details=partial(expert_details, model) if options.verbose else None,
         )
         log.info("serving '%s' on http://%s:%d/v1", config.model_id, args.host, args.port)
         server = uvicorn.Server(
@@ -225,6 +226,12 @@ def main(argv: list[str] | None = None) -> int:
         if conductor is not None:
             conductor.stop()
     return 0
+
+
+def expert_details(model: LoadedModel) -> str | None:
+    """The routed-expert cache's counters, for ``--verbose``'s line after each request."""
+    stats = model.expert_stats()
+    return None if stats is None else stats.summary()
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -274,6 +281,8 @@ def load_engine(
         model.args_summary(),
         time.perf_counter() - started,
     )
+    if options.verbose:
+        log.info("weights: %s", model.load_summary())
     if drafter is not None:
         log.info(
             "drafter %s%s",

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass
 from functools import partial
 from typing import Any
@@ -69,6 +69,9 @@ class ServerConfig:
     keepalive_seconds: float = 5.0
     cors: bool = False  # allow browser pages from any origin
     api_keys: tuple[str, ...] = ()  # when set, every request but /health must bring one
+    # ``--verbose``: a line of engine details (the routed-expert cache's counters) logged after
+    # each finished request, read on the engine's side so the server needs no model internals.
+    details: Callable[[], str | None] | None = None
 
     @property
     def model_names(self) -> tuple[str, ...]:
@@ -280,6 +283,8 @@ class _Server:
             if isinstance(item, Finished):
                 self.metrics.finished(item)
                 _log_finished(path, item, first_output or 0.0)
+                if self.config.details is not None and (line := self.config.details()):
+                    log.info("%s: %s", path, line)
             yield item
 
     async def _stream(

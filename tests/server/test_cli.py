@@ -44,6 +44,7 @@ def test_serves_until_interrupted_and_exits_cleanly(chat_model_path):
             "0",
             "-c",
             "512",
+            "--verbose",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -77,6 +78,9 @@ def test_serves_until_interrupted_and_exits_cleanly(chat_model_path):
         _, stderr = server.communicate(timeout=TIMEOUT)
     assert server.returncode == 0, stderr
     assert "serving" in stderr and "Traceback" not in stderr
+    # --verbose: how the weights loaded, and the expert store's line after the request.
+    assert "weights: " in stderr
+    assert "/v1/chat/completions: experts: " in stderr
 
 
 @pytest.mark.parametrize(
