@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -102,7 +104,16 @@ class Messages:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    try:
+        return _dispatch(sys.argv[1:] if argv is None else argv)
+    except BrokenPipeError:
+        # The reader went away (``ds4 ... | head``): stop quietly, as Unix tools do. Python
+        # flushes stdout again at exit, which would fail the same way, so it goes to /dev/null.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+
+
+def _dispatch(argv: list[str]) -> int:
     # ``ds4 bench ...`` and ``ds4 plan ...`` are subcommands; anything else is the one-shot
     # generator, whose flags stay top-level (``ds4 -p ...``), so subcommands are matched by the
     # first word only.

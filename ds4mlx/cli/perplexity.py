@@ -258,6 +258,8 @@ def main(command: str, argv: list[str]) -> int:
         if command == "perplexity":
             return _print_perplexity(model, tokens, args.ctx, args.chunks, sys.stdout)
         return _write_logprobs(model, tokens, args)
+    except BrokenPipeError:
+        raise  # the reader left (``| head``); ``ds4`` ends quietly
     except (TokenizerError, ValueError, OSError) as exc:
         print(f"ds4 {command}: error: {exc}", file=sys.stderr)
         return 1
