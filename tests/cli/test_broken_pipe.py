@@ -6,24 +6,25 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-SAMPLE = Path(__file__).resolve().parents[2] / "ds4mlx" / "cli" / "plan.py"
+SAMPLE = "def add(a, b):\n    return a + b\n\n" * 20
 
 
 @pytest.mark.parametrize(
     "command",
     [
         ["-p", "def f(x):", "-n", "64"],
-        ["logprobs", "-f", str(SAMPLE)],
+        ["logprobs", "-f", "{sample}"],
     ],
     ids=["generate", "logprobs"],
 )
-def test_a_closed_pipe_ends_ds4_quietly(command):
+def test_a_closed_pipe_ends_ds4_quietly(command, tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text(SAMPLE)
     ds4 = subprocess.Popen(
-        [sys.executable, "-m", "ds4mlx.cli.main", *command],
+        [sys.executable, "-m", "ds4mlx.cli.main", *(a.format(sample=sample) for a in command)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
