@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CHECKED = ["ds4mlx", "tests", "scripts"]
+CHECKED = ["ds4mlx", "tests", "scripts", "README.md"]  # the README: its Python example
 
 
 def _ruff(*args: str) -> subprocess.CompletedProcess[str]:
