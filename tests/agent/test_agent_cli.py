@@ -47,6 +47,18 @@ def test_flags_are_checked(tmp_path, capsys):
         cli.main(["--max-steps", "0", "--print", "hi"])
 
 
+def test_a_drafter_that_cannot_serve_is_refused_before_loading(tmp_path, capsys, monkeypatch):
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the model was loaded before the drafter was checked")
+
+    monkeypatch.setattr("ds4mlx.loader.load_model", no_loading)
+    missing = tmp_path / "missing-drafter.gguf"
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["--dspark", "--mtp-model", str(missing), "--print", "hi"])
+    assert exited.value.code == 2
+    assert str(missing) in capsys.readouterr().err
+
+
 def test_the_default_model_is_the_tiny_model():
     args = cli.build_parser().parse_args([])
     assert Path(args.model) == cli.DEFAULT_MODEL
