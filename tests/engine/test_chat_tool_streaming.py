@@ -134,6 +134,21 @@ def test_forced_tool_choice_opens_the_call_in_the_prompt(chat_format):
     assert none == chat_format.render(messages)
 
 
+@pytest.mark.parametrize("chat_format", [DEEPSEEK_V4, GLM5])
+@pytest.mark.parametrize("name", ["tool", "call", "invoke", "name", "DSML", "t"])
+def test_a_forced_name_found_inside_the_markup_stays_the_callers_text(chat_format, name):
+    tools = [{"type": "function", "function": {"name": name, "parameters": {}}}]
+    prompt = chat_format.prompt(
+        [{"role": "user", "content": "go"}], tools, tool_choice=NamedTool(name)
+    )
+    forced = chat_format.forced_call_prefix(NamedTool(name))
+    head, tail = forced[: forced.rindex(name)], forced[forced.rindex(name) + len(name) :]
+    # The call's opening markup is the template's, whole (its special tokens stay special);
+    # only the name is the caller's.
+    expected = [(head, True), (name, False)] + ([(tail, True)] if tail else [])
+    assert prompt.pieces[-len(expected) :] == expected
+
+
 def test_a_named_call_is_parsed_from_the_forced_prefix_on():
     parser = DEEPSEEK_V4.stream_parser(tool_choice=NamedTool("write"), stream_arguments=True)
     rest = CALL[CALL.index('">') + 3 :]

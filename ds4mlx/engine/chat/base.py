@@ -181,7 +181,10 @@ def tool_call_from_message(entry: ToolCall | Mapping[str, Any]) -> tuple[ToolCal
 def write_forced_prefix(out: PromptText, prefix: str, tool_choice: ToolChoice) -> None:
     """``prefix`` into the prompt, a named function's name as the caller's text."""
     if isinstance(tool_choice, NamedTool):
-        head, name, tail = prefix.partition(tool_choice.name)
+        # The name ends the prefix but for markup without name characters (DeepSeek's '">'),
+        # while it may also occur inside the markup before it (a tool named "tool" in GLM's
+        # "<tool_call>"): its last occurrence is the caller's.
+        head, name, tail = prefix.rpartition(tool_choice.name)
         out.template(head)
         out.caller(name)
         out.template(tail)
