@@ -2,8 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import ds4mlx
-from ds4mlx.generation import ChatService, Finished, TextDelta, generate
+from ds4mlx.generation import (
+    ChatService,
+    DrafterKind,
+    Finished,
+    PrefillProgress,
+    SpeculationConfig,
+    TextDelta,
+    generate,
+    load_drafter,
+)
+from ds4mlx.generation import service as service_module
 
 import pytest
 
@@ -92,3 +104,28 @@ def test_a_conversation_sharing_only_the_system_prompt_does_not_take_over_a_slot
         _, done = collect(service.chat(messages, max_tokens=4))
         # Each continuation finds its own earlier turn cached (up to the rendered answer).
         assert done.cached_tokens >= len(before) - 8, (done.cached_tokens, len(before))
+
+
+DSPARK = Path(__file__).resolve().parents[2] / "assets" / "ds4-tiny-dspark.gguf"
+
+
+@pytest.mark.skipif(not DSPARK.is_file(), reason="needs assets/ds4-tiny-dspark.gguf")
+def test_a_chunked_prefill_drafts_as_a_whole_one_does(monkeypatch):
+    """The agent prefills in chunks (``report_prefill``); the drafter must then see the prompt
+    as after one prefill: the same text and the same acceptance at every draft position."""
+    monkeypatch.setattr(service_module, "PREFILL_CHUNK", 24)  # several chunks, a short prompt
+    model = ds4mlx.load_model(DSPARK.with_name("ds4-tiny.gguf"))
+    config = SpeculationConfig(kind=DrafterKind.DSPARK, support_path=DSPARK)
+    source = (Path(ds4mlx.__file__).parent / "cli" / "plan.py").read_text()
+    messages = [{"role": "user", "content": "Continue this file:\n" + source[:500]}]
+    runs, progress = [], []
+    for chunked in (False, True):
+        service = ChatService(model, load_drafter(config, model), config, max_context=2048)
+        events = list(service.chat(messages, max_tokens=40, report_prefill=chunked))
+        progress += [e for e in events if isinstance(e, PrefillProgress)]
+        events = [e for e in events if not isinstance(e, PrefillProgress)]
+        text, done = collect(events)
+        runs.append((text, done.acceptance.position_accepted, done.acceptance.position_drafted))
+    assert len(progress) >= 3  # the second run did prefill in chunks
+    assert sum(runs[0][1]) > 0  # and drafts were accepted: there is an acceptance to compare
+    assert runs[0] == runs[1]
