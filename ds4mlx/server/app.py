@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
 from typing import Any
@@ -82,18 +82,19 @@ class ServerConfig:
 
 
 class _JobStreamingResponse(StreamingResponse):
-    """An SSE response that cancels its job however it ends, including the client leaving
-    (Starlette cancels the body while the client is gone)."""
+    """An SSE response that cancels its jobs (one per choice) however it ends, including the
+    client leaving (Starlette cancels the body while the client is gone)."""
 
-    def __init__(self, job: Job, content: AsyncIterator[bytes]):
+    def __init__(self, jobs: Sequence[Job], content: AsyncIterator[bytes]):
         super().__init__(content, media_type="text/event-stream", headers=_SSE_HEADERS)
-        self.job = job
+        self.jobs = jobs
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
-            self.job.cancel()
+            for job in self.jobs:
+                job.cancel()
 
 
 async def _cancel_on_disconnect(request: Request, *jobs: Job) -> None:
@@ -232,8 +233,8 @@ class _Server:
             for job in jobs
         ]
         events = streams[0] if len(streams) == 1 else merged(streams)
-        if parsed.stream:  # one choice: with_choices refuses streamed ones
-            return await self._stream(jobs[0], events, endpoint.stream(parsed, meta), endpoint)
+        if parsed.stream:
+            return await self._stream(jobs, events, endpoint.stream(parsed, meta), endpoint)
         watcher = asyncio.create_task(_cancel_on_disconnect(request, *jobs))
         try:
             return await self._respond(events, endpoint, parsed, meta)
@@ -289,7 +290,7 @@ class _Server:
 
     async def _stream(
         self,
-        job: Job,
+        jobs: Sequence[Job],
         events: AsyncIterator[ChatEvent | Finished | KeepAlive],
         encoder: StreamEncoder,
         endpoint: Endpoint[Any],
@@ -297,11 +298,12 @@ class _Server:
         try:
             first = await anext(events)
         except APIError as error:
-            job.cancel()
+            for job in jobs:
+                job.cancel()
             return _error_response(error, endpoint)
         except StopAsyncIteration:
             return _error_response(APIError(503, "the generation was cancelled"), endpoint)
-        return _JobStreamingResponse(job, _sse_body(first, events, encoder))
+        return _JobStreamingResponse(jobs, _sse_body(first, events, encoder))
 
 
 async def _sse_body(

@@ -12,7 +12,8 @@ differ and each equals a single request made with that seed; without a seed each
 its own. Greedy choices (temperature 0) are all the same text.
 
 Usage counts the prompt once and the completion tokens of all choices, as OpenAI does; the
-prompt's cached tokens are the first choice's.
+prompt's cached tokens are the first choice's. Streamed, each choice's chunks carry its index
+and come choice after choice (``merged``), each ended by its finish reason, then the usage.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 from ds4mlx.generation import ChatEvent, Finished
-from ds4mlx.server.errors import APIError
 from ds4mlx.server.generation import GenerationCall
 from ds4mlx.server.queue import KeepAlive
 
@@ -45,12 +45,10 @@ class ChoiceEvent:
     event: ChatEvent | Finished
 
 
-def with_choices(call: GenerationCall, n: int, stream: bool) -> GenerationCall:
-    """``call`` asking for ``n`` choices; APIError for what is not served."""
+def with_choices(call: GenerationCall, n: int) -> GenerationCall:
+    """``call`` asking for ``n`` choices."""
     if n == 1:
         return call
-    if stream:
-        raise APIError(400, "n > 1 is not served with stream: true", param="n")
     return ChoicesCall(**{f.name: getattr(call, f.name) for f in dataclasses.fields(call)}, n=n)
 
 

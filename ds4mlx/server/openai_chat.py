@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from ds4mlx.generation import ChatEvent, Finished, SamplingOptions, TokenLogprobs
-from ds4mlx.server.choices import split_choices, with_choices
+from ds4mlx.server.choices import ChoiceEvent, split_choices, with_choices
 from ds4mlx.server.errors import APIError, openai_error_body
 from ds4mlx.server.generation import (
     APIRequest,
@@ -219,7 +219,7 @@ class ChatCompletionsEndpoint:
             if response_format is not None
             else None,
         )
-        return with_choices(call, request.n, request.stream)
+        return with_choices(call, request.n)
 
     def response(
         self,
@@ -240,9 +240,11 @@ class ChatCompletionsEndpoint:
             "usage": chat_usage(finished),
         }
 
-    def stream(self, request: ChatCompletionRequest, meta: ResponseMeta) -> ChatCompletionStream:
+    def stream(
+        self, request: ChatCompletionRequest, meta: ResponseMeta
+    ) -> ChunkStream | ChoicesStream:
         include_usage = bool(request.stream_options and request.stream_options.include_usage)
-        return ChatCompletionStream(meta, include_usage)
+        return chunk_stream(ChatCompletionStream, meta, include_usage, request.n)
 
 
 def with_logprobs(sampling: SamplingOptions, top: int | None) -> SamplingOptions:
@@ -270,18 +272,26 @@ def chat_logprobs(entries: Sequence[TokenLogprobs]) -> dict[str, Any]:
 
 
 class ChunkStream(ABC):
-    """OpenAI's chunked streams (chat and legacy completions): one object a frame, the finish
-    reason in a last choice, usage in a chunk without choices when asked for, then [DONE].
-    Log-probabilities go with the next chunk after their tokens (with one of their own before
-    the finish when no text followed them)."""
+    """OpenAI's chunked streams (chat and legacy completions) of choice ``index``: one object
+    a frame, the finish reason in a last choice, usage in a chunk without choices when asked
+    for, then [DONE]. Log-probabilities go with the next chunk after their tokens (with one of
+    their own before the finish when no text followed them). The choices of one request share
+    its ``stream_id`` (``ChoicesStream``)."""
 
     object_name: str
     id_prefix: str
 
-    def __init__(self, meta: ResponseMeta, include_usage: bool):
+    def __init__(
+        self,
+        meta: ResponseMeta,
+        include_usage: bool,
+        index: int = 0,
+        stream_id: str | None = None,
+    ):
         self.meta = meta
         self.include_usage = include_usage
-        self.id = new_id(self.id_prefix)
+        self.index = index
+        self.id = stream_id or new_id(self.id_prefix)
         self.pending_logprobs: list[TokenLogprobs] = []
 
     @abstractmethod
@@ -311,16 +321,57 @@ class ChunkStream(ABC):
         )
 
     def finish(self, finished: Finished) -> list[bytes]:
+        return self.finish_choice(finished) + self.close(finished)
+
+    def finish_choice(self, finished: Finished) -> list[bytes]:
+        """The choice's last frames: log-probabilities still held, then its finish reason."""
         frames = []
         if self.pending_logprobs:
             frames.append(self._frame([self._with_logprobs(self._choice(None))]))
         frames.append(self._frame([self._choice(None, FINISH_REASONS[finished.finish_reason])]))
-        if self.include_usage:
-            frames.append(self._frame([], usage=chat_usage(finished)))
-        return [*frames, DONE_FRAME]
+        return frames
+
+    def close(self, finished: Finished) -> list[bytes]:
+        """The request's last frames: its usage when asked for, then [DONE]."""
+        usage = [self._frame([], usage=chat_usage(finished))] if self.include_usage else []
+        return [*usage, DONE_FRAME]
 
     def error(self, error: APIError) -> list[bytes]:
         return [data_frame(openai_error_body(error))]
+
+
+class ChoicesStream:
+    """A streamed request of several choices (``n > 1``): each choice's events, as
+    ``server.choices.merged`` tags them, go to that choice's own stream, and the request's
+    ``Finished`` (all choices counted) closes it."""
+
+    def __init__(self, choices: Sequence[ChunkStream]):
+        self.choices = choices
+
+    def start(self) -> list[bytes]:
+        return [frame for choice in self.choices for frame in choice.start()]
+
+    def event(self, event: ChoiceEvent) -> list[bytes]:
+        choice = self.choices[event.index]
+        if isinstance(event.event, Finished):
+            return choice.finish_choice(event.event)
+        return choice.event(event.event)
+
+    def finish(self, finished: Finished) -> list[bytes]:
+        return self.choices[0].close(finished)
+
+    def error(self, error: APIError) -> list[bytes]:
+        return self.choices[0].error(error)
+
+
+def chunk_stream(
+    stream_class: type[ChunkStream], meta: ResponseMeta, include_usage: bool, n: int
+) -> ChunkStream | ChoicesStream:
+    """The stream of a request for ``n`` choices, one ``stream_class`` stream per choice."""
+    if n == 1:
+        return stream_class(meta, include_usage)
+    shared = new_id(stream_class.id_prefix)
+    return ChoicesStream([stream_class(meta, include_usage, i, shared) for i in range(n)])
 
 
 class ChatCompletionStream(ChunkStream):
@@ -329,13 +380,19 @@ class ChatCompletionStream(ChunkStream):
     object_name = "chat.completion.chunk"
     id_prefix = "chatcmpl-"
 
-    def __init__(self, meta: ResponseMeta, include_usage: bool):
-        super().__init__(meta, include_usage)
+    def __init__(
+        self,
+        meta: ResponseMeta,
+        include_usage: bool,
+        index: int = 0,
+        stream_id: str | None = None,
+    ):
+        super().__init__(meta, include_usage, index, stream_id)
         self.turn = BlockTracker(CALL_ID_PREFIX)
 
     def _choice(self, content: Any, finish_reason: str | None = None) -> dict[str, Any]:
         return {
-            "index": 0,
+            "index": self.index,
             "delta": content or {},
             "logprobs": None,
             "finish_reason": finish_reason,

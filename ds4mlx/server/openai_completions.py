@@ -19,9 +19,11 @@ from ds4mlx.server.generation import (
 )
 from ds4mlx.server.openai_chat import (
     FINISH_REASONS,
+    ChoicesStream,
     ChunkStream,
     ResponseFormat,
     StreamOptions,
+    chunk_stream,
     with_logprobs,
 )
 from ds4mlx.server.turn import ResponseMeta, chat_usage, new_id
@@ -93,7 +95,7 @@ class CompletionsEndpoint:
             if response_format is not None
             else None,
         )
-        return with_choices(call, request.n, request.stream)
+        return with_choices(call, request.n)
 
     def response(
         self,
@@ -123,21 +125,32 @@ class CompletionsEndpoint:
             "usage": chat_usage(finished),
         }
 
-    def stream(self, request: CompletionRequest, meta: ResponseMeta) -> CompletionStream:
+    def stream(self, request: CompletionRequest, meta: ResponseMeta) -> ChunkStream | ChoicesStream:
         include_usage = bool(request.stream_options and request.stream_options.include_usage)
-        return CompletionStream(meta, include_usage)
+        return chunk_stream(CompletionStream, meta, include_usage, request.n)
 
 
 class CompletionStream(ChunkStream):
     object_name = "text_completion"
     id_prefix = "cmpl-"
 
-    def __init__(self, meta: ResponseMeta, include_usage: bool):
-        super().__init__(meta, include_usage)
+    def __init__(
+        self,
+        meta: ResponseMeta,
+        include_usage: bool,
+        index: int = 0,
+        stream_id: str | None = None,
+    ):
+        super().__init__(meta, include_usage, index, stream_id)
         self.sent_characters = 0  # of the text, where the next chunk's tokens start
 
     def _choice(self, content: Any, finish_reason: str | None = None) -> dict[str, Any]:
-        return {"index": 0, "text": content or "", "logprobs": None, "finish_reason": finish_reason}
+        return {
+            "index": self.index,
+            "text": content or "",
+            "logprobs": None,
+            "finish_reason": finish_reason,
+        }
 
     def _logprobs(self, entries: Sequence[TokenLogprobs]) -> dict[str, Any]:
         found = completion_logprobs(entries, self.sent_characters)

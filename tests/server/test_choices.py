@@ -117,9 +117,47 @@ def test_seeds_wrap_around():
     assert choice_seed(None, 3) is None
 
 
-def test_streamed_choices_are_refused(base_url):
-    with pytest.raises(openai.BadRequestError) as refused:
-        client_for(base_url).chat.completions.create(
-            model=MODEL_ID, messages=MESSAGES, n=2, stream=True
+def streamed_choices(chunks) -> tuple[dict[int, str], dict[int, str], object]:
+    """Per choice index: the text accumulated from the chunks' deltas and the finish reason;
+    and the usage chunk's usage."""
+    texts: dict[int, str] = {}
+    reasons: dict[int, str] = {}
+    usage = None
+    for chunk in chunks:
+        usage = chunk.usage or usage
+        for choice in chunk.choices:
+            piece = choice.delta.content if hasattr(choice, "delta") else choice.text
+            texts[choice.index] = texts.get(choice.index, "") + (piece or "")
+            if choice.finish_reason:
+                assert choice.index not in reasons  # one finish per choice
+                reasons[choice.index] = choice.finish_reason
+    return texts, reasons, usage
+
+
+def test_streamed_chat_choices_equal_the_unstreamed_ones(base_url):
+    client = client_for(base_url)
+    request = {"model": MODEL_ID, "messages": MESSAGES, "seed": 99, "n": 3, **SAMPLED}
+    whole = client.chat.completions.create(**request)
+    chunks = list(
+        client.chat.completions.create(
+            **request, stream=True, stream_options={"include_usage": True}
         )
-    assert refused.value.body["param"] == "n"
+    )
+    assert len({chunk.id for chunk in chunks}) == 1  # one request, one id
+    texts, reasons, usage = streamed_choices(chunks)
+    assert texts == {c.index: c.message.content for c in whole.choices}
+    assert reasons == {c.index: c.finish_reason for c in whole.choices}
+    assert len(set(texts.values())) > 1
+    assert usage.completion_tokens == whole.usage.completion_tokens
+    assert usage.prompt_tokens == whole.usage.prompt_tokens
+
+
+def test_streamed_completion_choices_equal_the_unstreamed_ones(base_url):
+    client = client_for(base_url)
+    request = {"model": MODEL_ID, "prompt": "The harbour at dawn", "seed": 5, "n": 2}
+    request |= {"temperature": 1.1, "max_tokens": 10}
+    whole = client.completions.create(**request)
+    texts, reasons, usage = streamed_choices(client.completions.create(**request, stream=True))
+    assert texts == {c.index: c.text for c in whole.choices}
+    assert reasons == {c.index: c.finish_reason for c in whole.choices}
+    assert usage is None  # not asked for
