@@ -232,11 +232,6 @@ def test_anthropic_blocks_become_turns():
             },
             "messages[0].content[0]",
         ),
-        (
-            ChatCompletionsEndpoint(),
-            {"messages": [{"role": "user", "content": "x"}], "n": 2, "stream": True},
-            "n",
-        ),
         (CompletionsEndpoint(), {"prompt": ["a", "b"]}, "prompt"),
         (CompletionsEndpoint(), {"prompt": "a", "echo": True}, "echo"),
         (
