@@ -41,6 +41,7 @@ from ds4mlx.cli.options import (
     add_model_flags,
     add_sampling_flags,
     add_speculation_flags,
+    check_drafter,
     model_options,
     sampling_options,
     speculation_config,
@@ -332,7 +333,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         if value <= 0:
             parser.error(f"{flag} must be positive, got {value}")
     try:
-        speculation_config(args)
+        speculation = speculation_config(args)
         model_options(args)
         Workspace(args.workspace)
     except ValueError as exc:
@@ -347,6 +348,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                 else ""
             )
         )
+    if not args.api_base:  # a drafter that cannot serve is found before the model loads
+        try:
+            check_drafter(args, speculation)
+        except ValueError as exc:
+            parser.error(str(exc))
     if not args.ctx_given and not args.api_base:
         args.ctx = model_context(args, default_ctx)
     if args.distributed and args.api_base:
