@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ds4mlx import kernels
+from ds4mlx.gguf import quants
 from ds4mlx.kernels import metal, native
 
 import mlx.core as mx
@@ -191,6 +192,8 @@ def metal_configuration() -> Iterator[list[KernelCall]]:
         swap(mx, "default_device", lambda: mx.Device(mx.gpu))
         swap(kernels, "_backend", metal)
         swap(kernels, "PACKED_KERNELS", "metal")
+        # A Mac loads "native" matrices into MLX's quantized layouts, never the CPU's blocks.
+        swap(quants, "cpu_keeps_blocks", lambda: False)
         swap(mx.fast, "metal_kernel", functools.partial(StandInKernel, calls))
         for owner, name in FAST_OPERATIONS:
             swap(owner, name, _fast_stand_in(getattr(owner, name)))

@@ -38,10 +38,13 @@ def view_weight(w: Weight, shape: Shape) -> Weight:
     any weight kind; e.g. [groups * rows, cols] -> [groups, rows, cols]."""
 
     def view(a: mx.array) -> mx.array:
-        return a.reshape(*shape[:-1], a.shape[-1])
+        # Evaluated here: a pending reshape would be replayed by every step that reads it.
+        viewed = a.reshape(*shape[:-1], a.shape[-1])
+        mx.eval(viewed)
+        return viewed
 
     if isinstance(w, mx.array):
-        return w.reshape(shape)
+        return view(w.reshape(*shape[:-1], -1))
     if isinstance(w, QuantizedWeight):
         biases = None if w.biases is None else view(w.biases)
         return replace(w, packed=view(w.packed), scales=view(w.scales), biases=biases)
