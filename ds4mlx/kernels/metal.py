@@ -110,6 +110,13 @@ def format_header(qtype: GGMLQuantizationType) -> str:
 
 
 @cache
+def _host_constant(value: float | int, dtype: mx.Dtype) -> mx.array:
+    """A one-element array made on the host: a placeholder input is then no primitive (an
+    ``mx.zeros`` is one on every call)."""
+    return mx.array([value], dtype=dtype)
+
+
+@cache
 def _kernel(qtype: GGMLQuantizationType):
     return mx.fast.metal_kernel(
         name=f"ds4_{qtype.name.lower()}_linear",
@@ -126,7 +133,7 @@ def _run(x: mx.array, w: PackedWeight, expert_indices: mx.array) -> mx.array:
     n_batches, n_rows, _ = x.shape
     launch = matvec_launch(n_out, n_rows)
     return _kernel(w.qtype)(
-        inputs=[x, w.data, expert_indices.astype(mx.uint32)],
+        inputs=[x, w.data, expert_indices.astype(mx.uint32)],  # no-op for moe_route's
         template=[
             ("T", x.dtype),
             ("K", k),
@@ -145,7 +152,7 @@ def _run(x: mx.array, w: PackedWeight, expert_indices: mx.array) -> mx.array:
 def linear(x: mx.array, w: PackedWeight) -> mx.array:
     """x @ W.T for a 2-D packed W [out, in]."""
     *outer, k = x.shape
-    y = _run(x.reshape(1, -1, k), w, mx.zeros((1,), dtype=mx.uint32))
+    y = _run(x.reshape(1, -1, k), w, _host_constant(0, mx.uint32))
     return y.reshape(*outer, w.shape[-2])
 
 
@@ -283,16 +290,17 @@ def moe_route(
     normalize: bool,
     scale: float,
 ) -> tuple[mx.array, mx.array]:
-    """Every row's chosen experts int32 [T, k] and their weights float32 [T, k] from the router
-    logits [T, E] (``metal/moe_route.metal``; ``models.moe.route`` is the twin)."""
+    """Every row's chosen experts uint32 [T, k] (the expert launches' index type, so no
+    conversion follows) and their weights float32 [T, k] from the router logits [T, E]
+    (``metal/moe_route.metal``; ``models.moe.route`` is the twin)."""
     tokens, experts = logits.shape
     indices, weights = _body_kernel(
         "moe_route", ("logits", "bias", "hashed", "scale"), ("indices", "weights"), header="moe"
     )(
         inputs=[
             logits.astype(mx.float32),
-            mx.zeros((1,), mx.float32) if bias is None else bias.astype(mx.float32),
-            mx.zeros((1,), mx.int32) if hashed is None else hashed.astype(mx.int32),
+            _host_constant(0.0, mx.float32) if bias is None else bias.astype(mx.float32),
+            _host_constant(0, mx.int32) if hashed is None else hashed.astype(mx.int32),
             mx.array([scale], dtype=mx.float32),
         ],
         template=[
@@ -306,7 +314,7 @@ def moe_route(
         grid=(tokens, 1, 1),
         threadgroup=(min(tokens, MAX_THREADGROUP), 1, 1),
         output_shapes=[(tokens, n_used), (tokens, n_used)],
-        output_dtypes=[mx.int32, mx.float32],
+        output_dtypes=[mx.uint32, mx.float32],
     )
     return indices, weights
 
@@ -400,8 +408,12 @@ def select_top_k(scores: mx.array, visible: mx.array, top_k: int) -> mx.array:
     scores keep the lower block; the -inf of unseen blocks sort last, so a row that sees at
     most ``top_k`` blocks takes them all)."""
     picked = mx.sort(mx.argsort(-scores, axis=-1)[:, :top_k], axis=-1)
-    slots = mx.arange(top_k, dtype=mx.int32)
-    return mx.where(slots < visible.astype(mx.int32)[:, None], picked.astype(mx.int32), -1)
+    return mx.where(_slots(top_k) < visible.astype(mx.int32)[:, None], picked.astype(mx.int32), -1)
+
+
+@cache
+def _slots(top_k: int) -> mx.array:
+    return mx.array(np.arange(top_k, dtype=np.int32))  # made on the host: no primitive
 
 
 def sparse_attention(

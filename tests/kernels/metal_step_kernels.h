@@ -64,7 +64,7 @@ void kernel(DevicePtr<const T_> x, const int* x_shape, int x_ndim, DevicePtr<con
 namespace moe_route {
 template <int E, int K, int FUNC, int HAS_BIAS, int HASHED, int NORMALIZE>
 void kernel(DevicePtr<const float> logits, const int* logits_shape, DevicePtr<const float> bias,
-            DevicePtr<const int> hashed, DevicePtr<const float> scale, DevicePtr<int> indices,
+            DevicePtr<const int> hashed, DevicePtr<const float> scale, DevicePtr<uint> indices,
             DevicePtr<float> weights, uint3 thread_position_in_grid) {
 #include "moe_route.metal"
 }
@@ -202,7 +202,7 @@ struct RouteLaunch {
   const std::vector<float>& bias;
   const std::vector<int32_t>& hashed;
   const std::vector<float>& scale;
-  std::vector<int32_t>& indices;
+  std::vector<uint32_t>& indices;
   std::vector<float>& weights;
 };
 
@@ -234,7 +234,7 @@ int run_moe_route(const char* in_path, const char* out_path) {
     bind_buffer(*buffer);
   }
   bind_buffer(hashed);
-  std::vector<int32_t> indices(size_t(T) * DS4_TOPK, -7);
+  std::vector<uint32_t> indices(size_t(T) * DS4_TOPK, uint32_t(-7));
   std::vector<float> weights(size_t(T) * DS4_TOPK, NAN);
   if (flags[1] < 1 || flags[1] > 4) {
     fail("the gating function must be 1 to 4");
