@@ -718,13 +718,17 @@ def grow_rows(
 ) -> list[mx.array]:
     """For each pair: the rows of ``cached[i]`` followed by the first ``take`` rows of
     ``new[i]``, of which the last ``keep`` (all if fewer): a cache growing by a chunk. One
-    native primitive for all pairs in inference on the CPU; MLX slices and concatenations
-    (differentiable) else."""
+    native primitive for all pairs in inference on the CPU, one Metal launch a pair on the GPU
+    (``metal/grow_rows.metal``); MLX slices and concatenations (differentiable) else."""
     ops = _inference_ops()
     if ops is not None and all(a.ndim == 2 and a.dtype == mx.float32 for a in (*cached, *new)):
         return ops.grow_rows(list(cached), list(new), take, keep)
+    on_gpu = _INFERENCE.get() and _metal_kernels()
     out = []
     for old, fresh in zip(cached, new, strict=True):
+        if on_gpu and old.shape[0] and min(old.shape[0] + take, keep):
+            out.append(metal.grow_rows(old, fresh, take, keep))
+            continue
         full = mx.concatenate([old, fresh[:take]]) if old.shape[0] else fresh[:take]
         out.append(full[full.shape[0] - keep :] if full.shape[0] > keep else full)
     return out

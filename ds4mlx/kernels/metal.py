@@ -10,7 +10,8 @@ and ``gather_linear`` (every selected expert of a tile in one launch). Besides:
 block; ``metal/hc.metal`` is their header), ``metal/moe_route.metal`` and
 ``metal/moe_combine.metal`` (the MoE routing, and the weighted sum around the expert launches),
 ``metal/rope.metal`` (rotary embeddings from host angle tables), ``metal/pool_blocks.metal`` (a
-compressor's pooling of the blocks a chunk completes), ``metal/indexer_scores.metal`` (the
+compressor's pooling of the blocks a chunk completes), ``metal/grow_rows.metal`` (a bounded
+cache grown by a chunk), ``metal/indexer_scores.metal`` (the
 lightning indexer's block scores of a whole tile) and ``metal/sparse_attention.metal`` (CSA/HCA
 attention over selected compressed rows, 8 query heads sharing each key read). No template
 argument follows the context length, so a session compiles each kernel once. Semantics match
@@ -377,6 +378,21 @@ def pool_blocks(
         threadgroup=(min(dim, MAX_THREADGROUP), 1, 1),
         output_shapes=[(n, dim)],
         output_dtypes=[kv.dtype],
+    )[0]
+
+
+def grow_rows(cached: mx.array, fresh: mx.array, take: int, keep: int) -> mx.array:
+    """``kernels.grow_rows`` of one pair in one launch (``metal/grow_rows.metal``): the last
+    ``keep`` rows of cached [N, W] followed by the first ``take`` rows of fresh. N must not
+    be 0 (an empty input cannot be bound)."""
+    rows, width = min(cached.shape[0] + take, keep), cached.shape[1]
+    return _body_kernel("grow_rows", ("cached", "fresh", "take"), ("rows",))(
+        inputs=[cached, fresh.astype(cached.dtype), _host_constant(take, mx.int32)],
+        template=[("T_", cached.dtype), ("W", width)],
+        grid=(width, rows, 1),
+        threadgroup=(min(width, MAX_THREADGROUP), 1, 1),
+        output_shapes=[(rows, width)],
+        output_dtypes=[cached.dtype],
     )[0]
 
 

@@ -46,9 +46,9 @@ MAX_PRIMITIVES = {
 # A step as a Mac builds it (``--backend metal``) after a 100-token context (the CSA indexer
 # selecting its top-16 blocks), a 6-row verify, and the decode step's 43-layer projection.
 METAL_CONTEXT = 100
-MAX_METAL_PRIMITIVES = 440
-MAX_METAL_VERIFY_PRIMITIVES = 470
-MAX_METAL_FLASH_PRIMITIVES = 3150
+MAX_METAL_PRIMITIVES = 410
+MAX_METAL_VERIFY_PRIMITIVES = 430
+MAX_METAL_FLASH_PRIMITIVES = 2950
 
 
 def test_primitive_names_counts_only_pending_work():
@@ -212,10 +212,12 @@ def test_the_mac_decode_step_launches_the_metal_kernels_it_should():
     step = Counter(call.name for call in calls[before:])
     blocks = len(model.network.blocks)
     csa = sum(1 for ratio in model.args.compress_ratios[:blocks] if ratio == 4)
+    hca = sum(1 for ratio in model.args.compress_ratios[:blocks] if ratio == 128)
     # Per block: two mHC sites and two expansions, RoPE on the queries, the keys and the
     # de-rotated output (and the indexer's queries in CSA layers), the routed gate and up
     # matrices (Q2_K in the tiny model; its Q4_K down matrices are MLX's own quantized kind)
-    # between the routing and the sum, the attention; then the Q6_K head.
+    # between the routing and the sum, the attention, the window's growth and each compressor's
+    # pending rows' (keys and scores; CSA layers have two compressors); then the Q6_K head.
     assert step == Counter(
         ds4_hc_site=2 * blocks,
         ds4_hc_expand=2 * blocks,
@@ -224,6 +226,7 @@ def test_the_mac_decode_step_launches_the_metal_kernels_it_should():
         ds4_moe_route=blocks,
         ds4_moe_combine=blocks,
         ds4_sparse_attention=blocks,
+        ds4_grow_rows=blocks + 2 * (2 * csa + hca),
         ds4_q6_k_linear=1,
     )
     # The launches are the Metal path's own: the packed mat-vec's threadgroup shape for each
