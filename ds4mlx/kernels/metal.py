@@ -459,6 +459,16 @@ def _sparse_attention_function(scale: float):
     )
 
 
+@cache
+def _no_compressed_rows(
+    dim: int, dtype: mx.Dtype, slots: tuple[int, ...]
+) -> tuple[mx.array, mx.array]:
+    """One zero row and slots that all say unused: made on the host, no primitives."""
+    return mx.array(np.zeros((1, dim), np.float32), dtype=dtype), mx.array(
+        np.full(slots, -1, np.int32)
+    )
+
+
 def _sparse_attention_kernel(
     q: mx.array,
     window: mx.array,
@@ -470,8 +480,7 @@ def _sparse_attention_kernel(
 ) -> mx.array:
     tokens, heads, dim = q.shape
     if comp.shape[0] == 0:  # an empty input cannot be bound; no slot may point into it
-        comp = mx.zeros((1, dim), q.dtype)
-        comp_index = mx.full(comp_index.shape, -1, mx.int32)
+        comp, comp_index = _no_compressed_rows(dim, q.dtype, tuple(comp_index.shape))
     group = attention_heads_per_group(heads)
     threads = SIMD_WIDTH * group * ATTENTION_SPLITS
     return _body_kernel(
