@@ -104,7 +104,13 @@ class Weights(ABC):
         return self._prepared(w) if len(shape) == 2 else w
 
     def _prepared(self, w: Weight) -> Weight:
-        return freeze(w) if self.frozen else w
+        if not self.frozen:
+            return w
+        if isinstance(w, mx.array) and w.dtype in (mx.float16, mx.bfloat16):
+            # Stored in the compute dtype (the same values): a product with float32 rows would
+            # convert the whole matrix on every call (the GPU path's F16/BF16 matrices).
+            w = w.astype(mx.float32)
+        return freeze(w)
 
     def param(self, name: str) -> mx.array:
         shape, _ = self._check(name)
