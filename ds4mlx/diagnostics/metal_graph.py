@@ -118,28 +118,20 @@ class StandInKernel:
         self.input_names = list(input_names)
         self.output_names = list(output_names)
 
-    def __call__(
+    def __call__(self, *, inputs: Sequence[Any], **launch: Any) -> list[mx.array]:
+        arrays = self.record(inputs, **launch)
+        return stand_in(arrays, launch["output_shapes"], launch["output_dtypes"])
+
+    def record(
         self,
-        *,
         inputs: Sequence[Any],
+        *,
         output_shapes: Sequence[Sequence[int]],
         output_dtypes: Sequence[mx.Dtype],
         grid: tuple[int, int, int],
         threadgroup: tuple[int, int, int],
         template: Sequence[tuple[str, Any]] = (),
         **_: Any,
-    ) -> list[mx.array]:
-        arrays = self.record(inputs, output_shapes, output_dtypes, grid, threadgroup, template)
-        return stand_in(arrays, output_shapes, output_dtypes)
-
-    def record(
-        self,
-        inputs: Sequence[Any],
-        output_shapes: Sequence[Sequence[int]],
-        output_dtypes: Sequence[mx.Dtype],
-        grid: tuple[int, int, int],
-        threadgroup: tuple[int, int, int],
-        template: Sequence[tuple[str, Any]],
     ) -> list[mx.array]:
         """Check a call against the kernel's signature and record it; its inputs as arrays."""
         if len(inputs) != len(self.input_names) or len(output_shapes) != len(self.output_names):
@@ -170,14 +162,7 @@ class RecordingKernel(StandInKernel):
         self.real = make(**spec)
 
     def __call__(self, *, inputs: Sequence[Any], **launch: Any) -> list[mx.array]:
-        self.record(
-            inputs,
-            launch["output_shapes"],
-            launch["output_dtypes"],
-            launch["grid"],
-            launch["threadgroup"],
-            launch.get("template", ()),
-        )
+        self.record(inputs, **launch)
         return self.real(inputs=inputs, **launch)
 
 
