@@ -3,7 +3,7 @@
 // gate_probs and route compute with some twenty MLX operations (llama.cpp's build_moe_ffn).
 // inputs:  logits [T, E] float32; bias [E] float32 selection bias (read when HAS_BIAS);
 //          hashed [T, K] int32 fixed experts (read when HASHED); scale [1] float32 weights scale
-// outputs: indices [T, K] int32, the chosen experts by descending score (ties: lower expert
+// outputs: indices [T, K] uint32, the chosen experts by descending score (ties: lower expert
 //          first); weights [T, K] float32, their unbiased probabilities (softmax over the chosen
 //          ones for FUNC 3), normalised to sum 1 when NORMALIZE, times scale unless it is 0 or 1
 // template: E, K, FUNC (1 softmax, 2 sigmoid, 3 softmax over the chosen, 4 sqrt(softplus)),
@@ -77,7 +77,7 @@ if (NORMALIZE) {
 }
 const float factor = scale[0];
 for (uint k = 0; k < K; ++k) {
-  indices[ulong(t) * K + k] = chosen[k];
+  indices[ulong(t) * K + k] = uint(chosen[k]);
   weights[ulong(t) * K + k] =
       (factor != 0.0f && factor != 1.0f) ? chosen_weight[k] * factor : chosen_weight[k];
 }

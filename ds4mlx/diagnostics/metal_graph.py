@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ds4mlx import kernels
+from ds4mlx.gguf import quants
 from ds4mlx.kernels import metal, native
 
 import mlx.core as mx
@@ -117,10 +118,14 @@ class StandInKernel:
         self.input_names = list(input_names)
         self.output_names = list(output_names)
 
-    def __call__(
+    def __call__(self, *, inputs: Sequence[Any], **launch: Any) -> list[mx.array]:
+        arrays = self.record(inputs, **launch)
+        return stand_in(arrays, launch["output_shapes"], launch["output_dtypes"])
+
+    def record(
         self,
-        *,
         inputs: Sequence[Any],
+        *,
         output_shapes: Sequence[Sequence[int]],
         output_dtypes: Sequence[mx.Dtype],
         grid: tuple[int, int, int],
@@ -128,6 +133,7 @@ class StandInKernel:
         template: Sequence[tuple[str, Any]] = (),
         **_: Any,
     ) -> list[mx.array]:
+        """Check a call against the kernel's signature and record it; its inputs as arrays."""
         if len(inputs) != len(self.input_names) or len(output_shapes) != len(self.output_names):
             raise ValueError(
                 f"kernel {self.name}: {len(inputs)} inputs and {len(output_shapes)} outputs for "
@@ -144,7 +150,35 @@ class StandInKernel:
                 tuple(threadgroup),
             )
         )
-        return stand_in(arrays, output_shapes, output_dtypes)
+        return arrays
+
+
+class RecordingKernel(StandInKernel):
+    """A real ``mx.fast.metal_kernel`` (``make`` builds it) whose calls are recorded as
+    ``StandInKernel``'s are: what runs on a Mac, seen as the stand-ins see it."""
+
+    def __init__(self, calls: list[KernelCall], make: Callable[..., Any], **spec: Any):
+        super().__init__(calls, **spec)
+        self.real = make(**spec)
+
+    def __call__(self, *, inputs: Sequence[Any], **launch: Any) -> list[mx.array]:
+        self.record(inputs, **launch)
+        return self.real(inputs=inputs, **launch)
+
+
+@contextmanager
+def recorded_kernels() -> Iterator[list[KernelCall]]:
+    """On a Mac: every Metal kernel runs as it does, and each call is recorded (as
+    ``metal_configuration`` records its stand-ins' calls)."""
+    calls: list[KernelCall] = []
+    real = mx.fast.metal_kernel
+    _clear_cached_factories()
+    mx.fast.metal_kernel = functools.partial(RecordingKernel, calls, real)
+    try:
+        yield calls
+    finally:
+        mx.fast.metal_kernel = real
+        _clear_cached_factories()
 
 
 def _fast_stand_in(real: Callable[..., Any]) -> Callable[..., Any]:
@@ -191,6 +225,8 @@ def metal_configuration() -> Iterator[list[KernelCall]]:
         swap(mx, "default_device", lambda: mx.Device(mx.gpu))
         swap(kernels, "_backend", metal)
         swap(kernels, "PACKED_KERNELS", "metal")
+        # A Mac loads "native" matrices into MLX's quantized layouts, never the CPU's blocks.
+        swap(quants, "cpu_keeps_blocks", lambda: False)
         swap(mx.fast, "metal_kernel", functools.partial(StandInKernel, calls))
         for owner, name in FAST_OPERATIONS:
             swap(owner, name, _fast_stand_in(getattr(owner, name)))

@@ -63,6 +63,19 @@ def _index_grid(leading: tuple[int, ...]) -> mx.array:
     return mx.array(np.arange(math.prod(leading), dtype=np.uint32).reshape(leading))
 
 
+@cache
+def _row_group_grid(tokens: int, groups: int) -> mx.array:
+    """[T, G]: group g's matrix for every row, made on the host (a constant, where an index
+    vector [G] is broadcast by one more primitive)."""
+    return mx.array(np.tile(np.arange(groups, dtype=np.uint32), (tokens, 1)))
+
+
+def _lhs_grid(x: mx.array) -> mx.array:
+    """The indices of every matrix of x [..., M, K] shaped like its leading dims: what a
+    gathered matmul uses when given none, made there by two primitives on every call."""
+    return _index_grid(tuple(x.shape[:-2]))
+
+
 # The [..., in, out] copies of frozen weights (``freeze``), by the id of the [..., out, in] view
 # the model holds; an entry leaves with its weight (a weak reference's callback).
 _TRANSPOSED: dict[int, tuple[weakref.ref, mx.array]] = {}
@@ -245,7 +258,11 @@ def gather_linear(
     """
     if isinstance(w, mx.array):
         out = mx.gather_mm(
-            x, _transposed(w), rhs_indices=expert_indices, sorted_indices=sorted_indices
+            x,
+            _transposed(w),
+            lhs_indices=_lhs_grid(x),
+            rhs_indices=expert_indices,
+            sorted_indices=sorted_indices,
         )
         return out.astype(x.dtype)
     if isinstance(w, QuantizedWeight):
@@ -254,6 +271,7 @@ def gather_linear(
             w.packed,
             w.scales,
             w.biases,
+            lhs_indices=_lhs_grid(x),
             rhs_indices=expert_indices,
             transpose=True,
             group_size=w.group_size,
@@ -686,6 +704,11 @@ def grouped_linear(x: mx.array, w: Weight, rows: int | None = None) -> mx.array:
     if _block_ops(w) is not None and x.ndim == 2:
         return _blocks_linear(x, w, rows)
     tokens, groups = x.shape[0], w.shape[0]
+    if not isinstance(w, mx.array):
+        # Each (row, group) one gathered one-row product: no transposes around it, and a row's
+        # bits never depend on the other rows (quantized and packed weights: the GPU's path).
+        per_group = x.reshape(tokens, groups, 1, -1)  # [T, G, 1, K]
+        return gather_linear(per_group, w, _row_group_grid(tokens, groups)).reshape(tokens, -1)
     grouped = mx.swapaxes(x.reshape(tokens, groups, -1), 0, 1)  # [G, T, K]
     return mx.swapaxes(linear(grouped, w), 0, 1).reshape(tokens, -1)
 
@@ -695,13 +718,17 @@ def grow_rows(
 ) -> list[mx.array]:
     """For each pair: the rows of ``cached[i]`` followed by the first ``take`` rows of
     ``new[i]``, of which the last ``keep`` (all if fewer): a cache growing by a chunk. One
-    native primitive for all pairs in inference on the CPU; MLX slices and concatenations
-    (differentiable) else."""
+    native primitive for all pairs in inference on the CPU, one Metal launch a pair on the GPU
+    (``metal/grow_rows.metal``); MLX slices and concatenations (differentiable) else."""
     ops = _inference_ops()
     if ops is not None and all(a.ndim == 2 and a.dtype == mx.float32 for a in (*cached, *new)):
         return ops.grow_rows(list(cached), list(new), take, keep)
+    on_gpu = _INFERENCE.get() and _metal_kernels()
     out = []
     for old, fresh in zip(cached, new, strict=True):
+        if on_gpu and old.shape[0] and min(old.shape[0] + take, keep):
+            out.append(metal.grow_rows(old, fresh, take, keep))
+            continue
         full = mx.concatenate([old, fresh[:take]]) if old.shape[0] else fresh[:take]
         out.append(full[full.shape[0] - keep :] if full.shape[0] > keep else full)
     return out

@@ -10,7 +10,8 @@ and ``gather_linear`` (every selected expert of a tile in one launch). Besides:
 block; ``metal/hc.metal`` is their header), ``metal/moe_route.metal`` and
 ``metal/moe_combine.metal`` (the MoE routing, and the weighted sum around the expert launches),
 ``metal/rope.metal`` (rotary embeddings from host angle tables), ``metal/pool_blocks.metal`` (a
-compressor's pooling of the blocks a chunk completes), ``metal/indexer_scores.metal`` (the
+compressor's pooling of the blocks a chunk completes), ``metal/grow_rows.metal`` (a bounded
+cache grown by a chunk), ``metal/indexer_scores.metal`` (the
 lightning indexer's block scores of a whole tile) and ``metal/sparse_attention.metal`` (CSA/HCA
 attention over selected compressed rows, 8 query heads sharing each key read). No template
 argument follows the context length, so a session compiles each kernel once. Semantics match
@@ -110,6 +111,13 @@ def format_header(qtype: GGMLQuantizationType) -> str:
 
 
 @cache
+def _host_constant(value: float | int, dtype: mx.Dtype) -> mx.array:
+    """A one-element array made on the host: a placeholder input is then no primitive (an
+    ``mx.zeros`` is one on every call)."""
+    return mx.array([value], dtype=dtype)
+
+
+@cache
 def _kernel(qtype: GGMLQuantizationType):
     return mx.fast.metal_kernel(
         name=f"ds4_{qtype.name.lower()}_linear",
@@ -126,7 +134,7 @@ def _run(x: mx.array, w: PackedWeight, expert_indices: mx.array) -> mx.array:
     n_batches, n_rows, _ = x.shape
     launch = matvec_launch(n_out, n_rows)
     return _kernel(w.qtype)(
-        inputs=[x, w.data, expert_indices.astype(mx.uint32)],
+        inputs=[x, w.data, expert_indices.astype(mx.uint32)],  # no-op for moe_route's
         template=[
             ("T", x.dtype),
             ("K", k),
@@ -145,7 +153,7 @@ def _run(x: mx.array, w: PackedWeight, expert_indices: mx.array) -> mx.array:
 def linear(x: mx.array, w: PackedWeight) -> mx.array:
     """x @ W.T for a 2-D packed W [out, in]."""
     *outer, k = x.shape
-    y = _run(x.reshape(1, -1, k), w, mx.zeros((1,), dtype=mx.uint32))
+    y = _run(x.reshape(1, -1, k), w, _host_constant(0, mx.uint32))
     return y.reshape(*outer, w.shape[-2])
 
 
@@ -283,16 +291,17 @@ def moe_route(
     normalize: bool,
     scale: float,
 ) -> tuple[mx.array, mx.array]:
-    """Every row's chosen experts int32 [T, k] and their weights float32 [T, k] from the router
-    logits [T, E] (``metal/moe_route.metal``; ``models.moe.route`` is the twin)."""
+    """Every row's chosen experts uint32 [T, k] (the expert launches' index type, so no
+    conversion follows) and their weights float32 [T, k] from the router logits [T, E]
+    (``metal/moe_route.metal``; ``models.moe.route`` is the twin)."""
     tokens, experts = logits.shape
     indices, weights = _body_kernel(
         "moe_route", ("logits", "bias", "hashed", "scale"), ("indices", "weights"), header="moe"
     )(
         inputs=[
             logits.astype(mx.float32),
-            mx.zeros((1,), mx.float32) if bias is None else bias.astype(mx.float32),
-            mx.zeros((1,), mx.int32) if hashed is None else hashed.astype(mx.int32),
+            _host_constant(0.0, mx.float32) if bias is None else bias.astype(mx.float32),
+            _host_constant(0, mx.int32) if hashed is None else hashed.astype(mx.int32),
             mx.array([scale], dtype=mx.float32),
         ],
         template=[
@@ -306,7 +315,7 @@ def moe_route(
         grid=(tokens, 1, 1),
         threadgroup=(min(tokens, MAX_THREADGROUP), 1, 1),
         output_shapes=[(tokens, n_used), (tokens, n_used)],
-        output_dtypes=[mx.int32, mx.float32],
+        output_dtypes=[mx.uint32, mx.float32],
     )
     return indices, weights
 
@@ -372,6 +381,21 @@ def pool_blocks(
     )[0]
 
 
+def grow_rows(cached: mx.array, fresh: mx.array, take: int, keep: int) -> mx.array:
+    """``kernels.grow_rows`` of one pair in one launch (``metal/grow_rows.metal``): the last
+    ``keep`` rows of cached [N, W] followed by the first ``take`` rows of fresh. N must not
+    be 0 (an empty input cannot be bound)."""
+    rows, width = min(cached.shape[0] + take, keep), cached.shape[1]
+    return _body_kernel("grow_rows", ("cached", "fresh", "take"), ("rows",))(
+        inputs=[cached, fresh.astype(cached.dtype), _host_constant(take, mx.int32)],
+        template=[("T_", cached.dtype), ("W", width)],
+        grid=(width, rows, 1),
+        threadgroup=(min(width, MAX_THREADGROUP), 1, 1),
+        output_shapes=[(rows, width)],
+        output_dtypes=[cached.dtype],
+    )[0]
+
+
 def indexer_top_k(
     q: mx.array, weights: mx.array, keys: mx.array, visible: mx.array, top_k: int
 ) -> mx.array:
@@ -400,8 +424,12 @@ def select_top_k(scores: mx.array, visible: mx.array, top_k: int) -> mx.array:
     scores keep the lower block; the -inf of unseen blocks sort last, so a row that sees at
     most ``top_k`` blocks takes them all)."""
     picked = mx.sort(mx.argsort(-scores, axis=-1)[:, :top_k], axis=-1)
-    slots = mx.arange(top_k, dtype=mx.int32)
-    return mx.where(slots < visible.astype(mx.int32)[:, None], picked.astype(mx.int32), -1)
+    return mx.where(_slots(top_k) < visible.astype(mx.int32)[:, None], picked.astype(mx.int32), -1)
+
+
+@cache
+def _slots(top_k: int) -> mx.array:
+    return mx.array(np.arange(top_k, dtype=np.int32))  # made on the host: no primitive
 
 
 def sparse_attention(
@@ -431,6 +459,16 @@ def _sparse_attention_function(scale: float):
     )
 
 
+@cache
+def _no_compressed_rows(
+    dim: int, dtype: mx.Dtype, slots: tuple[int, ...]
+) -> tuple[mx.array, mx.array]:
+    """One zero row and slots that all say unused: made on the host, no primitives."""
+    return mx.array(np.zeros((1, dim), np.float32), dtype=dtype), mx.array(
+        np.full(slots, -1, np.int32)
+    )
+
+
 def _sparse_attention_kernel(
     q: mx.array,
     window: mx.array,
@@ -442,8 +480,7 @@ def _sparse_attention_kernel(
 ) -> mx.array:
     tokens, heads, dim = q.shape
     if comp.shape[0] == 0:  # an empty input cannot be bound; no slot may point into it
-        comp = mx.zeros((1, dim), q.dtype)
-        comp_index = mx.full(comp_index.shape, -1, mx.int32)
+        comp, comp_index = _no_compressed_rows(dim, q.dtype, tuple(comp_index.shape))
     group = attention_heads_per_group(heads)
     threads = SIMD_WIDTH * group * ATTENTION_SPLITS
     return _body_kernel(

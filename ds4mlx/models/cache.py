@@ -49,14 +49,17 @@ class ModelState:
         return out
 
 
-def append_rows(cached: mx.array | None, new: mx.array) -> mx.array:
-    """``cached`` followed by ``new`` along axis 0: a view of the first rows of a buffer with
-    room to grow (see the module doc). ``cached`` keeps its values."""
+def append_rows(cached: mx.array | None, new: mx.array, take: int | None = None) -> mx.array:
+    """``cached`` followed by ``new[:take]`` (all of ``new`` by default) along axis 0: a view
+    of the first rows of a buffer with room to grow (see the module doc). ``cached`` keeps its
+    values. All of ``new`` is written, the rows past ``take`` beyond the view (a decode tile's
+    padding rows, overwritten by the next append): one primitive fewer than slicing them off."""
     count = 0 if cached is None else cached.shape[0]
-    total = count + new.shape[0]
+    total = count + (new.shape[0] if take is None else take)
+    room = count + new.shape[0]
     buffer = None if cached is None else _buffer_of(cached)
-    if buffer is None or buffer.shape[0] < total or buffer.dtype != new.dtype:
-        capacity = max(MIN_CAPACITY, math.ceil(total * GROWTH))
+    if buffer is None or buffer.shape[0] < room or buffer.dtype != new.dtype:
+        capacity = max(MIN_CAPACITY, math.ceil(room * GROWTH))
         buffer = mx.zeros((capacity, *new.shape[1:]), new.dtype)
         if count:
             buffer = _write(buffer, cached.astype(new.dtype), 0)

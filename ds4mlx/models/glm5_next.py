@@ -40,9 +40,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
+from ds4mlx import kernels
 from ds4mlx.gguf import GGUFFile, MetaValue
 from ds4mlx.kernels import linear, take_rows
 from ds4mlx.models.base import DECODE_TILE, VERIFY_ROWS, TiledModel
@@ -617,6 +619,10 @@ class Model(TiledModel):
         for i, block in enumerate(self.blocks):
             x, caches[i], selection = block(x, pos0, caches[i], selection)
             yield x
+
+    def _tile_context(self) -> AbstractContextManager[Any]:
+        # Decode tiles are inference only: the kernels need not be differentiable there.
+        return kernels.inference()
 
     def _tile_layers(
         self, x: mx.array, tokens: mx.array, pos0: int, caches: list[Any], n_real: int

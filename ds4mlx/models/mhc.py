@@ -138,5 +138,5 @@ class HyperHead(nn.Module):
 
     def __call__(self, x: mx.array, rows: int | None = None) -> mx.array:
         flat = rms_norm(x.reshape(x.shape[0], -1), None, self.norm_eps)
-        pre = mx.sigmoid(linear(flat, self.fn, rows) * self.scale[0] + self.base) + self.hc_eps
+        pre = mx.sigmoid(linear(flat, self.fn, rows) * self.scale + self.base) + self.hc_eps
         return hc_collapse(x, pre)

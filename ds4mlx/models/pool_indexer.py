@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ds4mlx.kernels import linear
+from ds4mlx.kernels import grow_rows, linear
 from ds4mlx.models.base import SCORE_BUDGET
 from ds4mlx.models.cache import append_rows, keep_rows
 from ds4mlx.models.weights import Weights
@@ -127,16 +127,24 @@ class PoolIndexer(nn.Module):
         self, x: mx.array, pos0: int, cache: IndexCache | None, real: int, one_at_a_time: bool
     ) -> IndexCache:
         r = self.kpool
-        keys = mx.fast.layer_norm(linear(x, self.wk), self.k_norm, self.k_norm_bias, self.norm_eps)[
-            :real
-        ]
-        gates = linear(x, self.wgate)[:real]
-        start, pooled = pos0, None
-        if cache is not None:
-            keys, gates = append_rows(cache.keys, keys), append_rows(cache.gates, gates)
-            start, pooled = cache.start, cache.pooled
+        keys = mx.fast.layer_norm(linear(x, self.wk), self.k_norm, self.k_norm_bias, self.norm_eps)
+        gates = linear(x, self.wgate)
         end = pos0 + real
         first, last = pos0 // r, end // r  # the pools completed now: [first, last)
+        start, pooled = pos0, None
+        if cache is not None:
+            start, pooled = cache.start, cache.pooled
+        keep = max(start, max(0, end - self.rollback) // r * r)
+        if cache is not None and one_at_a_time and keep <= first * r:
+            # A decode tile: the rows it keeps hold every pool it completes, so its real rows
+            # join the cached ones, and the rows before ``keep`` leave, in one primitive on the
+            # CPU (bounded rows: the incomplete pool and the rollback's).
+            keys, gates = grow_rows([cache.keys, cache.gates], [keys, gates], real, end - keep)
+            start = keep
+        else:
+            keys, gates = keys[:real], gates[:real]
+            if cache is not None:
+                keys, gates = append_rows(cache.keys, keys), append_rows(cache.gates, gates)
         spans = [(b, b + 1) for b in range(first, last)] if one_at_a_time else [(first, last)]
         for b0, b1 in spans:
             if b1 > b0:
@@ -145,10 +153,9 @@ class PoolIndexer(nn.Module):
                 scores = gates[lo:hi].reshape(-1, r, self.dim) + self.ape
                 new = mx.sum(rows * mx.softmax(scores, axis=1, precise=True), axis=1)
                 pooled = append_rows(pooled, new)
-        keep = max(start, max(0, end - self.rollback) // r * r)
-        return IndexCache(
-            pooled=pooled, start=keep, keys=keys[keep - start :], gates=gates[keep - start :]
-        )
+        if start < keep:
+            keys, gates = keys[keep - start :], gates[keep - start :]
+        return IndexCache(pooled=pooled, start=keep, keys=keys, gates=gates)
 
     def select(
         self, x: mx.array, qr: mx.array, positions: np.ndarray, pooled: mx.array | None

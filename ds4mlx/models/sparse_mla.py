@@ -94,7 +94,7 @@ class SparseMLA(nn.Module):
         are real; each attends on its own, the padding rows get zeros and stay out of the
         cache."""
         qr, q, rows = self._project(x)
-        latent = append_rows(cache.latent, rows[:n_real])
+        latent = append_rows(cache.latent, rows, n_real)
         index = cache.index
         if self.indexer is not None:
             index = self.indexer.pool_tile(x, pos0, index, n_real)

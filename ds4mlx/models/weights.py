@@ -38,10 +38,13 @@ def view_weight(w: Weight, shape: Shape) -> Weight:
     any weight kind; e.g. [groups * rows, cols] -> [groups, rows, cols]."""
 
     def view(a: mx.array) -> mx.array:
-        return a.reshape(*shape[:-1], a.shape[-1])
+        # Evaluated here: a pending reshape would be replayed by every step that reads it.
+        viewed = a.reshape(*shape[:-1], a.shape[-1])
+        mx.eval(viewed)
+        return viewed
 
     if isinstance(w, mx.array):
-        return w.reshape(shape)
+        return view(w.reshape(*shape[:-1], -1))
     if isinstance(w, QuantizedWeight):
         biases = None if w.biases is None else view(w.biases)
         return replace(w, packed=view(w.packed), scales=view(w.scales), biases=biases)
@@ -101,7 +104,13 @@ class Weights(ABC):
         return self._prepared(w) if len(shape) == 2 else w
 
     def _prepared(self, w: Weight) -> Weight:
-        return freeze(w) if self.frozen else w
+        if not self.frozen:
+            return w
+        if isinstance(w, mx.array) and w.dtype in (mx.float16, mx.bfloat16):
+            # Stored in the compute dtype (the same values): a product with float32 rows would
+            # convert the whole matrix on every call (the GPU path's F16/BF16 matrices).
+            w = w.astype(mx.float32)
+        return freeze(w)
 
     def param(self, name: str) -> mx.array:
         shape, _ = self._check(name)

@@ -33,14 +33,22 @@ ROOT = Path(__file__).resolve().parents[2]
 DS4_TINY = ROOT / "assets" / "ds4-tiny.gguf"
 GLM_TINY = ROOT / "assets" / "glm-tiny.gguf"
 PROMPT = [(i * 7919 + 13) % 6144 for i in range(32)]
-# Upper bounds for one decode step after a 32-token prompt (measured, with a little room).
-MAX_PRIMITIVES = {DS4_TINY: 190, GLM_TINY: 570}
+# Upper bounds for one decode step after a 32-token prompt (measured, with a little room), by
+# weight mode: "auto" is the CPU default, the GGUF blocks as stored (native), whose products
+# are one block-kernel primitive each (the fused native tiles read float32 matrices only);
+# "f32" takes the fused tiles (mHC site, MoE tile, one call for all products of an input).
+MAX_PRIMITIVES = {
+    (DS4_TINY, "auto"): 420,
+    (GLM_TINY, "auto"): 570,
+    (DS4_TINY, "f32"): 175,
+    (GLM_TINY, "f32"): 385,
+}
 # A step as a Mac builds it (``--backend metal``) after a 100-token context (the CSA indexer
 # selecting its top-16 blocks), a 6-row verify, and the decode step's 43-layer projection.
 METAL_CONTEXT = 100
-MAX_METAL_PRIMITIVES = 500
-MAX_METAL_VERIFY_PRIMITIVES = 530
-MAX_METAL_FLASH_PRIMITIVES = 3600
+MAX_METAL_PRIMITIVES = 400
+MAX_METAL_VERIFY_PRIMITIVES = 420
+MAX_METAL_FLASH_PRIMITIVES = 2900
 
 
 def test_primitive_names_counts_only_pending_work():
@@ -53,9 +61,11 @@ def test_primitive_names_counts_only_pending_work():
     assert primitive_names(y) == []
 
 
-@pytest.mark.parametrize("path", [DS4_TINY, GLM_TINY], ids=lambda p: p.stem)
-def test_decode_step_counts_are_exact_attributed_and_bounded(path):
-    model = ds4mlx.load_model(path)
+@pytest.mark.parametrize(
+    ("path", "weights"), list(MAX_PRIMITIVES), ids=lambda v: getattr(v, "stem", v)
+)
+def test_decode_step_counts_are_exact_attributed_and_bounded(path, weights):
+    model = ds4mlx.load_model(path, weights_dtype=weights)
     session = model.new_session()
     prompt = [t % model.args.vocab_size for t in PROMPT]
     session.feed(prompt)
@@ -72,7 +82,7 @@ def test_decode_step_counts_are_exact_attributed_and_bounded(path):
     assert sorted(first.per_layer) == list(range(len(model.network.blocks)))
     # Cuts only move evaluation; they may split a few shared nodes, never hide work.
     assert first.uncut_total <= first.total <= first.uncut_total * 1.05
-    assert first.uncut_total <= MAX_PRIMITIVES[path]
+    assert first.uncut_total <= MAX_PRIMITIVES[path, weights]
     # Counting left the model as it was: a step now gives the logits of an unprofiled one.
     before = np.array(model.network.forward(mx.array([1]), session.state.copy()))
     count_step(model.network, session.state.copy(), [1])
@@ -111,8 +121,9 @@ def bench_graph(*options: str) -> dict:
     return json.loads(out.stdout)
 
 
-def test_bench_graph_script_json():
-    report = bench_graph()
+@pytest.mark.parametrize("weights", ["auto", "f32"])
+def test_bench_graph_script_json(weights):
+    report = bench_graph("--weights-dtype", weights)
     for key in (
         "primitives_per_token",
         "dispatches_per_token",
@@ -124,7 +135,7 @@ def test_bench_graph_script_json():
     ):
         assert key in report
     assert report["backend"] == "cpu"
-    assert report["primitives_per_token"] <= MAX_PRIMITIVES[DS4_TINY]
+    assert report["primitives_per_token"] <= MAX_PRIMITIVES[DS4_TINY, weights]
     assert report["dispatches_per_token"] <= report["primitives_per_token"]
     assert report["verify"]["rows"] == 6
     assert report["flash_43_layer_primitives_per_token"] > report["primitives_per_token"]
@@ -201,10 +212,12 @@ def test_the_mac_decode_step_launches_the_metal_kernels_it_should():
     step = Counter(call.name for call in calls[before:])
     blocks = len(model.network.blocks)
     csa = sum(1 for ratio in model.args.compress_ratios[:blocks] if ratio == 4)
+    hca = sum(1 for ratio in model.args.compress_ratios[:blocks] if ratio == 128)
     # Per block: two mHC sites and two expansions, RoPE on the queries, the keys and the
     # de-rotated output (and the indexer's queries in CSA layers), the routed gate and up
     # matrices (Q2_K in the tiny model; its Q4_K down matrices are MLX's own quantized kind)
-    # between the routing and the sum, the attention; then the Q6_K head.
+    # between the routing and the sum, the attention, the window's growth and each compressor's
+    # pending rows' (keys and scores; CSA layers have two compressors); then the Q6_K head.
     assert step == Counter(
         ds4_hc_site=2 * blocks,
         ds4_hc_expand=2 * blocks,
@@ -213,6 +226,7 @@ def test_the_mac_decode_step_launches_the_metal_kernels_it_should():
         ds4_moe_route=blocks,
         ds4_moe_combine=blocks,
         ds4_sparse_attention=blocks,
+        ds4_grow_rows=blocks + 2 * (2 * csa + hca),
         ds4_q6_k_linear=1,
     )
     # The launches are the Metal path's own: the packed mat-vec's threadgroup shape for each

@@ -434,6 +434,7 @@ const Mode MODES[] = {
     {"moe_combine", run_moe_combine},
     {"pool_blocks", run_pool_blocks},
     {"indexer_scores", run_indexer_scores},
+    {"grow_rows", run_grow_rows},
 };
 
 int main(int argc, char** argv) {

@@ -1,5 +1,5 @@
 // The GPU decode step's kernels (metal/hc_site, hc_expand, rope, moe_route, moe_combine,
-// pool_blocks, indexer_scores) and their runners, for tests/kernels/metal_emulation.cpp, which
+// pool_blocks, indexer_scores, grow_rows) and their runners, for tests/kernels/metal_emulation.cpp, which
 // includes this after its own runners (it says how the emulation works and each mode's input).
 // Each step kernel is one thread per output element (or token) and uses no threadgroup memory.
 
@@ -64,7 +64,7 @@ void kernel(DevicePtr<const T_> x, const int* x_shape, int x_ndim, DevicePtr<con
 namespace moe_route {
 template <int E, int K, int FUNC, int HAS_BIAS, int HASHED, int NORMALIZE>
 void kernel(DevicePtr<const float> logits, const int* logits_shape, DevicePtr<const float> bias,
-            DevicePtr<const int> hashed, DevicePtr<const float> scale, DevicePtr<int> indices,
+            DevicePtr<const int> hashed, DevicePtr<const float> scale, DevicePtr<uint> indices,
             DevicePtr<float> weights, uint3 thread_position_in_grid) {
 #include "moe_route.metal"
 }
@@ -95,6 +95,15 @@ void kernel(DevicePtr<const T_> q, const int* q_shape, DevicePtr<const float> we
 #include "indexer_scores.metal"
 }
 }  // namespace indexer_scores
+
+namespace grow_rows {
+template <typename T_, int W>
+void kernel(DevicePtr<const T_> cached, const int* cached_shape, DevicePtr<const T_> fresh,
+            DevicePtr<const int> take, DevicePtr<T_> rows, const int* rows_shape,
+            uint3 thread_position_in_grid) {
+#include "grow_rows.metal"
+}
+}  // namespace grow_rows
 
 #undef constant
 #undef thread
@@ -202,7 +211,7 @@ struct RouteLaunch {
   const std::vector<float>& bias;
   const std::vector<int32_t>& hashed;
   const std::vector<float>& scale;
-  std::vector<int32_t>& indices;
+  std::vector<uint32_t>& indices;
   std::vector<float>& weights;
 };
 
@@ -234,7 +243,7 @@ int run_moe_route(const char* in_path, const char* out_path) {
     bind_buffer(*buffer);
   }
   bind_buffer(hashed);
-  std::vector<int32_t> indices(size_t(T) * DS4_TOPK, -7);
+  std::vector<uint32_t> indices(size_t(T) * DS4_TOPK, uint32_t(-7));
   std::vector<float> weights(size_t(T) * DS4_TOPK, NAN);
   if (flags[1] < 1 || flags[1] > 4) {
     fail("the gating function must be 1 to 4");
@@ -315,5 +324,25 @@ int run_moe_combine(const char* in_path, const char* out_path) {
                                                 out.data(), position);
   });
   write_output(out_path, out);
+  return 0;
+}
+
+int run_grow_rows(const char* in_path, const char* out_path) {
+  Input input(in_path);
+  const auto sizes = input.read<int32_t>(4);
+  const int N = sizes[0], F = sizes[1], M = sizes[3];
+  const auto cached = input.read<float>(size_t(N) * DS4_D);
+  const auto fresh = input.read<float>(size_t(F) * DS4_D);
+  const std::vector<int32_t> take{sizes[2]};
+  bind_buffer(cached);
+  bind_buffer(fresh);
+  bind_buffer(take);
+  const int cached_shape[2] = {N, DS4_D}, rows_shape[2] = {M, DS4_D};
+  std::vector<float> rows(size_t(M) * DS4_D, NAN);
+  launch_grid({DS4_D + 2, uint(M) + 1, 1}, [&](uint3 position) {
+    grow_rows::kernel<float, DS4_D>(cached.data(), cached_shape, fresh.data(), take.data(),
+                                    rows.data(), rows_shape, position);
+  });
+  write_output(out_path, rows);
   return 0;
 }

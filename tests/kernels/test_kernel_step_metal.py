@@ -210,6 +210,44 @@ def test_emulated_pool_blocks_kernel_matches_twin(rope_emulator: Path, tmp_path,
     np.testing.assert_allclose(got, np.array(expected), rtol=1e-5, atol=1e-5)
 
 
+# (cached rows, fresh rows, take, keep): DS4-Flash's window (127 + 24 kept rows) grown by a
+# decode step, by a ragged verify tile, and a compressor's pending rows that all stay.
+GROW_CASES = [(151, 8, 1, 151), (151, 8, 6, 151), (3, 8, 5, 10), (140, 8, 8, 151)]
+
+
+def _grow_case(n, f, seed):
+    rng = np.random.default_rng(seed)
+    cached = rng.standard_normal((n, HEAD_DIM)).astype(np.float32)
+    return cached, rng.standard_normal((f, HEAD_DIM)).astype(np.float32)
+
+
+def _grow_twin(cached, fresh, take, keep):
+    with kernels.inference():  # not on the GPU here: the MLX slices and concatenation
+        return kernels.grow_rows([mx.array(cached)], [mx.array(fresh)], take, keep)[0]
+
+
+@pytest.mark.parametrize("n, f, take, keep", GROW_CASES)
+def test_emulated_grow_rows_kernel_matches_twin(rope_emulator: Path, tmp_path, n, f, take, keep):
+    cached, fresh = _grow_case(n, f, n + take)
+    rows = min(n + take, keep)
+    payload = np.array([n, f, take, rows], np.int32).tobytes() + cached.tobytes() + fresh.tobytes()
+    got = run(rope_emulator, ["grow_rows"], [payload], tmp_path)[0].reshape(rows, HEAD_DIM)
+    np.testing.assert_array_equal(got, np.array(_grow_twin(cached, fresh, take, keep)))
+
+
+def test_gpu_cache_growth_is_one_launch_a_pair():
+    cached, fresh = _grow_case(20, 8, 0)
+    with metal_configuration() as calls, kernels.inference():
+        grown = kernels.grow_rows([mx.array(cached)] * 2, [mx.array(fresh)] * 2, 3, 16)
+        first = kernels.grow_rows([mx.array(cached[:0])], [mx.array(fresh)], 3, 16)
+    assert [c.name for c in calls] == ["ds4_grow_rows"] * 2  # an empty cache: the MLX ops
+    assert calls[0].template == (("T_", mx.float32), ("W", HEAD_DIM))
+    assert calls[0].grid == (HEAD_DIM, 16, 1) and calls[0].outputs == (
+        ((16, HEAD_DIM), mx.float32),
+    )
+    assert [a.shape for a in (*grown, *first)] == [(16, HEAD_DIM)] * 2 + [(3, HEAD_DIM)]
+
+
 # DeepSeek-V4-Flash's indexer: 64 heads of 128 channels (its top-k, 512, is scaled down here).
 INDEX_HEADS, INDEX_DIM = 64, 128
 
@@ -370,3 +408,12 @@ def test_metal_indexer_top_k_matches_twin():
     )
     got = metal.indexer_top_k(*args, 16)
     np.testing.assert_array_equal(np.array(got), np.array(twins.indexer_top_k(*args, 16)))
+
+
+@pytest.mark.skipif(not metal.metal_available(), reason=NO_METAL)
+@pytest.mark.parametrize("n, f, take, keep", GROW_CASES)
+def test_metal_grow_rows_matches_twin(n, f, take, keep):
+    cached, fresh = _grow_case(n, f, n)
+    got = metal.grow_rows(mx.array(cached), mx.array(fresh), take, keep)
+    expected = np.concatenate([cached, fresh[:take]])[-min(n + take, keep) :]
+    np.testing.assert_array_equal(np.array(got), expected)
