@@ -15,7 +15,9 @@ pauses for ``COST_PAUSE`` plain advances once drafted cycles cost more than plai
 than ``COST_MARGIN`` over ``MIN_DRAFTED_SAMPLES`` cycles, or by more than ``CLEAR_LOSS`` over
 ``QUICK_SAMPLES`` (a drafter that plainly loses need not lose for four cycles to show it); then
 a probe of fresh drafted cycles judges again, and each probe that loses doubles the pause (up to
-``MAX_COST_PAUSE``).
+``MAX_COST_PAUSE``), while each judgement that drafting pays halves it (down to ``COST_PAUSE``):
+on a shared machine one probe can win by chance, which should not undo what many lost probes
+learned, while a drafter that really pays is back to the shortest pause within a few cycles.
 
 What drafting costs is a property of the drafter, the model and the machine more than of one
 request, and most requests are too short to learn it (a 32-token answer is eight plain
@@ -233,7 +235,7 @@ class DraftScheduler:
             return
         self.stats.drafted_cost, self.stats.plain_cost = drafted.per_token, plain.per_token
         if drafted.per_token <= plain.per_token * (1 + COST_MARGIN):
-            costs.next_pause = COST_PAUSE
+            costs.next_pause = max(COST_PAUSE, costs.next_pause // 2)
             return
         if not self._plain_measured:
             # Plain cost from an earlier request may date from a quieter moment of a shared
