@@ -1,11 +1,17 @@
 """Speculative decoding measured against target-only decoding on the same prompts, in one run.
 
-For every (prompt, drafter) pair: greedy generation with the target alone and with the drafter,
-each a warm-up then ``runs`` timed runs (median, min and max kept); the drafted run's τ, acceptance
-per draft position and scheduler pauses; and greedy parity (the drafted output must be the
-target's own tokens). ds4's acceptance fixtures name the chat prompts (``hello``, ``redis``,
-``math``, ``python_reverse``, ``c_add``); a prose continuation and the beginnings of standard-
-library files the drafter trainer held out (``scripts/train_drafters.py``) complete the set.
+For every prompt: a shared warm-up (one target-only run, one run per drafter), then ``runs``
+rounds, each a target-only run and one run per drafter back to back (every other round in the
+reverse order), so that each drafted run has a target-only partner measured within a second of it
+on the same machine load. A drafter's speed-up is the median of its per-round ratios (with their
+min..max): on a shared machine one pair of runs taken at different times can read 0.9x or 1.1x
+for a drafter that never drafted. Each row also has τ, acceptance per draft position and the
+scheduler's pauses over the timed runs, and greedy parity (every drafted run's output must be the
+target's own tokens). A drafter keeps its ``DrafterLease`` across the rounds and prompts, as a
+server does, so the rows show what the scheduler settles into. ds4's acceptance fixtures name the
+chat prompts (``hello``, ``redis``, ``math``, ``python_reverse``, ``c_add``); a prose
+continuation and the beginnings of standard-library files the drafter trainer held out
+(``scripts/train_drafters.py``) complete the set.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import statistics
 import sysconfig
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,7 +36,7 @@ from ds4mlx.generation import (
 )
 
 if TYPE_CHECKING:
-    from ds4mlx.generation import Drafter
+    from ds4mlx.generation import Drafter, SpeculativeStats
     from ds4mlx.loader import LoadedModel
 
 
@@ -123,18 +129,24 @@ class SpecResult:
     acceptance: float
     #: Accepted share per draft position: position k counts drafts that reached it.
     position_acceptance: list[float]
-    #: The scheduler's pauses: for poor acceptance or missing drafts, and for cost.
+    #: The scheduler's pauses over the timed runs: for poor acceptance or missing drafts, and
+    #: for cost.
     pauses: int
     parity: bool
+    #: Drafted over target-only tokens/s of each round's pair of runs (empty: the medians').
+    ratios: Samples = field(default_factory=Samples)
 
     @property
     def speedup(self) -> float:
+        if self.ratios.runs:
+            return self.ratios.median
         return self.drafted.median / self.target.median if self.target.median else 0.0
 
     def as_json(self) -> dict:
         data = asdict(self)
-        data["target"] = {"median": self.target.median, "runs": self.target.runs}
-        data["drafted"] = {"median": self.drafted.median, "runs": self.drafted.runs}
+        for name in ("target", "drafted", "ratios"):
+            samples = getattr(self, name)
+            data[name] = {"median": samples.median, "runs": samples.runs}
         data["speedup"] = self.speedup
         return data
 
@@ -171,44 +183,113 @@ def _run(
     return tokens, done.stats.decode_tps, done
 
 
+@dataclass
+class _DrafterRuns:
+    """One drafter's timed runs of one prompt."""
+
+    name: str
+    drafted: Samples = field(default_factory=Samples)
+    ratios: Samples = field(default_factory=Samples)
+    stats: list[SpeculativeStats] = field(default_factory=list)
+    parity: bool = True
+
+    def result(self, prompt: str, target: Samples, tokens: int) -> SpecResult:
+        """The row: τ, acceptance and pauses pooled over the runs (a run can start in a pause
+        an earlier one left, so runs differ)."""
+        stats = self.stats
+        assert stats, f"{self.name} decoded without speculation"
+        passes = sum(s.drafted_passes for s in stats)
+        accepted = sum(s.accepted_tokens for s in stats)
+        drafted = sum(s.drafted_tokens for s in stats)
+        reached = [0] * max(len(s.position_drafted) for s in stats)
+        kept = list(reached)
+        for s in stats:
+            for k, (n_reached, n_kept) in enumerate(
+                zip(s.position_drafted, s.position_accepted, strict=True)
+            ):
+                reached[k] += n_reached
+                kept[k] += n_kept
+        return SpecResult(
+            prompt,
+            self.name,
+            target,
+            self.drafted,
+            tokens,
+            (accepted + passes) / passes if passes else 0.0,
+            accepted / drafted if drafted else 0.0,
+            [k / r for k, r in zip(kept, reached, strict=True)],
+            sum(s.scheduler.pauses + s.scheduler.cost_pauses for s in stats),
+            self.parity,
+            self.ratios,
+        )
+
+
+@dataclass
+class _Drafting:
+    name: str
+    config: SpeculationConfig
+    drafter: Drafter
+    #: The drafter's across runs and prompts, as a server keeps one for its drafter (the
+    #: scheduler carries what drafting costs from one request to the next).
+    lease: DrafterLease
+
+
 def bench_prompt(
     model: LoadedModel,
     prompt: BenchPrompt,
-    drafter_name: str,
-    drafter: Drafter,
-    config: SpeculationConfig,
+    drafters: Sequence[_Drafting],
     *,
     max_tokens: int,
     runs: int,
-    lease: DrafterLease | None = None,
-) -> SpecResult:
-    """``lease``: the drafter's across runs and prompts, as a server keeps one for its drafter
-    (the scheduler's cost rule measures plain decoding once per lease)."""
+) -> list[SpecResult]:
+    """One row per drafter: a shared warm-up, then ``runs`` rounds of a target-only run and one
+    run per drafter, each drafter's ratio taken against its round's target-only run."""
     ids = prompt_ids(model, prompt)
     # A chat answer ends at its end-of-turn; text and code run the full length, so that each
     # row measures the same amount of decoding (a tiny model may end prose at once).
     stop = model.tokenizer.stop_ids if prompt.kind == "chat" else ()
-    target, drafted = Samples(), Samples()
-    plain_tokens, _, _ = _run(model, ids, max_tokens, None, config, stop)  # warm-up
-    spec_tokens, _, done = _run(model, ids, max_tokens, drafter, config, stop, lease)
-    for _ in range(runs):
-        target.runs.append(_run(model, ids, max_tokens, None, config, stop)[1])
-        drafted.runs.append(_run(model, ids, max_tokens, drafter, config, stop, lease)[1])
-    # Greedy runs repeat the same cycles: the warm-up's counters are every run's.
-    stats = done.acceptance
-    assert stats is not None, f"{drafter_name} decoded without speculation"
-    return SpecResult(
-        prompt.name,
-        drafter_name,
-        target,
-        drafted,
-        len(spec_tokens),
-        stats.tau,
-        stats.acceptance_rate,
-        stats.position_acceptance,
-        stats.scheduler.pauses + stats.scheduler.cost_pauses,
-        spec_tokens == plain_tokens,
+    plain_config = SpeculationConfig()
+    plain_tokens, _, _ = _run(model, ids, max_tokens, None, plain_config, stop)
+    rows = [_DrafterRuns(d.name) for d in drafters]
+    for d, row in zip(drafters, rows, strict=True):
+        tokens, _, _ = _run(model, ids, max_tokens, d.drafter, d.config, stop, d.lease)
+        row.parity = tokens == plain_tokens
+    target = Samples()
+    for round_ in range(runs):
+        pairs = list(zip(drafters, rows, strict=True))
+        # Odd rounds run the drafters first, in reverse: on average each drafted run sits as
+        # far before its target-only partner as after it (the machine's load drifts).
+        first, after = (pairs[::-1], []) if round_ % 2 else ([], pairs)
+        timed = [
+            _timed_drafted(model, ids, max_tokens, d, row, stop, plain_tokens) for d, row in first
+        ]
+        target.runs.append(_run(model, ids, max_tokens, None, plain_config, stop)[1])
+        timed += [
+            _timed_drafted(model, ids, max_tokens, d, row, stop, plain_tokens) for d, row in after
+        ]
+        for (_, row), tps in zip(first + after, timed, strict=True):
+            row.ratios.runs.append(tps / target.runs[-1] if target.runs[-1] else 0.0)
+    return [row.result(prompt.name, target, len(plain_tokens)) for row in rows]
+
+
+def _timed_drafted(
+    model: LoadedModel,
+    ids: list[int],
+    max_tokens: int,
+    drafting: _Drafting,
+    row: _DrafterRuns,
+    stop: Sequence[int],
+    plain_tokens: list[int],
+) -> float:
+    """One timed drafted run, recorded in ``row``; its tokens/s."""
+    tokens, tps, done = _run(
+        model, ids, max_tokens, drafting.drafter, drafting.config, stop, drafting.lease
     )
+    row.drafted.runs.append(tps)
+    if done.acceptance is not None:
+        row.stats.append(done.acceptance)
+    row.parity = row.parity and tokens == plain_tokens
+    return tps
 
 
 def bench_model(
@@ -220,27 +301,18 @@ def bench_model(
     runs: int,
     progress: Callable[[str], None] = lambda _line: None,
 ) -> list[SpecResult]:
-    results = []
+    """Rows grouped by drafter, in ``drafters``' order, each in ``prompts``' order."""
+    drafting = []
     for name, config in drafters:
         drafter = load_drafter(config, model)
         assert drafter is not None, f"{name}: no drafter configured"
-        lease = DrafterLease()
-        for prompt in prompts:
-            started = time.perf_counter()
-            results.append(
-                bench_prompt(
-                    model,
-                    prompt,
-                    name,
-                    drafter,
-                    config,
-                    max_tokens=max_tokens,
-                    runs=runs,
-                    lease=lease,
-                )
-            )
-            progress(f"{name} {prompt.name}: {time.perf_counter() - started:.1f} s")
-    return results
+        drafting.append(_Drafting(name, config, drafter, DrafterLease()))
+    by_prompt = []
+    for prompt in prompts:
+        started = time.perf_counter()
+        by_prompt.append(bench_prompt(model, prompt, drafting, max_tokens=max_tokens, runs=runs))
+        progress(f"{prompt.name}: {time.perf_counter() - started:.1f} s")
+    return [rows[i] for i in range(len(drafting)) for rows in by_prompt]
 
 
 def summary_rows(results: Sequence[SpecResult]) -> Iterator[SpecResult]:
@@ -263,7 +335,15 @@ def summary_rows(results: Sequence[SpecResult]) -> Iterator[SpecResult]:
             [],
             sum(r.pauses for r in rows),
             all(r.parity for r in rows),
+            Samples([statistics.mean(r.speedup for r in rows)]),
         )
+
+
+def _spread(ratios: Samples) -> str:
+    """`` (min..max)`` of several paired ratios; nothing for one."""
+    if len(ratios.runs) < 2:
+        return ""
+    return f" ({min(ratios.runs):.2f}..{max(ratios.runs):.2f})"
 
 
 def markdown_table(results: Sequence[SpecResult]) -> str:
@@ -277,7 +357,7 @@ def markdown_table(results: Sequence[SpecResult]) -> str:
         lines.append(
             f"| {r.prompt} | {r.drafter} | {r.tokens} | {r.target.median:.1f} "
             f"({r.target.span()}) | {r.drafted.median:.1f} ({r.drafted.span()}) | "
-            f"{r.speedup:.2f}x | {r.tau:.2f} | {r.acceptance:.2f} | {positions} | {r.pauses} | "
-            f"{'yes' if r.parity else 'NO'} |"
+            f"{r.speedup:.2f}x{_spread(r.ratios)} | {r.tau:.2f} | {r.acceptance:.2f} | "
+            f"{positions} | {r.pauses} | {'yes' if r.parity else 'NO'} |"
         )
     return "\n".join(lines)

@@ -37,6 +37,8 @@ class BenchConfig:
     glm: Path | None = ASSETS / "glm-tiny.gguf"
     sections: tuple[str, ...] = SECTIONS
     runs: int = 3
+    #: Rounds of the speculation section (None: ``runs``); see ``speculation.bench_prompt``.
+    speculation_runs: int | None = None
     max_tokens: int = 64
     contexts: tuple[int, ...] = decode.PREFILL_CONTEXTS
     n_decode: int = 64
@@ -62,12 +64,14 @@ class BenchConfig:
     @classmethod
     def quick(cls, **overrides: Any) -> BenchConfig:
         """Fewer runs, tokens and prompts, so the whole bench takes about a minute on 2 quiet
-        cores (docs/performance.md): one timed run after the warm-up, prefill at 128 and 512
-        tokens, three prompts (a chat answer, a chat answer in code, prose), the
+        cores (docs/performance.md): one timed run after the warm-up (three rounds of paired
+        runs in the speculation section: one pair's ratio is left to chance), prefill at 128
+        and 512 tokens, three prompts (a chat answer, a chat answer in code, prose), the
         dflash-layout file (the same drafter as DSpark in llama.cpp's layout) and the held-out
         code prompts left out, warm page cache only."""
         values: dict[str, Any] = dict(
             runs=1,
+            speculation_runs=overrides.get("runs", 3),
             max_tokens=32,
             n_decode=32,
             contexts=(128, 512),
@@ -157,6 +161,7 @@ def run_speculation(
     import ds4mlx
 
     prompts = selected_prompts(config.prompts)
+    runs = config.speculation_runs or config.runs
     results: list[speculation.SpecResult] = []
     drafters = _ds4_drafters(config, progress)
     if drafters:
@@ -166,7 +171,7 @@ def run_speculation(
             drafters,
             prompts,
             max_tokens=config.max_tokens,
-            runs=config.runs,
+            runs=runs,
             progress=progress,
         )
         model.close()
@@ -177,14 +182,19 @@ def run_speculation(
             [("glm nextn", SpeculationConfig(DrafterKind.NEXTN))],
             prompts,
             max_tokens=config.max_tokens,
-            runs=config.runs,
+            runs=runs,
             progress=progress,
         )
         glm.close()
     elif config.glm is not None:
         progress(f"(glm nextn not measured: {config.glm} does not exist)")
     rows = [*results, *speculation.summary_rows(results)]
-    lines = [speculation.markdown_table(rows)]
+    lines = [
+        f"Per prompt a shared warm-up, then {runs} round{'s' * (runs > 1)} of a target-only run "
+        "and one run per drafter back to back; speed-up: the median (min..max) of the rounds' "
+        "drafted / target-only ratios; pauses: over the timed runs.\n",
+        speculation.markdown_table(rows),
+    ]
     if config.peers:
         # llama-cpp-python's API has no speculative decoding with a separate DSpark support
         # file; its target-only speed is in the decode section.

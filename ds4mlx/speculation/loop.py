@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ds4mlx.engine.generate import Decoder, GenerationStats, Limits
 from ds4mlx.engine.sampling import Sampler
@@ -155,6 +155,7 @@ class SpeculativeDecoder(Decoder):
         self, session: Session, prompt: Sequence[int], sampler: Sampler, stats: GenerationStats
     ) -> int:
         pos0 = session.n_tokens
+        self.scheduler.weighs_cost = _weighs_cost(sampler)
         out = session.feed_hidden(prompt, self.capture)
         current = sampler(out.logits[-1])
         self.lease.holder = self
@@ -221,6 +222,54 @@ class SpeculativeDecoder(Decoder):
             self.scheduler.record_cost(Cycle.PLAIN, elapsed, len(tokens))
         return tokens
 
+    def _pause(
+        self,
+        cycle: Cycle,
+        session: Session,
+        token: int,
+        sampler: Sampler,
+        stats: GenerationStats,
+        limits: Limits,
+    ) -> list[int]:
+        """A paused cycle: the cost rule's plain advance, timed as plain cost, or ds4's pause.
+        ds4 verifies one token a pass while paused; pipelined plain steps with the drafter
+        following commit the same tokens for less, so here a plain advance covers as many
+        cycles of the pause as it decodes tokens."""
+        if cycle is Cycle.PLAIN:
+            return self._timed_plain(session, token, sampler, stats, limits)
+        steps = self.scheduler.extend_pause(self.pipeline)
+        budget = min(limits.max_tokens, stats.generated_tokens + steps)
+        return self._advance_plain(
+            session, token, sampler, stats, replace(limits, max_tokens=budget)
+        )
+
+    def _advance_undrafted(
+        self,
+        session: Session,
+        token: int,
+        sampler: Sampler,
+        stats: GenerationStats,
+        limits: Limits,
+        drafting: bool,
+        started: float,
+    ) -> list[int]:
+        """A cycle without a draft (none allowed, or the drafter proposed nothing): nothing to
+        verify, so decode as plain decoding does, pipelined, the drafter following (one token
+        verified alone would cost a whole unpipelined pass). A lookup that finds no copy costs
+        nothing, so the scheduler counts neither its pause rule nor its cost against drafting
+        (ds4's pauses are for drafts the target rejects): it is plain cost. A drafter with a
+        network of its own (MTP stopped by its margin) spent time on the proposal: the cycle is
+        a drafted one, for ds4's rule and for cost."""
+        if not getattr(self.drafter, "needs_target_rows", True):
+            return self._timed_plain(session, token, sampler, stats, limits)
+        if drafting:
+            self.scheduler.record(0, 0)
+        tokens = self._advance_plain(session, token, sampler, stats, limits)
+        if drafting and _weighs_cost(sampler):
+            elapsed = self.lease.costs.clock() - started
+            self.scheduler.record_cost(Cycle.DRAFT, elapsed, len(tokens))
+        return tokens
+
     def _drafts_on_device(self, session: Session, sampler: Sampler) -> bool:
         """Whether the draft can stay on the device until the verify pass is queued: the
         drafter supports it, the session takes lazy feeds, and no confidence cut nor
@@ -249,8 +298,8 @@ class SpeculativeDecoder(Decoder):
         left = limits.max_tokens - stats.generated_tokens
         cycle = self.scheduler.next_cycle(left) if room > 0 else Cycle.PAUSE
         drafting = cycle is Cycle.DRAFT
-        if cycle is Cycle.PLAIN:
-            return self._timed_plain(session, token, sampler, stats, limits)
+        if cycle in (Cycle.PLAIN, Cycle.PAUSE) and room > 0:
+            return self._pause(cycle, session, token, sampler, stats, limits)
         started = self.lease.costs.clock()
         if self.scheduler.drafting_over(left):
             # No more drafts before the budget ends (too short to pay): the rest decodes as plain
@@ -274,12 +323,10 @@ class SpeculativeDecoder(Decoder):
                     draft = draft[: sampler.constraint.allowed_prefix(draft)]
             stats.draft_seconds += time.perf_counter() - tick
 
-        if not draft and queued is None and not getattr(drafter, "needs_target_rows", True):
-            # Nothing to verify, and the drafter needs no target rows (prompt lookup): decode
-            # as plain decoding does, pipelined, and let the drafter see the tokens. A lookup
-            # that finds no copy costs nothing, so the scheduler does not count it against
-            # drafting (its pauses are for drafts the target rejects); it is plain cost.
-            return self._timed_plain(session, token, sampler, stats, limits)
+        if not draft and queued is None:
+            return self._advance_undrafted(
+                session, token, sampler, stats, limits, drafting, started
+            )
         tick = time.perf_counter()
         pos = session.n_tokens
         if queued is not None:

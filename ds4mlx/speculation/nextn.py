@@ -9,7 +9,9 @@ The block keeps its own MLA cache, row t at position t, and sees committed rows 
 feeds each committed position paired with the committed token after it (the last one with the
 token the target sampled next), so the cache stays aligned with the target's committed rows, and
 a rejected draft never enters it (its row is computed after the verify, with the token the target
-chose instead). The logits of the last row fed give the next draft.
+chose instead). The logits of the last row fed give the next draft. The block runs on observed
+rows when the next draft is asked for: while the scheduler pauses drafting, the rows of many
+plain advances then cost one chunked pass, instead of one pass and a host sync per advance.
 
 A DeepSeek-V4 target with llama.cpp's ``blk.{n_layer}.nextn.*`` block gets the legacy MTP
 drafter on that block, one token per cycle too (``speculation.mtp``).
@@ -47,24 +49,38 @@ class NextNDrafter:
         #: The NextN block's cache: one row per committed position, in order.
         self.mtp_state = self.network.new_mtp_state()
         self._draft: int | None = None
+        #: Observed rows the block has not run on yet: the target's final hidden states and,
+        #: for each, the committed token after it.
+        self._pending: list[tuple[mx.array, list[int]]] = []
+        self._next_pos = 0
 
     def observe(self, tokens: Sequence[int], next_token: int, rows: TargetRows) -> None:
         if len(tokens) != rows.n_rows:
             raise ValueError(f"{len(tokens)} tokens but {rows.n_rows} target rows")
-        if rows.pos0 != self.mtp_state.pos:
+        if rows.pos0 != self._next_pos:
             raise ValueError(
                 f"rows start at position {rows.pos0}, but the NextN cache holds "
-                f"{self.mtp_state.pos} (call reset() to start over)"
+                f"{self._next_pos} (call reset() to start over)"
             )
         # Row j pairs the target's hidden state at pos0 + j with the token at pos0 + j + 1.
-        following = mx.array([*tokens[1:], next_token], dtype=mx.int32)
-        logits = self.network.mtp_logits(
-            rows.final_hidden, following, self.mtp_state, last_only=True
-        )
+        self._pending.append((rows.final_hidden, [*tokens[1:], next_token]))
+        self._next_pos += rows.n_rows
+
+    def catch_up(self) -> None:
+        """Run the block on the observed rows it has not seen (``propose`` does it first)."""
+        if not self._pending:
+            return
+        hidden = mx.concatenate([rows for rows, _ in self._pending])
+        following = mx.array([t for _, tokens in self._pending for t in tokens], dtype=mx.int32)
+        self._pending = []
+        logits = self.network.mtp_logits(hidden, following, self.mtp_state, last_only=True)
         self._draft = int(mx.argmax(logits[0]))
 
     def propose(self, max_tokens: int) -> Draft:
-        if max_tokens < 1 or self._draft is None:
+        if max_tokens < 1:
+            return Draft()
+        self.catch_up()
+        if self._draft is None:
             return Draft()
         return Draft([self._draft])
 

@@ -10,13 +10,21 @@ Acceptance is not cost: a drafter whose drafts are mostly accepted can still los
 verify pass (and its own network) costs more than the tokens it saves, as GLM's one-token NextN
 does on a CPU. So the scheduler also weighs time (ours, not ds4's): the loop reports how long each
 drafted cycle and each plain (pipelined, undrafted) advance took and how many tokens it committed,
-and the scheduler keeps a decaying average of seconds per committed token of each. Once both have
-enough samples and drafted cycles cost more than plain ones by more than ``COST_MARGIN``, drafting
-pauses for ``COST_PAUSE`` plain advances; then a probe of ``MIN_DRAFTED_SAMPLES`` fresh drafted
-cycles judges again, and each probe that loses doubles the pause (up to ``MAX_COST_PAUSE``). Plain
-cost is a property of the model and the machine, not of the request, so it lives in a
-``CostMeter`` the drafter's lease shares across requests; the first request measures it with
-``MIN_PLAIN_SAMPLES`` plain advances once its drafted cycles have enough samples, and a request
+and the scheduler keeps a decaying average of seconds per committed token of each. Drafting
+pauses for ``COST_PAUSE`` plain advances once drafted cycles cost more than plain ones by more
+than ``COST_MARGIN`` over ``MIN_DRAFTED_SAMPLES`` cycles, or by more than ``CLEAR_LOSS`` over
+``QUICK_SAMPLES`` (a drafter that plainly loses need not lose for four cycles to show it); then
+a probe of fresh drafted cycles judges again, and each probe that loses doubles the pause (up to
+``MAX_COST_PAUSE``), while each judgement that drafting pays halves it (down to ``COST_PAUSE``):
+on a shared machine one probe can win by chance, which should not undo what many lost probes
+learned, while a drafter that really pays is back to the shortest pause within a few cycles.
+
+What drafting costs is a property of the drafter, the model and the machine more than of one
+request, and most requests are too short to learn it (a 32-token answer is eight plain
+advances). So both averages and the pause live in a ``CostMeter`` that the drafter's lease
+shares across requests: a request starts where the last one left off, paused if the drafter was
+losing, judging at its first cycle if enough drafted cycles are known. Plain cost is measured
+with ``MIN_PLAIN_SAMPLES`` plain advances once drafted cycles start to be judged, and a request
 that would pause drafting on an earlier request's measurement measures it again first (the load
 of a shared machine changes).
 """
@@ -60,6 +68,11 @@ COST_OUTLIER = 2.0
 #: drafting (ds4's behaviour), never towards a pause.
 MIN_DRAFTED_SAMPLES = 4
 MIN_PLAIN_SAMPLES = 1
+#: Drafted cycles that judge a drafter whose cycles cost more than ``CLEAR_LOSS`` times plain
+#: decoding's per committed token: far beyond the noise (a draft rejected outright commits one
+#: token for a verify pass and a draft), and plain measurement starts after them.
+QUICK_SAMPLES = 2
+CLEAR_LOSS = 1.5
 #: Drafting pauses when its seconds per committed token exceed plain decoding's by this share:
 #: below it the difference is within the noise of a shared machine.
 COST_MARGIN = 0.05
@@ -109,11 +122,16 @@ class DecayingCost:
 
 @dataclass
 class CostMeter:
-    """Plain decoding's cost, shared by the requests of one drafter (``DrafterLease``), and the
-    clock both costs are read from (tests give a scripted one)."""
+    """What drafting and plain decoding cost with one drafter, and the cost rule's pause: shared
+    by the requests of that drafter (``DrafterLease``), so that each starts with what the
+    earlier ones learned. Also the clock both costs are read from (tests give a scripted one)."""
 
     clock: Callable[[], float] = time.perf_counter
     plain: DecayingCost = field(default_factory=DecayingCost)
+    drafted: DecayingCost = field(default_factory=DecayingCost)
+    #: Plain advances left of the current cost pause, and the next pause's length.
+    pause_left: int = 0
+    next_pause: int = COST_PAUSE
 
 
 @dataclass
@@ -139,11 +157,13 @@ class DraftScheduler:
     #: The drafter's longest draft; it scales the acceptance threshold (see MIN_ACCEPTED_SHARE).
     max_draft: int = 5
     costs: CostMeter = field(default_factory=CostMeter)
-    _drafted_cost: DecayingCost = field(default_factory=DecayingCost)
-    _plain_left: int = 0
+    #: Whether the cost rule applies to this request (the loop's ``_weighs_cost``): without it
+    #: no cost pause, not even one an earlier request left, decides what a cycle does.
+    weighs_cost: bool = True
+    #: Plain advances left of this request's measurement of plain decoding.
+    _measure_left: int = 0
     #: Whether this request has measured plain decoding (see ``_judge_cost``).
     _plain_measured: bool = False
-    _cost_pause: int = COST_PAUSE
     _window_accepted: list[int] = field(default_factory=list)
     _window_no_draft: int = 0
     _pause_left: int = 0
@@ -164,8 +184,13 @@ class DraftScheduler:
             self.stats.cycles += 1
             self.stats.tail_cycles += 1
             return Cycle.TAIL
-        if self._plain_left > 0:
-            self._plain_left -= 1
+        if self._measure_left > 0 or (self.weighs_cost and self.costs.pause_left > 0):
+            if self._measure_left > 0:
+                self._measure_left -= 1
+            else:
+                if not self.stats.cycles:
+                    self.stats.cost_pauses += 1  # an earlier request's pause goes on here
+                self.costs.pause_left -= 1
             self.stats.cycles += 1
             self.stats.plain_advances += 1
             return Cycle.PLAIN
@@ -176,6 +201,15 @@ class DraftScheduler:
             return Cycle.PAUSE
         return Cycle.DRAFT
 
+    def extend_pause(self, steps: int) -> int:
+        """How many cycles of ds4's pause (``Cycle.PAUSE``, the first one already counted) one
+        plain advance of up to ``steps`` tokens covers: the rest of the pause or ``steps``."""
+        more = min(self._pause_left, steps - 1)
+        self._pause_left -= more
+        self.stats.cycles += more
+        self.stats.paused_cycles += more
+        return 1 + more
+
     def record_cost(self, cycle: Cycle, seconds: float, tokens: int) -> None:
         """How long a drafted cycle (``Cycle.DRAFT``) or a plain advance (``Cycle.PLAIN``)
         took, and how many tokens it committed."""
@@ -185,29 +219,33 @@ class DraftScheduler:
             self.costs.plain.add(seconds, tokens)
             self._plain_measured = True
             return
-        self._drafted_cost.add(seconds, tokens)
+        self.costs.drafted.add(seconds, tokens)
         self._judge_cost()
 
     def _judge_cost(self) -> None:
-        drafted, plain = self._drafted_cost, self.costs.plain
-        if drafted.samples < MIN_DRAFTED_SAMPLES:
+        costs = self.costs
+        drafted, plain = costs.drafted, costs.plain
+        if drafted.samples < QUICK_SAMPLES:
             return
         if plain.samples < MIN_PLAIN_SAMPLES:
-            self._plain_left = MIN_PLAIN_SAMPLES - plain.samples
+            self._measure_left = MIN_PLAIN_SAMPLES - plain.samples
+            return
+        clearly_dearer = drafted.per_token > plain.per_token * CLEAR_LOSS
+        if drafted.samples < MIN_DRAFTED_SAMPLES and not clearly_dearer:
             return
         self.stats.drafted_cost, self.stats.plain_cost = drafted.per_token, plain.per_token
         if drafted.per_token <= plain.per_token * (1 + COST_MARGIN):
-            self._cost_pause = COST_PAUSE
+            costs.next_pause = max(COST_PAUSE, costs.next_pause // 2)
             return
         if not self._plain_measured:
             # Plain cost from an earlier request may date from a quieter moment of a shared
             # machine: measure it again now, and judge with that alone, before pausing.
             plain.restart()
-            self._plain_left = MIN_PLAIN_SAMPLES
+            self._measure_left = MIN_PLAIN_SAMPLES
             return
         # The cost pause covers any pause of ds4's rule, and its probe starts from fresh samples.
-        self._plain_left, self._pause_left = self._cost_pause, 0
-        self._cost_pause = min(2 * self._cost_pause, MAX_COST_PAUSE)
+        costs.pause_left, self._pause_left = costs.next_pause, 0
+        costs.next_pause = min(2 * costs.next_pause, MAX_COST_PAUSE)
         drafted.restart()
         self.stats.cost_pauses += 1
 

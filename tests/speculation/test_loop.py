@@ -55,7 +55,8 @@ def test_greedy_speculation_equals_plain_decoding(ds4_model, prompt, error_rate)
         assert stats.tau == (6 * 6 + 3) / 7
     if error_rate == 1.0:
         assert stats.accepted_tokens == 0
-        assert stats.scheduler.pauses > 0  # the scheduler backs off useless drafting
+        # The scheduler backs off useless drafting (for cost, before ds4's window ends).
+        assert stats.scheduler.pauses + stats.scheduler.cost_pauses > 0
 
 
 def test_confidence_threshold_cuts_drafts(ds4_model):
@@ -271,3 +272,74 @@ def test_sampled_generation_is_never_paused_for_cost(ds4_model):
         generate(ds4_model.new_session(), prompt, n, drafter=drafter, lease=measured_lease())
     )
     assert stats.scheduler.cost_pauses > 0
+
+
+def test_cycles_without_a_draft_decode_pipelined_with_the_drafter_following(ds4_model):
+    """A drafter with target rows that proposes nothing (MTP stopped by its margin) costs no
+    verify pass of a lone token: each such cycle is a plain pipelined advance, whose rows the
+    drafter still sees, and ds4's rule counts it as a cycle without a draft."""
+    from ds4mlx.speculation.drafter import Draft
+
+    prompt, n = PROMPTS[0], 24
+    plain, _ = run(generate(ds4_model.new_session(), prompt, n))
+    drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size)
+    drafter.propose = lambda max_tokens: Draft()
+    spec, stats = run(
+        generate(ds4_model.new_session(), prompt, n, drafter=drafter, lease=measured_lease())
+    )
+    assert spec == plain
+    assert stats.verify_passes == 0
+    assert stats.scheduler.no_draft_cycles > 0
+    assert sum(drafter.observed_rows) == len(prompt) + n - 1
+
+
+def test_ds4s_pause_decodes_pipelined(ds4_model):
+    """Sampled decoding (ds4's rules only): a window of rejected drafts pauses drafting, and
+    the paused cycles are plain pipelined steps, not verify passes of one token; a seed gives
+    the same output on every run."""
+    prompt, n = PROMPTS[0], 32
+    plain, _ = run(generate(ds4_model.new_session(), prompt, n))
+    sampling = SamplingOptions(temperature=0.8, top_k=20, seed=5)
+    outputs = []
+    for _ in range(2):
+        drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=1.0)
+        tokens, stats = run(
+            generate(
+                ds4_model.new_session(),
+                prompt,
+                n,
+                sampling,
+                drafter=drafter,
+                lease=measured_lease(),
+            )
+        )
+        outputs.append(tokens)
+        assert stats.scheduler.paused_cycles > 0
+        assert stats.verify_passes == stats.drafted_passes
+        # Each paused cycle decodes one token, as in ds4 (only the budget's tail, at most
+        # MIN_TAIL_DRAFT tokens, is neither drafted nor paused); each drafted one commits one.
+        undrafted = n - 1 - stats.drafted_passes - stats.scheduler.paused_cycles
+        assert 0 <= undrafted <= MIN_TAIL_DRAFT
+    assert outputs[0] == outputs[1]
+
+
+def test_a_sampled_request_after_a_greedy_one_that_paused_drafts_as_ds4_would(ds4_model):
+    """The pause a greedy request leaves on the lease is for greedy requests: a seeded request
+    after it drafts from its first cycle, and gives what it gives on a fresh lease."""
+    prompt, n = PROMPTS[0], 24
+    plain, _ = run(generate(ds4_model.new_session(), prompt, n))
+    sampling = SamplingOptions(temperature=0.8, top_k=20, seed=5)
+
+    def sampled(lease):
+        drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=1.0)
+        return run(
+            generate(ds4_model.new_session(), prompt, n, sampling, drafter=drafter, lease=lease)
+        )
+
+    lease = measured_lease()
+    drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=1.0)
+    run(generate(ds4_model.new_session(), prompt, n, drafter=drafter, lease=lease))
+    assert lease.costs.pause_left > 0
+    tokens, stats = sampled(lease)
+    assert stats.scheduler.plain_advances == 0 and stats.scheduler.cost_pauses == 0
+    assert tokens == sampled(measured_lease())[0]

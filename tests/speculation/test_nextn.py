@@ -204,7 +204,8 @@ def test_greedy_speculation_equals_plain_decoding(spec_runs, plain_outputs):
     for spec, plain in zip(runs, plain_outputs, strict=True):
         assert spec.tokens == plain
         assert spec.session_tokens == [*spec.prompt, *plain[:-1]]
-        # The NextN cache holds exactly the committed rows.
+        # The NextN cache holds exactly the committed rows, once it ran on the last observed.
+        spec.drafter.catch_up()
         assert spec.drafter.mtp_state.pos == len(spec.session_tokens)
         assert all(len(tokens) == 1 for _, tokens in spec.drafter.proposals)
     drafted = sum(r.stats.drafted_tokens for r in runs)
@@ -221,6 +222,7 @@ def test_drafts_are_the_nextn_argmax_over_committed_rows(spec_runs, models):
     name, runs = spec_runs
     net = models[name].network
     for spec in runs[:N_CHECKED]:
+        spec.drafter.catch_up()
         sequence = [*spec.prompt, *spec.tokens]
         # One-token decode gives the verify rows' hidden states bit for bit (the decode tile).
         session = models[name].new_session()
@@ -250,6 +252,28 @@ def test_observe_checks_alignment(models):
     assert len(drafter.propose(1).tokens) == 1 and drafter.propose(0).tokens == []
     with pytest.raises(ValueError, match="rows start at position 0"):
         drafter.observe(prompt, 7, rows_between(out, 0, len(prompt)))
+
+
+def test_observed_rows_wait_for_the_next_draft(models):
+    """Rows observed in several pieces (plain advances while drafting is paused) run through
+    the block in one pass when a draft is asked for, with the draft and cache of one pass over
+    them all."""
+    model = models["nextn"]
+    prompt = PROMPTS[1]
+    out = model.new_session().feed_hidden(prompt)
+    whole, pieces = load_nextn(model), load_nextn(model)
+    whole.observe(prompt[:-1], prompt[-1], rows_between(out, 0, len(prompt) - 1))
+    for start in range(0, len(prompt) - 1, 2):
+        end = min(start + 2, len(prompt) - 1)
+        pieces.observe(prompt[start:end], prompt[end], rows_between(out, start, end))
+    assert pieces.mtp_state.pos == 0  # nothing run yet
+    assert pieces.propose(1).tokens == whole.propose(1).tokens
+    assert pieces.mtp_state.pos == whole.mtp_state.pos == len(prompt) - 1
+    np.testing.assert_allclose(
+        np.array(pieces.mtp_state.layers[0].latent),
+        np.array(whole.mtp_state.layers[0].latent),
+        atol=1e-5,
+    )
 
 
 def test_a_model_without_nextn_block_is_refused(models, paths):

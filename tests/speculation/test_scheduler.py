@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ds4mlx.speculation.scheduler import (
+    CLEAR_LOSS,
     COST_MARGIN,
     COST_PAUSE,
     LOW_ACCEPTANCE_PAUSE,
@@ -11,6 +12,7 @@ from ds4mlx.speculation.scheduler import (
     MIN_PLAIN_SAMPLES,
     MIN_TAIL_DRAFT,
     NO_DRAFT_PAUSES,
+    QUICK_SAMPLES,
     WINDOW_CYCLES,
     CostMeter,
     Cycle,
@@ -214,11 +216,20 @@ def test_one_slow_cycle_does_not_pause_a_drafter_that_pays():
     assert set(drive_costs(scheduler, [1.2, 1.2, 6.0, 1.2, 1.2, 1.2, 1.2, 1.2])) == {D}
 
 
-def test_no_judgement_before_enough_drafted_cycles():
-    scheduler = DraftScheduler(max_draft=1, costs=measured())
-    trace = drive_costs(scheduler, [10.0] * (MIN_DRAFTED_SAMPLES - 1))
+def test_no_judgement_of_a_close_loss_before_enough_drafted_cycles():
+    scheduler = judged()
+    close = 2.0 * CLEAR_LOSS * 0.9  # dearer than plain, but not clearly
+    trace = drive_costs(scheduler, [close] * (MIN_DRAFTED_SAMPLES - 1))
     assert trace == [D] * (MIN_DRAFTED_SAMPLES - 1)
     assert scheduler.next_cycle(BUDGET) is D
+
+
+def test_a_clear_loss_pauses_after_the_quick_samples():
+    # Each drafted cycle costs twice what plain decoding would for its tokens (a rejected draft).
+    scheduler = judged()
+    trace = drive_costs(scheduler, [2.0 * CLEAR_LOSS * 1.1] * QUICK_SAMPLES)
+    assert trace == [D] * QUICK_SAMPLES
+    assert scheduler.next_cycle(BUDGET) is P and scheduler.stats.cost_pauses == 1
 
 
 def test_a_probe_that_pays_resumes_drafting_and_resets_the_pause():
@@ -252,12 +263,11 @@ def test_plain_cost_is_measured_once_per_meter():
     costs = CostMeter()
     first = DraftScheduler(max_draft=1, costs=costs)
     trace = drive_costs(first, [1.0] * (MIN_DRAFTED_SAMPLES + 2))
-    # After enough drafted cycles to judge, plain advances measure plain decoding once.
+    # Once drafted cycles start to be judged, plain advances measure plain decoding once.
     assert trace == [
-        *[D] * MIN_DRAFTED_SAMPLES,
+        *[D] * QUICK_SAMPLES,
         *[P] * MIN_PLAIN_SAMPLES,
-        D,
-        D,
+        *[D] * (MIN_DRAFTED_SAMPLES + 2 - QUICK_SAMPLES),
     ]
     # The next request on the same meter (the drafter's lease) judges without measuring again.
     second = DraftScheduler(max_draft=1, costs=costs)
@@ -271,7 +281,13 @@ def test_cost_pauses_cover_ds4_pauses():
     for _ in range(WINDOW_CYCLES):
         assert scheduler.next_cycle(BUDGET) is D
         scheduler.record(5, 0)
-        scheduler.record_cost(Cycle.DRAFT, 5.0, 1)
+        # Within the margin of plain cost: only ds4's rule would pause ...
+        scheduler.record_cost(Cycle.DRAFT, 1.0, 1)
+    # ... until the last cycle of the window is slow enough to tip the average.
+    scheduler.stats.cost_pauses = 0
+    scheduler.costs.drafted.restart()
+    for _ in range(MIN_DRAFTED_SAMPLES):
+        scheduler.record_cost(Cycle.DRAFT, 1.2, 1)
     after = [scheduler.next_cycle(BUDGET) for _ in range(COST_PAUSE + 1)]
     assert after == [*[P] * COST_PAUSE, D]
 
@@ -280,3 +296,64 @@ def test_the_tail_comes_before_a_cost_pause():
     scheduler = DraftScheduler(max_draft=1, costs=measured())
     drive_costs(scheduler, [2.5] * MIN_DRAFTED_SAMPLES)
     assert scheduler.next_cycle(1) is Cycle.TAIL
+
+
+# What the cost rule learned carries over to the next request on the same meter (lease).
+
+
+def test_a_request_starts_in_the_pause_an_earlier_one_left():
+    costs = CostMeter()
+    first = DraftScheduler(max_draft=1, costs=costs)
+    first.record_cost(Cycle.PLAIN, 4.0, 4)
+    trace = drive_costs(first, [2.5] * MIN_DRAFTED_SAMPLES)
+    assert trace == [D] * MIN_DRAFTED_SAMPLES and costs.pause_left == COST_PAUSE
+    assert first.next_cycle(BUDGET) is P  # the request ends here, one advance into its pause
+    second = DraftScheduler(max_draft=1, costs=costs)
+    trace = [second.next_cycle(BUDGET) for _ in range(COST_PAUSE)]
+    assert trace == [*[P] * (COST_PAUSE - 1), D]
+    assert second.stats.cost_pauses == 1 and second.stats.plain_advances == COST_PAUSE - 1
+    # Its probe loses too: the pause doubles, as within one request.
+    second.record_cost(Cycle.PLAIN, 4.0, 4)
+    drive_costs(second, [2.5] * MIN_DRAFTED_SAMPLES)
+    assert costs.pause_left == 2 * COST_PAUSE and second.stats.cost_pauses == 2
+
+
+def test_a_request_judges_at_once_with_the_drafted_cycles_an_earlier_one_timed():
+    costs = CostMeter()
+    first = DraftScheduler(max_draft=1, costs=costs)
+    first.record_cost(Cycle.PLAIN, 4.0, 4)
+    drive_costs(first, [2.5] * (MIN_DRAFTED_SAMPLES - 1))  # ends before its judgement
+    second = DraftScheduler(max_draft=1, costs=costs)
+    second.record_cost(Cycle.PLAIN, 4.0, 4)
+    assert drive_costs(second, [2.5]) == [D]
+    assert second.next_cycle(BUDGET) is P and second.stats.cost_pauses == 1
+
+
+def test_a_sampled_request_ignores_a_pause_an_earlier_one_left():
+    costs = CostMeter(pause_left=COST_PAUSE)
+    sampled = DraftScheduler(max_draft=1, costs=costs, weighs_cost=False)
+    assert sampled.next_cycle(BUDGET) is D and sampled.stats.cost_pauses == 0
+    assert costs.pause_left == COST_PAUSE  # left for the next greedy request
+
+
+def test_a_plain_advance_covers_as_many_cycles_of_ds4s_pause_as_it_decodes():
+    scheduler = DraftScheduler()
+    drive(scheduler, [(5, 0)] * (WINDOW_CYCLES - 1))
+    scheduler.record(5, 0)  # the window closes: a pause of LOW_ACCEPTANCE_PAUSE cycles
+    assert scheduler.next_cycle(BUDGET) is Cycle.PAUSE
+    assert scheduler.extend_pause(4) == LOW_ACCEPTANCE_PAUSE
+    assert scheduler.stats.paused_cycles == LOW_ACCEPTANCE_PAUSE
+    assert scheduler.next_cycle(BUDGET) is D
+
+
+def test_one_winning_probe_halves_the_pause_and_winning_cycles_shorten_it_to_the_first():
+    scheduler = judged()
+    slow, fast = [2.5] * MIN_DRAFTED_SAMPLES, [1.0] * MIN_DRAFTED_SAMPLES
+    # Three losing probes (pauses 8, 16, 32), then one lucky probe: the next pause is 32
+    # (half of 64), not the first pause's 8.
+    trace = drive_costs(scheduler, [*slow, *slow, *slow, *fast])
+    assert plain_runs(trace) == [COST_PAUSE, 2 * COST_PAUSE, 4 * COST_PAUSE]
+    assert scheduler.costs.next_pause == 4 * COST_PAUSE
+    # A drafter that keeps paying is back to the first pause within a few cycles.
+    drive_costs(scheduler, [1.0] * 8)
+    assert scheduler.costs.next_pause == COST_PAUSE
