@@ -15,7 +15,8 @@ from ds4mlx.engine.session import Session
 from ds4mlx.engine.tokenizer import NumericTokenizer, Tokenizer, load_tokenizer
 from ds4mlx.experts import ExpertOptions, ExpertStats, ExpertStore, open_expert_store
 from ds4mlx.gguf import WEIGHT_MODES, GGUFError, GGUFFile, open_gguf
-from ds4mlx.gguf.quants import default_weight_mode
+from ds4mlx.gguf.quants import default_weight_mode, float32_bytes
+from ds4mlx.gguf.validate import validate_gguf
 from ds4mlx.kernels.native import native_ops
 from ds4mlx.memory import gpu_working_set_bytes, wire_model
 from ds4mlx.models import model_class_for
@@ -28,11 +29,15 @@ if TYPE_CHECKING:
     from ds4mlx.distributed import RankGroup
 
 
-def resolve_weights_dtype(weights_dtype: str) -> str:
+def resolve_weights_dtype(weights_dtype: str, path: str | Path | None = None) -> str:
     """``auto``: the file's blocks as stored, with Metal or the CPU's block kernels; float32
-    (BLAS-backed) on a CPU without them."""
+    (BLAS-backed) on a CPU without them, and for a model at ``path`` small enough that its
+    float copy costs little (``quants.CPU_FLOAT32_MODEL_BYTES``)."""
     if weights_dtype == "auto":
-        return default_weight_mode()
+        size = None
+        if path is not None and mx.default_device() == mx.cpu:
+            size = float32_bytes(info.shape for info in validate_gguf(Path(path)).tensors.values())
+        return default_weight_mode(size)
     if weights_dtype not in WEIGHT_MODES:
         raise ValueError(
             f"weights_dtype must be auto or one of {WEIGHT_MODES}, got '{weights_dtype}'"
@@ -152,8 +157,8 @@ def load_model(
     calls this with the same file).
     """
     path = Path(path)
-    dtype = resolve_weights_dtype(weights_dtype)
     gguf_file = open_gguf(path)
+    dtype = resolve_weights_dtype(weights_dtype, path)
     model_class = model_class_for(gguf_file)
     report_blas()  # no optimised BLAS: said once a model is about to run, not at import
     if mx.default_device() == mx.cpu:

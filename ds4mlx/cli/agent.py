@@ -219,7 +219,7 @@ def model_context(args: argparse.Namespace, fallback: int) -> int:
     from ds4mlx.memory import available_memory_bytes
 
     try:
-        plan = plan_model(args.model, resolve_weights_dtype(args.weights_dtype))
+        plan = plan_model(args.model, resolve_weights_dtype(args.weights_dtype, args.model))
     except (GGUFError, OSError, ValueError):
         return fallback
     memory = available_memory_bytes()

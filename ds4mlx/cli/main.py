@@ -200,7 +200,8 @@ def refuse_oversized(options: ModelOptions) -> str | None:
     from ds4mlx.cli.plan import refusal
     from ds4mlx.loader import resolve_weights_dtype
 
-    return refusal(options.model, resolve_weights_dtype(options.weights_dtype), options.ctx)
+    mode = resolve_weights_dtype(options.weights_dtype, options.model)
+    return refusal(options.model, mode, options.ctx)
 
 
 def run(

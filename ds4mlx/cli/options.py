@@ -81,8 +81,8 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
         "--weights-dtype",
         choices=("auto", "f32", "native"),
         default="auto",
-        help="f32: dequantize weights to float32 (fast on the CPU backend); "
-        "native: keep GGUF quantization (Metal); auto picks by backend",
+        help="f32: dequantize weights to float32; native: keep the GGUF blocks as stored; "
+        "auto (default): native, but f32 on the CPU for a model under 1 GiB as float32",
     )
     group.add_argument(
         "--verbose",

@@ -162,7 +162,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.ctx <= 0:
         parser.error(f"--ctx must be positive, got {args.ctx}")
-    mode = resolve_weights_dtype(args.weights_dtype)
     if args.memory:
         memories = [(m, memory_label(m, "")) for m in args.memory]
     else:
@@ -173,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         if available is not None:
             memories.append((available, memory_label(available, "(available now)")))
     try:
+        mode = resolve_weights_dtype(args.weights_dtype, args.model)
         print(describe(plan_model(args.model, mode, args.ctx), memories))
     except (GGUFError, OSError, ValueError) as exc:
         print(f"ds4 plan: error: {exc}", file=sys.stderr)
