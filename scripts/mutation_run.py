@@ -1001,7 +1001,7 @@ FRESH_KV = (
     "tests/engine/test_prompt_cache_order.py",
     "tests/agent/test_agent_kv_state.py",
 )
-FRESH_SAMPLER = (*SAMPLER, *PIPELINED)
+FRESH_SAMPLER = (*SAMPLER, "tests/server/test_penalties_cached.py")
 FRESH_LOOKUP = ("tests/speculation/test_lookup.py",)
 FRESH_DSPARK = ("tests/speculation/test_dspark_layout.py", "tests/speculation/test_dspark.py")
 FRESH_GGUF = (*GGUF, *GGUF_EDGES, "tests/gguf/test_gguf_reader.py", "tests/gguf/test_gguf_fuzz.py")
