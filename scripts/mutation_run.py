@@ -980,10 +980,6 @@ FRESH_SERVER = (
     "tests/server/test_server_guards.py",
     "tests/server/test_request_mapping.py",
     "tests/server/test_choices.py",
-    "tests/server/test_streaming.py",
-    "tests/server/test_openai_api.py",
-    "tests/server/test_tool_choice.py",
-    "tests/server/test_batched_sessions.py",
 )
 FRESH_AGENT = (
     "tests/agent/test_agent_guards.py",
@@ -1005,7 +1001,7 @@ FRESH_SAMPLER = (*SAMPLER, "tests/server/test_penalties_cached.py")
 FRESH_LOOKUP = ("tests/speculation/test_lookup.py",)
 FRESH_DSPARK = ("tests/speculation/test_dspark_layout.py", "tests/speculation/test_dspark.py")
 FRESH_GGUF = (*GGUF, *GGUF_EDGES, "tests/gguf/test_gguf_reader.py", "tests/gguf/test_gguf_fuzz.py")
-FRESH_CONSTRAINED = ("tests/engine/test_constraints.py", "tests/server/test_tool_choice.py")
+FRESH_CONSTRAINED = ("tests/engine/test_constraints.py",)
 GENERATION_PY = "ds4mlx/server/generation.py"
 OPENAI_CHAT_PY = "ds4mlx/server/openai_chat.py"
 CHOICES_PY = "ds4mlx/server/choices.py"
