@@ -182,7 +182,7 @@ def test_required_tool_choice_calls_the_one_tool_with_valid_arguments(client):
 @pytest.mark.parametrize("options", [{}, {"tools": [WEATHER], "tool_choice": "none"}])
 def test_no_call_markup_in_the_text_when_no_call_may_be_made(client, options):
     # Issue 36 item 3: the tiny model's DSML came back verbatim as the answer's text.
-    for prompt in SAMPLE:
+    for prompt in PROMPTS[:10]:
         reply = client.chat.completions.create(
             model=MODEL_ID, messages=[{"role": "user", "content": prompt}], max_tokens=60, **options
         )
@@ -252,7 +252,7 @@ def test_one_call_without_parallel_tool_calls(client, tiny_url):
 
 
 def test_auto_tool_choice_names_only_offered_tools(client):
-    for prompt in SAMPLE:
+    for prompt in PROMPTS[:10]:
         reply = client.chat.completions.create(
             model=MODEL_ID,
             messages=[{"role": "user", "content": prompt}],
