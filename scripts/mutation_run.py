@@ -980,6 +980,7 @@ FRESH_SERVER = (
     "tests/server/test_server_guards.py",
     "tests/server/test_request_mapping.py",
     "tests/server/test_choices.py",
+    "tests/server/test_request_edges.py",
 )
 FRESH_AGENT = (
     "tests/agent/test_agent_guards.py",
