@@ -1127,7 +1127,7 @@ FRESH_MUTATIONS: tuple[Mutation, ...] = (
         "completion_tokens=first.completion_tokens",
     ),
     _fresh(
-        FRESH_SERVER,
+        (*FRESH_SERVER, "tests/server/test_batched_sessions.py"),
         "server_queue_admits_one_too_many",
         "ds4mlx/server/queue.py",
         "while self._waiting and len(admitted) < room:",
