@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 
 from ds4mlx.agent.commands import HELP, SlashCommands
 from ds4mlx.agent.conversations import Conversation, ConversationError, ConversationStore
@@ -110,3 +112,18 @@ def test_compact_command_returns_work_to_run(commands):
     outcome = commands.handle("/compact")
     assert outcome.work is not None
     assert isinstance(next(outcome.work), CompactionStarted)
+
+
+def test_only_stale_temporaries_are_removed_and_continue_stays_in_its_workspace(tmp_path):
+    store = ConversationStore(tmp_path / "conversations")
+    store.save(Conversation([{"role": "user", "content": "a"}], workspace="/ws/a"), "a")
+    time.sleep(0.01)
+    store.save(Conversation([{"role": "user", "content": "b"}], workspace="/ws/b"), "b")
+    in_progress = store.folder / ".c.123.tmp"  # another process's save, not finished yet
+    in_progress.write_text("{")
+    left = store.folder / ".d.456.tmp"  # an interrupted save, an hour ago
+    left.write_text("{")
+    os.utime(left, (time.time() - 3600, time.time() - 3600))
+    assert store.remove_stale_temporaries() == 1
+    assert in_progress.exists() and not left.exists()
+    assert store.latest("/ws/a").name == "a" and store.latest("/ws/b").name == "b"

@@ -1,6 +1,7 @@
 """The agent's guards at their edges: confinement beside a look-alike sibling folder, prefix
 rules against every way of chaining a second command, bounded output around its kept tail, the
-head/tail split of long results, and undo of a file edited twice in one prompt.
+head/tail split of long results, undo of a file edited twice in one prompt, name lengths at
+the limit, .gitignore negations, files bash deleted without git, and the prompt history file.
 
 Each test here was checked against a one-character mutation of the code it guards (see
 ``scripts/mutation_run.py``, the ``agent_*`` mutations).
@@ -14,6 +15,7 @@ from pathlib import Path
 from ds4mlx.agent import jobs
 from ds4mlx.agent.checkpoints import Checkpoints
 from ds4mlx.agent.permissions import Decision, Permissions, Rule, command_prefix, rule_for
+from ds4mlx.agent.prompt_input import MAX_HISTORY, PromptHistory
 from ds4mlx.agent.tools import ToolBox, _clip
 from ds4mlx.agent.workspace import PathRefused, Workspace
 from ds4mlx.engine.chat import ToolCall
@@ -286,3 +288,53 @@ def test_undo_goes_back_one_prompt_at_a_time(tmp_path):
     assert "-v0" in checkpoints.diff()
     checkpoints.undo()
     assert target.read_text() == "v0\n"
+
+
+@pytest.mark.parametrize(("name_bytes", "refused"), [(255, False), (256, True)])
+def test_a_name_may_use_every_byte_of_the_limit(tmp_path, name_bytes, refused):
+    # Bytes, not characters: "é" is two of them.
+    name = "é" * (name_bytes // 2) + "x" * (name_bytes % 2)
+    workspace = Workspace(tmp_path)
+    if refused:
+        with pytest.raises(PathRefused, match="longer than 255 bytes"):
+            workspace.resolve(f"sub/{name}")
+    else:
+        assert workspace.resolve(f"sub/{name}") == workspace.root / "sub" / name
+
+
+def test_a_deeper_gitignore_can_bring_back_what_a_higher_one_ignores(tmp_path):
+    (tmp_path / ".gitignore").write_text("*.log\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / ".gitignore").write_text("!keep.log\n")
+    for path in ("top.log", "sub/keep.log", "sub/drop.log"):
+        (tmp_path / path).write_text("x\n")
+    workspace = Workspace(tmp_path)
+    listed = {workspace.relative(path) for path, _ in workspace.walk(workspace.root)}
+    assert "sub/keep.log" in listed
+    assert not listed & {"top.log", "sub/drop.log"}
+
+
+def test_a_file_bash_deleted_without_git_is_named_as_beyond_undo(tmp_path):
+    root = tmp_path / "plain"
+    root.mkdir()
+    (root / "kept.txt").write_text("kept\n")
+    (root / "gone.txt").write_text("gone\n")
+    checkpoints = Checkpoints(root)
+    checkpoints.begin_prompt()
+    checkpoints.before_tool(bash=True)
+    (root / "gone.txt").unlink()  # what a bash command did
+    checkpoints.end_prompt()
+    said = checkpoints.undo()
+    assert "not restored" in said and "gone.txt" in said and "kept.txt" not in said
+
+
+def test_the_prompt_history_is_private_and_keeps_the_newest_prompts(tmp_path):
+    path = tmp_path / "data" / "history.jsonl"
+    history = PromptHistory(path)
+    for index in range(MAX_HISTORY + 3):
+        history.add(f"prompt {index}")
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert path.parent.stat().st_mode & 0o777 == 0o700
+    again = PromptHistory(path).entries
+    assert len(again) == MAX_HISTORY
+    assert (again[0], again[-1]) == ("prompt 3", f"prompt {MAX_HISTORY + 2}")

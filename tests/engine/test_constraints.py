@@ -16,6 +16,8 @@ from functools import cache
 from pathlib import Path
 
 import ds4mlx
+from ds4mlx.engine.chat import DEEPSEEK_V4, GLM5
+from ds4mlx.engine.chat.call_grammar import argument_rules, callable_tools
 from ds4mlx.engine.chat.glm5 import CALL_START
 from ds4mlx.engine.constraints import CallConstraint
 from ds4mlx.engine.generate import Decoder, DoneEvent, run_alone, stepped_generate
@@ -177,3 +179,38 @@ def test_offered_calls_parse_and_name_an_offered_tool(arch):
         text, calls, errors = _turn(arch, question, tools=[WEATHER, decoy])
         assert all(error.unterminated for error in errors) and MARKERS[arch] not in text
         assert {call.name for call in calls} <= {"get_weather", "get_time"}
+
+
+# ------------------------------------------------------------------ the call grammar's rules
+
+
+def test_tools_of_one_name_are_refused():
+    with pytest.raises(ValueError, match="distinct non-empty names"):
+        callable_tools([WEATHER, WEATHER], "auto")
+    assert callable_tools([WEATHER], "required") == ([WEATHER], True)
+
+
+@pytest.mark.parametrize(
+    ("tool_choice", "strict", "bound"),
+    [("auto", False, False), ("auto", True, True), ("required", False, True)],
+)
+def test_arguments_are_held_to_the_schema_when_strict_or_forced(tool_choice, strict, bound):
+    tool = {"type": "function", "function": {**WEATHER["function"], "strict": strict}}
+    tools, forced = callable_tools([tool], tool_choice)
+    seen = []
+    argument_rules(
+        tools, forced, lambda parameter, schema_bound: seen.append(schema_bound) or "x", "y"
+    )
+    assert seen and set(seen) == {bound}
+
+
+@pytest.mark.parametrize("chat_format", [DEEPSEEK_V4, GLM5], ids=["deepseek4", "glm5"])
+@pytest.mark.parametrize("choice", ["auto", "required", NamedTool("get_weather")], ids=str)
+def test_a_turn_takes_more_calls_only_when_parallel(chat_format, choice):
+    def grammar(parallel: bool) -> str:
+        return chat_format.call_syntax([WEATHER], choice, parallel).grammar
+
+    # Only the rules that differ: the one-call grammar lacks the repetition the other has.
+    one, many = set(grammar(False).splitlines()), set(grammar(True).splitlines())
+    assert one != many
+    assert len(grammar(False)) < len(grammar(True))

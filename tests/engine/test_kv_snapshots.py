@@ -104,6 +104,14 @@ def test_a_truncated_file_is_refused(saved, fingerprint):
             read_snapshot(path, fingerprint)
 
 
+def test_a_file_with_bytes_past_its_arrays_is_refused(saved, fingerprint):
+    # A file longer than its header describes was not written whole by us (or was appended to).
+    path, _ = saved
+    path.write_bytes(path.read_bytes() + b"\0")
+    with pytest.raises(SnapshotFileError, match="the header describes"):
+        read_snapshot(path, fingerprint)
+
+
 def test_a_corrupt_file_is_refused(saved, fingerprint):
     path, _ = saved
     data = bytearray(path.read_bytes())
@@ -127,7 +135,11 @@ def test_another_format_version_and_edited_headers_are_refused(saved, fingerprin
     path, _ = saved
     original = path.read_bytes()
     _rewrite_metadata(path, lambda meta: meta.update(version="999"))
-    with pytest.raises(SnapshotFileError, match="version"):
+    with pytest.raises(SnapshotFileError, match="format version 999, this version reads"):
+        read_snapshot(path, fingerprint)
+    path.write_bytes(original)
+    _rewrite_metadata(path, lambda meta: meta.pop("version"))  # a file from before versions
+    with pytest.raises(SnapshotFileError, match="format version None, this version reads"):
         read_snapshot(path, fingerprint)
     path.write_bytes(original)
     # Tokens edited in the header: the checksum covers them.

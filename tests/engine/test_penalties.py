@@ -114,3 +114,16 @@ def test_a_continued_session_penalises_the_tokens_it_already_holds():
     warm_session.feed(prompt[:-3])
     assert answer(warm_session, prompt[-3:], options) == cold
     assert answer(model.new_session(), prompt, SamplingOptions()) != cold  # it matters here
+
+
+def test_verify_rows_look_back_on_the_last_tokens_of_the_window():
+    # Row i sees the recorded tokens then draft[:i], cut to the last repeat_last_n of them.
+    sampler = Sampler(SamplingOptions(repeat_penalty=2.0, repeat_last_n=2))
+    sampler.record([0, 1])
+    rows = np.array(sampler.penalized(mx.array(np.full((2, 4), 4.0, np.float32)), draft=[2]))
+    np.testing.assert_array_equal(rows, [[2.0, 2.0, 4.0, 4.0], [4.0, 2.0, 2.0, 4.0]])
+
+
+def test_a_logit_bias_names_each_token_once():
+    with pytest.raises(ValueError, match="distinct token ids"):
+        SamplingOptions(logit_bias=((1, 1.0), (1, 2.0)))

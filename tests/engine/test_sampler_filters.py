@@ -249,7 +249,7 @@ PATHS: dict[str, Callable[..., np.ndarray]] = {
 }
 
 DRAW_CASES = {
-    # every filter removes something, with penalties and a bias: the 10k-draw case
+    # every filter removes something, with penalties and a bias: the largest sample
     "everything": (
         SamplingOptions(
             temperature=0.7,
@@ -262,7 +262,7 @@ DRAW_CASES = {
             seed=11,
         ),
         (4, 1, 1),
-        10_000,
+        5000,
     ),
     "tied_top_k_cold": (SamplingOptions(temperature=0.6, top_k=3, seed=12), (), 3000),
     "top_p_min_p_hot": (SamplingOptions(temperature=1.6, top_p=0.9, min_p=0.1, seed=13), (), 3000),
@@ -302,3 +302,14 @@ def test_a_seeded_sampler_repeats_itself_and_ignores_other_draws():
     np.testing.assert_array_equal(first, again)
     assert len(set(first.tolist())) > 3
     np.testing.assert_array_equal(first, device_draws(options, LOGITS, (), 200))
+
+
+def test_log_probabilities_list_the_asked_alternatives_and_never_impossible_ones():
+    sampler = Sampler(SamplingOptions(logprobs=3))
+    sampler.note_logprobs(mx.array([[0.0, 3.0, 1.0, 2.0, -1.0]]), [1])
+    assert [token for token, _ in sampler.take_logprob().top] == [1, 3, 2]
+    masked = mx.array([[0.0, -np.inf, -np.inf, 1.0, -np.inf]])
+    sampler.note_logprobs(masked, [3])
+    noted = sampler.take_logprob()
+    assert [token for token, _ in noted.top] == [3, 0]
+    assert noted.logprob == pytest.approx(-np.log1p(np.exp(-1.0)))

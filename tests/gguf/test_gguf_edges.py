@@ -10,7 +10,7 @@ import struct
 from pathlib import Path
 
 from ds4mlx.gguf import GGUFError
-from ds4mlx.gguf.validate import validate_gguf
+from ds4mlx.gguf.validate import MAX_ARRAY_NESTING, MAX_NAME_BYTES, validate_gguf
 
 import numpy as np
 import pytest
@@ -156,3 +156,61 @@ def test_a_duplicate_key_is_refused_even_last(tmp_path):
     content = gguf([kv_u32("a", 1), kv_u32("b", 2), kv_u32("a", 3)])
     with pytest.raises(GGUFError, match="duplicate metadata key 'a'"):
         validate_gguf(write(tmp_path, content))
+
+
+# ------------------------------------------------------------------ the file's own alignment
+
+
+@pytest.mark.parametrize(("alignment", "offset", "accepted"), [(64, 32, False), (16, 16, True)])
+def test_tensor_offsets_follow_the_files_alignment_not_the_default(
+    tmp_path, alignment, offset, accepted
+):
+    kvs = [kv_u32("general.alignment", alignment)]
+    infos = [tensor_info("a", (4,), 0), tensor_info("b", (4,), offset)]
+    content = padded(gguf(kvs, infos), alignment) + b"\0" * (offset + 16)
+    if accepted:
+        assert validate_gguf(write(tmp_path, content)).tensors["b"].nbytes == 16
+    else:
+        with pytest.raises(GGUFError, match=f"not a multiple of the alignment {alignment}"):
+            validate_gguf(write(tmp_path, content))
+
+
+# ------------------------------------------------------------------ names and nesting limits
+
+
+@pytest.mark.parametrize(
+    ("length", "accepted"), [(MAX_NAME_BYTES, True), (MAX_NAME_BYTES + 1, False)]
+)
+def test_a_key_may_be_as_long_as_the_name_limit(tmp_path, length, accepted):
+    path = write(tmp_path, gguf([kv_u32("k" * length, 7)]))
+    if accepted:
+        assert validate_gguf(path).tensors == {}
+    else:
+        with pytest.raises(GGUFError, match="names are limited"):
+            validate_gguf(path)
+
+
+def nested_array(key: str, levels: int) -> bytes:
+    """An array of arrays ``levels`` deep, the innermost holding one UINT32."""
+    inner = struct.pack("<IQI", GGUFValueType.UINT32, 1, 5)
+    for _ in range(levels - 1):
+        inner = struct.pack("<IQ", GGUFValueType.ARRAY, 1) + inner
+    return string(key) + struct.pack("<I", GGUFValueType.ARRAY) + inner
+
+
+@pytest.mark.parametrize(
+    ("levels", "accepted"), [(MAX_ARRAY_NESTING, True), (MAX_ARRAY_NESTING + 1, False)]
+)
+def test_arrays_nest_up_to_the_limit(tmp_path, levels, accepted):
+    path = write(tmp_path, gguf([nested_array("test.nested", levels)]))
+    if accepted:
+        assert validate_gguf(path).tensors == {}
+    else:
+        with pytest.raises(GGUFError, match="nests arrays deeper"):
+            validate_gguf(path)
+
+
+@pytest.mark.parametrize("key", ["GGUF.version", "GGUF.tensor_count", "GGUF.kv_count"])
+def test_the_readers_own_field_names_are_refused_as_keys(tmp_path, key):
+    with pytest.raises(GGUFError, match="reserved"):
+        validate_gguf(write(tmp_path, gguf([kv_u32(key, 1)])))

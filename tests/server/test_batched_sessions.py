@@ -154,10 +154,15 @@ def test_a_disconnect_frees_its_session(batched_url):
             for line in lines:
                 while not next(line).startswith("data: "):
                     pass
+            # One more waits in the queue: no more jobs run than there are sessions.
+            streams.enter_context(
+                http.stream("POST", f"{batched_url}/v1/chat/completions", json=long_request)
+            )
+            wait_for_stats(batched_url, before, queued=1)
             assert stats(batched_url)["running"] == N_SESSIONS
         wait_for_stats(batched_url, before, running=0, queued=0)
     after = stats(batched_url)
-    assert after["cancelled"] - before["cancelled"] == 2 * N_SESSIONS
+    assert after["cancelled"] - before["cancelled"] == 2 * (N_SESSIONS + 1)
     # Every slot is free again: a full batch of new requests completes.
     assert all(tokens > 0 for _, _, tokens in concurrently(batched_url, REQUESTS[:4]))
 

@@ -33,7 +33,7 @@ def tiny_model(engine):
     return engine.run(lambda: ds4mlx.load_model(TINY_MODEL))
 
 
-@pytest.fixture(params=[1, 4], ids=["one-session", "batched-4"])
+@pytest.fixture
 def url(request, engine, tiny_model) -> Iterator[str]:
     """A server over the tiny model with a prompt cache in memory, as ``ds4-server`` has by
     default; a service of its own, so that every test starts with an empty cache."""
@@ -87,8 +87,23 @@ def message(url: str, penalty: dict[str, Any]) -> tuple[str, int]:
     )
 
 
-@pytest.mark.parametrize("ask", [chat, completion, message])
-@pytest.mark.parametrize("penalty", PENALTIES, ids=lambda p: next(iter(p.get("extra_body", p))))
+# Every API with every penalty, and each of them on one session and on batched sessions (each
+# pair of the three choices is met; the 18 combinations of all three add no path of their own).
+CASES = [
+    pytest.param(
+        sessions,
+        ask,
+        penalty,
+        id=f"{'one-session' if sessions == 1 else 'batched-4'}-"
+        f"{next(iter(penalty.get('extra_body', penalty)))}-{ask.__name__}",
+    )
+    for a, ask in enumerate([chat, completion, message])
+    for p, penalty in enumerate(PENALTIES)
+    for sessions in [(1, 4)[(a + p) % 2]]
+]
+
+
+@pytest.mark.parametrize(("url", "ask", "penalty"), CASES, indirect=["url"])
 def test_a_cached_prompt_is_penalised_as_a_cold_one(
     url: str, ask: Callable[[str, dict[str, Any]], tuple[str, int]], penalty: dict[str, Any]
 ) -> None:

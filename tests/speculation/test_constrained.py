@@ -80,13 +80,27 @@ def _run(model, prompt, constraint, drafter=None, n=48):
     return [e.token for e in events], [e.logprob for e in events]
 
 
+@pytest.fixture(scope="module")
+def references(tiny):
+    """Per kind of constraint, its prompt and plain decoding's output with the constraint and
+    without, decoded once for the error rates that share them."""
+    decoded = {}
+
+    def reference(kind: str):
+        if kind not in decoded:
+            prompt = _prompt(tiny, kind)
+            constrained = _run(tiny, prompt, _constraints(tiny)[kind]())
+            decoded[kind] = prompt, constrained, _run(tiny, prompt, None)[0]
+        return decoded[kind]
+
+    return reference
+
+
 @pytest.mark.parametrize("kind", ["json", "no_tools", "auto_tools", "required"])
 @pytest.mark.parametrize("error_rate", [0.0, 0.3, 1.0])
-def test_greedy_speculation_under_a_constraint_equals_plain(tiny, kind, error_rate):
+def test_greedy_speculation_under_a_constraint_equals_plain(tiny, references, kind, error_rate):
     make = _constraints(tiny)[kind]
-    prompt = _prompt(tiny, kind)
-    plain, plain_logprobs = _run(tiny, prompt, make())
-    unconstrained, _ = _run(tiny, prompt, None)
+    prompt, (plain, plain_logprobs), unconstrained = references(kind)
     assert plain != unconstrained  # the constraint changed the output
     # The drafter proposes the unconstrained continuation (mostly forbidden under a grammar)
     # or the constrained one, corrupted at ``error_rate``.

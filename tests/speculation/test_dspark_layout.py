@@ -117,6 +117,23 @@ def test_unsupported_dflash_files_are_refused_by_name(made, change, message):
         dspark.load_dspark(path, target)
 
 
+@pytest.mark.parametrize(("block_size", "refused"), [(1, True), (2, False)])
+def test_drafting_from_the_mask_rows_needs_a_block_of_two(made, block_size, refused):
+    # Without the anchor row a block of one has no row to draft from.
+    target, paths, root = made
+    meta = {
+        "dflash.sample_from_anchor": MetaValue(False, BOOL),
+        "dflash.block_size": MetaValue(block_size, U32),
+    }
+    path = rewrite(paths[dspark_layout.ARCH_LLAMA], root / f"block-{block_size}.gguf", meta=meta)
+    if refused:
+        with pytest.raises(GGUFError, match="needs a block of at least 2"):
+            dspark.load_dspark(path, target)
+    else:
+        drafter = dspark.load_dspark(path, target)
+        assert not drafter.config.sample_from_anchor and drafter.config.block_size == 2
+
+
 def test_d2t_is_checked(made):
     target, paths, root = made
     d2t = np.arange(0, 96, 2, dtype=np.int32)  # 48 draft rows

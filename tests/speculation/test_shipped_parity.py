@@ -4,6 +4,7 @@ prompts (chat and held-out code), 128 tokens each."""
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 
 import ds4mlx
@@ -35,6 +36,21 @@ CASES = {
 }
 
 
+@cache
+def _model(target_file: str):
+    return ds4mlx.load_model(ASSETS / target_file)
+
+
+@cache
+def _plain(target_file: str, prompt_index: int) -> list[int]:
+    """Plain greedy decoding's tokens for ``PROMPTS[prompt_index]``, decoded once per target
+    (the drafters of one target and both tests compare against the same output)."""
+    model = _model(target_file)
+    ids = prompt_ids(model, PROMPTS[prompt_index])
+    events = generate(model.new_session(), ids, N_TOKENS)
+    return [e.token for e in events if isinstance(e, TokenEvent)]
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_speculative_greedy_equals_plain_greedy(case):
     target_file, config = CASES[case]
@@ -42,7 +58,7 @@ def test_speculative_greedy_equals_plain_greedy(case):
     if not all(f.is_file() for f in files):
         pytest.skip(f"{', '.join(f.name for f in files)} not all built")
     assert len(PROMPTS) >= 10
-    model = ds4mlx.load_model(ASSETS / target_file)
+    model = _model(target_file)
     drafter = load_drafter(config, model)
 
     def run(ids, drafter):
@@ -50,9 +66,9 @@ def test_speculative_greedy_equals_plain_greedy(case):
         return [e.token for e in events if isinstance(e, TokenEvent)], events[-1].stats
 
     accepted = 0
-    for prompt in PROMPTS:
+    for index, prompt in enumerate(PROMPTS):
         ids = prompt_ids(model, prompt)
-        plain, _ = run(ids, None)
+        plain = _plain(target_file, index)
         drafted, stats = run(ids, drafter)
         assert drafted == plain, prompt.name
         assert len(plain) == N_TOKENS  # no stop tokens: the whole length is compared
@@ -70,16 +86,12 @@ def test_cost_pauses_keep_greedy_output_and_the_drafter_in_step(case):
     files = [ASSETS / target_file] + ([config.support_path] if config.support_path else [])
     if not all(f.is_file() for f in files):
         pytest.skip(f"{', '.join(f.name for f in files)} not all built")
-    model = ds4mlx.load_model(ASSETS / target_file)
+    model = _model(target_file)
     drafter = load_drafter(config, model)
     accepted_after_a_pause = 0
     for prompt in [*PROMPTS[:2], PROSE_PROMPT, *code_prompts()[:2]]:
         ids = prompt_ids(model, prompt)
-        plain = [
-            e.token
-            for e in generate(model.new_session(), ids, N_TOKENS)
-            if isinstance(e, TokenEvent)
-        ]
+        plain = _plain(target_file, PROMPTS.index(prompt))
         lease = losing_lease()
         events = list(
             generate(
