@@ -34,7 +34,7 @@ from ds4mlx.experts.store import (
     LayerExperts,
 )
 from ds4mlx.gguf import GGUFError, GGUFFile
-from ds4mlx.gguf.quants import HostWeight, to_device
+from ds4mlx.gguf.quants import HostWeight, cpu_keeps_blocks, to_device
 from ds4mlx.kernels import PACKED_KERNELS, Weight
 from ds4mlx.memory import available_memory_bytes, format_size
 
@@ -50,10 +50,10 @@ STAGING_SHARE = 1 / 8
 # device copy being written, and the freed buffers MLX keeps for reuse (its cache limit).
 MLX_CACHE_SLOTS = 2
 WRITE_SLOTS = 1 + MLX_CACHE_SLOTS
-# Without the Metal kernels, packed experts (Q2_K, Q6_K, IQ2_XXS) are decoded to float32 before
-# their matmuls (``kernels.twins``): a batch decodes at most this many bytes of experts, so that a
-# prefill routed to hundreds of DeepSeek-V4-Flash experts (96 MiB each in float32) never holds
-# them all decoded at once.
+# Without the Metal kernels or the CPU's block kernels, packed experts (Q2_K, Q6_K, IQ2_XXS) are
+# decoded to float32 before their matmuls (``kernels.twins``): a batch decodes at most this many
+# bytes of experts, so that a prefill routed to hundreds of DeepSeek-V4-Flash experts (96 MiB
+# each in float32) never holds them all decoded at once.
 TWIN_BATCH_BYTES = 256 * 2**20
 
 
@@ -555,8 +555,11 @@ def _configure_malloc(scratch_bytes: int) -> None:
 
 def _decode_batch(template: tuple[HostWeight, ...], layer: _StreamedLayer) -> int | None:
     """``_Pool.decode_batch`` for experts of this format: set when the weights are packed blocks
-    that the twin kernels decode to float32 (no Metal)."""
-    if PACKED_KERNELS == "metal" or not any(h.kind == "packed" for h in template):
+    that the twin kernels decode to float32 (neither Metal nor the CPU's block kernels, which
+    compute on the slab's blocks where they lie)."""
+    if PACKED_KERNELS == "metal" or cpu_keeps_blocks():
+        return None
+    if not any(h.kind == "packed" for h in template):
         return None
     decoded = sum(4 * math.prod(t.expert_shape) for t in layer.tensors)
     return max(1, TWIN_BATCH_BYTES // decoded)
