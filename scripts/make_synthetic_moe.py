@@ -189,6 +189,9 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=1024)
     parser.add_argument("--expert-type", choices=sorted(EXPERT_TYPES), default="Q4_K")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--hash-layers", type=int, default=None, help="layers routed by token hash (tiny's: 1)"
+    )
     args = parser.parse_args()
     experts = args.experts
     if args.size_mb is not None:
@@ -210,6 +213,7 @@ def main() -> None:
         vocab=args.vocab,
         expert_type=args.expert_type,
         seed=args.seed,
+        hash_layers=args.hash_layers,
     )
     print(
         f"wrote {model.path}: {model.file_bytes / 2**20:.0f} MiB, routed experts "
