@@ -5,10 +5,12 @@ rows), and the blocks load by mapping the file."""
 
 from __future__ import annotations
 
+import importlib.metadata
 from pathlib import Path
+from types import SimpleNamespace
 
 from ds4mlx import kernels
-from ds4mlx.gguf import quants
+from ds4mlx.gguf import quants, reader
 from ds4mlx.kernels import PackedWeight
 
 import mlx.core as mx
@@ -17,6 +19,7 @@ import pytest
 
 from tests.kernels.ggml_blocks import T, random_blocks, reference
 
+TINY = Path(__file__).resolve().parents[2] / "assets" / "ds4-tiny.gguf"
 FORMATS = (T.Q8_0, T.Q4_0, T.Q4_K, T.Q6_K, T.Q2_K, T.IQ2_XXS, T.MXFP4, T.F16, T.BF16)
 
 
@@ -189,3 +192,35 @@ def test_native_weights_stay_blocks_on_the_cpu(ops):
     host = quants.host_weight(raw, T.Q8_0, (8, 64), "native")
     assert host.kind == "packed" and host.nbytes == raw.nbytes
     assert quants.resident_nbytes(T.Q8_0, (8, 64), "native") == raw.nbytes
+
+
+def test_this_mlx_lays_out_cpu_buffers_as_the_mapping_expects(ops):
+    """mapping.cpp wraps a mapping as a buffer of MLX's CPU allocator (its size header in front
+    of the data): MLX's internals. Another layout fails here, by name, and the loader copies
+    the blocks instead (next test) until mapping.cpp learns it."""
+    version = importlib.metadata.version("mlx")
+    assert ops.mapping_supported(), f"MLX {version} lays out CPU buffers as mapping.cpp does not"
+
+
+def test_blocks_are_copied_where_mapping_is_not_supported(ops, monkeypatch, capsys):
+    if not quants.cpu_keeps_blocks():
+        pytest.skip("Metal keeps MLX's quantized layouts")
+    import ds4mlx
+
+    tokens = list(range(3, 20))
+    mapped = ds4mlx.load_model(TINY)
+    assert mapped.gguf.mapped_tensors > 0
+    expected = mapped.logits(tokens)
+    real_ops = reader.native_ops()
+    other_layout = SimpleNamespace(**{**vars(real_ops), "mapping_supported": lambda: False})
+    monkeypatch.setattr(reader, "native_ops", lambda: other_layout)
+    reader.maps_blocks.cache_clear()
+    try:
+        copied = ds4mlx.load_model(TINY)
+    finally:
+        reader.maps_blocks.cache_clear()
+    assert "copied from the file instead" in capsys.readouterr().err
+    assert copied.gguf.mapped_tensors == 0
+    assert copied.gguf.converted_tensors > mapped.gguf.converted_tensors
+    assert isinstance(copied.network.blocks[0].attn.wq_a, PackedWeight)
+    np.testing.assert_array_equal(copied.logits(tokens), expected)
