@@ -45,9 +45,17 @@ class SyntheticModel:
 
 
 def synthetic_args(
-    *, layers: int, experts: int, n_used: int, hidden: int, expert_ff: int, vocab: int
+    *,
+    layers: int,
+    experts: int,
+    n_used: int,
+    hidden: int,
+    expert_ff: int,
+    vocab: int,
+    hash_layers: int | None = None,
 ) -> ModelArgs:
-    """``train_tiny``'s architecture at this size (its per-layer tuples resized)."""
+    """``train_tiny``'s architecture at this size (its per-layer tuples resized); the first
+    ``hash_layers`` layers route by a hash of the token id (default: train_tiny's count)."""
     base = model_args(vocab)
     ratios = tuple(base.compress_ratios[i % len(base.compress_ratios)] for i in range(layers))
     return replace(
@@ -60,7 +68,7 @@ def synthetic_args(
         compress_ratios=ratios,
         swiglu_limits=(10.0,) * layers,
         swiglu_limits_shared=(10.0,) * layers,
-        n_hash_layers=min(base.n_hash_layers, layers),
+        n_hash_layers=min(base.n_hash_layers if hash_layers is None else hash_layers, layers),
     )
 
 
@@ -94,6 +102,7 @@ def write_synthetic_moe(
     vocab: int = 1024,
     expert_type: str = "Q4_K",
     seed: int = 0,
+    hash_layers: int | None = None,
 ) -> SyntheticModel:
     """Writes the model (atomically) and describes it."""
     if expert_type not in EXPERT_TYPES:
@@ -106,6 +115,7 @@ def write_synthetic_moe(
         hidden=hidden,
         expert_ff=expert_ff,
         vocab=vocab,
+        hash_layers=hash_layers,
     )
     rng = np.random.default_rng(seed)
     path = Path(path)
@@ -179,6 +189,9 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=1024)
     parser.add_argument("--expert-type", choices=sorted(EXPERT_TYPES), default="Q4_K")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--hash-layers", type=int, default=None, help="layers routed by token hash (tiny's: 1)"
+    )
     args = parser.parse_args()
     experts = args.experts
     if args.size_mb is not None:
@@ -200,6 +213,7 @@ def main() -> None:
         vocab=args.vocab,
         expert_type=args.expert_type,
         seed=args.seed,
+        hash_layers=args.hash_layers,
     )
     print(
         f"wrote {model.path}: {model.file_bytes / 2**20:.0f} MiB, routed experts "

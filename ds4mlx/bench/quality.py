@@ -132,10 +132,11 @@ def file_sha256(path: Path) -> str:
 
 def write_baseline(model_path: Path, out: Path = BASELINE) -> NLLReport:
     """Score the snippets with ``model_path`` and store the result (with the file's hash, so a
-    rebuilt model is told apart from a regression)."""
+    rebuilt model is told apart from a regression). In float32 weights, the reference
+    arithmetic, whatever the backend's default."""
     import ds4mlx
 
-    model = ds4mlx.load_model(model_path)
+    model = ds4mlx.load_model(model_path, weights_dtype="f32")
     try:
         report = heldout_nll(model, load_snippets())
     finally:

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from ds4mlx.distributed.group import init_group, watchdog
+from ds4mlx.experts.store import weight_nbytes
 from ds4mlx.generation import (
     DrafterKind,
     SamplingOptions,
@@ -24,6 +25,7 @@ from ds4mlx.generation import (
     generate,
     load_drafter,
 )
+from ds4mlx.kernels import PackedWeight, QuantizedWeight
 from ds4mlx.loader import LoadedModel, load_model
 from ds4mlx.memory import peak_rss_bytes
 
@@ -33,10 +35,19 @@ from mlx.utils import tree_flatten
 
 
 def weight_bytes(model: LoadedModel) -> int:
-    """Bytes of the model's arrays held by this process (its shard, plus replicated tensors)."""
-    return sum(
+    """Bytes of the model's weights held by this process (its shard, plus replicated tensors):
+    its arrays and its quantized weights (GGUF blocks or MLX's layouts, module attributes that
+    MLX's parameter tree does not list)."""
+    arrays = sum(
         v.nbytes for _, v in tree_flatten(model.network.parameters()) if isinstance(v, mx.array)
     )
+    quantized = {
+        id(w): w
+        for module in model.network.modules()
+        for w in vars(module).values()
+        if isinstance(w, (PackedWeight, QuantizedWeight))
+    }
+    return arrays + sum(weight_nbytes(w) for w in quantized.values())
 
 
 def greedy(

@@ -9,9 +9,12 @@ resident ones. A layer whose experts in use outnumber the slots runs in several 
 their reads overlap this layer's compute (prefill).
 
 Memory: the slab plus the staging of hinted reads is the budget, allocated once. Slots are only
-written when no queued computation reads the slab (the routing of the current layer has just been
-evaluated, which evaluates everything before it), so MLX updates the slab in place instead of
-copying it, and an evicted expert is never kept alive by a pending graph.
+written when no queued computation reads the slab, so MLX updates the slab in place instead of
+copying it, and an evicted expert is never kept alive by a pending graph. Reading a routing
+evaluates everything it depends on, earlier layers' experts included, except where the routing
+is a hash of the token ids (DeepSeek-V4's first layers): so before a write the newest layer's
+expert outputs are evaluated too, which depend on every earlier layer's (a pending one made MLX
+copy a whole slab per hashed layer: twice the cache in peak memory).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from ds4mlx.experts.store import (
     LayerExperts,
 )
 from ds4mlx.gguf import GGUFError, GGUFFile
-from ds4mlx.gguf.quants import HostWeight, to_device
+from ds4mlx.gguf.quants import HostWeight, cpu_keeps_blocks, to_device
 from ds4mlx.kernels import PACKED_KERNELS, Weight
 from ds4mlx.memory import available_memory_bytes, format_size
 
@@ -50,10 +53,10 @@ STAGING_SHARE = 1 / 8
 # device copy being written, and the freed buffers MLX keeps for reuse (its cache limit).
 MLX_CACHE_SLOTS = 2
 WRITE_SLOTS = 1 + MLX_CACHE_SLOTS
-# Without the Metal kernels, packed experts (Q2_K, Q6_K, IQ2_XXS) are decoded to float32 before
-# their matmuls (``kernels.twins``): a batch decodes at most this many bytes of experts, so that a
-# prefill routed to hundreds of DeepSeek-V4-Flash experts (96 MiB each in float32) never holds
-# them all decoded at once.
+# Without the Metal kernels or the CPU's block kernels, packed experts (Q2_K, Q6_K, IQ2_XXS) are
+# decoded to float32 before their matmuls (``kernels.twins``): a batch decodes at most this many
+# bytes of experts, so that a prefill routed to hundreds of DeepSeek-V4-Flash experts (96 MiB
+# each in float32) never holds them all decoded at once.
 TWIN_BATCH_BYTES = 256 * 2**20
 
 
@@ -167,6 +170,13 @@ class _StreamedLayer(LayerExperts):
     def batches(self, indices: mx.array) -> Iterator[ExpertBatch]:
         return self.store._batches(self, indices)
 
+    def map_batches(
+        self, indices: mx.array, compute: Callable[[ExpertBatch], mx.array]
+    ) -> Iterator[tuple[ExpertBatch, mx.array]]:
+        for batch, result in super().map_batches(indices, compute):
+            self.store.newest_result = result
+            yield batch, result
+
     def prefetch(self, indices: mx.array) -> None:
         self.store._prefetch(self, indices)
 
@@ -189,6 +199,9 @@ class StreamedStore(ExpertStore):
         self.budget_bytes = 0
         self.routed_bytes = 0
         self._stats = ExpertStats("streamed")
+        # The newest layer's expert outputs, maybe not evaluated yet (they read the slab):
+        # evaluated before a slot is written (module docstring).
+        self.newest_result: mx.array | None = None
 
     # -- registration and sizing -------------------------------------------------------------
 
@@ -305,8 +318,8 @@ class StreamedStore(ExpertStore):
         self.finish_loading()
         pool = layer.pool
         policy = pool.policy
-        # Reading the routing evaluates everything queued before it, earlier layers' expert
-        # matmuls included: from here on no pending computation reads the slab.
+        # Reading the routing evaluates what it depends on (not earlier layers' experts when it
+        # is a hash of the token ids: ``_ensure`` evaluates those before it writes a slot).
         routing = np.array(indices).astype(np.int64)
         flat = routing.reshape(-1)
         if flat.size and (flat.min() < 0 or flat.max() >= layer.n_experts):
@@ -357,6 +370,9 @@ class StreamedStore(ExpertStore):
         missing = np.flatnonzero(slots < 0)
         if not len(missing):
             return slots
+        if self.newest_result is not None:
+            mx.eval(self.newest_result)
+            self.newest_result = None
         victims = pool.policy.victims(len(missing), protected=keys)
         reads: deque[tuple[int, _ExpertRead]] = deque()
         todo = deque(missing.tolist())
@@ -555,8 +571,11 @@ def _configure_malloc(scratch_bytes: int) -> None:
 
 def _decode_batch(template: tuple[HostWeight, ...], layer: _StreamedLayer) -> int | None:
     """``_Pool.decode_batch`` for experts of this format: set when the weights are packed blocks
-    that the twin kernels decode to float32 (no Metal)."""
-    if PACKED_KERNELS == "metal" or not any(h.kind == "packed" for h in template):
+    that the twin kernels decode to float32 (neither Metal nor the CPU's block kernels, which
+    compute on the slab's blocks where they lie)."""
+    if PACKED_KERNELS == "metal" or cpu_keeps_blocks():
+        return None
+    if not any(h.kind == "packed" for h in template):
         return None
     decoded = sum(4 * math.prod(t.expert_shape) for t in layer.tensors)
     return max(1, TWIN_BATCH_BYTES // decoded)

@@ -7,9 +7,12 @@ on demand and tensors are converted one at a time, so the file is never copied i
 
 from __future__ import annotations
 
+import importlib.metadata
 import mmap
+import sys
 import time
 from collections.abc import Callable, Sequence
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -159,7 +162,7 @@ class GGUFFile:
         """
         info = self._supported_info(name)
         mode = mode or quants.default_weight_mode()
-        if quants.keeps_blocks(info.qtype, info.shape, mode):
+        if quants.keeps_blocks(info.qtype, info.shape, mode) and maps_blocks():
             # Loaded by mapping: the blocks are read where they lie, when a kernel first does.
             shape = list(quants.block_bytes_shape(info.qtype, info.shape))
             data = native_ops().mapped_bytes(str(self.path), info.file_offset, shape)
@@ -172,6 +175,22 @@ class GGUFFile:
         self.converted_tensors += 1
         self.mark_loaded(name)
         return weight
+
+
+@cache
+def maps_blocks() -> bool:
+    """Whether the CPU's blocks load by mapping the file. The native operations wrap a mapping
+    as an MLX buffer the way MLX's CPU allocator lays one out, which is MLX's internal business:
+    checked once; where it differs the blocks are copied from the file instead, with a word."""
+    if native_ops().mapping_supported():
+        return True
+    print(
+        f"ds4mlx: MLX {importlib.metadata.version('mlx')} lays out its CPU buffers differently "
+        "from what the mapping loader expects; GGUF blocks are copied from the file instead "
+        "(a slower load, the same results)",
+        file=sys.stderr,
+    )
+    return False
 
 
 def open_gguf(path: str | Path) -> GGUFFile:

@@ -132,7 +132,14 @@ def freeze(w: Weight) -> Weight:
     of the speed (38 vs 13 µs for a decode tile's [8, 256] x [256, 256]), and a Transpose
     primitive each call besides. Returns the same values as a [..., out, in] view of that
     memory (no second copy is kept), which ``linear`` recognises. Codes attached to ``w``
-    (``attach_codes``) follow, laid out for the row kernels."""
+    (``attach_codes``) follow, laid out for the row kernels. Quantized weights stay as they
+    are, evaluated here: MLX's streams belong to a thread, so a lazy view of them made while
+    loading (a grouped matrix's reshape) could not be evaluated by another (the agent's worker:
+    "There is no Stream(cpu, 0) in current thread")."""
+    if isinstance(w, PackedWeight):
+        mx.eval(w.data)
+    if isinstance(w, QuantizedWeight):
+        mx.eval([a for a in (w.packed, w.scales, w.biases) if a is not None])
     if not (isinstance(w, mx.array) and w.ndim >= 2):
         return w
     stored = mx.contiguous(mx.swapaxes(w, -1, -2))

@@ -90,8 +90,10 @@ def test_the_tiny_model_lists_files_with_a_tool_call(workspace, tmp_path, capsys
 def test_the_default_context_is_the_models_own_capped_by_memory(monkeypatch):
     from ds4mlx import memory
     from ds4mlx.load_plan import HEADROOM, RUNTIME_BYTES, USABLE_SHARE, plan_model
+    from ds4mlx.loader import resolve_weights_dtype
 
-    plan = plan_model(cli.DEFAULT_MODEL, "f32")
+    # The weights as the CLI loads them by default (the file's blocks where the CPU keeps them).
+    plan = plan_model(cli.DEFAULT_MODEL, resolve_weights_dtype("auto"))
     assert plan.trained_ctx == 4096
     assert cli._parse(["--print", "x"]).ctx == plan.trained_ctx
     assert cli._parse(["--print", "x", "-c", "1000"]).ctx == 1000

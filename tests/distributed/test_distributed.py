@@ -27,14 +27,18 @@ from ds4mlx.distributed.launch import free_port_block, launch_local
 from ds4mlx.distributed.model import ExpertShard
 from ds4mlx.distributed.weights import ShardedGGUFWeights, slice_raw
 from ds4mlx.gguf import open_gguf
-from ds4mlx.kernels import gather_linear, linear
-from ds4mlx.loader import load_model
+from ds4mlx.gguf.quants import resident_nbytes
+from ds4mlx.kernels import PackedWeight, gather_linear, linear
+from ds4mlx.loader import load_model, resolve_weights_dtype
 from ds4mlx.models.deepseek4 import ModelArgs, tensor_shapes
 from ds4mlx.models.moe import RoutedExperts
 
 import mlx.core as mx
 import numpy as np
 import pytest
+from gguf import GGMLQuantizationType
+
+from tests.kernels.ggml_blocks import q8_0_rounded
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 TINY = ASSETS / "ds4-tiny.gguf"
@@ -121,8 +125,10 @@ def test_rank_slices_reassemble_the_whole_tensor(tiny, args):
 
 
 def test_native_slices_compute_like_float32_slices(tiny, args):
-    """With --weights-dtype native (Metal's default) a slice keeps the file's quantization:
-    MLX-quantized rows and columns (Q8_0, Q4_K) and packed Q2_K expert stacks."""
+    """With --weights-dtype native (the default) a slice keeps the file's quantization: the
+    CPU's GGUF blocks (Metal: MLX-quantized rows and columns for Q8_0, Q4_K) and packed Q2_K
+    expert stacks. The CPU's Q8_0 products take their input rounded to 8 bits (as llama.cpp
+    does), so that is the float32 slice's input too."""
     shapes = tensor_shapes(args)
     plan = ShardPlan.for_model(args, 1, 2)
     native, f32 = (
@@ -140,6 +146,8 @@ def test_native_slices_compute_like_float32_slices(tiny, args):
         assert not isinstance(q, mx.array)  # still quantized
         if f.ndim == 2:
             rows = x[:, 0, 0, : f.shape[1]]
+            if isinstance(q, PackedWeight) and q.qtype == GGMLQuantizationType.Q8_0:
+                rows = mx.array(q8_0_rounded(np.array(rows)))
             ours, ref = linear(rows, q), rows @ f.T
         else:
             ours, ref = gather_linear(x, q, pairs, False), gather_linear(x, f, pairs, False)
@@ -267,8 +275,11 @@ def test_two_ranks_on_loopback_match_one_process(tmp_path, capsys):
     ref, ref_logits = report("single", 0)
     assert ref["greedy"] and ref["dspark"] == ref["greedy"]
     ranks = [report("ranks", r) for r in range(2)]
-    shapes = tensor_shapes(ModelArgs.from_gguf(open_gguf(TINY)))
-    expert_bytes = 4 * sum(int(np.prod(s)) for n, s in shapes.items() if "_exps." in n)
+    mode = resolve_weights_dtype("auto")  # the probe's
+    layout = open_gguf(TINY).layout.tensors
+    expert_bytes = sum(
+        resident_nbytes(i.qtype, i.shape, mode) for n, i in layout.items() if "_exps." in n
+    )
     with capsys.disabled():
         print(
             f"\nsingle process: peak RSS {ref['peak_rss_bytes'] / 2**20:.0f} MiB, "
@@ -279,7 +290,8 @@ def test_two_ranks_on_loopback_match_one_process(tmp_path, capsys):
         assert nmse(logits, ref_logits) <= NMSE_TOLERANCE
         assert rep["greedy"] == ref["greedy"]
         assert rep["dspark"] == ref["greedy"]
-        # Half the routed experts (f32 on the CPU) and half the attention output weights.
+        # Half the routed experts (as the default weights hold them) and half the attention
+        # output weights.
         assert rep["weight_bytes"] <= ref["weight_bytes"] - expert_bytes // 2
         assert rep["summed_bytes_per_token"] > 0
         with capsys.disabled():

@@ -54,8 +54,11 @@ def synthetic(tmp_path_factory):
     # ~800 MiB of Q4_K experts (1.05 GiB as computed), ~60 MiB of F32 rest: the routed experts
     # dominate, as in the real model, so that 10% is room for activations, library code pages
     # and allocator slack, not for weights. (At 200 MiB those fixed ~12 MiB were the whole 10%.)
+    # Two hash-routed layers, as DeepSeek-V4-Flash's first three: their routings do not depend
+    # on the layer before, whose expert outputs must still be evaluated before a slot is
+    # written (else MLX copies the slab: twice the cache).
     return write_synthetic_moe(
-        path, layers=4, experts=120, n_used=4, hidden=1024, expert_ff=1024, vocab=256
+        path, layers=4, experts=120, n_used=4, hidden=1024, expert_ff=1024, vocab=256, hash_layers=2
     )
 
 

@@ -71,3 +71,12 @@ def reference(raw: np.ndarray, qtype: GGMLQuantizationType, shape: tuple[int, ..
     """The ``gguf`` package's float32 dequantization, the ground truth for every check."""
     with np.errstate(over="ignore"):
         return np.asarray(gguf_quants.dequantize(raw, qtype), dtype=np.float32).reshape(shape)
+
+
+def q8_0_rounded(x: np.ndarray) -> np.ndarray:
+    """float32 rows as the CPU's Q8_0 products see them: each 32-value block rounded to
+    d * round(v / d), d = its largest magnitude / 127 (``Q8Row``, cpu_ops/quant_blocks.h)."""
+    blocks = x.astype(np.float32).reshape(*x.shape[:-1], -1, 32)
+    d = np.abs(blocks).max(axis=-1, keepdims=True) / np.float32(127)
+    inverse = np.divide(np.float32(1), d, out=np.zeros_like(d), where=d > 0)
+    return (np.rint(blocks * inverse) * d).reshape(x.shape).astype(np.float32)

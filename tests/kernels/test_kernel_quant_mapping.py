@@ -4,6 +4,7 @@ bytes gives bit-for-bit the values ``gguf.quants.dequantize`` gives."""
 from __future__ import annotations
 
 from ds4mlx import kernels
+from ds4mlx.gguf import quants
 from ds4mlx.gguf.quants import load_weight
 from ds4mlx.kernels import PackedWeight, QuantizedWeight
 
@@ -32,6 +33,16 @@ EXPECTED_KIND = {
     T.IQ2_XXS: PackedWeight,
 }
 DENSE_DTYPE = {T.F32: mx.float32, T.F16: mx.float16, T.BF16: mx.bfloat16}
+# "mlx": MLX's quantized layouts (Metal's native weights); "blocks": the file's blocks as
+# stored (the CPU's, with its block kernels built): every quantized, F16 and BF16 matrix.
+LAYOUTS = ("mlx", "blocks") if quants.cpu_keeps_blocks() else ("mlx",)
+
+
+@pytest.fixture(params=LAYOUTS)
+def layout(request, monkeypatch) -> str:
+    if request.param == "mlx":
+        monkeypatch.setattr(quants, "cpu_keeps_blocks", lambda: False)
+    return request.param
 
 
 def max_abs_error(weight, expected: np.ndarray) -> float:
@@ -44,10 +55,12 @@ def max_abs_error(weight, expected: np.ndarray) -> float:
 
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 @pytest.mark.parametrize("qtype", QUANTIZED_TYPES + DENSE_TYPES, ids=lambda t: t.name)
-def test_native_weight_is_exact(qtype: GGMLQuantizationType, shape: tuple[int, ...]):
+def test_native_weight_is_exact(qtype: GGMLQuantizationType, shape: tuple[int, ...], layout: str):
     raw = random_blocks(qtype, shape, seed=1)
     weight = load_weight(raw, qtype, shape, "native")
-    if qtype in DENSE_TYPES:
+    if layout == "blocks" and qtype != T.F32:
+        assert isinstance(weight, PackedWeight) and weight.qtype == qtype
+    elif qtype in DENSE_TYPES:
         assert isinstance(weight, mx.array) and weight.dtype == DENSE_DTYPE[qtype]
     else:
         assert isinstance(weight, EXPECTED_KIND[qtype])

@@ -4,8 +4,9 @@
 // array can reach the file (a write copies the page). MLX's array-from-pointer constructor
 // copies on the CPU, so the mapping is wrapped as a buffer the way the CPU allocator lays one
 // out (its size header in front of the data, measured on a real allocation), with munmap as
-// the deleter; tests/kernels/test_kernel_gguf_blocks.py checks the bytes and that nothing is
-// copied.
+// the deleter. That layout is MLX's internal business: ``mapping_supported`` checks it on a
+// wrapped buffer (the loader copies the blocks instead, saying so, where it differs), and
+// tests/kernels/test_kernel_gguf_blocks.py checks the bytes and that nothing is copied.
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -33,16 +34,47 @@ std::ptrdiff_t buffer_header() {
   return header;
 }
 
+// Memory at ``data`` (with room in front of it) wrapped as a CPU buffer of ``nbytes``: the size
+// header written where the allocator keeps one.
+mx::allocator::Buffer wrap(char* data, size_t nbytes) {
+  const std::ptrdiff_t header = buffer_header();
+  if (header == static_cast<std::ptrdiff_t>(sizeof(size_t))) {
+    std::memcpy(data - header, &nbytes, sizeof nbytes);
+  }
+  return mx::allocator::Buffer(data - header);
+}
+
+// Whether a buffer wrapped by ``wrap`` reads as MLX's own: its data where the memory is, its
+// size the one written (a header of 0 or one size_t; anything else is another layout).
+bool wraps_like_mlx() {
+  const std::ptrdiff_t header = buffer_header();
+  if (header != 0 && header != static_cast<std::ptrdiff_t>(sizeof(size_t))) return false;
+  alignas(64) char memory[128] = {};
+  char* data = memory + 64;
+  const size_t nbytes = 48;
+  mx::allocator::Buffer buffer = wrap(data, nbytes);
+  return buffer.raw_ptr() == data && mx::allocator::allocator().size(buffer) == nbytes;
+}
+
 }  // namespace
 
+bool mapping_supported() {
+  static const bool supported = wraps_like_mlx();
+  return supported;
+}
+
 mx::array mapped_bytes(const std::string& path, int64_t offset, const std::vector<int>& shape) {
+  if (!mapping_supported()) {
+    throw std::runtime_error("mapped_bytes: this MLX lays out its CPU buffers differently; "
+                             "load the bytes by copying (mapping_supported() is false)");
+  }
   size_t nbytes = 1;
   for (int d : shape) {
     if (d < 0) throw std::invalid_argument("mapped_bytes: negative dimension");
     nbytes *= static_cast<size_t>(d);
   }
   const std::ptrdiff_t header = buffer_header();
-  if (offset < header || nbytes == 0 || header < 0 || header > 64) {
+  if (offset < header || nbytes == 0) {
     throw std::invalid_argument("mapped_bytes: expected an offset past the file's start and a "
                                 "non-empty shape");
   }
@@ -59,10 +91,7 @@ mx::array mapped_bytes(const std::string& path, int64_t offset, const std::vecto
     throw std::runtime_error("mapped_bytes: cannot map " + path + ": " + std::strerror(mmap_errno));
   }
   char* data = static_cast<char*>(base) + (offset - start);
-  if (header == static_cast<std::ptrdiff_t>(sizeof(size_t))) {
-    std::memcpy(data - header, &nbytes, sizeof nbytes);  // the header a CPU buffer carries
-  }
-  mx::allocator::Data memory(mx::allocator::Buffer(data - header),
+  mx::allocator::Data memory(wrap(data, nbytes),
                              [base, length](mx::allocator::Buffer) { ::munmap(base, length); });
   return mx::array(std::move(memory), mx::Shape(shape.begin(), shape.end()), mx::uint8);
 }

@@ -62,4 +62,6 @@ NB_MODULE(_cpu_ops, m) {
         "Rows w[indices] of a matrix of GGUF blocks, decoded to float32.");
   m.def("mapped_bytes", &mapped_bytes, "path"_a, "offset"_a, "shape"_a,
         "A file's bytes as a uint8 array over a private mapping (read when first touched).");
+  m.def("mapping_supported", &mapping_supported,
+        "Whether this MLX lays out CPU buffers as mapped_bytes wraps a mapping.");
 }

@@ -89,5 +89,7 @@ mx::array blocks_rows(const mx::array& w, int type, const mx::array& indices);
 // A file's bytes [offset, offset + prod(shape)) as a uint8 array over a private mapping
 // (mapping.cpp).
 mx::array mapped_bytes(const std::string& path, int64_t offset, const std::vector<int>& shape);
+// Whether this MLX's CPU buffers are laid out as mapped_bytes wraps a mapping (checked once).
+bool mapping_supported();
 
 }  // namespace ds4mlx_ops

@@ -229,19 +229,35 @@ struct Q8Row {
   std::vector<int8_t> codes;
   std::vector<float> scales;
 
+  // 32 values as int8 codes; returns their scale d (value ~ d * code).
+  static float quantize_block(const float* v, int8_t* out) {
+    float amax = 0.0f;
+    for (int i = 0; i < 32; i++) amax = std::max(amax, std::fabs(v[i]));
+    const float d = amax / 127.0f, inverse = d > 0.0f ? 1.0f / d : 0.0f;
+    for (int i = 0; i < 32; i++) out[i] = static_cast<int8_t>(std::nearbyint(v[i] * inverse));
+    return d;
+  }
+
   void quantize(const float* x, int k) {
     codes.resize(k);
     scales.resize(k / 32);
-    for (int b = 0; b < k / 32; b++) {
-      const float* v = x + b * 32;
-      float amax = 0.0f;
-      for (int i = 0; i < 32; i++) amax = std::max(amax, std::fabs(v[i]));
-      const float d = amax / 127.0f, inverse = d > 0.0f ? 1.0f / d : 0.0f;
-      scales[b] = d;
-      for (int i = 0; i < 32; i++) codes[b * 32 + i] = static_cast<int8_t>(std::nearbyint(v[i] * inverse));
-    }
+    for (int b = 0; b < k / 32; b++) scales[b] = quantize_block(x + b * 32, codes.data() + b * 32);
   }
 };
+
+// ``count`` rows of x (row stride x_stride, k values) as the Q8_0 products see them, each value
+// d * code (``Q8Row``), into out [count, k]: a Q8_0 matrix's BLAS product (prefill) then sums the
+// same terms as its integer dot products (decode), so the paths agree up to summation order.
+inline void round_rows_to_q8(const float* x, size_t x_stride, int count, int k, float* out) {
+  int8_t codes[32];
+  for (int r = 0; r < count; r++) {
+    for (int b = 0; b < k / 32; b++) {
+      const float d = Q8Row::quantize_block(x + r * x_stride + b * 32, codes);
+      float* o = out + static_cast<size_t>(r) * k + b * 32;
+      for (int i = 0; i < 32; i++) o[i] = d * static_cast<float>(codes[i]);
+    }
+  }
+}
 
 // The sum over a 32-value block of int8 products a[i] * b[i], as eight int32 partial sums
 // (AVX2: |a| times b with a's signs, pairs summed to int16 then to int32; exact).
