@@ -92,8 +92,8 @@ def test_the_default_context_is_the_models_own_capped_by_memory(monkeypatch):
     from ds4mlx.load_plan import HEADROOM, RUNTIME_BYTES, USABLE_SHARE, plan_model
     from ds4mlx.loader import resolve_weights_dtype
 
-    # The weights as the CLI loads them by default (the file's blocks where the CPU keeps them).
-    plan = plan_model(cli.DEFAULT_MODEL, resolve_weights_dtype("auto"))
+    # The weights as the CLI loads this model by default (float32 on the CPU: a small model).
+    plan = plan_model(cli.DEFAULT_MODEL, resolve_weights_dtype("auto", cli.DEFAULT_MODEL))
     assert plan.trained_ctx == 4096
     assert cli._parse(["--print", "x"]).ctx == plan.trained_ctx
     assert cli._parse(["--print", "x", "-c", "1000"]).ctx == 1000

@@ -208,7 +208,7 @@ def test_blocks_are_copied_where_mapping_is_not_supported(ops, monkeypatch, caps
     import ds4mlx
 
     tokens = list(range(3, 20))
-    mapped = ds4mlx.load_model(TINY)
+    mapped = ds4mlx.load_model(TINY, weights_dtype="native")
     assert mapped.gguf.mapped_tensors > 0
     expected = mapped.logits(tokens)
     real_ops = reader.native_ops()
@@ -216,7 +216,7 @@ def test_blocks_are_copied_where_mapping_is_not_supported(ops, monkeypatch, caps
     monkeypatch.setattr(reader, "native_ops", lambda: other_layout)
     reader.maps_blocks.cache_clear()
     try:
-        copied = ds4mlx.load_model(TINY)
+        copied = ds4mlx.load_model(TINY, weights_dtype="native")
     finally:
         reader.maps_blocks.cache_clear()
     assert "copied from the file instead" in capsys.readouterr().err
