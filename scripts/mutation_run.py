@@ -1341,8 +1341,8 @@ FRESH_MUTATIONS: tuple[Mutation, ...] = (
         SCHEDULER,
         "scheduler_cost_pause_never_grows",
         SCHEDULER_PY,
-        "self._cost_pause = min(2 * self._cost_pause, MAX_COST_PAUSE)",
-        "self._cost_pause = min(self._cost_pause, MAX_COST_PAUSE)",
+        "costs.next_pause = min(2 * costs.next_pause, MAX_COST_PAUSE)",
+        "costs.next_pause = min(costs.next_pause, MAX_COST_PAUSE)",
     ),
     _fresh(
         SCHEDULER,
