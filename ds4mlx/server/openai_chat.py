@@ -293,6 +293,11 @@ class ChunkStream(ABC):
         self.index = index
         self.id = stream_id or new_id(self.id_prefix)
         self.pending_logprobs: list[TokenLogprobs] = []
+        self._begin()
+
+    @abstractmethod
+    def _begin(self) -> None:
+        """Set up what one choice's stream keeps while it is written."""
 
     @abstractmethod
     def _choice(self, content: Any, finish_reason: str | None = None) -> dict[str, Any]:
@@ -380,14 +385,7 @@ class ChatCompletionStream(ChunkStream):
     object_name = "chat.completion.chunk"
     id_prefix = "chatcmpl-"
 
-    def __init__(
-        self,
-        meta: ResponseMeta,
-        include_usage: bool,
-        index: int = 0,
-        stream_id: str | None = None,
-    ):
-        super().__init__(meta, include_usage, index, stream_id)
+    def _begin(self) -> None:
         self.turn = BlockTracker(CALL_ID_PREFIX)
 
     def _choice(self, content: Any, finish_reason: str | None = None) -> dict[str, Any]:

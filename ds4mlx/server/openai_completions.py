@@ -134,14 +134,7 @@ class CompletionStream(ChunkStream):
     object_name = "text_completion"
     id_prefix = "cmpl-"
 
-    def __init__(
-        self,
-        meta: ResponseMeta,
-        include_usage: bool,
-        index: int = 0,
-        stream_id: str | None = None,
-    ):
-        super().__init__(meta, include_usage, index, stream_id)
+    def _begin(self) -> None:
         self.sent_characters = 0  # of the text, where the next chunk's tokens start
 
     def _choice(self, content: Any, finish_reason: str | None = None) -> dict[str, Any]:
