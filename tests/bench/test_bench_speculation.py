@@ -52,7 +52,10 @@ def test_bench_rows_match_plain_generation(glm):
             if hasattr(e, "token")
         ]
         assert result.parity and result.tokens == len(plain)
-        assert 1.0 <= result.tau <= 2.0  # NextN drafts one token a verify
+        if result.tau:
+            assert 1.0 <= result.tau <= 2.0  # NextN drafts one token a verify
+        else:  # a cost pause carried over from the warm-up covered the whole timed run
+            assert result.pauses > 0 and result.acceptance == 0.0
         assert len(result.position_acceptance) <= 1
         assert len(result.target.runs) == len(result.drafted.runs) == 1
     assert results[1].tokens == MAX_TOKENS  # code runs the full length, EOS or not
