@@ -16,7 +16,7 @@ from ds4mlx.engine.tokenizer import NumericTokenizer, Tokenizer, load_tokenizer
 from ds4mlx.experts import ExpertOptions, ExpertStats, ExpertStore, open_expert_store
 from ds4mlx.gguf import WEIGHT_MODES, GGUFError, GGUFFile, open_gguf
 from ds4mlx.gguf.quants import default_weight_mode, float32_bytes
-from ds4mlx.gguf.validate import validate_gguf
+from ds4mlx.gguf.validate import GGUFLayout, validate_gguf
 from ds4mlx.kernels.native import native_ops
 from ds4mlx.memory import gpu_working_set_bytes, wire_model
 from ds4mlx.models import model_class_for
@@ -29,14 +29,16 @@ if TYPE_CHECKING:
     from ds4mlx.distributed import RankGroup
 
 
-def resolve_weights_dtype(weights_dtype: str, path: str | Path | None = None) -> str:
+def resolve_weights_dtype(weights_dtype: str, model: str | Path | GGUFLayout | None = None) -> str:
     """``auto``: the file's blocks as stored, with Metal or the CPU's block kernels; float32
-    (BLAS-backed) on a CPU without them, and for a model at ``path`` small enough that its
-    float copy costs little (``quants.CPU_FLOAT32_MODEL_BYTES``)."""
+    (BLAS-backed) on a CPU without them, and for a ``model`` (its file, or the layout already
+    read from it) small enough that its float copy costs little
+    (``quants.CPU_FLOAT32_MODEL_BYTES``)."""
     if weights_dtype == "auto":
         size = None
-        if path is not None and mx.default_device() == mx.cpu:
-            size = float32_bytes(info.shape for info in validate_gguf(Path(path)).tensors.values())
+        if model is not None and mx.default_device() == mx.cpu:
+            layout = model if isinstance(model, GGUFLayout) else validate_gguf(Path(model))
+            size = float32_bytes(info.shape for info in layout.tensors.values())
         return default_weight_mode(size)
     if weights_dtype not in WEIGHT_MODES:
         raise ValueError(
@@ -158,7 +160,7 @@ def load_model(
     """
     path = Path(path)
     gguf_file = open_gguf(path)
-    dtype = resolve_weights_dtype(weights_dtype, path)
+    dtype = resolve_weights_dtype(weights_dtype, gguf_file.layout)  # the header read once
     model_class = model_class_for(gguf_file)
     report_blas()  # no optimised BLAS: said once a model is about to run, not at import
     if mx.default_device() == mx.cpu:
