@@ -78,6 +78,9 @@ class GGUFLayout:
     tensors: dict[str, TensorInfo]  # in file order
 
 
+_U64 = struct.Struct("<Q")
+
+
 class _BoundedCursor:
     """Reads little-endian fields from a buffer, refusing any read past its end."""
 
@@ -121,6 +124,24 @@ class _BoundedCursor:
                 "truncated or the length is corrupt"
             )
         return self.skip(length, what), length
+
+    def skip_strings(self, count: int, what: str) -> None:
+        """Advances over ``count`` length-prefixed strings. A tokenizer's vocabulary and merges
+        are ~260k strings in DeepSeek-V4-Flash, so the common case is one tight loop; a
+        truncated or corrupt entry is walked again one string at a time for the exact message."""
+        buffer, position, size = self.buffer, self.position, self.size
+        unpack_length = _U64.unpack_from
+        for _ in range(count):
+            if position + 8 > size:
+                break
+            position += 8 + unpack_length(buffer, position)[0]
+            if position > size:
+                break
+        else:
+            self.position = position
+            return
+        for _ in range(count):
+            self.skip_string(what)
 
     def name(self, what: str) -> str:
         """A key or tensor name: bounded in length before it is copied out, and UTF-8."""
@@ -206,8 +227,7 @@ def _skip_value(cursor: _BoundedCursor, value_type: GGUFValueType, what: str, de
             cursor.skip(count * SCALAR_SIZES[item_type], what)
         elif item_type == GGUFValueType.STRING:
             cursor.require_room(count, MIN_STRING_BYTES, f"{what}: array item")
-            for _ in range(count):
-                cursor.skip_string(what)
+            cursor.skip_strings(count, what)
         else:
             cursor.require_room(count, MIN_ARRAY_BYTES, f"{what}: array item")
             for _ in range(count):
