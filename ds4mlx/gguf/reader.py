@@ -69,6 +69,9 @@ _SCALAR_FORMATS = {
 }
 
 
+_U64 = struct.Struct("<Q")
+
+
 def _tensor_view(file_bytes: np.ndarray, info: TensorInfo) -> np.ndarray:
     """Tensor ``info``'s data as ``GGUFReader`` presents it (typed elements in numpy order, or
     the blocks' bytes row by row), a view of the mapped file."""
@@ -93,6 +96,13 @@ def _metadata_value(buffer: mmap.mmap, value_type: GGUFValueType, offset: int) -
     if item_type in _SCALAR_FORMATS:
         items = np.frombuffer(buffer, _SCALAR_FORMATS[item_type], count, offset)
         return items.tolist(), offset + items.nbytes
+    if item_type == GGUFValueType.STRING:  # a vocabulary: 129k strings in one tight loop
+        strings = []
+        for _ in range(count):
+            start = offset + 8
+            offset = start + _U64.unpack_from(buffer, offset)[0]
+            strings.append(str(buffer[start:offset], "utf-8"))
+        return strings, offset
     values = []
     for _ in range(count):
         value, offset = _metadata_value(buffer, item_type, offset)
