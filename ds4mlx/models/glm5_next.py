@@ -470,7 +470,11 @@ class Block(nn.Module):
         x = hc_expand(h, x, post, comb)
         h, post, comb = self.hc_ffn(x)
         h = self.ffn_norm(h)
-        h = self.ffn.tile(h, None, n_real) if isinstance(self.ffn, SharedExpertMoE) else self.ffn(h)
+        h = (
+            self.ffn.tile(h, None, n_real)
+            if isinstance(self.ffn, SharedExpertMoE)
+            else self.ffn(h, n_real)
+        )
         return hc_expand(h, x, post, comb), cache, selection
 
 
@@ -558,8 +562,11 @@ class Model(TiledModel):
     def head(self, x: mx.array) -> tuple[mx.array, mx.array]:
         """The streams after the last block [T, hc, D] -> (the LM head's input [T, D], logits
         [T, vocab])."""
+        return self._tile_head(x, None)
+
+    def _tile_head(self, x: mx.array, n_real: int | None) -> tuple[mx.array, mx.array]:
         final = self.output_norm(hc_mean(x))
-        return final, linear(final, self.output)
+        return final, linear(final, self.output, n_real)
 
     def truncate(self, state: ModelState, pos: int) -> None:
         """Roll ``state`` back to just after position ``pos - 1``, without recomputing anything:
