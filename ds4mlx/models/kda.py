@@ -268,6 +268,16 @@ class KDA(nn.Module):
         out, state = kda_scan(q, k, v, g, beta, states[-1])
         return self._output(x, out, x.shape[0]), KDACache(conv=conv, ssm=state[None])
 
+    def steady(self, cache: KDACache) -> bool:
+        """Whether ``cache`` has the shapes every later decode tile keeps (all the conv rows
+        and states a rollback may need): from then on a compiled tile traces no more."""
+        return (
+            cache.conv is not None
+            and cache.ssm is not None
+            and cache.conv.shape[1] == self.kernel - 1 + self.rollback
+            and cache.ssm.shape[0] == self.rollback + 1
+        )
+
     def tile(self, x: mx.array, cache: KDACache, n_real: int) -> tuple[mx.array, KDACache]:
         """``__call__`` of a decode tile (see ``models.base.DECODE_TILE``): the recurrence runs
         one position at a time on the first ``n_real`` rows, keeping the state after each for a

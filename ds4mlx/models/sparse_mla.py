@@ -93,7 +93,25 @@ class SparseMLA(nn.Module):
         """``__call__`` of a decode tile (see ``DECODE_TILE``): only its first ``n_real`` rows
         are real; each attends on its own, the padding rows get zeros and stay out of the
         cache."""
-        qr, q, rows = self._project(x, n_real)
+        out, cache, shared = self.attend_tile(
+            x, *self._project(x, n_real), pos0, cache, shared, n_real
+        )
+        return self._output(out, n_real), cache, shared
+
+    def attend_tile(
+        self,
+        x: mx.array,
+        qr: mx.array,
+        q: mx.array,
+        rows: mx.array,
+        pos0: int,
+        cache: MLACache,
+        shared: Selection | None,
+        n_real: int,
+    ) -> tuple[mx.array, MLACache, Selection]:
+        """``tile`` between its projections (``_project``'s qr, q and latent rows of x) and
+        its output projection: the cache update, the indexer and the attention, whose shapes
+        grow with the context (a compiled tile leaves them out)."""
         latent = append_rows(cache.latent, rows, n_real)
         index = cache.index
         if self.indexer is not None:
@@ -101,7 +119,7 @@ class SparseMLA(nn.Module):
             positions = np.arange(pos0, pos0 + x.shape[0])
             shared = self.indexer.select_tile(x, qr, positions, index.pooled, n_real)
         out = self._attend_rows(q, latent, _required(shared), n_real)
-        return self._output(out, n_real), MLACache(latent=latent, index=index), shared
+        return out, MLACache(latent=latent, index=index), shared
 
     def _project(self, x: mx.array, rows: int | None = None) -> tuple[mx.array, mx.array, mx.array]:
         """The query input qr [T, q_lora_rank], the absorbed queries [H, T, kv_lora_rank] and
