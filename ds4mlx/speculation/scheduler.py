@@ -26,7 +26,10 @@ shares across requests: a request starts where the last one left off, paused if 
 losing, judging at its first cycle if enough drafted cycles are known. Plain cost is measured
 with ``MIN_PLAIN_SAMPLES`` plain advances once drafted cycles start to be judged, and a request
 that would pause drafting on an earlier request's measurement measures it again first (the load
-of a shared machine changes).
+of a shared machine changes). The load changes for a drafter that keeps drafting too: plain cost
+measured more than ``PLAIN_MAX_AGE`` drafted cycles ago is measured again before the next
+judgement, so that a drafter judged against one slow plain sample (another process took the
+core) does not draft at a loss for good.
 """
 
 from __future__ import annotations
@@ -68,6 +71,10 @@ COST_OUTLIER = 2.0
 #: drafting (ds4's behaviour), never towards a pause.
 MIN_DRAFTED_SAMPLES = 4
 MIN_PLAIN_SAMPLES = 1
+#: Drafted cycles timed since plain decoding was last measured after which it is measured again
+#: (a plain advance of about four tokens every few requests: a winning drafter gives up about
+#: one cycle's gain in this many).
+PLAIN_MAX_AGE = 16
 #: Drafted cycles that judge a drafter whose cycles cost more than ``CLEAR_LOSS`` times plain
 #: decoding's per committed token: far beyond the noise (a draft rejected outright commits one
 #: token for a verify pass and a draft), and plain measurement starts after them.
@@ -132,6 +139,8 @@ class CostMeter:
     #: Plain advances left of the current cost pause, and the next pause's length.
     pause_left: int = 0
     next_pause: int = COST_PAUSE
+    #: Drafted cycles timed since the last plain advance was (``PLAIN_MAX_AGE``).
+    drafted_since_plain: int = 0
 
 
 @dataclass
@@ -217,9 +226,11 @@ class DraftScheduler:
             return
         if cycle is Cycle.PLAIN:
             self.costs.plain.add(seconds, tokens)
+            self.costs.drafted_since_plain = 0
             self._plain_measured = True
             return
         self.costs.drafted.add(seconds, tokens)
+        self.costs.drafted_since_plain += 1
         self._judge_cost()
 
     def _judge_cost(self) -> None:
@@ -229,6 +240,9 @@ class DraftScheduler:
             return
         if plain.samples < MIN_PLAIN_SAMPLES:
             self._measure_left = MIN_PLAIN_SAMPLES - plain.samples
+            return
+        if costs.drafted_since_plain >= PLAIN_MAX_AGE:
+            self._measure_plain_again()
             return
         clearly_dearer = drafted.per_token > plain.per_token * CLEAR_LOSS
         if drafted.samples < MIN_DRAFTED_SAMPLES and not clearly_dearer:
@@ -240,14 +254,18 @@ class DraftScheduler:
         if not self._plain_measured:
             # Plain cost from an earlier request may date from a quieter moment of a shared
             # machine: measure it again now, and judge with that alone, before pausing.
-            plain.restart()
-            self._measure_left = MIN_PLAIN_SAMPLES
+            self._measure_plain_again()
             return
         # The cost pause covers any pause of ds4's rule, and its probe starts from fresh samples.
         costs.pause_left, self._pause_left = costs.next_pause, 0
         costs.next_pause = min(2 * costs.next_pause, MAX_COST_PAUSE)
         drafted.restart()
         self.stats.cost_pauses += 1
+
+    def _measure_plain_again(self) -> None:
+        """The next advances measure plain decoding from scratch; judging waits for them."""
+        self.costs.plain.restart()
+        self._measure_left = MIN_PLAIN_SAMPLES
 
     def record(self, drafted: int, accepted: int) -> None:
         """The outcome of a cycle that was allowed to draft."""

@@ -12,6 +12,7 @@ from ds4mlx.speculation.scheduler import (
     MIN_PLAIN_SAMPLES,
     MIN_TAIL_DRAFT,
     NO_DRAFT_PAUSES,
+    PLAIN_MAX_AGE,
     QUICK_SAMPLES,
     WINDOW_CYCLES,
     CostMeter,
@@ -197,17 +198,35 @@ def test_the_cost_pause_stops_growing():
 
 def test_a_drafter_that_pays_never_pauses():
     scheduler = DraftScheduler(max_draft=1, costs=measured())
-    assert set(drive_costs(scheduler, [1.5] * 40)) == {D}  # 0.75 s a token
+    trace = drive_costs(scheduler, [1.5] * 40)  # 0.75 s a token
     assert scheduler.stats.cost_pauses == 0
+    # Its only plain advances measure plain decoding again, after PLAIN_MAX_AGE drafted cycles.
+    refresh = [*[D] * PLAIN_MAX_AGE, *[P] * MIN_PLAIN_SAMPLES]
+    assert trace == [*refresh, *refresh, *[D] * (40 - 2 * PLAIN_MAX_AGE)]
 
 
 def test_a_cost_within_the_margin_keeps_drafting():
     scheduler = DraftScheduler(max_draft=1, costs=measured())
     within = 2.0 * (1 + COST_MARGIN * 0.9)
-    assert set(drive_costs(scheduler, [within] * 40)) == {D}
+    drive_costs(scheduler, [within] * 40)
+    assert scheduler.stats.cost_pauses == 0
     scheduler = DraftScheduler(max_draft=1, costs=measured())
     beyond = 2.0 * (1 + COST_MARGIN * 1.1)
-    assert P in drive_costs(scheduler, [beyond] * 40)
+    drive_costs(scheduler, [beyond] * 40)
+    assert scheduler.stats.cost_pauses > 0
+
+
+def test_a_plain_cost_measured_long_ago_is_measured_again():
+    """A plain sample taken while another process had the core (3 s a token instead of 1)
+    makes a losing drafter (1.25 s a token) look as if it paid; after PLAIN_MAX_AGE drafted
+    cycles plain decoding is measured again, from scratch, and the drafter pauses."""
+    costs = CostMeter()
+    costs.plain.add(12.0, 4)
+    scheduler = DraftScheduler(max_draft=1, costs=costs)
+    trace = drive_costs(scheduler, [2.5] * (PLAIN_MAX_AGE + 1))
+    assert trace == [*[D] * PLAIN_MAX_AGE, *[P] * MIN_PLAIN_SAMPLES, D]
+    assert scheduler.stats.plain_cost == 1.0 and scheduler.stats.cost_pauses == 1
+    assert scheduler.next_cycle(BUDGET) is P
 
 
 def test_one_slow_cycle_does_not_pause_a_drafter_that_pays():
@@ -242,8 +261,9 @@ def test_a_probe_that_pays_resumes_drafting_and_resets_the_pause():
         *[P] * COST_PAUSE,
         *[D] * len(fast),
     ]
-    # ... and when it loses again, the pause starts over at the first pause's length.
-    assert plain_runs(trace)[:2] == [COST_PAUSE, COST_PAUSE]
+    # ... and when it loses again, the pause starts over at the first pause's length (after
+    # plain decoding is measured again: PLAIN_MAX_AGE drafted cycles have passed).
+    assert plain_runs(trace)[:3] == [COST_PAUSE, MIN_PLAIN_SAMPLES, COST_PAUSE]
 
 
 def test_plain_cost_from_an_earlier_request_is_measured_again_before_a_pause():
