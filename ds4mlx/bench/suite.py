@@ -85,6 +85,21 @@ class BenchConfig:
         values.update(overrides)
         return cls(**values)
 
+    def runs_description(self) -> str:
+        """How many runs the selected sections time, for the report's heading: the
+        speculation section counts rounds of its own (``speculation_runs``)."""
+        parts = []
+        if any(section != "speculation" for section in self.sections):
+            many = self.runs > 1
+            parts.append(
+                f"warm-up, then {'median (min..max) of ' if many else ''}{self.runs} timed "
+                f"run{'s' * many}"
+            )
+        if "speculation" in self.sections:
+            rounds = self.speculation_runs or self.runs
+            parts.append(f"speculation: {rounds} round{'s' * (rounds > 1)} of paired runs")
+        return "; ".join(parts)
+
 
 Progress = Callable[[str], None]
 
