@@ -15,7 +15,8 @@ pauses for ``COST_PAUSE`` plain advances once drafted cycles cost more than plai
 than ``COST_MARGIN`` over ``MIN_DRAFTED_SAMPLES`` cycles, or by more than ``CLEAR_LOSS`` over
 ``QUICK_SAMPLES`` (a drafter that plainly loses need not lose for four cycles to show it); then
 a probe of fresh drafted cycles judges again, and each probe that loses doubles the pause (up to
-``MAX_COST_PAUSE``), while each judgement that drafting pays halves it (down to ``COST_PAUSE``):
+``MAX_COST_PAUSE``; a pause is also long enough that what the probe lost is a small share of it,
+``PROBE_SHARE``), while each judgement that drafting pays halves it (down to ``COST_PAUSE``):
 on a shared machine one probe can win by chance, which should not undo what many lost probes
 learned, while a drafter that really pays is back to the shortest pause within a few cycles.
 
@@ -34,6 +35,7 @@ core) does not draft at a loss for good.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -86,6 +88,11 @@ COST_MARGIN = 0.05
 #: Plain advances of a cost pause (about four tokens each), doubling after each losing probe.
 COST_PAUSE = 8
 MAX_COST_PAUSE = 64
+#: A cost pause is also long enough that the time its probe lost against plain decoding is at
+#: most this share of the pause's plain decoding: a drafter that loses by far (a legacy MTP
+#: block on a CPU) pauses longer at once, one that loses by little no longer than
+#: ``COST_PAUSE``, so that probing costs about as much as the noise ``COST_MARGIN`` allows.
+PROBE_SHARE = 0.05
 
 
 class Cycle(Enum):
@@ -257,10 +264,20 @@ class DraftScheduler:
             self._measure_plain_again()
             return
         # The cost pause covers any pause of ds4's rule, and its probe starts from fresh samples.
-        costs.pause_left, self._pause_left = costs.next_pause, 0
+        pause = min(MAX_COST_PAUSE, max(costs.next_pause, self._pause_for_loss()))
+        costs.pause_left, self._pause_left = pause, 0
         costs.next_pause = min(2 * costs.next_pause, MAX_COST_PAUSE)
         drafted.restart()
         self.stats.cost_pauses += 1
+
+    def _pause_for_loss(self) -> int:
+        """Plain advances whose time the drafted cycles just judged lost, over PROBE_SHARE:
+        the seconds they took beyond what plain decoding takes for their tokens, against the
+        seconds of an average plain advance (sums decayed alike)."""
+        drafted, plain = self.costs.drafted, self.costs.plain
+        lost = drafted.seconds - plain.per_token * drafted.tokens
+        advance = plain.seconds / plain.weight
+        return math.ceil(lost / (PROBE_SHARE * advance)) if advance > 0 else 0
 
     def _measure_plain_again(self) -> None:
         """The next advances measure plain decoding from scratch; judging waits for them."""

@@ -13,6 +13,7 @@ from ds4mlx.speculation.scheduler import (
     MIN_TAIL_DRAFT,
     NO_DRAFT_PAUSES,
     PLAIN_MAX_AGE,
+    PROBE_SHARE,
     QUICK_SAMPLES,
     WINDOW_CYCLES,
     CostMeter,
@@ -249,6 +250,22 @@ def test_a_clear_loss_pauses_after_the_quick_samples():
     trace = drive_costs(scheduler, [2.0 * CLEAR_LOSS * 1.1] * QUICK_SAMPLES)
     assert trace == [D] * QUICK_SAMPLES
     assert scheduler.next_cycle(BUDGET) is P and scheduler.stats.cost_pauses == 1
+
+
+def test_a_pause_is_long_enough_that_its_probe_cost_a_small_share_of_it():
+    # Two cycles of two tokens at 5 s each (plain decoding: 2 s): the probe lost
+    # 5 + 0.8 * 5 - (2 + 0.8 * 2) = 5.4 s, about 1.35 plain advances of 4 s.
+    scheduler = judged()
+    drive_costs(scheduler, [5.0] * QUICK_SAMPLES)
+    lost_advances = (5.0 * 1.8 - 2.0 * 1.8) / 4.0
+    assert scheduler.costs.pause_left == pytest.approx(lost_advances / PROBE_SHARE, abs=1)
+    assert COST_PAUSE < scheduler.costs.pause_left < MAX_COST_PAUSE
+    # The doubling goes on from the learned pause, not from the long one.
+    assert scheduler.costs.next_pause == 2 * COST_PAUSE
+    # A loss far beyond it pauses for the longest pause at once.
+    scheduler = judged()
+    drive_costs(scheduler, [50.0] * QUICK_SAMPLES)
+    assert scheduler.costs.pause_left == MAX_COST_PAUSE
 
 
 def test_a_probe_that_pays_resumes_drafting_and_resets_the_pause():
