@@ -88,10 +88,12 @@ COST_MARGIN = 0.05
 #: Plain advances of a cost pause (about four tokens each), doubling after each losing probe.
 COST_PAUSE = 8
 MAX_COST_PAUSE = 64
-#: A cost pause is also long enough that the time its probe lost against plain decoding is at
-#: most this share of the pause's plain decoding: a drafter that loses by far (a legacy MTP
-#: block on a CPU) pauses longer at once, one that loses by little no longer than
-#: ``COST_PAUSE``, so that probing costs about as much as the noise ``COST_MARGIN`` allows.
+#: A cost pause after the first is also long enough that the time its probe lost against plain
+#: decoding is at most this share of the pause's plain decoding: a drafter that loses by far
+#: (a legacy MTP block on a CPU) pauses longer at once, one that loses by little no longer than
+#: the doubling gives, so that probing costs about as much as the noise ``COST_MARGIN``
+#: allows. Not the first: a drafter's first cycles also compile its graphs and the target's
+#: verify tiles, a loss that does not come back.
 PROBE_SHARE = 0.05
 
 
@@ -148,6 +150,8 @@ class CostMeter:
     next_pause: int = COST_PAUSE
     #: Drafted cycles timed since the last plain advance was (``PLAIN_MAX_AGE``).
     drafted_since_plain: int = 0
+    #: Cost pauses so far (``PROBE_SHARE`` sizes all but the first).
+    pauses: int = 0
 
 
 @dataclass
@@ -264,9 +268,12 @@ class DraftScheduler:
             self._measure_plain_again()
             return
         # The cost pause covers any pause of ds4's rule, and its probe starts from fresh samples.
-        pause = min(MAX_COST_PAUSE, max(costs.next_pause, self._pause_for_loss()))
+        pause = costs.next_pause
+        if costs.pauses:
+            pause = min(MAX_COST_PAUSE, max(pause, self._pause_for_loss()))
         costs.pause_left, self._pause_left = pause, 0
         costs.next_pause = min(2 * costs.next_pause, MAX_COST_PAUSE)
+        costs.pauses += 1
         drafted.restart()
         self.stats.cost_pauses += 1
 

@@ -252,20 +252,37 @@ def test_a_clear_loss_pauses_after_the_quick_samples():
     assert scheduler.next_cycle(BUDGET) is P and scheduler.stats.cost_pauses == 1
 
 
-def test_a_pause_is_long_enough_that_its_probe_cost_a_small_share_of_it():
+def lost_once() -> DraftScheduler:
+    """A scheduler whose drafter has lost (by little) and run out its first pause."""
+    scheduler = judged()
+    trace = drive_costs(scheduler, [2.5] * MIN_DRAFTED_SAMPLES)
+    trace += [scheduler.next_cycle(BUDGET) for _ in range(COST_PAUSE)]
+    assert trace[-1] is P and scheduler.costs.pause_left == 0
+    scheduler.record_cost(Cycle.PLAIN, 4.0, 4)
+    return scheduler
+
+
+def test_a_later_pause_is_long_enough_that_its_probe_cost_a_small_share_of_it():
     # Two cycles of two tokens at 5 s each (plain decoding: 2 s): the probe lost
     # 5 + 0.8 * 5 - (2 + 0.8 * 2) = 5.4 s, about 1.35 plain advances of 4 s.
-    scheduler = judged()
+    scheduler = lost_once()
     drive_costs(scheduler, [5.0] * QUICK_SAMPLES)
     lost_advances = (5.0 * 1.8 - 2.0 * 1.8) / 4.0
     assert scheduler.costs.pause_left == pytest.approx(lost_advances / PROBE_SHARE, abs=1)
-    assert COST_PAUSE < scheduler.costs.pause_left < MAX_COST_PAUSE
+    assert 2 * COST_PAUSE < scheduler.costs.pause_left < MAX_COST_PAUSE
     # The doubling goes on from the learned pause, not from the long one.
-    assert scheduler.costs.next_pause == 2 * COST_PAUSE
+    assert scheduler.costs.next_pause == 4 * COST_PAUSE
     # A loss far beyond it pauses for the longest pause at once.
-    scheduler = judged()
+    scheduler = lost_once()
     drive_costs(scheduler, [50.0] * QUICK_SAMPLES)
     assert scheduler.costs.pause_left == MAX_COST_PAUSE
+
+
+def test_the_first_pause_is_the_shortest_however_much_the_first_cycles_lost():
+    # A drafter's first cycles also compile graphs: a loss that does not come back.
+    scheduler = judged()
+    drive_costs(scheduler, [50.0] * QUICK_SAMPLES)
+    assert scheduler.costs.pause_left == COST_PAUSE
 
 
 def test_a_probe_that_pays_resumes_drafting_and_resets_the_pause():
