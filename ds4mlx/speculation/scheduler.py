@@ -74,8 +74,8 @@ COST_OUTLIER = 2.0
 MIN_DRAFTED_SAMPLES = 4
 MIN_PLAIN_SAMPLES = 1
 #: Drafted cycles timed since plain decoding was last measured after which it is measured again
-#: (a plain advance of about four tokens every few requests: a winning drafter gives up about
-#: one cycle's gain in this many).
+#: (a plain advance of about four tokens every few requests: a drafter that wins by little gives
+#: up about one cycle's gain in this many; one that wins by far is not measured again).
 PLAIN_MAX_AGE = 16
 #: Drafted cycles that judge a drafter whose cycles cost more than ``CLEAR_LOSS`` times plain
 #: decoding's per committed token: far beyond the noise (a draft rejected outright commits one
@@ -252,7 +252,11 @@ class DraftScheduler:
         if plain.samples < MIN_PLAIN_SAMPLES:
             self._measure_left = MIN_PLAIN_SAMPLES - plain.samples
             return
-        if costs.drafted_since_plain >= PLAIN_MAX_AGE:
+        # Noise only adds time, so an old plain sample can only overstate plain cost; one that
+        # would have to overstate it more than COST_OUTLIER times to turn the verdict (a drafter
+        # that halves the cost per token) is not worth a plain advance to measure again.
+        stale = costs.drafted_since_plain >= PLAIN_MAX_AGE
+        if stale and drafted.per_token * COST_OUTLIER > plain.per_token:
             self._measure_plain_again()
             return
         clearly_dearer = drafted.per_token > plain.per_token * CLEAR_LOSS
