@@ -64,14 +64,16 @@ class BenchConfig:
     @classmethod
     def quick(cls, **overrides: Any) -> BenchConfig:
         """Fewer runs, tokens and prompts, so the whole bench takes about a minute on 2 quiet
-        cores (docs/performance.md): one timed run after the warm-up (three rounds of paired
-        runs in the speculation section: one pair's ratio is left to chance), prefill at 128
-        and 512 tokens, three prompts (a chat answer, a chat answer in code, prose), the
-        dflash-layout file (the same drafter as DSpark in llama.cpp's layout) and the held-out
-        code prompts left out, warm page cache only."""
+        cores (docs/performance.md): one timed run after the warm-up (five rounds of paired
+        runs in the speculation section: one pair's ratio is left to chance, and a 32-token
+        run's to a few milliseconds of another process or of a scheduler's probe, so the
+        median must outvote two of them), prefill at 128 and 512 tokens, three prompts (a chat
+        answer, a chat answer in code, prose), the dflash-layout file (the same drafter as
+        DSpark in llama.cpp's layout) and the held-out code prompts left out, warm page cache
+        only."""
         values: dict[str, Any] = dict(
             runs=1,
-            speculation_runs=overrides.get("runs", 3),
+            speculation_runs=overrides.get("runs", 5),
             max_tokens=32,
             n_decode=32,
             contexts=(128, 512),
@@ -84,6 +86,21 @@ class BenchConfig:
         )
         values.update(overrides)
         return cls(**values)
+
+    def runs_description(self) -> str:
+        """How many runs the selected sections time, for the report's heading: the
+        speculation section counts rounds of its own (``speculation_runs``)."""
+        parts = []
+        if any(section != "speculation" for section in self.sections):
+            many = self.runs > 1
+            parts.append(
+                f"warm-up, then {'median (min..max) of ' if many else ''}{self.runs} timed "
+                f"run{'s' * many}"
+            )
+        if "speculation" in self.sections:
+            rounds = self.speculation_runs or self.runs
+            parts.append(f"speculation: {rounds} round{'s' * (rounds > 1)} of paired runs")
+        return "; ".join(parts)
 
 
 Progress = Callable[[str], None]

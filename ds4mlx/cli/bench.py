@@ -255,9 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     report["seconds"] = time.perf_counter() - started
     print(f"machine: {report['machine']}")
     print(
-        f"model: {config.model}; {'quick: ' if args.quick else ''}warm-up, then "
-        f"{'median (min..max) of ' if config.runs > 1 else ''}{config.runs} timed "
-        f"run{'s' * (config.runs > 1)}; took {report['seconds']:.0f} s"
+        f"model: {config.model}; {'quick: ' if args.quick else ''}"
+        f"{config.runs_description()}; took {report['seconds']:.0f} s"
     )
     for title, text in texts:
         print(f"\n## {title}\n\n{text}")

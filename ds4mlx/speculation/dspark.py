@@ -79,6 +79,17 @@ class DSparkDrafter:
         self._ring_pos0 = 0
         self._next_pos: int | None = None
         self._next_token: int | None = None
+        #: Observed rows whose context keys are not computed yet: (taps, first position) per
+        #: ``observe``. Keys are computed when the next block needs them, so that while the
+        #: scheduler pauses drafting (a request may end paused) following the target costs
+        #: nothing, and rows that slide out of the window before the next draft never cost.
+        self._pending: list[tuple[mx.array, int]] = []
+
+    def context(self) -> tuple[list[mx.array], int]:
+        """Each stage's ring of context keys and the position of its first row, with every
+        observed row in them."""
+        self._catch_up()
+        return self._rings, self._ring_pos0
 
     def observe(self, tokens: Sequence[int], next_token: int, rows: TargetRows) -> None:
         if len(tokens) != rows.n_rows:
@@ -93,6 +104,22 @@ class DSparkDrafter:
                 f"rows start at position {pos0}, expected {self._next_pos} "
                 "(call reset() to start over)"
             )
+        self._pending.append((taps, pos0))
+        # Rows are dropped once the later ones fill the window: no draft will see them (the
+        # rows before them in the rings are pushed out too).
+        later = sum(t.shape[0] for t, _ in self._pending[1:])
+        while len(self._pending) > 1 and later >= self.net.window:
+            self._pending.pop(0)
+            later -= self._pending[0][0].shape[0]
+        self._next_pos, self._next_token = pos0 + taps.shape[0], int(next_token)
+
+    def _catch_up(self) -> None:
+        for taps, pos0 in self._pending:
+            self._add_keys(taps, pos0)
+        self._pending = []
+
+    def _add_keys(self, taps: mx.array, pos0: int) -> None:
+        """The context keys of rows ``pos0 ..`` into the rings, each kept to the window."""
         n, window = taps.shape[0], self.net.window
         with inference():
             if n <= self.max_draft + 1:  # a cycle's committed rows: one compiled call
@@ -108,10 +135,7 @@ class DSparkDrafter:
             # Each ring grows by the rows and keeps the last ``window`` (one primitive).
             kept = min(window, held + n)
             self._rings = grow_rows(self._rings, keys, n, kept)
-        end = pos0 + n
-        self._ring_pos0 = end - kept
-        mx.async_eval(self._rings)  # computed while the host goes on; the next draft reads them
-        self._next_pos, self._next_token = end, int(next_token)
+        self._ring_pos0 = pos0 + n - kept
 
     def block(self, n_rows: int | None = None, *, confidences: bool = True) -> BlockRows:
         """The next block's first ``n_rows`` rows (default: all), unevaluated; needs an
@@ -120,6 +144,7 @@ class DSparkDrafter:
         padded to the window with keys no row sees."""
         if self._next_token is None:
             raise ValueError("nothing observed yet")
+        self._catch_up()
         anchor, size = self._next_token, self.config.block_size
         n = size if n_rows is None else n_rows
         block = mx.array([[anchor] + [self.config.noise_token_id] * (size - 1)], dtype=mx.int32)

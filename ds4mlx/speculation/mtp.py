@@ -98,12 +98,20 @@ class MTPDrafter:
             return
         following = mx.array([t for tokens, _, _ in self._pending for t in tokens], dtype=mx.int32)
         head_input = mx.concatenate([rows for _, rows, _ in self._pending])
-        streams, logits, self._cache = self.net(
-            following, head_input, self._pending[0][2], self._cache
-        )
-        self._streams, self._logits = streams[-1:], logits[-1]
-        mx.eval(self._streams, self._logits, *ModelState([self._cache]).arrays())
+        pos0, n = self._pending[0][2], following.shape[0]
         self._pending = []
+        # Only the last row's logits are read (the next draft's first token). The rows before
+        # it go through the block for the cache in one pass whose logits are never evaluated,
+        # so never computed: the output head over the vocabulary for every row of a prompt
+        # was most of a first proposal's time (68 rows: 40 ms on the tiny model, 5 after).
+        cache = self._cache
+        if n > 1:
+            _, _, cache = self.net(following[:-1], head_input[:-1], pos0, cache)
+        streams, logits, self._cache = self.net(
+            following[-1:], head_input[-1:], pos0 + n - 1, cache
+        )
+        self._streams, self._logits = streams, logits[0]
+        mx.eval(self._streams, self._logits, *ModelState([self._cache]).arrays())
 
     def propose(self, max_tokens: int) -> Draft:
         n = min(max_tokens, self.max_draft)

@@ -12,6 +12,9 @@ a rejected draft never enters it (its row is computed after the verify, with the
 chose instead). The logits of the last row fed give the next draft. The block runs on observed
 rows when the next draft is asked for: while the scheduler pauses drafting, the rows of many
 plain advances then cost one chunked pass, instead of one pass and a host sync per advance.
+The draft stays on the device (``DeviceDrafter``): the loop queues the verify pass behind the
+block before the host reads the token, so a cycle waits for the host once, not for the block
+and then again for the verify.
 
 A DeepSeek-V4 target with llama.cpp's ``blk.{n_layer}.nextn.*`` block gets the legacy MTP
 drafter on that block, one token per cycle too (``speculation.mtp``).
@@ -48,7 +51,8 @@ class NextNDrafter:
     def reset(self) -> None:
         #: The NextN block's cache: one row per committed position, in order.
         self.mtp_state = self.network.new_mtp_state()
-        self._draft: int | None = None
+        #: The next draft token, int32 [1], queued on the device.
+        self._draft: mx.array | None = None
         #: Observed rows the block has not run on yet: the target's final hidden states and,
         #: for each, the committed token after it.
         self._pending: list[tuple[mx.array, list[int]]] = []
@@ -73,16 +77,22 @@ class NextNDrafter:
         hidden = mx.concatenate([rows for rows, _ in self._pending])
         following = mx.array([t for _, tokens in self._pending for t in tokens], dtype=mx.int32)
         self._pending = []
-        logits = self.network.mtp_logits(hidden, following, self.mtp_state, last_only=True)
-        self._draft = int(mx.argmax(logits[0]))
+        logits = self.network.mtp_logits(
+            hidden, following, self.mtp_state, last_only=True, evaluate=False
+        )
+        self._draft = mx.argmax(logits[0], keepdims=True).astype(mx.int32)
+        mx.async_eval(self._draft, *self.mtp_state.arrays())
 
     def propose(self, max_tokens: int) -> Draft:
+        draft = self.propose_on_device(max_tokens)
+        return Draft([] if draft is None else draft.tolist())
+
+    def propose_on_device(self, max_tokens: int) -> mx.array | None:
+        """``propose``'s token as a queued int32 [1] array, or None (see ``DeviceDrafter``)."""
         if max_tokens < 1:
-            return Draft()
+            return None
         self.catch_up()
-        if self._draft is None:
-            return Draft()
-        return Draft([self._draft])
+        return self._draft
 
 
 def load_nextn(target: LoadedModel) -> Drafter:

@@ -15,7 +15,8 @@ pauses for ``COST_PAUSE`` plain advances once drafted cycles cost more than plai
 than ``COST_MARGIN`` over ``MIN_DRAFTED_SAMPLES`` cycles, or by more than ``CLEAR_LOSS`` over
 ``QUICK_SAMPLES`` (a drafter that plainly loses need not lose for four cycles to show it); then
 a probe of fresh drafted cycles judges again, and each probe that loses doubles the pause (up to
-``MAX_COST_PAUSE``), while each judgement that drafting pays halves it (down to ``COST_PAUSE``):
+``MAX_COST_PAUSE``; a pause is also long enough that what the probe lost is a small share of it,
+``PROBE_SHARE``), while each judgement that drafting pays halves it (down to ``COST_PAUSE``):
 on a shared machine one probe can win by chance, which should not undo what many lost probes
 learned, while a drafter that really pays is back to the shortest pause within a few cycles.
 
@@ -26,11 +27,15 @@ shares across requests: a request starts where the last one left off, paused if 
 losing, judging at its first cycle if enough drafted cycles are known. Plain cost is measured
 with ``MIN_PLAIN_SAMPLES`` plain advances once drafted cycles start to be judged, and a request
 that would pause drafting on an earlier request's measurement measures it again first (the load
-of a shared machine changes).
+of a shared machine changes). The load changes for a drafter that keeps drafting too: plain cost
+measured more than ``PLAIN_MAX_AGE`` drafted cycles ago is measured again before the next
+judgement, so that a drafter judged against one slow plain sample (another process took the
+core) does not draft at a loss for good.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -68,6 +73,10 @@ COST_OUTLIER = 2.0
 #: drafting (ds4's behaviour), never towards a pause.
 MIN_DRAFTED_SAMPLES = 4
 MIN_PLAIN_SAMPLES = 1
+#: Drafted cycles timed since plain decoding was last measured after which it is measured again
+#: (a plain advance of about four tokens every few requests: a drafter that wins by little gives
+#: up about one cycle's gain in this many; one that wins by far is not measured again).
+PLAIN_MAX_AGE = 16
 #: Drafted cycles that judge a drafter whose cycles cost more than ``CLEAR_LOSS`` times plain
 #: decoding's per committed token: far beyond the noise (a draft rejected outright commits one
 #: token for a verify pass and a draft), and plain measurement starts after them.
@@ -79,6 +88,13 @@ COST_MARGIN = 0.05
 #: Plain advances of a cost pause (about four tokens each), doubling after each losing probe.
 COST_PAUSE = 8
 MAX_COST_PAUSE = 64
+#: A cost pause after the first is also long enough that the time its probe lost against plain
+#: decoding is at most this share of the pause's plain decoding: a drafter that loses by far
+#: (a legacy MTP block on a CPU) pauses longer at once, one that loses by little no longer than
+#: the doubling gives, so that probing costs about as much as the noise ``COST_MARGIN``
+#: allows. Not the first: a drafter's first cycles also compile its graphs and the target's
+#: verify tiles, a loss that does not come back.
+PROBE_SHARE = 0.05
 
 
 class Cycle(Enum):
@@ -132,6 +148,10 @@ class CostMeter:
     #: Plain advances left of the current cost pause, and the next pause's length.
     pause_left: int = 0
     next_pause: int = COST_PAUSE
+    #: Drafted cycles timed since the last plain advance was (``PLAIN_MAX_AGE``).
+    drafted_since_plain: int = 0
+    #: Cost pauses so far (``PROBE_SHARE`` sizes all but the first).
+    pauses: int = 0
 
 
 @dataclass
@@ -217,9 +237,11 @@ class DraftScheduler:
             return
         if cycle is Cycle.PLAIN:
             self.costs.plain.add(seconds, tokens)
+            self.costs.drafted_since_plain = 0
             self._plain_measured = True
             return
         self.costs.drafted.add(seconds, tokens)
+        self.costs.drafted_since_plain += 1
         self._judge_cost()
 
     def _judge_cost(self) -> None:
@@ -229,6 +251,13 @@ class DraftScheduler:
             return
         if plain.samples < MIN_PLAIN_SAMPLES:
             self._measure_left = MIN_PLAIN_SAMPLES - plain.samples
+            return
+        # Noise only adds time, so an old plain sample can only overstate plain cost; one that
+        # would have to overstate it more than COST_OUTLIER times to turn the verdict (a drafter
+        # that halves the cost per token) is not worth a plain advance to measure again.
+        stale = costs.drafted_since_plain >= PLAIN_MAX_AGE
+        if stale and drafted.per_token * COST_OUTLIER > plain.per_token:
+            self._measure_plain_again()
             return
         clearly_dearer = drafted.per_token > plain.per_token * CLEAR_LOSS
         if drafted.samples < MIN_DRAFTED_SAMPLES and not clearly_dearer:
@@ -240,14 +269,31 @@ class DraftScheduler:
         if not self._plain_measured:
             # Plain cost from an earlier request may date from a quieter moment of a shared
             # machine: measure it again now, and judge with that alone, before pausing.
-            plain.restart()
-            self._measure_left = MIN_PLAIN_SAMPLES
+            self._measure_plain_again()
             return
         # The cost pause covers any pause of ds4's rule, and its probe starts from fresh samples.
-        costs.pause_left, self._pause_left = costs.next_pause, 0
+        pause = costs.next_pause
+        if costs.pauses:
+            pause = min(MAX_COST_PAUSE, max(pause, self._pause_for_loss()))
+        costs.pause_left, self._pause_left = pause, 0
         costs.next_pause = min(2 * costs.next_pause, MAX_COST_PAUSE)
+        costs.pauses += 1
         drafted.restart()
         self.stats.cost_pauses += 1
+
+    def _pause_for_loss(self) -> int:
+        """Plain advances whose time the drafted cycles just judged lost, over PROBE_SHARE:
+        the seconds they took beyond what plain decoding takes for their tokens, against the
+        seconds of an average plain advance (sums decayed alike)."""
+        drafted, plain = self.costs.drafted, self.costs.plain
+        lost = drafted.seconds - plain.per_token * drafted.tokens
+        advance = plain.seconds / plain.weight
+        return math.ceil(lost / (PROBE_SHARE * advance)) if advance > 0 else 0
+
+    def _measure_plain_again(self) -> None:
+        """The next advances measure plain decoding from scratch; judging waits for them."""
+        self.costs.plain.restart()
+        self._measure_left = MIN_PLAIN_SAMPLES
 
     def record(self, drafted: int, accepted: int) -> None:
         """The outcome of a cycle that was allowed to draft."""

@@ -156,15 +156,37 @@ def test_observing_in_pieces_equals_observing_at_once(files):
         pieces.observe(long_prompt[:3], 7, rows_between(out, 0, 3))  # not where it ended
 
 
+def test_context_keys_wait_for_the_next_draft_and_skip_rows_out_of_the_window(files, monkeypatch):
+    """While drafting pauses, the drafter follows the target's plain advances without
+    computing anything; the next draft computes keys for the rows still inside the window (16)
+    only, and drafts what a drafter that saw every row at once drafts."""
+    target, _, paths, _ = files
+    path, long_prompt = paths[dspark_layout.ARCH_DS4], PROMPT * 2
+    lazy = dspark.load_dspark(path, target)
+    keyed: list[int] = []  # rows per computation of context keys
+    keys, tile = lazy.net.context_keys, lazy._context_tiles.get
+    monkeypatch.setattr(lazy.net, "context_keys", lambda t, p: keyed.append(len(t)) or keys(t, p))
+    monkeypatch.setattr(lazy._context_tiles, "get", lambda n: keyed.append(n) or tile(n))
+    out = target.new_session().feed_hidden(long_prompt, lazy.capture_layers)
+    for start in range(0, len(long_prompt), 4):  # plain advances of four tokens
+        stop = start + 4
+        following = long_prompt[stop] if stop < len(long_prompt) else 7
+        lazy.observe(long_prompt[start:stop], following, rows_between(out, start, stop))
+    assert keyed == []
+    draft = lazy.propose(5)
+    assert keyed == [4, 4, 4, 4]  # the last 16 rows; the 24 before them slid out unseen
+    whole = observed(dspark.load_dspark(path, target), target, long_prompt)
+    assert draft.tokens == whole.propose(5).tokens
+
+
 def test_block_rows_see_the_whole_block(files):
     """Row 0 attends to the noise rows after it (non-causal): the noise token changes it."""
     target, _, paths, _ = files
     drafter = observed(dspark.load_dspark(paths[dspark_layout.ARCH_DS4], target), target)
+    rings, ring_pos0 = drafter.context()
     contexts = [
-        dspark_net.BlockContext(
-            ring, drafter._ring_pos0, np.array([len(PROMPT)]), 5, drafter.net.window
-        )
-        for ring in drafter._rings
+        dspark_net.BlockContext(ring, ring_pos0, np.array([len(PROMPT)]), 5, drafter.net.window)
+        for ring in rings
     ]
 
     def row0(noise: int) -> np.ndarray:
@@ -181,11 +203,12 @@ def test_markov_chain_and_confidence_match_numpy(files):
     draft = drafter.propose(5)
 
     net = drafter.net
+    rings, ring_pos0 = drafter.context()
     contexts = [
         dspark_net.BlockContext(
-            ring, drafter._ring_pos0, np.array([len(PROMPT)]), 5, net.window, per_row=True
+            ring, ring_pos0, np.array([len(PROMPT)]), 5, net.window, per_row=True
         )
-        for ring in drafter._rings
+        for ring in rings
     ]
     hidden = net.hidden(mx.array([[7, 95, 95, 95, 95]], dtype=mx.int32), contexts)
     hidden, logits = np.array(hidden), np.array(net.logits(hidden))

@@ -212,3 +212,36 @@ def test_cycles_without_a_copy_decode_as_plain_decoding_does(tiny):
     assert tokens == plain
     assert stats.verify_passes == stats.drafted_passes  # every verify pass checked a draft
     assert drafter._index.tokens == session.tokens  # it saw every token fed
+
+
+def test_a_lookup_that_never_matches_runs_plain_decodings_steps(tiny, monkeypatch):
+    """Where lookup finds nothing, each decode step is plain decoding's, call for call: the
+    same feeds of the target, the same evaluations, the same host reads (only the prefill
+    differs: it keeps the target's hidden states)."""
+    from ds4mlx.engine.session import Session
+
+    calls: list[str] = []
+
+    def counted(owner, name):
+        real = getattr(owner, name)
+
+        def call(*args, **kwargs):
+            calls.append(name)
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, call)
+
+    for name in ("feed_mx", "feed_lazy", "feed_hidden", "feed_hidden_lazy", "confirm"):
+        counted(Session, name)
+    for name in ("eval", "async_eval"):
+        counted(mx, name)
+    prompt = tiny.tokenizer.encode("Hello! Who are you?")
+    runs = []
+    for config in (SpeculationConfig(), SpeculationConfig(lookup=7, lookup_ngram=(4, 4))):
+        calls.clear()
+        tokens, stats = generated(tiny, prompt, 24, config)
+        runs.append((tokens, list(calls)))
+    (plain, plain_calls), (spec, spec_calls) = runs
+    assert spec == plain and stats.drafted_passes == 0  # no 4-gram of it repeats
+    assert plain_calls[0] == "feed_mx" and spec_calls[0] == "feed_hidden"  # the prefill
+    assert spec_calls[1:] == plain_calls[1:]

@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import ds4mlx
+from ds4mlx.diagnostics.graph import primitive_names
 from ds4mlx.gguf import GGUFError
 from ds4mlx.models import deepseek4_dspark as dspark_net
 from ds4mlx.models import deepseek4_mtp as mtp_net
@@ -109,6 +110,26 @@ def test_drafts_follow_the_block_step_by_step(files):
     assert drafter.propose(5).tokens == tokens[:cut]
     drafter.margin = float("inf")
     assert drafter.propose(5).tokens == []
+
+
+def test_a_catch_up_computes_the_head_for_its_last_row_only(files):
+    """The block runs on every observed row for its cache, but only the last row's logits are
+    read (the next draft's first token): the output head over the vocabulary is never computed
+    for the rows before it (a prompt's worth of them at a request's first proposal)."""
+    target, _, _, root = files
+    drafter = mtp.load_mtp(target, root / "mtp.gguf", max_draft=1, margin=0.0)
+    net, calls = drafter.net, []
+
+    def recording(tokens, streams, pos0, cache):
+        out = net(tokens, streams, pos0, cache)
+        calls.append((tokens.shape[0], out[1]))
+        return out
+
+    drafter.net = recording
+    assert len(observed(drafter, target).propose(1).tokens) == 1
+    assert sum(rows for rows, _ in calls) == len(PROMPT)  # every row went through the block
+    computed = [rows for rows, logits in calls if not primitive_names(logits)]
+    assert computed == [1]
 
 
 def test_bounds_determinism_and_pieces(files):

@@ -171,10 +171,11 @@ class RecordingDrafter(NextNDrafter):
         super().__init__(network)
         self.proposals: list[tuple[int, list[int]]] = []
 
-    def propose(self, max_tokens: int):
-        draft = super().propose(max_tokens)
+    def propose_on_device(self, max_tokens: int):
+        # The loop's drafts stay on the device; ``propose`` comes here too.
+        draft = super().propose_on_device(max_tokens)
         # The committed rows are positions 0 .. n - 1, the sampled token is at n.
-        self.proposals.append((self.mtp_state.pos + 1, draft.tokens))
+        self.proposals.append((self.mtp_state.pos + 1, [] if draft is None else draft.tolist()))
         return draft
 
 
@@ -231,6 +232,7 @@ def test_drafts_are_the_nextn_argmax_over_committed_rows(spec_runs, models):
         hidden = mx.concatenate(rows)
         state = net.new_mtp_state()
         logits = np.array(net.mtp_logits(hidden, mx.array(sequence[1:]), state))
+        assert spec.drafter.proposals
         for position, tokens in spec.drafter.proposals:
             assert tokens == [int(np.argmax(logits[position - 2]))]
         committed = spec.drafter.mtp_state.pos
@@ -252,6 +254,24 @@ def test_observe_checks_alignment(models):
     assert len(drafter.propose(1).tokens) == 1 and drafter.propose(0).tokens == []
     with pytest.raises(ValueError, match="rows start at position 0"):
         drafter.observe(prompt, 7, rows_between(out, 0, len(prompt)))
+
+
+def test_the_draft_stays_on_the_device_until_the_verify_is_queued(models, monkeypatch):
+    """The block's run over the observed rows and the draft's argmax are queued, not waited
+    for: the loop queues the verify pass behind them before the host reads the token."""
+    model = models["nextn"]
+    prompt = PROMPTS[1]
+    out = model.new_session().feed_hidden(prompt)
+    drafter = load_nextn(model)
+    drafter.observe(prompt, 7, rows_between(out, 0, len(prompt)))
+    waits: list[str] = []
+    evaluate = mx.eval
+    monkeypatch.setattr(mx, "eval", lambda *arrays: waits.append("eval") or evaluate(*arrays))
+    queued = drafter.propose_on_device(1)
+    assert waits == [] and queued.dtype == mx.int32 and queued.shape == (1,)
+    monkeypatch.undo()
+    assert queued.tolist() == drafter.propose(1).tokens
+    assert drafter.propose_on_device(0) is None
 
 
 def test_observed_rows_wait_for_the_next_draft(models):

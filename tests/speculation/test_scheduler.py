@@ -12,6 +12,8 @@ from ds4mlx.speculation.scheduler import (
     MIN_PLAIN_SAMPLES,
     MIN_TAIL_DRAFT,
     NO_DRAFT_PAUSES,
+    PLAIN_MAX_AGE,
+    PROBE_SHARE,
     QUICK_SAMPLES,
     WINDOW_CYCLES,
     CostMeter,
@@ -197,17 +199,40 @@ def test_the_cost_pause_stops_growing():
 
 def test_a_drafter_that_pays_never_pauses():
     scheduler = DraftScheduler(max_draft=1, costs=measured())
-    assert set(drive_costs(scheduler, [1.5] * 40)) == {D}  # 0.75 s a token
+    trace = drive_costs(scheduler, [1.5] * 40)  # 0.75 s a token
     assert scheduler.stats.cost_pauses == 0
+    # Its only plain advances measure plain decoding again, after PLAIN_MAX_AGE drafted cycles.
+    refresh = [*[D] * PLAIN_MAX_AGE, *[P] * MIN_PLAIN_SAMPLES]
+    assert trace == [*refresh, *refresh, *[D] * (40 - 2 * PLAIN_MAX_AGE)]
+    # One that halves the cost per token would keep winning against a plain cost overstated
+    # COST_OUTLIER times: it is never measured again.
+    scheduler = DraftScheduler(max_draft=1, costs=measured())
+    assert set(drive_costs(scheduler, [0.9] * 40)) == {D}
 
 
 def test_a_cost_within_the_margin_keeps_drafting():
     scheduler = DraftScheduler(max_draft=1, costs=measured())
     within = 2.0 * (1 + COST_MARGIN * 0.9)
-    assert set(drive_costs(scheduler, [within] * 40)) == {D}
+    drive_costs(scheduler, [within] * 40)
+    assert scheduler.stats.cost_pauses == 0
     scheduler = DraftScheduler(max_draft=1, costs=measured())
     beyond = 2.0 * (1 + COST_MARGIN * 1.1)
-    assert P in drive_costs(scheduler, [beyond] * 40)
+    drive_costs(scheduler, [beyond] * 40)
+    assert scheduler.stats.cost_pauses > 0
+
+
+def test_a_plain_cost_measured_long_ago_is_measured_again():
+    """A plain sample taken while another process had the core (1.6 s a token instead of 1,
+    as measured for legacy MTP on prose) makes a losing drafter (1.25 s a token) look as if it
+    paid; after PLAIN_MAX_AGE drafted cycles plain decoding is measured again, from scratch,
+    and the drafter pauses."""
+    costs = CostMeter()
+    costs.plain.add(6.4, 4)
+    scheduler = DraftScheduler(max_draft=1, costs=costs)
+    trace = drive_costs(scheduler, [2.5] * (PLAIN_MAX_AGE + 1))
+    assert trace == [*[D] * PLAIN_MAX_AGE, *[P] * MIN_PLAIN_SAMPLES, D]
+    assert scheduler.stats.plain_cost == 1.0 and scheduler.stats.cost_pauses == 1
+    assert scheduler.next_cycle(BUDGET) is P
 
 
 def test_one_slow_cycle_does_not_pause_a_drafter_that_pays():
@@ -232,6 +257,39 @@ def test_a_clear_loss_pauses_after_the_quick_samples():
     assert scheduler.next_cycle(BUDGET) is P and scheduler.stats.cost_pauses == 1
 
 
+def lost_once() -> DraftScheduler:
+    """A scheduler whose drafter has lost (by little) and run out its first pause."""
+    scheduler = judged()
+    trace = drive_costs(scheduler, [2.5] * MIN_DRAFTED_SAMPLES)
+    trace += [scheduler.next_cycle(BUDGET) for _ in range(COST_PAUSE)]
+    assert trace[-1] is P and scheduler.costs.pause_left == 0
+    scheduler.record_cost(Cycle.PLAIN, 4.0, 4)
+    return scheduler
+
+
+def test_a_later_pause_is_long_enough_that_its_probe_cost_a_small_share_of_it():
+    # Two cycles of two tokens at 5 s each (plain decoding: 2 s): the probe lost
+    # 5 + 0.8 * 5 - (2 + 0.8 * 2) = 5.4 s, about 1.35 plain advances of 4 s.
+    scheduler = lost_once()
+    drive_costs(scheduler, [5.0] * QUICK_SAMPLES)
+    lost_advances = (5.0 * 1.8 - 2.0 * 1.8) / 4.0
+    assert scheduler.costs.pause_left == pytest.approx(lost_advances / PROBE_SHARE, abs=1)
+    assert 2 * COST_PAUSE < scheduler.costs.pause_left < MAX_COST_PAUSE
+    # The doubling goes on from the learned pause, not from the long one.
+    assert scheduler.costs.next_pause == 4 * COST_PAUSE
+    # A loss far beyond it pauses for the longest pause at once.
+    scheduler = lost_once()
+    drive_costs(scheduler, [50.0] * QUICK_SAMPLES)
+    assert scheduler.costs.pause_left == MAX_COST_PAUSE
+
+
+def test_the_first_pause_is_the_shortest_however_much_the_first_cycles_lost():
+    # A drafter's first cycles also compile graphs: a loss that does not come back.
+    scheduler = judged()
+    drive_costs(scheduler, [50.0] * QUICK_SAMPLES)
+    assert scheduler.costs.pause_left == COST_PAUSE
+
+
 def test_a_probe_that_pays_resumes_drafting_and_resets_the_pause():
     scheduler = judged()
     slow, fast = [2.5] * MIN_DRAFTED_SAMPLES, [1.0] * (3 * MIN_DRAFTED_SAMPLES)
@@ -242,8 +300,9 @@ def test_a_probe_that_pays_resumes_drafting_and_resets_the_pause():
         *[P] * COST_PAUSE,
         *[D] * len(fast),
     ]
-    # ... and when it loses again, the pause starts over at the first pause's length.
-    assert plain_runs(trace)[:2] == [COST_PAUSE, COST_PAUSE]
+    # ... and when it loses again, the pause starts over at the first pause's length (after
+    # plain decoding is measured again: PLAIN_MAX_AGE drafted cycles have passed).
+    assert plain_runs(trace)[:3] == [COST_PAUSE, MIN_PLAIN_SAMPLES, COST_PAUSE]
 
 
 def test_plain_cost_from_an_earlier_request_is_measured_again_before_a_pause():

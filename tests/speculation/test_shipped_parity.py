@@ -11,8 +11,8 @@ import ds4mlx
 from ds4mlx.bench.speculation import CHAT_PROMPTS, PROSE_PROMPT, code_prompts, prompt_ids
 from ds4mlx.engine.generate import TokenEvent
 from ds4mlx.generation import generate
-from ds4mlx.speculation import DrafterKind, SpeculationConfig, load_drafter
-from ds4mlx.speculation.scheduler import QUICK_SAMPLES
+from ds4mlx.speculation import DrafterKind, SpeculationConfig, load_drafter, scheduler
+from ds4mlx.speculation.scheduler import COST_PAUSE, QUICK_SAMPLES
 
 import pytest
 
@@ -77,11 +77,13 @@ def test_speculative_greedy_equals_plain_greedy(case):
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_cost_pauses_keep_greedy_output_and_the_drafter_in_step(case):
+def test_cost_pauses_keep_greedy_output_and_the_drafter_in_step(case, monkeypatch):
     """With plain decoding measured as cheaper than any drafted cycle, the cost rule pauses
     each drafter for runs of plain pipelined advances and probes it again after each: the
     drafter must follow those advances' rows, so that its drafts after a pause are still
-    accepted, and the output stays plain greedy's."""
+    accepted, and the output stays plain greedy's. (Pauses are held to the shortest, so that
+    one request holds several: against free plain decoding every probe loses by far.)"""
+    monkeypatch.setattr(scheduler, "MAX_COST_PAUSE", COST_PAUSE)
     target_file, config = CASES[case]
     files = [ASSETS / target_file] + ([config.support_path] if config.support_path else [])
     if not all(f.is_file() for f in files):
