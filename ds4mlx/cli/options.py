@@ -85,6 +85,7 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
         "auto (default): native, but f32 on the CPU for a model under 1 GiB as float32",
     )
     group.add_argument(
+        "-v",
         "--verbose",
         action="store_true",
         help="print routed-expert cache counters and other details",

@@ -157,11 +157,8 @@ def _char_to_byte() -> dict[str, int]:
     return {char: byte for byte, char in _byte_to_char().items()}
 
 
-def _token_type(value: int) -> TokenType:
-    try:
-        return TokenType(value)
-    except ValueError:
-        return TokenType.UNDEFINED
+# A dictionary, not ``TokenType(value)``: a real vocabulary looks up 129k types while loading.
+_TOKEN_TYPES = {member.value: member for member in TokenType}
 
 
 def _byte_level_bytes(token_text: str) -> bytes:
@@ -217,7 +214,7 @@ class Tokenizer:
             raise TokenizerError(f"{len(token_types)} token types for {len(tokens)} tokens")
         self._tokens = list(tokens)
         self._types = (
-            [_token_type(t) for t in token_types[: len(tokens)]]
+            [_TOKEN_TYPES.get(t, TokenType.UNDEFINED) for t in token_types[: len(tokens)]]
             if token_types is not None
             else [TokenType.NORMAL] * len(tokens)
         )

@@ -1,18 +1,21 @@
 """Memory-mapped, validated GGUF access.
 
 ``open_gguf`` first walks the file with ``validate.validate_gguf`` (bounded reads only), then
-hands it to ``gguf.GGUFReader``, which memory-maps it: metadata values and tensor bytes are read
-on demand and tensors are converted one at a time, so the file is never copied into RAM.
+maps it: metadata values are decoded when asked for, from the offsets the walk recorded, and
+tensor bytes are numpy views of the map converted one at a time, so the file is never copied
+into RAM. ``gguf.GGUFReader`` (which parses every field up front: 2-4 s for a real
+vocabulary's 260k strings) is built only for the callers that copy whole fields.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import mmap
+import struct
 import sys
 import time
 from collections.abc import Callable, Sequence
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +26,8 @@ from ds4mlx.kernels import PackedWeight, Weight
 from ds4mlx.kernels.native import native_ops
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFReader
+from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType
+from gguf.quants import quant_shape_to_byte_shape
 
 
 class _Reader(GGUFReader):
@@ -37,8 +41,73 @@ class _Reader(GGUFReader):
 
     @data.setter
     def data(self, mapped: np.memmap) -> None:
-        self.mapped = mapped  # the memmap itself, whose pages _release_pages gives back
         self._plain = mapped.view(np.ndarray)
+
+
+# Tensor types GGUFReader maps as typed elements; every other type is a byte array of blocks.
+_ELEMENT_TYPES = {
+    GGMLQuantizationType.F16: np.float16,
+    GGMLQuantizationType.F32: np.float32,
+    GGMLQuantizationType.F64: np.float64,
+    GGMLQuantizationType.I8: np.int8,
+    GGMLQuantizationType.I16: np.int16,
+    GGMLQuantizationType.I32: np.int32,
+    GGMLQuantizationType.I64: np.int64,
+}
+_SCALAR_FORMATS = {
+    GGUFValueType.UINT8: "<B",
+    GGUFValueType.INT8: "<b",
+    GGUFValueType.UINT16: "<H",
+    GGUFValueType.INT16: "<h",
+    GGUFValueType.UINT32: "<I",
+    GGUFValueType.INT32: "<i",
+    GGUFValueType.FLOAT32: "<f",
+    GGUFValueType.BOOL: "<?",
+    GGUFValueType.UINT64: "<Q",
+    GGUFValueType.INT64: "<q",
+    GGUFValueType.FLOAT64: "<d",
+}
+
+
+_U64 = struct.Struct("<Q")
+
+
+def _tensor_view(file_bytes: np.ndarray, info: TensorInfo) -> np.ndarray:
+    """Tensor ``info``'s data as ``GGUFReader`` presents it (typed elements in numpy order, or
+    the blocks' bytes row by row), a view of the mapped file."""
+    data = file_bytes[info.file_offset : info.file_offset + info.nbytes]
+    element = _ELEMENT_TYPES.get(info.qtype)
+    if element is not None:
+        return data.view(element).reshape(info.shape)
+    return data.reshape(quant_shape_to_byte_shape(info.shape, info.qtype))
+
+
+def _metadata_value(buffer: mmap.mmap, value_type: GGUFValueType, offset: int) -> tuple[Any, int]:
+    """The value of ``value_type`` at ``offset`` (validated) and the offset after it."""
+    if value_type in _SCALAR_FORMATS:
+        scalar = struct.Struct(_SCALAR_FORMATS[value_type])
+        return scalar.unpack_from(buffer, offset)[0], offset + scalar.size
+    if value_type == GGUFValueType.STRING:
+        (length,) = struct.unpack_from("<Q", buffer, offset)
+        start = offset + 8
+        return str(buffer[start : start + length], "utf-8"), start + length
+    item_type, count = struct.unpack_from("<IQ", buffer, offset)
+    item_type, offset = GGUFValueType(item_type), offset + 12
+    if item_type in _SCALAR_FORMATS:
+        items = np.frombuffer(buffer, _SCALAR_FORMATS[item_type], count, offset)
+        return items.tolist(), offset + items.nbytes
+    if item_type == GGUFValueType.STRING:  # a vocabulary: 129k strings in one tight loop
+        strings = []
+        for _ in range(count):
+            start = offset + 8
+            offset = start + _U64.unpack_from(buffer, offset)[0]
+            strings.append(str(buffer[start:offset], "utf-8"))
+        return strings, offset
+    values = []
+    for _ in range(count):
+        value, offset = _metadata_value(buffer, item_type, offset)
+        values.append(value)
+    return values, offset
 
 
 class GGUFFile:
@@ -48,11 +117,14 @@ class GGUFFile:
         self.path = Path(path)
         self.layout: GGUFLayout = validate_gguf(self.path)
         try:
-            self.reader = _Reader(self.path, "r")
-        except (ValueError, KeyError, IndexError, OverflowError) as exc:
-            # Should be unreachable: validation covers every check the reader makes.
-            raise GGUFError(f"{self.path}: gguf.GGUFReader rejected the file: {exc}") from exc
-        self._data = {t.name: t.data for t in self.reader.tensors}
+            with open(self.path, "rb") as file:
+                self.mapping = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+        except OSError as exc:
+            raise GGUFError(f"{self.path}: cannot read file: {exc.strerror or exc}") from exc
+        file_bytes = np.frombuffer(self.mapping, np.uint8)
+        self._data = {
+            name: _tensor_view(file_bytes, info) for name, info in self.layout.tensors.items()
+        }
         # Called with (tensor name, bytes) after each tensor is converted: loading progress.
         self.on_tensor_loaded: Callable[[str, int], None] | None = None
         # Tensors mapped as stored (CPU block kernels) and tensors converted, with the seconds
@@ -65,20 +137,38 @@ class GGUFFile:
     def arch(self) -> str:
         return str(self.require("general.architecture"))
 
+    @cached_property
+    def reader(self) -> GGUFReader:
+        """The file's fields as ``gguf.GGUFReader`` parses them, for copying whole fields
+        (writing a support GGUF); values are read with ``get``."""
+        try:
+            return _Reader(self.path, "r")
+        except (ValueError, KeyError, IndexError, OverflowError) as exc:
+            # Should be unreachable: validation covers every check the reader makes.
+            raise GGUFError(f"{self.path}: gguf.GGUFReader rejected the file: {exc}") from exc
+
     def get(self, key: str, default: Any = None) -> Any:
-        field = self.reader.fields.get(key)
-        if field is None:
+        entry = self.layout.metadata.get(key)
+        if entry is None:
             return default
         try:
-            return field.contents()
+            return _metadata_value(self.mapping, *entry)[0]
         except UnicodeDecodeError as exc:
             raise GGUFError(
                 f"{self.path}: metadata key '{key}' holds a string that is not valid UTF-8 "
                 f"({exc.reason} at byte {exc.start})"
             ) from None
 
+    def writer_type(self, key: str) -> GGUFValueType:
+        """The value type a GGUF writer is given for ``key``'s value: its scalar type, or the
+        item type of an array."""
+        value_type, offset = self.layout.metadata[key]
+        if value_type != GGUFValueType.ARRAY:
+            return value_type
+        return GGUFValueType(struct.unpack_from("<I", self.mapping, offset)[0])
+
     def require(self, key: str) -> Any:
-        if key not in self.reader.fields:
+        if key not in self.layout.metadata:
             raise GGUFError(f"{self.path}: missing required metadata key '{key}'")
         return self.get(key)
 
@@ -144,13 +234,12 @@ class GGUFFile:
         memory map count in its RSS until unmapped, so a loaded model would otherwise show
         twice its weights (the converted copy and the file). They stay in the OS page cache;
         every weight is a copy, so nothing reads them again."""
-        mapping = getattr(self.reader.mapped, "_mmap", None)  # numpy memmap's mmap object
-        if mapping is None or not hasattr(mmap, "MADV_DONTNEED"):
+        if not hasattr(mmap, "MADV_DONTNEED"):
             return
         start = info.file_offset - info.file_offset % mmap.PAGESIZE
         length = info.file_offset + info.nbytes - start
-        if length > 0 and start + length <= len(mapping):
-            mapping.madvise(mmap.MADV_DONTNEED, start, length)
+        if length > 0 and start + length <= len(self.mapping):
+            self.mapping.madvise(mmap.MADV_DONTNEED, start, length)
 
     def load_weight(self, name: str, mode: str | None = None) -> Weight:
         """The tensor as a weight for ``kernels.linear``/``gather_linear``/``take_rows``.

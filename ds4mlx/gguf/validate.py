@@ -76,6 +76,11 @@ class GGUFLayout:
     alignment: int
     data_offset: int  # start of the tensor data section
     tensors: dict[str, TensorInfo]  # in file order
+    #: each metadata key's value type and the absolute offset of its value (read on demand)
+    metadata: dict[str, tuple[GGUFValueType, int]]
+
+
+_U64 = struct.Struct("<Q")
 
 
 class _BoundedCursor:
@@ -121,6 +126,24 @@ class _BoundedCursor:
                 "truncated or the length is corrupt"
             )
         return self.skip(length, what), length
+
+    def skip_strings(self, count: int, what: str) -> None:
+        """Advances over ``count`` length-prefixed strings. A tokenizer's vocabulary and merges
+        are ~260k strings in DeepSeek-V4-Flash, so the common case is one tight loop; a
+        truncated or corrupt entry is walked again one string at a time for the exact message."""
+        buffer, position, size = self.buffer, self.position, self.size
+        unpack_length = _U64.unpack_from
+        for _ in range(count):
+            if position + 8 > size:
+                break
+            position += 8 + unpack_length(buffer, position)[0]
+            if position > size:
+                break
+        else:
+            self.position = position
+            return
+        for _ in range(count):
+            self.skip_string(what)
 
     def name(self, what: str) -> str:
         """A key or tensor name: bounded in length before it is copied out, and UTF-8."""
@@ -177,11 +200,12 @@ def _parse(cursor: _BoundedCursor) -> GGUFLayout:
     cursor.require_room(kv_count, MIN_KV_BYTES, "metadata")
     cursor.require_room(tensor_count, MIN_TENSOR_INFO_BYTES, "tensor")
 
-    alignment = _read_metadata(cursor, kv_count)
+    metadata = _read_metadata(cursor, kv_count)
+    alignment = _alignment(cursor, metadata)
     infos = _read_tensor_infos(cursor, tensor_count)
     data_offset = -(-cursor.position // alignment) * alignment
     tensors = _place_tensors(cursor, infos, data_offset, alignment)
-    return GGUFLayout(version, alignment, data_offset, tensors)
+    return GGUFLayout(version, alignment, data_offset, tensors, metadata)
 
 
 def _value_type(cursor: _BoundedCursor, raw: int, what: str) -> GGUFValueType:
@@ -206,35 +230,33 @@ def _skip_value(cursor: _BoundedCursor, value_type: GGUFValueType, what: str, de
             cursor.skip(count * SCALAR_SIZES[item_type], what)
         elif item_type == GGUFValueType.STRING:
             cursor.require_room(count, MIN_STRING_BYTES, f"{what}: array item")
-            for _ in range(count):
-                cursor.skip_string(what)
+            cursor.skip_strings(count, what)
         else:
             cursor.require_room(count, MIN_ARRAY_BYTES, f"{what}: array item")
             for _ in range(count):
                 _skip_value(cursor, item_type, what, depth + 1)
 
 
-def _read_metadata(cursor: _BoundedCursor, kv_count: int) -> int:
-    """Walks the metadata; returns the data alignment."""
-    keys: set[str] = set()
-    alignment = GGUF_DEFAULT_ALIGNMENT
+def _read_metadata(cursor: _BoundedCursor, kv_count: int) -> dict[str, tuple[GGUFValueType, int]]:
+    """Walks the metadata; returns each key's value type and where its value starts."""
+    metadata: dict[str, tuple[GGUFValueType, int]] = {}
     for index in range(kv_count):
         key = cursor.name(f"metadata key #{index}")
         where = f"metadata key '{key}'"
-        if key in keys:
+        if key in metadata:
             raise cursor.fail(f"duplicate {where}")
         if key in RESERVED_KEYS:
             raise cursor.fail(f"{where} is reserved for the reader's own fields")
         value_type = _value_type(cursor, cursor.u32(where), where)
-        value_start = cursor.position
+        metadata[key] = value_type, cursor.position
         _skip_value(cursor, value_type, f"the value of {where}", depth=0)
-        if key == ALIGNMENT_KEY:
-            alignment = _alignment(cursor, value_type, value_start)
-        keys.add(key)
-    return alignment
+    return metadata
 
 
-def _alignment(cursor: _BoundedCursor, value_type: GGUFValueType, value_start: int) -> int:
+def _alignment(cursor: _BoundedCursor, metadata: dict[str, tuple[GGUFValueType, int]]) -> int:
+    if ALIGNMENT_KEY not in metadata:
+        return GGUF_DEFAULT_ALIGNMENT
+    value_type, value_start = metadata[ALIGNMENT_KEY]
     if value_type != GGUFValueType.UINT32:
         raise cursor.fail(f"metadata key '{ALIGNMENT_KEY}' has type {value_type.name}, not UINT32")
     alignment = struct.unpack_from("<I", cursor.buffer, value_start)[0]

@@ -130,7 +130,7 @@ class TiledModel(nn.Module):
 
     def _tile_head(self, x: mx.array, n_real: int) -> tuple[mx.array, mx.array]:
         """``head`` of a decode tile whose first ``n_real`` rows are real."""
-        return self.head(x)
+        return self.head(x, n_real)
 
     def _tile_context(self) -> AbstractContextManager[Any]:
         """What a decode tile runs in (none here; an architecture may run its tiles as

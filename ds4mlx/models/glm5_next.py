@@ -56,6 +56,7 @@ from ds4mlx.models.moe import GatingFunc, SharedExpertMoE, SwiGLU, shared_expert
 from ds4mlx.models.norms import RMSNorm
 from ds4mlx.models.pool_indexer import PoolIndexer, Selection
 from ds4mlx.models.sparse_mla import MLACache, SparseMLA
+from ds4mlx.models.tiles import CompiledTiles
 from ds4mlx.models.weights import Shape, Weights
 
 import mlx.core as mx
@@ -438,6 +439,9 @@ class Block(nn.Module):
         else:
             self.mixer = _mla(args, w, layer)
         self.ffn = _ffn(args, w, layer)
+        self._recurrent_tiles = CompiledTiles(self._tile_recurrent)
+        self._before_attention = CompiledTiles(self._tile_before_attention)
+        self._after_attention = CompiledTiles(self._tile_after_attention)
 
     def new_cache(self) -> KDACache | MLACache:
         return KDACache() if isinstance(self.mixer, KDA) else MLACache()
@@ -460,18 +464,51 @@ class Block(nn.Module):
     def tile(
         self, x: mx.array, pos0: int, cache: Any, selection: Selection | None, n_real: int
     ) -> tuple[mx.array, Any, Selection | None]:
-        """``__call__`` of a decode tile whose first ``n_real`` rows are real (DECODE_TILE)."""
+        """``__call__`` of a decode tile whose first ``n_real`` rows are real (DECODE_TILE).
+
+        Compiled (models.tiles) where the experts are resident (a streamed store reads the
+        routing on the host): a KDA layer's whole tile once its cache has its steady shapes,
+        an MLA layer's around the attention proper, whose shapes grow with the context. The
+        same operations either way, so the same bits."""
+        resident = not isinstance(self.ffn, SharedExpertMoE) or self.ffn.compiles_tiles
+        if isinstance(self.mixer, KDA):
+            compiled = resident and self.mixer.steady(cache)
+            run = self._recurrent_tiles.get(n_real, compiled)
+            x, conv, ssm = run(x, cache.conv, cache.ssm)
+            return x, KDACache(conv=conv, ssm=ssm), selection
+        post, comb, h, *projected = self._before_attention.get(n_real, resident)(x)
+        out, cache, selection = self.mixer.attend_tile(
+            h, *projected, pos0, cache, selection, n_real
+        )
+        return self._after_attention.get(n_real, resident)(out, x, post, comb), cache, selection
+
+    def _tile_recurrent(
+        self, x: mx.array, conv: mx.array | None, ssm: mx.array | None, n_real: int
+    ) -> list[mx.array]:
+        """A KDA layer's tile: the streams after the block and the new conv rows and states."""
+        h, post, comb = self.hc_attn(x)
+        h, cache = self.mixer.tile(self.attn_norm(h), KDACache(conv=conv, ssm=ssm), n_real)
+        return [self._tile_ffn(hc_expand(h, x, post, comb), n_real), cache.conv, cache.ssm]
+
+    def _tile_before_attention(self, x: mx.array, n_real: int) -> list[mx.array]:
+        """An MLA layer's tile up to its attention: the mHC site's post and comb, the normed
+        input and the projections (``SparseMLA._project``)."""
         h, post, comb = self.hc_attn(x)
         h = self.attn_norm(h)
-        if isinstance(self.mixer, KDA):
-            h, cache = self.mixer.tile(h, cache, n_real)
-        else:
-            h, cache, selection = self.mixer.tile(h, pos0, cache, selection, n_real)
-        x = hc_expand(h, x, post, comb)
+        return [post, comb, h, *self.mixer._project(h, n_real)]
+
+    def _tile_after_attention(
+        self, out: mx.array, x: mx.array, post: mx.array, comb: mx.array, n_real: int
+    ) -> mx.array:
+        """An MLA layer's tile after its attention: output projection, mHC and FFN."""
+        return self._tile_ffn(hc_expand(self.mixer._output(out, n_real), x, post, comb), n_real)
+
+    def _tile_ffn(self, x: mx.array, n_real: int) -> mx.array:
         h, post, comb = self.hc_ffn(x)
         h = self.ffn_norm(h)
-        h = self.ffn.tile(h, None, n_real) if isinstance(self.ffn, SharedExpertMoE) else self.ffn(h)
-        return hc_expand(h, x, post, comb), cache, selection
+        if isinstance(self.ffn, SharedExpertMoE):
+            return hc_expand(self.ffn.tile(h, None, n_real), x, post, comb)
+        return hc_expand(self.ffn(h, n_real), x, post, comb)
 
 
 class NextNPredictor(nn.Module):

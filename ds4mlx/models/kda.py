@@ -239,7 +239,7 @@ class KDA(nn.Module):
         """Causal depthwise conv + SiLU of the q/k/v projections -> ([3, T, inner], the rows to
         keep: those of the last ``kernel - 1 + rollback`` real positions)."""
         tokens, history = x.shape[0], self.kernel - 1
-        proj = mx.stack([linear(x, wt) for wt in self.wqkv])  # [3, T, inner]
+        proj = mx.stack([linear(x, wt, n_real) for wt in self.wqkv])  # [3, T, inner]
         if rows is None:
             rows = mx.zeros((3, history, proj.shape[-1]))
         window = mx.concatenate([rows[:, rows.shape[1] - history :], proj], axis=1)
@@ -251,9 +251,10 @@ class KDA(nn.Module):
         kept = mx.concatenate([rows, proj[:, max(0, n_real - keep) : n_real]], axis=1)
         return nn.silu(out), kept[:, max(0, kept.shape[1] - keep) :]
 
-    def _decay(self, x: mx.array) -> mx.array:
-        """Per-channel log decay g [T, H, K] (llama.cpp's ``kda_g1``)."""
-        g = linear(linear(x, self.f_a), self.f_b) + self.dt_bias
+    def _decay(self, x: mx.array, rows: int) -> mx.array:
+        """Per-channel log decay g [T, H, K] (llama.cpp's ``kda_g1``) of the first ``rows``
+        rows (``kernels.linear``)."""
+        g = linear(linear(x, self.f_a, rows), self.f_b, rows) + self.dt_bias
         g = g.reshape(x.shape[0], self.heads, self.head_dim)
         a = self.a[:, None]
         if self.lower_bound > -math.inf:
@@ -265,7 +266,17 @@ class KDA(nn.Module):
         chunk-wise and keeps the final state only."""
         (q, k, v, g, beta), states, conv = self._recurrence_inputs(x, cache, x.shape[0])
         out, state = kda_scan(q, k, v, g, beta, states[-1])
-        return self._output(x, out), KDACache(conv=conv, ssm=state[None])
+        return self._output(x, out, x.shape[0]), KDACache(conv=conv, ssm=state[None])
+
+    def steady(self, cache: KDACache) -> bool:
+        """Whether ``cache`` has the shapes every later decode tile keeps (all the conv rows
+        and states a rollback may need): from then on a compiled tile traces no more."""
+        return (
+            cache.conv is not None
+            and cache.ssm is not None
+            and cache.conv.shape[1] == self.kernel - 1 + self.rollback
+            and cache.ssm.shape[0] == self.rollback + 1
+        )
 
     def tile(self, x: mx.array, cache: KDACache, n_real: int) -> tuple[mx.array, KDACache]:
         """``__call__`` of a decode tile (see ``models.base.DECODE_TILE``): the recurrence runs
@@ -276,26 +287,27 @@ class KDA(nn.Module):
         h, hd = self.heads, self.head_dim
         out = mx.concatenate([out, mx.zeros((h, x.shape[0] - n_real, hd))], axis=1)
         states = states[max(0, states.shape[0] - self.rollback - 1) :]
-        return self._output(x, out), KDACache(conv=conv, ssm=states)
+        return self._output(x, out, n_real), KDACache(conv=conv, ssm=states)
 
     def _recurrence_inputs(
         self, x: mx.array, cache: KDACache, real: int
     ) -> tuple[tuple[mx.array, ...], mx.array, mx.array]:
-        """The recurrence's inputs q, k, g [H, T, K], v [H, T, V] and beta [H, T] of x [T, D];
-        the states [n, H, K, V] it continues from (the last); the conv rows to keep (of the
-        first ``real`` rows)."""
+        """The recurrence's inputs q, k, g [H, T, K], v [H, T, V] and beta [H, T] of the first
+        ``real`` rows of x [T, D] (the others' are unspecified); the states [n, H, K, V] it
+        continues from (the last); the conv rows to keep."""
         tokens, h, hd = x.shape[0], self.heads, self.head_dim
         qkv, conv = self._conv(x, cache.conv, real)
         q, k, v = (mx.swapaxes(t.reshape(tokens, h, hd), 0, 1) for t in qkv)  # [H, T, hd]
         q, k = _l2_norm(q), _l2_norm(k)
-        beta = mx.swapaxes(mx.sigmoid(linear(x, self.w_beta)), 0, 1)  # [H, T]
-        g = mx.swapaxes(self._decay(x), 0, 1)
+        beta = mx.swapaxes(mx.sigmoid(linear(x, self.w_beta, real)), 0, 1)  # [H, T]
+        g = mx.swapaxes(self._decay(x, real), 0, 1)
         states = cache.ssm if cache.ssm is not None else mx.zeros((1, h, hd, hd))
         return (q, k, v, g, beta), states, conv
 
-    def _output(self, x: mx.array, out: mx.array) -> mx.array:
-        """The recurrence's outputs [H, T, V] normed, gated by x [T, D] and projected: [T, D]."""
+    def _output(self, x: mx.array, out: mx.array, rows: int) -> mx.array:
+        """The recurrence's outputs [H, T, V] normed, gated by x [T, D] and projected: [T, D]
+        (its first ``rows`` rows)."""
         tokens, h, hd = x.shape[0], self.heads, self.head_dim
-        gate = linear(linear(x, self.g_a), self.g_b).reshape(tokens, h, hd)
+        gate = linear(linear(x, self.g_a, rows), self.g_b, rows).reshape(tokens, h, hd)
         out = self.o_norm(mx.swapaxes(out, 0, 1)) * mx.sigmoid(gate)
-        return linear(out.reshape(tokens, h * hd), self.wo)
+        return linear(out.reshape(tokens, h * hd), self.wo, rows)

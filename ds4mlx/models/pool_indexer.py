@@ -127,8 +127,9 @@ class PoolIndexer(nn.Module):
         self, x: mx.array, pos0: int, cache: IndexCache | None, real: int, one_at_a_time: bool
     ) -> IndexCache:
         r = self.kpool
-        keys = mx.fast.layer_norm(linear(x, self.wk), self.k_norm, self.k_norm_bias, self.norm_eps)
-        gates = linear(x, self.wgate)
+        keys = linear(x, self.wk, real)
+        keys = mx.fast.layer_norm(keys, self.k_norm, self.k_norm_bias, self.norm_eps)
+        gates = linear(x, self.wgate, real)
         end = pos0 + real
         first, last = pos0 // r, end // r  # the pools completed now: [first, last)
         start, pooled = pos0, None
@@ -175,7 +176,7 @@ class PoolIndexer(nn.Module):
         over exactly the pools its position sees, as one-token decode scores it; the padding
         rows select nothing."""
         n_pools = 0 if pooled is None else pooled.shape[0]
-        q, weights = self._queries(x, qr)
+        q, weights = self._queries(x, qr, n_real)
         rows = []
         for r in range(n_real):
             n_seen = (int(positions[r]) + 1) // self.kpool
@@ -186,10 +187,13 @@ class PoolIndexer(nn.Module):
         rows.append(mx.zeros((len(positions) - n_real, n_pools), mx.bool_))
         return Selection(positions, mx.concatenate(rows), self.kpool, self.tail)
 
-    def _queries(self, x: mx.array, qr: mx.array) -> tuple[mx.array, mx.array]:
-        """Indexer queries [T, heads, dim] and head weights [T, heads]."""
-        q = linear(qr, self.q_b).reshape(x.shape[0], self.heads, self.dim)
-        return q, linear(x, self.proj) * (1.0 / math.sqrt(self.dim * self.heads))
+    def _queries(
+        self, x: mx.array, qr: mx.array, rows: int | None = None
+    ) -> tuple[mx.array, mx.array]:
+        """Indexer queries [T, heads, dim] and head weights [T, heads] (of the first ``rows``
+        rows: ``kernels.linear``)."""
+        q = linear(qr, self.q_b, rows).reshape(x.shape[0], self.heads, self.dim)
+        return q, linear(x, self.proj, rows) * (1.0 / math.sqrt(self.dim * self.heads))
 
     def _top_pools(
         self, q: mx.array, weights: mx.array, pooled: mx.array, visible: mx.array

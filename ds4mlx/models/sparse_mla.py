@@ -93,7 +93,25 @@ class SparseMLA(nn.Module):
         """``__call__`` of a decode tile (see ``DECODE_TILE``): only its first ``n_real`` rows
         are real; each attends on its own, the padding rows get zeros and stay out of the
         cache."""
-        qr, q, rows = self._project(x)
+        out, cache, shared = self.attend_tile(
+            x, *self._project(x, n_real), pos0, cache, shared, n_real
+        )
+        return self._output(out, n_real), cache, shared
+
+    def attend_tile(
+        self,
+        x: mx.array,
+        qr: mx.array,
+        q: mx.array,
+        rows: mx.array,
+        pos0: int,
+        cache: MLACache,
+        shared: Selection | None,
+        n_real: int,
+    ) -> tuple[mx.array, MLACache, Selection]:
+        """``tile`` between its projections (``_project``'s qr, q and latent rows of x) and
+        its output projection: the cache update, the indexer and the attention, whose shapes
+        grow with the context (a compiled tile leaves them out)."""
         latent = append_rows(cache.latent, rows, n_real)
         index = cache.index
         if self.indexer is not None:
@@ -101,20 +119,21 @@ class SparseMLA(nn.Module):
             positions = np.arange(pos0, pos0 + x.shape[0])
             shared = self.indexer.select_tile(x, qr, positions, index.pooled, n_real)
         out = self._attend_rows(q, latent, _required(shared), n_real)
-        return self._output(out), MLACache(latent=latent, index=index), shared
+        return out, MLACache(latent=latent, index=index), shared
 
-    def _project(self, x: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+    def _project(self, x: mx.array, rows: int | None = None) -> tuple[mx.array, mx.array, mx.array]:
         """The query input qr [T, q_lora_rank], the absorbed queries [H, T, kv_lora_rank] and
-        the normed latents [T, kv_lora_rank] of x [T, D]."""
-        qr = self.q_a_norm(linear(x, self.wq_a))
-        q = linear(qr, self.wq_b).reshape(x.shape[0], self.heads, self.head_dim)
+        the normed latents [T, kv_lora_rank] of x [T, D] (of its first ``rows`` rows: a decode
+        tile's real ones, ``kernels.linear``)."""
+        qr = self.q_a_norm(linear(x, self.wq_a, rows))
+        q = linear(qr, self.wq_b, rows).reshape(x.shape[0], self.heads, self.head_dim)
         q = linear(mx.swapaxes(q, 0, 1), self.wk_b)  # absorbed: [H, T, kv_lora_rank]
-        return qr, q, self.kv_norm(linear(x, self.wkv_a))
+        return qr, q, self.kv_norm(linear(x, self.wkv_a, rows))
 
-    def _output(self, out: mx.array) -> mx.array:
+    def _output(self, out: mx.array, rows: int | None = None) -> mx.array:
         """The attended latents [H, T, kv_lora_rank] expanded and projected: [T, D]."""
         out = mx.swapaxes(linear(out, self.wv_b), 0, 1)
-        return linear(out.reshape(out.shape[0], -1), self.wo)
+        return linear(out.reshape(out.shape[0], -1), self.wo, rows)
 
     def _attend(self, q: mx.array, latent: mx.array, selection: Selection) -> mx.array:
         """Attention of the absorbed queries over the selected latents (keys = values), in

@@ -41,8 +41,11 @@ class CompiledTiles:
         self.tile = tile
         self.compiled: dict[int, Callable[..., Any]] = {}
 
-    def get(self, n_real: int) -> Callable[..., Any]:
-        if not _COMPILING.get():
+    def get(self, n_real: int, compiled: bool = True) -> Callable[..., Any]:
+        """The tile of ``n_real`` real rows: compiled unless ``compiled`` is False (inputs
+        whose shapes are not steady yet would trace it again and again) or within
+        ``uncompiled``."""
+        if not compiled or not _COMPILING.get():
             return partial(self._inference_tile, n_real=n_real)
         if n_real not in self.compiled:
             self.compiled[n_real] = mx.compile(partial(self._inference_tile, n_real=n_real))

@@ -50,13 +50,12 @@ def target_fingerprint(gguf: GGUFFile) -> str:
     """The target identity (see the module docstring), as a hex sha256. It reads the file's
     memory map, i.e. the weights the loaded model holds even if the path was replaced since."""
     digest = hashlib.sha256()
-    data = gguf.reader.data
     for info in sorted(gguf.layout.tensors.values(), key=lambda info: info.name):
         header = f"{info.name}\0{info.qtype.name}\0{list(info.shape)}\0{info.nbytes}\0"
         digest.update(header.encode())
         for offset, length in _windows(info.nbytes):
             start = info.file_offset + offset
-            digest.update(data[start : start + length].tobytes())
+            digest.update(gguf.mapping[start : start + length])
     return digest.hexdigest()
 
 
@@ -72,11 +71,10 @@ def tokenizer_metadata(target: GGUFFile) -> dict[str, MetaValue]:
     """The target's ``tokenizer.*`` keys, which llama.cpp expects in a drafter file too (empty
     arrays left out: GGUF writers refuse them)."""
     out = {}
-    for key, field in target.reader.fields.items():
+    for key in target.layout.metadata:
         value = target.get(key)
         if key.startswith("tokenizer.") and value != []:
-            # types: [scalar type] or [ARRAY, item type]
-            out[key] = MetaValue(value, field.types[-1])
+            out[key] = MetaValue(value, target.writer_type(key))
     return out
 
 

@@ -49,11 +49,10 @@ def test_contradicting_flags_are_errors():
         parser.parse_args(["-p", "x", "--expert-cache", "many"])
 
 
-def test_ds4_prints_expert_counters(capsys):
+@pytest.mark.parametrize("verbose", ["--verbose", "-v"])
+def test_ds4_prints_expert_counters(capsys, verbose):
     assert (
-        main.main(
-            ["-p", "hello", "-n", "3", "--ssd-stream", "--expert-cache", "0.005", "--verbose"]
-        )
+        main.main(["-p", "hello", "-n", "3", "--ssd-stream", "--expert-cache", "0.005", verbose])
         == 0
     )
     err = capsys.readouterr().err

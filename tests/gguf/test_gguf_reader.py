@@ -15,6 +15,8 @@ import pytest
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter
 from gguf import quants as gguf_quants
 
+from tests.conftest import REPO_ROOT, oracle_dir
+
 T = GGMLQuantizationType
 QUANTIZABLE = {T.Q8_0, T.Q4_0, T.MXFP4, T.BF16}  # gguf.quants.quantize implements these
 SUPPORTED_IN_ORDER = sorted(SUPPORTED_TYPES, key=lambda t: t.name)
@@ -35,13 +37,38 @@ def test_metadata_access(valid_gguf: Path):
     assert str(caught.value) == expected
 
 
+def shipped_and_oracle_ggufs() -> list[Path]:
+    return sorted((REPO_ROOT / "assets").glob("*.gguf")) + sorted(oracle_dir().glob("*.gguf"))
+
+
+@pytest.mark.parametrize("path", shipped_and_oracle_ggufs(), ids=lambda path: path.name)
+def test_values_read_on_demand_are_gguf_readers(path: Path):
+    """Metadata decoded from the validated offsets, and tensor views cut from the map, are
+    exactly what gguf.GGUFReader parses (same values, same Python and numpy types), and the
+    value types a support file's writer is given are the file's."""
+    gguf_file = open_gguf(path)
+    fields = {k: f for k, f in gguf_file.reader.fields.items() if not k.startswith("GGUF.")}
+    assert list(fields) == list(gguf_file.layout.metadata)
+    for key, field in fields.items():
+        ours, theirs = gguf_file.get(key), field.contents()
+        assert (ours, type(ours)) == (theirs, type(theirs)), key
+        if ours != []:  # GGUFReader records no item type for an empty array
+            assert gguf_file.writer_type(key) == field.types[-1], key
+        if isinstance(ours, list) and ours:
+            assert type(ours[0]) is type(theirs[0]), key
+    for tensor in gguf_file.reader.tensors:
+        raw = gguf_file.raw(tensor.name)
+        assert (raw.dtype, raw.shape) == (tensor.data.dtype, tensor.data.shape), tensor.name
+        assert np.array_equal(raw.view(np.uint8), tensor.data.view(np.uint8)), tensor.name
+
+
 def test_tensor_access(valid_gguf: Path):
     gguf_file = open_gguf(valid_gguf)
     assert gguf_file.has_tensor("c.weight") and not gguf_file.has_tensor("d.weight")
     assert gguf_file.tensor_shape("c.weight") == (4, 64)
     assert gguf_file.tensor_type("c.weight") == T.Q8_0
     raw = gguf_file.raw("c.weight")
-    assert np.shares_memory(raw, gguf_file.reader.mapped)  # a view of the map, not a copy
+    assert np.shares_memory(raw, np.frombuffer(gguf_file.mapping, np.uint8))  # a view, no copy
     assert raw.shape == (4, 2 * 34)
     assert gguf_file.dequantize("a.weight").dtype == np.float32
     for accessor in (gguf_file.tensor_shape, gguf_file.raw, gguf_file.load_weight):
