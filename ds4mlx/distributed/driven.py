@@ -141,10 +141,11 @@ class DrivenSession(Session):
         conductor.announce(Op.NEW_SESSION, self.key)
         weakref.finalize(self, conductor.forget_session, self.key)
 
-    def feed_mx(self, tokens: Sequence[int]):
+    def feed_mx(self, tokens: Sequence[int], all_logits: bool = True):
         self.check_tokens(tokens)
-        self.conductor.announce(Op.FEED, self.key, payload=tokens)
-        return super().feed_mx(tokens)
+        # The argument 1 asks for the last row's logits only, as here (``_replay``).
+        self.conductor.announce(Op.FEED, self.key, int(not all_logits), payload=tokens)
+        return super().feed_mx(tokens, all_logits)
 
     def feed_hidden(self, tokens: Sequence[int], capture_layers: Sequence[int] = ()):
         self.check_tokens(tokens)
@@ -219,7 +220,7 @@ class Follower:
             return
         session = self.sessions[message.session]
         if message.op == Op.FEED:
-            session.feed_mx(payload)
+            session.feed_mx(payload, all_logits=not n)
         elif message.op == Op.FEED_HIDDEN:
             session.feed_hidden(payload[:n], payload[n:])
         elif message.op == Op.TRUNCATE:

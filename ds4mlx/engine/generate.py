@@ -122,7 +122,7 @@ class Decoder:
         self, session: Session, prompt: Sequence[int], sampler: Sampler, stats: GenerationStats
     ) -> int:
         """Feed ``prompt``; the first generated token."""
-        return sampler(session.feed_mx(prompt)[-1])
+        return sampler(session.feed_mx(prompt, all_logits=False)[-1])
 
     def advance(
         self, session: Session, token: int, sampler: Sampler, stats: GenerationStats, limits: Limits

@@ -56,10 +56,13 @@ class Session:
                 f"(0..{vocab_size - 1})"
             )
 
-    def feed_mx(self, tokens: Sequence[int]) -> mx.array:
-        """Advance by ``tokens``; returns their logits [T, vocab] as an MLX array."""
+    def feed_mx(self, tokens: Sequence[int], all_logits: bool = True) -> mx.array:
+        """Advance by ``tokens``; returns their logits [T, vocab] as an MLX array, or with
+        ``all_logits=False`` the last token's alone, [1, vocab] (a prefill that only samples
+        what follows: the head's product for the other rows is skipped)."""
         self.check_tokens(tokens)
-        logits = self.model.forward(mx.array(list(tokens), dtype=mx.int32), self.state)
+        ids = mx.array(list(tokens), dtype=mx.int32)
+        logits = self.model.forward(ids, self.state, all_logits=all_logits)
         self.tokens.extend(int(t) for t in tokens)
         return logits
 

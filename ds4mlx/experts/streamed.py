@@ -82,11 +82,16 @@ class _Slab:
     def write(self, slot: int, expert: tuple[HostWeight, ...]) -> None:
         for arrays, host in zip(self.parts, expert, strict=True):
             for j, part in enumerate(host.parts):
-                value = mx.array(part)
-                arrays[j][slot] = mx.view(value, mx.bfloat16) if host.kind == "bf16" else value
-        # Evaluated now, while nothing else references the slab: MLX then writes it in place
-        # (a pending reader would force a copy of the whole slab), and the copy of the expert
-        # is freed before the next one is made.
+                if host.kind == "bf16":  # numpy has no bfloat16 view: MLX writes the slot
+                    arrays[j][slot] = mx.view(mx.array(part), mx.bfloat16)
+                else:
+                    # Nothing queued reads the slab (the module docstring), so the slot's
+                    # bytes are overwritten where they lie: one copy from the read buffer,
+                    # where an MLX array of the part and MLX's slice update (element by element
+                    # for bytes) took two more and fresh pages for each temporary.
+                    np.asarray(memoryview(arrays[j]))[slot] = part
+        # A slice update is evaluated now, while nothing else references the slab: MLX then
+        # writes it in place (a pending reader would force a copy of the whole slab).
         mx.eval(self.arrays())
 
     def weights(self, slots: np.ndarray | None = None) -> tuple[Weight, Weight, Weight]:

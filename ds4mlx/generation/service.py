@@ -352,7 +352,7 @@ class ChatService:
         started = time.perf_counter()
         while len(tokens) - session.n_tokens > PREFILL_CHUNK:
             at = session.n_tokens
-            logits = session.feed_mx(tokens[at : at + PREFILL_CHUNK])
+            logits = session.feed_mx(tokens[at : at + PREFILL_CHUNK], all_logits=False)
             mx.eval(logits[-1])  # the chunk is computed here, not queued for the next one
             yield PrefillProgress(session.n_tokens - begin, total, time.perf_counter() - started)
         return _ChunkedPrefill(session.n_tokens - begin, time.perf_counter() - started)

@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Literal, TypeVar, overload
 
 from ds4mlx.experts import ExpertStore
 from ds4mlx.gguf import GGUFFile
-from ds4mlx.kernels import take_rows
+from ds4mlx.kernels import Weight, linear, take_rows
 from ds4mlx.models.cache import ModelState
 from ds4mlx.models.mhc import hc_mean
 from ds4mlx.models.outputs import ForwardOutput, capture_set
@@ -50,7 +50,7 @@ class TiledModel(nn.Module):
 
     A subclass sets ``args_class`` and ``tensor_shapes``, holds ``args``, ``embed`` (the token
     embeddings) and ``blocks`` (each with ``new_cache()``), and implements ``_layers``,
-    ``_tile_layers`` and ``head``.
+    ``_tile_layers`` and ``head_input``, and holds the LM head's matrix as ``output``.
     """
 
     #: The most rows a chunk may have for its logits to be bit-identical to one-token decode.
@@ -60,6 +60,7 @@ class TiledModel(nn.Module):
     args: Any
     embed: Any
     blocks: list[Any]
+    output: Weight
 
     @staticmethod
     def tensor_shapes(args: Any) -> dict[str, Shape]:
@@ -110,14 +111,26 @@ class TiledModel(nn.Module):
         """``_layers`` of a decode tile whose first ``n_real`` rows are real (DECODE_TILE)."""
         raise NotImplementedError
 
-    def head(self, x: mx.array) -> tuple[mx.array, mx.array]:
-        """The streams after the last block [T, hc, D] -> (the LM head's input [T, D], logits
-        [T, vocab])."""
+    def head_input(self, x: mx.array, real_rows: int | None = None) -> mx.array:
+        """The streams after the last block [T, hc, D] -> the LM head's input [T, D].
+        ``real_rows``: only the first rows are needed (a decode tile's real rows)."""
         raise NotImplementedError
+
+    def head(
+        self, x: mx.array, real_rows: int | None = None, last_only: bool = False
+    ) -> tuple[mx.array, mx.array]:
+        """The streams after the last block [T, hc, D] -> (the LM head's input [T, D], logits
+        [T, vocab]). ``last_only``: the logits of the last row alone, [1, vocab]: a prefill
+        that only samples the next token skips the vocabulary-wide product of every other row
+        (129,280 rows of the head for each prompt token at DeepSeek-V4-Flash's width)."""
+        final = self.head_input(x, real_rows)
+        if last_only:
+            return final, linear(final[-1:], self.output)
+        return final, linear(final, self.output, real_rows)
 
     def _tile_head(self, x: mx.array, n_real: int) -> tuple[mx.array, mx.array]:
         """``head`` of a decode tile whose first ``n_real`` rows are real."""
-        return self.head(x)
+        return self.head(x, n_real)
 
     def _tile_context(self) -> AbstractContextManager[Any]:
         """What a decode tile runs in (none here; an architecture may run its tiles as
@@ -139,6 +152,7 @@ class TiledModel(nn.Module):
         return_hidden: Literal[False] = False,
         evaluate: bool = True,
         asynchronous: bool = False,
+        all_logits: bool = True,
     ) -> mx.array: ...
 
     @overload
@@ -151,6 +165,7 @@ class TiledModel(nn.Module):
         return_hidden: Literal[True],
         evaluate: bool = True,
         asynchronous: bool = False,
+        all_logits: bool = True,
     ) -> ForwardOutput: ...
 
     def forward(
@@ -162,8 +177,11 @@ class TiledModel(nn.Module):
         return_hidden: bool = False,
         evaluate: bool = True,
         asynchronous: bool = False,
+        all_logits: bool = True,
     ) -> mx.array | ForwardOutput:
         """Logits [T, vocab] of int32 ``tokens`` [T] continuing ``state``, which it advances.
+        With ``all_logits=False`` only the last token's, [1, vocab] (a prefill that samples the
+        next token); the hidden states are every token's either way.
 
         With ``return_hidden`` a ``ForwardOutput`` also carries the hidden states of
         ``capture_layers`` and of the head. ``evaluate=False`` returns the results (and leaves
@@ -189,8 +207,15 @@ class TiledModel(nn.Module):
                 x = after
                 if i in capture:
                     captured[i] = hc_mean(x)[:n]
-            final, logits = self._tile_head(x, n) if tile else self.head(x)
-        x, final, logits = x[:n], final[:n], logits[:n]
+            if tile:  # the compiled tile's head: every real row, sliced below
+                final, logits = self._tile_head(x, n)
+            else:
+                final, logits = self.head(x, last_only=not all_logits)
+        x, final = x[:n], final[:n]
+        if all_logits:
+            logits = logits[:n]
+        elif tile:
+            logits = logits[n - 1 : n]
 
         # A tile's padding rows never entered the caches.
         state.layers, state.pos = caches, pos0 + n

@@ -838,12 +838,8 @@ class Model(TiledModel):
         mx.eval(logits, *(a for state in states for a in state.arrays()))
         return logits
 
-    def head(self, x: mx.array, real_rows: int | None = None) -> tuple[mx.array, mx.array]:
-        """The streams after the last block [T, hc, D] -> (the LM head's input [T, D], logits
-        [T, vocab]). ``real_rows``: only the first rows are needed (``kernels.linear``'s
-        ``rows``; a decode tile's real rows)."""
-        final = self.output_norm(self.hc_head(x, real_rows))
-        return final, linear(final, self.output, real_rows)
+    def head_input(self, x: mx.array, real_rows: int | None = None) -> mx.array:
+        return self.output_norm(self.hc_head(x, real_rows))
 
     def _tile_head_graph(self, x: mx.array, n_real: int) -> tuple[mx.array, mx.array]:
         """``head`` of a decode tile's first ``n_real`` rows (compiled: ``_tile_head``)."""

@@ -592,14 +592,8 @@ class Model(TiledModel):
         has_nextn = args.nextn_layers and w.has(f"blk.{args.num_layers}.nextn.eh_proj.weight")
         self.mtp = NextNPredictor(args, w, self) if has_nextn else None
 
-    def head(self, x: mx.array) -> tuple[mx.array, mx.array]:
-        """The streams after the last block [T, hc, D] -> (the LM head's input [T, D], logits
-        [T, vocab])."""
-        return self._tile_head(x, None)
-
-    def _tile_head(self, x: mx.array, n_real: int | None) -> tuple[mx.array, mx.array]:
-        final = self.output_norm(hc_mean(x))
-        return final, linear(final, self.output, n_real)
+    def head_input(self, x: mx.array, real_rows: int | None = None) -> mx.array:
+        return self.output_norm(hc_mean(x))  # every row: the mean of its streams is cheap
 
     def truncate(self, state: ModelState, pos: int) -> None:
         """Roll ``state`` back to just after position ``pos - 1``, without recomputing anything:

@@ -73,10 +73,19 @@ def reference(raw: np.ndarray, qtype: GGMLQuantizationType, shape: tuple[int, ..
         return np.asarray(gguf_quants.dequantize(raw, qtype), dtype=np.float32).reshape(shape)
 
 
-def q8_0_rounded(x: np.ndarray) -> np.ndarray:
-    """float32 rows as the CPU's Q8_0 products see them: each 32-value block rounded to
-    d * round(v / d), d = its largest magnitude / 127 (``Q8Row``, cpu_ops/quant_blocks.h)."""
-    blocks = x.astype(np.float32).reshape(*x.shape[:-1], -1, 32)
+# Values per scale of the input's 8-bit form where the CPU's blocks take integer dot products
+# (``integer_dot_block``, cpu_ops/quant_blocks.h): llama.cpp's q8_0 and q8_K.
+INTEGER_DOT_BLOCK = {T.Q8_0: 32, T.Q2_K: 256, T.IQ2_XXS: 256}
+
+
+def integer_rounded(x: np.ndarray, qtype: GGMLQuantizationType) -> np.ndarray:
+    """float32 rows as the CPU's products on ``qtype`` blocks see them: for the formats with
+    integer dot products each block of the input rounded to d * round(v / d), d = its largest
+    magnitude / 127 (``QuantizedRow``, cpu_ops/quant_blocks.h); other formats' rows as they are."""
+    block = INTEGER_DOT_BLOCK.get(qtype)
+    if block is None:
+        return x
+    blocks = x.astype(np.float32).reshape(*x.shape[:-1], -1, block)
     d = np.abs(blocks).max(axis=-1, keepdims=True) / np.float32(127)
     inverse = np.divide(np.float32(1), d, out=np.zeros_like(d), where=d > 0)
     return (np.rint(blocks * inverse) * d).reshape(x.shape).astype(np.float32)

@@ -10,7 +10,7 @@ from ds4mlx.kernels import PackedWeight, twins
 import mlx.core as mx
 import numpy as np
 import pytest
-from ggml_blocks import DENSE_TYPES, QUANTIZED_TYPES, q8_0_rounded, random_blocks, reference
+from ggml_blocks import DENSE_TYPES, QUANTIZED_TYPES, integer_rounded, random_blocks, reference
 from gguf import GGMLQuantizationType
 
 T = GGMLQuantizationType
@@ -46,8 +46,8 @@ def switch_reference(x: np.ndarray, w: np.ndarray, indices: np.ndarray) -> np.nd
 def test_linear(qtype: GGMLQuantizationType):
     weight, expected = weights(qtype, (N_OUT, 2 * K_IN), seed=10)
     x = np.random.default_rng(11).normal(size=(2, 3, 2 * K_IN))
-    if isinstance(weight, PackedWeight) and qtype == T.Q8_0:
-        x = q8_0_rounded(x)  # what the CPU's Q8_0 blocks multiply (as llama.cpp does)
+    if isinstance(weight, PackedWeight):
+        x = integer_rounded(x, qtype)  # what the CPU's integer products multiply (as llama.cpp)
     assert_close(kernels.linear(mx.array(x, dtype=mx.float32), weight), x @ expected.T)
 
 

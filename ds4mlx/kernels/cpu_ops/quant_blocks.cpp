@@ -4,12 +4,14 @@
 // (quant_blocks.h) into a row buffer that stays in the cache while every input row takes its
 // dot product with it, so no float32 matrix is ever made.
 //
-// Up to kDotRows input rows (decode and verify tiles) each output is one ``dot`` of a decoded
-// weight row and an input row, the same function whatever the row count: a row's bits never
-// depend on the other rows of the call (a verify row equals that token decoded alone) nor on
-// where the weight's bytes live (streamed logits equal resident ones). More rows (prefill)
-// decode a panel of weight rows and hand it to BLAS. A Q8_0 matrix multiplies inputs rounded to
-// 8 bits per 32-value block (as llama.cpp's CPU does) on both paths, so prefill and decode agree.
+// Up to kDotRows input rows (decode and verify tiles) each output is one dot product of a weight
+// row and an input row, the same function whatever the row count: a row's bits never depend on
+// the other rows of the call (a verify row equals that token decoded alone) nor on where the
+// weight's bytes live (streamed logits equal resident ones). Q8_0, Q2_K and IQ2_XXS take integer
+// dot products on the blocks themselves, on the input rounded to 8 bits (per 32 values for Q8_0,
+// per 256 for the others, as llama.cpp's CPU does); the other formats decode the weight row to
+// float32. More rows (prefill) decode a panel of weight rows and hand it to BLAS, the input
+// rounded as the integer products round it, so prefill and decode agree.
 
 #include "common.h"
 #include "ops.h"
@@ -22,10 +24,10 @@ namespace {
 constexpr int kDotRows = 8;
 // Weight rows decoded at a time for BLAS (prefill): 64 rows of a 4096-wide matrix are 1 MiB.
 constexpr int kPanelRows = 64;
-// Input rows up to which a Q8_0 matrix takes integer dot products even where it may batch: for
-// a short prefill they beat decoding panels to float32 for BLAS (16 tokens on the flash-shaped
-// file: prefill 0.37x llama.cpp's), and give the bits decode gives.
-constexpr int kQ8DotRows = 32;
+// Input rows up to which a matrix with integer dot products (Q8_0, Q2_K, IQ2_XXS) takes them
+// even where it may batch: for a short prefill they beat decoding panels to float32 for BLAS
+// (an expert's few pairs above all), and give the bits decode gives.
+constexpr int kIntegerDotRows = 32;
 
 // A matrix [N, K] of GGUF blocks, row j at data + j * row_bytes.
 struct BlockMatrix {
@@ -48,31 +50,36 @@ struct Scratch {
   }
 };
 
-// block_product for a Q8_0 matrix: each input row put in Q8_0 form once, then every output
-// one q8_0_dot; a weight row stays in the L1 cache while the rows take their products.
-void q8_rows_product(const BlockMatrix& w, const float* x, size_t x_stride, float* y,
-                     size_t y_stride, int count) {
-  thread_local std::vector<Q8Row> rows;
+// block_product in integers: each input row put in the weight's integer form once (``Row``),
+// then every output one ``kDot``; a weight row stays in the L1 cache while the rows take their
+// products.
+template <typename Row, float (*kDot)(const uint8_t*, const Row&, int)>
+void integer_rows_product(const BlockMatrix& w, const float* x, size_t x_stride, float* y,
+                          size_t y_stride, int count) {
+  thread_local std::vector<Row> rows;
   const int k = w.decoder.k();
   if (static_cast<int>(rows.size()) < count) rows.resize(count);
   for (int r = 0; r < count; r++) rows[r].quantize(x + r * x_stride, k);
   for (int j = 0; j < w.n; j++) {
-    for (int r = 0; r < count; r++) y[r * y_stride + j] = q8_0_dot(w.row(j), rows[r], k);
+    for (int r = 0; r < count; r++) y[r * y_stride + j] = kDot(w.row(j), rows[r], k);
   }
 }
 
 // y[r, j] = W_j . x[r] for ``count`` rows x [count, K] (row stride x_stride) into y (row stride
-// y_stride). ``batched``: count may share BLAS GEMMs (prefill); else each output is dot's sum.
+// y_stride). ``batched``: count may share BLAS GEMMs (prefill); else each output is one dot
+// product. Q8_0, Q2_K and IQ2_XXS multiply the input rounded to 8 bits (as llama.cpp does) on
+// every path, so prefill and decode agree.
 void block_product(const BlockMatrix& w, const float* x, size_t x_stride, float* y,
                    size_t y_stride, int count, bool batched, std::vector<float>& buffer) {
   const int k = w.decoder.k();
   if (count == 0) return;
-  const bool q8_dots = w.type == BlockType::kQ8_0 && count <= kQ8DotRows;
-  if (batched && count > kDotRows && !q8_dots) {
-    if (w.type == BlockType::kQ8_0) {  // the activations the integer dot products would see
+  const int integer_block = integer_dot_block(w.type);
+  const bool integer_dots = integer_block > 0 && count <= kIntegerDotRows;
+  if (batched && count > kDotRows && !integer_dots) {
+    if (integer_block > 0) {  // the activations the integer dot products would see
       thread_local std::vector<float> rounded;
       rounded.resize(static_cast<size_t>(count) * k);
-      round_rows_to_q8(x, x_stride, count, k, rounded.data());
+      round_rows_to_q8(x, x_stride, count, k, integer_block, rounded.data());
       x = rounded.data();
       x_stride = k;
     }
@@ -86,9 +93,17 @@ void block_product(const BlockMatrix& w, const float* x, size_t x_stride, float*
     }
     return;
   }
-  if (w.type == BlockType::kQ8_0) {  // integer dot products on the blocks themselves
-    q8_rows_product(w, x, x_stride, y, y_stride, count);
-    return;
+  switch (w.type) {  // integer dot products on the blocks themselves
+    case BlockType::kQ8_0:
+      integer_rows_product<Q8Row, q8_0_dot>(w, x, x_stride, y, y_stride, count);
+      return;
+    case BlockType::kQ2_K:
+      integer_rows_product<Q8KRow, q2_k_dot>(w, x, x_stride, y, y_stride, count);
+      return;
+    case BlockType::kIQ2_XXS:
+      integer_rows_product<Q8KRow, iq2_xxs_dot>(w, x, x_stride, y, y_stride, count);
+      return;
+    default: break;
   }
   // Four weight rows decoded at a time, each input row read once for the four (dot4).
   buffer.resize(static_cast<size_t>(4) * k);

@@ -223,50 +223,86 @@ inline void decode_bf16_values(const uint8_t* __restrict b, float* __restrict ou
   }
 }
 
-// An input row in Q8_0's own form, for Q8_0 weights' integer dot products (what llama.cpp
-// does too): per 32 values an int8 code and a scale, amax / 127, rounded to nearest.
-struct Q8Row {
+// ``n`` values as int8 codes, llama.cpp's rounding of the input for its integer dot products:
+// scale d = amax / 127, code = nearest(value / d); returns d (value ~ d * code).
+inline float quantize_block(const float* v, int8_t* out, int n) {
+  float amax = 0.0f;
+  for (int i = 0; i < n; i++) amax = std::max(amax, std::fabs(v[i]));
+  const float d = amax / 127.0f, inverse = d > 0.0f ? 1.0f / d : 0.0f;
+  for (int i = 0; i < n; i++) out[i] = static_cast<int8_t>(std::nearbyint(v[i] * inverse));
+  return d;
+}
+
+// An input row in integer form for a weight format's integer dot products: int8 codes with one
+// scale per ``kBlock`` values; Q8_0 weights take 32-value blocks (llama.cpp's q8_0), Q2_K and
+// IQ2_XXS 256-value ones (its q8_K), which also keep each 16 codes' sum (Q2_K's minimums
+// multiply those instead of every code).
+template <int kBlock>
+struct QuantizedRow {
   std::vector<int8_t> codes;
   std::vector<float> scales;
-
-  // 32 values as int8 codes; returns their scale d (value ~ d * code).
-  static float quantize_block(const float* v, int8_t* out) {
-    float amax = 0.0f;
-    for (int i = 0; i < 32; i++) amax = std::max(amax, std::fabs(v[i]));
-    const float d = amax / 127.0f, inverse = d > 0.0f ? 1.0f / d : 0.0f;
-    for (int i = 0; i < 32; i++) out[i] = static_cast<int8_t>(std::nearbyint(v[i] * inverse));
-    return d;
-  }
+  std::vector<int32_t> sums16;
 
   void quantize(const float* x, int k) {
     codes.resize(k);
-    scales.resize(k / 32);
-    for (int b = 0; b < k / 32; b++) scales[b] = quantize_block(x + b * 32, codes.data() + b * 32);
+    scales.resize(k / kBlock);
+    for (int b = 0; b < k / kBlock; b++) {
+      scales[b] = quantize_block(x + b * kBlock, codes.data() + b * kBlock, kBlock);
+    }
+    if constexpr (kBlock == 256) {
+      sums16.assign(k / 16, 0);
+      for (int i = 0; i < k; i++) sums16[i / 16] += codes[i];
+    }
   }
 };
 
-// ``count`` rows of x (row stride x_stride, k values) as the Q8_0 products see them, each value
-// d * code (``Q8Row``), into out [count, k]: a Q8_0 matrix's BLAS product (prefill) then sums the
-// same terms as its integer dot products (decode), so the paths agree up to summation order.
-inline void round_rows_to_q8(const float* x, size_t x_stride, int count, int k, float* out) {
-  int8_t codes[32];
+using Q8Row = QuantizedRow<32>;
+using Q8KRow = QuantizedRow<256>;
+
+// The values a weight of ``type`` multiplies in its integer dot products: 32 (Q8_0) or 256
+// (Q2_K, IQ2_XXS) per scale; 0 for a format that takes float32 dot products.
+inline int integer_dot_block(BlockType type) {
+  switch (type) {
+    case BlockType::kQ8_0: return 32;
+    case BlockType::kQ2_K:
+    case BlockType::kIQ2_XXS: return 256;
+    default: return 0;
+  }
+}
+
+// ``count`` rows of x (row stride x_stride, k values) as a weight's integer dot products see
+// them, each value d * code (``QuantizedRow``, ``block`` values a scale), into out [count, k]:
+// a BLAS product (prefill) then sums the same terms as the integer dot products (decode), so
+// the paths agree up to summation order.
+inline void round_rows_to_q8(const float* x, size_t x_stride, int count, int k, int block,
+                             float* out) {
+  std::vector<int8_t> codes(block);
   for (int r = 0; r < count; r++) {
-    for (int b = 0; b < k / 32; b++) {
-      const float d = Q8Row::quantize_block(x + r * x_stride + b * 32, codes);
-      float* o = out + static_cast<size_t>(r) * k + b * 32;
-      for (int i = 0; i < 32; i++) o[i] = d * static_cast<float>(codes[i]);
+    for (int b = 0; b < k / block; b++) {
+      const float d = quantize_block(x + r * x_stride + b * block, codes.data(), block);
+      float* o = out + static_cast<size_t>(r) * k + b * block;
+      for (int i = 0; i < block; i++) o[i] = d * static_cast<float>(codes[i]);
     }
   }
 }
 
+#if defined(__AVX2__) && defined(__FMA__)
 // The sum over a 32-value block of int8 products a[i] * b[i], as eight int32 partial sums
 // (AVX2: |a| times b with a's signs, pairs summed to int16 then to int32; exact).
-#if defined(__AVX2__) && defined(__FMA__)
 inline __m256i q8_block_products(const int8_t* a, const int8_t* b) {
   const __m256i va = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a));
   const __m256i vb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b));
   const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(va, va), _mm256_sign_epi8(vb, va));
   return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+}
+
+// The eight lanes of ``acc`` added in a fixed order.
+inline float lanes_sum(__m256 acc) {
+  float lanes[8];
+  _mm256_storeu_ps(lanes, acc);
+  float total = 0.0f;
+  for (float lane : lanes) total += lane;
+  return total;
 }
 #endif
 
@@ -283,11 +319,7 @@ inline float q8_0_dot(const uint8_t* __restrict row, const Q8Row& x, int k) {
     const __m256 scale = _mm256_set1_ps(f16_at(block) * x.scales[b]);
     acc = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sums), acc);
   }
-  float lanes[8];
-  _mm256_storeu_ps(lanes, acc);
-  float total = 0.0f;
-  for (float lane : lanes) total += lane;
-  return total;
+  return lanes_sum(acc);
 #else
   float total = 0.0f;
   for (int b = 0; b < n; b++) {
@@ -298,6 +330,146 @@ inline float q8_0_dot(const uint8_t* __restrict row, const Q8Row& x, int k) {
     total = madd(f16_at(block) * x.scales[b], static_cast<float>(sum), total);
   }
   return total;
+#endif
+}
+
+// IQ2_XXS's sign patterns as eight int8 factors (+1, or -1 where bit j is set) packed in a
+// uint64, so that one load applies a grid row's signs to the input codes.
+struct Iq2xxsSignFactors {
+  uint64_t factors[128];
+
+  Iq2xxsSignFactors() {
+    for (int r = 0; r < 128; r++) {
+      int8_t bytes[8];
+      for (int j = 0; j < 8; j++) bytes[j] = (kIq2xxsSigns[r] >> j) & 1 ? -1 : 1;
+      std::memcpy(&factors[r], bytes, 8);
+    }
+  }
+};
+
+inline const Iq2xxsSignFactors& iq2xxs_sign_factors() {
+  static const Iq2xxsSignFactors table;
+  return table;
+}
+
+// An IQ2_XXS weight row (k values) times an input row in q8_K form. Value = d * (2 scale + 1)
+// / 8 * grid * sign (decode_iq2_xxs's d * (0.5 + scale) * 0.25), so a super-block's sum is an
+// exact integer, sum over sub-blocks of (2 scale + 1) * sum(grid * sign * code), times both
+// scales and 1/8, accumulated in a fixed order.
+inline float iq2_xxs_dot(const uint8_t* __restrict row, const Q8KRow& x, int k) {
+  const int n = k / 256;
+  const uint64_t* signs = iq2xxs_sign_factors().factors;
+#if defined(__AVX2__) && defined(__FMA__)
+  __m256 acc = _mm256_setzero_ps();
+  for (int b = 0; b < n; b++) {
+    const uint8_t* block = row + static_cast<size_t>(b) * 66;
+    const int8_t* q = x.codes.data() + b * 256;
+    __m256i sums = _mm256_setzero_si256();
+    for (int sub = 0; sub < 8; sub++) {
+      const uint8_t* p = block + 2 + sub * 8;
+      uint32_t packed;
+      std::memcpy(&packed, p + 4, 4);
+      uint64_t grid[4];
+      for (int i = 0; i < 4; i++) std::memcpy(&grid[i], kIq2xxsGrid[p[i]], 8);
+      const __m256i magnitudes = _mm256_set_epi64x(static_cast<int64_t>(grid[3]),
+                                                   static_cast<int64_t>(grid[2]),
+                                                   static_cast<int64_t>(grid[1]),
+                                                   static_cast<int64_t>(grid[0]));
+      const __m256i sign = _mm256_set_epi64x(static_cast<int64_t>(signs[(packed >> 21) & 127]),
+                                             static_cast<int64_t>(signs[(packed >> 14) & 127]),
+                                             static_cast<int64_t>(signs[(packed >> 7) & 127]),
+                                             static_cast<int64_t>(signs[packed & 127]));
+      const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + sub * 32));
+      // magnitudes <= 43 and |codes| <= 127: a pair's sum fits int16 without saturating
+      const __m256i pairs = _mm256_maddubs_epi16(magnitudes, _mm256_sign_epi8(codes, sign));
+      const __m256i scale = _mm256_set1_epi16(static_cast<int16_t>(2 * (packed >> 28) + 1));
+      sums = _mm256_add_epi32(sums, _mm256_madd_epi16(pairs, scale));
+    }
+    const __m256 d = _mm256_set1_ps(f16_at(block) * x.scales[b]);
+    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sums), acc);
+  }
+  return lanes_sum(acc) * 0.125f;
+#else
+  float total = 0.0f;
+  for (int b = 0; b < n; b++) {
+    const uint8_t* block = row + static_cast<size_t>(b) * 66;
+    const int8_t* q = x.codes.data() + b * 256;
+    int32_t sum = 0;
+    for (int sub = 0; sub < 8; sub++) {
+      const uint8_t* p = block + 2 + sub * 8;
+      uint32_t packed;
+      std::memcpy(&packed, p + 4, 4);
+      int32_t sub_sum = 0;
+      for (int i = 0; i < 4; i++) {
+        const uint8_t sign_bits = kIq2xxsSigns[(packed >> (7 * i)) & 127];
+        for (int j = 0; j < 8; j++) {
+          const int32_t term = kIq2xxsGrid[p[i]][j] * q[sub * 32 + i * 8 + j];
+          sub_sum += (sign_bits >> j) & 1 ? -term : term;
+        }
+      }
+      sum += static_cast<int32_t>(2 * (packed >> 28) + 1) * sub_sum;
+    }
+    total = madd(f16_at(block) * x.scales[b], static_cast<float>(sum), total);
+  }
+  return total * 0.125f;
+#endif
+}
+
+// A Q2_K weight row (k values) times an input row in q8_K form. Value = d * (scale & 15) * q -
+// dmin * (scale >> 4) per sub-block of 16 (decode_q2_k), so a super-block contributes
+// d * sum(scale_s * codes . q) - dmin * sum(min_s * codes' sum), both integer sums exact, each
+// times the input's scale; the two parts accumulate apart, in a fixed order.
+inline float q2_k_dot(const uint8_t* __restrict row, const Q8KRow& x, int k) {
+  const int n = k / 256;
+  float minimums = 0.0f;
+#if defined(__AVX2__) && defined(__FMA__)
+  __m256 acc = _mm256_setzero_ps();
+  const __m256i two_bits = _mm256_set1_epi8(3);
+  for (int b = 0; b < n; b++) {
+    const uint8_t* block = row + static_cast<size_t>(b) * 84;
+    const int8_t* q = x.codes.data() + b * 256;
+    __m256i sums = _mm256_setzero_si256();
+    for (int half = 0; half < 2; half++) {
+      const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 16 + half * 32));
+      for (int pass = 0; pass < 4; pass++) {
+        const int first = half * 128 + pass * 32;  // values first..first+31: sub-blocks s, s + 1
+        const int s = first / 16;
+        const __m256i codes = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * pass), two_bits);
+        const __m256i input = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + first));
+        const __m256i pairs = _mm256_maddubs_epi16(codes, input);
+        const __m256i scale = _mm256_set_m128i(_mm_set1_epi16(block[s + 1] & 0xF),
+                                               _mm_set1_epi16(block[s] & 0xF));
+        sums = _mm256_add_epi32(sums, _mm256_madd_epi16(pairs, scale));
+      }
+    }
+    int32_t low = 0;
+    for (int s = 0; s < 16; s++) low += (block[s] >> 4) * x.sums16[b * 16 + s];
+    const float dx = x.scales[b];
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_at(block + 80) * dx), _mm256_cvtepi32_ps(sums), acc);
+    minimums = madd(f16_at(block + 82) * dx, static_cast<float>(low), minimums);
+  }
+  return lanes_sum(acc) - minimums;
+#else
+  float total = 0.0f;
+  for (int b = 0; b < n; b++) {
+    const uint8_t* block = row + static_cast<size_t>(b) * 84;
+    const uint8_t* qs = block + 16;
+    const int8_t* q = x.codes.data() + b * 256;
+    int32_t sum = 0, low = 0;
+    for (int half = 0; half < 2; half++) {
+      for (int pass = 0; pass < 4; pass++) {
+        for (int l = 0; l < 32; l++) {
+          const int i = half * 128 + pass * 32 + l;
+          sum += (block[i / 16] & 0xF) * ((qs[half * 32 + l] >> (2 * pass)) & 3) * q[i];
+        }
+      }
+    }
+    for (int s = 0; s < 16; s++) low += (block[s] >> 4) * x.sums16[b * 16 + s];
+    const float dx = x.scales[b];
+    total = madd(f16_at(block + 80) * dx, static_cast<float>(sum), total);
+    minimums = madd(f16_at(block + 82) * dx, static_cast<float>(low), minimums);
+  }
+  return total - minimums;
 #endif
 }
 
