@@ -378,6 +378,27 @@ def hc_site(
     return (pre[:, None, :] @ x)[:, 0], post, comb
 
 
+def hc_site_norm(
+    x: mx.array,
+    fn: Weight,
+    scale: mx.array,
+    base: mx.array,
+    weight: mx.array,
+    hc: int,
+    iters: int,
+    eps: float,
+    norm_eps: float,
+    out_eps: float,
+) -> tuple[mx.array, mx.array, mx.array] | None:
+    """A whole mHC site with the norm of its streams and the block's input norm (``weight``,
+    ``out_eps``) in inference on the GPU: the raw streams' projection and one Metal launch
+    (``metal/hc_site_norm.metal``; ``twins.hc_site_norm`` says how). None elsewhere."""
+    if not (_INFERENCE.get() and _metal_kernels()):
+        return None
+    mixes = linear(x.reshape(x.shape[0], -1), fn)
+    return metal.hc_site_norm(x, mixes, scale, base, weight, hc, iters, eps, norm_eps, out_eps)
+
+
 def hc_pre(
     x: mx.array,
     fn: Weight,
@@ -760,6 +781,23 @@ def rotary(
     return native_ops().rope(x, cos, sin, offset, n_dims, interleaved, inverse)
 
 
+def norm_rotary(
+    x: mx.array,
+    weight: mx.array | None,
+    eps: float,
+    cos: mx.array,
+    sin: mx.array,
+    offset: int,
+    n_dims: int,
+    interleaved: bool,
+) -> mx.array | None:
+    """``models.rope.RoPE.apply_normed`` (an RMS norm, then ``rotary``) as one Metal launch in
+    inference on the GPU (``metal/norm_rope.metal``); None elsewhere."""
+    if not (_INFERENCE.get() and _metal_kernels()):
+        return None
+    return metal.norm_rope(x, weight, eps, cos, sin, offset, n_dims, interleaved)
+
+
 def dequantize(w: Weight) -> mx.array:
     """The weight as a float32 array [..., out, in] (for checks and small one-off uses)."""
     if isinstance(w, mx.array):
@@ -817,12 +855,14 @@ __all__ = [
     "moe_combine",
     "moe_route",
     "moe_tile",
+    "norm_rotary",
     "pool_blocks",
     "rms_norm",
     "select_kernel_backend",
     "hc_expand",
     "hc_mixes",
     "hc_pre",
+    "hc_site_norm",
     "hc_site",
     "inference",
     "indexer_top_k",

@@ -9,9 +9,11 @@ and ``gather_linear`` (every selected expert of a tile in one launch). Besides:
 ``metal/hc_expand.metal`` (a whole mHC site after its projection, and the expansion after a
 block; ``metal/hc.metal`` is their header), ``metal/moe_route.metal`` and
 ``metal/moe_combine.metal`` (the MoE routing, and the weighted sum around the expert launches),
-``metal/rope.metal`` (rotary embeddings from host angle tables), ``metal/pool_blocks.metal`` (a
-compressor's pooling of the blocks a chunk completes), ``metal/grow_rows.metal`` (a bounded
-cache grown by a chunk), ``metal/indexer_scores.metal`` (the
+``metal/rope.metal`` (rotary embeddings from host angle tables; ``metal/norm_rope.metal`` with
+the RMS norm before them), ``metal/hc_site_norm.metal`` (an mHC site with the norm of its
+streams and of the block input it makes; ``metal/norm.metal`` is their header),
+``metal/pool_blocks.metal`` (a compressor's pooling of the blocks a chunk completes),
+``metal/grow_rows.metal`` (a bounded cache grown by a chunk), ``metal/indexer_scores.metal`` (the
 lightning indexer's block scores of a whole tile) and ``metal/sparse_attention.metal`` (CSA/HCA
 attention over selected compressed rows, 8 query heads sharing each key read). No template
 argument follows the context length, so a session compiles each kernel once. Semantics match
@@ -173,15 +175,20 @@ def gather_linear(
 
 @cache
 def _body_kernel(
-    name: str, inputs: tuple[str, ...], outputs: tuple[str, ...] = ("out",), header: str = ""
+    name: str,
+    inputs: tuple[str, ...],
+    outputs: tuple[str, ...] = ("out",),
+    header: str | tuple[str, ...] = "",
 ):
-    """A kernel whose whole body is ``metal/<name>.metal`` (after ``metal/<header>.metal``)."""
+    """A kernel whose whole body is ``metal/<name>.metal`` (after ``metal/<header>.metal``, or
+    each of several headers in order)."""
+    headers = (header,) if isinstance(header, str) else header
     return mx.fast.metal_kernel(
         name=f"ds4_{name}",
         input_names=list(inputs),
         output_names=list(outputs),
         source=(METAL_SOURCE_DIR / f"{name}.metal").read_text(),
-        header=(METAL_SOURCE_DIR / f"{header}.metal").read_text() if header else "",
+        header="".join((METAL_SOURCE_DIR / f"{h}.metal").read_text() for h in headers if h),
     )
 
 
@@ -360,6 +367,93 @@ def rope(
         ],
         grid=(dim, per_token, tokens),
         threadgroup=(min(dim, MAX_THREADGROUP), 1, 1),
+        output_shapes=[rows.shape],
+        output_dtypes=[x.dtype],
+    )[0]
+    return out if rows is x else out.reshape(x.shape)
+
+
+def _reduction_threads(width: int) -> int:
+    """Threads of a kernel whose threadgroup reduces one row of ``width`` values (a norm's
+    mean square): whole simdgroups, at most ``MAX_THREADGROUP``."""
+    return min(MAX_THREADGROUP, -(-width // SIMD_WIDTH) * SIMD_WIDTH)
+
+
+def hc_site_norm(
+    x: mx.array,
+    mixes: mx.array,
+    scale: mx.array,
+    base: mx.array,
+    weight: mx.array,
+    hc: int,
+    iters: int,
+    eps: float,
+    norm_eps: float,
+    out_eps: float,
+) -> tuple[mx.array, mx.array, mx.array]:
+    """(normalised block input [T, D], post, comb) of streams x [T, hc, D] from the projection
+    of their raw flat rows (``metal/hc_site_norm.metal``; ``twins.hc_site_norm`` is the twin)."""
+    tokens, _, dim = x.shape
+    threads = _reduction_threads(dim)
+    y, post, comb = _body_kernel(
+        "hc_site_norm",
+        ("x", "mixes", "scale", "base", "weight", "eps"),
+        ("y", "post", "comb"),
+        header=("hc", "norm"),
+    )(
+        inputs=[
+            x,
+            mixes.astype(mx.float32),
+            scale.astype(mx.float32),
+            base.astype(mx.float32),
+            weight.astype(mx.float32),
+            mx.array([eps, norm_eps, out_eps], dtype=mx.float32),
+        ],
+        template=[("T_", x.dtype), ("HC", hc), ("D", dim), ("ITERS", iters), ("THREADS", threads)],
+        grid=(threads, tokens, 1),
+        threadgroup=(threads, 1, 1),
+        output_shapes=[(tokens, dim), (tokens, hc), (tokens, hc, hc)],
+        output_dtypes=[x.dtype, mx.float32, mx.float32],
+    )
+    return y, post, comb
+
+
+def norm_rope(
+    x: mx.array,
+    weight: mx.array | None,
+    eps: float,
+    cos: mx.array,
+    sin: mx.array,
+    offset: int,
+    n_dims: int,
+    interleaved: bool,
+) -> mx.array:
+    """``models.rope.RoPE.apply_normed``: the rows of x [T, D] or [T, M, D] (other ranks are
+    reshaped to that) RMS-normalised (times ``weight``), then rotated from the angle tables
+    cos/sin [T, n_dims / 2] (``metal/norm_rope.metal``)."""
+    tokens, dim = x.shape[0], x.shape[-1]
+    rows = x if x.ndim in (2, 3) else x.reshape(tokens, -1, dim)
+    per_token = rows.shape[1] if rows.ndim == 3 else 1
+    threads = _reduction_threads(dim)
+    out = _body_kernel("norm_rope", ("x", "weight", "cosines", "sines", "eps"), header="norm")(
+        inputs=[
+            rows,
+            _host_constant(1.0, mx.float32) if weight is None else weight.astype(mx.float32),
+            cos.astype(mx.float32),
+            sin.astype(mx.float32),
+            mx.array([eps], dtype=mx.float32),
+        ],
+        template=[
+            ("T_", x.dtype),
+            ("D", dim),
+            ("N", n_dims),
+            ("OFFSET", offset),
+            ("INTERLEAVED", int(interleaved)),
+            ("WEIGHTED", int(weight is not None)),
+            ("THREADS", threads),
+        ],
+        grid=(threads, per_token, tokens),
+        threadgroup=(threads, 1, 1),
         output_shapes=[rows.shape],
         output_dtypes=[x.dtype],
     )[0]

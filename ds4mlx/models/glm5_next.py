@@ -447,29 +447,26 @@ class Block(nn.Module):
     ) -> tuple[mx.array, Any, Selection | None]:
         """A chunk (prefill): the streams x [T, hc, D] at positions pos0 .. -> the streams
         after the block, its new cache and the selection an MLA layer without an indexer uses."""
-        h, post, comb = self.hc_attn(x)
-        h = self.attn_norm(h)
+        h, post, comb = self.hc_attn(x, self.attn_norm)
         if isinstance(self.mixer, KDA):
             h, cache = self.mixer(h, cache)
         else:
             h, cache, selection = self.mixer(h, pos0, cache, selection)
         x = hc_expand(h, x, post, comb)
-        h, post, comb = self.hc_ffn(x)
-        return hc_expand(self.ffn(self.ffn_norm(h)), x, post, comb), cache, selection
+        h, post, comb = self.hc_ffn(x, self.ffn_norm)
+        return hc_expand(self.ffn(h), x, post, comb), cache, selection
 
     def tile(
         self, x: mx.array, pos0: int, cache: Any, selection: Selection | None, n_real: int
     ) -> tuple[mx.array, Any, Selection | None]:
         """``__call__`` of a decode tile whose first ``n_real`` rows are real (DECODE_TILE)."""
-        h, post, comb = self.hc_attn(x)
-        h = self.attn_norm(h)
+        h, post, comb = self.hc_attn(x, self.attn_norm)
         if isinstance(self.mixer, KDA):
             h, cache = self.mixer.tile(h, cache, n_real)
         else:
             h, cache, selection = self.mixer.tile(h, pos0, cache, selection, n_real)
         x = hc_expand(h, x, post, comb)
-        h, post, comb = self.hc_ffn(x)
-        h = self.ffn_norm(h)
+        h, post, comb = self.hc_ffn(x, self.ffn_norm)
         h = self.ffn.tile(h, None, n_real) if isinstance(self.ffn, SharedExpertMoE) else self.ffn(h)
         return hc_expand(h, x, post, comb), cache, selection
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ds4mlx import kernels
 from ds4mlx.kernels import Weight, linear
-from ds4mlx.models.norms import rms_norm
+from ds4mlx.models.norms import RMSNorm, rms_norm
 from ds4mlx.models.weights import Weights
 
 import mlx.core as mx
@@ -60,9 +60,33 @@ class HyperConnection(nn.Module):
         self.hc_eps = hc_eps
         self.norm_eps = norm_eps
 
-    def __call__(self, x: mx.array) -> tuple[mx.array, mx.array, mx.array]:
-        """x [T, hc, D] -> the block's input (the streams collapsed by pre) [T, D], post
-        [T, hc], comb [T, hc(src), hc(dst)]. One native primitive on the CPU
+    def __call__(
+        self, x: mx.array, norm: RMSNorm | None = None
+    ) -> tuple[mx.array, mx.array, mx.array]:
+        """x [T, hc, D] -> the block's input (the streams collapsed by pre, then ``norm``ed when
+        given: the block's input norm) [T, D], post [T, hc], comb [T, hc(src), hc(dst)]. In
+        inference on the GPU with a ``norm``, the projection of the raw streams and one Metal
+        launch (``kernels.hc_site_norm``: both norms carried in); else ``_site``, then the norm."""
+        if norm is not None:
+            fused = kernels.hc_site_norm(
+                x,
+                self.fn,
+                self.scale,
+                self.base,
+                norm.weight,
+                self.hc,
+                self.sinkhorn_iters,
+                self.hc_eps,
+                self.norm_eps,
+                norm.eps,
+            )
+            if fused is not None:
+                return fused
+        h, post, comb = self._site(x)
+        return (h if norm is None else norm(h)), post, comb
+
+    def _site(self, x: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+        """The site without the block's input norm: one native primitive on the CPU
         (``kernels.hc_pre``); the composition below elsewhere and for other weight kinds."""
         fused = kernels.hc_pre(
             x,

@@ -10,7 +10,8 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 
-from ds4mlx.kernels import rotary
+from ds4mlx.kernels import norm_rotary, rotary
+from ds4mlx.models.norms import rms_norm
 
 import mlx.core as mx
 import numpy as np
@@ -142,6 +143,25 @@ class RoPE:
             raise ValueError(f"RoPE channels [{offset}, {offset + n}) do not fit in {dim}")
         native = rotary(x, *angles.on_device, offset, n, self.config.interleaved, inverse)
         return self.twin(x, angles, offset, inverse) if native is None else native
+
+    def apply_normed(
+        self, x: mx.array, weight: mx.array | None, eps: float, angles: RopeAngles, *, offset: int
+    ) -> mx.array:
+        """``apply`` of x RMS-normalised over its last axis (times ``weight``): one Metal launch
+        in inference on the GPU (``kernels.norm_rotary``), the norm then ``apply`` else."""
+        if self.config.n_dims:
+            fused = norm_rotary(
+                x,
+                weight,
+                eps,
+                *angles.on_device,
+                offset,
+                self.config.n_dims,
+                self.config.interleaved,
+            )
+            if fused is not None:
+                return fused
+        return self.apply(rms_norm(x, weight, eps), angles, offset=offset)
 
     def twin(self, x: mx.array, angles: RopeAngles, offset: int, inverse: bool) -> mx.array:
         """``apply`` in MLX operations (the native primitive's twin)."""

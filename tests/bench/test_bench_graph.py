@@ -213,15 +213,17 @@ def test_the_mac_decode_step_launches_the_metal_kernels_it_should():
     blocks = len(model.network.blocks)
     csa = sum(1 for ratio in model.args.compress_ratios[:blocks] if ratio == 4)
     hca = sum(1 for ratio in model.args.compress_ratios[:blocks] if ratio == 128)
-    # Per block: two mHC sites and two expansions, RoPE on the queries, the keys and the
-    # de-rotated output (and the indexer's queries in CSA layers), the routed gate and up
+    # Per block: two mHC sites (each with its streams' norm and the block input's norm) and two
+    # expansions, RoPE on the queries and the keys with their norms, RoPE on the de-rotated
+    # output (and the indexer's queries in CSA layers), the routed gate and up
     # matrices (Q2_K in the tiny model; its Q4_K down matrices are MLX's own quantized kind)
     # between the routing and the sum, the attention, the window's growth and each compressor's
     # pending rows' (keys and scores; CSA layers have two compressors); then the Q6_K head.
     assert step == Counter(
-        ds4_hc_site=2 * blocks,
+        ds4_hc_site_norm=2 * blocks,
         ds4_hc_expand=2 * blocks,
-        ds4_rope=3 * blocks + csa,
+        ds4_norm_rope=2 * blocks,
+        ds4_rope=blocks + csa,
         ds4_q2_k_linear=2 * blocks,
         ds4_moe_route=blocks,
         ds4_moe_combine=blocks,

@@ -31,6 +31,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 SOURCE = Path(__file__).with_name("metal_emulation.cpp")
 SHIM = Path(__file__).with_name("metal_shim.h")  # included by SOURCE
 STEP_KERNELS = Path(__file__).with_name("metal_step_kernels.h")  # included by SOURCE
+NORM_KERNELS = Path(__file__).with_name("metal_norm_kernels.h")  # included by SOURCE
 BASELINE_DIR = Path(__file__).with_name("baseline_metal")
 PACKED_FORMATS = (
     GGMLQuantizationType.Q2_K,
@@ -89,7 +90,7 @@ def build_emulator(directory: Path, **defines: int) -> Path:
     write_sources(directory)
     flags = ["-std=c++20", "-O1", f"-I{directory}", *(f"-D{k}={v}" for k, v in defines.items())]
     digest = hashlib.sha256(" ".join([compiler, *flags[:2], *flags[3:]]).encode())
-    for path in sorted([SOURCE, SHIM, STEP_KERNELS, *directory.glob("*.metal")]):
+    for path in sorted([SOURCE, SHIM, STEP_KERNELS, NORM_KERNELS, *directory.glob("*.metal")]):
         digest.update(path.name.encode() + path.read_bytes())
     cached = cache_root() / "metal-emulator" / f"metal_emulation-{digest.hexdigest()[:20]}"
     if cached.exists():

@@ -52,6 +52,15 @@
 //   indexer_scores (-DDS4_IDX_H, -DDS4_IDX_D)
 //     input: int32 T, N | float32 q [T, H, D] | float32 weights [T, H] | float32 keys [N, D]
 //            | int32 visible [T];  output: float32 [T, N]
+//   The kernels that carry a norm, one threadgroup per row (metal_norm_kernels.h):
+//   hc_site_norm (-DDS4_HC, -DDS4_ITERS, -DDS4_D)
+//     input: int32 T | float32 eps [3] | float32 scale [3] | float32 base [(2 + HC) * HC]
+//            | float32 weight [D] | float32 x [T, HC, D] | float32 mixes [T, (2 + HC) * HC]
+//     output: float32 y [T, D] | float32 post [T, HC] | float32 comb [T, HC, HC]
+//   norm_rope (-DDS4_D, -DDS4_ROPE_N, -DDS4_ROPE_OFFSET)
+//     input: int32 T, M, interleaved, weighted | float32 eps | float32 weight [D] (1 if not
+//            weighted) | float32 x [T, M, D] ([T, D] for M 0) | float32 cos, sin [T, N / 2]
+//     output: float32 [T, M, D]
 
 #include "metal_shim.h"
 
@@ -413,6 +422,7 @@ int run_sparse_attention(bool baseline, const char* in_path, const char* out_pat
 }
 
 #include "metal_step_kernels.h"
+#include "metal_norm_kernels.h"
 
 // The modes that take `<input> <output>`: the attention, the mHC and MoE step kernels.
 struct Mode {
@@ -435,6 +445,8 @@ const Mode MODES[] = {
     {"pool_blocks", run_pool_blocks},
     {"indexer_scores", run_indexer_scores},
     {"grow_rows", run_grow_rows},
+    {"hc_site_norm", run_hc_site_norm},
+    {"norm_rope", run_norm_rope},
 };
 
 int main(int argc, char** argv) {
