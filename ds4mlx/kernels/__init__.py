@@ -575,6 +575,42 @@ def _combine_on_blocks(
     return routed + _blocks_linear(hidden, shared_down, real)
 
 
+def routed_pairs(
+    x: mx.array,
+    gate: Weight,
+    up: Weight,
+    down: Weight,
+    indices: mx.array,
+    rows: int,
+    limit: float,
+) -> mx.array | None:
+    """Every routed pair's clamped SwiGLU expert output [R, k, 1, D] for the first R = ``rows``
+    rows of a GPU decode tile x [T, D], from the routing's ``indices`` [T, k] as made: packed
+    matrices take one launch for all pairs that reads each x row in place
+    (``metal.pair_linear``), MLX's quantized kinds a gathered matmul. In inference on the GPU
+    over those weight kinds; None elsewhere."""
+    kinds = (PackedWeight, QuantizedWeight)
+    if not (_INFERENCE.get() and _metal_kernels()):
+        return None
+    if not all(isinstance(w, kinds) for w in (gate, up, down)):
+        return None
+    hidden = swiglu(
+        _pair_products(x, gate, indices, rows), _pair_products(x, up, indices, rows), limit
+    )
+    return _pair_products(hidden, down, indices, rows)
+
+
+def _pair_products(
+    x: mx.array, w: PackedWeight | QuantizedWeight, indices: mx.array, rows: int
+) -> mx.array:
+    """``routed_pairs``' product of one matrix: x [T, K] (each row for its k experts) or
+    [R, k, 1, K] (one row a pair) -> [R, k, 1, N]."""
+    if isinstance(w, PackedWeight):
+        return metal.pair_linear(x, w, indices, rows)
+    pairs = x[:rows, None, None, :] if x.ndim == 2 else x
+    return gather_linear(pairs, w, indices[:rows])
+
+
 def routed_experts(
     x: mx.array,
     gate: Weight,
@@ -868,6 +904,7 @@ __all__ = [
     "indexer_top_k",
     "rotary",
     "routed_experts",
+    "routed_pairs",
     "sinkhorn",
     "sparse_attention",
     "swiglu",

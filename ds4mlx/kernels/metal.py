@@ -144,6 +144,7 @@ def _run(x: mx.array, w: PackedWeight, expert_indices: mx.array) -> mx.array:
             ("SIMDGROUPS", launch.simdgroups),
             ("ROWS", launch.rows),
             ("XROWS", launch.x_rows),
+            ("XSHARE", 1),
         ],
         grid=launch.grid(n_out, n_rows, n_batches),
         threadgroup=(SIMD_WIDTH * launch.simdgroups, 1, 1),
@@ -171,6 +172,34 @@ def gather_linear(
     x_flat = mx.broadcast_to(x, (*batch, n_rows, k)).reshape(-1, n_rows, k)
     indices = mx.broadcast_to(expert_indices, batch).reshape(-1)
     return _run(x_flat, w, indices).reshape(*batch, n_rows, w.shape[-2])
+
+
+def pair_linear(x: mx.array, w: PackedWeight, indices: mx.array, rows: int) -> mx.array:
+    """Each routed pair's product [R, k, 1, N] for the first R = ``rows`` rows of a tile's
+    experts ``indices`` [T, k]: pair (r, s) is x's row r times W[indices[r, s]], x being the
+    tile [T, K] (each row read where it lies by its k experts: XSHARE k) or one row a pair
+    [R, k, 1, K]. No view or copy of x or the indices comes first (the launch reads the
+    indices' first R * k values)."""
+    n_out, k_in = w.shape[-2:]
+    slots = indices.shape[1]
+    pairs = rows * slots
+    launch = matvec_launch(n_out, 1)
+    return _kernel(w.qtype)(
+        inputs=[x, w.data, indices.astype(mx.uint32)],
+        template=[
+            ("T", x.dtype),
+            ("K", k_in),
+            ("N", n_out),
+            ("SIMDGROUPS", launch.simdgroups),
+            ("ROWS", launch.rows),
+            ("XROWS", launch.x_rows),
+            ("XSHARE", slots if x.ndim == 2 else 1),
+        ],
+        grid=launch.grid(n_out, 1, pairs),
+        threadgroup=(SIMD_WIDTH * launch.simdgroups, 1, 1),
+        output_shapes=[(rows, slots, 1, n_out)],
+        output_dtypes=[x.dtype],
+    )[0]
 
 
 @cache
@@ -328,8 +357,9 @@ def moe_route(
 
 
 def moe_combine(expert_out: mx.array, weights: mx.array, shared: mx.array) -> mx.array:
-    """``shared`` [T, D] plus, in its first R rows, the chosen experts' outputs [R, k, D]
-    weighted by ``weights`` [T, k] and summed (``metal/moe_combine.metal``)."""
+    """``shared`` [T, D] plus, in its first R rows, the chosen experts' outputs [R, k, D] (or
+    [R, k, 1, D], as ``pair_linear`` makes them) weighted by ``weights`` [T, k] and summed
+    (``metal/moe_combine.metal``)."""
     tokens, dim = shared.shape
     return _body_kernel("moe_combine", ("expert_out", "weights", "shared"))(
         inputs=[expert_out.astype(shared.dtype), weights.astype(mx.float32), shared],

@@ -181,13 +181,14 @@ def test_metal_configuration_records_the_kernel_calls_and_restores_everything():
             ("SIMDGROUPS", 8),
             ("ROWS", 4),
             ("XROWS", 8),
+            ("XSHARE", 1),
         ),
         (((1, 8, 256), mx.float32), ((64, 84), mx.uint8), ((1,), mx.uint32)),
         (((1, 8, 64), mx.float32),),
         (32 * 8 * 2, 1, 1),
         (32 * 8, 1, 1),
     )
-    assert gather_call.template[-1] == ("XROWS", 1)
+    assert gather_call.template[-2:] == (("XROWS", 1), ("XSHARE", 1))
     assert gather_call.inputs[0] == ((2, 1, 256), mx.float32)
     assert gather_call.inputs[2] == ((2,), mx.uint32)
     assert gather_call.outputs == (((2, 1, 64), mx.float32),)
@@ -232,17 +233,27 @@ def test_the_mac_decode_step_launches_the_metal_kernels_it_should():
         ds4_q6_k_linear=1,
     )
     # The launches are the Metal path's own: the packed mat-vec's threadgroup shape for each
-    # matrix and x-row count (the routed experts' one row each, the head's tile), the attention
-    # in threadgroups of all 4 query heads of ds4-tiny times 2 key splits, one per tile row.
+    # matrix and x-row count (the routed experts' one row a pair, read in place, the head's
+    # tile), the attention in threadgroups of all 4 query heads of ds4-tiny times 2 key splits,
+    # one per tile row.
     for call in calls[before:]:
         if call.name.endswith("_linear"):
-            (batches, rows, _), _ = call.inputs[0]
+            x_shape, _ = call.inputs[0]
             n_out = call.outputs[0][0][-1]
+            if len(x_shape) == 2:
+                # A routed tile's pairs: the tile itself, each row read by its k experts, and
+                # the routing's indices as it made them (no view of either first).
+                real, slots = call.outputs[0][0][:2]
+                assert call.inputs[2][0] == (x_shape[0], slots) and real <= x_shape[0]
+                batches, rows, share = real * slots, 1, slots
+            else:
+                (batches, rows, _), share = x_shape, 1
             launch = metal.matvec_launch(n_out, rows)
-            assert call.template[-3:] == (
+            assert call.template[-4:] == (
                 ("SIMDGROUPS", launch.simdgroups),
                 ("ROWS", launch.rows),
                 ("XROWS", launch.x_rows),
+                ("XSHARE", share),
             )
             assert call.grid == launch.grid(n_out, rows, batches)
         if call.name == "ds4_sparse_attention":
