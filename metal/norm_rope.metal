@@ -3,9 +3,10 @@
 // weight when WEIGHTED), then metal/rope.metal's rotation of channels [OFFSET, OFFSET + N),
 // in one launch where a decode step ran two (the queries' and keys' norms before their RoPE,
 // a compressor's pooled rows'); models.rope.RoPE.apply_normed's composition is the twin.
-// inputs:  x [T, M, D] or [T, D] (T_) rows by token; weight [D] float32 (read when WEIGHTED);
+// inputs:  x [T, M, D], or [T, M * D] (M rows of D a token: a product's heads as it comes)
+//          (T_) rows by token; weight [D] float32 (read when WEIGHTED);
 //          cosines, sines [T, N / 2] float32 (the YaRN magnitude included); eps [1] float32
-// output:  out shaped like x (T_): v = x / sqrt(mean(x^2) + eps) (* weight), each rotated pair
+// output:  out [T, M, D] (T_): v = x / sqrt(mean(x^2) + eps) (* weight), each rotated pair
 //          (a, b) of v becoming (a cos - b sin, a sin + b cos), pairs (2i, 2i + 1) when
 //          INTERLEAVED, else (i, i + N / 2); the other channels v itself
 // template: T_, D, N, OFFSET, INTERLEAVED, WEIGHTED, THREADS
@@ -16,7 +17,7 @@ const uint m = threadgroup_position_in_grid.y;
 const uint t = threadgroup_position_in_grid.z;
 const uint lane = thread_index_in_threadgroup;
 threadgroup float partials[THREADS / 32];
-const uint rows_per_token = x_ndim == 3 ? uint(x_shape[1]) : 1u;
+const uint rows_per_token = x_ndim == 3 ? uint(x_shape[1]) : uint(x_shape[1]) / D;
 const ulong row = (ulong(t) * rows_per_token + m) * D;
 float squares = 0.0f;
 for (uint c = lane; c < D; c += THREADS) {

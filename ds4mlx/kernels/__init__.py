@@ -758,10 +758,21 @@ def rms_norm(x: mx.array, weight: mx.array | None, eps: float) -> mx.array | Non
     return native_ops().rms_norm(x, weight, eps)
 
 
+def grouped_input_shape(w: Weight, tokens: int) -> tuple[int, ...]:
+    """The layout ``grouped_linear`` reads x in for w [G, N, K] without a view of it:
+    [T, G, 1, K] where each (row, group) is a gathered one-row product (quantized and packed
+    weights off the CPU's blocks: the GPU's path), [T, G * K] else."""
+    groups, _, width = w.shape
+    if isinstance(w, mx.array) or _block_ops(w) is not None:
+        return (tokens, groups * width)
+    return (tokens, groups, 1, width)
+
+
 def grouped_linear(x: mx.array, w: Weight, rows: int | None = None) -> mx.array:
-    """x [T, G * K] -> [T, G * N]: group g's channels times its own matrix, w [G, N, K] stored
-    GGUF-style (``rows``: see ``linear``). One native primitive in a CPU decode tile; else a
-    batched matmul between the reshapes and transposes that line the groups up."""
+    """x [T, G * K] (or [T, G, 1, K], ``grouped_input_shape``) -> [T, G * N]: group g's
+    channels times its own matrix, w [G, N, K] stored GGUF-style (``rows``: see ``linear``).
+    One native primitive in a CPU decode tile; else a batched matmul between the reshapes and
+    transposes that line the groups up."""
     stored = _frozen(w) if isinstance(w, mx.array) else None
     if stored is not None and stored.ndim == 3 and _rows_linear_applies(x, []):
         return native_ops().grouped_rows_linear(x, stored, x.shape[0] if rows is None else rows)
@@ -771,7 +782,7 @@ def grouped_linear(x: mx.array, w: Weight, rows: int | None = None) -> mx.array:
     if not isinstance(w, mx.array):
         # Each (row, group) one gathered one-row product: no transposes around it, and a row's
         # bits never depend on the other rows (quantized and packed weights: the GPU's path).
-        per_group = x.reshape(tokens, groups, 1, -1)  # [T, G, 1, K]
+        per_group = x if x.ndim == 4 else x.reshape(tokens, groups, 1, -1)  # [T, G, 1, K]
         return gather_linear(per_group, w, _row_group_grid(tokens, groups)).reshape(tokens, -1)
     grouped = mx.swapaxes(x.reshape(tokens, groups, -1), 0, 1)  # [G, T, K]
     return mx.swapaxes(linear(grouped, w), 0, 1).reshape(tokens, -1)
@@ -806,12 +817,14 @@ def rotary(
     n_dims: int,
     interleaved: bool,
     inverse: bool,
+    shape: tuple[int, ...] | None = None,
 ) -> mx.array | None:
     """``models.rope.RoPE.apply`` (its formula is the twin) as one native primitive on the CPU,
-    or in inference on the GPU one Metal launch (``metal/rope.metal``), from the angle tables
-    cos/sin [T, n_dims / 2] (``RopeAngles.on_device``); None where that does not apply."""
+    or in inference on the GPU one Metal launch (``metal/rope.metal``; its result already in
+    ``shape`` when given), from the angle tables cos/sin [T, n_dims / 2]
+    (``RopeAngles.on_device``); None where that does not apply."""
     if _INFERENCE.get() and _metal_kernels():
-        return metal.rope(x, cos, sin, offset, n_dims, interleaved, inverse)
+        return metal.rope(x, cos, sin, offset, n_dims, interleaved, inverse, shape)
     if x.dtype != mx.float32 or _native_cpu_ops() is None:
         return None
     return native_ops().rope(x, cos, sin, offset, n_dims, interleaved, inverse)
@@ -826,12 +839,13 @@ def norm_rotary(
     offset: int,
     n_dims: int,
     interleaved: bool,
+    heads: int | None = None,
 ) -> mx.array | None:
     """``models.rope.RoPE.apply_normed`` (an RMS norm, then ``rotary``) as one Metal launch in
     inference on the GPU (``metal/norm_rope.metal``); None elsewhere."""
     if not (_INFERENCE.get() and _metal_kernels()):
         return None
-    return metal.norm_rope(x, weight, eps, cos, sin, offset, n_dims, interleaved)
+    return metal.norm_rope(x, weight, eps, cos, sin, offset, n_dims, interleaved, heads)
 
 
 def dequantize(w: Weight) -> mx.array:
@@ -883,6 +897,7 @@ __all__ = [
     "dequantize",
     "freeze",
     "gather_linear",
+    "grouped_input_shape",
     "grouped_linear",
     "grow_rows",
     "linear",

@@ -379,9 +379,12 @@ def rope(
     n_dims: int,
     interleaved: bool,
     inverse: bool,
+    shape: tuple[int, ...] | None = None,
 ) -> mx.array:
     """``models.rope.RoPE.apply`` of x [T, D] or [T, M, D] (other ranks are reshaped to that)
-    from its angle tables cos/sin [T, n_dims / 2] (``metal/rope.metal``)."""
+    from its angle tables cos/sin [T, n_dims / 2] (``metal/rope.metal``); the result declared
+    as ``shape`` when given (the same elements in the same order: the layout its reader takes,
+    written by the launch rather than viewed after it)."""
     tokens, dim = x.shape[0], x.shape[-1]
     rows = x if x.ndim in (2, 3) else x.reshape(tokens, -1, dim)
     per_token = rows.shape[1] if rows.ndim == 3 else 1
@@ -397,10 +400,10 @@ def rope(
         ],
         grid=(dim, per_token, tokens),
         threadgroup=(min(dim, MAX_THREADGROUP), 1, 1),
-        output_shapes=[rows.shape],
+        output_shapes=[rows.shape if shape is None else shape],
         output_dtypes=[x.dtype],
     )[0]
-    return out if rows is x else out.reshape(x.shape)
+    return out if rows is x or shape is not None else out.reshape(x.shape)
 
 
 def _reduction_threads(width: int) -> int:
@@ -457,13 +460,17 @@ def norm_rope(
     offset: int,
     n_dims: int,
     interleaved: bool,
+    heads: int | None = None,
 ) -> mx.array:
     """``models.rope.RoPE.apply_normed``: the rows of x [T, D] or [T, M, D] (other ranks are
-    reshaped to that) RMS-normalised (times ``weight``), then rotated from the angle tables
+    reshaped to that), or x [T, heads * D] -> [T, heads, D] with ``heads`` (a product's heads
+    read as they come), RMS-normalised (times ``weight``), then rotated from the angle tables
     cos/sin [T, n_dims / 2] (``metal/norm_rope.metal``)."""
-    tokens, dim = x.shape[0], x.shape[-1]
+    tokens = x.shape[0]
+    dim = x.shape[-1] if heads is None else x.shape[-1] // heads
     rows = x if x.ndim in (2, 3) else x.reshape(tokens, -1, dim)
-    per_token = rows.shape[1] if rows.ndim == 3 else 1
+    per_token = rows.shape[1] if rows.ndim == 3 else rows.shape[1] // dim
+    shape = rows.shape if heads is None else (tokens, heads, dim)
     threads = _reduction_threads(dim)
     out = _body_kernel("norm_rope", ("x", "weight", "cosines", "sines", "eps"), header="norm")(
         inputs=[
@@ -484,10 +491,10 @@ def norm_rope(
         ],
         grid=(threads, per_token, tokens),
         threadgroup=(threads, 1, 1),
-        output_shapes=[rows.shape],
+        output_shapes=[shape],
         output_dtypes=[x.dtype],
     )[0]
-    return out if rows is x else out.reshape(x.shape)
+    return out if rows is x or heads is not None else out.reshape(x.shape)
 
 
 def pool_blocks(

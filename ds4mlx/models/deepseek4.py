@@ -44,7 +44,7 @@ from typing import Any
 
 from ds4mlx import kernels
 from ds4mlx.gguf import GGUFError, GGUFFile, MetaValue
-from ds4mlx.kernels import grouped_linear, grow_rows, linear, linear_many
+from ds4mlx.kernels import grouped_input_shape, grouped_linear, grow_rows, linear, linear_many
 from ds4mlx.models.base import DECODE_TILE, TiledModel, pad_to_tile
 from ds4mlx.models.cache import ModelState, append_rows
 from ds4mlx.models.compressed_attention import (
@@ -580,9 +580,8 @@ class Attention(CompressedAttention):
 
     def _rotated_queries(self, q: mx.array, angles: RopeAngles) -> mx.array:
         """The queries [T, H, hd] from the product ``wq_b qr`` [T, H * hd]."""
-        q = q.reshape(q.shape[0], self.heads, self.head_dim)
         nope = self.head_dim - self.rope.n_dims
-        return self.rope.apply_normed(q, None, self.eps, angles, offset=nope)
+        return self.rope.apply_normed(q, None, self.eps, angles, offset=nope, heads=self.heads)
 
     def _rotated_keys(self, kv: mx.array, angles: RopeAngles) -> mx.array:
         """The keys [T, hd] from the product ``wkv x``."""
@@ -595,8 +594,9 @@ class Attention(CompressedAttention):
         grouped low-rank output projection. ``real_rows``: only the first rows are needed (of
         a decode tile, its real rows; a sharded rank then sums only those)."""
         tokens, nope = out.shape[0], self.head_dim - self.rope.n_dims
-        out = self.rope.apply(out, angles, offset=nope, inverse=True)
-        lora = grouped_linear(out.reshape(tokens, -1), self.wo_a, real_rows)  # [T, G * o_rank]
+        layout = grouped_input_shape(self.wo_a, tokens)  # the rows as the projection reads them
+        out = self.rope.apply(out, angles, offset=nope, inverse=True, shape=layout)
+        lora = grouped_linear(out, self.wo_a, real_rows)  # [T, G * o_rank]
         return linear(lora, self.wo_b, real_rows)
 
 

@@ -61,7 +61,8 @@
 //     output: float32 y [T, D] | float32 post [T, HC] | float32 comb [T, HC, HC]
 //   norm_rope (-DDS4_D, -DDS4_ROPE_N, -DDS4_ROPE_OFFSET)
 //     input: int32 T, M, interleaved, weighted | float32 eps | float32 weight [D] (1 if not
-//            weighted) | float32 x [T, M, D] ([T, D] for M 0) | float32 cos, sin [T, N / 2]
+//            weighted) | float32 x [T, M, D] ([T, D] for M 0, [T, -M * D] for M < 0: a
+//            product's heads as it comes) | float32 cos, sin [T, N / 2]
 //     output: float32 [T, M, D]
 
 #include "metal_shim.h"

@@ -65,7 +65,7 @@ int run_hc_site_norm(const char* in_path, const char* out_path) {
 }
 
 struct NormRopeLaunch {
-  int T, M;  // M == 0: x [T, D], one row a token
+  int T, M;  // M == 0: x [T, D], one row a token; M < 0: x [T, -M * D], -M rows a token
   const std::vector<float>& x;
   const std::vector<float>& weight;
   const std::vector<float>& cos;
@@ -76,9 +76,10 @@ struct NormRopeLaunch {
 
 template <int INTERLEAVED, int WEIGHTED>
 void norm_rope_all(const NormRopeLaunch& a) {
-  const int x_shape[3] = {a.T, a.M ? a.M : DS4_D, DS4_D};
-  const int x_ndim = a.M ? 3 : 2;
-  launch({1, uint(a.M ? a.M : 1), uint(a.T)}, NORM_THREADS, [&](const ThreadIds& ids) {
+  const int rows = a.M ? std::abs(a.M) : 1;
+  const int x_shape[3] = {a.T, a.M > 0 ? a.M : rows * DS4_D, DS4_D};
+  const int x_ndim = a.M > 0 ? 3 : 2;
+  launch({1, uint(rows), uint(a.T)}, NORM_THREADS, [&](const ThreadIds& ids) {
     norm_rope::kernel<float, DS4_D, DS4_ROPE_N, DS4_ROPE_OFFSET, INTERLEAVED, WEIGHTED,
                       NORM_THREADS>(a.x.data(), x_shape, x_ndim, a.weight.data(), a.cos.data(),
                                     a.sin.data(), a.eps.data(), a.out.data(),
@@ -90,14 +91,15 @@ void norm_rope_all(const NormRopeLaunch& a) {
 }
 
 // input: int32 T, M, interleaved, weighted | float32 eps | float32 weight [D] (one value when
-// not weighted) | float32 x [T, M, D] ([T, D] for M 0) | float32 cos, sin [T, N / 2]
+// not weighted) | float32 x [T, M, D] ([T, D] for M 0, [T, -M * D] for M < 0)
+// | float32 cos, sin [T, N / 2]
 int run_norm_rope(const char* in_path, const char* out_path) {
   Input input(in_path);
   const auto sizes = input.read<int32_t>(4);
   const int T = sizes[0], M = sizes[1];
   const auto eps = input.read<float>(1);
   const auto weight = input.read<float>(sizes[3] ? DS4_D : 1);
-  const auto x = input.read<float>(size_t(T) * (M ? M : 1) * DS4_D);
+  const auto x = input.read<float>(size_t(T) * (M ? std::abs(M) : 1) * DS4_D);
   const auto cos = input.read<float>(size_t(T) * DS4_ROPE_N / 2);
   const auto sin = input.read<float>(size_t(T) * DS4_ROPE_N / 2);
   for (const auto* buffer : {&eps, &weight, &x, &cos, &sin}) {

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ds4mlx import kernels
+from ds4mlx.diagnostics.graph import primitive_names
 from ds4mlx.diagnostics.metal_graph import metal_configuration
 from ds4mlx.kernels import metal, twins
 from ds4mlx.models.mhc import HyperConnection
@@ -91,7 +92,7 @@ def rope_case(
 ) -> tuple[np.ndarray, np.ndarray | None, RoPE, object]:
     rng = np.random.default_rng(tokens * 7 + heads + weighted)
     dim = shape["HEAD"]
-    x = rng.standard_normal((tokens, heads, dim) if heads else (tokens, dim)) * 3
+    x = rng.standard_normal((tokens, abs(heads), dim) if heads else (tokens, dim)) * 3
     weight = rng.uniform(0.5, 1.5, dim).astype(np.float32) if weighted else None
     rope = RoPE(RopeConfig(shape["ROPE_N"], 10000.0, interleaved=interleaved))
     angles = rope.angles(np.arange(70_000, 70_000 + tokens))  # far positions: host angles
@@ -107,7 +108,8 @@ def rope_twin(x, weight, rope, angles, offset) -> np.ndarray:
 
 @pytest.mark.parametrize("interleaved", [True, False])
 @pytest.mark.parametrize("weighted", [True, False])
-@pytest.mark.parametrize("heads", [5, 0], ids=["heads", "keys"])  # x [T, H, D] or [T, D]
+# x [T, H, D], [T, D], or the product [T, H * D] as it comes (its heads read in place)
+@pytest.mark.parametrize("heads", [5, 0, -5], ids=["heads", "keys", "product"])
 @pytest.mark.parametrize("tokens", [1, 3])
 def test_emulated_norm_rope_kernel_matches_twin(
     rope_emulator, tmp_path, interleaved, weighted, heads, tokens
@@ -154,7 +156,26 @@ def test_gpu_steps_launch_the_norm_carrying_kernels():
         with kernels.inference():
             h, post, comb = site(x, norm)
             rotated = rope.apply_normed(q, None, NORM_EPS, angles, offset=dim - 64)
-        assert [c.name for c in calls] == ["ds4_hc_site_norm", "ds4_norm_rope"]
+            product = q.reshape(8, -1)
+            mx.eval(product)
+            from_product = rope.apply_normed(
+                product, None, NORM_EPS, angles, offset=dim - 64, heads=3
+            )
+            grouped = rope.apply(q, angles, offset=dim - 64, inverse=True, shape=(8, 2, 1, 768))
+        assert [c.name for c in calls] == [
+            "ds4_hc_site_norm",
+            "ds4_norm_rope",
+            "ds4_norm_rope",
+            "ds4_rope",
+        ]
+        # A product's heads and a grouped projection's layout are the launches' own shapes:
+        # no view before or after them.
+        assert calls[2].inputs[0] == ((8, 3 * dim), mx.float32)
+        assert calls[2].outputs == (((8, 3, dim), mx.float32),) and calls[2].grid == (256, 3, 8)
+        assert calls[3].outputs == (((8, 2, 1, 768), mx.float32),)
+        assert primitive_names(from_product) == ["Depends"]
+        assert primitive_names(grouped) == ["Depends"]
+        assert (from_product.shape, grouped.shape) == ((8, 3, dim), (8, 2, 1, 768))
         assert calls[0].template == (
             ("T_", mx.float32),
             ("HC", HC),
@@ -175,6 +196,17 @@ def test_gpu_steps_launch_the_norm_carrying_kernels():
         site(x, norm)
         rope.apply_normed(q, None, NORM_EPS, angles, offset=dim - 64)
         assert [c.name for c in calls] == ["ds4_hc_site"]  # RoPE: the twin's MLX operations
+    # Off the GPU the same calls: the composition, in the same shapes.
+    twin = rope.apply_normed(product, None, NORM_EPS, angles, offset=dim - 64, heads=3)
+    np.testing.assert_array_equal(
+        np.array(twin), np.array(rope.apply_normed(q, None, NORM_EPS, angles, offset=dim - 64))
+    )
+    assert rope.apply(q, angles, offset=dim - 64, inverse=True, shape=(8, 2, 1, 768)).shape == (
+        8,
+        2,
+        1,
+        768,
+    )
 
 
 def test_site_with_its_norm_is_the_site_then_the_norm():
