@@ -794,11 +794,14 @@ def grow_rows(
     """For each pair: the rows of ``cached[i]`` followed by the first ``take`` rows of
     ``new[i]``, of which the last ``keep`` (all if fewer): a cache growing by a chunk. One
     native primitive for all pairs in inference on the CPU, one Metal launch a pair on the GPU
-    (``metal/grow_rows.metal``); MLX slices and concatenations (differentiable) else."""
+    (``metal/grow_rows.metal``; two pairs of one shape, a compressor's pending rows, in one:
+    ``metal/grow_row_pairs.metal``); MLX slices and concatenations (differentiable) else."""
     ops = _inference_ops()
     if ops is not None and all(a.ndim == 2 and a.dtype == mx.float32 for a in (*cached, *new)):
         return ops.grow_rows(list(cached), list(new), take, keep)
     on_gpu = _INFERENCE.get() and _metal_kernels()
+    if on_gpu and _one_shape_pairs(cached, new) and cached[0].shape[0]:
+        return list(metal.grow_row_pairs(tuple(cached), tuple(new), take, keep))
     out = []
     for old, fresh in zip(cached, new, strict=True):
         if on_gpu and old.shape[0] and min(old.shape[0] + take, keep):
@@ -807,6 +810,16 @@ def grow_rows(
         full = mx.concatenate([old, fresh[:take]]) if old.shape[0] else fresh[:take]
         out.append(full[full.shape[0] - keep :] if full.shape[0] > keep else full)
     return out
+
+
+def _one_shape_pairs(cached: Sequence[mx.array], new: Sequence[mx.array]) -> bool:
+    """Whether ``grow_rows`` has two pairs whose caches, and whose new rows, share a shape."""
+    return (
+        len(cached) == 2
+        and cached[0].shape == cached[1].shape
+        and new[0].shape == new[1].shape
+        and cached[0].dtype == cached[1].dtype
+    )
 
 
 def rotary(

@@ -13,7 +13,8 @@ block; ``metal/hc.metal`` is their header), ``metal/moe_route.metal`` and
 the RMS norm before them), ``metal/hc_site_norm.metal`` (an mHC site with the norm of its
 streams and of the block input it makes; ``metal/norm.metal`` is their header),
 ``metal/pool_blocks.metal`` (a compressor's pooling of the blocks a chunk completes),
-``metal/grow_rows.metal`` (a bounded cache grown by a chunk), ``metal/indexer_scores.metal`` (the
+``metal/grow_rows.metal`` (a bounded cache grown by a chunk; ``metal/grow_row_pairs.metal``
+two of one shape), ``metal/indexer_scores.metal`` (the
 lightning indexer's block scores of a whole tile) and ``metal/sparse_attention.metal`` (CSA/HCA
 attention over selected compressed rows, 8 query heads sharing each key read). No template
 argument follows the context length, so a session compiles each kernel once. Semantics match
@@ -525,6 +526,32 @@ def grow_rows(cached: mx.array, fresh: mx.array, take: int, keep: int) -> mx.arr
         output_shapes=[(rows, width)],
         output_dtypes=[cached.dtype],
     )[0]
+
+
+def grow_row_pairs(
+    cached: tuple[mx.array, mx.array], fresh: tuple[mx.array, mx.array], take: int, keep: int
+) -> tuple[mx.array, mx.array]:
+    """``grow_rows`` of two pairs of one shape in one launch (``metal/grow_row_pairs.metal``):
+    a compressor's pending kv rows and scores."""
+    (first, second), (new_first, new_second) = cached, fresh
+    rows, width = min(first.shape[0] + take, keep), first.shape[1]
+    grown = _body_kernel(
+        "grow_row_pairs", ("cached", "fresh", "cached2", "fresh2", "take"), ("rows", "rows2")
+    )(
+        inputs=[
+            first,
+            new_first.astype(first.dtype),
+            second,
+            new_second.astype(first.dtype),
+            _host_constant(take, mx.int32),
+        ],
+        template=[("T_", first.dtype), ("W", width)],
+        grid=(width, rows, 2),
+        threadgroup=(min(width, MAX_THREADGROUP), 1, 1),
+        output_shapes=[(rows, width), (rows, width)],
+        output_dtypes=[first.dtype, first.dtype],
+    )
+    return grown[0], grown[1]
 
 
 def indexer_top_k(

@@ -219,7 +219,8 @@ def test_the_mac_decode_step_launches_the_metal_kernels_it_should():
     # output (and the indexer's queries in CSA layers), the routed gate and up
     # matrices (Q2_K in the tiny model; its Q4_K down matrices are MLX's own quantized kind)
     # between the routing and the sum, the attention, the window's growth and each compressor's
-    # pending rows' (keys and scores; CSA layers have two compressors); then the Q6_K head.
+    # pending rows' (keys and scores in one launch; CSA layers have two compressors); then the
+    # Q6_K head.
     assert step == Counter(
         ds4_hc_site_norm=2 * blocks,
         ds4_hc_expand=2 * blocks,
@@ -229,7 +230,8 @@ def test_the_mac_decode_step_launches_the_metal_kernels_it_should():
         ds4_moe_route=blocks,
         ds4_moe_combine=blocks,
         ds4_sparse_attention=blocks,
-        ds4_grow_rows=blocks + 2 * (2 * csa + hca),
+        ds4_grow_rows=blocks,
+        ds4_grow_row_pairs=2 * csa + hca,
         ds4_q6_k_linear=1,
     )
     # The launches are the Metal path's own: the packed mat-vec's threadgroup shape for each

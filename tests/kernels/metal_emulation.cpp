@@ -54,6 +54,12 @@
 //   indexer_scores (-DDS4_IDX_H, -DDS4_IDX_D)
 //     input: int32 T, N | float32 q [T, H, D] | float32 weights [T, H] | float32 keys [N, D]
 //            | int32 visible [T];  output: float32 [T, N]
+//   grow_rows (-DDS4_D)
+//     input: int32 N, F, take, M | float32 cached [N, D] | float32 fresh [F, D]
+//     output: float32 [M, D]
+//   grow_row_pairs (-DDS4_D)
+//     input: int32 N, F, take, M | float32 cached [N, D] | fresh [F, D] | cached2 [N, D]
+//            | fresh2 [F, D];  output: float32 rows [M, D] | rows2 [M, D]
 //   The kernels that carry a norm, one threadgroup per row (metal_norm_kernels.h):
 //   hc_site_norm (-DDS4_HC, -DDS4_ITERS, -DDS4_D)
 //     input: int32 T | float32 eps [3] | float32 scale [3] | float32 base [(2 + HC) * HC]
@@ -459,6 +465,7 @@ const Mode MODES[] = {
     {"pool_blocks", run_pool_blocks},
     {"indexer_scores", run_indexer_scores},
     {"grow_rows", run_grow_rows},
+    {"grow_row_pairs", run_grow_row_pairs},
     {"hc_site_norm", run_hc_site_norm},
     {"norm_rope", run_norm_rope},
 };
