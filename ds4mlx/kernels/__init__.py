@@ -395,7 +395,7 @@ def hc_site_norm(
     (``metal/hc_site_norm.metal``; ``twins.hc_site_norm`` says how). None elsewhere."""
     if not (_INFERENCE.get() and _metal_kernels()):
         return None
-    mixes = linear(x.reshape(x.shape[0], -1), fn)
+    mixes = linear(x if x.ndim == 2 else x.reshape(x.shape[0], -1), fn)
     return metal.hc_site_norm(x, mixes, scale, base, weight, hc, iters, eps, norm_eps, out_eps)
 
 
@@ -422,12 +422,16 @@ def hc_pre(
     return _native_hc_pre(hc, iters, eps, norm_eps)(x, _transposed(fn), scale, base)
 
 
-def hc_expand(out: mx.array, residual: mx.array, post: mx.array, comb: mx.array) -> mx.array:
+def hc_expand(
+    out: mx.array, residual: mx.array, post: mx.array, comb: mx.array, flat: bool = False
+) -> mx.array:
     """The mHC streams after a block (``twins.hc_expand`` says how): one native primitive on
-    the CPU, one Metal launch on the GPU (``metal/hc_expand.metal``)."""
+    the CPU, one Metal launch on the GPU (``metal/hc_expand.metal``). ``flat``: in inference on
+    the GPU the streams come back [T, hc * D], as the next site (``hc_site_norm``) reads them;
+    [T, hc, D] everywhere else."""
     if _metal_kernels():
         if _INFERENCE.get():
-            return metal.hc_expand_kernel(out, residual, post, comb)
+            return metal.hc_expand_kernel(out, residual, post, comb, flat)
         return metal.hc_expand(out, residual, post, comb)
     if _native_cpu_ops() is None or residual.dtype != mx.float32:
         return twins.hc_expand(out, residual, post, comb)

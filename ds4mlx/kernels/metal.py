@@ -300,9 +300,13 @@ def _hc_expand_function():
     return with_twin_gradient(hc_expand_kernel, twins.hc_expand)
 
 
-def hc_expand_kernel(out: mx.array, residual: mx.array, post: mx.array, comb: mx.array) -> mx.array:
-    """The streams [T, hc, D] after a block (``metal/hc_expand.metal``)."""
-    tokens, hc, dim = residual.shape
+def hc_expand_kernel(
+    out: mx.array, residual: mx.array, post: mx.array, comb: mx.array, flat: bool = False
+) -> mx.array:
+    """The streams [T, hc, D] after a block (``metal/hc_expand.metal``), or [T, hc * D] with
+    ``flat`` (the same memory: the layout the next site's projection reads); the residual
+    streams may come either way."""
+    (tokens, dim), hc = out.shape, post.shape[-1]
     return _body_kernel("hc_expand", ("out", "residual", "post", "comb"), ("streams",))(
         inputs=[
             out.astype(residual.dtype),
@@ -313,7 +317,7 @@ def hc_expand_kernel(out: mx.array, residual: mx.array, post: mx.array, comb: mx
         template=[("T_", residual.dtype), ("HC", hc), ("D", dim)],
         grid=(dim, hc, tokens),
         threadgroup=(min(dim, MAX_THREADGROUP), 1, 1),
-        output_shapes=[residual.shape],
+        output_shapes=[(tokens, hc * dim) if flat else (tokens, hc, dim)],
         output_dtypes=[residual.dtype],
     )[0]
 
@@ -425,9 +429,10 @@ def hc_site_norm(
     norm_eps: float,
     out_eps: float,
 ) -> tuple[mx.array, mx.array, mx.array]:
-    """(normalised block input [T, D], post, comb) of streams x [T, hc, D] from the projection
-    of their raw flat rows (``metal/hc_site_norm.metal``; ``twins.hc_site_norm`` is the twin)."""
-    tokens, _, dim = x.shape
+    """(normalised block input [T, D], post, comb) of streams x [T, hc, D] (or flat
+    [T, hc * D]) from the projection of their raw flat rows (``metal/hc_site_norm.metal``;
+    ``twins.hc_site_norm`` is the twin)."""
+    tokens, dim = x.shape[0], x.shape[-1] // (hc if x.ndim == 2 else 1)
     threads = _reduction_threads(dim)
     y, post, comb = _body_kernel(
         "hc_site_norm",

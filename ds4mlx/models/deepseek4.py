@@ -721,8 +721,8 @@ class Block(nn.Module):
         sin: mx.array,
         n_real: int,
     ) -> mx.array:
-        x = hc_expand(self.attn.output(out, RopeAngles(cos, sin), n_real), x, post, comb)
-        return self._tile_ffn(x, tokens, n_real)
+        out = self.attn.output(out, RopeAngles(cos, sin), n_real)
+        return self._tile_ffn(hc_expand(out, x, post, comb, flat=True), tokens, n_real)
 
     def _ffn(self, x: mx.array, tokens: mx.array) -> mx.array:
         """The block's second half: its FFN between the mHC site's collapse and expansion."""

@@ -465,7 +465,7 @@ class Block(nn.Module):
             h, cache = self.mixer.tile(h, cache, n_real)
         else:
             h, cache, selection = self.mixer.tile(h, pos0, cache, selection, n_real)
-        x = hc_expand(h, x, post, comb)
+        x = hc_expand(h, x, post, comb, flat=True)
         h, post, comb = self.hc_ffn(x, self.ffn_norm)
         h = self.ffn.tile(h, None, n_real) if isinstance(self.ffn, SharedExpertMoE) else self.ffn(h)
         return hc_expand(h, x, post, comb), cache, selection

@@ -26,10 +26,14 @@ def hc_collapse(x: mx.array, weights: mx.array) -> mx.array:
     return (weights[:, None, :] @ x)[:, 0]
 
 
-def hc_expand(out: mx.array, residual: mx.array, post: mx.array, comb: mx.array) -> mx.array:
+def hc_expand(
+    out: mx.array, residual: mx.array, post: mx.array, comb: mx.array, flat: bool = False
+) -> mx.array:
     """New streams: ``post[dst] * out + sum_src comb[src, dst] * residual[src]`` -> [T, hc, D]
-    (``kernels.hc_expand``: one native primitive on the CPU, else compiled)."""
-    return kernels.hc_expand(out, residual, post, comb)
+    (``kernels.hc_expand``: one native primitive on the CPU, else compiled). ``flat``: for a
+    site with its norm next (``HyperConnection`` with ``norm``), which reads [T, hc * D] as
+    well; a GPU step then gets them so, with no view between."""
+    return kernels.hc_expand(out, residual, post, comb, flat)
 
 
 def hc_mean(x: mx.array) -> mx.array:
@@ -63,8 +67,9 @@ class HyperConnection(nn.Module):
     def __call__(
         self, x: mx.array, norm: RMSNorm | None = None
     ) -> tuple[mx.array, mx.array, mx.array]:
-        """x [T, hc, D] -> the block's input (the streams collapsed by pre, then ``norm``ed when
-        given: the block's input norm) [T, D], post [T, hc], comb [T, hc(src), hc(dst)]. In
+        """x [T, hc, D] (with ``norm``, also as ``hc_expand(flat=True)`` leaves it) -> the
+        block's input (the streams collapsed by pre, then ``norm``ed when given: the block's
+        input norm) [T, D], post [T, hc], comb [T, hc(src), hc(dst)]. In
         inference on the GPU with a ``norm``, the projection of the raw streams and one Metal
         launch (``kernels.hc_site_norm``: both norms carried in); else ``_site``, then the norm."""
         if norm is not None:

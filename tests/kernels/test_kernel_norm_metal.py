@@ -254,3 +254,30 @@ def test_metal_norm_rope_matches_twin(weighted, shape):
     )
     expected = rope_twin(x, weight, rope, angles, offset)
     np.testing.assert_allclose(np.array(got), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_gpu_streams_reach_the_next_site_without_a_view():
+    """An expansion asked for flat streams writes [T, hc * D] on the GPU, and the next site
+    with its norm projects them as they are; elsewhere the streams stay [T, hc, D]."""
+    dim = RAGGED["D"]
+    site, norm, case = _site(dim, 3)
+    rng = np.random.default_rng(3)
+    out = mx.array(rng.standard_normal((8, dim)).astype(np.float32))
+    post = mx.array(rng.uniform(0, 2, (8, HC)).astype(np.float32))
+    comb = mx.array(rng.uniform(0, 1, (8, HC, HC)).astype(np.float32))
+    residual = mx.array(case["x"])
+    with metal_configuration() as calls, kernels.inference():
+        streams = kernels.hc_expand(out, residual, post, comb, flat=True)
+        mx.eval(streams)
+        h, _, _ = site(streams, norm)
+        assert [c.name for c in calls] == ["ds4_hc_expand", "ds4_hc_site_norm"]
+        assert streams.shape == (8, HC * dim) and calls[1].inputs[0] == ((8, HC * dim), mx.float32)
+        assert calls[1].template[2] == ("D", dim)
+        # The projection of the streams and the site's launch: no reshape between.
+        names = primitive_names(h)
+        assert names.count("Depends") == 1 and "Matmul" in names and "Reshape" not in names
+    flat = kernels.hc_expand(out, residual, post, comb, flat=True)
+    assert flat.shape == (8, HC, dim)
+    np.testing.assert_array_equal(
+        np.array(flat), np.array(kernels.hc_expand(out, residual, post, comb))
+    )
