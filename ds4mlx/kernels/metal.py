@@ -133,8 +133,22 @@ def _kernel(qtype: GGMLQuantizationType):
 
 def _run(x: mx.array, w: PackedWeight, expert_indices: mx.array) -> mx.array:
     """x [P, M, K], expert_indices [P] -> y [P, M, N] with y[p] = x[p] @ W[expert_indices[p]].T."""
-    n_out, k = w.shape[-2:]
     n_batches, n_rows, _ = x.shape
+    return _launch(x, w, expert_indices, n_batches, n_rows, 1, (n_batches, n_rows, w.shape[-2]))
+
+
+def _launch(
+    x: mx.array,
+    w: PackedWeight,
+    expert_indices: mx.array,
+    n_batches: int,
+    n_rows: int,
+    x_share: int,
+    shape: tuple[int, ...],
+) -> mx.array:
+    """``metal/linear.metal`` over ``n_batches`` batches of ``n_rows`` x rows, ``x_share``
+    consecutive batches reading one x batch; the result declared as ``shape``."""
+    n_out, k = w.shape[-2:]
     launch = matvec_launch(n_out, n_rows)
     return _kernel(w.qtype)(
         inputs=[x, w.data, expert_indices.astype(mx.uint32)],  # no-op for moe_route's
@@ -145,11 +159,11 @@ def _run(x: mx.array, w: PackedWeight, expert_indices: mx.array) -> mx.array:
             ("SIMDGROUPS", launch.simdgroups),
             ("ROWS", launch.rows),
             ("XROWS", launch.x_rows),
-            ("XSHARE", 1),
+            ("XSHARE", x_share),
         ],
         grid=launch.grid(n_out, n_rows, n_batches),
         threadgroup=(SIMD_WIDTH * launch.simdgroups, 1, 1),
-        output_shapes=[(n_batches, n_rows, n_out)],
+        output_shapes=[shape],
         output_dtypes=[x.dtype],
     )[0]
 
@@ -181,26 +195,9 @@ def pair_linear(x: mx.array, w: PackedWeight, indices: mx.array, rows: int) -> m
     tile [T, K] (each row read where it lies by its k experts: XSHARE k) or one row a pair
     [R, k, 1, K]. No view or copy of x or the indices comes first (the launch reads the
     indices' first R * k values)."""
-    n_out, k_in = w.shape[-2:]
     slots = indices.shape[1]
-    pairs = rows * slots
-    launch = matvec_launch(n_out, 1)
-    return _kernel(w.qtype)(
-        inputs=[x, w.data, indices.astype(mx.uint32)],
-        template=[
-            ("T", x.dtype),
-            ("K", k_in),
-            ("N", n_out),
-            ("SIMDGROUPS", launch.simdgroups),
-            ("ROWS", launch.rows),
-            ("XROWS", launch.x_rows),
-            ("XSHARE", slots if x.ndim == 2 else 1),
-        ],
-        grid=launch.grid(n_out, 1, pairs),
-        threadgroup=(SIMD_WIDTH * launch.simdgroups, 1, 1),
-        output_shapes=[(rows, slots, 1, n_out)],
-        output_dtypes=[x.dtype],
-    )[0]
+    shape = (rows, slots, 1, w.shape[-2])
+    return _launch(x, w, indices, rows * slots, 1, slots if x.ndim == 2 else 1, shape)
 
 
 @cache
