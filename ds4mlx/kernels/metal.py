@@ -373,6 +373,19 @@ def moe_combine(expert_out: mx.array, weights: mx.array, shared: mx.array) -> mx
     )[0]
 
 
+def _rope_template(
+    dtype: mx.Dtype, dim: int, n_dims: int, offset: int, interleaved: bool
+) -> list[tuple[str, object]]:
+    """The template arguments ``metal/rope.metal`` and ``metal/norm_rope.metal`` share."""
+    return [
+        ("T_", dtype),
+        ("D", dim),
+        ("N", n_dims),
+        ("OFFSET", offset),
+        ("INTERLEAVED", int(interleaved)),
+    ]
+
+
 def rope(
     x: mx.array,
     cos: mx.array,
@@ -393,11 +406,7 @@ def rope(
     out = _body_kernel("rope", ("x", "cosines", "sines"))(
         inputs=[rows, cos.astype(mx.float32), sin.astype(mx.float32)],
         template=[
-            ("T_", x.dtype),
-            ("D", dim),
-            ("N", n_dims),
-            ("OFFSET", offset),
-            ("INTERLEAVED", int(interleaved)),
+            *_rope_template(x.dtype, dim, n_dims, offset, interleaved),
             ("INVERSE", int(inverse)),
         ],
         grid=(dim, per_token, tokens),
@@ -484,11 +493,7 @@ def norm_rope(
             mx.array([eps], dtype=mx.float32),
         ],
         template=[
-            ("T_", x.dtype),
-            ("D", dim),
-            ("N", n_dims),
-            ("OFFSET", offset),
-            ("INTERLEAVED", int(interleaved)),
+            *_rope_template(x.dtype, dim, n_dims, offset, interleaved),
             ("WEIGHTED", int(weight is not None)),
             ("THREADS", threads),
         ],
