@@ -11,7 +11,9 @@
 // outputs: y [T, D] (T_) = rms_norm(sum_i pre[i] * x[i]) * weight; post [T, HC] float32;
 //          comb [T, HC, HC] float32: hc_site.metal's, from the mixes times
 //          1 / sqrt(mean(x^2) + eps[1]) (the mean over the token's HC * D stream values)
-// template: T_, HC (streams), D (width), ITERS (Sinkhorn iterations, >= 1), THREADS
+// template: T_, HC (streams), D (width), ITERS (Sinkhorn iterations, >= 1), THREADS, SITE (0:
+//          the head's collapse, llama.cpp's build_hc_head: mixes [T, HC], pre only, post and
+//          comb not written)
 // launch:  grid (THREADS, T, 1), threadgroup (THREADS, 1, 1), THREADS a multiple of 32 up to
 //          256: one threadgroup per token, its threads striding over the channels; thread 0
 //          also writes the token's post and comb.
@@ -28,7 +30,7 @@ for (uint c = lane; c < HC * D; c += THREADS) {
 squares = ds4_threadgroup_sum(
     squares, partials, simdgroup_index_in_threadgroup, thread_index_in_simdgroup, THREADS / 32);
 const float inverse_rms = 1.0f / metal::sqrt(squares / float(HC * D) + eps[1]);
-const device float* mix = mixes + ulong(t) * (2 + HC) * HC;
+const device float* mix = mixes + ulong(t) * (SITE ? (2 + HC) * HC : HC);
 float pre[HC];
 for (uint i = 0; i < HC; ++i) {
   pre[i] = ds4_sigmoid(mix[i] * inverse_rms * scale[0] + base[i]) + eps[0];
@@ -54,7 +56,7 @@ for (uint d = lane; d < D; d += THREADS) {
   }
   y[ulong(t) * D + d] = T_(total * inverse_collapsed * weight[d]);
 }
-if (lane != 0) {
+if (lane != 0 || !SITE) {
   return;
 }
 for (uint i = 0; i < HC; ++i) {

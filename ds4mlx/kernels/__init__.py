@@ -399,6 +399,29 @@ def hc_site_norm(
     return metal.hc_site_norm(x, mixes, scale, base, weight, hc, iters, eps, norm_eps, out_eps)
 
 
+def hc_head_norm(
+    x: mx.array,
+    fn: Weight,
+    scale: mx.array,
+    base: mx.array,
+    weight: mx.array,
+    eps: float,
+    norm_eps: float,
+    out_eps: float,
+    rows: int | None = None,
+) -> mx.array | None:
+    """The head's collapse of the streams with its norms (``twins.hc_head_norm``) in inference
+    on the GPU: the raw streams' projection and one Metal launch (``metal/hc_site_norm.metal``
+    as the head). None elsewhere."""
+    if not (_INFERENCE.get() and _metal_kernels()):
+        return None
+    hc = fn.shape[0]
+    mixes = linear(x if x.ndim == 2 else x.reshape(x.shape[0], -1), fn, rows)
+    return metal.hc_site_norm(
+        x, mixes, scale, base, weight, hc, 1, eps, norm_eps, out_eps, site=False
+    )[0]
+
+
 def hc_pre(
     x: mx.array,
     fn: Weight,
@@ -929,6 +952,7 @@ __all__ = [
     "select_kernel_backend",
     "hc_expand",
     "hc_mixes",
+    "hc_head_norm",
     "hc_pre",
     "hc_site_norm",
     "hc_site",

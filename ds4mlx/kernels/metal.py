@@ -434,10 +434,12 @@ def hc_site_norm(
     eps: float,
     norm_eps: float,
     out_eps: float,
+    site: bool = True,
 ) -> tuple[mx.array, mx.array, mx.array]:
     """(normalised block input [T, D], post, comb) of streams x [T, hc, D] (or flat
     [T, hc * D]) from the projection of their raw flat rows (``metal/hc_site_norm.metal``;
-    ``twins.hc_site_norm`` is the twin)."""
+    ``twins.hc_site_norm`` is the twin). ``site`` False: the head's collapse (mixes [T, hc],
+    ``twins.hc_head_norm``), whose post and comb are not written (only y means anything)."""
     tokens, dim = x.shape[0], x.shape[-1] // (hc if x.ndim == 2 else 1)
     threads = _reduction_threads(dim)
     y, post, comb = _body_kernel(
@@ -454,7 +456,14 @@ def hc_site_norm(
             weight.astype(mx.float32),
             mx.array([eps, norm_eps, out_eps], dtype=mx.float32),
         ],
-        template=[("T_", x.dtype), ("HC", hc), ("D", dim), ("ITERS", iters), ("THREADS", threads)],
+        template=[
+            ("T_", x.dtype),
+            ("HC", hc),
+            ("D", dim),
+            ("ITERS", iters),
+            ("THREADS", threads),
+            ("SITE", int(site)),
+        ],
         grid=(threads, tokens, 1),
         threadgroup=(threads, 1, 1),
         output_shapes=[(tokens, dim), (tokens, hc), (tokens, hc, hc)],

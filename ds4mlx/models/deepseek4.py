@@ -843,7 +843,7 @@ class Model(TiledModel):
         """The streams after the last block [T, hc, D] -> (the LM head's input [T, D], logits
         [T, vocab]). ``real_rows``: only the first rows are needed (``kernels.linear``'s
         ``rows``; a decode tile's real rows)."""
-        final = self.output_norm(self.hc_head(x, real_rows))
+        final = self.hc_head(x, real_rows, self.output_norm)
         return final, linear(final, self.output, real_rows)
 
     def _tile_head_graph(self, x: mx.array, n_real: int) -> tuple[mx.array, mx.array]:

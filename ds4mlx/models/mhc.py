@@ -165,7 +165,27 @@ class HyperHead(nn.Module):
         self.hc_eps = hc_eps
         self.norm_eps = norm_eps
 
-    def __call__(self, x: mx.array, rows: int | None = None) -> mx.array:
+    def __call__(
+        self, x: mx.array, rows: int | None = None, norm: RMSNorm | None = None
+    ) -> mx.array:
+        """The streams x [T, hc, D] collapsed into [T, D], then ``norm``ed when given (the
+        output norm): in inference on the GPU the raw streams' projection and one Metal launch
+        (``kernels.hc_head_norm``: both norms inside); ``rows``: see ``kernels.linear``."""
+        if norm is not None:
+            fused = kernels.hc_head_norm(
+                x,
+                self.fn,
+                self.scale,
+                self.base,
+                norm.weight,
+                self.hc_eps,
+                self.norm_eps,
+                norm.eps,
+                rows,
+            )
+            if fused is not None:
+                return fused
+            return norm(self(x, rows))
         flat = rms_norm(x.reshape(x.shape[0], -1), None, self.norm_eps)
         pre = mx.sigmoid(linear(flat, self.fn, rows) * self.scale + self.base) + self.hc_eps
         return hc_collapse(x, pre)

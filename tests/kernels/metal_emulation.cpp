@@ -65,6 +65,8 @@
 //     input: int32 T | float32 eps [3] | float32 scale [3] | float32 base [(2 + HC) * HC]
 //            | float32 weight [D] | float32 x [T, HC, D] | float32 mixes [T, (2 + HC) * HC]
 //     output: float32 y [T, D] | float32 post [T, HC] | float32 comb [T, HC, HC]
+//   hc_head_norm (the same kernel, SITE 0): as hc_site_norm with scale [1], base [HC] and
+//     mixes [T, HC]; post and comb come out NaN (not written)
 //   norm_rope (-DDS4_D, -DDS4_ROPE_N, -DDS4_ROPE_OFFSET)
 //     input: int32 T, M, interleaved, weighted | float32 eps | float32 weight [D] (1 if not
 //            weighted) | float32 x [T, M, D] ([T, D] for M 0, [T, -M * D] for M < 0: a
@@ -466,7 +468,8 @@ const Mode MODES[] = {
     {"indexer_scores", run_indexer_scores},
     {"grow_rows", run_grow_rows},
     {"grow_row_pairs", run_grow_row_pairs},
-    {"hc_site_norm", run_hc_site_norm},
+    {"hc_site_norm", run_hc_site_norm<1>},
+    {"hc_head_norm", run_hc_site_norm<0>},
     {"norm_rope", run_norm_rope},
 };
 

@@ -8,7 +8,7 @@
 #include "norm.metal"
 
 namespace hc_site_norm {
-template <typename T_, int HC, int D, int ITERS, int THREADS>
+template <typename T_, int HC, int D, int ITERS, int THREADS, int SITE>
 void kernel(DevicePtr<const T_> x, DevicePtr<const float> mixes, DevicePtr<const float> scale,
             DevicePtr<const float> base, DevicePtr<const float> weight,
             DevicePtr<const float> eps, DevicePtr<T_> y, DevicePtr<float> post,
@@ -36,12 +36,14 @@ void kernel(DevicePtr<const T_> x, const int* x_shape, int x_ndim, DevicePtr<con
 // Threads of a row's threadgroup, as metal.py's _reduction_threads chooses them.
 constexpr uint NORM_THREADS = std::min<uint>(256, (DS4_D + SIMD_WIDTH - 1) / SIMD_WIDTH * SIMD_WIDTH);
 
+// SITE 0 (the head) reads mixes [T, HC] and writes y only (post and comb stay NaN).
+template <int SITE>
 int run_hc_site_norm(const char* in_path, const char* out_path) {
-  constexpr uint MIX = (2 + DS4_HC) * DS4_HC;
+  constexpr uint MIX = SITE ? (2 + DS4_HC) * DS4_HC : DS4_HC;
   Input input(in_path);
   const int T = input.read<int32_t>(1)[0];
   const auto eps = input.read<float>(3);
-  const auto scale = input.read<float>(3);
+  const auto scale = input.read<float>(SITE ? 3 : 1);
   const auto base = input.read<float>(MIX);
   const auto weight = input.read<float>(DS4_D);
   const auto x = input.read<float>(size_t(T) * DS4_HC * DS4_D);
@@ -52,7 +54,7 @@ int run_hc_site_norm(const char* in_path, const char* out_path) {
   std::vector<float> y(size_t(T) * DS4_D, NAN), post(size_t(T) * DS4_HC, NAN),
       comb(size_t(T) * DS4_HC * DS4_HC, NAN);
   launch({1, uint(T), 1}, NORM_THREADS, [&](const ThreadIds& ids) {
-    hc_site_norm::kernel<float, DS4_HC, DS4_D, DS4_ITERS, NORM_THREADS>(
+    hc_site_norm::kernel<float, DS4_HC, DS4_D, DS4_ITERS, NORM_THREADS, SITE>(
         x.data(), mixes.data(), scale.data(), base.data(), weight.data(), eps.data(), y.data(),
         post.data(), comb.data(), ids.threadgroup_position_in_grid,
         ids.thread_index_in_threadgroup, ids.simdgroup_index_in_threadgroup,

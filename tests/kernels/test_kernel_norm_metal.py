@@ -10,7 +10,7 @@ from ds4mlx import kernels
 from ds4mlx.diagnostics.graph import primitive_names
 from ds4mlx.diagnostics.metal_graph import metal_configuration
 from ds4mlx.kernels import metal, twins
-from ds4mlx.models.mhc import HyperConnection
+from ds4mlx.models.mhc import HyperConnection, HyperHead
 from ds4mlx.models.norms import RMSNorm
 from ds4mlx.models.rope import RoPE, RopeConfig
 
@@ -182,6 +182,7 @@ def test_gpu_steps_launch_the_norm_carrying_kernels():
             ("D", dim),
             ("ITERS", ITERS),
             ("THREADS", 256),
+            ("SITE", 1),
         )
         assert calls[0].grid == (256, 8, 1) and calls[0].threadgroup == (256, 1, 1)
         assert calls[1].template[-2:] == (("WEIGHTED", 0), ("THREADS", 256))
@@ -281,3 +282,67 @@ def test_gpu_streams_reach_the_next_site_without_a_view():
     np.testing.assert_array_equal(
         np.array(flat), np.array(kernels.hc_expand(out, residual, post, comb))
     )
+
+
+def head_case(tokens: int, dim: int, seed: int) -> dict[str, np.ndarray]:
+    """The head's inputs: HC mixes a token and one scale (llama.cpp's build_hc_head)."""
+    case = site_case(tokens, dim, seed)
+    case["mixes"], case["base"] = case["mixes"][:, :HC], case["base"][:HC]
+    case["scale"] = case["scale"][:1]
+    return case
+
+
+def head_twin(case: dict[str, np.ndarray]) -> np.ndarray:
+    args = (mx.array(case[n]) for n in ("x", "mixes", "scale", "base", "weight"))
+    return np.array(twins.hc_head_norm(*args, EPS, NORM_EPS, OUT_EPS))
+
+
+@pytest.mark.parametrize("tokens", TOKENS)
+def test_emulated_hc_head_norm_kernel_matches_twin(site_emulator, tmp_path, tokens):
+    """The site kernel as the head (SITE 0): HC mixes a token, the collapse normalised; post
+    and comb are not written."""
+    binary, dim = site_emulator
+    case = head_case(tokens, dim, seed=60 + tokens)
+    payload = np.array([tokens], np.int32).tobytes()
+    payload += np.array([EPS, NORM_EPS, OUT_EPS], np.float32).tobytes()
+    payload += b"".join(case[n].tobytes() for n in ("scale", "base", "weight", "x", "mixes"))
+    got = run(binary, ["hc_head_norm"], [payload], tmp_path)[0]
+    y, untouched = got[: tokens * dim], got[tokens * dim :]
+    np.testing.assert_allclose(y.reshape(tokens, dim), head_twin(case), rtol=2e-5, atol=2e-5)
+    assert np.isnan(untouched).all()
+
+
+def test_gpu_head_is_its_projection_and_one_launch():
+    """In inference on the GPU the head's collapse and both its norms are one launch after the
+    projection of the raw streams; off the GPU the same call is the collapse then the norm."""
+    dim = RAGGED["D"]
+    case = head_case(8, dim, 5)
+    fn = np.random.default_rng(5).standard_normal((HC, HC * dim)).astype(np.float32)
+    head = HyperHead(
+        mx.array(fn),
+        mx.array(case["base"]),
+        mx.array(case["scale"]),
+        hc_eps=EPS,
+        norm_eps=NORM_EPS,
+    )
+    norm = RMSNorm(mx.array(case["weight"]), OUT_EPS)
+    x = mx.array(case["x"])
+    with metal_configuration() as calls, kernels.inference():
+        final = head(x, 1, norm)
+    assert [c.name for c in calls] == ["ds4_hc_site_norm"]
+    assert calls[0].template[-1] == ("SITE", 0) and calls[0].inputs[1] == ((8, HC), mx.float32)
+    assert final.shape == (8, dim)
+    np.testing.assert_array_equal(np.array(head(x, None, norm)), np.array(norm(head(x))))
+    raw = x.reshape(8, -1) @ mx.array(fn).T
+    folded = twins.hc_head_norm(x, raw, head.scale, head.base, norm.weight, EPS, NORM_EPS, OUT_EPS)
+    np.testing.assert_allclose(np.array(folded), np.array(norm(head(x))), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.skipif(not metal.metal_available(), reason=NO_METAL)
+@pytest.mark.parametrize("tokens", TOKENS)
+@pytest.mark.parametrize("shape", [FLASH, RAGGED], ids=["flash", "ragged"])
+def test_metal_hc_head_norm_matches_twin(tokens, shape):
+    case = head_case(tokens, shape["D"], 70 + tokens)
+    args = [mx.array(case[n]) for n in ("x", "mixes", "scale", "base", "weight")]
+    got = metal.hc_site_norm(*args, HC, 1, EPS, NORM_EPS, OUT_EPS, site=False)[0]
+    np.testing.assert_allclose(np.array(got), head_twin(case), rtol=1e-4, atol=2e-5)
