@@ -46,7 +46,7 @@ MAX_PRIMITIVES = {
 # A step as a Mac builds it (``--backend metal``) after a 100-token context (the CSA indexer
 # selecting its top-16 blocks), a 6-row verify, and the decode step's 43-layer projection.
 METAL_CONTEXT = 100
-# (268 / 284 / 1,962 measured; the projection's bound is issue 33's acceptance.)
+# (266 / 282 / 1,960 measured; the projection's bound is issue 33's acceptance.)
 MAX_METAL_PRIMITIVES = 280
 MAX_METAL_VERIFY_PRIMITIVES = 295
 MAX_METAL_FLASH_PRIMITIVES = 2000
