@@ -1,10 +1,13 @@
 // Body of ds4mlx's packed-weight mat-vec (MLX generates the signature; see ds4mlx/kernels/metal.py):
-//   y[p, m, n] = sum_k x[p, m, k] * W[expert_indices[p], n, k]
-// inputs:  x [P, M, K] (T), w [E, N, K / DS4_BLOCK_VALUES * DS4_BLOCK_BYTES] (uint8 GGML blocks),
-//          expert_indices [P] (uint32)
+//   y[p, m, n] = sum_k x[p / XSHARE, m, k] * W[expert_indices[p], n, k]
+// inputs:  x [P / XSHARE, M, K] (T; any leading dims, or [P / XSHARE, K] for M = 1),
+//          w [E, N, K / DS4_BLOCK_VALUES * DS4_BLOCK_BYTES] (uint8 GGML blocks),
+//          expert_indices [P] (uint32; read as P flat values, so [R, k] of a routed tile)
 // output:  y [P, M, N] (T)
 // template: T (x and y dtype), K (in features), N (out features), SIMDGROUPS (per threadgroup),
-//          ROWS (weight rows per simdgroup), XROWS (x rows per threadgroup: 1, 2, 4 or 8)
+//          ROWS (weight rows per simdgroup), XROWS (x rows per threadgroup: 1, 2, 4 or 8),
+//          XSHARE (consecutive batches that read one x batch: a routed row's k experts read
+//          the row where it lies, with no copy of it per expert; 1 else)
 // launch:  grid (32 * SIMDGROUPS * ceil(N / (SIMDGROUPS * ROWS)), ceil(M / XROWS), P),
 //          threadgroup (32 * SIMDGROUPS, 1, 1). P > 1 is the MoE gather: every selected expert
 //          of a tile in one launch.
@@ -32,7 +35,7 @@ constexpr uint STAGE_VALUES = STAGE_BLOCKS * DS4_BLOCK_VALUES;
 const uint lane = thread_index_in_simdgroup;
 const uint thread_index = thread_index_in_threadgroup;
 const uint3 group = threadgroup_position_in_grid;
-const uint M = uint(x_shape[1]);
+const uint M = x_ndim >= 3 ? uint(x_shape[x_ndim - 2]) : 1u;
 const uint p = group.z;
 const uint first_x_row = group.y * XROWS;
 const uint x_rows = metal::min(uint(XROWS), M - first_x_row);
@@ -47,7 +50,7 @@ threadgroup T x_stage[XROWS * STAGE_VALUES];
 // One lane reads the expert index and passes it on: every thread of the launch needs it.
 const uint expert = metal::simd_broadcast(lane == 0 ? expert_indices[p] : 0u, 0);
 const device uint8_t* w_expert = w + ulong(expert) * N * ROW_BYTES;
-const device T* x_first = x + (ulong(p) * M + first_x_row) * K;
+const device T* x_first = x + (ulong(p / XSHARE) * M + first_x_row) * K;
 
 float sums[ROWS][XROWS];
 for (uint r = 0; r < ROWS; ++r) {

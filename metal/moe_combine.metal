@@ -2,7 +2,8 @@
 // chosen experts' outputs of the first R rows weighted and summed, plus the shared expert's
 // output, what models.moe's weighted sum, padding and addition compute with several MLX
 // operations.
-// inputs:  expert_out [R, K, D] (T_) each chosen expert's output; weights [T, K] float32;
+// inputs:  expert_out [R, K, D] or [R, K, 1, D] (T_) each chosen expert's output;
+//          weights [T, K] float32;
 //          shared [T, D] (T_) the shared expert's output
 // output:  out [T, D] (T_) = shared + (t < R ? sum_k weights[t, k] * expert_out[t, k] : 0)
 // template: T_, K, D

@@ -4,7 +4,8 @@
 // computes with some eight MLX operations; the other channels are copied.
 // inputs:  x [T, M, D] or [T, D] (T_) rows by token; cosines, sines [T, N / 2] float32 (the
 //          YaRN magnitude included)
-// output:  out shaped like x (T_): each rotated pair (a, b) becomes (a cos - b sin, a sin + b cos),
+// output:  out with x's elements in x's order (T_; its declared shape is the reader's layout,
+//          e.g. a grouped projection's [T, G, 1, K]): each rotated pair (a, b) becomes (a cos - b sin, a sin + b cos),
 //          sin negated when INVERSE; pairs are (2i, 2i + 1) when INTERLEAVED (GGML_ROPE_TYPE_NORMAL),
 //          else (i, i + N / 2) (NEOX)
 // template: T_, D, N, OFFSET, INTERLEAVED, INVERSE

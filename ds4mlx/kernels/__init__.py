@@ -378,6 +378,50 @@ def hc_site(
     return (pre[:, None, :] @ x)[:, 0], post, comb
 
 
+def hc_site_norm(
+    x: mx.array,
+    fn: Weight,
+    scale: mx.array,
+    base: mx.array,
+    weight: mx.array,
+    hc: int,
+    iters: int,
+    eps: float,
+    norm_eps: float,
+    out_eps: float,
+) -> tuple[mx.array, mx.array, mx.array] | None:
+    """A whole mHC site with the norm of its streams and the block's input norm (``weight``,
+    ``out_eps``) in inference on the GPU: the raw streams' projection and one Metal launch
+    (``metal/hc_site_norm.metal``; ``twins.hc_site_norm`` says how). None elsewhere."""
+    if not (_INFERENCE.get() and _metal_kernels()):
+        return None
+    mixes = linear(x if x.ndim == 2 else x.reshape(x.shape[0], -1), fn)
+    return metal.hc_site_norm(x, mixes, scale, base, weight, hc, iters, eps, norm_eps, out_eps)
+
+
+def hc_head_norm(
+    x: mx.array,
+    fn: Weight,
+    scale: mx.array,
+    base: mx.array,
+    weight: mx.array,
+    eps: float,
+    norm_eps: float,
+    out_eps: float,
+    rows: int | None = None,
+) -> mx.array | None:
+    """The head's collapse of the streams with its norms (``twins.hc_head_norm``) in inference
+    on the GPU: the raw streams' projection and one Metal launch (``metal/hc_site_norm.metal``
+    as the head). None elsewhere."""
+    if not (_INFERENCE.get() and _metal_kernels()):
+        return None
+    hc = fn.shape[0]
+    mixes = linear(x if x.ndim == 2 else x.reshape(x.shape[0], -1), fn, rows)
+    return metal.hc_site_norm(
+        x, mixes, scale, base, weight, hc, 1, eps, norm_eps, out_eps, site=False
+    )[0]
+
+
 def hc_pre(
     x: mx.array,
     fn: Weight,
@@ -401,12 +445,16 @@ def hc_pre(
     return _native_hc_pre(hc, iters, eps, norm_eps)(x, _transposed(fn), scale, base)
 
 
-def hc_expand(out: mx.array, residual: mx.array, post: mx.array, comb: mx.array) -> mx.array:
+def hc_expand(
+    out: mx.array, residual: mx.array, post: mx.array, comb: mx.array, flat: bool = False
+) -> mx.array:
     """The mHC streams after a block (``twins.hc_expand`` says how): one native primitive on
-    the CPU, one Metal launch on the GPU (``metal/hc_expand.metal``)."""
+    the CPU, one Metal launch on the GPU (``metal/hc_expand.metal``). ``flat``: in inference on
+    the GPU the streams come back [T, hc * D], as the next site (``hc_site_norm``) reads them;
+    [T, hc, D] everywhere else."""
     if _metal_kernels():
         if _INFERENCE.get():
-            return metal.hc_expand_kernel(out, residual, post, comb)
+            return metal.hc_expand_kernel(out, residual, post, comb, flat)
         return metal.hc_expand(out, residual, post, comb)
     if _native_cpu_ops() is None or residual.dtype != mx.float32:
         return twins.hc_expand(out, residual, post, comb)
@@ -552,6 +600,42 @@ def _combine_on_blocks(
         routed = mx.concatenate([routed, mx.zeros((tokens - real, routed.shape[1]), routed.dtype)])
     hidden = swiglu(shared_gate, shared_up, shared_limit)
     return routed + _blocks_linear(hidden, shared_down, real)
+
+
+def routed_pairs(
+    x: mx.array,
+    gate: Weight,
+    up: Weight,
+    down: Weight,
+    indices: mx.array,
+    rows: int,
+    limit: float,
+) -> mx.array | None:
+    """Every routed pair's clamped SwiGLU expert output [R, k, 1, D] for the first R = ``rows``
+    rows of a GPU decode tile x [T, D], from the routing's ``indices`` [T, k] as made: packed
+    matrices take one launch for all pairs that reads each x row in place
+    (``metal.pair_linear``), MLX's quantized kinds a gathered matmul. In inference on the GPU
+    over those weight kinds; None elsewhere."""
+    kinds = (PackedWeight, QuantizedWeight)
+    if not (_INFERENCE.get() and _metal_kernels()):
+        return None
+    if not all(isinstance(w, kinds) for w in (gate, up, down)):
+        return None
+    hidden = swiglu(
+        _pair_products(x, gate, indices, rows), _pair_products(x, up, indices, rows), limit
+    )
+    return _pair_products(hidden, down, indices, rows)
+
+
+def _pair_products(
+    x: mx.array, w: PackedWeight | QuantizedWeight, indices: mx.array, rows: int
+) -> mx.array:
+    """``routed_pairs``' product of one matrix: x [T, K] (each row for its k experts) or
+    [R, k, 1, K] (one row a pair) -> [R, k, 1, N]."""
+    if isinstance(w, PackedWeight):
+        return metal.pair_linear(x, w, indices, rows)
+    pairs = x[:rows, None, None, :] if x.ndim == 2 else x
+    return gather_linear(pairs, w, indices[:rows])
 
 
 def routed_experts(
@@ -701,10 +785,21 @@ def rms_norm(x: mx.array, weight: mx.array | None, eps: float) -> mx.array | Non
     return native_ops().rms_norm(x, weight, eps)
 
 
+def grouped_input_shape(w: Weight, tokens: int) -> tuple[int, ...]:
+    """The layout ``grouped_linear`` reads x in for w [G, N, K] without a view of it:
+    [T, G, 1, K] where each (row, group) is a gathered one-row product (quantized and packed
+    weights off the CPU's blocks: the GPU's path), [T, G * K] else."""
+    groups, _, width = w.shape
+    if isinstance(w, mx.array) or _block_ops(w) is not None:
+        return (tokens, groups * width)
+    return (tokens, groups, 1, width)
+
+
 def grouped_linear(x: mx.array, w: Weight, rows: int | None = None) -> mx.array:
-    """x [T, G * K] -> [T, G * N]: group g's channels times its own matrix, w [G, N, K] stored
-    GGUF-style (``rows``: see ``linear``). One native primitive in a CPU decode tile; else a
-    batched matmul between the reshapes and transposes that line the groups up."""
+    """x [T, G * K] (or [T, G, 1, K], ``grouped_input_shape``) -> [T, G * N]: group g's
+    channels times its own matrix, w [G, N, K] stored GGUF-style (``rows``: see ``linear``).
+    One native primitive in a CPU decode tile; else a batched matmul between the reshapes and
+    transposes that line the groups up."""
     stored = _frozen(w) if isinstance(w, mx.array) else None
     if stored is not None and stored.ndim == 3 and _rows_linear_applies(x, []):
         return native_ops().grouped_rows_linear(x, stored, x.shape[0] if rows is None else rows)
@@ -714,7 +809,7 @@ def grouped_linear(x: mx.array, w: Weight, rows: int | None = None) -> mx.array:
     if not isinstance(w, mx.array):
         # Each (row, group) one gathered one-row product: no transposes around it, and a row's
         # bits never depend on the other rows (quantized and packed weights: the GPU's path).
-        per_group = x.reshape(tokens, groups, 1, -1)  # [T, G, 1, K]
+        per_group = x if x.ndim == 4 else x.reshape(tokens, groups, 1, -1)  # [T, G, 1, K]
         return gather_linear(per_group, w, _row_group_grid(tokens, groups)).reshape(tokens, -1)
     grouped = mx.swapaxes(x.reshape(tokens, groups, -1), 0, 1)  # [G, T, K]
     return mx.swapaxes(linear(grouped, w), 0, 1).reshape(tokens, -1)
@@ -726,11 +821,14 @@ def grow_rows(
     """For each pair: the rows of ``cached[i]`` followed by the first ``take`` rows of
     ``new[i]``, of which the last ``keep`` (all if fewer): a cache growing by a chunk. One
     native primitive for all pairs in inference on the CPU, one Metal launch a pair on the GPU
-    (``metal/grow_rows.metal``); MLX slices and concatenations (differentiable) else."""
+    (``metal/grow_rows.metal``; two pairs of one shape, a compressor's pending rows, in one:
+    ``metal/grow_row_pairs.metal``); MLX slices and concatenations (differentiable) else."""
     ops = _inference_ops()
     if ops is not None and all(a.ndim == 2 and a.dtype == mx.float32 for a in (*cached, *new)):
         return ops.grow_rows(list(cached), list(new), take, keep)
     on_gpu = _INFERENCE.get() and _metal_kernels()
+    if on_gpu and _one_shape_pairs(cached, new) and cached[0].shape[0]:
+        return list(metal.grow_row_pairs(tuple(cached), tuple(new), take, keep))
     out = []
     for old, fresh in zip(cached, new, strict=True):
         if on_gpu and old.shape[0] and min(old.shape[0] + take, keep):
@@ -741,6 +839,16 @@ def grow_rows(
     return out
 
 
+def _one_shape_pairs(cached: Sequence[mx.array], new: Sequence[mx.array]) -> bool:
+    """Whether ``grow_rows`` has two pairs whose caches, and whose new rows, share a shape."""
+    return (
+        len(cached) == 2
+        and cached[0].shape == cached[1].shape
+        and new[0].shape == new[1].shape
+        and cached[0].dtype == cached[1].dtype
+    )
+
+
 def rotary(
     x: mx.array,
     cos: mx.array,
@@ -749,15 +857,35 @@ def rotary(
     n_dims: int,
     interleaved: bool,
     inverse: bool,
+    shape: tuple[int, ...] | None = None,
 ) -> mx.array | None:
     """``models.rope.RoPE.apply`` (its formula is the twin) as one native primitive on the CPU,
-    or in inference on the GPU one Metal launch (``metal/rope.metal``), from the angle tables
-    cos/sin [T, n_dims / 2] (``RopeAngles.on_device``); None where that does not apply."""
+    or in inference on the GPU one Metal launch (``metal/rope.metal``; its result already in
+    ``shape`` when given), from the angle tables cos/sin [T, n_dims / 2]
+    (``RopeAngles.on_device``); None where that does not apply."""
     if _INFERENCE.get() and _metal_kernels():
-        return metal.rope(x, cos, sin, offset, n_dims, interleaved, inverse)
+        return metal.rope(x, cos, sin, offset, n_dims, interleaved, inverse, shape)
     if x.dtype != mx.float32 or _native_cpu_ops() is None:
         return None
     return native_ops().rope(x, cos, sin, offset, n_dims, interleaved, inverse)
+
+
+def norm_rotary(
+    x: mx.array,
+    weight: mx.array | None,
+    eps: float,
+    cos: mx.array,
+    sin: mx.array,
+    offset: int,
+    n_dims: int,
+    interleaved: bool,
+    heads: int | None = None,
+) -> mx.array | None:
+    """``models.rope.RoPE.apply_normed`` (an RMS norm, then ``rotary``) as one Metal launch in
+    inference on the GPU (``metal/norm_rope.metal``); None elsewhere."""
+    if not (_INFERENCE.get() and _metal_kernels()):
+        return None
+    return metal.norm_rope(x, weight, eps, cos, sin, offset, n_dims, interleaved, heads)
 
 
 def dequantize(w: Weight) -> mx.array:
@@ -809,6 +937,7 @@ __all__ = [
     "dequantize",
     "freeze",
     "gather_linear",
+    "grouped_input_shape",
     "grouped_linear",
     "grow_rows",
     "linear",
@@ -817,17 +946,21 @@ __all__ = [
     "moe_combine",
     "moe_route",
     "moe_tile",
+    "norm_rotary",
     "pool_blocks",
     "rms_norm",
     "select_kernel_backend",
     "hc_expand",
     "hc_mixes",
+    "hc_head_norm",
     "hc_pre",
+    "hc_site_norm",
     "hc_site",
     "inference",
     "indexer_top_k",
     "rotary",
     "routed_experts",
+    "routed_pairs",
     "sinkhorn",
     "sparse_attention",
     "swiglu",

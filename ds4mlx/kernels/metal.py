@@ -9,9 +9,12 @@ and ``gather_linear`` (every selected expert of a tile in one launch). Besides:
 ``metal/hc_expand.metal`` (a whole mHC site after its projection, and the expansion after a
 block; ``metal/hc.metal`` is their header), ``metal/moe_route.metal`` and
 ``metal/moe_combine.metal`` (the MoE routing, and the weighted sum around the expert launches),
-``metal/rope.metal`` (rotary embeddings from host angle tables), ``metal/pool_blocks.metal`` (a
-compressor's pooling of the blocks a chunk completes), ``metal/grow_rows.metal`` (a bounded
-cache grown by a chunk), ``metal/indexer_scores.metal`` (the
+``metal/rope.metal`` (rotary embeddings from host angle tables; ``metal/norm_rope.metal`` with
+the RMS norm before them), ``metal/hc_site_norm.metal`` (an mHC site with the norm of its
+streams and of the block input it makes; ``metal/norm.metal`` is their header),
+``metal/pool_blocks.metal`` (a compressor's pooling of the blocks a chunk completes),
+``metal/grow_rows.metal`` (a bounded cache grown by a chunk; ``metal/grow_row_pairs.metal``
+two of one shape), ``metal/indexer_scores.metal`` (the
 lightning indexer's block scores of a whole tile) and ``metal/sparse_attention.metal`` (CSA/HCA
 attention over selected compressed rows, 8 query heads sharing each key read). No template
 argument follows the context length, so a session compiles each kernel once. Semantics match
@@ -130,8 +133,22 @@ def _kernel(qtype: GGMLQuantizationType):
 
 def _run(x: mx.array, w: PackedWeight, expert_indices: mx.array) -> mx.array:
     """x [P, M, K], expert_indices [P] -> y [P, M, N] with y[p] = x[p] @ W[expert_indices[p]].T."""
-    n_out, k = w.shape[-2:]
     n_batches, n_rows, _ = x.shape
+    return _launch(x, w, expert_indices, n_batches, n_rows, 1, (n_batches, n_rows, w.shape[-2]))
+
+
+def _launch(
+    x: mx.array,
+    w: PackedWeight,
+    expert_indices: mx.array,
+    n_batches: int,
+    n_rows: int,
+    x_share: int,
+    shape: tuple[int, ...],
+) -> mx.array:
+    """``metal/linear.metal`` over ``n_batches`` batches of ``n_rows`` x rows, ``x_share``
+    consecutive batches reading one x batch; the result declared as ``shape``."""
+    n_out, k = w.shape[-2:]
     launch = matvec_launch(n_out, n_rows)
     return _kernel(w.qtype)(
         inputs=[x, w.data, expert_indices.astype(mx.uint32)],  # no-op for moe_route's
@@ -142,10 +159,11 @@ def _run(x: mx.array, w: PackedWeight, expert_indices: mx.array) -> mx.array:
             ("SIMDGROUPS", launch.simdgroups),
             ("ROWS", launch.rows),
             ("XROWS", launch.x_rows),
+            ("XSHARE", x_share),
         ],
         grid=launch.grid(n_out, n_rows, n_batches),
         threadgroup=(SIMD_WIDTH * launch.simdgroups, 1, 1),
-        output_shapes=[(n_batches, n_rows, n_out)],
+        output_shapes=[shape],
         output_dtypes=[x.dtype],
     )[0]
 
@@ -171,17 +189,33 @@ def gather_linear(
     return _run(x_flat, w, indices).reshape(*batch, n_rows, w.shape[-2])
 
 
+def pair_linear(x: mx.array, w: PackedWeight, indices: mx.array, rows: int) -> mx.array:
+    """Each routed pair's product [R, k, 1, N] for the first R = ``rows`` rows of a tile's
+    experts ``indices`` [T, k]: pair (r, s) is x's row r times W[indices[r, s]], x being the
+    tile [T, K] (each row read where it lies by its k experts: XSHARE k) or one row a pair
+    [R, k, 1, K]. No view or copy of x or the indices comes first (the launch reads the
+    indices' first R * k values)."""
+    slots = indices.shape[1]
+    shape = (rows, slots, 1, w.shape[-2])
+    return _launch(x, w, indices, rows * slots, 1, slots if x.ndim == 2 else 1, shape)
+
+
 @cache
 def _body_kernel(
-    name: str, inputs: tuple[str, ...], outputs: tuple[str, ...] = ("out",), header: str = ""
+    name: str,
+    inputs: tuple[str, ...],
+    outputs: tuple[str, ...] = ("out",),
+    header: str | tuple[str, ...] = "",
 ):
-    """A kernel whose whole body is ``metal/<name>.metal`` (after ``metal/<header>.metal``)."""
+    """A kernel whose whole body is ``metal/<name>.metal`` (after ``metal/<header>.metal``, or
+    each of several headers in order)."""
+    headers = (header,) if isinstance(header, str) else header
     return mx.fast.metal_kernel(
         name=f"ds4_{name}",
         input_names=list(inputs),
         output_names=list(outputs),
         source=(METAL_SOURCE_DIR / f"{name}.metal").read_text(),
-        header=(METAL_SOURCE_DIR / f"{header}.metal").read_text() if header else "",
+        header="".join((METAL_SOURCE_DIR / f"{h}.metal").read_text() for h in headers if h),
     )
 
 
@@ -263,9 +297,13 @@ def _hc_expand_function():
     return with_twin_gradient(hc_expand_kernel, twins.hc_expand)
 
 
-def hc_expand_kernel(out: mx.array, residual: mx.array, post: mx.array, comb: mx.array) -> mx.array:
-    """The streams [T, hc, D] after a block (``metal/hc_expand.metal``)."""
-    tokens, hc, dim = residual.shape
+def hc_expand_kernel(
+    out: mx.array, residual: mx.array, post: mx.array, comb: mx.array, flat: bool = False
+) -> mx.array:
+    """The streams [T, hc, D] after a block (``metal/hc_expand.metal``), or [T, hc * D] with
+    ``flat`` (the same memory: the layout the next site's projection reads); the residual
+    streams may come either way."""
+    (tokens, dim), hc = out.shape, post.shape[-1]
     return _body_kernel("hc_expand", ("out", "residual", "post", "comb"), ("streams",))(
         inputs=[
             out.astype(residual.dtype),
@@ -276,7 +314,7 @@ def hc_expand_kernel(out: mx.array, residual: mx.array, post: mx.array, comb: mx
         template=[("T_", residual.dtype), ("HC", hc), ("D", dim)],
         grid=(dim, hc, tokens),
         threadgroup=(min(dim, MAX_THREADGROUP), 1, 1),
-        output_shapes=[residual.shape],
+        output_shapes=[(tokens, hc * dim) if flat else (tokens, hc, dim)],
         output_dtypes=[residual.dtype],
     )[0]
 
@@ -321,8 +359,9 @@ def moe_route(
 
 
 def moe_combine(expert_out: mx.array, weights: mx.array, shared: mx.array) -> mx.array:
-    """``shared`` [T, D] plus, in its first R rows, the chosen experts' outputs [R, k, D]
-    weighted by ``weights`` [T, k] and summed (``metal/moe_combine.metal``)."""
+    """``shared`` [T, D] plus, in its first R rows, the chosen experts' outputs [R, k, D] (or
+    [R, k, 1, D], as ``pair_linear`` makes them) weighted by ``weights`` [T, k] and summed
+    (``metal/moe_combine.metal``)."""
     tokens, dim = shared.shape
     return _body_kernel("moe_combine", ("expert_out", "weights", "shared"))(
         inputs=[expert_out.astype(shared.dtype), weights.astype(mx.float32), shared],
@@ -334,6 +373,19 @@ def moe_combine(expert_out: mx.array, weights: mx.array, shared: mx.array) -> mx
     )[0]
 
 
+def _rope_template(
+    dtype: mx.Dtype, dim: int, n_dims: int, offset: int, interleaved: bool
+) -> list[tuple[str, object]]:
+    """The template arguments ``metal/rope.metal`` and ``metal/norm_rope.metal`` share."""
+    return [
+        ("T_", dtype),
+        ("D", dim),
+        ("N", n_dims),
+        ("OFFSET", offset),
+        ("INTERLEAVED", int(interleaved)),
+    ]
+
+
 def rope(
     x: mx.array,
     cos: mx.array,
@@ -342,28 +394,124 @@ def rope(
     n_dims: int,
     interleaved: bool,
     inverse: bool,
+    shape: tuple[int, ...] | None = None,
 ) -> mx.array:
     """``models.rope.RoPE.apply`` of x [T, D] or [T, M, D] (other ranks are reshaped to that)
-    from its angle tables cos/sin [T, n_dims / 2] (``metal/rope.metal``)."""
+    from its angle tables cos/sin [T, n_dims / 2] (``metal/rope.metal``); the result declared
+    as ``shape`` when given (the same elements in the same order: the layout its reader takes,
+    written by the launch rather than viewed after it)."""
     tokens, dim = x.shape[0], x.shape[-1]
     rows = x if x.ndim in (2, 3) else x.reshape(tokens, -1, dim)
     per_token = rows.shape[1] if rows.ndim == 3 else 1
     out = _body_kernel("rope", ("x", "cosines", "sines"))(
         inputs=[rows, cos.astype(mx.float32), sin.astype(mx.float32)],
         template=[
-            ("T_", x.dtype),
-            ("D", dim),
-            ("N", n_dims),
-            ("OFFSET", offset),
-            ("INTERLEAVED", int(interleaved)),
+            *_rope_template(x.dtype, dim, n_dims, offset, interleaved),
             ("INVERSE", int(inverse)),
         ],
         grid=(dim, per_token, tokens),
         threadgroup=(min(dim, MAX_THREADGROUP), 1, 1),
-        output_shapes=[rows.shape],
+        output_shapes=[rows.shape if shape is None else shape],
         output_dtypes=[x.dtype],
     )[0]
-    return out if rows is x else out.reshape(x.shape)
+    return out if rows is x or shape is not None else out.reshape(x.shape)
+
+
+def _reduction_threads(width: int) -> int:
+    """Threads of a kernel whose threadgroup reduces one row of ``width`` values (a norm's
+    mean square): whole simdgroups, at most ``MAX_THREADGROUP``."""
+    return min(MAX_THREADGROUP, -(-width // SIMD_WIDTH) * SIMD_WIDTH)
+
+
+def hc_site_norm(
+    x: mx.array,
+    mixes: mx.array,
+    scale: mx.array,
+    base: mx.array,
+    weight: mx.array,
+    hc: int,
+    iters: int,
+    eps: float,
+    norm_eps: float,
+    out_eps: float,
+    site: bool = True,
+) -> tuple[mx.array, mx.array, mx.array]:
+    """(normalised block input [T, D], post, comb) of streams x [T, hc, D] (or flat
+    [T, hc * D]) from the projection of their raw flat rows (``metal/hc_site_norm.metal``;
+    ``twins.hc_site_norm`` is the twin). ``site`` False: the head's collapse (mixes [T, hc],
+    ``twins.hc_head_norm``), whose post and comb are not written (only y means anything)."""
+    tokens, dim = x.shape[0], x.shape[-1] // (hc if x.ndim == 2 else 1)
+    threads = _reduction_threads(dim)
+    y, post, comb = _body_kernel(
+        "hc_site_norm",
+        ("x", "mixes", "scale", "base", "weight", "eps"),
+        ("y", "post", "comb"),
+        header=("hc", "norm"),
+    )(
+        inputs=[
+            x,
+            mixes.astype(mx.float32),
+            scale.astype(mx.float32),
+            base.astype(mx.float32),
+            weight.astype(mx.float32),
+            mx.array([eps, norm_eps, out_eps], dtype=mx.float32),
+        ],
+        template=[
+            ("T_", x.dtype),
+            ("HC", hc),
+            ("D", dim),
+            ("ITERS", iters),
+            ("THREADS", threads),
+            ("SITE", int(site)),
+        ],
+        grid=(threads, tokens, 1),
+        threadgroup=(threads, 1, 1),
+        output_shapes=[(tokens, dim), (tokens, hc), (tokens, hc, hc)],
+        output_dtypes=[x.dtype, mx.float32, mx.float32],
+    )
+    return y, post, comb
+
+
+def norm_rope(
+    x: mx.array,
+    weight: mx.array | None,
+    eps: float,
+    cos: mx.array,
+    sin: mx.array,
+    offset: int,
+    n_dims: int,
+    interleaved: bool,
+    heads: int | None = None,
+) -> mx.array:
+    """``models.rope.RoPE.apply_normed``: the rows of x [T, D] or [T, M, D] (other ranks are
+    reshaped to that), or x [T, heads * D] -> [T, heads, D] with ``heads`` (a product's heads
+    read as they come), RMS-normalised (times ``weight``), then rotated from the angle tables
+    cos/sin [T, n_dims / 2] (``metal/norm_rope.metal``)."""
+    tokens = x.shape[0]
+    dim = x.shape[-1] if heads is None else x.shape[-1] // heads
+    rows = x if x.ndim in (2, 3) else x.reshape(tokens, -1, dim)
+    per_token = rows.shape[1] if rows.ndim == 3 else rows.shape[1] // dim
+    shape = rows.shape if heads is None else (tokens, heads, dim)
+    threads = _reduction_threads(dim)
+    out = _body_kernel("norm_rope", ("x", "weight", "cosines", "sines", "eps"), header="norm")(
+        inputs=[
+            rows,
+            _host_constant(1.0, mx.float32) if weight is None else weight.astype(mx.float32),
+            cos.astype(mx.float32),
+            sin.astype(mx.float32),
+            mx.array([eps], dtype=mx.float32),
+        ],
+        template=[
+            *_rope_template(x.dtype, dim, n_dims, offset, interleaved),
+            ("WEIGHTED", int(weight is not None)),
+            ("THREADS", threads),
+        ],
+        grid=(threads, per_token, tokens),
+        threadgroup=(threads, 1, 1),
+        output_shapes=[shape],
+        output_dtypes=[x.dtype],
+    )[0]
+    return out if rows is x or heads is not None else out.reshape(x.shape)
 
 
 def pool_blocks(
@@ -394,6 +542,32 @@ def grow_rows(cached: mx.array, fresh: mx.array, take: int, keep: int) -> mx.arr
         output_shapes=[(rows, width)],
         output_dtypes=[cached.dtype],
     )[0]
+
+
+def grow_row_pairs(
+    cached: tuple[mx.array, mx.array], fresh: tuple[mx.array, mx.array], take: int, keep: int
+) -> tuple[mx.array, mx.array]:
+    """``grow_rows`` of two pairs of one shape in one launch (``metal/grow_row_pairs.metal``):
+    a compressor's pending kv rows and scores."""
+    (first, second), (new_first, new_second) = cached, fresh
+    rows, width = min(first.shape[0] + take, keep), first.shape[1]
+    grown = _body_kernel(
+        "grow_row_pairs", ("cached", "fresh", "cached2", "fresh2", "take"), ("rows", "rows2")
+    )(
+        inputs=[
+            first,
+            new_first.astype(first.dtype),
+            second,
+            new_second.astype(first.dtype),
+            _host_constant(take, mx.int32),
+        ],
+        template=[("T_", first.dtype), ("W", width)],
+        grid=(width, rows, 2),
+        threadgroup=(min(width, MAX_THREADGROUP), 1, 1),
+        output_shapes=[(rows, width), (rows, width)],
+        output_dtypes=[first.dtype, first.dtype],
+    )
+    return grown[0], grown[1]
 
 
 def indexer_top_k(

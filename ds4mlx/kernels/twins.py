@@ -245,6 +245,59 @@ def hc_site(
     return (pre[:, None, :] @ x)[:, 0], post, comb
 
 
+def rms_normalised(x: mx.array, eps: float) -> mx.array:
+    """x / sqrt(mean(x^2) + eps) over the last axis (``mx.fast.rms_norm`` without a weight,
+    written out: the twins' norm, in float32)."""
+    x = x.astype(mx.float32)
+    return x * mx.rsqrt(mx.mean(x * x, axis=-1, keepdims=True) + eps)
+
+
+def hc_site_norm(
+    x: mx.array,
+    mixes: mx.array,
+    scale: mx.array,
+    base: mx.array,
+    weight: mx.array,
+    hc: int,
+    iters: int,
+    eps: float,
+    norm_eps: float,
+    out_eps: float,
+) -> tuple[mx.array, mx.array, mx.array]:
+    """``hc_site`` with its norms: ``mixes`` project the raw flat streams, so they are scaled by
+    the streams' inverse RMS (``norm_eps``; the projection is linear, so this is the product of
+    the normalised streams), and the block input comes back RMS-normalised (``out_eps``) times
+    ``weight``. Returns (normalised block input [T, D], post, comb)."""
+    y, post, comb = hc_site(
+        x, mixes * _streams_inverse_rms(x, norm_eps), scale, base, hc, iters, eps
+    )
+    return (rms_normalised(y, out_eps) * weight).astype(x.dtype), post, comb
+
+
+def hc_head_norm(
+    x: mx.array,
+    mixes: mx.array,
+    scale: mx.array,
+    base: mx.array,
+    weight: mx.array,
+    eps: float,
+    norm_eps: float,
+    out_eps: float,
+) -> mx.array:
+    """The head's collapse of the streams x [T, hc, D] with its norms, as ``hc_site_norm``
+    (llama.cpp's ``build_hc_head``, then the output norm ``weight``): ``mixes`` [T, hc] project
+    the raw flat streams; pre = sigmoid(mixes / rms * scale + base) + eps. -> [T, D]."""
+    pre = mx.sigmoid(mixes * _streams_inverse_rms(x, norm_eps) * scale + base) + eps
+    y = (pre[:, None, :] @ x.astype(mx.float32))[:, 0]
+    return (rms_normalised(y, out_eps) * weight).astype(x.dtype)
+
+
+def _streams_inverse_rms(x: mx.array, eps: float) -> mx.array:
+    """1 / sqrt(mean(x^2) + eps) of each token's streams x [T, hc, D] as one flat row: [T, 1]."""
+    flat = x.reshape(x.shape[0], -1).astype(mx.float32)
+    return mx.rsqrt(mx.mean(flat * flat, axis=-1, keepdims=True) + eps)
+
+
 @mx.compile
 def hc_expand(out: mx.array, residual: mx.array, post: mx.array, comb: mx.array) -> mx.array:
     """The streams after a block [T, hc, D]: ``post[dst] * out + sum_src comb[src, dst] *

@@ -17,7 +17,6 @@ from ds4mlx.kernels import grow_rows, indexer_top_k, pool_blocks, sparse_attenti
 from ds4mlx.models.attention import sink_attention, sliding_window_mask
 from ds4mlx.models.base import DECODE_TILE, SCORE_BUDGET
 from ds4mlx.models.cache import keep_rows
-from ds4mlx.models.norms import rms_norm
 from ds4mlx.models.rope import RoPE, RopeAngles
 from ds4mlx.models.weights import Weights
 
@@ -141,9 +140,9 @@ class Compressor(nn.Module):
         pooled = pool_blocks(kv, score, lo, n, r, dim, self.overlap)
         if pooled is None:
             pooled = self._pooled(kv, score, lo, n, b0)
-        pooled = rms_norm(pooled, self.norm, self.eps)
         angles = self.rope.angles(np.arange(b0, b1) * r)
-        return self.rope.apply(pooled, angles, offset=dim - self.rope.n_dims), kept
+        offset = dim - self.rope.n_dims
+        return self.rope.apply_normed(pooled, self.norm, self.eps, angles, offset=offset), kept
 
     def _pooled(self, kv: mx.array, score: mx.array, lo: int, n: int, b0: int) -> mx.array:
         """The softmax pooling of the ``n`` blocks whose rows start at row ``lo`` of kv and

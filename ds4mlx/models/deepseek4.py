@@ -44,7 +44,7 @@ from typing import Any
 
 from ds4mlx import kernels
 from ds4mlx.gguf import GGUFError, GGUFFile, MetaValue
-from ds4mlx.kernels import grouped_linear, grow_rows, linear, linear_many
+from ds4mlx.kernels import grouped_input_shape, grouped_linear, grow_rows, linear, linear_many
 from ds4mlx.models.base import DECODE_TILE, TiledModel, pad_to_tile
 from ds4mlx.models.cache import ModelState, append_rows
 from ds4mlx.models.compressed_attention import (
@@ -59,7 +59,7 @@ from ds4mlx.models.compressed_attention import (
 from ds4mlx.models.metadata import ArchMetadata, first
 from ds4mlx.models.mhc import HyperHead, block_site_shapes, hc_expand, load_block_sites
 from ds4mlx.models.moe import GatingFunc, SharedExpertMoE, shared_expert_moe_shapes
-from ds4mlx.models.norms import RMSNorm, rms_norm
+from ds4mlx.models.norms import RMSNorm
 from ds4mlx.models.rope import RoPE, RopeAngles, RopeConfig
 from ds4mlx.models.tiles import CompiledTiles
 from ds4mlx.models.weights import Weights
@@ -580,22 +580,23 @@ class Attention(CompressedAttention):
 
     def _rotated_queries(self, q: mx.array, angles: RopeAngles) -> mx.array:
         """The queries [T, H, hd] from the product ``wq_b qr`` [T, H * hd]."""
-        q = q.reshape(q.shape[0], self.heads, self.head_dim)
         nope = self.head_dim - self.rope.n_dims
-        return self.rope.apply(rms_norm(q, None, self.eps), angles, offset=nope)
+        return self.rope.apply_normed(q, None, self.eps, angles, offset=nope, heads=self.heads)
 
     def _rotated_keys(self, kv: mx.array, angles: RopeAngles) -> mx.array:
         """The keys [T, hd] from the product ``wkv x``."""
         nope = self.head_dim - self.rope.n_dims
-        return self.rope.apply(self.kv_norm(kv), angles, offset=nope)
+        norm = self.kv_norm
+        return self.rope.apply_normed(kv, norm.weight, norm.eps, angles, offset=nope)
 
     def output(self, out: mx.array, angles: RopeAngles, real_rows: int | None = None) -> mx.array:
         """Attention results [T, H, hd] -> [T, D]: de-rotated at the query positions, then the
         grouped low-rank output projection. ``real_rows``: only the first rows are needed (of
         a decode tile, its real rows; a sharded rank then sums only those)."""
         tokens, nope = out.shape[0], self.head_dim - self.rope.n_dims
-        out = self.rope.apply(out, angles, offset=nope, inverse=True)
-        lora = grouped_linear(out.reshape(tokens, -1), self.wo_a, real_rows)  # [T, G * o_rank]
+        layout = grouped_input_shape(self.wo_a, tokens)  # the rows as the projection reads them
+        out = self.rope.apply(out, angles, offset=nope, inverse=True, shape=layout)
+        lora = grouped_linear(out, self.wo_a, real_rows)  # [T, G * o_rank]
         return linear(lora, self.wo_b, real_rows)
 
 
@@ -656,8 +657,8 @@ class Block(nn.Module):
     ) -> tuple[mx.array, LayerCache]:
         """A chunk (prefill): the streams x [T, hc, D] of ``tokens`` at positions pos0.. ->
         the streams after the block, and its new cache."""
-        h, post, comb = self.hc_attn(x)
-        h, cache = self.attn(self.attn_norm(h), pos0, cache)
+        h, post, comb = self.hc_attn(x, self.attn_norm)
+        h, cache = self.attn(h, pos0, cache)
         return self._ffn(hc_expand(h, x, post, comb), tokens), cache
 
     def tile(
@@ -666,16 +667,16 @@ class Block(nn.Module):
         """``__call__`` of a decode tile whose first ``n_real`` rows are real (DECODE_TILE)."""
         if self._compiles_tiles:
             return self._compiled_tile(x, tokens, pos0, cache, n_real)
-        h, post, comb = self.hc_attn(x)
-        h, cache = self.attn.tile(self.attn_norm(h), pos0, cache, n_real)
+        h, post, comb = self.hc_attn(x, self.attn_norm)
+        h, cache = self.attn.tile(h, pos0, cache, n_real)
         return self._tile_ffn(hc_expand(h, x, post, comb), tokens, n_real), cache
 
     def batched(
         self, x: mx.array, tokens: mx.array, positions: np.ndarray, caches: Sequence[LayerCache]
     ) -> tuple[mx.array, list[LayerCache]]:
         """A decode tile whose row r is the next token of the session with ``caches[r]``."""
-        h, post, comb = self.hc_attn(x)
-        h, new_caches = self.attn.batched(self.attn_norm(h), positions, caches)
+        h, post, comb = self.hc_attn(x, self.attn_norm)
+        h, new_caches = self.attn.batched(h, positions, caches)
         return self._tile_ffn(hc_expand(h, x, post, comb), tokens, len(caches)), new_caches
 
     def _compiled_tile(
@@ -705,8 +706,8 @@ class Block(nn.Module):
     def _tile_before_attention(
         self, x: mx.array, cos: mx.array, sin: mx.array, *embeddings: mx.array, n_real: int
     ) -> list[mx.array]:
-        h, post, comb = self.hc_attn(x)
-        rows = self.attn._project(self.attn_norm(h), RopeAngles(cos, sin), embeddings, n_real)
+        h, post, comb = self.hc_attn(x, self.attn_norm)
+        rows = self.attn._project(h, RopeAngles(cos, sin), embeddings, n_real)
         return [post, comb, *rows.flat()]
 
     def _tile_after_attention(
@@ -720,18 +721,18 @@ class Block(nn.Module):
         sin: mx.array,
         n_real: int,
     ) -> mx.array:
-        x = hc_expand(self.attn.output(out, RopeAngles(cos, sin), n_real), x, post, comb)
-        return self._tile_ffn(x, tokens, n_real)
+        out = self.attn.output(out, RopeAngles(cos, sin), n_real)
+        return self._tile_ffn(hc_expand(out, x, post, comb, flat=True), tokens, n_real)
 
     def _ffn(self, x: mx.array, tokens: mx.array) -> mx.array:
         """The block's second half: its FFN between the mHC site's collapse and expansion."""
-        h, post, comb = self.hc_ffn(x)
-        return hc_expand(self.moe(self.ffn_norm(h), tokens), x, post, comb)
+        h, post, comb = self.hc_ffn(x, self.ffn_norm)
+        return hc_expand(self.moe(h, tokens), x, post, comb)
 
     def _tile_ffn(self, x: mx.array, tokens: mx.array, n_real: int) -> mx.array:
         """``_ffn`` of a decode tile whose first ``n_real`` rows are real."""
-        h, post, comb = self.hc_ffn(x)
-        return hc_expand(self.moe.tile(self.ffn_norm(h), tokens, n_real), x, post, comb)
+        h, post, comb = self.hc_ffn(x, self.ffn_norm)
+        return hc_expand(self.moe.tile(h, tokens, n_real), x, post, comb)
 
 
 # --------------------------------------------------------------------------------------------
@@ -839,7 +840,7 @@ class Model(TiledModel):
         return logits
 
     def head_input(self, x: mx.array, real_rows: int | None = None) -> mx.array:
-        return self.output_norm(self.hc_head(x, real_rows))
+        return self.hc_head(x, real_rows, self.output_norm)
 
     def _tile_head_graph(self, x: mx.array, n_real: int) -> tuple[mx.array, mx.array]:
         """``head`` of a decode tile's first ``n_real`` rows (compiled: ``_tile_head``)."""

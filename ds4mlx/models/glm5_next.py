@@ -451,15 +451,14 @@ class Block(nn.Module):
     ) -> tuple[mx.array, Any, Selection | None]:
         """A chunk (prefill): the streams x [T, hc, D] at positions pos0 .. -> the streams
         after the block, its new cache and the selection an MLA layer without an indexer uses."""
-        h, post, comb = self.hc_attn(x)
-        h = self.attn_norm(h)
+        h, post, comb = self.hc_attn(x, self.attn_norm)
         if isinstance(self.mixer, KDA):
             h, cache = self.mixer(h, cache)
         else:
             h, cache, selection = self.mixer(h, pos0, cache, selection)
         x = hc_expand(h, x, post, comb)
-        h, post, comb = self.hc_ffn(x)
-        return hc_expand(self.ffn(self.ffn_norm(h)), x, post, comb), cache, selection
+        h, post, comb = self.hc_ffn(x, self.ffn_norm)
+        return hc_expand(self.ffn(h), x, post, comb), cache, selection
 
     def tile(
         self, x: mx.array, pos0: int, cache: Any, selection: Selection | None, n_real: int
@@ -486,26 +485,26 @@ class Block(nn.Module):
         self, x: mx.array, conv: mx.array | None, ssm: mx.array | None, n_real: int
     ) -> list[mx.array]:
         """A KDA layer's tile: the streams after the block and the new conv rows and states."""
-        h, post, comb = self.hc_attn(x)
-        h, cache = self.mixer.tile(self.attn_norm(h), KDACache(conv=conv, ssm=ssm), n_real)
-        return [self._tile_ffn(hc_expand(h, x, post, comb), n_real), cache.conv, cache.ssm]
+        h, post, comb = self.hc_attn(x, self.attn_norm)
+        h, cache = self.mixer.tile(h, KDACache(conv=conv, ssm=ssm), n_real)
+        x = hc_expand(h, x, post, comb, flat=True)
+        return [self._tile_ffn(x, n_real), cache.conv, cache.ssm]
 
     def _tile_before_attention(self, x: mx.array, n_real: int) -> list[mx.array]:
         """An MLA layer's tile up to its attention: the mHC site's post and comb, the normed
         input and the projections (``SparseMLA._project``)."""
-        h, post, comb = self.hc_attn(x)
-        h = self.attn_norm(h)
+        h, post, comb = self.hc_attn(x, self.attn_norm)
         return [post, comb, h, *self.mixer._project(h, n_real)]
 
     def _tile_after_attention(
         self, out: mx.array, x: mx.array, post: mx.array, comb: mx.array, n_real: int
     ) -> mx.array:
         """An MLA layer's tile after its attention: output projection, mHC and FFN."""
-        return self._tile_ffn(hc_expand(self.mixer._output(out, n_real), x, post, comb), n_real)
+        x = hc_expand(self.mixer._output(out, n_real), x, post, comb, flat=True)
+        return self._tile_ffn(x, n_real)
 
     def _tile_ffn(self, x: mx.array, n_real: int) -> mx.array:
-        h, post, comb = self.hc_ffn(x)
-        h = self.ffn_norm(h)
+        h, post, comb = self.hc_ffn(x, self.ffn_norm)
         if isinstance(self.ffn, SharedExpertMoE):
             return hc_expand(self.ffn.tile(h, None, n_real), x, post, comb)
         return hc_expand(self.ffn(h, n_real), x, post, comb)

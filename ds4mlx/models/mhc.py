@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ds4mlx import kernels
 from ds4mlx.kernels import Weight, linear
-from ds4mlx.models.norms import rms_norm
+from ds4mlx.models.norms import RMSNorm, rms_norm
 from ds4mlx.models.weights import Weights
 
 import mlx.core as mx
@@ -26,10 +26,14 @@ def hc_collapse(x: mx.array, weights: mx.array) -> mx.array:
     return (weights[:, None, :] @ x)[:, 0]
 
 
-def hc_expand(out: mx.array, residual: mx.array, post: mx.array, comb: mx.array) -> mx.array:
+def hc_expand(
+    out: mx.array, residual: mx.array, post: mx.array, comb: mx.array, flat: bool = False
+) -> mx.array:
     """New streams: ``post[dst] * out + sum_src comb[src, dst] * residual[src]`` -> [T, hc, D]
-    (``kernels.hc_expand``: one native primitive on the CPU, else compiled)."""
-    return kernels.hc_expand(out, residual, post, comb)
+    (``kernels.hc_expand``: one native primitive on the CPU, else compiled). ``flat``: for a
+    site with its norm next (``HyperConnection`` with ``norm``), which reads [T, hc * D] as
+    well; a GPU step then gets them so, with no view between."""
+    return kernels.hc_expand(out, residual, post, comb, flat)
 
 
 def hc_mean(x: mx.array) -> mx.array:
@@ -60,9 +64,34 @@ class HyperConnection(nn.Module):
         self.hc_eps = hc_eps
         self.norm_eps = norm_eps
 
-    def __call__(self, x: mx.array) -> tuple[mx.array, mx.array, mx.array]:
-        """x [T, hc, D] -> the block's input (the streams collapsed by pre) [T, D], post
-        [T, hc], comb [T, hc(src), hc(dst)]. One native primitive on the CPU
+    def __call__(
+        self, x: mx.array, norm: RMSNorm | None = None
+    ) -> tuple[mx.array, mx.array, mx.array]:
+        """x [T, hc, D] (with ``norm``, also as ``hc_expand(flat=True)`` leaves it) -> the
+        block's input (the streams collapsed by pre, then ``norm``ed when given: the block's
+        input norm) [T, D], post [T, hc], comb [T, hc(src), hc(dst)]. In
+        inference on the GPU with a ``norm``, the projection of the raw streams and one Metal
+        launch (``kernels.hc_site_norm``: both norms carried in); else ``_site``, then the norm."""
+        if norm is not None:
+            fused = kernels.hc_site_norm(
+                x,
+                self.fn,
+                self.scale,
+                self.base,
+                norm.weight,
+                self.hc,
+                self.sinkhorn_iters,
+                self.hc_eps,
+                self.norm_eps,
+                norm.eps,
+            )
+            if fused is not None:
+                return fused
+        h, post, comb = self._site(x)
+        return (h if norm is None else norm(h)), post, comb
+
+    def _site(self, x: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+        """The site without the block's input norm: one native primitive on the CPU
         (``kernels.hc_pre``); the composition below elsewhere and for other weight kinds."""
         fused = kernels.hc_pre(
             x,
@@ -136,7 +165,27 @@ class HyperHead(nn.Module):
         self.hc_eps = hc_eps
         self.norm_eps = norm_eps
 
-    def __call__(self, x: mx.array, rows: int | None = None) -> mx.array:
+    def __call__(
+        self, x: mx.array, rows: int | None = None, norm: RMSNorm | None = None
+    ) -> mx.array:
+        """The streams x [T, hc, D] collapsed into [T, D], then ``norm``ed when given (the
+        output norm): in inference on the GPU the raw streams' projection and one Metal launch
+        (``kernels.hc_head_norm``: both norms inside); ``rows``: see ``kernels.linear``."""
+        if norm is not None:
+            fused = kernels.hc_head_norm(
+                x,
+                self.fn,
+                self.scale,
+                self.base,
+                norm.weight,
+                self.hc_eps,
+                self.norm_eps,
+                norm.eps,
+                rows,
+            )
+            if fused is not None:
+                return fused
+            return norm(self(x, rows))
         flat = rms_norm(x.reshape(x.shape[0], -1), None, self.norm_eps)
         pre = mx.sigmoid(linear(flat, self.fn, rows) * self.scale + self.base) + self.hc_eps
         return hc_collapse(x, pre)

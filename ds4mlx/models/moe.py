@@ -22,6 +22,7 @@ from ds4mlx.kernels import (
     moe_route,
     moe_tile,
     routed_experts,
+    routed_pairs,
     swiglu,
 )
 from ds4mlx.models.tiles import CompiledTiles
@@ -398,7 +399,7 @@ class SharedExpertMoE(nn.Module):
             routed = moe_route(router, self.bias, hashed, n_real, **routing)
             if routed is not None:
                 indices, weights = routed
-                outputs = self.experts.outputs(x[:n_real], indices[:n_real], row_invariant=True)
+                outputs = self._routed_outputs(x, indices, n_real)
                 combined = moe_combine(
                     outputs, weights, gate, up, self.shared.down, self.shared.limit
                 )
@@ -408,6 +409,19 @@ class SharedExpertMoE(nn.Module):
         routed = self.experts(x[:n_real], indices[:n_real], weights[:n_real], row_invariant=True)
         padding = mx.zeros((x.shape[0] - n_real, routed.shape[1]), routed.dtype)
         return mx.concatenate([routed, padding]) + self.shared.down_of(gate, up, n_real)
+
+    def _routed_outputs(self, x: mx.array, indices: mx.array, n_real: int) -> mx.array:
+        """The routed experts' outputs [R, k, (1,) D] of the tile x's first R = ``n_real`` rows
+        from the routing's ``indices`` [T, k]: on the GPU over resident experts, launches that
+        read x and the indices as they are (``kernels.routed_pairs``); the store's batches
+        else."""
+        if self.compiles_tiles:
+            layer = self.experts.layer
+            limit = self.experts.swiglu_limit
+            pairs = routed_pairs(x, layer.gate, layer.up, layer.down, indices, n_real, limit)
+            if pairs is not None:
+                return pairs
+        return self.experts.outputs(x[:n_real], indices[:n_real], row_invariant=True)
 
 
 def moe_layers(network: nn.Module, num_layers: int) -> list[SharedExpertMoE]:

@@ -10,7 +10,8 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 
-from ds4mlx.kernels import rotary
+from ds4mlx.kernels import norm_rotary, rotary
+from ds4mlx.models.norms import rms_norm
 
 import mlx.core as mx
 import numpy as np
@@ -120,9 +121,16 @@ class RoPE:
         return found
 
     def apply(
-        self, x: mx.array, angles: RopeAngles, *, offset: int = 0, inverse: bool = False
+        self,
+        x: mx.array,
+        angles: RopeAngles,
+        *,
+        offset: int = 0,
+        inverse: bool = False,
+        shape: tuple[int, ...] | None = None,
     ) -> mx.array:
-        """Rotate channels ``[offset, offset + n_dims)`` of x ([T, ..., D], token axis first).
+        """Rotate channels ``[offset, offset + n_dims)`` of x ([T, ..., D], token axis first);
+        ``shape``: the result reshaped to it (on the GPU the launch writes that layout).
 
         ``inverse`` is ``ggml_rope_ext_back``: the transposed rotation (sin negated) with the same
         magnitude scale. On the CPU one native primitive computes it (``kernels.rotary``); this
@@ -136,12 +144,37 @@ class RoPE:
         """
         n = self.config.n_dims
         if n == 0:
-            return x
+            return x if shape is None else x.reshape(shape)
         dim = x.shape[-1]
         if offset < 0 or offset + n > dim:
             raise ValueError(f"RoPE channels [{offset}, {offset + n}) do not fit in {dim}")
-        native = rotary(x, *angles.on_device, offset, n, self.config.interleaved, inverse)
-        return self.twin(x, angles, offset, inverse) if native is None else native
+        native = rotary(x, *angles.on_device, offset, n, self.config.interleaved, inverse, shape)
+        out = self.twin(x, angles, offset, inverse) if native is None else native
+        return out if shape is None or tuple(out.shape) == tuple(shape) else out.reshape(shape)
+
+    def apply_normed(
+        self,
+        x: mx.array,
+        weight: mx.array | None,
+        eps: float,
+        angles: RopeAngles,
+        *,
+        offset: int,
+        heads: int | None = None,
+    ) -> mx.array:
+        """``apply`` of x RMS-normalised over its last axis (times ``weight``); with ``heads``,
+        x [T, heads * D] is taken as [T, heads, D] (a product's heads). One Metal launch in
+        inference on the GPU (``kernels.norm_rotary``), the norm then ``apply`` else."""
+        config = self.config
+        if config.n_dims:
+            fused = norm_rotary(
+                x, weight, eps, *angles.on_device, offset, config.n_dims, config.interleaved, heads
+            )
+            if fused is not None:
+                return fused
+        if heads is not None:
+            x = x.reshape(x.shape[0], heads, -1)
+        return self.apply(rms_norm(x, weight, eps), angles, offset=offset)
 
     def twin(self, x: mx.array, angles: RopeAngles, offset: int, inverse: bool) -> mx.array:
         """``apply`` in MLX operations (the native primitive's twin)."""

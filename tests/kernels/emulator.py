@@ -31,6 +31,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 SOURCE = Path(__file__).with_name("metal_emulation.cpp")
 SHIM = Path(__file__).with_name("metal_shim.h")  # included by SOURCE
 STEP_KERNELS = Path(__file__).with_name("metal_step_kernels.h")  # included by SOURCE
+NORM_KERNELS = Path(__file__).with_name("metal_norm_kernels.h")  # included by SOURCE
 BASELINE_DIR = Path(__file__).with_name("baseline_metal")
 PACKED_FORMATS = (
     GGMLQuantizationType.Q2_K,
@@ -89,7 +90,7 @@ def build_emulator(directory: Path, **defines: int) -> Path:
     write_sources(directory)
     flags = ["-std=c++20", "-O1", f"-I{directory}", *(f"-D{k}={v}" for k, v in defines.items())]
     digest = hashlib.sha256(" ".join([compiler, *flags[:2], *flags[3:]]).encode())
-    for path in sorted([SOURCE, SHIM, STEP_KERNELS, *directory.glob("*.metal")]):
+    for path in sorted([SOURCE, SHIM, STEP_KERNELS, NORM_KERNELS, *directory.glob("*.metal")]):
         digest.update(path.name.encode() + path.read_bytes())
     cached = cache_root() / "metal-emulator" / f"metal_emulation-{digest.hexdigest()[:20]}"
     if cached.exists():
@@ -158,17 +159,22 @@ def run_linear(
     work: Path,
     baseline: bool = False,
     group_stride: int = 1,
+    two_d: bool = False,
 ) -> Emulated:
-    """y [P, M, N] = x [P, M, K] @ w[expert_indices].T for raw GGML blocks w [E, N, row_bytes]
-    through the emulated mat-vec (``baseline``: the kernel it replaced). ``group_stride`` s
-    runs only every s-th threadgroup of output rows; the others' outputs are NaN."""
-    n_batches, n_rows, k = x.shape
+    """y [P, M, N] = x [P / XSHARE, M, K] @ w[expert_indices].T for raw GGML blocks
+    w [E, N, row_bytes] through the emulated mat-vec (``baseline``: the kernel it replaced;
+    XSHARE is the binary's -DDS4_XSHARE, P the number of ``expert_indices``). ``two_d``: x is
+    [P / XSHARE, K], one row a batch, as a routed tile passes it. ``group_stride`` s runs only
+    every s-th threadgroup of output rows; the others' outputs are NaN."""
+    if two_d:
+        x = x[:, None, :]
+    n_batches, n_rows, k = len(expert_indices), x.shape[1], x.shape[2]
     n_experts, n_out, _ = w.shape
     block_values, _ = GGML_QUANT_SIZES[qtype]
     assert k % block_values == 0
     tables = baseline_tables(qtype) if baseline else np.zeros(1, np.uint8)
     launch = metal.matvec_launch(n_out, n_rows)
-    sizes = [n_batches, n_rows, n_experts, launch.x_rows, group_stride]
+    sizes = [n_batches, 0 if two_d else n_rows, n_experts, launch.x_rows, group_stride]
     payload = [
         np.array(sizes, dtype=np.int32),
         np.ascontiguousarray(x, dtype=np.float32),

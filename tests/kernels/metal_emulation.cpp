@@ -16,8 +16,10 @@
 //
 // Usage: metal_emulation <mode> <input> <output>; prints the launch's counters as one JSON line.
 //   linear <q2_k|q6_k|iq2_xxs>, baseline_linear <format>   (-DDS4_K, -DDS4_N, -DDS4_SIMDGROUPS,
-//       -DDS4_ROWS; the baseline is the kernel the packed mat-vec replaced, ROWS x rows a group)
-//     input: int32 P, M, E, XROWS, GROUP_STRIDE | float32 x [P, M, K] | uint8 w [E, N, row_bytes]
+//       -DDS4_ROWS, -DDS4_XSHARE; the baseline is the kernel the packed mat-vec replaced, ROWS
+//       x rows a group)
+//     input: int32 P, M, E, XROWS, GROUP_STRIDE | float32 x [P / XSHARE, M, K] (M 0: a 2-D x
+//            [P / XSHARE, K], one row a batch) | uint8 w [E, N, row_bytes]
 //            | uint32 table_bytes | uint8 tables | uint32 expert_indices [P]
 //     GROUP_STRIDE s > 1 runs only every s-th threadgroup along the output rows (the others'
 //     outputs stay NaN); output: float32 y [P, M, N]
@@ -52,6 +54,24 @@
 //   indexer_scores (-DDS4_IDX_H, -DDS4_IDX_D)
 //     input: int32 T, N | float32 q [T, H, D] | float32 weights [T, H] | float32 keys [N, D]
 //            | int32 visible [T];  output: float32 [T, N]
+//   grow_rows (-DDS4_D)
+//     input: int32 N, F, take, M | float32 cached [N, D] | float32 fresh [F, D]
+//     output: float32 [M, D]
+//   grow_row_pairs (-DDS4_D)
+//     input: int32 N, F, take, M | float32 cached [N, D] | fresh [F, D] | cached2 [N, D]
+//            | fresh2 [F, D];  output: float32 rows [M, D] | rows2 [M, D]
+//   The kernels that carry a norm, one threadgroup per row (metal_norm_kernels.h):
+//   hc_site_norm (-DDS4_HC, -DDS4_ITERS, -DDS4_D)
+//     input: int32 T | float32 eps [3] | float32 scale [3] | float32 base [(2 + HC) * HC]
+//            | float32 weight [D] | float32 x [T, HC, D] | float32 mixes [T, (2 + HC) * HC]
+//     output: float32 y [T, D] | float32 post [T, HC] | float32 comb [T, HC, HC]
+//   hc_head_norm (the same kernel, SITE 0): as hc_site_norm with scale [1], base [HC] and
+//     mixes [T, HC]; post and comb come out NaN (not written)
+//   norm_rope (-DDS4_D, -DDS4_ROPE_N, -DDS4_ROPE_OFFSET)
+//     input: int32 T, M, interleaved, weighted | float32 eps | float32 weight [D] (1 if not
+//            weighted) | float32 x [T, M, D] ([T, D] for M 0, [T, -M * D] for M < 0: a
+//            product's heads as it comes) | float32 cos, sin [T, N / 2]
+//     output: float32 [T, M, D]
 
 #include "metal_shim.h"
 
@@ -76,6 +96,9 @@
 #ifndef DS4_ROWS
 #define DS4_ROWS 1
 #endif
+#ifndef DS4_XSHARE
+#define DS4_XSHARE 1
+#endif
 #ifndef DS4_HC
 #define DS4_HC 4
 #endif
@@ -99,8 +122,8 @@
 #include "hc.metal"
 
 #define DS4_LINEAR_SIGNATURE                                                                    \
-  template <typename T, int K, int N, int SIMDGROUPS, int ROWS, int XROWS>                      \
-  void kernel(DevicePtr<const T> x, const int* x_shape, DevicePtr<const uint8_t> w,             \
+  template <typename T, int K, int N, int SIMDGROUPS, int ROWS, int XROWS, int XSHARE>          \
+  void kernel(DevicePtr<const T> x, const int* x_shape, int x_ndim, DevicePtr<const uint8_t> w, \
               DevicePtr<const uint32_t> expert_indices, DevicePtr<T> y,                         \
               uint simdgroup_index_in_threadgroup, uint thread_index_in_simdgroup,              \
               uint thread_index_in_threadgroup, uint3 threadgroup_position_in_grid)
@@ -219,6 +242,7 @@ void write_output(const char* path, const std::vector<float>& values) {
 struct LinearLaunch {
   const std::vector<float>& x;
   const int* x_shape;
+  int x_ndim;
   const std::vector<uint8_t>& w;
   const std::vector<uint8_t>& tables;
   const std::vector<uint32_t>& expert_indices;
@@ -235,8 +259,8 @@ void run_linear(const LinearLaunch& a) {
   launch(
       groups, SIMD_WIDTH * DS4_SIMDGROUPS,
       [&](const ThreadIds& ids) {
-        Format::template kernel<float, DS4_K, DS4_N, DS4_SIMDGROUPS, DS4_ROWS, XROWS>(
-            a.x.data(), a.x_shape, a.w.data(), a.expert_indices.data(), a.y.data(),
+        Format::template kernel<float, DS4_K, DS4_N, DS4_SIMDGROUPS, DS4_ROWS, XROWS, DS4_XSHARE>(
+            a.x.data(), a.x_shape, a.x_ndim, a.w.data(), a.expert_indices.data(), a.y.data(),
             ids.simdgroup_index_in_threadgroup, ids.thread_index_in_simdgroup,
             ids.thread_index_in_threadgroup, ids.threadgroup_position_in_grid);
       },
@@ -271,11 +295,11 @@ struct LinearFormat {
 
 #define DS4_FORMAT_ENTRY(NAME)                                                                 \
   struct NAME##_format {                                                                       \
-    template <typename T, int K, int N, int S, int R, int X>                                   \
-    static void kernel(DevicePtr<const T> x, const int* shape, DevicePtr<const uint8_t> w,     \
-                       DevicePtr<const uint32_t> e, DevicePtr<T> y, uint sg, uint lane,        \
-                       uint tid, uint3 group) {                                                \
-      NAME::kernel<T, K, N, S, R, X>(x, shape, w, e, y, sg, lane, tid, group);                 \
+    template <typename T, int K, int N, int S, int R, int X, int XS>                           \
+    static void kernel(DevicePtr<const T> x, const int* shape, int ndim,                       \
+                       DevicePtr<const uint8_t> w, DevicePtr<const uint32_t> e, DevicePtr<T> y, \
+                       uint sg, uint lane, uint tid, uint3 group) {                            \
+      NAME::kernel<T, K, N, S, R, X, XS>(x, shape, ndim, w, e, y, sg, lane, tid, group);       \
     }                                                                                          \
   };                                                                                           \
   struct baseline_##NAME##_format {                                                            \
@@ -313,8 +337,13 @@ int run_linear_mode(bool baseline, const std::string& format, const char* in_pat
   }
   Input input(in_path);
   const auto sizes = input.read<int32_t>(5);
-  const uint P = sizes[0], M = sizes[1], E = sizes[2], XROWS = sizes[3], stride = sizes[4];
-  const auto x = input.read<float>(size_t(P) * M * DS4_K);
+  // M 0: x [P / XSHARE, K], one row a batch (2-D); else x [P / XSHARE, M, K].
+  const uint P = sizes[0], M = std::max(sizes[1], 1), E = sizes[2], XROWS = sizes[3],
+             stride = sizes[4];
+  if (P % DS4_XSHARE) {
+    fail("P must be a multiple of XSHARE");
+  }
+  const auto x = input.read<float>(size_t(P / DS4_XSHARE) * M * DS4_K);
   const auto w = input.read<uint8_t>(size_t(E) * DS4_N * (DS4_K / chosen->block_values) *
                                      chosen->block_bytes);
   const auto table_bytes = input.read<uint32_t>(1)[0];
@@ -329,9 +358,11 @@ int run_linear_mode(bool baseline, const std::string& format, const char* in_pat
   bind_buffer(w);
   bind_buffer(tables);
   bind_buffer(expert_indices);
-  const int x_shape[3] = {int(P), int(M), DS4_K};
+  const int x_ndim = sizes[1] ? 3 : 2;
+  const int x_shape[3] = {int(P / DS4_XSHARE), x_ndim == 3 ? int(M) : DS4_K, DS4_K};
   std::vector<float> y(size_t(P) * M * DS4_N, NAN);
-  const LinearLaunch arguments{x, x_shape, w, tables, expert_indices, y, P, M, stride ? stride : 1};
+  const LinearLaunch arguments{x, x_shape, x_ndim, w,    tables,
+                               expert_indices, y, P, M, stride ? stride : 1};
   if (baseline) {
     chosen->baseline(arguments);
   } else {
@@ -413,6 +444,7 @@ int run_sparse_attention(bool baseline, const char* in_path, const char* out_pat
 }
 
 #include "metal_step_kernels.h"
+#include "metal_norm_kernels.h"
 
 // The modes that take `<input> <output>`: the attention, the mHC and MoE step kernels.
 struct Mode {
@@ -435,6 +467,10 @@ const Mode MODES[] = {
     {"pool_blocks", run_pool_blocks},
     {"indexer_scores", run_indexer_scores},
     {"grow_rows", run_grow_rows},
+    {"grow_row_pairs", run_grow_row_pairs},
+    {"hc_site_norm", run_hc_site_norm<1>},
+    {"hc_head_norm", run_hc_site_norm<0>},
+    {"norm_rope", run_norm_rope},
 };
 
 int main(int argc, char** argv) {

@@ -1,5 +1,5 @@
 // The GPU decode step's kernels (metal/hc_site, hc_expand, rope, moe_route, moe_combine,
-// pool_blocks, indexer_scores, grow_rows) and their runners, for tests/kernels/metal_emulation.cpp, which
+// pool_blocks, indexer_scores, grow_rows, grow_row_pairs) and their runners, for tests/kernels/metal_emulation.cpp, which
 // includes this after its own runners (it says how the emulation works and each mode's input).
 // Each step kernel is one thread per output element (or token) and uses no threadgroup memory.
 
@@ -104,6 +104,16 @@ void kernel(DevicePtr<const T_> cached, const int* cached_shape, DevicePtr<const
 #include "grow_rows.metal"
 }
 }  // namespace grow_rows
+
+namespace grow_row_pairs {
+template <typename T_, int W>
+void kernel(DevicePtr<const T_> cached, const int* cached_shape, DevicePtr<const T_> fresh,
+            DevicePtr<const T_> cached2, DevicePtr<const T_> fresh2, DevicePtr<const int> take,
+            DevicePtr<T_> rows, const int* rows_shape, DevicePtr<T_> rows2,
+            uint3 thread_position_in_grid) {
+#include "grow_row_pairs.metal"
+}
+}  // namespace grow_row_pairs
 
 #undef constant
 #undef thread
@@ -343,6 +353,33 @@ int run_grow_rows(const char* in_path, const char* out_path) {
     grow_rows::kernel<float, DS4_D>(cached.data(), cached_shape, fresh.data(), take.data(),
                                     rows.data(), rows_shape, position);
   });
+  write_output(out_path, rows);
+  return 0;
+}
+
+// input: int32 N, F, take, M | float32 cached [N, D] | fresh [F, D] | cached2 [N, D]
+// | fresh2 [F, D];  output: float32 rows [M, D] | rows2 [M, D]
+int run_grow_row_pairs(const char* in_path, const char* out_path) {
+  Input input(in_path);
+  const auto sizes = input.read<int32_t>(4);
+  const int N = sizes[0], F = sizes[1], M = sizes[3];
+  const auto cached = input.read<float>(size_t(N) * DS4_D);
+  const auto fresh = input.read<float>(size_t(F) * DS4_D);
+  const auto cached2 = input.read<float>(size_t(N) * DS4_D);
+  const auto fresh2 = input.read<float>(size_t(F) * DS4_D);
+  const std::vector<int32_t> take{sizes[2]};
+  for (const auto* buffer : {&cached, &fresh, &cached2, &fresh2}) {
+    bind_buffer(*buffer);
+  }
+  bind_buffer(take);
+  const int cached_shape[2] = {N, DS4_D}, rows_shape[2] = {M, DS4_D};
+  std::vector<float> rows(size_t(M) * DS4_D, NAN), rows2(size_t(M) * DS4_D, NAN);
+  launch_grid({DS4_D + 2, uint(M) + 1, 2}, [&](uint3 position) {
+    grow_row_pairs::kernel<float, DS4_D>(cached.data(), cached_shape, fresh.data(), cached2.data(),
+                                         fresh2.data(), take.data(), rows.data(), rows_shape,
+                                         rows2.data(), position);
+  });
+  rows.insert(rows.end(), rows2.begin(), rows2.end());
   write_output(out_path, rows);
   return 0;
 }

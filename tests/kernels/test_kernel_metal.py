@@ -195,3 +195,79 @@ def test_metal_kernel_matches_twin(qtype: GGMLQuantizationType, dtype):
         assert got.dtype == dtype and got.shape == expected.shape
         got, expected = np.array(got.astype(mx.float32)), np.array(expected.astype(mx.float32))
         np.testing.assert_allclose(got, expected, rtol=0, atol=tolerance * np.abs(expected).max())
+
+
+# A routed decode tile: DeepSeek-V4-Flash's 6 experts a row, read by one launch for all pairs
+# of the first R rows of an 8-row tile (ragged R), each x row where it lies (XSHARE = 6).
+TOP_K, TILE = 6, 8
+
+
+def pair_case(qtype: GGMLQuantizationType, n_out: int, k: int, experts: int, seed: int):
+    rng = np.random.default_rng(seed)
+    raw = random_blocks(qtype, (experts, n_out, k), seed, moderate=True)
+    tile = rng.normal(size=(TILE, k)).astype(np.float32)
+    indices = rng.integers(0, experts, size=(TILE, TOP_K)).astype(np.uint32)
+    return raw, tile, indices
+
+
+@pytest.mark.parametrize("qtype", PACKED, ids=lambda t: t.name)
+@pytest.mark.parametrize("rows", (1, 3, TILE))
+def test_emulated_pair_launch_reads_each_row_for_its_experts(
+    qtype: GGMLQuantizationType, rows: int, tmp_path_factory, tmp_path
+):
+    """x [R, K] read in place by its k experts' batches (XSHARE) matches the twin's gather of
+    x broadcast over the pairs, and reads each x row once per pair, not a copy of it."""
+    binary = build_emulator(
+        tmp_path_factory.mktemp("metal-pairs"), **linear_defines(N_OUT, K_IN, 1), DS4_XSHARE=TOP_K
+    )
+    raw, tile, indices = pair_case(qtype, N_OUT, K_IN, N_EXPERTS, seed=40 + rows)
+    x = tile[:rows]  # what the kernel reads of the tile
+    got = run_linear(binary, qtype, x[:, None, :], raw, indices[:rows].reshape(-1), tmp_path)
+    two_d = run_linear(binary, qtype, x, raw, indices[:rows].reshape(-1), tmp_path, two_d=True)
+    weight = PackedWeight(mx.array(raw), qtype)
+    expected = twins.gather_linear(
+        mx.array(tile[:rows, None, None, :]), weight, mx.array(indices[:rows])
+    )
+    expected = np.array(expected).reshape(rows * TOP_K, 1, N_OUT)
+    assert_close(got.out, expected)
+    np.testing.assert_array_equal(two_d.out, got.out)
+
+
+@pytest.mark.parametrize("qtype", (T.Q2_K, T.IQ2_XXS), ids=lambda t: t.name)
+def test_emulated_pair_launch_at_the_flash_expert_shape(
+    qtype: GGMLQuantizationType, tmp_path_factory, tmp_path
+):
+    """DeepSeek-V4-Flash's gate/up shape (2048 x 4096), one decode row's 6 experts; a sample
+    of the threadgroups runs."""
+    n_out, k = FLASH_SHAPES["expert_up"]
+    binary = build_emulator(
+        tmp_path_factory.mktemp("metal-pairs-flash"),
+        **linear_defines(n_out, k, 1),
+        DS4_XSHARE=TOP_K,
+    )
+    launch = metal.matvec_launch(n_out, 1)
+    stride = max(1, n_out // (launch.simdgroups * launch.rows * 2))
+    matrix, rows = sampled_matrix(qtype, n_out, k, stride)
+    experts = np.concatenate([matrix, matrix[:, ::-1]])  # two experts, rows in both orders
+    x = np.random.default_rng(38).normal(size=(1, k)).astype(np.float32)
+    indices = np.array([1, 0, 1, 1, 0, 1], np.uint32)
+    got = run_linear(binary, qtype, x, experts, indices, tmp_path, group_stride=stride, two_d=True)
+    expected = twin_linear(qtype, matrix[0, rows], x)[0]
+    for pair, expert in enumerate(indices):
+        if expert == 0:
+            assert_close(got.out[pair, 0, rows], expected)
+
+
+@pytest.mark.skipif(not metal.metal_available(), reason=NO_METAL)
+@pytest.mark.parametrize("qtype", PACKED, ids=lambda t: t.name)
+@pytest.mark.parametrize("rows", (1, 3, TILE))
+def test_metal_pair_linear_matches_twin(qtype: GGMLQuantizationType, rows: int):
+    raw, tile, indices = pair_case(qtype, N_OUT, K_IN, N_EXPERTS, seed=50 + rows)
+    weight = PackedWeight(mx.array(raw), qtype)
+    tile, indices = mx.array(tile), mx.array(indices)
+    expected = np.array(twins.gather_linear(tile[:rows, None, None, :], weight, indices[:rows]))
+    assert_close(np.array(metal.pair_linear(tile, weight, indices, rows)), expected)
+    hidden = mx.array(np.random.default_rng(rows).normal(size=(rows, TOP_K, 1, K_IN)))
+    hidden = hidden.astype(mx.float32)
+    expected = np.array(twins.gather_linear(hidden, weight, indices[:rows]))
+    assert_close(np.array(metal.pair_linear(hidden, weight, indices, rows)), expected)

@@ -235,17 +235,43 @@ def test_emulated_grow_rows_kernel_matches_twin(rope_emulator: Path, tmp_path, n
     np.testing.assert_array_equal(got, np.array(_grow_twin(cached, fresh, take, keep)))
 
 
-def test_gpu_cache_growth_is_one_launch_a_pair():
+@pytest.mark.parametrize("n, f, take, keep", GROW_CASES)
+def test_emulated_grow_row_pairs_kernel_matches_twin(
+    rope_emulator: Path, tmp_path, n, f, take, keep
+):
+    """Both of a compressor's pending rows (kv and scores) in one launch, each as its own
+    grow_rows."""
+    (cached, fresh), (cached2, fresh2) = _grow_case(n, f, n + take), _grow_case(n, f, 100 + n)
+    rows = min(n + take, keep)
+    payload = np.array([n, f, take, rows], np.int32).tobytes()
+    payload += b"".join(a.tobytes() for a in (cached, fresh, cached2, fresh2))
+    got = run(rope_emulator, ["grow_row_pairs"], [payload], tmp_path)[0]
+    first, second = got.reshape(2, rows, HEAD_DIM)
+    np.testing.assert_array_equal(first, np.array(_grow_twin(cached, fresh, take, keep)))
+    np.testing.assert_array_equal(second, np.array(_grow_twin(cached2, fresh2, take, keep)))
+
+
+def test_gpu_cache_growth_is_one_launch_for_a_pair_of_one_shape():
     cached, fresh = _grow_case(20, 8, 0)
     with metal_configuration() as calls, kernels.inference():
         grown = kernels.grow_rows([mx.array(cached)] * 2, [mx.array(fresh)] * 2, 3, 16)
+        one = kernels.grow_rows([mx.array(cached)], [mx.array(fresh)], 3, 16)
+        mixed = kernels.grow_rows(
+            [mx.array(cached), mx.array(cached[1:])], [mx.array(fresh)] * 2, 3, 16
+        )
         first = kernels.grow_rows([mx.array(cached[:0])], [mx.array(fresh)], 3, 16)
-    assert [c.name for c in calls] == ["ds4_grow_rows"] * 2  # an empty cache: the MLX ops
+    # Two caches of one shape: one launch; one cache, or two of different shapes: one a
+    # cache; an empty cache: the MLX ops.
+    assert [c.name for c in calls] == ["ds4_grow_row_pairs"] + ["ds4_grow_rows"] * 3
     assert calls[0].template == (("T_", mx.float32), ("W", HEAD_DIM))
-    assert calls[0].grid == (HEAD_DIM, 16, 1) and calls[0].outputs == (
+    assert calls[0].grid == (HEAD_DIM, 16, 2)
+    assert calls[0].outputs == (((16, HEAD_DIM), mx.float32),) * 2
+    assert calls[1].grid == (HEAD_DIM, 16, 1) and calls[1].outputs == (
         ((16, HEAD_DIM), mx.float32),
     )
-    assert [a.shape for a in (*grown, *first)] == [(16, HEAD_DIM)] * 2 + [(3, HEAD_DIM)]
+    assert [a.shape for a in (*grown, *one, *mixed, *first)] == [(16, HEAD_DIM)] * 5 + [
+        (3, HEAD_DIM)
+    ]
 
 
 # DeepSeek-V4-Flash's indexer: 64 heads of 128 channels (its top-k, 512, is scaled down here).
@@ -417,3 +443,9 @@ def test_metal_grow_rows_matches_twin(n, f, take, keep):
     got = metal.grow_rows(mx.array(cached), mx.array(fresh), take, keep)
     expected = np.concatenate([cached, fresh[:take]])[-min(n + take, keep) :]
     np.testing.assert_array_equal(np.array(got), expected)
+    cached2, fresh2 = _grow_case(n, f, n + 1)
+    pairs = ((mx.array(cached), mx.array(cached2)), (mx.array(fresh), mx.array(fresh2)))
+    first, second = metal.grow_row_pairs(*pairs, take, keep)
+    np.testing.assert_array_equal(np.array(first), expected)
+    expected2 = np.concatenate([cached2, fresh2[:take]])[-min(n + take, keep) :]
+    np.testing.assert_array_equal(np.array(second), expected2)
