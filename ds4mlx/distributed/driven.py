@@ -147,10 +147,14 @@ class DrivenSession(Session):
         self.conductor.announce(Op.FEED, self.key, int(not all_logits), payload=tokens)
         return super().feed_mx(tokens, all_logits)
 
-    def feed_hidden(self, tokens: Sequence[int], capture_layers: Sequence[int] = ()):
+    def feed_hidden(
+        self, tokens: Sequence[int], capture_layers: Sequence[int] = (), all_logits: bool = True
+    ):
         self.check_tokens(tokens)
-        self.conductor.announce(Op.FEED_HIDDEN, self.key, len(tokens), [*tokens, *capture_layers])
-        return super().feed_hidden(tokens, capture_layers)
+        # The payload: whether every row's logits are wanted, the tokens, the captured layers.
+        payload = [int(all_logits), *tokens, *capture_layers]
+        self.conductor.announce(Op.FEED_HIDDEN, self.key, len(tokens), payload)
+        return super().feed_hidden(tokens, capture_layers, all_logits)
 
     def truncate(self, n_tokens: int) -> None:
         self.conductor.announce(Op.TRUNCATE, self.key, n_tokens)
@@ -222,7 +226,7 @@ class Follower:
         if message.op == Op.FEED:
             session.feed_mx(payload, all_logits=not n)
         elif message.op == Op.FEED_HIDDEN:
-            session.feed_hidden(payload[:n], payload[n:])
+            session.feed_hidden(payload[1 : n + 1], payload[n + 1 :], bool(payload[0]))
         elif message.op == Op.TRUNCATE:
             session.truncate(n)
         elif message.op == Op.SNAPSHOT:

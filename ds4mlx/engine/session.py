@@ -78,15 +78,19 @@ class Session:
         """The ids of tokens fed by ``feed_lazy``, in order, once read."""
         self.tokens.extend(int(t) for t in tokens)
 
-    def feed_hidden(self, tokens: Sequence[int], capture_layers: Sequence[int] = ()):
+    def feed_hidden(
+        self, tokens: Sequence[int], capture_layers: Sequence[int] = (), all_logits: bool = True
+    ):
         """Advance by ``tokens``; returns the model's ForwardOutput (logits and hidden states of
-        ``capture_layers`` and of the head), which drafters consume."""
+        ``capture_layers`` and of the head), which drafters consume. With ``all_logits=False``
+        the logits are the last token's alone (``feed_mx``); the hidden states every token's."""
         self.check_tokens(tokens)
         out = self.model.forward(
             mx.array(list(tokens), dtype=mx.int32),
             self.state,
             capture_layers=capture_layers,
             return_hidden=True,
+            all_logits=all_logits,
         )
         self.tokens.extend(int(t) for t in tokens)
         return out

@@ -156,7 +156,9 @@ class SpeculativeDecoder(Decoder):
     ) -> int:
         pos0 = session.n_tokens
         self.scheduler.weighs_cost = _weighs_cost(sampler)
-        out = session.feed_hidden(prompt, self.capture)
+        # Drafters read the prompt's hidden states, never its logits: the head (129k rows at
+        # DS4-Flash's width) runs for the last token only.
+        out = session.feed_hidden(prompt, self.capture, all_logits=False)
         current = sampler(out.logits[-1])
         self.lease.holder = self
         self.drafter.reset()

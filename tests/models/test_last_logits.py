@@ -11,6 +11,8 @@ from pathlib import Path
 import ds4mlx
 import ds4mlx.models.base as model_base
 from ds4mlx.generation import generate
+from ds4mlx.speculation import SpeculationConfig, load_drafter
+from ds4mlx.speculation.config import DrafterKind
 
 import mlx.core as mx
 import numpy as np
@@ -67,6 +69,18 @@ def test_generation_prefill_multiplies_the_head_for_one_row(model, head_rows):
     # The same first token as from every row's logits.
     every = model.new_session().feed(PROMPT)
     assert events[0].token == int(every[-1].argmax())
+
+
+def test_speculative_prefill_multiplies_the_head_for_one_row(head_rows):
+    """Drafters read a prompt's hidden states, never its logits: with DSpark on, the prefill's
+    head also runs for the last row alone, and the output is plain decoding's."""
+    model = ds4mlx.load_model(ASSETS / "ds4-tiny.gguf")
+    config = SpeculationConfig(DrafterKind.DSPARK, ASSETS / "ds4-tiny-dspark.gguf")
+    drafter = load_drafter(config, model)
+    events = list(generate(model.new_session(), PROMPT, 8, None, drafter, config))
+    assert head_rows[0] == 1
+    plain = list(generate(model.new_session(), PROMPT, 8))
+    assert [e.token for e in events[:-1]] == [e.token for e in plain[:-1]]
 
 
 def test_all_logits_stay_the_default_of_a_feed(model):
