@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ds4mlx.kernels import linear
+from ds4mlx.kernels import linear, linear_many
 from ds4mlx.models.moe import softplus
 from ds4mlx.models.norms import RMSNorm, rms_norm
 from ds4mlx.models.weights import Weights
@@ -235,11 +235,19 @@ class KDA(nn.Module):
         self.lower_bound = gate_lower_bound
         self.rollback = rollback
 
-    def _conv(self, x: mx.array, rows: mx.array | None, n_real: int) -> tuple[mx.array, mx.array]:
-        """Causal depthwise conv + SiLU of the q/k/v projections -> ([3, T, inner], the rows to
-        keep: those of the last ``kernel - 1 + rollback`` real positions)."""
-        tokens, history = x.shape[0], self.kernel - 1
-        proj = mx.stack([linear(x, wt, n_real) for wt in self.wqkv])  # [3, T, inner]
+    def _input_products(self, x: mx.array, rows: int) -> list[mx.array]:
+        """Every product of the layer's input x [T, D] (of its first ``rows`` rows): q, k and v,
+        beta's, and the first projections of the decay and of the output gate, as one call (one
+        native primitive in a decode tile)."""
+        return linear_many(x, [*self.wqkv, self.w_beta, self.f_a, self.g_a], rows)
+
+    def _conv(
+        self, qkv: list[mx.array], rows: mx.array | None, n_real: int
+    ) -> tuple[mx.array, mx.array]:
+        """Causal depthwise conv + SiLU of the q/k/v projections [T, inner] each -> ([3, T,
+        inner], the rows to keep: those of the last ``kernel - 1 + rollback`` real positions)."""
+        proj = mx.stack(qkv)  # [3, T, inner]
+        tokens, history = proj.shape[1], self.kernel - 1
         if rows is None:
             rows = mx.zeros((3, history, proj.shape[-1]))
         window = mx.concatenate([rows[:, rows.shape[1] - history :], proj], axis=1)
@@ -251,11 +259,11 @@ class KDA(nn.Module):
         kept = mx.concatenate([rows, proj[:, max(0, n_real - keep) : n_real]], axis=1)
         return nn.silu(out), kept[:, max(0, kept.shape[1] - keep) :]
 
-    def _decay(self, x: mx.array, rows: int) -> mx.array:
-        """Per-channel log decay g [T, H, K] (llama.cpp's ``kda_g1``) of the first ``rows``
-        rows (``kernels.linear``)."""
-        g = linear(linear(x, self.f_a, rows), self.f_b, rows) + self.dt_bias
-        g = g.reshape(x.shape[0], self.heads, self.head_dim)
+    def _decay(self, f_a_x: mx.array, rows: int) -> mx.array:
+        """Per-channel log decay g [T, H, K] (llama.cpp's ``kda_g1``) from the decay's first
+        projection of the input, of its first ``rows`` rows (``kernels.linear``)."""
+        g = linear(f_a_x, self.f_b, rows) + self.dt_bias
+        g = g.reshape(f_a_x.shape[0], self.heads, self.head_dim)
         a = self.a[:, None]
         if self.lower_bound > -math.inf:
             return self.lower_bound * mx.sigmoid(-(g * a))
@@ -264,9 +272,10 @@ class KDA(nn.Module):
     def __call__(self, x: mx.array, cache: KDACache) -> tuple[mx.array, KDACache]:
         """A chunk (prefill): x [T, D] -> (output [T, D], the new cache). The recurrence runs
         chunk-wise and keeps the final state only."""
-        (q, k, v, g, beta), states, conv = self._recurrence_inputs(x, cache, x.shape[0])
+        products = self._input_products(x, x.shape[0])
+        (q, k, v, g, beta), states, conv = self._recurrence_inputs(products, cache, x.shape[0])
         out, state = kda_scan(q, k, v, g, beta, states[-1])
-        return self._output(x, out, x.shape[0]), KDACache(conv=conv, ssm=state[None])
+        return self._output(products[-1], out, x.shape[0]), KDACache(conv=conv, ssm=state[None])
 
     def steady(self, cache: KDACache) -> bool:
         """Whether ``cache`` has the shapes every later decode tile keeps (all the conv rows
@@ -282,32 +291,34 @@ class KDA(nn.Module):
         """``__call__`` of a decode tile (see ``models.base.DECODE_TILE``): the recurrence runs
         one position at a time on the first ``n_real`` rows, keeping the state after each for a
         rollback; the padding rows get zeros."""
-        inputs, states, conv = self._recurrence_inputs(x, cache, n_real)
+        products = self._input_products(x, n_real)
+        inputs, states, conv = self._recurrence_inputs(products, cache, n_real)
         out, states = kda_steps(*(a[:, :n_real] for a in inputs), states)
         h, hd = self.heads, self.head_dim
         out = mx.concatenate([out, mx.zeros((h, x.shape[0] - n_real, hd))], axis=1)
         states = states[max(0, states.shape[0] - self.rollback - 1) :]
-        return self._output(x, out, n_real), KDACache(conv=conv, ssm=states)
+        return self._output(products[-1], out, n_real), KDACache(conv=conv, ssm=states)
 
     def _recurrence_inputs(
-        self, x: mx.array, cache: KDACache, real: int
+        self, products: list[mx.array], cache: KDACache, real: int
     ) -> tuple[tuple[mx.array, ...], mx.array, mx.array]:
         """The recurrence's inputs q, k, g [H, T, K], v [H, T, V] and beta [H, T] of the first
-        ``real`` rows of x [T, D] (the others' are unspecified); the states [n, H, K, V] it
-        continues from (the last); the conv rows to keep."""
-        tokens, h, hd = x.shape[0], self.heads, self.head_dim
-        qkv, conv = self._conv(x, cache.conv, real)
+        ``real`` rows of the input (its ``_input_products``; the other rows' are unspecified);
+        the states [n, H, K, V] it continues from (the last); the conv rows to keep."""
+        *qkv, beta_x, f_a_x, _ = products
+        tokens, h, hd = beta_x.shape[0], self.heads, self.head_dim
+        qkv, conv = self._conv(qkv, cache.conv, real)
         q, k, v = (mx.swapaxes(t.reshape(tokens, h, hd), 0, 1) for t in qkv)  # [H, T, hd]
         q, k = _l2_norm(q), _l2_norm(k)
-        beta = mx.swapaxes(mx.sigmoid(linear(x, self.w_beta, real)), 0, 1)  # [H, T]
-        g = mx.swapaxes(self._decay(x, real), 0, 1)
+        beta = mx.swapaxes(mx.sigmoid(beta_x), 0, 1)  # [H, T]
+        g = mx.swapaxes(self._decay(f_a_x, real), 0, 1)
         states = cache.ssm if cache.ssm is not None else mx.zeros((1, h, hd, hd))
         return (q, k, v, g, beta), states, conv
 
-    def _output(self, x: mx.array, out: mx.array, rows: int) -> mx.array:
-        """The recurrence's outputs [H, T, V] normed, gated by x [T, D] and projected: [T, D]
-        (its first ``rows`` rows)."""
-        tokens, h, hd = x.shape[0], self.heads, self.head_dim
-        gate = linear(linear(x, self.g_a, rows), self.g_b, rows).reshape(tokens, h, hd)
+    def _output(self, g_a_x: mx.array, out: mx.array, rows: int) -> mx.array:
+        """The recurrence's outputs [H, T, V] normed, gated (the gate from its first projection
+        of the input) and projected: [T, D] (its first ``rows`` rows)."""
+        tokens, h, hd = g_a_x.shape[0], self.heads, self.head_dim
+        gate = linear(g_a_x, self.g_b, rows).reshape(tokens, h, hd)
         out = self.o_norm(mx.swapaxes(out, 0, 1)) * mx.sigmoid(gate)
         return linear(out.reshape(tokens, h * hd), self.wo, rows)
