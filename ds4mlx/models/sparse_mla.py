@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ds4mlx.kernels import linear
+from ds4mlx.kernels import linear, linear_many
 from ds4mlx.models.base import SCORE_BUDGET
 from ds4mlx.models.cache import append_rows, keep_rows
 from ds4mlx.models.norms import RMSNorm
@@ -125,10 +125,11 @@ class SparseMLA(nn.Module):
         """The query input qr [T, q_lora_rank], the absorbed queries [H, T, kv_lora_rank] and
         the normed latents [T, kv_lora_rank] of x [T, D] (of its first ``rows`` rows: a decode
         tile's real ones, ``kernels.linear``)."""
-        qr = self.q_a_norm(linear(x, self.wq_a, rows))
+        q_a, kv_a = linear_many(x, [self.wq_a, self.wkv_a], rows)  # one primitive in a tile
+        qr = self.q_a_norm(q_a)
         q = linear(qr, self.wq_b, rows).reshape(x.shape[0], self.heads, self.head_dim)
         q = linear(mx.swapaxes(q, 0, 1), self.wk_b)  # absorbed: [H, T, kv_lora_rank]
-        return qr, q, self.kv_norm(linear(x, self.wkv_a, rows))
+        return qr, q, self.kv_norm(kv_a)
 
     def _output(self, out: mx.array, rows: int | None = None) -> mx.array:
         """The attended latents [H, T, kv_lora_rank] expanded and projected: [T, D]."""
