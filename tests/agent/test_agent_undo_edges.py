@@ -1,5 +1,6 @@
 """Undo and diff in a git work tree at their edges: untracked files over the snapshot limit,
-and a session's diff over several prompts.
+a session's diff over several prompts, and an edit git's stat cache cannot tell from the file
+it recorded.
 
 Each test was checked against a one-spot mutation of the code it guards (``scripts/
 mutation_sets/fresh3.py``).
@@ -7,6 +8,7 @@ mutation_sets/fresh3.py``).
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -49,3 +51,30 @@ def test_the_session_diff_in_git_starts_before_the_first_prompt(tmp_path):
         checkpoints.end_prompt()
     diff = checkpoints.diff()
     assert "-v0" in diff and "+v2" in diff and "v1" not in diff
+
+
+def test_a_snapshot_sees_a_same_size_edit_dated_as_the_index(tmp_path):
+    # Git trusts a file whose size and times match its index entry, unless the entry is as new
+    # as the index itself ("racy git"): then it hashes the file again. A snapshot's copy of the
+    # index must keep that date, or it takes a same-size edit for the recorded file.
+    root = tmp_path / "repo"
+    root.mkdir()
+    tracked, index = root / "tracked.txt", root / ".git" / "index"
+    tracked.write_text("v0\n")
+    tick = tracked.stat().st_mtime_ns - 10 * 10**9
+    os.utime(tracked, ns=(tick, tick))
+    for command in (["init", "-q"], ["add", "tracked.txt"], ["commit", "-qm", "start"]):
+        subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *command], cwd=root, check=True
+        )
+    tracked.write_text("v1\n")  # the size of v0, dated as v0 and as the index
+    for path in (tracked, index):
+        os.utime(path, ns=(tick, tick))
+    checkpoints = Checkpoints(root)
+    checkpoints.begin_prompt()
+    checkpoints.before_tool(bash=True)
+    tracked.write_text("v2\n")
+    checkpoints.end_prompt()
+    assert "-v1" in checkpoints.diff()
+    checkpoints.undo()
+    assert tracked.read_text() == "v1\n"
