@@ -9,7 +9,9 @@ tested the API-key file and the cache sizes (``test_access``, ``test_kv_cache``)
 mutation left the set with the code it changed: ``server_preflight_needs_a_key`` dropped the
 OPTIONS exemption from the key check, which only ever changed a 405 into a 401 (with
 ``--cors`` the CORS layer answers every preflight before the key check), so the exemption is
-gone from ``server/access.py``."""
+gone from ``server/access.py``. The rerun of the 37 survivors caught all of them once undo's
+snapshots kept git's racy-entry check (``agent_git_diff_from_the_last_prompt`` had survived
+through that bug)."""
 
 from __future__ import annotations
 
