@@ -87,7 +87,10 @@ class _Git:
         with tempfile.TemporaryDirectory(prefix="ds4-agent-index-") as folder:
             temporary = Path(folder) / "index"
             if index.exists():  # its stat cache spares hashing the unchanged files again
-                shutil.copyfile(index, temporary)
+                # With its modification time: git re-hashes an entry recorded in the index's
+                # own clock tick ("racy git"); a copy dated now would trust a same-size edit
+                # made in that tick to be unchanged, and the snapshot would miss it.
+                shutil.copy2(index, temporary)
             env = {"GIT_INDEX_FILE": str(temporary)}
             self.run("add", "--update", "--", self.prefix, env=env)
             untracked = [

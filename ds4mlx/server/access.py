@@ -66,7 +66,9 @@ class AccessControl:
                 "ds4-server with --cors to let browser pages call it",
                 code="cross_origin_refused",
             )
-        if not self.api_keys or scope["path"] in OPEN_PATHS or scope["method"] == "OPTIONS":
+        # No exception for OPTIONS: with --cors, CORSMiddleware (outermost) answers every
+        # browser preflight before this check; without it, a preflight's origin is refused.
+        if not self.api_keys or scope["path"] in OPEN_PATHS:
             return None
         given = _presented_key(headers)
         if given is None:

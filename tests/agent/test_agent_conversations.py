@@ -127,3 +127,12 @@ def test_only_stale_temporaries_are_removed_and_continue_stays_in_its_workspace(
     assert store.remove_stale_temporaries() == 1
     assert in_progress.exists() and not left.exists()
     assert store.latest("/ws/a").name == "a" and store.latest("/ws/b").name == "b"
+
+
+def test_the_newest_conversation_of_a_workspace_is_listed_first_and_continued(tmp_path):
+    store = ConversationStore(tmp_path / "conversations")
+    for name in ("older", "newer"):
+        store.save(Conversation([{"role": "user", "content": name}], workspace="/ws"), name)
+        time.sleep(0.01)
+    assert [saved.name for saved in store.list()] == ["newer", "older"]
+    assert store.latest("/ws").name == "newer"

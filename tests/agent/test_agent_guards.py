@@ -165,6 +165,18 @@ def test_the_prefix_an_answer_records():
     assert rule_for(ToolCall("write", {"path": "x"}), Decision.DENY) is None
 
 
+@pytest.mark.parametrize("tool", ["write", "edit", "bash"])
+def test_tools_that_change_files_or_run_commands_ask_first(tool):
+    call = ToolCall(tool, {"path": "x", "content": "x", "command": "ls"})
+    assert Permissions().must_ask(call)
+    assert not Permissions(yolo=True).must_ask(call)
+
+
+@pytest.mark.parametrize("tool", ["list", "read", "more", "search", "status", "stop", "symbols"])
+def test_tools_that_only_look_never_ask(tool):
+    assert not Permissions().must_ask(ToolCall(tool, {"path": "x"}))
+
+
 # ------------------------------------------------------------------ bounded output
 
 

@@ -8,10 +8,13 @@ Each test here was checked against a one-character mutation of the code it guard
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
 from pathlib import Path
 
 from ds4mlx.agent import tools
-from ds4mlx.agent.files import read_regular
+from ds4mlx.agent.files import read_regular, write_atomically
 from ds4mlx.agent.tools import ToolBox
 from ds4mlx.agent.workspace import ToolError, Workspace
 from ds4mlx.engine.chat import ToolCall
@@ -79,6 +82,23 @@ def test_a_file_of_exactly_the_read_limit_is_read(tmp_path):
         read_regular(path, 9)
 
 
+def test_a_file_that_grows_past_the_limit_while_it_is_read_is_refused(tmp_path, monkeypatch):
+    # The size checked before reading says 5 bytes; 10 arrive (another process appended).
+    path = tmp_path / "growing"
+    path.write_bytes(b"0123456789")
+    real_fstat = os.fstat
+
+    def before_it_grew(fd: int) -> os.stat_result:
+        fields = list(real_fstat(fd))
+        fields[stat.ST_SIZE] = 5
+        return os.stat_result(fields)
+
+    monkeypatch.setattr(os, "fstat", before_it_grew)
+    with pytest.raises(ToolError, match="larger than 9 bytes"):
+        read_regular(path, 9)
+    assert read_regular(path, 10) == b"0123456789"
+
+
 def test_reading_ends_at_the_last_line(box):
     (box.workspace.root / "three.txt").write_text("one\ntwo\nthree\n")
     assert run(box, "read", path="three.txt", start=3).output == "    3  three"
@@ -100,3 +120,34 @@ def test_reading_ends_at_the_last_line(box):
 def test_only_a_trailing_single_ampersand_starts_a_job(box, command, background):
     result = run(box, "bash", command=command)
     assert result.output.startswith("started background job") is background
+
+
+def test_a_link_to_a_folder_inside_is_listed_but_never_entered(box):
+    root = box.workspace.root
+    (root / "src").mkdir()
+    (root / "src" / "a.py").write_text("x = 1\n")
+    (root / "alias").symlink_to(root / "src")
+    (root / "loop").symlink_to(root)  # entering it would walk the workspace again and again
+    names = [line.split()[-1] for line in run(box, "list", path=".").output.splitlines()]
+    assert names == ["alias", "loop", "src/", "src/a.py"]
+    assert run(box, "search", pattern="x = 1", path=".").output == "src/a.py:1: x = 1"
+
+
+def test_a_failed_write_leaves_the_file_and_no_temporary(tmp_path, monkeypatch):
+    target = tmp_path / "a.txt"
+    target.write_text("old\n")
+
+    def disk_full(*_args: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", disk_full)
+    with pytest.raises(OSError):
+        write_atomically(target, b"new\n")
+    assert [path.name for path in tmp_path.iterdir()] == ["a.txt"]
+    assert target.read_text() == "old\n"
+
+
+def test_a_finished_background_job_leaves_the_open_state(box):
+    assert run(box, "bash", command="true &").output.startswith("started background job 1")
+    box.jobs.jobs[1].handle.process.wait(timeout=30)
+    assert box.open_state() == ""

@@ -165,6 +165,7 @@ def test_bad_calls_become_error_results(toolbox):
     assert "needs 'path'" in run(toolbox, "read").output
     assert "no parameter 'colour'" in run(toolbox, "list", colour="red").output
     assert "must be an integer" in run(toolbox, "read", path="README.md", start="ten").output
+    assert "must be an integer" in run(toolbox, "read", path="README.md", start=True).output
     assert "must be a string" in run(toolbox, "bash", command=["ls"]).output
 
 

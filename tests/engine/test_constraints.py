@@ -19,7 +19,7 @@ import ds4mlx
 from ds4mlx.engine.chat import DEEPSEEK_V4, GLM5
 from ds4mlx.engine.chat.call_grammar import argument_rules, callable_tools
 from ds4mlx.engine.chat.glm5 import CALL_START
-from ds4mlx.engine.constraints import CallConstraint
+from ds4mlx.engine.constraints import CallConstraint, JsonConstraint, markup_ban
 from ds4mlx.engine.generate import Decoder, DoneEvent, run_alone, stepped_generate
 from ds4mlx.engine.sampling import SamplingOptions
 from ds4mlx.generation import (
@@ -214,3 +214,34 @@ def test_a_turn_takes_more_calls_only_when_parallel(chat_format, choice):
     one, many = set(grammar(False).splitlines()), set(grammar(True).splitlines())
     assert one != many
     assert len(grammar(False)) < len(grammar(True))
+
+
+class _Pieces:
+    """A tokenizer of a handful of pieces (only what the marker scan reads)."""
+
+    def __init__(self, pieces: list[bytes]):
+        self.pieces = pieces
+        self.vocab_size = len(pieces)
+
+    def token_bytes(self, token: int) -> bytes:
+        return self.pieces[token]
+
+
+def test_every_token_holding_the_marker_is_banned_wherever_it_holds_it():
+    pieces = [b"a", b"<tool_call>", b" <tool_call>", b"x<tool_call>y", b"<tool", b"_call>"]
+    constraint = markup_ban(_Pieces(pieces), "<tool_call>")
+    assert np.array(constraint.mask()).tolist() == [True, False, False, False, True, True]
+    assert markup_ban(_Pieces([b"a", b"<tool"]), "<tool_call>") is None  # nothing to ban
+
+
+def test_rolling_back_a_stop_token_leaves_the_grammar_where_it_was():
+    # A speculative draft may hold a stop token: the grammar never took it, so rolling it
+    # back must not undo the token before it.
+    tokenizer = model("deepseek4").tokenizer
+    constraint = JsonConstraint(tokenizer, None)
+    for token in tokenizer.encode('{"a": 1', parse_special=False):
+        constraint.advance(token)
+    before = np.array(constraint.mask())
+    constraint.advance(tokenizer.stop_ids[0])
+    constraint.rollback(1)
+    np.testing.assert_array_equal(np.array(constraint.mask()), before)

@@ -187,3 +187,30 @@ def test_only_stale_temporary_files_are_removed_at_start(tmp_path):
     os.utime(stale, (old, old))
     DiskTier(tmp_path, 1 << 30, FINGERPRINT)
     assert not stale.exists() and fresh.exists()  # another process may still be writing it
+
+
+def test_a_file_removed_behind_the_caches_back_is_written_again(tmp_path):
+    disk = DiskTier(tmp_path / "kv", 1 << 30, FINGERPRINT)
+    assert disk.save(state(A))
+    path = disk.path_for(A)
+    path.unlink()  # another process evicted it, or a person cleaned the folder
+    assert disk.save(state(A)) and path.exists()
+    assert disk.load(A).tokens == A
+
+
+def test_putting_an_entry_again_replaces_it_without_evicting_another():
+    memory = MemoryTier(3 * ENTRY_BYTES)
+    for tokens in (A, B, C):
+        memory.put(state(tokens))
+    memory.put(state(B))  # not the least recently used: nothing need go
+    assert memory.keys() == [A, C, B] and memory.used == 3 * ENTRY_BYTES
+
+
+def test_a_state_read_from_disk_is_kept_in_memory(tmp_path):
+    DiskTier(tmp_path / "kv", 1 << 30, FINGERPRINT).save(state(A))
+    cache = PromptCache(4 * ENTRY_BYTES, DiskTier(tmp_path / "kv", 1 << 30, FINGERPRINT))
+    (candidate,) = cache.candidates([*A, 99], 0)
+    assert candidate.on_disk and cache.load(candidate).tokens == A
+    assert cache.memory.keys() == [A]
+    (again,) = cache.candidates([*A, 99], 0)
+    assert not again.on_disk  # the next request finds it in memory

@@ -16,6 +16,7 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 
+from ds4mlx.engine.constraints import Constraint
 from ds4mlx.engine.sampling import Sampler, SamplingOptions
 
 import mlx.core as mx
@@ -313,3 +314,36 @@ def test_log_probabilities_list_the_asked_alternatives_and_never_impossible_ones
     noted = sampler.take_logprob()
     assert [token for token, _ in noted.top] == [3, 0]
     assert noted.logprob == pytest.approx(-np.log1p(np.exp(-1.0)))
+
+
+def test_log_probabilities_are_taken_in_the_order_their_tokens_were_committed():
+    # A verify pass notes several accepted tokens at once; each is then streamed in turn.
+    sampler = Sampler(SamplingOptions(logprobs=0))
+    rows = mx.array([[0.0, 5.0, 0.0], [0.0, 0.0, 5.0], [5.0, 0.0, 0.0]])
+    sampler.note_logprobs(rows, [1, 2, 0])
+    taken = [sampler.take_logprob() for _ in range(4)]
+    assert [noted.token for noted in taken[:3]] == [1, 2, 0] and taken[3] is None
+
+
+class _AllowsAll(Constraint):
+    """A constraint over a 4-token vocabulary that forbids nothing in it."""
+
+    vocab_size = 4
+
+    def mask(self) -> mx.array:
+        return mx.ones((4,), dtype=mx.bool_)
+
+    def advance(self, token: int) -> None:
+        pass
+
+    def rollback(self, count: int) -> None:
+        pass
+
+
+def test_a_constraint_forbids_the_rows_padding_past_the_vocabulary():
+    # Embedding tables are padded past the tokenizer's vocabulary: those columns name no token.
+    sampler = Sampler(SamplingOptions(), _AllowsAll())
+    logits = mx.array([[0.0, 1.0, 2.0, 3.0, 9.0, 9.0]])
+    for row in (sampler.penalized(logits)[0], sampler.masked_on_device(logits[0])):
+        assert row.tolist() == [0.0, 1.0, 2.0, 3.0, -math.inf, -math.inf]
+    assert sampler(logits[0]) == 3

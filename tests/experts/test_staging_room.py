@@ -1,5 +1,7 @@
 """Hinted (prefetched) expert reads in flight never exceed the staging room, at several cache
-shares: reads that are still running after their hint was dropped count until they finish.
+shares: reads that are still running after their hint was dropped count until they finish. The
+most routed experts are hinted first, an expert already in flight is not read twice, and the
+reads on demand in flight at once fit in the budget kept for them.
 
 The reader is held on an event, so every read stays in flight while the test looks; nothing
 here depends on timing.
@@ -81,4 +83,50 @@ def test_hinted_reads_in_flight_stay_within_the_staging_room(routed, share, monk
         assert in_flight() == pool.staging  # the room left is used
     finally:
         release.set()
+        model.close()
+
+
+def test_the_most_routed_experts_are_hinted_first(routed):
+    model = streamed(TINY, budget(routed, SHARES[0]), read_threads=2)
+    store = model.experts
+    store.finish_loading()
+    (pool,) = store.pools
+    layer = store.layers[0]
+    room = pool.staging
+    assert 0 < room < layer.n_experts, "the staging room must be smaller than a layer"
+    hot = list(range(layer.n_experts - room, layer.n_experts))
+    try:
+        # Every expert routed once, the last ``room`` of them twice more.
+        layer.prefetch(mx.array(list(range(layer.n_experts)) + hot * 2))
+        assert sorted(pool.inflight) == [layer.key_base + expert for expert in hot]
+    finally:
+        model.close()
+
+
+def test_hinting_an_expert_already_in_flight_starts_no_second_read(routed):
+    model = streamed(TINY, budget(routed, SHARES[-1]), read_threads=2)
+    store = model.experts
+    store.finish_loading()
+    (pool,) = store.pools
+    layer = store.layers[0]
+    assert pool.staging >= 2, "this share leaves no room for a second read"
+    try:
+        layer.prefetch(mx.array([0]))
+        read = pool.inflight[layer.key_base]
+        layer.prefetch(mx.array([0, 0]))  # the next step hints it again, still in flight
+        assert pool.inflight == {layer.key_base: read}
+    finally:
+        model.close()
+
+
+@pytest.mark.parametrize("share", [0.3, *SHARES])
+def test_demand_reads_in_flight_fit_in_the_room_kept_for_them(routed, share):
+    # Each expert read on demand holds about two slots while it converts (its bytes and the
+    # result): the reads in flight at once must fit in the budget kept for them.
+    model = streamed(TINY, budget(routed, share), read_threads=8)
+    try:
+        model.experts.finish_loading()
+        (pool,) = model.experts.pools
+        assert 1 <= pool.window and 2 * pool.window <= pool.reserved
+    finally:
         model.close()

@@ -214,3 +214,13 @@ def test_arrays_nest_up_to_the_limit(tmp_path, levels, accepted):
 def test_the_readers_own_field_names_are_refused_as_keys(tmp_path, key):
     with pytest.raises(GGUFError, match="reserved"):
         validate_gguf(write(tmp_path, gguf([kv_u32(key, 1)])))
+
+
+def test_a_header_alone_is_a_whole_file_and_one_byte_less_is_not(tmp_path):
+    # No metadata, no tensors: the 24 header bytes are all there is.
+    header = gguf([])
+    assert len(header) == 24
+    layout = validate_gguf(write(tmp_path, header))
+    assert layout.tensors == {} and layout.data_offset == 32
+    with pytest.raises(GGUFError, match="truncated in the header"):
+        validate_gguf(write(tmp_path, header[:-1], "short.gguf"))

@@ -37,6 +37,7 @@ BAD_REQUESTS = [
     (CHAT, chat(temperature="hot"), 400, "temperature"),
     (CHAT, chat(temperature=-1), 400, "temperature"),
     (CHAT, chat()[:-1] + b', "temperature": NaN}', 400, "temperature"),
+    (CHAT, chat()[:-1] + b', "temperature": Infinity}', 400, "temperature"),  # no upper bound
     (CHAT, chat(top_p=1.5), 400, "top_p"),
     (CHAT, chat(max_tokens=0), 400, "max_tokens"),
     (CHAT, chat(max_tokens=True), 400, "max_tokens"),

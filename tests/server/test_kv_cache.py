@@ -143,3 +143,11 @@ def test_a_small_disk_budget_is_reported_as_it_is(tmp_path, caplog, engine):
     with caplog.at_level("INFO", logger="ds4mlx.kvcache"):
         assert engine.run(lambda: prompt_cache_for(args, model)) is not None
     assert "(budget 1.5 MiB)" in caplog.text
+
+
+@pytest.mark.parametrize("size", ["nan", "inf", "-0.5"])
+@pytest.mark.parametrize("flag", ["--kv-disk-space", "--kv-memory-space"])
+def test_a_cache_size_is_a_finite_number_of_at_least_zero(capsys, flag, size):
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args([flag, size])
+    assert exited.value.code == 2 and flag in capsys.readouterr().err

@@ -73,6 +73,12 @@ def test_llama_cpps_random_seeds_draw_a_random_seed(scripted, seed):
     assert asked(scripted, seed=0xFFFFFFFE)["sampling"].seed == 0xFFFFFFFE
 
 
+def test_llama_cpps_whole_context_penalty_window_is_the_servers_context(scripted):
+    # repeat_last_n -1 (llama.cpp's "the whole context") is cut to this server's context.
+    assert asked(scripted, repeat_last_n=-1)["sampling"].repeat_last_n == 4096
+    assert asked(scripted, repeat_last_n=8)["sampling"].repeat_last_n == 8
+
+
 @pytest.mark.parametrize(
     ("thinking", "expected"),
     [({"type": "adaptive"}, True), ({"type": "enabled"}, True), ({"type": "disabled"}, False)],
@@ -101,6 +107,14 @@ def test_a_required_tool_choice_needs_a_tool(scripted, tools):
     )
     assert refused_param(url, **fields) == "tool_choice"
     assert asked(scripted, tool_choice="required", tools=[WEATHER])["tool_choice"] == "required"
+
+
+@pytest.mark.parametrize("tools", [None, []])
+def test_a_chat_without_tools_parses_no_tool_calls(scripted, tools):
+    # "none": call markup the model writes is its text; no tool was offered to call.
+    fields = {} if tools is None else {"tools": tools}
+    assert asked(scripted, **fields).get("tool_choice") == "none"
+    assert asked(scripted, tools=[WEATHER]).get("tool_choice", "auto") == "auto"
 
 
 def test_top_logprobs_need_logprobs_and_logprobs_alone_ask_for_no_alternatives(scripted):
@@ -172,3 +186,34 @@ def test_log_probabilities_of_the_last_tokens_are_streamed_before_the_finish(eng
     ]
     assert streamed == [("a", -0.25), ("b", -0.5)]
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+
+
+def test_parallel_tool_calls_false_reaches_the_service(scripted):
+    assert (
+        asked(scripted, tools=[WEATHER], parallel_tool_calls=False)["parallel_tool_calls"] is False
+    )
+    assert asked(scripted, tools=[WEATHER])["parallel_tool_calls"] is True
+
+
+def test_the_any_model_name_is_served(scripted):
+    # ds4-agent's default --api-model: a client that does not know the served model's name.
+    url, _ = scripted
+    response = post(url, model="default")
+    assert response.status_code == 200, response.text
+
+
+@pytest.mark.parametrize(("kind", "expected"), [("any", "required"), ("auto", "auto")])
+def test_anthropics_any_tool_choice_forces_a_call(engine, kind, expected):
+    service = ScriptedService(ANSWER)
+    tool = {"name": "get_weather", "input_schema": {"type": "object", "properties": {}}}
+    body = {
+        "model": MODEL_ID,
+        "max_tokens": 4,
+        "messages": HI,
+        "tools": [tool],
+        "tool_choice": {"type": kind},
+    }
+    with serve(service, engine) as url:
+        response = httpx.post(f"{url}/v1/messages", json=body, timeout=TIMEOUT)
+    assert response.status_code == 200, response.text
+    assert service.requests[-1].get("tool_choice", "auto") == expected

@@ -116,6 +116,38 @@ def test_only_health_checks_are_open(keyed_url, path):
         assert httpx.get(f"{keyed_url}{open_path}", timeout=TIMEOUT).status_code == 200
 
 
+@pytest.mark.parametrize("spaces", ["  ", "   "])
+def test_a_bearer_token_may_follow_several_spaces(keyed_url, spaces):
+    # RFC 9110's credentials: the scheme, one or more spaces, then the token.
+    authorization = f"Bearer{spaces}{KEY}"
+    response = httpx.get(
+        f"{keyed_url}/v1/models", headers={"Authorization": authorization}, timeout=TIMEOUT
+    )
+    assert response.status_code == 200
+
+
+def test_with_cors_a_browsers_preflight_needs_no_key_and_its_request_does(engine):
+    # Browsers send a preflight without credentials; the CORS layer answers it before the
+    # key check, and the request that follows must still bring a key.
+    config = config_with(api_keys=(KEY,), cors=True)
+    browser = {"Origin": "http://app.example"}
+    with serve(ScriptedService(ANSWER), engine, config) as url:
+        preflight = httpx.options(
+            f"{url}/v1/chat/completions",
+            headers={**browser, "Access-Control-Request-Method": "POST"},
+            timeout=TIMEOUT,
+        )
+        assert preflight.status_code == 200
+        body = BODY_ROUTES["/v1/chat/completions"]
+        for headers, status in ((browser, 401), (keyed(browser), 200)):
+            response = httpx.post(
+                f"{url}/v1/chat/completions", headers=headers, json=body, timeout=TIMEOUT
+            )
+            assert response.status_code == status
+        # Any other OPTIONS request is refused without a key like every other method.
+        assert httpx.options(f"{url}/v1/models", timeout=TIMEOUT).status_code == 401
+
+
 # ------------------------------------------------------------------ body size limit
 
 

@@ -15,7 +15,12 @@ from ds4mlx.models.deepseek4 import ModelArgs
 from ds4mlx.speculation import dspark, dspark_layout
 from ds4mlx.speculation.dspark_layout import convert_dspark
 from ds4mlx.speculation.probe import rows_between
-from ds4mlx.speculation.support_gguf import random_arrays, write_support_gguf
+from ds4mlx.speculation.support_gguf import (
+    FULL_HASH_BYTES,
+    random_arrays,
+    target_fingerprint,
+    write_support_gguf,
+)
 
 import mlx.core as mx
 import numpy as np
@@ -279,3 +284,30 @@ def test_integer_tensors_are_written_as_integers(tmp_path):
     assert np.asarray(gguf.raw("d2t")).tolist() == [3, 1, 2]
     with pytest.raises(ValueError, match="I32 needs integers"):
         write_gguf(path, "test", {}, [TensorToWrite("d2t", np.array([0.5]), T.I32)])
+
+
+@pytest.mark.parametrize("past", [False, True])
+def test_target_layers_end_at_the_targets_last_layer(made, past):
+    target, paths, root = made
+    last = target.args.num_layers - 1
+    # dflash.target_layers name the input of layer t, which is layer t - 1's output.
+    meta = {"dflash.target_layers": MetaValue([1, last + 1 + past], U32)}
+    path = rewrite(paths[dspark_layout.ARCH_LLAMA], root / f"layers-{past}.gguf", meta=meta)
+    if past:
+        with pytest.raises(GGUFError, match="target layers"):
+            dspark.load_dspark(path, target)
+    else:
+        assert dspark.load_dspark(path, target).config.target_layers[-1] == last
+
+
+def test_the_target_identity_covers_the_end_of_a_large_tensor(tmp_path):
+    # Past FULL_HASH_BYTES a tensor is hashed in windows: the last one ends at its last byte.
+    large = np.zeros(3 * FULL_HASH_BYTES // 4, np.float32)
+    changed = large.copy()
+    changed[-1] = 1.0
+    identities = []
+    for name, array in (("a", large), ("b", changed)):
+        path = tmp_path / f"{name}.gguf"
+        write_gguf(path, "deepseek4", {}, [TensorToWrite("w.weight", array, T.F32)])
+        identities.append(target_fingerprint(open_gguf(path)))
+    assert identities[0] != identities[1]

@@ -1,0 +1,16 @@
+"""The mutation sets of ``scripts/mutation_run.py``, by name, in the order they were written."""
+
+from __future__ import annotations
+
+from mutation_sets import core, fresh2, fresh3, guards
+from mutation_sets.base import Mutation
+
+SETS: dict[str, tuple[Mutation, ...]] = {
+    "core": core.MUTATIONS,
+    "guards": guards.MUTATIONS,
+    "fresh2": fresh2.MUTATIONS,
+    "fresh3": fresh3.MUTATIONS,
+}
+MUTATIONS: tuple[Mutation, ...] = tuple(m for mutations in SETS.values() for m in mutations)
+
+__all__ = ["MUTATIONS", "SETS", "Mutation"]

@@ -1,0 +1,66 @@
+"""What every mutation set shares: the ``Mutation`` record, the test selections each area's
+mutations run against, and the paths of the files they change."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SAMPLER = ("tests/engine/test_sampler_filters.py", "tests/engine/test_penalties.py")
+PIPELINED = ("tests/engine/test_pipelined_sampling.py",)
+ACCEPTANCE = ("tests/speculation/test_exact_acceptance.py", "tests/speculation/test_acceptance.py")
+SCHEDULER = ("tests/speculation/test_scheduler.py",)
+SESSION = ("tests/engine/test_session_rollback.py", "tests/engine/test_session.py")
+ROUTING = ("tests/models/test_model_pieces.py",)
+GGUF = ("tests/gguf/test_gguf_hostile.py", "tests/gguf/test_gguf_partial_overlap.py")
+# The guards users trust (issue 37): each area's edge tests.
+SERVER_GUARDS = ("tests/server/test_server_guards.py",)
+AGENT_GUARDS = ("tests/agent/test_agent_guards.py",)
+AGENT_EDGES = ("tests/agent/test_agent_tool_edges.py",)
+KVCACHE_GUARDS = ("tests/engine/test_prompt_cache_order.py",)
+SPECIAL_TOKENS = ("tests/engine/test_special_tokens_stay_text.py",)
+STAGING = ("tests/experts/test_staging_room.py",)
+GGUF_EDGES = ("tests/gguf/test_gguf_edges.py",)
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    file: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+
+
+SAMPLING_PY = "ds4mlx/engine/sampling.py"
+GENERATE_PY = "ds4mlx/engine/generate.py"
+ACCEPTANCE_PY = "ds4mlx/speculation/acceptance.py"
+SCHEDULER_PY = "ds4mlx/speculation/scheduler.py"
+SESSION_PY = "ds4mlx/engine/session.py"
+DEEPSEEK4_PY = "ds4mlx/models/deepseek4.py"
+GLM5_PY = "ds4mlx/models/glm5_next.py"
+MOE_PY = "ds4mlx/models/moe.py"
+COMPRESSED_PY = "ds4mlx/models/compressed_attention.py"
+KDA_PY = "ds4mlx/models/kda.py"
+POOL_INDEXER_PY = "ds4mlx/models/pool_indexer.py"
+VALIDATE_PY = "ds4mlx/gguf/validate.py"
+ACCESS_PY = "ds4mlx/server/access.py"
+LIMITS_PY = "ds4mlx/server/limits.py"
+BODY_PY = "ds4mlx/server/body.py"
+UTILITY_PY = "ds4mlx/server/utility_routes.py"
+WORKSPACE_PY = "ds4mlx/agent/workspace.py"
+PERMISSIONS_PY = "ds4mlx/agent/permissions.py"
+JOBS_PY = "ds4mlx/agent/jobs.py"
+TOOLS_PY = "ds4mlx/agent/tools.py"
+CHECKPOINTS_PY = "ds4mlx/agent/checkpoints.py"
+PROMPT_CACHE_PY = "ds4mlx/engine/kvcache/prompt_cache.py"
+STREAMED_PY = "ds4mlx/experts/streamed.py"
+DEEPSEEK4_CHAT_PY = "ds4mlx/engine/chat/deepseek4.py"
+GLM5_CHAT_PY = "ds4mlx/engine/chat/glm5.py"
+GENERATION_PY = "ds4mlx/server/generation.py"
+OPENAI_CHAT_PY = "ds4mlx/server/openai_chat.py"
+CHOICES_PY = "ds4mlx/server/choices.py"
+LOOKUP_PY = "ds4mlx/speculation/lookup.py"
+DSPARK_LAYOUT_PY = "ds4mlx/speculation/dspark_layout.py"
+SNAPSHOT_FILE_PY = "ds4mlx/engine/kvcache/snapshot_file.py"
+PROMPT_INPUT_PY = "ds4mlx/agent/prompt_input.py"
+CONVERSATIONS_PY = "ds4mlx/agent/conversations.py"

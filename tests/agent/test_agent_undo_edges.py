@@ -1,0 +1,80 @@
+"""Undo and diff in a git work tree at their edges: untracked files over the snapshot limit,
+a session's diff over several prompts, and an edit git's stat cache cannot tell from the file
+it recorded.
+
+Each test was checked against a one-spot mutation of the code it guards (``scripts/
+mutation_sets/fresh3.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from ds4mlx.agent import checkpoints as checkpoints_module
+from ds4mlx.agent.checkpoints import Checkpoints
+
+
+def git_work_tree(root: Path) -> Path:
+    root.mkdir()
+    (root / "tracked.txt").write_text("v0\n")
+    for command in (["init", "-q"], ["add", "tracked.txt"], ["commit", "-qm", "start"]):
+        subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *command], cwd=root, check=True
+        )
+    return root
+
+
+def test_untracked_files_over_the_snapshot_limit_are_left_alone(tmp_path, monkeypatch):
+    monkeypatch.setattr(checkpoints_module, "MAX_UNTRACKED_SNAPSHOT_BYTES", 100)
+    root = git_work_tree(tmp_path / "repo")
+    checkpoints = Checkpoints(root)
+    assert checkpoints.kind == "git"
+    checkpoints.begin_prompt()
+    checkpoints.before_tool(bash=True)
+    (root / "weights.bin").write_bytes(b"x" * 101)  # what a bash command made
+    (root / "small.txt").write_text("small\n")
+    checkpoints.end_prompt()
+    said = checkpoints.undo()
+    assert "removed 1 file(s) it created: small.txt" in said
+    assert (root / "weights.bin").exists() and not (root / "small.txt").exists()
+
+
+def test_the_session_diff_in_git_starts_before_the_first_prompt(tmp_path):
+    root = git_work_tree(tmp_path / "repo")
+    checkpoints = Checkpoints(root)
+    for version in ("v1\n", "v2\n"):
+        checkpoints.begin_prompt()
+        checkpoints.before_file_change(root / "tracked.txt")
+        (root / "tracked.txt").write_text(version)
+        checkpoints.end_prompt()
+    diff = checkpoints.diff()
+    assert "-v0" in diff and "+v2" in diff and "v1" not in diff
+
+
+def test_a_snapshot_sees_a_same_size_edit_dated_as_the_index(tmp_path):
+    # Git trusts a file whose size and times match its index entry, unless the entry is as new
+    # as the index itself ("racy git"): then it hashes the file again. A snapshot's copy of the
+    # index must keep that date, or it takes a same-size edit for the recorded file.
+    root = tmp_path / "repo"
+    root.mkdir()
+    tracked, index = root / "tracked.txt", root / ".git" / "index"
+    tracked.write_text("v0\n")
+    tick = tracked.stat().st_mtime_ns - 10 * 10**9
+    os.utime(tracked, ns=(tick, tick))
+    for command in (["init", "-q"], ["add", "tracked.txt"], ["commit", "-qm", "start"]):
+        subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *command], cwd=root, check=True
+        )
+    tracked.write_text("v1\n")  # the size of v0, dated as v0 and as the index
+    for path in (tracked, index):
+        os.utime(path, ns=(tick, tick))
+    checkpoints = Checkpoints(root)
+    checkpoints.begin_prompt()
+    checkpoints.before_tool(bash=True)
+    tracked.write_text("v2\n")
+    checkpoints.end_prompt()
+    assert "-v1" in checkpoints.diff()
+    checkpoints.undo()
+    assert tracked.read_text() == "v1\n"
