@@ -321,7 +321,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         ROUTING,
     ),
     # --- GGUF validation --------------------------------------------------------------------
-    Mutation("gguf_duplicate_keys_not_recorded", VALIDATE_PY, "        keys.add(key)\n", "", GGUF),
+    Mutation(
+        "gguf_duplicate_keys_not_refused",
+        VALIDATE_PY,
+        "        if key in metadata:\n",
+        "        if key in metadata and key in RESERVED_KEYS:\n",
+        GGUF,
+    ),
     Mutation(
         "gguf_zero_alignment_accepted",
         VALIDATE_PY,
