@@ -187,7 +187,8 @@ def main() -> None:
     parser.add_argument(
         "--engines",
         default=",".join(ENGINES),
-        help="comma-separated subset of: " + ", ".join(ENGINES),
+        # argparse formats help with %: an engine's "50%" must be written "50%%".
+        help="comma-separated subset of: " + ", ".join(ENGINES).replace("%", "%%"),
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--child", help=argparse.SUPPRESS)
