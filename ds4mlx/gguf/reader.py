@@ -21,7 +21,7 @@ from typing import Any
 
 from ds4mlx.gguf import quants
 from ds4mlx.gguf.errors import GGUFError
-from ds4mlx.gguf.validate import GGUFLayout, TensorInfo, validate_gguf
+from ds4mlx.gguf.validate import U64, GGUFLayout, TensorInfo, validate_gguf
 from ds4mlx.kernels import PackedWeight, Weight
 from ds4mlx.kernels.native import native_ops
 
@@ -69,9 +69,6 @@ _SCALAR_FORMATS = {
 }
 
 
-_U64 = struct.Struct("<Q")
-
-
 def _tensor_view(file_bytes: np.ndarray, info: TensorInfo) -> np.ndarray:
     """Tensor ``info``'s data as ``GGUFReader`` presents it (typed elements in numpy order, or
     the blocks' bytes row by row), a view of the mapped file."""
@@ -100,7 +97,7 @@ def _metadata_value(buffer: mmap.mmap, value_type: GGUFValueType, offset: int) -
         strings = []
         for _ in range(count):
             start = offset + 8
-            offset = start + _U64.unpack_from(buffer, offset)[0]
+            offset = start + U64.unpack_from(buffer, offset)[0]
             strings.append(str(buffer[start:offset], "utf-8"))
         return strings, offset
     values = []

@@ -80,7 +80,8 @@ class GGUFLayout:
     metadata: dict[str, tuple[GGUFValueType, int]]
 
 
-_U64 = struct.Struct("<Q")
+#: a length-prefixed string's length (also how reader.py walks a string array)
+U64 = struct.Struct("<Q")
 
 
 class _BoundedCursor:
@@ -132,7 +133,7 @@ class _BoundedCursor:
         are ~260k strings in DeepSeek-V4-Flash, so the common case is one tight loop; a
         truncated or corrupt entry is walked again one string at a time for the exact message."""
         buffer, position, size = self.buffer, self.position, self.size
-        unpack_length = _U64.unpack_from
+        unpack_length = U64.unpack_from
         for _ in range(count):
             if position + 8 > size:
                 break
