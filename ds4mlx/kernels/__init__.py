@@ -888,6 +888,39 @@ def norm_rotary(
     return metal.norm_rope(x, weight, eps, cos, sin, offset, n_dims, interleaved, heads)
 
 
+def kda_tile(
+    qkv: Sequence[mx.array],
+    beta: mx.array,
+    decay: mx.array,
+    gate: mx.array,
+    dt_bias: mx.array,
+    a: mx.array,
+    conv_rows: mx.array,
+    conv_w: mx.array,
+    states: mx.array,
+    norm_weight: mx.array,
+    n_real: int,
+    *,
+    lower_bound: float,
+    eps: float,
+    keep_rows: int,
+    keep_states: int,
+) -> tuple[mx.array, mx.array, mx.array]:
+    """A KDA decode tile between its input and output projections (``twins.kda_tile`` says
+    what it computes): (output [T, H * D], kept conv rows, kept states). One native primitive
+    in inference on the CPU, one Metal launch in inference on the GPU
+    (``metal/kda_tile.metal``), the twin's MLX ops else."""
+    args = (qkv, beta, decay, gate, dt_bias, a, conv_rows, conv_w, states, norm_weight, n_real)
+    sizes = {"keep_rows": keep_rows, "keep_states": keep_states}
+    if _INFERENCE.get() and _metal_kernels() and metal.kda_head_dim_fits(a, qkv[0]):
+        return metal.kda_tile(*args, lower_bound=lower_bound, eps=eps, **sizes)
+    ops = _inference_ops()
+    if ops is None or qkv[0].dtype != mx.float32:
+        return twins.kda_tile(*args, lower_bound=lower_bound, eps=eps, **sizes)
+    out, rows, kept = ops.kda_tile(*qkv, *args[1:], lower_bound, eps, keep_rows, keep_states)
+    return out, rows, kept
+
+
 def dequantize(w: Weight) -> mx.array:
     """The weight as a float32 array [..., out, in] (for checks and small one-off uses)."""
     if isinstance(w, mx.array):
@@ -958,6 +991,7 @@ __all__ = [
     "hc_site",
     "inference",
     "indexer_top_k",
+    "kda_tile",
     "rotary",
     "routed_experts",
     "routed_pairs",

@@ -14,9 +14,10 @@ the RMS norm before them), ``metal/hc_site_norm.metal`` (an mHC site with the no
 streams and of the block input it makes; ``metal/norm.metal`` is their header),
 ``metal/pool_blocks.metal`` (a compressor's pooling of the blocks a chunk completes),
 ``metal/grow_rows.metal`` (a bounded cache grown by a chunk; ``metal/grow_row_pairs.metal``
-two of one shape), ``metal/indexer_scores.metal`` (the
-lightning indexer's block scores of a whole tile) and ``metal/sparse_attention.metal`` (CSA/HCA
-attention over selected compressed rows, 8 query heads sharing each key read). No template
+two of one shape), ``metal/indexer_scores.metal`` (the lightning indexer's block scores of a
+whole tile), ``metal/sparse_attention.metal`` (CSA/HCA attention over selected compressed rows,
+8 query heads sharing each key read) and ``metal/kda_tile.metal`` (a KDA layer's decode tile
+between its projections). No template
 argument follows the context length, so a session compiles each kernel once. Semantics match
 ``kernels.twins`` (and ``models.rope``, ``models.moe`` for RoPE and the routing);
 tests/kernels/metal_emulation.cpp runs and measures the sources without a Mac.
@@ -24,6 +25,8 @@ tests/kernels/metal_emulation.cpp runs and measures the sources without a Mac.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 
@@ -675,3 +678,61 @@ def _sparse_attention_kernel(
         output_shapes=[q.shape],
         output_dtypes=[q.dtype],
     )[0]
+
+
+def kda_head_dim_fits(a: mx.array, q: mx.array) -> bool:
+    """Whether ``kda_tile`` serves KDA heads of this width (q [T, H * D], a [H]): one
+    threadgroup a head, of whole simdgroups."""
+    dim = q.shape[-1] // a.shape[0]
+    return dim % SIMD_WIDTH == 0 and dim <= MAX_THREADGROUP
+
+
+def kda_tile(
+    qkv: Sequence[mx.array],
+    beta: mx.array,
+    decay: mx.array,
+    gate: mx.array,
+    dt_bias: mx.array,
+    a: mx.array,
+    conv_rows: mx.array,
+    conv_w: mx.array,
+    states: mx.array,
+    norm_weight: mx.array,
+    n_real: int,
+    *,
+    lower_bound: float,
+    eps: float,
+    keep_rows: int,
+    keep_states: int,
+) -> tuple[mx.array, mx.array, mx.array]:
+    """``twins.kda_tile`` in one launch (``metal/kda_tile.metal``): one threadgroup a head."""
+    (tokens, inner), heads = qkv[0].shape, a.shape[0]
+    dim = inner // heads
+    lower = lower_bound > -math.inf
+    params = [lower_bound if lower else 0.0, eps, twins.KDA_L2_EPS / dim, 1.0 / math.sqrt(dim)]
+    kept_rows = min(conv_rows.shape[1] + n_real, keep_rows)
+    kept_states = min(states.shape[0] + n_real, keep_states)
+    inputs = (*qkv, beta, decay, gate, dt_bias, a, conv_rows, conv_w, states, norm_weight)
+    out, rows, kept = _body_kernel(
+        "kda_tile",
+        ("q", "k", "v", "beta", "decay", "gate", "dt_bias", "a", "conv_rows", "conv_w")
+        + ("states", "norm_weight", "params"),
+        ("out", "rows", "kept"),
+        header=("hc", "norm"),
+    )(
+        inputs=[*(x.astype(mx.float32) for x in inputs), mx.array(params, dtype=mx.float32)],
+        template=[
+            ("D", dim),
+            ("H", heads),
+            ("KERNEL", conv_w.shape[-1]),
+            ("NREAL", n_real),
+            ("KEEP_ROWS", keep_rows),
+            ("KEEP_STATES", keep_states),
+            ("LOWER", int(lower)),
+        ],
+        grid=(dim, heads, 1),
+        threadgroup=(dim, 1, 1),
+        output_shapes=[(tokens, inner), (3, kept_rows, inner), (kept_states, heads, dim, dim)],
+        output_dtypes=[mx.float32] * 3,
+    )
+    return out, rows, kept

@@ -9,7 +9,8 @@ materialising the weight.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 from functools import cache, partial
 
 from ds4mlx.kernels.weights import PackedWeight
@@ -377,3 +378,122 @@ def _sink_attention_row(
     weights = mx.exp(scores - top[:, None])
     denominator = mx.sum(weights, axis=-1) + mx.exp(sinks - top)
     return (weights / denominator[:, None]) @ k
+
+
+# --------------------------------------------------------------------------------------------
+# KDA (Kimi Delta Attention, models.kda): a decode tile after its input projections
+# --------------------------------------------------------------------------------------------
+
+# ggml_gated_delta_net's L2 norm epsilon (build_gdn_l2_norm, "Match FLA l2 norm").
+KDA_L2_EPS = 1e-6
+
+
+def kda_conv(
+    proj: mx.array, rows: mx.array, taps: Sequence[mx.array], n_real: int, keep: int
+) -> tuple[mx.array, mx.array]:
+    """Causal depthwise conv + SiLU of the q/k/v projections proj [3, T, inner] after the
+    cached rows [3, R, inner] (R >= kernel - 1), taps [3, 1, inner] each -> ([3, T, inner], the
+    last ``keep`` of the cached rows followed by the first ``n_real`` new ones)."""
+    tokens, history = proj.shape[1], len(taps) - 1
+    window = mx.concatenate([rows[:, rows.shape[1] - history :], proj], axis=1)
+    out = window[:, :tokens] * taps[0]
+    for i in range(1, len(taps)):
+        out = out + window[:, i : i + tokens] * taps[i]
+    kept = mx.concatenate([rows, proj[:, max(0, n_real - keep) : n_real]], axis=1)
+    return nn.silu(out), kept[:, max(0, kept.shape[1] - keep) :]
+
+
+def kda_decay(g: mx.array, a: mx.array, lower_bound: float) -> mx.array:
+    """Per-channel log decay (llama.cpp's ``kda_g1``) [T, H, K] from its pre-activation g
+    (f_b f_a x + dt_bias) and A [H]: ``lower_bound * sigmoid(-A g)``, or ggml's
+    ``softplus(g) * A`` without a lower bound (-inf)."""
+    if lower_bound > -math.inf:
+        return lower_bound * mx.sigmoid(-(g * a[:, None]))
+    return mx.where(g > 20.0, g, mx.log1p(mx.exp(mx.minimum(g, 20.0)))) * a[:, None]
+
+
+def kda_steps(
+    q: mx.array, k: mx.array, v: mx.array, g: mx.array, beta: mx.array, states: mx.array
+) -> tuple[mx.array, mx.array]:
+    """The KDA recurrence one position at a time (as ``ggml_gated_delta_net`` scans), on the
+    shapes of a single position whatever the number of positions: a position's result does not
+    depend on how many positions share the call.
+
+    q, k, g [H, T, K]; v [H, T, V]; beta [H, T]; ``states`` [n, H, K, V] ends with the state to
+    continue. Returns the outputs [H, T, V] and ``states`` followed by the state after each
+    position.
+    """
+    scale = mx.array(1.0 / math.sqrt(v.shape[-1]), mx.float32)
+    state, outs, new_states = states[-1], [], [states]
+    for t in range(q.shape[1]):
+        at = slice(t, t + 1)
+        out, state = _kda_step(q[:, at], k[:, at], v[:, at], g[:, at], beta[:, at], state, scale)
+        outs.append(out)
+        new_states.append(state[None])
+    return mx.concatenate(outs, axis=1), mx.concatenate(new_states)
+
+
+@mx.compile
+def _kda_step(
+    q: mx.array,
+    k: mx.array,
+    v: mx.array,
+    g: mx.array,
+    beta: mx.array,
+    state: mx.array,
+    scale: mx.array,
+) -> tuple[mx.array, mx.array]:
+    """One position of ``kda_steps`` (q, k, g [H, 1, K], v [H, 1, V], beta [H, 1]), compiled:
+    per head S = diag(exp(g)) S; d = beta (v - S^T k); S += k d^T; o = S^T q * scale."""
+    state = mx.exp(g[:, 0])[..., None] * state
+    delta = beta[:, 0, None] * (v[:, 0] - (k @ state)[:, 0])
+    state = state + mx.swapaxes(k, 1, 2) * delta[:, None, :]
+    return (q @ state) * scale, state
+
+
+def kda_tile(
+    qkv: Sequence[mx.array],
+    beta: mx.array,
+    decay: mx.array,
+    gate: mx.array,
+    dt_bias: mx.array,
+    a: mx.array,
+    conv_rows: mx.array,
+    conv_w: mx.array,
+    states: mx.array,
+    norm_weight: mx.array,
+    n_real: int,
+    *,
+    lower_bound: float,
+    eps: float,
+    keep_rows: int,
+    keep_states: int,
+) -> tuple[mx.array, mx.array, mx.array]:
+    """A KDA decode tile between its input and output projections (``models.kda.KDA.tile``).
+
+    qkv: the q, k and v projections [T, H * D] of the tile's rows; beta, decay and gate:
+    the pre-activations of beta [T, H], of the decay [T, H * D] (before dt_bias [H * D]) and
+    of the output gate [T, H * D]; A [H]; the cached conv rows [3, R, H * D] and the conv
+    weights [3, H * D, kernel]; the cached states [n, H, D, D] (the last continues);
+    the output norm's weight [D] and ``eps``. The first ``n_real`` rows are real: each is
+    conv'd (+ SiLU), q and k L2-normalised, run through the recurrence (``kda_steps``), its
+    output RMS-normed and gated by sigmoid(gate); the padding rows come out zeros. Returns
+    (output [T, H * D], the last ``keep_rows`` conv rows, the last ``keep_states`` states).
+    """
+    tokens, inner = qkv[0].shape
+    heads = a.shape[0]
+    dim = inner // heads
+    taps = [conv_w[:, None, :, i] for i in range(conv_w.shape[-1])]
+    conv, kept_rows = kda_conv(mx.stack(qkv), conv_rows, taps, n_real, keep_rows)
+    q, k, v = (mx.swapaxes(t.reshape(tokens, heads, dim), 0, 1) for t in conv)  # [H, T, D]
+    l2_eps, inverse_root = KDA_L2_EPS / dim, 1.0 / math.sqrt(dim)
+    q, k = (mx.fast.rms_norm(t, None, l2_eps) * inverse_root for t in (q, k))
+    beta = mx.swapaxes(mx.sigmoid(beta), 0, 1)  # [H, T]
+    g = kda_decay((decay + dt_bias).reshape(tokens, heads, dim), a, lower_bound)
+    recurrence_inputs = (q, k, v, mx.swapaxes(g, 0, 1), beta)
+    out, states = kda_steps(*(t[:, :n_real] for t in recurrence_inputs), states)
+    out = mx.concatenate([out, mx.zeros((heads, tokens - n_real, dim))], axis=1)
+    out = mx.fast.rms_norm(mx.swapaxes(out, 0, 1), norm_weight, eps)
+    out = out * mx.sigmoid(gate.reshape(tokens, heads, dim))
+    kept_states = states[max(0, states.shape[0] - keep_states) :]
+    return out.reshape(tokens, inner), kept_rows, kept_states

@@ -10,7 +10,9 @@ The output is RMS-normed per head (``ssm_norm``), gated by ``sigmoid(g_b g_a x)`
 
 Prefill is computed chunk-wise (``_kda_chunk``: the WY/UT form over 16-position chunks);
 llama.cpp's CPU op scans token by token. Both compute the same recurrence. Decode tiles scan
-one position at a time (``kda_steps``) and keep the state after each, for a rollback.
+one position at a time and keep the state after each, for a rollback: everything between the
+tile's projections is one fused operation (``kernels.kda_tile``: a native CPU primitive, a
+Metal launch, or the MLX ops of ``twins.kda_tile``, which scans with ``twins.kda_steps``).
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ds4mlx import kernels
 from ds4mlx.kernels import linear, linear_many
-from ds4mlx.models.moe import softplus
+from ds4mlx.kernels.twins import KDA_L2_EPS, kda_conv, kda_decay
 from ds4mlx.models.norms import RMSNorm, rms_norm
 from ds4mlx.models.weights import Weights
 
@@ -29,8 +32,6 @@ import numpy as np
 
 # Positions per KDA chunk (llama.cpp's chunked KDA uses 16 too).
 _KDA_CHUNK = 16
-# ggml_gated_delta_net's L2 norm epsilon (build_gdn_l2_norm, "Match FLA l2 norm").
-_L2_EPS = 1e-6
 
 
 @dataclass(frozen=True)
@@ -129,51 +130,11 @@ def kda_scan(
     return (outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=1)), state
 
 
-def kda_steps(
-    q: mx.array, k: mx.array, v: mx.array, g: mx.array, beta: mx.array, states: mx.array
-) -> tuple[mx.array, mx.array]:
-    """The KDA recurrence one position at a time (as ``ggml_gated_delta_net`` scans), on the
-    shapes of a single position whatever the number of positions: a position's result does not
-    depend on how many positions share the call.
-
-    q, k, g [H, T, K]; v [H, T, V]; beta [H, T]; ``states`` [n, H, K, V] ends with the state to
-    continue. Returns the outputs [H, T, V] and ``states`` followed by the state after each
-    position.
-    """
-    scale = mx.array(1.0 / math.sqrt(v.shape[-1]), mx.float32)
-    state, outs, new_states = states[-1], [], [states]
-    for t in range(q.shape[1]):
-        at = slice(t, t + 1)
-        out, state = _kda_step(q[:, at], k[:, at], v[:, at], g[:, at], beta[:, at], state, scale)
-        outs.append(out)
-        new_states.append(state[None])
-    return mx.concatenate(outs, axis=1), mx.concatenate(new_states)
-
-
-@mx.compile
-def _kda_step(
-    q: mx.array,
-    k: mx.array,
-    v: mx.array,
-    g: mx.array,
-    beta: mx.array,
-    state: mx.array,
-    scale: mx.array,
-) -> tuple[mx.array, mx.array]:
-    """One position of ``kda_steps`` (q, k, g [H, 1, K], v [H, 1, V], beta [H, 1]), compiled:
-    the same operations, its elementwise chains fused (a decode step replays ~20 primitives a
-    position otherwise)."""
-    state = mx.exp(g[:, 0])[..., None] * state
-    delta = beta[:, 0, None] * (v[:, 0] - (k @ state)[:, 0])
-    state = state + mx.swapaxes(k, 1, 2) * delta[:, None, :]
-    return (q @ state) * scale, state
-
-
 def _l2_norm(x: mx.array) -> mx.array:
     """x / sqrt(sum(x^2) + eps) over the last axis, computed as llama.cpp's
     ``build_gdn_l2_norm`` does (an RMS norm with eps / n, times 1 / sqrt(n))."""
     n = x.shape[-1]
-    return rms_norm(x, None, _L2_EPS / n) * (1.0 / math.sqrt(n))
+    return rms_norm(x, None, KDA_L2_EPS / n) * (1.0 / math.sqrt(n))
 
 
 class _ConvTaps:
@@ -241,33 +202,22 @@ class KDA(nn.Module):
         native primitive in a decode tile)."""
         return linear_many(x, [*self.wqkv, self.w_beta, self.f_a, self.g_a], rows)
 
-    def _conv(
-        self, qkv: list[mx.array], rows: mx.array | None, n_real: int
-    ) -> tuple[mx.array, mx.array]:
-        """Causal depthwise conv + SiLU of the q/k/v projections [T, inner] each -> ([3, T,
-        inner], the rows to keep: those of the last ``kernel - 1 + rollback`` real positions)."""
-        proj = mx.stack(qkv)  # [3, T, inner]
-        tokens, history = proj.shape[1], self.kernel - 1
-        if rows is None:
-            rows = mx.zeros((3, history, proj.shape[-1]))
-        window = mx.concatenate([rows[:, rows.shape[1] - history :], proj], axis=1)
-        taps = self._taps.of(self.conv)
-        out = window[:, :tokens] * taps[0]
-        for i in range(1, self.kernel):
-            out = out + window[:, i : i + tokens] * taps[i]
-        keep = history + self.rollback
-        kept = mx.concatenate([rows, proj[:, max(0, n_real - keep) : n_real]], axis=1)
-        return nn.silu(out), kept[:, max(0, kept.shape[1] - keep) :]
+    def _cached(self, cache: KDACache) -> tuple[mx.array, mx.array]:
+        """The cache's conv rows [3, R, inner] and states [n, H, K, V]; zeros (the history
+        before the first position) where it has none yet."""
+        inner = self.heads * self.head_dim
+        rows = cache.conv if cache.conv is not None else mx.zeros((3, self.kernel - 1, inner))
+        states = cache.ssm
+        if states is None:
+            states = mx.zeros((1, self.heads, self.head_dim, self.head_dim))
+        return rows, states
 
     def _decay(self, f_a_x: mx.array, rows: int) -> mx.array:
         """Per-channel log decay g [T, H, K] (llama.cpp's ``kda_g1``) from the decay's first
         projection of the input, of its first ``rows`` rows (``kernels.linear``)."""
         g = linear(f_a_x, self.f_b, rows) + self.dt_bias
         g = g.reshape(f_a_x.shape[0], self.heads, self.head_dim)
-        a = self.a[:, None]
-        if self.lower_bound > -math.inf:
-            return self.lower_bound * mx.sigmoid(-(g * a))
-        return softplus(g) * a
+        return kda_decay(g, self.a, self.lower_bound)
 
     def __call__(self, x: mx.array, cache: KDACache) -> tuple[mx.array, KDACache]:
         """A chunk (prefill): x [T, D] -> (output [T, D], the new cache). The recurrence runs
@@ -290,29 +240,46 @@ class KDA(nn.Module):
     def tile(self, x: mx.array, cache: KDACache, n_real: int) -> tuple[mx.array, KDACache]:
         """``__call__`` of a decode tile (see ``models.base.DECODE_TILE``): the recurrence runs
         one position at a time on the first ``n_real`` rows, keeping the state after each for a
-        rollback; the padding rows get zeros."""
-        products = self._input_products(x, n_real)
-        inputs, states, conv = self._recurrence_inputs(products, cache, n_real)
-        out, states = kda_steps(*(a[:, :n_real] for a in inputs), states)
-        h, hd = self.heads, self.head_dim
-        out = mx.concatenate([out, mx.zeros((h, x.shape[0] - n_real, hd))], axis=1)
-        states = states[max(0, states.shape[0] - self.rollback - 1) :]
-        return self._output(products[-1], out, n_real), KDACache(conv=conv, ssm=states)
+        rollback; the padding rows get zeros. Between the projections, one fused operation
+        (``kernels.kda_tile``)."""
+        *qkv, beta_x, f_a_x, g_a_x = self._input_products(x, n_real)
+        rows, states = self._cached(cache)
+        out, conv, states = kernels.kda_tile(
+            qkv,
+            beta_x,
+            linear(f_a_x, self.f_b, n_real),
+            linear(g_a_x, self.g_b, n_real),
+            self.dt_bias,
+            self.a,
+            rows,
+            self.conv,
+            states,
+            self.o_norm.weight,
+            n_real,
+            lower_bound=self.lower_bound,
+            eps=self.o_norm.eps,
+            keep_rows=self.kernel - 1 + self.rollback,
+            keep_states=self.rollback + 1,
+        )
+        return linear(out, self.wo, n_real), KDACache(conv=conv, ssm=states)
 
     def _recurrence_inputs(
         self, products: list[mx.array], cache: KDACache, real: int
     ) -> tuple[tuple[mx.array, ...], mx.array, mx.array]:
         """The recurrence's inputs q, k, g [H, T, K], v [H, T, V] and beta [H, T] of the first
         ``real`` rows of the input (its ``_input_products``; the other rows' are unspecified);
-        the states [n, H, K, V] it continues from (the last); the conv rows to keep."""
+        the states [n, H, K, V] it continues from (the last); the conv rows to keep (the causal
+        depthwise conv + SiLU of the projections is ``twins.kda_conv``)."""
         *qkv, beta_x, f_a_x, _ = products
         tokens, h, hd = beta_x.shape[0], self.heads, self.head_dim
-        qkv, conv = self._conv(qkv, cache.conv, real)
+        rows, states = self._cached(cache)
+        taps = self._taps.of(self.conv)
+        keep = self.kernel - 1 + self.rollback
+        qkv, conv = kda_conv(mx.stack(qkv), rows, taps, real, keep)  # [3, T, inner]
         q, k, v = (mx.swapaxes(t.reshape(tokens, h, hd), 0, 1) for t in qkv)  # [H, T, hd]
         q, k = _l2_norm(q), _l2_norm(k)
         beta = mx.swapaxes(mx.sigmoid(beta_x), 0, 1)  # [H, T]
         g = mx.swapaxes(self._decay(f_a_x, real), 0, 1)
-        states = cache.ssm if cache.ssm is not None else mx.zeros((1, h, hd, hd))
         return (q, k, v, g, beta), states, conv
 
     def _output(self, g_a_x: mx.array, out: mx.array, rows: int) -> mx.array:

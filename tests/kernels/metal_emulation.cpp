@@ -72,6 +72,8 @@
 //            weighted) | float32 x [T, M, D] ([T, D] for M 0, [T, -M * D] for M < 0: a
 //            product's heads as it comes) | float32 cos, sin [T, N / 2]
 //     output: float32 [T, M, D]
+//   kda_tile (-DDS4_KDA_D, -DDS4_KDA_H, -DDS4_KDA_KERNEL, -DDS4_KDA_KEEP_ROWS,
+//     -DDS4_KDA_KEEP_STATES): its input and output are listed at run_kda_tile
 
 #include "metal_shim.h"
 
@@ -471,6 +473,7 @@ const Mode MODES[] = {
     {"hc_site_norm", run_hc_site_norm<1>},
     {"hc_head_norm", run_hc_site_norm<0>},
     {"norm_rope", run_norm_rope},
+    {"kda_tile", run_kda_tile},
 };
 
 int main(int argc, char** argv) {

@@ -1,7 +1,7 @@
 // The native operations' factories, one per Python function of the _cpu_ops module: each checks
 // its arguments' shapes (std::invalid_argument otherwise) and returns the outputs of one
 // primitive on the CPU stream. Defined in mhc.cpp, moe.cpp, attention.cpp, tiles.cpp,
-// drafting.cpp, quant_blocks.cpp and mapping.cpp.
+// drafting.cpp, quant_blocks.cpp, mapping.cpp and kda.cpp.
 
 #pragma once
 
@@ -76,6 +76,16 @@ mx::array grouped_rows_linear(const mx::array& x, const mx::array& w, int rows);
 
 std::vector<mx::array> append_rows(const std::vector<mx::array>& cached,
                                    const std::vector<mx::array>& fresh, int take, int keep);
+
+// A KDA decode tile after its input projections (kda.cpp): (out [T, H * D], the kept conv rows
+// [3, M, H * D], the kept states [S, H, D, D]).
+std::vector<mx::array> kda_tile(const mx::array& q, const mx::array& k, const mx::array& v,
+                                const mx::array& beta, const mx::array& decay,
+                                const mx::array& gate, const mx::array& dt_bias,
+                                const mx::array& a, const mx::array& conv_rows,
+                                const mx::array& conv_w, const mx::array& states,
+                                const mx::array& norm_weight, int n_real, float lower_bound,
+                                float eps, int keep_rows, int keep_states);
 
 // Matmuls on GGUF blocks as stored (uint8 rows of one GGML ``type``; quant_blocks.cpp).
 mx::array blocks_linear(const mx::array& x, const mx::array& w, int type, int rows);

@@ -1,0 +1,187 @@
+"""The fused KDA decode tile (``kernels.kda_tile``) against its twin (``twins.kda_tile``): the
+native CPU primitive here, the Metal kernel (metal/kda_tile.metal) through the CPU emulator
+here and for real on a Mac; and the dispatch that sends a GLM decode step's KDA layers to it."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import ds4mlx
+from ds4mlx import kernels
+from ds4mlx.diagnostics.graph import primitive_names
+from ds4mlx.diagnostics.metal_graph import metal_configuration
+from ds4mlx.kernels import metal, twins
+from ds4mlx.kernels.native import native_ops
+from ds4mlx.models.kda import KDA
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from emulator import build_emulator, run
+
+NO_METAL = "Metal is not available (needs macOS on Apple silicon with MLX's Metal backend)"
+ASSETS = Path(__file__).resolve().parents[2] / "assets"
+# Two heads of 128 channels (a real KDA head's width), glm's conv kernel and rollback (7).
+HEADS, DIM, KERNEL, ROLLBACK = 2, 128, 4, 7
+KEEP_ROWS, KEEP_STATES = KERNEL - 1 + ROLLBACK, ROLLBACK + 1
+TOKENS, EPS = 8, 1e-5
+# (real rows, cached conv rows, cached states): a decode row on a steady cache, a ragged verify
+# tile on a young one (its oldest states dropped only when full), a whole tile.
+CASES = [(1, KEEP_ROWS, KEEP_STATES), (3, KERNEL - 1, 1), (3, KEEP_ROWS, 6), (8, KEEP_ROWS, 8)]
+BOUNDS = (-5.0, -math.inf)  # glm's lower bound, and the softplus decay without one
+
+
+def tile_case(cached_rows: int, cached_states: int, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    inner = HEADS * DIM
+
+    def normal(*shape: int, scale: float = 1.0) -> np.ndarray:
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    return {
+        "q": normal(TOKENS, inner),
+        "k": normal(TOKENS, inner),
+        "v": normal(TOKENS, inner),
+        "beta": normal(TOKENS, HEADS),
+        "decay": normal(TOKENS, inner),
+        "gate": normal(TOKENS, inner),
+        "dt_bias": normal(inner),
+        "a": -np.exp(normal(HEADS)),
+        "conv_rows": normal(3, cached_rows, inner),
+        "conv_w": normal(3, inner, KERNEL, scale=0.5),
+        "states": normal(cached_states, HEADS, DIM, DIM, scale=0.1),
+        "norm_weight": normal(DIM),
+    }
+
+
+def tile_args(case: dict[str, np.ndarray], n_real: int) -> tuple:
+    c = {name: mx.array(value) for name, value in case.items()}
+    return (
+        [c["q"], c["k"], c["v"]],
+        *(c[n] for n in ("beta", "decay", "gate", "dt_bias", "a", "conv_rows", "conv_w")),
+        c["states"],
+        c["norm_weight"],
+        n_real,
+    )
+
+
+def tile_twin(case: dict[str, np.ndarray], n_real: int, lower_bound: float) -> list[np.ndarray]:
+    out = twins.kda_tile(
+        *tile_args(case, n_real),
+        lower_bound=lower_bound,
+        eps=EPS,
+        keep_rows=KEEP_ROWS,
+        keep_states=KEEP_STATES,
+    )
+    return [np.array(a) for a in out]
+
+
+def assert_matches_twin(got: list[np.ndarray], want: list[np.ndarray], n_real: int) -> None:
+    """Float rounding apart (the exp and sigmoid of another library, sums in another order):
+    the output, the states; the kept conv rows are copies, and the padding rows zeros."""
+    out, rows, states = got
+    assert [a.shape for a in got] == [a.shape for a in want]
+    np.testing.assert_allclose(out, want[0], rtol=1e-4, atol=2e-5)
+    assert not out[n_real:].any()
+    np.testing.assert_array_equal(rows, want[1])
+    np.testing.assert_allclose(states, want[2], rtol=1e-4, atol=2e-6)
+
+
+@pytest.mark.parametrize("lower_bound", BOUNDS)
+@pytest.mark.parametrize("n_real, cached_rows, cached_states", CASES)
+def test_native_kda_tile_matches_twin(n_real, cached_rows, cached_states, lower_bound):
+    case = tile_case(cached_rows, cached_states, seed=n_real + cached_states)
+    with kernels.inference():
+        got = kernels.kda_tile(
+            *tile_args(case, n_real),
+            lower_bound=lower_bound,
+            eps=EPS,
+            keep_rows=KEEP_ROWS,
+            keep_states=KEEP_STATES,
+        )
+    names = [p for p in primitive_names(*got) if p != "AsType"]
+    assert names == ["DS4KdaTile"]
+    assert_matches_twin([np.array(a) for a in got], tile_twin(case, n_real, lower_bound), n_real)
+
+
+def test_native_kda_tile_rows_do_not_depend_on_the_tile():
+    """A row's output and state are the same bits whether it is decoded alone or in a verify
+    tile with others after it (what keeps speculative decoding's output plain decoding's)."""
+    case = tile_case(KEEP_ROWS, KEEP_STATES, seed=3)
+    options = {"lower_bound": -5.0, "eps": EPS, "keep_rows": KEEP_ROWS, "keep_states": 8}
+    with kernels.inference():
+        alone = kernels.kda_tile(*tile_args(case, 1), **options)
+        tile = kernels.kda_tile(*tile_args(case, 5), **options)
+    assert mx.array_equal(alone[0][0], tile[0][0]).item()
+    assert mx.array_equal(alone[2][-1], tile[2][-5]).item()
+
+
+def test_native_kda_tile_rejects_mismatched_shapes():
+    case = tile_case(KEEP_ROWS, 2, seed=1)
+    args = list(tile_args(case, 2))
+    args[9] = mx.zeros((DIM + 1,))  # the norm weight of another head width
+    with pytest.raises(ValueError, match="kda_tile: expected"):
+        native_ops().kda_tile(*args[0], *args[1:], -5.0, EPS, KEEP_ROWS, KEEP_STATES)
+
+
+@pytest.fixture(scope="module")
+def emulator(tmp_path_factory) -> Path:
+    return build_emulator(
+        tmp_path_factory.mktemp("metal-kda"),
+        DS4_KDA_D=DIM,
+        DS4_KDA_H=HEADS,
+        DS4_KDA_KERNEL=KERNEL,
+        DS4_KDA_KEEP_ROWS=KEEP_ROWS,
+        DS4_KDA_KEEP_STATES=KEEP_STATES,
+    )
+
+
+@pytest.mark.parametrize("lower_bound", BOUNDS)
+@pytest.mark.parametrize("n_real, cached_rows, cached_states", CASES)
+def test_emulated_kda_tile_kernel_matches_twin(
+    emulator: Path, tmp_path, n_real, cached_rows, cached_states, lower_bound
+):
+    case = tile_case(cached_rows, cached_states, seed=10 + n_real + cached_states)
+    lower = lower_bound > -math.inf
+    sizes = [TOKENS, cached_rows, cached_states, n_real, int(lower)]
+    params = [lower_bound if lower else 0.0, EPS, twins.KDA_L2_EPS / DIM, 1 / math.sqrt(DIM)]
+    payload = np.array(sizes, np.int32).tobytes() + np.array(params, np.float32).tobytes()
+    payload += b"".join(case[name].tobytes() for name in case)
+    flat = run(emulator, ["kda_tile"], [payload], tmp_path)[0]
+    want = tile_twin(case, n_real, lower_bound)
+    sizes_out = np.cumsum([a.size for a in want])[:-1]
+    got = [part.reshape(w.shape) for part, w in zip(np.split(flat, sizes_out), want, strict=True)]
+    assert_matches_twin(got, want, n_real)
+
+
+def test_mac_decode_step_runs_each_kda_layer_as_one_launch():
+    with metal_configuration() as calls:
+        model = ds4mlx.load_model(ASSETS / "glm-tiny.gguf", weights_dtype="native")
+        session = model.new_session()
+        session.feed([5, 9, 2, 7, 11, 3])
+        before = len(calls)
+        session.feed([4])
+    layers = [b.mixer for b in model.network.blocks if isinstance(b.mixer, KDA)]
+    launches = [c for c in calls[before:] if c.name == "ds4_kda_tile"]
+    assert len(launches) == len(layers) > 0
+    dim, heads = layers[0].head_dim, layers[0].heads
+    template = dict(launches[0].template)
+    assert (template["D"], template["H"], template["NREAL"]) == (dim, heads, 1)
+    assert (template["KEEP_ROWS"], template["KEEP_STATES"]) == (3 + ROLLBACK, ROLLBACK + 1)
+    assert launches[0].grid == (dim, heads, 1) and launches[0].threadgroup == (dim, 1, 1)
+
+
+@pytest.mark.skipif(not metal.metal_available(), reason=NO_METAL)
+@pytest.mark.parametrize("lower_bound", BOUNDS)
+@pytest.mark.parametrize("n_real, cached_rows, cached_states", CASES)
+def test_metal_kda_tile_matches_twin(n_real, cached_rows, cached_states, lower_bound):
+    case = tile_case(cached_rows, cached_states, seed=20 + n_real)
+    got = metal.kda_tile(
+        *tile_args(case, n_real),
+        lower_bound=lower_bound,
+        eps=EPS,
+        keep_rows=KEEP_ROWS,
+        keep_states=KEEP_STATES,
+    )
+    assert_matches_twin([np.array(a) for a in got], tile_twin(case, n_real, lower_bound), n_real)
