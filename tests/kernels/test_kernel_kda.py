@@ -77,15 +77,17 @@ def tile_twin(case: dict[str, np.ndarray], n_real: int, lower_bound: float) -> l
     return [np.array(a) for a in out]
 
 
-def assert_matches_twin(got: list[np.ndarray], want: list[np.ndarray], n_real: int) -> None:
+def assert_matches_twin(
+    got: list[np.ndarray], want: list[np.ndarray], n_real: int, rtol: float = 1e-5
+) -> None:
     """Float rounding apart (the exp and sigmoid of another library, sums in another order):
     the output, the states; the kept conv rows are copies, and the padding rows zeros."""
     out, rows, states = got
     assert [a.shape for a in got] == [a.shape for a in want]
-    np.testing.assert_allclose(out, want[0], rtol=1e-4, atol=2e-5)
+    np.testing.assert_allclose(out, want[0], rtol=rtol, atol=rtol / 10)
     assert not out[n_real:].any()
     np.testing.assert_array_equal(rows, want[1])
-    np.testing.assert_allclose(states, want[2], rtol=1e-4, atol=2e-6)
+    np.testing.assert_allclose(states, want[2], rtol=rtol, atol=rtol / 100)
 
 
 @pytest.mark.parametrize("lower_bound", BOUNDS)
@@ -100,8 +102,7 @@ def test_native_kda_tile_matches_twin(n_real, cached_rows, cached_states, lower_
             keep_rows=KEEP_ROWS,
             keep_states=KEEP_STATES,
         )
-    names = [p for p in primitive_names(*got) if p != "AsType"]
-    assert names == ["DS4KdaTile"]
+    assert primitive_names(*got) == ["DS4KdaTile"]
     assert_matches_twin([np.array(a) for a in got], tile_twin(case, n_real, lower_bound), n_real)
 
 
@@ -184,4 +185,6 @@ def test_metal_kda_tile_matches_twin(n_real, cached_rows, cached_states, lower_b
         keep_rows=KEEP_ROWS,
         keep_states=KEEP_STATES,
     )
-    assert_matches_twin([np.array(a) for a in got], tile_twin(case, n_real, lower_bound), n_real)
+    # Metal compiles with fast math: its exp and reciprocal square root are less precise.
+    want = tile_twin(case, n_real, lower_bound)
+    assert_matches_twin([np.array(a) for a in got], want, n_real, rtol=1e-4)
