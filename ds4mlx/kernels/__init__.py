@@ -25,7 +25,7 @@ from types import ModuleType
 from ds4mlx.kernels import metal, twins
 from ds4mlx.kernels.gradients import with_twin_gradient
 from ds4mlx.kernels.native import native_ops
-from ds4mlx.kernels.twins import swiglu
+from ds4mlx.kernels.twins import KDAWeights, swiglu
 from ds4mlx.kernels.weights import PackedWeight, QuantizedWeight, RowCodes, Weight
 
 import mlx.core as mx
@@ -889,35 +889,41 @@ def norm_rotary(
 
 
 def kda_tile(
+    w: KDAWeights,
     qkv: Sequence[mx.array],
     beta: mx.array,
     decay: mx.array,
     gate: mx.array,
-    dt_bias: mx.array,
-    a: mx.array,
     conv_rows: mx.array,
-    conv_w: mx.array,
     states: mx.array,
-    norm_weight: mx.array,
     n_real: int,
-    *,
-    lower_bound: float,
-    eps: float,
-    keep_rows: int,
-    keep_states: int,
 ) -> tuple[mx.array, mx.array, mx.array]:
     """A KDA decode tile between its input and output projections (``twins.kda_tile`` says
     what it computes): (output [T, H * D], kept conv rows, kept states). One native primitive
     in inference on the CPU, one Metal launch in inference on the GPU
     (``metal/kda_tile.metal``), the twin's MLX ops else."""
-    args = (qkv, beta, decay, gate, dt_bias, a, conv_rows, conv_w, states, norm_weight, n_real)
-    sizes = {"keep_rows": keep_rows, "keep_states": keep_states}
-    if _INFERENCE.get() and _metal_kernels() and metal.kda_head_dim_fits(a, qkv[0]):
-        return metal.kda_tile(*args, lower_bound=lower_bound, eps=eps, **sizes)
+    if _INFERENCE.get() and _metal_kernels() and metal.kda_head_dim_fits(w.a, qkv[0]):
+        return metal.kda_tile(w, qkv, beta, decay, gate, conv_rows, states, n_real)
     ops = _inference_ops()
     if ops is None or qkv[0].dtype != mx.float32:
-        return twins.kda_tile(*args, lower_bound=lower_bound, eps=eps, **sizes)
-    out, rows, kept = ops.kda_tile(*qkv, *args[1:], lower_bound, eps, keep_rows, keep_states)
+        return twins.kda_tile(w, qkv, beta, decay, gate, conv_rows, states, n_real)
+    out, rows, kept = ops.kda_tile(
+        *qkv,
+        beta,
+        decay,
+        gate,
+        w.dt_bias,
+        w.a,
+        conv_rows,
+        w.conv,
+        states,
+        w.norm_weight,
+        n_real,
+        w.lower_bound,
+        w.eps,
+        w.keep_rows,
+        w.keep_states,
+    )
     return out, rows, kept
 
 
@@ -960,6 +966,7 @@ def take_rows(w: Weight, indices: mx.array) -> mx.array:
 
 
 __all__ = [
+    "KDAWeights",
     "KERNEL_CHOICES",
     "PACKED_KERNELS",
     "PackedWeight",

@@ -688,31 +688,23 @@ def kda_head_dim_fits(a: mx.array, q: mx.array) -> bool:
 
 
 def kda_tile(
+    w: twins.KDAWeights,
     qkv: Sequence[mx.array],
     beta: mx.array,
     decay: mx.array,
     gate: mx.array,
-    dt_bias: mx.array,
-    a: mx.array,
     conv_rows: mx.array,
-    conv_w: mx.array,
     states: mx.array,
-    norm_weight: mx.array,
     n_real: int,
-    *,
-    lower_bound: float,
-    eps: float,
-    keep_rows: int,
-    keep_states: int,
 ) -> tuple[mx.array, mx.array, mx.array]:
     """``twins.kda_tile`` in one launch (``metal/kda_tile.metal``): one threadgroup a head."""
-    (tokens, inner), heads = qkv[0].shape, a.shape[0]
+    (tokens, inner), heads = qkv[0].shape, w.a.shape[0]
     dim = inner // heads
-    lower = lower_bound > -math.inf
-    params = [lower_bound if lower else 0.0, eps, twins.KDA_L2_EPS / dim, 1.0 / math.sqrt(dim)]
-    kept_rows = min(conv_rows.shape[1] + n_real, keep_rows)
-    kept_states = min(states.shape[0] + n_real, keep_states)
-    inputs = (*qkv, beta, decay, gate, dt_bias, a, conv_rows, conv_w, states, norm_weight)
+    lower = w.lower_bound > -math.inf
+    params = [w.lower_bound if lower else 0.0, w.eps, twins.KDA_L2_EPS / dim, 1 / math.sqrt(dim)]
+    kept_rows = min(conv_rows.shape[1] + n_real, w.keep_rows)
+    kept_states = min(states.shape[0] + n_real, w.keep_states)
+    inputs = (*qkv, beta, decay, gate, w.dt_bias, w.a, conv_rows, w.conv, states, w.norm_weight)
     out, rows, kept = _body_kernel(
         "kda_tile",
         ("q", "k", "v", "beta", "decay", "gate", "dt_bias", "a", "conv_rows", "conv_w")
@@ -724,10 +716,10 @@ def kda_tile(
         template=[
             ("D", dim),
             ("H", heads),
-            ("KERNEL", conv_w.shape[-1]),
+            ("KERNEL", w.conv.shape[-1]),
             ("NREAL", n_real),
-            ("KEEP_ROWS", keep_rows),
-            ("KEEP_STATES", keep_states),
+            ("KEEP_ROWS", w.keep_rows),
+            ("KEEP_STATES", w.keep_states),
             ("LOWER", int(lower)),
         ],
         grid=(dim, heads, 1),

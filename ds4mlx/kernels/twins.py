@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import cache, partial
 
 from ds4mlx.kernels.weights import PackedWeight
@@ -451,49 +452,57 @@ def _kda_step(
     return (q @ state) * scale, state
 
 
+@dataclass(frozen=True)
+class KDAWeights:
+    """What a KDA layer's decode tile reads besides its rows (``kda_tile``): dt_bias [H * D],
+    A [H], the conv weights [3, H * D, kernel], the output norm's weight [D] and eps, the
+    decay's lower bound (-inf: the softplus decay), and how many conv rows and states the
+    layer's cache keeps."""
+
+    dt_bias: mx.array
+    a: mx.array
+    conv: mx.array
+    norm_weight: mx.array
+    eps: float
+    lower_bound: float
+    keep_rows: int
+    keep_states: int
+
+
 def kda_tile(
+    w: KDAWeights,
     qkv: Sequence[mx.array],
     beta: mx.array,
     decay: mx.array,
     gate: mx.array,
-    dt_bias: mx.array,
-    a: mx.array,
     conv_rows: mx.array,
-    conv_w: mx.array,
     states: mx.array,
-    norm_weight: mx.array,
     n_real: int,
-    *,
-    lower_bound: float,
-    eps: float,
-    keep_rows: int,
-    keep_states: int,
 ) -> tuple[mx.array, mx.array, mx.array]:
     """A KDA decode tile between its input and output projections (``models.kda.KDA.tile``).
 
-    qkv: the q, k and v projections [T, H * D] of the tile's rows; beta, decay and gate:
-    the pre-activations of beta [T, H], of the decay [T, H * D] (before dt_bias [H * D]) and
-    of the output gate [T, H * D]; A [H]; the cached conv rows [3, R, H * D] and the conv
-    weights [3, H * D, kernel]; the cached states [n, H, D, D] (the last continues);
-    the output norm's weight [D] and ``eps``. The first ``n_real`` rows are real: each is
-    conv'd (+ SiLU), q and k L2-normalised, run through the recurrence (``kda_steps``), its
-    output RMS-normed and gated by sigmoid(gate); the padding rows come out zeros. Returns
-    (output [T, H * D], the last ``keep_rows`` conv rows, the last ``keep_states`` states).
+    qkv: the q, k and v projections [T, H * D] of the tile's rows; beta, decay and gate: the
+    pre-activations of beta [T, H], of the decay [T, H * D] (before ``w.dt_bias``) and of the
+    output gate [T, H * D]; the cached conv rows [3, R, H * D] (R >= kernel - 1) and states
+    [n, H, D, D] (the last continues). The first ``n_real`` rows are real: each is conv'd
+    (+ SiLU), q and k L2-normalised, run through the recurrence (``kda_steps``), its output
+    RMS-normed and gated by sigmoid(gate); the padding rows come out zeros. Returns (output
+    [T, H * D], the last ``w.keep_rows`` conv rows, the last ``w.keep_states`` states).
     """
     tokens, inner = qkv[0].shape
-    heads = a.shape[0]
+    heads = w.a.shape[0]
     dim = inner // heads
-    taps = [conv_w[:, None, :, i] for i in range(conv_w.shape[-1])]
-    conv, kept_rows = kda_conv(mx.stack(qkv), conv_rows, taps, n_real, keep_rows)
+    taps = [w.conv[:, None, :, i] for i in range(w.conv.shape[-1])]
+    conv, kept_rows = kda_conv(mx.stack(qkv), conv_rows, taps, n_real, w.keep_rows)
     q, k, v = (mx.swapaxes(t.reshape(tokens, heads, dim), 0, 1) for t in conv)  # [H, T, D]
     l2_eps, inverse_root = KDA_L2_EPS / dim, 1.0 / math.sqrt(dim)
     q, k = (mx.fast.rms_norm(t, None, l2_eps) * inverse_root for t in (q, k))
     beta = mx.swapaxes(mx.sigmoid(beta), 0, 1)  # [H, T]
-    g = kda_decay((decay + dt_bias).reshape(tokens, heads, dim), a, lower_bound)
+    g = kda_decay((decay + w.dt_bias).reshape(tokens, heads, dim), w.a, w.lower_bound)
     recurrence_inputs = (q, k, v, mx.swapaxes(g, 0, 1), beta)
     out, states = kda_steps(*(t[:, :n_real] for t in recurrence_inputs), states)
     out = mx.concatenate([out, mx.zeros((heads, tokens - n_real, dim))], axis=1)
-    out = mx.fast.rms_norm(mx.swapaxes(out, 0, 1), norm_weight, eps)
+    out = mx.fast.rms_norm(mx.swapaxes(out, 0, 1), w.norm_weight, w.eps)
     out = out * mx.sigmoid(gate.reshape(tokens, heads, dim))
-    kept_states = states[max(0, states.shape[0] - keep_states) :]
+    kept_states = states[max(0, states.shape[0] - w.keep_states) :]
     return out.reshape(tokens, inner), kept_rows, kept_states

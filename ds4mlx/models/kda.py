@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 
 from ds4mlx import kernels
-from ds4mlx.kernels import linear, linear_many
+from ds4mlx.kernels import KDAWeights, linear, linear_many
 from ds4mlx.kernels.twins import KDA_L2_EPS, kda_conv, kda_decay
 from ds4mlx.models.norms import RMSNorm, rms_norm
 from ds4mlx.models.weights import Weights
@@ -243,25 +243,20 @@ class KDA(nn.Module):
         rollback; the padding rows get zeros. Between the projections, one fused operation
         (``kernels.kda_tile``)."""
         *qkv, beta_x, f_a_x, g_a_x = self._input_products(x, n_real)
-        rows, states = self._cached(cache)
-        out, conv, states = kernels.kda_tile(
-            qkv,
-            beta_x,
-            linear(f_a_x, self.f_b, n_real),
-            linear(g_a_x, self.g_b, n_real),
-            self.dt_bias,
-            self.a,
-            rows,
-            self.conv,
-            states,
-            self.o_norm.weight,
-            n_real,
-            lower_bound=self.lower_bound,
+        weights = KDAWeights(
+            dt_bias=self.dt_bias,
+            a=self.a,
+            conv=self.conv,
+            norm_weight=self.o_norm.weight,
             eps=self.o_norm.eps,
+            lower_bound=self.lower_bound,
             keep_rows=self.kernel - 1 + self.rollback,
             keep_states=self.rollback + 1,
         )
-        return linear(out, self.wo, n_real), KDACache(conv=conv, ssm=states)
+        decay, gate = linear(f_a_x, self.f_b, n_real), linear(g_a_x, self.g_b, n_real)
+        cached = self._cached(cache)
+        out, conv, ssm = kernels.kda_tile(weights, qkv, beta_x, decay, gate, *cached, n_real)
+        return linear(out, self.wo, n_real), KDACache(conv=conv, ssm=ssm)
 
     def _recurrence_inputs(
         self, products: list[mx.array], cache: KDACache, real: int

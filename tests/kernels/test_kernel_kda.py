@@ -55,26 +55,25 @@ def tile_case(cached_rows: int, cached_states: int, seed: int) -> dict[str, np.n
     }
 
 
-def tile_args(case: dict[str, np.ndarray], n_real: int) -> tuple:
+def tile_args(case: dict[str, np.ndarray], n_real: int, lower_bound: float = -5.0) -> tuple:
+    """``kernels.kda_tile``'s arguments for a case: the weights, then the tile's arrays."""
     c = {name: mx.array(value) for name, value in case.items()}
-    return (
-        [c["q"], c["k"], c["v"]],
-        *(c[n] for n in ("beta", "decay", "gate", "dt_bias", "a", "conv_rows", "conv_w")),
-        c["states"],
-        c["norm_weight"],
-        n_real,
-    )
-
-
-def tile_twin(case: dict[str, np.ndarray], n_real: int, lower_bound: float) -> list[np.ndarray]:
-    out = twins.kda_tile(
-        *tile_args(case, n_real),
-        lower_bound=lower_bound,
+    weights = kernels.KDAWeights(
+        dt_bias=c["dt_bias"],
+        a=c["a"],
+        conv=c["conv_w"],
+        norm_weight=c["norm_weight"],
         eps=EPS,
+        lower_bound=lower_bound,
         keep_rows=KEEP_ROWS,
         keep_states=KEEP_STATES,
     )
-    return [np.array(a) for a in out]
+    rows = (c[n] for n in ("beta", "decay", "gate", "conv_rows", "states"))
+    return weights, [c["q"], c["k"], c["v"]], *rows, n_real
+
+
+def tile_twin(case: dict[str, np.ndarray], n_real: int, lower_bound: float) -> list[np.ndarray]:
+    return [np.array(a) for a in twins.kda_tile(*tile_args(case, n_real, lower_bound))]
 
 
 def assert_matches_twin(
@@ -95,13 +94,7 @@ def assert_matches_twin(
 def test_native_kda_tile_matches_twin(n_real, cached_rows, cached_states, lower_bound):
     case = tile_case(cached_rows, cached_states, seed=n_real + cached_states)
     with kernels.inference():
-        got = kernels.kda_tile(
-            *tile_args(case, n_real),
-            lower_bound=lower_bound,
-            eps=EPS,
-            keep_rows=KEEP_ROWS,
-            keep_states=KEEP_STATES,
-        )
+        got = kernels.kda_tile(*tile_args(case, n_real, lower_bound))
     assert primitive_names(*got) == ["DS4KdaTile"]
     assert_matches_twin([np.array(a) for a in got], tile_twin(case, n_real, lower_bound), n_real)
 
@@ -110,20 +103,35 @@ def test_native_kda_tile_rows_do_not_depend_on_the_tile():
     """A row's output and state are the same bits whether it is decoded alone or in a verify
     tile with others after it (what keeps speculative decoding's output plain decoding's)."""
     case = tile_case(KEEP_ROWS, KEEP_STATES, seed=3)
-    options = {"lower_bound": -5.0, "eps": EPS, "keep_rows": KEEP_ROWS, "keep_states": 8}
     with kernels.inference():
-        alone = kernels.kda_tile(*tile_args(case, 1), **options)
-        tile = kernels.kda_tile(*tile_args(case, 5), **options)
+        alone = kernels.kda_tile(*tile_args(case, 1))
+        tile = kernels.kda_tile(*tile_args(case, 5))
     assert mx.array_equal(alone[0][0], tile[0][0]).item()
     assert mx.array_equal(alone[2][-1], tile[2][-5]).item()
 
 
 def test_native_kda_tile_rejects_mismatched_shapes():
     case = tile_case(KEEP_ROWS, 2, seed=1)
-    args = list(tile_args(case, 2))
-    args[9] = mx.zeros((DIM + 1,))  # the norm weight of another head width
+    weights, qkv, beta, decay, gate, rows, states, _ = tile_args(case, 2)
+    wrong_norm = mx.zeros((DIM + 1,))  # the norm weight of another head width
     with pytest.raises(ValueError, match="kda_tile: expected"):
-        native_ops().kda_tile(*args[0], *args[1:], -5.0, EPS, KEEP_ROWS, KEEP_STATES)
+        native_ops().kda_tile(
+            *qkv,
+            beta,
+            decay,
+            gate,
+            weights.dt_bias,
+            weights.a,
+            rows,
+            weights.conv,
+            states,
+            wrong_norm,
+            2,
+            -5.0,
+            EPS,
+            KEEP_ROWS,
+            KEEP_STATES,
+        )
 
 
 @pytest.fixture(scope="module")
@@ -178,13 +186,7 @@ def test_mac_decode_step_runs_each_kda_layer_as_one_launch():
 @pytest.mark.parametrize("n_real, cached_rows, cached_states", CASES)
 def test_metal_kda_tile_matches_twin(n_real, cached_rows, cached_states, lower_bound):
     case = tile_case(cached_rows, cached_states, seed=20 + n_real)
-    got = metal.kda_tile(
-        *tile_args(case, n_real),
-        lower_bound=lower_bound,
-        eps=EPS,
-        keep_rows=KEEP_ROWS,
-        keep_states=KEEP_STATES,
-    )
+    got = metal.kda_tile(*tile_args(case, n_real, lower_bound))
     # Metal compiles with fast math: its exp and reciprocal square root are less precise.
     want = tile_twin(case, n_real, lower_bound)
     assert_matches_twin([np.array(a) for a in got], want, n_real, rtol=1e-4)
