@@ -164,21 +164,31 @@ def test_emulated_kda_tile_kernel_matches_twin(
     assert_matches_twin(got, want, n_real)
 
 
-def test_mac_decode_step_runs_each_kda_layer_as_one_launch():
+def test_mac_decode_steps_run_each_kda_layer_as_one_launch_of_one_template():
+    """A decode step launches the kernel once per KDA layer, with the same template arguments
+    while the caches grow to their steady shapes (those are read from the inputs): a session
+    compiles it once. (Once steady, a compiled tile replays its trace without calling the
+    kernel's Python: the steps recorded are those up to the first steady one.)"""
     with metal_configuration() as calls:
         model = ds4mlx.load_model(ASSETS / "glm-tiny.gguf", weights_dtype="native")
         session = model.new_session()
-        session.feed([5, 9, 2, 7, 11, 3])
-        before = len(calls)
-        session.feed([4])
+        for token in range(4, 4 + KEEP_ROWS + 2):  # from an empty cache past the steady shapes
+            session.feed([token])
     layers = [b.mixer for b in model.network.blocks if isinstance(b.mixer, KDA)]
-    launches = [c for c in calls[before:] if c.name == "ds4_kda_tile"]
-    assert len(launches) == len(layers) > 0
+    launches = [c for c in calls if c.name == "ds4_kda_tile"]
+    # Steps on KERNEL - 1 .. KEEP_ROWS - 1 cached rows run uncompiled, then one is traced.
+    assert layers and len(launches) == len(layers) * (KEEP_ROWS - (KERNEL - 1) + 1)
+    assert len({c.template for c in launches}) == 1
     dim, heads = layers[0].head_dim, layers[0].heads
     template = dict(launches[0].template)
     assert (template["D"], template["H"], template["NREAL"]) == (dim, heads, 1)
     assert (template["KEEP_ROWS"], template["KEEP_STATES"]) == (3 + ROLLBACK, ROLLBACK + 1)
     assert launches[0].grid == (dim, heads, 1) and launches[0].threadgroup == (dim, 1, 1)
+    # The cached rows and states grow to the kept sizes, then stay there.
+    assert launches[-1].outputs[1:] == (
+        ((3, KEEP_ROWS, heads * dim), mx.float32),
+        ((KEEP_STATES, heads, dim, dim), mx.float32),
+    )
 
 
 @pytest.mark.skipif(not metal.metal_available(), reason=NO_METAL)
