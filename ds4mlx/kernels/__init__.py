@@ -25,7 +25,7 @@ from types import ModuleType
 from ds4mlx.kernels import metal, twins
 from ds4mlx.kernels.gradients import with_twin_gradient
 from ds4mlx.kernels.native import native_ops
-from ds4mlx.kernels.twins import KDAWeights, swiglu
+from ds4mlx.kernels.twins import swiglu
 from ds4mlx.kernels.weights import PackedWeight, QuantizedWeight, RowCodes, Weight
 
 import mlx.core as mx
@@ -886,6 +886,10 @@ def norm_rotary(
     if not (_INFERENCE.get() and _metal_kernels()):
         return None
     return metal.norm_rope(x, weight, eps, cos, sin, offset, n_dims, interleaved, heads)
+
+
+# What a KDA layer's decode tile reads besides its rows (models import it from here).
+KDAWeights = twins.KDAWeights
 
 
 def kda_tile(

@@ -14,13 +14,14 @@ the RMS norm before them), ``metal/hc_site_norm.metal`` (an mHC site with the no
 streams and of the block input it makes; ``metal/norm.metal`` is their header),
 ``metal/pool_blocks.metal`` (a compressor's pooling of the blocks a chunk completes),
 ``metal/grow_rows.metal`` (a bounded cache grown by a chunk; ``metal/grow_row_pairs.metal``
-two of one shape), ``metal/indexer_scores.metal`` (the lightning indexer's block scores of a
-whole tile), ``metal/sparse_attention.metal`` (CSA/HCA attention over selected compressed rows,
-8 query heads sharing each key read) and ``metal/kda_tile.metal`` (a KDA layer's decode tile
-between its projections). No template
+two of one shape), ``metal/indexer_scores.metal`` (the
+lightning indexer's block scores of a whole tile) and ``metal/sparse_attention.metal`` (CSA/HCA
+attention over selected compressed rows, 8 query heads sharing each key read). No template
 argument follows the context length, so a session compiles each kernel once. Semantics match
 ``kernels.twins`` (and ``models.rope``, ``models.moe`` for RoPE and the routing);
 tests/kernels/metal_emulation.cpp runs and measures the sources without a Mac.
+
+``metal/kda_tile.metal``: a GLM KDA layer's decode tile between its projections (``kda_tile``).
 """
 
 from __future__ import annotations
