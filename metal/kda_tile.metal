@@ -36,7 +36,7 @@ threadgroup float shared_q[D];
 threadgroup float shared_k[D];
 threadgroup float shared_decay[D];
 threadgroup float partials[D / 32];
-const uint simdgroup = simdgroup_index_in_threadgroup;
+const uint simd_index = simdgroup_index_in_threadgroup;
 const uint lane = thread_index_in_simdgroup;
 
 float s[D];  // column j of the state: s[r] = S[r][j]
@@ -69,8 +69,8 @@ for (int t = 0; t < NREAL; ++t) {
     }
     mixed[p] = acc * ds4_sigmoid(acc);
   }
-  const float qq = ds4_threadgroup_sum(mixed[0] * mixed[0], partials, simdgroup, lane, D / 32);
-  const float kk = ds4_threadgroup_sum(mixed[1] * mixed[1], partials, simdgroup, lane, D / 32);
+  const float qq = ds4_threadgroup_sum(mixed[0] * mixed[0], partials, simd_index, lane, D / 32);
+  const float kk = ds4_threadgroup_sum(mixed[1] * mixed[1], partials, simd_index, lane, D / 32);
   shared_q[j] = mixed[0] * (1.0f / metal::sqrt(qq / float(D) + params[2])) * params[3];
   shared_k[j] = mixed[1] * (1.0f / metal::sqrt(kk / float(D) + params[2])) * params[3];
   const float g = decay[ulong(t) * INNER + c] + dt_bias[c];
@@ -98,7 +98,7 @@ for (int t = 0; t < NREAL; ++t) {
     }
   }
   // The sum's barriers also keep the next row from overwriting the shared values in use.
-  const float oo = ds4_threadgroup_sum(o * o, partials, simdgroup, lane, D / 32);
+  const float oo = ds4_threadgroup_sum(o * o, partials, simd_index, lane, D / 32);
   out[ulong(t) * INNER + c] = o * (1.0f / metal::sqrt(oo / float(D) + params[1])) *
                               norm_weight[j] * ds4_sigmoid(gate[ulong(t) * INNER + c]);
 }
