@@ -14,12 +14,12 @@ the RMS norm before them), ``metal/hc_site_norm.metal`` (an mHC site with the no
 streams and of the block input it makes; ``metal/norm.metal`` is their header),
 ``metal/pool_blocks.metal`` (a compressor's pooling of the blocks a chunk completes),
 ``metal/grow_rows.metal`` (a bounded cache grown by a chunk; ``metal/grow_row_pairs.metal``
-two of one shape), ``metal/indexer_scores.metal`` (the
-lightning indexer's block scores of a whole tile) and ``metal/sparse_attention.metal`` (CSA/HCA
-attention over selected compressed rows, 8 query heads sharing each key read). No template
-argument follows the context length, so a session compiles each kernel once. Semantics match
-``kernels.twins`` (and ``models.rope``, ``models.moe`` for RoPE and the routing);
-tests/kernels/metal_emulation.cpp runs and measures the sources without a Mac.
+two of one shape), ``metal/indexer_scores.metal`` and ``metal/indexer_top_k.metal`` (the
+lightning indexer's block scores of a whole tile, and each row's choice among them) and
+``metal/sparse_attention.metal`` (CSA/HCA attention over selected compressed rows, 8 query heads
+sharing each key read). No template argument follows the context length, so a session compiles
+each kernel once. Semantics match ``kernels.twins`` (and ``models.rope``, ``models.moe`` for RoPE
+and the routing); tests/kernels/metal_emulation.cpp runs and measures the sources without a Mac.
 """
 
 from __future__ import annotations
@@ -573,9 +573,9 @@ def grow_row_pairs(
 def indexer_top_k(
     q: mx.array, weights: mx.array, keys: mx.array, visible: mx.array, top_k: int
 ) -> mx.array:
-    """``twins.indexer_top_k`` for a whole tile: every row's block scores in one launch
-    (``metal/indexer_scores.metal``), then one top-k over all rows (``select_top_k``)."""
-    return select_top_k(indexer_scores(q, weights, keys, visible), visible, top_k)
+    """``twins.indexer_top_k`` for a whole tile in two launches: every row's block scores
+    (``metal/indexer_scores.metal``), then every row's selection (``top_k_kernel``)."""
+    return top_k_kernel(indexer_scores(q, weights, keys, visible), visible, top_k)
 
 
 def indexer_scores(q: mx.array, weights: mx.array, keys: mx.array, visible: mx.array) -> mx.array:
@@ -592,11 +592,24 @@ def indexer_scores(q: mx.array, weights: mx.array, keys: mx.array, visible: mx.a
     )[0]
 
 
+def top_k_kernel(scores: mx.array, visible: mx.array, top_k: int) -> mx.array:
+    """``select_top_k`` (its twin) in one launch, a threadgroup a row
+    (``metal/indexer_top_k.metal``)."""
+    return _body_kernel("indexer_top_k", ("scores", "visible"), ("top",), header="select")(
+        inputs=[scores.astype(mx.float32), visible.astype(mx.int32)],
+        template=[("TOPK", top_k), ("THREADS", MAX_THREADGROUP)],
+        grid=(MAX_THREADGROUP, scores.shape[0], 1),
+        threadgroup=(MAX_THREADGROUP, 1, 1),
+        output_shapes=[(scores.shape[0], top_k)],
+        output_dtypes=[mx.int32],
+    )[0]
+
+
 def select_top_k(scores: mx.array, visible: mx.array, top_k: int) -> mx.array:
     """int32 [T, top_k]: each row's ``top_k`` best blocks of ``scores`` [T, N] in ascending
     order, -1 in unused slots, as ``twins.indexer_top_k`` chooses them (a stable sort: equal
     scores keep the lower block; the -inf of unseen blocks sort last, so a row that sees at
-    most ``top_k`` blocks takes them all)."""
+    most ``top_k`` blocks takes them all). MLX operations: ``top_k_kernel``'s twin."""
     picked = mx.sort(mx.argsort(-scores, axis=-1)[:, :top_k], axis=-1)
     return mx.where(_slots(top_k) < visible.astype(mx.int32)[:, None], picked.astype(mx.int32), -1)
 

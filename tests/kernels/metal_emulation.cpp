@@ -54,6 +54,9 @@
 //   indexer_scores (-DDS4_IDX_H, -DDS4_IDX_D)
 //     input: int32 T, N | float32 q [T, H, D] | float32 weights [T, H] | float32 keys [N, D]
 //            | int32 visible [T];  output: float32 [T, N]
+//   indexer_top_k (-DDS4_IDX_TOPK, -DDS4_IDX_THREADS)
+//     input: int32 T, N | float32 scores [T, N] | int32 visible [T]
+//     output: int32 top [T, TOPK]
 //   grow_rows (-DDS4_D)
 //     input: int32 N, F, take, M | float32 cached [N, D] | float32 fresh [F, D]
 //     output: float32 [M, D]
@@ -466,6 +469,7 @@ const Mode MODES[] = {
     {"moe_combine", run_moe_combine},
     {"pool_blocks", run_pool_blocks},
     {"indexer_scores", run_indexer_scores},
+    {"indexer_top_k", run_indexer_top_k},
     {"grow_rows", run_grow_rows},
     {"grow_row_pairs", run_grow_row_pairs},
     {"hc_site_norm", run_hc_site_norm<1>},

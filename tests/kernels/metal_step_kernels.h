@@ -1,7 +1,9 @@
 // The GPU decode step's kernels (metal/hc_site, hc_expand, rope, moe_route, moe_combine,
-// pool_blocks, indexer_scores, grow_rows, grow_row_pairs) and their runners, for tests/kernels/metal_emulation.cpp, which
-// includes this after its own runners (it says how the emulation works and each mode's input).
-// Each step kernel is one thread per output element (or token) and uses no threadgroup memory.
+// pool_blocks, indexer_scores, indexer_top_k, grow_rows, grow_row_pairs) and their runners,
+// for tests/kernels/metal_emulation.cpp, which includes this after its own runners (it says
+// how the emulation works and each mode's input).
+// Each step kernel is one thread per output element (or token) and uses no threadgroup memory,
+// but indexer_top_k: one threadgroup per row.
 
 #include <algorithm>
 #include <array>
@@ -27,6 +29,12 @@
 #endif
 #ifndef DS4_IDX_D
 #define DS4_IDX_D 32
+#endif
+#ifndef DS4_IDX_TOPK
+#define DS4_IDX_TOPK 16
+#endif
+#ifndef DS4_IDX_THREADS
+#define DS4_IDX_THREADS 256
 #endif
 
 #define constant
@@ -95,6 +103,17 @@ void kernel(DevicePtr<const T_> q, const int* q_shape, DevicePtr<const float> we
 #include "indexer_scores.metal"
 }
 }  // namespace indexer_scores
+
+namespace indexer_top_k {
+#include "select.metal"
+template <int TOPK, int THREADS>
+void kernel(DevicePtr<const float> scores, const int* scores_shape, DevicePtr<const int> visible,
+            DevicePtr<int> top, uint3 threadgroup_position_in_grid,
+            uint thread_index_in_threadgroup, uint simdgroup_index_in_threadgroup,
+            uint thread_index_in_simdgroup) {
+#include "indexer_top_k.metal"
+}
+}  // namespace indexer_top_k
 
 namespace grow_rows {
 template <typename T_, int W>
@@ -313,6 +332,27 @@ int run_indexer_scores(const char* in_path, const char* out_path) {
                                                         scores.data(), position);
   });
   write_output(out_path, scores);
+  return 0;
+}
+
+// One threadgroup of DS4_IDX_THREADS threads per row, as metal.py launches it.
+int run_indexer_top_k(const char* in_path, const char* out_path) {
+  Input input(in_path);
+  const auto sizes = input.read<int32_t>(2);
+  const int T = sizes[0], N = sizes[1];
+  const auto scores = input.read<float>(size_t(T) * N);
+  const auto visible = input.read<int32_t>(T);
+  bind_buffer(scores);
+  bind_buffer(visible);
+  const int scores_shape[2] = {T, N};
+  std::vector<int32_t> top(size_t(T) * DS4_IDX_TOPK, -7);
+  launch({1, uint(T), 1}, DS4_IDX_THREADS, [&](const ThreadIds& ids) {
+    indexer_top_k::kernel<DS4_IDX_TOPK, DS4_IDX_THREADS>(
+        scores.data(), scores_shape, visible.data(), top.data(), ids.threadgroup_position_in_grid,
+        ids.thread_index_in_threadgroup, ids.simdgroup_index_in_threadgroup,
+        ids.thread_index_in_simdgroup);
+  });
+  write_output(out_path, as_floats(top));
   return 0;
 }
 

@@ -79,6 +79,7 @@ def rope_emulator(tmp_path_factory) -> Path:
         DS4_POOL_R=POOL_RATIO,
         DS4_IDX_H=INDEX_HEADS,
         DS4_IDX_D=INDEX_DIM,
+        DS4_IDX_TOPK=INDEX_TOP_K,
     )
 
 
@@ -274,8 +275,9 @@ def test_gpu_cache_growth_is_one_launch_for_a_pair_of_one_shape():
     ]
 
 
-# DeepSeek-V4-Flash's indexer: 64 heads of 128 channels (its top-k, 512, is scaled down here).
-INDEX_HEADS, INDEX_DIM = 64, 128
+# DeepSeek-V4-Flash's indexer: 64 heads of 128 channels, each row keeping 512 blocks (scaled
+# down to 16 where the emulated scores feed MLX's selection).
+INDEX_HEADS, INDEX_DIM, INDEX_TOP_K = 64, 128, 512
 
 
 def test_emulated_indexer_top_k_matches_twin(rope_emulator: Path, tmp_path):
@@ -295,6 +297,61 @@ def test_emulated_indexer_top_k_matches_twin(rope_emulator: Path, tmp_path):
     got = metal.select_top_k(mx.array(scores), mx.array(visible), top_k)
     args = (mx.array(q), mx.array(weights), mx.array(keys), mx.array(visible))
     np.testing.assert_array_equal(np.array(got), np.array(twins.indexer_top_k(*args, top_k)))
+
+
+def _emulated_top_k(binary: Path, work: Path, scores: np.ndarray, visible: np.ndarray):
+    tokens, blocks = scores.shape
+    payload = np.array([tokens, blocks], np.int32).tobytes() + scores.tobytes()
+    got = run(binary, ["indexer_top_k"], [payload + visible.tobytes()], work)[0]
+    return got.view(np.int32).reshape(tokens, -1)
+
+
+def top_k_case(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Scores of a ragged verify tile over DS4-Flash's top-k: rows that see fewer blocks than
+    it, exactly it, one more, many more, all, none; ties everywhere (few distinct values, so
+    the TOPK-th score ties across the threshold), -0 beside +0, the -inf of unseen blocks,
+    scores that differ in their last bits."""
+    rng = np.random.default_rng(seed)
+    tokens, blocks = 8, 3000
+    scores = rng.integers(0, 40, (tokens, blocks)).astype(np.float32) * 0.25
+    scores[1] = rng.standard_normal(blocks).astype(np.float32)  # distinct scores
+    scores[2, ::2] = -0.0
+    scores[2, 1::2] = 0.0  # every score equal: the lowest blocks win
+    scores[3, :700] = np.float32(1e30)  # more top scores than the top-k, all equal
+    # Scores one bit pattern apart: their keys differ in the last 8 bits only.
+    scores[4] = (0x3F800000 + rng.integers(0, 256, blocks)).astype(np.uint32).view(np.float32)
+    visible = np.array([INDEX_TOP_K - 5, INDEX_TOP_K, 2900, INDEX_TOP_K + 1, blocks, 0, 1500, 9])
+    scores[np.arange(blocks) >= visible[:, None]] = -np.inf
+    return scores, visible.astype(np.int32)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_emulated_indexer_top_k_kernel_matches_twin(rope_emulator: Path, tmp_path, seed):
+    """Each row's choice at DS4-Flash's top-k (512) from 3,000 blocks: the twin's blocks,
+    in its order."""
+    scores, visible = top_k_case(seed)
+    got = _emulated_top_k(rope_emulator, tmp_path, scores, visible)
+    expected = metal.select_top_k(mx.array(scores), mx.array(visible), INDEX_TOP_K)
+    np.testing.assert_array_equal(got, np.array(expected))
+    assert (got[2] == np.arange(INDEX_TOP_K)).all() and (got[5] == -1).all()
+
+
+def test_gpu_indexer_choice_is_two_launches():
+    """On the GPU a tile's indexer choice is the scores' launch and the selection's, of the
+    shapes the kernels declare (no MLX sort)."""
+    rng = np.random.default_rng(3)
+    q = mx.array(rng.standard_normal((8, 4, 32)).astype(np.float32))
+    weights = mx.array(rng.uniform(0, 1, (8, 4)).astype(np.float32))
+    keys = mx.array(rng.standard_normal((40, 32)).astype(np.float32))
+    visible = mx.array(np.array([40, 3, 0, 0, 0, 0, 0, 0], np.int32))
+    with metal_configuration() as calls, kernels.inference():
+        top = kernels.indexer_top_k(q, weights, keys, visible, 16)
+    assert [c.name for c in calls] == ["ds4_indexer_scores", "ds4_indexer_top_k"]
+    assert calls[1].template == (("TOPK", 16), ("THREADS", 256))
+    assert calls[1].grid == (256, 8, 1) and calls[1].threadgroup == (256, 1, 1)
+    assert calls[1].inputs == (((8, 40), mx.float32), ((8,), mx.int32))
+    assert calls[1].outputs == (((8, 16), mx.int32),)
+    assert top.shape == (8, 16)
 
 
 def test_gpu_steps_launch_the_fused_mhc_kernels():
@@ -434,6 +491,15 @@ def test_metal_indexer_top_k_matches_twin():
     )
     got = metal.indexer_top_k(*args, 16)
     np.testing.assert_array_equal(np.array(got), np.array(twins.indexer_top_k(*args, 16)))
+
+
+@pytest.mark.skipif(not metal.metal_available(), reason=NO_METAL)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_metal_indexer_top_k_kernel_matches_twin(seed):
+    scores, visible = (mx.array(a) for a in top_k_case(seed))
+    got = metal.top_k_kernel(scores, visible, INDEX_TOP_K)
+    expected = metal.select_top_k(scores, visible, INDEX_TOP_K)
+    np.testing.assert_array_equal(np.array(got), np.array(expected))
 
 
 @pytest.mark.skipif(not metal.metal_available(), reason=NO_METAL)
