@@ -839,6 +839,25 @@ def grow_rows(
     return out
 
 
+def grow_scored_rows(
+    cached: Sequence[mx.array],
+    kv: mx.array,
+    gate: mx.array,
+    embedding: mx.array,
+    take: int,
+    keep: int,
+) -> list[mx.array]:
+    """``grow_rows(cached, [kv, gate + embedding], take, keep)``: a compressor's pending kv rows
+    and gate scores grown by a chunk's, its scores the gate products plus their position
+    embedding; in inference on the GPU the sum is made inside the growth's launch
+    (``metal/grow_row_pairs.metal``), a launch less."""
+    fresh = (kv, gate)
+    on_gpu = _INFERENCE.get() and _metal_kernels()
+    if on_gpu and _one_shape_pairs(cached, fresh) and cached[0].shape[0]:
+        return list(metal.grow_row_pairs(tuple(cached), fresh, take, keep, embedding))
+    return grow_rows(cached, (kv, gate + embedding), take, keep)
+
+
 def _one_shape_pairs(cached: Sequence[mx.array], new: Sequence[mx.array]) -> bool:
     """Whether ``grow_rows`` has two pairs whose caches, and whose new rows, share a shape."""
     return (
@@ -940,6 +959,7 @@ __all__ = [
     "grouped_input_shape",
     "grouped_linear",
     "grow_rows",
+    "grow_scored_rows",
     "linear",
     "linear_many",
     "markov_chain",

@@ -545,23 +545,31 @@ def grow_rows(cached: mx.array, fresh: mx.array, take: int, keep: int) -> mx.arr
 
 
 def grow_row_pairs(
-    cached: tuple[mx.array, mx.array], fresh: tuple[mx.array, mx.array], take: int, keep: int
+    cached: tuple[mx.array, mx.array],
+    fresh: tuple[mx.array, mx.array],
+    take: int,
+    keep: int,
+    added: mx.array | None = None,
 ) -> tuple[mx.array, mx.array]:
     """``grow_rows`` of two pairs of one shape in one launch (``metal/grow_row_pairs.metal``):
-    a compressor's pending kv rows and scores."""
+    a compressor's pending kv rows and scores, ``added`` (float32, fresh's shape) summed into
+    the second pair's fresh rows first when given (``kernels.grow_scored_rows``)."""
     (first, second), (new_first, new_second) = cached, fresh
     rows, width = min(first.shape[0] + take, keep), first.shape[1]
     grown = _body_kernel(
-        "grow_row_pairs", ("cached", "fresh", "cached2", "fresh2", "take"), ("rows", "rows2")
+        "grow_row_pairs",
+        ("cached", "fresh", "cached2", "fresh2", "added", "take"),
+        ("rows", "rows2"),
     )(
         inputs=[
             first,
             new_first.astype(first.dtype),
             second,
             new_second.astype(first.dtype),
+            _host_constant(0.0, mx.float32) if added is None else added.astype(mx.float32),
             _host_constant(take, mx.int32),
         ],
-        template=[("T_", first.dtype), ("W", width)],
+        template=[("T_", first.dtype), ("W", width), ("ADDED", int(added is not None))],
         grid=(width, rows, 2),
         threadgroup=(min(width, MAX_THREADGROUP), 1, 1),
         output_shapes=[(rows, width), (rows, width)],

@@ -13,7 +13,7 @@ import functools
 import math
 from dataclasses import dataclass
 
-from ds4mlx.kernels import grow_rows, indexer_top_k, pool_blocks, sparse_attention
+from ds4mlx.kernels import grow_scored_rows, indexer_top_k, pool_blocks, sparse_attention
 from ds4mlx.models.attention import sink_attention, sliding_window_mask
 from ds4mlx.models.base import DECODE_TILE, SCORE_BUDGET
 from ds4mlx.models.cache import keep_rows
@@ -105,22 +105,20 @@ class Compressor(nn.Module):
         phase = np.asarray(positions) % self.ratio
         return mx.array(np.array(self.ape)[phase]) if on_host else self.ape[mx.array(phase)]
 
-    def rows(self, kv: mx.array, gate: mx.array, embedding: mx.array) -> tuple[mx.array, mx.array]:
-        """``project`` from the products ``wkv x`` and ``wgate x`` and the rows'
-        ``position_embedding``: the kv rows and the gate scores."""
-        return kv, gate + embedding
-
     def pool(
         self,
         kv: mx.array,
-        score: mx.array,
+        gate: mx.array,
+        embedding: mx.array,
         pos0: int,
         pending: PendingRows | None,
         take: int,
     ) -> tuple[mx.array | None, PendingRows]:
-        """Pools the blocks that the first ``take`` of the kv and score rows (``rows``; of
-        positions pos0 ..) complete: (their rows, or None when none completes; the rows kept).
-        ``take``: all the rows of a chunk, a decode tile's real ones."""
+        """Pools the blocks that the first ``take`` of the rows of positions pos0 .. complete,
+        from their products ``wkv x`` and ``wgate x`` and their ``position_embedding`` (a row's
+        gate score is its gate product plus its embedding, summed where the rows join the kept
+        ones: ``kernels.grow_scored_rows``): (the pooled rows, or None when no block completes;
+        the rows kept). ``take``: all the rows of a chunk, a decode tile's real ones."""
         r, dim, end = self.ratio, self.dim, pos0 + take
         start = pos0 if pending is None else pending.start  # position of the first row
         keep_from = max(start, self.pending_start(max(0, end - self.slack)))
@@ -128,8 +126,8 @@ class Compressor(nn.Module):
         # The rows read from here on: those kept, and those of the blocks completed now (each
         # with the block before it, CSA).
         read_from = keep_from if b1 == b0 else max(start, min(keep_from, (b0 - self.overlap) * r))
-        cached = (kv[:0], score[:0]) if pending is None else (pending.kv, pending.score)
-        kv, score = grow_rows(cached, (kv, score), take, end - read_from)
+        cached = (kv[:0], gate[:0]) if pending is None else (pending.kv, pending.score)
+        kv, score = grow_scored_rows(cached, kv, gate, embedding, take, end - read_from)
         start, skip = read_from, keep_from - read_from
         kept = PendingRows(keep_from, kv[skip:] if skip else kv, score[skip:] if skip else score)
         if b1 == b0:

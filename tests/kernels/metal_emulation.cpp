@@ -61,8 +61,9 @@
 //     input: int32 N, F, take, M | float32 cached [N, D] | float32 fresh [F, D]
 //     output: float32 [M, D]
 //   grow_row_pairs (-DDS4_D)
-//     input: int32 N, F, take, M | float32 cached [N, D] | fresh [F, D] | cached2 [N, D]
-//            | fresh2 [F, D];  output: float32 rows [M, D] | rows2 [M, D]
+//     input: int32 N, F, take, M, added | float32 cached [N, D] | fresh [F, D] | cached2 [N, D]
+//            | fresh2 [F, D] | added [F, D] (one value if not added)
+//     output: float32 rows [M, D] | rows2 [M, D]
 //   The kernels that carry a norm, one threadgroup per row (metal_norm_kernels.h):
 //   hc_site_norm (-DDS4_HC, -DDS4_ITERS, -DDS4_D)
 //     input: int32 T | float32 eps [3] | float32 scale [3] | float32 base [(2 + HC) * HC]

@@ -125,11 +125,11 @@ void kernel(DevicePtr<const T_> cached, const int* cached_shape, DevicePtr<const
 }  // namespace grow_rows
 
 namespace grow_row_pairs {
-template <typename T_, int W>
+template <typename T_, int W, int ADDED>
 void kernel(DevicePtr<const T_> cached, const int* cached_shape, DevicePtr<const T_> fresh,
-            DevicePtr<const T_> cached2, DevicePtr<const T_> fresh2, DevicePtr<const int> take,
-            DevicePtr<T_> rows, const int* rows_shape, DevicePtr<T_> rows2,
-            uint3 thread_position_in_grid) {
+            DevicePtr<const T_> cached2, DevicePtr<const T_> fresh2, DevicePtr<const float> added,
+            DevicePtr<const int> take, DevicePtr<T_> rows, const int* rows_shape,
+            DevicePtr<T_> rows2, uint3 thread_position_in_grid) {
 #include "grow_row_pairs.metal"
 }
 }  // namespace grow_row_pairs
@@ -397,27 +397,30 @@ int run_grow_rows(const char* in_path, const char* out_path) {
   return 0;
 }
 
-// input: int32 N, F, take, M | float32 cached [N, D] | fresh [F, D] | cached2 [N, D]
-// | fresh2 [F, D];  output: float32 rows [M, D] | rows2 [M, D]
+// input: int32 N, F, take, M, added | float32 cached [N, D] | fresh [F, D] | cached2 [N, D]
+// | fresh2 [F, D] | added [F, D] (one value without added);  output: float32 rows [M, D]
+// | rows2 [M, D]
 int run_grow_row_pairs(const char* in_path, const char* out_path) {
   Input input(in_path);
-  const auto sizes = input.read<int32_t>(4);
-  const int N = sizes[0], F = sizes[1], M = sizes[3];
+  const auto sizes = input.read<int32_t>(5);
+  const int N = sizes[0], F = sizes[1], M = sizes[3], with_added = sizes[4];
   const auto cached = input.read<float>(size_t(N) * DS4_D);
   const auto fresh = input.read<float>(size_t(F) * DS4_D);
   const auto cached2 = input.read<float>(size_t(N) * DS4_D);
   const auto fresh2 = input.read<float>(size_t(F) * DS4_D);
+  const auto added = input.read<float>(with_added ? size_t(F) * DS4_D : 1);
   const std::vector<int32_t> take{sizes[2]};
-  for (const auto* buffer : {&cached, &fresh, &cached2, &fresh2}) {
+  for (const auto* buffer : {&cached, &fresh, &cached2, &fresh2, &added}) {
     bind_buffer(*buffer);
   }
   bind_buffer(take);
   const int cached_shape[2] = {N, DS4_D}, rows_shape[2] = {M, DS4_D};
   std::vector<float> rows(size_t(M) * DS4_D, NAN), rows2(size_t(M) * DS4_D, NAN);
+  const auto kernel = with_added ? grow_row_pairs::kernel<float, DS4_D, 1>
+                                 : grow_row_pairs::kernel<float, DS4_D, 0>;
   launch_grid({DS4_D + 2, uint(M) + 1, 2}, [&](uint3 position) {
-    grow_row_pairs::kernel<float, DS4_D>(cached.data(), cached_shape, fresh.data(), cached2.data(),
-                                         fresh2.data(), take.data(), rows.data(), rows_shape,
-                                         rows2.data(), position);
+    kernel(cached.data(), cached_shape, fresh.data(), cached2.data(), fresh2.data(), added.data(),
+           take.data(), rows.data(), rows_shape, rows2.data(), position);
   });
   rows.insert(rows.end(), rows2.begin(), rows2.end());
   write_output(out_path, rows);

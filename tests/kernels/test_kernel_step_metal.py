@@ -236,20 +236,24 @@ def test_emulated_grow_rows_kernel_matches_twin(rope_emulator: Path, tmp_path, n
     np.testing.assert_array_equal(got, np.array(_grow_twin(cached, fresh, take, keep)))
 
 
+@pytest.mark.parametrize("added", [False, True], ids=["pairs", "scored"])
 @pytest.mark.parametrize("n, f, take, keep", GROW_CASES)
 def test_emulated_grow_row_pairs_kernel_matches_twin(
-    rope_emulator: Path, tmp_path, n, f, take, keep
+    rope_emulator: Path, tmp_path, n, f, take, keep, added
 ):
     """Both of a compressor's pending rows (kv and scores) in one launch, each as its own
-    grow_rows."""
+    grow_rows; scored: the fresh scores are gate products plus a position embedding, summed in
+    the launch (``kernels.grow_scored_rows``) as MLX sums them."""
     (cached, fresh), (cached2, fresh2) = _grow_case(n, f, n + take), _grow_case(n, f, 100 + n)
+    embedding = _grow_case(0, f, 200 + n)[1] if added else np.zeros(1, np.float32)
     rows = min(n + take, keep)
-    payload = np.array([n, f, take, rows], np.int32).tobytes()
-    payload += b"".join(a.tobytes() for a in (cached, fresh, cached2, fresh2))
+    payload = np.array([n, f, take, rows, added], np.int32).tobytes()
+    payload += b"".join(a.tobytes() for a in (cached, fresh, cached2, fresh2, embedding))
     got = run(rope_emulator, ["grow_row_pairs"], [payload], tmp_path)[0]
     first, second = got.reshape(2, rows, HEAD_DIM)
     np.testing.assert_array_equal(first, np.array(_grow_twin(cached, fresh, take, keep)))
-    np.testing.assert_array_equal(second, np.array(_grow_twin(cached2, fresh2, take, keep)))
+    scores = np.array(mx.array(fresh2) + mx.array(embedding)) if added else fresh2
+    np.testing.assert_array_equal(second, np.array(_grow_twin(cached2, scores, take, keep)))
 
 
 def test_gpu_cache_growth_is_one_launch_for_a_pair_of_one_shape():
@@ -264,7 +268,7 @@ def test_gpu_cache_growth_is_one_launch_for_a_pair_of_one_shape():
     # Two caches of one shape: one launch; one cache, or two of different shapes: one a
     # cache; an empty cache: the MLX ops.
     assert [c.name for c in calls] == ["ds4_grow_row_pairs"] + ["ds4_grow_rows"] * 3
-    assert calls[0].template == (("T_", mx.float32), ("W", HEAD_DIM))
+    assert calls[0].template == (("T_", mx.float32), ("W", HEAD_DIM), ("ADDED", 0))
     assert calls[0].grid == (HEAD_DIM, 16, 2)
     assert calls[0].outputs == (((16, HEAD_DIM), mx.float32),) * 2
     assert calls[1].grid == (HEAD_DIM, 16, 1) and calls[1].outputs == (
@@ -273,6 +277,25 @@ def test_gpu_cache_growth_is_one_launch_for_a_pair_of_one_shape():
     assert [a.shape for a in (*grown, *one, *mixed, *first)] == [(16, HEAD_DIM)] * 5 + [
         (3, HEAD_DIM)
     ]
+
+
+def test_gpu_compressor_scores_are_summed_inside_the_growth():
+    """A compressor's pending rows grown by gate products and their position embedding: one
+    launch on the GPU (a non-empty cache), the sum then the growth elsewhere, same values."""
+    cached, fresh = _grow_case(20, 8, 1)
+    kv, gate, embedding = (mx.array(_grow_case(0, 8, seed)[1]) for seed in (2, 3, 4))
+    pair = [mx.array(cached), mx.array(cached[::-1].copy())]
+    with metal_configuration() as calls, kernels.inference():
+        grown = kernels.grow_scored_rows(pair, kv, gate, embedding, 3, 16)
+        first = kernels.grow_scored_rows([a[:0] for a in pair], kv, gate, embedding, 3, 16)
+    assert [c.name for c in calls] == ["ds4_grow_row_pairs"]
+    assert calls[0].template == (("T_", mx.float32), ("W", HEAD_DIM), ("ADDED", 1))
+    assert calls[0].inputs[4] == ((8, HEAD_DIM), mx.float32)
+    assert [a.shape for a in (*grown, *first)] == [(16, HEAD_DIM)] * 2 + [(3, HEAD_DIM)] * 2
+    with kernels.inference():
+        kept, scores = kernels.grow_scored_rows(pair, kv, gate, embedding, 3, 16)
+    expected = kernels.grow_rows(pair, [kv, gate + embedding], 3, 16)
+    assert mx.array_equal(kept, expected[0]).item() and mx.array_equal(scores, expected[1]).item()
 
 
 # DeepSeek-V4-Flash's indexer: 64 heads of 128 channels, each row keeping 512 blocks (scaled
@@ -515,3 +538,8 @@ def test_metal_grow_rows_matches_twin(n, f, take, keep):
     np.testing.assert_array_equal(np.array(first), expected)
     expected2 = np.concatenate([cached2, fresh2[:take]])[-min(n + take, keep) :]
     np.testing.assert_array_equal(np.array(second), expected2)
+    embedding = _grow_case(0, f, n + 2)[1]
+    _, scored = metal.grow_row_pairs(*pairs, take, keep, mx.array(embedding))
+    scores = np.array(mx.array(fresh2) + mx.array(embedding))
+    expected3 = np.concatenate([cached2, scores[:take]])[-min(n + take, keep) :]
+    np.testing.assert_array_equal(np.array(scored), expected3)
