@@ -732,9 +732,11 @@ class Block(nn.Module):
         return hc_expand(self.moe(h, tokens), x, post, comb)
 
     def _tile_ffn(self, x: mx.array, tokens: mx.array, n_real: int) -> mx.array:
-        """``_ffn`` of a decode tile whose first ``n_real`` rows are real."""
+        """``_ffn`` of a decode tile whose first ``n_real`` rows are real. In inference on the
+        GPU the streams come out flat, [T, hc * D], as the next block's site and the head read
+        them (``hc_expand``'s ``flat``): no view between blocks."""
         h, post, comb = self.hc_ffn(x, self.ffn_norm)
-        return hc_expand(self.moe.tile(h, tokens, n_real), x, post, comb)
+        return hc_expand(self.moe.tile(h, tokens, n_real), x, post, comb, flat=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -788,9 +790,12 @@ class Model(TiledModel):
     def _tile_layers(
         self, x: mx.array, tokens: mx.array, pos0: int, caches: list[Any], n_real: int
     ) -> Iterator[mx.array]:
+        hc = self.args.hc_mult
         for i, block in enumerate(self.blocks):
             x, caches[i] = block.tile(x, tokens, pos0, caches[i], n_real)
-            yield x
+            # The next block reads flat streams as they come; the caller sees [T, hc, D] (a
+            # view, made only where the caller uses it: the last block's, a captured layer's).
+            yield x if x.ndim == 3 else x.reshape(x.shape[0], hc, -1)
 
     def _tile_head(self, x: mx.array, n_real: int) -> tuple[mx.array, mx.array]:
         return self._head_tiles.get(n_real)(x)
