@@ -727,16 +727,29 @@ def sparse_attention(
 
 
 def indexer_top_k(
-    q: mx.array, weights: mx.array, keys: mx.array, visible: mx.array, top_k: int
+    q: mx.array,
+    weights: mx.array,
+    keys: mx.array,
+    visible: mx.array,
+    top_k: int,
+    weight_scale: float = 1.0,
 ) -> mx.array:
     """The lightning indexer's top-k blocks for each row on its own (``twins.indexer_top_k``
-    says how): one native primitive on the CPU for the whole tile, in inference on the GPU one
-    Metal launch and one top-k for the whole tile, a loop over rows else."""
+    says how, of the head weights times ``weight_scale``): one native primitive on the CPU for
+    the whole tile, in inference on the GPU two Metal launches for the whole tile (the scores,
+    with the weights' scale inside, and the choice), a loop over rows else."""
     if _INFERENCE.get() and _metal_kernels() and keys.shape[0] >= top_k:
-        return metal.indexer_top_k(q, weights, keys, visible, top_k)
+        return metal.indexer_top_k(q, weights, keys, visible, top_k, weight_scale)
+    weights = _scaled_by(weight_scale)(weights)
     if _native_cpu_ops() is None or keys.dtype != mx.float32:
         return twins.indexer_top_k(q, weights, keys, visible, top_k)
     return native_ops().indexer_top_k(q, weights, keys, visible, top_k)
+
+
+@cache
+def _scaled_by(scale: float) -> Callable[[mx.array], mx.array]:
+    # Compiled, a product with a constant is one primitive (eager, a Broadcast and a Multiply).
+    return mx.compile(lambda x: x * scale)
 
 
 def pool_blocks(

@@ -579,19 +579,37 @@ def grow_row_pairs(
 
 
 def indexer_top_k(
-    q: mx.array, weights: mx.array, keys: mx.array, visible: mx.array, top_k: int
+    q: mx.array,
+    weights: mx.array,
+    keys: mx.array,
+    visible: mx.array,
+    top_k: int,
+    weight_scale: float = 1.0,
 ) -> mx.array:
-    """``twins.indexer_top_k`` for a whole tile in two launches: every row's block scores
-    (``metal/indexer_scores.metal``), then every row's selection (``top_k_kernel``)."""
-    return top_k_kernel(indexer_scores(q, weights, keys, visible), visible, top_k)
+    """``twins.indexer_top_k`` (of the weights times ``weight_scale``) for a whole tile in two
+    launches: every row's block scores (``metal/indexer_scores.metal``), then every row's
+    selection (``top_k_kernel``)."""
+    scores = indexer_scores(q, weights, keys, visible, weight_scale)
+    return top_k_kernel(scores, visible, top_k)
 
 
-def indexer_scores(q: mx.array, weights: mx.array, keys: mx.array, visible: mx.array) -> mx.array:
-    """Each row's score of each block [T, N], -inf past the blocks the row sees."""
+def indexer_scores(
+    q: mx.array, weights: mx.array, keys: mx.array, visible: mx.array, weight_scale: float = 1.0
+) -> mx.array:
+    """Each row's score of each block [T, N] (the head weights times ``weight_scale``), -inf
+    past the blocks the row sees."""
     tokens, heads, dim = q.shape
     blocks = keys.shape[0]
-    return _body_kernel("indexer_scores", ("q", "weights", "keys", "visible"), ("scores",))(
-        inputs=[q, weights.astype(mx.float32), keys.astype(q.dtype), visible.astype(mx.int32)],
+    return _body_kernel(
+        "indexer_scores", ("q", "weights", "keys", "visible", "weight_scale"), ("scores",)
+    )(
+        inputs=[
+            q,
+            weights.astype(mx.float32),
+            keys.astype(q.dtype),
+            visible.astype(mx.int32),
+            _host_constant(weight_scale, mx.float32),
+        ],
         template=[("T_", q.dtype), ("H", heads), ("D", dim)],
         grid=(blocks, tokens, 1),
         threadgroup=(min(blocks, MAX_THREADGROUP), 1, 1),

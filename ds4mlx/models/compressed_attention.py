@@ -196,15 +196,18 @@ class LightningIndexer(nn.Module):
         )
         self.heads, self.dim, self.top_k = heads, dim, top_k
         self.rope = rope
+        # Scales the head weights where they meet the scores (``top_blocks``,
+        # ``kernels.indexer_top_k``: inside the scores' launch on the GPU).
+        self.weight_scale = 1.0 / math.sqrt(dim * heads)
 
     def from_products(
         self, q: mx.array, weights: mx.array, angles: RopeAngles
     ) -> tuple[mx.array, mx.array]:
-        """Indexer queries [T, heads, dim] and head weights [T, heads] from the products
-        ``q_b qr`` and ``proj x`` (``Attention._project`` makes them with its own)."""
+        """Indexer queries [T, heads, dim] and head weights [T, heads] (not yet times
+        ``weight_scale``) from the products ``q_b qr`` and ``proj x`` (``Attention._project``
+        makes them with its own)."""
         q = q.reshape(q.shape[0], self.heads, self.dim)
         q = self.rope.apply(q, angles, offset=self.dim - self.rope.n_dims)
-        weights = weights * (1.0 / math.sqrt(self.dim * self.heads))
         return q, weights
 
     def select(self, q: mx.array, weights: mx.array, keys: mx.array, visible: mx.array) -> mx.array:
@@ -225,7 +228,7 @@ class LightningIndexer(nn.Module):
         """The top_k visible blocks of each query, int32 [T, top_k] in no particular order;
         -1 fills the slots of a row that sees fewer blocks. Needs N > top_k keys."""
         scores = mx.maximum(mx.matmul(q, keys.T), 0.0)  # [T, heads, N]
-        scores = mx.sum(scores * weights[..., None], axis=1)
+        scores = mx.sum(scores * (weights * self.weight_scale)[..., None], axis=1)
         scores = mx.where(visible, scores, -mx.inf)
         top = mx.argpartition(-scores, self.top_k - 1, axis=-1)[:, : self.top_k]
         top = mx.where(mx.take_along_axis(visible, top, axis=-1), top.astype(mx.int32), -1)
@@ -322,8 +325,9 @@ class CompressedAttention(nn.Module):
             )
         # The indexer's choice for each row over exactly that row's blocks, as a one-row
         # decode makes it (one primitive for the tile on the CPU).
+        visible = mx.array(n_vis.astype(np.int32))
         return cache.comp, indexer_top_k(
-            index_q, index_w, cache.index, mx.array(n_vis.astype(np.int32)), top_k
+            index_q, index_w, cache.index, visible, top_k, self.indexer.weight_scale
         )
 
     def _attend(

@@ -52,8 +52,8 @@
 //     input: int32 N, n, first, overlap | float32 kv [N, W] | float32 score [N, W]
 //            (W = D, or 2 D with overlap);  output: float32 [n, D]
 //   indexer_scores (-DDS4_IDX_H, -DDS4_IDX_D)
-//     input: int32 T, N | float32 q [T, H, D] | float32 weights [T, H] | float32 keys [N, D]
-//            | int32 visible [T];  output: float32 [T, N]
+//     input: int32 T, N | float32 weight_scale | float32 q [T, H, D] | float32 weights [T, H]
+//            | float32 keys [N, D] | int32 visible [T];  output: float32 [T, N]
 //   indexer_top_k (-DDS4_IDX_TOPK, -DDS4_IDX_THREADS)
 //     input: int32 T, N | float32 scores [T, N] | int32 visible [T]
 //     output: int32 top [T, TOPK]

@@ -99,7 +99,8 @@ namespace indexer_scores {
 template <typename T_, int H, int D>
 void kernel(DevicePtr<const T_> q, const int* q_shape, DevicePtr<const float> weights,
             DevicePtr<const T_> keys, const int* keys_shape, DevicePtr<const int> visible,
-            DevicePtr<float> scores, uint3 thread_position_in_grid) {
+            DevicePtr<const float> weight_scale, DevicePtr<float> scores,
+            uint3 thread_position_in_grid) {
 #include "indexer_scores.metal"
 }
 }  // namespace indexer_scores
@@ -316,20 +317,21 @@ int run_indexer_scores(const char* in_path, const char* out_path) {
   Input input(in_path);
   const auto sizes = input.read<int32_t>(2);
   const int T = sizes[0], N = sizes[1];
+  const auto weight_scale = input.read<float>(1);
   const auto q = input.read<float>(size_t(T) * DS4_IDX_H * DS4_IDX_D);
   const auto weights = input.read<float>(size_t(T) * DS4_IDX_H);
   const auto keys = input.read<float>(size_t(N) * DS4_IDX_D);
   const auto visible = input.read<int32_t>(T);
-  for (const auto* buffer : {&q, &weights, &keys}) {
+  for (const auto* buffer : {&weight_scale, &q, &weights, &keys}) {
     bind_buffer(*buffer);
   }
   bind_buffer(visible);
   const int q_shape[3] = {T, DS4_IDX_H, DS4_IDX_D}, keys_shape[2] = {N, DS4_IDX_D};
   std::vector<float> scores(size_t(T) * N, NAN);
   launch_grid({uint(N) + 2, uint(T) + 1, 1}, [&](uint3 position) {
-    indexer_scores::kernel<float, DS4_IDX_H, DS4_IDX_D>(q.data(), q_shape, weights.data(),
-                                                        keys.data(), keys_shape, visible.data(),
-                                                        scores.data(), position);
+    indexer_scores::kernel<float, DS4_IDX_H, DS4_IDX_D>(
+        q.data(), q_shape, weights.data(), keys.data(), keys_shape, visible.data(),
+        weight_scale.data(), scores.data(), position);
   });
   write_output(out_path, scores);
   return 0;

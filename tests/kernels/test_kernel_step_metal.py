@@ -303,26 +303,37 @@ def test_gpu_compressor_scores_are_summed_inside_the_growth():
 INDEX_HEADS, INDEX_DIM, INDEX_TOP_K = 64, 128, 512
 
 
+# The indexer's head-weight scale at DS4-Flash's widths, 1 / sqrt(dim * heads).
+INDEX_WEIGHT_SCALE = float(np.float32(1.0 / np.sqrt(INDEX_DIM * INDEX_HEADS)))
+
+
 def test_emulated_indexer_top_k_matches_twin(rope_emulator: Path, tmp_path):
-    """Rows of a ragged verify tile: seeing fewer blocks than the top-k, more, and none (a
-    padding row); some blocks tie at zero (no head scores them positively)."""
+    """Both launches of a ragged verify tile's choice, of rows seeing fewer blocks than the
+    top-k, more, and none (a padding row); some blocks tie at zero (no head scores them
+    positively); the head weights scaled inside the scores' launch."""
     rng = np.random.default_rng(40)
-    tokens, blocks, top_k = 8, 37, 16
-    visible = np.array([9, 35, 36, 37, 16, 0, 0, 0], np.int32)
+    tokens, blocks, top_k = 8, 600, INDEX_TOP_K
+    visible = np.array([9, 590, 513, 600, 512, 0, 0, 0], np.int32)
     q = rng.standard_normal((tokens, INDEX_HEADS, INDEX_DIM)).astype(np.float32)
     weights = rng.uniform(0, 1, (tokens, INDEX_HEADS)).astype(np.float32)
     keys = rng.standard_normal((blocks, INDEX_DIM)).astype(np.float32)
     keys[[3, 7, 20]] = 0.0  # every score of these blocks is 0: ties, the lower block first
     payload = np.array([tokens, blocks], np.int32).tobytes()
+    payload += np.array([INDEX_WEIGHT_SCALE], np.float32).tobytes()
     payload += q.tobytes() + weights.tobytes() + keys.tobytes() + visible.tobytes()
     scores = run(rope_emulator, ["indexer_scores"], [payload], tmp_path)[0].reshape(tokens, blocks)
-    assert np.all(np.isneginf(scores[1, 35:])) and np.all(np.isneginf(scores[5]))
-    got = metal.select_top_k(mx.array(scores), mx.array(visible), top_k)
-    args = (mx.array(q), mx.array(weights), mx.array(keys), mx.array(visible))
-    np.testing.assert_array_equal(np.array(got), np.array(twins.indexer_top_k(*args, top_k)))
+    assert np.all(np.isneginf(scores[1, 590:])) and np.all(np.isneginf(scores[5]))
+    scaled = weights * np.float32(INDEX_WEIGHT_SCALE)
+    expected_scores = np.einsum("th,thn->tn", scaled, np.maximum(q @ keys.T, 0))
+    seen = np.arange(blocks) < visible[:, None]
+    np.testing.assert_allclose(scores[seen], expected_scores[seen], rtol=1e-4, atol=1e-5)
+    got = _emulated_top_k(rope_emulator, tmp_path, scores, visible)
+    args = (mx.array(q), mx.array(scaled), mx.array(keys), mx.array(visible))
+    np.testing.assert_array_equal(got, np.array(twins.indexer_top_k(*args, top_k)))
 
 
 def _emulated_top_k(binary: Path, work: Path, scores: np.ndarray, visible: np.ndarray):
+    """The emulated selection of INDEX_TOP_K blocks a row."""
     tokens, blocks = scores.shape
     payload = np.array([tokens, blocks], np.int32).tobytes() + scores.tobytes()
     got = run(binary, ["indexer_top_k"], [payload + visible.tobytes()], work)[0]
@@ -370,6 +381,7 @@ def test_gpu_indexer_choice_is_two_launches():
     with metal_configuration() as calls, kernels.inference():
         top = kernels.indexer_top_k(q, weights, keys, visible, 16)
     assert [c.name for c in calls] == ["ds4_indexer_scores", "ds4_indexer_top_k"]
+    assert calls[0].inputs[4] == ((1,), mx.float32)  # the head weights' scale
     assert calls[1].template == (("TOPK", 16), ("THREADS", 256))
     assert calls[1].grid == (256, 8, 1) and calls[1].threadgroup == (256, 1, 1)
     assert calls[1].inputs == (((8, 40), mx.float32), ((8,), mx.int32))
@@ -512,8 +524,9 @@ def test_metal_indexer_top_k_matches_twin():
         mx.array(rng.standard_normal((37, INDEX_DIM)).astype(np.float32)),
         visible,
     )
-    got = metal.indexer_top_k(*args, 16)
-    np.testing.assert_array_equal(np.array(got), np.array(twins.indexer_top_k(*args, 16)))
+    got = metal.indexer_top_k(*args, 16, INDEX_WEIGHT_SCALE)
+    scaled = (*args[:1], args[1] * INDEX_WEIGHT_SCALE, *args[2:])
+    np.testing.assert_array_equal(np.array(got), np.array(twins.indexer_top_k(*scaled, 16)))
 
 
 @pytest.mark.skipif(not metal.metal_available(), reason=NO_METAL)
