@@ -935,6 +935,18 @@ def dequantize(w: Weight) -> mx.array:
     return twins.dequantize_packed(w.data, w.qtype)
 
 
+def embed_streams(w: Weight, tokens: mx.array, hc: int) -> mx.array | None:
+    """The rows ``take_rows(w, tokens)`` as ``hc`` identical mHC streams, float32
+    [T, hc * D] (the flat layout an mHC site reads): one Metal launch in inference on the GPU
+    for MLX's affine layouts of whole values a word (``metal/embed_streams.metal``); None
+    elsewhere."""
+    if not (_INFERENCE.get() and _metal_kernels() and isinstance(w, QuantizedWeight)):
+        return None
+    if w.mode != "affine" or w.bits not in (2, 4, 8) or w.biases is None:
+        return None
+    return metal.embed_streams(tokens, w.packed, w.scales, w.biases, w.bits, w.group_size, hc)
+
+
 def take_rows(w: Weight, indices: mx.array) -> mx.array:
     """Rows ``w[indices]`` of a 2-D weight, e.g. an embedding lookup [..., in].
 
@@ -967,6 +979,7 @@ __all__ = [
     "Weight",
     "attach_codes",
     "dequantize",
+    "embed_streams",
     "freeze",
     "gather_linear",
     "grouped_input_shape",

@@ -17,7 +17,8 @@ streams and of the block input it makes; ``metal/norm.metal`` is their header),
 two of one shape), ``metal/indexer_scores.metal`` and ``metal/indexer_top_k.metal`` (the
 lightning indexer's block scores of a whole tile, and each row's choice among them) and
 ``metal/sparse_attention.metal`` (CSA/HCA attention over selected compressed rows, 8 query heads
-sharing each key read). No template argument follows the context length, so a session compiles
+sharing each key read), ``metal/embed_streams.metal`` (a decode tile's token embeddings as its
+mHC streams). No template argument follows the context length, so a session compiles
 each kernel once. Semantics match ``kernels.twins`` (and ``models.rope``, ``models.moe`` for RoPE
 and the routing); tests/kernels/metal_emulation.cpp runs and measures the sources without a Mac.
 """
@@ -576,6 +577,35 @@ def grow_row_pairs(
         output_dtypes=[first.dtype, first.dtype],
     )
     return grown[0], grown[1]
+
+
+def embed_streams(
+    tokens: mx.array,
+    packed: mx.array,
+    scales: mx.array,
+    biases: mx.array,
+    bits: int,
+    group_size: int,
+    hc: int,
+) -> mx.array:
+    """Each token's row of an affine-quantized embedding (``packed`` [V, D * bits / 32],
+    ``scales`` and ``biases`` [V, D / group_size]) as all ``hc`` streams of its tile row,
+    float32 [T, hc * D] (``metal/embed_streams.metal``)."""
+    tokens_count, dim = tokens.shape[0], packed.shape[-1] * 32 // bits
+    return _body_kernel("embed_streams", ("tokens", "packed", "scales", "biases"), ("streams",))(
+        inputs=[tokens.astype(mx.int32), packed, scales, biases.astype(scales.dtype)],
+        template=[
+            ("S_", scales.dtype),
+            ("BITS", bits),
+            ("GROUP", group_size),
+            ("D", dim),
+            ("HC", hc),
+        ],
+        grid=(dim, tokens_count, 1),
+        threadgroup=(min(dim, MAX_THREADGROUP), 1, 1),
+        output_shapes=[(tokens_count, hc * dim)],
+        output_dtypes=[mx.float32],
+    )[0]
 
 
 def indexer_top_k(

@@ -787,6 +787,12 @@ class Model(TiledModel):
             x, caches[i] = block(x, tokens, pos0, caches[i])
             yield x
 
+    def _embed(self, tokens: mx.array) -> mx.array:
+        # In a decode tile on the GPU one launch makes the streams, flat as the first site
+        # reads them (``kernels.embed_streams``).
+        streams = kernels.embed_streams(self.embed, tokens, self.args.hc_mult)
+        return super()._embed(tokens) if streams is None else streams
+
     def _tile_layers(
         self, x: mx.array, tokens: mx.array, pos0: int, caches: list[Any], n_real: int
     ) -> Iterator[mx.array]:

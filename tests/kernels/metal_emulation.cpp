@@ -57,6 +57,9 @@
 //   indexer_top_k (-DDS4_IDX_TOPK, -DDS4_IDX_THREADS)
 //     input: int32 T, N | float32 scores [T, N] | int32 visible [T]
 //     output: int32 top [T, TOPK]
+//   embed_streams (-DDS4_EMBED_GROUP, -DDS4_D, -DDS4_HC)
+//     input: int32 T, V, bits | int32 tokens [T] | uint32 packed [V, D * bits / 32]
+//            | float32 scales, biases [V, D / GROUP];  output: float32 streams [T, HC * D]
 //   grow_rows (-DDS4_D)
 //     input: int32 N, F, take, M | float32 cached [N, D] | float32 fresh [F, D]
 //     output: float32 [M, D]
@@ -471,6 +474,7 @@ const Mode MODES[] = {
     {"pool_blocks", run_pool_blocks},
     {"indexer_scores", run_indexer_scores},
     {"indexer_top_k", run_indexer_top_k},
+    {"embed_streams", run_embed_streams},
     {"grow_rows", run_grow_rows},
     {"grow_row_pairs", run_grow_row_pairs},
     {"hc_site_norm", run_hc_site_norm<1>},

@@ -1,7 +1,7 @@
 // The GPU decode step's kernels (metal/hc_site, hc_expand, rope, moe_route, moe_combine,
-// pool_blocks, indexer_scores, indexer_top_k, grow_rows, grow_row_pairs) and their runners,
-// for tests/kernels/metal_emulation.cpp, which includes this after its own runners (it says
-// how the emulation works and each mode's input).
+// pool_blocks, indexer_scores, indexer_top_k, embed_streams, grow_rows, grow_row_pairs) and
+// their runners, for tests/kernels/metal_emulation.cpp, which includes this after its own
+// runners (it says how the emulation works and each mode's input).
 // Each step kernel is one thread per output element (or token) and uses no threadgroup memory,
 // but indexer_top_k: one threadgroup per row.
 
@@ -29,6 +29,9 @@
 #endif
 #ifndef DS4_IDX_D
 #define DS4_IDX_D 32
+#endif
+#ifndef DS4_EMBED_GROUP
+#define DS4_EMBED_GROUP 32
 #endif
 #ifndef DS4_IDX_TOPK
 #define DS4_IDX_TOPK 16
@@ -115,6 +118,15 @@ void kernel(DevicePtr<const float> scores, const int* scores_shape, DevicePtr<co
 #include "indexer_top_k.metal"
 }
 }  // namespace indexer_top_k
+
+namespace embed_streams {
+template <typename S_, int BITS, int GROUP, int D, int HC>
+void kernel(DevicePtr<const int> tokens, const int* tokens_shape, DevicePtr<const uint> packed,
+            DevicePtr<const S_> scales, DevicePtr<const S_> biases, DevicePtr<float> streams,
+            uint3 thread_position_in_grid) {
+#include "embed_streams.metal"
+}
+}  // namespace embed_streams
 
 namespace grow_rows {
 template <typename T_, int W>
@@ -355,6 +367,41 @@ int run_indexer_top_k(const char* in_path, const char* out_path) {
         ids.thread_index_in_simdgroup);
   });
   write_output(out_path, as_floats(top));
+  return 0;
+}
+
+// input: int32 T, V, bits | int32 tokens [T] | uint32 packed [V, D * bits / 32]
+// | float32 scales, biases [V, D / GROUP];  output: float32 streams [T, HC * D]
+int run_embed_streams(const char* in_path, const char* out_path) {
+  Input input(in_path);
+  const auto sizes = input.read<int32_t>(3);
+  const int T = sizes[0], V = sizes[1], bits = sizes[2];
+  const auto tokens = input.read<int32_t>(T);
+  const auto packed = input.read<uint32_t>(size_t(V) * DS4_D * bits / 32);
+  const auto scales = input.read<float>(size_t(V) * DS4_D / DS4_EMBED_GROUP);
+  const auto biases = input.read<float>(size_t(V) * DS4_D / DS4_EMBED_GROUP);
+  for (const int32_t token : tokens) {
+    if (token < 0 || token >= V) {
+      fail("token out of range");
+    }
+  }
+  bind_buffer(tokens);
+  bind_buffer(packed);
+  bind_buffer(scales);
+  bind_buffer(biases);
+  const int tokens_shape[1] = {T};
+  std::vector<float> streams(size_t(T) * DS4_HC * DS4_D, NAN);
+  const auto kernel = bits == 2   ? embed_streams::kernel<float, 2, DS4_EMBED_GROUP, DS4_D, DS4_HC>
+                      : bits == 4 ? embed_streams::kernel<float, 4, DS4_EMBED_GROUP, DS4_D, DS4_HC>
+                                  : embed_streams::kernel<float, 8, DS4_EMBED_GROUP, DS4_D, DS4_HC>;
+  if (bits != 2 && bits != 4 && bits != 8) {
+    fail("bits must be 2, 4 or 8");
+  }
+  launch_grid({DS4_D + 2, uint(T) + 1, 1}, [&](uint3 position) {
+    kernel(tokens.data(), tokens_shape, packed.data(), scales.data(), biases.data(),
+           streams.data(), position);
+  });
+  write_output(out_path, streams);
   return 0;
 }
 

@@ -125,6 +125,55 @@ def test_emulated_rope_kernel_matches_twin(
     np.testing.assert_array_equal(got[..., : HEAD_DIM - ROPE_DIMS], x[..., : HEAD_DIM - ROPE_DIMS])
 
 
+def embedding_case(bits: int, seed: int) -> tuple[kernels.QuantizedWeight, np.ndarray]:
+    """An embedding of 50 rows of DS4-Flash's width in MLX's affine layout, and a ragged
+    tile's tokens (repeated, the first and the last row)."""
+    rng = np.random.default_rng(seed)
+    table = mx.array(rng.standard_normal((50, D)).astype(np.float32))
+    packed, scales, biases = mx.quantize(table, group_size=EMBED_GROUP, bits=bits)
+    weight = kernels.QuantizedWeight(packed, scales, biases, bits, EMBED_GROUP, "affine")
+    return weight, np.array([7, 0, 49, 7, 3], np.int32)
+
+
+EMBED_GROUP = 32  # MLX's layout of DS4-Flash's Q8_0 embedding: 32-value groups
+
+
+@pytest.mark.parametrize("bits", [2, 4, 8])
+def test_emulated_embed_streams_kernel_matches_twin(emulator: Path, tmp_path, bits):
+    """A tile's token rows decoded into each of its hc streams, flat, as take_rows decodes
+    them."""
+    weight, tokens = embedding_case(bits, bits)
+    payload = np.array([len(tokens), 50, bits], np.int32).tobytes() + tokens.tobytes()
+    payload += b"".join(
+        np.array(a).tobytes() for a in (weight.packed, weight.scales, weight.biases)
+    )
+    got = run(emulator, ["embed_streams"], [payload], tmp_path)[0].reshape(len(tokens), HC, D)
+    rows = np.array(kernels.take_rows(weight, mx.array(tokens)))
+    np.testing.assert_allclose(got, np.repeat(rows[:, None], HC, axis=1), rtol=1e-6, atol=1e-6)
+
+
+def test_gpu_decode_tile_embeds_in_one_launch():
+    """In inference on the GPU an affine embedding's rows are one launch making the flat
+    streams; other layouts and the prefill (not inference) use take_rows."""
+    weight, tokens = embedding_case(8, 0)
+    mxfp4 = kernels.QuantizedWeight(weight.packed, weight.scales, None, 8, 32, "mxfp4")
+    with metal_configuration() as calls:
+        with kernels.inference():
+            streams = kernels.embed_streams(weight, mx.array(tokens), HC)
+            assert kernels.embed_streams(mxfp4, mx.array(tokens), HC) is None
+        assert kernels.embed_streams(weight, mx.array(tokens), HC) is None
+    assert [c.name for c in calls] == ["ds4_embed_streams"]
+    assert calls[0].template == (
+        ("S_", mx.float32),
+        ("BITS", 8),
+        ("GROUP", EMBED_GROUP),
+        ("D", D),
+        ("HC", HC),
+    )
+    assert calls[0].grid == (D, len(tokens), 1)
+    assert streams.shape == (len(tokens), HC * D) and streams.dtype == mx.float32
+
+
 ROUTINGS = [
     (GatingFunc.SQRT_SOFTPLUS, True, False, True, 1.5),  # DS4's routed layers
     (GatingFunc.SQRT_SOFTPLUS, False, True, True, 1.5),  # DS4's hash-routed layers
@@ -475,6 +524,18 @@ def test_metal_rope_matches_twin(inverse):
     got = metal.rope(x, *angles.on_device, HEAD_DIM - ROPE_DIMS, ROPE_DIMS, True, inverse)
     expected = rope.twin(x, angles, HEAD_DIM - ROPE_DIMS, inverse)
     np.testing.assert_allclose(np.array(got), np.array(expected), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.skipif(not metal.metal_available(), reason=NO_METAL)
+@pytest.mark.parametrize("bits", [2, 4, 8])
+def test_metal_embed_streams_matches_twin(bits):
+    weight, tokens = embedding_case(bits, 10 + bits)
+    got = metal.embed_streams(
+        mx.array(tokens), weight.packed, weight.scales, weight.biases, bits, EMBED_GROUP, HC
+    )
+    rows = np.array(kernels.take_rows(weight, mx.array(tokens)))
+    expected = np.repeat(rows[:, None], HC, axis=1).reshape(len(tokens), HC * D)
+    np.testing.assert_allclose(np.array(got), expected, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.skipif(not metal.metal_available(), reason=NO_METAL)
