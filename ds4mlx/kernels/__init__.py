@@ -192,8 +192,8 @@ def linear(x: mx.array, w: Weight, rows: int | None = None) -> mx.array:
 
     A weight with leading dims [..., out, in] is a stack of matrices: the product broadcasts over
     them like ``x @ w.swapaxes(-1, -2)``. ``rows``: only the first rows of a 2-D ``x`` are
-    needed (a decode tile's real rows); the others come back unspecified (zeros on the CPU,
-    where they are not computed).
+    needed (a decode tile's real rows); the others come back unspecified (zeros where they
+    are not computed: the CPU, packed weights on the GPU).
     """
     if isinstance(w, mx.array):
         stored = _frozen(w)
@@ -212,6 +212,11 @@ def linear(x: mx.array, w: Weight, rows: int | None = None) -> mx.array:
         return out.astype(x.dtype)
     if _block_ops(w) is not None:
         return _blocks_linear(x, w, rows)
+    if _backend is metal and x.ndim == 2:
+        # Only the real rows, in the launch every tile of these rows takes (each row's bits
+        # whatever the count; MLX's own quantized kinds above pick their kernel by the row
+        # count, so they keep every row).
+        return metal.linear(x, w, rows)
     return _backend.linear(x, w)
 
 

@@ -125,17 +125,21 @@ def _host_constant(value: float | int, dtype: mx.Dtype) -> mx.array:
 def _kernel(qtype: GGMLQuantizationType):
     return mx.fast.metal_kernel(
         name=f"ds4_{qtype.name.lower()}_linear",
-        input_names=["x", "w", "expert_indices"],
+        input_names=["x", "w", "expert_indices", "real_rows"],
         output_names=["y"],
         source=(METAL_SOURCE_DIR / "linear.metal").read_text(),
         header=format_header(qtype),
     )
 
 
-def _run(x: mx.array, w: PackedWeight, expert_indices: mx.array) -> mx.array:
-    """x [P, M, K], expert_indices [P] -> y [P, M, N] with y[p] = x[p] @ W[expert_indices[p]].T."""
+def _run(
+    x: mx.array, w: PackedWeight, expert_indices: mx.array, real_rows: int | None = None
+) -> mx.array:
+    """x [P, M, K], expert_indices [P] -> y [P, M, N] with y[p] = x[p] @ W[expert_indices[p]].T
+    (of each x[p]'s first ``real_rows`` rows, zeros past them, when given)."""
     n_batches, n_rows, _ = x.shape
-    return _launch(x, w, expert_indices, n_batches, n_rows, 1, (n_batches, n_rows, w.shape[-2]))
+    shape = (n_batches, n_rows, w.shape[-2])
+    return _launch(x, w, expert_indices, n_batches, n_rows, 1, shape, real_rows)
 
 
 def _launch(
@@ -146,13 +150,24 @@ def _launch(
     n_rows: int,
     x_share: int,
     shape: tuple[int, ...],
+    real_rows: int | None = None,
 ) -> mx.array:
     """``metal/linear.metal`` over ``n_batches`` batches of ``n_rows`` x rows, ``x_share``
-    consecutive batches reading one x batch; the result declared as ``shape``."""
+    consecutive batches reading one x batch; the result declared as ``shape``. ``real_rows``:
+    only each batch's first rows are computed (the others come back zeros), in the x-row tile
+    of all ``n_rows``, so each row's bits are those of the whole launch's."""
     n_out, k = w.shape[-2:]
     launch = matvec_launch(n_out, n_rows)
+    computed = n_rows if real_rows is None else min(real_rows, n_rows)
+    # Rows not computed are zeros, as the CPU leaves them (MLX fills the output first).
+    padding = {"init_value": 0.0} if computed < n_rows else {}
     return _kernel(w.qtype)(
-        inputs=[x, w.data, expert_indices.astype(mx.uint32)],  # no-op for moe_route's
+        inputs=[
+            x,
+            w.data,
+            expert_indices.astype(mx.uint32),  # no-op for moe_route's
+            _host_constant(computed, mx.int32),
+        ],
         template=[
             ("T", x.dtype),
             ("K", k),
@@ -162,17 +177,19 @@ def _launch(
             ("XROWS", launch.x_rows),
             ("XSHARE", x_share),
         ],
-        grid=launch.grid(n_out, n_rows, n_batches),
+        grid=launch.grid(n_out, computed, n_batches),
         threadgroup=(SIMD_WIDTH * launch.simdgroups, 1, 1),
         output_shapes=[shape],
         output_dtypes=[x.dtype],
+        **padding,
     )[0]
 
 
-def linear(x: mx.array, w: PackedWeight) -> mx.array:
-    """x @ W.T for a 2-D packed W [out, in]."""
+def linear(x: mx.array, w: PackedWeight, rows: int | None = None) -> mx.array:
+    """x @ W.T for a 2-D packed W [out, in]; ``rows``: only x's first rows (of its flattened
+    rows) are computed, the others are zeros (``kernels.linear``'s rows hint)."""
     *outer, k = x.shape
-    y = _run(x.reshape(1, -1, k), w, _host_constant(0, mx.uint32))
+    y = _run(x.reshape(1, -1, k), w, _host_constant(0, mx.uint32), rows)
     return y.reshape(*outer, w.shape[-2])
 
 

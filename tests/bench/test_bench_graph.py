@@ -28,6 +28,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType
+from mlx.utils import tree_flatten
 
 ROOT = Path(__file__).resolve().parents[2]
 DS4_TINY = ROOT / "assets" / "ds4-tiny.gguf"
@@ -154,7 +155,7 @@ def test_bench_graph_script_counts_the_mac_configuration():
 
 
 # glm-tiny's steady decode step (the script decodes the context's last tokens one at a time, so
-# a KDA layer's rollback states have settled and its compiled tile replays): 328 on the Mac
+# a KDA layer's rollback states have settled and its compiled tile replays): 324 on the Mac
 # (bound: issue 33's acceptance), 317 on the CPU in float32.
 MAX_GLM_METAL_PRIMITIVES = 350
 MAX_GLM_F32_PRIMITIVES = 330
@@ -198,7 +199,7 @@ def test_metal_configuration_records_the_kernel_calls_and_restores_everything():
             ("XROWS", 8),
             ("XSHARE", 1),
         ),
-        (((1, 8, 256), mx.float32), ((64, 84), mx.uint8), ((1,), mx.uint32)),
+        (((1, 8, 256), mx.float32), ((64, 84), mx.uint8), ((1,), mx.uint32), ((1,), mx.int32)),
         (((1, 8, 64), mx.float32),),
         (32 * 8 * 2, 1, 1),
         (32 * 8, 1, 1),
@@ -216,6 +217,19 @@ def test_metal_configuration_records_the_kernel_calls_and_restores_everything():
     assert primitive_names(s).count("Depends") == 1
     assert mx.default_device() == mx.cpu and mx.fast.rms_norm is norm
     assert kernels._backend is kernels.twins and kernels._native_cpu_ops() is not None
+
+
+def test_the_mac_configuration_holds_no_half_precision_matrix():
+    """glm-tiny's F16 matrices and per-head stacks load in the compute dtype on the GPU path,
+    so no product converts a whole matrix per call (its MLA stacks did, four AsTypes a step)."""
+    with metal_configuration():
+        model = ds4mlx.load_model(GLM_TINY, weights_dtype="native")
+        session = model.new_session()
+        session.feed(PROMPT[:8])
+        step = count_step(model.network, session.state.copy(), [1])
+    dtypes = {v.dtype for _, v in tree_flatten(model.network.parameters()) if v.ndim >= 2}
+    assert dtypes == {mx.float32}
+    assert "AsType" not in step.uncut_names
 
 
 def test_the_mac_decode_step_passes_flat_streams_between_blocks():
