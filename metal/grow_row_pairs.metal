@@ -4,7 +4,8 @@
 // the second pair's fresh rows are gate products whose position embedding is added here (the
 // scores kernels.grow_scored_rows makes), where that sum was a launch of its own.
 // inputs:  cached, cached2 [N, W] (T_), fresh, fresh2 [F, W] (T_), added [F, W] float32 (read
-//          with ADDED only), take [1] int32: the fresh rows' first ones that join
+//          with ADDED only), counts [2] int32: take, the fresh rows' first ones that join, and
+//          M (MLX passes no output's shape)
 // outputs: rows, rows2 [M, W] (T_): the last M (M <= N + take) of each cache's rows then its
 //          fresh rows' first take (fresh2's plus added's, summed in float32, with ADDED)
 // template: T_, W, ADDED
@@ -13,11 +14,11 @@
 
 const uint c = thread_position_in_grid.x;
 const uint r = thread_position_in_grid.y;
-if (c >= W || r >= uint(rows_shape[0])) {
+if (c >= W || r >= uint(counts[1])) {
   return;
 }
 const int n = cached_shape[0];
-const int source = n + take[0] - rows_shape[0] + int(r);  // its row in cached, then fresh
+const int source = n + counts[0] - counts[1] + int(r);  // its row in cached, then fresh
 const ulong from = source < n ? ulong(source) * W + c : ulong(source - n) * W + c;
 const ulong to = ulong(r) * W + c;
 if (thread_position_in_grid.z == 0) {

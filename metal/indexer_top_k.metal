@@ -28,7 +28,7 @@ if (seen <= TOPK) {
   }
   return;
 }
-const device float* row_scores = scores + ulong(t) * blocks;
+const ulong row_start = ulong(t) * blocks;  // scores[row_start + j]: the row's block j
 uint threshold = 0;  // the bits of the TOPK-th highest key found so far
 uint wanted = TOPK;  // how many of the keys that match them are still to take
 for (int shift = 24; shift >= 0; shift -= 8) {
@@ -38,7 +38,7 @@ for (int shift = 24; shift >= 0; shift -= 8) {
   metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
   const uint found = shift == 24 ? 0u : ~0u << uint(shift + 8);
   for (uint j = thread_id; j < seen; j += THREADS) {
-    const uint key = ds4_score_key(row_scores[j]);
+    const uint key = ds4_score_key(scores[row_start + j]);
     if ((key & found) == threshold) {
       metal::atomic_fetch_add_explicit(
           &histogram[(key >> uint(shift)) & 255u], 1u, metal::memory_order_relaxed);
@@ -69,7 +69,7 @@ uint taken = 0;
 uint equal_before = 0;
 for (uint first = 0; first < seen && taken < TOPK; first += THREADS) {
   const uint j = first + thread_id;
-  const uint key = j < seen ? ds4_score_key(row_scores[j]) : 0u;
+  const uint key = j < seen ? ds4_score_key(scores[row_start + j]) : 0u;
   const bool equal = j < seen && key == threshold;
   uint equal_total;
   const uint equal_rank = equal_before + ds4_threadgroup_prefix(

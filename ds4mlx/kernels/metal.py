@@ -122,6 +122,13 @@ def _host_constant(value: float | int, dtype: mx.Dtype) -> mx.array:
 
 
 @cache
+def _host_ints(*values: int) -> mx.array:
+    """int32 ``values`` made on the host (no primitive): sizes a kernel reads, where MLX passes
+    no output's shape."""
+    return mx.array(values, dtype=mx.int32)
+
+
+@cache
 def _kernel(qtype: GGMLQuantizationType):
     return mx.fast.metal_kernel(
         name=f"ds4_{qtype.name.lower()}_linear",
@@ -537,8 +544,8 @@ def pool_blocks(
 ) -> mx.array:
     """The softmax pooling [n, dim] of the ``n`` blocks whose rows start at row ``lo`` of kv and
     score (``metal/pool_blocks.metal``; ``Compressor._pooled`` is the twin)."""
-    return _body_kernel("pool_blocks", ("kv", "score", "first"), ("pooled",))(
-        inputs=[kv, score.astype(kv.dtype), mx.array([lo], dtype=mx.int32)],
+    return _body_kernel("pool_blocks", ("kv", "score", "blocks"), ("pooled",))(
+        inputs=[kv, score.astype(kv.dtype), _host_ints(lo, n)],
         template=[("T_", kv.dtype), ("R", ratio), ("DIM", dim), ("OVERLAP", int(overlap))],
         grid=(dim, n, 1),
         threadgroup=(min(dim, MAX_THREADGROUP), 1, 1),
@@ -552,8 +559,8 @@ def grow_rows(cached: mx.array, fresh: mx.array, take: int, keep: int) -> mx.arr
     ``keep`` rows of cached [N, W] followed by the first ``take`` rows of fresh. N must not
     be 0 (an empty input cannot be bound)."""
     rows, width = min(cached.shape[0] + take, keep), cached.shape[1]
-    return _body_kernel("grow_rows", ("cached", "fresh", "take"), ("rows",))(
-        inputs=[cached, fresh.astype(cached.dtype), _host_constant(take, mx.int32)],
+    return _body_kernel("grow_rows", ("cached", "fresh", "counts"), ("rows",))(
+        inputs=[cached, fresh.astype(cached.dtype), _host_ints(take, rows)],
         template=[("T_", cached.dtype), ("W", width)],
         grid=(width, rows, 1),
         threadgroup=(min(width, MAX_THREADGROUP), 1, 1),
@@ -576,7 +583,7 @@ def grow_row_pairs(
     rows, width = min(first.shape[0] + take, keep), first.shape[1]
     grown = _body_kernel(
         "grow_row_pairs",
-        ("cached", "fresh", "cached2", "fresh2", "added", "take"),
+        ("cached", "fresh", "cached2", "fresh2", "added", "counts"),
         ("rows", "rows2"),
     )(
         inputs=[
@@ -585,7 +592,7 @@ def grow_row_pairs(
             second,
             new_second.astype(first.dtype),
             _host_constant(0.0, mx.float32) if added is None else added.astype(mx.float32),
-            _host_constant(take, mx.int32),
+            _host_ints(take, rows),
         ],
         template=[("T_", first.dtype), ("W", width), ("ADDED", int(added is not None))],
         grid=(width, rows, 2),

@@ -21,7 +21,12 @@ from ds4mlx.diagnostics.graph import (
     primitive_names,
     project_to_ratios,
 )
-from ds4mlx.diagnostics.metal_graph import KernelCall, dispatches, metal_configuration
+from ds4mlx.diagnostics.metal_graph import (
+    KernelCall,
+    StandInKernel,
+    dispatches,
+    metal_configuration,
+)
 from ds4mlx.kernels import metal
 
 import mlx.core as mx
@@ -166,6 +171,15 @@ def test_bench_graph_script_counts_glms_steady_step():
     assert mac["primitives_per_token"] <= MAX_GLM_METAL_PRIMITIVES
     cpu = bench_graph("--weights-dtype", "f32", model=GLM_TINY)
     assert cpu["primitives_per_token"] <= MAX_GLM_F32_PRIMITIVES
+
+
+def test_stand_ins_refuse_a_kernel_reading_its_outputs_shape():
+    """MLX declares the shapes of a kernel's inputs only (grow_rows, grow_row_pairs and
+    pool_blocks once read their outputs' and would not have compiled on a Mac)."""
+    spec = {"name": "k", "input_names": ["x"], "output_names": ["out"]}
+    StandInKernel([], source="out[0] = x[x_shape[0] - 1];  // not out_shape", **spec)
+    with pytest.raises(ValueError, match="shape of its output out"):
+        StandInKernel([], source="if (i < out_shape[0]) { out[i] = x[i]; }", **spec)
 
 
 def test_dispatches_leave_out_views():

@@ -92,8 +92,8 @@ void kernel(DevicePtr<const T_> expert_out, const int* expert_out_shape,
 
 namespace pool_blocks {
 template <typename T_, int R, int DIM, int OVERLAP>
-void kernel(DevicePtr<const T_> kv, DevicePtr<const T_> score, DevicePtr<const int> first,
-            DevicePtr<T_> pooled, const int* pooled_shape, uint3 thread_position_in_grid) {
+void kernel(DevicePtr<const T_> kv, DevicePtr<const T_> score, DevicePtr<const int> blocks,
+            DevicePtr<T_> pooled, uint3 thread_position_in_grid) {
 #include "pool_blocks.metal"
 }
 }  // namespace pool_blocks
@@ -131,8 +131,7 @@ void kernel(DevicePtr<const int> tokens, const int* tokens_shape, DevicePtr<cons
 namespace grow_rows {
 template <typename T_, int W>
 void kernel(DevicePtr<const T_> cached, const int* cached_shape, DevicePtr<const T_> fresh,
-            DevicePtr<const int> take, DevicePtr<T_> rows, const int* rows_shape,
-            uint3 thread_position_in_grid) {
+            DevicePtr<const int> counts, DevicePtr<T_> rows, uint3 thread_position_in_grid) {
 #include "grow_rows.metal"
 }
 }  // namespace grow_rows
@@ -141,8 +140,8 @@ namespace grow_row_pairs {
 template <typename T_, int W, int ADDED>
 void kernel(DevicePtr<const T_> cached, const int* cached_shape, DevicePtr<const T_> fresh,
             DevicePtr<const T_> cached2, DevicePtr<const T_> fresh2, DevicePtr<const float> added,
-            DevicePtr<const int> take, DevicePtr<T_> rows, const int* rows_shape,
-            DevicePtr<T_> rows2, uint3 thread_position_in_grid) {
+            DevicePtr<const int> counts, DevicePtr<T_> rows, DevicePtr<T_> rows2,
+            uint3 thread_position_in_grid) {
 #include "grow_row_pairs.metal"
 }
 }  // namespace grow_row_pairs
@@ -306,19 +305,18 @@ int run_pool_blocks(const char* in_path, const char* out_path) {
   const size_t width = size_t(overlap ? 2 : 1) * DS4_D;
   const auto kv = input.read<float>(N * width);
   const auto score = input.read<float>(N * width);
-  const std::vector<int32_t> first{sizes[2]};
+  const std::vector<int32_t> blocks{sizes[2], n};
   bind_buffer(kv);
   bind_buffer(score);
-  bind_buffer(first);
-  const int pooled_shape[2] = {n, DS4_D};
+  bind_buffer(blocks);
   std::vector<float> pooled(size_t(n) * DS4_D, NAN);
   launch_grid({DS4_D + 2, uint(n) + 1, 1}, [&](uint3 position) {
     if (overlap) {
-      pool_blocks::kernel<float, DS4_POOL_R, DS4_D, 1>(kv.data(), score.data(), first.data(),
-                                                       pooled.data(), pooled_shape, position);
+      pool_blocks::kernel<float, DS4_POOL_R, DS4_D, 1>(kv.data(), score.data(), blocks.data(),
+                                                       pooled.data(), position);
     } else {
-      pool_blocks::kernel<float, DS4_POOL_R, DS4_D, 0>(kv.data(), score.data(), first.data(),
-                                                       pooled.data(), pooled_shape, position);
+      pool_blocks::kernel<float, DS4_POOL_R, DS4_D, 0>(kv.data(), score.data(), blocks.data(),
+                                                       pooled.data(), position);
     }
   });
   write_output(out_path, pooled);
@@ -432,15 +430,15 @@ int run_grow_rows(const char* in_path, const char* out_path) {
   const int N = sizes[0], F = sizes[1], M = sizes[3];
   const auto cached = input.read<float>(size_t(N) * DS4_D);
   const auto fresh = input.read<float>(size_t(F) * DS4_D);
-  const std::vector<int32_t> take{sizes[2]};
+  const std::vector<int32_t> counts{sizes[2], M};
   bind_buffer(cached);
   bind_buffer(fresh);
-  bind_buffer(take);
-  const int cached_shape[2] = {N, DS4_D}, rows_shape[2] = {M, DS4_D};
+  bind_buffer(counts);
+  const int cached_shape[2] = {N, DS4_D};
   std::vector<float> rows(size_t(M) * DS4_D, NAN);
   launch_grid({DS4_D + 2, uint(M) + 1, 1}, [&](uint3 position) {
-    grow_rows::kernel<float, DS4_D>(cached.data(), cached_shape, fresh.data(), take.data(),
-                                    rows.data(), rows_shape, position);
+    grow_rows::kernel<float, DS4_D>(cached.data(), cached_shape, fresh.data(), counts.data(),
+                                    rows.data(), position);
   });
   write_output(out_path, rows);
   return 0;
@@ -458,18 +456,18 @@ int run_grow_row_pairs(const char* in_path, const char* out_path) {
   const auto cached2 = input.read<float>(size_t(N) * DS4_D);
   const auto fresh2 = input.read<float>(size_t(F) * DS4_D);
   const auto added = input.read<float>(with_added ? size_t(F) * DS4_D : 1);
-  const std::vector<int32_t> take{sizes[2]};
+  const std::vector<int32_t> counts{sizes[2], M};
   for (const auto* buffer : {&cached, &fresh, &cached2, &fresh2, &added}) {
     bind_buffer(*buffer);
   }
-  bind_buffer(take);
-  const int cached_shape[2] = {N, DS4_D}, rows_shape[2] = {M, DS4_D};
+  bind_buffer(counts);
+  const int cached_shape[2] = {N, DS4_D};
   std::vector<float> rows(size_t(M) * DS4_D, NAN), rows2(size_t(M) * DS4_D, NAN);
   const auto kernel = with_added ? grow_row_pairs::kernel<float, DS4_D, 1>
                                  : grow_row_pairs::kernel<float, DS4_D, 0>;
   launch_grid({DS4_D + 2, uint(M) + 1, 2}, [&](uint3 position) {
     kernel(cached.data(), cached_shape, fresh.data(), cached2.data(), fresh2.data(), added.data(),
-           take.data(), rows.data(), rows_shape, rows2.data(), position);
+           counts.data(), rows.data(), rows2.data(), position);
   });
   rows.insert(rows.end(), rows2.begin(), rows2.end());
   write_output(out_path, rows);
