@@ -551,11 +551,11 @@ def moe_route(
 ) -> tuple[mx.array, mx.array] | None:
     """``moe_tile``'s routing alone (the experts [T, k] and their weights for the first
     ``rows`` rows), for experts that are not all resident, and every tile on the GPU (one
-    Metal launch, ``metal/moe_route.metal``, for all rows); None where it does not apply."""
+    Metal launch, ``metal/moe_route.metal``, whose results are those rows' only: [R, k]); None
+    where it does not apply."""
     if _INFERENCE.get() and _metal_kernels():
-        return metal.moe_route(
-            logits, bias, hashed, n_used=n_used, func=func, normalize=normalize, scale=scale
-        )
+        routing = {"n_used": n_used, "func": func, "normalize": normalize, "scale": scale}
+        return metal.moe_route(logits, bias, hashed, **routing, rows=rows)
     ops = _inference_ops()
     if ops is None:
         return None
@@ -640,7 +640,7 @@ def _pair_products(
     if isinstance(w, PackedWeight):
         return metal.pair_linear(x, w, indices, rows)
     pairs = x[:rows, None, None, :] if x.ndim == 2 else x
-    return gather_linear(pairs, w, indices[:rows])
+    return gather_linear(pairs, w, indices if indices.shape[0] == rows else indices[:rows])
 
 
 def routed_experts(

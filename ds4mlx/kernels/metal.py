@@ -353,19 +353,26 @@ def moe_route(
     func: int,
     normalize: bool,
     scale: float,
+    rows: int | None = None,
 ) -> tuple[mx.array, mx.array]:
-    """Every row's chosen experts uint32 [T, k] (the expert launches' index type, so no
-    conversion follows) and their weights float32 [T, k] from the router logits [T, E]
-    (``metal/moe_route.metal``; ``models.moe.route`` is the twin)."""
-    tokens, experts = logits.shape
+    """Every row's chosen experts uint32 [R, k] (the expert launches' index type, so no
+    conversion follows) and their weights float32 [R, k] from the router logits [T, E], of
+    its first R = ``rows`` rows (all by default: the tile's real ones, which is all the expert
+    launches and the sum read) (``metal/moe_route.metal``; ``models.moe.route`` is the twin)."""
+    experts = logits.shape[1]
+    tokens = logits.shape[0] if rows is None else rows
     indices, weights = _body_kernel(
-        "moe_route", ("logits", "bias", "hashed", "scale"), ("indices", "weights"), header="moe"
+        "moe_route",
+        ("logits", "bias", "hashed", "scale", "rows"),
+        ("indices", "weights"),
+        header="moe",
     )(
         inputs=[
             logits.astype(mx.float32),
             _host_constant(0.0, mx.float32) if bias is None else bias.astype(mx.float32),
             _host_constant(0, mx.int32) if hashed is None else hashed.astype(mx.int32),
             mx.array([scale], dtype=mx.float32),
+            _host_ints(tokens),
         ],
         template=[
             ("E", experts),

@@ -43,9 +43,9 @@
 //     input: int32 T, M, interleaved, inverse | float32 x [T, M, D] ([T, D] for M 0)
 //            | float32 cos, sin [T, N / 2];  output: float32 [T, M, D]
 //   moe_route (-DDS4_E, -DDS4_TOPK)
-//     input: int32 T, func, has_bias, hashed, normalize | float32 scale | float32 logits [T, E]
-//            | float32 bias [E] | int32 hashed [T, TOPK]
-//     output: int32 indices [T, TOPK] | float32 weights [T, TOPK]
+//     input: int32 T, R, func, has_bias, hashed, normalize | float32 scale
+//            | float32 logits [T, E] | float32 bias [E] | int32 hashed [T, TOPK]
+//     output: int32 indices [R, TOPK] | float32 weights [R, TOPK] (the first R rows routed)
 //   moe_combine (-DDS4_TOPK, -DDS4_D)
 //     input: int32 T, R | float32 expert_out [R, TOPK, D] | float32 weights [T, TOPK]
 //            | float32 shared [T, D];  output: float32 [T, D]

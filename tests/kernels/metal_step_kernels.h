@@ -74,9 +74,9 @@ void kernel(DevicePtr<const T_> x, const int* x_shape, int x_ndim, DevicePtr<con
 
 namespace moe_route {
 template <int E, int K, int FUNC, int HAS_BIAS, int HASHED, int NORMALIZE>
-void kernel(DevicePtr<const float> logits, const int* logits_shape, DevicePtr<const float> bias,
-            DevicePtr<const int> hashed, DevicePtr<const float> scale, DevicePtr<uint> indices,
-            DevicePtr<float> weights, uint3 thread_position_in_grid) {
+void kernel(DevicePtr<const float> logits, DevicePtr<const float> bias,
+            DevicePtr<const int> hashed, DevicePtr<const float> scale, DevicePtr<const int> rows,
+            DevicePtr<uint> indices, DevicePtr<float> weights, uint3 thread_position_in_grid) {
 #include "moe_route.metal"
 }
 }  // namespace moe_route
@@ -247,7 +247,7 @@ int run_rope(const char* in_path, const char* out_path) {
 // The routing's inputs; the gating function and flags, template arguments in Metal, are read
 // from the input here and pick one of the 32 compiled runners.
 struct RouteLaunch {
-  int T;
+  int T, R;
   const std::vector<float>& logits;
   const std::vector<float>& bias;
   const std::vector<int32_t>& hashed;
@@ -258,10 +258,11 @@ struct RouteLaunch {
 
 template <int FUNC, int HAS_BIAS, int HASHED, int NORMALIZE>
 void route_all(const RouteLaunch& a) {
-  const int logits_shape[2] = {a.T, DS4_E};
+  const std::vector<int32_t> rows{a.R};
+  bind_buffer(rows);
   launch_grid({uint(a.T) + 1, 1, 1}, [&](uint3 position) {
     moe_route::kernel<DS4_E, DS4_TOPK, FUNC, HAS_BIAS, HASHED, NORMALIZE>(
-        a.logits.data(), logits_shape, a.bias.data(), a.hashed.data(), a.scale.data(),
+        a.logits.data(), a.bias.data(), a.hashed.data(), a.scale.data(), rows.data(),
         a.indices.data(), a.weights.data(), position);
   });
 }
@@ -274,8 +275,9 @@ constexpr std::array<void (*)(const RouteLaunch&), sizeof...(I)> route_runners(
 
 int run_moe_route(const char* in_path, const char* out_path) {
   Input input(in_path);
-  const auto flags = input.read<int32_t>(5);
-  const int T = flags[0];
+  const auto sizes = input.read<int32_t>(2);  // T logits rows, the first R routed
+  const int T = sizes[0], R = sizes[1];
+  const auto flags = input.read<int32_t>(4);
   const auto scale = input.read<float>(1);
   const auto logits = input.read<float>(size_t(T) * DS4_E);
   const auto bias = input.read<float>(DS4_E);
@@ -284,14 +286,14 @@ int run_moe_route(const char* in_path, const char* out_path) {
     bind_buffer(*buffer);
   }
   bind_buffer(hashed);
-  std::vector<uint32_t> indices(size_t(T) * DS4_TOPK, uint32_t(-7));
-  std::vector<float> weights(size_t(T) * DS4_TOPK, NAN);
-  if (flags[1] < 1 || flags[1] > 4) {
+  std::vector<uint32_t> indices(size_t(R) * DS4_TOPK, uint32_t(-7));
+  std::vector<float> weights(size_t(R) * DS4_TOPK, NAN);
+  if (flags[0] < 1 || flags[0] > 4) {
     fail("the gating function must be 1 to 4");
   }
   constexpr auto runners = route_runners(std::make_index_sequence<32>());
-  runners[(flags[1] - 1) * 8 + flags[2] * 4 + flags[3] * 2 + flags[4]](
-      {T, logits, bias, hashed, scale, indices, weights});
+  runners[(flags[0] - 1) * 8 + flags[1] * 4 + flags[2] * 2 + flags[3]](
+      {T, R, logits, bias, hashed, scale, indices, weights});
   std::vector<float> result = as_floats(indices);
   result.insert(result.end(), weights.begin(), weights.end());
   write_output(out_path, result);

@@ -187,20 +187,24 @@ ROUTINGS = [
 def test_emulated_moe_route_kernel_matches_twin(
     emulator: Path, tmp_path, func, has_bias, hashed, normalize, scale
 ):
-    tokens = 7
+    tokens = 7  # the real rows of a tile of 8: the routing's rows
     rng = np.random.default_rng(int(func) * 10 + hashed)
-    logits = (rng.standard_normal((tokens, EXPERTS)) * 4).astype(np.float32)
+    logits = (rng.standard_normal((tokens + 1, EXPERTS)) * 4).astype(np.float32)
     logits[0, :10] = 30.0  # above softplus's threshold (and ties: the lower expert first)
     bias = rng.standard_normal(EXPERTS).astype(np.float32) * 0.1
-    fixed = np.stack([rng.permutation(EXPERTS)[:TOP_K] for _ in range(tokens)]).astype(np.int32)
-    payload = np.array([tokens, func, has_bias, hashed, normalize], np.int32).tobytes()
+    fixed = np.stack([rng.permutation(EXPERTS)[:TOP_K] for _ in range(tokens + 1)])
+    fixed = fixed.astype(np.int32)
+    flags = [tokens + 1, tokens, func, has_bias, hashed, normalize]
+    payload = np.array(flags, np.int32).tobytes()
     payload += np.array([scale], np.float32).tobytes() + logits.tobytes() + bias.tobytes()
     payload += fixed.tobytes()
     got = run(emulator, ["moe_route"], [payload], tmp_path)[0]
+    assert got.size == 2 * tokens * TOP_K  # [R, k] each: the padding row is not routed
     indices = got[: tokens * TOP_K].view(np.int32).reshape(tokens, TOP_K)
     weights = got[tokens * TOP_K :].reshape(tokens, TOP_K)
+    fixed = fixed[:tokens]
     expected = route(
-        gate_probs(mx.array(logits), func),
+        gate_probs(mx.array(logits[:tokens]), func),
         TOP_K,
         func=func,
         bias=mx.array(bias) if has_bias else None,
@@ -221,6 +225,19 @@ def test_emulated_moe_route_kernel_matches_twin(
         rtol=1e-5,
         atol=1e-6,
     )
+
+
+def test_gpu_routing_covers_the_real_rows_only():
+    """A tile's routing on the GPU: one launch for its real rows, whose indices [R, k] the
+    expert launches and the sum read as they are."""
+    logits = mx.array(np.random.default_rng(5).standard_normal((8, EXPERTS)).astype(np.float32))
+    routing = {"n_used": TOP_K, "func": int(GatingFunc.SQRT_SOFTPLUS), "normalize": True}
+    with metal_configuration() as calls, kernels.inference():
+        indices, weights = kernels.moe_route(logits, None, None, 3, **routing, scale=1.5)
+    (call,) = calls
+    assert call.name == "ds4_moe_route" and call.grid == (3, 1, 1)
+    assert call.inputs[4] == ((1,), mx.int32)
+    assert indices.shape == weights.shape == (3, TOP_K)
 
 
 @pytest.mark.parametrize("real", [1, 3, 8])
@@ -552,6 +569,11 @@ def test_metal_moe_route_and_combine_match_twins():
     )
     np.testing.assert_array_equal(np.array(indices), np.array(expected[0]))
     np.testing.assert_allclose(np.array(weights), np.array(expected[1]), rtol=1e-5)
+    real = metal.moe_route(
+        logits, bias, None, n_used=TOP_K, func=int(func), normalize=True, scale=1.5, rows=3
+    )
+    np.testing.assert_array_equal(np.array(real[0]), np.array(indices)[:3])
+    np.testing.assert_array_equal(np.array(real[1]), np.array(weights)[:3])
     expert_out = mx.array(rng.standard_normal((3, TOP_K, 64)).astype(np.float32))
     shared = mx.array(rng.standard_normal((8, 64)).astype(np.float32))
     got = metal.moe_combine(expert_out, weights, shared)
