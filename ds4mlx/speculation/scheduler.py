@@ -16,9 +16,10 @@ than ``COST_MARGIN`` over ``MIN_DRAFTED_SAMPLES`` cycles, or by more than ``CLEA
 ``QUICK_SAMPLES`` (a drafter that plainly loses need not lose for four cycles to show it); then
 a probe of fresh drafted cycles judges again, and each probe that loses doubles the pause (up to
 ``MAX_COST_PAUSE``; a pause is also long enough that what the probe lost is a small share of it,
-``PROBE_SHARE``), while each judgement that drafting pays halves it (down to ``COST_PAUSE``):
-on a shared machine one probe can win by chance, which should not undo what many lost probes
-learned, while a drafter that really pays is back to the shortest pause within a few cycles.
+``PROBE_SHARE``, up to ``MAX_LOSS_PAUSE``), while each judgement that drafting pays halves it
+(down to ``COST_PAUSE``): on a shared machine one probe can win by chance, which should not undo
+what many lost probes learned, while a drafter that really pays is back to the shortest pause
+within a few cycles.
 A drafter that loses thus costs at most about ``PROBE_SHARE`` of plain decoding's speed once
 its pauses have grown. The first drafted cycle of each draft length on a meter is not timed: it
 compiles the verify pass for that many rows (and, the very first, the drafter's own graphs), a
@@ -97,13 +98,16 @@ CLEAR_LOSS = 1.5
 COST_MARGIN = 0.02
 #: Plain advances of a cost pause (about four tokens each), doubling after each losing probe.
 COST_PAUSE = 8
-MAX_COST_PAUSE = 256
+MAX_COST_PAUSE = 64
 #: A cost pause is also long enough that the time its probe lost against plain decoding is at
-#: most this share of the pause's plain decoding: a drafter that loses by far (a legacy MTP
-#: block on a CPU) pauses long at once, one that loses by little no longer than the doubling
-#: gives. 2%: a drafter that loses everywhere then reads at least 0.97x plain decoding's speed
-#: (``ds4 bench``), with room for the noise of its probes.
+#: most this share of the pause's plain decoding, up to ``MAX_LOSS_PAUSE``: a drafter that
+#: loses by far (a legacy MTP block on a CPU) pauses long at once, one that loses by little no
+#: longer than the doubling gives (its probes cost little, and the next request's text may be
+#: one it drafts well: a pause of 256 advances learned on chat answers covered the whole prose
+#: prompt that DSpark doubles the speed of). 2%: a drafter that loses everywhere then reads at
+#: least 0.97x plain decoding's speed (``ds4 bench``), with room for the noise of its probes.
 PROBE_SHARE = 0.02
+MAX_LOSS_PAUSE = 256
 
 
 class Cycle(Enum):
@@ -288,7 +292,7 @@ class DraftScheduler:
             self._measure_plain_again()
             return
         # The cost pause covers any pause of ds4's rule, and its probe starts from fresh samples.
-        pause = min(MAX_COST_PAUSE, max(costs.next_pause, self._pause_for_loss()))
+        pause = max(costs.next_pause, min(MAX_LOSS_PAUSE, self._pause_for_loss()))
         costs.pause_left, self._pause_left = pause, 0
         costs.next_pause = min(2 * costs.next_pause, MAX_COST_PAUSE)
         drafted.restart()

@@ -8,6 +8,7 @@ from ds4mlx.speculation.scheduler import (
     COST_PAUSE,
     LOW_ACCEPTANCE_PAUSE,
     MAX_COST_PAUSE,
+    MAX_LOSS_PAUSE,
     MIN_DRAFTED_SAMPLES,
     MIN_PLAIN_SAMPLES,
     MIN_TAIL_DRAFT,
@@ -198,6 +199,8 @@ def test_the_cost_pause_stops_growing():
     scheduler = judged()
     pauses = plain_runs(drive_costs(scheduler, [LOSING] * (10 * MIN_DRAFTED_SAMPLES)))
     assert pauses[:4] == [COST_PAUSE, 2 * COST_PAUSE, 4 * COST_PAUSE, 8 * COST_PAUSE]
+    # A drafter that loses by little stops at MAX_COST_PAUSE: its probes cost little, and
+    # later text may be text it drafts well.
     assert max(pauses) == MAX_COST_PAUSE
 
 
@@ -278,13 +281,13 @@ def test_a_later_pause_is_long_enough_that_its_probe_cost_a_small_share_of_it():
     drive_costs(scheduler, [5.0] * QUICK_SAMPLES)
     lost_advances = (5.0 * 1.8 - 2.0 * 1.8) / 4.0
     assert scheduler.costs.pause_left == pytest.approx(lost_advances / PROBE_SHARE, abs=1)
-    assert 2 * COST_PAUSE < scheduler.costs.pause_left < MAX_COST_PAUSE
+    assert MAX_COST_PAUSE < scheduler.costs.pause_left < MAX_LOSS_PAUSE
     # The doubling goes on from the learned pause, not from the long one.
     assert scheduler.costs.next_pause == 4 * COST_PAUSE
     # A loss far beyond it pauses for the longest pause at once.
     scheduler = lost_once()
     drive_costs(scheduler, [50.0] * QUICK_SAMPLES)
-    assert scheduler.costs.pause_left == MAX_COST_PAUSE
+    assert scheduler.costs.pause_left == MAX_LOSS_PAUSE
 
 
 def test_the_first_pause_is_as_long_as_its_loss_asks():
@@ -292,7 +295,7 @@ def test_the_first_pause_is_as_long_as_its_loss_asks():
     compile graphs, are not timed (``CostMeter.warm_up``), so the loss is the drafter's."""
     scheduler = judged()
     drive_costs(scheduler, [50.0] * QUICK_SAMPLES)
-    assert scheduler.costs.pause_left == MAX_COST_PAUSE
+    assert scheduler.costs.pause_left == MAX_LOSS_PAUSE
 
 
 def test_the_first_cycle_of_each_draft_length_is_a_warm_up():
