@@ -98,14 +98,15 @@ CLEAR_LOSS = 1.5
 COST_MARGIN = 0.02
 #: Plain advances of a cost pause (about four tokens each), doubling after each losing probe.
 COST_PAUSE = 8
-MAX_COST_PAUSE = 64
+MAX_COST_PAUSE = 32
 #: A cost pause is also long enough that the time its probe lost against plain decoding is at
 #: most this share of the pause's plain decoding, up to ``MAX_LOSS_PAUSE``: a drafter that
 #: loses by far (a legacy MTP block on a CPU) pauses long at once, one that loses by little no
 #: longer than the doubling gives (its probes cost little, and the next request's text may be
-#: one it drafts well: a pause of 256 advances learned on chat answers covered the whole prose
-#: prompt that DSpark doubles the speed of). 2%: a drafter that loses everywhere then reads at
-#: least 0.97x plain decoding's speed (``ds4 bench``), with room for the noise of its probes.
+#: one it drafts well: pauses learned on chat answers, where DSpark breaks even, covered the
+#: prose prompts it doubles the speed of, at 64 advances and more). 2%: a drafter that loses
+#: everywhere then reads at least 0.97x plain decoding's speed (``ds4 bench``), with room for
+#: the noise of its probes.
 PROBE_SHARE = 0.02
 MAX_LOSS_PAUSE = 256
 

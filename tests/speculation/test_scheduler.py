@@ -198,7 +198,7 @@ def plain_runs(trace: list[Cycle]) -> list[int]:
 def test_the_cost_pause_stops_growing():
     scheduler = judged()
     pauses = plain_runs(drive_costs(scheduler, [LOSING] * (10 * MIN_DRAFTED_SAMPLES)))
-    assert pauses[:4] == [COST_PAUSE, 2 * COST_PAUSE, 4 * COST_PAUSE, 8 * COST_PAUSE]
+    assert pauses[:4] == [COST_PAUSE, 2 * COST_PAUSE, 4 * COST_PAUSE, 4 * COST_PAUSE]
     # A drafter that loses by little stops at MAX_COST_PAUSE: its probes cost little, and
     # later text may be text it drafts well.
     assert max(pauses) == MAX_COST_PAUSE
@@ -430,11 +430,11 @@ def test_a_plain_advance_covers_as_many_cycles_of_ds4s_pause_as_it_decodes():
 def test_one_winning_probe_halves_the_pause_and_winning_cycles_shorten_it_to_the_first():
     scheduler = judged()
     slow, fast = [LOSING] * MIN_DRAFTED_SAMPLES, [1.0] * MIN_DRAFTED_SAMPLES
-    # Three losing probes (pauses 8, 16, 32), then one lucky probe: the next pause is 32
-    # (half of 64), not the first pause's 8.
+    # Three losing probes (pauses 8, 16, 32), then one lucky probe: the next pause is 16
+    # (half of the longest), not the first pause's 8.
     trace = drive_costs(scheduler, [*slow, *slow, *slow, *fast])
     assert plain_runs(trace) == [COST_PAUSE, 2 * COST_PAUSE, 4 * COST_PAUSE]
-    assert scheduler.costs.next_pause == 4 * COST_PAUSE
+    assert scheduler.costs.next_pause == 2 * COST_PAUSE
     # A drafter that keeps paying is back to the first pause within a few cycles.
     drive_costs(scheduler, [1.0] * 8)
     assert scheduler.costs.next_pause == COST_PAUSE
