@@ -142,7 +142,10 @@ class SpeculativeDecoder(Decoder):
         self.detached = False
         self.stats = SpeculativeStats()
         self.scheduler = DraftScheduler(
-            self.stats.scheduler, max_draft=drafter.max_draft, costs=self.lease.costs
+            self.stats.scheduler,
+            max_draft=drafter.max_draft,
+            costs=self.lease.costs,
+            free_proposals=not getattr(drafter, "needs_target_rows", True),
         )
         #: While a plain advance collects the target rows for the drafter: each step's rows.
         self._followed: list[TargetRows] | None = None

@@ -203,6 +203,12 @@ class DraftScheduler:
     #: Whether the cost rule applies to this request (the loop's ``_weighs_cost``): without it
     #: no cost pause, not even one an earlier request left, decides what a cycle does.
     weighs_cost: bool = True
+    #: Whether proposing costs nothing (prompt lookup: no network, and a cycle without a copy
+    #: to draft is a plain advance). Such a drafter loses only by drafts the target rejects,
+    #: which depends on the text: its pauses stop at the doubling's ``MAX_COST_PAUSE``, never
+    #: sized by a loss, which a pause learned on chat answers would carry into the prose it
+    #: doubles the speed of (a quick bench read lookup at 1.14x there instead of 2.3x).
+    free_proposals: bool = False
     #: Plain advances left of this request's measurement of plain decoding.
     _measure_left: int = 0
     #: Whether this request has measured plain decoding (see ``_judge_cost``).
@@ -293,7 +299,9 @@ class DraftScheduler:
             self._measure_plain_again()
             return
         # The cost pause covers any pause of ds4's rule, and its probe starts from fresh samples.
-        pause = max(costs.next_pause, min(MAX_LOSS_PAUSE, self._pause_for_loss()))
+        pause = costs.next_pause
+        if not self.free_proposals:
+            pause = max(pause, min(MAX_LOSS_PAUSE, self._pause_for_loss()))
         costs.pause_left, self._pause_left = pause, 0
         costs.next_pause = min(2 * costs.next_pause, MAX_COST_PAUSE)
         drafted.restart()

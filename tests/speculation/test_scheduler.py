@@ -298,6 +298,16 @@ def test_the_first_pause_is_as_long_as_its_loss_asks():
     assert scheduler.costs.pause_left == MAX_LOSS_PAUSE
 
 
+def test_a_drafter_whose_proposals_cost_nothing_pauses_no_longer_than_the_doubling():
+    """Prompt lookup loses only by rejected drafts, which depend on the text: however much its
+    probe lost, its pause is the doubling's."""
+    scheduler = DraftScheduler(max_draft=1, free_proposals=True)
+    scheduler.record_cost(Cycle.PLAIN, 4.0, 4)
+    pauses = plain_runs(drive_costs(scheduler, [50.0] * (8 * QUICK_SAMPLES)))
+    assert pauses[:3] == [COST_PAUSE, 2 * COST_PAUSE, 4 * COST_PAUSE]
+    assert max(pauses) == MAX_COST_PAUSE
+
+
 def test_the_first_cycle_of_each_draft_length_is_a_warm_up():
     costs = CostMeter()
     assert [costs.warm_up(n) for n in (3, 3, 0, 1, 0, 3, 1)] == [
