@@ -64,17 +64,17 @@ class BenchConfig:
     @classmethod
     def quick(cls, **overrides: Any) -> BenchConfig:
         """Fewer runs, tokens and prompts, so the whole bench takes about a minute on 2 quiet
-        cores (docs/performance.md): one timed run after the warm-up (seven rounds of 48
+        cores (docs/performance.md): one timed run after the warm-up (six rounds of 40
         tokens in the speculation section, whose rows must tell a drafter at 0.97x from one
         at 1.0x: one round's ratio is left to a few milliseconds of another process or of a
-        scheduler's probe, so the median must outvote three of them), prefill at 128 and 512
+        scheduler's probe, so the median must outvote two of them), prefill at 128 and 512
         tokens, three prompts (a chat answer, a chat answer in code, prose), the
         dflash-layout file (the same drafter as DSpark in llama.cpp's layout) and the
         held-out code prompts left out, warm page cache only."""
         values: dict[str, Any] = dict(
             runs=1,
-            speculation_runs=overrides.get("runs", 7),
-            max_tokens=48,
+            speculation_runs=overrides.get("runs", 6),
+            max_tokens=40,
             n_decode=32,
             contexts=(128, 512),
             expert_shares=(0.5, 0.25),
