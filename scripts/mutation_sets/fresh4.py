@@ -27,6 +27,7 @@ from mutation_sets.base import (
 )
 
 AGENT = (
+    "tests/agent/test_agent_guard_limits.py",
     "tests/agent/test_agent_guards.py",
     "tests/agent/test_agent_tool_edges.py",
     "tests/agent/test_agent_safety.py",
@@ -35,12 +36,14 @@ AGENT = (
     "tests/robustness/test_agent_paths.py",
 )
 AGENT_UNDO = (
+    "tests/agent/test_agent_guard_limits.py",
     "tests/agent/test_agent_undo_edges.py",
     "tests/agent/test_agent_sessions.py",
     "tests/agent/test_agent_guards.py",
     "tests/agent/test_agent_safety.py",
 )
 AGENT_SESSIONS = (
+    "tests/agent/test_agent_guard_limits.py",
     "tests/agent/test_agent_prompt_input.py",
     "tests/agent/test_agent_compaction.py",
     "tests/agent/test_agent_conversations.py",
@@ -48,11 +51,13 @@ AGENT_SESSIONS = (
     "tests/agent/test_agent_guards.py",
 )
 SERVER_ACCESS = (
+    "tests/server/test_route_edges.py",
     "tests/server/test_access.py",
     "tests/server/test_server_guards.py",
     "tests/server/test_bad_requests.py",
 )
 SERVER_REQUESTS = (
+    "tests/server/test_route_edges.py",
     "tests/server/test_request_mapping.py",
     "tests/server/test_request_edges.py",
     "tests/server/test_tool_choice.py",
@@ -64,12 +69,14 @@ SERVER_REQUESTS = (
     "tests/server/test_server_guards.py",
 )
 SERVER_STREAMS = (
+    "tests/server/test_route_edges.py",
     "tests/server/test_streaming.py",
     "tests/server/test_openai_api.py",
     "tests/server/test_anthropic_api.py",
     "tests/server/test_response_edges.py",
 )
 KV = (
+    "tests/engine/test_kv_cache_edges.py",
     "tests/engine/test_prompt_cache.py",
     "tests/engine/test_prompt_cache_order.py",
     "tests/engine/test_kv_snapshots.py",
@@ -82,6 +89,7 @@ SAMPLING = (
     "tests/speculation/test_acceptance.py",
 )
 CONSTRAINED = (
+    "tests/engine/test_constraint_phases.py",
     "tests/engine/test_constraints.py",
     "tests/server/test_constrained_output.py",
     "tests/speculation/test_constrained.py",
@@ -95,12 +103,14 @@ TEMPLATES = (
     "tests/engine/test_chat_tool_streaming.py",
 )
 SPECULATION = (
+    "tests/speculation/test_context_edges.py",
     "tests/speculation/test_acceptance.py",
     "tests/speculation/test_exact_acceptance.py",
     "tests/speculation/test_loop.py",
     "tests/speculation/test_scheduler.py",
 )
 EXPERTS = (
+    "tests/experts/test_store_edges.py",
     "tests/experts/test_staging_room.py",
     "tests/experts/test_policy.py",
     "tests/experts/test_failure_modes.py",
