@@ -64,3 +64,11 @@ DSPARK_LAYOUT_PY = "ds4mlx/speculation/dspark_layout.py"
 SNAPSHOT_FILE_PY = "ds4mlx/engine/kvcache/snapshot_file.py"
 PROMPT_INPUT_PY = "ds4mlx/agent/prompt_input.py"
 CONVERSATIONS_PY = "ds4mlx/agent/conversations.py"
+ANTHROPIC_PY = "ds4mlx/server/anthropic_messages.py"
+FILES_PY = "ds4mlx/agent/files.py"
+CONSTRAINTS_PY = "ds4mlx/engine/constraints.py"
+
+
+def in_area(tests: tuple[str, ...], name: str, file: str, old: str, new: str) -> Mutation:
+    """A mutation, its test selection first (the sets group their mutations by area)."""
+    return Mutation(name, file, old, new, tests)

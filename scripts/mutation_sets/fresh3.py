@@ -17,9 +17,12 @@ from __future__ import annotations
 
 from mutation_sets.base import (
     ACCESS_PY,
+    ANTHROPIC_PY,
     CHECKPOINTS_PY,
+    CONSTRAINTS_PY,
     CONVERSATIONS_PY,
     DSPARK_LAYOUT_PY,
+    FILES_PY,
     GENERATION_PY,
     JOBS_PY,
     LOOKUP_PY,
@@ -37,6 +40,7 @@ from mutation_sets.base import (
     WORKSPACE_PY,
     Mutation,
 )
+from mutation_sets.base import in_area as _m
 
 # --- the test files of each area
 SERVER_ACCESS = (
@@ -112,22 +116,15 @@ CLI = (
     "tests/server/test_kv_cache.py",
 )
 
-ANTHROPIC_PY = "ds4mlx/server/anthropic_messages.py"
 RESPONSES_PY = "ds4mlx/server/openai_responses.py"
 TURN_PY = "ds4mlx/server/turn.py"
 APP_PY = "ds4mlx/server/app.py"
-FILES_PY = "ds4mlx/agent/files.py"
 KV_STATE_PY = "ds4mlx/agent/kv_state.py"
-CONSTRAINTS_PY = "ds4mlx/engine/constraints.py"
 CALL_GRAMMAR_PY = "ds4mlx/engine/chat/call_grammar.py"
 SUPPORT_GGUF_PY = "ds4mlx/speculation/support_gguf.py"
 OPTIONS_PY = "ds4mlx/cli/options.py"
 KV_OPTIONS_PY = "ds4mlx/cli/kv_options.py"
 CLI_SERVER_PY = "ds4mlx/cli/server.py"
-
-
-def _m(tests: tuple[str, ...], name: str, file: str, old: str, new: str) -> Mutation:
-    return Mutation(name, file, old, new, tests)
 
 
 _SERVER = (

@@ -1,0 +1,27 @@
+"""Speculative decoding at the end of the context, an edge the fourth fresh mutation run found
+untested (issue 37, ``scripts/mutation_sets/fresh4.py``, ``draft_room_overshoots_the_context``):
+a draft never takes the session past the context, and what it commits is what plain decoding
+commits within that context.
+"""
+
+from __future__ import annotations
+
+from ds4mlx.generation import generate
+
+import pytest
+
+from .conftest import ScriptedDrafter
+from .test_loop import PROMPTS, run
+
+
+@pytest.mark.parametrize("max_context", [6, 7, 9, 12])
+def test_a_draft_never_takes_the_session_past_the_context(ds4_model, max_context):
+    prompt = PROMPTS[2]
+    plain, _ = run(generate(ds4_model.new_session(), prompt, 20))
+    limited, _ = run(generate(ds4_model.new_session(), prompt, 20, max_context=max_context))
+    drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=0.0)
+    session = ds4_model.new_session()
+    spec, stats = run(generate(session, prompt, 20, drafter=drafter, max_context=max_context))
+    assert stats.stop_reason == "context"
+    assert session.n_tokens <= max_context
+    assert spec and spec == limited[: len(spec)]
