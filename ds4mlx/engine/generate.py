@@ -218,12 +218,14 @@ def stepped_generate(
         sampler.commit(token)
         stats.generated_tokens += 1
         yield TokenEvent(token, sampler.take_logprob())
+        # A pipelined or verified advance has already fed the tokens still pending (all but
+        # its last): the context holds what was yielded so far, not what was fed ahead.
         stats.stop_reason = stop_reason(
             token,
             stats.generated_tokens,
             limits.stop_tokens,
             max_tokens,
-            session.n_tokens,
+            session.n_tokens - len(pending),
             max_context,
         )
         if stats.stop_reason:

@@ -1,7 +1,8 @@
 """Speculative decoding at the end of the context, an edge the fourth fresh mutation run found
 untested (issue 37, ``scripts/mutation_sets/fresh4.py``, ``draft_room_overshoots_the_context``):
 a draft never takes the session past the context, and what it commits is what plain decoding
-commits within that context.
+commits within that context: every token up to the one that fills it (a pipelined or verified
+advance once ended the generation when it fed ahead, dropping the tokens it had not yielded).
 """
 
 from __future__ import annotations
@@ -24,4 +25,6 @@ def test_a_draft_never_takes_the_session_past_the_context(ds4_model, max_context
     spec, stats = run(generate(session, prompt, 20, drafter=drafter, max_context=max_context))
     assert stats.stop_reason == "context"
     assert session.n_tokens <= max_context
-    assert spec and spec == limited[: len(spec)]
+    # The context holds the prompt and every generated token but the last, never fed.
+    assert len(limited) == max_context - len(prompt) + 1
+    assert spec == limited
