@@ -67,8 +67,8 @@ class SparseMLA(nn.Module):
         self.wq_b = w.matrix(f"{p}.attn_q_b.weight")
         self.wkv_a = w.matrix(f"{p}.attn_kv_a_mqa.weight")
         self.kv_norm = RMSNorm(w.param(f"{p}.attn_kv_a_norm.weight"), eps)
-        self.wk_b = w.matrix(f"{p}.attn_k_b.weight")  # [H, kv_lora_rank, qk_head_dim]
-        self.wv_b = w.matrix(f"{p}.attn_v_b.weight")  # [H, v_head_dim, kv_lora_rank]
+        self.wk_b = w.matrix_stack(f"{p}.attn_k_b.weight")  # [H, kv_lora_rank, qk_head_dim]
+        self.wv_b = w.matrix_stack(f"{p}.attn_v_b.weight")  # [H, v_head_dim, kv_lora_rank]
         self.wo = w.matrix(f"{p}.attn_output.weight")
         self.indexer = indexer
         self.heads, self.head_dim = heads, head_dim
