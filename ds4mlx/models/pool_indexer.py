@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ds4mlx.kernels import Weight, grow_rows, indexer_top_k, linear, linear_many
+from ds4mlx.kernels import Weight, grow_rows, indexer_top_k, linear, linear_many, pool_blocks
 from ds4mlx.models.base import SCORE_BUDGET
 from ds4mlx.models.cache import append_rows, keep_rows
 from ds4mlx.models.weights import Weights
@@ -88,6 +88,15 @@ class TileSelection:
     index: mx.array
 
 
+@mx.compile
+def _pool_rows(pools: mx.array, offsets: mx.array) -> mx.array:
+    """The positions [T, K * kpool] of the pools [T, K] (-1: none) that a tile's rows chose,
+    ``offsets`` = arange(kpool); compiled: one fused primitive where MLX ops take a dozen."""
+    chosen = pools[:, :, None]
+    rows = mx.where(chosen >= 0, chosen * offsets.shape[0] + offsets, -1)
+    return rows.reshape(pools.shape[0], -1)
+
+
 class PoolIndexer(nn.Module):
     """The DSA indexer over k-pools (llama.cpp ``build_kpool_select``)."""
 
@@ -122,6 +131,7 @@ class PoolIndexer(nn.Module):
         self.tail = select_tail
         self.norm_eps = eps
         self.rollback = rollback
+        self._offsets = np.arange(kpool, dtype=np.int32)  # a position's place in its pool
 
     def pool(
         self, keys: mx.array, gates: mx.array, pos0: int, cache: IndexCache | None
@@ -184,17 +194,34 @@ class PoolIndexer(nn.Module):
             keys, gates = keys[:real], gates[:real]
             if cache is not None:
                 keys, gates = append_rows(cache.keys, keys), append_rows(cache.gates, gates)
-        spans = [(b, b + 1) for b in range(first, last)] if one_at_a_time else [(first, last)]
-        for b0, b1 in spans:
-            if b1 > b0:
-                lo, hi = b0 * r - start, b1 * r - start
-                rows = keys[lo:hi].reshape(-1, r, self.dim)
-                scores = gates[lo:hi].reshape(-1, r, self.dim) + self.ape
-                new = mx.sum(rows * mx.softmax(scores, axis=1, precise=True), axis=1)
-                pooled = append_rows(pooled, new)
+        if last > first:
+            new = self._pool_span(keys, gates, first * r - start, last - first, one_at_a_time)
+            pooled = append_rows(pooled, new)
         if start < keep:
             keys, gates = keys[keep - start :], gates[keep - start :]
         return IndexCache(pooled=pooled, start=keep, keys=keys, gates=gates)
+
+    def _pool_span(
+        self, keys: mx.array, gates: mx.array, lo: int, n: int, one_at_a_time: bool
+    ) -> mx.array:
+        """The pooled keys [n, dim] of the n pools whose rows start at row ``lo`` of keys and
+        gates: a per-channel softmax of gate + ape over each pool's positions. A decode tile's
+        (``one_at_a_time``) in one native primitive on the CPU, one Metal launch on the GPU
+        (``kernels.pool_blocks``), each pool on its own; else with MLX ops, a tile's pools one
+        at a time, so that a pool's key does not depend on the chunk that completed it."""
+        r, hi = self.kpool, lo + n * self.kpool
+        rows, scores = keys[lo:hi], gates[lo:hi].reshape(n, r, self.dim) + self.ape
+        if one_at_a_time:
+            new = pool_blocks(rows, scores.reshape(n * r, self.dim), 0, n, r, self.dim, False)
+            if new is not None:
+                return new
+        rows = rows.reshape(n, r, self.dim)
+        spans = [(b, b + 1) for b in range(n)] if one_at_a_time else [(0, n)]
+        outs = [
+            mx.sum(rows[b0:b1] * mx.softmax(scores[b0:b1], axis=1, precise=True), axis=1)
+            for b0, b1 in spans
+        ]
+        return outs[0] if len(outs) == 1 else mx.concatenate(outs)
 
     def select(
         self, weights: mx.array, qr: mx.array, positions: np.ndarray, pooled: mx.array | None
@@ -234,9 +261,7 @@ class PoolIndexer(nn.Module):
         visible = np.zeros(len(positions), np.int32)
         visible[:n_real] = np.where(scored, seen, 0)
         pools = indexer_top_k(q, weights, pooled, mx.array(visible), self.top_pools)
-        rows = pools[:, :, None] * r + mx.arange(r, dtype=mx.int32)
-        rows = mx.where(pools[:, :, None] >= 0, rows, -1).reshape(len(positions), -1)
-        return TileSelection(mx.array(window), rows)
+        return TileSelection(mx.array(window), _pool_rows(pools, mx.array(self._offsets)))
 
     def queries(self, qr: mx.array) -> mx.array:
         """Indexer queries [T, heads, dim] of MLA's query input qr."""
