@@ -2,17 +2,18 @@
 // a bounded cache's rows followed by a chunk's real rows, of which the last ones stay, what
 // kernels.grow_rows computes with two slices and a concatenation (one native primitive on the
 // CPU): the sliding window's keys and a compressor's rows of an incomplete block.
-// inputs:  cached [N, W] (T_), fresh [F, W] (T_), take [1] int32: fresh's first rows that join
+// inputs:  cached [N, W] (T_), fresh [F, W] (T_), counts [2] int32: take, fresh's first rows
+//          that join, and M (MLX passes no output's shape)
 // output:  rows [M, W] (T_): the last M (M <= N + take) of cached's rows then fresh's first take
 // template: T_, W
 // launch:  grid (W, M, 1), threadgroup (min(W, 256), 1, 1): one thread per output element.
 
 const uint c = thread_position_in_grid.x;
 const uint r = thread_position_in_grid.y;
-if (c >= W || r >= uint(rows_shape[0])) {
+if (c >= W || r >= uint(counts[1])) {
   return;
 }
 const int n = cached_shape[0];
-const int source = n + take[0] - rows_shape[0] + int(r);  // its row in cached, then fresh
+const int source = n + counts[0] - counts[1] + int(r);  // its row in cached, then fresh
 rows[ulong(r) * W + c] =
     source < n ? cached[ulong(source) * W + c] : fresh[ulong(source - n) * W + c];

@@ -3,9 +3,11 @@
 // twins.indexer_top_k before its top-k. A score depends only on its own row and block, so a
 // verify row scores as its one-token decode does.
 // inputs:  q [T, H, D] (T_) indexer queries; weights [T, H] float32 head weights;
-//          keys [N, D] (T_) block keys; visible [T] int32 blocks each row sees (its first ones)
-// output:  scores [T, N] float32: sum_h weights[t, h] * max(q[t, h] . keys[j], 0) for
-//          j < visible[t], -inf for the others
+//          keys [N, D] (T_) block keys; visible [T] int32 blocks each row sees (its first ones);
+//          weight_scale [1] float32, which scales each head weight first (as MLX's multiply
+//          did before this launch, so the same bits)
+// output:  scores [T, N] float32: sum_h (weights[t, h] * weight_scale) * max(q[t, h] . keys[j],
+//          0) for j < visible[t], -inf for the others
 // template: T_, H, D
 // launch:  grid (N, T, 1), threadgroup (min(N, 256), 1, 1): one thread per (row, block).
 
@@ -25,6 +27,7 @@ for (uint h = 0; h < H; ++h) {
   for (uint d = 0; d < D; ++d) {
     dot += float(q[(ulong(t) * H + h) * D + d]) * float(keys[ulong(j) * D + d]);
   }
-  total += weights[ulong(t) * H + h] * metal::max(dot, 0.0f);
+  const float weight = weights[ulong(t) * H + h] * weight_scale[0];
+  total += weight * metal::max(dot, 0.0f);
 }
 scores[ulong(t) * blocks + j] = total;

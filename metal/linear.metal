@@ -2,13 +2,15 @@
 //   y[p, m, n] = sum_k x[p / XSHARE, m, k] * W[expert_indices[p], n, k]
 // inputs:  x [P / XSHARE, M, K] (T; any leading dims, or [P / XSHARE, K] for M = 1),
 //          w [E, N, K / DS4_BLOCK_VALUES * DS4_BLOCK_BYTES] (uint8 GGML blocks),
-//          expert_indices [P] (uint32; read as P flat values, so [R, k] of a routed tile)
-// output:  y [P, M, N] (T)
+//          expert_indices [P] (uint32; read as P flat values, so [R, k] of a routed tile),
+//          real_rows [1] int32: the x rows computed, each batch's first (a decode tile's real
+//          rows; M for all): a row's result does not depend on how many are computed
+// output:  y [P, M, N] (T): the rows past real_rows are not written
 // template: T (x and y dtype), K (in features), N (out features), SIMDGROUPS (per threadgroup),
 //          ROWS (weight rows per simdgroup), XROWS (x rows per threadgroup: 1, 2, 4 or 8),
 //          XSHARE (consecutive batches that read one x batch: a routed row's k experts read
 //          the row where it lies, with no copy of it per expert; 1 else)
-// launch:  grid (32 * SIMDGROUPS * ceil(N / (SIMDGROUPS * ROWS)), ceil(M / XROWS), P),
+// launch:  grid (32 * SIMDGROUPS * ceil(N / (SIMDGROUPS * ROWS)), ceil(real_rows / XROWS), P),
 //          threadgroup (32 * SIMDGROUPS, 1, 1). P > 1 is the MoE gather: every selected expert
 //          of a tile in one launch.
 //
@@ -36,9 +38,14 @@ const uint lane = thread_index_in_simdgroup;
 const uint thread_index = thread_index_in_threadgroup;
 const uint3 group = threadgroup_position_in_grid;
 const uint M = x_ndim >= 3 ? uint(x_shape[x_ndim - 2]) : 1u;
+// One lane reads the real row count and passes it on (as the expert index below).
+const uint computed_rows =
+    metal::min(M, metal::simd_broadcast(lane == 0 ? uint(real_rows[0]) : 0u, 0));
 const uint p = group.z;
 const uint first_x_row = group.y * XROWS;
-const uint x_rows = metal::min(uint(XROWS), M - first_x_row);
+// The staging layout and each row's sums follow XROWS, not how many rows are computed.
+const uint x_rows =
+    first_x_row < computed_rows ? metal::min(uint(XROWS), computed_rows - first_x_row) : 0u;
 const uint first_row = (group.x * SIMDGROUPS + simdgroup_index_in_threadgroup) * ROWS;
 
 threadgroup uint tables[DS4_TABLE_WORDS > 0 ? DS4_TABLE_WORDS : 1];

@@ -2,16 +2,17 @@
 // each token's chosen experts and their weights from its router logits, what models.moe's
 // gate_probs and route compute with some twenty MLX operations (llama.cpp's build_moe_ffn).
 // inputs:  logits [T, E] float32; bias [E] float32 selection bias (read when HAS_BIAS);
-//          hashed [T, K] int32 fixed experts (read when HASHED); scale [1] float32 weights scale
-// outputs: indices [T, K] uint32, the chosen experts by descending score (ties: lower expert
-//          first); weights [T, K] float32, their unbiased probabilities (softmax over the chosen
+//          hashed [T, K] int32 fixed experts (read when HASHED); scale [1] float32 weights scale;
+//          rows [1] int32: R, the rows routed (a tile's real ones; MLX passes no output's shape)
+// outputs: indices [R, K] uint32, the chosen experts by descending score (ties: lower expert
+//          first); weights [R, K] float32, their unbiased probabilities (softmax over the chosen
 //          ones for FUNC 3), normalised to sum 1 when NORMALIZE, times scale unless it is 0 or 1
 // template: E, K, FUNC (1 softmax, 2 sigmoid, 3 softmax over the chosen, 4 sqrt(softplus)),
 //          HAS_BIAS, HASHED, NORMALIZE (0 or 1)
-// launch:  grid (T, 1, 1), threadgroup (min(T, 256), 1, 1): one thread per token.
+// launch:  grid (R, 1, 1), threadgroup (min(R, 256), 1, 1): one thread per routed token.
 
 const uint t = thread_position_in_grid.x;
-if (t >= uint(logits_shape[0])) {
+if (t >= uint(rows[0])) {
   return;
 }
 const device float* row = logits + ulong(t) * E;

@@ -2,7 +2,8 @@
 // the softmax pooling of the blocks a chunk completes, what Compressor._pooled
 // (ds4mlx/models/compressed_attention.py) computes with some twenty MLX operations.
 // inputs:  kv, score [N, W] (T_) a compressor's rows, W = DIM (or 2 DIM with OVERLAP);
-//          first [1] int32: the row of the first completed block's first position
+//          blocks [2] int32: the row of the first completed block's first position, and n (MLX
+//          passes no output's shape)
 // output:  pooled [n, DIM] (T_): block i's channel c is sum_j v_j softmax_j(s_j) over its R rows
 //          (rows first + i R + j, channel c); with OVERLAP (CSA) over 2 R entries: the previous
 //          block's rows at channel c (a zero value with a -inf score where that block does not
@@ -12,11 +13,11 @@
 
 const uint c = thread_position_in_grid.x;
 const uint block = thread_position_in_grid.y;
-if (c >= DIM || block >= uint(pooled_shape[0])) {
+if (c >= DIM || block >= uint(blocks[1])) {
   return;
 }
 const uint width = OVERLAP ? 2 * DIM : DIM;
-const int own = first[0] + int(block * R);  // the block's first row
+const int own = blocks[0] + int(block * R);  // the block's first row
 float top = -INFINITY;
 for (uint j = 0; j < R; ++j) {
   if (OVERLAP && own - int(R) + int(j) >= 0) {

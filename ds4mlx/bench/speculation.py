@@ -1,17 +1,17 @@
 """Speculative decoding measured against target-only decoding on the same prompts, in one run.
 
-For every prompt: a shared warm-up (one target-only run, one run per drafter), then ``runs``
-rounds, each a target-only run and one run per drafter back to back (every other round in the
-reverse order), so that each drafted run has a target-only partner measured within a second of it
-on the same machine load. A drafter's speed-up is the median of its per-round ratios (with their
-min..max): on a shared machine one pair of runs taken at different times can read 0.9x or 1.1x
-for a drafter that never drafted. Each row also has τ, acceptance per draft position and the
-scheduler's pauses over the timed runs, and greedy parity (every drafted run's output must be the
-target's own tokens). A drafter keeps its ``DrafterLease`` across the rounds and prompts, as a
-server does, so the rows show what the scheduler settles into. ds4's acceptance fixtures name the
-chat prompts (``hello``, ``redis``, ``math``, ``python_reverse``, ``c_add``); a prose
-continuation and the beginnings of standard-library files the drafter trainer held out
-(``scripts/train_drafters.py``) complete the set.
+For every prompt: a warm-up round, then ``runs`` rounds, each a target-only run and one run per
+drafter decoded in turns, one decode step each (``turns.decode_in_turns``), so that every drafted
+run and its target-only partner are timed under the same machine load, millisecond by
+millisecond; one after the other, two identical runs of the tiny model differ by 10-20%. A
+drafter's speed-up is the median of its per-round ratios (with their min..max). Each row also has
+τ, acceptance per draft position and the scheduler's pauses over the timed runs, and greedy
+parity (every drafted run's output must be the target's own tokens). A drafter keeps its
+``DrafterLease`` across the rounds and prompts, as a server does, so the rows show what the
+scheduler settles into. ds4's acceptance fixtures name the chat prompts (``hello``, ``redis``,
+``math``, ``python_reverse``, ``c_add``); a prose continuation and the beginnings of
+standard-library files the drafter trainer held out (``scripts/train_drafters.py``) complete
+the set.
 """
 
 from __future__ import annotations
@@ -26,14 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ds4mlx.bench.samples import Samples
-from ds4mlx.generation import (
-    Done,
-    DrafterLease,
-    SpeculationConfig,
-    TokenEvent,
-    generate,
-    load_drafter,
-)
+from ds4mlx.bench.turns import TimedRun, decode_in_turns
+from ds4mlx.generation import DrafterLease, SpeculationConfig, load_drafter, stepped
 
 if TYPE_CHECKING:
     from ds4mlx.generation import Drafter, SpeculativeStats
@@ -151,36 +145,31 @@ class SpecResult:
         return data
 
 
-def _run(
+def _round(
     model: LoadedModel,
     ids: list[int],
     max_tokens: int,
-    drafter: Drafter | None,
-    config: SpeculationConfig,
-    stop_tokens: Sequence[int],
-    lease: DrafterLease | None = None,
-) -> tuple[list[int], float, Done]:
-    """One greedy generation on a fresh session: tokens, decode tokens/s and its Done."""
-    session = model.new_session()
-    if drafter is not None:
-        drafter.reset()
-    tokens: list[int] = []
-    done: Done | None = None
-    for event in generate(
-        session,
-        ids,
-        max_tokens,
-        drafter=drafter,
-        config=config,
-        stop_tokens=stop_tokens,
-        lease=lease,
-    ):
-        if isinstance(event, TokenEvent):
-            tokens.append(event.token)
-        else:
-            done = event
-    assert done is not None
-    return tokens, done.stats.decode_tps, done
+    drafters: Sequence[_Drafting],
+    stop: Sequence[int],
+) -> list[TimedRun]:
+    """The target-only run and one run per drafter, on fresh sessions, decoded in turns
+    (``turns.decode_in_turns``): the target-only run first, then the drafters' in order."""
+    plain = SpeculationConfig()
+    generations = [stepped(model.new_session(), ids, max_tokens, config=plain, stop_tokens=stop)]
+    for d in drafters:
+        d.drafter.reset()
+        generations.append(
+            stepped(
+                model.new_session(),
+                ids,
+                max_tokens,
+                drafter=d.drafter,
+                config=d.config,
+                stop_tokens=stop,
+                lease=d.lease,
+            )
+        )
+    return decode_in_turns(generations)
 
 
 @dataclass
@@ -188,10 +177,19 @@ class _DrafterRuns:
     """One drafter's timed runs of one prompt."""
 
     name: str
+    parity: bool
     drafted: Samples = field(default_factory=Samples)
     ratios: Samples = field(default_factory=Samples)
     stats: list[SpeculativeStats] = field(default_factory=list)
-    parity: bool = True
+
+    def add(self, run: TimedRun, plain: TimedRun, plain_tokens: list[int]) -> None:
+        """A timed run and the target-only run it was decoded in turns with."""
+        self.drafted.runs.append(run.decode_tps)
+        # The same tokens when parity holds: the ratio of tokens/s is that of the seconds.
+        self.ratios.runs.append(run.decode_tps / plain.decode_tps if plain.decode_tps else 0.0)
+        if run.done is not None and run.done.acceptance is not None:
+            self.stats.append(run.done.acceptance)
+        self.parity = self.parity and run.tokens == plain_tokens
 
     def result(self, prompt: str, target: Samples, tokens: int) -> SpecResult:
         """The row: τ, acceptance and pauses pooled over the runs (a run can start in a pause
@@ -242,54 +240,26 @@ def bench_prompt(
     max_tokens: int,
     runs: int,
 ) -> list[SpecResult]:
-    """One row per drafter: a shared warm-up, then ``runs`` rounds of a target-only run and one
-    run per drafter, each drafter's ratio taken against its round's target-only run."""
+    """One row per drafter: a warm-up round, then ``runs`` timed rounds, each the target-only
+    run and one run per drafter decoded in turns; a drafter's ratio in a round is its run's
+    speed over that round's target-only run's. Parity: every drafted run, the warm-up's
+    included, decodes the target-only run's tokens."""
     ids = prompt_ids(model, prompt)
     # A chat answer ends at its end-of-turn; text and code run the full length, so that each
     # row measures the same amount of decoding (a tiny model may end prose at once).
     stop = model.tokenizer.stop_ids if prompt.kind == "chat" else ()
-    plain_config = SpeculationConfig()
-    plain_tokens, _, _ = _run(model, ids, max_tokens, None, plain_config, stop)
-    rows = [_DrafterRuns(d.name) for d in drafters]
-    for d, row in zip(drafters, rows, strict=True):
-        tokens, _, _ = _run(model, ids, max_tokens, d.drafter, d.config, stop, d.lease)
-        row.parity = tokens == plain_tokens
+    plain, *drafted = _round(model, ids, max_tokens, drafters, stop)
+    rows = [
+        _DrafterRuns(d.name, run.tokens == plain.tokens)
+        for d, run in zip(drafters, drafted, strict=True)
+    ]
     target = Samples()
-    for round_ in range(runs):
-        pairs = list(zip(drafters, rows, strict=True))
-        # Odd rounds run the drafters first, in reverse: on average each drafted run sits as
-        # far before its target-only partner as after it (the machine's load drifts).
-        first, after = (pairs[::-1], []) if round_ % 2 else ([], pairs)
-        timed = [
-            _timed_drafted(model, ids, max_tokens, d, row, stop, plain_tokens) for d, row in first
-        ]
-        target.runs.append(_run(model, ids, max_tokens, None, plain_config, stop)[1])
-        timed += [
-            _timed_drafted(model, ids, max_tokens, d, row, stop, plain_tokens) for d, row in after
-        ]
-        for (_, row), tps in zip(first + after, timed, strict=True):
-            row.ratios.runs.append(tps / target.runs[-1] if target.runs[-1] else 0.0)
-    return [row.result(prompt.name, target, len(plain_tokens)) for row in rows]
-
-
-def _timed_drafted(
-    model: LoadedModel,
-    ids: list[int],
-    max_tokens: int,
-    drafting: _Drafting,
-    row: _DrafterRuns,
-    stop: Sequence[int],
-    plain_tokens: list[int],
-) -> float:
-    """One timed drafted run, recorded in ``row``; its tokens/s."""
-    tokens, tps, done = _run(
-        model, ids, max_tokens, drafting.drafter, drafting.config, stop, drafting.lease
-    )
-    row.drafted.runs.append(tps)
-    if done.acceptance is not None:
-        row.stats.append(done.acceptance)
-    row.parity = row.parity and tokens == plain_tokens
-    return tps
+    for _ in range(runs):
+        timed_plain, *timed = _round(model, ids, max_tokens, drafters, stop)
+        target.runs.append(timed_plain.decode_tps)
+        for row, run in zip(rows, timed, strict=True):
+            row.add(run, timed_plain, plain.tokens)
+    return [row.result(prompt.name, target, len(plain.tokens)) for row in rows]
 
 
 def bench_model(

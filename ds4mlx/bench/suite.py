@@ -64,17 +64,17 @@ class BenchConfig:
     @classmethod
     def quick(cls, **overrides: Any) -> BenchConfig:
         """Fewer runs, tokens and prompts, so the whole bench takes about a minute on 2 quiet
-        cores (docs/performance.md): one timed run after the warm-up (five rounds of paired
-        runs in the speculation section: one pair's ratio is left to chance, and a 32-token
-        run's to a few milliseconds of another process or of a scheduler's probe, so the
-        median must outvote two of them), prefill at 128 and 512 tokens, three prompts (a chat
-        answer, a chat answer in code, prose), the dflash-layout file (the same drafter as
-        DSpark in llama.cpp's layout) and the held-out code prompts left out, warm page cache
-        only."""
+        cores (docs/performance.md): one timed run after the warm-up (six rounds of 40
+        tokens in the speculation section, whose rows must tell a drafter at 0.97x from one
+        at 1.0x: one round's ratio is left to a few milliseconds of another process or of a
+        scheduler's probe, so the median must outvote two of them), prefill at 128 and 512
+        tokens, three prompts (a chat answer, a chat answer in code, prose), the
+        dflash-layout file (the same drafter as DSpark in llama.cpp's layout) and the
+        held-out code prompts left out, warm page cache only."""
         values: dict[str, Any] = dict(
             runs=1,
-            speculation_runs=overrides.get("runs", 5),
-            max_tokens=32,
+            speculation_runs=overrides.get("runs", 6),
+            max_tokens=40,
             n_decode=32,
             contexts=(128, 512),
             expert_shares=(0.5, 0.25),
@@ -99,7 +99,9 @@ class BenchConfig:
             )
         if "speculation" in self.sections:
             rounds = self.speculation_runs or self.runs
-            parts.append(f"speculation: {rounds} round{'s' * (rounds > 1)} of paired runs")
+            parts.append(
+                f"speculation: {rounds} round{'s' * (rounds > 1)} of runs decoded in turns"
+            )
         return "; ".join(parts)
 
 
@@ -207,9 +209,11 @@ def run_speculation(
         progress(f"(glm nextn not measured: {config.glm} does not exist)")
     rows = [*results, *speculation.summary_rows(results)]
     lines = [
-        f"Per prompt a shared warm-up, then {runs} round{'s' * (runs > 1)} of a target-only run "
-        "and one run per drafter back to back; speed-up: the median (min..max) of the rounds' "
-        "drafted / target-only ratios; pauses: over the timed runs.\n",
+        f"Per prompt a warm-up round, then {runs} round{'s' * (runs > 1)}, each a target-only "
+        "run and one run per drafter decoded in turns, one decode step each (so all run under "
+        "the same machine load), each run timed by its own steps; speed-up: the median "
+        "(min..max) of the rounds' drafted / target-only ratios; pauses: over the timed "
+        "runs.\n",
         speculation.markdown_table(rows),
     ]
     if config.peers:

@@ -18,6 +18,7 @@ so that tests can check the stand-ins receive what the Metal path sends.
 from __future__ import annotations
 
 import functools
+import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -113,6 +114,12 @@ class StandInKernel:
     ):
         if not source:
             raise ValueError(f"kernel {name}: empty source")
+        code = "\n".join(line.partition("//")[0] for line in source.splitlines())
+        for output in output_names:
+            # MLX declares the shape, strides and ndim of inputs only: on a Mac such a name
+            # would not compile.
+            if re.search(rf"\b{output}_(shape|strides|ndim)\b", code):
+                raise ValueError(f"kernel {name}: reads the shape of its output {output}")
         self.calls = calls
         self.name = name
         self.input_names = list(input_names)

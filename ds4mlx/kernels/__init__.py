@@ -192,8 +192,8 @@ def linear(x: mx.array, w: Weight, rows: int | None = None) -> mx.array:
 
     A weight with leading dims [..., out, in] is a stack of matrices: the product broadcasts over
     them like ``x @ w.swapaxes(-1, -2)``. ``rows``: only the first rows of a 2-D ``x`` are
-    needed (a decode tile's real rows); the others come back unspecified (zeros on the CPU,
-    where they are not computed).
+    needed (a decode tile's real rows); the others come back unspecified (zeros where they
+    are not computed: the CPU, packed weights on the GPU).
     """
     if isinstance(w, mx.array):
         stored = _frozen(w)
@@ -212,6 +212,11 @@ def linear(x: mx.array, w: Weight, rows: int | None = None) -> mx.array:
         return out.astype(x.dtype)
     if _block_ops(w) is not None:
         return _blocks_linear(x, w, rows)
+    if _backend is metal and x.ndim == 2:
+        # Only the real rows, in the launch every tile of these rows takes (each row's bits
+        # whatever the count; MLX's own quantized kinds above pick their kernel by the row
+        # count, so they keep every row).
+        return metal.linear(x, w, rows)
     return _backend.linear(x, w)
 
 
@@ -546,11 +551,11 @@ def moe_route(
 ) -> tuple[mx.array, mx.array] | None:
     """``moe_tile``'s routing alone (the experts [T, k] and their weights for the first
     ``rows`` rows), for experts that are not all resident, and every tile on the GPU (one
-    Metal launch, ``metal/moe_route.metal``, for all rows); None where it does not apply."""
+    Metal launch, ``metal/moe_route.metal``, whose results are those rows' only: [R, k]); None
+    where it does not apply."""
     if _INFERENCE.get() and _metal_kernels():
-        return metal.moe_route(
-            logits, bias, hashed, n_used=n_used, func=func, normalize=normalize, scale=scale
-        )
+        routing = {"n_used": n_used, "func": func, "normalize": normalize, "scale": scale}
+        return metal.moe_route(logits, bias, hashed, **routing, rows=rows)
     ops = _inference_ops()
     if ops is None:
         return None
@@ -635,7 +640,7 @@ def _pair_products(
     if isinstance(w, PackedWeight):
         return metal.pair_linear(x, w, indices, rows)
     pairs = x[:rows, None, None, :] if x.ndim == 2 else x
-    return gather_linear(pairs, w, indices[:rows])
+    return gather_linear(pairs, w, indices if indices.shape[0] == rows else indices[:rows])
 
 
 def routed_experts(
@@ -727,16 +732,29 @@ def sparse_attention(
 
 
 def indexer_top_k(
-    q: mx.array, weights: mx.array, keys: mx.array, visible: mx.array, top_k: int
+    q: mx.array,
+    weights: mx.array,
+    keys: mx.array,
+    visible: mx.array,
+    top_k: int,
+    weight_scale: float = 1.0,
 ) -> mx.array:
     """The lightning indexer's top-k blocks for each row on its own (``twins.indexer_top_k``
-    says how): one native primitive on the CPU for the whole tile, in inference on the GPU one
-    Metal launch and one top-k for the whole tile, a loop over rows else."""
+    says how, of the head weights times ``weight_scale``): one native primitive on the CPU for
+    the whole tile, in inference on the GPU two Metal launches for the whole tile (the scores,
+    with the weights' scale inside, and the choice), a loop over rows else."""
     if _INFERENCE.get() and _metal_kernels() and keys.shape[0] >= top_k:
-        return metal.indexer_top_k(q, weights, keys, visible, top_k)
+        return metal.indexer_top_k(q, weights, keys, visible, top_k, weight_scale)
+    weights = _scaled_by(weight_scale)(weights)
     if _native_cpu_ops() is None or keys.dtype != mx.float32:
         return twins.indexer_top_k(q, weights, keys, visible, top_k)
     return native_ops().indexer_top_k(q, weights, keys, visible, top_k)
+
+
+@cache
+def _scaled_by(scale: float) -> Callable[[mx.array], mx.array]:
+    # Compiled, a product with a constant is one primitive (eager, a Broadcast and a Multiply).
+    return mx.compile(lambda x: x * scale)
 
 
 def pool_blocks(
@@ -837,6 +855,25 @@ def grow_rows(
         full = mx.concatenate([old, fresh[:take]]) if old.shape[0] else fresh[:take]
         out.append(full[full.shape[0] - keep :] if full.shape[0] > keep else full)
     return out
+
+
+def grow_scored_rows(
+    cached: Sequence[mx.array],
+    kv: mx.array,
+    gate: mx.array,
+    embedding: mx.array,
+    take: int,
+    keep: int,
+) -> list[mx.array]:
+    """``grow_rows(cached, [kv, gate + embedding], take, keep)``: a compressor's pending kv rows
+    and gate scores grown by a chunk's, its scores the gate products plus their position
+    embedding; in inference on the GPU the sum is made inside the growth's launch
+    (``metal/grow_row_pairs.metal``), a launch less."""
+    fresh = (kv, gate)
+    on_gpu = _INFERENCE.get() and _metal_kernels()
+    if on_gpu and _one_shape_pairs(cached, fresh) and cached[0].shape[0]:
+        return list(metal.grow_row_pairs(tuple(cached), fresh, take, keep, embedding))
+    return grow_rows(cached, (kv, gate + embedding), take, keep)
 
 
 def _one_shape_pairs(cached: Sequence[mx.array], new: Sequence[mx.array]) -> bool:
@@ -946,6 +983,18 @@ def dequantize(w: Weight) -> mx.array:
     return twins.dequantize_packed(w.data, w.qtype)
 
 
+def embed_streams(w: Weight, tokens: mx.array, hc: int) -> mx.array | None:
+    """The rows ``take_rows(w, tokens)`` as ``hc`` identical mHC streams, float32
+    [T, hc * D] (the flat layout an mHC site reads): one Metal launch in inference on the GPU
+    for MLX's affine layouts of whole values a word (``metal/embed_streams.metal``); None
+    elsewhere."""
+    if not (_INFERENCE.get() and _metal_kernels() and isinstance(w, QuantizedWeight)):
+        return None
+    if w.mode != "affine" or w.bits not in (2, 4, 8) or w.biases is None:
+        return None
+    return metal.embed_streams(tokens, w.packed, w.scales, w.biases, w.bits, w.group_size, hc)
+
+
 def take_rows(w: Weight, indices: mx.array) -> mx.array:
     """Rows ``w[indices]`` of a 2-D weight, e.g. an embedding lookup [..., in].
 
@@ -979,11 +1028,13 @@ __all__ = [
     "Weight",
     "attach_codes",
     "dequantize",
+    "embed_streams",
     "freeze",
     "gather_linear",
     "grouped_input_shape",
     "grouped_linear",
     "grow_rows",
+    "grow_scored_rows",
     "linear",
     "linear_many",
     "markov_chain",

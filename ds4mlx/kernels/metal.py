@@ -14,12 +14,13 @@ the RMS norm before them), ``metal/hc_site_norm.metal`` (an mHC site with the no
 streams and of the block input it makes; ``metal/norm.metal`` is their header),
 ``metal/pool_blocks.metal`` (a compressor's pooling of the blocks a chunk completes),
 ``metal/grow_rows.metal`` (a bounded cache grown by a chunk; ``metal/grow_row_pairs.metal``
-two of one shape), ``metal/indexer_scores.metal`` (the
-lightning indexer's block scores of a whole tile) and ``metal/sparse_attention.metal`` (CSA/HCA
-attention over selected compressed rows, 8 query heads sharing each key read). No template
-argument follows the context length, so a session compiles each kernel once. Semantics match
-``kernels.twins`` (and ``models.rope``, ``models.moe`` for RoPE and the routing);
-tests/kernels/metal_emulation.cpp runs and measures the sources without a Mac.
+two of one shape), ``metal/indexer_scores.metal`` and ``metal/indexer_top_k.metal`` (the
+lightning indexer's block scores of a whole tile, and each row's choice among them) and
+``metal/sparse_attention.metal`` (CSA/HCA attention over selected compressed rows, 8 query heads
+sharing each key read), ``metal/embed_streams.metal`` (a decode tile's token embeddings as its
+mHC streams). No template argument follows the context length, so a session compiles
+each kernel once. Semantics match ``kernels.twins`` (and ``models.rope``, ``models.moe`` for RoPE
+and the routing); tests/kernels/metal_emulation.cpp runs and measures the sources without a Mac.
 
 ``metal/kda_tile.metal``: a GLM KDA layer's decode tile between its projections (``kda_tile``).
 """
@@ -125,20 +126,31 @@ def _host_constant(value: float | int, dtype: mx.Dtype) -> mx.array:
 
 
 @cache
+def _host_ints(*values: int) -> mx.array:
+    """int32 ``values`` made on the host (no primitive): sizes a kernel reads, where MLX passes
+    no output's shape."""
+    return mx.array(values, dtype=mx.int32)
+
+
+@cache
 def _kernel(qtype: GGMLQuantizationType):
     return mx.fast.metal_kernel(
         name=f"ds4_{qtype.name.lower()}_linear",
-        input_names=["x", "w", "expert_indices"],
+        input_names=["x", "w", "expert_indices", "real_rows"],
         output_names=["y"],
         source=(METAL_SOURCE_DIR / "linear.metal").read_text(),
         header=format_header(qtype),
     )
 
 
-def _run(x: mx.array, w: PackedWeight, expert_indices: mx.array) -> mx.array:
-    """x [P, M, K], expert_indices [P] -> y [P, M, N] with y[p] = x[p] @ W[expert_indices[p]].T."""
+def _run(
+    x: mx.array, w: PackedWeight, expert_indices: mx.array, real_rows: int | None = None
+) -> mx.array:
+    """x [P, M, K], expert_indices [P] -> y [P, M, N] with y[p] = x[p] @ W[expert_indices[p]].T
+    (of each x[p]'s first ``real_rows`` rows, zeros past them, when given)."""
     n_batches, n_rows, _ = x.shape
-    return _launch(x, w, expert_indices, n_batches, n_rows, 1, (n_batches, n_rows, w.shape[-2]))
+    shape = (n_batches, n_rows, w.shape[-2])
+    return _launch(x, w, expert_indices, n_batches, n_rows, 1, shape, real_rows)
 
 
 def _launch(
@@ -149,13 +161,24 @@ def _launch(
     n_rows: int,
     x_share: int,
     shape: tuple[int, ...],
+    real_rows: int | None = None,
 ) -> mx.array:
     """``metal/linear.metal`` over ``n_batches`` batches of ``n_rows`` x rows, ``x_share``
-    consecutive batches reading one x batch; the result declared as ``shape``."""
+    consecutive batches reading one x batch; the result declared as ``shape``. ``real_rows``:
+    only each batch's first rows are computed (the others come back zeros), in the x-row tile
+    of all ``n_rows``, so each row's bits are those of the whole launch's."""
     n_out, k = w.shape[-2:]
     launch = matvec_launch(n_out, n_rows)
+    computed = n_rows if real_rows is None else min(real_rows, n_rows)
+    # Rows not computed are zeros, as the CPU leaves them (MLX fills the output first).
+    padding = {"init_value": 0.0} if computed < n_rows else {}
     return _kernel(w.qtype)(
-        inputs=[x, w.data, expert_indices.astype(mx.uint32)],  # no-op for moe_route's
+        inputs=[
+            x,
+            w.data,
+            expert_indices.astype(mx.uint32),  # no-op for moe_route's
+            _host_constant(computed, mx.int32),
+        ],
         template=[
             ("T", x.dtype),
             ("K", k),
@@ -165,17 +188,19 @@ def _launch(
             ("XROWS", launch.x_rows),
             ("XSHARE", x_share),
         ],
-        grid=launch.grid(n_out, n_rows, n_batches),
+        grid=launch.grid(n_out, computed, n_batches),
         threadgroup=(SIMD_WIDTH * launch.simdgroups, 1, 1),
         output_shapes=[shape],
         output_dtypes=[x.dtype],
+        **padding,
     )[0]
 
 
-def linear(x: mx.array, w: PackedWeight) -> mx.array:
-    """x @ W.T for a 2-D packed W [out, in]."""
+def linear(x: mx.array, w: PackedWeight, rows: int | None = None) -> mx.array:
+    """x @ W.T for a 2-D packed W [out, in]; ``rows``: only x's first rows (of its flattened
+    rows) are computed, the others are zeros (``kernels.linear``'s rows hint)."""
     *outer, k = x.shape
-    y = _run(x.reshape(1, -1, k), w, _host_constant(0, mx.uint32))
+    y = _run(x.reshape(1, -1, k), w, _host_constant(0, mx.uint32), rows)
     return y.reshape(*outer, w.shape[-2])
 
 
@@ -332,19 +357,26 @@ def moe_route(
     func: int,
     normalize: bool,
     scale: float,
+    rows: int | None = None,
 ) -> tuple[mx.array, mx.array]:
-    """Every row's chosen experts uint32 [T, k] (the expert launches' index type, so no
-    conversion follows) and their weights float32 [T, k] from the router logits [T, E]
-    (``metal/moe_route.metal``; ``models.moe.route`` is the twin)."""
-    tokens, experts = logits.shape
+    """Every row's chosen experts uint32 [R, k] (the expert launches' index type, so no
+    conversion follows) and their weights float32 [R, k] from the router logits [T, E], of
+    its first R = ``rows`` rows (all by default: the tile's real ones, which is all the expert
+    launches and the sum read) (``metal/moe_route.metal``; ``models.moe.route`` is the twin)."""
+    experts = logits.shape[1]
+    tokens = logits.shape[0] if rows is None else rows
     indices, weights = _body_kernel(
-        "moe_route", ("logits", "bias", "hashed", "scale"), ("indices", "weights"), header="moe"
+        "moe_route",
+        ("logits", "bias", "hashed", "scale", "rows"),
+        ("indices", "weights"),
+        header="moe",
     )(
         inputs=[
             logits.astype(mx.float32),
             _host_constant(0.0, mx.float32) if bias is None else bias.astype(mx.float32),
             _host_constant(0, mx.int32) if hashed is None else hashed.astype(mx.int32),
             mx.array([scale], dtype=mx.float32),
+            _host_ints(tokens),
         ],
         template=[
             ("E", experts),
@@ -523,8 +555,8 @@ def pool_blocks(
 ) -> mx.array:
     """The softmax pooling [n, dim] of the ``n`` blocks whose rows start at row ``lo`` of kv and
     score (``metal/pool_blocks.metal``; ``Compressor._pooled`` is the twin)."""
-    return _body_kernel("pool_blocks", ("kv", "score", "first"), ("pooled",))(
-        inputs=[kv, score.astype(kv.dtype), mx.array([lo], dtype=mx.int32)],
+    return _body_kernel("pool_blocks", ("kv", "score", "blocks"), ("pooled",))(
+        inputs=[kv, score.astype(kv.dtype), _host_ints(lo, n)],
         template=[("T_", kv.dtype), ("R", ratio), ("DIM", dim), ("OVERLAP", int(overlap))],
         grid=(dim, n, 1),
         threadgroup=(min(dim, MAX_THREADGROUP), 1, 1),
@@ -538,8 +570,8 @@ def grow_rows(cached: mx.array, fresh: mx.array, take: int, keep: int) -> mx.arr
     ``keep`` rows of cached [N, W] followed by the first ``take`` rows of fresh. N must not
     be 0 (an empty input cannot be bound)."""
     rows, width = min(cached.shape[0] + take, keep), cached.shape[1]
-    return _body_kernel("grow_rows", ("cached", "fresh", "take"), ("rows",))(
-        inputs=[cached, fresh.astype(cached.dtype), _host_constant(take, mx.int32)],
+    return _body_kernel("grow_rows", ("cached", "fresh", "counts"), ("rows",))(
+        inputs=[cached, fresh.astype(cached.dtype), _host_ints(take, rows)],
         template=[("T_", cached.dtype), ("W", width)],
         grid=(width, rows, 1),
         threadgroup=(min(width, MAX_THREADGROUP), 1, 1),
@@ -549,23 +581,31 @@ def grow_rows(cached: mx.array, fresh: mx.array, take: int, keep: int) -> mx.arr
 
 
 def grow_row_pairs(
-    cached: tuple[mx.array, mx.array], fresh: tuple[mx.array, mx.array], take: int, keep: int
+    cached: tuple[mx.array, mx.array],
+    fresh: tuple[mx.array, mx.array],
+    take: int,
+    keep: int,
+    added: mx.array | None = None,
 ) -> tuple[mx.array, mx.array]:
     """``grow_rows`` of two pairs of one shape in one launch (``metal/grow_row_pairs.metal``):
-    a compressor's pending kv rows and scores."""
+    a compressor's pending kv rows and scores, ``added`` (float32, fresh's shape) summed into
+    the second pair's fresh rows first when given (``kernels.grow_scored_rows``)."""
     (first, second), (new_first, new_second) = cached, fresh
     rows, width = min(first.shape[0] + take, keep), first.shape[1]
     grown = _body_kernel(
-        "grow_row_pairs", ("cached", "fresh", "cached2", "fresh2", "take"), ("rows", "rows2")
+        "grow_row_pairs",
+        ("cached", "fresh", "cached2", "fresh2", "added", "counts"),
+        ("rows", "rows2"),
     )(
         inputs=[
             first,
             new_first.astype(first.dtype),
             second,
             new_second.astype(first.dtype),
-            _host_constant(take, mx.int32),
+            _host_constant(0.0, mx.float32) if added is None else added.astype(mx.float32),
+            _host_ints(take, rows),
         ],
-        template=[("T_", first.dtype), ("W", width)],
+        template=[("T_", first.dtype), ("W", width), ("ADDED", int(added is not None))],
         grid=(width, rows, 2),
         threadgroup=(min(width, MAX_THREADGROUP), 1, 1),
         output_shapes=[(rows, width), (rows, width)],
@@ -574,20 +614,67 @@ def grow_row_pairs(
     return grown[0], grown[1]
 
 
-def indexer_top_k(
-    q: mx.array, weights: mx.array, keys: mx.array, visible: mx.array, top_k: int
+def embed_streams(
+    tokens: mx.array,
+    packed: mx.array,
+    scales: mx.array,
+    biases: mx.array,
+    bits: int,
+    group_size: int,
+    hc: int,
 ) -> mx.array:
-    """``twins.indexer_top_k`` for a whole tile: every row's block scores in one launch
-    (``metal/indexer_scores.metal``), then one top-k over all rows (``select_top_k``)."""
-    return select_top_k(indexer_scores(q, weights, keys, visible), visible, top_k)
+    """Each token's row of an affine-quantized embedding (``packed`` [V, D * bits / 32],
+    ``scales`` and ``biases`` [V, D / group_size]) as all ``hc`` streams of its tile row,
+    float32 [T, hc * D] (``metal/embed_streams.metal``)."""
+    tokens_count, dim = tokens.shape[0], packed.shape[-1] * 32 // bits
+    return _body_kernel("embed_streams", ("tokens", "packed", "scales", "biases"), ("streams",))(
+        inputs=[tokens.astype(mx.int32), packed, scales, biases.astype(scales.dtype)],
+        template=[
+            ("S_", scales.dtype),
+            ("BITS", bits),
+            ("GROUP", group_size),
+            ("D", dim),
+            ("HC", hc),
+        ],
+        grid=(dim, tokens_count, 1),
+        threadgroup=(min(dim, MAX_THREADGROUP), 1, 1),
+        output_shapes=[(tokens_count, hc * dim)],
+        output_dtypes=[mx.float32],
+    )[0]
 
 
-def indexer_scores(q: mx.array, weights: mx.array, keys: mx.array, visible: mx.array) -> mx.array:
-    """Each row's score of each block [T, N], -inf past the blocks the row sees."""
+def indexer_top_k(
+    q: mx.array,
+    weights: mx.array,
+    keys: mx.array,
+    visible: mx.array,
+    top_k: int,
+    weight_scale: float = 1.0,
+) -> mx.array:
+    """``twins.indexer_top_k`` (of the weights times ``weight_scale``) for a whole tile in two
+    launches: every row's block scores (``metal/indexer_scores.metal``), then every row's
+    selection (``top_k_kernel``)."""
+    scores = indexer_scores(q, weights, keys, visible, weight_scale)
+    return top_k_kernel(scores, visible, top_k)
+
+
+def indexer_scores(
+    q: mx.array, weights: mx.array, keys: mx.array, visible: mx.array, weight_scale: float = 1.0
+) -> mx.array:
+    """Each row's score of each block [T, N] (the head weights times ``weight_scale``), -inf
+    past the blocks the row sees."""
     tokens, heads, dim = q.shape
     blocks = keys.shape[0]
-    return _body_kernel("indexer_scores", ("q", "weights", "keys", "visible"), ("scores",))(
-        inputs=[q, weights.astype(mx.float32), keys.astype(q.dtype), visible.astype(mx.int32)],
+    return _body_kernel(
+        "indexer_scores", ("q", "weights", "keys", "visible", "weight_scale"), ("scores",)
+    )(
+        inputs=[
+            q,
+            weights.astype(mx.float32),
+            keys.astype(q.dtype),
+            visible.astype(mx.int32),
+            _host_constant(weight_scale, mx.float32),
+        ],
         template=[("T_", q.dtype), ("H", heads), ("D", dim)],
         grid=(blocks, tokens, 1),
         threadgroup=(min(blocks, MAX_THREADGROUP), 1, 1),
@@ -596,11 +683,24 @@ def indexer_scores(q: mx.array, weights: mx.array, keys: mx.array, visible: mx.a
     )[0]
 
 
+def top_k_kernel(scores: mx.array, visible: mx.array, top_k: int) -> mx.array:
+    """``select_top_k`` (its twin) in one launch, a threadgroup a row
+    (``metal/indexer_top_k.metal``)."""
+    return _body_kernel("indexer_top_k", ("scores", "visible"), ("top",), header="select")(
+        inputs=[scores.astype(mx.float32), visible.astype(mx.int32)],
+        template=[("TOPK", top_k), ("THREADS", MAX_THREADGROUP)],
+        grid=(MAX_THREADGROUP, scores.shape[0], 1),
+        threadgroup=(MAX_THREADGROUP, 1, 1),
+        output_shapes=[(scores.shape[0], top_k)],
+        output_dtypes=[mx.int32],
+    )[0]
+
+
 def select_top_k(scores: mx.array, visible: mx.array, top_k: int) -> mx.array:
     """int32 [T, top_k]: each row's ``top_k`` best blocks of ``scores`` [T, N] in ascending
     order, -1 in unused slots, as ``twins.indexer_top_k`` chooses them (a stable sort: equal
     scores keep the lower block; the -inf of unseen blocks sort last, so a row that sees at
-    most ``top_k`` blocks takes them all)."""
+    most ``top_k`` blocks takes them all). MLX operations: ``top_k_kernel``'s twin."""
     picked = mx.sort(mx.argsort(-scores, axis=-1)[:, :top_k], axis=-1)
     return mx.where(_slots(top_k) < visible.astype(mx.int32)[:, None], picked.astype(mx.int32), -1)
 

@@ -13,7 +13,7 @@ import functools
 import math
 from dataclasses import dataclass
 
-from ds4mlx.kernels import grow_rows, indexer_top_k, pool_blocks, sparse_attention
+from ds4mlx.kernels import grow_scored_rows, indexer_top_k, pool_blocks, sparse_attention
 from ds4mlx.models.attention import sink_attention, sliding_window_mask
 from ds4mlx.models.base import DECODE_TILE, SCORE_BUDGET
 from ds4mlx.models.cache import keep_rows
@@ -105,22 +105,20 @@ class Compressor(nn.Module):
         phase = np.asarray(positions) % self.ratio
         return mx.array(np.array(self.ape)[phase]) if on_host else self.ape[mx.array(phase)]
 
-    def rows(self, kv: mx.array, gate: mx.array, embedding: mx.array) -> tuple[mx.array, mx.array]:
-        """``project`` from the products ``wkv x`` and ``wgate x`` and the rows'
-        ``position_embedding``: the kv rows and the gate scores."""
-        return kv, gate + embedding
-
     def pool(
         self,
         kv: mx.array,
-        score: mx.array,
+        gate: mx.array,
+        embedding: mx.array,
         pos0: int,
         pending: PendingRows | None,
         take: int,
     ) -> tuple[mx.array | None, PendingRows]:
-        """Pools the blocks that the first ``take`` of the kv and score rows (``rows``; of
-        positions pos0 ..) complete: (their rows, or None when none completes; the rows kept).
-        ``take``: all the rows of a chunk, a decode tile's real ones."""
+        """Pools the blocks that the first ``take`` of the rows of positions pos0 .. complete,
+        from their products ``wkv x`` and ``wgate x`` and their ``position_embedding`` (a row's
+        gate score is its gate product plus its embedding, summed where the rows join the kept
+        ones: ``kernels.grow_scored_rows``): (the pooled rows, or None when no block completes;
+        the rows kept). ``take``: all the rows of a chunk, a decode tile's real ones."""
         r, dim, end = self.ratio, self.dim, pos0 + take
         start = pos0 if pending is None else pending.start  # position of the first row
         keep_from = max(start, self.pending_start(max(0, end - self.slack)))
@@ -128,8 +126,8 @@ class Compressor(nn.Module):
         # The rows read from here on: those kept, and those of the blocks completed now (each
         # with the block before it, CSA).
         read_from = keep_from if b1 == b0 else max(start, min(keep_from, (b0 - self.overlap) * r))
-        cached = (kv[:0], score[:0]) if pending is None else (pending.kv, pending.score)
-        kv, score = grow_rows(cached, (kv, score), take, end - read_from)
+        cached = (kv[:0], gate[:0]) if pending is None else (pending.kv, pending.score)
+        kv, score = grow_scored_rows(cached, kv, gate, embedding, take, end - read_from)
         start, skip = read_from, keep_from - read_from
         kept = PendingRows(keep_from, kv[skip:] if skip else kv, score[skip:] if skip else score)
         if b1 == b0:
@@ -198,15 +196,18 @@ class LightningIndexer(nn.Module):
         )
         self.heads, self.dim, self.top_k = heads, dim, top_k
         self.rope = rope
+        # Scales the head weights where they meet the scores (``top_blocks``,
+        # ``kernels.indexer_top_k``: inside the scores' launch on the GPU).
+        self.weight_scale = 1.0 / math.sqrt(dim * heads)
 
     def from_products(
         self, q: mx.array, weights: mx.array, angles: RopeAngles
     ) -> tuple[mx.array, mx.array]:
-        """Indexer queries [T, heads, dim] and head weights [T, heads] from the products
-        ``q_b qr`` and ``proj x`` (``Attention._project`` makes them with its own)."""
+        """Indexer queries [T, heads, dim] and head weights [T, heads] (not yet times
+        ``weight_scale``) from the products ``q_b qr`` and ``proj x`` (``Attention._project``
+        makes them with its own)."""
         q = q.reshape(q.shape[0], self.heads, self.dim)
         q = self.rope.apply(q, angles, offset=self.dim - self.rope.n_dims)
-        weights = weights * (1.0 / math.sqrt(self.dim * self.heads))
         return q, weights
 
     def select(self, q: mx.array, weights: mx.array, keys: mx.array, visible: mx.array) -> mx.array:
@@ -227,7 +228,7 @@ class LightningIndexer(nn.Module):
         """The top_k visible blocks of each query, int32 [T, top_k] in no particular order;
         -1 fills the slots of a row that sees fewer blocks. Needs N > top_k keys."""
         scores = mx.maximum(mx.matmul(q, keys.T), 0.0)  # [T, heads, N]
-        scores = mx.sum(scores * weights[..., None], axis=1)
+        scores = mx.sum(scores * (weights * self.weight_scale)[..., None], axis=1)
         scores = mx.where(visible, scores, -mx.inf)
         top = mx.argpartition(-scores, self.top_k - 1, axis=-1)[:, : self.top_k]
         top = mx.where(mx.take_along_axis(visible, top, axis=-1), top.astype(mx.int32), -1)
@@ -324,8 +325,9 @@ class CompressedAttention(nn.Module):
             )
         # The indexer's choice for each row over exactly that row's blocks, as a one-row
         # decode makes it (one primitive for the tile on the CPU).
+        visible = mx.array(n_vis.astype(np.int32))
         return cache.comp, indexer_top_k(
-            index_q, index_w, cache.index, mx.array(n_vis.astype(np.int32)), top_k
+            index_q, index_w, cache.index, visible, top_k, self.indexer.weight_scale
         )
 
     def _attend(

@@ -353,16 +353,18 @@ class _Projected:
     angles: RopeAngles
     q: mx.array | None  # [T, H, hd]
     kv: mx.array  # [T, hd]
-    comp: tuple[mx.array, mx.array] | None = None  # compressor kv and score rows
-    index: tuple[mx.array, mx.array] | None = None  # indexer compressor kv and score rows
+    # The compressors' rows (``Compressor.pool``'s first three arguments): kv and gate
+    # products and the position embedding, attention's then the indexer's.
+    comp: tuple[mx.array, mx.array, mx.array] | None = None
+    index: tuple[mx.array, mx.array, mx.array] | None = None
     index_q: mx.array | None = None
     index_w: mx.array | None = None
 
     def flat(self) -> list[mx.array]:
         """The arrays, in a fixed order (a compiled tile's outputs); ``from_flat`` inverts."""
-        pairs = [a for pair in (self.comp, self.index) if pair is not None for a in pair]
+        rows = [a for three in (self.comp, self.index) if three is not None for a in three]
         rest = [a for a in (self.index_q, self.index_w) if a is not None]
-        return [self.q, self.kv, *pairs, *rest]
+        return [self.q, self.kv, *rows, *rest]
 
     @classmethod
     def from_flat(
@@ -371,15 +373,15 @@ class _Projected:
         q, kv, *rest = arrays
         rows = cls(angles, q, kv)
         if compressed:
-            rows.comp, rest = (rest[0], rest[1]), rest[2:]
+            rows.comp, rest = (rest[0], rest[1], rest[2]), rest[3:]
         if indexed:
-            rows.index = (rest[0], rest[1])
-            rows.index_q, rows.index_w = rest[2], rest[3]
+            rows.index = (rest[0], rest[1], rest[2])
+            rows.index_q, rows.index_w = rest[3], rest[4]
         return rows
 
     def row(self, r: int) -> _Projected:
-        def take(pair: tuple[mx.array, mx.array] | None) -> tuple[mx.array, mx.array] | None:
-            return None if pair is None else (pair[0][r : r + 1], pair[1][r : r + 1])
+        def take(three: tuple[mx.array, ...] | None) -> tuple[mx.array, ...] | None:
+            return None if three is None else tuple(a[r : r + 1] for a in three)
 
         at = slice(r, r + 1)
         return _Projected(
@@ -512,9 +514,9 @@ class Attention(CompressedAttention):
         q_products = linear_many(qr, [self.wq_b] + ([indexer.q_b] if indexer else []), real_rows)
         rows.q = self._rotated_queries(q_products[0], angles)
         if comp is not None:
-            rows.comp = comp.rows(next(products), next(products), next(embedding))
+            rows.comp = (next(products), next(products), next(embedding))
         if indexer is not None:
-            rows.index = indexer.compressor.rows(next(products), next(products), next(embedding))
+            rows.index = (next(products), next(products), next(embedding))
             rows.index_q, rows.index_w = indexer.from_products(
                 q_products[1], next(products), angles
             )
@@ -730,9 +732,11 @@ class Block(nn.Module):
         return hc_expand(self.moe(h, tokens), x, post, comb)
 
     def _tile_ffn(self, x: mx.array, tokens: mx.array, n_real: int) -> mx.array:
-        """``_ffn`` of a decode tile whose first ``n_real`` rows are real."""
+        """``_ffn`` of a decode tile whose first ``n_real`` rows are real. In inference on the
+        GPU the streams come out flat, [T, hc * D], as the next block's site and the head read
+        them (``hc_expand``'s ``flat``): no view between blocks."""
         h, post, comb = self.hc_ffn(x, self.ffn_norm)
-        return hc_expand(self.moe.tile(h, tokens, n_real), x, post, comb)
+        return hc_expand(self.moe.tile(h, tokens, n_real), x, post, comb, flat=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -783,12 +787,21 @@ class Model(TiledModel):
             x, caches[i] = block(x, tokens, pos0, caches[i])
             yield x
 
+    def _embed(self, tokens: mx.array) -> mx.array:
+        # In a decode tile on the GPU one launch makes the streams, flat as the first site
+        # reads them (``kernels.embed_streams``).
+        streams = kernels.embed_streams(self.embed, tokens, self.args.hc_mult)
+        return super()._embed(tokens) if streams is None else streams
+
     def _tile_layers(
         self, x: mx.array, tokens: mx.array, pos0: int, caches: list[Any], n_real: int
     ) -> Iterator[mx.array]:
+        hc = self.args.hc_mult
         for i, block in enumerate(self.blocks):
             x, caches[i] = block.tile(x, tokens, pos0, caches[i], n_real)
-            yield x
+            # The next block reads flat streams as they come; the caller sees [T, hc, D] (a
+            # view, made only where the caller uses it: the last block's, a captured layer's).
+            yield x if x.ndim == 3 else x.reshape(x.shape[0], hc, -1)
 
     def _tile_head(self, x: mx.array, n_real: int) -> tuple[mx.array, mx.array]:
         return self._head_tiles.get(n_real)(x)

@@ -145,15 +145,23 @@ class MTPNet(nn.Module):
         self.head = head
 
     def __call__(
-        self, tokens: mx.array, streams: mx.array, pos0: int, cache: LayerCache
+        self,
+        tokens: mx.array,
+        streams: mx.array,
+        pos0: int,
+        cache: LayerCache,
+        last_only: bool = False,
     ) -> tuple[mx.array, mx.array, LayerCache]:
         """Rows for ``tokens`` [T] at positions pos0 .., each with the streams [T, hc, D] of the
-        position before: (the block's output streams, logits [T, vocab], the updated cache)."""
+        position before: (the block's output streams, logits [T, vocab], the updated cache).
+        ``last_only``: the logits of the last row alone, [1, vocab] (the rows before it only
+        fill the cache; the head over the vocabulary is most of a row's cost)."""
         embedded = take_rows(self.head.embed, tokens).astype(mx.float32)
         x = linear(self.enorm(embedded), self.e_proj)[:, None, :]
         x = x + linear(self.hnorm(streams), self.h_proj)
         x, cache = self.block(x, tokens, pos0, cache)
-        return x, linear(self.norm(self.hc_head(x)), self.head.output), cache
+        head_rows = x[-1:] if last_only else x
+        return x, linear(self.norm(self.hc_head(head_rows)), self.head.output), cache
 
 
 def ds4_net(args: ModelArgs, w: Weights, head: TargetHead) -> MTPNet:

@@ -168,8 +168,9 @@ class HyperHead(nn.Module):
     def __call__(
         self, x: mx.array, rows: int | None = None, norm: RMSNorm | None = None
     ) -> mx.array:
-        """The streams x [T, hc, D] collapsed into [T, D], then ``norm``ed when given (the
-        output norm): in inference on the GPU the raw streams' projection and one Metal launch
+        """The streams x [T, hc, D] (or flat [T, hc * D], as a block's decode tile leaves them
+        on the GPU) collapsed into [T, D], then ``norm``ed when given (the output norm): in
+        inference on the GPU the raw streams' projection and one Metal launch
         (``kernels.hc_head_norm``: both norms inside); ``rows``: see ``kernels.linear``."""
         if norm is not None:
             fused = kernels.hc_head_norm(
@@ -186,6 +187,7 @@ class HyperHead(nn.Module):
             if fused is not None:
                 return fused
             return norm(self(x, rows))
-        flat = rms_norm(x.reshape(x.shape[0], -1), None, self.norm_eps)
+        streams = x if x.ndim == 3 else x.reshape(x.shape[0], self.fn.shape[0], -1)
+        flat = rms_norm(streams.reshape(x.shape[0], -1), None, self.norm_eps)
         pre = mx.sigmoid(linear(flat, self.fn, rows) * self.scale + self.base) + self.hc_eps
-        return hc_collapse(x, pre)
+        return hc_collapse(streams, pre)

@@ -101,7 +101,7 @@ class Weights(ABC):
         shape, actual = self._check(name)
         w = self._matrix(name)
         w = w if actual == shape else view_weight(w, shape)
-        return self._prepared(w) if len(shape) == 2 else w
+        return self._prepared(w) if len(shape) == 2 else self._in_compute_dtype(w)
 
     def matrix_stack(self, name: str) -> Weight:
         """A stack of matrices [..., out, in] that every product reads whole (MLA's per-head
@@ -113,13 +113,16 @@ class Weights(ABC):
         return self._prepared(w if actual == shape else view_weight(w, shape))
 
     def _prepared(self, w: Weight) -> Weight:
-        if not self.frozen:
-            return w
-        if isinstance(w, mx.array) and w.dtype in (mx.float16, mx.bfloat16):
-            # Stored in the compute dtype (the same values): a product with float32 rows would
-            # convert the whole matrix on every call (the GPU path's F16/BF16 matrices).
+        return freeze(self._in_compute_dtype(w)) if self.frozen else w
+
+    def _in_compute_dtype(self, w: Weight) -> Weight:
+        """An inference matrix (or stack) stored as F16/BF16 in the compute dtype, float32 (the
+        same values): a product with float32 rows would convert the whole matrix on every call
+        (the GPU path's F16/BF16 matrices; GLM's per-head stacks)."""
+        if self.frozen and isinstance(w, mx.array) and w.dtype in (mx.float16, mx.bfloat16):
             w = w.astype(mx.float32)
-        return freeze(w)
+            mx.eval(w)
+        return w
 
     def param(self, name: str) -> mx.array:
         shape, _ = self._check(name)

@@ -142,7 +142,10 @@ class SpeculativeDecoder(Decoder):
         self.detached = False
         self.stats = SpeculativeStats()
         self.scheduler = DraftScheduler(
-            self.stats.scheduler, max_draft=drafter.max_draft, costs=self.lease.costs
+            self.stats.scheduler,
+            max_draft=drafter.max_draft,
+            costs=self.lease.costs,
+            free_proposals=not getattr(drafter, "needs_target_rows", True),
         )
         #: While a plain advance collects the target rows for the drafter: each step's rows.
         self._followed: list[TargetRows] | None = None
@@ -267,10 +270,19 @@ class SpeculativeDecoder(Decoder):
         if drafting:
             self.scheduler.record(0, 0)
         tokens = self._advance_plain(session, token, sampler, stats, limits)
-        if drafting and _weighs_cost(sampler):
-            elapsed = self.lease.costs.clock() - started
-            self.scheduler.record_cost(Cycle.DRAFT, elapsed, len(tokens))
+        if drafting:
+            self._record_drafted_cost(sampler, started, 0, len(tokens))
         return tokens
+
+    def _record_drafted_cost(
+        self, sampler: Sampler, started: float, draft_length: int, tokens: int
+    ) -> None:
+        """Tell the scheduler what a drafted cycle that began at ``started`` cost, unless the
+        cost rule does not apply or the cycle was the first of its draft length (it compiled:
+        ``CostMeter.warm_up``)."""
+        costs = self.lease.costs
+        if _weighs_cost(sampler) and not costs.warm_up(draft_length):
+            self.scheduler.record_cost(Cycle.DRAFT, costs.clock() - started, tokens)
 
     def _drafts_on_device(self, session: Session, sampler: Sampler) -> bool:
         """Whether the draft can stay on the device until the verify pass is queued: the
@@ -364,7 +376,6 @@ class SpeculativeDecoder(Decoder):
         drafter.observe(
             [token, *committed], verdict.next_token, _rows(out, pos).take(1 + len(committed))
         )
-        if drafting and _weighs_cost(sampler):
-            elapsed = self.lease.costs.clock() - started
-            self.scheduler.record_cost(Cycle.DRAFT, elapsed, len(committed) + 1)
+        if drafting:
+            self._record_drafted_cost(sampler, started, len(draft), len(committed) + 1)
         return [*committed, verdict.next_token]

@@ -68,6 +68,10 @@ class MTPDrafter:
         self.net = net
         self.max_draft = max_draft
         self.margin = margin
+        attention = net.block.attn
+        #: Rows the block attends over; None for a block that also keeps compressed rows of
+        #: everything before (then every row feeds the cache).
+        self._window: int | None = None if attention.ratio else attention.window
         self.reset()
 
     def reset(self) -> None:
@@ -96,22 +100,37 @@ class MTPDrafter:
     def _catch_up(self) -> None:
         if not self._pending:
             return
-        following = mx.array([t for tokens, _, _ in self._pending for t in tokens], dtype=mx.int32)
+        following = [t for tokens, _, _ in self._pending for t in tokens]
         head_input = mx.concatenate([rows for _, rows, _ in self._pending])
-        pos0, n = self._pending[0][2], following.shape[0]
+        pos0 = self._pending[0][2]
         self._pending = []
-        # Only the last row's logits are read (the next draft's first token). The rows before
-        # it go through the block for the cache in one pass whose logits are never evaluated,
-        # so never computed: the output head over the vocabulary for every row of a prompt
-        # was most of a first proposal's time (68 rows: 40 ms on the tiny model, 5 after).
         cache = self._cache
-        if n > 1:
-            _, _, cache = self.net(following[:-1], head_input[:-1], pos0, cache)
+        if self._window is not None and len(following) > self._window:
+            # Only the last ``window`` rows matter: the block attends over a sliding window
+            # alone, and a row's key depends on that row only. After a long scheduler pause
+            # the catch-up (the probe's cost) stays that of one window, however long the
+            # pause; the cache starts over from them, as if it had run on every row.
+            cut = len(following) - self._window
+            following, head_input, pos0 = following[cut:], head_input[cut:], pos0 + cut
+            cache = LayerCache()
+        # One pass; only the last row's logits are read (the next draft's first token), so
+        # the head over the vocabulary runs for that row alone.
         streams, logits, self._cache = self.net(
-            following[-1:], head_input[-1:], pos0 + n - 1, cache
+            mx.array(following, dtype=mx.int32), head_input, pos0, cache, last_only=True
         )
-        self._streams, self._logits = streams, logits[0]
+        self._streams, self._logits = streams[-1:], logits[0]
         mx.eval(self._streams, self._logits, *ModelState([self._cache]).arrays())
+
+    def _next_token(self, logits: mx.array) -> int | None:
+        """The draft token of ``logits``, or None when its top-1 margin is below ``margin``;
+        one read from the device for both."""
+        best = mx.argmax(logits)
+        if self.margin <= 0:
+            return int(best)
+        top2 = mx.topk(logits, 2)
+        gap = mx.max(top2) - mx.min(top2)
+        mx.eval(best, gap)
+        return None if float(gap) < self.margin else int(best)
 
     def propose(self, max_tokens: int) -> Draft:
         n = min(max_tokens, self.max_draft)
@@ -123,11 +142,8 @@ class MTPDrafter:
         tokens: list[int] = []
         streams, logits, cache = self._streams, self._logits, self._cache
         pos = self._next_pos + 1  # the first draft token's position
-        while True:
-            top2 = mx.topk(logits, 2)
-            if float(mx.max(top2) - mx.min(top2)) < self.margin:
-                break
-            tokens.append(int(mx.argmax(logits)))
+        while (token := self._next_token(logits)) is not None:
+            tokens.append(token)
             if len(tokens) == n:
                 break
             streams, rows, cache = self.net(

@@ -16,9 +16,14 @@ than ``COST_MARGIN`` over ``MIN_DRAFTED_SAMPLES`` cycles, or by more than ``CLEA
 ``QUICK_SAMPLES`` (a drafter that plainly loses need not lose for four cycles to show it); then
 a probe of fresh drafted cycles judges again, and each probe that loses doubles the pause (up to
 ``MAX_COST_PAUSE``; a pause is also long enough that what the probe lost is a small share of it,
-``PROBE_SHARE``), while each judgement that drafting pays halves it (down to ``COST_PAUSE``):
-on a shared machine one probe can win by chance, which should not undo what many lost probes
-learned, while a drafter that really pays is back to the shortest pause within a few cycles.
+``PROBE_SHARE``, up to ``MAX_LOSS_PAUSE``), while each judgement that drafting pays halves it
+(down to ``COST_PAUSE``): on a shared machine one probe can win by chance, which should not undo
+what many lost probes learned, while a drafter that really pays is back to the shortest pause
+within a few cycles.
+A drafter that loses thus costs at most about ``PROBE_SHARE`` of plain decoding's speed once
+its pauses have grown. The first drafted cycle of each draft length on a meter is not timed: it
+compiles the verify pass for that many rows (and, the very first, the drafter's own graphs), a
+cost that does not come back and that would make a drafter that pays look as if it lost.
 
 What drafting costs is a property of the drafter, the model and the machine more than of one
 request, and most requests are too short to learn it (a 32-token answer is eight plain
@@ -30,7 +35,7 @@ that would pause drafting on an earlier request's measurement measures it again 
 of a shared machine changes). The load changes for a drafter that keeps drafting too: plain cost
 measured more than ``PLAIN_MAX_AGE`` drafted cycles ago is measured again before the next
 judgement, so that a drafter judged against one slow plain sample (another process took the
-core) does not draft at a loss for good.
+core) does not draft at a loss for good, however much cheaper that sample made it look.
 """
 
 from __future__ import annotations
@@ -75,7 +80,10 @@ MIN_DRAFTED_SAMPLES = 4
 MIN_PLAIN_SAMPLES = 1
 #: Drafted cycles timed since plain decoding was last measured after which it is measured again
 #: (a plain advance of about four tokens every few requests: a drafter that wins by little gives
-#: up about one cycle's gain in this many; one that wins by far is not measured again).
+#: up about one cycle's gain in this many, one that doubles the speed about 1% of it). Also for
+#: a drafter that seems to win by far: on a loaded machine one plain advance measured at four
+#: times its usual cost (seen with GLM nextn at load 5) made a losing drafter look twice as
+#: fast as plain decoding, and it drafted at a loss for the rest of the run.
 PLAIN_MAX_AGE = 16
 #: Drafted cycles that judge a drafter whose cycles cost more than ``CLEAR_LOSS`` times plain
 #: decoding's per committed token: far beyond the noise (a draft rejected outright commits one
@@ -83,18 +91,24 @@ PLAIN_MAX_AGE = 16
 QUICK_SAMPLES = 2
 CLEAR_LOSS = 1.5
 #: Drafting pauses when its seconds per committed token exceed plain decoding's by this share:
-#: below it the difference is within the noise of a shared machine.
-COST_MARGIN = 0.05
+#: below it the difference is within the noise of a shared machine. Small: a drafter kept at
+#: a loss within the margin loses all of it, while one paused for nothing loses only what its
+#: probes cost (``PROBE_SHARE``), so a drafter that only breaks even (legacy MTP on the tiny
+#: model's chat answers) had better pause.
+COST_MARGIN = 0.02
 #: Plain advances of a cost pause (about four tokens each), doubling after each losing probe.
 COST_PAUSE = 8
-MAX_COST_PAUSE = 64
-#: A cost pause after the first is also long enough that the time its probe lost against plain
-#: decoding is at most this share of the pause's plain decoding: a drafter that loses by far
-#: (a legacy MTP block on a CPU) pauses longer at once, one that loses by little no longer than
-#: the doubling gives, so that probing costs about as much as the noise ``COST_MARGIN``
-#: allows. Not the first: a drafter's first cycles also compile its graphs and the target's
-#: verify tiles, a loss that does not come back.
-PROBE_SHARE = 0.05
+MAX_COST_PAUSE = 32
+#: A cost pause is also long enough that the time its probe lost against plain decoding is at
+#: most this share of the pause's plain decoding, up to ``MAX_LOSS_PAUSE``: a drafter that
+#: loses by far (a legacy MTP block on a CPU) pauses long at once, one that loses by little no
+#: longer than the doubling gives (its probes cost little, and the next request's text may be
+#: one it drafts well: pauses learned on chat answers, where DSpark breaks even, covered the
+#: prose prompts it doubles the speed of, at 64 advances and more). 2%: a drafter that loses
+#: everywhere then reads at least 0.97x plain decoding's speed (``ds4 bench``), with room for
+#: the noise of its probes.
+PROBE_SHARE = 0.02
+MAX_LOSS_PAUSE = 256
 
 
 class Cycle(Enum):
@@ -150,8 +164,17 @@ class CostMeter:
     next_pause: int = COST_PAUSE
     #: Drafted cycles timed since the last plain advance was (``PLAIN_MAX_AGE``).
     drafted_since_plain: int = 0
-    #: Cost pauses so far (``PROBE_SHARE`` sizes all but the first).
-    pauses: int = 0
+    #: Draft lengths whose first drafted cycle has run (``warm_up``).
+    warmed_lengths: set[int] = field(default_factory=set)
+
+    def warm_up(self, draft_length: int) -> bool:
+        """Whether a drafted cycle with a draft of ``draft_length`` tokens (0: the drafter
+        proposed nothing) is the first of that length on this meter, and so is not timed: it
+        compiled graphs for that shape."""
+        if draft_length in self.warmed_lengths:
+            return False
+        self.warmed_lengths.add(draft_length)
+        return True
 
 
 @dataclass
@@ -180,6 +203,12 @@ class DraftScheduler:
     #: Whether the cost rule applies to this request (the loop's ``_weighs_cost``): without it
     #: no cost pause, not even one an earlier request left, decides what a cycle does.
     weighs_cost: bool = True
+    #: Whether proposing costs nothing (prompt lookup: no network, and a cycle without a copy
+    #: to draft is a plain advance). Such a drafter loses only by drafts the target rejects,
+    #: which depends on the text: its pauses stop at the doubling's ``MAX_COST_PAUSE``, never
+    #: sized by a loss, which a pause learned on chat answers would carry into the prose it
+    #: doubles the speed of (a quick bench read lookup at 1.14x there instead of 2.3x).
+    free_proposals: bool = False
     #: Plain advances left of this request's measurement of plain decoding.
     _measure_left: int = 0
     #: Whether this request has measured plain decoding (see ``_judge_cost``).
@@ -252,11 +281,9 @@ class DraftScheduler:
         if plain.samples < MIN_PLAIN_SAMPLES:
             self._measure_left = MIN_PLAIN_SAMPLES - plain.samples
             return
-        # Noise only adds time, so an old plain sample can only overstate plain cost; one that
-        # would have to overstate it more than COST_OUTLIER times to turn the verdict (a drafter
-        # that halves the cost per token) is not worth a plain advance to measure again.
-        stale = costs.drafted_since_plain >= PLAIN_MAX_AGE
-        if stale and drafted.per_token * COST_OUTLIER > plain.per_token:
+        # Noise only adds time, so an old plain sample can only overstate plain cost, by any
+        # factor on a loaded machine: measure it again.
+        if costs.drafted_since_plain >= PLAIN_MAX_AGE:
             self._measure_plain_again()
             return
         clearly_dearer = drafted.per_token > plain.per_token * CLEAR_LOSS
@@ -273,11 +300,10 @@ class DraftScheduler:
             return
         # The cost pause covers any pause of ds4's rule, and its probe starts from fresh samples.
         pause = costs.next_pause
-        if costs.pauses:
-            pause = min(MAX_COST_PAUSE, max(pause, self._pause_for_loss()))
+        if not self.free_proposals:
+            pause = max(pause, min(MAX_LOSS_PAUSE, self._pause_for_loss()))
         costs.pause_left, self._pause_left = pause, 0
         costs.next_pause = min(2 * costs.next_pause, MAX_COST_PAUSE)
-        costs.pauses += 1
         drafted.restart()
         self.stats.cost_pauses += 1
 

@@ -71,45 +71,42 @@ def test_text_prompts_keep_their_whole_text(glm):
 
 
 def test_rounds_pair_each_drafted_run_with_its_rounds_target_run(monkeypatch):
-    """Scripted runs (tokens/s by call order): the warm-up is shared, odd rounds run the
-    drafters first in reverse, each ratio divides by the same round's target-only run, and a
-    drafted run whose output differs in any timed round fails parity for that drafter alone."""
+    """Scripted rounds (seconds per run): the warm-up round is not timed, each ratio divides by
+    the same round's target-only run, and a drafted run whose output differs in any round fails
+    parity for that drafter alone."""
     from types import SimpleNamespace
 
     from ds4mlx.bench import speculation
+    from ds4mlx.bench.turns import TimedRun
     from ds4mlx.generation import SpeculativeStats
 
-    calls: list[str] = []
-    speeds = {  # (drafter, nth timed run) -> tokens/s
-        ("plain", 1): 100.0,
-        ("a", 1): 150.0,
-        ("b", 1): 90.0,
-        ("b", 2): 40.0,
-        ("a", 2): 60.0,
-        ("plain", 2): 50.0,
-    }
+    rounds = [  # (tokens, seconds) of the target-only run, drafter a's, drafter b's
+        [([1, 2, 3], 9.0), ([1, 2, 3], 9.0), ([1, 2, 3], 9.0)],  # the warm-up
+        [([1, 2, 3], 2.0), ([1, 2, 3], 1.0), ([1, 2, 3], 4.0)],
+        [([1, 2, 3], 2.0), ([1, 2, 3], 4.0), ([1, 2, 4], 1.0)],
+    ]
+    stats = SpeculativeStats(drafted_passes=1, drafted_tokens=2, accepted_tokens=1)
+    drafted_done = SimpleNamespace(acceptance=stats)
 
-    def run(model, ids, max_tokens, drafter, config, stop, lease=None):
-        name = "plain" if drafter is None else drafter.name
-        calls.append(name)
-        nth = calls.count(name) - 1  # the warm-up is the 0th
-        tokens = [1, 2, 3] if (name, nth) != ("b", 2) else [1, 2, 4]
-        stats = SpeculativeStats(drafted_passes=1, drafted_tokens=2, accepted_tokens=1)
-        done = SimpleNamespace(acceptance=None if drafter is None else stats)
-        return tokens, speeds.get((name, nth), 0.0), done
+    def scripted_round(model, ids, max_tokens, drafters, stop):
+        plain, *drafted = rounds.pop(0)
+        return [
+            TimedRun(*plain),
+            *(TimedRun(tokens, seconds, drafted_done) for tokens, seconds in drafted),
+        ]
 
-    monkeypatch.setattr(speculation, "_run", run)
+    monkeypatch.setattr(speculation, "_round", scripted_round)
     monkeypatch.setattr(speculation, "prompt_ids", lambda model, prompt: [7])
     drafters = [
         speculation._Drafting(n, SpeculationConfig(), SimpleNamespace(name=n), None)
         for n in ("a", "b")
     ]
-    rows = speculation.bench_prompt(
+    a, b = speculation.bench_prompt(
         None, BenchPrompt("p", "text", "x"), drafters, max_tokens=3, runs=2
     )
-    assert calls == ["plain", "a", "b", "plain", "a", "b", "b", "a", "plain"]
-    a, b = rows
-    assert a.ratios.runs == [1.5, 1.2] and b.ratios.runs == [0.9, 0.8]
-    assert a.speedup == 1.35 and a.target.runs == [100.0, 50.0]
+    assert not rounds
+    assert a.ratios.runs == [2.0, 0.5] and b.ratios.runs == [0.5, 2.0]
+    assert a.speedup == 1.25 and a.target.runs == [1.0, 1.0]  # two tokens after the first
+    assert a.drafted.runs == [2.0, 0.5]
     assert a.parity and not b.parity
     assert a.tau == 2.0 and a.acceptance == 0.5 and a.position_acceptance == []

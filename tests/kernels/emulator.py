@@ -160,12 +160,14 @@ def run_linear(
     baseline: bool = False,
     group_stride: int = 1,
     two_d: bool = False,
+    real_rows: int | None = None,
 ) -> Emulated:
     """y [P, M, N] = x [P / XSHARE, M, K] @ w[expert_indices].T for raw GGML blocks
     w [E, N, row_bytes] through the emulated mat-vec (``baseline``: the kernel it replaced;
     XSHARE is the binary's -DDS4_XSHARE, P the number of ``expert_indices``). ``two_d``: x is
     [P / XSHARE, K], one row a batch, as a routed tile passes it. ``group_stride`` s runs only
-    every s-th threadgroup of output rows; the others' outputs are NaN."""
+    every s-th threadgroup of output rows; the others' outputs are NaN. ``real_rows``: the
+    x rows computed (each batch's first; the others' outputs are NaN), all by default."""
     if two_d:
         x = x[:, None, :]
     n_batches, n_rows, k = len(expert_indices), x.shape[1], x.shape[2]
@@ -174,7 +176,8 @@ def run_linear(
     assert k % block_values == 0
     tables = baseline_tables(qtype) if baseline else np.zeros(1, np.uint8)
     launch = metal.matvec_launch(n_out, n_rows)
-    sizes = [n_batches, 0 if two_d else n_rows, n_experts, launch.x_rows, group_stride]
+    computed = n_rows if real_rows is None else real_rows
+    sizes = [n_batches, 0 if two_d else n_rows, n_experts, launch.x_rows, group_stride, computed]
     payload = [
         np.array(sizes, dtype=np.int32),
         np.ascontiguousarray(x, dtype=np.float32),

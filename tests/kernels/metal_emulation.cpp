@@ -18,7 +18,8 @@
 //   linear <q2_k|q6_k|iq2_xxs>, baseline_linear <format>   (-DDS4_K, -DDS4_N, -DDS4_SIMDGROUPS,
 //       -DDS4_ROWS, -DDS4_XSHARE; the baseline is the kernel the packed mat-vec replaced, ROWS
 //       x rows a group)
-//     input: int32 P, M, E, XROWS, GROUP_STRIDE | float32 x [P / XSHARE, M, K] (M 0: a 2-D x
+//     input: int32 P, M, E, XROWS, GROUP_STRIDE, REAL_ROWS (the x rows computed)
+//            | float32 x [P / XSHARE, M, K] (M 0: a 2-D x
 //            [P / XSHARE, K], one row a batch) | uint8 w [E, N, row_bytes]
 //            | uint32 table_bytes | uint8 tables | uint32 expert_indices [P]
 //     GROUP_STRIDE s > 1 runs only every s-th threadgroup along the output rows (the others'
@@ -42,9 +43,9 @@
 //     input: int32 T, M, interleaved, inverse | float32 x [T, M, D] ([T, D] for M 0)
 //            | float32 cos, sin [T, N / 2];  output: float32 [T, M, D]
 //   moe_route (-DDS4_E, -DDS4_TOPK)
-//     input: int32 T, func, has_bias, hashed, normalize | float32 scale | float32 logits [T, E]
-//            | float32 bias [E] | int32 hashed [T, TOPK]
-//     output: int32 indices [T, TOPK] | float32 weights [T, TOPK]
+//     input: int32 T, R, func, has_bias, hashed, normalize | float32 scale
+//            | float32 logits [T, E] | float32 bias [E] | int32 hashed [T, TOPK]
+//     output: int32 indices [R, TOPK] | float32 weights [R, TOPK] (the first R rows routed)
 //   moe_combine (-DDS4_TOPK, -DDS4_D)
 //     input: int32 T, R | float32 expert_out [R, TOPK, D] | float32 weights [T, TOPK]
 //            | float32 shared [T, D];  output: float32 [T, D]
@@ -52,14 +53,21 @@
 //     input: int32 N, n, first, overlap | float32 kv [N, W] | float32 score [N, W]
 //            (W = D, or 2 D with overlap);  output: float32 [n, D]
 //   indexer_scores (-DDS4_IDX_H, -DDS4_IDX_D)
-//     input: int32 T, N | float32 q [T, H, D] | float32 weights [T, H] | float32 keys [N, D]
-//            | int32 visible [T];  output: float32 [T, N]
+//     input: int32 T, N | float32 weight_scale | float32 q [T, H, D] | float32 weights [T, H]
+//            | float32 keys [N, D] | int32 visible [T];  output: float32 [T, N]
+//   indexer_top_k (-DDS4_IDX_TOPK, -DDS4_IDX_THREADS)
+//     input: int32 T, N | float32 scores [T, N] | int32 visible [T]
+//     output: int32 top [T, TOPK]
+//   embed_streams (-DDS4_EMBED_GROUP, -DDS4_D, -DDS4_HC)
+//     input: int32 T, V, bits | int32 tokens [T] | uint32 packed [V, D * bits / 32]
+//            | float32 scales, biases [V, D / GROUP];  output: float32 streams [T, HC * D]
 //   grow_rows (-DDS4_D)
 //     input: int32 N, F, take, M | float32 cached [N, D] | float32 fresh [F, D]
 //     output: float32 [M, D]
 //   grow_row_pairs (-DDS4_D)
-//     input: int32 N, F, take, M | float32 cached [N, D] | fresh [F, D] | cached2 [N, D]
-//            | fresh2 [F, D];  output: float32 rows [M, D] | rows2 [M, D]
+//     input: int32 N, F, take, M, added | float32 cached [N, D] | fresh [F, D] | cached2 [N, D]
+//            | fresh2 [F, D] | added [F, D] (one value if not added)
+//     output: float32 rows [M, D] | rows2 [M, D]
 //   The kernels that carry a norm, one threadgroup per row (metal_norm_kernels.h):
 //   hc_site_norm (-DDS4_HC, -DDS4_ITERS, -DDS4_D)
 //     input: int32 T | float32 eps [3] | float32 scale [3] | float32 base [(2 + HC) * HC]
@@ -126,7 +134,8 @@
 #define DS4_LINEAR_SIGNATURE                                                                    \
   template <typename T, int K, int N, int SIMDGROUPS, int ROWS, int XROWS, int XSHARE>          \
   void kernel(DevicePtr<const T> x, const int* x_shape, int x_ndim, DevicePtr<const uint8_t> w, \
-              DevicePtr<const uint32_t> expert_indices, DevicePtr<T> y,                         \
+              DevicePtr<const uint32_t> expert_indices, DevicePtr<const int> real_rows,         \
+              DevicePtr<T> y,                                                                   \
               uint simdgroup_index_in_threadgroup, uint thread_index_in_simdgroup,              \
               uint thread_index_in_threadgroup, uint3 threadgroup_position_in_grid)
 #define DS4_BASELINE_SIGNATURE                                                                  \
@@ -248,6 +257,7 @@ struct LinearLaunch {
   const std::vector<uint8_t>& w;
   const std::vector<uint8_t>& tables;
   const std::vector<uint32_t>& expert_indices;
+  const std::vector<int32_t>& real_rows;
   std::vector<float>& y;
   uint P, M, group_stride;
 };
@@ -256,13 +266,15 @@ struct LinearLaunch {
 template <int XROWS, typename Format>
 void run_linear(const LinearLaunch& a) {
   constexpr uint rows_per_group = DS4_SIMDGROUPS * DS4_ROWS;
-  const uint3 groups{(DS4_N + rows_per_group - 1) / rows_per_group, (a.M + XROWS - 1) / XROWS,
-                     a.P};
+  const uint computed = std::min<uint>(a.M, a.real_rows[0]);
+  const uint3 groups{(DS4_N + rows_per_group - 1) / rows_per_group,
+                     (computed + XROWS - 1) / XROWS, a.P};
   launch(
       groups, SIMD_WIDTH * DS4_SIMDGROUPS,
       [&](const ThreadIds& ids) {
         Format::template kernel<float, DS4_K, DS4_N, DS4_SIMDGROUPS, DS4_ROWS, XROWS, DS4_XSHARE>(
-            a.x.data(), a.x_shape, a.x_ndim, a.w.data(), a.expert_indices.data(), a.y.data(),
+            a.x.data(), a.x_shape, a.x_ndim, a.w.data(), a.expert_indices.data(),
+            a.real_rows.data(), a.y.data(),
             ids.simdgroup_index_in_threadgroup, ids.thread_index_in_simdgroup,
             ids.thread_index_in_threadgroup, ids.threadgroup_position_in_grid);
       },
@@ -299,9 +311,10 @@ struct LinearFormat {
   struct NAME##_format {                                                                       \
     template <typename T, int K, int N, int S, int R, int X, int XS>                           \
     static void kernel(DevicePtr<const T> x, const int* shape, int ndim,                       \
-                       DevicePtr<const uint8_t> w, DevicePtr<const uint32_t> e, DevicePtr<T> y, \
-                       uint sg, uint lane, uint tid, uint3 group) {                            \
-      NAME::kernel<T, K, N, S, R, X, XS>(x, shape, ndim, w, e, y, sg, lane, tid, group);       \
+                       DevicePtr<const uint8_t> w, DevicePtr<const uint32_t> e,                \
+                       DevicePtr<const int> real, DevicePtr<T> y, uint sg, uint lane,          \
+                       uint tid, uint3 group) {                                                \
+      NAME::kernel<T, K, N, S, R, X, XS>(x, shape, ndim, w, e, real, y, sg, lane, tid, group); \
     }                                                                                          \
   };                                                                                           \
   struct baseline_##NAME##_format {                                                            \
@@ -338,10 +351,11 @@ int run_linear_mode(bool baseline, const std::string& format, const char* in_pat
     fail("unknown packed format");
   }
   Input input(in_path);
-  const auto sizes = input.read<int32_t>(5);
+  const auto sizes = input.read<int32_t>(6);
   // M 0: x [P / XSHARE, K], one row a batch (2-D); else x [P / XSHARE, M, K].
   const uint P = sizes[0], M = std::max(sizes[1], 1), E = sizes[2], XROWS = sizes[3],
              stride = sizes[4];
+  const std::vector<int32_t> real_rows{sizes[5]};
   if (P % DS4_XSHARE) {
     fail("P must be a multiple of XSHARE");
   }
@@ -360,11 +374,12 @@ int run_linear_mode(bool baseline, const std::string& format, const char* in_pat
   bind_buffer(w);
   bind_buffer(tables);
   bind_buffer(expert_indices);
+  bind_buffer(real_rows);
   const int x_ndim = sizes[1] ? 3 : 2;
   const int x_shape[3] = {int(P / DS4_XSHARE), x_ndim == 3 ? int(M) : DS4_K, DS4_K};
   std::vector<float> y(size_t(P) * M * DS4_N, NAN);
-  const LinearLaunch arguments{x, x_shape, x_ndim, w,    tables,
-                               expert_indices, y, P, M, stride ? stride : 1};
+  const LinearLaunch arguments{x, x_shape,       x_ndim,    w, tables, expert_indices,
+                               real_rows, y, P, M, stride ? stride : 1};
   if (baseline) {
     chosen->baseline(arguments);
   } else {
@@ -468,6 +483,8 @@ const Mode MODES[] = {
     {"moe_combine", run_moe_combine},
     {"pool_blocks", run_pool_blocks},
     {"indexer_scores", run_indexer_scores},
+    {"indexer_top_k", run_indexer_top_k},
+    {"embed_streams", run_embed_streams},
     {"grow_rows", run_grow_rows},
     {"grow_row_pairs", run_grow_row_pairs},
     {"hc_site_norm", run_hc_site_norm<1>},

@@ -1,6 +1,6 @@
 // The Metal language on the CPU, for tests/kernels/metal_emulation.cpp (which says how it is
 // used): address spaces, half, as_type, counting device pointers, threadgroups of fibers with
-// threadgroup barriers, and simdgroup operations.
+// threadgroup barriers, simdgroup operations and threadgroup atomics.
 
 #pragma once
 
@@ -329,6 +329,32 @@ V simd_shuffle_down(V value, uint delta) {  // lanes past the end keep their own
   return simd_exchange(value, [delta](auto lane_value, uint lane) {
     return lane_value(lane + delta < SIMD_WIDTH ? lane + delta : lane);
   });
+}
+template <typename V>
+V simd_prefix_exclusive_sum(V value) {  // the sum over the lanes before this one
+  return simd_exchange(value, [](auto lane_value, uint lane) {
+    V total = 0;
+    for (uint before = 0; before < lane; ++before) {
+      total += lane_value(before);
+    }
+    return total;
+  });
+}
+
+// Threadgroup atomics: the fibers of a threadgroup run one at a time, so a plain access is
+// atomic.
+struct atomic_uint {
+  uint value;
+};
+enum memory_order { memory_order_relaxed };
+inline void atomic_store_explicit(atomic_uint* object, uint value, memory_order) {
+  object->value = value;
+}
+inline uint atomic_load_explicit(atomic_uint* object, memory_order) { return object->value; }
+inline uint atomic_fetch_add_explicit(atomic_uint* object, uint value, memory_order) {
+  const uint old = object->value;
+  object->value += value;
+  return old;
 }
 }  // namespace metal
 

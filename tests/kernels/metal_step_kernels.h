@@ -1,7 +1,9 @@
 // The GPU decode step's kernels (metal/hc_site, hc_expand, rope, moe_route, moe_combine,
-// pool_blocks, indexer_scores, grow_rows, grow_row_pairs) and their runners, for tests/kernels/metal_emulation.cpp, which
-// includes this after its own runners (it says how the emulation works and each mode's input).
-// Each step kernel is one thread per output element (or token) and uses no threadgroup memory.
+// pool_blocks, indexer_scores, indexer_top_k, embed_streams, grow_rows, grow_row_pairs) and
+// their runners, for tests/kernels/metal_emulation.cpp, which includes this after its own
+// runners (it says how the emulation works and each mode's input).
+// Each step kernel is one thread per output element (or token) and uses no threadgroup memory,
+// but indexer_top_k: one threadgroup per row.
 
 #include <algorithm>
 #include <array>
@@ -27,6 +29,15 @@
 #endif
 #ifndef DS4_IDX_D
 #define DS4_IDX_D 32
+#endif
+#ifndef DS4_EMBED_GROUP
+#define DS4_EMBED_GROUP 32
+#endif
+#ifndef DS4_IDX_TOPK
+#define DS4_IDX_TOPK 16
+#endif
+#ifndef DS4_IDX_THREADS
+#define DS4_IDX_THREADS 256
 #endif
 
 #define constant
@@ -63,9 +74,9 @@ void kernel(DevicePtr<const T_> x, const int* x_shape, int x_ndim, DevicePtr<con
 
 namespace moe_route {
 template <int E, int K, int FUNC, int HAS_BIAS, int HASHED, int NORMALIZE>
-void kernel(DevicePtr<const float> logits, const int* logits_shape, DevicePtr<const float> bias,
-            DevicePtr<const int> hashed, DevicePtr<const float> scale, DevicePtr<uint> indices,
-            DevicePtr<float> weights, uint3 thread_position_in_grid) {
+void kernel(DevicePtr<const float> logits, DevicePtr<const float> bias,
+            DevicePtr<const int> hashed, DevicePtr<const float> scale, DevicePtr<const int> rows,
+            DevicePtr<uint> indices, DevicePtr<float> weights, uint3 thread_position_in_grid) {
 #include "moe_route.metal"
 }
 }  // namespace moe_route
@@ -81,8 +92,8 @@ void kernel(DevicePtr<const T_> expert_out, const int* expert_out_shape,
 
 namespace pool_blocks {
 template <typename T_, int R, int DIM, int OVERLAP>
-void kernel(DevicePtr<const T_> kv, DevicePtr<const T_> score, DevicePtr<const int> first,
-            DevicePtr<T_> pooled, const int* pooled_shape, uint3 thread_position_in_grid) {
+void kernel(DevicePtr<const T_> kv, DevicePtr<const T_> score, DevicePtr<const int> blocks,
+            DevicePtr<T_> pooled, uint3 thread_position_in_grid) {
 #include "pool_blocks.metal"
 }
 }  // namespace pool_blocks
@@ -91,25 +102,45 @@ namespace indexer_scores {
 template <typename T_, int H, int D>
 void kernel(DevicePtr<const T_> q, const int* q_shape, DevicePtr<const float> weights,
             DevicePtr<const T_> keys, const int* keys_shape, DevicePtr<const int> visible,
-            DevicePtr<float> scores, uint3 thread_position_in_grid) {
+            DevicePtr<const float> weight_scale, DevicePtr<float> scores,
+            uint3 thread_position_in_grid) {
 #include "indexer_scores.metal"
 }
 }  // namespace indexer_scores
 
+namespace indexer_top_k {
+#include "select.metal"
+template <int TOPK, int THREADS>
+void kernel(DevicePtr<const float> scores, const int* scores_shape, DevicePtr<const int> visible,
+            DevicePtr<int> top, uint3 threadgroup_position_in_grid,
+            uint thread_index_in_threadgroup, uint simdgroup_index_in_threadgroup,
+            uint thread_index_in_simdgroup) {
+#include "indexer_top_k.metal"
+}
+}  // namespace indexer_top_k
+
+namespace embed_streams {
+template <typename S_, int BITS, int GROUP, int D, int HC>
+void kernel(DevicePtr<const int> tokens, const int* tokens_shape, DevicePtr<const uint> packed,
+            DevicePtr<const S_> scales, DevicePtr<const S_> biases, DevicePtr<float> streams,
+            uint3 thread_position_in_grid) {
+#include "embed_streams.metal"
+}
+}  // namespace embed_streams
+
 namespace grow_rows {
 template <typename T_, int W>
 void kernel(DevicePtr<const T_> cached, const int* cached_shape, DevicePtr<const T_> fresh,
-            DevicePtr<const int> take, DevicePtr<T_> rows, const int* rows_shape,
-            uint3 thread_position_in_grid) {
+            DevicePtr<const int> counts, DevicePtr<T_> rows, uint3 thread_position_in_grid) {
 #include "grow_rows.metal"
 }
 }  // namespace grow_rows
 
 namespace grow_row_pairs {
-template <typename T_, int W>
+template <typename T_, int W, int ADDED>
 void kernel(DevicePtr<const T_> cached, const int* cached_shape, DevicePtr<const T_> fresh,
-            DevicePtr<const T_> cached2, DevicePtr<const T_> fresh2, DevicePtr<const int> take,
-            DevicePtr<T_> rows, const int* rows_shape, DevicePtr<T_> rows2,
+            DevicePtr<const T_> cached2, DevicePtr<const T_> fresh2, DevicePtr<const float> added,
+            DevicePtr<const int> counts, DevicePtr<T_> rows, DevicePtr<T_> rows2,
             uint3 thread_position_in_grid) {
 #include "grow_row_pairs.metal"
 }
@@ -216,7 +247,7 @@ int run_rope(const char* in_path, const char* out_path) {
 // The routing's inputs; the gating function and flags, template arguments in Metal, are read
 // from the input here and pick one of the 32 compiled runners.
 struct RouteLaunch {
-  int T;
+  int T, R;
   const std::vector<float>& logits;
   const std::vector<float>& bias;
   const std::vector<int32_t>& hashed;
@@ -227,10 +258,11 @@ struct RouteLaunch {
 
 template <int FUNC, int HAS_BIAS, int HASHED, int NORMALIZE>
 void route_all(const RouteLaunch& a) {
-  const int logits_shape[2] = {a.T, DS4_E};
+  const std::vector<int32_t> rows{a.R};
+  bind_buffer(rows);
   launch_grid({uint(a.T) + 1, 1, 1}, [&](uint3 position) {
     moe_route::kernel<DS4_E, DS4_TOPK, FUNC, HAS_BIAS, HASHED, NORMALIZE>(
-        a.logits.data(), logits_shape, a.bias.data(), a.hashed.data(), a.scale.data(),
+        a.logits.data(), a.bias.data(), a.hashed.data(), a.scale.data(), rows.data(),
         a.indices.data(), a.weights.data(), position);
   });
 }
@@ -243,8 +275,9 @@ constexpr std::array<void (*)(const RouteLaunch&), sizeof...(I)> route_runners(
 
 int run_moe_route(const char* in_path, const char* out_path) {
   Input input(in_path);
-  const auto flags = input.read<int32_t>(5);
-  const int T = flags[0];
+  const auto sizes = input.read<int32_t>(2);  // T logits rows, the first R routed
+  const int T = sizes[0], R = sizes[1];
+  const auto flags = input.read<int32_t>(4);
   const auto scale = input.read<float>(1);
   const auto logits = input.read<float>(size_t(T) * DS4_E);
   const auto bias = input.read<float>(DS4_E);
@@ -253,14 +286,14 @@ int run_moe_route(const char* in_path, const char* out_path) {
     bind_buffer(*buffer);
   }
   bind_buffer(hashed);
-  std::vector<uint32_t> indices(size_t(T) * DS4_TOPK, uint32_t(-7));
-  std::vector<float> weights(size_t(T) * DS4_TOPK, NAN);
-  if (flags[1] < 1 || flags[1] > 4) {
+  std::vector<uint32_t> indices(size_t(R) * DS4_TOPK, uint32_t(-7));
+  std::vector<float> weights(size_t(R) * DS4_TOPK, NAN);
+  if (flags[0] < 1 || flags[0] > 4) {
     fail("the gating function must be 1 to 4");
   }
   constexpr auto runners = route_runners(std::make_index_sequence<32>());
-  runners[(flags[1] - 1) * 8 + flags[2] * 4 + flags[3] * 2 + flags[4]](
-      {T, logits, bias, hashed, scale, indices, weights});
+  runners[(flags[0] - 1) * 8 + flags[1] * 4 + flags[2] * 2 + flags[3]](
+      {T, R, logits, bias, hashed, scale, indices, weights});
   std::vector<float> result = as_floats(indices);
   result.insert(result.end(), weights.begin(), weights.end());
   write_output(out_path, result);
@@ -274,19 +307,18 @@ int run_pool_blocks(const char* in_path, const char* out_path) {
   const size_t width = size_t(overlap ? 2 : 1) * DS4_D;
   const auto kv = input.read<float>(N * width);
   const auto score = input.read<float>(N * width);
-  const std::vector<int32_t> first{sizes[2]};
+  const std::vector<int32_t> blocks{sizes[2], n};
   bind_buffer(kv);
   bind_buffer(score);
-  bind_buffer(first);
-  const int pooled_shape[2] = {n, DS4_D};
+  bind_buffer(blocks);
   std::vector<float> pooled(size_t(n) * DS4_D, NAN);
   launch_grid({DS4_D + 2, uint(n) + 1, 1}, [&](uint3 position) {
     if (overlap) {
-      pool_blocks::kernel<float, DS4_POOL_R, DS4_D, 1>(kv.data(), score.data(), first.data(),
-                                                       pooled.data(), pooled_shape, position);
+      pool_blocks::kernel<float, DS4_POOL_R, DS4_D, 1>(kv.data(), score.data(), blocks.data(),
+                                                       pooled.data(), position);
     } else {
-      pool_blocks::kernel<float, DS4_POOL_R, DS4_D, 0>(kv.data(), score.data(), first.data(),
-                                                       pooled.data(), pooled_shape, position);
+      pool_blocks::kernel<float, DS4_POOL_R, DS4_D, 0>(kv.data(), score.data(), blocks.data(),
+                                                       pooled.data(), position);
     }
   });
   write_output(out_path, pooled);
@@ -297,22 +329,79 @@ int run_indexer_scores(const char* in_path, const char* out_path) {
   Input input(in_path);
   const auto sizes = input.read<int32_t>(2);
   const int T = sizes[0], N = sizes[1];
+  const auto weight_scale = input.read<float>(1);
   const auto q = input.read<float>(size_t(T) * DS4_IDX_H * DS4_IDX_D);
   const auto weights = input.read<float>(size_t(T) * DS4_IDX_H);
   const auto keys = input.read<float>(size_t(N) * DS4_IDX_D);
   const auto visible = input.read<int32_t>(T);
-  for (const auto* buffer : {&q, &weights, &keys}) {
+  for (const auto* buffer : {&weight_scale, &q, &weights, &keys}) {
     bind_buffer(*buffer);
   }
   bind_buffer(visible);
   const int q_shape[3] = {T, DS4_IDX_H, DS4_IDX_D}, keys_shape[2] = {N, DS4_IDX_D};
   std::vector<float> scores(size_t(T) * N, NAN);
   launch_grid({uint(N) + 2, uint(T) + 1, 1}, [&](uint3 position) {
-    indexer_scores::kernel<float, DS4_IDX_H, DS4_IDX_D>(q.data(), q_shape, weights.data(),
-                                                        keys.data(), keys_shape, visible.data(),
-                                                        scores.data(), position);
+    indexer_scores::kernel<float, DS4_IDX_H, DS4_IDX_D>(
+        q.data(), q_shape, weights.data(), keys.data(), keys_shape, visible.data(),
+        weight_scale.data(), scores.data(), position);
   });
   write_output(out_path, scores);
+  return 0;
+}
+
+// One threadgroup of DS4_IDX_THREADS threads per row, as metal.py launches it.
+int run_indexer_top_k(const char* in_path, const char* out_path) {
+  Input input(in_path);
+  const auto sizes = input.read<int32_t>(2);
+  const int T = sizes[0], N = sizes[1];
+  const auto scores = input.read<float>(size_t(T) * N);
+  const auto visible = input.read<int32_t>(T);
+  bind_buffer(scores);
+  bind_buffer(visible);
+  const int scores_shape[2] = {T, N};
+  std::vector<int32_t> top(size_t(T) * DS4_IDX_TOPK, -7);
+  launch({1, uint(T), 1}, DS4_IDX_THREADS, [&](const ThreadIds& ids) {
+    indexer_top_k::kernel<DS4_IDX_TOPK, DS4_IDX_THREADS>(
+        scores.data(), scores_shape, visible.data(), top.data(), ids.threadgroup_position_in_grid,
+        ids.thread_index_in_threadgroup, ids.simdgroup_index_in_threadgroup,
+        ids.thread_index_in_simdgroup);
+  });
+  write_output(out_path, as_floats(top));
+  return 0;
+}
+
+// input: int32 T, V, bits | int32 tokens [T] | uint32 packed [V, D * bits / 32]
+// | float32 scales, biases [V, D / GROUP];  output: float32 streams [T, HC * D]
+int run_embed_streams(const char* in_path, const char* out_path) {
+  Input input(in_path);
+  const auto sizes = input.read<int32_t>(3);
+  const int T = sizes[0], V = sizes[1], bits = sizes[2];
+  const auto tokens = input.read<int32_t>(T);
+  const auto packed = input.read<uint32_t>(size_t(V) * DS4_D * bits / 32);
+  const auto scales = input.read<float>(size_t(V) * DS4_D / DS4_EMBED_GROUP);
+  const auto biases = input.read<float>(size_t(V) * DS4_D / DS4_EMBED_GROUP);
+  for (const int32_t token : tokens) {
+    if (token < 0 || token >= V) {
+      fail("token out of range");
+    }
+  }
+  bind_buffer(tokens);
+  bind_buffer(packed);
+  bind_buffer(scales);
+  bind_buffer(biases);
+  const int tokens_shape[1] = {T};
+  std::vector<float> streams(size_t(T) * DS4_HC * DS4_D, NAN);
+  const auto kernel = bits == 2   ? embed_streams::kernel<float, 2, DS4_EMBED_GROUP, DS4_D, DS4_HC>
+                      : bits == 4 ? embed_streams::kernel<float, 4, DS4_EMBED_GROUP, DS4_D, DS4_HC>
+                                  : embed_streams::kernel<float, 8, DS4_EMBED_GROUP, DS4_D, DS4_HC>;
+  if (bits != 2 && bits != 4 && bits != 8) {
+    fail("bits must be 2, 4 or 8");
+  }
+  launch_grid({DS4_D + 2, uint(T) + 1, 1}, [&](uint3 position) {
+    kernel(tokens.data(), tokens_shape, packed.data(), scales.data(), biases.data(),
+           streams.data(), position);
+  });
+  write_output(out_path, streams);
   return 0;
 }
 
@@ -343,41 +432,44 @@ int run_grow_rows(const char* in_path, const char* out_path) {
   const int N = sizes[0], F = sizes[1], M = sizes[3];
   const auto cached = input.read<float>(size_t(N) * DS4_D);
   const auto fresh = input.read<float>(size_t(F) * DS4_D);
-  const std::vector<int32_t> take{sizes[2]};
+  const std::vector<int32_t> counts{sizes[2], M};
   bind_buffer(cached);
   bind_buffer(fresh);
-  bind_buffer(take);
-  const int cached_shape[2] = {N, DS4_D}, rows_shape[2] = {M, DS4_D};
+  bind_buffer(counts);
+  const int cached_shape[2] = {N, DS4_D};
   std::vector<float> rows(size_t(M) * DS4_D, NAN);
   launch_grid({DS4_D + 2, uint(M) + 1, 1}, [&](uint3 position) {
-    grow_rows::kernel<float, DS4_D>(cached.data(), cached_shape, fresh.data(), take.data(),
-                                    rows.data(), rows_shape, position);
+    grow_rows::kernel<float, DS4_D>(cached.data(), cached_shape, fresh.data(), counts.data(),
+                                    rows.data(), position);
   });
   write_output(out_path, rows);
   return 0;
 }
 
-// input: int32 N, F, take, M | float32 cached [N, D] | fresh [F, D] | cached2 [N, D]
-// | fresh2 [F, D];  output: float32 rows [M, D] | rows2 [M, D]
+// input: int32 N, F, take, M, added | float32 cached [N, D] | fresh [F, D] | cached2 [N, D]
+// | fresh2 [F, D] | added [F, D] (one value without added);  output: float32 rows [M, D]
+// | rows2 [M, D]
 int run_grow_row_pairs(const char* in_path, const char* out_path) {
   Input input(in_path);
-  const auto sizes = input.read<int32_t>(4);
-  const int N = sizes[0], F = sizes[1], M = sizes[3];
+  const auto sizes = input.read<int32_t>(5);
+  const int N = sizes[0], F = sizes[1], M = sizes[3], with_added = sizes[4];
   const auto cached = input.read<float>(size_t(N) * DS4_D);
   const auto fresh = input.read<float>(size_t(F) * DS4_D);
   const auto cached2 = input.read<float>(size_t(N) * DS4_D);
   const auto fresh2 = input.read<float>(size_t(F) * DS4_D);
-  const std::vector<int32_t> take{sizes[2]};
-  for (const auto* buffer : {&cached, &fresh, &cached2, &fresh2}) {
+  const auto added = input.read<float>(with_added ? size_t(F) * DS4_D : 1);
+  const std::vector<int32_t> counts{sizes[2], M};
+  for (const auto* buffer : {&cached, &fresh, &cached2, &fresh2, &added}) {
     bind_buffer(*buffer);
   }
-  bind_buffer(take);
-  const int cached_shape[2] = {N, DS4_D}, rows_shape[2] = {M, DS4_D};
+  bind_buffer(counts);
+  const int cached_shape[2] = {N, DS4_D};
   std::vector<float> rows(size_t(M) * DS4_D, NAN), rows2(size_t(M) * DS4_D, NAN);
+  const auto kernel = with_added ? grow_row_pairs::kernel<float, DS4_D, 1>
+                                 : grow_row_pairs::kernel<float, DS4_D, 0>;
   launch_grid({DS4_D + 2, uint(M) + 1, 2}, [&](uint3 position) {
-    grow_row_pairs::kernel<float, DS4_D>(cached.data(), cached_shape, fresh.data(), cached2.data(),
-                                         fresh2.data(), take.data(), rows.data(), rows_shape,
-                                         rows2.data(), position);
+    kernel(cached.data(), cached_shape, fresh.data(), cached2.data(), fresh2.data(), added.data(),
+           counts.data(), rows.data(), rows2.data(), position);
   });
   rows.insert(rows.end(), rows2.begin(), rows2.end());
   write_output(out_path, rows);

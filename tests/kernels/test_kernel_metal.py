@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from ds4mlx import kernels
+from ds4mlx.diagnostics.metal_graph import metal_configuration
 from ds4mlx.gguf.quants import load_weight
 from ds4mlx.kernels import metal, twins
 from ds4mlx.kernels.weights import PackedWeight
@@ -164,8 +166,9 @@ def test_decode_reads_each_weight_byte_once_in_a_quarter_of_the_loads(
     launch = metal.matvec_launch(n_out, 1)
     assert new.threadgroups == n_out // (launch.simdgroups * launch.rows)
     assert new.threads_per_threadgroup == 32 * launch.simdgroups
-    expert_index_loads = 4 * new.threadgroups * launch.simdgroups  # one lane per simdgroup
-    assert new.device_bytes == raw.nbytes + new.threadgroups * x.nbytes + expert_index_loads
+    # The expert index and the real row count: one lane per simdgroup each.
+    index_loads = 2 * 4 * new.threadgroups * launch.simdgroups
+    assert new.device_bytes == raw.nbytes + new.threadgroups * x.nbytes + index_loads
     assert new.device_bytes <= 1.5 * (raw.nbytes + x.nbytes)
 
     old = run_linear(binary, qtype, x, raw, np.zeros(1), tmp_path, baseline=True)
@@ -195,6 +198,41 @@ def test_metal_kernel_matches_twin(qtype: GGMLQuantizationType, dtype):
         assert got.dtype == dtype and got.shape == expected.shape
         got, expected = np.array(got.astype(mx.float32)), np.array(expected.astype(mx.float32))
         np.testing.assert_allclose(got, expected, rtol=0, atol=tolerance * np.abs(expected).max())
+
+
+@pytest.mark.parametrize("qtype", (T.Q6_K, T.Q2_K), ids=lambda t: t.name)
+@pytest.mark.parametrize("real", (1, 3, 6))
+def test_emulated_tile_computes_its_real_rows_only_with_each_rows_bits(
+    qtype: GGMLQuantizationType, real: int, emulators, tmp_path
+):
+    """A decode or verify tile (8 x rows, the first ``real`` real; the head's Q6_K, a Q2_K
+    projection) launched as metal.py launches it: the real rows' results are the whole tile's
+    to the bit (a verify row equals its one-token decode), the other rows are not computed, and
+    x is read for the real rows only."""
+    raw = random_blocks(qtype, (1, N_OUT, K_IN), seed=60 + real, moderate=True)
+    x = np.random.default_rng(real).normal(size=(1, 8, K_IN)).astype(np.float32)
+    binary = emulators(N_OUT, K_IN)
+    whole = run_linear(binary, qtype, x, raw, np.zeros(1), tmp_path)
+    part = run_linear(binary, qtype, x, raw, np.zeros(1), tmp_path, real_rows=real)
+    np.testing.assert_array_equal(part.out[0, :real], whole.out[0, :real])
+    assert np.isnan(part.out[0, real:]).all()
+    assert_close(part.out[0, :real], twin_linear(qtype, raw[0], x[0, :real]))
+    assert part.device_bytes - whole.device_bytes == -(8 - real) * K_IN * 4 * whole.threadgroups
+
+
+def test_gpu_tile_products_launch_for_their_real_rows():
+    """``kernels.linear``'s rows hint on the GPU: a packed matrix's launch keeps the 8-row
+    tile's x-row shape (so each row's bits) and covers the real rows only; zeros past them."""
+    weight = PackedWeight(mx.array(random_blocks(T.Q6_K, (N_OUT, K_IN), 61)), T.Q6_K)
+    x = mx.ones((8, K_IN))
+    with metal_configuration() as calls:
+        y = kernels.linear(x, weight, 3)
+        kernels.linear(x, weight)
+    (real, whole), launch = calls, metal.matvec_launch(N_OUT, 8)
+    assert real.template == whole.template and dict(real.template)["XROWS"] == 8
+    assert real.inputs[3] == whole.inputs[3] == ((1,), mx.int32)
+    assert real.grid == launch.grid(N_OUT, 3, 1) and whole.grid == launch.grid(N_OUT, 8, 1)
+    assert y.shape == (8, N_OUT)
 
 
 # A routed decode tile: DeepSeek-V4-Flash's 6 experts a row, read by one launch for all pairs
@@ -256,6 +294,16 @@ def test_emulated_pair_launch_at_the_flash_expert_shape(
     for pair, expert in enumerate(indices):
         if expert == 0:
             assert_close(got.out[pair, 0, rows], expected)
+
+
+@pytest.mark.skipif(not metal.metal_available(), reason=NO_METAL)
+@pytest.mark.parametrize("real", (1, 3, 6))
+def test_metal_tile_real_rows_keep_each_rows_bits(real: int):
+    weight = PackedWeight(mx.array(random_blocks(T.Q6_K, (N_OUT, K_IN), 62)), T.Q6_K)
+    x = mx.array(np.random.default_rng(real).normal(size=(8, K_IN)).astype(np.float32))
+    part, whole = np.array(metal.linear(x, weight, real)), np.array(metal.linear(x, weight))
+    np.testing.assert_array_equal(part[:real], whole[:real])
+    assert (part[real:] == 0).all()
 
 
 @pytest.mark.skipif(not metal.metal_available(), reason=NO_METAL)

@@ -6,6 +6,7 @@ import math
 
 from ds4mlx.kernels import swiglu
 from ds4mlx.kernels.twins import sinkhorn
+from ds4mlx.models.mhc import HyperHead
 from ds4mlx.models.moe import GatingFunc, gate_probs, route
 from ds4mlx.models.rope import RoPE, RopeConfig
 
@@ -147,3 +148,21 @@ def test_route_bias_selects_weights_stay_unbiased():
     )
     np.testing.assert_array_equal(np.array(idx), [[3, 2]])
     np.testing.assert_allclose(np.array(w)[0], expected[0, [3, 2]], rtol=1e-6)
+
+
+def test_the_head_collapse_reads_flat_streams_as_nested_ones():
+    """A block's decode tile leaves the streams flat [T, hc * D] on the GPU; a drafter's head
+    (DSpark's hc_head after its stages) collapses them as it does [T, hc, D]."""
+    rng = np.random.default_rng(7)
+    hc, dim = 4, 32
+    head = HyperHead(
+        mx.array(rng.standard_normal((hc, hc * dim)).astype(np.float32)),
+        mx.array(rng.standard_normal(hc).astype(np.float32)),
+        mx.array(np.array([0.5], np.float32)),
+        hc_eps=1e-6,
+        norm_eps=1e-6,
+    )
+    streams = mx.array(rng.standard_normal((3, hc, dim)).astype(np.float32))
+    nested = head(streams)
+    assert nested.shape == (3, dim)
+    assert mx.array_equal(head(streams.reshape(3, hc * dim)), nested).item()

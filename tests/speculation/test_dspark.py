@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import ds4mlx
+from ds4mlx.diagnostics.metal_graph import metal_configuration
 from ds4mlx.gguf import GGUFError, open_gguf
 from ds4mlx.models import deepseek4_dspark as dspark_net
 from ds4mlx.speculation import dspark, dspark_layout
@@ -276,3 +277,16 @@ def test_a_glm_target_is_refused_by_name():
     glm = ds4mlx.load_model(REPO / "assets" / "glm-tiny.gguf")
     with pytest.raises(GGUFError, match="glm5-next model .*--mtp"):
         dspark.load_dspark(REPO / "assets" / "ds4-tiny-dspark.gguf", glm)
+
+
+def test_drafting_builds_as_a_mac_builds_it(files):
+    """In the Mac configuration (``metal_configuration``: the GPU's graph, each Metal kernel a
+    stand-in) a drafter observes and proposes: its stages' decode tiles leave the streams flat
+    on the GPU, and its head collapses them."""
+    _, _, paths, root = files
+    with metal_configuration() as calls:
+        target = ds4mlx.load_model(root / "target.gguf", weights_dtype="native")
+        drafter = dspark.load_dspark(paths[dspark_layout.ARCH_DS4], target)
+        draft = observed(drafter, target).propose(5)
+    assert len(draft.tokens) == 5
+    assert {"ds4_hc_site_norm", "ds4_moe_route"} <= {call.name for call in calls}

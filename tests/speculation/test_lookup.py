@@ -245,3 +245,9 @@ def test_a_lookup_that_never_matches_runs_plain_decodings_steps(tiny, monkeypatc
     assert spec == plain and stats.drafted_passes == 0  # no 4-gram of it repeats
     assert plain_calls[0] == "feed_mx" and spec_calls[0] == "feed_hidden"  # the prefill
     assert spec_calls[1:] == plain_calls[1:]
+
+
+def test_lookup_is_scheduled_as_a_drafter_whose_proposals_cost_nothing():
+    from ds4mlx.speculation.loop import SpeculativeDecoder
+
+    assert SpeculativeDecoder(LookupDrafter(4)).scheduler.free_proposals

@@ -343,3 +343,22 @@ def test_a_sampled_request_after_a_greedy_one_that_paused_drafts_as_ds4_would(ds
     tokens, stats = sampled(lease)
     assert stats.scheduler.plain_advances == 0 and stats.scheduler.cost_pauses == 0
     assert tokens == sampled(measured_lease())[0]
+
+
+def test_the_first_drafted_cycle_of_each_draft_length_is_not_timed(ds4_model):
+    """It compiled the verify pass for that many rows: the cost rule never sees its time, on
+    the first request or any later one on the same lease (``CostMeter.warm_up``)."""
+    prompt, n = PROMPTS[0], 32
+    plain, _ = run(generate(ds4_model.new_session(), prompt, n))
+    lease = measured_lease()
+    timed = 0
+    for _ in range(2):
+        drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=0.0)
+        warmed = len(lease.costs.warmed_lengths)
+        spec, stats = run(
+            generate(ds4_model.new_session(), prompt, n, drafter=drafter, lease=lease)
+        )
+        assert spec == plain and stats.scheduler.cost_pauses == 0
+        timed += stats.drafted_passes - (len(lease.costs.warmed_lengths) - warmed)
+        assert lease.costs.drafted.samples == timed
+    assert 5 in lease.costs.warmed_lengths and timed > 0

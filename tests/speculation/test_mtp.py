@@ -7,7 +7,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import ds4mlx
-from ds4mlx.diagnostics.graph import primitive_names
 from ds4mlx.gguf import GGUFError
 from ds4mlx.models import deepseek4_dspark as dspark_net
 from ds4mlx.models import deepseek4_mtp as mtp_net
@@ -112,24 +111,52 @@ def test_drafts_follow_the_block_step_by_step(files):
     assert drafter.propose(5).tokens == []
 
 
-def test_a_catch_up_computes_the_head_for_its_last_row_only(files):
-    """The block runs on every observed row for its cache, but only the last row's logits are
-    read (the next draft's first token): the output head over the vocabulary is never computed
-    for the rows before it (a prompt's worth of them at a request's first proposal)."""
-    target, _, _, root = files
-    drafter = mtp.load_mtp(target, root / "mtp.gguf", max_draft=1, margin=0.0)
+def recorded(drafter) -> list[tuple[int, int]]:
+    """Each block pass of ``drafter`` from now on: (rows run, logits rows computed)."""
     net, calls = drafter.net, []
 
-    def recording(tokens, streams, pos0, cache):
-        out = net(tokens, streams, pos0, cache)
-        calls.append((tokens.shape[0], out[1]))
+    def recording(tokens, streams, pos0, cache, **options):
+        out = net(tokens, streams, pos0, cache, **options)
+        calls.append((tokens.shape[0], out[1].shape[0]))
         return out
 
     drafter.net = recording
-    assert len(observed(drafter, target).propose(1).tokens) == 1
-    assert sum(rows for rows, _ in calls) == len(PROMPT)  # every row went through the block
-    computed = [rows for rows, logits in calls if not primitive_names(logits)]
-    assert computed == [1]
+    return calls
+
+
+def test_a_catch_up_computes_the_head_for_its_last_row_only(files):
+    """The block runs on every observed row for its cache, in one pass, but only the last row's
+    logits are computed (the next draft's first token): not the output head over the
+    vocabulary for the rows before it (a prompt's worth of them at a request's first
+    proposal)."""
+    target, _, _, root = files
+    drafter = mtp.load_mtp(target, root / "mtp.gguf", max_draft=1, margin=0.0)
+    calls = recorded(drafter)
+    prompt = PROMPT[: TINY.sliding_window]  # (longer ones: the next test)
+    assert len(observed(drafter, target, prompt).propose(1).tokens) == 1
+    assert calls == [(len(prompt), 1)]
+
+
+def test_a_catch_up_after_a_long_pause_runs_the_last_window_of_rows_alone(files):
+    """Rows observed while drafting paused are caught up at the next proposal; the block's
+    attention sees only a sliding window, and a row's key depends on that row alone, so only
+    the last window of rows runs, and the draft (and its logits) are those of a block that ran
+    every row."""
+    target, _, _, root = files
+    prompt = [(7 * i + 3) % TINY.vocab_size for i in range(3 * TINY.sliding_window)]
+    bounded = mtp.load_mtp(target, root / "mtp.gguf", max_draft=3, margin=0.0)
+    every_row = mtp.load_mtp(target, root / "mtp.gguf", max_draft=3, margin=0.0)
+    every_row._window = None
+    calls = recorded(bounded)
+    for drafter in (bounded, every_row):
+        out = target.new_session().feed_hidden(prompt)
+        drafter.observe(prompt[:5], prompt[5], rows_between(out, 0, 5))
+        drafter.propose(1)  # a draft early on, then a long pause
+        drafter.observe(prompt[5:], 7, rows_between(out, 5, len(prompt)))
+    first = bounded.propose(3)
+    assert calls[1][0] == TINY.sliding_window
+    assert first == every_row.propose(3) and len(first.tokens) == 3
+    np.testing.assert_allclose(bounded._logits, every_row._logits, atol=1e-4)
 
 
 def test_bounds_determinism_and_pieces(files):

@@ -84,6 +84,7 @@ def test_cost_pauses_keep_greedy_output_and_the_drafter_in_step(case, monkeypatc
     accepted, and the output stays plain greedy's. (Pauses are held to the shortest, so that
     one request holds several: against free plain decoding every probe loses by far.)"""
     monkeypatch.setattr(scheduler, "MAX_COST_PAUSE", COST_PAUSE)
+    monkeypatch.setattr(scheduler, "MAX_LOSS_PAUSE", COST_PAUSE)
     target_file, config = CASES[case]
     files = [ASSETS / target_file] + ([config.support_path] if config.support_path else [])
     if not all(f.is_file() for f in files):
