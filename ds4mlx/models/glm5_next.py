@@ -54,7 +54,7 @@ from ds4mlx.models.metadata import ArchMetadata, first
 from ds4mlx.models.mhc import block_site_shapes, hc_expand, hc_mean, load_block_sites
 from ds4mlx.models.moe import GatingFunc, SharedExpertMoE, SwiGLU, shared_expert_moe_shapes
 from ds4mlx.models.norms import RMSNorm
-from ds4mlx.models.pool_indexer import PoolIndexer, Selection
+from ds4mlx.models.pool_indexer import PoolIndexer, Selection, TileSelection
 from ds4mlx.models.sparse_mla import MLACache, SparseMLA
 from ds4mlx.models.tiles import CompiledTiles
 from ds4mlx.models.weights import Shape, Weights
@@ -461,8 +461,8 @@ class Block(nn.Module):
         return hc_expand(self.ffn(h), x, post, comb), cache, selection
 
     def tile(
-        self, x: mx.array, pos0: int, cache: Any, selection: Selection | None, n_real: int
-    ) -> tuple[mx.array, Any, Selection | None]:
+        self, x: mx.array, pos0: int, cache: Any, selection: TileSelection | None, n_real: int
+    ) -> tuple[mx.array, Any, TileSelection | None]:
         """``__call__`` of a decode tile whose first ``n_real`` rows are real (DECODE_TILE).
 
         Compiled (models.tiles) where the experts are resident (a streamed store reads the
@@ -475,10 +475,8 @@ class Block(nn.Module):
             run = self._recurrent_tiles.get(n_real, compiled)
             x, conv, ssm = run(x, cache.conv, cache.ssm)
             return x, KDACache(conv=conv, ssm=ssm), selection
-        post, comb, h, *projected = self._before_attention.get(n_real, resident)(x)
-        out, cache, selection = self.mixer.attend_tile(
-            h, *projected, pos0, cache, selection, n_real
-        )
+        post, comb, *projected = self._before_attention.get(n_real, resident)(x)
+        out, cache, selection = self.mixer.attend_tile(projected, pos0, cache, selection, n_real)
         return self._after_attention.get(n_real, resident)(out, x, post, comb), cache, selection
 
     def _tile_recurrent(
@@ -491,16 +489,16 @@ class Block(nn.Module):
         return [self._tile_ffn(x, n_real), cache.conv, cache.ssm]
 
     def _tile_before_attention(self, x: mx.array, n_real: int) -> list[mx.array]:
-        """An MLA layer's tile up to its attention: the mHC site's post and comb, the normed
-        input and the projections (``SparseMLA._project``)."""
+        """An MLA layer's tile up to its attention: the mHC site's post and comb and the
+        projections of its normed input (``SparseMLA.project_tile``)."""
         h, post, comb = self.hc_attn(x, self.attn_norm)
-        return [post, comb, h, *self.mixer._project(h, n_real)]
+        return [post, comb, *self.mixer.project_tile(h, n_real)]
 
     def _tile_after_attention(
         self, out: mx.array, x: mx.array, post: mx.array, comb: mx.array, n_real: int
     ) -> mx.array:
         """An MLA layer's tile after its attention: output projection, mHC and FFN."""
-        x = hc_expand(self.mixer._output(out, n_real), x, post, comb, flat=True)
+        x = hc_expand(self.mixer.output_tile(out, n_real), x, post, comb, flat=True)
         return self._tile_ffn(x, n_real)
 
     def _tile_ffn(self, x: mx.array, n_real: int) -> mx.array:
@@ -660,7 +658,7 @@ class Model(TiledModel):
     def _tile_layers(
         self, x: mx.array, tokens: mx.array, pos0: int, caches: list[Any], n_real: int
     ) -> Iterator[mx.array]:
-        selection: Selection | None = None
+        selection: TileSelection | None = None
         for i, block in enumerate(self.blocks):
             x, caches[i], selection = block.tile(x, pos0, caches[i], selection, n_real)
             yield x

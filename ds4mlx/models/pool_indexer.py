@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ds4mlx.kernels import grow_rows, linear
+from ds4mlx.kernels import Weight, grow_rows, indexer_top_k, linear, linear_many, pool_blocks
 from ds4mlx.models.base import SCORE_BUDGET
 from ds4mlx.models.cache import append_rows, keep_rows
 from ds4mlx.models.weights import Weights
@@ -76,6 +76,27 @@ class Selection:
         return mask
 
 
+@dataclass(frozen=True)
+class TileSelection:
+    """Which cached latents each row of a decode tile attends, as ``kernels.sparse_attention``
+    reads them: ``window`` int32 [T, 2], a run of rows [lo, hi) (every position a row sees
+    while it sees at most the top pools' worth of complete pools, else its own incomplete
+    pool), and ``index`` int32 [T, K], the further rows of its chosen pools (-1: none). A row's
+    choice depends on its own position and scores alone, as one-token decode makes it."""
+
+    window: mx.array
+    index: mx.array
+
+
+@mx.compile
+def _pool_rows(pools: mx.array, offsets: mx.array) -> mx.array:
+    """The positions [T, K * kpool] of the pools [T, K] (-1: none) that a tile's rows chose,
+    ``offsets`` = arange(kpool); compiled: one fused primitive where MLX ops take a dozen."""
+    chosen = pools[:, :, None]
+    rows = mx.where(chosen >= 0, chosen * offsets.shape[0] + offsets, -1)
+    return rows.reshape(pools.shape[0], -1)
+
+
 class PoolIndexer(nn.Module):
     """The DSA indexer over k-pools (llama.cpp ``build_kpool_select``)."""
 
@@ -110,26 +131,53 @@ class PoolIndexer(nn.Module):
         self.tail = select_tail
         self.norm_eps = eps
         self.rollback = rollback
+        self._offsets = np.arange(kpool, dtype=np.int32)  # a position's place in its pool
 
-    def pool(self, x: mx.array, pos0: int, cache: IndexCache | None) -> IndexCache:
-        """Caches the key and gate rows of a chunk x (positions pos0 ..), pooling the pools they
-        complete."""
-        return self._pool(x, pos0, cache, x.shape[0], one_at_a_time=False)
+    def pool(
+        self, keys: mx.array, gates: mx.array, pos0: int, cache: IndexCache | None
+    ) -> IndexCache:
+        """Caches the key and gate rows of a chunk (its ``products``; positions pos0 ..),
+        pooling the pools they complete."""
+        return self._pool(keys, gates, pos0, cache, keys.shape[0], one_at_a_time=False)
+
+    @property
+    def input_weights(self) -> list[Weight]:
+        """The matrices applied to the layer's input (``products``), for one fused product (a
+        property: a list attribute would join the module's parameters a second time)."""
+        return [self.wk, self.wgate, self.proj]
+
+    def products(self, x: mx.array) -> list[mx.array]:
+        """The products of the layer's input x [T, D] the indexer reads: its normed keys and
+        gate rows [T, dim] and its head weights [T, heads]."""
+        return self.finish_products(*linear_many(x, self.input_weights))
+
+    def finish_products(self, keys: mx.array, gates: mx.array, weights: mx.array) -> list[mx.array]:
+        """``products`` from the products of x with ``input_weights``."""
+        keys = mx.fast.layer_norm(keys, self.k_norm, self.k_norm_bias, self.norm_eps)
+        return [keys, gates, weights * (1.0 / math.sqrt(self.dim * self.heads))]
 
     def pool_tile(
-        self, x: mx.array, pos0: int, cache: IndexCache | None, n_real: int
+        self,
+        keys: mx.array,
+        gates: mx.array,
+        pos0: int,
+        cache: IndexCache | None,
+        n_real: int,
     ) -> IndexCache:
-        """``pool`` of a decode tile's first ``n_real`` rows, one pool at a time, so that a
-        pool's key does not depend on the chunk that completed it."""
-        return self._pool(x, pos0, cache, n_real, one_at_a_time=True)
+        """``pool`` of a decode tile's first ``n_real`` rows (their ``products``), one pool at
+        a time, so that a pool's key does not depend on the chunk that completed it."""
+        return self._pool(keys, gates, pos0, cache, n_real, one_at_a_time=True)
 
     def _pool(
-        self, x: mx.array, pos0: int, cache: IndexCache | None, real: int, one_at_a_time: bool
+        self,
+        keys: mx.array,
+        gates: mx.array,
+        pos0: int,
+        cache: IndexCache | None,
+        real: int,
+        one_at_a_time: bool,
     ) -> IndexCache:
         r = self.kpool
-        keys = linear(x, self.wk, real)
-        keys = mx.fast.layer_norm(keys, self.k_norm, self.k_norm_bias, self.norm_eps)
-        gates = linear(x, self.wgate, real)
         end = pos0 + real
         first, last = pos0 // r, end // r  # the pools completed now: [first, last)
         start, pooled = pos0, None
@@ -146,54 +194,82 @@ class PoolIndexer(nn.Module):
             keys, gates = keys[:real], gates[:real]
             if cache is not None:
                 keys, gates = append_rows(cache.keys, keys), append_rows(cache.gates, gates)
-        spans = [(b, b + 1) for b in range(first, last)] if one_at_a_time else [(first, last)]
-        for b0, b1 in spans:
-            if b1 > b0:
-                lo, hi = b0 * r - start, b1 * r - start
-                rows = keys[lo:hi].reshape(-1, r, self.dim)
-                scores = gates[lo:hi].reshape(-1, r, self.dim) + self.ape
-                new = mx.sum(rows * mx.softmax(scores, axis=1, precise=True), axis=1)
-                pooled = append_rows(pooled, new)
+        if last > first:
+            new = self._pool_span(keys, gates, first * r - start, last - first, one_at_a_time)
+            pooled = append_rows(pooled, new)
         if start < keep:
             keys, gates = keys[keep - start :], gates[keep - start :]
         return IndexCache(pooled=pooled, start=keep, keys=keys, gates=gates)
 
+    def _pool_span(
+        self, keys: mx.array, gates: mx.array, lo: int, n: int, one_at_a_time: bool
+    ) -> mx.array:
+        """The pooled keys [n, dim] of the n pools whose rows start at row ``lo`` of keys and
+        gates: a per-channel softmax of gate + ape over each pool's positions. A decode tile's
+        (``one_at_a_time``) in one native primitive on the CPU, one Metal launch on the GPU
+        (``kernels.pool_blocks``), each pool on its own; else with MLX ops, a tile's pools one
+        at a time, so that a pool's key does not depend on the chunk that completed it."""
+        r, hi = self.kpool, lo + n * self.kpool
+        rows, scores = keys[lo:hi], gates[lo:hi].reshape(n, r, self.dim) + self.ape
+        if one_at_a_time:
+            new = pool_blocks(rows, scores.reshape(n * r, self.dim), 0, n, r, self.dim, False)
+            if new is not None:
+                return new
+        rows = rows.reshape(n, r, self.dim)
+        spans = [(b, b + 1) for b in range(n)] if one_at_a_time else [(0, n)]
+        outs = [
+            mx.sum(rows[b0:b1] * mx.softmax(scores[b0:b1], axis=1, precise=True), axis=1)
+            for b0, b1 in spans
+        ]
+        return outs[0] if len(outs) == 1 else mx.concatenate(outs)
+
     def select(
-        self, x: mx.array, qr: mx.array, positions: np.ndarray, pooled: mx.array | None
+        self, weights: mx.array, qr: mx.array, positions: np.ndarray, pooled: mx.array | None
     ) -> Selection:
-        """The top pools of each query of a chunk among those it has fully seen."""
+        """The top pools of each query of a chunk among those it has fully seen (``weights``:
+        the head weights of its ``products``, qr: MLA's query input)."""
         n_pools = 0 if pooled is None else pooled.shape[0]
         visible = mx.array(np.arange(n_pools)[None, :] < ((positions + 1) // self.kpool)[:, None])
         chosen = visible
         if n_pools > self.top_pools:
-            chosen = self._top_pools(*self._queries(x, qr), pooled, visible)
+            chosen = self._top_pools(self.queries(qr), weights, pooled, visible)
         return Selection(positions, chosen, self.kpool, self.tail)
 
     def select_tile(
-        self, x: mx.array, qr: mx.array, positions: np.ndarray, pooled: mx.array | None, n_real: int
-    ) -> Selection:
-        """``select`` of a decode tile: each of the first ``n_real`` rows is scored on its own
-        over exactly the pools its position sees, as one-token decode scores it; the padding
-        rows select nothing."""
-        n_pools = 0 if pooled is None else pooled.shape[0]
-        q, weights = self._queries(x, qr, n_real)
-        rows = []
-        for r in range(n_real):
-            n_seen = (int(positions[r]) + 1) // self.kpool
-            seen = mx.ones((1, n_seen), dtype=mx.bool_)
-            if n_seen > self.top_pools:
-                seen = self._top_pools(q[r : r + 1], weights[r : r + 1], pooled[:n_seen], seen)
-            rows.append(mx.concatenate([seen, mx.zeros((1, n_pools - n_seen), mx.bool_)], axis=1))
-        rows.append(mx.zeros((len(positions) - n_real, n_pools), mx.bool_))
-        return Selection(positions, mx.concatenate(rows), self.kpool, self.tail)
+        self,
+        q: mx.array,
+        weights: mx.array,
+        positions: np.ndarray,
+        pooled: mx.array | None,
+        n_real: int,
+    ) -> TileSelection:
+        """``select`` of a decode tile from its ``queries`` and head weights: each of the first
+        ``n_real`` rows is scored on its own over exactly the pools its position sees
+        (``kernels.indexer_top_k``, one primitive for the tile), as one-token decode scores it;
+        the padding rows select nothing. A row that sees at most the top pools attends every
+        position up to itself as one window, and is not scored."""
+        r = self.kpool
+        window = np.zeros((len(positions), 2), np.int32)
+        real = positions[:n_real].astype(np.int64)
+        seen = (real + 1) // r  # complete pools
+        scored = seen > self.top_pools
+        window[:n_real, 0] = np.where(scored, seen * r, 0)
+        window[:n_real, 1] = real + 1 if self.tail else seen * r
+        if not scored.any():
+            unused = np.full((len(positions), 1), -1, np.int32)
+            return TileSelection(mx.array(window), mx.array(unused))
+        visible = np.zeros(len(positions), np.int32)
+        visible[:n_real] = np.where(scored, seen, 0)
+        pools = indexer_top_k(q, weights, pooled, mx.array(visible), self.top_pools)
+        return TileSelection(mx.array(window), _pool_rows(pools, mx.array(self._offsets)))
 
-    def _queries(
-        self, x: mx.array, qr: mx.array, rows: int | None = None
-    ) -> tuple[mx.array, mx.array]:
-        """Indexer queries [T, heads, dim] and head weights [T, heads] (of the first ``rows``
-        rows: ``kernels.linear``)."""
-        q = linear(qr, self.q_b, rows).reshape(x.shape[0], self.heads, self.dim)
-        return q, linear(x, self.proj, rows) * (1.0 / math.sqrt(self.dim * self.heads))
+    def queries(self, qr: mx.array) -> mx.array:
+        """Indexer queries [T, heads, dim] of MLA's query input qr."""
+        return self.query_heads(linear(qr, self.q_b))
+
+    def query_heads(self, q: mx.array) -> mx.array:
+        """The product of qr with ``q_b`` as indexer queries [T, heads, dim]."""
+        return q.reshape(q.shape[0], self.heads, self.dim)
 
     def _top_pools(
         self, q: mx.array, weights: mx.array, pooled: mx.array, visible: mx.array

@@ -11,17 +11,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cache
+from typing import TypeVar
 
-from ds4mlx.kernels import linear, linear_many
+from ds4mlx.kernels import linear, linear_many, sparse_attention
 from ds4mlx.models.base import SCORE_BUDGET
 from ds4mlx.models.cache import append_rows, keep_rows
 from ds4mlx.models.norms import RMSNorm
-from ds4mlx.models.pool_indexer import IndexCache, PoolIndexer, Selection
+from ds4mlx.models.pool_indexer import IndexCache, PoolIndexer, Selection, TileSelection
 from ds4mlx.models.weights import Weights
 
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
+
+AnySelection = TypeVar("AnySelection", Selection, TileSelection)
 
 
 @dataclass(frozen=True)
@@ -63,8 +67,8 @@ class SparseMLA(nn.Module):
         self.wq_b = w.matrix(f"{p}.attn_q_b.weight")
         self.wkv_a = w.matrix(f"{p}.attn_kv_a_mqa.weight")
         self.kv_norm = RMSNorm(w.param(f"{p}.attn_kv_a_norm.weight"), eps)
-        self.wk_b = w.matrix(f"{p}.attn_k_b.weight")  # [H, kv_lora_rank, qk_head_dim]
-        self.wv_b = w.matrix(f"{p}.attn_v_b.weight")  # [H, v_head_dim, kv_lora_rank]
+        self.wk_b = w.matrix_stack(f"{p}.attn_k_b.weight")  # [H, kv_lora_rank, qk_head_dim]
+        self.wv_b = w.matrix_stack(f"{p}.attn_v_b.weight")  # [H, v_head_dim, kv_lora_rank]
         self.wo = w.matrix(f"{p}.attn_output.weight")
         self.indexer = indexer
         self.heads, self.head_dim = heads, head_dim
@@ -81,53 +85,82 @@ class SparseMLA(nn.Module):
         latent = append_rows(cache.latent, rows)
         index = cache.index
         if self.indexer is not None:
-            index = self.indexer.pool(x, pos0, index)
+            keys, gates, weights = self.indexer.products(x)
+            index = self.indexer.pool(keys, gates, pos0, index)
             positions = np.arange(pos0, pos0 + x.shape[0])
-            shared = self.indexer.select(x, qr, positions, index.pooled)
+            shared = self.indexer.select(weights, qr, positions, index.pooled)
         out = self._attend(q, latent, _required(shared))
         return self._output(out), MLACache(latent=latent, index=index), shared
 
     def tile(
-        self, x: mx.array, pos0: int, cache: MLACache, shared: Selection | None, n_real: int
-    ) -> tuple[mx.array, MLACache, Selection]:
+        self, x: mx.array, pos0: int, cache: MLACache, shared: TileSelection | None, n_real: int
+    ) -> tuple[mx.array, MLACache, TileSelection]:
         """``__call__`` of a decode tile (see ``DECODE_TILE``): only its first ``n_real`` rows
         are real; each attends on its own, the padding rows get zeros and stay out of the
         cache."""
         out, cache, shared = self.attend_tile(
-            x, *self._project(x, n_real), pos0, cache, shared, n_real
+            self.project_tile(x, n_real), pos0, cache, shared, n_real
         )
-        return self._output(out, n_real), cache, shared
+        return self.output_tile(out, n_real), cache, shared
+
+    def project_tile(self, x: mx.array, n_real: int) -> list[mx.array]:
+        """What a decode tile's attention reads of its input x [T, D]: the absorbed queries
+        [T, H, kv_lora_rank], the normed latent rows and, with an indexer of its own, the
+        indexer's keys, gate rows, head weights and queries. Functions of x alone: a compiled
+        tile computes them (``attend_tile`` takes them)."""
+        indexer, tokens = self.indexer, x.shape[0]
+        if indexer is None:
+            q_a, kv_a = linear_many(x, [self.wq_a, self.wkv_a], n_real)
+            qr = self.q_a_norm(q_a)
+            q, index = linear(qr, self.wq_b, n_real), []
+        else:
+            # The indexer's products of x and of qr join MLA's own: one primitive each.
+            q_a, kv_a, *products = linear_many(
+                x, [self.wq_a, self.wkv_a, *indexer.input_weights], n_real
+            )
+            qr = self.q_a_norm(q_a)
+            q, index_q = linear_many(qr, [self.wq_b, indexer.q_b], n_real)
+            index = [*indexer.finish_products(*products), indexer.query_heads(index_q)]
+        q = linear(mx.swapaxes(q.reshape(tokens, self.heads, self.head_dim), 0, 1), self.wk_b)
+        return [mx.swapaxes(q, 0, 1), self.kv_norm(kv_a), *index]
 
     def attend_tile(
         self,
-        x: mx.array,
-        qr: mx.array,
-        q: mx.array,
-        rows: mx.array,
+        projected: list[mx.array],
         pos0: int,
         cache: MLACache,
-        shared: Selection | None,
+        shared: TileSelection | None,
         n_real: int,
-    ) -> tuple[mx.array, MLACache, Selection]:
-        """``tile`` between its projections (``_project``'s qr, q and latent rows of x) and
-        its output projection: the cache update, the indexer and the attention, whose shapes
-        grow with the context (a compiled tile leaves them out)."""
+    ) -> tuple[mx.array, MLACache, TileSelection]:
+        """``tile`` between ``project_tile`` and ``output_tile``: the cache update, the indexer
+        and the attention, whose shapes grow with the context (a compiled tile leaves them
+        out). Each real row attends exactly the latents its position selects, in one
+        ``kernels.sparse_attention`` for the tile (keys are values; no sink); padding rows
+        select none and get zeros."""
+        q, rows, *index_inputs = projected
         latent = append_rows(cache.latent, rows, n_real)
         index = cache.index
         if self.indexer is not None:
-            index = self.indexer.pool_tile(x, pos0, index, n_real)
-            positions = np.arange(pos0, pos0 + x.shape[0])
-            shared = self.indexer.select_tile(x, qr, positions, index.pooled, n_real)
-        out = self._attend_rows(q, latent, _required(shared), n_real)
+            keys, gates, weights, index_q = index_inputs
+            index = self.indexer.pool_tile(keys, gates, pos0, index, n_real)
+            positions = np.arange(pos0, pos0 + q.shape[0])
+            shared = self.indexer.select_tile(index_q, weights, positions, index.pooled, n_real)
+        shared = _required(shared)
+        out = sparse_attention(
+            q, latent, shared.window, latent, shared.index, _no_sink(self.heads), self.scale
+        )
         return out, MLACache(latent=latent, index=index), shared
 
-    def _project(self, x: mx.array, rows: int | None = None) -> tuple[mx.array, mx.array, mx.array]:
+    def output_tile(self, out: mx.array, n_real: int) -> mx.array:
+        """``_output`` of a decode tile's attended latents [T, H, kv_lora_rank]."""
+        return self._output(mx.swapaxes(out, 0, 1), n_real)
+
+    def _project(self, x: mx.array) -> tuple[mx.array, mx.array, mx.array]:
         """The query input qr [T, q_lora_rank], the absorbed queries [H, T, kv_lora_rank] and
-        the normed latents [T, kv_lora_rank] of x [T, D] (of its first ``rows`` rows: a decode
-        tile's real ones, ``kernels.linear``)."""
-        q_a, kv_a = linear_many(x, [self.wq_a, self.wkv_a], rows)  # one primitive in a tile
+        the normed latents [T, kv_lora_rank] of a chunk x [T, D]."""
+        q_a, kv_a = linear_many(x, [self.wq_a, self.wkv_a])
         qr = self.q_a_norm(q_a)
-        q = linear(qr, self.wq_b, rows).reshape(x.shape[0], self.heads, self.head_dim)
+        q = linear(qr, self.wq_b).reshape(x.shape[0], self.heads, self.head_dim)
         q = linear(mx.swapaxes(q, 0, 1), self.wk_b)  # absorbed: [H, T, kv_lora_rank]
         return qr, q, self.kv_norm(kv_a)
 
@@ -147,15 +180,6 @@ class SparseMLA(nn.Module):
         ]
         return outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=1)
 
-    def _attend_rows(
-        self, q: mx.array, latent: mx.array, selection: Selection, n_real: int
-    ) -> mx.array:
-        """``_attend`` one real row at a time, each over exactly the latents its position sees,
-        so that its result does not depend on the other rows of the chunk; zeros for padding."""
-        outs = [self._attend_block(q, latent, selection, r, r + 1) for r in range(n_real)]
-        outs.append(mx.zeros((q.shape[0], q.shape[1] - n_real, q.shape[2])))
-        return mx.concatenate(outs, axis=1)
-
     def _attend_block(
         self, q: mx.array, latent: mx.array, selection: Selection, t0: int, t1: int
     ) -> mx.array:
@@ -171,7 +195,14 @@ class SparseMLA(nn.Module):
         return out
 
 
-def _required(selection: Selection | None) -> Selection:
+@cache
+def _no_sink(heads: int) -> mx.array:
+    """Sink logits [heads] that add nothing: exp of one underflows to exactly 0 beside any real
+    score, and a row that sees no key gets zeros (as from ggml's flash attention)."""
+    return mx.array(np.full(heads, -1e30, np.float32))
+
+
+def _required(selection: AnySelection | None) -> AnySelection:
     if selection is None:
         raise ValueError(
             "an MLA layer without its own indexer needs a full indexer layer before it"

@@ -285,9 +285,11 @@ def test_variant_matches_live_llamacpp(name, variants, fixture):
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 33])
-def test_any_chunking_equals_batch(chunk, variants, fixture):
-    # topk8: real pool selection, so the indexer's pending rows and pooled keys are exercised.
-    model = _model(variants["topk8"])
+@pytest.mark.parametrize("variant", ["topk8", "topk4-notail"])
+def test_any_chunking_equals_batch(chunk, variant, variants, fixture):
+    # Real pool selection, so the indexer's pending rows and pooled keys are exercised; with
+    # and without the query's own incomplete pool (decode tiles attend it as a window).
+    model = _model(variants[variant])
     tokens = fixture["tokens"]
     batch = model.logits(tokens)
     session = model.new_session()
