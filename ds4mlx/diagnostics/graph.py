@@ -162,7 +162,9 @@ _PIECES: dict[str, dict[str, tuple[str, ...]]] = {
             "kda.KDA.__call__",
             "kda.KDA.tile",
             "sparse_mla.SparseMLA.__call__",
-            "sparse_mla.SparseMLA.tile",
+            "sparse_mla.SparseMLA.project_tile",
+            "sparse_mla.SparseMLA.attend_tile",
+            "sparse_mla.SparseMLA.output_tile",
         ),
         "indexer": (
             "pool_indexer.PoolIndexer.pool",

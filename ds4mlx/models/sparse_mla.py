@@ -92,17 +92,6 @@ class SparseMLA(nn.Module):
         out = self._attend(q, latent, _required(shared))
         return self._output(out), MLACache(latent=latent, index=index), shared
 
-    def tile(
-        self, x: mx.array, pos0: int, cache: MLACache, shared: TileSelection | None, n_real: int
-    ) -> tuple[mx.array, MLACache, TileSelection]:
-        """``__call__`` of a decode tile (see ``DECODE_TILE``): only its first ``n_real`` rows
-        are real; each attends on its own, the padding rows get zeros and stay out of the
-        cache."""
-        out, cache, shared = self.attend_tile(
-            self.project_tile(x, n_real), pos0, cache, shared, n_real
-        )
-        return self.output_tile(out, n_real), cache, shared
-
     def project_tile(self, x: mx.array, n_real: int) -> list[mx.array]:
         """What a decode tile's attention reads of its input x [T, D]: the absorbed queries
         [T, H, kv_lora_rank], the normed latent rows and, with an indexer of its own, the
@@ -132,7 +121,8 @@ class SparseMLA(nn.Module):
         shared: TileSelection | None,
         n_real: int,
     ) -> tuple[mx.array, MLACache, TileSelection]:
-        """``tile`` between ``project_tile`` and ``output_tile``: the cache update, the indexer
+        """A decode tile's attention (see ``DECODE_TILE``; only its first ``n_real`` rows are
+        real) between ``project_tile`` and ``output_tile``: the cache update, the indexer
         and the attention, whose shapes grow with the context (a compiled tile leaves them
         out). Each real row attends exactly the latents its position selects, in one
         ``kernels.sparse_attention`` for the tile (keys are values; no sink); padding rows

@@ -151,6 +151,6 @@ def test_an_mla_layer_without_an_indexer_refuses_to_run_without_a_selection(mode
     x = mx.zeros((DECODE_TILE, model.args.hidden_size))
     with pytest.raises(ValueError, match="needs a full indexer layer before it"):
         if entry == "tile":
-            mla.tile(x, 0, MLACache(), None, 1)
+            mla.attend_tile(mla.project_tile(x, 1), 0, MLACache(), None, 1)
         else:
             mla(x, 0, MLACache(), None)
