@@ -47,7 +47,7 @@ from typing import Any
 from ds4mlx import kernels
 from ds4mlx.gguf import GGUFFile, MetaValue
 from ds4mlx.kernels import linear, take_rows
-from ds4mlx.models.base import DECODE_TILE, VERIFY_ROWS, TiledModel
+from ds4mlx.models.base import DECODE_TILE, VERIFY_ROWS, TiledModel, pad_to_tile
 from ds4mlx.models.cache import ModelState
 from ds4mlx.models.kda import KDA, KDACache
 from ds4mlx.models.metadata import ArchMetadata, first
@@ -547,6 +547,8 @@ class NextNPredictor(nn.Module):
         self.ffn_norm = RMSNorm(w.param(f"blk.{layer}.ffn_norm.weight"), args.rms_norm_eps)
         self.attn = _mla(args, w, layer)
         self.ffn = _ffn(args, w, layer)
+        self._before_attention = CompiledTiles(self._tile_before_attention)
+        self._after_attention = CompiledTiles(self._tile_after_attention)
 
     def __call__(
         self, hidden: mx.array, next_tokens: mx.array, state: ModelState, *, evaluate: bool = True
@@ -564,6 +566,36 @@ class NextNPredictor(nn.Module):
         if evaluate:
             mx.eval(out, *state.arrays())
         return out
+
+    def tile(self, hidden: mx.array, next_tokens: mx.array, state: ModelState) -> mx.array:
+        """``__call__`` (inference) of fewer than ``DECODE_TILE`` rows, a drafting cycle's,
+        as a fixed-shape decode tile: compiled around the attention as the trunk's MLA layers
+        (the chunk path's masked attention and uncompiled graph cost most of a cycle's verify
+        pass). Its rows equal the chunk path's up to float rounding."""
+        n_real = hidden.shape[0]
+        hidden = mx.pad(hidden, ((0, DECODE_TILE - n_real), (0, 0)))
+        resident = not isinstance(self.ffn, SharedExpertMoE) or self.ffn.compiles_tiles
+        x, *projected = self._before_attention.get(n_real, resident)(
+            hidden, pad_to_tile(next_tokens)
+        )
+        out, cache, _ = self.attn.attend_tile(projected, state.pos, state.layers[0], None, n_real)
+        out = self._after_attention.get(n_real, resident)(out, x)
+        state.layers, state.pos = [cache], state.pos + n_real
+        return out[:n_real]
+
+    def _tile_before_attention(
+        self, hidden: mx.array, next_tokens: mx.array, n_real: int
+    ) -> list[mx.array]:
+        e = self.enorm(take_rows(self.embed, next_tokens).astype(mx.float32))
+        x = linear(mx.concatenate([e, self.hnorm(hidden)], axis=-1), self.eh_proj, n_real)
+        return [x, *self.attn.project_tile(self.attn_norm(x), n_real)]
+
+    def _tile_after_attention(self, out: mx.array, x: mx.array, n_real: int) -> mx.array:
+        x = x + self.attn.output_tile(out, n_real)
+        h = self.ffn_norm(x)
+        if isinstance(self.ffn, SharedExpertMoE):
+            return self.head_norm(x + self.ffn.tile(h, None, n_real))
+        return self.head_norm(x + self.ffn(h, n_real))
 
     def logits(self, out: mx.array) -> mx.array:
         """The shared head over the block's output rows: [T, vocab]."""
@@ -626,18 +658,26 @@ class Model(TiledModel):
         *,
         last_only: bool = False,
         evaluate: bool = True,
+        tiled: bool = False,
     ) -> mx.array:
         """Draft logits [T, vocab] of tokens t + 2 from the main model's ``final_hidden`` rows
         ``hidden`` [T, D] at t and the tokens at t + 1; advances ``mtp_state``.
 
         ``last_only``: the last row's logits alone, [1, vocab] (a drafter's next proposal; the
         head over every row of a long prompt would cost T x vocab for nothing).
-        ``evaluate=False`` leaves everything unevaluated (training).
+        ``evaluate=False`` leaves everything unevaluated (training, or a drafter that queues
+        the evaluation). ``tiled``: inference, so that fewer than ``DECODE_TILE`` rows run as a
+        compiled decode tile (``NextNPredictor.tile``).
         """
         if self.mtp is None:
             raise ValueError("this model file has no NextN (MTP) block")
         tokens = next_tokens.astype(mx.int32).reshape(-1)
-        out = self.mtp(hidden, tokens, mtp_state, evaluate=evaluate)
+        if tiled and tokens.shape[0] < DECODE_TILE:
+            out = self.mtp.tile(hidden, tokens, mtp_state)
+            if evaluate:
+                mx.eval(out, *mtp_state.arrays())
+        else:
+            out = self.mtp(hidden, tokens, mtp_state, evaluate=evaluate)
         logits = self.mtp.logits(out[-1:] if last_only else out)
         if evaluate:
             mx.eval(logits)

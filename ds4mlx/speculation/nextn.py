@@ -78,7 +78,7 @@ class NextNDrafter:
         following = mx.array([t for _, tokens in self._pending for t in tokens], dtype=mx.int32)
         self._pending = []
         logits = self.network.mtp_logits(
-            hidden, following, self.mtp_state, last_only=True, evaluate=False
+            hidden, following, self.mtp_state, last_only=True, evaluate=False, tiled=True
         )
         self._draft = mx.argmax(logits[0], keepdims=True).astype(mx.int32)
         mx.async_eval(self._draft, *self.mtp_state.arrays())

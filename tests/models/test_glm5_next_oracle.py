@@ -461,6 +461,14 @@ def test_nextn_predictor(variants, fixture):
     for a, b in ((0, 1), (1, 8), (8, 40)):
         rows.append(np.array(network.mtp_logits(hidden[a:b], following[a:b], state)))
     np.testing.assert_allclose(np.concatenate(rows), whole, rtol=1e-5, atol=1e-5)
+    # A drafter's cycles feed one or two rows as compiled decode tiles: the same rows, and the
+    # caches they leave carry on as the chunk path's.
+    state, rows, a = network.new_mtp_state(), [], 0
+    for b in (1, 3, 5, 7, 14, 16, 17, 19, 20, 22, 40):
+        rows.append(np.array(network.mtp_logits(hidden[a:b], following[a:b], state, tiled=True)))
+        a = b
+    assert state.pos == len(tokens) - 1
+    np.testing.assert_allclose(np.concatenate(rows), whole, rtol=1e-5, atol=1e-5)
 
 
 def test_no_nextn_block(fixture):
