@@ -404,13 +404,25 @@ def kda_conv(
     return nn.silu(out), kept[:, max(0, kept.shape[1] - keep) :]
 
 
+def softplus(x: mx.array) -> mx.array:
+    """ggml's softplus: x above 20, else log(1 + exp(x))."""
+    return mx.where(x > 20.0, x, mx.log1p(mx.exp(mx.minimum(x, 20.0))))
+
+
+def kda_l2_norm(x: mx.array) -> mx.array:
+    """x / sqrt(sum(x^2) + eps) over the last axis, computed as llama.cpp's
+    ``build_gdn_l2_norm`` does (an RMS norm with eps / n, times 1 / sqrt(n))."""
+    n = x.shape[-1]
+    return mx.fast.rms_norm(x, None, KDA_L2_EPS / n) * (1.0 / math.sqrt(n))
+
+
 def kda_decay(g: mx.array, a: mx.array, lower_bound: float) -> mx.array:
     """Per-channel log decay (llama.cpp's ``kda_g1``) [T, H, K] from its pre-activation g
     (f_b f_a x + dt_bias) and A [H]: ``lower_bound * sigmoid(-A g)``, or ggml's
     ``softplus(g) * A`` without a lower bound (-inf)."""
     if lower_bound > -math.inf:
         return lower_bound * mx.sigmoid(-(g * a[:, None]))
-    return mx.where(g > 20.0, g, mx.log1p(mx.exp(mx.minimum(g, 20.0)))) * a[:, None]
+    return softplus(g) * a[:, None]
 
 
 def kda_steps(
@@ -495,8 +507,7 @@ def kda_tile(
     taps = [w.conv[:, None, :, i] for i in range(w.conv.shape[-1])]
     conv, kept_rows = kda_conv(mx.stack(qkv), conv_rows, taps, n_real, w.keep_rows)
     q, k, v = (mx.swapaxes(t.reshape(tokens, heads, dim), 0, 1) for t in conv)  # [H, T, D]
-    l2_eps, inverse_root = KDA_L2_EPS / dim, 1.0 / math.sqrt(dim)
-    q, k = (mx.fast.rms_norm(t, None, l2_eps) * inverse_root for t in (q, k))
+    q, k = kda_l2_norm(q), kda_l2_norm(k)
     beta = mx.swapaxes(mx.sigmoid(beta), 0, 1)  # [H, T]
     g = kda_decay((decay + w.dt_bias).reshape(tokens, heads, dim), w.a, w.lower_bound)
     recurrence_inputs = (q, k, v, mx.swapaxes(g, 0, 1), beta)

@@ -25,6 +25,7 @@ from ds4mlx.kernels import (
     routed_pairs,
     swiglu,
 )
+from ds4mlx.kernels.twins import softplus
 from ds4mlx.models.tiles import CompiledTiles
 from ds4mlx.models.weights import Weights
 
@@ -45,11 +46,6 @@ class GatingFunc(IntEnum):
     SIGMOID = 2
     SOFTMAX_WEIGHT = 3  # softmax over the selected logits, not over all experts
     SQRT_SOFTPLUS = 4
-
-
-def softplus(x: mx.array) -> mx.array:
-    """ggml's softplus: x above 20, else log(1 + exp(x))."""
-    return mx.where(x > 20.0, x, mx.log1p(mx.exp(mx.minimum(x, 20.0))))
 
 
 def gate_probs(logits: mx.array, func: GatingFunc) -> mx.array:
