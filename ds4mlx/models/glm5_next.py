@@ -407,6 +407,19 @@ def _ffn(args: ModelArgs, w: Weights, layer: int) -> SwiGLU | SharedExpertMoE:
     )
 
 
+def _ffn_tile(ffn: SharedExpertMoE | SwiGLU, h: mx.array, n_real: int) -> mx.array:
+    """A block's FFN over a decode tile's normed rows h, the first ``n_real`` real."""
+    if isinstance(ffn, SharedExpertMoE):
+        return ffn.tile(h, None, n_real)
+    return ffn(h, n_real)
+
+
+def _tiles_compile(ffn: SharedExpertMoE | SwiGLU) -> bool:
+    """Whether a block's decode tiles may be compiled: not around streamed experts, whose
+    store reads the routing on the host."""
+    return not isinstance(ffn, SharedExpertMoE) or ffn.compiles_tiles
+
+
 class Block(nn.Module):
     """A main layer: mHC around a KDA or MLA mixer and around the FFN."""
 
@@ -469,7 +482,7 @@ class Block(nn.Module):
         routing on the host): a KDA layer's whole tile once its cache has its steady shapes,
         an MLA layer's around the attention proper, whose shapes grow with the context. The
         same operations either way, so the same bits."""
-        resident = not isinstance(self.ffn, SharedExpertMoE) or self.ffn.compiles_tiles
+        resident = _tiles_compile(self.ffn)
         if isinstance(self.mixer, KDA):
             compiled = resident and self.mixer.steady(cache)
             run = self._recurrent_tiles.get(n_real, compiled)
@@ -503,9 +516,7 @@ class Block(nn.Module):
 
     def _tile_ffn(self, x: mx.array, n_real: int) -> mx.array:
         h, post, comb = self.hc_ffn(x, self.ffn_norm)
-        if isinstance(self.ffn, SharedExpertMoE):
-            return hc_expand(self.ffn.tile(h, None, n_real), x, post, comb)
-        return hc_expand(self.ffn(h, n_real), x, post, comb)
+        return hc_expand(_ffn_tile(self.ffn, h, n_real), x, post, comb)
 
 
 class NextNPredictor(nn.Module):
@@ -574,7 +585,7 @@ class NextNPredictor(nn.Module):
         pass). Its rows equal the chunk path's up to float rounding."""
         n_real = hidden.shape[0]
         hidden = mx.pad(hidden, ((0, DECODE_TILE - n_real), (0, 0)))
-        resident = not isinstance(self.ffn, SharedExpertMoE) or self.ffn.compiles_tiles
+        resident = _tiles_compile(self.ffn)
         x, *projected = self._before_attention.get(n_real, resident)(
             hidden, pad_to_tile(next_tokens)
         )
@@ -592,10 +603,7 @@ class NextNPredictor(nn.Module):
 
     def _tile_after_attention(self, out: mx.array, x: mx.array, n_real: int) -> mx.array:
         x = x + self.attn.output_tile(out, n_real)
-        h = self.ffn_norm(x)
-        if isinstance(self.ffn, SharedExpertMoE):
-            return self.head_norm(x + self.ffn.tile(h, None, n_real))
-        return self.head_norm(x + self.ffn(h, n_real))
+        return self.head_norm(x + _ffn_tile(self.ffn, self.ffn_norm(x), n_real))
 
     def logits(self, out: mx.array) -> mx.array:
         """The shared head over the block's output rows: [T, vocab]."""
@@ -674,13 +682,11 @@ class Model(TiledModel):
         tokens = next_tokens.astype(mx.int32).reshape(-1)
         if tiled and tokens.shape[0] < DECODE_TILE:
             out = self.mtp.tile(hidden, tokens, mtp_state)
-            if evaluate:
-                mx.eval(out, *mtp_state.arrays())
         else:
-            out = self.mtp(hidden, tokens, mtp_state, evaluate=evaluate)
+            out = self.mtp(hidden, tokens, mtp_state, evaluate=False)
         logits = self.mtp.logits(out[-1:] if last_only else out)
         if evaluate:
-            mx.eval(logits)
+            mx.eval(logits, *mtp_state.arrays())
         return logits
 
     def _layers(
