@@ -98,19 +98,21 @@ class Weights(ABC):
         )
 
     def matrix(self, name: str) -> Weight:
-        shape, actual = self._check(name)
-        w = self._matrix(name)
-        w = w if actual == shape else view_weight(w, shape)
-        return self._prepared(w) if len(shape) == 2 else self._in_compute_dtype(w)
+        w = self._shaped_matrix(name)
+        return self._prepared(w) if len(w.shape) == 2 else self._in_compute_dtype(w)
 
     def matrix_stack(self, name: str) -> Weight:
         """A stack of matrices [..., out, in] that every product reads whole (MLA's per-head
         ``attn_k_b`` / ``attn_v_b``; not routed experts, whose kernels read them as stored),
         prepared as a 2-D ``matrix`` is: frozen for inference, so that a product of it takes
         no transpose."""
+        return self._prepared(self._shaped_matrix(name))
+
+    def _shaped_matrix(self, name: str) -> Weight:
+        """The stored matrix ``name`` viewed in its expected shape."""
         shape, actual = self._check(name)
         w = self._matrix(name)
-        return self._prepared(w if actual == shape else view_weight(w, shape))
+        return w if actual == shape else view_weight(w, shape)
 
     def _prepared(self, w: Weight) -> Weight:
         return freeze(self._in_compute_dtype(w)) if self.frozen else w
