@@ -90,6 +90,12 @@ def _rows(out, pos0: int) -> TargetRows:
     return TargetRows(pos0, out.layers, out.head_input, out.final_hidden)
 
 
+def _needs_target_rows(drafter: Drafter) -> bool:
+    """Whether ``drafter`` reads the target's rows (its optional ``needs_target_rows``: prompt
+    lookup drafts from tokens alone, so its proposals cost nothing)."""
+    return getattr(drafter, "needs_target_rows", True)
+
+
 def _weighs_cost(sampler: Sampler) -> bool:
     """Whether the scheduler's cost rule applies: greedy decoding only. A sampled token depends
     on how many draws came before it (a seeded sampler splits its key at each), and a cycle's
@@ -145,7 +151,7 @@ class SpeculativeDecoder(Decoder):
             self.stats.scheduler,
             max_draft=drafter.max_draft,
             costs=self.lease.costs,
-            free_proposals=not getattr(drafter, "needs_target_rows", True),
+            free_proposals=not _needs_target_rows(drafter),
         )
         #: While a plain advance collects the target rows for the drafter: each step's rows.
         self._followed: list[TargetRows] | None = None
@@ -197,7 +203,7 @@ class SpeculativeDecoder(Decoder):
         """Plain decoding, pipelined, with the drafter following: it sees the tokens, and the
         target's rows if it needs them (the cost rule's pauses must leave it able to draft)."""
         pos = session.n_tokens
-        follow = getattr(self.drafter, "needs_target_rows", True)
+        follow = _needs_target_rows(self.drafter)
         self._followed = [] if follow else None
         try:
             tokens = super().advance(session, token, sampler, stats, limits)
@@ -265,7 +271,7 @@ class SpeculativeDecoder(Decoder):
         (ds4's pauses are for drafts the target rejects): it is plain cost. A drafter with a
         network of its own (MTP stopped by its margin) spent time on the proposal: the cycle is
         a drafted one, for ds4's rule and for cost."""
-        if not getattr(self.drafter, "needs_target_rows", True):
+        if not _needs_target_rows(self.drafter):
             return self._timed_plain(session, token, sampler, stats, limits)
         if drafting:
             self.scheduler.record(0, 0)
@@ -318,7 +324,7 @@ class SpeculativeDecoder(Decoder):
         if self.scheduler.drafting_over(left):
             # No more drafts before the budget ends (too short to pay): the rest decodes as plain
             # decoding does, pipelined, where the drafter can follow or need not (drafter.py).
-            if not getattr(drafter, "needs_target_rows", True):
+            if not _needs_target_rows(drafter):
                 return self._advance_plain(session, token, sampler, stats, limits)
             if not getattr(drafter, "reads_rows_after_last_draft", True):
                 self.detached = True
