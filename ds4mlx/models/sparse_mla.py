@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import TypeVar
 
-from ds4mlx.kernels import linear, linear_many, sparse_attention
+from ds4mlx.kernels import grouped_linear, linear, linear_many, sparse_attention
 from ds4mlx.models.base import SCORE_BUDGET
 from ds4mlx.models.cache import append_rows, keep_rows
 from ds4mlx.models.norms import RMSNorm
@@ -110,8 +110,9 @@ class SparseMLA(nn.Module):
             qr = self.q_a_norm(q_a)
             q, index_q = linear_many(qr, [self.wq_b, indexer.q_b], n_real)
             index = [*indexer.finish_products(*products), indexer.query_heads(index_q)]
-        q = linear(mx.swapaxes(q.reshape(tokens, self.heads, self.head_dim), 0, 1), self.wk_b)
-        return [mx.swapaxes(q, 0, 1), self.kv_norm(kv_a), *index]
+        # Absorbed per head, on the real rows only: [T, H * head_dim] -> [T, H, kv_lora_rank].
+        q = grouped_linear(q, self.wk_b, n_real).reshape(tokens, self.heads, -1)
+        return [q, self.kv_norm(kv_a), *index]
 
     def attend_tile(
         self,
@@ -142,8 +143,10 @@ class SparseMLA(nn.Module):
         return out, MLACache(latent=latent, index=index), shared
 
     def output_tile(self, out: mx.array, n_real: int) -> mx.array:
-        """``_output`` of a decode tile's attended latents [T, H, kv_lora_rank]."""
-        return self._output(mx.swapaxes(out, 0, 1), n_real)
+        """``_output`` of a decode tile's attended latents [T, H, kv_lora_rank]: each head's
+        expanded on the real rows only, as one grouped product."""
+        expanded = grouped_linear(out.reshape(out.shape[0], -1), self.wv_b, n_real)
+        return linear(expanded, self.wo, n_real)
 
     def _project(self, x: mx.array) -> tuple[mx.array, mx.array, mx.array]:
         """The query input qr [T, q_lora_rank], the absorbed queries [H, T, kv_lora_rank] and
