@@ -104,16 +104,16 @@ def _codes(w: Weight) -> RowCodes | None:
     return None
 
 
-def _in_panels(codes: RowCodes) -> RowCodes | None:
+def _in_panels(codes: RowCodes) -> RowCodes:
     """A 2-D matrix's codes [out, in] (or float16 values) laid out for its frozen [in, out]
-    memory, in panels of ``CODE_PANEL`` columns (None when the output width is not a whole
-    number of panels)."""
+    memory, in panels of ``CODE_PANEL`` columns; an output width that is not a whole number of
+    panels (a vocabulary's) is padded with zero columns, which the row kernels never write."""
     out = codes.codes.shape[0]
-    if out % CODE_PANEL:
-        return None
+    padded = -(-out // CODE_PANEL) * CODE_PANEL
 
-    def panels(a: mx.array) -> mx.array:  # [out, n] -> [out / P, n, P]
-        return mx.contiguous(a.reshape(out // CODE_PANEL, CODE_PANEL, -1).transpose(0, 2, 1))
+    def panels(a: mx.array) -> mx.array:  # [out, n] -> [padded / P, n, P]
+        a = mx.pad(a, [(0, padded - out), (0, 0)]) if padded > out else a
+        return mx.contiguous(a.reshape(padded // CODE_PANEL, CODE_PANEL, -1).transpose(0, 2, 1))
 
     scale, bias = codes.scale, codes.bias
     laid_out = RowCodes(
@@ -148,17 +148,22 @@ def freeze(w: Weight) -> Weight:
     key = id(view)
     _TRANSPOSED[key] = (weakref.ref(view, lambda _: _TRANSPOSED.pop(key, None)), stored)
     codes = _codes(w)
-    laid_out = _in_panels(codes) if codes is not None and w.ndim == 2 else None
-    if laid_out is not None:
-        attach_codes(view, laid_out)
+    if codes is not None and w.ndim == 2:
+        attach_codes(view, _in_panels(codes))
     return view
 
 
-def _row_operand(w: mx.array, stored: mx.array) -> mx.array | list[mx.array]:
+def _row_operand(
+    w: mx.array, stored: mx.array, padded: bool = False
+) -> mx.array | list[mx.array]:
     """What the native row-by-row matmul reads for the frozen matrix ``w`` (its [in, out]
-    memory ``stored``): its codes where it has them, else the float32 values."""
+    memory ``stored``): its codes where it has them, else the float32 values. ``padded``: the
+    caller passes the real width (``rows_linear``'s widths), so panels padded past it do."""
     codes = _codes(w)
-    return codes.operand if codes is not None and codes.panels else stored
+    if codes is None or not codes.panels:
+        return stored
+    whole = codes.codes.shape[0] * CODE_PANEL == stored.shape[1]
+    return codes.operand if whole or padded else stored
 
 
 def _expert_operand(w: mx.array) -> mx.array | list[mx.array]:
@@ -200,8 +205,9 @@ def linear(x: mx.array, w: Weight, rows: int | None = None) -> mx.array:
         if stored is None:
             return (x @ mx.swapaxes(w, -1, -2)).astype(x.dtype)
         if _rows_linear_applies(x, [stored]):
-            operand = _row_operand(w, stored)
-            return native_ops().rows_linear(x, [operand], x.shape[0] if rows is None else rows)[0]
+            operand = _row_operand(w, stored, padded=True)
+            real = x.shape[0] if rows is None else rows
+            return native_ops().rows_linear(x, [operand], real, [stored.shape[1]])[0]
         return (x @ stored).astype(x.dtype)
     if len(w.shape) > 2:
         return gather_linear(x, w, _expert_grid(w))
@@ -242,8 +248,9 @@ def linear_many(x: mx.array, weights: list[Weight], rows: int | None = None) -> 
     primitive where every weight takes the row-by-row matmul (decode tiles on the CPU)."""
     stored = [_frozen(w) if isinstance(w, mx.array) else None for w in weights]
     if all(s is not None for s in stored) and _rows_linear_applies(x, stored):
-        operands = [_row_operand(w, s) for w, s in zip(weights, stored, strict=True)]
-        return native_ops().rows_linear(x, operands, x.shape[0] if rows is None else rows)
+        operands = [_row_operand(w, s, padded=True) for w, s in zip(weights, stored, strict=True)]
+        widths = [s.shape[1] for s in stored]
+        return native_ops().rows_linear(x, operands, x.shape[0] if rows is None else rows, widths)
     return [linear(x, w, rows) for w in weights]
 
 

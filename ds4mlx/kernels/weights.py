@@ -60,8 +60,8 @@ class RowCodes:
 
     As GGUF stores a matrix (``panels`` false): codes [..., out, in], scale and bias
     [..., out, in / group]. For a frozen [in, out] matrix (``panels`` true): codes
-    [out / PANEL, in, PANEL], scale and bias [out / PANEL, in / group, PANEL], each panel of
-    columns read front to back."""
+    [P, in, PANEL], scale and bias [P, in / group, PANEL] with P = ceil(out / PANEL) (the last
+    panel padded with zero columns), each panel of columns read front to back."""
 
     codes: mx.array
     scale: mx.array | None = None

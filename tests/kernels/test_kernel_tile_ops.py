@@ -440,6 +440,40 @@ def test_coded_matrices_give_the_float32_products_bit_for_bit(ops, qtype_name):
         ops.rows_linear(x, [[panels.codes, panels.scale[:, :-1], panels.bias[:, :-1]]], 2)
 
 
+@pytest.mark.parametrize("out", [64 * 3 + 15, 64 + 1, 63])
+def test_a_width_short_of_whole_panels_is_padded_and_gives_the_float32_bits(ops, out):
+    """A vocabulary's head (glm-tiny's 6159 rows) is not a whole number of 64-column panels:
+    its codes are padded with zero columns, the products' columns stop at its width, and each
+    is the float32 matrix's to the bit, also beside a whole-panel matrix in one call."""
+    from gguf import GGMLQuantizationType
+
+    rng = np.random.default_rng(3)
+    values = rng.standard_normal((out, 256)).astype(np.float32)
+    dense, codes = _coded(values, GGMLQuantizationType.Q6_K)
+    kernels.attach_codes(dense, codes)
+    frozen = kernels.freeze(dense)
+    panels = kernels._codes(frozen)
+    assert panels.codes.shape == (-(-out // 64), 256, 64)
+    assert not np.array(panels.codes)[-1, :, out % 64 or 64 :].any()  # the padding is zeros
+    stored = kernels._frozen(frozen)
+    whole = kernels.freeze(normal(rng, 128, 256))
+    x = normal(rng, 8, 256)
+    for rows in (1, 3, 6, 8):
+        got, beside = kernels.linear_many(x, [frozen, whole], rows)
+        assert got.shape == (8, out)
+        np.testing.assert_array_equal(np.array(got), np.array(ops.rows_linear(x, [stored], rows)[0]))
+        np.testing.assert_array_equal(
+            np.array(beside), np.array(ops.rows_linear(x, [kernels._frozen(whole)], rows)[0])
+        )
+    assert primitive_names(kernels.linear(x, frozen, 1)) == ["DS4RowsLinear"]
+    # Without the width a call reads the padded panels whole; a width beyond them is refused.
+    assert ops.rows_linear(x, [panels.operand], 1)[0].shape == (8, panels.codes.shape[0] * 64)
+    with pytest.raises(ValueError, match="width"):
+        ops.rows_linear(x, [panels.operand], 1, [panels.codes.shape[0] * 64 + 1])
+    with pytest.raises(ValueError, match="width"):
+        ops.rows_linear(x, [stored], 1, [out - 1])  # float32 values hold their width exactly
+
+
 @pytest.mark.parametrize("qtype_name", ["Q8_0", "Q2_K", "Q4_K"])
 def test_moe_tile_on_coded_experts_gives_the_float32_bits(ops, qtype_name):
     from gguf import GGMLQuantizationType

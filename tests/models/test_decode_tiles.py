@@ -22,8 +22,8 @@ import mlx.core as mx
 import pytest
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
-# The native operations that take a real-row count as their last argument.
-ROW_COUNTED = ("rows_linear", "blocks_linear")
+# The native operations that take a real-row count, and its position among their arguments.
+ROW_COUNTED = {"rows_linear": 2, "blocks_linear": 3}
 
 
 class _CountingOps:
@@ -39,7 +39,7 @@ class _CountingOps:
             return operation
 
         def counted(*args):
-            self.products[(name, args[0].shape[0], int(args[-1]))] += 1
+            self.products[(name, args[0].shape[0], int(args[ROW_COUNTED[name]]))] += 1
             return operation(*args)
 
         return counted

@@ -268,6 +268,8 @@ struct HalfPanels {
 // panels_times_in_out's rows [r0, r0 + kGroup) x columns [j0, j0 + kColumns) (whole panels):
 // each k's values are decoded once for the rows, then every element takes the same multiply-add
 // chain as rows_times_in_out_block's (the values are the float32 matrix's, so the same bits).
+// The last panel of a matrix whose width is not a whole number of panels is stored padded: its
+// columns past p.n are computed and not written.
 template <int kGroup, int kColumns, typename Panels>
 void panels_block(const Product& p, const Panels& m, int r0, int j0) {
   static_assert(kColumns % kPanel == 0);
@@ -280,7 +282,8 @@ void panels_block(const Product& p, const Panels& m, int r0, int j0) {
       for (int j = 0; j < kColumns; j++) acc[r][j] = madd(xv, w[j], acc[r][j]);
     }
   }
-  for (int r = 0; r < kGroup; r++) std::copy(acc[r], acc[r] + kColumns, p.y + (r0 + r) * p.y_stride + j0);
+  const int written = std::min(kColumns, p.n - j0);
+  for (int r = 0; r < kGroup; r++) std::copy(acc[r], acc[r] + written, p.y + (r0 + r) * p.y_stride + j0);
 }
 
 template <int kGroup, int kColumns, typename Panels>
@@ -290,8 +293,9 @@ void panels_group(const Product& p, const Panels& m, int r0) {
   for (int j0 = whole; j0 < p.n; j0 += kPanel) panels_block<kGroup, kPanel>(p, m, r0, j0);
 }
 
-// rows_times_in_out on a matrix in column panels (``Coded`` or ``HalfPanels``; N a multiple of
-// kPanel): the same results, bit for bit, from a quarter or a half of the bytes.
+// rows_times_in_out on a matrix in column panels (``Coded`` or ``HalfPanels``; p.n columns of
+// panels padded to a whole one): the same results, bit for bit, from a quarter or a half of
+// the bytes.
 template <typename Panels>
 void panels_times_in_out(const Product& p, const Panels& m, int tokens, int rows) {
   for (int r = rows; r < tokens; r++) std::fill(p.y + r * p.y_stride, p.y + r * p.y_stride + p.n, 0.0f);

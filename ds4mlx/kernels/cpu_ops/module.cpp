@@ -48,8 +48,9 @@ NB_MODULE(_cpu_ops, m) {
   m.def("moe_combine", &moe_combine, "expert_out"_a, "weights"_a, "shared_gate"_a,
         "shared_up"_a, "shared_down"_a, "shared_limit"_a,
         "A decode tile's weighted sum of routed expert outputs plus the shared expert.");
-  m.def("rows_linear", &rows_linear, "x"_a, "ws"_a, "rows"_a,
-        "x @ w for each w, for the first rows rows (the rest zeros), each row on its own.");
+  m.def("rows_linear", &rows_linear, "x"_a, "ws"_a, "rows"_a, "widths"_a = std::vector<int>(),
+        "x @ w for each w, for the first rows rows (the rest zeros), each row on its own; "
+        "widths: each w's N where its panels pad it.");
   m.def("sparse_attention", &sparse_attention, "q"_a, "window"_a, "window_range"_a, "comp"_a,
         "comp_index"_a, "sinks"_a, "scale"_a,
         "Sink attention of each row over its window range and selected compressed rows.");

@@ -68,7 +68,7 @@ mx::array rope(const mx::array& x, const mx::array& cos, const mx::array& sin, i
                int n_dims, bool interleaved, bool inverse);
 
 std::vector<mx::array> rows_linear(const mx::array& x, const std::vector<MatrixArg>& ws,
-                                   int rows);
+                                   int rows, const std::vector<int>& widths);
 
 mx::array rms_norm(const mx::array& x, const std::optional<mx::array>& weight, float eps);
 

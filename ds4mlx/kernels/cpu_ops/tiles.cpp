@@ -13,20 +13,21 @@ namespace {
 // one row, each row's bits are its own, and the projections of one input are one primitive.
 class RowsLinear : public CpuPrimitive {
  public:
-  // ``parts``: each matrix's input count (1: float32 [K, N], 3: coded, ``MatrixInput``).
-  RowsLinear(mx::Stream stream, int rows, std::vector<int> parts)
-      : CpuPrimitive(stream), rows_(rows), parts_(std::move(parts)) {}
+  // ``parts``: each matrix's input count (1: float32 [K, N], 3: coded, ``MatrixInput``);
+  // ``widths``: each matrix's N (panels may pad it to a whole panel).
+  RowsLinear(mx::Stream stream, int rows, std::vector<int> parts, std::vector<int> widths)
+      : CpuPrimitive(stream), rows_(rows), parts_(std::move(parts)), widths_(std::move(widths)) {}
 
   Task task() const override {
-    return [rows = rows_, parts = parts_](const std::vector<mx::array>& in,
-                                          const std::vector<float*>& out) {
+    return [rows = rows_, parts = parts_, widths = widths_](const std::vector<mx::array>& in,
+                                                            const std::vector<float*>& out) {
       RowMajor x(in[0]);
       const int tokens = in[0].shape(0), k = in[0].shape(1);
       size_t at = 1;
       for (size_t i = 0; i < parts.size(); i++) {
         const MatrixInput w(in, at, parts[i]);
         at += parts[i];
-        const int n = static_cast<int>(out_width(in, at - parts[i], parts[i]));
+        const int n = widths[i];
         w.times({x.data(), static_cast<size_t>(k), nullptr, out[i], static_cast<size_t>(n), k, n},
                 tokens, std::min(rows, tokens));
       }
@@ -37,17 +38,13 @@ class RowsLinear : public CpuPrimitive {
 
   bool is_equivalent(const mx::Primitive& other) const override {
     const auto& o = static_cast<const RowsLinear&>(other);
-    return rows_ == o.rows_ && parts_ == o.parts_;
+    return rows_ == o.rows_ && parts_ == o.parts_ && widths_ == o.widths_;
   }
 
  private:
-  static size_t out_width(const std::vector<mx::array>& in, size_t at, int parts) {
-    const bool dense = parts == 1 && in[at].dtype() != mx::float16;  // else panels
-    return dense ? in[at].shape(1) : static_cast<size_t>(in[at].shape(0)) * kPanel;
-  }
-
   int rows_;
   std::vector<int> parts_;
+  std::vector<int> widths_;
 };
 
 // mx.fast.rms_norm over the last axis of x [..., D]: each row times 1 / sqrt(mean(x^2) + eps),
@@ -178,24 +175,35 @@ class AppendRows : public CpuPrimitive {
 }  // namespace
 
 std::vector<mx::array> rows_linear(const mx::array& x, const std::vector<MatrixArg>& ws,
-                                   int rows) {
+                                   int rows, const std::vector<int>& widths) {
   auto s = mx::default_stream(mx::Device::cpu);
   if (x.ndim() != 2 || ws.empty() || rows < 0) {
     throw std::invalid_argument("rows_linear: expected x [T, K], one or more w [K, N], rows >= 0");
   }
+  if (!widths.empty() && widths.size() != ws.size()) {
+    throw std::invalid_argument("rows_linear: one width per matrix, or none");
+  }
   std::vector<mx::array> in = {mx::astype(x, mx::float32, s)};
   std::vector<mx::Shape> shapes;
-  std::vector<int> parts;
-  for (const auto& w : ws) {
-    const auto [k, n] = matrix_shape(w, "rows_linear");
+  std::vector<int> parts, ns;
+  for (size_t i = 0; i < ws.size(); i++) {
+    const auto [k, stored_n] = matrix_shape(ws[i], "rows_linear");
     if (k != x.shape(1)) {
       throw std::invalid_argument("rows_linear: every w must be [K, N] with x [T, K]");
     }
-    parts.push_back(push_matrix(in, w, s, "rows_linear"));
+    // Panels hold a width short of a whole panel padded; float32 values hold it exactly.
+    const int n = widths.empty() ? stored_n : widths[i];
+    const int padding = std::holds_alternative<mx::array>(ws[i]) ? 0 : kPanel - 1;
+    if (n > stored_n || n < stored_n - padding || n < 0) {
+      throw std::invalid_argument("rows_linear: a width does not fit its matrix's columns");
+    }
+    parts.push_back(push_matrix(in, ws[i], s, "rows_linear"));
     shapes.push_back({x.shape(0), n});
+    ns.push_back(n);
   }
-  return mx::array::make_arrays(shapes, std::vector<mx::Dtype>(ws.size(), mx::float32),
-                                std::make_shared<RowsLinear>(s, rows, std::move(parts)), in);
+  return mx::array::make_arrays(
+      shapes, std::vector<mx::Dtype>(ws.size(), mx::float32),
+      std::make_shared<RowsLinear>(s, rows, std::move(parts), std::move(ns)), in);
 }
 
 mx::array rms_norm(const mx::array& x, const std::optional<mx::array>& weight, float eps) {
