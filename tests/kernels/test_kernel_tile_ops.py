@@ -461,7 +461,9 @@ def test_a_width_short_of_whole_panels_is_padded_and_gives_the_float32_bits(ops,
     for rows in (1, 3, 6, 8):
         got, beside = kernels.linear_many(x, [frozen, whole], rows)
         assert got.shape == (8, out)
-        np.testing.assert_array_equal(np.array(got), np.array(ops.rows_linear(x, [stored], rows)[0]))
+        np.testing.assert_array_equal(
+            np.array(got), np.array(ops.rows_linear(x, [stored], rows)[0])
+        )
         np.testing.assert_array_equal(
             np.array(beside), np.array(ops.rows_linear(x, [kernels._frozen(whole)], rows)[0])
         )
