@@ -153,9 +153,7 @@ def freeze(w: Weight) -> Weight:
     return view
 
 
-def _row_operand(
-    w: mx.array, stored: mx.array, padded: bool = False
-) -> mx.array | list[mx.array]:
+def _row_operand(w: mx.array, stored: mx.array, padded: bool = False) -> mx.array | list[mx.array]:
     """What the native row-by-row matmul reads for the frozen matrix ``w`` (its [in, out]
     memory ``stored``): its codes where it has them, else the float32 values. ``padded``: the
     caller passes the real width (``rows_linear``'s widths), so panels padded past it do."""
@@ -443,27 +441,38 @@ def hc_pre(
     iters: int,
     eps: float,
     norm_eps: float,
+    rows: int | None = None,
 ) -> tuple[mx.array, mx.array, mx.array] | None:
     """A whole mHC site before its block as one native primitive on the CPU
     (``twins.hc_pre`` says what it computes): (block input [T, D], post, comb). None where
-    that does not apply (not on the CPU, ``fn`` not a float32 array)."""
+    that does not apply (not on the CPU, ``fn`` not a float32 array). ``rows``: see
+    ``linear`` (a decode tile's real rows; the others come back zeros)."""
     if not (isinstance(fn, mx.array) and fn.dtype == mx.float32 and x.dtype == mx.float32):
         return None
     if _native_cpu_ops() is None:
         return None
     # A frozen matrix's [in, out] memory as stored (else a transposed view, read as a copy).
     if _INFERENCE.get():
-        return tuple(native_ops().hc_pre(x, _transposed(fn), scale, base, hc, iters, eps, norm_eps))
+        return tuple(
+            native_ops().hc_pre(
+                x, _transposed(fn), scale, base, hc, iters, eps, norm_eps, _row_count(rows)
+            )
+        )
     return _native_hc_pre(hc, iters, eps, norm_eps)(x, _transposed(fn), scale, base)
 
 
 def hc_expand(
-    out: mx.array, residual: mx.array, post: mx.array, comb: mx.array, flat: bool = False
+    out: mx.array,
+    residual: mx.array,
+    post: mx.array,
+    comb: mx.array,
+    flat: bool = False,
+    rows: int | None = None,
 ) -> mx.array:
     """The mHC streams after a block (``twins.hc_expand`` says how): one native primitive on
     the CPU, one Metal launch on the GPU (``metal/hc_expand.metal``). ``flat``: in inference on
     the GPU the streams come back [T, hc * D], as the next site (``hc_site_norm``) reads them;
-    [T, hc, D] everywhere else."""
+    [T, hc, D] everywhere else. ``rows``: see ``linear`` (zeros past them on the CPU)."""
     if _metal_kernels():
         if _INFERENCE.get():
             return metal.hc_expand_kernel(out, residual, post, comb, flat)
@@ -471,8 +480,13 @@ def hc_expand(
     if _native_cpu_ops() is None or residual.dtype != mx.float32:
         return twins.hc_expand(out, residual, post, comb)
     if _INFERENCE.get():
-        return native_ops().hc_expand(out, residual, post, comb)
+        return native_ops().hc_expand(out, residual, post, comb, _row_count(rows))
     return _native_hc_expand()(out, residual, post, comb)
+
+
+def _row_count(rows: int | None) -> int:
+    """A native operation's real-row count: -1 for every row."""
+    return -1 if rows is None else rows
 
 
 @cache

@@ -669,17 +669,18 @@ class Block(nn.Module):
         """``__call__`` of a decode tile whose first ``n_real`` rows are real (DECODE_TILE)."""
         if self._compiles_tiles:
             return self._compiled_tile(x, tokens, pos0, cache, n_real)
-        h, post, comb = self.hc_attn(x, self.attn_norm)
+        h, post, comb = self.hc_attn(x, self.attn_norm, n_real)
         h, cache = self.attn.tile(h, pos0, cache, n_real)
-        return self._tile_ffn(hc_expand(h, x, post, comb), tokens, n_real), cache
+        return self._tile_ffn(hc_expand(h, x, post, comb, rows=n_real), tokens, n_real), cache
 
     def batched(
         self, x: mx.array, tokens: mx.array, positions: np.ndarray, caches: Sequence[LayerCache]
     ) -> tuple[mx.array, list[LayerCache]]:
         """A decode tile whose row r is the next token of the session with ``caches[r]``."""
-        h, post, comb = self.hc_attn(x, self.attn_norm)
+        real = len(caches)
+        h, post, comb = self.hc_attn(x, self.attn_norm, real)
         h, new_caches = self.attn.batched(h, positions, caches)
-        return self._tile_ffn(hc_expand(h, x, post, comb), tokens, len(caches)), new_caches
+        return self._tile_ffn(hc_expand(h, x, post, comb, rows=real), tokens, real), new_caches
 
     def _compiled_tile(
         self, x: mx.array, tokens: mx.array, pos0: int, cache: LayerCache, n_real: int
@@ -708,7 +709,7 @@ class Block(nn.Module):
     def _tile_before_attention(
         self, x: mx.array, cos: mx.array, sin: mx.array, *embeddings: mx.array, n_real: int
     ) -> list[mx.array]:
-        h, post, comb = self.hc_attn(x, self.attn_norm)
+        h, post, comb = self.hc_attn(x, self.attn_norm, n_real)
         rows = self.attn._project(h, RopeAngles(cos, sin), embeddings, n_real)
         return [post, comb, *rows.flat()]
 
@@ -724,7 +725,8 @@ class Block(nn.Module):
         n_real: int,
     ) -> mx.array:
         out = self.attn.output(out, RopeAngles(cos, sin), n_real)
-        return self._tile_ffn(hc_expand(out, x, post, comb, flat=True), tokens, n_real)
+        x = hc_expand(out, x, post, comb, flat=True, rows=n_real)
+        return self._tile_ffn(x, tokens, n_real)
 
     def _ffn(self, x: mx.array, tokens: mx.array) -> mx.array:
         """The block's second half: its FFN between the mHC site's collapse and expansion."""
@@ -735,8 +737,8 @@ class Block(nn.Module):
         """``_ffn`` of a decode tile whose first ``n_real`` rows are real. In inference on the
         GPU the streams come out flat, [T, hc * D], as the next block's site and the head read
         them (``hc_expand``'s ``flat``): no view between blocks."""
-        h, post, comb = self.hc_ffn(x, self.ffn_norm)
-        return hc_expand(self.moe.tile(h, tokens, n_real), x, post, comb, flat=True)
+        h, post, comb = self.hc_ffn(x, self.ffn_norm, n_real)
+        return hc_expand(self.moe.tile(h, tokens, n_real), x, post, comb, flat=True, rows=n_real)
 
 
 # --------------------------------------------------------------------------------------------

@@ -496,27 +496,27 @@ class Block(nn.Module):
         self, x: mx.array, conv: mx.array | None, ssm: mx.array | None, n_real: int
     ) -> list[mx.array]:
         """A KDA layer's tile: the streams after the block and the new conv rows and states."""
-        h, post, comb = self.hc_attn(x, self.attn_norm)
+        h, post, comb = self.hc_attn(x, self.attn_norm, n_real)
         h, cache = self.mixer.tile(h, KDACache(conv=conv, ssm=ssm), n_real)
-        x = hc_expand(h, x, post, comb, flat=True)
+        x = hc_expand(h, x, post, comb, flat=True, rows=n_real)
         return [self._tile_ffn(x, n_real), cache.conv, cache.ssm]
 
     def _tile_before_attention(self, x: mx.array, n_real: int) -> list[mx.array]:
         """An MLA layer's tile up to its attention: the mHC site's post and comb and the
         projections of its normed input (``SparseMLA.project_tile``)."""
-        h, post, comb = self.hc_attn(x, self.attn_norm)
+        h, post, comb = self.hc_attn(x, self.attn_norm, n_real)
         return [post, comb, *self.mixer.project_tile(h, n_real)]
 
     def _tile_after_attention(
         self, out: mx.array, x: mx.array, post: mx.array, comb: mx.array, n_real: int
     ) -> mx.array:
         """An MLA layer's tile after its attention: output projection, mHC and FFN."""
-        x = hc_expand(self.mixer.output_tile(out, n_real), x, post, comb, flat=True)
+        x = hc_expand(self.mixer.output_tile(out, n_real), x, post, comb, flat=True, rows=n_real)
         return self._tile_ffn(x, n_real)
 
     def _tile_ffn(self, x: mx.array, n_real: int) -> mx.array:
-        h, post, comb = self.hc_ffn(x, self.ffn_norm)
-        return hc_expand(_ffn_tile(self.ffn, h, n_real), x, post, comb)
+        h, post, comb = self.hc_ffn(x, self.ffn_norm, n_real)
+        return hc_expand(_ffn_tile(self.ffn, h, n_real), x, post, comb, rows=n_real)
 
 
 class NextNPredictor(nn.Module):

@@ -27,13 +27,19 @@ def hc_collapse(x: mx.array, weights: mx.array) -> mx.array:
 
 
 def hc_expand(
-    out: mx.array, residual: mx.array, post: mx.array, comb: mx.array, flat: bool = False
+    out: mx.array,
+    residual: mx.array,
+    post: mx.array,
+    comb: mx.array,
+    flat: bool = False,
+    rows: int | None = None,
 ) -> mx.array:
     """New streams: ``post[dst] * out + sum_src comb[src, dst] * residual[src]`` -> [T, hc, D]
     (``kernels.hc_expand``: one native primitive on the CPU, else compiled). ``flat``: for a
     site with its norm next (``HyperConnection`` with ``norm``), which reads [T, hc * D] as
-    well; a GPU step then gets them so, with no view between."""
-    return kernels.hc_expand(out, residual, post, comb, flat)
+    well; a GPU step then gets them so, with no view between. ``rows``: a decode tile's real
+    rows (the others unspecified)."""
+    return kernels.hc_expand(out, residual, post, comb, flat, rows)
 
 
 def hc_mean(x: mx.array) -> mx.array:
@@ -65,13 +71,14 @@ class HyperConnection(nn.Module):
         self.norm_eps = norm_eps
 
     def __call__(
-        self, x: mx.array, norm: RMSNorm | None = None
+        self, x: mx.array, norm: RMSNorm | None = None, rows: int | None = None
     ) -> tuple[mx.array, mx.array, mx.array]:
         """x [T, hc, D] (with ``norm``, also as ``hc_expand(flat=True)`` leaves it) -> the
         block's input (the streams collapsed by pre, then ``norm``ed when given: the block's
         input norm) [T, D], post [T, hc], comb [T, hc(src), hc(dst)]. In
         inference on the GPU with a ``norm``, the projection of the raw streams and one Metal
-        launch (``kernels.hc_site_norm``: both norms carried in); else ``_site``, then the norm."""
+        launch (``kernels.hc_site_norm``: both norms carried in); else ``_site``, then the norm.
+        ``rows``: a decode tile's real rows (the others unspecified)."""
         if norm is not None:
             fused = kernels.hc_site_norm(
                 x,
@@ -87,10 +94,10 @@ class HyperConnection(nn.Module):
             )
             if fused is not None:
                 return fused
-        h, post, comb = self._site(x)
+        h, post, comb = self._site(x, rows)
         return (h if norm is None else norm(h)), post, comb
 
-    def _site(self, x: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+    def _site(self, x: mx.array, rows: int | None) -> tuple[mx.array, mx.array, mx.array]:
         """The site without the block's input norm: one native primitive on the CPU
         (``kernels.hc_pre``); the composition below elsewhere and for other weight kinds."""
         fused = kernels.hc_pre(
@@ -102,6 +109,7 @@ class HyperConnection(nn.Module):
             self.sinkhorn_iters,
             self.hc_eps,
             self.norm_eps,
+            rows,
         )
         if fused is not None:
             return fused

@@ -384,6 +384,36 @@ def test_hc_pre_and_expand_equal_their_twins_and_gradients(ops):
         ops.hc_expand(out[:, :-1], x, post, comb)
 
 
+def test_hc_pre_and_expand_compute_a_tiles_real_rows_each_on_its_own(ops):
+    """A decode tile's mHC site and expansion compute its real rows only (the others zeros),
+    and a row's bits are the same whatever the real-row count: a verify row equals that token
+    decoded alone. A chunk longer than a tile (prefill) stays close to the tile's values."""
+    rng = np.random.default_rng(13)
+    tokens, dim = 8, 64
+    x = mx.array(rng.standard_normal((tokens, HC, dim)).astype(np.float32))
+    fn_t = mx.array(rng.standard_normal((HC * dim, WIDTH)).astype(np.float32) * 0.1)
+    out = mx.array(rng.standard_normal((tokens, dim)).astype(np.float32))
+    _, scale, base = mixes_case(13, 1)
+    every = ops.hc_pre(x, fn_t, scale, base, HC, ITERS, EPS, 1e-6)
+    expanded = ops.hc_expand(out, x, every[1], every[2])
+    for rows in (1, 3, 6):
+        site = ops.hc_pre(x, fn_t, scale, base, HC, ITERS, EPS, 1e-6, rows)
+        for part, whole in zip(site, every, strict=True):
+            np.testing.assert_array_equal(np.array(part[:rows]), np.array(whole[:rows]))
+            assert not np.array(part[rows:]).any()
+        streams = ops.hc_expand(out, x, every[1], every[2], rows)
+        np.testing.assert_array_equal(np.array(streams[:rows]), np.array(expanded[:rows]))
+        assert not np.array(streams[rows:]).any()
+    first = ops.hc_pre(x[:1], fn_t, scale, base, HC, ITERS, EPS, 1e-6)
+    for part, whole in zip(first, every, strict=True):
+        np.testing.assert_array_equal(np.array(part), np.array(whole[:1]))
+    long = mx.concatenate([x] * 3)  # a prefill chunk: one GEMM
+    chunk = ops.hc_pre(long, fn_t, scale, base, HC, ITERS, EPS, 1e-6)
+    np.testing.assert_allclose(
+        np.array(chunk[0][:tokens]), np.array(every[0]), rtol=1e-5, atol=1e-5
+    )
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_indexer_top_k_equals_the_twin_row_by_row(ops, seed):
     rng = np.random.default_rng(seed)

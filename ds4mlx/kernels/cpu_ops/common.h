@@ -189,6 +189,10 @@ inline void rows_times_in_out(const Product& p, int tokens, int rows) {
   }
 }
 
+// Rows of a decode or verify tile (kernels.ROWS_LINEAR_MAX): up to these, a product takes one
+// chain of multiply-adds per value, so a row's bits never depend on the other rows.
+constexpr int kTileRows = 8;
+
 // The columns of a coded or float16 matrix are stored in panels this wide (``Coded``).
 constexpr int kPanel = 64;
 

@@ -58,33 +58,44 @@ void mix_row(const float* m, const float* scale, const float* base, int hc, int 
 
 // A whole mHC site before its block (twins.hc_pre): the streams x [T, hc, D] RMS-normed as one
 // flat vector per token, projected by fn_t [hc * D, (2 + hc) * hc] (the projection stored
-// [in, out], as ds4mlx keeps inference matrices; one GEMM), mixed, and
-// collapsed by pre: outputs the block input [T, D], post [T, hc] and comb [T, hc, hc]. With
-// every tile the same number of rows, the GEMM gives each row the same bits however the rows
-// were gathered.
+// [in, out], as ds4mlx keeps inference matrices), mixed, and collapsed by pre: outputs the
+// block input [T, D], post [T, hc] and comb [T, hc, hc]. ``rows`` (-1: all): a decode tile's
+// real rows, the only ones computed (the others zeros); a tile's projection takes one chain of
+// multiply-adds per value (rows_times_in_out), so a row's bits never depend on the other rows,
+// and a longer chunk (prefill) one GEMM.
 class HcPre : public CpuPrimitive {
  public:
-  HcPre(mx::Stream stream, int hc, int iters, float eps, float norm_eps)
-      : CpuPrimitive(stream), hc_(hc), iters_(iters), eps_(eps), norm_eps_(norm_eps) {}
+  HcPre(mx::Stream stream, int hc, int iters, float eps, float norm_eps, int rows)
+      : CpuPrimitive(stream), hc_(hc), iters_(iters), eps_(eps), norm_eps_(norm_eps), rows_(rows) {}
 
   Task task() const override {
-    return [hc = hc_, iters = iters_, eps = eps_, norm_eps = norm_eps_](
+    return [hc = hc_, iters = iters_, eps = eps_, norm_eps = norm_eps_, rows = rows_](
                const std::vector<mx::array>& in, const std::vector<float*>& out) {
       RowMajor x(in[0]), fn_t(in[1]), scale(in[2]), base(in[3]);
       const int tokens = in[0].shape(0), dim = in[0].shape(2);
+      const int real = rows < 0 ? tokens : std::min(rows, tokens);
       const int flat = hc * dim, width = (2 + hc) * hc;
       std::vector<float> normed(in[0].size()), mixes(static_cast<size_t>(tokens) * width);
-      for (int t = 0; t < tokens; t++) {
+      for (int t = 0; t < real; t++) {
         const float* row = x.data() + static_cast<size_t>(t) * flat;
         float squares = 0.0f;
         for (int i = 0; i < flat; i++) squares += row[i] * row[i];
         const float inv = 1.0f / std::sqrt(squares / flat + norm_eps);
         for (int i = 0; i < flat; i++) normed[static_cast<size_t>(t) * flat + i] = row[i] * inv;
       }
-      cblas_sgemm(kRowMajor, kNoTrans, kNoTrans, tokens, width, flat, 1.0f, normed.data(), flat,
-                  fn_t.data(), width, 0.0f, mixes.data(), width);
+      if (tokens <= kTileRows) {
+        rows_times_in_out({normed.data(), static_cast<size_t>(flat), fn_t.data(), mixes.data(),
+                           static_cast<size_t>(width), flat, width},
+                          tokens, real);
+      } else {
+        cblas_sgemm(kRowMajor, kNoTrans, kNoTrans, real, width, flat, 1.0f, normed.data(), flat,
+                    fn_t.data(), width, 0.0f, mixes.data(), width);
+      }
+      std::fill(out[0] + static_cast<size_t>(real) * dim, out[0] + static_cast<size_t>(tokens) * dim, 0.0f);
+      std::fill(out[1] + real * hc, out[1] + tokens * hc, 0.0f);
+      std::fill(out[2] + real * hc * hc, out[2] + tokens * hc * hc, 0.0f);
       std::vector<float> pre(hc);
-      for (int t = 0; t < tokens; t++) {
+      for (int t = 0; t < real; t++) {
         mix_row(mixes.data() + static_cast<size_t>(t) * width, scale.data(), base.data(), hc,
                 iters, eps, pre.data(), out[1] + t * hc, out[2] + t * hc * hc);
         float* block_in = out[0] + static_cast<size_t>(t) * dim;
@@ -101,7 +112,8 @@ class HcPre : public CpuPrimitive {
 
   bool is_equivalent(const mx::Primitive& other) const override {
     const auto& o = static_cast<const HcPre&>(other);
-    return hc_ == o.hc_ && iters_ == o.iters_ && eps_ == o.eps_ && norm_eps_ == o.norm_eps_;
+    return hc_ == o.hc_ && iters_ == o.iters_ && eps_ == o.eps_ && norm_eps_ == o.norm_eps_ &&
+           rows_ == o.rows_;
   }
 
  private:
@@ -109,22 +121,27 @@ class HcPre : public CpuPrimitive {
   int iters_;
   float eps_;
   float norm_eps_;
+  int rows_;
 };
 
 // The streams after a block (twins.hc_expand): new[t, dst] = post[t, dst] * out[t] +
 // sum over src of comb[t, src, dst] * residual[t, src], from the block output out [T, D], the
-// residual streams [T, hc, D], post [T, hc] and comb [T, hc, hc].
+// residual streams [T, hc, D], post [T, hc] and comb [T, hc, hc]; for the first ``rows`` rows
+// (-1: all), the others zeros (a decode tile's padding).
 class HcExpand : public CpuPrimitive {
  public:
-  using CpuPrimitive::CpuPrimitive;
+  HcExpand(mx::Stream stream, int rows) : CpuPrimitive(stream), rows_(rows) {}
 
   Task task() const override {
-    return [](const std::vector<mx::array>& in, const std::vector<float*>& result) {
+    return [rows = rows_](const std::vector<mx::array>& in, const std::vector<float*>& result) {
       RowMajor out(in[0]), residual(in[1]), post(in[2]), comb(in[3]);
       const int tokens = in[1].shape(0), hc = in[1].shape(1), dim = in[1].shape(2);
+      const int real = rows < 0 ? tokens : std::min(rows, tokens);
+      const size_t row_size = static_cast<size_t>(hc) * dim;
+      std::fill(result[0] + real * row_size, result[0] + tokens * row_size, 0.0f);
       // Accumulated over src in order, each step a vector operation over the channels.
       std::vector<float> mixed(dim);
-      for (int t = 0; t < tokens; t++) {
+      for (int t = 0; t < real; t++) {
         const float* streams = residual.data() + static_cast<size_t>(t) * hc * dim;
         const float* block_out = out.data() + static_cast<size_t>(t) * dim;
         for (int j = 0; j < hc; j++) {
@@ -144,7 +161,12 @@ class HcExpand : public CpuPrimitive {
 
   const char* name() const override { return "DS4HcExpand"; }
 
-  bool is_equivalent(const mx::Primitive&) const override { return true; }
+  bool is_equivalent(const mx::Primitive& other) const override {
+    return rows_ == static_cast<const HcExpand&>(other).rows_;
+  }
+
+ private:
+  int rows_;
 };
 
 // One mHC site's mixes (mhc.HyperConnection after its projection): from the projected mixes
@@ -203,7 +225,7 @@ std::vector<mx::array> hc_mixes(const mx::array& mixes, const mx::array& scale,
 
 std::vector<mx::array> hc_pre(const mx::array& x, const mx::array& fn_t, const mx::array& scale,
                               const mx::array& base, int hc, int iters, float eps,
-                              float norm_eps) {
+                              float norm_eps, int rows) {
   auto s = mx::default_stream(mx::Device::cpu);
   const int width = (2 + hc) * hc;
   if (x.ndim() != 3 || x.shape(1) != hc || fn_t.ndim() != 2 || fn_t.shape(1) != width ||
@@ -218,11 +240,11 @@ std::vector<mx::array> hc_pre(const mx::array& x, const mx::array& fn_t, const m
                                mx::astype(base, mx::float32, s)};
   return mx::array::make_arrays({{tokens, dim}, {tokens, hc}, {tokens, hc, hc}},
                                 {mx::float32, mx::float32, mx::float32},
-                                std::make_shared<HcPre>(s, hc, iters, eps, norm_eps), in);
+                                std::make_shared<HcPre>(s, hc, iters, eps, norm_eps, rows), in);
 }
 
 mx::array hc_expand(const mx::array& out, const mx::array& residual, const mx::array& post,
-                    const mx::array& comb) {
+                    const mx::array& comb, int rows) {
   auto s = mx::default_stream(mx::Device::cpu);
   if (residual.ndim() != 3 || out.shape() != mx::Shape{residual.shape(0), residual.shape(2)} ||
       post.shape() != mx::Shape{residual.shape(0), residual.shape(1)} ||
@@ -230,7 +252,7 @@ mx::array hc_expand(const mx::array& out, const mx::array& residual, const mx::a
     throw std::invalid_argument("hc_expand: expected out [T, D], residual [T, hc, D], "
                                 "post [T, hc] and comb [T, hc, hc]");
   }
-  return mx::array(residual.shape(), mx::float32, std::make_shared<HcExpand>(s),
+  return mx::array(residual.shape(), mx::float32, std::make_shared<HcExpand>(s, rows),
                    {mx::astype(out, mx::float32, s), mx::astype(residual, mx::float32, s),
                     mx::astype(post, mx::float32, s), mx::astype(comb, mx::float32, s)});
 }

@@ -18,9 +18,10 @@ NB_MODULE(_cpu_ops, m) {
   m.def("hc_mixes", &hc_mixes, "mixes"_a, "scale"_a, "base"_a, "hc"_a, "iters"_a, "eps"_a,
         "One mHC site's (pre, post, comb) from its projected mixes, as one primitive.");
   m.def("hc_pre", &hc_pre, "x"_a, "fn_t"_a, "scale"_a, "base"_a, "hc"_a, "iters"_a, "eps"_a,
-        "norm_eps"_a, "A whole mHC site before its block: (block input, post, comb).");
-  m.def("hc_expand", &hc_expand, "out"_a, "residual"_a, "post"_a, "comb"_a,
-        "The mHC streams after a block, as one primitive.");
+        "norm_eps"_a, "rows"_a = -1,
+        "A whole mHC site before its block: (block input, post, comb); rows: the real rows.");
+  m.def("hc_expand", &hc_expand, "out"_a, "residual"_a, "post"_a, "comb"_a, "rows"_a = -1,
+        "The mHC streams after a block, as one primitive; rows: the real rows.");
   m.def("routed_experts", &routed_experts, "x"_a, "gate"_a, "up"_a, "down"_a, "indices"_a,
         "limit"_a, "grouped"_a,
         "Every (token, slot) pair's routed SwiGLU expert output [T, k, D], as one primitive.");

@@ -25,10 +25,10 @@ std::vector<mx::array> hc_mixes(const mx::array& mixes, const mx::array& scale,
 
 std::vector<mx::array> hc_pre(const mx::array& x, const mx::array& fn_t, const mx::array& scale,
                               const mx::array& base, int hc, int iters, float eps,
-                              float norm_eps);
+                              float norm_eps, int rows);
 
 mx::array hc_expand(const mx::array& out, const mx::array& residual, const mx::array& post,
-                    const mx::array& comb);
+                    const mx::array& comb, int rows);
 
 mx::array routed_experts(const mx::array& x, const mx::array& gate, const mx::array& up,
                          const mx::array& down, const mx::array& indices, float limit,

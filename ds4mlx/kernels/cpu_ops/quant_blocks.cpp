@@ -4,7 +4,7 @@
 // (quant_blocks.h) into a row buffer that stays in the cache while every input row takes its
 // dot product with it, so no float32 matrix is ever made.
 //
-// Up to kDotRows input rows (decode and verify tiles) each output is one dot product of a weight
+// Up to kTileRows input rows (decode and verify tiles) each output is one dot product of a weight
 // row and an input row, the same function whatever the row count: a row's bits never depend on
 // the other rows of the call (a verify row equals that token decoded alone) nor on where the
 // weight's bytes live (streamed logits equal resident ones). Q8_0, Q2_K and IQ2_XXS take integer
@@ -20,8 +20,6 @@
 namespace ds4mlx_ops {
 namespace {
 
-// Input rows up to which every output is its own dot product (kernels.ROWS_LINEAR_MAX).
-constexpr int kDotRows = 8;
 // Weight rows decoded at a time for BLAS (prefill): 64 rows of a 4096-wide matrix are 1 MiB.
 constexpr int kPanelRows = 64;
 // Input rows up to which a matrix with integer dot products (Q8_0, Q2_K, IQ2_XXS) takes them
@@ -75,7 +73,7 @@ void block_product(const BlockMatrix& w, const float* x, size_t x_stride, float*
   if (count == 0) return;
   const int integer_block = integer_dot_block(w.type);
   const bool integer_dots = integer_block > 0 && count <= kIntegerDotRows;
-  if (batched && count > kDotRows && !integer_dots) {
+  if (batched && count > kTileRows && !integer_dots) {
     if (integer_block > 0) {  // the activations the integer dot products would see
       thread_local std::vector<float> rounded;
       rounded.resize(static_cast<size_t>(count) * k);
@@ -166,7 +164,7 @@ class BlocksLinear : public CpuPrimitive {
 // Routed SwiGLU experts on blocks (RoutedExpertsFFN's semantics, moe.cpp): for every (token t,
 // slot s) pair, out[t, s] = down_e(swiglu(gate_e x[t], up_e x[t])), e = indices[t, s], the
 // stacks [E, out, row_bytes] (a resident layer or a streamed slab, E its slots). The pairs of an
-// expert read its blocks once; ``grouped`` lets more than kDotRows of them share BLAS GEMMs.
+// expert read its blocks once; ``grouped`` lets more than kTileRows of them share BLAS GEMMs.
 // Ids out of range route nowhere (zeros).
 class BlocksExperts : public CpuPrimitive {
  public:
