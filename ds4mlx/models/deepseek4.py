@@ -44,7 +44,14 @@ from typing import Any
 
 from ds4mlx import kernels
 from ds4mlx.gguf import GGUFError, GGUFFile, MetaValue
-from ds4mlx.kernels import grouped_input_shape, grouped_linear, grow_rows, linear, linear_many
+from ds4mlx.kernels import (
+    grouped_input_shape,
+    grouped_linear,
+    grow_rows,
+    hc_expand,
+    linear,
+    linear_many,
+)
 from ds4mlx.models.base import DECODE_TILE, TiledModel, pad_to_tile
 from ds4mlx.models.cache import ModelState, append_rows
 from ds4mlx.models.compressed_attention import (
@@ -57,7 +64,7 @@ from ds4mlx.models.compressed_attention import (
     compressor_shapes,
 )
 from ds4mlx.models.metadata import ArchMetadata, first
-from ds4mlx.models.mhc import HyperHead, block_site_shapes, hc_expand, load_block_sites
+from ds4mlx.models.mhc import HyperHead, block_site_shapes, load_block_sites
 from ds4mlx.models.moe import GatingFunc, SharedExpertMoE, shared_expert_moe_shapes
 from ds4mlx.models.norms import RMSNorm
 from ds4mlx.models.rope import RoPE, RopeAngles, RopeConfig

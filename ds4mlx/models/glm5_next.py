@@ -46,12 +46,12 @@ from typing import Any
 
 from ds4mlx import kernels
 from ds4mlx.gguf import GGUFFile, MetaValue
-from ds4mlx.kernels import linear, take_rows
+from ds4mlx.kernels import hc_expand, linear, take_rows
 from ds4mlx.models.base import DECODE_TILE, VERIFY_ROWS, TiledModel, pad_to_tile
 from ds4mlx.models.cache import ModelState
 from ds4mlx.models.kda import KDA, KDACache
 from ds4mlx.models.metadata import ArchMetadata, first
-from ds4mlx.models.mhc import block_site_shapes, hc_expand, hc_mean, load_block_sites
+from ds4mlx.models.mhc import block_site_shapes, hc_mean, load_block_sites
 from ds4mlx.models.moe import GatingFunc, SharedExpertMoE, SwiGLU, shared_expert_moe_shapes
 from ds4mlx.models.norms import RMSNorm
 from ds4mlx.models.pool_indexer import PoolIndexer, Selection, TileSelection

@@ -26,22 +26,6 @@ def hc_collapse(x: mx.array, weights: mx.array) -> mx.array:
     return (weights[:, None, :] @ x)[:, 0]
 
 
-def hc_expand(
-    out: mx.array,
-    residual: mx.array,
-    post: mx.array,
-    comb: mx.array,
-    flat: bool = False,
-    rows: int | None = None,
-) -> mx.array:
-    """New streams: ``post[dst] * out + sum_src comb[src, dst] * residual[src]`` -> [T, hc, D]
-    (``kernels.hc_expand``: one native primitive on the CPU, else compiled). ``flat``: for a
-    site with its norm next (``HyperConnection`` with ``norm``), which reads [T, hc * D] as
-    well; a GPU step then gets them so, with no view between. ``rows``: a decode tile's real
-    rows (the others unspecified)."""
-    return kernels.hc_expand(out, residual, post, comb, flat, rows)
-
-
 def hc_mean(x: mx.array) -> mx.array:
     """The mean of the streams [T, hc, D] -> [T, D] (what drafters tap)."""
     return mx.mean(x, axis=1)
