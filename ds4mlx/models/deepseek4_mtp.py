@@ -29,11 +29,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from ds4mlx import kernels
 from ds4mlx.kernels import Weight, linear, take_rows
+from ds4mlx.models.base import DECODE_TILE, pad_to_tile
 from ds4mlx.models.deepseek4 import Block, LayerCache, Model, ModelArgs
 from ds4mlx.models.deepseek4 import tensor_shapes as target_shapes
 from ds4mlx.models.mhc import HyperHead
 from ds4mlx.models.norms import RMSNorm
+from ds4mlx.models.tiles import CompiledTiles
 from ds4mlx.models.weights import ArrayWeights, RenamedWeights, Weights
 
 import mlx.core as mx
@@ -143,6 +146,8 @@ class MTPNet(nn.Module):
         self.hc_head = hc_head
         self.norm = norm
         self.head = head
+        self._input_tiles = CompiledTiles(self._tile_input)
+        self._head_tiles = CompiledTiles(self._tile_head)
 
     def __call__(
         self,
@@ -151,17 +156,50 @@ class MTPNet(nn.Module):
         pos0: int,
         cache: LayerCache,
         last_only: bool = False,
+        tiled: bool = False,
     ) -> tuple[mx.array, mx.array, LayerCache]:
         """Rows for ``tokens`` [T] at positions pos0 .., each with the streams [T, hc, D] of the
         position before: (the block's output streams, logits [T, vocab], the updated cache).
         ``last_only``: the logits of the last row alone, [1, vocab] (the rows before it only
-        fill the cache; the head over the vocabulary is most of a row's cost)."""
+        fill the cache; the head over the vocabulary is most of a row's cost). ``tiled``:
+        inference, so that fewer than ``DECODE_TILE`` rows (a draft step, a cycle's catch-up)
+        run as a compiled decode tile (``tile``)."""
+        if tiled and tokens.shape[0] < DECODE_TILE:
+            return self.tile(tokens, streams, pos0, cache, last_only)
         embedded = take_rows(self.head.embed, tokens).astype(mx.float32)
         x = linear(self.enorm(embedded), self.e_proj)[:, None, :]
         x = x + linear(self.hnorm(streams), self.h_proj)
         x, cache = self.block(x, tokens, pos0, cache)
         head_rows = x[-1:] if last_only else x
         return x, linear(self.norm(self.hc_head(head_rows)), self.head.output), cache
+
+    def tile(
+        self, tokens: mx.array, streams: mx.array, pos0: int, cache: LayerCache, last_only: bool
+    ) -> tuple[mx.array, mx.array, LayerCache]:
+        """``__call__`` (inference) of fewer than ``DECODE_TILE`` rows as a fixed-shape decode
+        tile: the input projections and the head compiled, the block on the target's compiled
+        tile path (``Block.tile``): run as a chunk, the block's uncompiled graph and masked
+        attention cost about a third of a target step per draft token. Its rows equal the
+        chunk path's up to float rounding."""
+        n_real = tokens.shape[0]
+        padded = pad_to_tile(tokens)
+        streams = mx.pad(streams, ((0, DECODE_TILE - n_real), (0, 0), (0, 0)))
+        with kernels.inference():
+            x = self._input_tiles.get(n_real)(padded, streams)
+            x, cache = self.block.tile(x, padded, pos0, cache, n_real)
+            # The block may leave its streams flat, [T, hc * D] (``Block._tile_ffn``).
+            x = x[:n_real].reshape(n_real, *streams.shape[1:])
+            head_rows = 1 if last_only else n_real
+            logits = self._head_tiles.get(head_rows)(x[n_real - head_rows :])
+        return x, logits, cache
+
+    def _tile_input(self, tokens: mx.array, streams: mx.array, n_real: int) -> mx.array:
+        embedded = take_rows(self.head.embed, tokens).astype(mx.float32)
+        x = linear(self.enorm(embedded), self.e_proj, n_real)[:, None, :]
+        return x + linear(self.hnorm(streams), self.h_proj)
+
+    def _tile_head(self, x: mx.array, n_real: int) -> mx.array:
+        return linear(self.norm(self.hc_head(x, n_real)), self.head.output, n_real)
 
 
 def ds4_net(args: ModelArgs, w: Weights, head: TargetHead) -> MTPNet:

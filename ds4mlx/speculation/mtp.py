@@ -116,7 +116,7 @@ class MTPDrafter:
         # One pass; only the last row's logits are read (the next draft's first token), so
         # the head over the vocabulary runs for that row alone.
         streams, logits, self._cache = self.net(
-            mx.array(following, dtype=mx.int32), head_input, pos0, cache, last_only=True
+            mx.array(following, dtype=mx.int32), head_input, pos0, cache, last_only=True, tiled=True
         )
         self._streams, self._logits = streams[-1:], logits[0]
         mx.eval(self._streams, self._logits, *ModelState([self._cache]).arrays())
@@ -147,7 +147,7 @@ class MTPDrafter:
             if len(tokens) == n:
                 break
             streams, rows, cache = self.net(
-                mx.array(tokens[-1:], dtype=mx.int32), streams, pos, cache
+                mx.array(tokens[-1:], dtype=mx.int32), streams, pos, cache, tiled=True
             )
             logits, pos = rows[0], pos + 1
         return Draft(tokens)

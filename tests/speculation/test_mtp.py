@@ -111,6 +111,30 @@ def test_drafts_follow_the_block_step_by_step(files):
     assert drafter.propose(5).tokens == []
 
 
+def test_tiled_passes_give_the_chunk_path_rows(files):
+    """The drafter runs its block passes (a cycle's catch-up, a draft step) as compiled decode
+    tiles: fed piece by piece that way, the block gives the rows of one chunked pass, and the
+    cache it leaves carries on as the chunk path's."""
+    target, _, _, root = files
+    net = mtp.load_mtp(target, root / "mtp.gguf", max_draft=1, margin=0.0).net
+    head_input = target.new_session().feed_hidden(PROMPT).head_input
+    following = mx.array([*PROMPT[1:], 7], dtype=mx.int32)
+    whole_streams, whole_logits, _ = net(following, head_input, 1, LayerCache())
+    cache, streams, logits, a = LayerCache(), [], [], 0
+    for b in (1, 4, 5, 11, 12, 20):
+        out_streams, out_logits, cache = net(
+            following[a:b], head_input[a:b], 1 + a, cache, tiled=True
+        )
+        streams.append(np.array(out_streams))
+        logits.append(np.array(out_logits))
+        a = b
+    np.testing.assert_allclose(np.concatenate(streams), whole_streams, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.concatenate(logits), whole_logits, rtol=1e-5, atol=1e-5)
+    # A catch-up's head runs on its last row alone.
+    pieces = following[5:11], head_input[5:11], 6, LayerCache(), True
+    np.testing.assert_allclose(net(*pieces, tiled=True)[1], net(*pieces)[1], rtol=1e-5, atol=1e-5)
+
+
 def recorded(drafter) -> list[tuple[int, int]]:
     """Each block pass of ``drafter`` from now on: (rows run, logits rows computed)."""
     net, calls = drafter.net, []
