@@ -129,6 +129,8 @@ class SpecResult:
     parity: bool
     #: Drafted over target-only tokens/s of each round's pair of runs (empty: the medians').
     ratios: Samples = field(default_factory=Samples)
+    #: The same ratios by the runs' CPU seconds (``turns``: steadier on a shared machine).
+    cpu_ratios: Samples = field(default_factory=Samples)
 
     @property
     def speedup(self) -> float:
@@ -138,7 +140,7 @@ class SpecResult:
 
     def as_json(self) -> dict:
         data = asdict(self)
-        for name in ("target", "drafted", "ratios"):
+        for name in ("target", "drafted", "ratios", "cpu_ratios"):
             samples = getattr(self, name)
             data[name] = {"median": samples.median, "runs": samples.runs}
         data["speedup"] = self.speedup
@@ -180,6 +182,7 @@ class _DrafterRuns:
     parity: bool
     drafted: Samples = field(default_factory=Samples)
     ratios: Samples = field(default_factory=Samples)
+    cpu_ratios: Samples = field(default_factory=Samples)
     stats: list[SpeculativeStats] = field(default_factory=list)
 
     def add(self, run: TimedRun, plain: TimedRun, plain_tokens: list[int]) -> None:
@@ -187,6 +190,7 @@ class _DrafterRuns:
         self.drafted.runs.append(run.decode_tps)
         # The same tokens when parity holds: the ratio of tokens/s is that of the seconds.
         self.ratios.runs.append(run.decode_tps / plain.decode_tps if plain.decode_tps else 0.0)
+        self.cpu_ratios.runs.append(run.cpu_tps / plain.cpu_tps if plain.cpu_tps else 0.0)
         if run.done is not None and run.done.acceptance is not None:
             self.stats.append(run.done.acceptance)
         self.parity = self.parity and run.tokens == plain_tokens
@@ -219,6 +223,7 @@ class _DrafterRuns:
             sum(s.scheduler.pauses + s.scheduler.cost_pauses for s in stats),
             self.parity,
             self.ratios,
+            self.cpu_ratios,
         )
 
 
@@ -306,6 +311,9 @@ def summary_rows(results: Sequence[SpecResult]) -> Iterator[SpecResult]:
             sum(r.pauses for r in rows),
             all(r.parity for r in rows),
             Samples([statistics.mean(r.speedup for r in rows)]),
+            Samples([statistics.mean(r.cpu_ratios.median for r in rows)])
+            if all(r.cpu_ratios.runs for r in rows)
+            else Samples(),
         )
 
 
@@ -316,18 +324,23 @@ def _spread(ratios: Samples) -> str:
     return f" ({min(ratios.runs):.2f}..{max(ratios.runs):.2f})"
 
 
+def _cpu_speedup(ratios: Samples) -> str:
+    return f"{ratios.median:.2f}x{_spread(ratios)}" if ratios.runs else "-"
+
+
 def markdown_table(results: Sequence[SpecResult]) -> str:
     lines = [
-        "| prompt | drafter | tokens | target t/s | drafted t/s | speed-up | τ | "
+        "| prompt | drafter | tokens | target t/s | drafted t/s | speed-up | by CPU time | τ | "
         "acceptance | per position | pauses | parity |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---|",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---|",
     ]
     for r in results:
         positions = " ".join(f"{rate:.2f}" for rate in r.position_acceptance) or "-"
         lines.append(
             f"| {r.prompt} | {r.drafter} | {r.tokens} | {r.target.median:.1f} "
             f"({r.target.span()}) | {r.drafted.median:.1f} ({r.drafted.span()}) | "
-            f"{r.speedup:.2f}x{_spread(r.ratios)} | {r.tau:.2f} | {r.acceptance:.2f} | "
+            f"{r.speedup:.2f}x{_spread(r.ratios)} | {_cpu_speedup(r.cpu_ratios)} | "
+            f"{r.tau:.2f} | {r.acceptance:.2f} | "
             f"{positions} | {r.pauses} | {'yes' if r.parity else 'NO'} |"
         )
     return "\n".join(lines)

@@ -212,8 +212,10 @@ def run_speculation(
         f"Per prompt a warm-up round, then {runs} round{'s' * (runs > 1)}, each a target-only "
         "run and one run per drafter decoded in turns, one decode step each (so all run under "
         "the same machine load), each run timed by its own steps; speed-up: the median "
-        "(min..max) of the rounds' drafted / target-only ratios; pauses: over the timed "
-        "runs.\n",
+        "(min..max) of the rounds' drafted / target-only ratios; by CPU time: the same "
+        "ratios by the process's CPU seconds over the same steps (other processes' load adds "
+        "wall-clock time, not CPU time: steadier on a shared machine, but the work done, not "
+        "the wait, and blind to a GPU's); pauses: over the timed runs.\n",
         speculation.markdown_table(rows),
     ]
     if config.peers:

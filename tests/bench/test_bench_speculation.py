@@ -62,7 +62,7 @@ def test_bench_rows_match_plain_generation(glm):
     pooled = list(summary_rows(results))
     assert [r.prompt for r in pooled] == ["code (mean)"] and pooled[0].tau == results[1].tau
     table = markdown_table([*results, *pooled]).splitlines()
-    assert len(table) == 2 + len(results) + 1 and all(line.count("|") == 12 for line in table)
+    assert len(table) == 2 + len(results) + 1 and all(line.count("|") == 13 for line in table)
 
 
 def test_text_prompts_keep_their_whole_text(glm):
@@ -80,19 +80,20 @@ def test_rounds_pair_each_drafted_run_with_its_rounds_target_run(monkeypatch):
     from ds4mlx.bench.turns import TimedRun
     from ds4mlx.generation import SpeculativeStats
 
-    rounds = [  # (tokens, seconds) of the target-only run, drafter a's, drafter b's
-        [([1, 2, 3], 9.0), ([1, 2, 3], 9.0), ([1, 2, 3], 9.0)],  # the warm-up
-        [([1, 2, 3], 2.0), ([1, 2, 3], 1.0), ([1, 2, 3], 4.0)],
-        [([1, 2, 3], 2.0), ([1, 2, 3], 4.0), ([1, 2, 4], 1.0)],
+    rounds = [  # (tokens, seconds, CPU seconds) of the target-only run, drafter a's, b's
+        [([1, 2, 3], 9.0, 9.0), ([1, 2, 3], 9.0, 9.0), ([1, 2, 3], 9.0, 9.0)],  # the warm-up
+        [([1, 2, 3], 2.0, 1.0), ([1, 2, 3], 1.0, 1.0), ([1, 2, 3], 4.0, 2.0)],
+        [([1, 2, 3], 2.0, 1.0), ([1, 2, 3], 4.0, 0.5), ([1, 2, 4], 1.0, 1.0)],
     ]
     stats = SpeculativeStats(drafted_passes=1, drafted_tokens=2, accepted_tokens=1)
     drafted_done = SimpleNamespace(acceptance=stats)
 
     def scripted_round(model, ids, max_tokens, drafters, stop):
         plain, *drafted = rounds.pop(0)
+        tokens, seconds, cpu_seconds = plain
         return [
-            TimedRun(*plain),
-            *(TimedRun(tokens, seconds, drafted_done) for tokens, seconds in drafted),
+            TimedRun(tokens, seconds, None, cpu_seconds),
+            *(TimedRun(tokens, seconds, drafted_done, cpu) for tokens, seconds, cpu in drafted),
         ]
 
     monkeypatch.setattr(speculation, "_round", scripted_round)
@@ -108,5 +109,6 @@ def test_rounds_pair_each_drafted_run_with_its_rounds_target_run(monkeypatch):
     assert a.ratios.runs == [2.0, 0.5] and b.ratios.runs == [0.5, 2.0]
     assert a.speedup == 1.25 and a.target.runs == [1.0, 1.0]  # two tokens after the first
     assert a.drafted.runs == [2.0, 0.5]
+    assert a.cpu_ratios.runs == [1.0, 2.0] and b.cpu_ratios.runs == [0.5, 1.0]
     assert a.parity and not b.parity
     assert a.tau == 2.0 and a.acceptance == 0.5 and a.position_acceptance == []
