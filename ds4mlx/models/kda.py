@@ -10,15 +10,17 @@ The output is RMS-normed per head (``ssm_norm``), gated by ``sigmoid(g_b g_a x)`
 
 Prefill is computed chunk-wise (``_kda_chunk``: the WY/UT form over 16-position chunks);
 llama.cpp's CPU op scans token by token. Both compute the same recurrence. Decode tiles scan
-one position at a time and keep the state after each, for a rollback: everything between the
-tile's projections is one fused operation (``kernels.kda_tile``: a native CPU primitive, a
-Metal launch, or the MLX ops of ``twins.kda_tile``, which scans with ``twins.kda_steps``).
+one position at a time and keep the state after each, for a rollback, in a ring of slots that
+a tile writes only its new states into (``KDACache``): everything between the tile's
+projections is one fused operation (``kernels.kda_tile``: a native CPU primitive, a Metal
+launch, or the MLX ops of ``twins.kda_tile``, which scans with ``twins.kda_steps``).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cache
 
 from ds4mlx import kernels
 from ds4mlx.kernels import KDAWeights, linear, linear_many
@@ -38,23 +40,60 @@ _KDA_CHUNK = 16
 class KDACache:
     """A KDA layer's recurrent state: the projected q/k/v rows of the last positions
     [3, rows, inner] (the conv reads the last ``conv_kernel - 1``; up to ``KDA.rollback`` more
-    allow a rollback) and the delta-rule states [n, heads, key, value] after each of the last n
-    positions, the current one last (n - 1 is how far the state can be rolled back)."""
+    allow a rollback) and a ring of delta-rule states [n, heads, key, value] (n =
+    ``KDA.rollback + 1`` slots): slot ``newest`` holds the state after the current position, the
+    ``depth`` slots before it (cyclically) the states after the positions before, how far the
+    state can be rolled back. A decode tile writes only its new states into the slots after
+    ``newest`` (in place when nothing else holds the ring), and a rollback moves ``newest``
+    back: the past is never copied."""
 
     conv: mx.array | None = None
     ssm: mx.array | None = None
+    newest: int = 0
+    depth: int = 0
 
     @property
     def rollback(self) -> int:
-        return 0 if self.ssm is None else self.ssm.shape[0] - 1
+        return self.depth
+
+    @property
+    def state(self) -> mx.array:
+        """The state after the current position [heads, key, value]."""
+        return self.ssm[self.newest]
 
     def truncate(self, cut: int) -> KDACache:
         """This cache as it was ``cut`` positions ago (``cut <= rollback``)."""
         if cut == 0:
             return self
         return KDACache(
-            conv=self.conv[:, : self.conv.shape[1] - cut], ssm=self.ssm[: self.ssm.shape[0] - cut]
+            conv=self.conv[:, : self.conv.shape[1] - cut],
+            ssm=self.ssm,
+            newest=(self.newest - cut) % self.ssm.shape[0],
+            depth=self.depth - cut,
         )
+
+    def advanced(self, conv: mx.array, ssm: mx.array, n_real: int) -> KDACache:
+        """This cache after a decode tile of ``n_real`` real rows wrote their states into
+        the ring ``ssm`` (``ring_slots``) and kept the conv rows ``conv``."""
+        slots = ssm.shape[0]
+        return KDACache(
+            conv=conv,
+            ssm=ssm,
+            newest=(self.newest + n_real) % slots,
+            depth=min(self.depth + n_real, slots - 1),
+        )
+
+
+@cache
+def ring_slots(newest: int, n_real: int, slots: int) -> tuple[mx.array, mx.array]:
+    """The arrays a decode tile of ``n_real`` real rows reads for a ring of ``slots`` states
+    whose newest is slot ``newest``: that slot (int32 [1]) and the slots its new states go to
+    (int32 [n_real, 1, 1, 1], for ``mx.put_along_axis``). Arrays, so that a compiled tile is
+    traced once whichever slot is newest; made once each."""
+    after = (newest + 1 + np.arange(n_real)) % slots
+    pair = mx.array([newest], dtype=mx.int32), mx.array(after.reshape(-1, 1, 1, 1), mx.int32)
+    mx.eval(pair)
+    return pair
 
 
 def _unit_lower_inverse(a: mx.array) -> mx.array:
@@ -203,13 +242,13 @@ class KDA(nn.Module):
         return linear_many(x, [*self.wqkv, self.w_beta, self.f_a, self.g_a], rows)
 
     def _cached(self, cache: KDACache) -> tuple[mx.array, mx.array]:
-        """The cache's conv rows [3, R, inner] and states [n, H, K, V]; zeros (the history
-        before the first position) where it has none yet."""
+        """The cache's conv rows [3, R, inner] and ring of states [rollback + 1, H, K, V];
+        zeros (the history before the first position) where it has none yet."""
         inner = self.heads * self.head_dim
         rows = cache.conv if cache.conv is not None else mx.zeros((3, self.kernel - 1, inner))
         states = cache.ssm
         if states is None:
-            states = mx.zeros((1, self.heads, self.head_dim, self.head_dim))
+            states = mx.zeros((self.rollback + 1, self.heads, self.head_dim, self.head_dim))
         return rows, states
 
     def _decay(self, f_a_x: mx.array, rows: int) -> mx.array:
@@ -224,8 +263,11 @@ class KDA(nn.Module):
         chunk-wise and keeps the final state only."""
         products = self._input_products(x, x.shape[0])
         (q, k, v, g, beta), states, conv = self._recurrence_inputs(products, cache, x.shape[0])
-        out, state = kda_scan(q, k, v, g, beta, states[-1])
-        return self._output(products[-1], out, x.shape[0]), KDACache(conv=conv, ssm=state[None])
+        out, state = kda_scan(q, k, v, g, beta, states[cache.newest])
+        # A new ring, the state in its first slot: a chunk keeps no earlier states to roll
+        # back to, and a prefill chunk's one allocation is nothing beside its compute.
+        ring = mx.concatenate([state[None], mx.zeros((self.rollback, *state.shape))])
+        return self._output(products[-1], out, x.shape[0]), KDACache(conv=conv, ssm=ring)
 
     def steady(self, cache: KDACache) -> bool:
         """Whether ``cache`` has the shapes every later decode tile keeps (all the conv rows
@@ -234,14 +276,29 @@ class KDA(nn.Module):
             cache.conv is not None
             and cache.ssm is not None
             and cache.conv.shape[1] == self.kernel - 1 + self.rollback
-            and cache.ssm.shape[0] == self.rollback + 1
         )
 
-    def tile(self, x: mx.array, cache: KDACache, n_real: int) -> tuple[mx.array, KDACache]:
+    def tile_inputs(self, cache: KDACache, n_real: int) -> tuple[mx.array, ...]:
+        """What ``tile`` reads of ``cache`` besides x, all arrays (so that a compiled tile
+        reads the slots of each call, not of its trace): the conv rows, the ring of states, its
+        newest slot and the slots the tile's new states go to (``ring_slots``)."""
+        rows, ring = self._cached(cache)
+        return rows, ring, *ring_slots(cache.newest, n_real, ring.shape[0])
+
+    def tile(
+        self,
+        x: mx.array,
+        rows: mx.array,
+        ring: mx.array,
+        newest: mx.array,
+        slots: mx.array,
+        n_real: int,
+    ) -> tuple[mx.array, mx.array, mx.array]:
         """``__call__`` of a decode tile (see ``models.base.DECODE_TILE``): the recurrence runs
-        one position at a time on the first ``n_real`` rows, keeping the state after each for a
-        rollback; the padding rows get zeros. Between the projections, one fused operation
-        (``kernels.kda_tile``)."""
+        one position at a time on the first ``n_real`` rows; the padding rows get zeros.
+        Between the projections, one fused operation (``kernels.kda_tile``), whose new states
+        go to the ring's slots after the newest (``ring_slots``): returns the output, the conv
+        rows to keep and the ring (``KDACache.advanced`` makes the cache)."""
         *qkv, beta_x, f_a_x, g_a_x = self._input_products(x, n_real)
         weights = KDAWeights(
             dt_bias=self.dt_bias,
@@ -251,12 +308,13 @@ class KDA(nn.Module):
             eps=self.o_norm.eps,
             lower_bound=self.lower_bound,
             keep_rows=self.kernel - 1 + self.rollback,
-            keep_states=self.rollback + 1,
         )
         decay, gate = linear(f_a_x, self.f_b, n_real), linear(g_a_x, self.g_b, n_real)
-        cached = self._cached(cache)
-        out, conv, ssm = kernels.kda_tile(weights, qkv, beta_x, decay, gate, *cached, n_real)
-        return linear(out, self.wo, n_real), KDACache(conv=conv, ssm=ssm)
+        out, conv, new_states = kernels.kda_tile(
+            weights, qkv, beta_x, decay, gate, rows, ring, newest, n_real
+        )
+        ring = mx.put_along_axis(ring, slots, new_states, axis=0)
+        return linear(out, self.wo, n_real), conv, ring
 
     def _recurrence_inputs(
         self, products: list[mx.array], cache: KDACache, real: int
