@@ -43,14 +43,17 @@ class KDACache:
     allow a rollback) and a ring of delta-rule states [n, heads, key, value] (n =
     ``KDA.rollback + 1`` slots): slot ``newest`` holds the state after the current position, the
     ``depth`` slots before it (cyclically) the states after the positions before, how far the
-    state can be rolled back. A decode tile writes only its new states into the slots after
-    ``newest`` (in place when nothing else holds the ring), and a rollback moves ``newest``
-    back: the past is never copied."""
+    state can be rolled back; ``current`` [1, heads, key, value] is that newest state as the
+    next tile reads it (its own array, so that the ring's only reader is its update). A decode
+    tile writes only its new states into the slots after ``newest`` (in place when nothing else
+    holds the ring: MLX donates it), and a rollback moves ``newest`` back: the past is never
+    copied."""
 
     conv: mx.array | None = None
     ssm: mx.array | None = None
     newest: int = 0
     depth: int = 0
+    current: mx.array | None = None
 
     @property
     def rollback(self) -> int:
@@ -59,41 +62,49 @@ class KDACache:
     @property
     def state(self) -> mx.array:
         """The state after the current position [heads, key, value]."""
-        return self.ssm[self.newest]
+        return self.current[0]
 
     def truncate(self, cut: int) -> KDACache:
         """This cache as it was ``cut`` positions ago (``cut <= rollback``)."""
         if cut == 0:
             return self
+        newest = (self.newest - cut) % self.ssm.shape[0]
         return KDACache(
             conv=self.conv[:, : self.conv.shape[1] - cut],
             ssm=self.ssm,
-            newest=(self.newest - cut) % self.ssm.shape[0],
+            newest=newest,
             depth=self.depth - cut,
+            # A view of the ring: the next tile's update of the ring may then copy it, once.
+            current=self.ssm[newest : newest + 1],
         )
 
-    def advanced(self, conv: mx.array, ssm: mx.array, n_real: int) -> KDACache:
-        """This cache after a decode tile of ``n_real`` real rows wrote their states into
-        the ring ``ssm`` (``ring_slots``) and kept the conv rows ``conv``."""
+    def advanced(self, conv: mx.array, ssm: mx.array, current: mx.array, n_real: int) -> KDACache:
+        """This cache after a decode tile of ``n_real`` real rows put their states in the ring
+        ``ssm`` (``KDA.tile``), the last ``current``, and kept the conv rows ``conv``."""
         slots = ssm.shape[0]
         return KDACache(
             conv=conv,
             ssm=ssm,
             newest=(self.newest + n_real) % slots,
             depth=min(self.depth + n_real, slots - 1),
+            current=current,
         )
 
 
 @cache
-def ring_slots(newest: int, n_real: int, slots: int) -> tuple[mx.array, mx.array]:
-    """The arrays a decode tile of ``n_real`` real rows reads for a ring of ``slots`` states
-    whose newest is slot ``newest``: that slot (int32 [1]) and the slots its new states go to
-    (int32 [n_real, 1, 1, 1], for ``mx.put_along_axis``). Arrays, so that a compiled tile is
-    traced once whichever slot is newest; made once each."""
+def ring_slots(newest: int, n_real: int, slots: int) -> mx.array:
+    """The slots of a ring of ``slots`` states whose newest is ``newest`` that a tile of
+    ``n_real`` real rows writes, cyclically after it (int32 [n_real, 1, 1, 1], for
+    ``mx.put_along_axis``): an array, so that a compiled tile is traced once whichever slot is
+    newest; made once for each."""
     after = (newest + 1 + np.arange(n_real)) % slots
-    pair = mx.array([newest], dtype=mx.int32), mx.array(after.reshape(-1, 1, 1, 1), mx.int32)
-    mx.eval(pair)
-    return pair
+    indices = mx.array(after.reshape(-1, 1, 1, 1), dtype=mx.int32)
+    mx.eval(indices)
+    return indices
+
+
+# The slot of ``kernels.kda_tile``'s states input that a tile continues from: its only one.
+_FIRST = mx.array([0], dtype=mx.int32)
 
 
 def _unit_lower_inverse(a: mx.array) -> mx.array:
@@ -241,15 +252,16 @@ class KDA(nn.Module):
         native primitive in a decode tile)."""
         return linear_many(x, [*self.wqkv, self.w_beta, self.f_a, self.g_a], rows)
 
-    def _cached(self, cache: KDACache) -> tuple[mx.array, mx.array]:
-        """The cache's conv rows [3, R, inner] and ring of states [rollback + 1, H, K, V];
-        zeros (the history before the first position) where it has none yet."""
+    def _cached(self, cache: KDACache) -> tuple[mx.array, mx.array, mx.array]:
+        """The cache's conv rows [3, R, inner], ring of states [rollback + 1, H, K, V] and
+        current state [1, H, K, V]; zeros (the history before the first position) where it has
+        none yet."""
         inner = self.heads * self.head_dim
         rows = cache.conv if cache.conv is not None else mx.zeros((3, self.kernel - 1, inner))
-        states = cache.ssm
-        if states is None:
-            states = mx.zeros((self.rollback + 1, self.heads, self.head_dim, self.head_dim))
-        return rows, states
+        shape = (self.heads, self.head_dim, self.head_dim)
+        ring = cache.ssm if cache.ssm is not None else mx.zeros((self.rollback + 1, *shape))
+        current = cache.current if cache.current is not None else mx.zeros((1, *shape))
+        return rows, ring, current
 
     def _decay(self, f_a_x: mx.array, rows: int) -> mx.array:
         """Per-channel log decay g [T, H, K] (llama.cpp's ``kda_g1``) from the decay's first
@@ -262,12 +274,13 @@ class KDA(nn.Module):
         """A chunk (prefill): x [T, D] -> (output [T, D], the new cache). The recurrence runs
         chunk-wise and keeps the final state only."""
         products = self._input_products(x, x.shape[0])
-        (q, k, v, g, beta), states, conv = self._recurrence_inputs(products, cache, x.shape[0])
-        out, state = kda_scan(q, k, v, g, beta, states[cache.newest])
+        (q, k, v, g, beta), current, conv = self._recurrence_inputs(products, cache, x.shape[0])
+        out, state = kda_scan(q, k, v, g, beta, current[0])
         # A new ring, the state in its first slot: a chunk keeps no earlier states to roll
         # back to, and a prefill chunk's one allocation is nothing beside its compute.
         ring = mx.concatenate([state[None], mx.zeros((self.rollback, *state.shape))])
-        return self._output(products[-1], out, x.shape[0]), KDACache(conv=conv, ssm=ring)
+        new = KDACache(conv=conv, ssm=ring, current=state[None])
+        return self._output(products[-1], out, x.shape[0]), new
 
     def steady(self, cache: KDACache) -> bool:
         """Whether ``cache`` has the shapes every later decode tile keeps (all the conv rows
@@ -280,25 +293,26 @@ class KDA(nn.Module):
 
     def tile_inputs(self, cache: KDACache, n_real: int) -> tuple[mx.array, ...]:
         """What ``tile`` reads of ``cache`` besides x, all arrays (so that a compiled tile
-        reads the slots of each call, not of its trace): the conv rows, the ring of states, its
-        newest slot and the slots the tile's new states go to (``ring_slots``)."""
-        rows, ring = self._cached(cache)
-        return rows, ring, *ring_slots(cache.newest, n_real, ring.shape[0])
+        reads the slots of each call, not of its trace): the conv rows, the ring of states, the
+        current state and the slots the tile's states go to (``ring_slots``)."""
+        rows, ring, current = self._cached(cache)
+        return rows, ring, current, ring_slots(cache.newest, n_real, ring.shape[0])
 
     def tile(
         self,
         x: mx.array,
         rows: mx.array,
         ring: mx.array,
-        newest: mx.array,
+        current: mx.array,
         slots: mx.array,
         n_real: int,
-    ) -> tuple[mx.array, mx.array, mx.array]:
+    ) -> tuple[mx.array, ...]:
         """``__call__`` of a decode tile (see ``models.base.DECODE_TILE``): the recurrence runs
         one position at a time on the first ``n_real`` rows; the padding rows get zeros.
-        Between the projections, one fused operation (``kernels.kda_tile``), whose new states
-        go to the ring's slots after the newest (``ring_slots``): returns the output, the conv
-        rows to keep and the ring (``KDACache.advanced`` makes the cache)."""
+        Between the projections, one fused operation (``kernels.kda_tile``) continuing from
+        ``current``; its new states go to the ring's ``slots`` (``mx.put_along_axis``, in place
+        when MLX may donate the ring, which nothing else then reads). Returns the output, the
+        conv rows to keep, the ring and the last state (``KDACache.advanced``)."""
         *qkv, beta_x, f_a_x, g_a_x = self._input_products(x, n_real)
         weights = KDAWeights(
             dt_bias=self.dt_bias,
@@ -310,22 +324,22 @@ class KDA(nn.Module):
             keep_rows=self.kernel - 1 + self.rollback,
         )
         decay, gate = linear(f_a_x, self.f_b, n_real), linear(g_a_x, self.g_b, n_real)
-        out, conv, new_states = kernels.kda_tile(
-            weights, qkv, beta_x, decay, gate, rows, ring, newest, n_real
+        out, conv, states = kernels.kda_tile(
+            weights, qkv, beta_x, decay, gate, rows, current, _FIRST, n_real
         )
-        ring = mx.put_along_axis(ring, slots, new_states, axis=0)
-        return linear(out, self.wo, n_real), conv, ring
+        ring = mx.put_along_axis(ring, slots, states, axis=0)
+        return linear(out, self.wo, n_real), conv, ring, states[-1:]
 
     def _recurrence_inputs(
         self, products: list[mx.array], cache: KDACache, real: int
     ) -> tuple[tuple[mx.array, ...], mx.array, mx.array]:
         """The recurrence's inputs q, k, g [H, T, K], v [H, T, V] and beta [H, T] of the first
         ``real`` rows of the input (its ``_input_products``; the other rows' are unspecified);
-        the states [n, H, K, V] it continues from (the last); the conv rows to keep (the causal
+        the state [1, H, K, V] it continues from; the conv rows to keep (the causal
         depthwise conv + SiLU of the projections is ``twins.kda_conv``)."""
         *qkv, beta_x, f_a_x, _ = products
         tokens, h, hd = beta_x.shape[0], self.heads, self.head_dim
-        rows, states = self._cached(cache)
+        rows, _, current = self._cached(cache)
         taps = self._taps.of(self.conv)
         keep = self.kernel - 1 + self.rollback
         qkv, conv = kda_conv(mx.stack(qkv), rows, taps, real, keep)  # [3, T, inner]
@@ -333,7 +347,7 @@ class KDA(nn.Module):
         q, k = _l2_norm(q), _l2_norm(k)
         beta = mx.swapaxes(mx.sigmoid(beta_x), 0, 1)  # [H, T]
         g = mx.swapaxes(self._decay(f_a_x, real), 0, 1)
-        return (q, k, v, g, beta), states, conv
+        return (q, k, v, g, beta), current, conv
 
     def _output(self, g_a_x: mx.array, out: mx.array, rows: int) -> mx.array:
         """The recurrence's outputs [H, T, V] normed, gated (the gate from its first projection

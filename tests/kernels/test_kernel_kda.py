@@ -205,13 +205,13 @@ def test_mac_decode_steps_run_each_kda_layer_as_one_launch_of_one_template():
     assert (template["D"], template["H"], template["NREAL"]) == (dim, heads, 1)
     assert template["KEEP_ROWS"] == 3 + ROLLBACK
     assert launches[0].grid == (dim, heads, 1) and launches[0].threadgroup == (dim, 1, 1)
-    # The cached rows grow to the kept size, then stay there; the states come out one a row
-    # (the cache's ring of RING slots is an input, not an output).
+    # The cached rows grow to the kept size, then stay there; the kernel reads the current state
+    # alone and writes one state a real row (the cache puts them in its ring of RING slots).
     assert launches[-1].outputs[1:] == (
         ((3, KEEP_ROWS, heads * dim), mx.float32),
         ((1, heads, dim, dim), mx.float32),
     )
-    assert launches[-1].inputs[10] == ((RING, heads, dim, dim), mx.float32)
+    assert launches[-1].inputs[10] == ((1, heads, dim, dim), mx.float32)
 
 
 @pytest.mark.skipif(not metal.metal_available(), reason=NO_METAL)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import ds4mlx
 from ds4mlx import kernels
+from ds4mlx.kernels import twins
 from ds4mlx.models.kda import KDA, KDACache, ring_slots
 from ds4mlx.models.tiles import uncompiled
 
@@ -20,6 +21,7 @@ GLM_TINY = Path(__file__).resolve().parents[2] / "assets" / "glm-tiny.gguf"
 # GLM-5.3-Flash's KDA layers as assumed here (its shapes are not documented in this project):
 # 64 heads of 128 channels, glm's rollback of 7 (a ring of 8 states).
 FLASH_HEADS, FLASH_DIM, RING = 64, 128, 8
+FIRST = mx.array([0], dtype=mx.int32)
 
 
 def address(a: mx.array) -> int:
@@ -87,21 +89,22 @@ def flash_step_allocates(steps: int = 2) -> int:
     beta, decay, gate = mx.zeros((8, heads)), mx.zeros((8, inner)), mx.zeros((8, inner))
     mx.eval(weights.dt_bias, weights.a, weights.conv, weights.norm_weight, rows, ring, qkv)
     mx.eval(beta, decay, gate)
-    cache = KDACache(conv=rows, ssm=ring, newest=RING - 1, depth=RING - 1)
-    del rows, ring
+    current = mx.random.normal((1, heads, dim, dim)) * 0.01
+    mx.eval(current)
+    cache = KDACache(conv=rows, ssm=ring, newest=RING - 1, depth=RING - 1, current=current)
+    del rows, ring, current
     peak = 0
     for _ in range(steps):
-        newest, slots = ring_slots(cache.newest, 1, RING)
         mx.reset_peak_memory()
         before = mx.get_active_memory()
         with kernels.inference():
             _, conv, states = kernels.kda_tile(
-                weights, qkv, beta, decay, gate, cache.conv, cache.ssm, newest, 1
+                weights, qkv, beta, decay, gate, cache.conv, cache.current, FIRST, 1
             )
-        ring = mx.put_along_axis(cache.ssm, slots, states, axis=0)
-        cache = cache.advanced(conv, ring, 1)
+        ring = mx.put_along_axis(cache.ssm, ring_slots(cache.newest, 1, RING), states, axis=0)
+        cache = cache.advanced(conv, ring, states[-1:], 1)
         del ring, conv, states
-        mx.eval(cache.ssm, cache.conv)
+        mx.eval(cache.ssm, cache.conv, cache.current)
         peak = max(peak, mx.get_peak_memory() - before)
     return peak
 
@@ -118,7 +121,7 @@ def test_the_twin_fills_the_native_bodys_ring(glm_tiny, monkeypatch):
     rings = []
     for native in (True, False):
         if not native:  # the twin's MLX ops, run as Python (a compiled tile replays its trace)
-            monkeypatch.setattr(kernels, "_native_cpu_ops", lambda: None)
+            monkeypatch.setattr(kernels, "kda_tile", twins.kda_tile)
         with contextlib.ExitStack() as stack:
             if not native:
                 stack.enter_context(uncompiled())
