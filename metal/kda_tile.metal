@@ -7,10 +7,10 @@
 // inputs:  q, k, v, decay, gate [T, H * D] float32: the projections of the tile's rows, the
 //          decay's pre-activation before dt_bias, the output gate's; beta [T, H] float32 (before
 //          its sigmoid); dt_bias [H * D]; a [H]; conv_rows [3, R, H * D] (R >= KERNEL - 1);
-//          conv_w [3, H * D, KERNEL]; states [n, H, D, D] ([key, value]: the cache's ring, only
-//          read); norm_weight [D]; params [4] float32: the lower bound, the output norm's eps,
-//          the L2 norm's eps / D and 1 / sqrt(D) (the recurrence's scale too); newest [1] int32:
-//          the ring's slot of the state to continue
+//          conv_w [3, H * D, KERNEL]; states [n, H, D, D] ([key, value]: a cache passes its
+//          current state alone); norm_weight [D]; params [4] float32: the lower bound, the
+//          output norm's eps, the L2 norm's eps / D and 1 / sqrt(D) (the recurrence's scale
+//          too); newest [1] int32: the one of states to continue
 // outputs: out [T, H * D] (zeros past the real rows); rows [3, min(R + NREAL, KEEP_ROWS), H * D]:
 //          the last of the cached conv rows then the real rows' projections; kept
 //          [NREAL, H, D, D]: the state after each real row (the cache puts them in its ring)

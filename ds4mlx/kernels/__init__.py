@@ -962,8 +962,8 @@ def kda_tile(
     n_real: int,
 ) -> tuple[mx.array, mx.array, mx.array]:
     """A KDA decode tile between its input and output projections (``twins.kda_tile`` says
-    what it computes): (output [T, H * D], kept conv rows, the real rows' new states: the ring
-    ``states`` is only read). One native primitive
+    what it computes): (output [T, H * D], kept conv rows, the real rows' new states; ``states`` is
+    only read). One native primitive
     in inference on the CPU, one Metal launch in inference on the GPU
     (``metal/kda_tile.metal``), the twin's MLX ops else."""
     if _INFERENCE.get() and _metal_kernels() and metal.kda_head_dim_fits(w.a, qkv[0]):

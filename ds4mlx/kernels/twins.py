@@ -494,13 +494,14 @@ def kda_tile(
 
     qkv: the q, k and v projections [T, H * D] of the tile's rows; beta, decay and gate: the
     pre-activations of beta [T, H], of the decay [T, H * D] (before ``w.dt_bias``) and of the
-    output gate [T, H * D]; the cached conv rows [3, R, H * D] (R >= kernel - 1); the cache's
-    ring of states [n, H, D, D] and ``newest`` (int32 [1]), the slot of the state to continue.
+    output gate [T, H * D]; the cached conv rows [3, R, H * D] (R >= kernel - 1); states
+    [n, H, D, D] and ``newest`` (int32 [1]), the one to continue (a KDA cache passes its
+    current state alone: ``models.kda.KDACache``).
     The first ``n_real`` rows are real: each is conv'd (+ SiLU), q and k L2-normalised, run
     through the recurrence (``kda_steps``), its output RMS-normed and gated by sigmoid(gate);
     the padding rows come out zeros. Returns (output [T, H * D], the last ``w.keep_rows`` conv
-    rows, the state after each real row [n_real, H, D, D]): the ring is only read, the cache
-    puts the new states in its slots (``models.kda.KDACache``).
+    rows, the state after each real row [n_real, H, D, D]): the cache puts the new states in
+    its ring's slots.
     """
     tokens, inner = qkv[0].shape
     heads = w.a.shape[0]

@@ -28,8 +28,8 @@ float softplus(float x) {
   return x > 20.0f ? x : std::log1p(std::exp(std::min(x, 20.0f)));
 }
 
-// in: q, k, v, beta, decay, gate, dt_bias, a, conv_rows, conv_w, states (the cache's ring),
-// norm_weight, newest (int32 [1]: the ring's slot to continue from).
+// in: q, k, v, beta, decay, gate, dt_bias, a, conv_rows, conv_w, states [n, H, D, D] (a
+// cache passes its current state alone), norm_weight, newest (int32 [1]: which state continues).
 class KdaTile : public CpuPrimitive {
  public:
   KdaTile(mx::Stream stream, KdaShape shape) : CpuPrimitive(stream), s_(shape) {}
@@ -44,9 +44,9 @@ class KdaTile : public CpuPrimitive {
       const int history = s.kernel - 1, dim = s.dim, inner = s.inner;
       const size_t state_size = static_cast<size_t>(s.heads) * dim * dim;
       // The state after each real row goes straight to its output: only they are written (the
-      // ring that holds the older ones is read, never copied).
+      // cache puts them in its ring).
       if (newest < 0 || newest >= in[10].shape(0)) {
-        throw std::out_of_range("kda_tile: newest is not a slot of the states' ring");
+        throw std::out_of_range("kda_tile: newest is not one of the states");
       }
       std::vector<float> mixed(3 * static_cast<size_t>(inner)), decays(dim), delta(dim), o(dim);
       const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dim)));

@@ -78,7 +78,7 @@ std::vector<mx::array> append_rows(const std::vector<mx::array>& cached,
                                    const std::vector<mx::array>& fresh, int take, int keep);
 
 // A KDA decode tile after its input projections (kda.cpp), continuing from slot ``newest`` of
-// the states' ring: (out [T, H * D], the kept conv rows [3, M, H * D], the state after each real
+// the states: (out [T, H * D], the kept conv rows [3, M, H * D], the state after each real
 // row [n_real, H, D, D]).
 std::vector<mx::array> kda_tile(const mx::array& q, const mx::array& k, const mx::array& v,
                                 const mx::array& beta, const mx::array& decay,
