@@ -7,16 +7,16 @@
 // inputs:  q, k, v, decay, gate [T, H * D] float32: the projections of the tile's rows, the
 //          decay's pre-activation before dt_bias, the output gate's; beta [T, H] float32 (before
 //          its sigmoid); dt_bias [H * D]; a [H]; conv_rows [3, R, H * D] (R >= KERNEL - 1);
-//          conv_w [3, H * D, KERNEL]; states [n, H, D, D] ([key, value], the last continues);
-//          norm_weight [D]; params [4] float32: the lower bound, the output norm's eps, the L2
-//          norm's eps / D and 1 / sqrt(D) (the recurrence's scale too)
+//          conv_w [3, H * D, KERNEL]; states [n, H, D, D] ([key, value]: a cache passes its
+//          current state alone); norm_weight [D]; params [4] float32: the lower bound, the
+//          output norm's eps, the L2 norm's eps / D and 1 / sqrt(D) (the recurrence's scale
+//          too); newest [1] int32: the one of states to continue
 // outputs: out [T, H * D] (zeros past the real rows); rows [3, min(R + NREAL, KEEP_ROWS), H * D]:
 //          the last of the cached conv rows then the real rows' projections; kept
-//          [min(n + NREAL, KEEP_STATES), H, D, D]: the last of the cached states then the state
-//          after each real row
+//          [NREAL, H, D, D]: the state after each real row (the cache puts them in its ring)
 // template: D (head width, a multiple of 32 up to 256), H (heads), KERNEL, NREAL (real rows),
-//          KEEP_ROWS, KEEP_STATES (how many conv rows and states a cache keeps), LOWER (1: the
-//          decay is lower_bound * sigmoid(-a g), 0: softplus(g) * a)
+//          KEEP_ROWS (how many conv rows a cache keeps), LOWER (1: the decay is
+//          lower_bound * sigmoid(-a g), 0: softplus(g) * a)
 // launch:  grid (D, H, 1), threadgroup (D, 1, 1): one threadgroup per head, thread j owns channel
 //          j of the head's q, k and v and column j of its state (held in registers).
 
@@ -27,9 +27,7 @@ constexpr uint INNER = H * D;
 constexpr uint HISTORY = KERNEL - 1;
 const int tokens = q_shape[0];
 const int cached_rows = conv_rows_shape[1];
-const int cached_states = states_shape[0];
 const int kept_rows = metal::min(cached_rows + NREAL, KEEP_ROWS);
-const int kept_states = metal::min(cached_states + NREAL, KEEP_STATES);
 const ulong state_size = ulong(H) * D * D;
 const ulong column = ulong(h) * D * D + j;  // element (0, j) of the head's state
 threadgroup float shared_q[D];
@@ -41,15 +39,7 @@ const uint lane = thread_index_in_simdgroup;
 
 float s[D];  // column j of the state: s[r] = S[r][j]
 for (uint r = 0; r < D; ++r) {
-  s[r] = states[ulong(cached_states - 1) * state_size + column + r * D];
-}
-for (int i = 0; i < kept_states; ++i) {
-  const int from = cached_states + NREAL - kept_states + i;
-  if (from < cached_states) {
-    for (uint r = 0; r < D; ++r) {
-      kept[ulong(i) * state_size + column + r * D] = states[ulong(from) * state_size + column + r * D];
-    }
-  }
+  s[r] = states[ulong(newest[0]) * state_size + column + r * D];
 }
 for (int t = 0; t < NREAL; ++t) {
   float mixed[3];
@@ -91,11 +81,8 @@ for (int t = 0; t < NREAL; ++t) {
     o += shared_q[r] * s[r];
   }
   o = o * params[3];
-  const int slot = t + kept_states - NREAL;
-  if (slot >= 0) {
-    for (uint r = 0; r < D; ++r) {
-      kept[ulong(slot) * state_size + column + r * D] = s[r];
-    }
+  for (uint r = 0; r < D; ++r) {
+    kept[ulong(t) * state_size + column + r * D] = s[r];
   }
   // The sum's barriers also keep the next row from overwriting the shared values in use.
   const float oo = ds4_threadgroup_sum(o * o, partials, simd_index, lane, D / 32);

@@ -958,17 +958,19 @@ def kda_tile(
     gate: mx.array,
     conv_rows: mx.array,
     states: mx.array,
+    newest: mx.array,
     n_real: int,
 ) -> tuple[mx.array, mx.array, mx.array]:
     """A KDA decode tile between its input and output projections (``twins.kda_tile`` says
-    what it computes): (output [T, H * D], kept conv rows, kept states). One native primitive
+    what it computes): (output [T, H * D], kept conv rows, the real rows' new states; ``states`` is
+    only read). One native primitive
     in inference on the CPU, one Metal launch in inference on the GPU
     (``metal/kda_tile.metal``), the twin's MLX ops else."""
     if _INFERENCE.get() and _metal_kernels() and metal.kda_head_dim_fits(w.a, qkv[0]):
-        return metal.kda_tile(w, qkv, beta, decay, gate, conv_rows, states, n_real)
+        return metal.kda_tile(w, qkv, beta, decay, gate, conv_rows, states, newest, n_real)
     ops = _inference_ops()
     if ops is None or qkv[0].dtype != mx.float32:
-        return twins.kda_tile(w, qkv, beta, decay, gate, conv_rows, states, n_real)
+        return twins.kda_tile(w, qkv, beta, decay, gate, conv_rows, states, newest, n_real)
     out, rows, kept = ops.kda_tile(
         *qkv,
         beta,
@@ -980,11 +982,11 @@ def kda_tile(
         w.conv,
         states,
         w.norm_weight,
+        newest,
         n_real,
         w.lower_bound,
         w.eps,
         w.keep_rows,
-        w.keep_states,
     )
     return out, rows, kept
 

@@ -796,6 +796,7 @@ def kda_tile(
     gate: mx.array,
     conv_rows: mx.array,
     states: mx.array,
+    newest: mx.array,
     n_real: int,
 ) -> tuple[mx.array, mx.array, mx.array]:
     """``twins.kda_tile`` in one launch (``metal/kda_tile.metal``): one threadgroup a head."""
@@ -804,28 +805,30 @@ def kda_tile(
     lower = w.lower_bound > -math.inf
     params = [w.lower_bound if lower else 0.0, w.eps, twins.KDA_L2_EPS / dim, 1 / math.sqrt(dim)]
     kept_rows = min(conv_rows.shape[1] + n_real, w.keep_rows)
-    kept_states = min(states.shape[0] + n_real, w.keep_states)
     inputs = (*qkv, beta, decay, gate, w.dt_bias, w.a, conv_rows, w.conv, states, w.norm_weight)
     out, rows, kept = _body_kernel(
         "kda_tile",
         ("q", "k", "v", "beta", "decay", "gate", "dt_bias", "a", "conv_rows", "conv_w")
-        + ("states", "norm_weight", "params"),
+        + ("states", "norm_weight", "params", "newest"),
         ("out", "rows", "kept"),
         header=("hc", "norm"),
     )(
-        inputs=[*(x.astype(mx.float32) for x in inputs), mx.array(params, dtype=mx.float32)],
+        inputs=[
+            *(x.astype(mx.float32) for x in inputs),
+            mx.array(params, dtype=mx.float32),
+            newest.astype(mx.int32),
+        ],
         template=[
             ("D", dim),
             ("H", heads),
             ("KERNEL", w.conv.shape[-1]),
             ("NREAL", n_real),
             ("KEEP_ROWS", w.keep_rows),
-            ("KEEP_STATES", w.keep_states),
             ("LOWER", int(lower)),
         ],
         grid=(dim, heads, 1),
         threadgroup=(dim, 1, 1),
-        output_shapes=[(tokens, inner), (3, kept_rows, inner), (kept_states, heads, dim, dim)],
+        output_shapes=[(tokens, inner), (3, kept_rows, inner), (n_real, heads, dim, dim)],
         output_dtypes=[mx.float32] * 3,
     )
     return out, rows, kept

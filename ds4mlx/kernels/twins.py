@@ -426,18 +426,17 @@ def kda_decay(g: mx.array, a: mx.array, lower_bound: float) -> mx.array:
 
 
 def kda_steps(
-    q: mx.array, k: mx.array, v: mx.array, g: mx.array, beta: mx.array, states: mx.array
+    q: mx.array, k: mx.array, v: mx.array, g: mx.array, beta: mx.array, state: mx.array
 ) -> tuple[mx.array, mx.array]:
     """The KDA recurrence one position at a time (as ``ggml_gated_delta_net`` scans), on the
     shapes of a single position whatever the number of positions: a position's result does not
     depend on how many positions share the call.
 
-    q, k, g [H, T, K]; v [H, T, V]; beta [H, T]; ``states`` [n, H, K, V] ends with the state to
-    continue. Returns the outputs [H, T, V] and ``states`` followed by the state after each
-    position.
+    q, k, g [H, T, K]; v [H, T, V]; beta [H, T]; ``state`` [H, K, V] the state to continue.
+    Returns the outputs [H, T, V] and the state after each position [T, H, K, V].
     """
     scale = mx.array(1.0 / math.sqrt(v.shape[-1]), mx.float32)
-    state, outs, new_states = states[-1], [], [states]
+    outs, new_states = [], []
     for t in range(q.shape[1]):
         at = slice(t, t + 1)
         out, state = _kda_step(q[:, at], k[:, at], v[:, at], g[:, at], beta[:, at], state, scale)
@@ -468,8 +467,8 @@ def _kda_step(
 class KDAWeights:
     """What a KDA layer's decode tile reads besides its rows (``kda_tile``): dt_bias [H * D],
     A [H], the conv weights [3, H * D, kernel], the output norm's weight [D] and eps, the
-    decay's lower bound (-inf: the softplus decay), and how many conv rows and states the
-    layer's cache keeps."""
+    decay's lower bound (-inf: the softplus decay), and how many conv rows the layer's cache
+    keeps."""
 
     dt_bias: mx.array
     a: mx.array
@@ -478,7 +477,6 @@ class KDAWeights:
     eps: float
     lower_bound: float
     keep_rows: int
-    keep_states: int
 
 
 def kda_tile(
@@ -489,17 +487,21 @@ def kda_tile(
     gate: mx.array,
     conv_rows: mx.array,
     states: mx.array,
+    newest: mx.array,
     n_real: int,
 ) -> tuple[mx.array, mx.array, mx.array]:
     """A KDA decode tile between its input and output projections (``models.kda.KDA.tile``).
 
     qkv: the q, k and v projections [T, H * D] of the tile's rows; beta, decay and gate: the
     pre-activations of beta [T, H], of the decay [T, H * D] (before ``w.dt_bias``) and of the
-    output gate [T, H * D]; the cached conv rows [3, R, H * D] (R >= kernel - 1) and states
-    [n, H, D, D] (the last continues). The first ``n_real`` rows are real: each is conv'd
-    (+ SiLU), q and k L2-normalised, run through the recurrence (``kda_steps``), its output
-    RMS-normed and gated by sigmoid(gate); the padding rows come out zeros. Returns (output
-    [T, H * D], the last ``w.keep_rows`` conv rows, the last ``w.keep_states`` states).
+    output gate [T, H * D]; the cached conv rows [3, R, H * D] (R >= kernel - 1); states
+    [n, H, D, D] and ``newest`` (int32 [1]), the one to continue (a KDA cache passes its
+    current state alone: ``models.kda.KDACache``).
+    The first ``n_real`` rows are real: each is conv'd (+ SiLU), q and k L2-normalised, run
+    through the recurrence (``kda_steps``), its output RMS-normed and gated by sigmoid(gate);
+    the padding rows come out zeros. Returns (output [T, H * D], the last ``w.keep_rows`` conv
+    rows, the state after each real row [n_real, H, D, D]): the cache puts the new states in
+    its ring's slots.
     """
     tokens, inner = qkv[0].shape
     heads = w.a.shape[0]
@@ -511,9 +513,9 @@ def kda_tile(
     beta = mx.swapaxes(mx.sigmoid(beta), 0, 1)  # [H, T]
     g = kda_decay((decay + w.dt_bias).reshape(tokens, heads, dim), w.a, w.lower_bound)
     recurrence_inputs = (q, k, v, mx.swapaxes(g, 0, 1), beta)
-    out, states = kda_steps(*(t[:, :n_real] for t in recurrence_inputs), states)
+    state = mx.take(states, newest, axis=0)[0]
+    out, new_states = kda_steps(*(t[:, :n_real] for t in recurrence_inputs), state)
     out = mx.concatenate([out, mx.zeros((heads, tokens - n_real, dim))], axis=1)
     out = mx.fast.rms_norm(mx.swapaxes(out, 0, 1), w.norm_weight, w.eps)
     out = out * mx.sigmoid(gate.reshape(tokens, heads, dim))
-    kept_states = states[max(0, states.shape[0] - w.keep_states) :]
-    return out.reshape(tokens, inner), kept_rows, kept_states
+    return out.reshape(tokens, inner), kept_rows, new_states

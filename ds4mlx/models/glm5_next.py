@@ -486,20 +486,27 @@ class Block(nn.Module):
         if isinstance(self.mixer, KDA):
             compiled = resident and self.mixer.steady(cache)
             run = self._recurrent_tiles.get(n_real, compiled)
-            x, conv, ssm = run(x, cache.conv, cache.ssm)
-            return x, KDACache(conv=conv, ssm=ssm), selection
+            x, conv, ssm, current = run(x, *self.mixer.tile_inputs(cache, n_real))
+            return x, cache.advanced(conv, ssm, current, n_real), selection
         post, comb, *projected = self._before_attention.get(n_real, resident)(x)
         out, cache, selection = self.mixer.attend_tile(projected, pos0, cache, selection, n_real)
         return self._after_attention.get(n_real, resident)(out, x, post, comb), cache, selection
 
     def _tile_recurrent(
-        self, x: mx.array, conv: mx.array | None, ssm: mx.array | None, n_real: int
+        self,
+        x: mx.array,
+        conv: mx.array,
+        ring: mx.array,
+        current: mx.array,
+        slots: mx.array,
+        n_real: int,
     ) -> list[mx.array]:
-        """A KDA layer's tile: the streams after the block and the new conv rows and states."""
+        """A KDA layer's tile (``KDA.tile``'s arguments after x): the streams after the block,
+        the new conv rows, the ring with the tile's states in their slots and the last state."""
         h, post, comb = self.hc_attn(x, self.attn_norm, n_real)
-        h, cache = self.mixer.tile(h, KDACache(conv=conv, ssm=ssm), n_real)
+        h, conv, ring, current = self.mixer.tile(h, conv, ring, current, slots, n_real)
         x = hc_expand(h, x, post, comb, flat=True, rows=n_real)
-        return [self._tile_ffn(x, n_real), cache.conv, cache.ssm]
+        return [self._tile_ffn(x, n_real), conv, ring, current]
 
     def _tile_before_attention(self, x: mx.array, n_real: int) -> list[mx.array]:
         """An MLA layer's tile up to its attention: the mHC site's post and comb and the

@@ -10,15 +10,17 @@ The output is RMS-normed per head (``ssm_norm``), gated by ``sigmoid(g_b g_a x)`
 
 Prefill is computed chunk-wise (``_kda_chunk``: the WY/UT form over 16-position chunks);
 llama.cpp's CPU op scans token by token. Both compute the same recurrence. Decode tiles scan
-one position at a time and keep the state after each, for a rollback: everything between the
-tile's projections is one fused operation (``kernels.kda_tile``: a native CPU primitive, a
-Metal launch, or the MLX ops of ``twins.kda_tile``, which scans with ``twins.kda_steps``).
+one position at a time and keep the state after each, for a rollback, in a ring of slots that
+a tile writes only its new states into (``KDACache``): everything between the tile's
+projections is one fused operation (``kernels.kda_tile``: a native CPU primitive, a Metal
+launch, or the MLX ops of ``twins.kda_tile``, which scans with ``twins.kda_steps``).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cache
 
 from ds4mlx import kernels
 from ds4mlx.kernels import KDAWeights, linear, linear_many
@@ -38,23 +40,71 @@ _KDA_CHUNK = 16
 class KDACache:
     """A KDA layer's recurrent state: the projected q/k/v rows of the last positions
     [3, rows, inner] (the conv reads the last ``conv_kernel - 1``; up to ``KDA.rollback`` more
-    allow a rollback) and the delta-rule states [n, heads, key, value] after each of the last n
-    positions, the current one last (n - 1 is how far the state can be rolled back)."""
+    allow a rollback) and a ring of delta-rule states [n, heads, key, value] (n =
+    ``KDA.rollback + 1`` slots): slot ``newest`` holds the state after the current position, the
+    ``depth`` slots before it (cyclically) the states after the positions before, how far the
+    state can be rolled back; ``current`` [1, heads, key, value] is that newest state as the
+    next tile reads it (its own array, so that the ring's only reader is its update). A decode
+    tile writes only its new states into the slots after ``newest`` (in place when nothing else
+    holds the ring: MLX donates it), and a rollback moves ``newest`` back: the past is never
+    copied."""
 
     conv: mx.array | None = None
     ssm: mx.array | None = None
+    newest: int = 0
+    depth: int = 0
+    current: mx.array | None = None
 
     @property
     def rollback(self) -> int:
-        return 0 if self.ssm is None else self.ssm.shape[0] - 1
+        return self.depth
+
+    @property
+    def state(self) -> mx.array:
+        """The state after the current position [heads, key, value]."""
+        return self.current[0]
 
     def truncate(self, cut: int) -> KDACache:
         """This cache as it was ``cut`` positions ago (``cut <= rollback``)."""
         if cut == 0:
             return self
+        newest = (self.newest - cut) % self.ssm.shape[0]
         return KDACache(
-            conv=self.conv[:, : self.conv.shape[1] - cut], ssm=self.ssm[: self.ssm.shape[0] - cut]
+            conv=self.conv[:, : self.conv.shape[1] - cut],
+            ssm=self.ssm,
+            newest=newest,
+            depth=self.depth - cut,
+            # A view of the ring: the next tile's update of the ring may then copy it, once.
+            current=self.ssm[newest : newest + 1],
         )
+
+    def advanced(self, conv: mx.array, ssm: mx.array, current: mx.array, n_real: int) -> KDACache:
+        """This cache after a decode tile of ``n_real`` real rows put their states in the ring
+        ``ssm`` (``KDA.tile``), the last ``current``, and kept the conv rows ``conv``."""
+        slots = ssm.shape[0]
+        return KDACache(
+            conv=conv,
+            ssm=ssm,
+            newest=(self.newest + n_real) % slots,
+            depth=min(self.depth + n_real, slots - 1),
+            current=current,
+        )
+
+
+@cache
+def ring_slots(newest: int, n_real: int, slots: int) -> mx.array:
+    """The slots of a ring of ``slots`` states whose newest is ``newest`` that a tile of
+    ``n_real`` real rows writes, cyclically after it (int32 [n_real, 1, 1, 1], for
+    ``mx.put_along_axis``): an array, so that a compiled tile is traced once whichever slot is
+    newest; made once for each."""
+    after = (newest + 1 + np.arange(n_real)) % slots
+    indices = mx.array(after.reshape(-1, 1, 1, 1), dtype=mx.int32)
+    mx.eval(indices)
+    return indices
+
+
+# The slot of ``kernels.kda_tile``'s states input that a tile continues from: its only one.
+_FIRST = mx.array([0], dtype=mx.int32)
 
 
 def _unit_lower_inverse(a: mx.array) -> mx.array:
@@ -202,15 +252,16 @@ class KDA(nn.Module):
         native primitive in a decode tile)."""
         return linear_many(x, [*self.wqkv, self.w_beta, self.f_a, self.g_a], rows)
 
-    def _cached(self, cache: KDACache) -> tuple[mx.array, mx.array]:
-        """The cache's conv rows [3, R, inner] and states [n, H, K, V]; zeros (the history
-        before the first position) where it has none yet."""
+    def _cached(self, cache: KDACache) -> tuple[mx.array, mx.array, mx.array]:
+        """The cache's conv rows [3, R, inner], ring of states [rollback + 1, H, K, V] and
+        current state [1, H, K, V]; zeros (the history before the first position) where it has
+        none yet."""
         inner = self.heads * self.head_dim
         rows = cache.conv if cache.conv is not None else mx.zeros((3, self.kernel - 1, inner))
-        states = cache.ssm
-        if states is None:
-            states = mx.zeros((1, self.heads, self.head_dim, self.head_dim))
-        return rows, states
+        shape = (self.heads, self.head_dim, self.head_dim)
+        ring = cache.ssm if cache.ssm is not None else mx.zeros((self.rollback + 1, *shape))
+        current = cache.current if cache.current is not None else mx.zeros((1, *shape))
+        return rows, ring, current
 
     def _decay(self, f_a_x: mx.array, rows: int) -> mx.array:
         """Per-channel log decay g [T, H, K] (llama.cpp's ``kda_g1``) from the decay's first
@@ -223,9 +274,13 @@ class KDA(nn.Module):
         """A chunk (prefill): x [T, D] -> (output [T, D], the new cache). The recurrence runs
         chunk-wise and keeps the final state only."""
         products = self._input_products(x, x.shape[0])
-        (q, k, v, g, beta), states, conv = self._recurrence_inputs(products, cache, x.shape[0])
-        out, state = kda_scan(q, k, v, g, beta, states[-1])
-        return self._output(products[-1], out, x.shape[0]), KDACache(conv=conv, ssm=state[None])
+        (q, k, v, g, beta), current, conv = self._recurrence_inputs(products, cache, x.shape[0])
+        out, state = kda_scan(q, k, v, g, beta, current[0])
+        # A new ring, the state in its first slot: a chunk keeps no earlier states to roll
+        # back to, and a prefill chunk's one allocation is nothing beside its compute.
+        ring = mx.concatenate([state[None], mx.zeros((self.rollback, *state.shape))])
+        new = KDACache(conv=conv, ssm=ring, current=state[None])
+        return self._output(products[-1], out, x.shape[0]), new
 
     def steady(self, cache: KDACache) -> bool:
         """Whether ``cache`` has the shapes every later decode tile keeps (all the conv rows
@@ -234,14 +289,30 @@ class KDA(nn.Module):
             cache.conv is not None
             and cache.ssm is not None
             and cache.conv.shape[1] == self.kernel - 1 + self.rollback
-            and cache.ssm.shape[0] == self.rollback + 1
         )
 
-    def tile(self, x: mx.array, cache: KDACache, n_real: int) -> tuple[mx.array, KDACache]:
+    def tile_inputs(self, cache: KDACache, n_real: int) -> tuple[mx.array, ...]:
+        """What ``tile`` reads of ``cache`` besides x, all arrays (so that a compiled tile
+        reads the slots of each call, not of its trace): the conv rows, the ring of states, the
+        current state and the slots the tile's states go to (``ring_slots``)."""
+        rows, ring, current = self._cached(cache)
+        return rows, ring, current, ring_slots(cache.newest, n_real, ring.shape[0])
+
+    def tile(
+        self,
+        x: mx.array,
+        rows: mx.array,
+        ring: mx.array,
+        current: mx.array,
+        slots: mx.array,
+        n_real: int,
+    ) -> tuple[mx.array, ...]:
         """``__call__`` of a decode tile (see ``models.base.DECODE_TILE``): the recurrence runs
-        one position at a time on the first ``n_real`` rows, keeping the state after each for a
-        rollback; the padding rows get zeros. Between the projections, one fused operation
-        (``kernels.kda_tile``)."""
+        one position at a time on the first ``n_real`` rows; the padding rows get zeros.
+        Between the projections, one fused operation (``kernels.kda_tile``) continuing from
+        ``current``; its new states go to the ring's ``slots`` (``mx.put_along_axis``, in place
+        when MLX may donate the ring, which nothing else then reads). Returns the output, the
+        conv rows to keep, the ring and the last state (``KDACache.advanced``)."""
         *qkv, beta_x, f_a_x, g_a_x = self._input_products(x, n_real)
         weights = KDAWeights(
             dt_bias=self.dt_bias,
@@ -251,23 +322,24 @@ class KDA(nn.Module):
             eps=self.o_norm.eps,
             lower_bound=self.lower_bound,
             keep_rows=self.kernel - 1 + self.rollback,
-            keep_states=self.rollback + 1,
         )
         decay, gate = linear(f_a_x, self.f_b, n_real), linear(g_a_x, self.g_b, n_real)
-        cached = self._cached(cache)
-        out, conv, ssm = kernels.kda_tile(weights, qkv, beta_x, decay, gate, *cached, n_real)
-        return linear(out, self.wo, n_real), KDACache(conv=conv, ssm=ssm)
+        out, conv, states = kernels.kda_tile(
+            weights, qkv, beta_x, decay, gate, rows, current, _FIRST, n_real
+        )
+        ring = mx.put_along_axis(ring, slots, states, axis=0)
+        return linear(out, self.wo, n_real), conv, ring, states[-1:]
 
     def _recurrence_inputs(
         self, products: list[mx.array], cache: KDACache, real: int
     ) -> tuple[tuple[mx.array, ...], mx.array, mx.array]:
         """The recurrence's inputs q, k, g [H, T, K], v [H, T, V] and beta [H, T] of the first
         ``real`` rows of the input (its ``_input_products``; the other rows' are unspecified);
-        the states [n, H, K, V] it continues from (the last); the conv rows to keep (the causal
+        the state [1, H, K, V] it continues from; the conv rows to keep (the causal
         depthwise conv + SiLU of the projections is ``twins.kda_conv``)."""
         *qkv, beta_x, f_a_x, _ = products
         tokens, h, hd = beta_x.shape[0], self.heads, self.head_dim
-        rows, states = self._cached(cache)
+        rows, _, current = self._cached(cache)
         taps = self._taps.of(self.conv)
         keep = self.kernel - 1 + self.rollback
         qkv, conv = kda_conv(mx.stack(qkv), rows, taps, real, keep)  # [3, T, inner]
@@ -275,7 +347,7 @@ class KDA(nn.Module):
         q, k = _l2_norm(q), _l2_norm(k)
         beta = mx.swapaxes(mx.sigmoid(beta_x), 0, 1)  # [H, T]
         g = mx.swapaxes(self._decay(f_a_x, real), 0, 1)
-        return (q, k, v, g, beta), states, conv
+        return (q, k, v, g, beta), current, conv
 
     def _output(self, g_a_x: mx.array, out: mx.array, rows: int) -> mx.array:
         """The recurrence's outputs [H, T, V] normed, gated (the gate from its first projection

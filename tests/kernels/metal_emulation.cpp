@@ -80,8 +80,8 @@
 //            weighted) | float32 x [T, M, D] ([T, D] for M 0, [T, -M * D] for M < 0: a
 //            product's heads as it comes) | float32 cos, sin [T, N / 2]
 //     output: float32 [T, M, D]
-//   kda_tile (-DDS4_KDA_D, -DDS4_KDA_H, -DDS4_KDA_KERNEL, -DDS4_KDA_KEEP_ROWS,
-//     -DDS4_KDA_KEEP_STATES): its input and output are listed at run_kda_tile
+//   kda_tile (-DDS4_KDA_D, -DDS4_KDA_H, -DDS4_KDA_KERNEL, -DDS4_KDA_KEEP_ROWS): its input and
+//     output are listed at run_kda_tile
 
 #include "metal_shim.h"
 

@@ -118,7 +118,7 @@ int run_norm_rope(const char* in_path, const char* out_path) {
 }
 
 // metal/kda_tile.metal: one threadgroup per KDA head (-DDS4_KDA_D, -DDS4_KDA_H, -DDS4_KDA_KERNEL,
-// -DDS4_KDA_KEEP_ROWS, -DDS4_KDA_KEEP_STATES; the real rows, 1 to 8, and LOWER at run time).
+// -DDS4_KDA_KEEP_ROWS; the real rows, 1 to 8, and LOWER at run time).
 #ifndef DS4_KDA_D
 #define DS4_KDA_D 64
 #endif
@@ -131,22 +131,20 @@ int run_norm_rope(const char* in_path, const char* out_path) {
 #ifndef DS4_KDA_KEEP_ROWS
 #define DS4_KDA_KEEP_ROWS 10
 #endif
-#ifndef DS4_KDA_KEEP_STATES
-#define DS4_KDA_KEEP_STATES 8
-#endif
 
 #define constant
 #define thread
 
 namespace kda_tile {
-template <int D, int H, int KERNEL, int NREAL, int KEEP_ROWS, int KEEP_STATES, int LOWER>
+template <int D, int H, int KERNEL, int NREAL, int KEEP_ROWS, int LOWER>
 void kernel(DevicePtr<const float> q, const int* q_shape, DevicePtr<const float> k,
             DevicePtr<const float> v, DevicePtr<const float> beta, DevicePtr<const float> decay,
             DevicePtr<const float> gate, DevicePtr<const float> dt_bias, DevicePtr<const float> a,
             DevicePtr<const float> conv_rows, const int* conv_rows_shape,
             DevicePtr<const float> conv_w, DevicePtr<const float> states,
             const int* states_shape, DevicePtr<const float> norm_weight,
-            DevicePtr<const float> params, DevicePtr<float> out, DevicePtr<float> rows,
+            DevicePtr<const float> params, DevicePtr<const int> newest, DevicePtr<float> out,
+            DevicePtr<float> rows,
             DevicePtr<float> kept, uint3 threadgroup_position_in_grid,
             uint thread_index_in_threadgroup, uint simdgroup_index_in_threadgroup,
             uint thread_index_in_simdgroup) {
@@ -161,18 +159,18 @@ struct KdaLaunch {
   const int *q_shape, *rows_shape, *states_shape;
   const std::vector<float>*q, *k, *v, *beta, *decay, *gate, *dt_bias, *a, *conv_rows, *conv_w,
       *states, *norm_weight, *params;
+  const std::vector<int32_t>* newest;
   std::vector<float>*out, *rows, *kept;
 };
 
 template <int NREAL, int LOWER>
 void kda_tile_all(const KdaLaunch& l) {
   launch({1, DS4_KDA_H, 1}, DS4_KDA_D, [&](const ThreadIds& ids) {
-    kda_tile::kernel<DS4_KDA_D, DS4_KDA_H, DS4_KDA_KERNEL, NREAL, DS4_KDA_KEEP_ROWS,
-                     DS4_KDA_KEEP_STATES, LOWER>(
+    kda_tile::kernel<DS4_KDA_D, DS4_KDA_H, DS4_KDA_KERNEL, NREAL, DS4_KDA_KEEP_ROWS, LOWER>(
         l.q->data(), l.q_shape, l.k->data(), l.v->data(), l.beta->data(), l.decay->data(),
         l.gate->data(), l.dt_bias->data(), l.a->data(), l.conv_rows->data(), l.rows_shape,
         l.conv_w->data(), l.states->data(), l.states_shape, l.norm_weight->data(),
-        l.params->data(), l.out->data(), l.rows->data(), l.kept->data(),
+        l.params->data(), l.newest->data(), l.out->data(), l.rows->data(), l.kept->data(),
         ids.threadgroup_position_in_grid, ids.thread_index_in_threadgroup,
         ids.simdgroup_index_in_threadgroup, ids.thread_index_in_simdgroup);
   });
@@ -184,18 +182,23 @@ constexpr std::array<void (*)(const KdaLaunch&), sizeof...(N)> kda_runners(
   return {kda_tile_all<N + 1, LOWER>...};
 }
 
-// input: int32 T, R, n, n_real (1 to 8), lower | float32 params [4] | q, k, v [T, H * D]
-//        | beta [T, H] | decay, gate [T, H * D] | dt_bias [H * D] | a [H] | conv_rows [3, R, H * D]
-//        | conv_w [3, H * D, KERNEL] | states [n, H, D, D] | norm_weight [D]
-// output: out [T, H * D] | rows [3, M, H * D] | kept [S, H, D, D]
+// input: int32 T, R, n, n_real (1 to 8), lower, newest (a slot of the ring states) | float32
+//        params [4] | q, k, v [T, H * D] | beta [T, H] | decay, gate [T, H * D] | dt_bias [H * D]
+//        | a [H] | conv_rows [3, R, H * D] | conv_w [3, H * D, KERNEL] | states [n, H, D, D]
+//        | norm_weight [D]
+// output: out [T, H * D] | rows [3, M, H * D] | kept [n_real, H, D, D]
 int run_kda_tile(const char* in_path, const char* out_path) {
   constexpr size_t inner = size_t(DS4_KDA_H) * DS4_KDA_D;
   Input input(in_path);
-  const auto sizes = input.read<int32_t>(5);
+  const auto sizes = input.read<int32_t>(6);
   const int T = sizes[0], R = sizes[1], n = sizes[2], n_real = sizes[3];
   if (n_real < 1 || n_real > 8) {
     fail("n_real must be 1 to 8");
   }
+  if (sizes[5] < 0 || sizes[5] >= n) {
+    fail("newest must be a slot of the states");
+  }
+  const std::vector<int32_t> newest(1, sizes[5]);
   const auto params = input.read<float>(4);
   const auto q = input.read<float>(T * inner), k = input.read<float>(T * inner),
              v = input.read<float>(T * inner);
@@ -211,14 +214,15 @@ int run_kda_tile(const char* in_path, const char* out_path) {
                              &conv_w, &states, &norm_weight}) {
     bind_buffer(*buffer);
   }
-  const int M = std::min(R + n_real, DS4_KDA_KEEP_ROWS), S = std::min(n + n_real, DS4_KDA_KEEP_STATES);
+  bind_buffer(newest);
+  const int M = std::min(R + n_real, DS4_KDA_KEEP_ROWS);
   const int q_shape[2] = {T, int(inner)}, rows_shape[3] = {3, R, int(inner)},
             states_shape[4] = {n, DS4_KDA_H, DS4_KDA_D, DS4_KDA_D};
-  std::vector<float> out(T * inner, NAN), rows(3 * M * inner, NAN), kept(S * inner * DS4_KDA_D, NAN);
-  const KdaLaunch launch_args{q_shape,  rows_shape, states_shape, &q,      &k,      &v,
-                              &beta,    &decay,     &gate,        &dt_bias, &a,     &conv_rows,
-                              &conv_w,  &states,    &norm_weight, &params, &out,    &rows,
-                              &kept};
+  std::vector<float> out(T * inner, NAN), rows(3 * M * inner, NAN), kept(n_real * inner * DS4_KDA_D, NAN);
+  const KdaLaunch launch_args{q_shape, rows_shape, states_shape, &q,      &k,       &v,
+                              &beta,   &decay,     &gate,        &dt_bias, &a,       &conv_rows,
+                              &conv_w, &states,    &norm_weight, &params,  &newest,  &out,
+                              &rows,   &kept};
   const auto seq = std::make_integer_sequence<int, 8>();
   (sizes[4] ? kda_runners<1>(seq) : kda_runners<0>(seq))[n_real - 1](launch_args);
   out.insert(out.end(), rows.begin(), rows.end());

@@ -11,7 +11,7 @@ namespace {
 
 // The shapes and constants of one tile.
 struct KdaShape {
-  int tokens, real, heads, dim, inner, kernel, cached_rows, cached_states, kept_rows, kept_states;
+  int tokens, real, heads, dim, inner, kernel, cached_rows, kept_rows;
   float lower_bound, eps;
 };
 
@@ -28,7 +28,8 @@ float softplus(float x) {
   return x > 20.0f ? x : std::log1p(std::exp(std::min(x, 20.0f)));
 }
 
-// in: q, k, v, beta, decay, gate, dt_bias, a, conv_rows, conv_w, states, norm_weight.
+// in: q, k, v, beta, decay, gate, dt_bias, a, conv_rows, conv_w, states [n, H, D, D] (a
+// cache passes its current state alone), norm_weight, newest (int32 [1]: which state continues).
 class KdaTile : public CpuPrimitive {
  public:
   KdaTile(mx::Stream stream, KdaShape shape) : CpuPrimitive(stream), s_(shape) {}
@@ -38,13 +39,15 @@ class KdaTile : public CpuPrimitive {
       const RowMajor q(in[0]), k(in[1]), v(in[2]), beta(in[3]), decay(in[4]), gate(in[5]);
       const RowMajor dt_bias(in[6]), a(in[7]), rows(in[8]), conv_w(in[9]), states(in[10]);
       const RowMajor weight(in[11]);
+      const int newest = in[12].data<int32_t>()[0];
       const float* proj[3] = {q.data(), k.data(), v.data()};
       const int history = s.kernel - 1, dim = s.dim, inner = s.inner;
       const size_t state_size = static_cast<size_t>(s.heads) * dim * dim;
-      // The state after each real row (the one before them first), then the kept ones copied.
-      std::vector<float> trail((s.real + 1) * state_size);
-      std::copy(states.data() + (s.cached_states - 1) * state_size,
-                states.data() + s.cached_states * state_size, trail.begin());
+      // The state after each real row goes straight to its output: only they are written (the
+      // cache puts them in its ring).
+      if (newest < 0 || newest >= in[10].shape(0)) {
+        throw std::out_of_range("kda_tile: newest is not one of the states");
+      }
       std::vector<float> mixed(3 * static_cast<size_t>(inner)), decays(dim), delta(dim), o(dim);
       const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dim)));
       std::fill(out[0], out[0] + static_cast<size_t>(s.tokens) * inner, 0.0f);
@@ -65,8 +68,9 @@ class KdaTile : public CpuPrimitive {
             mixed[p * inner + c] = acc * sigmoid(acc);
           }
         }
-        const float* previous = trail.data() + t * state_size;
-        float* state = trail.data() + (t + 1) * state_size;
+        const float* previous =
+            t == 0 ? states.data() + newest * state_size : out[2] + (t - 1) * state_size;
+        float* state = out[2] + t * state_size;
         for (int h = 0; h < s.heads; h++) {
           float* qh = mixed.data() + h * dim;
           float* kh = mixed.data() + inner + h * dim;
@@ -117,14 +121,6 @@ class KdaTile : public CpuPrimitive {
           std::copy(src, src + inner, out[1] + (static_cast<size_t>(p) * s.kept_rows + r) * inner);
         }
       }
-      // The last kept_states of the cached states followed by the state after each real row.
-      for (int i = 0; i < s.kept_states; i++) {
-        const int from = s.cached_states + s.real - s.kept_states + i;
-        const float* src = from < s.cached_states
-                               ? states.data() + from * state_size
-                               : trail.data() + (from - s.cached_states + 1) * state_size;
-        std::copy(src, src + state_size, out[2] + i * state_size);
-      }
     };
   }
 
@@ -146,8 +142,8 @@ std::vector<mx::array> kda_tile(const mx::array& q, const mx::array& k, const mx
                                 const mx::array& gate, const mx::array& dt_bias,
                                 const mx::array& a, const mx::array& conv_rows,
                                 const mx::array& conv_w, const mx::array& states,
-                                const mx::array& norm_weight, int n_real, float lower_bound,
-                                float eps, int keep_rows, int keep_states) {
+                                const mx::array& norm_weight, const mx::array& newest,
+                                int n_real, float lower_bound, float eps, int keep_rows) {
   auto s = mx::default_stream(mx::Device::cpu);
   const int tokens = q.ndim() == 2 ? q.shape(0) : 0, inner = q.ndim() == 2 ? q.shape(1) : 0;
   const int heads = a.ndim() == 1 ? a.shape(0) : 0;
@@ -160,12 +156,12 @@ std::vector<mx::array> kda_tile(const mx::array& q, const mx::array& k, const mx
       conv_rows.ndim() == 3 && conv_rows.shape(0) == 3 && conv_rows.shape(2) == inner &&
       conv_rows.shape(1) >= conv_w.shape(2) - 1 && states.ndim() == 4 && states.shape(0) >= 1 &&
       states.shape(1) == heads && states.shape(2) == dim && states.shape(3) == dim &&
-      norm_weight.size() == size_t(dim);
-  if (!shapes_fit || n_real < 0 || n_real > tokens || keep_rows < 0 || keep_states < 1) {
+      norm_weight.size() == size_t(dim) && newest.size() == 1;
+  if (!shapes_fit || n_real < 1 || n_real > tokens || keep_rows < 0) {
     throw std::invalid_argument(
         "kda_tile: expected q, k, v, decay, gate [T, H * D], beta [T, H], dt_bias [H * D], "
         "a [H], conv_rows [3, R, H * D] (R >= kernel - 1), conv_w [3, H * D, kernel], states "
-        "[n, H, D, D], norm_weight [D], 0 <= n_real <= T, keep_rows >= 0, keep_states >= 1");
+        "[n, H, D, D], norm_weight [D], newest [1], 1 <= n_real <= T, keep_rows >= 0");
   }
   const KdaShape shape{tokens,
                        n_real,
@@ -174,9 +170,7 @@ std::vector<mx::array> kda_tile(const mx::array& q, const mx::array& k, const mx
                        inner,
                        conv_w.shape(2),
                        conv_rows.shape(1),
-                       states.shape(0),
                        std::min(conv_rows.shape(1) + n_real, keep_rows),
-                       std::min(states.shape(0) + n_real, keep_states),
                        lower_bound,
                        eps};
   std::vector<mx::array> in;
@@ -184,8 +178,9 @@ std::vector<mx::array> kda_tile(const mx::array& q, const mx::array& k, const mx
                         &states, &norm_weight}) {
     in.push_back(mx::astype(*x, mx::float32, s));
   }
+  in.push_back(mx::reshape(mx::astype(newest, mx::int32, s), {1}, s));
   return mx::array::make_arrays(
-      {{tokens, inner}, {3, shape.kept_rows, inner}, {shape.kept_states, heads, dim, dim}},
+      {{tokens, inner}, {3, shape.kept_rows, inner}, {n_real, heads, dim, dim}},
       {mx::float32, mx::float32, mx::float32}, std::make_shared<KdaTile>(s, shape), in);
 }
 

@@ -56,9 +56,9 @@ NB_MODULE(_cpu_ops, m) {
         "comp_index"_a, "sinks"_a, "scale"_a,
         "Sink attention of each row over its window range and selected compressed rows.");
   m.def("kda_tile", &kda_tile, "q"_a, "k"_a, "v"_a, "beta"_a, "decay"_a, "gate"_a, "dt_bias"_a,
-        "a"_a, "conv_rows"_a, "conv_w"_a, "states"_a, "norm_weight"_a, "n_real"_a,
-        "lower_bound"_a, "eps"_a, "keep_rows"_a, "keep_states"_a,
-        "A KDA decode tile after its projections: (out, kept conv rows, kept states).");
+        "a"_a, "conv_rows"_a, "conv_w"_a, "states"_a, "norm_weight"_a, "newest"_a,
+        "n_real"_a, "lower_bound"_a, "eps"_a, "keep_rows"_a,
+        "A KDA decode tile after its projections: (out, kept conv rows, new states).");
   m.def("blocks_linear", &blocks_linear, "x"_a, "w"_a, "type"_a, "rows"_a,
         "x [T, G * K] times G matrices of GGUF blocks w [G, N, bytes] (or one, [N, bytes]).");
   m.def("blocks_experts", &blocks_experts, "x"_a, "gate"_a, "up"_a, "down"_a, "types"_a,

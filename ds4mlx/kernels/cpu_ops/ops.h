@@ -77,15 +77,16 @@ mx::array grouped_rows_linear(const mx::array& x, const mx::array& w, int rows);
 std::vector<mx::array> append_rows(const std::vector<mx::array>& cached,
                                    const std::vector<mx::array>& fresh, int take, int keep);
 
-// A KDA decode tile after its input projections (kda.cpp): (out [T, H * D], the kept conv rows
-// [3, M, H * D], the kept states [S, H, D, D]).
+// A KDA decode tile after its input projections (kda.cpp), continuing from slot ``newest`` of
+// the states: (out [T, H * D], the kept conv rows [3, M, H * D], the state after each real
+// row [n_real, H, D, D]).
 std::vector<mx::array> kda_tile(const mx::array& q, const mx::array& k, const mx::array& v,
                                 const mx::array& beta, const mx::array& decay,
                                 const mx::array& gate, const mx::array& dt_bias,
                                 const mx::array& a, const mx::array& conv_rows,
                                 const mx::array& conv_w, const mx::array& states,
-                                const mx::array& norm_weight, int n_real, float lower_bound,
-                                float eps, int keep_rows, int keep_states);
+                                const mx::array& norm_weight, const mx::array& newest,
+                                int n_real, float lower_bound, float eps, int keep_rows);
 
 // Matmuls on GGUF blocks as stored (uint8 rows of one GGML ``type``; quant_blocks.cpp).
 mx::array blocks_linear(const mx::array& x, const mx::array& w, int type, int rows);
