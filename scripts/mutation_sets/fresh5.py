@@ -28,6 +28,8 @@ about 3 to 4 h at that load.
 
 from __future__ import annotations
 
+from functools import partial
+
 from mutation_sets.base import (
     ANTHROPIC_PY,
     CHOICES_PY,
@@ -53,14 +55,6 @@ from mutation_sets.base import (
 )
 from mutation_sets.base import in_area as _m
 
-# The test selection: the whole tests/ folder of the mutated code's package, run with -x.
-AGENT_TESTS = ("tests/agent",)
-SERVER_TESTS = ("tests/server",)
-ENGINE_TESTS = ("tests/engine",)
-SPECULATION_TESTS = ("tests/speculation",)
-EXPERTS_TESTS = ("tests/experts",)
-GGUF_TESTS = ("tests/gguf",)
-
 MARKUP_PY = "ds4mlx/agent/markup.py"
 KV_STATE_PY = "ds4mlx/agent/kv_state.py"
 COMPLETIONS_PY = "ds4mlx/server/openai_completions.py"
@@ -70,8 +64,6 @@ METRICS_PY = "ds4mlx/server/metrics.py"
 STATE_CODEC_PY = "ds4mlx/engine/kvcache/state_codec.py"
 WRITER_PY = "ds4mlx/gguf/writer.py"
 MENTIONS_PY = "ds4mlx/agent/mentions.py"
-COMPACTION_PY = "ds4mlx/agent/compaction.py"
-SPECULATION_CONFIG_PY = "ds4mlx/speculation/config.py"
 SUPPORT_GGUF_PY = "ds4mlx/speculation/support_gguf.py"
 POLICY_PY = "ds4mlx/experts/policy.py"
 EXPERT_OPTIONS_PY = "ds4mlx/experts/options.py"
@@ -79,29 +71,13 @@ EXPERT_STORE_PY = "ds4mlx/experts/store.py"
 EXPERT_READER_PY = "ds4mlx/experts/reader.py"
 
 
-def _agent(name: str, file: str, old: str, new: str) -> Mutation:
-    return _m(AGENT_TESTS, name, file, old, new)
-
-
-def _server(name: str, file: str, old: str, new: str) -> Mutation:
-    return _m(SERVER_TESTS, name, file, old, new)
-
-
-def _engine(name: str, file: str, old: str, new: str) -> Mutation:
-    return _m(ENGINE_TESTS, name, file, old, new)
-
-
-def _speculation(name: str, file: str, old: str, new: str) -> Mutation:
-    return _m(SPECULATION_TESTS, name, file, old, new)
-
-
-def _experts(name: str, file: str, old: str, new: str) -> Mutation:
-    return _m(EXPERTS_TESTS, name, file, old, new)
-
-
-def _gguf(name: str, file: str, old: str, new: str) -> Mutation:
-    return _m(GGUF_TESTS, name, file, old, new)
-
+# The test selection: the whole tests/ folder of the mutated code's package, run with -x.
+_agent = partial(_m, ("tests/agent",))
+_server = partial(_m, ("tests/server",))
+_engine = partial(_m, ("tests/engine",))
+_speculation = partial(_m, ("tests/speculation",))
+_experts = partial(_m, ("tests/experts",))
+_gguf = partial(_m, ("tests/gguf",))
 
 _AGENT = (
     _agent(
