@@ -758,9 +758,18 @@ class Block(nn.Module):
             if batch.pairs is not None:
                 return moe.experts._batch_outputs(h[:n_real], batch, k, True)
             trees = [weight_tree(w) for w in (batch.gate, batch.up, batch.down)]
-            return self._after_routing.get(n_real)(
+            out = self._after_routing.get(n_real)(
                 x, post, comb, h, weights, gate, up, batch.indices, trees
             )
+            # Queued now, the expert launches run while the host builds the next layer's
+            # parts and does its bookkeeping for that layer's routing, instead of from when
+            # the host reads it. Measured on ds4-tiny, CPU, 48 decoded tokens, 10 interleaved
+            # rounds under load 16-18 on 2 cores: 85 / 102 / 124 t/s against 78 / 95 / 122
+            # (f32 / native / f32 weights) for reading the routing with this layer's work
+            # unqueued; paired median 1.06x. (Reading every layer's ids once per step is not
+            # possible: a layer's routing depends on the previous layer's output.)
+            mx.async_eval(out)
+            return out
 
         results = list(moe.experts.layer.map_batches(indices, finish))
         if results[0][0].pairs is None:
