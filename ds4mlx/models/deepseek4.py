@@ -715,7 +715,7 @@ class Block(nn.Module):
         caches' shapes, as they are, and everything after (output projection, mHC, FFN)
         compiled. The same operations as the uncompiled tile, so the same bits."""
         out, before, new_cache = self._attend_compiled(x, pos0, cache, n_real)
-        x = self._after_attention.get(n_real)(out, x, *before, tokens)
+        x = self._after_attention.get(n_real)(tokens, out, x, *before)
         return x, new_cache
 
     def _attend_compiled(
@@ -749,7 +749,7 @@ class Block(nn.Module):
         that needs more experts than the slab holds at once runs in batches, uncompiled."""
         out, before, new_cache = self._attend_compiled(x, pos0, cache, n_real)
         x, post, comb, h, indices, weights, gate, up = self._to_routing.get(n_real)(
-            out, x, *before, tokens
+            tokens, out, x, *before
         )
         moe = self.moe
         k = indices.shape[1]
@@ -786,20 +786,9 @@ class Block(nn.Module):
         rows = self.attn._project(h, RopeAngles(cos, sin), embeddings, n_real)
         return [post, comb, *rows.flat()]
 
-    def _tile_after_attention(
-        self,
-        out: mx.array,
-        x: mx.array,
-        post: mx.array,
-        comb: mx.array,
-        cos: mx.array,
-        sin: mx.array,
-        tokens: mx.array,
-        n_real: int,
-    ) -> mx.array:
-        return self._tile_ffn(
-            self._attention_done(out, x, post, comb, cos, sin, n_real), tokens, n_real
-        )
+    def _tile_after_attention(self, tokens: mx.array, *attended: mx.array, n_real: int) -> mx.array:
+        """``_attention_done`` of ``attended``, then the FFN: the streams after the block."""
+        return self._tile_ffn(self._attention_done(*attended, n_real=n_real), tokens, n_real)
 
     def _attention_done(
         self,
@@ -816,19 +805,11 @@ class Block(nn.Module):
         return hc_expand(out, x, post, comb, flat=True, rows=n_real)
 
     def _tile_to_routing(
-        self,
-        out: mx.array,
-        x: mx.array,
-        post: mx.array,
-        comb: mx.array,
-        cos: mx.array,
-        sin: mx.array,
-        tokens: mx.array,
-        n_real: int,
+        self, tokens: mx.array, *attended: mx.array, n_real: int
     ) -> list[mx.array]:
         """``_tile_after_attention`` up to the MoE's routing: the streams, the FFN site's post
         and comb, its input h, and ``SharedExpertMoE.tile_routing``'s results."""
-        x = self._attention_done(out, x, post, comb, cos, sin, n_real)
+        x = self._attention_done(*attended, n_real=n_real)
         h, post, comb = self.hc_ffn(x, self.ffn_norm, n_real)
         return [x, post, comb, h, *self.moe.tile_routing(h, tokens, n_real)]
 
