@@ -17,6 +17,7 @@ from contextlib import nullcontext
 import ds4mlx
 from ds4mlx.diagnostics.graph import BLOCKS, FLASH_RATIOS, count_step, project_to_ratios, time_step
 from ds4mlx.diagnostics.metal_graph import dispatches, metal_configuration
+from ds4mlx.experts import ExpertOptions
 from ds4mlx.models.base import DECODE_TILE
 
 
@@ -60,6 +61,13 @@ def main() -> None:
         choices=("cpu", "metal"),
         help="the graph this machine builds, or the one a Mac builds (default cpu)",
     )
+    parser.add_argument(
+        "--experts",
+        default="resident",
+        choices=("resident", "stream"),
+        help="routed experts resident, or streamed from the file through a slab that holds "
+        "them all (every step's experts cached: the steady state; default resident)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     weights_dtype = args.weights_dtype
@@ -74,10 +82,15 @@ def main() -> None:
 
 
 WARM_STEPS = DECODE_TILE
+STREAM_CACHE_GIB = 1.0  # more than a tiny model's routed experts
 
 
 def run(args: argparse.Namespace, weights_dtype: str) -> dict:
-    model = ds4mlx.load_model(args.model, weights_dtype=weights_dtype)
+    experts = None
+    if args.experts == "stream":
+        # A slab as big as all the routed experts (auto caps it below them).
+        experts = ExpertOptions(stream=True, cache_gib=STREAM_CACHE_GIB)
+    model = ds4mlx.load_model(args.model, weights_dtype=weights_dtype, experts=experts)
     vocab = model.args.vocab_size
     session = model.new_session()
     context = [(i * 7919 + 13) % vocab for i in range(args.context)]
@@ -93,6 +106,7 @@ def run(args: argparse.Namespace, weights_dtype: str) -> dict:
     verify = measure(
         network, state, [(i * 31 + 7) % vocab for i in range(args.verify_rows)], args.steps
     )
+    model.close()
     ratios = getattr(model.args, "compress_ratios", None)
     flash = None
     if ratios is not None and set(FLASH_RATIOS) <= set(ratios[: len(network.blocks)]):
@@ -103,6 +117,7 @@ def run(args: argparse.Namespace, weights_dtype: str) -> dict:
         "model": args.model,
         "summary": model.args_summary(),
         "backend": args.backend,
+        "experts": args.experts,
         "weights_dtype": weights_dtype,
         "context": args.context,
         "primitives_per_token": decode["primitives"],
@@ -121,7 +136,8 @@ def print_tables(report: dict) -> None:
     decode, verify = report["decode"], report["verify"]
     print(
         f"model: {report['model']} ({report['summary']}); {report['backend']} configuration, "
-        f"{report['weights_dtype']} weights; step after {report['context']} tokens\n"
+        f"{report['weights_dtype']} weights, {report['experts']} experts; "
+        f"step after {report['context']} tokens\n"
     )
     print(
         "| step | rows | primitives | dispatches | "

@@ -32,6 +32,7 @@ from typing import Any
 from ds4mlx.models.tiles import uncompiled
 
 import mlx.core as mx
+import numpy as np
 
 #: The blocks a step's primitives are attributed to ("other": embedding, cache bookkeeping and
 #: whatever runs outside the named pieces).
@@ -153,7 +154,13 @@ _PIECES: dict[str, dict[str, tuple[str, ...]]] = {
             "compressed_attention.LightningIndexer.select",
             "compressed_attention.LightningIndexer.top_blocks",
         ),
-        "moe": ("moe.SharedExpertMoE.__call__", "moe.SharedExpertMoE.tile"),
+        "moe": (
+            "moe.SharedExpertMoE.__call__",
+            "moe.SharedExpertMoE.tile",
+            "moe.SharedExpertMoE.tile_routing",  # a streamed tile's (deepseek4.Block)
+            "moe.SharedExpertMoE.tile_with_batch",
+            "moe.SharedExpertMoE.tile_with_outputs",
+        ),
         "head": ("deepseek4.Model.head", "deepseek4.Model._tile_head"),
     },
     "glm5_next": {
@@ -195,13 +202,24 @@ def _patched(
     profiler: _Profiler | None,
     sink: list[tuple[Any, ...]] | None,
     pieces: bool = True,
+    reads: list[str] | None = None,
 ) -> Iterator[None]:
     """While active, ``mx.eval`` inside the model either cuts (``profiler``: at layers, and at
     blocks with ``pieces``) or only records its arguments (``sink``, to time graph building
-    apart from evaluation)."""
+    apart from evaluation). A host read of an MLX array mid-step (``np.array``: a streamed
+    expert store reads each layer's routing) evaluates what it depends on: the profiler cuts
+    there, and with ``reads`` the primitives it evaluates are listed there."""
     arch = type(network).__module__.rsplit(".", 1)[-1]
     saved: list[tuple[Any, str, Any]] = []
-    real_eval, real_async = mx.eval, mx.async_eval
+    real_eval, real_async, real_array = mx.eval, mx.async_eval, np.array
+
+    def host_read(value: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(value, mx.array):
+            if profiler is not None:
+                profiler.cut(value)
+            elif reads is not None:
+                reads.extend(primitive_names(value))
+        return real_array(value, *args, **kwargs)
 
     def swap(owner: Any, name: str, value: Any) -> None:
         saved.append(
@@ -223,9 +241,11 @@ def _patched(
             mx.eval = mx.async_eval = lambda *a: profiler.cut(a)
         elif sink is not None:
             mx.eval = mx.async_eval = lambda *a: sink.append(a)
+        if profiler is not None or reads is not None:
+            np.array = host_read
         yield
     finally:
-        mx.eval, mx.async_eval = real_eval, real_async
+        mx.eval, mx.async_eval, np.array = real_eval, real_async, real_array
         for owner, name, value in reversed(saved):
             setattr(owner, name, value)
 
@@ -235,9 +255,10 @@ def count_step(network: Any, state: Any, tokens: Sequence[int]) -> GraphCount:
     and per block; ``uncut_total`` is counted on the uncut graph of a copy of the same step."""
     ids = mx.array(list(tokens), dtype=mx.int32)
     uncut: list[tuple[Any, ...]] = []
-    with _patched(network, None, uncut):
+    read: list[str] = []
+    with _patched(network, None, uncut, reads=read):
         network.forward(ids, state.copy())
-    uncut_names = primitive_names(*_arrays(uncut, []))
+    uncut_names = read + primitive_names(*_arrays(uncut, []))
     # Layers as they run: cuts between layers split no compiled tile.
     layers = _Profiler(mx.eval)
     with _patched(network, layers, None, pieces=False):

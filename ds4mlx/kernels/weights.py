@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 import mlx.core as mx
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
@@ -76,3 +77,24 @@ class RowCodes:
 
 
 Weight = mx.array | QuantizedWeight | PackedWeight
+
+
+def weight_tree(w: Weight) -> dict[str, Any]:
+    """``w`` as a tree of arrays and constants, which an ``mx.compile``d function takes as an
+    argument (its dataclasses it does not); ``weight_of_tree`` inverts."""
+    if isinstance(w, mx.array):
+        return {"array": w}
+    tree: dict[str, Any] = {f.name: getattr(w, f.name) for f in fields(w)}
+    if isinstance(w, PackedWeight):
+        tree["qtype"] = int(w.qtype)
+    return {"kind": type(w).__name__, **tree}
+
+
+def weight_of_tree(tree: dict[str, Any]) -> Weight:
+    """The weight ``weight_tree`` made ``tree`` of."""
+    if "array" in tree:
+        return tree["array"]
+    values = {k: v for k, v in tree.items() if k != "kind"}
+    if tree["kind"] == PackedWeight.__name__:
+        return PackedWeight(values["data"], GGMLQuantizationType(values["qtype"]))
+    return QuantizedWeight(**values)

@@ -86,6 +86,9 @@ class Compressor(nn.Module):
         self.wkv = w.matrix(f"{prefix}_kv.weight")
         self.wgate = w.matrix(f"{prefix}_gate.weight")
         self.ape = w.param(f"{prefix}_ape.weight")
+        # ``ape`` copied to the host on the first ``on_host`` use (inference, whose weights
+        # never change): read from the device at every step it was a host read per compressor.
+        self._host_ape: np.ndarray | None = None
         self.norm = w.param(f"{prefix}_norm.weight")
         self.dim = dim
         self.ratio = ratio
@@ -103,7 +106,11 @@ class Compressor(nn.Module):
         from the tiny table (an input of a decode tile, inference only, rather than three
         primitives in it), else MLX gathers it (differentiable)."""
         phase = np.asarray(positions) % self.ratio
-        return mx.array(np.array(self.ape)[phase]) if on_host else self.ape[mx.array(phase)]
+        if not on_host:
+            return self.ape[mx.array(phase)]
+        if self._host_ape is None:
+            self._host_ape = np.array(self.ape)
+        return mx.array(self._host_ape[phase])
 
     def pool(
         self,

@@ -139,20 +139,10 @@ class RoutedExperts(nn.Module):
     def outputs(self, x: mx.array, indices: mx.array, row_invariant: bool = False) -> mx.array:
         """Each chosen expert's output, x [T, D], indices [T, k] -> [T, k, D]."""
         tokens, k = indices.shape
-        out = None
-        parts: list[mx.array] = []
-        pairs: list[np.ndarray] = []
-        for batch, result in self.layer.map_batches(
+        results = self.layer.map_batches(
             indices, lambda batch: self._batch_outputs(x, batch, k, row_invariant)
-        ):
-            if batch.pairs is None:
-                out = result
-            else:
-                parts.append(result)
-                pairs.append(batch.pairs)
-        if out is None:
-            out = mx.concatenate(parts)[mx.array(np.argsort(np.concatenate(pairs)))]
-        return out.reshape(tokens, k, -1)
+        )
+        return gathered_outputs(list(results), tokens, k)
 
     def _batch_outputs(
         self, x: mx.array, batch: ExpertBatch, k: int, row_invariant: bool
@@ -195,6 +185,20 @@ class RoutedExperts(nn.Module):
         order = mx.argsort(flat)
         out = self._ffn(x[order // k][:, None, :], batch, flat[order], True)
         return out[mx.argsort(order)]
+
+
+def gathered_outputs(
+    results: Sequence[tuple[ExpertBatch, mx.array]], tokens: int, k: int
+) -> mx.array:
+    """The outputs [T, k, D] of a routing's batches and their results
+    (``RoutedExperts._batch_outputs``): one batch of every pair, or batches of some pairs each,
+    put back in the routing's order."""
+    if results[0][0].pairs is None:
+        out = results[0][1]
+    else:
+        pairs = np.concatenate([batch.pairs for batch, _ in results])
+        out = mx.concatenate([result for _, result in results])[mx.array(np.argsort(pairs))]
+    return out.reshape(tokens, k, -1)
 
 
 class SwiGLU(nn.Module):
@@ -306,6 +310,15 @@ class SharedExpertMoE(nn.Module):
         reads the routing on the host)."""
         return type(self.experts) is RoutedExperts and isinstance(self.experts.layer, ResidentLayer)
 
+    @property
+    def streams_experts(self) -> bool:
+        """Whether the routed experts come from a store that reads the routing on the host (a
+        streamed one): a decode tile then runs as ``tile_routing``, the store's batches and
+        ``tile_with_batch``, which a block compiles on either side of the read."""
+        return type(self.experts) is RoutedExperts and not isinstance(
+            self.experts.layer, ResidentLayer
+        )
+
     def select(
         self, x: mx.array, tokens: mx.array | None = None, rows: int | None = None
     ) -> tuple[mx.array, mx.array]:
@@ -363,12 +376,6 @@ class SharedExpertMoE(nn.Module):
         # The router's and the shared expert's products of x as one call.
         router, gate, up = linear_many(x, [self.router, self.shared.gate, self.shared.up], n_real)
         hashed = self._hashed(tokens)
-        routing = {
-            "n_used": self.n_used,
-            "func": int(self.gating),
-            "normalize": self.normalize,
-            "scale": self.weights_scale,
-        }
         if self.compiles_tiles:  # this module's own resident experts
             experts = self.experts.layer
             fused = moe_tile(
@@ -383,7 +390,7 @@ class SharedExpertMoE(nn.Module):
                 self.bias,
                 hashed,
                 n_real,
-                **routing,
+                **self._routing,
                 limit=self.experts.swiglu_limit,
                 shared_limit=self.shared.limit,
             )
@@ -392,19 +399,80 @@ class SharedExpertMoE(nn.Module):
         if type(self.experts) is RoutedExperts:
             # Streamed experts: the same routing and sum as the fused tile (the same bits),
             # around the store's reads, which need the chosen experts on the host.
-            routed = moe_route(router, self.bias, hashed, n_real, **routing)
-            if routed is not None:
-                indices, weights = routed
-                outputs = self._routed_outputs(x, indices, n_real)
-                combined = moe_combine(
-                    outputs, weights, gate, up, self.shared.down, self.shared.limit
-                )
-                if combined is not None:
-                    return combined
+            indices, weights = self._tile_route(router, hashed, n_real)
+            outputs = self._routed_outputs(x, indices, n_real)
+            return self._tile_combine(x, outputs, weights, gate, up, n_real)
         indices, weights = self._route(gate_probs(router, self.gating), hashed)
         routed = self.experts(x[:n_real], indices[:n_real], weights[:n_real], row_invariant=True)
         padding = mx.zeros((x.shape[0] - n_real, routed.shape[1]), routed.dtype)
         return mx.concatenate([routed, padding]) + self.shared.down_of(gate, up, n_real)
+
+    @property
+    def _routing(self) -> dict[str, int | bool | float]:
+        return {
+            "n_used": self.n_used,
+            "func": int(self.gating),
+            "normalize": self.normalize,
+            "scale": self.weights_scale,
+        }
+
+    def _tile_route(
+        self, router: mx.array, hashed: mx.array | None, n_real: int
+    ) -> tuple[mx.array, mx.array]:
+        """The routing (indices, weights) of a tile from the router's logits: the fused tile's
+        own where there is one (``kernels.moe_route``)."""
+        routed = moe_route(router, self.bias, hashed, n_real, **self._routing)
+        if routed is not None:
+            return routed
+        return self._route(gate_probs(router, self.gating), hashed)
+
+    def _tile_combine(
+        self,
+        x: mx.array,
+        outputs: mx.array,
+        weights: mx.array,
+        gate: mx.array,
+        up: mx.array,
+        n_real: int,
+    ) -> mx.array:
+        """The routed experts' ``outputs`` [R, k, D] weighted and summed, plus the shared expert
+        (its products ``gate``, ``up`` of the tile x): the fused tile's sum where there is one
+        (``kernels.moe_combine``, which exists only beside ``moe_route``)."""
+        combined = moe_combine(outputs, weights, gate, up, self.shared.down, self.shared.limit)
+        if combined is not None:
+            return combined
+        routed = mx.sum(outputs * weights[:n_real][..., None], axis=1)
+        padding = mx.zeros((x.shape[0] - n_real, routed.shape[1]), routed.dtype)
+        return mx.concatenate([routed, padding]) + self.shared.down_of(gate, up, n_real)
+
+    def tile_routing(self, x: mx.array, tokens: mx.array | None, n_real: int) -> list[mx.array]:
+        """A streamed tile up to its routing: [indices [R, k] of the real rows, weights, and the
+        shared expert's products gate, up of x], all the host waits for before the store finds
+        (or reads) the experts (``streams_experts``)."""
+        router, gate, up = linear_many(x, [self.router, self.shared.gate, self.shared.up], n_real)
+        indices, weights = self._tile_route(router, self._hashed(tokens), n_real)
+        return [indices[:n_real], weights, gate, up]
+
+    def tile_with_batch(
+        self,
+        x: mx.array,
+        weights: mx.array,
+        gate: mx.array,
+        up: mx.array,
+        batch: ExpertBatch,
+        n_real: int,
+    ) -> mx.array:
+        """A streamed tile's rest from ``tile_routing``'s results and the store's one batch of
+        every pair: ``tile``'s result, the same bits."""
+        k = batch.indices.shape[1]
+        outputs = self.experts._batch_outputs(x[:n_real], batch, k, True).reshape(n_real, k, -1)
+        return self._tile_combine(x, outputs, weights, gate, up, n_real)
+
+    def tile_with_outputs(
+        self, x: mx.array, weights: mx.array, gate: mx.array, up: mx.array, outputs: mx.array
+    ) -> mx.array:
+        """``tile_with_batch`` from the routed ``outputs`` [R, k, D] of several batches."""
+        return self._tile_combine(x, outputs, weights, gate, up, outputs.shape[0])
 
     def _routed_outputs(self, x: mx.array, indices: mx.array, n_real: int) -> mx.array:
         """The routed experts' outputs [R, k, (1,) D] of the tile x's first R = ``n_real`` rows

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import ds4mlx
+from ds4mlx.models.tiles import uncompiled
 
 import numpy as np
 import pytest
@@ -54,3 +55,21 @@ def test_oracle_fixtures(oracle, name):
         pytest.skip(f"{path} is missing")
     fixture = next(f for f in oracle["fixtures"] if f["name"] == name)
     assert_identical(path, list(fixture["tokens"])[:40], SHARES)
+
+
+@pytest.mark.parametrize("share", [1.0, "min"])
+@pytest.mark.parametrize("weights_dtype", ["auto", "native"])
+def test_compiled_streamed_tiles_match_uncompiled_ones(share, weights_dtype):
+    # At the minimum budget a verify tile's routing outgrows the slab: batches, uncompiled.
+    model = streamed(TINY, budget_gib(TINY, share, weights_dtype), weights_dtype)
+    try:
+        assert all(block._compiles_streamed_tiles for block in model.network.blocks)
+        tokens = list(range(5, 60, 3))
+        compiled = feed_patterns(model, tokens)
+        assert all(block._after_routing.compiled for block in model.network.blocks)
+        with uncompiled():
+            plain = feed_patterns(model, tokens)
+        for i, (a, b) in enumerate(zip(compiled, plain, strict=True)):
+            assert np.array_equal(a, b), f"chunk {i} differs"
+    finally:
+        model.close()
