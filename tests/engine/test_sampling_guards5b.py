@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import numpy as np
-import pytest
+from ds4mlx.engine.sampling import MAX_TOP_LOGPROBS, Sampler, SamplingOptions
 
 import mlx.core as mx
-from ds4mlx.engine.sampling import MAX_TOP_LOGPROBS, Sampler, SamplingOptions
+import numpy as np
+import pytest
 
 
 @pytest.mark.parametrize(

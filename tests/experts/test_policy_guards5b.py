@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from ds4mlx.experts import SlotPolicy
+
 import numpy as np
 import pytest
-
-from ds4mlx.experts import SlotPolicy
 
 NONE = np.array([], np.int64)
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import mlx.core as mx
-import pytest
-
 from ds4mlx.engine.sampling import Sampler, SamplingOptions
 from ds4mlx.speculation.acceptance import accept
+
+import mlx.core as mx
+import pytest
 
 
 @pytest.mark.parametrize(
