@@ -1,0 +1,62 @@
+"""What the workspace walk lists and what a stopped command reports: behaviours the fifth blind
+mutation run (scripts/mutation_sets/fresh5.py) found untested. Each test says which one-line
+change it fails on."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from ds4mlx.agent import jobs
+from ds4mlx.agent.workspace import Workspace
+
+
+def _listed(workspace: Workspace, start: Path) -> set[str]:
+    return {workspace.relative(path) for path, _ in workspace.walk(start)}
+
+
+def test_the_walk_leaves_out_a_link_to_nothing(tmp_path):
+    """A symbolic link inside the workspace whose target does not exist is not listed (fails
+    when only the target's place is checked, not that it exists)."""
+    (tmp_path / "real.txt").write_text("x")
+    (tmp_path / "to_real").symlink_to(tmp_path / "real.txt")
+    (tmp_path / "to_nothing").symlink_to(tmp_path / "missing.txt")
+    listed = _listed(Workspace(tmp_path), tmp_path)
+    assert "to_real" in listed and "real.txt" in listed
+    assert "to_nothing" not in listed
+
+
+def test_a_deeper_gitignore_overrides_the_ones_above_a_walks_start(tmp_path):
+    """Rules above the walk's start apply outermost first, so a nearer folder's negation wins
+    (fails when the folders above are read innermost first)."""
+    (tmp_path / ".gitignore").write_text("*.log\n")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / ".gitignore").write_text("!keep.log\n")
+    start = tmp_path / "a" / "b"
+    start.mkdir()
+    (start / "keep.log").write_text("kept")
+    (start / "drop.log").write_text("ignored")
+    listed = _listed(Workspace(tmp_path), start)
+    assert "a/b/keep.log" in listed
+    assert "a/b/drop.log" not in listed
+
+
+def test_a_cancelled_command_has_no_exit_code(tmp_path):
+    """A command stopped by the user reports no exit code, as a timed-out one does (fails when
+    only a timeout clears it: the killed shell's -15 or -9 would read as the command's)."""
+    cancel = threading.Event()
+    threading.Timer(0.3, cancel.set).start()
+    outcome = jobs.JobRunner(tmp_path).run("sleep 30", 20.0, cancel)
+    assert outcome.cancelled and not outcome.timed_out
+    assert outcome.exit_code is None
+
+
+def test_a_timed_out_command_does_not_also_report_leftovers(tmp_path):
+    """A child that escaped every stop (no process group, no marker: ``env -i setsid``) holds
+    the output of a command that timed out: the outcome says it timed out, not that leftovers
+    were stopped as well (fails when leftovers are reported whatever ended the command)."""
+    outcome = jobs.JobRunner(tmp_path).run(
+        "env -i setsid sleep 3 & sleep 30", 0.5, threading.Event()
+    )
+    assert outcome.timed_out and outcome.exit_code is None
+    assert not outcome.stopped_leftovers
