@@ -1,6 +1,6 @@
-"""What the workspace walk lists and what a stopped command reports: behaviours the fifth blind
-mutation run (scripts/mutation_sets/fresh5.py) found untested. Each test says which one-line
-change it fails on."""
+"""What the workspace walk lists, what a stopped command reports and how tools read their
+arguments: behaviours the fifth blind mutation run (scripts/mutation_sets/fresh5.py) found
+untested. Each test says which one-line change it fails on."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import threading
 from pathlib import Path
 
 from ds4mlx.agent import jobs
+from ds4mlx.agent.tools import ToolBox
 from ds4mlx.agent.workspace import Workspace
+from ds4mlx.engine.chat import ToolCall
 
 
 def _listed(workspace: Workspace, start: Path) -> set[str]:
@@ -60,3 +62,30 @@ def test_a_timed_out_command_does_not_also_report_leftovers(tmp_path):
     )
     assert outcome.timed_out and outcome.exit_code is None
     assert not outcome.stopped_leftovers
+
+
+def test_an_empty_file_reads_from_its_first_line(tmp_path):
+    """Reading an empty file from line 1 is not an error (fails when a start past the end is
+    refused also for a file without lines)."""
+    (tmp_path / "empty.txt").write_text("")
+    box = ToolBox(Workspace(tmp_path))
+    try:
+        result = box.run(ToolCall("read", {"path": "empty.txt"}))
+    finally:
+        box.close()
+    assert not result.is_error, result.output
+    assert "past the end" not in result.output
+
+
+def test_a_negative_integer_written_as_text_reaches_the_tool(tmp_path):
+    """A model's "-2" for an integer is converted like "2", so the tool's own check answers
+    (fails when the conversion accepts unsigned digits only: "must be an integer")."""
+    (tmp_path / "a.txt").write_text("one\ntwo\n")
+    box = ToolBox(Workspace(tmp_path))
+    try:
+        result = box.run(ToolCall("read", {"path": "a.txt", "start": "-2"}))
+        shown = box.run(ToolCall("read", {"path": "a.txt", "start": " 2 "}))
+    finally:
+        box.close()
+    assert result.is_error and "at least 1" in result.output, result.output
+    assert not shown.is_error and "two" in shown.output and "one" not in shown.output
