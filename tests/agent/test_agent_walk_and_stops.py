@@ -89,3 +89,18 @@ def test_a_negative_integer_written_as_text_reaches_the_tool(tmp_path):
         box.close()
     assert result.is_error and "at least 1" in result.output, result.output
     assert not shown.is_error and "two" in shown.output and "one" not in shown.output
+
+
+def test_a_boolean_is_not_taken_for_a_string(tmp_path):
+    """A string parameter given true is refused, where a number is taken as its text (fails when
+    a bool, an int to Python, passes as "True")."""
+    (tmp_path / "True").write_text("a file named True")
+    (tmp_path / "7").write_text("a file named 7")
+    box = ToolBox(Workspace(tmp_path))
+    try:
+        flag = box.run(ToolCall("read", {"path": True}))
+        number = box.run(ToolCall("read", {"path": 7}))
+    finally:
+        box.close()
+    assert flag.is_error and "must be a string" in flag.output, flag.output
+    assert not number.is_error and "a file named 7" in number.output
