@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 
 from ds4mlx.agent import jobs
-from ds4mlx.agent.tools import ToolBox
+from ds4mlx.agent.tools import ToolBox, describe_call
 from ds4mlx.agent.workspace import Workspace
 from ds4mlx.engine.chat import ToolCall
 
@@ -104,3 +104,27 @@ def test_a_boolean_is_not_taken_for_a_string(tmp_path):
         box.close()
     assert flag.is_error and "must be a string" in flag.output, flag.output
     assert not number.is_error and "a file named 7" in number.output
+
+
+def test_a_call_described_in_exactly_its_width_is_not_cut():
+    """A description as long as the width is shown whole; one character more is cut with "…"
+    (fails when a line that fits is cut too)."""
+    fits = ToolCall("read", {"path": "x" * 75})  # "read " + 75 = 80 characters
+    assert describe_call(fits, 80) == "read " + "x" * 75
+    longer = ToolCall("read", {"path": "x" * 76})
+    assert describe_call(longer, 80) == "read " + "x" * 74 + "…"
+
+
+def test_more_with_a_count_below_one_shows_the_usual_page(tmp_path):
+    """``more`` with count 0 or a negative count continues by the usual number of lines (fails
+    when a negative count is used as given: it showed every line but the last)."""
+    (tmp_path / "long.txt").write_text("".join(f"line {n}\n" for n in range(1, 301)))
+    box = ToolBox(Workspace(tmp_path))
+    try:
+        box.run(ToolCall("read", {"path": "long.txt", "start": 1, "end": 2}))
+        page = box.run(ToolCall("more", {"count": -3}))
+    finally:
+        box.close()
+    last = 2 + box.read_lines
+    assert "line 3\n" in page.output + "\n" and f"line {last}\n" in page.output + "\n"
+    assert f"line {last + 1}\n" not in page.output + "\n"
