@@ -1,6 +1,7 @@
-"""What the workspace walk lists, what a stopped command reports and how tools read their
-arguments: behaviours the fifth blind mutation run (scripts/mutation_sets/fresh5.py) found
-untested. Each test says which one-line change it fails on."""
+"""What the workspace walk lists, what a stopped command reports, how tools read their
+arguments, the prompt history and the markup filter: behaviours the fifth blind mutation run
+(scripts/mutation_sets/fresh5.py) found untested. Each test says which one-line change it fails
+on."""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ import threading
 from pathlib import Path
 
 from ds4mlx.agent import jobs
+from ds4mlx.agent.markup import MarkupFilter
+from ds4mlx.agent.prompt_input import MAX_HISTORY, PromptHistory
 from ds4mlx.agent.tools import ToolBox, describe_call
 from ds4mlx.agent.workspace import Workspace
-from ds4mlx.engine.chat import ToolCall
+from ds4mlx.engine.chat import TextDelta, ToolCall
+from ds4mlx.engine.chat.deepseek4 import DSML
 
 
 def _listed(workspace: Workspace, start: Path) -> set[str]:
@@ -128,3 +132,24 @@ def test_more_with_a_count_below_one_shows_the_usual_page(tmp_path):
     last = 2 + box.read_lines
     assert "line 3\n" in page.output + "\n" and f"line {last}\n" in page.output + "\n"
     assert f"line {last + 1}\n" not in page.output + "\n"
+
+
+def test_the_history_file_keeps_the_newest_prompts(tmp_path):
+    """A history file longer than MAX_HISTORY loads its newest prompts (fails when the oldest
+    are kept)."""
+    path = tmp_path / "history.jsonl"
+    path.write_text("".join(f'"prompt {n}"\n' for n in range(MAX_HISTORY + 3)))
+    entries = PromptHistory(path).entries
+    assert len(entries) == MAX_HISTORY
+    assert entries[0] == "prompt 3" and entries[-1] == f"prompt {MAX_HISTORY + 2}"
+
+
+def test_a_closing_tag_streamed_a_character_at_a_time_never_shows():
+    """The filter holds back as much of the text's end as could still become the longest opener
+    (a closing tag's), so none of a stray closing tag leaks when it arrives a character at a
+    time (fails when one character less is held back: its "<" showed)."""
+    whole = f"Done.</{DSML}tool_calls> Bye."
+    markup = MarkupFilter()
+    events = [event for char in whole for event in markup.feed(char)] + markup.finish()
+    shown = "".join(event.text for event in events if isinstance(event, TextDelta))
+    assert shown == "Done. Bye."
