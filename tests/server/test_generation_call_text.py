@@ -1,11 +1,15 @@
 """How much of a chat request's text the length check counts before tokenizing
-(``GenerationCall.text_characters``): a survivor of the fifth blind mutation run
-(scripts/mutation_sets/fresh5.py)."""
+(``GenerationCall.text_characters``), and the least ``max_tokens`` of an Anthropic request:
+survivors of the fifth blind mutation run (scripts/mutation_sets/fresh5.py)."""
 
 from __future__ import annotations
 
 from ds4mlx.engine.sampling import SamplingOptions
+from ds4mlx.server.anthropic_messages import MessagesRequest
 from ds4mlx.server.generation import GenerationCall
+
+import pydantic
+import pytest
 
 
 def _characters(messages: list[dict]) -> int:
@@ -32,3 +36,12 @@ def test_tool_results_count_whole_and_an_assistants_answer_as_stripped():
 def test_a_raw_prompt_counts_its_characters():
     call = GenerationCall(max_tokens=1, sampling=SamplingOptions(), prompt="abc")
     assert call.text_characters == 3
+
+
+def test_an_anthropic_request_asks_for_at_least_one_token():
+    """``max_tokens`` 0 is refused on /v1/messages as on the OpenAI routes; 1 is the least
+    (fails when the bound admits 0)."""
+    hi = [{"role": "user", "content": "hi"}]
+    assert MessagesRequest(model="m", max_tokens=1, messages=hi).max_tokens == 1
+    with pytest.raises(pydantic.ValidationError, match="max_tokens"):
+        MessagesRequest(model="m", max_tokens=0, messages=hi)
