@@ -1,12 +1,15 @@
 """How much of a chat request's text the length check counts before tokenizing
-(``GenerationCall.text_characters``), and the least ``max_tokens`` of an Anthropic request:
-survivors of the fifth blind mutation run (scripts/mutation_sets/fresh5.py)."""
+(``GenerationCall.text_characters``), the least ``max_tokens`` and the tool types of an
+Anthropic request, a completions prompt list: survivors of the fifth blind mutation run
+(scripts/mutation_sets/fresh5.py)."""
 
 from __future__ import annotations
 
 from ds4mlx.engine.sampling import SamplingOptions
-from ds4mlx.server.anthropic_messages import MessagesRequest
-from ds4mlx.server.generation import GenerationCall
+from ds4mlx.server.anthropic_messages import MessagesRequest, _tools
+from ds4mlx.server.errors import APIError
+from ds4mlx.server.generation import GenerationCall, GenerationDefaults
+from ds4mlx.server.openai_completions import CompletionRequest, CompletionsEndpoint
 
 import pydantic
 import pytest
@@ -45,3 +48,38 @@ def test_an_anthropic_request_asks_for_at_least_one_token():
     assert MessagesRequest(model="m", max_tokens=1, messages=hi).max_tokens == 1
     with pytest.raises(pydantic.ValidationError, match="max_tokens"):
         MessagesRequest(model="m", max_tokens=0, messages=hi)
+
+
+def test_a_completions_prompt_list_holds_exactly_one_prompt():
+    """An empty prompt list is refused with the same clear error as a list of two (fails when
+    only longer lists are refused: an empty one then failed on its missing first prompt)."""
+    defaults = GenerationDefaults(max_tokens=8)
+    endpoint = CompletionsEndpoint()
+    call = endpoint.call(CompletionRequest(model="m", prompt=["one"]), defaults)
+    assert call.prompt == "one"
+    for prompts in ([], ["one", "two"]):
+        with pytest.raises(APIError) as refused:
+            endpoint.call(CompletionRequest(model="m", prompt=prompts), defaults)
+        assert refused.value.param == "prompt"
+
+
+def test_an_anthropic_custom_tool_is_offered():
+    """A tool of type "custom" (what Anthropic's clients send for a client tool) is offered like
+    one without a type; a server tool type is refused (fails when only an untyped tool runs)."""
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+    hi = [{"role": "user", "content": "hi"}]
+
+    def tools(kind: str | None) -> list:
+        request = MessagesRequest(
+            model="m",
+            max_tokens=8,
+            messages=hi,
+            tools=[{"name": "weather", "type": kind, "input_schema": schema}],
+        )
+        return _tools(request)[0]
+
+    assert tools("custom")[0]["function"]["name"] == "weather"
+    assert tools(None) == tools("custom")
+    with pytest.raises(APIError) as refused:
+        tools("web_search_20250305")
+    assert refused.value.param == "tools[0]"
