@@ -83,3 +83,11 @@ def test_an_anthropic_custom_tool_is_offered():
     with pytest.raises(APIError) as refused:
         tools("web_search_20250305")
     assert refused.value.param == "tools[0]"
+
+
+def test_completions_logprobs_go_up_to_twenty():
+    """The legacy completions route takes up to 20 alternatives a token, as the chat route's
+    top_logprobs does, and no more (fails when the bound is 5)."""
+    assert CompletionRequest(model="m", prompt="x", logprobs=20).logprobs == 20
+    with pytest.raises(pydantic.ValidationError, match="logprobs"):
+        CompletionRequest(model="m", prompt="x", logprobs=21)
