@@ -91,3 +91,10 @@ def test_completions_logprobs_go_up_to_twenty():
     assert CompletionRequest(model="m", prompt="x", logprobs=20).logprobs == 20
     with pytest.raises(pydantic.ValidationError, match="logprobs"):
         CompletionRequest(model="m", prompt="x", logprobs=21)
+
+
+def test_completions_ask_for_at_least_one_choice():
+    """``n`` 0 is refused on /v1/completions as on the chat route (fails when 0 passes)."""
+    assert CompletionRequest(model="m", prompt="x", n=1).n == 1
+    with pytest.raises(pydantic.ValidationError, match="n"):
+        CompletionRequest(model="m", prompt="x", n=0)
