@@ -404,8 +404,7 @@ class SharedExpertMoE(nn.Module):
             return self._tile_combine(x, outputs, weights, gate, up, n_real)
         indices, weights = self._route(gate_probs(router, self.gating), hashed)
         routed = self.experts(x[:n_real], indices[:n_real], weights[:n_real], row_invariant=True)
-        padding = mx.zeros((x.shape[0] - n_real, routed.shape[1]), routed.dtype)
-        return mx.concatenate([routed, padding]) + self.shared.down_of(gate, up, n_real)
+        return self._plus_shared(routed, x.shape[0], gate, up)
 
     @property
     def _routing(self) -> dict[str, int | bool | float]:
@@ -442,8 +441,14 @@ class SharedExpertMoE(nn.Module):
         if combined is not None:
             return combined
         routed = mx.sum(outputs * weights[:n_real][..., None], axis=1)
-        padding = mx.zeros((x.shape[0] - n_real, routed.shape[1]), routed.dtype)
-        return mx.concatenate([routed, padding]) + self.shared.down_of(gate, up, n_real)
+        return self._plus_shared(routed, x.shape[0], gate, up)
+
+    def _plus_shared(self, routed: mx.array, tokens: int, gate: mx.array, up: mx.array) -> mx.array:
+        """The routed sum of a tile's real rows [R, D], zeros for its padding rows up to
+        ``tokens``, plus the shared expert from its products ``gate``, ``up``."""
+        real = routed.shape[0]
+        padding = mx.zeros((tokens - real, routed.shape[1]), routed.dtype)
+        return mx.concatenate([routed, padding]) + self.shared.down_of(gate, up, real)
 
     def tile_routing(self, x: mx.array, tokens: mx.array | None, n_real: int) -> list[mx.array]:
         """A streamed tile up to its routing: [indices [R, k] of the real rows, weights, and the
