@@ -78,7 +78,11 @@ class Drafter(Protocol):
 # ``observe`` rows without hidden states. One with ``reads_rows_after_last_draft = False``
 # (DSpark, MTP: ``reset`` starts them over at the next prefill) never reads the rows fed after
 # its last draft, so once no cycle drafts any more (the end of the token budget) the loop
-# decodes the rest that way too, without observing.
+# decodes the rest that way too, without observing. One with a ``window`` (DSpark: a draft
+# reads the rows of the last ``window`` committed tokens) and ``observe_tokens(tokens,
+# next_token)`` is not shown the rows of a plain advance that at least ``window`` more
+# committed tokens follow before the next draft (a long cost pause): the target skips
+# computing what the drafter would never read.
 
 
 class DeviceDrafter(Drafter, Protocol):

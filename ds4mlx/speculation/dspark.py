@@ -113,6 +113,20 @@ class DSparkDrafter:
             later -= self._pending[0][0].shape[0]
         self._next_pos, self._next_token = pos0 + taps.shape[0], int(next_token)
 
+    @property
+    def window(self) -> int:
+        """A draft reads the rows of the last ``window`` committed tokens, none before."""
+        return self.net.window
+
+    def observe_tokens(self, tokens: Sequence[int], next_token: int) -> None:
+        """``observe`` without the rows: the loop leaves out rows that at least ``window``
+        observed rows will follow before the next draft (a long cost pause), since their taps
+        and context keys would be computed for nothing. The rings start over after them."""
+        if self._next_pos is None:
+            raise ValueError("nothing observed yet")
+        self._rings, self._pending = [], []
+        self._next_pos, self._next_token = self._next_pos + len(tokens), int(next_token)
+
     def _catch_up(self) -> None:
         for taps, pos0 in self._pending:
             self._add_keys(taps, pos0)

@@ -100,6 +100,10 @@ class LookupDrafter:
         self._index.extend(tokens)
 
     def observe(self, tokens: Sequence[int], next_token: int, rows: TargetRows) -> None:
+        self.observe_tokens(tokens, next_token)
+
+    def observe_tokens(self, tokens: Sequence[int], next_token: int) -> None:
+        """``observe``: the lookup reads tokens alone."""
         self._index.extend(tokens)
         self._pending = int(next_token)
 
@@ -146,6 +150,16 @@ class LookupExtension:
     def observe(self, tokens: Sequence[int], next_token: int, rows: TargetRows) -> None:
         self.learned.observe(tokens, next_token, rows)
         self.lookup.observe(tokens, next_token, rows)
+
+    @property
+    def window(self) -> int | None:
+        """The learned drafter's (``DSparkDrafter.window``); the lookup reads only tokens."""
+        return getattr(self.learned, "window", None)
+
+    def observe_tokens(self, tokens: Sequence[int], next_token: int) -> None:
+        """``DSparkDrafter.observe_tokens`` for the learned drafter."""
+        self.learned.observe_tokens(tokens, next_token)
+        self.lookup.observe_tokens(tokens, next_token)
 
     def _record(self, block: int, extension: int) -> None:
         self.last_sources = [(self.learned.name, block), (self.lookup.name, extension)]

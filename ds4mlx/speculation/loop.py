@@ -201,15 +201,20 @@ class SpeculativeDecoder(Decoder):
         self, session: Session, token: int, sampler: Sampler, stats: GenerationStats, limits: Limits
     ) -> list[int]:
         """Plain decoding, pipelined, with the drafter following: it sees the tokens, and the
-        target's rows if it needs them (the cost rule's pauses must leave it able to draft)."""
+        target's rows if it needs them (the cost rule's pauses must leave it able to draft)
+        and will read them (``_rows_never_read``)."""
         pos = session.n_tokens
-        follow = _needs_target_rows(self.drafter)
-        self._followed = [] if follow else None
+        needs_rows = _needs_target_rows(self.drafter)
+        unread = needs_rows and self._rows_never_read()
+        self._followed = [] if needs_rows and not unread else None
         try:
             tokens = super().advance(session, token, sampler, stats, limits)
         finally:
             followed, self._followed = self._followed, None
         fed = [token, *tokens[:-1]]
+        if unread:
+            self.drafter.observe_tokens(fed, tokens[-1])
+            return tokens
         if followed:
             rows = TargetRows(
                 pos,
@@ -221,6 +226,17 @@ class SpeculativeDecoder(Decoder):
             rows = TargetRows(pos, {}, mx.zeros((len(fed), 0, 0)), mx.zeros((len(fed), 0)))
         self.drafter.observe(fed, tokens[-1], rows)
         return tokens
+
+    def _rows_never_read(self) -> bool:
+        """Whether the drafter will never read the rows of the plain advance about to run:
+        the plain advances certain to follow it commit at least its ``window`` of tokens
+        before the next draft (each commits ``pipeline`` tokens, or the generation ends)."""
+        window = getattr(self.drafter, "window", None)
+        return (
+            window is not None
+            and hasattr(self.drafter, "observe_tokens")
+            and self.scheduler.plain_advances_ahead() * self.pipeline >= window
+        )
 
     def _timed_plain(
         self, session: Session, token: int, sampler: Sampler, stats: GenerationStats, limits: Limits
@@ -288,7 +304,7 @@ class SpeculativeDecoder(Decoder):
         ``CostMeter.warm_up``)."""
         costs = self.lease.costs
         if _weighs_cost(sampler) and not costs.warm_up(draft_length):
-            self.scheduler.record_cost(Cycle.DRAFT, costs.clock() - started, tokens)
+            self.scheduler.record_cost(Cycle.DRAFT, costs.clock() - started, tokens, draft_length)
 
     def _drafts_on_device(self, session: Session, sampler: Sampler) -> bool:
         """Whether the draft can stay on the device until the verify pass is queued: the

@@ -21,7 +21,8 @@ a probe of fresh drafted cycles judges again, and each probe that loses doubles 
 what many lost probes learned, while a drafter that really pays is back to the shortest pause
 within a few cycles.
 A drafter that loses thus costs at most about ``PROBE_SHARE`` of plain decoding's speed once
-its pauses have grown. The first drafted cycle of each draft length on a meter is not timed: it
+its pauses have grown; one whose cycles cost more than any cycle can commit, every draft
+accepted (``CANNOT_PAY_MARGIN``), loses on any text and pauses for ``MAX_LOSS_PAUSE`` at once. The first drafted cycle of each draft length on a meter is not timed: it
 compiles the verify pass for that many rows (and, the very first, the drafter's own graphs), a
 cost that does not come back and that would make a drafter that pays look as if it lost.
 
@@ -29,7 +30,8 @@ What drafting costs is a property of the drafter, the model and the machine more
 request, and most requests are too short to learn it (a 32-token answer is eight plain
 advances). So both averages and the pause live in a ``CostMeter`` that the drafter's lease
 shares across requests: a request starts where the last one left off, paused if the drafter was
-losing, judging at its first cycle if enough drafted cycles are known. Plain cost is measured
+losing (for at most ``MAX_COST_PAUSE`` advances unless it cannot pay: the new text may be one
+it drafts well), judging at its first cycle if enough drafted cycles are known. Plain cost is measured
 with ``MIN_PLAIN_SAMPLES`` plain advances once drafted cycles start to be judged, and a request
 that would pause drafting on an earlier request's measurement measures it again first (the load
 of a shared machine changes). The load changes for a drafter that keeps drafting too: plain cost
@@ -109,6 +111,17 @@ MAX_COST_PAUSE = 32
 #: the noise of its probes.
 PROBE_SHARE = 0.02
 MAX_LOSS_PAUSE = 256
+#: A drafter cannot pay on any text when one of its drafted cycles costs more plain decoding
+#: than the most tokens a cycle can commit (its whole draft accepted, and the target's token)
+#: by more than this share, which keeps the noise of a shared machine from condemning a drafter
+#: that pays on text it drafts well (legacy MTP on the tiny model: ~3.1 plain tokens a cycle,
+#: at most 4 committed). GLM's one-token NextN on a CPU: ~3.1 plain tokens a cycle, at most 2.
+#: Such a drafter pauses for ``MAX_LOSS_PAUSE`` at once (a probe of two cycles then costs it
+#: ~0.2%), and a new request keeps the pause; any other pause is capped at ``MAX_COST_PAUSE``
+#: when a new request starts, since its text may be one the drafter drafts well (pauses sized
+#: by losses on chat answers, where DSpark loses, covered whole prose prompts it doubles the
+#: speed of).
+CANNOT_PAY_MARGIN = 0.25
 
 
 class Cycle(Enum):
@@ -159,9 +172,13 @@ class CostMeter:
     clock: Callable[[], float] = time.perf_counter
     plain: DecayingCost = field(default_factory=DecayingCost)
     drafted: DecayingCost = field(default_factory=DecayingCost)
+    #: Seconds per drafted cycle that verified a draft (each weighs one "token").
+    cycle: DecayingCost = field(default_factory=DecayingCost)
     #: Plain advances left of the current cost pause, and the next pause's length.
     pause_left: int = 0
     next_pause: int = COST_PAUSE
+    #: Whether the last cost pause found that the drafter cannot pay (``CANNOT_PAY_MARGIN``).
+    cannot_pay: bool = False
     #: Drafted cycles timed since the last plain advance was (``PLAIN_MAX_AGE``).
     drafted_since_plain: int = 0
     #: Draft lengths whose first drafted cycle has run (``warm_up``).
@@ -218,6 +235,11 @@ class DraftScheduler:
     _pause_left: int = 0
     _no_draft_streak: int = 0
 
+    def __post_init__(self) -> None:
+        if not self.costs.cannot_pay:
+            # An earlier request's text paused the drafter; this one's may draft well.
+            self.costs.pause_left = min(self.costs.pause_left, MAX_COST_PAUSE)
+
     def drafting_over(self, remaining_budget: int) -> bool:
         """Whether no cycle drafts any more before the token budget runs out: a cycle commits
         its draft plus one token, so ``remaining_budget - 1`` draft tokens still fit."""
@@ -250,6 +272,11 @@ class DraftScheduler:
             return Cycle.PAUSE
         return Cycle.DRAFT
 
+    def plain_advances_ahead(self) -> int:
+        """Plain advances certain to follow the current cycle before any cycle drafts: the
+        rest of the cost pause and of the measurement of plain decoding."""
+        return self._measure_left + (self.costs.pause_left if self.weighs_cost else 0)
+
     def extend_pause(self, steps: int) -> int:
         """How many cycles of ds4's pause (``Cycle.PAUSE``, the first one already counted) one
         plain advance of up to ``steps`` tokens covers: the rest of the pause or ``steps``."""
@@ -259,9 +286,9 @@ class DraftScheduler:
         self.stats.paused_cycles += more
         return 1 + more
 
-    def record_cost(self, cycle: Cycle, seconds: float, tokens: int) -> None:
-        """How long a drafted cycle (``Cycle.DRAFT``) or a plain advance (``Cycle.PLAIN``)
-        took, and how many tokens it committed."""
+    def record_cost(self, cycle: Cycle, seconds: float, tokens: int, draft_length: int = 0) -> None:
+        """How long a drafted cycle (``Cycle.DRAFT``, which verified ``draft_length`` drafted
+        tokens) or a plain advance (``Cycle.PLAIN``) took, and how many tokens it committed."""
         if tokens <= 0:
             return
         if cycle is Cycle.PLAIN:
@@ -270,6 +297,8 @@ class DraftScheduler:
             self._plain_measured = True
             return
         self.costs.drafted.add(seconds, tokens)
+        if draft_length:
+            self.costs.cycle.add(seconds, 1)
         self.costs.drafted_since_plain += 1
         self._judge_cost()
 
@@ -292,6 +321,7 @@ class DraftScheduler:
         self.stats.drafted_cost, self.stats.plain_cost = drafted.per_token, plain.per_token
         if drafted.per_token <= plain.per_token * (1 + COST_MARGIN):
             costs.next_pause = max(COST_PAUSE, costs.next_pause // 2)
+            costs.cannot_pay = False
             return
         if not self._plain_measured:
             # Plain cost from an earlier request may date from a quieter moment of a shared
@@ -300,12 +330,22 @@ class DraftScheduler:
             return
         # The cost pause covers any pause of ds4's rule, and its probe starts from fresh samples.
         pause = costs.next_pause
-        if not self.free_proposals:
+        costs.cannot_pay = self._cannot_pay()
+        if costs.cannot_pay:
+            pause = MAX_LOSS_PAUSE
+        elif not self.free_proposals:
             pause = max(pause, min(MAX_LOSS_PAUSE, self._pause_for_loss()))
         costs.pause_left, self._pause_left = pause, 0
         costs.next_pause = min(2 * costs.next_pause, MAX_COST_PAUSE)
         drafted.restart()
         self.stats.cost_pauses += 1
+
+    def _cannot_pay(self) -> bool:
+        """Whether a drafted cycle costs more plain decoding than any cycle can commit, all
+        drafted tokens accepted (``CANNOT_PAY_MARGIN``)."""
+        cycle, plain = self.costs.cycle, self.costs.plain
+        most = (self.max_draft + 1) * (1 + CANNOT_PAY_MARGIN)
+        return cycle.samples > 0 and cycle.per_token > most * plain.per_token
 
     def _pause_for_loss(self) -> int:
         """Plain advances whose time the drafted cycles just judged lost, over PROBE_SHARE:

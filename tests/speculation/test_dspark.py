@@ -180,6 +180,33 @@ def test_context_keys_wait_for_the_next_draft_and_skip_rows_out_of_the_window(fi
     assert draft.tokens == whole.propose(5).tokens
 
 
+def test_tokens_observed_without_rows_then_a_window_of_rows_draft_as_every_row_does(files):
+    """The loop leaves out the rows of plain advances that a window of rows follows before the
+    next draft (``observe_tokens``): the position moves on, the rings start over, and once the
+    window (16) is observed again the draft is that of a drafter shown every row."""
+    target, _, paths, _ = files
+    path, long_prompt = paths[dspark_layout.ARCH_DS4], PROMPT * 2
+    skipping = dspark.load_dspark(path, target)
+    assert skipping.window == 16
+    out = target.new_session().feed_hidden(long_prompt, skipping.capture_layers)
+    with pytest.raises(ValueError, match="nothing observed"):
+        skipping.observe_tokens(long_prompt[:4], 7)
+    skipping.observe(long_prompt[:4], long_prompt[4], rows_between(out, 0, 4))
+    skipping.propose(5)  # keys computed for rows that the skip then drops
+    skipping.observe_tokens(long_prompt[4:24], long_prompt[24])
+    with pytest.raises(ValueError, match="expected 24"):
+        skipping.observe(long_prompt[20:24], 7, rows_between(out, 20, 24))
+    skipping.observe(long_prompt[24:32], long_prompt[32], rows_between(out, 24, 32))
+    rings, first = skipping.context()
+    assert first == 24 and {ring.shape[0] for ring in rings} == {8}  # none from before the gap
+    skipping.observe(long_prompt[32:], 7, rows_between(out, 32, len(long_prompt)))
+    whole = observed(dspark.load_dspark(path, target), target, long_prompt)
+    a, b = skipping.propose(5), whole.propose(5)
+    assert a.tokens == b.tokens
+    np.testing.assert_allclose(a.confidences, b.confidences, rtol=1e-4, atol=1e-5)
+    assert skipping.context()[1] == len(long_prompt) - 16
+
+
 def test_block_rows_see_the_whole_block(files):
     """Row 0 attends to the noise rows after it (non-causal): the noise token changes it."""
     target, _, paths, _ = files

@@ -253,6 +253,36 @@ def test_cost_pauses_decode_plainly_with_the_drafter_following_every_row(ds4_mod
     )
 
 
+def test_a_long_cost_pause_leaves_out_rows_the_drafter_would_never_read(ds4_model):
+    """A drafter that reads back only its ``window`` of rows is handed the tokens alone
+    (``observe_tokens``) for plain advances that at least a window of tokens follows before
+    the next draft, and the rows of the rest; the output stays plain decoding's."""
+    prompt, n = PROMPTS[1], 48
+    plain, _ = run(generate(ds4_model.new_session(), prompt, n))
+    drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=0.0)
+    drafter.window = 8
+    calls: list[tuple[str, int]] = []
+    observe = drafter.observe
+
+    def observe_rows(tokens, next_token, rows):
+        calls.append(("rows", len(tokens)))
+        observe(tokens, next_token, rows)
+
+    def observe_tokens(tokens, next_token):
+        calls.append(("tokens", len(tokens)))
+        drafter.committed += len(tokens)
+
+    drafter.observe, drafter.observe_tokens = observe_rows, observe_tokens
+    lease = measured_lease()
+    lease.costs.pause_left = 5  # plain advances of four tokens before drafting resumes
+    spec, stats = run(generate(ds4_model.new_session(), prompt, n, drafter=drafter, lease=lease))
+    assert spec == plain
+    # After the prompt's rows: three advances with 16, 12 and 8 tokens after them in the pause
+    # go without rows; the last two, within the window, with; then every drafted cycle's rows.
+    assert calls[:6] == [("rows", len(prompt)), *[("tokens", 4)] * 3, ("rows", 4), ("rows", 4)]
+    assert all(kind == "rows" for kind, _ in calls[6:]) and stats.drafted_passes > 0
+
+
 def test_sampled_generation_is_never_paused_for_cost(ds4_model):
     """Sampled tokens depend on the draws before them, which depend on the scheduling: the cost
     rule (which reads a clock) leaves sampled generation to ds4's rules, so a seed still gives

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ds4mlx.speculation.scheduler import (
+    CANNOT_PAY_MARGIN,
     CLEAR_LOSS,
     COST_MARGIN,
     COST_PAUSE,
@@ -127,18 +128,23 @@ def test_one_token_drafters_are_judged_by_their_share_accepted():
 
 
 def drive_costs(
-    scheduler: DraftScheduler, drafted_seconds: list[float], plain_seconds: float = 4.0
+    scheduler: DraftScheduler,
+    drafted_seconds: list[float],
+    plain_seconds: float = 4.0,
+    draft_length: int = 0,
 ) -> list[Cycle]:
     """Run cycles until ``drafted_seconds`` (one per drafted cycle, each committing a drafted
     token and the target's) is used up; plain advances commit four tokens in ``plain_seconds``
-    (one second a token by default). Returns what each cycle did."""
+    (one second a token by default). ``draft_length``: the drafted tokens each cycle reports
+    it verified (0: none told, so the cost of a cycle is not learned). Returns what each cycle
+    did."""
     trace, queue = [], list(drafted_seconds)
     while queue:
         cycle = scheduler.next_cycle(BUDGET)
         trace.append(cycle)
         if cycle is Cycle.DRAFT:
             scheduler.record(1, 1)  # every draft accepted: ds4's rule never pauses here
-            scheduler.record_cost(Cycle.DRAFT, queue.pop(0), 2)
+            scheduler.record_cost(Cycle.DRAFT, queue.pop(0), 2, draft_length)
         elif cycle is Cycle.PLAIN:
             scheduler.record_cost(Cycle.PLAIN, plain_seconds, 4)
     return trace
@@ -296,6 +302,46 @@ def test_the_first_pause_is_as_long_as_its_loss_asks():
     scheduler = judged()
     drive_costs(scheduler, [50.0] * QUICK_SAMPLES)
     assert scheduler.costs.pause_left == MAX_LOSS_PAUSE
+
+
+def test_a_drafter_that_cannot_pay_on_any_text_pauses_longest_at_once():
+    """A one-token drafter commits at most two tokens a cycle: cycles that cost more than two
+    plain tokens by more than CANNOT_PAY_MARGIN lose on any text, and pause for the longest
+    pause at the first judgement; a cycle within the margin is judged by its loss alone."""
+    hopeless = 2 * (1 + CANNOT_PAY_MARGIN) * 1.05  # seconds; plain decoding: 1 s a token
+    scheduler = judged(max_draft=1)
+    drive_costs(scheduler, [hopeless] * MIN_DRAFTED_SAMPLES, draft_length=1)
+    assert scheduler.costs.cannot_pay and scheduler.costs.pause_left == MAX_LOSS_PAUSE
+    # The same seconds with a five-token draft could pay on text it drafts well.
+    scheduler = judged(max_draft=5)
+    drive_costs(scheduler, [hopeless] * MIN_DRAFTED_SAMPLES, draft_length=1)
+    assert not scheduler.costs.cannot_pay
+    assert COST_PAUSE <= scheduler.costs.pause_left < MAX_LOSS_PAUSE
+    # Within the margin, or not told what the cycles verified: a loss like any other.
+    scheduler = judged(max_draft=1)
+    drive_costs(scheduler, [2 * (1 + CANNOT_PAY_MARGIN) * 0.95] * 4, draft_length=1)
+    assert not scheduler.costs.cannot_pay and scheduler.costs.pause_left < MAX_LOSS_PAUSE
+    scheduler = judged(max_draft=1)
+    drive_costs(scheduler, [hopeless] * MIN_DRAFTED_SAMPLES)
+    assert not scheduler.costs.cannot_pay
+
+
+def test_a_new_request_keeps_only_a_short_pause_unless_the_drafter_cannot_pay():
+    """A pause sized by a loss on one request's text is cut to MAX_COST_PAUSE when the next
+    request starts (its text may draft well); one for a drafter that cannot pay is kept."""
+    costs = CostMeter(pause_left=MAX_LOSS_PAUSE)
+    DraftScheduler(max_draft=5, costs=costs)
+    assert costs.pause_left == MAX_COST_PAUSE
+    DraftScheduler(max_draft=5, costs=costs)
+    assert costs.pause_left == MAX_COST_PAUSE
+    costs = CostMeter(pause_left=MAX_LOSS_PAUSE, cannot_pay=True)
+    DraftScheduler(max_draft=1, costs=costs)
+    assert costs.pause_left == MAX_LOSS_PAUSE
+    # A probe that pays afterwards clears the finding.
+    scheduler = DraftScheduler(max_draft=1, costs=CostMeter(cannot_pay=True))
+    scheduler.record_cost(Cycle.PLAIN, 4.0, 4)
+    drive_costs(scheduler, [1.0] * MIN_DRAFTED_SAMPLES, draft_length=1)
+    assert scheduler.stats.cost_pauses == 0 and not scheduler.costs.cannot_pay
 
 
 def test_a_drafter_whose_proposals_cost_nothing_pauses_no_longer_than_the_doubling():
