@@ -4,6 +4,7 @@ mutations run against, and the paths of the files they change."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 SAMPLER = ("tests/engine/test_sampler_filters.py", "tests/engine/test_penalties.py")
 PIPELINED = ("tests/engine/test_pipelined_sampling.py",)
@@ -67,8 +68,24 @@ CONVERSATIONS_PY = "ds4mlx/agent/conversations.py"
 ANTHROPIC_PY = "ds4mlx/server/anthropic_messages.py"
 FILES_PY = "ds4mlx/agent/files.py"
 CONSTRAINTS_PY = "ds4mlx/engine/constraints.py"
+ERRORS_PY = "ds4mlx/server/errors.py"
+METRICS_PY = "ds4mlx/server/metrics.py"
+QUEUE_PY = "ds4mlx/server/queue.py"
+STATE_CODEC_PY = "ds4mlx/engine/kvcache/state_codec.py"
+POLICY_PY = "ds4mlx/experts/policy.py"
+EXPERT_READER_PY = "ds4mlx/experts/reader.py"
 
 
 def in_area(tests: tuple[str, ...], name: str, file: str, old: str, new: str) -> Mutation:
     """A mutation, its test selection first (the sets group their mutations by area)."""
     return Mutation(name, file, old, new, tests)
+
+
+# The fresh sets' test selection (from fresh5 on): the whole tests/ folder of the mutated
+# code's package, run with -x.
+in_agent_folder = partial(in_area, ("tests/agent",))
+in_server_folder = partial(in_area, ("tests/server",))
+in_engine_folder = partial(in_area, ("tests/engine",))
+in_speculation_folder = partial(in_area, ("tests/speculation",))
+in_experts_folder = partial(in_area, ("tests/experts",))
+in_gguf_folder = partial(in_area, ("tests/gguf",))

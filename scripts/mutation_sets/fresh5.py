@@ -28,24 +28,28 @@ about 3 to 4 h at that load.
 
 from __future__ import annotations
 
-from functools import partial
-
 from mutation_sets.base import (
     ANTHROPIC_PY,
     CHOICES_PY,
     CONSTRAINTS_PY,
     DEEPSEEK4_CHAT_PY,
     DSPARK_LAYOUT_PY,
+    ERRORS_PY,
+    EXPERT_READER_PY,
     GENERATION_PY,
     GLM5_CHAT_PY,
     JOBS_PY,
     LIMITS_PY,
     LOOKUP_PY,
+    METRICS_PY,
     OPENAI_CHAT_PY,
+    POLICY_PY,
     PROMPT_CACHE_PY,
     PROMPT_INPUT_PY,
+    QUEUE_PY,
     SAMPLING_PY,
     SCHEDULER_PY,
+    STATE_CODEC_PY,
     STREAMED_PY,
     TOOLS_PY,
     UTILITY_PY,
@@ -53,31 +57,22 @@ from mutation_sets.base import (
     WORKSPACE_PY,
     Mutation,
 )
-from mutation_sets.base import in_area as _m
+from mutation_sets.base import in_agent_folder as _agent
+from mutation_sets.base import in_engine_folder as _engine
+from mutation_sets.base import in_experts_folder as _experts
+from mutation_sets.base import in_gguf_folder as _gguf
+from mutation_sets.base import in_server_folder as _server
+from mutation_sets.base import in_speculation_folder as _speculation
 
 MARKUP_PY = "ds4mlx/agent/markup.py"
 KV_STATE_PY = "ds4mlx/agent/kv_state.py"
 COMPLETIONS_PY = "ds4mlx/server/openai_completions.py"
-QUEUE_PY = "ds4mlx/server/queue.py"
-ERRORS_PY = "ds4mlx/server/errors.py"
-METRICS_PY = "ds4mlx/server/metrics.py"
-STATE_CODEC_PY = "ds4mlx/engine/kvcache/state_codec.py"
 WRITER_PY = "ds4mlx/gguf/writer.py"
 MENTIONS_PY = "ds4mlx/agent/mentions.py"
 SUPPORT_GGUF_PY = "ds4mlx/speculation/support_gguf.py"
-POLICY_PY = "ds4mlx/experts/policy.py"
 EXPERT_OPTIONS_PY = "ds4mlx/experts/options.py"
 EXPERT_STORE_PY = "ds4mlx/experts/store.py"
-EXPERT_READER_PY = "ds4mlx/experts/reader.py"
 
-
-# The test selection: the whole tests/ folder of the mutated code's package, run with -x.
-_agent = partial(_m, ("tests/agent",))
-_server = partial(_m, ("tests/server",))
-_engine = partial(_m, ("tests/engine",))
-_speculation = partial(_m, ("tests/speculation",))
-_experts = partial(_m, ("tests/experts",))
-_gguf = partial(_m, ("tests/gguf",))
 
 _AGENT = (
     _agent(
