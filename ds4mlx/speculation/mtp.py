@@ -97,6 +97,22 @@ class MTPDrafter:
         self._pending.append(([*tokens[1:], next_token], rows.head_input, rows.pos0 + 1))
         self._next_pos = rows.pos0 + rows.n_rows
 
+    @property
+    def window(self) -> int | None:
+        """A draft reads the block's cache of the last ``window`` committed rows (None: a
+        block that also keeps compressed rows of everything before reads every row)."""
+        return self._window
+
+    def observe_tokens(self, tokens: Sequence[int], next_token: int) -> None:
+        """``observe`` without the rows, which the loop leaves out only where at least
+        ``window`` observed rows follow before the next draft (``DSparkDrafter``): the cache
+        starts over after them, as the catch-up's own cut does."""
+        if self._window is None or self._next_pos is None:
+            raise ValueError("rows can be left out only after a first observe, within a window")
+        self._cache, self._pending = LayerCache(), []
+        self._streams = self._logits = None
+        self._next_pos += len(tokens)
+
     def _catch_up(self) -> None:
         if not self._pending:
             return

@@ -10,35 +10,35 @@ Acceptance is not cost: a drafter whose drafts are mostly accepted can still los
 verify pass (and its own network) costs more than the tokens it saves, as GLM's one-token NextN
 does on a CPU. So the scheduler also weighs time (ours, not ds4's): the loop reports how long each
 drafted cycle and each plain (pipelined, undrafted) advance took and how many tokens it committed,
-and the scheduler keeps a decaying average of seconds per committed token of each. Drafting
-pauses for ``COST_PAUSE`` plain advances once drafted cycles cost more than plain ones by more
-than ``COST_MARGIN`` over ``MIN_DRAFTED_SAMPLES`` cycles, or by more than ``CLEAR_LOSS`` over
-``QUICK_SAMPLES`` (a drafter that plainly loses need not lose for four cycles to show it); then
-a probe of fresh drafted cycles judges again, and each probe that loses doubles the pause (up to
-``MAX_COST_PAUSE``; a pause is also long enough that what the probe lost is a small share of it,
-``PROBE_SHARE``, up to ``MAX_LOSS_PAUSE``), while each judgement that drafting pays halves it
-(down to ``COST_PAUSE``): on a shared machine one probe can win by chance, which should not undo
-what many lost probes learned, while a drafter that really pays is back to the shortest pause
-within a few cycles.
-A drafter that loses thus costs at most about ``PROBE_SHARE`` of plain decoding's speed once
-its pauses have grown; one whose cycles cost more than any cycle can commit, every draft
-accepted (``CANNOT_PAY_MARGIN``), loses on any text and pauses for ``MAX_LOSS_PAUSE`` at once. The first drafted cycle of each draft length on a meter is not timed: it
-compiles the verify pass for that many rows (and, the very first, the drafter's own graphs), a
-cost that does not come back and that would make a drafter that pays look as if it lost.
+and the scheduler keeps a decaying average of seconds per committed token of each. Drafting pauses
+for ``COST_PAUSE`` plain advances once drafted cycles cost more than plain ones by more than
+``COST_MARGIN`` over ``MIN_DRAFTED_SAMPLES`` cycles, or by more than ``CLEAR_LOSS`` over
+``QUICK_SAMPLES`` (a drafter that plainly loses need not lose for four cycles to show it, and
+cycles that all proposed nothing lose whatever the clock reads: each is a plain advance plus the
+proposal); then a probe of fresh drafted cycles judges again, and each probe that loses doubles the
+pause (up to ``MAX_COST_PAUSE``; a pause is also long enough that what the probe lost is a small
+share of it, ``PROBE_SHARE``, up to ``MAX_LOSS_PAUSE``), while each judgement that drafting pays
+halves it (down to ``COST_PAUSE``): on a shared machine one probe can win by chance, which should
+not undo what many lost probes learned, while a drafter that really pays is back to the shortest
+pause within a few cycles. A drafter that loses thus costs at most about ``PROBE_SHARE`` of plain
+decoding's speed once its pauses have grown; one whose cycles cost more than any cycle can commit,
+every draft accepted (``CANNOT_PAY_MARGIN``), loses on any text and pauses for ``MAX_LOSS_PAUSE``
+at once. The first drafted cycle of each draft length on a meter is not timed: it compiles the
+verify pass for that many rows (and, the very first, the drafter's own graphs), a cost that does
+not come back and that would make a drafter that pays look as if it lost.
 
 What drafting costs is a property of the drafter, the model and the machine more than of one
-request, and most requests are too short to learn it (a 32-token answer is eight plain
-advances). So both averages and the pause live in a ``CostMeter`` that the drafter's lease
-shares across requests: a request starts where the last one left off, paused if the drafter was
-losing (for at most ``MAX_COST_PAUSE`` advances unless it cannot pay: the new text may be one
-it drafts well), judging at its first cycle if enough drafted cycles are known. Plain cost is measured
-with ``MIN_PLAIN_SAMPLES`` plain advances once drafted cycles start to be judged, and a request
-that would pause drafting on an earlier request's measurement measures it again first (the load
-of a shared machine changes). The load changes for a drafter that keeps drafting too: plain cost
+request, and most requests are too short to learn it (a 32-token answer is eight plain advances).
+So both averages and the pause live in a ``CostMeter`` that the drafter's lease shares across
+requests: a request starts where the last one left off, paused if the drafter was losing (for at
+most ``MAX_COST_PAUSE`` advances unless it cannot pay: the new text may be one it drafts well),
+judging at its first cycle if enough drafted cycles are known. Plain cost is measured with
+``MIN_PLAIN_SAMPLES`` plain advances once drafted cycles start to be judged, and a request that
+would pause drafting on an earlier request's measurement measures it again first (the load of a
+shared machine changes). The load changes for a drafter that keeps drafting too: plain cost
 measured more than ``PLAIN_MAX_AGE`` drafted cycles ago is measured again before the next
-judgement, so that a drafter judged against one slow plain sample (another process took the
-core) does not draft at a loss for good, however much cheaper that sample made it look.
-"""
+judgement, so that a drafter judged against one slow plain sample (another process took the core)
+does not draft at a loss for good, however much cheaper that sample made it look."""
 
 from __future__ import annotations
 
@@ -174,6 +174,10 @@ class CostMeter:
     drafted: DecayingCost = field(default_factory=DecayingCost)
     #: Seconds per drafted cycle that verified a draft (each weighs one "token").
     cycle: DecayingCost = field(default_factory=DecayingCost)
+    #: Drafted cycles timed since ``drafted`` last restarted that verified a draft. None: each
+    #: proposed nothing (MTP stopped by its margin on prose), and a cycle without a draft is a
+    #: plain advance plus the proposal's cost, a loss however noisy the clock.
+    verified_cycles: int = 0
     #: Plain advances left of the current cost pause, and the next pause's length.
     pause_left: int = 0
     next_pause: int = COST_PAUSE
@@ -299,6 +303,7 @@ class DraftScheduler:
         self.costs.drafted.add(seconds, tokens)
         if draft_length:
             self.costs.cycle.add(seconds, 1)
+            self.costs.verified_cycles += 1
         self.costs.drafted_since_plain += 1
         self._judge_cost()
 
@@ -315,11 +320,12 @@ class DraftScheduler:
         if costs.drafted_since_plain >= PLAIN_MAX_AGE:
             self._measure_plain_again()
             return
-        clearly_dearer = drafted.per_token > plain.per_token * CLEAR_LOSS
+        nothing_drafted = costs.verified_cycles == 0
+        clearly_dearer = nothing_drafted or drafted.per_token > plain.per_token * CLEAR_LOSS
         if drafted.samples < MIN_DRAFTED_SAMPLES and not clearly_dearer:
             return
         self.stats.drafted_cost, self.stats.plain_cost = drafted.per_token, plain.per_token
-        if drafted.per_token <= plain.per_token * (1 + COST_MARGIN):
+        if not nothing_drafted and drafted.per_token <= plain.per_token * (1 + COST_MARGIN):
             costs.next_pause = max(COST_PAUSE, costs.next_pause // 2)
             costs.cannot_pay = False
             return
@@ -330,7 +336,7 @@ class DraftScheduler:
             return
         # The cost pause covers any pause of ds4's rule, and its probe starts from fresh samples.
         pause = costs.next_pause
-        costs.cannot_pay = self._cannot_pay()
+        costs.cannot_pay = not self.free_proposals and self._cannot_pay()
         if costs.cannot_pay:
             pause = MAX_LOSS_PAUSE
         elif not self.free_proposals:
@@ -338,6 +344,7 @@ class DraftScheduler:
         costs.pause_left, self._pause_left = pause, 0
         costs.next_pause = min(2 * costs.next_pause, MAX_COST_PAUSE)
         drafted.restart()
+        costs.verified_cycles = 0
         self.stats.cost_pauses += 1
 
     def _cannot_pay(self) -> bool:

@@ -183,6 +183,31 @@ def test_a_catch_up_after_a_long_pause_runs_the_last_window_of_rows_alone(files)
     np.testing.assert_allclose(bounded._logits, every_row._logits, atol=1e-4)
 
 
+def test_tokens_observed_without_rows_then_a_window_of_rows_draft_as_every_row_does(files):
+    """Rows the loop leaves out in a long cost pause (``observe_tokens``): the cache starts
+    over after them, nothing is drafted before rows come again, and once a window of rows has
+    been observed the draft is that of a block that ran every row."""
+    target, _, _, root = files
+    window = TINY.sliding_window
+    prompt = [(7 * i + 3) % TINY.vocab_size for i in range(3 * window)]
+    skipping = mtp.load_mtp(target, root / "mtp.gguf", max_draft=3, margin=0.0)
+    every_row = mtp.load_mtp(target, root / "mtp.gguf", max_draft=3, margin=0.0)
+    assert skipping.window == window
+    with pytest.raises(ValueError, match="after a first observe"):
+        skipping.observe_tokens(prompt[:5], prompt[5])
+    out = target.new_session().feed_hidden(prompt)
+    skipping.observe(prompt[:5], prompt[5], rows_between(out, 0, 5))
+    assert skipping.propose(3).tokens  # a draft early on, then a pause without rows
+    skipping.observe_tokens(prompt[5:window], prompt[window])
+    assert skipping.propose(3).tokens == []
+    with pytest.raises(ValueError, match=f"expected {window}"):
+        skipping.observe(prompt[:5], 7, rows_between(out, 0, 5))
+    skipping.observe(prompt[window:], 7, rows_between(out, window, len(prompt)))
+    every_row.observe(prompt, 7, rows_between(out, 0, len(prompt)))
+    assert skipping.propose(3) == every_row.propose(3)
+    np.testing.assert_allclose(skipping._logits, every_row._logits, atol=1e-4)
+
+
 def test_bounds_determinism_and_pieces(files):
     target, _, _, root = files
     path = root / "mtp.gguf"

@@ -131,12 +131,12 @@ def drive_costs(
     scheduler: DraftScheduler,
     drafted_seconds: list[float],
     plain_seconds: float = 4.0,
-    draft_length: int = 0,
+    draft_length: int = 1,
 ) -> list[Cycle]:
     """Run cycles until ``drafted_seconds`` (one per drafted cycle, each committing a drafted
     token and the target's) is used up; plain advances commit four tokens in ``plain_seconds``
     (one second a token by default). ``draft_length``: the drafted tokens each cycle reports
-    it verified (0: none told, so the cost of a cycle is not learned). Returns what each cycle
+    it verified (0: the drafter proposed nothing). Returns what each cycle
     did."""
     trace, queue = [], list(drafted_seconds)
     while queue:
@@ -271,8 +271,9 @@ def test_a_clear_loss_pauses_after_the_quick_samples():
 
 
 def lost_once() -> DraftScheduler:
-    """A scheduler whose drafter has lost (by little) and run out its first pause."""
-    scheduler = judged()
+    """A scheduler whose five-token drafter has lost (by little) and run out its first
+    pause."""
+    scheduler = judged(max_draft=5)
     trace = drive_costs(scheduler, [LOSING] * MIN_DRAFTED_SAMPLES)
     trace += [scheduler.next_cycle(BUDGET) for _ in range(COST_PAUSE)]
     assert trace[-1] is P and scheduler.costs.pause_left == 0
@@ -317,13 +318,27 @@ def test_a_drafter_that_cannot_pay_on_any_text_pauses_longest_at_once():
     drive_costs(scheduler, [hopeless] * MIN_DRAFTED_SAMPLES, draft_length=1)
     assert not scheduler.costs.cannot_pay
     assert COST_PAUSE <= scheduler.costs.pause_left < MAX_LOSS_PAUSE
-    # Within the margin, or not told what the cycles verified: a loss like any other.
+    # Within the margin, or cycles that proposed nothing: a loss like any other.
     scheduler = judged(max_draft=1)
     drive_costs(scheduler, [2 * (1 + CANNOT_PAY_MARGIN) * 0.95] * 4, draft_length=1)
     assert not scheduler.costs.cannot_pay and scheduler.costs.pause_left < MAX_LOSS_PAUSE
     scheduler = judged(max_draft=1)
-    drive_costs(scheduler, [hopeless] * MIN_DRAFTED_SAMPLES)
-    assert not scheduler.costs.cannot_pay
+    drive_costs(scheduler, [hopeless] * MIN_DRAFTED_SAMPLES, draft_length=0)
+    assert not scheduler.costs.cannot_pay and scheduler.costs.pause_left < MAX_LOSS_PAUSE
+
+
+def test_cycles_that_proposed_nothing_pause_whatever_the_clock_says():
+    """A cycle without a draft is a plain advance plus the proposal: a loss, even when a noisy
+    clock reads it cheaper than plain decoding. Two of them pause drafting; one cycle that
+    verified a draft among them leaves the judgement to the clock."""
+    scheduler = judged(max_draft=3)
+    trace = drive_costs(scheduler, [1.0] * (QUICK_SAMPLES + 1), draft_length=0)
+    assert trace[:QUICK_SAMPLES] == [D] * QUICK_SAMPLES and trace[QUICK_SAMPLES] is P
+    assert scheduler.stats.cost_pauses == 1
+    scheduler = judged(max_draft=3)
+    drive_costs(scheduler, [1.0], draft_length=1)
+    drive_costs(scheduler, [1.0] * (2 * MIN_DRAFTED_SAMPLES), draft_length=0)
+    assert scheduler.stats.cost_pauses == 0
 
 
 def test_a_new_request_keeps_only_a_short_pause_unless_the_drafter_cannot_pay():
@@ -419,12 +434,12 @@ def test_cost_pauses_cover_ds4_pauses():
         assert scheduler.next_cycle(BUDGET) is D
         scheduler.record(5, 0)
         # Within the margin of plain cost: only ds4's rule would pause ...
-        scheduler.record_cost(Cycle.DRAFT, 1.0, 1)
+        scheduler.record_cost(Cycle.DRAFT, 1.0, 1, 5)
     # ... until the last cycle of the window is slow enough to tip the average.
     scheduler.stats.cost_pauses = 0
     scheduler.costs.drafted.restart()
     for _ in range(MIN_DRAFTED_SAMPLES):
-        scheduler.record_cost(Cycle.DRAFT, 1.2, 1)
+        scheduler.record_cost(Cycle.DRAFT, 1.2, 1, 5)
     after = [scheduler.next_cycle(BUDGET) for _ in range(COST_PAUSE + 1)]
     assert after == [*[P] * COST_PAUSE, D]
 
