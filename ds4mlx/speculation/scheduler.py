@@ -115,13 +115,13 @@ MAX_LOSS_PAUSE = 256
 #: than the most tokens a cycle can commit (its whole draft accepted, and the target's token)
 #: by more than this share, which keeps the noise of a shared machine from condemning a drafter
 #: that pays on text it drafts well (legacy MTP on the tiny model: ~3.1 plain tokens a cycle,
-#: at most 4 committed). GLM's one-token NextN on a CPU: ~3.1 plain tokens a cycle, at most 2.
-#: Such a drafter pauses for ``MAX_LOSS_PAUSE`` at once (a probe of two cycles then costs it
-#: ~0.2%), and a new request keeps the pause; any other pause is capped at ``MAX_COST_PAUSE``
-#: when a new request starts, since its text may be one the drafter drafts well (pauses sized
-#: by losses on chat answers, where DSpark loses, covered whole prose prompts it doubles the
-#: speed of).
-CANNOT_PAY_MARGIN = 0.25
+#: at most 4 committed). GLM's one-token NextN on a CPU: 2.3-3.1 plain tokens a cycle, at most
+#: 2 committed. Such a drafter pauses for ``MAX_LOSS_PAUSE`` at once (a probe of two cycles then
+#: costs it ~0.2%), and a new request keeps the pause; any other pause is capped at
+#: ``MAX_COST_PAUSE`` when a new request starts, since its text may be one the drafter drafts
+#: well (pauses sized by losses on chat answers, where DSpark loses, covered whole prose prompts
+#: it doubles the speed of).
+CANNOT_PAY_MARGIN = 0.1
 
 
 class Cycle(Enum):
