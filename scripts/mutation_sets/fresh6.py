@@ -486,8 +486,8 @@ _SPECULATION = (
     _speculation(
         "scheduler_free_proposals_pause_by_loss",
         SCHEDULER_PY,
-        "        if not self.free_proposals:\n",
-        "        if self.free_proposals:\n",
+        "        elif not self.free_proposals:\n",
+        "        elif self.free_proposals:\n",
     ),
     _speculation(
         "scheduler_mean_at_the_threshold_pauses",
