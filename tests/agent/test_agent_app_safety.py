@@ -144,8 +144,9 @@ def test_the_prompt_shows_the_exact_diff_of_an_edit(toolbox, store):
 
 
 def test_keys_typed_before_the_prompt_do_not_answer_it(toolbox, store, workspace, monkeypatch):
-    # Longer than the pilot's gaps between keys on a loaded machine; a person types faster.
-    monkeypatch.setattr(widgets, "ARM_SECONDS", 2.0)
+    # Longer than the pilot's gaps between keys on a loaded machine (a mutation run beside
+    # the suite at load 5 took more than 2 s); a person types faster.
+    monkeypatch.setattr(widgets, "ARM_SECONDS", 5.0)
     gate = threading.Event()
     turns = [[text("thinking"), gate, call("bash", command="touch TYPED")], [text("ok")]]
     app, agent = make_app(toolbox, store, turns)
@@ -197,8 +198,11 @@ def test_always_allows_only_that_command(toolbox, store, workspace):
     play(app, scenario)
 
 
-def test_the_status_says_running_once_allowed(toolbox, store):
-    turns = [[call("bash", command="sleep 1")], [text("ok")]]
+def test_the_status_says_running_once_allowed(toolbox, store, workspace):
+    # The command runs until the test has seen the status (a fixed sleep could end unseen
+    # while a loaded machine starves the pilot).
+    go = workspace / "GO"
+    turns = [[call("bash", command="until [ -e GO ]; do sleep 0.05; done")], [text("ok")]]
     app, _ = make_app(toolbox, store, turns)
 
     async def scenario(pilot):
@@ -208,6 +212,7 @@ def test_the_status_says_running_once_allowed(toolbox, store):
         await until(pilot, lambda: screen.armed)
         await pilot.press("y")
         await until(pilot, lambda: "running bash" in str(app.query_one("#status").content))
+        go.touch()
         await until(pilot, lambda: not app.busy)
 
     play(app, scenario)
