@@ -11,7 +11,9 @@ A mutation is (file, old text, new text): the old text must occur exactly once, 
 that no longer matches the code is reported as stale instead of silently testing nothing. The
 original file is written back in a ``finally`` (also on Ctrl-C and SIGTERM) with its original
 modification time, and each mutated version gets a distinct modification time, so Python never
-runs a stale cached bytecode file of either. Exit status: 0 when every mutation was caught.
+runs a stale cached bytecode file of either. A catch is confirmed: the tests that failed run
+again on the restored tree, and a test that fails there too (a timing test starved by a loaded
+machine) makes the outcome FLAKY, not caught. Exit status: 0 when every mutation was caught.
 
 The mutations live in ``scripts/mutation_sets``, one module per set (``SETS``): each fresh run
 over the guards users trust is a set of its own, so its first-pass result can be measured apart.
@@ -41,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @dataclass
 class Outcome:
     mutation: Mutation
-    status: str  # caught | SURVIVED | STALE | ERROR | TIMEOUT
+    status: str  # caught | SURVIVED | FLAKY | STALE | ERROR | TIMEOUT
     failed: list[str]
     seconds: float
     tail: str = ""
@@ -97,7 +99,11 @@ def apply_and_test(mutation: Mutation, timeout: float) -> Outcome:
     if code == 0:
         return Outcome(mutation, "SURVIVED", [], seconds)
     if code == 1:
-        return Outcome(mutation, "caught", failed_tests(output), seconds)
+        failed = failed_tests(output)
+        unmutated, again = run_tests(failed, timeout) if failed else (0, "")
+        if unmutated != 0:
+            return Outcome(mutation, "FLAKY", failed, seconds, again[-2000:])
+        return Outcome(mutation, "caught", failed, seconds)
     return Outcome(mutation, "ERROR", [], seconds, output[-2000:])
 
 

@@ -1,4 +1,5 @@
-"""``scripts/mutation_run.py`` finds each of its mutations' text exactly once in the tree.
+"""``scripts/mutation_run.py`` finds each of its mutations' text exactly once in the tree, and
+counts a mutation caught only by a test that passes without it.
 
 The mutation run takes 25 minutes and is not part of the suite, so a refactor that moves or
 rewrites the code a mutation targets would otherwise only show up there, as STALE, long after
@@ -40,3 +41,29 @@ def test_every_mutation_names_test_files_that_exist():
         if not (root / path.split("::")[0]).exists()
     }
     assert not missing
+
+
+def test_a_catch_by_a_test_that_fails_unmutated_is_flaky(tmp_path, monkeypatch):
+    """A starved timing test fails with or without the mutation: that is no catch."""
+    run = _mutation_run()
+    (tmp_path / "code.py").write_text("LIMIT = 1\n")
+    mutation = run.Mutation("limit", "code.py", "LIMIT = 1", "LIMIT = 2", ("tests/t.py",))
+    monkeypatch.setattr(run, "ROOT", tmp_path)
+    seen: list[tuple[tuple[str, ...], str]] = []
+
+    def scripted(unmutated_code):
+        def run_tests(tests, timeout):
+            seen.append((tuple(tests), (tmp_path / "code.py").read_text()))
+            if len(seen) % 2:  # the mutated run: one test fails
+                return 1, "FAILED tests/t.py::test_limit - assert 2 == 1\n"
+            return unmutated_code, ""
+
+        return run_tests
+
+    monkeypatch.setattr(run, "run_tests", scripted(1))
+    outcome = run.apply_and_test(mutation, timeout=5.0)
+    assert outcome.status == "FLAKY" and outcome.failed == ["tests/t.py::test_limit"]
+    # The confirming run had the failed test alone, on the restored file.
+    assert seen == [(("tests/t.py",), "LIMIT = 2\n"), (("tests/t.py::test_limit",), "LIMIT = 1\n")]
+    monkeypatch.setattr(run, "run_tests", scripted(0))
+    assert run.apply_and_test(mutation, timeout=5.0).status == "caught"
