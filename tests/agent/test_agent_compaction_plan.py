@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from ds4mlx.agent.compaction import Budgets, plan_compaction, transcript
+from ds4mlx.agent.compaction import (
+    SUMMARY_HEADER,
+    Budgets,
+    plan_compaction,
+    summary_message,
+    transcript,
+)
 
 
 def msg(role: str, content: str) -> dict:
@@ -67,3 +73,61 @@ def test_only_a_leading_system_message_is_the_system_prompt():
     plan = plan_compaction(messages, Budgets(32, 100, 32), sized({}))
     assert plan.system == messages[:1] and plan.tail == messages[1:]
     assert plan_compaction(messages[1:][::-1], Budgets(32, 100, 32), sized({})).system == []
+
+
+# Long contents are clipped at fixed sizes, keeping their beginning and saying what was dropped
+# (the numbers are the module's limits written out, so a changed limit fails here).
+
+
+def test_the_transcript_clips_each_message_at_1500_characters():
+    exact, long = "x" * 1500, "y" * 1500 + "z" * 7
+    lines = transcript([msg("user", exact), msg("tool", long), msg("assistant", long)])
+    dropped = " [... 7 characters dropped at compaction]"
+    assert lines.splitlines() == [
+        f"User: {exact}",
+        f"Tool result: {'y' * 1500}{dropped}",
+        f"Assistant: {'y' * 1500}{dropped}",
+    ]
+
+
+def test_the_transcript_clips_each_call_argument_at_200_characters():
+    call = {"function": {"name": "write", "arguments": {"path": "a.py", "content": "c" * 205}}}
+    text = transcript([{"role": "assistant", "content": None, "tool_calls": [call]}])
+    clipped = "c" * 200 + " [... 5 characters dropped at compaction]"
+    assert text == f"Assistant called write(path='a.py', content={clipped!r})"
+
+
+def test_the_summary_lists_earlier_requests_clipped_at_300_characters():
+    older = [
+        msg("user", "r" * 300),
+        msg("assistant", "a" * 400),
+        msg("user", "s" * 301),
+        msg("user", f"{SUMMARY_HEADER}\n\nan earlier summary"),
+    ]
+    content = summary_message("  the summary \n", older, "job 1 running")["content"]
+    assert content.split("\n\n") == [
+        SUMMARY_HEADER,
+        "the summary",
+        "Earlier requests from the user:\n"
+        f"- {'r' * 300}\n- {'s' * 300} [... 1 characters dropped at compaction]",
+        "Open state:\njob 1 running",
+    ]
+    empty = summary_message(" ", [], "")["content"]
+    assert empty == f"{SUMMARY_HEADER}\n\n(the model wrote no summary)"
+
+
+def test_kept_tool_results_use_half_the_tail_budget_and_the_task_its_own():
+    # Tail budget 100 tokens: a tool result keeps 50 tokens, about 200 characters; the task
+    # (the last request, not in the tail) keeps its 40 tokens, about 160 characters.
+    task, answer = msg("user", "t" * 170), msg("assistant", "a" * 900)
+    call = {"role": "assistant", "content": "", "tool_calls": []}
+    result = {"role": "tool", "tool_call_id": "1", "content": "o" * 250}
+    sizes = {answer["content"]: 200}
+    plan = plan_compaction([task, answer, call, result], Budgets(32, 100, 40), sized(sizes))
+    assert plan.tail[0] is call and plan.tail[1]["tool_call_id"] == "1"
+    assert plan.tail[1]["content"] == "o" * 200 + " [... 50 characters dropped at compaction]"
+    assert plan.older == [answer]
+    assert plan.task["content"] == "t" * 160 + " [... 10 characters dropped at compaction]"
+    # Messages other than tool results are never clipped in the tail.
+    plan = plan_compaction([msg("user", "u" * 900)], Budgets(32, 100, 40), sized({}))
+    assert plan.tail == [msg("user", "u" * 900)]
