@@ -128,8 +128,11 @@ class DSparkDrafter:
         self._next_pos, self._next_token = self._next_pos + len(tokens), int(next_token)
 
     def _catch_up(self) -> None:
-        for taps, pos0 in self._pending:
-            self._add_keys(taps, pos0)
+        if self._pending:
+            # The pending rows follow one another: their keys in one pass (after a cost pause,
+            # a window of four-row advances: 16 compiled calls took ~3 ms, one pass ~1.5).
+            taps = [t for t, _ in self._pending]
+            self._add_keys(mx.concatenate(taps) if len(taps) > 1 else taps[0], self._pending[0][1])
         self._pending = []
 
     def _add_keys(self, taps: mx.array, pos0: int) -> None:
