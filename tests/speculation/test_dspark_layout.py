@@ -139,6 +139,20 @@ def test_drafting_from_the_mask_rows_needs_a_block_of_two(made, block_size, refu
         assert not drafter.config.sample_from_anchor and drafter.config.block_size == 2
 
 
+@pytest.mark.parametrize(
+    "block_size", [dspark_layout.MAX_BLOCK_SIZE, dspark_layout.MAX_BLOCK_SIZE + 1]
+)
+def test_the_largest_block_loads_and_one_more_is_refused(made, block_size):
+    target, paths, root = made
+    meta = {"dflash.block_size": MetaValue(block_size, U32)}
+    path = rewrite(paths[dspark_layout.ARCH_LLAMA], root / f"block-{block_size}.gguf", meta=meta)
+    if block_size > dspark_layout.MAX_BLOCK_SIZE:
+        with pytest.raises(GGUFError, match=f"block size {block_size} is outside"):
+            dspark.load_dspark(path, target)
+    else:
+        assert dspark.load_dspark(path, target).config.block_size == block_size
+
+
 def test_d2t_is_checked(made):
     target, paths, root = made
     d2t = np.arange(0, 96, 2, dtype=np.int32)  # 48 draft rows
