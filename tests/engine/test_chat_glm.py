@@ -218,6 +218,15 @@ def test_deferred_tools_appear_through_tool_references():
     )
 
 
+def test_a_strict_tool_renders_as_the_same_tool_without_strict():
+    # OpenAI's "strict" flag is for the server's constraint, not the model: the template's
+    # tool line leaves it out, as it leaves out "defer_loading".
+    strict = {"type": "function", "function": {**WEATHER["function"], "strict": True}}
+    question = [{"role": "user", "content": "weather?"}]
+    prompt = render(question, [strict])
+    assert prompt == render(question, [WEATHER]) and "strict" not in prompt
+
+
 def test_developer_message_renders_as_system():
     # OpenAI clients send "developer" where older ones send "system"; GLM's template knows only
     # the latter, so both must render the same instead of one being refused.

@@ -135,6 +135,16 @@ def test_forced_tool_choice_opens_the_call_in_the_prompt(chat_format):
 
 
 @pytest.mark.parametrize("chat_format", [DEEPSEEK_V4, GLM5])
+@pytest.mark.parametrize("choice", [NamedTool("write"), "required"])
+def test_a_forced_call_is_written_without_reasoning_first(chat_format, choice):
+    # The prompt ends inside the call, right after the assistant's start: in thinking mode
+    # too no reasoning block is open there, or the call would be written inside it.
+    messages = [{"role": "user", "content": "go"}]
+    thinking = chat_format.render(messages, TOOLS, thinking=True, tool_choice=choice)
+    assert thinking == chat_format.render(messages, TOOLS, thinking=False, tool_choice=choice)
+
+
+@pytest.mark.parametrize("chat_format", [DEEPSEEK_V4, GLM5])
 @pytest.mark.parametrize("name", ["tool", "call", "invoke", "name", "DSML", "t"])
 def test_a_forced_name_found_inside_the_markup_stays_the_callers_text(chat_format, name):
     tools = [{"type": "function", "function": {"name": name, "parameters": {}}}]

@@ -207,6 +207,17 @@ def test_classes_outside_ds4mlx_are_never_imported():
         encode_state(object())
 
 
+def test_a_state_dict_keyed_by_numbers_is_refused_not_saved_changed():
+    """JSON would write the key 3 as "3": such a state would come back keyed differently, so
+    it is refused when saved (the prompt cache then turns itself off), never written."""
+    by_name = {"rows": 3}
+    tree, arrays = encode_state(by_name)
+    assert decode_state(json.loads(json.dumps(tree)), arrays) == by_name
+    for keys in ({3: "row"}, {"rows": 1, 2: "two"}):
+        with pytest.raises(StateFormatError, match="non-string keys"):
+            encode_state([keys])
+
+
 def test_a_saved_state_is_readable_by_its_owner_only(saved):
     # A conversation's saved state (``chat-*.kv.safetensors``) holds its token ids: its text.
     path, _ = saved

@@ -98,6 +98,23 @@ def test_disk_evicts_the_least_recently_used_file(tmp_path):
     assert not tier.path_for(B).exists()
 
 
+def test_the_disk_budget_holds_when_a_file_comes_out_larger_than_estimated(tmp_path):
+    """The estimate counts arrays and tokens; a state tree with a long text in it makes a
+    header past the estimate's 64 KiB slack: the save then evicts again to keep the budget."""
+    wordy = Snapshot([mx.zeros((256,), mx.float32), "x" * 100_000], B)
+    probe = DiskTier(tmp_path / "probe", 1 << 30, FINGERPRINT)
+    probe.save(state(A))
+    probe.save(wordy)
+    wordy_file = probe.path_for(B).stat().st_size
+    assert wordy_file > snapshot_nbytes(wordy) + 16 * len(B) + 65536  # the estimate falls short
+    # Room for both files by the estimate, one byte short of both as written.
+    disk = DiskTier(tmp_path / "cache", probe.usage() - 1, FINGERPRINT)
+    disk.save(state(A))
+    age(disk, A, 10)
+    assert disk.save(wordy)
+    assert disk.usage() <= disk.budget and disk.keys() == [B]
+
+
 def test_two_fingerprints_never_share_a_file_name(tmp_path):
     one = DiskTier(tmp_path, 1 << 30, "1" * 64)
     other = DiskTier(tmp_path, 1 << 30, "2" * 64)
@@ -176,6 +193,20 @@ def test_memory_wins_a_tie_with_disk(tmp_path, on_disk_first):
         cache.persist(state(A))
     (candidate,) = cache.candidates([*A, 1], 0)
     assert not candidate.on_disk
+
+
+def test_an_entry_needing_no_rollback_comes_before_one_that_does_on_a_tie(tmp_path):
+    """Two entries share as much of the prompt: the one that holds nothing past it is tried
+    first, from disk too, ahead of a memory entry that must be rolled back."""
+    disk = DiskTier(tmp_path, 1 << 30, FINGERPRINT)
+    disk.save(state((1, 2, 3)))
+    cache = PromptCache(1 << 20, disk)
+    cache.remember(state((1, 2, 3, 4, 5)))
+    found = cache.candidates([1, 2, 3, 9, 9], longer_than=0)
+    assert [(c.tokens, c.cut, c.on_disk) for c in found] == [
+        ((1, 2, 3), 0, True),
+        ((1, 2, 3, 4, 5), 2, False),
+    ]
 
 
 def test_only_stale_temporary_files_are_removed_at_start(tmp_path):

@@ -34,7 +34,8 @@ def test_every_command_takes_the_expert_flags(build):
 def test_cache_budget_values():
     assert parse_cache_budget("auto") is None
     assert parse_cache_budget("0.25") == 0.25
-    for bad in ("-1", "0", "lots", "nan"):
+    # An infinite budget (however spelled, or a number past float range) is no budget.
+    for bad in ("-1", "0", "lots", "nan", "inf", "Infinity", "1e999G"):
         with pytest.raises(ValueError):
             parse_cache_budget(bad)
 
@@ -43,6 +44,8 @@ def test_contradicting_flags_are_errors():
     parser = main.build_parser()
     with pytest.raises(ValueError, match="--ssd-stream only"):
         model_options(parser.parse_args(["-p", "x", "--expert-cache", "2"]))
+    with pytest.raises(ValueError, match="--ssd-stream only"):
+        model_options(parser.parse_args(["-p", "x", "--expert-hotlist", "hot.json"]))
     with pytest.raises(ValueError, match="needs --expert-hotlist"):
         model_options(parser.parse_args(["-p", "x", "--ssd-stream", "--save-expert-hotlist"]))
     with pytest.raises(SystemExit):

@@ -10,7 +10,7 @@ import struct
 from pathlib import Path
 
 from ds4mlx.gguf import GGUFError
-from ds4mlx.gguf.validate import MAX_ARRAY_NESTING, MAX_NAME_BYTES, validate_gguf
+from ds4mlx.gguf.validate import INT64_MAX, MAX_ARRAY_NESTING, MAX_NAME_BYTES, validate_gguf
 
 import numpy as np
 import pytest
@@ -143,6 +143,23 @@ def test_four_dimensions_pass_and_five_do_not(tmp_path):
     five = padded(gguf([], [tensor_info("t", (2, 2, 2, 1, 1), 0)]), 32)
     with pytest.raises(GGUFError, match="5 dimensions"):
         validate_gguf(write(tmp_path, five + b"\0" * 32, "five.gguf"))
+
+
+@pytest.mark.parametrize(
+    ("dims", "refusal"),
+    [
+        ((INT64_MAX,), "runs past the end of the file"),
+        ((7, INT64_MAX // 7), "runs past the end of the file"),
+        ((INT64_MAX + 1,), "element count overflows int64"),
+        ((7, INT64_MAX // 7 + 1), "element count overflows int64"),
+    ],
+)
+def test_an_element_count_of_int64_max_fits_int64_and_one_more_overflows(tmp_path, dims, refusal):
+    # ggml stores the element count as int64: INT64_MAX elements fit (such a tensor is refused
+    # only because no file holds its data), one more does not.
+    head = padded(gguf([], [tensor_info("t", dims, 0, GGMLQuantizationType.I8)]), 32)
+    with pytest.raises(GGUFError, match=refusal):
+        validate_gguf(write(tmp_path, head + b"\0" * 32))
 
 
 def test_alignment_must_be_a_power_of_two(tmp_path):

@@ -159,6 +159,8 @@ def test_bad_metadata_is_refused_before_writing(tmp_path: Path, metadata, messag
         (TensorToWrite("w", np.zeros((1,) * 5, np.float32)), r"'w' has shape \[1, 1, 1, 1, 1\]"),
         (TensorToWrite("w", np.float32(1)), r"'w' has shape \[\]: GGUF tensors have 1 to 4"),
         (TensorToWrite("x" * 64, np.zeros(4, np.float32)), r"limits tensor names to 63 bytes"),
+        # 32 characters, 64 bytes in UTF-8: ggml counts bytes.
+        (TensorToWrite("é" * 32, np.zeros(4, np.float32)), r"limits tensor names to 63 bytes"),
         (TensorToWrite("", np.zeros(4, np.float32)), r"tensor name '' is not a non-empty"),
     ],
 )
@@ -171,6 +173,18 @@ def test_bad_tensor_leaves_the_previous_file(tmp_path: Path, tensor: TensorToWri
         write_gguf(path, "deepseek4", {"version": 2}, [*good, tensor])
     assert path.read_bytes() == before
     assert list(tmp_path.iterdir()) == [path]
+
+
+def test_names_of_63_bytes_and_unsigned_integer_tables_are_written(tmp_path: Path):
+    path = tmp_path / "model.gguf"
+    names = ["x" * 63, "é" * 31 + "x"]  # 63 bytes each
+    table = np.array([0, 7, 65535], np.uint16)  # index tables often come unsigned
+    tensors = [TensorToWrite(name, np.ones(4, np.float32)) for name in names]
+    write_gguf(path, "deepseek4", {}, [*tensors, TensorToWrite("ids", table, T.I32)])
+    written = open_gguf(path)
+    assert written.tensor_names() == [*names, "ids"]
+    assert written.tensor_type("ids") == T.I32
+    np.testing.assert_array_equal(np.asarray(written.raw("ids")), table)
 
 
 def test_duplicate_tensor_names_are_refused(tmp_path: Path):

@@ -9,7 +9,9 @@ from urllib.parse import urlsplit
 
 from ds4mlx.server.app import MAX_BODY_BYTES
 
+import anthropic
 import httpx
+import openai
 import pytest
 
 from server.harness import MODEL_ID, TIMEOUT, ScriptedService, config_with, serve
@@ -143,6 +145,29 @@ def test_anthropic_style_errors(http, body, status, error_type):
     assert response.json()["type"] == "error"
     assert response.json()["error"]["type"] == error_type and response.json()["error"]["message"]
     assert_healthy(http)
+
+
+class BrokenModelService(ScriptedService):
+    """Every generation fails the way a bug in the model would, before its first event."""
+
+    def _answer(self, request):
+        raise RuntimeError("the model broke")
+        yield
+
+
+def test_a_failed_generation_is_a_server_error_to_both_clients(engine):
+    """A generation that fails is the server's fault, not the request's: 500 with OpenAI's
+    ``server_error`` and Anthropic's ``api_error`` types."""
+    with serve(BrokenModelService(), engine) as url:
+        gpt = openai.OpenAI(base_url=f"{url}/v1", api_key="k", timeout=TIMEOUT, max_retries=0)
+        with pytest.raises(openai.InternalServerError) as failed:
+            gpt.chat.completions.create(model=MODEL_ID, messages=HI)
+        assert failed.value.status_code == 500 and failed.value.type == "server_error"
+        claude = anthropic.Anthropic(base_url=url, api_key="k", timeout=TIMEOUT, max_retries=0)
+        with pytest.raises(anthropic.InternalServerError) as refused:
+            claude.messages.create(model=MODEL_ID, max_tokens=5, messages=HI)
+        assert refused.value.status_code == 500
+        assert refused.value.body["error"]["type"] == "api_error"
 
 
 def test_unknown_paths_and_methods(http):

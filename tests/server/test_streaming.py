@@ -228,6 +228,42 @@ def test_the_queue_is_fifo_and_survives_failing_generations():
     assert engine_threads() == threads_before  # close() ended the worker
 
 
+def test_closing_refuses_the_waiting_jobs_and_empties_the_queue():
+    """A job still waiting when the queue closes is refused with a 503 and leaves the queue:
+    the queued count the metrics report falls back to zero."""
+    from ds4mlx.server.errors import APIError
+    from ds4mlx.server.queue import GenerationQueue
+
+    async def drive() -> tuple[int, object, object]:
+        queue = GenerationQueue()
+        running_started = threading.Event()
+        running: list = []
+
+        def run_until_cancelled():
+            running_started.set()
+            # The engine stays busy with this job until close() cancels it, so the next
+            # job is still waiting when the queue closes.
+            while not running[0].cancelled:
+                time.sleep(0.01)
+            return
+            yield
+
+        running.append(queue.submit(run_until_cancelled))
+        await asyncio.to_thread(running_started.wait, TIMEOUT)
+        waiting = queue.submit(lambda: iter(()))
+        queued_before = queue.stats().queued
+        await asyncio.to_thread(queue.close)
+        try:
+            refusal: object = [event async for event in waiting.events(TIMEOUT)]
+        except APIError as error:
+            refusal = error.status
+        return queued_before, refusal, queue.stats()
+
+    queued_before, refusal, final = asyncio.run(asyncio.wait_for(drive(), TIMEOUT))
+    assert queued_before == 1 and refusal == 503
+    assert (final.queued, final.running) == (0, 0)
+
+
 def test_each_generation_is_logged_with_its_speculation_counters(engine, caplog):
     from ds4mlx.engine.chat import TextDelta
     from ds4mlx.generation import Finished

@@ -73,6 +73,22 @@ def test_tokenize_and_detokenize_round_trip(base_url, chat_model):
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "tokens[1]"
 
 
+def test_tokenize_pieces_give_partial_utf8_as_bytes(base_url):
+    """A piece that is part of a character (the byte tokens of an emoji) comes back as its
+    bytes, as llama-server sends it, so the pieces join to the text's exact UTF-8."""
+    text = "🌊 sea"
+    pieces = httpx.post(
+        f"{base_url}/tokenize", timeout=TIMEOUT, json={"content": text, "with_pieces": True}
+    ).json()["tokens"]
+    partial = [token["piece"] for token in pieces if isinstance(token["piece"], list)]
+    assert partial, "the emoji's byte tokens should come back as lists of bytes"
+    joined = b"".join(
+        bytes(piece) if isinstance(piece, list) else piece.encode("utf-8")
+        for piece in (token["piece"] for token in pieces)
+    )
+    assert joined == text.encode("utf-8")
+
+
 def test_props_and_slots(base_url, service):
     props = httpx.get(f"{base_url}/props", timeout=TIMEOUT).json()
     assert props["default_generation_settings"]["n_ctx"] == service.max_context

@@ -19,6 +19,7 @@ from ds4mlx.speculation.support_gguf import (
     FULL_HASH_BYTES,
     random_arrays,
     target_fingerprint,
+    tokenizer_metadata,
     write_support_gguf,
 )
 
@@ -137,6 +138,40 @@ def test_drafting_from_the_mask_rows_needs_a_block_of_two(made, block_size, refu
     else:
         drafter = dspark.load_dspark(path, target)
         assert not drafter.config.sample_from_anchor and drafter.config.block_size == 2
+
+
+@pytest.mark.parametrize(
+    "block_size", [dspark_layout.MAX_BLOCK_SIZE, dspark_layout.MAX_BLOCK_SIZE + 1]
+)
+def test_the_largest_block_loads_and_one_more_is_refused(made, block_size):
+    target, paths, root = made
+    meta = {"dflash.block_size": MetaValue(block_size, U32)}
+    path = rewrite(paths[dspark_layout.ARCH_LLAMA], root / f"block-{block_size}.gguf", meta=meta)
+    if block_size > dspark_layout.MAX_BLOCK_SIZE:
+        with pytest.raises(GGUFError, match=f"block size {block_size} is outside"):
+            dspark.load_dspark(path, target)
+    else:
+        assert dspark.load_dspark(path, target).config.block_size == block_size
+
+
+def test_a_targets_empty_tokenizer_array_is_left_out_of_a_drafter_file(ds4_fixture_path, tmp_path):
+    # llama.cpp writes an empty tokenizer.ggml.merges for this target; a GGUF writer refuses
+    # an empty array, so the drafter file carries the target's other tokenizer keys only.
+    target = open_gguf(ds4_fixture_path)
+    assert target.get("tokenizer.ggml.merges") == []
+    path = tmp_path / "drafter.gguf"
+    write_support_gguf(
+        path, dspark_layout.ARCH_LLAMA, tokenizer_metadata(target), {"x": np.zeros((2, 32))}
+    )
+    written = open_gguf(path)
+    carried = [key for key in written.layout.metadata if key.startswith("tokenizer.")]
+    expected = [
+        key
+        for key in target.layout.metadata
+        if key.startswith("tokenizer.") and target.get(key) != []
+    ]
+    assert carried == expected and "tokenizer.ggml.tokens" in carried
+    assert all(written.get(key) == target.get(key) for key in carried)
 
 
 def test_d2t_is_checked(made):

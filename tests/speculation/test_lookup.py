@@ -48,6 +48,14 @@ def test_the_longest_most_recent_match_is_continued():
     assert index_of([5, 6, 1, 5, 6, 2, 5]).continuation(6, 1) == ([2], 2)
 
 
+def test_a_copy_that_runs_into_the_present_repeats_the_pattern():
+    # "0 1" last occurred at 1..2: its continuation (index 3) reaches the pending token at
+    # once, and goes on as the pattern went: 0 1 0 1 0, one period of two tokens after another.
+    assert index_of([7, 0, 1, 0]).continuation(1, 5) == ([0, 1, 0, 1, 0], 2)
+    # A period of three: "a b c" repeated, the copy running past the pending token.
+    assert index_of([4, 5, 6, 4, 5]).continuation(6, 6) == ([4, 5, 6, 4, 5, 6], 3)
+
+
 def test_the_index_grows_by_one_entry_per_size_and_token():
     index = NgramIndex(2, 4)
     tokens = list(range(50)) * 4
