@@ -296,7 +296,8 @@ class PromptCache:
 
     def candidates(self, prompt: Sequence[int], longer_than: int) -> list[Candidate]:
         """Cached entries usable for ``prompt`` that share more than ``longer_than`` tokens
-        with it, the longest share first (memory before disk on a tie)."""
+        with it, the longest share first; on a tie, the entry with fewer tokens to roll back
+        (``Candidate.cut``), then memory before disk."""
         found: dict[tuple[int, ...], Candidate] = {}
         sources = [(False, self.memory.keys())]
         if self.disk is not None:
