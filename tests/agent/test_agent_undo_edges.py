@@ -78,3 +78,21 @@ def test_a_snapshot_sees_a_same_size_edit_dated_as_the_index(tmp_path):
     assert "-v1" in checkpoints.diff()
     checkpoints.undo()
     assert tracked.read_text() == "v1\n"
+
+
+def test_a_prompt_that_changed_nothing_leaves_nothing_to_undo_in_git(tmp_path):
+    """An empty checkpoint would make the next undo
+    undo nothing, and the one after it the real change."""
+    root = git_work_tree(tmp_path / "repo")
+    checkpoints = Checkpoints(root)
+    assert checkpoints.kind == "git"
+    checkpoints.begin_prompt()
+    checkpoints.before_file_change(root / "tracked.txt")
+    (root / "tracked.txt").write_text("v1\n")
+    checkpoints.end_prompt()
+    checkpoints.begin_prompt()  # a prompt that only read
+    checkpoints.before_tool(bash=True)
+    checkpoints.end_prompt()
+    said = checkpoints.undo()
+    assert "restored 1 file(s)" in said and (root / "tracked.txt").read_text() == "v0\n"
+    assert checkpoints.undo().startswith("nothing to undo")
