@@ -82,7 +82,10 @@ def test_save_list_switch_delete(commands, store):
 
     assert commands.handle("/del beta").text == "deleted beta"
     assert [e.name for e in store.list()] == ["alpha"]
+    assert commands.agent.conversation.name == "alpha"  # another one went: this keeps its name
     assert "usage" in commands.handle("/del").text
+    assert commands.handle("/del alpha").text == "deleted alpha"
+    assert commands.agent.conversation.name is None  # it lives on unsaved
 
 
 def test_leaving_an_unsaved_conversation_saves_it(commands, store):
@@ -102,6 +105,9 @@ def test_history_think_hints_strip_help(commands):
     assert commands.agent.settings.thinking
     assert commands.handle("/think").text == "thinking off"
     assert commands.handle("/think maybe").text == "usage: /think on|off"
+    assert commands.handle("/think ON").text == "thinking on"  # any case
+    assert commands.handle("/hints Off").text == "hints off" and not commands.hints
+    assert commands.handle("/hints").text == "hints on"
     assert commands.handle("/hints off").text == "hints off" and not commands.hints
     assert commands.handle("/strip").text.startswith("dropped 0 tool outputs")
     assert all(usage.split()[0] in commands.handle("/help").text for usage in HELP)

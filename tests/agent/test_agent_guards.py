@@ -281,6 +281,30 @@ def test_two_edits_in_one_prompt_undo_to_the_content_before_the_prompt(tmp_path)
     assert "nothing to undo" in checkpoints.undo()
 
 
+def test_the_diff_without_git_names_an_empty_file_created_or_removed(tmp_path):
+    """An empty file has no lines for a unified diff: the diff says what happened to it
+    (fresh6's checkpoints_created_empty_file_called_removed)."""
+    root = tmp_path / "plain"
+    root.mkdir()
+    doomed = root / "doomed.txt"
+    doomed.touch()
+    checkpoints = Checkpoints(root)
+    checkpoints.begin_prompt()
+    checkpoints.before_file_change(root / "made.txt")
+    (root / "made.txt").touch()
+    checkpoints.before_file_change(doomed)
+    doomed.unlink()
+    checkpoints.end_prompt()
+    assert checkpoints.diff().splitlines() == [
+        "--- a/doomed.txt",
+        "+++ b/doomed.txt",
+        "(empty file removed)",
+        "--- a/made.txt",
+        "+++ b/made.txt",
+        "(empty file created)",
+    ]
+
+
 def test_undo_goes_back_one_prompt_at_a_time(tmp_path):
     root = tmp_path / "plain"
     root.mkdir()
