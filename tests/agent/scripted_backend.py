@@ -41,10 +41,12 @@ class ScriptedBackend:
         self.context_size = context_size
         self.default_answer = default_answer
         self.requests: list[list[dict]] = []  # the messages of every chat request
+        self.max_tokens: list[int] = []  # and the tokens each asked for at most
         self.closed = 0  # event streams closed before their end
 
     def chat(self, messages, tools, *, max_tokens: int, thinking: bool) -> Iterator:
         self.requests.append(copy.deepcopy(list(messages)))
+        self.max_tokens.append(max_tokens)
         turn = self.turns.popleft() if self.turns else [text(self.default_answer)]
         finished = False
         try:

@@ -255,3 +255,15 @@ def test_an_edit_known_to_fail_is_failed_without_asking(toolbox, workspace):
     assert "old text was not found" in tool["content"] and tool["is_error"]
     assert (workspace / "README.md").read_text() == "# demo\nA demo project.\n"
     assert finished(events).reason == "answer"
+
+
+def test_a_turn_asks_for_no_more_tokens_than_the_context_has_left(toolbox):
+    """A turn's budget is the per-turn setting, cut to the room the conversation leaves in
+    the context (fresh6's loop_turn_not_clamped_to_the_room_left)."""
+    agent, backend = make_agent(toolbox, [[text("short")], [text("again")]], max_tokens=100_000)
+    list(agent.run("hello"))
+    asked = backend.count_tokens(backend.requests[0], toolbox.schemas, thinking=False)
+    assert backend.max_tokens[0] == backend.context_size - asked - 1 < 100_000
+    agent.settings.max_tokens = 64
+    list(agent.run("hello again"))
+    assert backend.max_tokens[1] == 64
