@@ -128,3 +128,27 @@ def test_grammar_text_that_spells_a_special_token_is_written_as_text():
     assert not mask[tokenizer.token_to_id(EOS)]
     assert all(EOS.encode().startswith(tokenizer.token_bytes(t)) for t in np.flatnonzero(mask))
     assert mask.any()
+
+
+def test_json_values_are_laid_out_as_the_templates_render_them():
+    """Inside a constrained JSON value, items are separated by ", " and keys by ": ", with no
+    other whitespace: the layout the chat templates render arguments in (fresh6's
+    ``call_grammar_items_without_space``)."""
+    tokenizer = PieceTokenizer([])
+    schema = {
+        "type": "object",
+        "properties": {"xs": {"type": "array", "items": {"type": "integer"}}},
+    }
+    constraint = JsonConstraint(tokenizer, schema)
+
+    def after(text: str) -> np.ndarray:
+        for token in tokenizer.encode(text):
+            constraint.advance(token)
+        return allowed(constraint)
+
+    mask = after('{"xs"')
+    assert mask[ord(":")] and not mask[ord(" ")]
+    mask = after(": [1,")
+    assert mask[ord(" ")] and not mask[ord("2")]
+    mask = after(" 2")
+    assert mask[ord("]")] and mask[ord(",")] and not mask[ord(" ")]

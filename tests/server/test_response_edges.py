@@ -8,12 +8,19 @@ mutation_sets/fresh3.py``).
 
 from __future__ import annotations
 
-from ds4mlx.engine.chat import TextDelta, ToolCallError
+from ds4mlx.engine.chat import (
+    TextDelta,
+    ToolCall,
+    ToolCallArguments,
+    ToolCallComplete,
+    ToolCallError,
+    ToolCallStart,
+)
 from ds4mlx.generation import Finished
 from ds4mlx.server.anthropic_messages import MessagesEndpoint, MessagesRequest
 from ds4mlx.server.openai_chat import ChatCompletionRequest, ChatCompletionsEndpoint
 from ds4mlx.server.openai_responses import ResponsesEndpoint, ResponsesRequest, ResponseStore
-from ds4mlx.server.turn import ResponseMeta
+from ds4mlx.server.turn import ResponseMeta, track
 
 import httpx
 import pytest
@@ -79,3 +86,18 @@ def test_only_a_call_the_output_ended_inside_is_dropped(engine, unterminated, co
             timeout=TIMEOUT,
         )
     assert response.json()["choices"][0]["message"]["content"] == content
+
+
+def test_a_whole_call_after_a_streamed_one_of_the_same_name_is_a_call_of_its_own():
+    """A completed streamed call is closed: the next call of that name, arriving whole, is a
+    second call with its own id (fresh6's turn_completed_call_takes_the_next_call_of_its_name)."""
+    first, second = ToolCall("get", {"a": 1}), ToolCall("get", {"a": 2})
+    events = [
+        ToolCallStart("get"),
+        ToolCallArguments('{"a": 1}'),
+        ToolCallComplete(first),
+        ToolCallComplete(second),
+    ]
+    calls = track(events, "call_").tool_calls
+    assert [block.call for block in calls] == [first, second]
+    assert calls[0].call_id != calls[1].call_id
