@@ -15,7 +15,7 @@ from functools import cache
 from pathlib import Path
 
 import ds4mlx
-from ds4mlx.engine.chat import DEEPSEEK_V4
+from ds4mlx.engine.chat import DEEPSEEK_V4, GLM5
 from ds4mlx.engine.chat.deepseek4 import EOS, THINK_END
 from ds4mlx.engine.constraints import CallConstraint, JsonConstraint
 from ds4mlx.generation import DSML
@@ -152,3 +152,17 @@ def test_json_values_are_laid_out_as_the_templates_render_them():
     assert mask[ord(" ")] and not mask[ord("2")]
     mask = after(" 2")
     assert mask[ord("]")] and mask[ord(",")] and not mask[ord(" ")]
+
+
+def test_a_marker_that_may_open_a_call_anywhere_opens_one_after_any_text():
+    """GLM's ``<tool_call>`` needs nothing before it: its token opens a call after any text,
+    not only after an opener (fresh6's ``constraints_marker_anywhere_never_opens_a_call``)."""
+    marker = "<tool_call>"
+    tokenizer = PieceTokenizer([marker])
+    syntax = GLM5.call_syntax([TOOL])
+    assert syntax.marker == marker and syntax.opens_after == ""
+    constraint = CallConstraint(tokenizer, marker, syntax)
+    for text in ("", "Let me check", " the weather."):
+        for token in tokenizer.encode(text):
+            constraint.advance(token)
+        assert allowed(constraint)[tokenizer.piece(marker)], text

@@ -115,6 +115,19 @@ def test_concurrent_requests_equal_sequential_ones(base_url, batched_url):
     assert all(tokens > 0 for _, _, tokens in together)
 
 
+def test_the_largest_batch_stays_the_largest_after_smaller_ones(batched_url):
+    """``max_batch`` is the most jobs any batched step advanced, not the last step's count
+    (fresh6's queue_max_batch_is_the_last_batch): requests that leave at different steps end
+    in smaller batches, and a later pair runs in a batch of two."""
+    # Four requests started together overlap for most of their steps: some step runs three
+    # or four of them. The pair after them ends in a batch of two.
+    concurrently(batched_url, [{**request, "max_tokens": 24} for request in REQUESTS[:4]])
+    largest = stats(batched_url)["max_batch"]
+    assert largest >= 3
+    concurrently(batched_url, [REQUESTS[3], REQUESTS[3]])
+    assert stats(batched_url)["max_batch"] == largest
+
+
 def test_stop_strings_and_limits_stay_per_request(base_url, batched_url):
     reference, _, _ = chat(base_url, REQUESTS[1], stream=False)
     stop = reference[len(reference) // 2 :][:3]
