@@ -8,6 +8,7 @@ others were checked against that template rendered by ``transformers``.
 from __future__ import annotations
 
 from ds4mlx.engine.chat import (
+    DEEPSEEK_V4,
     GLM5,
     ChatFormat,
     ReasoningDelta,
@@ -17,6 +18,7 @@ from ds4mlx.engine.chat import (
     ToolCallError,
     chat_format_for_arch,
 )
+from ds4mlx.engine.chat.base import REASONING_EFFORT_ORDER
 
 import pytest
 from hypothesis import given, settings
@@ -176,7 +178,10 @@ def test_tools_section_effort_and_results_in_call_order():
     )
 
 
-def test_results_keep_their_order_when_they_do_not_all_name_a_call():
+@pytest.mark.parametrize("unmatched", [{}, {"tool_call_id": "zz"}], ids=["no id", "unknown id"])
+def test_results_keep_their_order_when_they_do_not_all_name_a_call(unmatched):
+    # A result without an id, or with one no call has (fresh6's
+    # glm5_unmatched_tool_result_dropped): nothing to sort by, and nothing is dropped.
     messages = [
         {"role": "user", "content": "go"},
         {
@@ -185,7 +190,7 @@ def test_results_keep_their_order_when_they_do_not_all_name_a_call():
             "tool_calls": CALLS + [{"id": "c2", "function": {"name": "search", "arguments": {}}}],
         },
         {"role": "tool", "tool_call_id": "c2", "content": "B"},
-        {"role": "tool", "content": "A"},
+        {"role": "tool", "content": "A", **unmatched},
     ]
     assert render(messages).endswith(
         "<|observation|><tool_response>B</tool_response><tool_response>A</tool_response>"
@@ -225,6 +230,23 @@ def test_a_strict_tool_renders_as_the_same_tool_without_strict():
     question = [{"role": "user", "content": "weather?"}]
     prompt = render(question, [strict])
     assert prompt == render(question, [WEATHER]) and "strict" not in prompt
+
+
+@pytest.mark.parametrize(
+    ("chat_format", "expected"),
+    [
+        (GLM5, ["low", "low", "low", "high", "high", "max"]),
+        (DEEPSEEK_V4, ["high", "high", "high", "high", "high", "max"]),
+    ],
+    ids=["glm5", "deepseek4"],
+)
+def test_a_requested_effort_maps_to_the_strongest_the_template_has_not_above_it(
+    chat_format, expected
+):
+    """An effort the template has by name is its own (fresh6's
+    chat_effort_of_the_same_name_skipped); one it lacks takes the next weaker, else the
+    weakest."""
+    assert [chat_format.template_effort(e) for e in REASONING_EFFORT_ORDER] == expected
 
 
 def test_developer_message_renders_as_system():
@@ -293,6 +315,7 @@ def test_tool_call_markup_inside_reasoning_is_reasoning_text():
             "f<arg_key>a</arg_key><arg_value>1</arg_value><arg_key>a</arg_key><arg_value>2</arg_value>",
             "duplicate argument",
         ),
+        ("f<arg_key> </arg_key><arg_value>1</arg_value>", "empty arg_key"),
     ],
 )
 def test_malformed_call_is_reported_and_parsing_goes_on(body, reason):

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import ds4mlx
 from ds4mlx.engine.kvcache import (
+    DiskTier,
+    PromptCache,
     SnapshotFileError,
     StateFormatError,
     model_fingerprint,
@@ -146,6 +148,29 @@ def test_another_format_version_and_edited_headers_are_refused(saved, fingerprin
     _rewrite_metadata(path, lambda meta: meta.update(tokens=json.dumps(PREFIX[:-1] + [1])))
     with pytest.raises(SnapshotFileError, match="checksum"):
         read_snapshot(path, fingerprint)
+
+
+def test_a_state_that_is_not_at_the_last_token_is_refused(model, fingerprint, tmp_path):
+    """A state behind or ahead of its token list (a lazy feed not yet confirmed, an edit of
+    either) would continue from the wrong place: the file is refused when read, and the prompt
+    cache never keeps such a snapshot (fresh6's snapshot_state_behind_its_tokens_read and
+    prompt_cache_state_behind_its_tokens_cached)."""
+    session = model.new_session()
+    session.feed(PREFIX)
+    state = session.snapshot().state
+    for tokens in (tuple(PREFIX) + (SUFFIX[0],), tuple(PREFIX[:-1])):
+        path = tmp_path / f"state-{len(tokens)}.safetensors"
+        write_snapshot(path, Snapshot(state, tokens), fingerprint)
+        with pytest.raises(SnapshotFileError, match=f"position {len(PREFIX)}, the file names"):
+            read_snapshot(path, fingerprint)
+        cache = PromptCache(
+            1 << 30, DiskTier(tmp_path / f"disk-{len(tokens)}", 1 << 30, fingerprint)
+        )
+        cache.remember(Snapshot(state, tokens))
+        cache.persist(Snapshot(state, tokens))
+        assert cache.candidates(list(tokens) + [1], longer_than=0) == []
+    cache.remember(Snapshot(state, tuple(PREFIX)))  # at its last token: kept
+    assert [c.tokens for c in cache.candidates(PREFIX + [1], longer_than=0)] == [tuple(PREFIX)]
 
 
 def test_no_file_is_left_when_the_write_fails(model, fingerprint, tmp_path):
