@@ -214,6 +214,9 @@ def test_the_state_walk_is_generic_and_refuses_changed_classes(monkeypatch):
     assert np.array_equal(np.array(back[0].buffer), np.array(ring.buffer))
     assert back[0].extra["scale"] == np.float32(0.5)
     assert np.array_equal(back[0].extra["rows"], np.arange(3))
+    # Each array comes back as the kind it was (fresh6's state_codec_ndarray_comes_back_as_mlx).
+    assert isinstance(back[0].extra["rows"], np.ndarray) and back[0].extra["rows"].dtype == np.int32
+    assert isinstance(back[0].buffer, mx.array)
     # The class lost a field since the file was written: refused by name.
     node = tree["list"][0]
     node["class"] = node["class"].replace("_Ring", "_Changed")
