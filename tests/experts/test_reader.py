@@ -12,6 +12,7 @@ from ds4mlx.gguf import GGUFError, open_gguf
 import numpy as np
 import pytest
 from expert_helpers import TINY
+from gguf import GGMLQuantizationType as T
 
 NAME = "blk.1.ffn_down_exps.weight"
 
@@ -52,6 +53,30 @@ def test_corrupt_offset_or_size_is_refused_before_reading():
     with pytest.raises(GGUFError, match="outside the file"):
         reader.read_bytes(replace(tensor, file_offset=reader.file_size), 0)
     reader.close()
+
+
+def test_a_tensor_ending_exactly_at_the_end_of_the_file_is_accepted():
+    """The last byte of the file may be the tensor's last (fresh6's
+    reader_expert_tensor_ending_at_eof_refused); one byte further is refused."""
+    gguf, _, reader = tensor_and_reader()
+    info = gguf.layout.tensors[NAME]
+    at_end = replace(info, file_offset=reader.file_size - info.nbytes)
+    assert ExpertTensor.from_info(TINY, at_end, reader.file_size).file_offset == at_end.file_offset
+    with pytest.raises(GGUFError, match="past the end of the file"):
+        ExpertTensor.from_info(
+            TINY, replace(at_end, file_offset=at_end.file_offset + 1), reader.file_size
+        )
+    reader.close()
+
+
+@pytest.mark.parametrize(("qtype", "dtype"), [(T.F32, np.float32), (T.F16, np.float16)])
+def test_dense_experts_are_viewed_as_their_floats(qtype, dtype):
+    """F32 and F16 experts come back typed, in their [out, in] shape, as GGUFReader maps them
+    (fresh6's reader_f16_experts_as_raw_bytes); quantized ones as rows of block bytes."""
+    values = np.arange(12, dtype=dtype).reshape(3, 4)
+    tensor = ExpertTensor("x", qtype, 1, (3, 4), 0, values.nbytes)
+    view = tensor.raw_view(np.frombuffer(values.tobytes(), dtype=np.uint8).copy())
+    assert view.dtype == dtype and view.shape == (3, 4) and np.array_equal(view, values)
 
 
 def test_truncated_file_is_a_short_read(tmp_path):

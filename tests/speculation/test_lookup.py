@@ -126,6 +126,19 @@ def test_lookup_extends_the_learned_block_with_the_copy_past_it():
     assert combined.propose_on_device(7).tolist() == [7] * 5 + [3, 3]
 
 
+def test_an_empty_learned_block_is_not_extended_by_a_weak_copy():
+    """A learned drafter that proposes nothing (MTP's margin) gives no block to lengthen: a
+    short match's copy, a weak guess, is not drafted in its place (fresh6's
+    lookup_extension_of_an_empty_block)."""
+    learned = FixedDrafter()
+    learned.propose = lambda max_tokens: Draft([], [])
+    combined = LookupExtension(learned, LookupDrafter(7, (2, 4)), min_match=3)
+    combined.observe([1, 2, 8, 9, 1], 2, NO_ROWS)  # "1 2" matched: a copy of 8 9 1 2
+    assert combined.lookup.propose(7).tokens and combined.lookup.last_match == 2
+    assert combined.propose(7).tokens == []
+    assert combined.last_sources == [("fixed", 0), ("lookup", 0)]
+
+
 def test_a_long_match_drafts_the_copy_in_place_of_the_learned_block():
     learned = FixedDrafter()
     combined = LookupExtension(learned, LookupDrafter(7, (2, 4)), min_match=3)
