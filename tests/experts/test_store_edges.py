@@ -101,3 +101,60 @@ def test_the_hottest_experts_come_first(uses, limit):
     keys, hot = policy.hottest(limit)
     assert list(hot) == sorted(uses, reverse=True)[:limit]
     assert [uses[key] for key in keys] == list(hot)
+
+
+# fresh6's first-pass survivors in the streamed store (each test names its mutation).
+
+
+def test_evicting_the_expert_of_key_zero_counts(routed):
+    """(streamed_eviction_of_key_zero_not_counted) The first layer's expert 0 is key 0."""
+    model = streamed(TINY, (routed[1] * routed[2] + 1) / 2**30)
+    try:
+        store = model.experts
+        store.finish_loading()
+        first = store.layers[0]
+        assert first.key_base == 0 and first.pool.capacity == 2
+        list(first.batches(mx.array([[0, 1]])))
+        assert model.expert_stats().evictions == 0  # empty slots filled
+        list(first.batches(mx.array([[2, 3]])))
+        assert model.expert_stats().evictions == 2  # keys 0 and 1 went
+    finally:
+        model.close()
+
+
+def write_hotlist(path, entries) -> None:
+    path.write_text(json.dumps({"format": HOTLIST_FORMAT, "experts": entries}))
+
+
+def test_a_hotlist_fills_at_most_the_slots_there_are(routed, tmp_path):
+    """(streamed_hotlist_reads_past_the_capacity, streamed_hotlist_zero_hotness_refused) A
+    hot-list longer than the slots reads only its hottest experts; hotness 0 is allowed (an
+    expert the last run loaded but never used)."""
+    model = streamed(TINY, (routed[1] * routed[2] + 1) / 2**30)
+    try:
+        store = model.experts
+        first = store.layers[0]
+        entries = [
+            {"layer": first.prefix, "expert": e, "hotness": h}
+            for e, h in ((5, 1.0), (6, 4.0), (7, 0.0), (4, 2.0))
+        ]
+        write_hotlist(tmp_path / "hot.json", entries)
+        assert store.load_hotlist(tmp_path / "hot.json") == first.pool.capacity == 2
+        cached = first.pool.policy.lookup(np.arange(8) + first.key_base)
+        assert sorted(np.flatnonzero(cached >= 0).tolist()) == [4, 6]  # the two hottest
+    finally:
+        model.close()
+
+
+def test_a_run_that_routed_nothing_leaves_the_hotlist_alone(routed, tmp_path):
+    """(streamed_idle_run_overwrites_the_hotlist) A run that failed or did nothing has no
+    hotness to save: the hot-list it started from stays as it was."""
+    hotlist = tmp_path / "hot.json"
+    model = streamed(TINY, (routed[1] * routed[2] + 1) / 2**30)
+    first = model.experts.layers[0]
+    write_hotlist(hotlist, [{"layer": first.prefix, "expert": 3, "hotness": 7.0}])
+    model.close()
+    before = hotlist.read_text()
+    idle = streamed(TINY, (routed[1] * routed[2] + 1) / 2**30, hotlist=hotlist, save_hotlist=True)
+    idle.close()
+    assert hotlist.read_text() == before

@@ -34,6 +34,9 @@ METADATA = {
     "test.double": MetaValue(0.1, V.FLOAT64),
     "test.unsigned_array": MetaValue([1, 2, 3], V.UINT32),
     "test.bytes": MetaValue((0, 255), V.UINT8),
+    "test.int8": MetaValue(-5, V.INT8),
+    "test.int16": MetaValue(-300, V.INT16),
+    "test.uint8": MetaValue(200, V.UINT8),
 }
 # key -> (types as GGUFReader reports them, value as GGUFFile.get returns it)
 EXPECTED_METADATA = {
@@ -52,6 +55,9 @@ EXPECTED_METADATA = {
     "test.double": ([V.FLOAT64], 0.1),
     "test.unsigned_array": ([V.ARRAY, V.UINT32], [1, 2, 3]),
     "test.bytes": ([V.ARRAY, V.UINT8], [0, 255]),
+    "test.int8": ([V.INT8], -5),  # signed (fresh6's reader_int8_metadata_read_unsigned)
+    "test.int16": ([V.INT16], -300),
+    "test.uint8": ([V.UINT8], 200),
     "general.quantization_version": ([V.UINT32], GGML_QUANT_VERSION),
     "general.file_type": ([V.UINT32], LlamaFileType.MOSTLY_Q4_K_M),
 }
