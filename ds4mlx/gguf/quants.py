@@ -363,7 +363,8 @@ def row_codes(
     scale, bias = scale.reshape(-1, groups, 1), bias.reshape(-1, groups, 1)
     with np.errstate(divide="ignore", invalid="ignore"):
         codes = np.rint(np.where(scale != 0, (flat - bias) / scale, 0))
-    if codes.max(initial=0) > 127 or codes.min(initial=0) < -128:
+    # Non-finite scales or values (a corrupt or odd file) have no int8 form either.
+    if not np.isfinite(codes).all() or codes.max(initial=0) > 127 or codes.min(initial=0) < -128:
         return None
     codes = codes.astype(np.int8)
     if not np.array_equal(scale * codes.astype(np.float32) + bias, flat):

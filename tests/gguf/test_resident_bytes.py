@@ -3,6 +3,8 @@ supported type, shape kind and weights mode."""
 
 from __future__ import annotations
 
+import warnings
+
 from ds4mlx.gguf.quants import SUPPORTED_TYPES, host_weight, resident_nbytes
 
 import numpy as np
@@ -50,3 +52,18 @@ def test_row_codes_bytes_are_what_load_weight_attaches(qtype, shape):
     attached = 0 if codes is None else sum(part.nbytes for part in codes.operand)
     assert row_codes_nbytes(qtype, shape, "f32") == attached
     assert row_codes_nbytes(qtype, shape, "native") == 0
+
+
+@pytest.mark.parametrize("qtype", [T.Q8_0, T.Q4_K])
+def test_blocks_with_a_non_finite_scale_have_no_int8_codes(qtype):
+    """A NaN float16 scale (a corrupt or odd file) gives no codes, quietly: the rows stay in
+    float32 (no invalid-cast warning from casting NaN codes to int8)."""
+    from ds4mlx.gguf.quants import dequantize, row_codes
+
+    block, size = GGML_QUANT_SIZES[qtype]
+    raw = np.zeros((2, size), np.uint8)
+    raw[0, :2] = np.array([np.nan], np.float16).view(np.uint8)  # the first block's d
+    values = dequantize(raw, qtype, (2, block))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert row_codes(raw, qtype, values) is None
