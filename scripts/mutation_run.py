@@ -100,9 +100,14 @@ def apply_and_test(mutation: Mutation, timeout: float) -> Outcome:
         return Outcome(mutation, "SURVIVED", [], seconds)
     if code == 1:
         failed = failed_tests(output)
-        unmutated, again = run_tests(failed, timeout) if failed else (0, "")
-        if unmutated != 0:
+        # The failed tests' functions, every parametrization (an id's parameters may hold
+        # spaces, which end it in pytest's summary line).
+        functions = list(dict.fromkeys(test.split("[", 1)[0] for test in failed))
+        unmutated, again = run_tests(functions, timeout) if functions else (0, "")
+        if unmutated == 1:
             return Outcome(mutation, "FLAKY", failed, seconds, again[-2000:])
+        if unmutated != 0:
+            return Outcome(mutation, "ERROR", failed, seconds, again[-2000:])
         return Outcome(mutation, "caught", failed, seconds)
     return Outcome(mutation, "ERROR", [], seconds, output[-2000:])
 

@@ -54,16 +54,19 @@ def test_a_catch_by_a_test_that_fails_unmutated_is_flaky(tmp_path, monkeypatch):
     def scripted(unmutated_code):
         def run_tests(tests, timeout):
             seen.append((tuple(tests), (tmp_path / "code.py").read_text()))
-            if len(seen) % 2:  # the mutated run: one test fails
-                return 1, "FAILED tests/t.py::test_limit - assert 2 == 1\n"
+            if len(seen) % 2:  # the mutated run: one parametrization fails
+                return 1, "FAILED tests/t.py::test_limit[a b] - assert 2 == 1\n"
             return unmutated_code, ""
 
         return run_tests
 
     monkeypatch.setattr(run, "run_tests", scripted(1))
     outcome = run.apply_and_test(mutation, timeout=5.0)
-    assert outcome.status == "FLAKY" and outcome.failed == ["tests/t.py::test_limit"]
-    # The confirming run had the failed test alone, on the restored file.
+    assert outcome.status == "FLAKY" and outcome.failed == ["tests/t.py::test_limit[a"]
+    # The confirming run had the failed test's function alone (every parametrization: the
+    # summary line cut the id at its space), on the restored file.
     assert seen == [(("tests/t.py",), "LIMIT = 2\n"), (("tests/t.py::test_limit",), "LIMIT = 1\n")]
     monkeypatch.setattr(run, "run_tests", scripted(0))
     assert run.apply_and_test(mutation, timeout=5.0).status == "caught"
+    monkeypatch.setattr(run, "run_tests", scripted(4))  # pytest found no such test
+    assert run.apply_and_test(mutation, timeout=5.0).status == "ERROR"
