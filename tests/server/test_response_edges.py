@@ -8,14 +8,8 @@ mutation_sets/fresh3.py``).
 
 from __future__ import annotations
 
-from ds4mlx.engine.chat import (
-    TextDelta,
-    ToolCall,
-    ToolCallArguments,
-    ToolCallComplete,
-    ToolCallError,
-    ToolCallStart,
-)
+from ds4mlx.engine.chat import TextDelta, ToolCallError
+from ds4mlx.engine.chat import events as chat
 from ds4mlx.generation import Finished
 from ds4mlx.server.anthropic_messages import MessagesEndpoint, MessagesRequest
 from ds4mlx.server.openai_chat import ChatCompletionRequest, ChatCompletionsEndpoint
@@ -91,12 +85,12 @@ def test_only_a_call_the_output_ended_inside_is_dropped(engine, unterminated, co
 def test_a_whole_call_after_a_streamed_one_of_the_same_name_is_a_call_of_its_own():
     """A completed streamed call is closed: the next call of that name, arriving whole, is a
     second call with its own id (fresh6's turn_completed_call_takes_the_next_call_of_its_name)."""
-    first, second = ToolCall("get", {"a": 1}), ToolCall("get", {"a": 2})
+    first, second = chat.ToolCall("get", {"a": 1}), chat.ToolCall("get", {"a": 2})
     events = [
-        ToolCallStart("get"),
-        ToolCallArguments('{"a": 1}'),
-        ToolCallComplete(first),
-        ToolCallComplete(second),
+        chat.ToolCallStart("get"),
+        chat.ToolCallArguments('{"a": 1}'),
+        chat.ToolCallComplete(first),
+        chat.ToolCallComplete(second),
     ]
     calls = track(events, "call_").tool_calls
     assert [block.call for block in calls] == [first, second]
