@@ -74,6 +74,21 @@ QUEUE_PY = "ds4mlx/server/queue.py"
 STATE_CODEC_PY = "ds4mlx/engine/kvcache/state_codec.py"
 POLICY_PY = "ds4mlx/experts/policy.py"
 EXPERT_READER_PY = "ds4mlx/experts/reader.py"
+APP_PY = "ds4mlx/server/app.py"
+CALL_GRAMMAR_PY = "ds4mlx/engine/chat/call_grammar.py"
+CHAT_BASE_PY = "ds4mlx/engine/chat/base.py"
+COMPLETIONS_PY = "ds4mlx/server/openai_completions.py"
+EXPERT_OPTIONS_PY = "ds4mlx/experts/options.py"
+KV_OPTIONS_PY = "ds4mlx/cli/kv_options.py"
+KV_STATE_PY = "ds4mlx/agent/kv_state.py"
+MENTIONS_PY = "ds4mlx/agent/mentions.py"
+CLI_OPTIONS_PY = "ds4mlx/cli/options.py"
+PROMPT_PY = "ds4mlx/engine/chat/prompt.py"
+RESPONSES_PY = "ds4mlx/server/openai_responses.py"
+STORE_PY = "ds4mlx/experts/store.py"
+SUPPORT_GGUF_PY = "ds4mlx/speculation/support_gguf.py"
+TURN_PY = "ds4mlx/server/turn.py"
+WRITER_PY = "ds4mlx/gguf/writer.py"
 
 
 def in_area(tests: tuple[str, ...], name: str, file: str, old: str, new: str) -> Mutation:
@@ -89,3 +104,4 @@ in_engine_folder = partial(in_area, ("tests/engine",))
 in_speculation_folder = partial(in_area, ("tests/speculation",))
 in_experts_folder = partial(in_area, ("tests/experts",))
 in_gguf_folder = partial(in_area, ("tests/gguf",))
+in_cli_folder = partial(in_area, ("tests/cli",))

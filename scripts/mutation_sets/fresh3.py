@@ -18,24 +18,32 @@ from __future__ import annotations
 from mutation_sets.base import (
     ACCESS_PY,
     ANTHROPIC_PY,
+    APP_PY,
+    CALL_GRAMMAR_PY,
     CHECKPOINTS_PY,
+    CLI_OPTIONS_PY,
     CONSTRAINTS_PY,
     CONVERSATIONS_PY,
     DSPARK_LAYOUT_PY,
     FILES_PY,
     GENERATION_PY,
     JOBS_PY,
+    KV_OPTIONS_PY,
+    KV_STATE_PY,
     LOOKUP_PY,
     OPENAI_CHAT_PY,
     PERMISSIONS_PY,
     PROMPT_CACHE_PY,
     PROMPT_INPUT_PY,
+    RESPONSES_PY,
     SAMPLER,
     SAMPLING_PY,
     SNAPSHOT_FILE_PY,
     STAGING,
     STREAMED_PY,
+    SUPPORT_GGUF_PY,
     TOOLS_PY,
+    TURN_PY,
     VALIDATE_PY,
     WORKSPACE_PY,
     Mutation,
@@ -116,14 +124,6 @@ CLI = (
     "tests/server/test_kv_cache.py",
 )
 
-RESPONSES_PY = "ds4mlx/server/openai_responses.py"
-TURN_PY = "ds4mlx/server/turn.py"
-APP_PY = "ds4mlx/server/app.py"
-KV_STATE_PY = "ds4mlx/agent/kv_state.py"
-CALL_GRAMMAR_PY = "ds4mlx/engine/chat/call_grammar.py"
-SUPPORT_GGUF_PY = "ds4mlx/speculation/support_gguf.py"
-OPTIONS_PY = "ds4mlx/cli/options.py"
-KV_OPTIONS_PY = "ds4mlx/cli/kv_options.py"
 CLI_SERVER_PY = "ds4mlx/cli/server.py"
 
 
@@ -681,14 +681,14 @@ _FILES = (
     _m(
         CLI,
         "cli_zero_taken_as_positive",
-        OPTIONS_PY,
+        CLI_OPTIONS_PY,
         '    if value <= 0:\n        raise argparse.ArgumentTypeError(f"expected a positive',
         '    if value < 0:\n        raise argparse.ArgumentTypeError(f"expected a positive',
     ),
     _m(
         CLI,
         "cli_open_lower_bound_closed",
-        OPTIONS_PY,
+        CLI_OPTIONS_PY,
         "too_low = value <= low if low_open else value < low",
         "too_low = value < low",
     ),

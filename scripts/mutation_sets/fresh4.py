@@ -27,8 +27,11 @@ from mutation_sets.base import (
     FILES_PY,
     GENERATION_PY,
     GLM5_CHAT_PY,
+    MENTIONS_PY,
     OPENAI_CHAT_PY,
+    POLICY_PY,
     PROMPT_CACHE_PY,
+    PROMPT_PY,
     SAMPLING_PY,
     SCHEDULER_PY,
     SNAPSHOT_FILE_PY,
@@ -128,13 +131,10 @@ EXPERTS = (
 )
 GGUF = fresh3.GGUF_ALL
 
-MENTIONS_PY = "ds4mlx/agent/mentions.py"
 COMPACTION_PY = "ds4mlx/agent/compaction.py"
 SSE_PY = "ds4mlx/server/sse.py"
 DETOKENIZER_PY = "ds4mlx/engine/detokenizer.py"
-PROMPT_PY = "ds4mlx/engine/chat/prompt.py"
 LOOP_PY = "ds4mlx/speculation/loop.py"
-POLICY_PY = "ds4mlx/experts/policy.py"
 
 
 _AGENT = (

@@ -31,16 +31,20 @@ from __future__ import annotations
 from mutation_sets.base import (
     ANTHROPIC_PY,
     CHOICES_PY,
+    COMPLETIONS_PY,
     CONSTRAINTS_PY,
     DEEPSEEK4_CHAT_PY,
     DSPARK_LAYOUT_PY,
     ERRORS_PY,
+    EXPERT_OPTIONS_PY,
     EXPERT_READER_PY,
     GENERATION_PY,
     GLM5_CHAT_PY,
     JOBS_PY,
+    KV_STATE_PY,
     LIMITS_PY,
     LOOKUP_PY,
+    MENTIONS_PY,
     METRICS_PY,
     OPENAI_CHAT_PY,
     POLICY_PY,
@@ -50,11 +54,14 @@ from mutation_sets.base import (
     SAMPLING_PY,
     SCHEDULER_PY,
     STATE_CODEC_PY,
+    STORE_PY,
     STREAMED_PY,
+    SUPPORT_GGUF_PY,
     TOOLS_PY,
     UTILITY_PY,
     VALIDATE_PY,
     WORKSPACE_PY,
+    WRITER_PY,
     Mutation,
 )
 from mutation_sets.base import in_agent_folder as _agent
@@ -65,13 +72,6 @@ from mutation_sets.base import in_server_folder as _server
 from mutation_sets.base import in_speculation_folder as _speculation
 
 MARKUP_PY = "ds4mlx/agent/markup.py"
-KV_STATE_PY = "ds4mlx/agent/kv_state.py"
-COMPLETIONS_PY = "ds4mlx/server/openai_completions.py"
-WRITER_PY = "ds4mlx/gguf/writer.py"
-MENTIONS_PY = "ds4mlx/agent/mentions.py"
-SUPPORT_GGUF_PY = "ds4mlx/speculation/support_gguf.py"
-EXPERT_OPTIONS_PY = "ds4mlx/experts/options.py"
-EXPERT_STORE_PY = "ds4mlx/experts/store.py"
 
 
 _AGENT = (
@@ -530,7 +530,7 @@ _EXPERTS = (
     ),
     _experts(
         "store_hit_rate_zero_before_any_step",
-        EXPERT_STORE_PY,
+        STORE_PY,
         "return self.hits / total if total else 1.0",
         "return self.hits / total if total else 0.0",
     ),

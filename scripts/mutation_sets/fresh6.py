@@ -81,6 +81,8 @@ from __future__ import annotations
 from mutation_sets.base import (
     ACCEPTANCE_PY,
     ANTHROPIC_PY,
+    CALL_GRAMMAR_PY,
+    CHAT_BASE_PY,
     CHECKPOINTS_PY,
     CONSTRAINTS_PY,
     DEEPSEEK4_CHAT_PY,
@@ -94,11 +96,13 @@ from mutation_sets.base import (
     POLICY_PY,
     PROMPT_CACHE_PY,
     QUEUE_PY,
+    RESPONSES_PY,
     SCHEDULER_PY,
     SNAPSHOT_FILE_PY,
     STATE_CODEC_PY,
     STREAMED_PY,
     TOOLS_PY,
+    TURN_PY,
     VALIDATE_PY,
     Mutation,
 )
@@ -111,10 +115,6 @@ from mutation_sets.base import in_speculation_folder as _speculation
 
 COMMANDS_PY = "ds4mlx/agent/commands.py"
 LOOP_PY = "ds4mlx/agent/loop.py"
-RESPONSES_PY = "ds4mlx/server/openai_responses.py"
-TURN_PY = "ds4mlx/server/turn.py"
-CALL_GRAMMAR_PY = "ds4mlx/engine/chat/call_grammar.py"
-CHAT_BASE_PY = "ds4mlx/engine/chat/base.py"
 GGUF_READER_PY = "ds4mlx/gguf/reader.py"
 
 _AGENT = (

@@ -71,60 +71,55 @@ elsewhere does not count: the issue asks for the guarding test in the folder of 
 
 from __future__ import annotations
 
-from functools import partial
-
 from mutation_sets.base import (
     ANTHROPIC_PY,
+    APP_PY,
+    CALL_GRAMMAR_PY,
+    CHAT_BASE_PY,
+    CLI_OPTIONS_PY,
+    COMPLETIONS_PY,
     CONVERSATIONS_PY,
+    EXPERT_OPTIONS_PY,
     EXPERT_READER_PY,
     FILES_PY,
     GENERATE_PY,
+    KV_OPTIONS_PY,
+    KV_STATE_PY,
+    MENTIONS_PY,
     OPENAI_CHAT_PY,
     PERMISSIONS_PY,
     POLICY_PY,
     PROMPT_CACHE_PY,
     PROMPT_INPUT_PY,
+    PROMPT_PY,
+    RESPONSES_PY,
     SAMPLING_PY,
     SESSION_PY,
     STATE_CODEC_PY,
+    STORE_PY,
     TOOLS_PY,
     UTILITY_PY,
+    WRITER_PY,
     Mutation,
-    in_area,
 )
 from mutation_sets.base import in_agent_folder as _agent
+from mutation_sets.base import in_cli_folder as _cli
 from mutation_sets.base import in_engine_folder as _engine
 from mutation_sets.base import in_experts_folder as _experts
 from mutation_sets.base import in_gguf_folder as _gguf
 from mutation_sets.base import in_server_folder as _server
 from mutation_sets.base import in_speculation_folder as _speculation
 
-# The command-line options' tests live in tests/cli (no earlier set mutated the CLI this way).
-_cli = partial(in_area, ("tests/cli",))
-
 SYMBOLS_PY = "ds4mlx/agent/symbols.py"
 DISPLAY_PY = "ds4mlx/agent/display.py"
-KV_STATE_PY = "ds4mlx/agent/kv_state.py"
 INSTRUCTIONS_PY = "ds4mlx/agent/instructions.py"
-MENTIONS_PY = "ds4mlx/agent/mentions.py"
-OPENAI_COMPLETIONS_PY = "ds4mlx/server/openai_completions.py"
-RESPONSES_PY = "ds4mlx/server/openai_responses.py"
-APP_PY = "ds4mlx/server/app.py"
 TOKENIZER_PY = "ds4mlx/engine/tokenizer.py"
-CHAT_BASE_PY = "ds4mlx/engine/chat/base.py"
-PROMPT_PY = "ds4mlx/engine/chat/prompt.py"
-CALL_GRAMMAR_PY = "ds4mlx/engine/chat/call_grammar.py"
 SPECULATION_CONFIG_PY = "ds4mlx/speculation/config.py"
 PROBE_PY = "ds4mlx/speculation/probe.py"
 NEXTN_PY = "ds4mlx/speculation/nextn.py"
 MTP_PY = "ds4mlx/speculation/mtp.py"
-EXPERT_OPTIONS_PY = "ds4mlx/experts/options.py"
-STORE_PY = "ds4mlx/experts/store.py"
 RESIDENT_PY = "ds4mlx/experts/resident.py"
-WRITER_PY = "ds4mlx/gguf/writer.py"
 QUANTS_PY = "ds4mlx/gguf/quants.py"
-CLI_OPTIONS_PY = "ds4mlx/cli/options.py"
-KV_OPTIONS_PY = "ds4mlx/cli/kv_options.py"
 PROMPT_SOURCE_PY = "ds4mlx/cli/prompt_source.py"
 
 _AGENT = (
@@ -256,26 +251,26 @@ _SERVER = (
     ),
     _server(
         "completion_offsets_at_token_ends",
-        OPENAI_COMPLETIONS_PY,
+        COMPLETIONS_PY,
         "        offsets.append(offset)\n        offset += len(entry.text)\n",
         "        offset += len(entry.text)\n        offsets.append(offset)\n",
     ),
     _server(
         "completion_stream_offsets_restart_each_chunk",
-        OPENAI_COMPLETIONS_PY,
+        COMPLETIONS_PY,
         "        self.sent_characters += sum(len(entry.text) for entry in entries)\n",
         "",
     ),
     _server(
         "completion_echo_ignored",
-        OPENAI_COMPLETIONS_PY,
+        COMPLETIONS_PY,
         "        if request.echo:\n"
         '            raise unsupported("echo", "the prompt is not repeated in the output")\n',
         "",
     ),
     _server(
         "completion_zero_logprobs_omitted",
-        OPENAI_COMPLETIONS_PY,
+        COMPLETIONS_PY,
         "                    if request.logprobs is not None\n",
         "                    if request.logprobs\n",
     ),
