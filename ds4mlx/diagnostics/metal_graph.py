@@ -2,11 +2,12 @@
 metal``).
 
 On Apple silicon the default device is the GPU: the native CPU operations are off
-(``kernels._native_cpu_ops`` answers None), packed weights take the Metal kernels, attention takes
-``mx.fast.scaled_dot_product_attention``, and the ``mx.fast`` operations are one GPU primitive
-each, where the CPU runs a composed fallback of several. ``metal_configuration`` makes this
-process build exactly that graph: the model code is unchanged; only the device it is told it runs
-on, the packed-weight backend, and the primitives MLX has no CPU counterpart for are replaced.
+(``kernels.dispatch.native_cpu_ops`` answers None), packed weights take the Metal kernels,
+attention takes ``mx.fast.scaled_dot_product_attention``, and the ``mx.fast`` operations are
+one GPU primitive each, where the CPU runs a composed fallback of several.
+``metal_configuration`` makes this process build exactly that graph: the model code is
+unchanged; only the device it is told it runs on, the packed-weight backend, and the primitives
+MLX has no CPU counterpart for are replaced.
 
 Each ``mx.fast.metal_kernel`` call, and each ``mx.fast`` operation and ``mx.dequantize``, becomes
 one stand-in primitive (a ``Depends`` of zeros of the real output's shape and dtype on the call's
@@ -27,7 +28,7 @@ from typing import Any
 
 from ds4mlx import kernels
 from ds4mlx.gguf import quants
-from ds4mlx.kernels import metal, native
+from ds4mlx.kernels import dispatch, metal, native
 
 import mlx.core as mx
 import numpy as np
@@ -230,7 +231,7 @@ def metal_configuration() -> Iterator[list[KernelCall]]:
     _clear_cached_factories()
     try:
         swap(mx, "default_device", lambda: mx.Device(mx.gpu))
-        swap(kernels, "_backend", metal)
+        swap(dispatch, "backend", metal)
         swap(kernels, "PACKED_KERNELS", "metal")
         # A Mac loads "native" matrices into MLX's quantized layouts, never the CPU's blocks.
         swap(quants, "cpu_keeps_blocks", lambda: False)

@@ -222,7 +222,7 @@ def test_metal_configuration_records_the_kernel_calls_and_restores_everything():
     mx.eval(q2k.data, x, comb)
     norm = mx.fast.rms_norm
     with metal_configuration() as calls:
-        assert kernels._native_cpu_ops() is None
+        assert kernels.dispatch.native_cpu_ops() is None
         y = kernels.linear(x, kernels.PackedWeight(q2k.data[0], q2k.qtype))
         g = kernels.gather_linear(x[:2, None, None], q2k, mx.array([[2], [0]], mx.uint32))
         s = kernels.sinkhorn(comb, 20, 1e-6)
@@ -258,7 +258,9 @@ def test_metal_configuration_records_the_kernel_calls_and_restores_everything():
     assert primitive_names(n) == ["Depends"]
     assert primitive_names(s).count("Depends") == 1
     assert mx.default_device() == mx.cpu and mx.fast.rms_norm is norm
-    assert kernels._backend is kernels.twins and kernels._native_cpu_ops() is not None
+    assert (
+        kernels.dispatch.backend is kernels.twins and kernels.dispatch.native_cpu_ops() is not None
+    )
 
 
 def test_the_mac_configuration_holds_no_half_precision_matrix():

@@ -48,7 +48,7 @@ def test_row_codes_bytes_are_what_load_weight_attaches(qtype, shape):
     from ds4mlx.gguf.quants import load_weight, row_codes_nbytes
 
     weight = load_weight(stored(qtype, shape), qtype, shape, "f32")
-    codes = kernels._codes(weight)
+    codes = kernels.matmul.codes_of(weight)
     attached = 0 if codes is None else sum(part.nbytes for part in codes.operand)
     assert row_codes_nbytes(qtype, shape, "f32") == attached
     assert row_codes_nbytes(qtype, shape, "native") == 0

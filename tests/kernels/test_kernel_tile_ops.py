@@ -422,12 +422,12 @@ def test_coded_matrices_give_the_float32_products_bit_for_bit(ops, qtype_name):
     dense, codes = _coded(rng.standard_normal((192, 256)).astype(np.float32), qtype)
     frozen = kernels.freeze(dense)
     kernels.attach_codes(dense, codes)  # attached after freezing: the view has none
-    assert kernels._codes(frozen) is None
+    assert kernels.matmul.codes_of(frozen) is None
     frozen = kernels.freeze(dense)  # now the codes follow, in panels
-    panels = kernels._codes(frozen)
+    panels = kernels.matmul.codes_of(frozen)
     assert panels is not None and panels.panels and panels.codes.dtype == mx.int8
     x = normal(rng, 8, 256)
-    stored = kernels._frozen(frozen)
+    stored = kernels.matmul.frozen(frozen)
     for rows in (1, 2, 3, 5, 6, 8):
         want = ops.rows_linear(x, [stored], rows)[0]
         got = ops.rows_linear(x, [panels.operand], rows)[0]
@@ -452,10 +452,10 @@ def test_a_width_short_of_whole_panels_is_padded_and_gives_the_float32_bits(ops,
     dense, codes = _coded(values, GGMLQuantizationType.Q6_K)
     kernels.attach_codes(dense, codes)
     frozen = kernels.freeze(dense)
-    panels = kernels._codes(frozen)
+    panels = kernels.matmul.codes_of(frozen)
     assert panels.codes.shape == (-(-out // 64), 256, 64)
     assert not np.array(panels.codes)[-1, :, out % 64 or 64 :].any()  # the padding is zeros
-    stored = kernels._frozen(frozen)
+    stored = kernels.matmul.frozen(frozen)
     whole = kernels.freeze(normal(rng, 128, 256))
     x = normal(rng, 8, 256)
     for rows in (1, 3, 6, 8):
@@ -465,7 +465,7 @@ def test_a_width_short_of_whole_panels_is_padded_and_gives_the_float32_bits(ops,
             np.array(got), np.array(ops.rows_linear(x, [stored], rows)[0])
         )
         np.testing.assert_array_equal(
-            np.array(beside), np.array(ops.rows_linear(x, [kernels._frozen(whole)], rows)[0])
+            np.array(beside), np.array(ops.rows_linear(x, [kernels.matmul.frozen(whole)], rows)[0])
         )
     assert primitive_names(kernels.linear(x, frozen, 1)) == ["DS4RowsLinear"]
     # Without the width a call reads the padded panels whole; a width beyond them is refused.
@@ -493,7 +493,7 @@ def test_moe_tile_on_coded_experts_gives_the_float32_bits(ops, qtype_name):
     sg, su = normal(rng, tokens, shared_ff), normal(rng, tokens, shared_ff)
     args = dict(rows=5, n_used=2, func=4, normalize=True, scale=1.5, limit=10.0, shared_limit=10.0)
     plain = ops.moe_tile(
-        logits, x, gate, up, down, sg, su, kernels._frozen(shared_frozen), None, None, **args
+        logits, x, gate, up, down, sg, su, kernels.matmul.frozen(shared_frozen), None, None, **args
     )
     coded = ops.moe_tile(
         logits,
@@ -503,7 +503,7 @@ def test_moe_tile_on_coded_experts_gives_the_float32_bits(ops, qtype_name):
         down_codes.operand,
         sg,
         su,
-        kernels._codes(shared_frozen).operand,
+        kernels.matmul.codes_of(shared_frozen).operand,
         None,
         None,
         **args,
@@ -520,10 +520,10 @@ def test_float16_values_give_the_float32_products_bit_for_bit(ops):
     dense = mx.array(halves.astype(np.float32))
     kernels.attach_codes(dense, kernels.RowCodes(mx.array(halves)))
     frozen = kernels.freeze(dense)
-    panels = kernels._codes(frozen)
+    panels = kernels.matmul.codes_of(frozen)
     assert panels is not None and panels.panels and panels.codes.dtype == mx.float16
     x = normal(rng, 8, 96)
-    stored = kernels._frozen(frozen)
+    stored = kernels.matmul.frozen(frozen)
     for rows in (1, 4, 6, 8):
         np.testing.assert_array_equal(
             np.array(ops.rows_linear(x, [panels.operand], rows)[0]),
@@ -536,7 +536,11 @@ def test_float16_values_give_the_float32_products_bit_for_bit(ops):
     args = dict(rows=4, n_used=2, func=1, normalize=False, scale=1.0, limit=0.0, shared_limit=0.0)
     x5 = normal(rng, 5, 96)
     as_f32 = [mx.array(e.astype(np.float32)) for e in (experts, experts, down)]
-    plain = ops.moe_tile(logits, x5, *as_f32, sg, su, kernels._frozen(shared), None, None, **args)
+    plain = ops.moe_tile(
+        logits, x5, *as_f32, sg, su, kernels.matmul.frozen(shared), None, None, **args
+    )
     halved = [[mx.array(e)] for e in (experts, experts, down)]
-    coded = ops.moe_tile(logits, x5, *halved, sg, su, kernels._frozen(shared), None, None, **args)
+    coded = ops.moe_tile(
+        logits, x5, *halved, sg, su, kernels.matmul.frozen(shared), None, None, **args
+    )
     np.testing.assert_array_equal(np.array(coded), np.array(plain))
