@@ -31,7 +31,8 @@ Notes where llama.cpp's semantics are the contract:
   llama.cpp's deepseek4 graph passes none of them to its matmuls.
 
 All math is float32; llama.cpp's default F16 KV cache and F16 flash-attention accumulation are
-not emulated.
+not emulated. How a block's decode tile runs compiled around its attention is in
+``models.deepseek4_tiles``.
 """
 
 from __future__ import annotations
@@ -43,18 +44,15 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ds4mlx import kernels
-from ds4mlx.experts import ExpertBatch
 from ds4mlx.gguf import GGUFError, GGUFFile, MetaValue
 from ds4mlx.kernels import (
     grouped_input_shape,
     grouped_linear,
     grow_rows,
     hc_expand,
-    inference,
     linear,
     linear_many,
 )
-from ds4mlx.kernels.weights import weight_of_tree, weight_tree
 from ds4mlx.models.base import DECODE_TILE, TiledModel, pad_to_tile
 from ds4mlx.models.cache import ModelState, append_rows
 from ds4mlx.models.compressed_attention import (
@@ -66,12 +64,12 @@ from ds4mlx.models.compressed_attention import (
     LightningIndexer,
     compressor_shapes,
 )
+from ds4mlx.models.deepseek4_tiles import CompiledBlockTiles, ProjectedRows
 from ds4mlx.models.metadata import ArchMetadata, first
 from ds4mlx.models.mhc import HyperHead, block_site_shapes, load_block_sites
 from ds4mlx.models.moe import (
     GatingFunc,
     SharedExpertMoE,
-    gathered_outputs,
     shared_expert_moe_shapes,
 )
 from ds4mlx.models.norms import RMSNorm
@@ -361,55 +359,6 @@ def tensor_shapes(args: ModelArgs) -> dict[str, tuple[int, ...]]:
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass
-class _Projected:
-    """What attention computes from its input rows alone, before any cache is involved."""
-
-    angles: RopeAngles
-    q: mx.array | None  # [T, H, hd]
-    kv: mx.array  # [T, hd]
-    # The compressors' rows (``Compressor.pool``'s first three arguments): kv and gate
-    # products and the position embedding, attention's then the indexer's.
-    comp: tuple[mx.array, mx.array, mx.array] | None = None
-    index: tuple[mx.array, mx.array, mx.array] | None = None
-    index_q: mx.array | None = None
-    index_w: mx.array | None = None
-
-    def flat(self) -> list[mx.array]:
-        """The arrays, in a fixed order (a compiled tile's outputs); ``from_flat`` inverts."""
-        rows = [a for three in (self.comp, self.index) if three is not None for a in three]
-        rest = [a for a in (self.index_q, self.index_w) if a is not None]
-        return [self.q, self.kv, *rows, *rest]
-
-    @classmethod
-    def from_flat(
-        cls, angles: RopeAngles, arrays: Sequence[mx.array], compressed: bool, indexed: bool
-    ) -> _Projected:
-        q, kv, *rest = arrays
-        rows = cls(angles, q, kv)
-        if compressed:
-            rows.comp, rest = (rest[0], rest[1], rest[2]), rest[3:]
-        if indexed:
-            rows.index = (rest[0], rest[1], rest[2])
-            rows.index_q, rows.index_w = rest[3], rest[4]
-        return rows
-
-    def row(self, r: int) -> _Projected:
-        def take(three: tuple[mx.array, ...] | None) -> tuple[mx.array, ...] | None:
-            return None if three is None else tuple(a[r : r + 1] for a in three)
-
-        at = slice(r, r + 1)
-        return _Projected(
-            self.angles.row(r),
-            self.q[at],
-            self.kv[at],
-            take(self.comp),
-            take(self.index),
-            None if self.index_q is None else self.index_q[at],
-            None if self.index_w is None else self.index_w[at],
-        )
-
-
 class Attention(CompressedAttention):
     def __init__(self, args: ModelArgs, w: Weights, layer: int):
         super().__init__()
@@ -509,7 +458,7 @@ class Attention(CompressedAttention):
         angles: RopeAngles,
         embeddings: Sequence[mx.array],
         real_rows: int | None = None,
-    ) -> _Projected:
+    ) -> ProjectedRows:
         """Everything attention computes from its input rows alone, given the rows' RoPE
         ``angles`` and the compressors' ``embeddings`` (``position_embeddings``). ``real_rows``:
         only the first rows are needed (of a tile, its real rows; ``kernels.linear``'s
@@ -525,7 +474,7 @@ class Attention(CompressedAttention):
             weights += [indexer.compressor.wkv, indexer.compressor.wgate, indexer.proj]
         products = iter(linear_many(x, weights, real_rows))
         qr = self.q_a_norm(next(products))
-        rows = _Projected(angles, None, self._rotated_keys(next(products), angles))
+        rows = ProjectedRows(angles, None, self._rotated_keys(next(products), angles))
         q_products = linear_many(qr, [self.wq_b] + ([indexer.q_b] if indexer else []), real_rows)
         rows.q = self._rotated_queries(q_products[0], angles)
         if comp is not None:
@@ -544,7 +493,7 @@ class Attention(CompressedAttention):
         return [c.position_embedding(positions, on_host) for c in compressors if c is not None]
 
     def _extend(
-        self, cache: LayerCache, rows: _Projected, pos0: int
+        self, cache: LayerCache, rows: ProjectedRows, pos0: int
     ) -> tuple[mx.array, LayerCache]:
         """The raw keys up to and including those of a chunk's ``rows`` (positions pos0..),
         and the new cache."""
@@ -556,7 +505,7 @@ class Attention(CompressedAttention):
         return window, self._pool(cache, LayerCache(window=kept), rows, pos0, rows.kv.shape[0])
 
     def _extend_tile(
-        self, cache: LayerCache, rows: _Projected, pos0: int, n_real: int
+        self, cache: LayerCache, rows: ProjectedRows, pos0: int, n_real: int
     ) -> tuple[mx.array, LayerCache]:
         """``_extend`` of a decode tile: only the first ``n_real`` rows enter the caches
         (padding rows would only complete compressed blocks to be cut off again, a CSA block
@@ -568,7 +517,7 @@ class Attention(CompressedAttention):
         return window, self._pool(cache, LayerCache(window=window), rows, pos0, n_real)
 
     def _pool(
-        self, cache: LayerCache, new_cache: LayerCache, rows: _Projected, pos0: int, take: int
+        self, cache: LayerCache, new_cache: LayerCache, rows: ProjectedRows, pos0: int, take: int
     ) -> LayerCache:
         """``new_cache`` with the compressed rows of the blocks that the first ``take`` of
         ``rows`` (positions pos0..) complete."""
@@ -617,7 +566,7 @@ class Attention(CompressedAttention):
         return linear(lora, self.wo_b, real_rows)
 
 
-class Block(nn.Module):
+class Block(CompiledBlockTiles, nn.Module):
     # The module kinds a block is made of; ``ds4mlx.distributed`` substitutes sharded ones.
     attention_class: type[Attention] = Attention
     moe_class: type[SharedExpertMoE] = SharedExpertMoE
@@ -652,10 +601,7 @@ class Block(nn.Module):
             hash_routed=layer < args.n_hash_layers,
         )
 
-        self._before_attention = CompiledTiles(self._tile_before_attention)
-        self._after_attention = CompiledTiles(self._tile_after_attention)
-        self._to_routing = CompiledTiles(self._tile_to_routing)
-        self._after_routing = CompiledTiles(self._tile_after_routing)
+        self._compile_tiles()
 
     def new_cache(self) -> LayerCache:
         return LayerCache()
@@ -706,131 +652,6 @@ class Block(nn.Module):
         h, post, comb = self.hc_attn(x, self.attn_norm, real)
         h, new_caches = self.attn.batched(h, positions, caches)
         return self._tile_ffn(hc_expand(h, x, post, comb, rows=real), tokens, real), new_caches
-
-    def _compiled_tile(
-        self, x: mx.array, tokens: mx.array, pos0: int, cache: LayerCache, n_real: int
-    ) -> tuple[mx.array, LayerCache]:
-        """``tile`` as three calls: everything before the attention proper (mHC, norm,
-        projections) compiled, the cache update and the sparse attention, which depend on the
-        caches' shapes, as they are, and everything after (output projection, mHC, FFN)
-        compiled. The same operations as the uncompiled tile, so the same bits."""
-        out, before, new_cache = self._attend_compiled(x, pos0, cache, n_real)
-        x = self._after_attention.get(n_real)(tokens, out, x, *before)
-        return x, new_cache
-
-    def _attend_compiled(
-        self, x: mx.array, pos0: int, cache: LayerCache, n_real: int
-    ) -> tuple[mx.array, list[mx.array], LayerCache]:
-        """A tile's part up to the attention's result: that result, what the parts after it
-        take besides (mHC's post and comb, the rope's cos and sin) and the new cache."""
-        attn = self.attn
-        positions = np.arange(pos0, pos0 + x.shape[0])
-        angles = attn.rope.angles(positions)
-        cos, sin = angles.on_device
-        before = self._before_attention.get(n_real)(
-            x, cos, sin, *attn.position_embeddings(positions, True)
-        )
-        rows = _Projected.from_flat(
-            angles, before[2:], attn.compressor is not None, attn.indexer is not None
-        )
-        window, new_cache = attn._extend_tile(cache, rows, pos0, n_real)
-        out = attn._attend_tile(
-            rows.q, positions, window, new_cache, rows.index_q, rows.index_w, n_real
-        )
-        return out, [before[0], before[1], cos, sin], new_cache
-
-    def _streamed_tile(
-        self, x: mx.array, tokens: mx.array, pos0: int, cache: LayerCache, n_real: int
-    ) -> tuple[mx.array, LayerCache]:
-        """``_compiled_tile`` over streamed experts: after the attention, one compiled part up
-        to the routing, the host's one read of the expert ids (the store finds or reads their
-        slots), and one compiled part over the slab from the expert launches to the mHC
-        expansion. The same operations as the uncompiled tile, so the same bits. A routing
-        that needs more experts than the slab holds at once runs in batches, uncompiled."""
-        out, before, new_cache = self._attend_compiled(x, pos0, cache, n_real)
-        x, post, comb, h, indices, weights, gate, up = self._to_routing.get(n_real)(
-            tokens, out, x, *before
-        )
-        moe = self.moe
-        k = indices.shape[1]
-
-        def finish(batch: ExpertBatch) -> mx.array:
-            if batch.pairs is not None:
-                return moe.experts._batch_outputs(h[:n_real], batch, k, True)
-            trees = [weight_tree(w) for w in (batch.gate, batch.up, batch.down)]
-            out = self._after_routing.get(n_real)(
-                x, post, comb, h, weights, gate, up, batch.indices, trees
-            )
-            # Queued now, the expert launches run while the host builds the next layer's
-            # parts and does its bookkeeping for that layer's routing, instead of from when
-            # the host reads it. Measured on ds4-tiny, CPU, 48 decoded tokens, 10 interleaved
-            # rounds under load 16-18 on 2 cores: 85 / 102 / 124 t/s against 78 / 95 / 122
-            # (f32 / native / f32 weights) for reading the routing with this layer's work
-            # unqueued; paired median 1.06x. (Reading every layer's ids once per step is not
-            # possible: a layer's routing depends on the previous layer's output.)
-            mx.async_eval(out)
-            return out
-
-        results = list(moe.experts.layer.map_batches(indices, finish))
-        if results[0][0].pairs is None:
-            return results[0][1], new_cache
-        outputs = gathered_outputs(results, n_real, k)
-        with inference():
-            ffn = moe.tile_with_outputs(h, weights, gate, up, outputs)
-            return hc_expand(ffn, x, post, comb, flat=True, rows=n_real), new_cache
-
-    def _tile_before_attention(
-        self, x: mx.array, cos: mx.array, sin: mx.array, *embeddings: mx.array, n_real: int
-    ) -> list[mx.array]:
-        h, post, comb = self.hc_attn(x, self.attn_norm, n_real)
-        rows = self.attn._project(h, RopeAngles(cos, sin), embeddings, n_real)
-        return [post, comb, *rows.flat()]
-
-    def _tile_after_attention(self, tokens: mx.array, *attended: mx.array, n_real: int) -> mx.array:
-        """``_attention_done`` of ``attended``, then the FFN: the streams after the block."""
-        return self._tile_ffn(self._attention_done(*attended, n_real=n_real), tokens, n_real)
-
-    def _attention_done(
-        self,
-        out: mx.array,
-        x: mx.array,
-        post: mx.array,
-        comb: mx.array,
-        cos: mx.array,
-        sin: mx.array,
-        n_real: int,
-    ) -> mx.array:
-        """The streams after the attention's output projection and mHC expansion."""
-        out = self.attn.output(out, RopeAngles(cos, sin), n_real)
-        return hc_expand(out, x, post, comb, flat=True, rows=n_real)
-
-    def _tile_to_routing(
-        self, tokens: mx.array, *attended: mx.array, n_real: int
-    ) -> list[mx.array]:
-        """``_tile_after_attention`` up to the MoE's routing: the streams, the FFN site's post
-        and comb, its input h, and ``SharedExpertMoE.tile_routing``'s results."""
-        x = self._attention_done(*attended, n_real=n_real)
-        h, post, comb = self.hc_ffn(x, self.ffn_norm, n_real)
-        return [x, post, comb, h, *self.moe.tile_routing(h, tokens, n_real)]
-
-    def _tile_after_routing(
-        self,
-        x: mx.array,
-        post: mx.array,
-        comb: mx.array,
-        h: mx.array,
-        weights: mx.array,
-        gate: mx.array,
-        up: mx.array,
-        indices: mx.array,
-        trees: list[dict[str, Any]],
-        n_real: int,
-    ) -> mx.array:
-        """The rest of a streamed tile over the store's one batch (its ``indices`` into the
-        weights ``trees``, ``kernels.weight_tree``): the streams after the block."""
-        batch = ExpertBatch(*(weight_of_tree(t) for t in trees), indices)
-        ffn = self.moe.tile_with_batch(h, weights, gate, up, batch, n_real)
-        return hc_expand(ffn, x, post, comb, flat=True, rows=n_real)
 
     def _ffn(self, x: mx.array, tokens: mx.array) -> mx.array:
         """The block's second half: its FFN between the mHC site's collapse and expansion."""
