@@ -15,7 +15,7 @@ import weakref
 from functools import cache
 from types import ModuleType
 
-from ds4mlx.kernels import dispatch, metal, twins
+from ds4mlx.kernels import dispatch, metal, metal_fused, twins
 from ds4mlx.kernels.dispatch import in_inference, inference_ops, metal_kernels, native_cpu_ops
 from ds4mlx.kernels.native import native_ops
 from ds4mlx.kernels.weights import PackedWeight, QuantizedWeight, RowCodes, Weight
@@ -371,7 +371,7 @@ def embed_streams(w: Weight, tokens: mx.array, hc: int) -> mx.array | None:
         return None
     if w.mode != "affine" or w.bits not in (2, 4, 8) or w.biases is None:
         return None
-    return metal.embed_streams(tokens, w.packed, w.scales, w.biases, w.bits, w.group_size, hc)
+    return metal_fused.embed_streams(tokens, w.packed, w.scales, w.biases, w.bits, w.group_size, hc)
 
 
 def take_rows(w: Weight, indices: mx.array) -> mx.array:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import cache
 
-from ds4mlx.kernels import dispatch, metal, twins
+from ds4mlx.kernels import dispatch, metal_fused, twins
 from ds4mlx.kernels.dispatch import in_inference, metal_kernels, native_cpu_ops, row_count
 from ds4mlx.kernels.gradients import with_twin_gradient
 from ds4mlx.kernels.matmul import linear, transposed
@@ -44,8 +44,8 @@ def hc_site(
     (``metal/hc_site.metal``); ``hc_mixes`` and the collapse else."""
     if metal_kernels():
         if in_inference():
-            return metal.hc_site_kernel(x, mixes, scale, base, hc, iters, eps)
-        return metal.hc_site(x, mixes, scale, base, hc, iters, eps)
+            return metal_fused.hc_site_kernel(x, mixes, scale, base, hc, iters, eps)
+        return metal_fused.hc_site(x, mixes, scale, base, hc, iters, eps)
     pre, post, comb = hc_mixes(mixes, scale, base, hc, iters, eps)
     return (pre[:, None, :] @ x)[:, 0], post, comb
 
@@ -68,7 +68,9 @@ def hc_site_norm(
     if not (in_inference() and metal_kernels()):
         return None
     mixes = linear(x if x.ndim == 2 else x.reshape(x.shape[0], -1), fn)
-    return metal.hc_site_norm(x, mixes, scale, base, weight, hc, iters, eps, norm_eps, out_eps)
+    return metal_fused.hc_site_norm(
+        x, mixes, scale, base, weight, hc, iters, eps, norm_eps, out_eps
+    )
 
 
 def hc_head_norm(
@@ -89,7 +91,7 @@ def hc_head_norm(
         return None
     hc = fn.shape[0]
     mixes = linear(x if x.ndim == 2 else x.reshape(x.shape[0], -1), fn, rows)
-    return metal.hc_site_norm(
+    return metal_fused.hc_site_norm(
         x, mixes, scale, base, weight, hc, 1, eps, norm_eps, out_eps, site=False
     )[0]
 
@@ -137,8 +139,8 @@ def hc_expand(
     [T, hc, D] everywhere else. ``rows``: see ``linear`` (zeros past them on the CPU)."""
     if metal_kernels():
         if in_inference():
-            return metal.hc_expand_kernel(out, residual, post, comb, flat)
-        return metal.hc_expand(out, residual, post, comb)
+            return metal_fused.hc_expand_kernel(out, residual, post, comb, flat)
+        return metal_fused.hc_expand(out, residual, post, comb)
     if native_cpu_ops() is None or residual.dtype != mx.float32:
         return twins.hc_expand(out, residual, post, comb)
     if in_inference():

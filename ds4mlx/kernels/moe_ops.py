@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import cache
 
-from ds4mlx.kernels import metal, twins
+from ds4mlx.kernels import metal, metal_fused, twins
 from ds4mlx.kernels.dispatch import in_inference, inference_ops, metal_kernels, native_cpu_ops
 from ds4mlx.kernels.gradients import with_twin_gradient
 from ds4mlx.kernels.matmul import (
@@ -97,7 +97,7 @@ def moe_route(
     where it does not apply."""
     if in_inference() and metal_kernels():
         routing = {"n_used": n_used, "func": func, "normalize": normalize, "scale": scale}
-        return metal.moe_route(logits, bias, hashed, **routing, rows=rows)
+        return metal_fused.moe_route(logits, bias, hashed, **routing, rows=rows)
     ops = inference_ops()
     if ops is None:
         return None
@@ -119,7 +119,7 @@ def moe_combine(
     does not apply."""
     if in_inference() and metal_kernels():
         shared = linear(swiglu(shared_gate, shared_up, shared_limit), shared_down)
-        return metal.moe_combine(expert_out, weights, shared)
+        return metal_fused.moe_combine(expert_out, weights, shared)
     ops, down_t = inference_ops(), frozen_float32(shared_down)
     if ops is not None and down_t is None and block_ops(shared_down) is not None:
         return _combine_on_blocks(

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from functools import cache
 
-from ds4mlx.kernels import dispatch, metal, twins
+from ds4mlx.kernels import dispatch, metal, metal_fused, twins
 from ds4mlx.kernels.dispatch import in_inference, inference_ops, metal_kernels, native_cpu_ops
 from ds4mlx.kernels.gradients import with_twin_gradient
 from ds4mlx.kernels.native import native_ops
@@ -68,7 +68,7 @@ def indexer_top_k(
     the whole tile, in inference on the GPU two Metal launches for the whole tile (the scores,
     with the weights' scale inside, and the choice), a loop over rows else."""
     if in_inference() and metal_kernels() and keys.shape[0] >= top_k:
-        return metal.indexer_top_k(q, weights, keys, visible, top_k, weight_scale)
+        return metal_fused.indexer_top_k(q, weights, keys, visible, top_k, weight_scale)
     weights = _scaled_by(weight_scale)(weights)
     if native_cpu_ops() is None or keys.dtype != mx.float32:
         return twins.indexer_top_k(q, weights, keys, visible, top_k)
@@ -90,7 +90,7 @@ def pool_blocks(
     MLX ops (some twenty primitives). In inference on the GPU: one Metal launch
     (``metal/pool_blocks.metal``)."""
     if in_inference() and metal_kernels():
-        return metal.pool_blocks(kv, score, lo, n, ratio, dim, overlap)
+        return metal_fused.pool_blocks(kv, score, lo, n, ratio, dim, overlap)
     if inference_ops() is None or kv.dtype != mx.float32:
         return None
     return native_ops().pool_blocks(kv, score, lo, n, ratio, dim, overlap)
@@ -117,11 +117,11 @@ def grow_rows(
         return ops.grow_rows(list(cached), list(new), take, keep)
     on_gpu = in_inference() and metal_kernels()
     if on_gpu and _one_shape_pairs(cached, new) and cached[0].shape[0]:
-        return list(metal.grow_row_pairs(tuple(cached), tuple(new), take, keep))
+        return list(metal_fused.grow_row_pairs(tuple(cached), tuple(new), take, keep))
     out = []
     for old, fresh in zip(cached, new, strict=True):
         if on_gpu and old.shape[0] and min(old.shape[0] + take, keep):
-            out.append(metal.grow_rows(old, fresh, take, keep))
+            out.append(metal_fused.grow_rows(old, fresh, take, keep))
             continue
         full = mx.concatenate([old, fresh[:take]]) if old.shape[0] else fresh[:take]
         out.append(full[full.shape[0] - keep :] if full.shape[0] > keep else full)
@@ -143,7 +143,7 @@ def grow_scored_rows(
     fresh = (kv, gate)
     on_gpu = in_inference() and metal_kernels()
     if on_gpu and _one_shape_pairs(cached, fresh) and cached[0].shape[0]:
-        return list(metal.grow_row_pairs(tuple(cached), fresh, take, keep, embedding))
+        return list(metal_fused.grow_row_pairs(tuple(cached), fresh, take, keep, embedding))
     return grow_rows(cached, (kv, gate + embedding), take, keep)
 
 
@@ -172,7 +172,7 @@ def rotary(
     ``shape`` when given), from the angle tables cos/sin [T, n_dims / 2]
     (``RopeAngles.on_device``); None where that does not apply."""
     if in_inference() and metal_kernels():
-        return metal.rope(x, cos, sin, offset, n_dims, interleaved, inverse, shape)
+        return metal_fused.rope(x, cos, sin, offset, n_dims, interleaved, inverse, shape)
     if x.dtype != mx.float32 or native_cpu_ops() is None:
         return None
     return native_ops().rope(x, cos, sin, offset, n_dims, interleaved, inverse)
@@ -193,7 +193,7 @@ def norm_rotary(
     inference on the GPU (``metal/norm_rope.metal``); None elsewhere."""
     if not (in_inference() and metal_kernels()):
         return None
-    return metal.norm_rope(x, weight, eps, cos, sin, offset, n_dims, interleaved, heads)
+    return metal_fused.norm_rope(x, weight, eps, cos, sin, offset, n_dims, interleaved, heads)
 
 
 # What a KDA layer's decode tile reads besides its rows (models import it from here).
@@ -216,8 +216,8 @@ def kda_tile(
     only read). One native primitive
     in inference on the CPU, one Metal launch in inference on the GPU
     (``metal/kda_tile.metal``), the twin's MLX ops else."""
-    if in_inference() and metal_kernels() and metal.kda_head_dim_fits(w.a, qkv[0]):
-        return metal.kda_tile(w, qkv, beta, decay, gate, conv_rows, states, newest, n_real)
+    if in_inference() and metal_kernels() and metal_fused.kda_head_dim_fits(w.a, qkv[0]):
+        return metal_fused.kda_tile(w, qkv, beta, decay, gate, conv_rows, states, newest, n_real)
     ops = inference_ops()
     if ops is None or qkv[0].dtype != mx.float32:
         return twins.kda_tile(w, qkv, beta, decay, gate, conv_rows, states, newest, n_real)

@@ -221,7 +221,7 @@ void kernel(DevicePtr<const T_> q, const int* q_shape, DevicePtr<const T_> windo
 #undef thread
 
 // --------------------------------------------------------------------------------------------
-// Runners: read the inputs, launch as ds4mlx/kernels/metal.py does, write the outputs
+// Runners: read the inputs, launch as ds4mlx/kernels/metal{,_fused}.py do, write the outputs
 // --------------------------------------------------------------------------------------------
 
 struct Input {

@@ -11,7 +11,7 @@ import ds4mlx
 from ds4mlx import kernels
 from ds4mlx.diagnostics.graph import primitive_names
 from ds4mlx.diagnostics.metal_graph import metal_configuration
-from ds4mlx.kernels import metal, twins
+from ds4mlx.kernels import metal, metal_fused, twins
 from ds4mlx.kernels.native import native_ops
 from ds4mlx.models.kda import KDA
 
@@ -219,7 +219,7 @@ def test_mac_decode_steps_run_each_kda_layer_as_one_launch_of_one_template():
 @pytest.mark.parametrize("n_real, cached_rows, newest", CASES)
 def test_metal_kda_tile_matches_twin(n_real, cached_rows, newest, lower_bound):
     case = tile_case(cached_rows, seed=20 + n_real)
-    got = metal.kda_tile(*tile_args(case, n_real, newest, lower_bound))
+    got = metal_fused.kda_tile(*tile_args(case, n_real, newest, lower_bound))
     # Metal compiles with fast math: its exp and reciprocal square root are less precise.
     want = tile_twin(case, n_real, newest, lower_bound)
     assert_matches_twin([np.array(a) for a in got], want, n_real, rtol=1e-4)

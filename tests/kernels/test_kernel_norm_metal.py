@@ -9,7 +9,7 @@ from pathlib import Path
 from ds4mlx import kernels
 from ds4mlx.diagnostics.graph import primitive_names
 from ds4mlx.diagnostics.metal_graph import metal_configuration
-from ds4mlx.kernels import metal, twins
+from ds4mlx.kernels import metal, metal_fused, twins
 from ds4mlx.models.mhc import HyperConnection, HyperHead
 from ds4mlx.models.norms import RMSNorm
 from ds4mlx.models.rope import RoPE, RopeConfig
@@ -84,7 +84,7 @@ def test_emulated_hc_site_norm_kernel_matches_twin(site_emulator, tmp_path, toke
     # One threadgroup per token: the streams are read twice (their norm, then the collapse's
     # two passes read only the D channels of each stream once more each).
     assert counters["threadgroups"] == tokens
-    assert counters["threads_per_threadgroup"] == metal._reduction_threads(dim)
+    assert counters["threads_per_threadgroup"] == metal_fused._reduction_threads(dim)
 
 
 def rope_case(
@@ -233,7 +233,7 @@ def test_site_with_its_norm_is_the_site_then_the_norm():
 def test_metal_hc_site_norm_matches_twin(tokens, shape):
     case = site_case(tokens, shape["D"], 40 + tokens)
     args = [mx.array(case[n]) for n in ("x", "mixes", "scale", "base", "weight")]
-    got = metal.hc_site_norm(*args, HC, ITERS, EPS, NORM_EPS, OUT_EPS)
+    got = metal_fused.hc_site_norm(*args, HC, ITERS, EPS, NORM_EPS, OUT_EPS)
     for g, e in zip(got, site_twin(case), strict=True):
         np.testing.assert_allclose(np.array(g), e, rtol=1e-4, atol=2e-5)
 
@@ -244,7 +244,7 @@ def test_metal_hc_site_norm_matches_twin(tokens, shape):
 def test_metal_norm_rope_matches_twin(weighted, shape):
     x, weight, rope, angles = rope_case(shape, 7, 3, weighted, True)
     offset = shape["HEAD"] - shape["ROPE_N"]
-    got = metal.norm_rope(
+    got = metal_fused.norm_rope(
         mx.array(x),
         None if weight is None else mx.array(weight),
         NORM_EPS,
@@ -344,5 +344,5 @@ def test_gpu_head_is_its_projection_and_one_launch():
 def test_metal_hc_head_norm_matches_twin(tokens, shape):
     case = head_case(tokens, shape["D"], 70 + tokens)
     args = [mx.array(case[n]) for n in ("x", "mixes", "scale", "base", "weight")]
-    got = metal.hc_site_norm(*args, HC, 1, EPS, NORM_EPS, OUT_EPS, site=False)[0]
+    got = metal_fused.hc_site_norm(*args, HC, 1, EPS, NORM_EPS, OUT_EPS, site=False)[0]
     np.testing.assert_allclose(np.array(got), head_twin(case), rtol=1e-4, atol=2e-5)

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 from ds4mlx import kernels
 from ds4mlx.diagnostics.metal_graph import metal_configuration
-from ds4mlx.kernels import metal, twins
+from ds4mlx.kernels import metal, metal_fused, twins
 from ds4mlx.models.compressed_attention import Compressor
 from ds4mlx.models.moe import GatingFunc, gate_probs, route
 from ds4mlx.models.rope import RoPE, RopeConfig
@@ -431,7 +431,7 @@ def test_emulated_indexer_top_k_kernel_matches_twin(rope_emulator: Path, tmp_pat
     in its order."""
     scores, visible = top_k_case(seed)
     got = _emulated_top_k(rope_emulator, tmp_path, scores, visible)
-    expected = metal.select_top_k(mx.array(scores), mx.array(visible), INDEX_TOP_K)
+    expected = metal_fused.select_top_k(mx.array(scores), mx.array(visible), INDEX_TOP_K)
     np.testing.assert_array_equal(got, np.array(expected))
     assert (got[2] == np.arange(INDEX_TOP_K)).all() and (got[5] == -1).all()
 
@@ -492,10 +492,10 @@ def test_gpu_steps_launch_the_fused_mhc_kernels():
 def test_mhc_kernel_wrappers_differentiate_through_the_twins(monkeypatch):
     """The wrappers themselves, with the twins standing in for the Metal kernels: the twins'
     values and gradients."""
-    monkeypatch.setattr(metal, "hc_site_kernel", twins.hc_site)
-    monkeypatch.setattr(metal, "hc_expand_kernel", twins.hc_expand)
-    metal._hc_site_function.cache_clear()
-    metal._hc_expand_function.cache_clear()
+    monkeypatch.setattr(metal_fused, "hc_site_kernel", twins.hc_site)
+    monkeypatch.setattr(metal_fused, "hc_expand_kernel", twins.hc_expand)
+    metal_fused._hc_site_function.cache_clear()
+    metal_fused._hc_expand_function.cache_clear()
     site = [mx.array(a) for a in site_case(3, 4).values()]
     expand = [mx.array(a) for a in expand_case(3, 5).values()]
 
@@ -506,8 +506,8 @@ def test_mhc_kernel_wrappers_differentiate_through_the_twins(monkeypatch):
         return lambda *a: mx.sum(function(*a) ** 2)
 
     for got, expected, inputs in (
-        (site_loss(metal.hc_site), site_loss(twins.hc_site), site),
-        (expand_loss(metal.hc_expand), expand_loss(twins.hc_expand), expand),
+        (site_loss(metal_fused.hc_site), site_loss(twins.hc_site), site),
+        (expand_loss(metal_fused.hc_expand), expand_loss(twins.hc_expand), expand),
     ):
         argnums = list(range(len(inputs)))
         np.testing.assert_allclose(np.array(got(*inputs)), np.array(expected(*inputs)), rtol=1e-6)
@@ -515,20 +515,23 @@ def test_mhc_kernel_wrappers_differentiate_through_the_twins(monkeypatch):
         reference = mx.grad(expected, argnums)(*inputs)
         for g, e in zip(grads, reference, strict=True):
             np.testing.assert_allclose(np.array(g), np.array(e), rtol=1e-5, atol=1e-5)
-    metal._hc_site_function.cache_clear()
-    metal._hc_expand_function.cache_clear()
+    metal_fused._hc_site_function.cache_clear()
+    metal_fused._hc_expand_function.cache_clear()
 
 
 @pytest.mark.skipif(not metal.metal_available(), reason=NO_METAL)
 @pytest.mark.parametrize("tokens", TOKENS)
 def test_metal_mhc_kernels_match_twins(tokens):
     site, expand = site_case(tokens, 20 + tokens), expand_case(tokens, 30 + tokens)
-    got = metal.hc_site(*(mx.array(site[n]) for n in site), HC, ITERS, EPS)
+    got = metal_fused.hc_site(*(mx.array(site[n]) for n in site), HC, ITERS, EPS)
     for g, e in zip(got, site_twin(site), strict=True):
         np.testing.assert_allclose(np.array(g), e, rtol=1e-5, atol=1e-5)
     args = [mx.array(expand[n]) for n in expand]
     np.testing.assert_allclose(
-        np.array(metal.hc_expand(*args)), np.array(twins.hc_expand(*args)), rtol=1e-5, atol=1e-5
+        np.array(metal_fused.hc_expand(*args)),
+        np.array(twins.hc_expand(*args)),
+        rtol=1e-5,
+        atol=1e-5,
     )
 
 
@@ -538,7 +541,7 @@ def test_metal_rope_matches_twin(inverse):
     rope = RoPE(RopeConfig(ROPE_DIMS, 10000.0))
     angles = rope.angles(np.arange(5, 12))
     x = mx.array(np.random.default_rng(9).standard_normal((7, 3, HEAD_DIM)).astype(np.float32))
-    got = metal.rope(x, *angles.on_device, HEAD_DIM - ROPE_DIMS, ROPE_DIMS, True, inverse)
+    got = metal_fused.rope(x, *angles.on_device, HEAD_DIM - ROPE_DIMS, ROPE_DIMS, True, inverse)
     expected = rope.twin(x, angles, HEAD_DIM - ROPE_DIMS, inverse)
     np.testing.assert_allclose(np.array(got), np.array(expected), rtol=1e-6, atol=1e-6)
 
@@ -547,7 +550,7 @@ def test_metal_rope_matches_twin(inverse):
 @pytest.mark.parametrize("bits", [2, 4, 8])
 def test_metal_embed_streams_matches_twin(bits):
     weight, tokens = embedding_case(bits, 10 + bits)
-    got = metal.embed_streams(
+    got = metal_fused.embed_streams(
         mx.array(tokens), weight.packed, weight.scales, weight.biases, bits, EMBED_GROUP, HC
     )
     rows = np.array(kernels.take_rows(weight, mx.array(tokens)))
@@ -561,7 +564,7 @@ def test_metal_moe_route_and_combine_match_twins():
     logits = mx.array(rng.standard_normal((8, EXPERTS)).astype(np.float32) * 4)
     bias = mx.array(rng.standard_normal(EXPERTS).astype(np.float32) * 0.1)
     func = GatingFunc.SQRT_SOFTPLUS
-    indices, weights = metal.moe_route(
+    indices, weights = metal_fused.moe_route(
         logits, bias, None, n_used=TOP_K, func=int(func), normalize=True, scale=1.5
     )
     expected = route(
@@ -569,14 +572,14 @@ def test_metal_moe_route_and_combine_match_twins():
     )
     np.testing.assert_array_equal(np.array(indices), np.array(expected[0]))
     np.testing.assert_allclose(np.array(weights), np.array(expected[1]), rtol=1e-5)
-    real = metal.moe_route(
+    real = metal_fused.moe_route(
         logits, bias, None, n_used=TOP_K, func=int(func), normalize=True, scale=1.5, rows=3
     )
     np.testing.assert_array_equal(np.array(real[0]), np.array(indices)[:3])
     np.testing.assert_array_equal(np.array(real[1]), np.array(weights)[:3])
     expert_out = mx.array(rng.standard_normal((3, TOP_K, 64)).astype(np.float32))
     shared = mx.array(rng.standard_normal((8, 64)).astype(np.float32))
-    got = metal.moe_combine(expert_out, weights, shared)
+    got = metal_fused.moe_combine(expert_out, weights, shared)
     routed = mx.sum(expert_out * weights[:3, :, None], axis=1)
     expected_sum = mx.concatenate([routed, mx.zeros((5, 64))]) + shared
     np.testing.assert_allclose(np.array(got), np.array(expected_sum), rtol=1e-5, atol=1e-5)
@@ -591,7 +594,7 @@ def test_metal_pool_blocks_matches_twin(overlap, b0):
     width = (2 if overlap else 1) * dim
     kv = mx.array(rng.standard_normal((lo + n * r + 1, width)).astype(np.float32))
     score = mx.array(rng.standard_normal((lo + n * r + 1, width)).astype(np.float32))
-    got = metal.pool_blocks(kv, score, lo, n, r, dim, overlap)
+    got = metal_fused.pool_blocks(kv, score, lo, n, r, dim, overlap)
     twin = SimpleNamespace(ratio=r, dim=dim, overlap=overlap)
     expected = Compressor._pooled(twin, kv, score, lo, n, b0)
     np.testing.assert_allclose(np.array(got), np.array(expected), rtol=1e-5, atol=1e-5)
@@ -607,7 +610,7 @@ def test_metal_indexer_top_k_matches_twin():
         mx.array(rng.standard_normal((37, INDEX_DIM)).astype(np.float32)),
         visible,
     )
-    got = metal.indexer_top_k(*args, 16, INDEX_WEIGHT_SCALE)
+    got = metal_fused.indexer_top_k(*args, 16, INDEX_WEIGHT_SCALE)
     scaled = (*args[:1], args[1] * INDEX_WEIGHT_SCALE, *args[2:])
     np.testing.assert_array_equal(np.array(got), np.array(twins.indexer_top_k(*scaled, 16)))
 
@@ -616,8 +619,8 @@ def test_metal_indexer_top_k_matches_twin():
 @pytest.mark.parametrize("seed", [0, 1])
 def test_metal_indexer_top_k_kernel_matches_twin(seed):
     scores, visible = (mx.array(a) for a in top_k_case(seed))
-    got = metal.top_k_kernel(scores, visible, INDEX_TOP_K)
-    expected = metal.select_top_k(scores, visible, INDEX_TOP_K)
+    got = metal_fused.top_k_kernel(scores, visible, INDEX_TOP_K)
+    expected = metal_fused.select_top_k(scores, visible, INDEX_TOP_K)
     np.testing.assert_array_equal(np.array(got), np.array(expected))
 
 
@@ -625,17 +628,17 @@ def test_metal_indexer_top_k_kernel_matches_twin(seed):
 @pytest.mark.parametrize("n, f, take, keep", GROW_CASES)
 def test_metal_grow_rows_matches_twin(n, f, take, keep):
     cached, fresh = _grow_case(n, f, n)
-    got = metal.grow_rows(mx.array(cached), mx.array(fresh), take, keep)
+    got = metal_fused.grow_rows(mx.array(cached), mx.array(fresh), take, keep)
     expected = np.concatenate([cached, fresh[:take]])[-min(n + take, keep) :]
     np.testing.assert_array_equal(np.array(got), expected)
     cached2, fresh2 = _grow_case(n, f, n + 1)
     pairs = ((mx.array(cached), mx.array(cached2)), (mx.array(fresh), mx.array(fresh2)))
-    first, second = metal.grow_row_pairs(*pairs, take, keep)
+    first, second = metal_fused.grow_row_pairs(*pairs, take, keep)
     np.testing.assert_array_equal(np.array(first), expected)
     expected2 = np.concatenate([cached2, fresh2[:take]])[-min(n + take, keep) :]
     np.testing.assert_array_equal(np.array(second), expected2)
     embedding = _grow_case(0, f, n + 2)[1]
-    _, scored = metal.grow_row_pairs(*pairs, take, keep, mx.array(embedding))
+    _, scored = metal_fused.grow_row_pairs(*pairs, take, keep, mx.array(embedding))
     scores = np.array(mx.array(fresh2) + mx.array(embedding))
     expected3 = np.concatenate([cached2, scores[:take]])[-min(n + take, keep) :]
     np.testing.assert_array_equal(np.array(scored), expected3)
