@@ -114,11 +114,52 @@ U32, BOOL, STRING = GGUFValueType.UINT32, GGUFValueType.BOOL, GGUFValueType.STRI
         (dict(drop=("dflash.hyper_connection.count",)), "without DeepSeek-V4 stages"),
         (dict(drop=("dflash.block_size",)), "Markov head needs dflash.block_size"),
         (dict(meta={"dflash.target_layers": MetaValue([0, 9], U32)}), "target layers"),
+        (dict(meta={"dflash.block_count": MetaValue(0, U32)}), "block_count 0 must be at least 1"),
+        (dict(meta={"dflash.vocab_size": MetaValue(999, U32)}), "drafter vocabulary 999 differs"),
+        (dict(meta={"dflash.expert_gating_func": MetaValue(1, U32)}), "sqrt-softplus .* got 1"),
+        (dict(meta={"dflash.attention.value_length": MetaValue(7, U32)}), "value_length =="),
+        (
+            dict(meta={"dflash.attention.output_group_count": MetaValue(0, U32)}),
+            "do not split into 0 output groups",
+        ),
+        (
+            dict(meta={"dflash.attention.output_group_count": MetaValue(3, U32)}),
+            "do not split into 3 output groups",
+        ),
+        (dict(meta={"dflash.attention.sliding_window": MetaValue(0, U32)}), "must be positive"),
     ],
 )
 def test_unsupported_dflash_files_are_refused_by_name(made, change, message):
     target, paths, root = made
     path = rewrite(paths[dspark_layout.ARCH_LLAMA], root / "changed.gguf", **change)
+    with pytest.raises(GGUFError, match=message):
+        dspark.load_dspark(path, target)
+
+
+@pytest.mark.parametrize("spelled", ["true", "false"])
+def test_sample_from_anchor_spelled_as_text_is_read_as_llama_cpp_reads_it(made, spelled):
+    target, paths, root = made
+    meta = {"dflash.sample_from_anchor": MetaValue(spelled, STRING)}
+    path = rewrite(paths[dspark_layout.ARCH_LLAMA], root / f"anchor-{spelled}.gguf", meta=meta)
+    config, _ = dspark_layout.read_config(open_gguf(path), target.args)
+    assert config.sample_from_anchor is (spelled == "true")
+
+
+@pytest.mark.parametrize(
+    ("stages", "rank", "message"),
+    [
+        (0, 0, "stage count 0 must be at least 1"),
+        # The Markov head is read from the last stage's names: one stage fewer misses it.
+        (CONFIG.stage_count - 1, CONFIG.markov_rank, "Markov rank 16 but no tensor 'mtp."),
+    ],
+)
+def test_ds4_layout_stage_counts_that_miss_the_tensors_are_refused(made, stages, rank, message):
+    target, paths, root = made
+    meta = {
+        "dspark.stage_count": MetaValue(stages, U32),
+        "dspark.markov_rank": MetaValue(rank, U32),
+    }
+    path = rewrite(paths[dspark_layout.ARCH_DS4], root / f"stages-{stages}.gguf", meta=meta)
     with pytest.raises(GGUFError, match=message):
         dspark.load_dspark(path, target)
 

@@ -1,0 +1,266 @@
+"""The refusals and small contracts of the drafting layer, each at its edge: the speculation
+settings a command line builds, the drafter files checked from their headers before a model
+loads, drafters fed rows that do not match their tokens, and the counters a report reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import ds4mlx
+from ds4mlx.gguf import GGUFError
+from ds4mlx.speculation import DrafterKind, SpeculationConfig, check_drafter_files
+from ds4mlx.speculation.drafter import Draft, TargetRows
+from ds4mlx.speculation.lookup import LookupDrafter, LookupExtension, NgramIndex
+from ds4mlx.speculation.loop import SpeculativeStats
+from ds4mlx.speculation.nextn import NextNDrafter
+from ds4mlx.speculation.probe import ProbeStats, probe_greedy
+
+import mlx.core as mx
+import pytest
+
+from .conftest import ScriptedDrafter
+
+ASSETS = Path(__file__).resolve().parents[2] / "assets"
+TARGET = ASSETS / "ds4-tiny.gguf"
+DSPARK = ASSETS / "ds4-tiny-dspark.gguf"
+MTP = ASSETS / "ds4-tiny-mtp.gguf"
+GLM = ASSETS / "glm-tiny.gguf"
+
+
+# --- SpeculationConfig: every bound, on both sides ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"kind": DrafterKind.DSPARK}, "--dspark needs the support file"),
+        ({"kind": DrafterKind.DSPARK, "support_path": DSPARK, "mtp_draft": 2}, "drop --mtp-draft"),
+        ({"kind": DrafterKind.MTP}, "--mtp-draft needs the MTP file"),
+        ({"mtp_draft": 0}, "--mtp-draft must be >= 1, got 0"),
+        ({"lookup": -1}, "--lookup must be >= 0, got -1"),
+        ({"lookup_ngram": (0, 2)}, "got 0..2"),
+        ({"lookup_ngram": (3, 2)}, "got 3..2"),
+        ({"confidence": -0.01}, "--dspark-confidence must be in [0, 1], got -0.01"),
+        ({"confidence": 1.01}, "--dspark-confidence must be in [0, 1], got 1.01"),
+    ],
+)
+def test_settings_out_of_range_are_refused_by_flag(settings, message):
+    with pytest.raises(ValueError) as refused:
+        SpeculationConfig(**settings)
+    assert message in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"kind": DrafterKind.DSPARK, "support_path": DSPARK, "mtp_draft": 1},
+        {"kind": DrafterKind.MTP, "support_path": MTP, "mtp_draft": 3},
+        {"mtp_draft": 1, "lookup": 0, "confidence": 0.0},
+        {"lookup": 1, "lookup_ngram": (1, 1), "confidence": 1.0},
+        {"lookup_ngram": (2, 2)},
+    ],
+)
+def test_settings_at_their_bounds_are_accepted(settings):
+    SpeculationConfig(**settings)
+
+
+# --- check_drafter_files: what is refused before the model loads --------------------------
+
+
+def test_no_drafter_opens_no_file(tmp_path):
+    # Not even the model: nothing to check without a drafter.
+    check_drafter_files(SpeculationConfig(), tmp_path / "missing.gguf")
+
+
+def test_the_model_s_own_draft_block_must_exist():
+    with pytest.raises(GGUFError) as refused:
+        check_drafter_files(SpeculationConfig(DrafterKind.NEXTN), TARGET, nextn_flag="--mtp")
+    assert "--mtp needs the MTP draft block inside the model" in str(refused.value)
+    assert "(deepseek4) has none" in str(refused.value)
+    check_drafter_files(SpeculationConfig(DrafterKind.NEXTN), GLM)
+
+
+def test_a_missing_support_file_is_named():
+    config = SpeculationConfig(DrafterKind.DSPARK, ASSETS / "no-such-dspark.gguf")
+    with pytest.raises(GGUFError, match=r"--mtp-model .*no-such-dspark.gguf: no such file"):
+        check_drafter_files(config, TARGET)
+
+
+def test_a_support_file_without_a_path_is_refused_naming_its_flag():
+    config = SpeculationConfig(DrafterKind.MTP, MTP, mtp_draft=2)
+    object.__setattr__(config, "support_path", None)  # as a caller that skipped the checks
+    with pytest.raises(GGUFError, match=r"--mtp-draft 2 needs its drafter file"):
+        check_drafter_files(config, TARGET)
+
+
+@pytest.mark.parametrize(
+    ("kind", "flag"), [(DrafterKind.DSPARK, "--dspark"), (DrafterKind.MTP, "--mtp-draft 1")]
+)
+def test_a_model_file_given_as_the_drafter_is_refused(kind, flag):
+    with pytest.raises(GGUFError) as refused:
+        check_drafter_files(SpeculationConfig(kind, GLM), TARGET)
+    assert f"is a 'glm5-next' file, not a drafter for {flag}" in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("kind", "support"), [(DrafterKind.DSPARK, DSPARK), (DrafterKind.MTP, MTP)]
+)
+def test_deepseek_drafters_refuse_another_target(kind, support):
+    with pytest.raises(
+        GGUFError, match=r"drafts for DeepSeek-V4 \(deepseek4\) models; .* glm5-next"
+    ):
+        check_drafter_files(SpeculationConfig(kind, support), GLM)
+    check_drafter_files(SpeculationConfig(kind, support), TARGET)
+
+
+# --- drafters fed rows that do not match their tokens ---------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ds4_tiny():
+    return ds4mlx.load_model(TARGET)
+
+
+def _rows(model, tokens: list[int], capture: tuple[int, ...]) -> TargetRows:
+    session = model.new_session()
+    out = session.feed_hidden(tokens, capture)
+    return TargetRows(0, out.layers, out.head_input, out.final_hidden)
+
+
+@pytest.mark.parametrize("kind", [DrafterKind.DSPARK, DrafterKind.MTP])
+def test_rows_and_tokens_of_different_lengths_are_refused(ds4_tiny, kind):
+    support = DSPARK if kind is DrafterKind.DSPARK else MTP
+    drafter = ds4mlx.speculation.load_drafter(SpeculationConfig(kind, support), ds4_tiny)
+    rows = _rows(ds4_tiny, [5, 6, 7], drafter.capture_layers)
+    with pytest.raises(ValueError, match="2 tokens but 3 target rows"):
+        drafter.observe([5, 6], 8, rows)
+
+
+def test_dspark_drafts_nothing_before_it_observes(ds4_tiny):
+    drafter = ds4mlx.speculation.load_drafter(
+        SpeculationConfig(DrafterKind.DSPARK, DSPARK), ds4_tiny
+    )
+    with pytest.raises(ValueError, match="nothing observed yet"):
+        drafter.block()
+
+
+def test_glm_nextn_refuses_mismatched_rows_and_a_model_without_its_block():
+    glm = ds4mlx.load_model(GLM)
+    drafter = NextNDrafter(glm.network)
+    rows = _rows(glm, [5, 6, 7], ())
+    with pytest.raises(ValueError, match="2 tokens but 3 target rows"):
+        drafter.observe([5, 6], 8, rows)
+    network = glm.network
+    block, network.mtp = network.mtp, None
+    try:
+        with pytest.raises(ValueError, match="the model has no NextN"):
+            NextNDrafter(network)
+    finally:
+        network.mtp = block
+
+
+# --- counters --------------------------------------------------------------------------------
+
+
+def test_tau_and_acceptance_count_drafted_passes_only():
+    stats = SpeculativeStats()
+    assert stats.tau == 0.0 and stats.acceptance_rate == 0.0
+    stats.drafted_passes, stats.drafted_tokens, stats.accepted_tokens = 4, 20, 6
+    assert stats.tau == pytest.approx(2.5)  # (6 accepted + 4 target tokens) / 4 passes
+    assert stats.acceptance_rate == pytest.approx(0.3)
+
+
+def test_probe_stats_add_every_counter():
+    total = ProbeStats(cycles=1, drafted=5, accepted=2)
+    total.add(ProbeStats(cycles=3, drafted=7, accepted=4))
+    assert (total.cycles, total.drafted, total.accepted) == (4, 12, 6)
+    assert total.acceptance_rate == pytest.approx(0.5)
+    assert ProbeStats().acceptance_rate == 0.0
+
+
+# --- prompt lookup behind a learned drafter --------------------------------------------------
+
+
+def test_the_longest_ngram_the_history_holds_is_tried_first():
+    index = NgramIndex(2, 3)
+    # "1 2 3" was followed by 10; "2 3", more recently, by 11: the 3-gram wins.
+    index.extend([1, 2, 3, 10, 9, 2, 3, 11, 1, 2])
+    assert index.continuation(3, 2) == ([10, 9], 3)
+    short = NgramIndex(2, 3)
+    short.extend([1])  # too short a history for any n-gram: no match, no error
+    assert short.continuation(1, 2) == ([], 0)
+
+
+class _Learned:
+    """A learned drafter's stand-in: records what it is told, proposes ``block``."""
+
+    name = "learned"
+    max_draft = 5
+    capture_layers = (0,)
+    window = 16
+
+    def __init__(self, block: list[int] | None):
+        self.block = block
+        self.told: list[tuple[str, list[int], int]] = []
+
+    def reset(self) -> None: ...
+
+    def observe(self, tokens, next_token, rows) -> None:
+        self.told.append(("rows", list(tokens), next_token))
+
+    def observe_tokens(self, tokens, next_token) -> None:
+        self.told.append(("tokens", list(tokens), next_token))
+
+    def propose(self, max_tokens: int) -> Draft:
+        return Draft(list(self.block or [])[:max_tokens])
+
+    def propose_on_device(self, max_tokens: int) -> mx.array | None:
+        if self.block is None:
+            return None
+        return mx.array(self.block[:max_tokens], dtype=mx.int32)
+
+
+def test_the_extension_hands_tokens_alone_to_both_drafters_and_recalls_history():
+    learned, lookup = _Learned([1]), LookupDrafter(4)
+    both = LookupExtension(learned, lookup)
+    assert both.window == 16
+    both.recall([1, 2, 3, 1, 2])
+    both.observe_tokens([3], 1)
+    assert learned.told == [("tokens", [3], 1)]
+    # The lookup saw the recalled history and the observed token: "1 2 3 1" came before.
+    assert lookup.propose(2).tokens == [2, 3]
+
+
+def test_a_learned_block_queued_on_the_device_is_extended_and_nothing_is_none():
+    lookup = LookupDrafter(4)
+    lookup.observe_tokens([4, 5, 6, 7, 4, 5], 6)  # a copy in progress: 6 -> 7 4 5 6
+    both = LookupExtension(_Learned([7]), lookup)
+    queued = both.propose_on_device(4)
+    assert queued.tolist() == [7, 4, 5, 6]
+    assert both.last_sources == [("learned", 1), ("lookup", 3)]
+    silent = LookupExtension(_Learned(None), lookup)
+    assert silent.propose_on_device(4) is None
+    assert silent.last_sources == [("learned", 0), ("lookup", 0)]
+
+
+def test_a_learned_drafter_without_device_drafts_is_extended_on_the_host():
+    class HostOnly(_Learned):
+        propose_on_device = None  # type: ignore[assignment]
+
+    lookup = LookupDrafter(4)
+    lookup.observe_tokens([4, 5, 6, 7, 4, 5], 6)
+    both = LookupExtension(HostOnly([7, 4]), lookup)
+    assert both.propose_on_device(4).tolist() == [7, 4, 5, 6]
+    assert LookupExtension(HostOnly([]), LookupDrafter(4)).propose_on_device(4) is None
+
+
+# --- the offline probe's confidence cut ------------------------------------------------------
+
+
+@pytest.mark.parametrize(("threshold", "expected"), [(0.0, (2, 10, 10)), (0.6, (3, 9, 9))])
+def test_the_probe_cuts_drafts_at_the_first_low_confidence(ds4_tiny, threshold, expected):
+    prompt, continuation = [5, 17, 33, 2], [8, 90, 12, 12, 71, 3, 40, 61, 5, 9, 2, 7]
+    # Confidences 1.0, 0.85, 0.70, 0.55, 0.40: a 0.6 threshold keeps three tokens a draft.
+    drafter = ScriptedDrafter(prompt, continuation, vocab=100, error_rate=0.0, confidences=True)
+    stats = probe_greedy(ds4_tiny, drafter, prompt, continuation, confidence_threshold=threshold)
+    assert (stats.cycles, stats.drafted, stats.accepted) == expected
