@@ -1,0 +1,105 @@
+"""The agent's tests hardened against blind mutations (issue 37, session 17): plausible
+one-line bugs in ``ds4mlx/agent``, each checked by hand to survive the agent's tests before the
+test that now catches it was written (boundaries, members of literal sets, defaults, one field
+of a message, one branch of an ``elif``), in the files earlier sets touched least. None changes
+a line an earlier set's mutation changes with the same old text. Test selection: the whole
+``tests/agent`` folder (``base.in_agent_folder``).
+"""
+
+from __future__ import annotations
+
+from mutation_sets.base import (
+    AGENT_DISPLAY_PY,
+    AGENT_EVENT_NOTES_PY,
+    AGENT_INSTRUCTIONS_PY,
+    Mutation,
+)
+from mutation_sets.base import in_agent_folder as _agent
+
+MUTATIONS: tuple[Mutation, ...] = (
+    # display: the edges of each unsafe range, and the escape's width.
+    _agent("display_c0_range_starts_at_one", AGENT_DISPLAY_PY, "[\\x00-\\x08", "[\\x01-\\x08"),
+    _agent("display_vertical_tab_passes", AGENT_DISPLAY_PY, "\\x0b-\\x1f", "\\x0c-\\x1f"),
+    _agent("display_unit_separator_passes", AGENT_DISPLAY_PY, "\\x0b-\\x1f", "\\x0b-\\x1e"),
+    _agent("display_last_c1_control_passes", AGENT_DISPLAY_PY, "-\\x9f\\u202a", "-\\x9e\\u202a"),
+    _agent("display_bidi_override_passes", AGENT_DISPLAY_PY, "\\u202a-\\u202e", "\\u202a-\\u202d"),
+    _agent("display_first_isolate_passes", AGENT_DISPLAY_PY, "\\u2066-\\u2069", "\\u2067-\\u2069"),
+    _agent("display_byte_escapes_only_below_0x80", AGENT_DISPLAY_PY, "code < 0x100", "code < 0x80"),
+    _agent("display_escape_without_padding", AGENT_DISPLAY_PY, "{code:02x}", "{code:x}"),
+    _agent("display_crlf_kept", AGENT_DISPLAY_PY, 'text.replace("\\r\\n", "\\n")', "text"),
+    # event notes: which are errors, and what each says.
+    _agent(
+        "event_notes_malformed_call_not_an_error",
+        AGENT_EVENT_NOTES_PY,
+        'reported to the model", True)',
+        'reported to the model", False)',
+    ),
+    _agent(
+        "event_notes_compaction_counts_swapped",
+        AGENT_EVENT_NOTES_PY,
+        "{event.tokens_before} -> {event.tokens_after}",
+        "{event.tokens_after} -> {event.tokens_before}",
+    ),
+    _agent(
+        "event_notes_refusals_not_errors",
+        AGENT_EVENT_NOTES_PY,
+        'not attached: {refused}", True)',
+        'not attached: {refused}", False)',
+    ),
+    _agent(
+        "event_notes_attached_line_even_when_none",
+        AGENT_EVENT_NOTES_PY,
+        "if event.attached else []",
+        "if event.refused else []",
+    ),
+    # project instructions: which file, how much of it.
+    _agent(
+        "instructions_unusable_file_ends_the_search",
+        AGENT_INSTRUCTIONS_PY,
+        "except (ToolError, OSError):\n            continue",
+        "except (ToolError, OSError):\n            return None",
+    ),
+    _agent(
+        "instructions_empty_file_used",
+        AGENT_INSTRUCTIONS_PY,
+        'if not text or "\\x00" in text:',
+        'if "\\x00" in text:',
+    ),
+    _agent(
+        "instructions_binary_file_ends_the_search",
+        AGENT_INSTRUCTIONS_PY,
+        "in text:\n            continue",
+        "in text:\n            return None",
+    ),
+    _agent(
+        "instructions_text_not_stripped",
+        AGENT_INSTRUCTIONS_PY,
+        '.decode("utf-8", errors="replace").strip()',
+        '.decode("utf-8", errors="replace")',
+    ),
+    _agent(
+        "instructions_cut_one_short",
+        AGENT_INSTRUCTIONS_PY,
+        "text[:MAX_INSTRUCTION_CHARS] +",
+        "text[: MAX_INSTRUCTION_CHARS - 1] +",
+    ),
+    _agent("instructions_cut_not_flagged", AGENT_INSTRUCTIONS_PY, "cut=True", "cut=False"),
+    _agent(
+        "instructions_file_limit_a_kib",
+        AGENT_INSTRUCTIONS_PY,
+        "MAX_INSTRUCTION_FILE_BYTES = 2**20",
+        "MAX_INSTRUCTION_FILE_BYTES = 2**10",
+    ),
+    _agent(
+        "instructions_one_line_plural",
+        AGENT_INSTRUCTIONS_PY,
+        "'s' * (lines != 1)",
+        "'s' * (lines > 0)",
+    ),
+    _agent(
+        "instructions_invalid_utf8_raises",
+        AGENT_INSTRUCTIONS_PY,
+        'errors="replace"',
+        'errors="strict"',
+    ),
+)
