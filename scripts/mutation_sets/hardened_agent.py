@@ -12,6 +12,7 @@ from mutation_sets.base import (
     AGENT_DISPLAY_PY,
     AGENT_EVENT_NOTES_PY,
     AGENT_INSTRUCTIONS_PY,
+    AGENT_SYMBOLS_PY,
     Mutation,
 )
 from mutation_sets.base import in_agent_folder as _agent
@@ -102,4 +103,68 @@ MUTATIONS: tuple[Mutation, ...] = (
         'errors="replace"',
         'errors="strict"',
     ),
+    # symbols: the suffixes, the kinds of definition, lines and names.
+    _agent("symbols_pyi_not_python", AGENT_SYMBOLS_PY, '    ".pyi": "python",\n', ""),
+    _agent("symbols_header_not_c", AGENT_SYMBOLS_PY, '    ".h": "c",\n', ""),
+    _agent("symbols_jsx_not_javascript", AGENT_SYMBOLS_PY, '    ".jsx": "javascript",\n', ""),
+    _agent("symbols_suffix_case_sensitive", AGENT_SYMBOLS_PY, "path.suffix.lower()", "path.suffix"),
+    _agent("symbols_c_union_not_listed", AGENT_SYMBOLS_PY, '"union_specifier": "union",', ""),
+    _agent("symbols_c_typedef_not_listed", AGENT_SYMBOLS_PY, '"type_definition": "typedef",', ""),
+    _agent(
+        "symbols_js_generator_not_listed",
+        AGENT_SYMBOLS_PY,
+        '"generator_function_declaration": "function",',
+        "",
+    ),
+    _agent(
+        "symbols_go_types_not_listed",
+        AGENT_SYMBOLS_PY,
+        '"method_declaration": "method", "type_spec": "type"}',
+        '"method_declaration": "method"}',
+    ),
+    _agent("symbols_rust_trait_not_listed", AGENT_SYMBOLS_PY, '"trait_item": "trait",', ""),
+    _agent("symbols_rust_module_not_listed", AGENT_SYMBOLS_PY, '"mod_item": "module",', ""),
+    _agent(
+        "symbols_js_function_expression_not_a_function",
+        AGENT_SYMBOLS_PY,
+        '{"arrow_function", "function_expression",',
+        '{"arrow_function",',
+    ),
+    _agent(
+        "symbols_start_line_zero_based",
+        AGENT_SYMBOLS_PY,
+        "child.start_point[0] + 1,",
+        "child.start_point[0],",
+    ),
+    _agent(
+        "symbols_end_line_zero_based",
+        AGENT_SYMBOLS_PY,
+        "child.end_point[0] + 1",
+        "child.end_point[0]",
+    ),
+    _agent(
+        "symbols_impl_named_without_impl",
+        AGENT_SYMBOLS_PY,
+        'f"impl {_text(implemented)}"',
+        "_text(implemented)",
+    ),
+    _agent(
+        "symbols_any_js_variable_a_function",
+        AGENT_SYMBOLS_PY,
+        "if value is None or value.type not in _JS_FUNCTION_VALUES:",
+        "if value is None:",
+    ),
+    _agent(
+        "symbols_c_union_named_by_declarator",
+        AGENT_SYMBOLS_PY,
+        '("struct_specifier", "union_specifier", "enum_specifier")',
+        '("struct_specifier", "enum_specifier")',
+    ),
+    _agent(
+        "symbols_c_parenthesised_declarator_not_entered",
+        AGENT_SYMBOLS_PY,
+        'if declarator.type == "parenthesized_declarator":',
+        'if declarator.type == "parenthesised_declarator":',
+    ),
+    _agent("symbols_cancel_ignored", AGENT_SYMBOLS_PY, "    if cancelled():\n", "    if False:\n"),
 )
