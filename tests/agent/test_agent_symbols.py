@@ -55,9 +55,7 @@ async def f():
 
 
 def listed(source: bytes, language: str) -> list[tuple[str, str, int, int, int]]:
-    return [
-        (s.kind, s.name, s.start_line, s.end_line, s.depth) for s in outline(source, language)
-    ]
+    return [(s.kind, s.name, s.start_line, s.end_line, s.depth) for s in outline(source, language)]
 
 
 def test_c_definitions_with_their_declarator_chains():
