@@ -13,6 +13,7 @@ from mutation_sets.base import (
     AGENT_EVENT_NOTES_PY,
     AGENT_INSTRUCTIONS_PY,
     AGENT_SYMBOLS_PY,
+    MENTIONS_PY,
     Mutation,
 )
 from mutation_sets.base import in_agent_folder as _agent
@@ -167,4 +168,55 @@ MUTATIONS: tuple[Mutation, ...] = (
         'if declarator.type == "parenthesised_declarator":',
     ),
     _agent("symbols_cancel_ignored", AGENT_SYMBOLS_PY, "    if cancelled():\n", "    if False:\n"),
+    # mentions: what is refused, counted, cut and completed.
+    _agent(
+        "mentions_folder_check_on_links",
+        MENTIONS_PY,
+        "if path.is_dir():",
+        "if path.is_symlink():",
+    ),
+    _agent(
+        "mentions_os_error_shown_raw",
+        MENTIONS_PY,
+        "{getattr(exc, 'strerror', None) or exc}",
+        "{exc}",
+    ),
+    _agent("mentions_binary_sniff_one_short", MENTIONS_PY, "data[:8192]", "data[:8191]"),
+    _agent(
+        "mentions_empty_file_one_line",
+        MENTIONS_PY,
+        "(1 if text and not text.endswith",
+        "(1 if not text.endswith",
+    ),
+    _agent(
+        "mentions_file_of_exactly_the_limit_cut",
+        MENTIONS_PY,
+        "if len(text) > MAX_ATTACHED_CHARS:",
+        "if len(text) >= MAX_ATTACHED_CHARS:",
+    ),
+    _agent(
+        "mentions_cut_not_said_in_the_note",
+        MENTIONS_PY,
+        'note += f", cut to {MAX_ATTACHED_CHARS} characters"',
+        'note += ""',
+    ),
+    _agent("mentions_block_keeps_trailing_newlines", MENTIONS_PY, "text.rstrip(chr(10))", "text"),
+    _agent(
+        "mentions_blocks_joined_by_one_newline",
+        MENTIONS_PY,
+        '"\\n\\n".join(blocks)',
+        '"\\n".join(blocks)',
+    ),
+    _agent(
+        "mentions_completion_inside_a_word",
+        MENTIONS_PY,
+        'r"(?:(?<=\\s)|^)@(\\S*)$"',
+        'r"@(\\S*)$"',
+    ),
+    _agent(
+        "mentions_completion_of_nothing_is_empty",
+        MENTIONS_PY,
+        "return shared[len(name_part) :] or None",
+        "return shared[len(name_part) :]",
+    ),
 )
