@@ -13,7 +13,9 @@ from mutation_sets.base import (
     AGENT_EVENT_NOTES_PY,
     AGENT_INSTRUCTIONS_PY,
     AGENT_SYMBOLS_PY,
+    CONVERSATIONS_PY,
     MENTIONS_PY,
+    PROMPT_INPUT_PY,
     TOOLS_PY,
     Mutation,
 )
@@ -394,5 +396,97 @@ MUTATIONS: tuple[Mutation, ...] = (
         TOOLS_PY,
         'else f"no match for {pattern!r}"',
         'else "no match"',
+    ),
+    # conversations: what is empty, what load and list give, what is refused.
+    _agent(
+        "conversations_assistant_only_is_empty",
+        CONVERSATIONS_PY,
+        'return not any(m["role"] != "system" for m in self.messages)',
+        'return not any(m["role"] == "user" for m in self.messages)',
+    ),
+    _agent(
+        "conversations_created_time_not_loaded",
+        CONVERSATIONS_PY,
+        'created=data.get("created", time.time()),',
+        "created=time.time(),",
+    ),
+    _agent(
+        "conversations_workspace_not_loaded",
+        CONVERSATIONS_PY,
+        'workspace=data.get("workspace"),\n        )',
+        "workspace=None,\n        )",
+    ),
+    _agent(
+        "conversations_listed_count_one_short",
+        CONVERSATIONS_PY,
+        'len(data["messages"]),',
+        'len(data["messages"]) - 1,',
+    ),
+    _agent(
+        "conversations_listed_time_from_the_file",
+        CONVERSATIONS_PY,
+        'data.get("saved", path.stat().st_mtime),',
+        "path.stat().st_mtime,",
+    ),
+    _agent(
+        "conversations_role_not_checked",
+        CONVERSATIONS_PY,
+        'isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages',
+        "isinstance(m, dict) for m in messages",
+    ),
+    _agent(
+        "conversations_not_utf8_raises",
+        CONVERSATIONS_PY,
+        "except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:",
+        "except (OSError, json.JSONDecodeError) as exc:",
+    ),
+    _agent(
+        "conversations_removed_temporaries_not_counted",
+        CONVERSATIONS_PY,
+        "removed += 1",
+        "removed += 0",
+    ),
+    _agent(
+        "conversations_delete_of_a_missing_name_silent",
+        CONVERSATIONS_PY,
+        '{name!r}")\n        path.unlink()',
+        '{name!r}") if False else None\n        path.unlink(missing_ok=True)',
+    ),
+    _agent(
+        "conversations_default_name_twelve_hour",
+        CONVERSATIONS_PY,
+        '"chat-%Y%m%d-%H%M%S"',
+        '"chat-%Y%m%d-%I%M%S"',
+    ),
+    # prompt history: what is kept, and the ends of the walk.
+    _agent(
+        "prompt_history_empty_entry_kept",
+        PROMPT_INPUT_PY,
+        "if isinstance(entry, str) and entry:",
+        "if isinstance(entry, str):",
+    ),
+    _agent(
+        "prompt_history_not_utf8_raises",
+        PROMPT_INPUT_PY,
+        "except (OSError, UnicodeDecodeError):",
+        "except OSError:",
+    ),
+    _agent(
+        "prompt_history_oldest_wraps_around",
+        PROMPT_INPUT_PY,
+        "if self.position == 0:\n            return None",
+        "if self.position < 0:\n            return None",
+    ),
+    _agent(
+        "prompt_history_walk_not_restarted_after_an_empty_prompt",
+        PROMPT_INPUT_PY,
+        "            self._write()\n        self.position = len(self.entries)",
+        "            self._write()\n            self.position = len(self.entries)",
+    ),
+    _agent(
+        "prompt_history_write_error_raises",
+        PROMPT_INPUT_PY,
+        "except OSError:\n            pass",
+        "except ValueError:\n            pass",
     ),
 )
