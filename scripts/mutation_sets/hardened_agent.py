@@ -9,6 +9,7 @@ a line an earlier set's mutation changes with the same old text. Test selection:
 from __future__ import annotations
 
 from mutation_sets.base import (
+    AGENT_COMMANDS_PY,
     AGENT_DISPLAY_PY,
     AGENT_EVENT_NOTES_PY,
     AGENT_INSTRUCTIONS_PY,
@@ -488,5 +489,102 @@ MUTATIONS: tuple[Mutation, ...] = (
         PROMPT_INPUT_PY,
         "except OSError:\n            pass",
         "except ValueError:\n            pass",
+    ),
+    # slash commands: counts, markers, usages and the text of each answer.
+    _agent(
+        "commands_history_count_of_one_shows_all",
+        AGENT_COMMANDS_PY,
+        "if argument.isdigit() and int(argument) > 0 else 20",
+        "if argument.isdigit() and int(argument) > 1 else 20",
+    ),
+    _agent(
+        "commands_history_calls_not_named",
+        AGENT_COMMANDS_PY,
+        "            if calls:\n",
+        "            if not calls:\n",
+    ),
+    _agent(
+        "commands_history_line_cut_short",
+        AGENT_COMMANDS_PY,
+        "{text[:160]}",
+        "{text[:80]}",
+    ),
+    _agent(
+        "commands_history_of_nothing_empty",
+        AGENT_COMMANDS_PY,
+        'if not shown:\n            return CommandOutcome("the conversation is empty")',
+        'if shown is None:\n            return CommandOutcome("the conversation is empty")',
+    ),
+    _agent(
+        "commands_list_marks_every_conversation",
+        AGENT_COMMANDS_PY,
+        'marker = "*" if entry.name == current else " "',
+        'marker = "*" if entry.name != current else " "',
+    ),
+    _agent(
+        "commands_list_hides_the_problem",
+        AGENT_COMMANDS_PY,
+        'f"unreadable: {entry.problem}" if entry.problem else',
+        'f"unreadable" if entry.problem else',
+    ),
+    _agent(
+        "commands_switch_without_a_name_loads_it",
+        AGENT_COMMANDS_PY,
+        'if not name:\n            return CommandOutcome("usage: /switch',
+        'if name is None:\n            return CommandOutcome("usage: /switch',
+    ),
+    _agent(
+        "commands_del_without_a_name_tries_it",
+        AGENT_COMMANDS_PY,
+        'if not name:\n            return CommandOutcome("usage: /del',
+        'if name is None:\n            return CommandOutcome("usage: /del',
+    ),
+    _agent(
+        "commands_permissions_clear_counts_after_clearing",
+        AGENT_COMMANDS_PY,
+        "forgotten = len(permissions.rules)\n            permissions.rules.clear()",
+        "permissions.rules.clear()\n            forgotten = len(permissions.rules)",
+    ),
+    _agent(
+        "commands_permissions_unknown_argument_lists",
+        AGENT_COMMANDS_PY,
+        'if argument:\n            return CommandOutcome("usage: /permissions [clear]")',
+        'if argument == "help":\n            return CommandOutcome("usage: /permissions [clear]")',
+    ),
+    _agent(
+        "commands_permissions_yolo_not_said",
+        AGENT_COMMANDS_PY,
+        "if permissions.yolo:",
+        "if permissions.yolo and not permissions.rules and False:",
+    ),
+    _agent(
+        "commands_diff_of_nothing_empty",
+        AGENT_COMMANDS_PY,
+        'diff or "this session has not changed any file"',
+        "diff",
+    ),
+    _agent(
+        "commands_help_not_aligned",
+        AGENT_COMMANDS_PY,
+        'f"{usage:<{width}}  {text}"',
+        'f"{usage}  {text}"',
+    ),
+    _agent(
+        "commands_indented_command_not_one",
+        AGENT_COMMANDS_PY,
+        'return line.lstrip().startswith("/")',
+        'return line.startswith("/")',
+    ),
+    _agent(
+        "commands_new_without_the_save_note",
+        AGENT_COMMANDS_PY,
+        '"new conversation" + (f" ({note})" if note else "")',
+        '"new conversation"',
+    ),
+    _agent(
+        "commands_autosave_error_uncaught",
+        AGENT_COMMANDS_PY,
+        'except (ConversationError, OSError) as exc:\n            return f"autosave',
+        'except ConversationError as exc:\n            return f"autosave',
     ),
 )
