@@ -13,6 +13,7 @@ from mutation_sets.base import (
     AGENT_DISPLAY_PY,
     AGENT_EVENT_NOTES_PY,
     AGENT_INSTRUCTIONS_PY,
+    AGENT_MARKUP_PY,
     AGENT_SYMBOLS_PY,
     CONVERSATIONS_PY,
     MENTIONS_PY,
@@ -587,4 +588,43 @@ MUTATIONS: tuple[Mutation, ...] = (
         'except (ConversationError, OSError) as exc:\n            return f"autosave',
         'except ConversationError as exc:\n            return f"autosave',
     ),
+    # markup in the answer: every spelling, which tags enclose, what a stray tag is.
+    _agent("markup_drifted_spelling_missed", AGENT_MARKUP_PY, "(DSML, DSML[1:])", "(DSML,)"),
+    _agent(
+        "markup_guillemet_opener_missed",
+        AGENT_MARKUP_PY,
+        'for lt in ("<", "‹") for slash',
+        'for lt in ("<",) for slash',
+    ),
+    _agent(
+        "markup_invoke_not_enclosing",
+        AGENT_MARKUP_PY,
+        '_ENCLOSING = ("tool_calls", "invoke")',
+        '_ENCLOSING = ("tool_calls",)',
+    ),
+    _agent(
+        "markup_guillemet_closing_tag_opens",
+        AGENT_MARKUP_PY,
+        'opener.startswith(("</", "‹/"))',
+        'opener.startswith(("</",))',
+    ),
+    _agent(
+        "markup_guillemet_closing_not_found",
+        AGENT_MARKUP_PY,
+        '{dsml}{name}>", end) for lt in ("<", "‹")]',
+        '{dsml}{name}>", end) for lt in ("<",)]',
+    ),
+    _agent(
+        "markup_stray_closing_invoke_dropped",
+        AGENT_MARKUP_PY,
+        'if not (closing and name == "tool_calls"):',
+        "if not (closing and name in _ENCLOSING):",
+    ),
+    _agent(
+        "markup_one_character_before_a_block_lost",
+        AGENT_MARKUP_PY,
+        "            if position:\n",
+        "            if position > 1:\n",
+    ),
+    _agent("markup_opener_strip_keeps_guillemet", AGENT_MARKUP_PY, 'lstrip("<‹")', 'lstrip("<")'),
 )
