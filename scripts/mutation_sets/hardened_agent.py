@@ -9,6 +9,7 @@ a line an earlier set's mutation changes with the same old text. Test selection:
 from __future__ import annotations
 
 from mutation_sets.base import (
+    AGENT_BACKEND_PY,
     AGENT_COMMANDS_PY,
     AGENT_DISPLAY_PY,
     AGENT_EVENT_NOTES_PY,
@@ -627,4 +628,85 @@ MUTATIONS: tuple[Mutation, ...] = (
         "            if position > 1:\n",
     ),
     _agent("markup_opener_strip_keeps_guillemet", AGENT_MARKUP_PY, 'lstrip("<‹")', 'lstrip("<")'),
+    # the OpenAI backend: the request, the events, the statistics, the model card.
+    _agent(
+        "backend_seed_of_zero_dropped",
+        AGENT_BACKEND_PY,
+        "if self.sampling.seed is not None:",
+        "if self.sampling.seed:",
+    ),
+    _agent(
+        "backend_usage_not_requested",
+        AGENT_BACKEND_PY,
+        'stream_options={"include_usage": True},',
+        'stream_options={"include_usage": False},',
+    ),
+    _agent(
+        "backend_calls_in_arrival_order",
+        AGENT_BACKEND_PY,
+        "for index in sorted(calls):",
+        "for index in calls:",
+    ),
+    _agent(
+        "backend_call_name_pieces_replace",
+        AGENT_BACKEND_PY,
+        'call["name"] += piece.function.name or ""',
+        'call["name"] = piece.function.name or call["name"]',
+    ),
+    _agent(
+        "backend_empty_delta_counted",
+        AGENT_BACKEND_PY,
+        "if reasoning or delta.content or delta.tool_calls:",
+        "if True:",
+    ),
+    _agent(
+        "backend_later_chunk_without_reason_resets_it",
+        AGENT_BACKEND_PY,
+        "finish_reason = choice.finish_reason or finish_reason",
+        'finish_reason = choice.finish_reason or "stop"',
+    ),
+    _agent(
+        "backend_ratio_not_calibrated",
+        AGENT_BACKEND_PY,
+        "self.chars_per_token = self._request_chars / prompt",
+        "self.chars_per_token = _CHARS_PER_TOKEN",
+    ),
+    _agent(
+        "backend_cached_tokens_dropped",
+        AGENT_BACKEND_PY,
+        'getattr(details, "cached_tokens", None) or 0,',
+        "0,",
+    ),
+    _agent(
+        "backend_stats_generated_from_chunks",
+        AGENT_BACKEND_PY,
+        "generated_tokens=completion,",
+        "generated_tokens=chunks,",
+    ),
+    _agent(
+        "backend_context_of_zero_accepted",
+        AGENT_BACKEND_PY,
+        "if isinstance(value, int) and value > 0:",
+        "if isinstance(value, int) and value >= 0:",
+    ),
+    _agent("backend_meta_context_ignored", AGENT_BACKEND_PY, 'fields.get("meta") or {}', "{}"),
+    _agent("backend_window_field_missed", AGENT_BACKEND_PY, '    "context_window",\n', ""),
+    _agent(
+        "backend_call_without_name_accepted",
+        AGENT_BACKEND_PY,
+        'if not call["name"]:',
+        'if call["name"] is None:',
+    ),
+    _agent(
+        "backend_empty_arguments_refused",
+        AGENT_BACKEND_PY,
+        'json.loads(call["arguments"] or "{}")',
+        'json.loads(call["arguments"])',
+    ),
+    _agent(
+        "backend_list_arguments_accepted",
+        AGENT_BACKEND_PY,
+        "if not isinstance(arguments, dict):",
+        "if not isinstance(arguments, (dict, list)):",
+    ),
 )
