@@ -16,6 +16,7 @@ from mutation_sets.base import (
     AGENT_INSTRUCTIONS_PY,
     AGENT_MARKUP_PY,
     AGENT_SYMBOLS_PY,
+    AGENT_TOOL_SCHEMAS_PY,
     CONVERSATIONS_PY,
     MENTIONS_PY,
     PROMPT_INPUT_PY,
@@ -708,5 +709,42 @@ MUTATIONS: tuple[Mutation, ...] = (
         AGENT_BACKEND_PY,
         "if not isinstance(arguments, dict):",
         "if not isinstance(arguments, (dict, list)):",
+    ),
+    # tool schemas: what each call requires, and the parameters' types.
+    _agent(
+        "tool_schemas_search_without_a_required_pattern",
+        AGENT_TOOL_SCHEMAS_PY,
+        '"path": _PATH},\n        ["pattern"],',
+        '"path": _PATH},\n        [],',
+    ),
+    _agent(
+        "tool_schemas_edit_new_optional",
+        AGENT_TOOL_SCHEMAS_PY,
+        '["path", "old", "new"]',
+        '["path", "old"]',
+    ),
+    _agent(
+        "tool_schemas_stop_job_optional",
+        AGENT_TOOL_SCHEMAS_PY,
+        '{"job": _JOB}, ["job"]',
+        '{"job": _JOB}, []',
+    ),
+    _agent(
+        "tool_schemas_job_number_a_string",
+        AGENT_TOOL_SCHEMAS_PY,
+        '_JOB = {"type": "integer"',
+        '_JOB = {"type": "string"',
+    ),
+    _agent(
+        "tool_schemas_more_count_a_string",
+        AGENT_TOOL_SCHEMAS_PY,
+        '{"count": {"type": "integer"}}',
+        '{"count": {"type": "string"}}',
+    ),
+    _agent(
+        "tool_schemas_write_content_optional",
+        AGENT_TOOL_SCHEMAS_PY,
+        '["path", "content"]',
+        '["path"]',
     ),
 )

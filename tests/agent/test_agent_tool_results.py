@@ -231,3 +231,44 @@ def test_the_argument_errors_name_the_tool_and_the_parameter(box):
     assert error(box, "edit", path="a") == "error: edit needs 'old', 'new'"
     assert error(box, "read", path=True) == "error: read: path must be a string, got True"
     assert run(box, "list", path=1.5).output == "error: 1.5 does not exist"
+
+
+# What each tool's schema requires, as the model is told and as calls are checked.
+REQUIRED = {
+    "list": ["path"],
+    "read": ["path"],
+    "search": ["pattern"],
+    "edit": ["path", "old", "new"],
+    "bash": ["command"],
+    "more": [],
+    "write": ["path", "content"],
+    "symbols": [],
+    "status": [],
+    "stop": ["job"],
+}
+
+
+def test_the_tools_in_the_order_the_model_learned_them():
+    names = [tool["function"]["name"] for tool in ToolBox.schemas]
+    assert names == list(REQUIRED)
+
+
+@pytest.mark.parametrize(("tool", "required"), [(t, r) for t, r in REQUIRED.items() if r])
+def test_a_call_without_its_required_arguments_is_refused(box, tool, required):
+    assert error(box, tool) == f"error: {tool} needs {', '.join(map(repr, required))}"
+
+
+@pytest.mark.parametrize(
+    ("tool", "name", "arguments"),
+    [
+        ("read", "start", {"path": "src/a.py"}),
+        ("read", "end", {"path": "src/a.py"}),
+        ("more", "count", {}),
+        ("status", "job", {}),
+        ("stop", "job", {}),
+    ],
+)
+def test_integer_parameters_refuse_words(box, tool, name, arguments):
+    assert error(box, tool, **arguments, **{name: "two"}) == (
+        f"error: {tool}: {name} must be an integer, got 'two'"
+    )
