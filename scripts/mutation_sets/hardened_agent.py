@@ -18,6 +18,7 @@ from mutation_sets.base import (
     AGENT_SYMBOLS_PY,
     AGENT_TOOL_SCHEMAS_PY,
     CONVERSATIONS_PY,
+    KV_STATE_PY,
     MENTIONS_PY,
     PROMPT_INPUT_PY,
     TOOLS_PY,
@@ -746,5 +747,26 @@ MUTATIONS: tuple[Mutation, ...] = (
         AGENT_TOOL_SCHEMAS_PY,
         '["path", "content"]',
         '["path"]',
+    ),
+    # model states: a save that held nothing, the thinking switch passed on.
+    _agent(
+        "kv_state_empty_save_reported",
+        KV_STATE_PY,
+        'if tokens else ""',
+        'if tokens is not None else ""',
+    ),
+    _agent(
+        "kv_state_save_without_thinking",
+        KV_STATE_PY,
+        "save_state(\n                path, agent.messages, agent.toolbox.schemas, "
+        "thinking=agent.settings.thinking",
+        "save_state(\n                path, agent.messages, agent.toolbox.schemas, thinking=False",
+    ),
+    _agent(
+        "kv_state_restore_without_thinking",
+        KV_STATE_PY,
+        "restore_state(\n                path, agent.messages, agent.toolbox.schemas, "
+        "thinking=agent.settings.thinking",
+        "restore_state(\n                path, agent.messages, agent.toolbox.schemas, thinking=False",
     ),
 )
