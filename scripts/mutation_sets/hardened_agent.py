@@ -767,6 +767,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         KV_STATE_PY,
         "restore_state(\n                path, agent.messages, agent.toolbox.schemas, "
         "thinking=agent.settings.thinking",
-        "restore_state(\n                path, agent.messages, agent.toolbox.schemas, thinking=False",
+        "restore_state(\n                path, agent.messages, agent.toolbox.schemas, "
+        "thinking=False",
     ),
 )
