@@ -1,9 +1,16 @@
 """The agent's tests hardened against blind mutations (issue 37, session 17): plausible
-one-line bugs in ``ds4mlx/agent``, each checked by hand to survive the agent's tests before the
-test that now catches it was written (boundaries, members of literal sets, defaults, one field
-of a message, one branch of an ``elif``), in the files earlier sets touched least. None changes
-a line an earlier set's mutation changes with the same old text. Test selection: the whole
-``tests/agent`` folder (``base.in_agent_folder``).
+one-line bugs in ``ds4mlx/agent``, written while reading each function of the files earlier sets
+touched least (display, instructions, event notes, symbols, mentions, tools, conversations,
+prompt history, slash commands, markup, the OpenAI backend, tool schemas, model states) and
+asking which one-character change no test would notice: range ends, members of literal sets
+and tuples, defaults, one field or word of a message, one branch of an ``elif``, ``>`` for
+``>=``. Each was applied by hand and run against the test file that now guards it: it fails
+with the change and passes without. None repeats an earlier set's mutation (same file and old
+text); equivalent changes found on the way were left out (``/history 0`` taken as a count: a
+slice from ``-0`` is the whole list, as the default is; the tie-break between two openers at
+one position in ``markup._earliest``: no two openers can start at the same place).
+
+Test selection as in the fresh sets: the whole ``tests/agent`` folder (``base.in_agent_folder``).
 """
 
 from __future__ import annotations
@@ -28,15 +35,60 @@ from mutation_sets.base import in_agent_folder as _agent
 
 MUTATIONS: tuple[Mutation, ...] = (
     # display: the edges of each unsafe range, and the escape's width.
-    _agent("display_c0_range_starts_at_one", AGENT_DISPLAY_PY, "[\\x00-\\x08", "[\\x01-\\x08"),
-    _agent("display_vertical_tab_passes", AGENT_DISPLAY_PY, "\\x0b-\\x1f", "\\x0c-\\x1f"),
-    _agent("display_unit_separator_passes", AGENT_DISPLAY_PY, "\\x0b-\\x1f", "\\x0b-\\x1e"),
-    _agent("display_last_c1_control_passes", AGENT_DISPLAY_PY, "-\\x9f\\u202a", "-\\x9e\\u202a"),
-    _agent("display_bidi_override_passes", AGENT_DISPLAY_PY, "\\u202a-\\u202e", "\\u202a-\\u202d"),
-    _agent("display_first_isolate_passes", AGENT_DISPLAY_PY, "\\u2066-\\u2069", "\\u2067-\\u2069"),
-    _agent("display_byte_escapes_only_below_0x80", AGENT_DISPLAY_PY, "code < 0x100", "code < 0x80"),
-    _agent("display_escape_without_padding", AGENT_DISPLAY_PY, "{code:02x}", "{code:x}"),
-    _agent("display_crlf_kept", AGENT_DISPLAY_PY, 'text.replace("\\r\\n", "\\n")', "text"),
+    _agent(
+        "display_c0_range_starts_at_one",
+        AGENT_DISPLAY_PY,
+        "[\\x00-\\x08",
+        "[\\x01-\\x08",
+    ),
+    _agent(
+        "display_vertical_tab_passes",
+        AGENT_DISPLAY_PY,
+        "\\x0b-\\x1f",
+        "\\x0c-\\x1f",
+    ),
+    _agent(
+        "display_unit_separator_passes",
+        AGENT_DISPLAY_PY,
+        "\\x0b-\\x1f",
+        "\\x0b-\\x1e",
+    ),
+    _agent(
+        "display_last_c1_control_passes",
+        AGENT_DISPLAY_PY,
+        "-\\x9f\\u202a",
+        "-\\x9e\\u202a",
+    ),
+    _agent(
+        "display_bidi_override_passes",
+        AGENT_DISPLAY_PY,
+        "\\u202a-\\u202e",
+        "\\u202a-\\u202d",
+    ),
+    _agent(
+        "display_first_isolate_passes",
+        AGENT_DISPLAY_PY,
+        "\\u2066-\\u2069",
+        "\\u2067-\\u2069",
+    ),
+    _agent(
+        "display_byte_escapes_only_below_0x80",
+        AGENT_DISPLAY_PY,
+        "code < 0x100",
+        "code < 0x80",
+    ),
+    _agent(
+        "display_escape_without_padding",
+        AGENT_DISPLAY_PY,
+        "{code:02x}",
+        "{code:x}",
+    ),
+    _agent(
+        "display_crlf_kept",
+        AGENT_DISPLAY_PY,
+        'text.replace("\\r\\n", "\\n")',
+        "text",
+    ),
     # event notes: which are errors, and what each says.
     _agent(
         "event_notes_malformed_call_not_an_error",
@@ -93,7 +145,12 @@ MUTATIONS: tuple[Mutation, ...] = (
         "text[:MAX_INSTRUCTION_CHARS] +",
         "text[: MAX_INSTRUCTION_CHARS - 1] +",
     ),
-    _agent("instructions_cut_not_flagged", AGENT_INSTRUCTIONS_PY, "cut=True", "cut=False"),
+    _agent(
+        "instructions_cut_not_flagged",
+        AGENT_INSTRUCTIONS_PY,
+        "cut=True",
+        "cut=False",
+    ),
     _agent(
         "instructions_file_limit_a_kib",
         AGENT_INSTRUCTIONS_PY,
@@ -113,12 +170,42 @@ MUTATIONS: tuple[Mutation, ...] = (
         'errors="strict"',
     ),
     # symbols: the suffixes, the kinds of definition, lines and names.
-    _agent("symbols_pyi_not_python", AGENT_SYMBOLS_PY, '    ".pyi": "python",\n', ""),
-    _agent("symbols_header_not_c", AGENT_SYMBOLS_PY, '    ".h": "c",\n', ""),
-    _agent("symbols_jsx_not_javascript", AGENT_SYMBOLS_PY, '    ".jsx": "javascript",\n', ""),
-    _agent("symbols_suffix_case_sensitive", AGENT_SYMBOLS_PY, "path.suffix.lower()", "path.suffix"),
-    _agent("symbols_c_union_not_listed", AGENT_SYMBOLS_PY, '"union_specifier": "union",', ""),
-    _agent("symbols_c_typedef_not_listed", AGENT_SYMBOLS_PY, '"type_definition": "typedef",', ""),
+    _agent(
+        "symbols_pyi_not_python",
+        AGENT_SYMBOLS_PY,
+        '    ".pyi": "python",\n',
+        "",
+    ),
+    _agent(
+        "symbols_header_not_c",
+        AGENT_SYMBOLS_PY,
+        '    ".h": "c",\n',
+        "",
+    ),
+    _agent(
+        "symbols_jsx_not_javascript",
+        AGENT_SYMBOLS_PY,
+        '    ".jsx": "javascript",\n',
+        "",
+    ),
+    _agent(
+        "symbols_suffix_case_sensitive",
+        AGENT_SYMBOLS_PY,
+        "path.suffix.lower()",
+        "path.suffix",
+    ),
+    _agent(
+        "symbols_c_union_not_listed",
+        AGENT_SYMBOLS_PY,
+        '"union_specifier": "union",',
+        "",
+    ),
+    _agent(
+        "symbols_c_typedef_not_listed",
+        AGENT_SYMBOLS_PY,
+        '"type_definition": "typedef",',
+        "",
+    ),
     _agent(
         "symbols_js_generator_not_listed",
         AGENT_SYMBOLS_PY,
@@ -131,8 +218,18 @@ MUTATIONS: tuple[Mutation, ...] = (
         '"method_declaration": "method", "type_spec": "type"}',
         '"method_declaration": "method"}',
     ),
-    _agent("symbols_rust_trait_not_listed", AGENT_SYMBOLS_PY, '"trait_item": "trait",', ""),
-    _agent("symbols_rust_module_not_listed", AGENT_SYMBOLS_PY, '"mod_item": "module",', ""),
+    _agent(
+        "symbols_rust_trait_not_listed",
+        AGENT_SYMBOLS_PY,
+        '"trait_item": "trait",',
+        "",
+    ),
+    _agent(
+        "symbols_rust_module_not_listed",
+        AGENT_SYMBOLS_PY,
+        '"mod_item": "module",',
+        "",
+    ),
     _agent(
         "symbols_js_function_expression_not_a_function",
         AGENT_SYMBOLS_PY,
@@ -175,7 +272,12 @@ MUTATIONS: tuple[Mutation, ...] = (
         'if declarator.type == "parenthesized_declarator":',
         'if declarator.type == "parenthesised_declarator":',
     ),
-    _agent("symbols_cancel_ignored", AGENT_SYMBOLS_PY, "    if cancelled():\n", "    if False:\n"),
+    _agent(
+        "symbols_cancel_ignored",
+        AGENT_SYMBOLS_PY,
+        "    if cancelled():\n",
+        "    if False:\n",
+    ),
     # mentions: what is refused, counted, cut and completed.
     _agent(
         "mentions_folder_check_on_links",
@@ -189,7 +291,12 @@ MUTATIONS: tuple[Mutation, ...] = (
         "{getattr(exc, 'strerror', None) or exc}",
         "{exc}",
     ),
-    _agent("mentions_binary_sniff_one_short", MENTIONS_PY, "data[:8192]", "data[:8191]"),
+    _agent(
+        "mentions_binary_sniff_one_short",
+        MENTIONS_PY,
+        "data[:8192]",
+        "data[:8191]",
+    ),
     _agent(
         "mentions_empty_file_one_line",
         MENTIONS_PY,
@@ -208,7 +315,12 @@ MUTATIONS: tuple[Mutation, ...] = (
         'note += f", cut to {MAX_ATTACHED_CHARS} characters"',
         'note += ""',
     ),
-    _agent("mentions_block_keeps_trailing_newlines", MENTIONS_PY, "text.rstrip(chr(10))", "text"),
+    _agent(
+        "mentions_block_keeps_trailing_newlines",
+        MENTIONS_PY,
+        "text.rstrip(chr(10))",
+        "text",
+    ),
     _agent(
         "mentions_blocks_joined_by_one_newline",
         MENTIONS_PY,
@@ -592,7 +704,12 @@ MUTATIONS: tuple[Mutation, ...] = (
         'except ConversationError as exc:\n            return f"autosave',
     ),
     # markup in the answer: every spelling, which tags enclose, what a stray tag is.
-    _agent("markup_drifted_spelling_missed", AGENT_MARKUP_PY, "(DSML, DSML[1:])", "(DSML,)"),
+    _agent(
+        "markup_drifted_spelling_missed",
+        AGENT_MARKUP_PY,
+        "(DSML, DSML[1:])",
+        "(DSML,)",
+    ),
     _agent(
         "markup_guillemet_opener_missed",
         AGENT_MARKUP_PY,
@@ -629,7 +746,12 @@ MUTATIONS: tuple[Mutation, ...] = (
         "            if position:\n",
         "            if position > 1:\n",
     ),
-    _agent("markup_opener_strip_keeps_guillemet", AGENT_MARKUP_PY, 'lstrip("<‹")', 'lstrip("<")'),
+    _agent(
+        "markup_opener_strip_keeps_guillemet",
+        AGENT_MARKUP_PY,
+        'lstrip("<‹")',
+        'lstrip("<")',
+    ),
     # the OpenAI backend: the request, the events, the statistics, the model card.
     _agent(
         "backend_seed_of_zero_dropped",
@@ -691,8 +813,18 @@ MUTATIONS: tuple[Mutation, ...] = (
         "if isinstance(value, int) and value > 0:",
         "if isinstance(value, int) and value >= 0:",
     ),
-    _agent("backend_meta_context_ignored", AGENT_BACKEND_PY, 'fields.get("meta") or {}', "{}"),
-    _agent("backend_window_field_missed", AGENT_BACKEND_PY, '    "context_window",\n', ""),
+    _agent(
+        "backend_meta_context_ignored",
+        AGENT_BACKEND_PY,
+        'fields.get("meta") or {}',
+        "{}",
+    ),
+    _agent(
+        "backend_window_field_missed",
+        AGENT_BACKEND_PY,
+        '    "context_window",\n',
+        "",
+    ),
     _agent(
         "backend_call_without_name_accepted",
         AGENT_BACKEND_PY,

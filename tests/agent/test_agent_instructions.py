@@ -16,11 +16,9 @@ import pytest
 
 
 @pytest.fixture
-def root(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    (root / "CLAUDE.md").write_text("fallback\n")
-    return root
+def root(workspace: Path) -> Path:
+    (workspace / "CLAUDE.md").write_text("fallback\n")
+    return workspace
 
 
 def found(root: Path) -> ProjectInstructions | None:
@@ -57,12 +55,11 @@ def test_a_file_of_exactly_a_mib_is_used(root):
     assert found(root).name == "AGENTS.md"
 
 
-def test_an_agents_md_folder_or_a_link_out_gives_way_to_claude_md(root, tmp_path):
+def test_an_agents_md_folder_or_a_link_out_gives_way_to_claude_md(root, outside):
     (root / "AGENTS.md").mkdir()
     assert found(root).name == "CLAUDE.md"
     (root / "AGENTS.md").rmdir()
-    (tmp_path / "outside.md").write_text("secret\n")
-    (root / "AGENTS.md").symlink_to(tmp_path / "outside.md")
+    (root / "AGENTS.md").symlink_to(outside / "secret.txt")
     assert found(root) == ProjectInstructions("CLAUDE.md", "fallback")
 
 

@@ -105,25 +105,25 @@ def test_the_token_estimate_follows_the_server_usage(toolbox):
     assert agent.context_tokens() > 5 * reported  # what it showed before
 
 
-@pytest.mark.parametrize(
-    ("lt", "dsml"), [("<", DSML), ("‹", DSML), ("<", DSML[1:]), ("‹", DSML[1:])]
-)
-def test_every_spelling_of_a_block_is_cut(lt, dsml):
-    block = (
+def spelled(lt: str, dsml: str) -> str:
+    return (
         f'{lt}{dsml}tool_calls>\n{lt}{dsml}invoke name="x">y'
         f"{lt}/{dsml}invoke>{lt}/{dsml}tool_calls>"
     )
-    shown, errors = filtered([f"a{block}b"])
-    assert shown == "ab" and [e.raw for e in errors] == [block]
 
 
-def test_an_invoke_block_alone_runs_to_its_closing_tag():
-    block = (
-        f'<{DSML}invoke name="read">\n<{DSML}parameter name="path">a.py'
-        f"</{DSML}parameter>\n</{DSML}invoke>"
-    )
-    shown, errors = filtered([f"x {block} y"])
-    assert shown == "x  y" and [e.raw for e in errors] == [block]
+# Each spelling of a whole block, and an invoke block alone (it runs to its closing tag too).
+WHOLE_BLOCKS = [
+    *(spelled(lt, dsml) for lt in ("<", "‹") for dsml in (DSML, DSML[1:])),
+    f'<{DSML}invoke name="read">\n<{DSML}parameter name="path">a.py'
+    f"</{DSML}parameter>\n</{DSML}invoke>",
+]
+
+
+@pytest.mark.parametrize("block", WHOLE_BLOCKS)
+def test_a_whole_block_is_cut_in_every_spelling(block):
+    shown, errors = filtered([f"a {block} b"])
+    assert shown == "a  b" and [e.raw for e in errors] == [block]
 
 
 def test_a_lone_tag_ends_at_its_bracket_and_a_stray_closing_invoke_is_reported():

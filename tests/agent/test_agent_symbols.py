@@ -54,57 +54,65 @@ async def f():
 """
 
 
-def listed(source: bytes, language: str) -> list[tuple[str, str, int, int, int]]:
-    return [(s.kind, s.name, s.start_line, s.end_line, s.depth) for s in outline(source, language)]
+# Every kind of definition of each language: kind, name, first-last line, nesting depth. In C,
+# `handler` stands behind a parenthesised pointer declarator, line 6 declares without a body (no
+# definition) and `struct point p` on line 9 names the struct without defining it.
+OUTLINES = {
+    "c": (
+        C,
+        """\
+struct point 1-1 0
+union value 2-2 0
+enum color 3-3 0
+typedef point_t 4-4 0
+typedef handler 5-5 0
+function origin 7-7 0
+function pick 8-8 0
+function use 9-9 0
+""",
+    ),
+    "javascript": (
+        JAVASCRIPT,
+        """\
+function plain 1-1 0
+function gen 2-2 0
+class Box 3-3 0
+method open 3-3 1
+function arrow 4-4 0
+function expr 5-5 0
+function g 6-6 0
+""",
+    ),
+    "go": (
+        GO,
+        """\
+type Point 2-2 0
+method Norm 3-3 0
+function main 4-4 0
+""",
+    ),
+    "rust": (
+        RUST,
+        """\
+module shapes 1-6 0
+struct Square 2-2 1
+enum Kind 3-3 1
+trait Area 4-4 1
+impl impl Square 5-5 1
+function area 5-5 2
+function main 7-7 0
+""",
+    ),
+}
 
 
-def test_c_definitions_with_their_declarator_chains():
-    assert listed(C, "c") == [
-        ("struct", "point", 1, 1, 0),
-        ("union", "value", 2, 2, 0),
-        ("enum", "color", 3, 3, 0),
-        ("typedef", "point_t", 4, 4, 0),
-        # Behind a parenthesised pointer declarator.
-        ("typedef", "handler", 5, 5, 0),
-        # A declaration without a body (line 6) is no definition.
-        ("function", "origin", 7, 7, 0),
-        ("function", "pick", 8, 8, 0),
-        # `struct point p` names the struct, it does not define it.
-        ("function", "use", 9, 9, 0),
-    ]
-
-
-def test_javascript_functions_classes_methods_and_function_values():
-    assert listed(JAVASCRIPT, "javascript") == [
-        ("function", "plain", 1, 1, 0),
-        ("function", "gen", 2, 2, 0),
-        ("class", "Box", 3, 3, 0),
-        ("method", "open", 3, 3, 1),
-        ("function", "arrow", 4, 4, 0),
-        ("function", "expr", 5, 5, 0),
-        ("function", "g", 6, 6, 0),
-        # `const value = 3` holds no function.
-    ]
-
-
-def test_go_types_methods_and_functions():
-    assert listed(GO, "go") == [
-        ("type", "Point", 2, 2, 0),
-        ("method", "Norm", 3, 3, 0),
-        ("function", "main", 4, 4, 0),
-    ]
-
-
-def test_rust_items_nest_in_their_module_and_impl():
-    assert listed(RUST, "rust") == [
-        ("module", "shapes", 1, 6, 0),
-        ("struct", "Square", 2, 2, 1),
-        ("enum", "Kind", 3, 3, 1),
-        ("trait", "Area", 4, 4, 1),
-        ("impl", "impl Square", 5, 5, 1),
-        ("function", "area", 5, 5, 2),
-        ("function", "main", 7, 7, 0),
-    ]
+@pytest.mark.parametrize("language", list(OUTLINES))
+def test_every_kind_of_definition_with_its_lines_and_nesting(language):
+    source, expected = OUTLINES[language]
+    found = outline(source, language)
+    assert "".join(f"{s.kind} {s.name} {s.start_line}-{s.end_line} {s.depth}\n" for s in found) == (
+        expected
+    )
 
 
 def test_python_lines_are_one_based_and_inclusive():
