@@ -144,7 +144,12 @@ def _c_name(node: tree_sitter.Node) -> str | None:
         "type_identifier",
         "field_identifier",
     ):
-        declarator = declarator.child_by_field_name("declarator")
+        if declarator.type == "parenthesized_declarator":
+            # `(*handler)`: the inner declarator is a plain child there, not a field (without
+            # this, function pointer typedefs and functions returning one had no name).
+            declarator = next(iter(declarator.named_children), None)
+        else:
+            declarator = declarator.child_by_field_name("declarator")
     return _text(declarator) if declarator is not None else None
 
 

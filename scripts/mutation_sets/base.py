@@ -105,3 +105,14 @@ in_speculation_folder = partial(in_area, ("tests/speculation",))
 in_experts_folder = partial(in_area, ("tests/experts",))
 in_gguf_folder = partial(in_area, ("tests/gguf",))
 in_cli_folder = partial(in_area, ("tests/cli",))
+
+# Paths of hardened_agent's files (the agent modules no earlier set named here).
+AGENT_DISPLAY_PY = "ds4mlx/agent/display.py"
+AGENT_INSTRUCTIONS_PY = "ds4mlx/agent/instructions.py"
+AGENT_EVENT_NOTES_PY = "ds4mlx/agent/event_notes.py"
+AGENT_SYMBOLS_PY = "ds4mlx/agent/symbols.py"
+AGENT_COMMANDS_PY = "ds4mlx/agent/commands.py"
+AGENT_MARKUP_PY = "ds4mlx/agent/markup.py"
+AGENT_TOOL_SCHEMAS_PY = "ds4mlx/agent/tool_schemas.py"
+AGENT_BACKEND_PY = "ds4mlx/agent/backend.py"
+AGENT_COMPACTION_PY = "ds4mlx/agent/compaction.py"

@@ -9,7 +9,7 @@ import time
 from ds4mlx.agent.commands import HELP, SlashCommands
 from ds4mlx.agent.conversations import Conversation, ConversationError, ConversationStore
 from ds4mlx.agent.loop import Agent, CompactionStarted
-from ds4mlx.agent.permissions import Permissions
+from ds4mlx.agent.permissions import Permissions, Rule
 
 import pytest
 from scripted_backend import ScriptedBackend, text
@@ -142,3 +142,102 @@ def test_the_newest_conversation_of_a_workspace_is_listed_first_and_continued(tm
         time.sleep(0.01)
     assert [saved.name for saved in store.list()] == ["newer", "older"]
     assert store.latest("/ws").name == "newer"
+
+
+def test_history_takes_a_positive_count_and_names_the_calls(commands):
+    assert commands.handle("/history").text == "the conversation is empty"
+    for n in range(3):
+        chat(commands, f"q{n}", f"a{n}")
+    commands.agent.messages.append(
+        {
+            "role": "assistant",
+            "content": "x" * 200,
+            "tool_calls": [{"function": {"name": "read"}}, {"function": {"name": "bash"}}],
+        }
+    )
+    last = f"assistant: {('x' * 200 + ' [calls read, bash]')[:160]}"
+    assert commands.handle("/history 1").text == last
+    assert commands.handle("/history 2").text.splitlines() == ["assistant: a2", last]
+    for everything in ("/history 0", "/history -1", "/history two"):
+        assert len(commands.handle(everything).text.splitlines()) == 7
+    commands.agent.messages.append({"role": "assistant", "content": None, "tool_calls": []})
+    commands.agent.messages.append(
+        {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "list"}}]}
+    )
+    assert commands.handle("/history 2").text.splitlines() == [
+        "assistant: ",
+        "assistant: [calls list]",
+    ]
+
+
+def test_list_marks_the_current_conversation_and_an_unreadable_one(commands, store):
+    assert commands.handle("/list").text == f"no saved conversations in {store.folder}"
+    chat(commands, "hello", "hi")
+    commands.handle("/save mine")
+    (store.folder / "bad.json").write_text("{")
+    os.utime(store.folder / "bad.json", (0, 0))
+    lines = commands.handle("/list").text.splitlines()
+    assert lines[0].startswith("* mine  ") and lines[0].endswith("  3 messages")
+    assert lines[1].startswith("  bad  1970-01-01 ") or lines[1].startswith("  bad  1969-12-31 ")
+    assert "  unreadable: " in lines[1] and "bad.json cannot be read" in lines[1]
+
+
+def test_switch_and_del_need_a_name_and_deleting_the_current_one_unsaves_it(commands, store):
+    assert commands.handle("/switch").text == "usage: /switch name (see /list)"
+    assert commands.handle("/del  ").text == "usage: /del name (see /list)"
+    chat(commands, "hello", "hi")
+    commands.handle("/save mine")
+    assert commands.handle("/del mine").text == "deleted mine"
+    assert commands.agent.conversation.name is None
+    assert commands.handle("/del mine").text == "error: no saved conversation named 'mine'"
+
+
+def test_permissions_lists_clears_and_explains(commands):
+    permissions = commands.agent.permissions
+    assert commands.handle("/permissions").text == "--yolo: every tool runs without asking"
+    permissions.yolo = False
+    assert commands.handle("/permissions").text == (
+        "nothing is allowed always; write, edit and bash ask"
+    )
+    permissions.rules += [Rule("bash", prefix="git diff"), Rule("edit")]
+    assert commands.handle("/permissions").text == (
+        "allowed without asking:\n  bash(git diff:*)\n  edit"
+    )
+    assert commands.handle("/permissions all").text == "usage: /permissions [clear]"
+    assert commands.handle("/permissions clear").text == (
+        "forgot 2 rule(s); write, edit and bash ask again"
+    )
+    assert permissions.rules == []
+
+
+def test_diff_of_an_unchanged_session(commands):
+    assert commands.handle("/diff").text == "this session has not changed any file"
+
+
+def test_help_aligns_the_descriptions_and_commands_may_follow_spaces(commands):
+    width = max(map(len, HELP))
+    lines = commands.handle("/help").text.splitlines()
+    assert (
+        lines[0]
+        == "/new" + " " * (width - 4) + "  start a new conversation (the current one is saved)"
+    )
+    assert len(lines) == len(HELP)
+    assert SlashCommands.is_command("  /help") and not SlashCommands.is_command("a /help")
+
+
+def test_leaving_names_where_the_conversation_was_saved(commands, store):
+    assert commands.handle("/new").text == "new conversation"
+    chat(commands, "hello", "hi")
+    commands.handle("/save first")
+    assert commands.handle("/new").text == "new conversation (saved as first)"
+    assert commands.handle("/switch first").text == "switched to first"
+
+
+def test_a_failed_autosave_says_why(commands, tmp_path):
+    chat(commands, "hello", "hi")
+    blocked = tmp_path / "blocked"
+    blocked.write_text("")
+    commands.store = ConversationStore(blocked / "inside")
+    assert commands.autosave().startswith("autosave failed: ")
+    commands.store = ConversationStore(tmp_path / "fine")
+    assert commands.autosave() == ""

@@ -103,3 +103,43 @@ def test_the_token_estimate_follows_the_server_usage(toolbox):
     assert abs(agent.context_tokens() - reported) <= 10
     agent.backend.chars_per_token = 4.0
     assert agent.context_tokens() > 5 * reported  # what it showed before
+
+
+def spelled(lt: str, dsml: str) -> str:
+    return (
+        f'{lt}{dsml}tool_calls>\n{lt}{dsml}invoke name="x">y'
+        f"{lt}/{dsml}invoke>{lt}/{dsml}tool_calls>"
+    )
+
+
+# Each spelling of a whole block, and an invoke block alone (it runs to its closing tag too).
+WHOLE_BLOCKS = [
+    *(spelled(lt, dsml) for lt in ("<", "‹") for dsml in (DSML, DSML[1:])),
+    f'<{DSML}invoke name="read">\n<{DSML}parameter name="path">a.py'
+    f"</{DSML}parameter>\n</{DSML}invoke>",
+]
+
+
+@pytest.mark.parametrize("block", WHOLE_BLOCKS)
+def test_a_whole_block_is_cut_in_every_spelling(block):
+    shown, errors = filtered([f"a {block} b"])
+    assert shown == "a  b" and [e.raw for e in errors] == [block]
+
+
+def test_a_lone_tag_ends_at_its_bracket_and_a_stray_closing_invoke_is_reported():
+    tag = f'<{DSML}parameter name="path">'
+    shown, errors = filtered([f"a{tag}b"])
+    assert shown == "ab" and [e.raw for e in errors] == [tag]
+    assert errors[0].reason == (
+        "tool-call markup in the answer text (it was not delivered as a tool call)"
+    )
+    shown, errors = filtered([f"a</{DSML}invoke>b"])
+    assert shown == "ab" and [e.raw for e in errors] == [f"</{DSML}invoke>"]
+
+
+def test_a_block_cut_off_inside_its_tag_is_reported_whole():
+    shown, errors = filtered([f"a<{DSML}tool_ca"])
+    assert shown == "a"
+    assert [(e.raw, e.reason) for e in errors] == [
+        (f"<{DSML}tool_ca", "cut-off tool call: the answer ended inside tool-call markup")
+    ]

@@ -115,3 +115,36 @@ def test_history_skips_a_repeat_and_an_unreadable_file(tmp_path):
     history.add("b")
     history.add("b")
     assert PromptHistory(path).entries == ["a", "b"]
+
+
+def test_empty_entries_are_dropped_and_a_file_not_utf8_starts_afresh(tmp_path):
+    path = tmp_path / "history.jsonl"
+    path.write_text('""\n"kept"\n')
+    assert PromptHistory(path).entries == ["kept"]
+    path.write_bytes(b'"a"\n\xff\n')
+    assert PromptHistory(path).entries == []
+
+
+def test_walking_stops_at_both_ends_and_returns_to_the_draft():
+    history = PromptHistory()
+    for prompt in ("one", "two"):
+        history.add(prompt)
+    assert history.next() is None  # already at the draft
+    assert history.previous("draft") == "two"
+    assert history.previous("two") == "one"
+    assert history.previous("one") is None  # the oldest
+    assert history.next() == "two"
+    assert history.next() == "draft"
+    assert history.next() is None
+    assert history.previous("draft") == "two"
+    history.add("")  # an empty prompt is not kept, but the walk starts over
+    assert history.entries == ["one", "two"]
+    assert (history.position, history.draft) == (2, "")
+
+
+def test_a_history_without_a_file_or_in_a_read_only_place_still_works(tmp_path):
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    history = PromptHistory(blocked / "history.jsonl")  # its folder cannot be made
+    history.add("x")
+    assert history.entries == ["x"] and not (blocked / "history.jsonl").exists()

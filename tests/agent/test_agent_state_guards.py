@@ -105,3 +105,23 @@ def test_invalidate_drops_only_a_named_conversations_state(states):
     states.invalidate(agent(Backend()))
     assert not states.path("chat").exists()
     states.invalidate(agent(Backend()))  # already gone: no error
+
+
+def test_a_save_that_held_no_state_says_nothing_and_thinking_is_passed_on(states):
+    seen = []
+
+    class Empty(Backend):
+        def save_state(self, path, messages, schemas, thinking):
+            seen.append(("save", thinking))
+            return 0
+
+        def restore_state(self, path, messages, schemas, thinking):
+            seen.append(("restore", thinking))
+            return 0
+
+    thinking = agent(Empty())
+    thinking.settings.thinking = True
+    assert states.save(thinking) == ""
+    states.path("chat").write_bytes(b"state")
+    assert states.restore(thinking) == "restored the model state (0 tokens need no prefill)"
+    assert seen == [("save", True), ("restore", True)]

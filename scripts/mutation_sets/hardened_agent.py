@@ -1,0 +1,905 @@
+"""The agent's tests hardened against blind mutations (issue 37, session 17): plausible
+one-line bugs in ``ds4mlx/agent``, written while reading each function of the files earlier sets
+touched least (display, instructions, event notes, symbols, mentions, tools, conversations,
+prompt history, slash commands, markup, the OpenAI backend, tool schemas, model states) and
+asking which one-character change no test would notice: range ends, members of literal sets
+and tuples, defaults, one field or word of a message, one branch of an ``elif``, ``>`` for
+``>=``. Each was applied by hand and run against the test file that now guards it: it fails
+with the change and passes without. None repeats an earlier set's mutation (same file and old
+text); equivalent changes found on the way were left out (``/history 0`` taken as a count: a
+slice from ``-0`` is the whole list, as the default is; the tie-break between two openers at
+one position in ``markup._earliest``: no two openers can start at the same place).
+
+Test selection as in the fresh sets: the whole ``tests/agent`` folder (``base.in_agent_folder``).
+"""
+
+from __future__ import annotations
+
+from mutation_sets.base import (
+    AGENT_BACKEND_PY,
+    AGENT_COMMANDS_PY,
+    AGENT_DISPLAY_PY,
+    AGENT_EVENT_NOTES_PY,
+    AGENT_INSTRUCTIONS_PY,
+    AGENT_MARKUP_PY,
+    AGENT_SYMBOLS_PY,
+    AGENT_TOOL_SCHEMAS_PY,
+    CONVERSATIONS_PY,
+    KV_STATE_PY,
+    MENTIONS_PY,
+    PROMPT_INPUT_PY,
+    TOOLS_PY,
+    Mutation,
+)
+from mutation_sets.base import in_agent_folder as _agent
+
+MUTATIONS: tuple[Mutation, ...] = (
+    # display: the edges of each unsafe range, and the escape's width.
+    _agent(
+        "display_c0_range_starts_at_one",
+        AGENT_DISPLAY_PY,
+        "[\\x00-\\x08",
+        "[\\x01-\\x08",
+    ),
+    _agent(
+        "display_vertical_tab_passes",
+        AGENT_DISPLAY_PY,
+        "\\x0b-\\x1f",
+        "\\x0c-\\x1f",
+    ),
+    _agent(
+        "display_unit_separator_passes",
+        AGENT_DISPLAY_PY,
+        "\\x0b-\\x1f",
+        "\\x0b-\\x1e",
+    ),
+    _agent(
+        "display_last_c1_control_passes",
+        AGENT_DISPLAY_PY,
+        "-\\x9f\\u202a",
+        "-\\x9e\\u202a",
+    ),
+    _agent(
+        "display_bidi_override_passes",
+        AGENT_DISPLAY_PY,
+        "\\u202a-\\u202e",
+        "\\u202a-\\u202d",
+    ),
+    _agent(
+        "display_first_isolate_passes",
+        AGENT_DISPLAY_PY,
+        "\\u2066-\\u2069",
+        "\\u2067-\\u2069",
+    ),
+    _agent(
+        "display_byte_escapes_only_below_0x80",
+        AGENT_DISPLAY_PY,
+        "code < 0x100",
+        "code < 0x80",
+    ),
+    _agent(
+        "display_escape_without_padding",
+        AGENT_DISPLAY_PY,
+        "{code:02x}",
+        "{code:x}",
+    ),
+    _agent(
+        "display_crlf_kept",
+        AGENT_DISPLAY_PY,
+        'text.replace("\\r\\n", "\\n")',
+        "text",
+    ),
+    # event notes: which are errors, and what each says.
+    _agent(
+        "event_notes_malformed_call_not_an_error",
+        AGENT_EVENT_NOTES_PY,
+        'reported to the model", True)',
+        'reported to the model", False)',
+    ),
+    _agent(
+        "event_notes_compaction_counts_swapped",
+        AGENT_EVENT_NOTES_PY,
+        "{event.tokens_before} -> {event.tokens_after}",
+        "{event.tokens_after} -> {event.tokens_before}",
+    ),
+    _agent(
+        "event_notes_refusals_not_errors",
+        AGENT_EVENT_NOTES_PY,
+        'not attached: {refused}", True)',
+        'not attached: {refused}", False)',
+    ),
+    _agent(
+        "event_notes_attached_line_even_when_none",
+        AGENT_EVENT_NOTES_PY,
+        "if event.attached else []",
+        "if event.refused else []",
+    ),
+    # project instructions: which file, how much of it.
+    _agent(
+        "instructions_unusable_file_ends_the_search",
+        AGENT_INSTRUCTIONS_PY,
+        "except (ToolError, OSError):\n            continue",
+        "except (ToolError, OSError):\n            return None",
+    ),
+    _agent(
+        "instructions_empty_file_used",
+        AGENT_INSTRUCTIONS_PY,
+        'if not text or "\\x00" in text:',
+        'if "\\x00" in text:',
+    ),
+    _agent(
+        "instructions_binary_file_ends_the_search",
+        AGENT_INSTRUCTIONS_PY,
+        "in text:\n            continue",
+        "in text:\n            return None",
+    ),
+    _agent(
+        "instructions_text_not_stripped",
+        AGENT_INSTRUCTIONS_PY,
+        '.decode("utf-8", errors="replace").strip()',
+        '.decode("utf-8", errors="replace")',
+    ),
+    _agent(
+        "instructions_cut_one_short",
+        AGENT_INSTRUCTIONS_PY,
+        "text[:MAX_INSTRUCTION_CHARS] +",
+        "text[: MAX_INSTRUCTION_CHARS - 1] +",
+    ),
+    _agent(
+        "instructions_cut_not_flagged",
+        AGENT_INSTRUCTIONS_PY,
+        "cut=True",
+        "cut=False",
+    ),
+    _agent(
+        "instructions_file_limit_a_kib",
+        AGENT_INSTRUCTIONS_PY,
+        "MAX_INSTRUCTION_FILE_BYTES = 2**20",
+        "MAX_INSTRUCTION_FILE_BYTES = 2**10",
+    ),
+    _agent(
+        "instructions_one_line_plural",
+        AGENT_INSTRUCTIONS_PY,
+        "'s' * (lines != 1)",
+        "'s' * (lines > 0)",
+    ),
+    _agent(
+        "instructions_invalid_utf8_raises",
+        AGENT_INSTRUCTIONS_PY,
+        'errors="replace"',
+        'errors="strict"',
+    ),
+    # symbols: the suffixes, the kinds of definition, lines and names.
+    _agent(
+        "symbols_pyi_not_python",
+        AGENT_SYMBOLS_PY,
+        '    ".pyi": "python",\n',
+        "",
+    ),
+    _agent(
+        "symbols_header_not_c",
+        AGENT_SYMBOLS_PY,
+        '    ".h": "c",\n',
+        "",
+    ),
+    _agent(
+        "symbols_jsx_not_javascript",
+        AGENT_SYMBOLS_PY,
+        '    ".jsx": "javascript",\n',
+        "",
+    ),
+    _agent(
+        "symbols_suffix_case_sensitive",
+        AGENT_SYMBOLS_PY,
+        "path.suffix.lower()",
+        "path.suffix",
+    ),
+    _agent(
+        "symbols_c_union_not_listed",
+        AGENT_SYMBOLS_PY,
+        '"union_specifier": "union",',
+        "",
+    ),
+    _agent(
+        "symbols_c_typedef_not_listed",
+        AGENT_SYMBOLS_PY,
+        '"type_definition": "typedef",',
+        "",
+    ),
+    _agent(
+        "symbols_js_generator_not_listed",
+        AGENT_SYMBOLS_PY,
+        '"generator_function_declaration": "function",',
+        "",
+    ),
+    _agent(
+        "symbols_go_types_not_listed",
+        AGENT_SYMBOLS_PY,
+        '"method_declaration": "method", "type_spec": "type"}',
+        '"method_declaration": "method"}',
+    ),
+    _agent(
+        "symbols_rust_trait_not_listed",
+        AGENT_SYMBOLS_PY,
+        '"trait_item": "trait",',
+        "",
+    ),
+    _agent(
+        "symbols_rust_module_not_listed",
+        AGENT_SYMBOLS_PY,
+        '"mod_item": "module",',
+        "",
+    ),
+    _agent(
+        "symbols_js_function_expression_not_a_function",
+        AGENT_SYMBOLS_PY,
+        '{"arrow_function", "function_expression",',
+        '{"arrow_function",',
+    ),
+    _agent(
+        "symbols_start_line_zero_based",
+        AGENT_SYMBOLS_PY,
+        "child.start_point[0] + 1,",
+        "child.start_point[0],",
+    ),
+    _agent(
+        "symbols_end_line_zero_based",
+        AGENT_SYMBOLS_PY,
+        "child.end_point[0] + 1",
+        "child.end_point[0]",
+    ),
+    _agent(
+        "symbols_impl_named_without_impl",
+        AGENT_SYMBOLS_PY,
+        'f"impl {_text(implemented)}"',
+        "_text(implemented)",
+    ),
+    _agent(
+        "symbols_any_js_variable_a_function",
+        AGENT_SYMBOLS_PY,
+        "if value is None or value.type not in _JS_FUNCTION_VALUES:",
+        "if value is None:",
+    ),
+    _agent(
+        "symbols_c_union_named_by_declarator",
+        AGENT_SYMBOLS_PY,
+        '("struct_specifier", "union_specifier", "enum_specifier")',
+        '("struct_specifier", "enum_specifier")',
+    ),
+    _agent(
+        "symbols_c_parenthesised_declarator_not_entered",
+        AGENT_SYMBOLS_PY,
+        'if declarator.type == "parenthesized_declarator":',
+        'if declarator.type == "parenthesised_declarator":',
+    ),
+    _agent(
+        "symbols_cancel_ignored",
+        AGENT_SYMBOLS_PY,
+        "    if cancelled():\n",
+        "    if False:\n",
+    ),
+    # mentions: what is refused, counted, cut and completed.
+    _agent(
+        "mentions_folder_check_on_links",
+        MENTIONS_PY,
+        "if path.is_dir():",
+        "if path.is_symlink():",
+    ),
+    _agent(
+        "mentions_os_error_shown_raw",
+        MENTIONS_PY,
+        "{getattr(exc, 'strerror', None) or exc}",
+        "{exc}",
+    ),
+    _agent(
+        "mentions_binary_sniff_one_short",
+        MENTIONS_PY,
+        "data[:8192]",
+        "data[:8191]",
+    ),
+    _agent(
+        "mentions_empty_file_one_line",
+        MENTIONS_PY,
+        "(1 if text and not text.endswith",
+        "(1 if not text.endswith",
+    ),
+    _agent(
+        "mentions_file_of_exactly_the_limit_cut",
+        MENTIONS_PY,
+        "if len(text) > MAX_ATTACHED_CHARS:",
+        "if len(text) >= MAX_ATTACHED_CHARS:",
+    ),
+    _agent(
+        "mentions_cut_not_said_in_the_note",
+        MENTIONS_PY,
+        'note += f", cut to {MAX_ATTACHED_CHARS} characters"',
+        'note += ""',
+    ),
+    _agent(
+        "mentions_block_keeps_trailing_newlines",
+        MENTIONS_PY,
+        "text.rstrip(chr(10))",
+        "text",
+    ),
+    _agent(
+        "mentions_blocks_joined_by_one_newline",
+        MENTIONS_PY,
+        '"\\n\\n".join(blocks)',
+        '"\\n".join(blocks)',
+    ),
+    _agent(
+        "mentions_completion_inside_a_word",
+        MENTIONS_PY,
+        'r"(?:(?<=\\s)|^)@(\\S*)$"',
+        'r"@(\\S*)$"',
+    ),
+    _agent(
+        "mentions_completion_of_nothing_is_empty",
+        MENTIONS_PY,
+        "return shared[len(name_part) :] or None",
+        "return shared[len(name_part) :]",
+    ),
+    # tools: the exact text of results and errors.
+    _agent(
+        "tools_os_error_shown_raw",
+        TOOLS_PY,
+        'return ToolResult(f"error: {exc.strerror or exc}", is_error=True)',
+        'return ToolResult(f"error: {exc}", is_error=True)',
+    ),
+    _agent(
+        "tools_changed_files_unsorted",
+        TOOLS_PY,
+        '", ".join(sorted(self.changed_files))',
+        '", ".join(reversed(sorted(self.changed_files)))',
+    ),
+    _agent(
+        "tools_listed_file_without_its_size",
+        TOOLS_PY,
+        'ToolResult(f"{target.stat().st_size:8d}  {self.workspace.relative(target)}")',
+        'ToolResult(f"{self.workspace.relative(target)}")',
+    ),
+    _agent(
+        "tools_fifo_listed_as_empty",
+        TOOLS_PY,
+        'if not target.is_dir():\n            raise ToolError(f"{path} is not a file or folder")',
+        'if False:\n            raise ToolError(f"{path} is not a file or folder")',
+    ),
+    _agent(
+        "tools_folder_listed_without_slash",
+        TOOLS_PY,
+        '{relative.as_posix()}/")',
+        '{relative.as_posix()}")',
+    ),
+    _agent(
+        "tools_empty_folder_says_nothing",
+        TOOLS_PY,
+        '"\\n".join(lines) if lines else "(empty folder)"',
+        '"\\n".join(lines)',
+    ),
+    _agent(
+        "tools_empty_file_says_nothing",
+        TOOLS_PY,
+        'ToolResult(shown or "(empty file)")',
+        "ToolResult(shown)",
+    ),
+    _agent(
+        "tools_line_numbers_unpadded",
+        TOOLS_PY,
+        'f"{n:5d}  {line}"',
+        'f"{n}  {line}"',
+    ),
+    _agent(
+        "tools_search_file_of_exactly_the_limit_refused",
+        TOOLS_PY,
+        "target.stat().st_size > MAX_SEARCH_FILE_BYTES:",
+        "target.stat().st_size >= MAX_SEARCH_FILE_BYTES:",
+    ),
+    _agent(
+        "tools_fifo_searched",
+        TOOLS_PY,
+        "if not target.is_dir() and not is_regular(target):",
+        "if not target.is_dir() and not target.exists():",
+    ),
+    _agent(
+        "tools_write_counts_characters_as_bytes",
+        TOOLS_PY,
+        "{lines} lines, {len(data)} bytes",
+        "{lines} lines, {len(content)} bytes",
+    ),
+    _agent(
+        "tools_write_of_nothing_one_line",
+        TOOLS_PY,
+        'lines = content.count("\\n") + (1 if content and not',
+        'lines = content.count("\\n") + (1 if not',
+    ),
+    _agent(
+        "tools_edit_reports_context_lines",
+        TOOLS_PY,
+        'if line[:1] in "+-"]',
+        'if line[:1] in "+- "]',
+    ),
+    _agent(
+        "tools_outline_of_a_folder_without_a_name",
+        TOOLS_PY,
+        "elif name is None:",
+        "elif name == '':",
+    ),
+    _agent(
+        "tools_outline_without_depth_indent",
+        TOOLS_PY,
+        "{'  ' * s.depth}{s.kind}",
+        "{s.kind}",
+    ),
+    _agent(
+        "tools_outline_end_line_right_aligned",
+        TOOLS_PY,
+        "{s.end_line:<5d}",
+        "{s.end_line:5d}",
+    ),
+    _agent(
+        "tools_no_definitions_for_an_empty_outline",
+        TOOLS_PY,
+        'if name else "no definitions"',
+        'if name else "no definition of None"',
+    ),
+    _agent(
+        "tools_supported_suffixes_unsorted",
+        TOOLS_PY,
+        "', '.join(sorted(symbols.LANGUAGE_BY_SUFFIX))",
+        "', '.join(symbols.LANGUAGE_BY_SUFFIX)",
+    ),
+    _agent(
+        "tools_edit_of_a_blank_path",
+        TOOLS_PY,
+        'if not path.strip():\n            raise ToolError("the path is empty; give the file to e',
+        'if not path:\n            raise ToolError("the path is empty; give the file to e',
+    ),
+    _agent(
+        "tools_edit_of_empty_old_allowed",
+        TOOLS_PY,
+        "if not old:",
+        "if old is None:",
+    ),
+    _agent(
+        "tools_write_over_a_fifo",
+        TOOLS_PY,
+        "if target.exists() and not is_regular(target):",
+        "if not target.exists() and not is_regular(target):",
+    ),
+    _agent(
+        "tools_preview_of_no_change_is_empty",
+        TOOLS_PY,
+        'return diff or f"(no change to {relative})"',
+        "return diff",
+    ),
+    _agent(
+        "tools_empty_command_runs",
+        TOOLS_PY,
+        'if not command:\n            raise ToolError("the command is empty")',
+        'if command is None:\n            raise ToolError("the command is empty")',
+    ),
+    _agent(
+        "tools_no_jobs_gives_empty_status",
+        TOOLS_PY,
+        'return ToolResult("no background jobs")',
+        'return ToolResult("")',
+    ),
+    _agent(
+        "tools_stopping_a_finished_job_stops_it_again",
+        TOOLS_PY,
+        "if not found.running:\n            return ToolResult(found.state())",
+        "if found is None:\n            return ToolResult(found.state())",
+    ),
+    _agent(
+        "tools_exit_code_not_shown",
+        TOOLS_PY,
+        'output += f"\\n(exit code {outcome.exit_code})"',
+        "output += ''",
+    ),
+    _agent(
+        "tools_unknown_parameter_not_named",
+        TOOLS_PY,
+        'its "\n            f"parameters are {\', \'.join(properties)}"',
+        'its "\n            f"parameters are {\', \'.join(sorted(properties))}"',
+    ),
+    _agent(
+        "tools_binary_sniff_one_short",
+        TOOLS_PY,
+        'if b"\\x00" in data[:8192]:\n        raise ToolError(f"{path.name} is a binary file")',
+        'if b"\\x00" in data[:8191]:\n        raise ToolError(f"{path.name} is a binary file")',
+    ),
+    _agent(
+        "tools_no_match_without_the_pattern",
+        TOOLS_PY,
+        'else f"no match for {pattern!r}"',
+        'else "no match"',
+    ),
+    # conversations: what is empty, what load and list give, what is refused.
+    _agent(
+        "conversations_assistant_only_is_empty",
+        CONVERSATIONS_PY,
+        'return not any(m["role"] != "system" for m in self.messages)',
+        'return not any(m["role"] == "user" for m in self.messages)',
+    ),
+    _agent(
+        "conversations_created_time_not_loaded",
+        CONVERSATIONS_PY,
+        'created=data.get("created", time.time()),',
+        "created=time.time(),",
+    ),
+    _agent(
+        "conversations_workspace_not_loaded",
+        CONVERSATIONS_PY,
+        'workspace=data.get("workspace"),\n        )',
+        "workspace=None,\n        )",
+    ),
+    _agent(
+        "conversations_listed_count_one_short",
+        CONVERSATIONS_PY,
+        'len(data["messages"]),',
+        'len(data["messages"]) - 1,',
+    ),
+    _agent(
+        "conversations_listed_time_from_the_file",
+        CONVERSATIONS_PY,
+        'data.get("saved", path.stat().st_mtime),',
+        "path.stat().st_mtime,",
+    ),
+    _agent(
+        "conversations_role_not_checked",
+        CONVERSATIONS_PY,
+        'isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages',
+        "isinstance(m, dict) for m in messages",
+    ),
+    _agent(
+        "conversations_not_utf8_raises",
+        CONVERSATIONS_PY,
+        "except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:",
+        "except (OSError, json.JSONDecodeError) as exc:",
+    ),
+    _agent(
+        "conversations_removed_temporaries_not_counted",
+        CONVERSATIONS_PY,
+        "removed += 1",
+        "removed += 0",
+    ),
+    _agent(
+        "conversations_delete_of_a_missing_name_silent",
+        CONVERSATIONS_PY,
+        '{name!r}")\n        path.unlink()',
+        '{name!r}") if False else None\n        path.unlink(missing_ok=True)',
+    ),
+    _agent(
+        "conversations_default_name_twelve_hour",
+        CONVERSATIONS_PY,
+        '"chat-%Y%m%d-%H%M%S"',
+        '"chat-%Y%m%d-%I%M%S"',
+    ),
+    # prompt history: what is kept, and the ends of the walk.
+    _agent(
+        "prompt_history_empty_entry_kept",
+        PROMPT_INPUT_PY,
+        "if isinstance(entry, str) and entry:",
+        "if isinstance(entry, str):",
+    ),
+    _agent(
+        "prompt_history_not_utf8_raises",
+        PROMPT_INPUT_PY,
+        "except (OSError, UnicodeDecodeError):",
+        "except OSError:",
+    ),
+    _agent(
+        "prompt_history_oldest_wraps_around",
+        PROMPT_INPUT_PY,
+        "if self.position == 0:\n            return None",
+        "if self.position < 0:\n            return None",
+    ),
+    _agent(
+        "prompt_history_walk_not_restarted_after_an_empty_prompt",
+        PROMPT_INPUT_PY,
+        "            self._write()\n        self.position = len(self.entries)",
+        "            self._write()\n            self.position = len(self.entries)",
+    ),
+    _agent(
+        "prompt_history_write_error_raises",
+        PROMPT_INPUT_PY,
+        "except OSError:\n            pass",
+        "except ValueError:\n            pass",
+    ),
+    # slash commands: counts, markers, usages and the text of each answer.
+    _agent(
+        "commands_history_count_of_one_shows_all",
+        AGENT_COMMANDS_PY,
+        "if argument.isdigit() and int(argument) > 0 else 20",
+        "if argument.isdigit() and int(argument) > 1 else 20",
+    ),
+    _agent(
+        "commands_history_calls_not_named",
+        AGENT_COMMANDS_PY,
+        "            if calls:\n",
+        "            if not calls:\n",
+    ),
+    _agent(
+        "commands_history_line_cut_short",
+        AGENT_COMMANDS_PY,
+        "{text[:160]}",
+        "{text[:80]}",
+    ),
+    _agent(
+        "commands_history_of_nothing_empty",
+        AGENT_COMMANDS_PY,
+        'if not shown:\n            return CommandOutcome("the conversation is empty")',
+        'if shown is None:\n            return CommandOutcome("the conversation is empty")',
+    ),
+    _agent(
+        "commands_list_marks_every_conversation",
+        AGENT_COMMANDS_PY,
+        'marker = "*" if entry.name == current else " "',
+        'marker = "*" if entry.name != current else " "',
+    ),
+    _agent(
+        "commands_list_hides_the_problem",
+        AGENT_COMMANDS_PY,
+        'f"unreadable: {entry.problem}" if entry.problem else',
+        'f"unreadable" if entry.problem else',
+    ),
+    _agent(
+        "commands_switch_without_a_name_loads_it",
+        AGENT_COMMANDS_PY,
+        'if not name:\n            return CommandOutcome("usage: /switch',
+        'if name is None:\n            return CommandOutcome("usage: /switch',
+    ),
+    _agent(
+        "commands_del_without_a_name_tries_it",
+        AGENT_COMMANDS_PY,
+        'if not name:\n            return CommandOutcome("usage: /del',
+        'if name is None:\n            return CommandOutcome("usage: /del',
+    ),
+    _agent(
+        "commands_permissions_clear_counts_after_clearing",
+        AGENT_COMMANDS_PY,
+        "forgotten = len(permissions.rules)\n            permissions.rules.clear()",
+        "permissions.rules.clear()\n            forgotten = len(permissions.rules)",
+    ),
+    _agent(
+        "commands_permissions_unknown_argument_lists",
+        AGENT_COMMANDS_PY,
+        'if argument:\n            return CommandOutcome("usage: /permissions [clear]")',
+        'if argument == "help":\n            return CommandOutcome("usage: /permissions [clear]")',
+    ),
+    _agent(
+        "commands_permissions_yolo_not_said",
+        AGENT_COMMANDS_PY,
+        "if permissions.yolo:",
+        "if permissions.yolo and not permissions.rules and False:",
+    ),
+    _agent(
+        "commands_diff_of_nothing_empty",
+        AGENT_COMMANDS_PY,
+        'diff or "this session has not changed any file"',
+        "diff",
+    ),
+    _agent(
+        "commands_help_not_aligned",
+        AGENT_COMMANDS_PY,
+        'f"{usage:<{width}}  {text}"',
+        'f"{usage}  {text}"',
+    ),
+    _agent(
+        "commands_indented_command_not_one",
+        AGENT_COMMANDS_PY,
+        'return line.lstrip().startswith("/")',
+        'return line.startswith("/")',
+    ),
+    _agent(
+        "commands_new_without_the_save_note",
+        AGENT_COMMANDS_PY,
+        '"new conversation" + (f" ({note})" if note else "")',
+        '"new conversation"',
+    ),
+    _agent(
+        "commands_autosave_error_uncaught",
+        AGENT_COMMANDS_PY,
+        'except (ConversationError, OSError) as exc:\n            return f"autosave',
+        'except ConversationError as exc:\n            return f"autosave',
+    ),
+    # markup in the answer: every spelling, which tags enclose, what a stray tag is.
+    _agent(
+        "markup_drifted_spelling_missed",
+        AGENT_MARKUP_PY,
+        "(DSML, DSML[1:])",
+        "(DSML,)",
+    ),
+    _agent(
+        "markup_guillemet_opener_missed",
+        AGENT_MARKUP_PY,
+        'for lt in ("<", "‹") for slash',
+        'for lt in ("<",) for slash',
+    ),
+    _agent(
+        "markup_invoke_not_enclosing",
+        AGENT_MARKUP_PY,
+        '_ENCLOSING = ("tool_calls", "invoke")',
+        '_ENCLOSING = ("tool_calls",)',
+    ),
+    _agent(
+        "markup_guillemet_closing_tag_opens",
+        AGENT_MARKUP_PY,
+        'opener.startswith(("</", "‹/"))',
+        'opener.startswith(("</",))',
+    ),
+    _agent(
+        "markup_guillemet_closing_not_found",
+        AGENT_MARKUP_PY,
+        '{dsml}{name}>", end) for lt in ("<", "‹")]',
+        '{dsml}{name}>", end) for lt in ("<",)]',
+    ),
+    _agent(
+        "markup_stray_closing_invoke_dropped",
+        AGENT_MARKUP_PY,
+        'if not (closing and name == "tool_calls"):',
+        "if not (closing and name in _ENCLOSING):",
+    ),
+    _agent(
+        "markup_one_character_before_a_block_lost",
+        AGENT_MARKUP_PY,
+        "            if position:\n",
+        "            if position > 1:\n",
+    ),
+    _agent(
+        "markup_opener_strip_keeps_guillemet",
+        AGENT_MARKUP_PY,
+        'lstrip("<‹")',
+        'lstrip("<")',
+    ),
+    # the OpenAI backend: the request, the events, the statistics, the model card.
+    _agent(
+        "backend_seed_of_zero_dropped",
+        AGENT_BACKEND_PY,
+        "if self.sampling.seed is not None:",
+        "if self.sampling.seed:",
+    ),
+    _agent(
+        "backend_usage_not_requested",
+        AGENT_BACKEND_PY,
+        'stream_options={"include_usage": True},',
+        'stream_options={"include_usage": False},',
+    ),
+    _agent(
+        "backend_calls_in_arrival_order",
+        AGENT_BACKEND_PY,
+        "for index in sorted(calls):",
+        "for index in calls:",
+    ),
+    _agent(
+        "backend_call_name_pieces_replace",
+        AGENT_BACKEND_PY,
+        'call["name"] += piece.function.name or ""',
+        'call["name"] = piece.function.name or call["name"]',
+    ),
+    _agent(
+        "backend_empty_delta_counted",
+        AGENT_BACKEND_PY,
+        "if reasoning or delta.content or delta.tool_calls:",
+        "if True:",
+    ),
+    _agent(
+        "backend_later_chunk_without_reason_resets_it",
+        AGENT_BACKEND_PY,
+        "finish_reason = choice.finish_reason or finish_reason",
+        'finish_reason = choice.finish_reason or "stop"',
+    ),
+    _agent(
+        "backend_ratio_not_calibrated",
+        AGENT_BACKEND_PY,
+        "self.chars_per_token = self._request_chars / prompt",
+        "self.chars_per_token = _CHARS_PER_TOKEN",
+    ),
+    _agent(
+        "backend_cached_tokens_dropped",
+        AGENT_BACKEND_PY,
+        'getattr(details, "cached_tokens", None) or 0,',
+        "0,",
+    ),
+    _agent(
+        "backend_stats_generated_from_chunks",
+        AGENT_BACKEND_PY,
+        "generated_tokens=completion,",
+        "generated_tokens=chunks,",
+    ),
+    _agent(
+        "backend_context_of_zero_accepted",
+        AGENT_BACKEND_PY,
+        "if isinstance(value, int) and value > 0:",
+        "if isinstance(value, int) and value >= 0:",
+    ),
+    _agent(
+        "backend_meta_context_ignored",
+        AGENT_BACKEND_PY,
+        'fields.get("meta") or {}',
+        "{}",
+    ),
+    _agent(
+        "backend_window_field_missed",
+        AGENT_BACKEND_PY,
+        '    "context_window",\n',
+        "",
+    ),
+    _agent(
+        "backend_call_without_name_accepted",
+        AGENT_BACKEND_PY,
+        'if not call["name"]:',
+        'if call["name"] is None:',
+    ),
+    _agent(
+        "backend_empty_arguments_refused",
+        AGENT_BACKEND_PY,
+        'json.loads(call["arguments"] or "{}")',
+        'json.loads(call["arguments"])',
+    ),
+    _agent(
+        "backend_list_arguments_accepted",
+        AGENT_BACKEND_PY,
+        "if not isinstance(arguments, dict):",
+        "if not isinstance(arguments, (dict, list)):",
+    ),
+    # tool schemas: what each call requires, and the parameters' types.
+    _agent(
+        "tool_schemas_search_without_a_required_pattern",
+        AGENT_TOOL_SCHEMAS_PY,
+        '"path": _PATH},\n        ["pattern"],',
+        '"path": _PATH},\n        [],',
+    ),
+    _agent(
+        "tool_schemas_edit_new_optional",
+        AGENT_TOOL_SCHEMAS_PY,
+        '["path", "old", "new"]',
+        '["path", "old"]',
+    ),
+    _agent(
+        "tool_schemas_stop_job_optional",
+        AGENT_TOOL_SCHEMAS_PY,
+        '{"job": _JOB}, ["job"]',
+        '{"job": _JOB}, []',
+    ),
+    _agent(
+        "tool_schemas_job_number_a_string",
+        AGENT_TOOL_SCHEMAS_PY,
+        '_JOB = {"type": "integer"',
+        '_JOB = {"type": "string"',
+    ),
+    _agent(
+        "tool_schemas_more_count_a_string",
+        AGENT_TOOL_SCHEMAS_PY,
+        '{"count": {"type": "integer"}}',
+        '{"count": {"type": "string"}}',
+    ),
+    _agent(
+        "tool_schemas_write_content_optional",
+        AGENT_TOOL_SCHEMAS_PY,
+        '["path", "content"]',
+        '["path"]',
+    ),
+    # model states: a save that held nothing, the thinking switch passed on.
+    _agent(
+        "kv_state_empty_save_reported",
+        KV_STATE_PY,
+        'if tokens else ""',
+        'if tokens is not None else ""',
+    ),
+    _agent(
+        "kv_state_save_without_thinking",
+        KV_STATE_PY,
+        "save_state(\n                path, agent.messages, agent.toolbox.schemas, "
+        "thinking=agent.settings.thinking",
+        "save_state(\n                path, agent.messages, agent.toolbox.schemas, thinking=False",
+    ),
+    _agent(
+        "kv_state_restore_without_thinking",
+        KV_STATE_PY,
+        "restore_state(\n                path, agent.messages, agent.toolbox.schemas, "
+        "thinking=agent.settings.thinking",
+        "restore_state(\n                path, agent.messages, agent.toolbox.schemas, "
+        "thinking=False",
+    ),
+)
