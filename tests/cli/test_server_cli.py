@@ -47,7 +47,8 @@ def test_listen_binds_the_family_of_the_address(host, family):
         listener.close()
 
 
-def usage_error(capsys, *flags: str) -> str:
+def usage_error(capsys, monkeypatch, *flags: str) -> str:
+    Fakes(monkeypatch)  # a check that lets the flags through must not serve for real
     with pytest.raises(SystemExit) as caught:
         server_cli.main(list(flags))
     assert caught.value.code == 2
@@ -67,8 +68,8 @@ def usage_error(capsys, *flags: str) -> str:
         (["--mtp-model", "d.gguf"], "--mtp-model given without --dspark"),
     ],
 )
-def test_bad_server_flags_are_usage_errors(capsys, flags, message):
-    assert message in usage_error(capsys, *flags)
+def test_bad_server_flags_are_usage_errors(capsys, monkeypatch, flags, message):
+    assert message in usage_error(capsys, monkeypatch, *flags)
 
 
 def test_expert_details_are_the_store_summary_when_there_is_one():
