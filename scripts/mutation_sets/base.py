@@ -105,3 +105,13 @@ in_speculation_folder = partial(in_area, ("tests/speculation",))
 in_experts_folder = partial(in_area, ("tests/experts",))
 in_gguf_folder = partial(in_area, ("tests/gguf",))
 in_cli_folder = partial(in_area, ("tests/cli",))
+
+
+# Paths of the hardened sets (session 17: experts, CLI).
+RESIDENT_PY = "ds4mlx/experts/resident.py"
+CLI_MAIN_PY = "ds4mlx/cli/main.py"
+PROMPT_SOURCE_PY = "ds4mlx/cli/prompt_source.py"
+CLI_PLAN_PY = "ds4mlx/cli/plan.py"
+CLI_SERVER_PY = "ds4mlx/cli/server.py"
+CLI_AGENT_PY = "ds4mlx/cli/agent.py"
+CLI_REPL_PY = "ds4mlx/cli/repl.py"

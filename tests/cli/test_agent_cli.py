@@ -146,14 +146,16 @@ class Store:
         return f"latest of {workspace}"
 
 
-def test_the_conversation_to_resume(tmp_path):
+def test_the_conversation_to_resume(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
     def args(**given):
-        base = {"resume": None, "continue_last": False, "workspace": str(tmp_path / ".")}
+        base = {"resume": None, "continue_last": False, "workspace": "."}
         return argparse.Namespace(**base | given)
 
     assert agent_cli.resumed_conversation(args(resume="talk"), Store()) == "loaded talk"
     latest = agent_cli.resumed_conversation(args(continue_last=True), Store())
-    assert latest == f"latest of {tmp_path.resolve()}"
+    assert latest == f"latest of {tmp_path.resolve()}"  # the folder, not "."
     assert agent_cli.resumed_conversation(args(), Store()) is None
 
 
