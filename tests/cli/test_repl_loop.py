@@ -15,12 +15,21 @@ from ds4mlx.generation import Finished, GenerationStats, PrefillProgress, TextDe
 import pytest
 
 
-def test_the_history_lives_under_the_xdg_data_home(monkeypatch, tmp_path):
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
-    assert repl.history_path() == tmp_path / "ds4mlx" / "ds4-history"
-    monkeypatch.delenv("XDG_DATA_HOME")
+@pytest.mark.parametrize(
+    ("xdg", "expected"),
+    [
+        ("data", "data/ds4mlx/ds4-history"),
+        ("", "home/.local/share/ds4mlx/ds4-history"),  # set but empty: as unset
+        (None, "home/.local/share/ds4mlx/ds4-history"),
+    ],
+)
+def test_the_history_lives_under_the_xdg_data_home(monkeypatch, tmp_path, xdg, expected):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert repl.history_path() == tmp_path / "home/.local/share/ds4mlx/ds4-history"
+    if xdg is None:
+        monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    else:
+        monkeypatch.setenv("XDG_DATA_HOME", xdg and str(tmp_path / xdg))
+    assert repl.history_path() == tmp_path / expected
 
 
 def reader(*lines: str):
