@@ -196,3 +196,8 @@ def test_packed_experts_decoded_for_the_twins_come_in_batches_of_bounded_bytes(m
     assert streamed_module._decode_batch(packed, huge) == 1
     monkeypatch.setattr(streamed_module, "cpu_keeps_blocks", lambda: True)
     assert streamed_module._decode_batch(packed, layer) is None
+
+
+def test_dropping_the_page_cache_is_the_readers(store, monkeypatch):
+    monkeypatch.setattr(store.reader, "drop_page_cache", lambda: "dropped")
+    assert store.drop_page_cache() == "dropped"
