@@ -12,6 +12,9 @@ from mutation_sets import (
     fresh7,
     guards,
     hardened_agent,
+    hardened_cli,
+    hardened_experts,
+    hardened_gguf,
 )
 from mutation_sets.base import Mutation
 
@@ -25,6 +28,9 @@ SETS: dict[str, tuple[Mutation, ...]] = {
     "fresh6": fresh6.MUTATIONS,
     "fresh7": fresh7.MUTATIONS,
     "hardened_agent": hardened_agent.MUTATIONS,
+    "hardened_experts": hardened_experts.MUTATIONS,
+    "hardened_gguf": hardened_gguf.MUTATIONS,
+    "hardened_cli": hardened_cli.MUTATIONS,
 }
 MUTATIONS: tuple[Mutation, ...] = tuple(m for mutations in SETS.values() for m in mutations)
 

@@ -116,3 +116,12 @@ AGENT_MARKUP_PY = "ds4mlx/agent/markup.py"
 AGENT_TOOL_SCHEMAS_PY = "ds4mlx/agent/tool_schemas.py"
 AGENT_BACKEND_PY = "ds4mlx/agent/backend.py"
 AGENT_COMPACTION_PY = "ds4mlx/agent/compaction.py"
+
+# Paths of the hardened sets (session 17: experts, CLI).
+RESIDENT_PY = "ds4mlx/experts/resident.py"
+CLI_MAIN_PY = "ds4mlx/cli/main.py"
+PROMPT_SOURCE_PY = "ds4mlx/cli/prompt_source.py"
+CLI_PLAN_PY = "ds4mlx/cli/plan.py"
+CLI_SERVER_PY = "ds4mlx/cli/server.py"
+CLI_AGENT_PY = "ds4mlx/cli/agent.py"
+CLI_REPL_PY = "ds4mlx/cli/repl.py"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 from ds4mlx.cli import main as ds4_main
 from ds4mlx.cli import plan as plan_module
@@ -189,3 +191,69 @@ def test_a_model_near_the_gpu_working_set_is_wired(monkeypatch):
     assert limits == [96 * GIB] and "wired limit raised" in note and "sysctl" not in note
     note = wire_model(100 * GIB, 96 * GIB)
     assert "sudo sysctl iogpu.wired_limit_mb=112640" in note  # 110% of 100 GiB, in MiB
+
+
+def test_no_reading_of_available_memory_refuses_nothing(monkeypatch):
+    monkeypatch.setattr(plan_module, "available_memory_bytes", lambda: None)
+    monkeypatch.setattr(plan_module, "check_resident", lambda *a: pytest.fail("planned"))
+    assert plan_module.refusal(TINY, "f32", 4096) is None
+
+
+@pytest.mark.parametrize(
+    ("fits_native", "advice"),
+    [
+        (True, "it does not fit with f32 weights; try --weights-dtype native --ssd-stream"),
+        (False, "it does not fit in this machine's memory in any mode"),
+    ],
+)
+def test_a_refusal_that_cannot_stream_says_what_is_left(flash, monkeypatch, fits_native, advice):
+    plan = plan_memory(open_gguf(flash), "f32")
+    verdict = plan.verdict(1)
+    assert verdict.kind == "none"
+    oversized = SimpleNamespace(plan=plan, verdict=verdict, fits_native=fits_native)
+    monkeypatch.setattr(plan_module, "available_memory_bytes", lambda: 2**20)
+    monkeypatch.setattr(plan_module, "check_resident", lambda *a: oversized)
+    message = plan_module.refusal(flash, "f32", 4096)
+    assert message.startswith(f"{plan.path} needs ") and f"is available; {advice}\n" in message
+    assert "  1.0 MiB available now: does not fit: needs at least" in message
+    assert "+ one layer's experts" in message
+
+
+def test_a_model_without_experts_or_a_kv_model_says_so(flash):
+    plan = replace(
+        plan_memory(open_gguf(flash), "f32"),
+        moe_layers=0,
+        routed_bytes=0,
+        kv_bytes_per_1k=None,
+    )
+    text = plan_module.describe(plan, [(2**20, "tiny")])
+    assert "in memory (none)" in text
+    assert f"KV cache        not modelled for {plan.arch}" in text
+    assert text.endswith(f"(dense weights {plan_module.format_size(plan.dense_bytes)})")
+
+
+def test_ds4_plan_refuses_no_context(flash, capsys):
+    with pytest.raises(SystemExit):
+        ds4_main.main(["plan", "-m", str(flash), "--ctx", "0"])
+    assert "--ctx must be positive, got 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        ds4_main.main(["plan", "-m", str(flash), "--memory", "lots"])
+    assert "memory size: expected e.g. 128G" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("total", "available", "labels"),
+    [
+        (64 * GIB, 32 * GIB, ["64.00 GiB (this machine)", "32.00 GiB (available now)"]),
+        (None, 32 * GIB, ["32.00 GiB (available now)"]),
+        (64 * GIB, None, ["64.00 GiB (this machine)"]),
+    ],
+)
+def test_ds4_plan_without_memory_plans_for_this_machine(
+    flash, monkeypatch, capsys, total, available, labels
+):
+    monkeypatch.setattr(plan_module, "physical_memory_bytes", lambda: total)
+    monkeypatch.setattr(plan_module, "available_memory_bytes", lambda: available)
+    assert ds4_main.main(["plan", "-m", str(flash), "--ctx", "1"]) == 0
+    lines = [line.split(":")[0].strip() for line in capsys.readouterr().out.splitlines()[5:]]
+    assert [line for line in lines if not line.startswith("on a Mac")] == labels

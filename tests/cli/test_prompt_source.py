@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import argparse
+import io
 import subprocess
 import sys
 
 from ds4mlx.cli.options import DEFAULT_MODEL
+from ds4mlx.cli.prompt_source import PromptSourceError, chat_messages, read_prompt, read_system
 
 import pytest
 
@@ -63,3 +66,54 @@ def test_system_prompt_from_text_or_file_implies_chat(tmp_path):
 def test_bad_prompt_sources_fail_with_a_message(flags, message):
     result = run_ds4(*flags)
     assert result.returncode == 2 and message in result.stderr
+
+
+def prompt_args(**given) -> argparse.Namespace:
+    return argparse.Namespace(**{"prompt": None, "file": None, "system": None} | given)
+
+
+def test_read_text_loses_its_trailing_newlines_only(tmp_path):
+    path = tmp_path / "prompt.txt"
+    path.write_text("  line one\r\nline two \n\n", newline="")
+    assert read_prompt(prompt_args(file=str(path))) == "  line one\nline two "
+    assert read_prompt(prompt_args(prompt="-"), io.StringIO("piped\n\r\n")) == "piped"
+
+
+def test_an_argument_prompt_is_kept_as_it_is():
+    assert read_prompt(prompt_args(prompt="hello\n"), io.StringIO("unused")) == "hello\n"
+    assert read_prompt(prompt_args(), io.StringIO("unused")) is None
+
+
+def test_a_file_wins_over_standard_input(tmp_path):
+    path = tmp_path / "prompt.txt"
+    path.write_text("from the file")
+    assert read_prompt(prompt_args(file=str(path)), io.StringIO("piped")) == "from the file"
+    assert read_prompt(prompt_args(file="-"), io.StringIO("piped\n")) == "piped"
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [(None, "No such file or directory"), (b"\xff\xfe bad", "can't decode byte 0xff")],
+)
+def test_an_unreadable_prompt_file_says_which_and_why(tmp_path, content, reason):
+    path = tmp_path / "prompt.txt"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(PromptSourceError, match=f"^cannot read {path}: .*{reason}"):
+        read_prompt(prompt_args(file=str(path)))
+
+
+def test_the_system_prompt_from_text_or_a_file(tmp_path):
+    path = tmp_path / "system.txt"
+    path.write_text("be brief\n")
+    assert read_system(argparse.Namespace(system="as given\n", system_file=None)) == "as given\n"
+    assert read_system(argparse.Namespace(system=None, system_file=str(path))) == "be brief"
+    assert read_system(argparse.Namespace(system=None, system_file=None)) is None
+
+
+def test_chat_messages_put_the_system_turn_first_even_when_empty():
+    assert chat_messages("hi", None) == [{"role": "user", "content": "hi"}]
+    assert chat_messages("hi", "") == [
+        {"role": "system", "content": ""},
+        {"role": "user", "content": "hi"},
+    ]

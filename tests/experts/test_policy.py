@@ -137,3 +137,39 @@ def test_bad_hotlist_is_a_clear_error(tmp_path, content, message):
 def test_missing_hotlist_without_save_is_an_error(tmp_path):
     with pytest.raises(ValueError, match="does not exist"):
         streamed(TINY, budget_gib(TINY, 0.5), hotlist=tmp_path / "none.json")
+
+
+def test_hotness_halves_per_half_life_of_accumulated_ticks():
+    policy = SlotPolicy(n_keys=4, capacity=2, half_life=2.0)
+    policy.record_use(np.array([1]), 8)
+    policy.tick()
+    policy.tick()  # two ticks of one step: one half-life
+    assert policy.clock == 2.0
+    assert policy.hotness(np.array([1])).tolist() == [4.0]
+    policy.tick(4.0)
+    assert policy.hotness(np.array([1])).tolist() == [1.0]
+
+
+def test_an_empty_slot_goes_before_a_cached_expert_that_was_never_hot():
+    """A warm start may cache an expert of hotness 0 (never used since): the empty slot is
+    still refilled first, whatever the slot numbers."""
+    policy = SlotPolicy(n_keys=8, capacity=2, half_life=NO_DECAY)
+    policy.assign(0, 3)
+    policy.set_hotness(np.array([3]), np.array([0.0]))
+    assert policy.victims(1, protected=np.array([], np.int64)).tolist() == [1]
+
+
+def test_victims_are_slot_numbers_not_positions_among_the_candidates():
+    policy = filled(3, [1, 2, 3])
+    use(policy, 1)
+    use(policy, 3)
+    use(policy, 2)
+    # Slot 0 (key 1) is protected: the candidates are slots 1 and 2; key 3 is the older.
+    assert policy.victims(1, protected=np.array([1])).tolist() == [2]
+    assert policy.victims(2, protected=np.array([1])).tolist() == [2, 1]
+
+
+def test_assigning_an_empty_slot_evicts_nothing():
+    policy = filled(2, [4])
+    assert policy.assign(1, 6) == -1
+    assert policy.slot_key.tolist() == [4, 6]

@@ -94,3 +94,75 @@ def test_drop_page_cache_is_supported_on_linux():
     _, _, reader = tensor_and_reader()
     assert reader.drop_page_cache() == hasattr(os, "posix_fadvise")
     reader.close()
+
+
+def test_a_two_dimensional_expert_tensor_is_a_stack_of_one():
+    """Writers drop a trailing ne of 1: [out, in] is one expert of that shape."""
+    gguf, tensor, reader = tensor_and_reader()
+    info = gguf.layout.tensors[NAME]
+    single = replace(info, ggml_dims=info.ggml_dims[:2], nbytes=tensor.expert_nbytes)
+    one = ExpertTensor.from_info(TINY, single, reader.file_size)
+    assert (one.n_experts, one.expert_shape, one.expert_nbytes) == (
+        1,
+        tensor.expert_shape,
+        tensor.expert_nbytes,
+    )
+    reader.close()
+
+
+@pytest.mark.parametrize("dims", [(256, 256, 0), (256, 0, 8), (256,), (256, 256, 8, 1)])
+def test_a_tensor_that_is_not_a_stack_of_experts_is_refused(dims):
+    gguf, _, reader = tensor_and_reader()
+    info = replace(gguf.layout.tensors[NAME], ggml_dims=dims)
+    with pytest.raises(GGUFError, match=r"expected \[experts, out, in\]"):
+        ExpertTensor.from_info(TINY, info, reader.file_size)
+    reader.close()
+
+
+def test_an_unsupported_type_or_partial_blocks_are_refused():
+    gguf, _, reader = tensor_and_reader()
+    info = gguf.layout.tensors[NAME]
+    with pytest.raises(GGUFError, match=f"unsupported tensor type I8 in tensor '{NAME}'"):
+        ExpertTensor.from_info(TINY, replace(info, qtype=T.I8), reader.file_size)
+    with pytest.raises(GGUFError, match="rows of 255 values are not whole Q4_K blocks of 256"):
+        ExpertTensor.from_info(TINY, replace(info, ggml_dims=(255, 256, 8)), reader.file_size)
+    reader.close()
+
+
+def test_an_expert_before_the_start_of_the_file_is_refused():
+    _, tensor, reader = tensor_and_reader()
+    with pytest.raises(GGUFError, match="outside the file"):
+        reader.read_bytes(replace(tensor, file_offset=-tensor.expert_nbytes), 0)
+    assert reader.reads == 0
+    reader.close()
+
+
+def test_read_counters_add_up_over_reads(monkeypatch):
+    """Bytes, reads and seconds accumulate (each read here takes one fake second)."""
+    from ds4mlx.experts import reader as reader_module
+
+    clock = iter(range(100))
+    monkeypatch.setattr(reader_module.time, "perf_counter", lambda: float(next(clock)))
+    _, tensor, reader = tensor_and_reader()
+    for expert in (0, 1, 2):
+        reader.read_bytes(tensor, expert)
+    assert (reader.bytes_read, reader.reads, reader.read_seconds) == (
+        3 * tensor.expert_nbytes,
+        3,
+        3.0,
+    )
+    reader.close()
+
+
+def test_closing_twice_is_harmless():
+    _, _, reader = tensor_and_reader()
+    reader.close()
+    reader.close()
+    assert reader._fd == -1
+
+
+def test_drop_page_cache_says_no_where_the_platform_cannot(monkeypatch):
+    _, _, reader = tensor_and_reader()
+    monkeypatch.delattr(os, "posix_fadvise", raising=False)
+    assert reader.drop_page_cache() is False
+    reader.close()

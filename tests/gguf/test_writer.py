@@ -214,3 +214,65 @@ def test_a_crash_while_writing_leaves_the_previous_file(tmp_path: Path, monkeypa
         write_gguf(path, "deepseek4", {"version": 2}, tensors)
     assert path.read_bytes() == before
     assert list(tmp_path.iterdir()) == [path]
+
+
+def file_type_of(tmp_path: Path, tensors: list[TensorToWrite]) -> int:
+    path = tmp_path / "model.gguf"
+    write_gguf(path, "deepseek4", {}, tensors)
+    return open_gguf(path).get("general.file_type")
+
+
+def test_the_file_type_is_the_type_of_most_float_weights(tmp_path: Path):
+    ids = TensorToWrite("ids", np.arange(10_000, dtype=np.int32), T.I32)  # not weights
+    small = TensorToWrite("a", np.ones((2, 32), np.float32), T.Q8_0)
+    assert file_type_of(tmp_path, [ids, small]) == LlamaFileType.MOSTLY_Q8_0
+    assert file_type_of(tmp_path, [ids]) == LlamaFileType.ALL_F32
+    assert file_type_of(tmp_path, []) == LlamaFileType.ALL_F32
+    # Weights add up per type: two Q8_0 tensors of 64 outweigh one Q4_0 of 96.
+    q8 = [TensorToWrite(f"q8.{i}", np.ones(64, np.float32), T.Q8_0) for i in range(2)]
+    q4 = TensorToWrite("q4", np.ones(96, np.float32), T.Q4_0)
+    assert file_type_of(tmp_path, [q4, *q8]) == LlamaFileType.MOSTLY_Q8_0
+
+
+def test_a_tie_goes_to_the_type_seen_first(tmp_path: Path):
+    q8 = TensorToWrite("q8", np.ones(64, np.float32), T.Q8_0)
+    q4 = TensorToWrite("q4", np.ones(64, np.float32), T.Q4_0)
+    assert file_type_of(tmp_path, [q8, q4]) == LlamaFileType.MOSTLY_Q8_0
+    assert file_type_of(tmp_path, [q4, q8]) == LlamaFileType.MOSTLY_Q4_0
+
+
+def test_a_given_quantization_version_is_kept(tmp_path: Path):
+    path = tmp_path / "model.gguf"
+    write_gguf(path, "deepseek4", {"general.quantization_version": 1}, [])
+    assert open_gguf(path).get("general.quantization_version") == 1
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (MetaValue(7, V.STRING), "7 does not fit GGUF type STRING"),
+        (MetaValue(1, V.BOOL), "1 does not fit GGUF type BOOL"),
+        (MetaValue(True, V.UINT32), "True does not fit GGUF type UINT32"),
+        (MetaValue(False, V.FLOAT32), "False does not fit GGUF type FLOAT32"),
+        (MetaValue(2**63, V.INT64), "9223372036854775808 does not fit GGUF type INT64"),
+    ],
+)
+def test_a_value_of_another_type_is_refused(tmp_path: Path, value, message):
+    with pytest.raises(ValueError, match=f"metadata key 'k': {message}"):
+        write_gguf(tmp_path / "model.gguf", "deepseek4", {"k": value}, [])
+
+
+def test_float64_values_beyond_float32_are_written(tmp_path: Path):
+    path = tmp_path / "model.gguf"
+    write_gguf(path, "deepseek4", {"k": MetaValue(1e300, V.FLOAT64)}, [])
+    assert open_gguf(path).get("k") == 1e300
+
+
+@pytest.mark.parametrize(
+    ("values", "qtype"),
+    [(np.array([300]), T.I8), (np.array([-1, 70_000]), T.I16), (np.array([2**31]), T.I32)],
+)
+def test_an_integer_table_must_fit_its_type(tmp_path: Path, values, qtype):
+    tensor = TensorToWrite("ids", values, qtype)
+    with pytest.raises(ValueError, match=f"'ids': {qtype.name} needs integers that fit"):
+        write_gguf(tmp_path / "model.gguf", "deepseek4", {}, [tensor])
