@@ -105,3 +105,6 @@ in_speculation_folder = partial(in_area, ("tests/speculation",))
 in_experts_folder = partial(in_area, ("tests/experts",))
 in_gguf_folder = partial(in_area, ("tests/gguf",))
 in_cli_folder = partial(in_area, ("tests/cli",))
+
+# Paths first used by hardened_engine.
+TOKENIZER_PY = "ds4mlx/engine/tokenizer.py"
