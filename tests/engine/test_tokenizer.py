@@ -389,20 +389,8 @@ def test_stop_ids_are_eos_then_the_end_of_generation_tokens_once_each():
     assert hand_tokenizer(end_of_generation_ids=[5]).stop_ids == (5,)
 
 
-class _Metadata:
-    """A GGUF file's metadata, as ``from_gguf`` and ``load_tokenizer`` read it."""
-
-    path = "hand.gguf"
-
-    def __init__(self, **values):
-        self.values = {f"tokenizer.ggml.{key}": value for key, value in values.items()}
-
-    def get(self, key, default=None):
-        return self.values.get(key, default)
-
-
 def test_a_file_tokenizer_takes_every_stop_token_and_flag_it_names():
-    metadata = _Metadata(
+    metadata = FakeGGUF(
         model="gpt2",
         tokens=HAND_TOKENS,
         merges=["a b"],
@@ -424,12 +412,12 @@ def test_a_file_without_tokens_or_merges_is_refused(missing):
     values = {"model": "gpt2", "tokens": HAND_TOKENS, "merges": ["a b"]}
     values[missing] = [] if missing == "tokens" else None
     with pytest.raises(TokenizerError, match="tokenizer.ggml.tokens/merges missing"):
-        Tokenizer.from_gguf(_Metadata(**values))
+        Tokenizer.from_gguf(FakeGGUF(**values))
 
 
 def test_files_without_a_tokenizer_get_ids():
-    assert load_tokenizer(_Metadata(model="none")).vocab_size is None
-    assert load_tokenizer(_Metadata(tokens=["a", "b"])).vocab_size == 2
+    assert load_tokenizer(FakeGGUF(model="none")).vocab_size is None
+    assert load_tokenizer(FakeGGUF(tokens=["a", "b"])).vocab_size == 2
 
 
 def test_the_numeric_tokenizer_hashes_five_byte_chunks_and_has_no_specials():
