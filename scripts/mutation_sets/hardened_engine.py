@@ -4,12 +4,13 @@ returns, fields of what is returned, one branch of an ``if``), each applied by h
 the test file meant to catch it, and given a test where none failed. They were picked where the
 engine folder's coverage run and the earlier sets left code unchecked: the generation loop's
 limits and batched steps, ``feed_batch`` and hidden feeds, snapshot headers and the state codec,
+the disk tier's unknown and changed entries,
 the tokenizer's refusals and token types, the chat formats' shared rules and the call grammar's
 view of the tools, GLM's content parts and DeepSeek's string-only content, the sampler's seed
 and padding, and grammar errors and rollbacks.
 
 Measured on the code before these tests, each against its area's older test files (a narrower
-run than the whole folder): 85 of the 112 survived, 27 were caught. Now all 112 are caught.
+run than the whole folder): 87 of the 114 survived, 27 were caught. Now all 114 are caught.
 
 None changes a line an earlier set (core, guards, fresh2 to fresh7) changes. Left out as
 equivalent: ``logprob_arrays`` testing ``top is None`` instead of ``not top`` (a top of 0 slices
@@ -28,6 +29,7 @@ from mutation_sets.base import (
     DEEPSEEK4_CHAT_PY,
     GENERATE_PY,
     GLM5_CHAT_PY,
+    PROMPT_CACHE_PY,
     PROMPT_PY,
     SAMPLING_PY,
     SESSION_PY,
@@ -756,5 +758,21 @@ MUTATIONS = (
         DEEPSEEK4_CHAT_PY,
         "    if not isinstance(value, str):\n        raise TypeError",
         "    if not isinstance(value, (str, list)):\n        raise TypeError",
+    ),
+    _engine(
+        "disk_changed_tokens_loaded",
+        PROMPT_CACHE_PY,
+        "        if snapshot.tokens != tokens:\n            del self._index[tokens]",
+        "        if snapshot.tokens != tokens and False:\n            del self._index[tokens]",
+    ),
+    _engine(
+        "disk_unindexed_tokens_read",
+        PROMPT_CACHE_PY,
+        (
+            "        path = self._index.get(tokens)\n"
+            "        if path is None:\n"
+            "            return None\n"
+        ),
+        "        path = self._index.get(tokens)\n",
     ),
 )
