@@ -13,6 +13,7 @@ from mutation_sets import (
     guards,
     hardened_agent,
     hardened_cli,
+    hardened_engine,
     hardened_experts,
     hardened_gguf,
 )
@@ -31,6 +32,7 @@ SETS: dict[str, tuple[Mutation, ...]] = {
     "hardened_experts": hardened_experts.MUTATIONS,
     "hardened_gguf": hardened_gguf.MUTATIONS,
     "hardened_cli": hardened_cli.MUTATIONS,
+    "hardened_engine": hardened_engine.MUTATIONS,
 }
 MUTATIONS: tuple[Mutation, ...] = tuple(m for mutations in SETS.values() for m in mutations)
 

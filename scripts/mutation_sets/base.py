@@ -125,3 +125,6 @@ CLI_PLAN_PY = "ds4mlx/cli/plan.py"
 CLI_SERVER_PY = "ds4mlx/cli/server.py"
 CLI_AGENT_PY = "ds4mlx/cli/agent.py"
 CLI_REPL_PY = "ds4mlx/cli/repl.py"
+
+# Paths first used by hardened_engine.
+TOKENIZER_PY = "ds4mlx/engine/tokenizer.py"

@@ -452,3 +452,10 @@ def test_format_interface():
     assert DEEPSEEK_V4.parse("x") == parse_assistant("x")
     assert chat_format_for_arch("deepseek4") is DEEPSEEK_V4
     assert chat_format_for_arch("llama") is None
+
+
+def test_content_that_is_not_a_string_is_refused_by_field():
+    with pytest.raises(TypeError, match="^message content must be a string, got list$"):
+        render_chat([{"role": "user", "content": ["a"]}])
+    with pytest.raises(TypeError, match="^message reasoning_content must be a string, got int$"):
+        render_chat([{"role": "assistant", "content": "a", "reasoning_content": 3}])

@@ -478,3 +478,20 @@ def test_format_interface():
     assert chat_format_for_arch("glm5-next") is GLM5
     assert isinstance(GLM5, ChatFormat) and GLM5.name == "glm-5"
     assert GLM5.stop_strings() == ["<|user|>", "<|observation|>", "<|endoftext|>"]
+
+
+def test_content_parts_render_as_text_and_media_placeholders():
+    parts = ["a", {"type": "text", "text": "b"}, {"type": "image"}, {"type": "unknown"}]
+    messages = [
+        {"role": "user", "content": [*parts, {"type": "text"}]},
+        {"role": "user", "content": None},
+        {"role": "user", "content": 42},
+    ]
+    assert render(messages) == (
+        f"{PREFIX}<|user|>ab<|begin_of_image|><|image|><|end_of_image|><|user|><|user|>42"
+    )
+    results = [{"role": "tool", "content": [{"type": "text", "text": "x"}, "y", {"type": "audio"}]}]
+    assert render(results) == (
+        f"{PREFIX}<|observation|><tool_response>xy<|begin_of_audio|><|end_of_audio|>"
+        "</tool_response>"
+    )

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import ds4mlx
@@ -19,6 +19,12 @@ from ds4mlx.engine.kvcache import (
     model_fingerprint,
     read_snapshot,
     write_snapshot,
+)
+from ds4mlx.engine.kvcache.snapshot_file import (
+    _checksum,
+    header_tokens,
+    read_header,
+    snapshot_nbytes,
 )
 from ds4mlx.engine.kvcache.state_codec import decode_state, encode_state
 from ds4mlx.engine.session import Snapshot
@@ -250,3 +256,147 @@ def test_a_saved_state_is_readable_by_its_owner_only(saved):
     # A conversation's saved state (``chat-*.kv.safetensors``) holds its token ids: its text.
     path, _ = saved
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+# ------------------------------------------------------------ files and trees, without a model
+
+
+def _small_snapshot() -> Snapshot:
+    """A state the codec walks like a model's (arrays in containers), with no ``pos``."""
+    return Snapshot([mx.arange(6, dtype=mx.float32), (np.arange(3, dtype=np.int64), None)], (4, 5))
+
+
+def test_a_small_state_round_trips_through_a_file(tmp_path):
+    path = tmp_path / "small.safetensors"
+    write_snapshot(path, _small_snapshot(), "f" * 64)
+    back = read_snapshot(path, "f" * 64)
+    assert back.tokens == (4, 5)
+    assert np.array_equal(np.array(back.state[0]), np.arange(6))
+    assert back.state[1][0].tolist() == [0, 1, 2] and back.state[1][1] is None
+    assert snapshot_nbytes(_small_snapshot()) == 6 * 4 + 3 * 8
+
+
+def test_a_snapshot_file_name_must_end_with_the_suffix(tmp_path):
+    with pytest.raises(ValueError, match=r"^a snapshot file's name ends with \.safetensors"):
+        write_snapshot(tmp_path / "state.bin", _small_snapshot(), "f" * 64)
+    assert not any(tmp_path.iterdir())
+
+
+def _write_header(path: Path, header_json: bytes, body: bytes = b"") -> None:
+    path.write_bytes(len(header_json).to_bytes(8, "little") + header_json + body)
+
+
+@pytest.mark.parametrize(
+    ("header", "message"),
+    [
+        (b"[1, 2]", "not a snapshot file"),
+        (b"{not json", "cannot be read"),
+        (b'{"a0": {"dtype": "F32"}}', "not a ds4mlx-kv snapshot"),
+        (b'{"__metadata__": {"format": "other", "version": "1"}}', "not a ds4mlx-kv snapshot"),
+        (
+            b'{"__metadata__": {"format": "ds4mlx-kv", "version": "1"}, "a0": {"data_offsets": 3}}',
+            "malformed header",
+        ),
+        (
+            b'{"__metadata__": {"format": "ds4mlx-kv", "version": "1"}, "a0": {}}',
+            "malformed header",
+        ),
+    ],
+)
+def test_a_header_that_is_not_a_snapshot_is_refused(tmp_path, header, message):
+    path = tmp_path / "x.safetensors"
+    _write_header(path, header)
+    with pytest.raises(SnapshotFileError, match=message):
+        read_header(path)
+
+
+def test_a_header_without_arrays_describes_its_whole_file(tmp_path):
+    path = tmp_path / "x.safetensors"
+    _write_header(path, b'{"__metadata__": {"format": "ds4mlx-kv", "version": "1"}}')
+    assert read_header(path) == {"format": "ds4mlx-kv", "version": "1"}
+
+
+@pytest.mark.parametrize("metadata", [{}, {"tokens": "[1,"}])
+def test_a_header_without_a_readable_token_list_is_refused(metadata):
+    with pytest.raises(SnapshotFileError, match="malformed token list: "):
+        header_tokens(Path("x.safetensors"), metadata)
+
+
+def test_a_state_tree_naming_a_missing_array_is_refused_when_read(tmp_path):
+    """A well-formed file (checksum right) whose tree refers to an array it does not hold."""
+    path = tmp_path / "x.safetensors"
+    write_snapshot(path, _small_snapshot(), "f" * 64)
+    arrays = mx.load(str(path))
+    mx.eval(*arrays.values())  # read now: the file is rewritten below
+    _rewrite_metadata(path, lambda meta: meta.update(state=json.dumps({"array": "a7"})))
+    _rewrite_metadata(path, lambda meta: meta.update(checksum=_checksum(meta, arrays)))
+    with pytest.raises(SnapshotFileError, match="missing array 'a7'"):
+        read_snapshot(path, "f" * 64)
+
+
+@dataclass
+class _Derived:
+    """A cache class with a field its constructor derives (``init=False``)."""
+
+    size: int
+    doubled: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.doubled = 2 * self.size
+
+
+def test_a_derived_field_comes_back_as_it_was_saved(monkeypatch):
+    state = _Derived(3)
+    state.doubled = 7  # changed after construction: the saved value, not a recomputed one
+    tree, arrays = encode_state(state)
+    monkeypatch.setattr("ds4mlx.engine.kvcache.state_codec._TRUSTED_PREFIX", "")
+    back = decode_state(json.loads(json.dumps(tree)), arrays)
+    assert (back.size, back.doubled) == (3, 7)
+
+
+def test_scalars_and_containers_keep_their_kinds():
+    state = {
+        "flags": [True, np.bool_(False)],
+        "counts": (np.int64(3), np.float16(0.5), 2.5, "name"),
+        "nested": [[1], (2,)],
+    }
+    tree, arrays = encode_state(state)
+    back = decode_state(json.loads(json.dumps(tree)), arrays)
+    assert back == state
+    assert back["flags"][0] is True and type(back["flags"][1]) is np.bool_
+    assert [type(v) for v in back["counts"]] == [np.int64, np.float16, float, str]
+    assert type(back["nested"][0]) is list and type(back["nested"][1]) is tuple
+
+
+@pytest.mark.parametrize(
+    ("qualified", "message"),
+    [
+        ("ds4mlx.engine.session:supports_batched_decode", "is no longer a dataclass"),
+        ("ds4mlx.engine.session:Session", "is no longer a dataclass"),
+        # An instance of a dataclass is not the class: never called, whatever its fields.
+        ("ds4mlx.engine.tokenizer:_GPT2", "is no longer a dataclass"),
+        ("ds4mlx.engine.session:", "outside ds4mlx"),
+        ("ds4mlx:", "outside ds4mlx"),
+        ("ds4mlx.engine.no_such_module:Cache", "no longer exists"),
+        ("ds4mlx.engine.session:Snapshot.missing", "no longer exists"),
+    ],
+)
+def test_a_state_naming_something_that_is_not_a_ds4mlx_dataclass_is_refused(qualified, message):
+    with pytest.raises(StateFormatError, match=message):
+        decode_state({"class": qualified, "fields": {}}, {})
+
+
+@pytest.mark.parametrize(
+    "node",
+    [
+        {"unknown": 1},
+        {"array": "a0", "dtype": "f32", "shape": [1]},  # more keys than the codec writes
+        [1, 2],
+        {},
+        {"array": 3},
+        {"array": "a1"},
+    ],
+)
+def test_a_node_the_codec_did_not_write_is_refused(node):
+    with pytest.raises(StateFormatError, match="unexpected node|missing array"):
+        decode_state(node, {"a0": mx.zeros(1)})

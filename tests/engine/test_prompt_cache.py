@@ -220,3 +220,31 @@ def test_disk_states_are_readable_by_their_owner_only(ds4, tmp_path, usual_umask
     assert files
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     assert {stat.S_IMODE(path.stat().st_mode) for path in files} == {0o600}
+
+
+def _small(tokens: tuple[int, ...]) -> Snapshot:
+    return Snapshot([mx.arange(8, dtype=mx.float32) + tokens[0]], tokens)
+
+
+def test_a_removed_entry_takes_its_file_and_unknown_tokens_load_nothing(tmp_path):
+    warned: list[str] = []
+    disk = DiskTier(tmp_path, 1 << 20, "f" * 64, warned.append)
+    assert disk.save(_small((1, 2, 3)))
+    path = disk.path_for((1, 2, 3))
+    assert disk.load((1, 2)) is None and path.exists()
+    disk.remove((1, 2, 3))
+    assert not path.exists() and len(disk) == 0
+    disk.remove((1, 2, 3))  # already gone: nothing to do
+    assert warned == []
+
+
+def test_a_file_whose_tokens_changed_since_it_was_indexed_is_refused(tmp_path):
+    warned: list[str] = []
+    disk = DiskTier(tmp_path, 1 << 20, "f" * 64, warned.append)
+    assert disk.save(_small((1, 2, 3))) and disk.save(_small((4, 5, 6)))
+    # Another process replaced the first file with the second's content.
+    shutil.copyfile(disk.path_for((4, 5, 6)), disk.path_for((1, 2, 3)))
+    assert disk.load((1, 2, 3)) is None
+    assert len(warned) == 1 and warned[0].endswith("its tokens changed since it was indexed")
+    assert not disk.path_for((1, 2, 3)).exists() and disk.keys() == [(4, 5, 6)]
+    assert disk.load((4, 5, 6)).tokens == (4, 5, 6)

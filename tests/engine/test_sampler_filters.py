@@ -347,3 +347,22 @@ def test_a_constraint_forbids_the_rows_padding_past_the_vocabulary():
     for row in (sampler.penalized(logits)[0], sampler.masked_on_device(logits[0])):
         assert row.tolist() == [0.0, 1.0, 2.0, 3.0, -math.inf, -math.inf]
     assert sampler(logits[0]) == 3
+
+
+def test_a_single_padding_column_is_forbidden_too():
+    sampler = Sampler(SamplingOptions(), _AllowsAll())
+    logits = mx.array([[0.0, 1.0, 2.0, 3.0, 9.0]])
+    for row in (sampler.penalized(logits)[0], sampler.masked_on_device(logits[0])):
+        assert row.tolist() == [0.0, 1.0, 2.0, 3.0, -math.inf]
+
+
+def test_seed_zero_is_a_seed():
+    """0 is a seed like any other: two generations seeded with it draw the same tokens."""
+    logits = mx.zeros((1000,))
+    options = SamplingOptions(temperature=1.0, seed=0)
+    draws = []
+    for _ in range(2):
+        sampler = Sampler(options)
+        draws.append([sampler.draw(logits) for _ in range(4)])
+    assert draws[0] == draws[1]
+    assert len(set(draws[0])) > 1  # a sequence, not one token repeated

@@ -315,3 +315,176 @@ def test_detokenizer_reset_starts_a_new_stream(deepseek_tokenizer):
         detok.add(token_id)
     detok.reset()
     assert detok.tokens == [] and detok.add(deepseek_tokenizer.encode("a")[0]) == "a"
+
+
+# ----------------------------------------------------------------- a vocabulary written by hand
+
+# One token of each type; the single characters let plain text spell the special tokens.
+HAND_TOKENS = ["a", "b", "ab", "Ġ", "<|x|>", "<unk>", "[PAD6]", "<u>", "<", "|", "x", ">"]
+HAND_TYPES = [1, 1, 1, 1, 3, 2, 5, 4, 1, 1, 1, 1]
+
+
+def hand_tokenizer(**options) -> Tokenizer:
+    options.setdefault("token_types", HAND_TYPES)
+    return Tokenizer(HAND_TOKENS, options.pop("merges", ["a b"]), "gpt-2", **options)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"token_types": HAND_TYPES[:-1]}, "^11 token types for 12 tokens$"),
+        ({"bos_id": 12}, "^bos token id 12 is outside the vocabulary$"),
+        ({"eos_id": -1}, "^eos token id -1 is outside the vocabulary$"),
+        ({"pad_id": 12}, "^pad token id 12 is outside the vocabulary$"),
+        ({"end_of_generation_ids": [3, 12]}, "^end-of-generation token id 12 is outside"),
+        ({"merges": ["ab"]}, r"^malformed merge 'ab' \(expected 'left right'\)$"),
+    ],
+)
+def test_a_vocabulary_that_does_not_hold_together_is_refused(options, message):
+    with pytest.raises(TokenizerError, match=message):
+        hand_tokenizer(**options)
+
+
+def test_duplicate_tokens_are_refused():
+    with pytest.raises(TokenizerError, match="duplicate tokens"):
+        Tokenizer(["a", "b", "a"], [], "gpt-2")
+
+
+def test_ids_at_the_vocabulary_edges_are_accepted():
+    tok = hand_tokenizer(bos_id=0, eos_id=11, token_types=[*HAND_TYPES, 1, 1])
+    assert (tok.bos_id, tok.eos_id, tok.vocab_size) == (0, 11, 12)
+    for bad in (12, -1):
+        with pytest.raises(TokenizerError, match=rf"^token id {bad} is outside the vocabulary"):
+            tok.id_to_token(bad)
+    assert tok.id_to_token(11) == ">"
+
+
+def test_each_token_type_encodes_and_decodes_as_llama_cpp_does():
+    tok = hand_tokenizer()
+    # CONTROL and UNKNOWN tokens are matched only with parse_special; USER_DEFINED always.
+    assert tok.encode("ab<|x|><unk><u>") == [2, 4, 5, 7]
+    assert tok.encode("<|x|><u>", parse_special=False) == [8, 9, 10, 9, 11, 7]
+    # skip_special hides CONTROL and UNKNOWN; UNUSED tokens stand for no bytes at all.
+    assert tok.decode([6, 2, 4, 5, 7], skip_special=True) == "ab<u>"
+    assert tok.decode([6, 2, 4, 5, 7]) == "ab<|x|><unk><u>"
+    assert [tok.is_special(i) for i in (4, 5, 6, 7, 2)] == [True, True, False, False, False]
+    # A type value llama.cpp does not define is taken as ordinary text.
+    odd = hand_tokenizer(token_types=[9, *HAND_TYPES[1:]])
+    assert odd.decode([0, 1]) == "ab" and not odd.is_special(0)
+
+
+def test_bos_and_eos_are_added_only_where_the_file_asks():
+    tok = hand_tokenizer(bos_id=4, eos_id=5, add_bos=True, add_eos=True)
+    assert tok.encode("ab", add_special=True) == [4, 2, 5]
+    assert tok.encode("ab") == [2]
+    assert hand_tokenizer(bos_id=4, eos_id=5, add_eos=True).encode("ab", add_special=True) == [
+        2,
+        5,
+    ]
+
+
+def test_stop_ids_are_eos_then_the_end_of_generation_tokens_once_each():
+    tok = hand_tokenizer(eos_id=4, end_of_generation_ids=[5, 4, 7])
+    assert tok.stop_ids == (4, 5, 7)
+    assert hand_tokenizer(end_of_generation_ids=[5]).stop_ids == (5,)
+
+
+def test_a_file_tokenizer_takes_every_stop_token_and_flag_it_names():
+    metadata = FakeGGUF(
+        model="gpt2",
+        tokens=HAND_TOKENS,
+        merges=["a b"],
+        token_type=HAND_TYPES,
+        eos_token_id=4,
+        eot_token_id=5,
+        eom_token_id=7,
+        bos_token_id=3,
+        add_bos_token=True,
+    )
+    tok = Tokenizer.from_gguf(metadata)
+    assert tok.pre == "default"  # a file without tokenizer.ggml.pre
+    assert tok.stop_ids == (4, 5, 7)
+    assert tok.encode("ab", add_special=True) == [3, 2]
+
+
+@pytest.mark.parametrize("missing", ["tokens", "merges"])
+def test_a_file_without_tokens_or_merges_is_refused(missing):
+    values = {"model": "gpt2", "tokens": HAND_TOKENS, "merges": ["a b"]}
+    values[missing] = [] if missing == "tokens" else None
+    with pytest.raises(TokenizerError, match="tokenizer.ggml.tokens/merges missing"):
+        Tokenizer.from_gguf(FakeGGUF(**values))
+
+
+def test_files_without_a_tokenizer_get_ids():
+    assert load_tokenizer(FakeGGUF(model="none")).vocab_size is None
+    assert load_tokenizer(FakeGGUF(tokens=["a", "b"])).vocab_size == 2
+
+
+def test_the_numeric_tokenizer_hashes_five_byte_chunks_and_has_no_specials():
+    numeric = NumericTokenizer(1000)
+    # "abcde" hashes to 9_665_256_395 and "fgh" to 98_319: modulo 1000.
+    assert numeric.encode("abcdefgh") == [395, 319]
+    assert numeric.encode("é") == [(195 * 31 + 169) % 1000]
+    assert (numeric.bos_id, numeric.eos_id, numeric.stop_ids) == (None, None, ())
+    assert [numeric.token_to_id(t) for t in ("<12>", "12", "<12>x", "<x>")] == [
+        12,
+        None,
+        None,
+        None,
+    ]
+
+
+def test_the_metadata_writer_refuses_what_the_reader_could_not_use(tmp_path):
+    hf = train_tokenizer("gpt-2")
+    with pytest.raises(TokenizerError, match=r"^vocab_size 10 is smaller than the tokenizer"):
+        write_gguf(tmp_path / "a.gguf", hf, "gpt-2", vocab_size=10)
+    with pytest.raises(TokenizerError, match=r"^token '<nope>' is not in the tokenizer$"):
+        write_gguf(tmp_path / "b.gguf", hf, "gpt-2", bos_token="<nope>")
+    words = HFTokenizer(models.WordLevel({"a": 0, "[UNK]": 1}, unk_token="[UNK]"))
+    with pytest.raises(TokenizerError, match="^expected a BPE tokenizer, got 'WordLevel'$"):
+        write_gguf(tmp_path / "c.gguf", words, "gpt-2")
+    # Exactly the tokenizer's size needs no padding; add_bos False is written, not left out.
+    size = hf.get_vocab_size(with_added_tokens=True)
+    path = write_gguf(tmp_path / "d.gguf", hf, "gpt-2", vocab_size=size, add_bos=False)
+    written = open_gguf(path)
+    assert len(written.get("tokenizer.ggml.tokens")) == size
+    assert written.get("tokenizer.ggml.add_bos_token") is False
+
+
+@pytest.mark.parametrize(
+    ("text", "special"),
+    [
+        ("<pad>", True),
+        ("<mask>", True),
+        ("<2mass>", True),
+        ("[@BOS@]", True),
+        ("<|im_start|>", True),
+        ("<unused12>", True),
+        ("<|im_start", False),
+        ("im_start|>", False),
+        ("<unused12", False),
+        ("<think>", False),
+    ],
+)
+def test_added_tokens_that_look_special_are_written_as_control(tmp_path, text, special):
+    hf = train_tokenizer("gpt-2")
+    hf.add_tokens([text])
+    written = open_gguf(write_gguf(tmp_path / "t.gguf", hf, "gpt-2"))
+    token_id = written.get("tokenizer.ggml.tokens").index(text)
+    expected = TokenType.CONTROL if special else TokenType.USER_DEFINED
+    assert written.get("tokenizer.ggml.token_type")[token_id] == expected
+
+
+def test_merges_are_written_as_spaced_strings():
+    from ds4mlx.engine.tokenizer import _merges_as_strings
+
+    assert _merges_as_strings([["a b", "c"], ["d", "e"]]) == ["a\u0120b c", "d e"]
+    assert _merges_as_strings(["a b", "c d"]) == ["a b", "c d"]
+    assert _merges_as_strings([]) == []
+
+
+def test_deepseek_and_glm_file_names_pick_their_splits():
+    assert PRE_TOKENIZERS["joyai-llm"] == PRE_TOKENIZERS["deepseek-v3"]
+    assert PRE_TOKENIZERS["glm5"].ignore_merges and PRE_TOKENIZERS["glm4"].ignore_merges
+    assert not PRE_TOKENIZERS["chatglm-bpe"].ignore_merges
+    assert PRE_TOKENIZERS["glm5"].regexes == PRE_TOKENIZERS["chatglm-bpe"].regexes
