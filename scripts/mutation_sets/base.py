@@ -89,6 +89,17 @@ STORE_PY = "ds4mlx/experts/store.py"
 SUPPORT_GGUF_PY = "ds4mlx/speculation/support_gguf.py"
 TURN_PY = "ds4mlx/server/turn.py"
 WRITER_PY = "ds4mlx/gguf/writer.py"
+AGENT_LOOP_PY = "ds4mlx/agent/loop.py"
+CLI_SERVER_PY = "ds4mlx/cli/server.py"
+COMMANDS_PY = "ds4mlx/agent/commands.py"
+COMPACTION_PY = "ds4mlx/agent/compaction.py"
+DETOKENIZER_PY = "ds4mlx/engine/detokenizer.py"
+GGUF_READER_PY = "ds4mlx/gguf/reader.py"
+MARKUP_PY = "ds4mlx/agent/markup.py"
+NEXTN_PY = "ds4mlx/speculation/nextn.py"
+PROMPT_SOURCE_PY = "ds4mlx/cli/prompt_source.py"
+SPECULATION_CONFIG_PY = "ds4mlx/speculation/config.py"
+TOKENIZER_PY = "ds4mlx/engine/tokenizer.py"
 
 
 def in_area(tests: tuple[str, ...], name: str, file: str, old: str, new: str) -> Mutation:
