@@ -10,6 +10,7 @@ from mutation_sets import (
     fresh5,
     fresh6,
     fresh7,
+    fresh8,
     guards,
     hardened_agent,
     hardened_cli,
@@ -33,6 +34,7 @@ SETS: dict[str, tuple[Mutation, ...]] = {
     "hardened_gguf": hardened_gguf.MUTATIONS,
     "hardened_cli": hardened_cli.MUTATIONS,
     "hardened_engine": hardened_engine.MUTATIONS,
+    "fresh8": fresh8.MUTATIONS,
 }
 MUTATIONS: tuple[Mutation, ...] = tuple(m for mutations in SETS.values() for m in mutations)
 

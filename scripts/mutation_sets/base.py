@@ -89,6 +89,17 @@ STORE_PY = "ds4mlx/experts/store.py"
 SUPPORT_GGUF_PY = "ds4mlx/speculation/support_gguf.py"
 TURN_PY = "ds4mlx/server/turn.py"
 WRITER_PY = "ds4mlx/gguf/writer.py"
+AGENT_LOOP_PY = "ds4mlx/agent/loop.py"
+CLI_SERVER_PY = "ds4mlx/cli/server.py"
+COMMANDS_PY = "ds4mlx/agent/commands.py"
+COMPACTION_PY = "ds4mlx/agent/compaction.py"
+DETOKENIZER_PY = "ds4mlx/engine/detokenizer.py"
+GGUF_READER_PY = "ds4mlx/gguf/reader.py"
+MARKUP_PY = "ds4mlx/agent/markup.py"
+NEXTN_PY = "ds4mlx/speculation/nextn.py"
+PROMPT_SOURCE_PY = "ds4mlx/cli/prompt_source.py"
+SPECULATION_CONFIG_PY = "ds4mlx/speculation/config.py"
+TOKENIZER_PY = "ds4mlx/engine/tokenizer.py"
 
 
 def in_area(tests: tuple[str, ...], name: str, file: str, old: str, new: str) -> Mutation:
@@ -111,20 +122,14 @@ AGENT_DISPLAY_PY = "ds4mlx/agent/display.py"
 AGENT_INSTRUCTIONS_PY = "ds4mlx/agent/instructions.py"
 AGENT_EVENT_NOTES_PY = "ds4mlx/agent/event_notes.py"
 AGENT_SYMBOLS_PY = "ds4mlx/agent/symbols.py"
-AGENT_COMMANDS_PY = "ds4mlx/agent/commands.py"
-AGENT_MARKUP_PY = "ds4mlx/agent/markup.py"
 AGENT_TOOL_SCHEMAS_PY = "ds4mlx/agent/tool_schemas.py"
 AGENT_BACKEND_PY = "ds4mlx/agent/backend.py"
-AGENT_COMPACTION_PY = "ds4mlx/agent/compaction.py"
 
 # Paths of the hardened sets (session 17: experts, CLI).
 RESIDENT_PY = "ds4mlx/experts/resident.py"
 CLI_MAIN_PY = "ds4mlx/cli/main.py"
-PROMPT_SOURCE_PY = "ds4mlx/cli/prompt_source.py"
 CLI_PLAN_PY = "ds4mlx/cli/plan.py"
-CLI_SERVER_PY = "ds4mlx/cli/server.py"
 CLI_AGENT_PY = "ds4mlx/cli/agent.py"
 CLI_REPL_PY = "ds4mlx/cli/repl.py"
 
 # Paths first used by hardened_engine.
-TOKENIZER_PY = "ds4mlx/engine/tokenizer.py"

@@ -22,6 +22,7 @@ from mutation_sets.base import (
     CALL_GRAMMAR_PY,
     CHECKPOINTS_PY,
     CLI_OPTIONS_PY,
+    CLI_SERVER_PY,
     CONSTRAINTS_PY,
     CONVERSATIONS_PY,
     DSPARK_LAYOUT_PY,
@@ -123,8 +124,6 @@ CLI = (
     "tests/server/test_access.py",
     "tests/server/test_kv_cache.py",
 )
-
-CLI_SERVER_PY = "ds4mlx/cli/server.py"
 
 
 _SERVER = (

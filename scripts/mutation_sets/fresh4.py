@@ -22,8 +22,10 @@ from mutation_sets.base import (
     BODY_PY,
     CHECKPOINTS_PY,
     CHOICES_PY,
+    COMPACTION_PY,
     CONSTRAINTS_PY,
     CONVERSATIONS_PY,
+    DETOKENIZER_PY,
     FILES_PY,
     GENERATION_PY,
     GLM5_CHAT_PY,
@@ -131,9 +133,7 @@ EXPERTS = (
 )
 GGUF = fresh3.GGUF_ALL
 
-COMPACTION_PY = "ds4mlx/agent/compaction.py"
 SSE_PY = "ds4mlx/server/sse.py"
-DETOKENIZER_PY = "ds4mlx/engine/detokenizer.py"
 LOOP_PY = "ds4mlx/speculation/loop.py"
 
 

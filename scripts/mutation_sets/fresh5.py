@@ -44,6 +44,7 @@ from mutation_sets.base import (
     KV_STATE_PY,
     LIMITS_PY,
     LOOKUP_PY,
+    MARKUP_PY,
     MENTIONS_PY,
     METRICS_PY,
     OPENAI_CHAT_PY,
@@ -70,9 +71,6 @@ from mutation_sets.base import in_experts_folder as _experts
 from mutation_sets.base import in_gguf_folder as _gguf
 from mutation_sets.base import in_server_folder as _server
 from mutation_sets.base import in_speculation_folder as _speculation
-
-MARKUP_PY = "ds4mlx/agent/markup.py"
-
 
 _AGENT = (
     _agent(

@@ -80,14 +80,17 @@ from __future__ import annotations
 
 from mutation_sets.base import (
     ACCEPTANCE_PY,
+    AGENT_LOOP_PY,
     ANTHROPIC_PY,
     CALL_GRAMMAR_PY,
     CHAT_BASE_PY,
     CHECKPOINTS_PY,
+    COMMANDS_PY,
     CONSTRAINTS_PY,
     DEEPSEEK4_CHAT_PY,
     ERRORS_PY,
     EXPERT_READER_PY,
+    GGUF_READER_PY,
     GLM5_CHAT_PY,
     JOBS_PY,
     LOOKUP_PY,
@@ -112,10 +115,6 @@ from mutation_sets.base import in_experts_folder as _experts
 from mutation_sets.base import in_gguf_folder as _gguf
 from mutation_sets.base import in_server_folder as _server
 from mutation_sets.base import in_speculation_folder as _speculation
-
-COMMANDS_PY = "ds4mlx/agent/commands.py"
-LOOP_PY = "ds4mlx/agent/loop.py"
-GGUF_READER_PY = "ds4mlx/gguf/reader.py"
 
 _AGENT = (
     _agent(
@@ -199,25 +198,25 @@ _AGENT = (
     ),
     _agent(
         "loop_turn_not_clamped_to_the_room_left",
-        LOOP_PY,
+        AGENT_LOOP_PY,
         "max_tokens=min(self.settings.max_tokens, room),",
         "max_tokens=self.settings.max_tokens,",
     ),
     _agent(
         "loop_one_model_turn_short",
-        LOOP_PY,
+        AGENT_LOOP_PY,
         "for step in range(1, self.settings.max_steps + 1):",
         "for step in range(1, self.settings.max_steps):",
     ),
     _agent(
         "loop_allow_always_not_remembered",
-        LOOP_PY,
+        AGENT_LOOP_PY,
         "            self.permissions.record(call, decision)\n",
         "",
     ),
     _agent(
         "loop_earlier_stop_cancels_the_next_prompt",
-        LOOP_PY,
+        AGENT_LOOP_PY,
         "        self.cancel.clear()\n        attachments = attach_mentions(",
         "        attachments = attach_mentions(",
     ),

@@ -86,17 +86,21 @@ from mutation_sets.base import (
     KV_OPTIONS_PY,
     KV_STATE_PY,
     MENTIONS_PY,
+    NEXTN_PY,
     OPENAI_CHAT_PY,
     PERMISSIONS_PY,
     POLICY_PY,
     PROMPT_CACHE_PY,
     PROMPT_INPUT_PY,
     PROMPT_PY,
+    PROMPT_SOURCE_PY,
     RESPONSES_PY,
     SAMPLING_PY,
     SESSION_PY,
+    SPECULATION_CONFIG_PY,
     STATE_CODEC_PY,
     STORE_PY,
+    TOKENIZER_PY,
     TOOLS_PY,
     UTILITY_PY,
     WRITER_PY,
@@ -113,14 +117,10 @@ from mutation_sets.base import in_speculation_folder as _speculation
 SYMBOLS_PY = "ds4mlx/agent/symbols.py"
 DISPLAY_PY = "ds4mlx/agent/display.py"
 INSTRUCTIONS_PY = "ds4mlx/agent/instructions.py"
-TOKENIZER_PY = "ds4mlx/engine/tokenizer.py"
-SPECULATION_CONFIG_PY = "ds4mlx/speculation/config.py"
 PROBE_PY = "ds4mlx/speculation/probe.py"
-NEXTN_PY = "ds4mlx/speculation/nextn.py"
 MTP_PY = "ds4mlx/speculation/mtp.py"
 RESIDENT_PY = "ds4mlx/experts/resident.py"
 QUANTS_PY = "ds4mlx/gguf/quants.py"
-PROMPT_SOURCE_PY = "ds4mlx/cli/prompt_source.py"
 
 _AGENT = (
     _agent(
