@@ -17,6 +17,7 @@ from mutation_sets import (
     hardened_engine,
     hardened_experts,
     hardened_gguf,
+    hardened_speculation,
 )
 from mutation_sets.base import Mutation
 
@@ -34,6 +35,7 @@ SETS: dict[str, tuple[Mutation, ...]] = {
     "hardened_gguf": hardened_gguf.MUTATIONS,
     "hardened_cli": hardened_cli.MUTATIONS,
     "hardened_engine": hardened_engine.MUTATIONS,
+    "hardened_speculation": hardened_speculation.MUTATIONS,
     "fresh8": fresh8.MUTATIONS,
 }
 MUTATIONS: tuple[Mutation, ...] = tuple(m for mutations in SETS.values() for m in mutations)

@@ -133,3 +133,7 @@ CLI_AGENT_PY = "ds4mlx/cli/agent.py"
 CLI_REPL_PY = "ds4mlx/cli/repl.py"
 
 # Paths first used by hardened_engine.
+
+# Paths first used by hardened_speculation that earlier sets also name.
+PROBE_PY = "ds4mlx/speculation/probe.py"
+DSPARK_PY = "ds4mlx/speculation/dspark.py"

@@ -90,6 +90,7 @@ from mutation_sets.base import (
     OPENAI_CHAT_PY,
     PERMISSIONS_PY,
     POLICY_PY,
+    PROBE_PY,
     PROMPT_CACHE_PY,
     PROMPT_INPUT_PY,
     PROMPT_PY,
@@ -117,7 +118,6 @@ from mutation_sets.base import in_speculation_folder as _speculation
 SYMBOLS_PY = "ds4mlx/agent/symbols.py"
 DISPLAY_PY = "ds4mlx/agent/display.py"
 INSTRUCTIONS_PY = "ds4mlx/agent/instructions.py"
-PROBE_PY = "ds4mlx/speculation/probe.py"
 MTP_PY = "ds4mlx/speculation/mtp.py"
 RESIDENT_PY = "ds4mlx/experts/resident.py"
 QUANTS_PY = "ds4mlx/gguf/quants.py"

@@ -117,6 +117,7 @@ from mutation_sets.base import (
     COMPACTION_PY,
     CONSTRAINTS_PY,
     DETOKENIZER_PY,
+    DSPARK_PY,
     ERRORS_PY,
     EXPERT_OPTIONS_PY,
     EXPERT_READER_PY,
@@ -152,7 +153,6 @@ from mutation_sets.base import in_speculation_folder as _speculation
 BACKEND_PY = "ds4mlx/agent/backend.py"
 EVENT_NOTES_PY = "ds4mlx/agent/event_notes.py"
 CHAT_EVENTS_PY = "ds4mlx/engine/chat/events.py"
-DSPARK_PY = "ds4mlx/speculation/dspark.py"
 EXPERTS_INIT_PY = "ds4mlx/experts/__init__.py"
 QUANTIZE_PY = "ds4mlx/gguf/quantize.py"
 CLI_PLAN_PY = "ds4mlx/cli/plan.py"
