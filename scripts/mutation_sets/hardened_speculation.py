@@ -25,10 +25,10 @@ SPECULATION_LOOP_PY = "ds4mlx/speculation/loop.py"
 
 MUTATIONS: tuple[Mutation, ...] = (
     _speculation(
-        "config_one_mtp_draft_token_refused",
+        "config_zero_mtp_draft_tokens_accepted",
         SPECULATION_CONFIG_PY,
         "if self.mtp_draft < 1:",
-        "if self.mtp_draft <= 1:",
+        "if self.mtp_draft < 0:",
     ),
     _speculation(
         "config_equal_ngram_sizes_refused",

@@ -136,6 +136,20 @@ def test_unsupported_dflash_files_are_refused_by_name(made, change, message):
         dspark.load_dspark(path, target)
 
 
+@pytest.mark.parametrize("side", [-1, 1])
+def test_value_length_and_vocabulary_must_match_on_either_side(made, side):
+    target, paths, root = made
+    key_length = open_gguf(paths[dspark_layout.ARCH_LLAMA]).get("dflash.attention.key_length")
+    for key, value, message in (
+        ("dflash.attention.value_length", key_length + side, "value_length == key_length"),
+        ("dflash.vocab_size", target.args.vocab_size + side, "drafter vocabulary"),
+    ):
+        meta = {key: MetaValue(value, U32)}
+        path = rewrite(paths[dspark_layout.ARCH_LLAMA], root / f"side{side}.gguf", meta=meta)
+        with pytest.raises(GGUFError, match=message):
+            dspark.load_dspark(path, target)
+
+
 @pytest.mark.parametrize("spelled", ["true", "false"])
 def test_sample_from_anchor_spelled_as_text_is_read_as_llama_cpp_reads_it(made, spelled):
     target, paths, root = made
