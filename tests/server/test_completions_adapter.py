@@ -145,9 +145,11 @@ def test_streamed_offsets_run_on_across_chunks():
 
 
 def test_the_stream_sends_usage_only_when_asked():
-    plain = chunks(ENDPOINT.stream(request_for(stream=True), META), [TextDelta("a")], finished())
-    assert [c["choices"] for c in plain][-1][0]["finish_reason"] == "stop"
-    assert all("usage" not in c for c in plain)
+    for options in ({}, {"stream_options": {"include_usage": False}}):
+        stream = ENDPOINT.stream(request_for(stream=True, **options), META)
+        plain = chunks(stream, [TextDelta("a")], finished("context"))
+        assert plain[-1]["choices"][0]["finish_reason"] == "length"
+        assert all("usage" not in c for c in plain)
     asked = ENDPOINT.stream(request_for(stream=True, stream_options={"include_usage": True}), META)
     last = chunks(asked, [TextDelta("a")], finished())[-1]
     assert (last["choices"], last["usage"]["total_tokens"]) == ([], 5)
