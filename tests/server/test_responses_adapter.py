@@ -81,6 +81,21 @@ def test_a_reasoning_summary_stands_in_for_missing_content_and_arguments_default
     ]
 
 
+def test_a_user_message_between_assistant_items_ends_the_assistant_turn():
+    _, call = request_for(
+        input=[
+            {"role": "assistant", "content": "One."},
+            {"role": "user", "content": "And?"},
+            {"role": "assistant", "content": "Two."},
+        ]
+    )
+    assert [(m["role"], m["content"]) for m in call.messages] == [
+        ("assistant", "One."),
+        ("user", "And?"),
+        ("assistant", "Two."),
+    ]
+
+
 def test_an_unknown_output_part_is_refused_by_its_place():
     error = refusal(
         input=[{"type": "function_call_output", "call_id": "c", "output": [{"type": "image"}]}]
