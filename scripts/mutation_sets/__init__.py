@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from mutation_sets import core, fresh2, fresh3, fresh4, fresh5, fresh6, fresh7, guards
+from mutation_sets import (
+    core,
+    fresh2,
+    fresh3,
+    fresh4,
+    fresh5,
+    fresh6,
+    fresh7,
+    guards,
+    hardened_server,
+)
 from mutation_sets.base import Mutation
 
 SETS: dict[str, tuple[Mutation, ...]] = {
@@ -14,6 +24,7 @@ SETS: dict[str, tuple[Mutation, ...]] = {
     "fresh5": fresh5.MUTATIONS,
     "fresh6": fresh6.MUTATIONS,
     "fresh7": fresh7.MUTATIONS,
+    "hardened_server": hardened_server.MUTATIONS,
 }
 MUTATIONS: tuple[Mutation, ...] = tuple(m for mutations in SETS.values() for m in mutations)
 
