@@ -3,6 +3,7 @@ in the code the blind sets reach least, the Anthropic messages, completions and 
 adapters field by field (content blocks, joined thinking and text, tool_use without input,
 empty system prompts and instructions, named tool choices, the stream frames and their fields,
 logprobs and offsets, every field of the response objects, the response store's answers) and
+a response_format of type text and a sampling refusal's message, and
 the app's routes (paths with and without /v1, aliases, the model list, /v1/health, deleting a
 stored response). None changes a line an earlier set changes.
 
@@ -23,6 +24,7 @@ from mutation_sets.base import (
     ANTHROPIC_PY,
     APP_PY,
     COMPLETIONS_PY,
+    GENERATION_PY,
     OPENAI_CHAT_PY,
     RESPONSES_PY,
     Mutation,
@@ -689,5 +691,17 @@ MUTATIONS: tuple[Mutation, ...] = (
             '        elif endpoint.path == "/v1/messages":\n'
             '            paths.append("/messages")\n'
         ),
+    ),
+    in_server_folder(
+        "generation_text_format_constrained",
+        GENERATION_PY,
+        '    if kind == "text":\n        return None\n',
+        '    if kind == "text":\n        return JsonFormat()\n',
+    ),
+    in_server_folder(
+        "generation_sampler_refusal_unnamed",
+        GENERATION_PY,
+        "except ValueError as exc:  # a combination the sampler refuses",
+        "except TypeError as exc:  # a combination the sampler refuses",
     ),
 )

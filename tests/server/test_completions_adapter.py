@@ -153,3 +153,22 @@ def test_the_stream_sends_usage_only_when_asked():
     asked = ENDPOINT.stream(request_for(stream=True, stream_options={"include_usage": True}), META)
     last = chunks(asked, [TextDelta("a")], finished())[-1]
     assert (last["choices"], last["usage"]["total_tokens"]) == ([], 5)
+
+
+def test_a_text_response_format_asks_for_no_json():
+    assert call_for(response_format={"type": "text"}).output_format is None
+    assert call_for(response_format={"type": "json_object"}).output_format is not None
+
+
+@pytest.mark.parametrize(
+    "options, problem",
+    [
+        ({"repeat_last_n": 0}, "repeat_last_n must be >= 1, got 0"),
+        ({"logit_bias": {"1": 1.0, "01": 2.0}}, "logit_bias needs distinct token ids >= 0"),
+    ],
+)
+def test_options_the_sampler_refuses_are_a_400_naming_them(options, problem):
+    with pytest.raises(APIError) as refused:
+        call_for(**options)
+    assert refused.value.status == 400
+    assert refused.value.message.startswith(f"invalid sampling options: {problem}")
