@@ -6,22 +6,17 @@ from __future__ import annotations
 
 import json
 
+from ds4mlx.engine.chat import events as chat
 from ds4mlx.engine.sampling import SamplingOptions
-from ds4mlx.generation import (
-    Finished,
-    ReasoningDelta,
-    TextDelta,
-    ToolCall,
-    ToolCallArguments,
-    ToolCallComplete,
-    ToolCallStart,
-)
+from ds4mlx.generation import Finished
 from ds4mlx.server.anthropic_messages import MessagesEndpoint
 from ds4mlx.server.errors import APIError
 from ds4mlx.server.generation import GenerationDefaults, parse_request
 from ds4mlx.server.turn import ResponseMeta
 
 import pytest
+
+from server.harness import encoded_stream, named_events
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}}
 DEFAULTS = GenerationDefaults(max_tokens=100, sampling=SamplingOptions(temperature=0.5))
@@ -45,17 +40,6 @@ def refusal(**body) -> APIError:
         call_for(**body)
     assert refused.value.status == 400
     return refused.value
-
-
-def events_of(frames: list[bytes]) -> list[tuple[str, dict]]:
-    """Each SSE frame as (event name, payload)."""
-    parsed = []
-    for frame in frames:
-        name_line, data_line = frame.decode().removesuffix("\n\n").split("\n")
-        parsed.append(
-            (name_line.removeprefix("event: "), json.loads(data_line.removeprefix("data: ")))
-        )
-    return parsed
 
 
 def finished(reason: str = "stop", stop_sequence: str | None = None) -> Finished:
@@ -213,11 +197,13 @@ def test_options_left_out_take_the_server_defaults():
 # ------------------------------------------------------------------------------ responses
 
 
-CALL = ToolCall("get_weather", {"city": "Paris"})
+CALL = chat.ToolCall("get_weather", {"city": "Paris"})
 
 
 def test_the_message_names_the_served_model_and_counts_tokens_apart():
-    body = ENDPOINT.response(request_for(messages=USER), [TextDelta("Sunny")], finished(), META)
+    body = ENDPOINT.response(
+        request_for(messages=USER), [chat.TextDelta("Sunny")], finished(), META
+    )
     assert body["id"].startswith("msg_") and len(body["id"]) == len("msg_") + 24
     assert {k: v for k, v in body.items() if k != "id"} == {
         "type": "message",
@@ -237,13 +223,17 @@ def test_the_message_names_the_served_model_and_counts_tokens_apart():
 
 def test_the_message_names_the_stop_sequence_it_stopped_at():
     body = ENDPOINT.response(
-        request_for(messages=USER), [TextDelta("a")], finished(stop_sequence="END"), META
+        request_for(messages=USER), [chat.TextDelta("a")], finished(stop_sequence="END"), META
     )
     assert (body["stop_reason"], body["stop_sequence"]) == ("stop_sequence", "END")
 
 
 def test_reasoning_and_calls_are_content_blocks_in_order():
-    events = [ReasoningDelta("Think."), TextDelta("Checking."), ToolCallComplete(CALL)]
+    events = [
+        chat.ReasoningDelta("Think."),
+        chat.TextDelta("Checking."),
+        chat.ToolCallComplete(CALL),
+    ]
     body = ENDPOINT.response(request_for(messages=USER), events, finished("tool_calls"), META)
     call_id = body["content"][2]["id"]
     assert call_id.startswith("toolu_")
@@ -257,11 +247,7 @@ def test_reasoning_and_calls_are_content_blocks_in_order():
 
 def stream_of(*events) -> list[tuple[str, dict]]:
     stream = ENDPOINT.stream(request_for(messages=USER, stream=True), META)
-    frames = stream.start()
-    for event in events[:-1]:
-        frames += stream.event(event)
-    frames += stream.finish(events[-1])
-    return events_of(frames)
+    return named_events(encoded_stream(stream, *events))
 
 
 def test_the_stream_opens_with_the_served_model_and_the_prompt_length():
@@ -282,13 +268,13 @@ def test_the_stream_opens_with_the_served_model_and_the_prompt_length():
 
 def test_the_stream_sends_each_block_open_deltas_close_then_the_totals():
     frames = stream_of(
-        ReasoningDelta("Th"),
-        ReasoningDelta("ink."),
-        TextDelta("Hi"),
-        ToolCallStart("get_weather"),
-        ToolCallArguments('{"city": '),
-        ToolCallArguments('"Paris"}'),
-        ToolCallComplete(CALL),
+        chat.ReasoningDelta("Th"),
+        chat.ReasoningDelta("ink."),
+        chat.TextDelta("Hi"),
+        chat.ToolCallStart("get_weather"),
+        chat.ToolCallArguments('{"city": '),
+        chat.ToolCallArguments('"Paris"}'),
+        chat.ToolCallComplete(CALL),
         finished("stop", stop_sequence="END"),
     )[1:]
     call_id = frames[7][1]["content_block"]["id"]
@@ -326,7 +312,7 @@ def test_the_stream_sends_each_block_open_deltas_close_then_the_totals():
 
 
 def test_the_stream_closes_the_open_block_before_the_totals():
-    frames = stream_of(TextDelta("Hi"), finished("length"))
+    frames = stream_of(chat.TextDelta("Hi"), finished("length"))
     assert [name for name, _ in frames] == [
         "message_start",
         "content_block_start",
@@ -339,7 +325,7 @@ def test_the_stream_closes_the_open_block_before_the_totals():
 
 
 def test_a_whole_call_streams_as_one_block_with_its_json():
-    frames = stream_of(ToolCallComplete(CALL), finished("tool_calls"))[1:4]
+    frames = stream_of(chat.ToolCallComplete(CALL), finished("tool_calls"))[1:4]
     assert [name for name, _ in frames] == [
         "content_block_start",
         "content_block_delta",
@@ -354,7 +340,7 @@ def test_a_whole_call_streams_as_one_block_with_its_json():
 
 def test_a_stream_error_has_the_anthropic_shape():
     stream = ENDPOINT.stream(request_for(messages=USER), META)
-    [(name, body)] = events_of(stream.error(APIError(413, "too big")))
+    [(name, body)] = named_events(stream.error(APIError(413, "too big")))
     assert (name, body) == (
         "error",
         {"type": "error", "error": {"type": "request_too_large", "message": "too big"}},

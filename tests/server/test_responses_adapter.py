@@ -21,6 +21,8 @@ from ds4mlx.server.turn import ResponseMeta
 
 import pytest
 
+from server.harness import encoded_stream, named_events
+
 DEFAULTS = GenerationDefaults(max_tokens=100)
 META = ResponseMeta("served-model", created=7)
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}}
@@ -288,22 +290,14 @@ def test_the_store_answers_none_for_what_it_does_not_hold_and_deletes_once():
 
 
 def events_of(frames: list[bytes]) -> list[dict]:
-    parsed = []
-    for frame in frames:
-        name_line, data_line = frame.decode().removesuffix("\n\n").split("\n")
-        payload = json.loads(data_line.removeprefix("data: "))
-        assert name_line == f"event: {payload['type']}"
-        parsed.append(payload)
-    return parsed
+    """The payloads of named frames, each named by its type."""
+    parsed = named_events(frames)
+    assert all(name == payload["type"] for name, payload in parsed)
+    return [payload for _, payload in parsed]
 
 
 def stream_of(endpoint: ResponsesEndpoint, request, *events) -> list[dict]:
-    stream = endpoint.stream(request, META)
-    frames = stream.start()
-    for event in events[:-1]:
-        frames += stream.event(event)
-    frames += stream.finish(events[-1])
-    return events_of(frames)
+    return events_of(encoded_stream(endpoint.stream(request, META), *events))
 
 
 def test_the_stream_numbers_its_events_and_stores_the_response():
