@@ -17,6 +17,7 @@ from mutation_sets import (
     hardened_engine,
     hardened_experts,
     hardened_gguf,
+    hardened_server,
     hardened_speculation,
 )
 from mutation_sets.base import Mutation
@@ -35,6 +36,7 @@ SETS: dict[str, tuple[Mutation, ...]] = {
     "hardened_gguf": hardened_gguf.MUTATIONS,
     "hardened_cli": hardened_cli.MUTATIONS,
     "hardened_engine": hardened_engine.MUTATIONS,
+    "hardened_server": hardened_server.MUTATIONS,
     "hardened_speculation": hardened_speculation.MUTATIONS,
     "fresh8": fresh8.MUTATIONS,
 }

@@ -3,6 +3,7 @@ services tests put behind it: the chat model, slowed down, or scripted."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Generator, Iterator
@@ -176,3 +177,22 @@ class ScriptedService:
 
 def config_with(**changes: Any) -> ServerConfig:
     return replace(DEFAULT_CONFIG, **changes)
+
+
+def encoded_stream(stream: Any, *events: Any) -> list[bytes]:
+    """The frames an endpoint's stream encoder sends for ``events``, the last a ``Finished``."""
+    frames = list(stream.start())
+    for event in events[:-1]:
+        frames += stream.event(event)
+    return frames + list(stream.finish(events[-1]))
+
+
+def named_events(frames: list[bytes]) -> list[tuple[str, dict[str, Any]]]:
+    """Each named SSE frame (Responses and Anthropic streams) as (event name, payload)."""
+    parsed = []
+    for frame in frames:
+        name_line, data_line = frame.decode().removesuffix("\n\n").split("\n")
+        parsed.append(
+            (name_line.removeprefix("event: "), json.loads(data_line.removeprefix("data: ")))
+        )
+    return parsed

@@ -95,3 +95,11 @@ def test_a_whole_call_after_a_streamed_one_of_the_same_name_is_a_call_of_its_own
     calls = track(events, "call_").tool_calls
     assert [block.call for block in calls] == [first, second]
     assert calls[0].call_id != calls[1].call_id
+
+
+def test_a_chat_turn_of_tool_calls_finishes_as_tool_calls_without_logprobs_unasked():
+    request = ChatCompletionRequest(model=MODEL_ID, messages=QUESTION)
+    events = [chat.ToolCallComplete(chat.ToolCall("get_weather", {"city": "Paris"}))]
+    choice = ChatCompletionsEndpoint().response(request, events, finished("tool_calls"), META)
+    assert choice["choices"][0]["finish_reason"] == "tool_calls"
+    assert choice["choices"][0]["logprobs"] is None
