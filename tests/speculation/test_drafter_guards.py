@@ -264,3 +264,10 @@ def test_the_probe_cuts_drafts_at_the_first_low_confidence(ds4_tiny, threshold, 
     drafter = ScriptedDrafter(prompt, continuation, vocab=100, error_rate=0.0, confidences=True)
     stats = probe_greedy(ds4_tiny, drafter, prompt, continuation, confidence_threshold=threshold)
     assert (stats.cycles, stats.drafted, stats.accepted) == expected
+
+
+def test_the_probe_counts_no_cycle_for_a_draft_of_nothing(ds4_tiny):
+    prompt, continuation = [5, 17, 33, 2], [8, 90, 12, 12, 71, 3]
+    drafter = ScriptedDrafter(prompt, continuation, vocab=100, max_draft=0, error_rate=0.0)
+    stats = probe_greedy(ds4_tiny, drafter, prompt, continuation)
+    assert (stats.cycles, stats.drafted, stats.accepted) == (0, 0, 0)
