@@ -161,3 +161,14 @@ def test_a_stale_temporary_counts_once_removed(tmp_path):
 
 def test_the_default_name_is_the_local_time():
     assert default_name(time.mktime((2026, 3, 4, 17, 6, 7, 0, 0, -1))) == "chat-20260304-170607"
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [[{"role": "user", "content": "hi"}, "stray"], [{"role": "user"}, {"content": "no role"}]],
+)
+def test_one_malformed_message_makes_a_file_no_conversation(tmp_path, messages):
+    store = ConversationStore(tmp_path)
+    (tmp_path / "talk.json").write_text(json.dumps({"messages": messages}), encoding="utf-8")
+    with pytest.raises(ConversationError, match="is not a ds4-agent conversation"):
+        store.load("talk")

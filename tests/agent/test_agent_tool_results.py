@@ -272,3 +272,18 @@ def test_integer_parameters_refuse_words(box, tool, name, arguments):
     assert error(box, tool, **arguments, **{name: "two"}) == (
         f"error: {tool}: {name} must be an integer, got 'two'"
     )
+
+
+# ------------------------------------------------------------------ blank paths, descriptions
+
+
+@pytest.mark.parametrize("path", ["", "  ", "\t"])
+def test_a_blank_path_is_written_nowhere(box, root, path):
+    refused = error(box, "write", path=path, content="x")
+    assert "the path is empty; give the file to write" in refused
+    assert sorted(p.name for p in root.iterdir()) == ["src"]
+
+
+def test_a_call_is_described_on_one_line_whatever_its_arguments_hold():
+    call = ToolCall("bash", {"command": "make\n  test\tall", "content": "never\nshown"})
+    assert tools.describe_call(call, width=None) == "bash make test all"
