@@ -271,3 +271,17 @@ def test_the_probe_counts_no_cycle_for_a_draft_of_nothing(ds4_tiny):
     drafter = ScriptedDrafter(prompt, continuation, vocab=100, max_draft=0, error_rate=0.0)
     stats = probe_greedy(ds4_tiny, drafter, prompt, continuation)
     assert (stats.cycles, stats.drafted, stats.accepted) == (0, 0, 0)
+
+
+def test_dspark_refuses_rows_that_skip_positions(ds4_tiny):
+    drafter = ds4mlx.speculation.load_drafter(
+        SpeculationConfig(DrafterKind.DSPARK, DSPARK), ds4_tiny
+    )
+    out = ds4_tiny.new_session().feed_hidden([5, 6, 7, 8, 9, 10], drafter.capture_layers)
+    rows = TargetRows(0, out.layers, out.head_input, out.final_hidden)
+    drafter.observe([5, 6, 7], 8, rows.take(3))
+    later = TargetRows(
+        5, {i: h[5:6] for i, h in out.layers.items()}, out.head_input[5:6], out.final_hidden[5:6]
+    )
+    with pytest.raises(ValueError, match="rows start at position 5, expected 3"):
+        drafter.observe([10], 11, later)
