@@ -241,3 +241,11 @@ def test_a_failed_autosave_says_why(commands, tmp_path):
     assert commands.autosave().startswith("autosave failed: ")
     commands.store = ConversationStore(tmp_path / "fine")
     assert commands.autosave() == ""
+
+
+def test_history_of_no_count_shows_the_last_twenty(commands):
+    for n in range(13):
+        chat(commands, f"q{n}", f"a{n}")  # 26 messages
+    for default in ("/history", "/history 0", "/history -3"):
+        shown = commands.handle(default).text.splitlines()
+        assert len(shown) == 20 and shown[-1] == "assistant: a12", default
