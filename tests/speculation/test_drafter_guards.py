@@ -14,6 +14,7 @@ from ds4mlx.speculation.lookup import LookupDrafter, LookupExtension, NgramIndex
 from ds4mlx.speculation.loop import SpeculativeStats
 from ds4mlx.speculation.nextn import NextNDrafter
 from ds4mlx.speculation.probe import ProbeStats, probe_greedy
+from ds4mlx.speculation.support_gguf import FULL_HASH_BYTES, HASH_WINDOW_BYTES, _windows
 
 import mlx.core as mx
 import pytest
@@ -285,3 +286,10 @@ def test_dspark_refuses_rows_that_skip_positions(ds4_tiny):
     )
     with pytest.raises(ValueError, match="rows start at position 5, expected 3"):
         drafter.observe([10], 11, later)
+
+
+def test_a_tensor_of_exactly_one_mib_enters_the_identity_whole():
+    assert _windows(FULL_HASH_BYTES) == [(0, FULL_HASH_BYTES)]
+    past = FULL_HASH_BYTES + 1
+    last = past - HASH_WINDOW_BYTES
+    assert _windows(past) == [(last * i // 3, HASH_WINDOW_BYTES) for i in range(4)]
