@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -56,7 +57,30 @@ class Tmux:
         raise AssertionError(f"not reached; the window shows:\n{self.screen()}")
 
     def close(self) -> None:
+        """Ends the server and the command it ran: a command that outlives the hang-up tmux
+        sends it (the agent saves and exits on SIGTERM, not SIGHUP) is ended here, not left
+        behind as an orphan."""
+        pane = subprocess.run(
+            ["tmux", "-L", self.socket, "display-message", "-p", "-t", "ag", "#{pane_pid}"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True)
+        if pane.isdigit():
+            _end(int(pane))
+
+
+def _end(pid: int, grace: float = 5.0) -> None:
+    """SIGTERM to ``pid``, SIGKILL if it is still there after ``grace`` seconds."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            os.kill(pid, 0)
+            time.sleep(0.1)
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
 
 
 def test_a_tmux_bracketed_paste_keeps_its_lines(workspace, tmp_path):
