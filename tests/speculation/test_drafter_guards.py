@@ -13,7 +13,7 @@ from ds4mlx.speculation.drafter import Draft, TargetRows
 from ds4mlx.speculation.lookup import LookupDrafter, LookupExtension, NgramIndex
 from ds4mlx.speculation.loop import SpeculativeStats
 from ds4mlx.speculation.nextn import NextNDrafter
-from ds4mlx.speculation.probe import ProbeStats, probe_greedy
+from ds4mlx.speculation.probe import ProbeStats, probe_greedy, rows_between
 from ds4mlx.speculation.support_gguf import FULL_HASH_BYTES, HASH_WINDOW_BYTES, _windows
 
 import mlx.core as mx
@@ -123,9 +123,8 @@ def ds4_tiny():
 
 
 def _rows(model, tokens: list[int], capture: tuple[int, ...]) -> TargetRows:
-    session = model.new_session()
-    out = session.feed_hidden(tokens, capture)
-    return TargetRows(0, out.layers, out.head_input, out.final_hidden)
+    out = model.new_session().feed_hidden(tokens, capture)
+    return rows_between(out, 0, len(tokens))
 
 
 @pytest.mark.parametrize("kind", [DrafterKind.DSPARK, DrafterKind.MTP])
@@ -279,13 +278,9 @@ def test_dspark_refuses_rows_that_skip_positions(ds4_tiny):
         SpeculationConfig(DrafterKind.DSPARK, DSPARK), ds4_tiny
     )
     out = ds4_tiny.new_session().feed_hidden([5, 6, 7, 8, 9, 10], drafter.capture_layers)
-    rows = TargetRows(0, out.layers, out.head_input, out.final_hidden)
-    drafter.observe([5, 6, 7], 8, rows.take(3))
-    later = TargetRows(
-        5, {i: h[5:6] for i, h in out.layers.items()}, out.head_input[5:6], out.final_hidden[5:6]
-    )
+    drafter.observe([5, 6, 7], 8, rows_between(out, 0, 3))
     with pytest.raises(ValueError, match="rows start at position 5, expected 3"):
-        drafter.observe([10], 11, later)
+        drafter.observe([10], 11, rows_between(out, 5, 6))
 
 
 def test_a_tensor_of_exactly_one_mib_enters_the_identity_whole():
