@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import threading
 from collections import deque
@@ -57,6 +58,8 @@ _LIVE_BYTES = 2048
 _LIVE_LINES = 12
 # Earlier prompts (Up/Down in the prompt), beside the saved conversations.
 HISTORY_FILE = "prompt-history.jsonl"
+# After SIGTERM or SIGHUP, how long the app may take to leave before the process is ended.
+LEAVE_GRACE_SECONDS = 5.0
 
 
 @dataclass
@@ -114,6 +117,14 @@ class AgentApp(App[None]):
         self._panels: dict[str, ToolPanel] = {}
         self._permission: PermissionScreen | None = None
         self._live: Timer | None = None
+        self._leave_watchdog: threading.Timer | None = None
+
+    def run(self, *args: Any, **kwargs: Any) -> None:
+        try:
+            return super().run(*args, **kwargs)
+        finally:
+            if self._leave_watchdog is not None:
+                self._leave_watchdog.cancel()  # the app left: the caller's clean-up may take long
 
     # ------------------------------------------------------------------ layout
 
@@ -153,7 +164,25 @@ class AgentApp(App[None]):
             self.agent.stop()
         if self.commands is not None:
             self.commands.autosave()
+        # Leaving can hang for good once the terminal is gone: a hang-up comes with SIGCONT, on
+        # which Textual resumes application mode with a new output thread, that thread dies
+        # writing to the dead terminal, and closing the app then waits on its full queue (the
+        # agent outlived tmux's kill-server so, deaf to SIGTERM). The conversation is saved by
+        # now: should leaving outlast the grace, the process ends.
+        if self._leave_watchdog is None:
+            self._leave_watchdog = threading.Timer(
+                LEAVE_GRACE_SECONDS, self._end_process, (128 + sig,)
+            )
+            self._leave_watchdog.daemon = True
+            self._leave_watchdog.start()
         self.exit(return_code=128 + sig)
+
+    def _end_process(self, code: int) -> None:
+        """The way out when leaving hangs: the background jobs stopped, as the caller would
+        once the app left, then the process ends at once (its main thread is stuck)."""
+        if self.agent is not None:
+            self.agent.toolbox.close()
+        os._exit(code)
 
     @work(thread=True, group="load")
     def _load(self) -> None:

@@ -58,8 +58,8 @@ class Tmux:
 
     def close(self) -> None:
         """Ends the server and the command it ran: a command that outlives the hang-up tmux
-        sends it (the agent saves and exits on SIGTERM, not SIGHUP) is ended here, not left
-        behind as an orphan."""
+        sends it (as the agent did while Textual's shutdown hung: test_agent_leaving.py) is
+        ended here, not left behind as an orphan."""
         pane = subprocess.run(
             ["tmux", "-L", self.socket, "display-message", "-p", "-t", "ag", "#{pane_pid}"],
             capture_output=True,
