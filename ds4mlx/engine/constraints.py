@@ -202,14 +202,7 @@ class JsonConstraint(Constraint):
         schema: Mapping[str, Any] | None,
         reasoning_end: str | None = None,
     ):
-        value = json_lexeme(schema if schema is not None else {"type": "object"})
-        if reasoning_end is None:
-            lark = f"start: {value}"
-        else:
-            lark = (
-                f"start: reasoning {value}\nreasoning[suffix={literal(reasoning_end)}]: /(?s:.*)/"
-            )
-        self.grammar = Grammar(tokenizer, lark)
+        self.grammar = Grammar(tokenizer, _json_lark(schema, reasoning_end))
         self.vocab_size = self.grammar.vocab_size
 
     def mask(self) -> mx.array:
