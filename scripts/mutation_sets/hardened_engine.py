@@ -692,8 +692,8 @@ MUTATIONS = (
     _engine(
         "grammar_json_reasoning_ignored",
         CONSTRAINTS_PY,
-        '        if reasoning_end is None:\n            lark = f"start: {value}"',
-        '        if True:\n            lark = f"start: {value}"',
+        "self.grammar = Grammar(tokenizer, _json_lark(schema, reasoning_end))",
+        "self.grammar = Grammar(tokenizer, _json_lark(schema))",
     ),
     _engine(
         "masks_along_unmasked_rows_forbid_all",
