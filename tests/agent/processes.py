@@ -18,3 +18,10 @@ def processes_with(text: str) -> list[int]:
             if text.encode() in cmdline:
                 found.append(int(entry))
     return found
+
+
+def sleeper(n: int) -> str:
+    """``sleep`` for a time that names this test process as well as ``n``: the same test run at
+    once from another checkout (mutation runs side by side) must not find this one's sleeps,
+    nor kill them."""
+    return f"sleep {n}{os.getpid():07d}"

@@ -15,7 +15,7 @@ from ds4mlx.agent.conversations import ConversationStore
 from ds4mlx.cli import agent as cli
 
 import pytest
-from processes import processes_with
+from processes import processes_with, sleeper
 from pseudo_terminal import PseudoTerminal
 from scripted_server import Server, chunk, text_chunks, tool_call_chunks
 
@@ -42,7 +42,7 @@ def test_a_signal_saves_stops_jobs_and_restores_the_terminal(workspace, tmp_path
     script = [
         [
             chunk({"role": "assistant", "content": f"Starting {OSC_TITLE}a job."}),
-            *tool_call_chunks(['{"command": "sleep 4260 &"}'], name="bash"),
+            *tool_call_chunks([json.dumps({"command": f"{sleeper(4260)} &"})], name="bash"),
         ],
         text_chunks("The job runs."),
     ]
@@ -65,7 +65,7 @@ def test_a_signal_saves_stops_jobs_and_restores_the_terminal(workspace, tmp_path
             terminal.type("start a job\r")
             # autosaved after the turn, with the job running
             terminal.wait_for(lambda: any("The job runs." in json.dumps(m) for m in saved(data)))
-            assert processes_with("sleep 4260")
+            assert processes_with(sleeper(4260))
             terminal.process.send_signal(sig)
             terminal.process.wait(30)
         finally:
@@ -77,7 +77,7 @@ def test_a_signal_saves_stops_jobs_and_restores_the_terminal(workspace, tmp_path
         b"\x1b[?1049h"
     )  # the alternate screen was left
     assert output.rfind(b"\x1b[?1000l") > output.rfind(b"\x1b[?1000h")  # mouse off again
-    assert processes_with("sleep 4260") == []
+    assert processes_with(sleeper(4260)) == []
     messages = saved(data)[0]
     assert messages[1]["content"] == "start a job"
     assert not list(data.glob(".*.tmp"))
@@ -85,7 +85,7 @@ def test_a_signal_saves_stops_jobs_and_restores_the_terminal(workspace, tmp_path
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="checks processes through /proc")
 def test_sigterm_in_print_mode_stops_the_running_command(workspace, tmp_path):
-    script = [tool_call_chunks(['{"command": "sleep 4270"}'], name="bash")]
+    script = [tool_call_chunks([json.dumps({"command": sleeper(4270)})], name="bash")]
     with Server(script) as server:
         process = subprocess.Popen(
             [
@@ -109,9 +109,9 @@ def test_sigterm_in_print_mode_stops_the_running_command(workspace, tmp_path):
         )
         try:
             deadline = time.monotonic() + 60
-            while not processes_with("sleep 4270") and time.monotonic() < deadline:
+            while not processes_with(sleeper(4270)) and time.monotonic() < deadline:
                 time.sleep(0.1)
-            assert processes_with("sleep 4270")
+            assert processes_with(sleeper(4270))
             process.send_signal(signal.SIGTERM)
             process.wait(30)  # the command was stopped, not waited for (--bash-timeout 100)
         finally:
@@ -119,7 +119,7 @@ def test_sigterm_in_print_mode_stops_the_running_command(workspace, tmp_path):
                 process.kill()
             process.communicate()
     assert process.returncode == 128 + signal.SIGTERM
-    assert processes_with("sleep 4270") == []
+    assert processes_with(sleeper(4270)) == []
 
 
 def test_sigterm_in_print_mode_ends_a_stalled_request(workspace, tmp_path):
@@ -263,7 +263,10 @@ def test_print_with_a_context_too_small_says_what_helps_there(workspace, tmp_pat
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="checks processes through /proc")
 def test_print_stops_its_background_jobs_on_exit(workspace, tmp_path, capsys):
-    script = [tool_call_chunks(['{"command": "sleep 4264 &"}'], name="bash"), text_chunks("ok")]
+    script = [
+        tool_call_chunks([json.dumps({"command": f"{sleeper(4264)} &"})], name="bash"),
+        text_chunks("ok"),
+    ]
     with Server(script) as server:
         code = cli.main(
             [
@@ -272,4 +275,4 @@ def test_print_stops_its_background_jobs_on_exit(workspace, tmp_path, capsys):
             ]
         )  # fmt: skip
     assert code == 0 and "started background job 1" in capsys.readouterr().err
-    assert processes_with("sleep 4264") == []
+    assert processes_with(sleeper(4264)) == []

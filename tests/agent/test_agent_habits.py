@@ -18,7 +18,7 @@ from ds4mlx.agent.widgets import PermissionScreen, QuitScreen
 from ds4mlx.agent.workspace import Workspace
 
 import pytest
-from processes import processes_with
+from processes import processes_with, sleeper
 from scripted_backend import ScriptedBackend, call, text
 from test_agent_app import until
 from textual.widgets import Static
@@ -131,7 +131,7 @@ def test_a_deny_reason_reaches_the_model(workspace, store, keys, reason):
 
 @pytest.mark.parametrize("quit_with", [["ctrl+q"], "/quit"])
 def test_quitting_with_a_running_job_asks(workspace, store, quit_with):
-    turns = [[call("bash", command="sleep 4263 &")], [text("Started.")]]
+    turns = [[call("bash", command=f"{sleeper(4263)} &")], [text("Started.")]]
     app, agent = make_app(workspace, store, turns)
 
     async def scenario(pilot):
@@ -146,7 +146,7 @@ def test_quitting_with_a_running_job_asks(workspace, store, quit_with):
             await until(pilot, lambda: isinstance(app.screen, QuitScreen))
 
         await ask_to_quit()
-        assert "sleep 4263" in " ".join(app.screen.jobs)
+        assert sleeper(4263) in " ".join(app.screen.jobs)
         await pilot.press("n")
         await until(pilot, lambda: not isinstance(app.screen, QuitScreen))
         assert app.is_running and agent.toolbox.jobs.running_jobs()
@@ -156,7 +156,7 @@ def test_quitting_with_a_running_job_asks(workspace, store, quit_with):
 
     play(app, scenario)
     assert not agent.toolbox.jobs.running_jobs()
-    assert processes_with("sleep 4263") == []
+    assert processes_with(sleeper(4263)) == []
 
 
 def test_quitting_without_jobs_does_not_ask(workspace, store):

@@ -20,7 +20,7 @@ from ds4mlx.agent.workspace import Workspace
 from ds4mlx.engine.chat import ToolCall
 
 import pytest
-from processes import processes_with
+from processes import processes_with, sleeper
 
 
 def run(toolbox: ToolBox, tool: str, cancel: threading.Event | None = None, **arguments):
@@ -149,48 +149,48 @@ def test_a_timeout_kills_children_that_left_the_process_group(workspace):
     toolbox = ToolBox(Workspace(workspace), bash_timeout=1.5)
     try:
         started = time.monotonic()
-        result = run(toolbox, "bash", command="setsid sleep 4241 & sleep 4242")
+        result = run(toolbox, "bash", command=f"setsid {sleeper(4241)} & {sleeper(4242)}")
         elapsed = time.monotonic() - started
     finally:
         toolbox.close()
     assert "timed out after 1.5s" in result.output
     assert elapsed < 1.5 + HANG_S  # not held until the escaped child's hour is up
-    assert processes_with("sleep 4241") == [] and processes_with("sleep 4242") == []
+    assert processes_with(sleeper(4241)) == [] and processes_with(sleeper(4242)) == []
 
 
 def test_a_command_whose_children_hold_its_output_returns(toolbox):
-    result = run(toolbox, "bash", command="setsid sleep 4243 & echo started")
+    result = run(toolbox, "bash", command=f"setsid {sleeper(4243)} & echo started")
     # it returned when the command ended, not at the toolbox's 5 s timeout
     assert "timed out" not in result.output
     assert result.output.startswith("started") and "were stopped" in result.output
-    assert processes_with("sleep 4243") == []
+    assert processes_with(sleeper(4243)) == []
 
 
 def test_escaped_children_are_found_through_ps_without_proc(workspace, monkeypatch):
     monkeypatch.setattr(jobs, "PROC", "/nonexistent-proc")  # as on macOS
     toolbox = ToolBox(Workspace(workspace), bash_timeout=1.0)
     try:
-        result = run(toolbox, "bash", command="setsid sleep 4247 & sleep 4248")
+        result = run(toolbox, "bash", command=f"setsid {sleeper(4247)} & {sleeper(4248)}")
     finally:
         toolbox.close()
     assert "timed out" in result.output
-    assert processes_with("sleep 4247") == [] and processes_with("sleep 4248") == []
+    assert processes_with(sleeper(4247)) == [] and processes_with(sleeper(4248)) == []
 
 
 def test_ctrl_c_stops_a_command_within_a_second(toolbox):
     cancel = cancel_after(0.5)
-    result = run(toolbox, "bash", cancel, command="setsid sleep 4244 & sleep 4245")
+    result = run(toolbox, "bash", cancel, command=f"setsid {sleeper(4244)} & {sleeper(4245)}")
     assert time.monotonic() - cancel.set_at < 3.0  # about a second here; slack for a load
     assert "stopped by the user" in result.output  # not the toolbox's 5 s timeout
-    assert processes_with("sleep 4244") == []
+    assert processes_with(sleeper(4244)) == []
 
 
 def test_closing_the_toolbox_ends_background_jobs_and_their_escaped_children(workspace):
     toolbox = ToolBox(Workspace(workspace))
-    run(toolbox, "bash", command="setsid sleep 4246 &")
-    wait_until(lambda: processes_with("sleep 4246"), "the background job's start")
+    run(toolbox, "bash", command=f"setsid {sleeper(4246)} &")
+    wait_until(lambda: processes_with(sleeper(4246)), "the background job's start")
     toolbox.close()
-    assert processes_with("sleep 4246") == []
+    assert processes_with(sleeper(4246)) == []
 
 
 # ---------------------------------------------------------------------- stoppable tool work
