@@ -1,0 +1,173 @@
+"""Hardened GGUF reader and quants, and speculation's drafter files (issue 37, session 18):
+hand-made one-line mutations of lines no earlier set changes, each caught by a test added in
+``tests/gguf`` or ``tests/speculation`` (checked with the change applied, and the tests passing
+without it). The GGUF side: the load counts and progress ``GGUFFile`` reports, the pages it
+unmaps, nested metadata arrays, and the "native" conversions Metal uses (run on the CPU with its
+blocks turned off).
+
+Test selection as in the fresh sets: the whole ``tests/`` folder of the mutated package, with
+``-x``.
+"""
+
+from __future__ import annotations
+
+from mutation_sets.base import GGUF_READER_PY, QUANTS_PY
+from mutation_sets.base import in_gguf_folder as _gguf
+
+_READER = (
+    _gguf(
+        "reader_mapped_tensors_not_counted",
+        GGUF_READER_PY,
+        "            self.mapped_tensors += 1\n",
+        "",
+    ),
+    _gguf(
+        "reader_mapped_tensor_not_reported",
+        GGUF_READER_PY,
+        "            self.mapped_tensors += 1\n            self.mark_loaded(name)\n",
+        "            self.mapped_tensors += 1\n",
+    ),
+    _gguf(
+        "reader_conversion_seconds_not_summed",
+        GGUF_READER_PY,
+        "self.conversion_seconds += time.perf_counter() - start",
+        "self.conversion_seconds = time.perf_counter() - start",
+    ),
+    _gguf(
+        "reader_shard_bytes_ignored",
+        GGUF_READER_PY,
+        "self.on_tensor_loaded(name, info.nbytes if nbytes is None else nbytes)",
+        "self.on_tensor_loaded(name, info.nbytes)",
+    ),
+    _gguf(
+        "reader_progress_called_without_a_callback",
+        GGUF_READER_PY,
+        "        if self.on_tensor_loaded is not None:\n",
+        "        if True:\n",
+    ),
+    _gguf(
+        "reader_madvise_from_the_tensor_not_its_page",
+        GGUF_READER_PY,
+        "start = info.file_offset - info.file_offset % mmap.PAGESIZE",
+        "start = info.file_offset",
+    ),
+    _gguf(
+        "reader_last_tensor_pages_kept",
+        GGUF_READER_PY,
+        "if length > 0 and start + length <= len(self.mapping):",
+        "if length > 0 and start + length < len(self.mapping):",
+    ),
+    _gguf(
+        "reader_madvise_check_inverted",
+        GGUF_READER_PY,
+        'if not hasattr(mmap, "MADV_DONTNEED"):',
+        'if hasattr(mmap, "MADV_DONTNEED"):',
+    ),
+    _gguf(
+        "reader_nested_array_offset_not_advanced",
+        GGUF_READER_PY,
+        "        value, offset = _metadata_value(buffer, item_type, offset)\n",
+        "        value, _ = _metadata_value(buffer, item_type, offset)\n",
+    ),
+    _gguf(
+        "reader_mmap_error_names_errno",
+        GGUF_READER_PY,
+        'raise GGUFError(f"{self.path}: cannot read file: {exc.strerror or exc}") from exc',
+        'raise GGUFError(f"{self.path}: cannot read file: {exc}") from exc',
+    ),
+    _gguf(
+        "reader_blocks_never_mapped",
+        GGUF_READER_PY,
+        "    if native_ops().mapping_supported():\n        return True\n",
+        "    if native_ops().mapping_supported():\n        return False\n",
+    ),
+)
+
+_QUANTS = (
+    _gguf(
+        "quants_metal_small_models_expanded",
+        QUANTS_PY,
+        '    if DEFAULT_WEIGHT_MODE == "native":\n',
+        '    if DEFAULT_WEIGHT_MODE == "f32":\n',
+    ),
+    _gguf(
+        "quants_unknown_weight_mode_accepted",
+        QUANTS_PY,
+        "    if mode not in WEIGHT_MODES:\n",
+        "    if mode is None:\n",
+    ),
+    _gguf(
+        "quants_chunk_of_no_rows",
+        QUANTS_PY,
+        "rows_per_chunk = max(1, CHUNK_BYTES // (n_blocks * type_size))",
+        "rows_per_chunk = CHUNK_BYTES // (n_blocks * type_size)",
+    ),
+    _gguf(
+        "quants_chunks_written_over_the_first",
+        QUANTS_PY,
+        "output[start : start + len(part)] = part",
+        "output[: len(part)] = part",
+    ),
+    _gguf(
+        "quants_bf16_bits_read_as_float16",
+        QUANTS_PY,
+        "arrays = [mx.view(arrays[0], mx.bfloat16)]",
+        "arrays = [mx.view(arrays[0], mx.float16)]",
+    ),
+    _gguf(
+        "quants_q4_0_bias_off_by_one",
+        QUANTS_PY,
+        "return _nibbles_to_mlx(blocks[..., 2:], 16), d, -8 * d",
+        "return _nibbles_to_mlx(blocks[..., 2:], 16), d, -7 * d",
+    ),
+    _gguf(
+        "quants_q8_0_bias_off_by_one",
+        QUANTS_PY,
+        "view(np.uint32), d, -128 * d",
+        "view(np.uint32), d, -127 * d",
+    ),
+    _gguf(
+        "quants_high_nibbles_misplaced",
+        QUANTS_PY,
+        "out[:, :, 1] = ((words >> 4) & 0x0F) | ((words >> 8) & 0xF0)",
+        "out[:, :, 1] = ((words >> 4) & 0x0F) | ((words >> 4) & 0xF0)",
+    ),
+    _gguf(
+        "quants_q4_k_min_added",
+        QUANTS_PY,
+        "    biases = -(dmin * m.reshape(n_rows, n_blocks, 8).astype(np.float32))\n",
+        "    biases = dmin * m.reshape(n_rows, n_blocks, 8).astype(np.float32)\n",
+    ),
+    _gguf(
+        "quants_mxfp4_scale_from_a_code_byte",
+        QUANTS_PY,
+        "return _nibbles_to_mlx(blocks[..., 1:], 16), blocks[..., 0]",
+        "return _nibbles_to_mlx(blocks[..., 1:], 16), blocks[..., 1]",
+    ),
+    _gguf(
+        "quants_q8_0_as_4_bits",
+        QUANTS_PY,
+        'T.Q8_0: (_q8_0, 8, "affine"),',
+        'T.Q8_0: (_q8_0, 4, "affine"),',
+    ),
+    _gguf(
+        "quants_affine_plan_without_biases",
+        QUANTS_PY,
+        "return n * bits // 8 + 2 * 4 * groups",
+        "return n * bits // 8 + 4 * groups",
+    ),
+    _gguf(
+        "quants_empty_matrix_converted",
+        QUANTS_PY,
+        "is_matrix = len(shape) >= 2 and raw.size > 0",
+        "is_matrix = len(shape) >= 2 and raw.size >= 0",
+    ),
+    _gguf(
+        "quants_inexact_codes_kept",
+        QUANTS_PY,
+        "    if not np.array_equal(scale * codes.astype(np.float32) + bias, flat):\n",
+        "    if False:\n",
+    ),
+)
+
+MUTATIONS = (*_READER, *_QUANTS)
