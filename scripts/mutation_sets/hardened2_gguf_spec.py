@@ -11,8 +11,9 @@ Test selection as in the fresh sets: the whole ``tests/`` folder of the mutated 
 
 from __future__ import annotations
 
-from mutation_sets.base import GGUF_READER_PY, QUANTS_PY
+from mutation_sets.base import GGUF_READER_PY, QUANTS_PY, SUPPORT_GGUF_PY
 from mutation_sets.base import in_gguf_folder as _gguf
+from mutation_sets.base import in_speculation_folder as _speculation
 
 _READER = (
     _gguf(
@@ -170,4 +171,104 @@ _QUANTS = (
     ),
 )
 
-MUTATIONS = (*_READER, *_QUANTS)
+_SUPPORT = (
+    _speculation(
+        "support_last_window_short_of_the_end",
+        SUPPORT_GGUF_PY,
+        "    last = nbytes - HASH_WINDOW_BYTES\n",
+        "    last = nbytes - HASH_WINDOW_BYTES - 1\n",
+    ),
+    _speculation(
+        "support_identity_ignores_the_type",
+        SUPPORT_GGUF_PY,
+        'header = f"{info.name}\\0{info.qtype.name}\\0{list(info.shape)}\\0{info.nbytes}\\0"',
+        'header = f"{info.name}\\0{list(info.shape)}\\0{info.nbytes}\\0"',
+    ),
+    _speculation(
+        "support_identity_ignores_the_shape",
+        SUPPORT_GGUF_PY,
+        'header = f"{info.name}\\0{info.qtype.name}\\0{list(info.shape)}\\0{info.nbytes}\\0"',
+        'header = f"{info.name}\\0{info.qtype.name}\\0{info.nbytes}\\0"',
+    ),
+    _speculation(
+        "support_target_file_recorded_with_its_folder",
+        SUPPORT_GGUF_PY,
+        "TARGET_FILE_KEY: MetaValue(Path(target.path).name, GGUFValueType.STRING),",
+        "TARGET_FILE_KEY: MetaValue(str(target.path), GGUFValueType.STRING),",
+    ),
+    _speculation(
+        "support_tokenizer_values_retyped",
+        SUPPORT_GGUF_PY,
+        "out[key] = MetaValue(value, target.writer_type(key))",
+        "out[key] = MetaValue(value, GGUFValueType.STRING if isinstance(value, str) else "
+        "GGUFValueType.INT32)",
+    ),
+    _speculation(
+        "support_unrecorded_identity_checked",
+        SUPPORT_GGUF_PY,
+        "    if expected is None:\n        return\n",
+        "    if expected is None:\n        expected = ''\n",
+    ),
+    _speculation(
+        "support_refusal_without_the_trained_for_default",
+        SUPPORT_GGUF_PY,
+        'trained_for = support.get(TARGET_FILE_KEY, "another model")',
+        "trained_for = support.get(TARGET_FILE_KEY)",
+    ),
+    _speculation(
+        "support_refusal_shows_the_whole_identity",
+        SUPPORT_GGUF_PY,
+        'f"{str(expected)[:16]}...) than {target.path} (identity {actual[:16]}...); "',
+        'f"{expected}...) than {target.path} (identity {actual[:16]}...); "',
+    ),
+    _speculation(
+        "support_arch_check_lists_descriptions_only",
+        SUPPORT_GGUF_PY,
+        """expected = ", ".join(f"'{a}' ({what})" for a, what in allowed.items())""",
+        """expected = ", ".join(f"({what})" for a, what in allowed.items())""",
+    ),
+    _speculation(
+        "support_biases_random",
+        SUPPORT_GGUF_PY,
+        'if name.endswith(("sinks.weight", ".bias", "_base.weight")):',
+        'if name.endswith(("sinks.weight", "_base.weight")):',
+    ),
+    _speculation(
+        "support_mhc_scales_unit",
+        SUPPORT_GGUF_PY,
+        "return np.full(shape, 0.1, np.float32)",
+        "return np.full(shape, 1.0, np.float32)",
+    ),
+    _speculation(
+        "support_matmul_variance_of_fan_out",
+        SUPPORT_GGUF_PY,
+        "return (rng.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float32)",
+        "return (rng.standard_normal(shape) / np.sqrt(shape[0])).astype(np.float32)",
+    ),
+    _speculation(
+        "support_confidence_projection_quantized",
+        SUPPORT_GGUF_PY,
+        '("_fn.weight", "conf_proj.weight", "confidence_head.proj.weight")',
+        '("_fn.weight", "confidence_head.proj.weight")',
+    ),
+    _speculation(
+        "support_partial_blocks_quantized",
+        SUPPORT_GGUF_PY,
+        "if is_matrix and shape[-1] % block == 0:",
+        "if is_matrix:",
+    ),
+    _speculation(
+        "support_given_types_ignored",
+        SUPPORT_GGUF_PY,
+        "types[name] if name in types else storage_type(name, array.shape, matrix_type),",
+        "storage_type(name, array.shape, matrix_type),",
+    ),
+    _speculation(
+        "support_matrix_type_ignored",
+        SUPPORT_GGUF_PY,
+        "types[name] if name in types else storage_type(name, array.shape, matrix_type),",
+        "types[name] if name in types else storage_type(name, array.shape),",
+    ),
+)
+
+MUTATIONS = (*_READER, *_QUANTS, *_SUPPORT)
