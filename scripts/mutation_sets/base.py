@@ -140,3 +140,4 @@ DSPARK_PY = "ds4mlx/speculation/dspark.py"
 
 # Paths first used by hardened2_gguf_spec.
 QUANTS_PY = "ds4mlx/gguf/quants.py"
+MTP_PY = "ds4mlx/speculation/mtp.py"

@@ -11,7 +11,15 @@ Test selection as in the fresh sets: the whole ``tests/`` folder of the mutated 
 
 from __future__ import annotations
 
-from mutation_sets.base import GGUF_READER_PY, QUANTS_PY, SUPPORT_GGUF_PY
+from mutation_sets.base import (
+    DSPARK_LAYOUT_PY,
+    DSPARK_PY,
+    GGUF_READER_PY,
+    MTP_PY,
+    NEXTN_PY,
+    QUANTS_PY,
+    SUPPORT_GGUF_PY,
+)
 from mutation_sets.base import in_gguf_folder as _gguf
 from mutation_sets.base import in_speculation_folder as _speculation
 
@@ -271,4 +279,88 @@ _SUPPORT = (
     ),
 )
 
-MUTATIONS = (*_READER, *_QUANTS, *_SUPPORT)
+_DRAFTERS = (
+    _speculation(
+        "mtp_largest_draft_refused",
+        MTP_PY,
+        "        if not 1 <= max_draft <= MAX_DRAFT:\n",
+        "        if not 1 <= max_draft < MAX_DRAFT:\n",
+    ),
+    _speculation(
+        "mtp_empty_draft_limit_accepted",
+        MTP_PY,
+        "        if not 1 <= max_draft <= MAX_DRAFT:\n",
+        "        if not 0 <= max_draft <= MAX_DRAFT:\n",
+    ),
+    _speculation(
+        "mtp_mismatched_rows_accepted",
+        MTP_PY,
+        "        if len(tokens) != rows.n_rows:\n"
+        '            raise ValueError(f"{len(tokens)} tokens but {rows.n_rows} target rows")\n'
+        "        if self._next_pos is not None and rows.pos0 != self._next_pos:\n",
+        "        if self._next_pos is not None and rows.pos0 != self._next_pos:\n",
+    ),
+    _speculation(
+        "mtp_margin_reached_stops_the_draft",
+        MTP_PY,
+        "return None if float(gap) < self.margin else int(best)",
+        "return None if float(gap) <= self.margin else int(best)",
+    ),
+    _speculation(
+        "dspark_device_draft_before_an_observe",
+        DSPARK_PY,
+        "        if n <= 0 or self._next_token is None:\n            return None\n",
+        "        if n <= 0:\n            return None\n",
+    ),
+    _speculation(
+        "dspark_pending_rows_kept_at_the_window",
+        DSPARK_PY,
+        "while len(self._pending) > 1 and later >= self.net.window:",
+        "while len(self._pending) > 1 and later > self.net.window:",
+    ),
+    _speculation(
+        "nextn_block_looked_for_in_the_last_layer",
+        NEXTN_PY,
+        'block = f"blk.{args.num_layers}.nextn.eh_proj.weight"',
+        'block = f"blk.{args.num_layers - 1}.nextn.eh_proj.weight"',
+    ),
+    _speculation(
+        "nextn_refusal_without_the_layer_count",
+        NEXTN_PY,
+        "f\"{gguf.get(f'{gguf.arch}.nextn_predict_layers', 0)}, no tensor \"",
+        "f\"{gguf.get('nextn_predict_layers', 0)}, no tensor \"",
+    ),
+    _speculation(
+        "nextn_any_architecture_drafts",
+        NEXTN_PY,
+        "    if gguf.arch != glm5_next.ARCH:\n",
+        "    if gguf.arch == 'deepseek4':\n",
+    ),
+    _speculation(
+        "nextn_network_without_block_accepted",
+        NEXTN_PY,
+        "        if network.mtp is None:\n",
+        "        if network is None:\n",
+    ),
+    _speculation(
+        "dflash_bonus_anchor_not_written",
+        DSPARK_LAYOUT_PY,
+        "        if not config.sample_from_anchor:\n",
+        "        if config.sample_from_anchor is None:\n",
+    ),
+    _speculation(
+        "convert_missing_bias_fails",
+        DSPARK_LAYOUT_PY,
+        "        if not gguf.has_tensor(stored):\n"
+        "            continue  # the optional confidence bias\n",
+        "",
+    ),
+    _speculation(
+        "convert_d2t_dequantized",
+        DSPARK_LAYOUT_PY,
+        "        if name == D2T:\n",
+        "        if name == 'D2T':\n",
+    ),
+)
+
+MUTATIONS = (*_READER, *_QUANTS, *_SUPPORT, *_DRAFTERS)

@@ -401,3 +401,38 @@ def test_the_target_identity_covers_the_end_of_a_large_tensor(tmp_path):
         write_gguf(path, "deepseek4", {}, [TensorToWrite("w.weight", array, T.F32)])
         identities.append(target_fingerprint(open_gguf(path)))
     assert identities[0] != identities[1]
+
+
+def test_converter_keeps_d2t_a_missing_bias_and_the_bonus_anchor(made, tmp_path):
+    """A dflash file with a reduced draft vocabulary (``d2t``), no confidence bias and drafts
+    after row 0 converts to one with the same: the index table as stored integers, no bias
+    made up, and ``dflash.sample_from_anchor`` false."""
+    target, paths, _ = made
+    source = open_gguf(paths[dspark_layout.ARCH_LLAMA])
+    arrays = {
+        name: source.dequantize(name)
+        for name in source.tensor_names()
+        if name != dspark_net.CONF_BIAS
+    }
+    types = {name: source.tensor_type(name) for name in arrays}
+    d2t = np.arange(0, 96, 2, dtype=np.int32)  # 48 draft rows
+    arrays |= {"d2t": d2t, "markov_w2.weight": np.ones((48, CONFIG.markov_rank), np.float32)}
+    values = {
+        key: MetaValue(source.get(key), field.types[-1])
+        for key, field in source.reader.fields.items()
+        if not key.startswith(("GGUF.", "general."))
+    }
+    values["dflash.sample_from_anchor"] = MetaValue(False, BOOL)
+    given, converted = tmp_path / "given.gguf", tmp_path / "converted.gguf"
+    write_support_gguf(given, dspark_layout.ARCH_LLAMA, values, arrays, types=types)
+    config = convert_dspark(
+        given, converted, dspark_layout.ARCH_LLAMA, target.gguf, target.args, context_length=256
+    )
+    assert (config.sample_from_anchor, config.draft_vocab) == (False, 48)
+    assert dspark_net.CONF_BIAS not in config.optional
+    written = open_gguf(converted)
+    assert written.get("dflash.sample_from_anchor") is False
+    assert written.tensor_type("d2t") == T.I32
+    np.testing.assert_array_equal(np.asarray(written.raw("d2t")), d2t)
+    assert not written.has_tensor(dspark_net.CONF_BIAS)
+    assert sorted(written.tensor_names()) == sorted(arrays)
