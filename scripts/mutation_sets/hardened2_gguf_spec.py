@@ -361,6 +361,24 @@ _DRAFTERS = (
         "        if name == D2T:\n",
         "        if name == 'D2T':\n",
     ),
+    _speculation(
+        "dflash_ninth_unknown_tensor_unmarked",
+        DSPARK_LAYOUT_PY,
+        '+ (" ..." if len(unknown) > 8 else "")',
+        '+ (" ..." if len(unknown) > 9 else "")',
+    ),
+    _speculation(
+        "dflash_eight_unknown_tensors_marked_as_more",
+        DSPARK_LAYOUT_PY,
+        '+ (" ..." if len(unknown) > 8 else "")',
+        '+ (" ..." if len(unknown) >= 8 else "")',
+    ),
+    _speculation(
+        "dflash_any_output_length_refused",
+        DSPARK_LAYOUT_PY,
+        "    if out is not None and int(out) != args.hidden_size:\n",
+        "    if out is not None:\n",
+    ),
 )
 
 MUTATIONS = (*_READER, *_QUANTS, *_SUPPORT, *_DRAFTERS)

@@ -436,3 +436,33 @@ def test_converter_keeps_d2t_a_missing_bias_and_the_bonus_anchor(made, tmp_path)
     np.testing.assert_array_equal(np.asarray(written.raw("d2t")), d2t)
     assert not written.has_tensor(dspark_net.CONF_BIAS)
     assert sorted(written.tensor_names()) == sorted(arrays)
+
+
+@pytest.mark.parametrize("extra", [8, 9])
+def test_unknown_tensors_are_named_up_to_eight(made, extra):
+    target, paths, root = made
+    tensors = {f"x{i}.weight": np.zeros((2, 32), np.float32) for i in range(extra)}
+    path = rewrite(paths[dspark_layout.ARCH_LLAMA], root / "unknown.gguf", tensors=tensors)
+    with pytest.raises(GGUFError) as refused:
+        dspark.load_dspark(path, target)
+    named = ", ".join(f"x{i}.weight" for i in range(8))
+    assert str(refused.value) == (
+        f"{path}: tensors not part of a DeepSeek-V4 DSpark drafter: {named}"
+        + (" ..." if extra > 8 else "")
+    )
+
+
+def test_an_output_length_equal_to_the_embedding_length_loads(made):
+    """Only an ``embedding_length_out`` that differs from the embedding length breaks
+    llama.cpp's confidences; the same length is harmless."""
+    target, paths, root = made
+    width = MetaValue(target.args.hidden_size, U32)
+    path = rewrite(
+        paths[dspark_layout.ARCH_LLAMA],
+        root / "same-width.gguf",
+        meta={"dflash.embedding_length_out": width},
+    )
+    assert (
+        dspark.load_dspark(path, target).config
+        == dspark.load_dspark(paths[dspark_layout.ARCH_LLAMA], target).config
+    )

@@ -353,11 +353,12 @@ def test_deepseek4_nextn_block_uses_the_legacy_mtp_drafter(tmp_path):
 
 def stand_in_target(path: Path, arch: str, *, with_block: bool) -> SimpleNamespace:
     """What ``load_nextn`` reads of a loaded target (its file and layer count), for a file
-    whose architecture no loader builds."""
+    whose architecture no loader builds. It claims a NextN layer either way (a file whose block
+    was stripped still says so)."""
     tensors = [TensorToWrite("token_embd.weight", np.ones((4, 32), np.float32))]
     if with_block:
         tensors.append(TensorToWrite("blk.2.nextn.eh_proj.weight", np.ones((4, 32), np.float32)))
-    write_gguf(path, arch, {f"{arch}.nextn_predict_layers": 0}, tensors)
+    write_gguf(path, arch, {f"{arch}.nextn_predict_layers": 1}, tensors)
     return SimpleNamespace(gguf=open_gguf(path), args=SimpleNamespace(num_layers=2))
 
 
@@ -367,7 +368,7 @@ def test_a_file_without_the_block_is_refused_with_what_it_lacks(tmp_path):
         load_nextn(target)
     assert str(refused.value) == (
         f"{tmp_path / 'plain.gguf'}: --mtp needs the MTP draft block inside the model, but this "
-        "llama file has none (llama.nextn_predict_layers = 0, no tensor "
+        "llama file has none (llama.nextn_predict_layers = 1, no tensor "
         "'blk.2.nextn.eh_proj.weight')"
     )
 
