@@ -90,6 +90,42 @@ _READER = (
         "    if native_ops().mapping_supported():\n        return True\n",
         "    if native_ops().mapping_supported():\n        return False\n",
     ),
+    _gguf(
+        "reader_uint16_read_signed",
+        GGUF_READER_PY,
+        'GGUFValueType.UINT16: "<H",',
+        'GGUFValueType.UINT16: "<h",',
+    ),
+    _gguf(
+        "reader_uint32_read_signed",
+        GGUF_READER_PY,
+        'GGUFValueType.UINT32: "<I",',
+        'GGUFValueType.UINT32: "<i",',
+    ),
+    _gguf(
+        "reader_int64_read_unsigned",
+        GGUF_READER_PY,
+        'GGUFValueType.INT64: "<q",',
+        'GGUFValueType.INT64: "<Q",',
+    ),
+    _gguf(
+        "reader_float64_read_as_float32",
+        GGUF_READER_PY,
+        'GGUFValueType.FLOAT64: "<d",',
+        'GGUFValueType.FLOAT64: "<f",',
+    ),
+    _gguf(
+        "reader_i16_tensor_as_bytes",
+        GGUF_READER_PY,
+        "    GGMLQuantizationType.I16: np.int16,\n",
+        "",
+    ),
+    _gguf(
+        "reader_f64_tensor_as_bytes",
+        GGUF_READER_PY,
+        "    GGMLQuantizationType.F64: np.float64,\n",
+        "",
+    ),
 )
 
 _QUANTS = (
@@ -176,6 +212,24 @@ _QUANTS = (
         QUANTS_PY,
         "    if not np.array_equal(scale * codes.astype(np.float32) + bias, flat):\n",
         "    if False:\n",
+    ),
+    _gguf(
+        "quants_q2_k_codes_scale_from_the_minimum",
+        QUANTS_PY,
+        "d, dmin = _f16(blocks, 80)[..., None], _f16(blocks, 82)[..., None]",
+        "d, dmin = _f16(blocks, 82)[..., None], _f16(blocks, 80)[..., None]",
+    ),
+    _gguf(
+        "quants_q6_k_codes_scales_unsigned",
+        QUANTS_PY,
+        "sc = blocks[..., 192:208].copy().view(np.int8).astype(np.float32)",
+        "sc = blocks[..., 192:208].copy().astype(np.float32)",
+    ),
+    _gguf(
+        "quants_q4_k_codes_minimum_added",
+        QUANTS_PY,
+        "return scale, -(dmin * m.reshape(n_rows, n_blocks, 8).astype(np.float32))",
+        "return scale, dmin * m.reshape(n_rows, n_blocks, 8).astype(np.float32)",
     ),
 )
 

@@ -10,12 +10,12 @@ import mmap
 from pathlib import Path
 from types import SimpleNamespace
 
-from ds4mlx.gguf import GGUFError, open_gguf, quants
+from ds4mlx.gguf import GGUFError, MetaValue, open_gguf, quants, write_gguf
 from ds4mlx.gguf import reader as reader_module
 
 import numpy as np
 import pytest
-from gguf import GGUFWriter
+from gguf import GGUFReader, GGUFValueType, GGUFWriter
 
 C_WEIGHT_BYTES = 4 * 2 * 34  # the fixture's c.weight: Q8_0 [4, 64]
 
@@ -175,3 +175,65 @@ def test_gguf_readers_own_refusal_is_a_gguf_error(valid_gguf: Path, monkeypatch)
         gguf_file.reader  # noqa: B018  (the property parses the file)
     assert str(caught.value) == f"{valid_gguf}: gguf.GGUFReader rejected the file: odd field"
     assert np.asarray(gguf_file.raw("a.weight")).shape == (2, 32)
+
+
+INTEGER_VALUE_TYPES = [
+    GGUFValueType.UINT8,
+    GGUFValueType.INT8,
+    GGUFValueType.UINT16,
+    GGUFValueType.INT16,
+    GGUFValueType.UINT32,
+    GGUFValueType.INT32,
+    GGUFValueType.UINT64,
+    GGUFValueType.INT64,
+]
+
+
+@pytest.mark.parametrize("value_type", INTEGER_VALUE_TYPES, ids=lambda t: t.name)
+def test_integer_metadata_reads_back_at_both_ends_of_its_type(tmp_path: Path, value_type):
+    """Each scalar type is decoded with its own width and sign: its least and greatest values
+    come back exactly, alone and as array items."""
+    limits = np.iinfo(GGUFReader.gguf_scalar_to_np[value_type])
+    ends = [int(limits.min), int(limits.max)]
+    path = tmp_path / "ends.gguf"
+    metadata = {
+        "test.low": MetaValue(ends[0], value_type),
+        "test.high": MetaValue(ends[1], value_type),
+        "test.both": MetaValue(ends, value_type),
+    }
+    write_gguf(path, "deepseek4", metadata, [])
+    gguf_file = open_gguf(path)
+    assert [gguf_file.get("test.low"), gguf_file.get("test.high")] == ends
+    assert gguf_file.get("test.both") == ends
+
+
+def test_float_metadata_keeps_its_width(tmp_path: Path):
+    path = tmp_path / "floats.gguf"
+    metadata = {
+        "test.single": MetaValue(0.1, GGUFValueType.FLOAT32),
+        "test.double": MetaValue(0.1, GGUFValueType.FLOAT64),
+        "test.doubles": MetaValue([0.1, -2.5], GGUFValueType.FLOAT64),
+    }
+    write_gguf(path, "deepseek4", metadata, [])
+    gguf_file = open_gguf(path)
+    assert gguf_file.get("test.single") == float(np.float32(0.1))
+    assert gguf_file.get("test.double") == 0.1
+    assert gguf_file.get("test.doubles") == [0.1, -2.5]
+
+
+@pytest.mark.parametrize(
+    "dtype", [np.int8, np.int16, np.int32, np.int64, np.float16, np.float32, np.float64]
+)
+def test_element_tensors_are_typed_views(tmp_path: Path, dtype):
+    """Tensors of element types are mapped as typed numpy values in their shape, not bytes."""
+    path = tmp_path / "typed.gguf"
+    values = (np.arange(24).reshape(2, 3, 4) - 12).astype(dtype)
+    writer = GGUFWriter(path, "deepseek4")
+    writer.add_tensor("t", values)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    raw = open_gguf(path).raw("t")
+    assert raw.dtype == dtype and raw.shape == (2, 3, 4)
+    np.testing.assert_array_equal(raw, values)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ds4mlx import kernels
 from ds4mlx.gguf import quants
+from ds4mlx.gguf.quantize import quantize
 from ds4mlx.kernels import PackedWeight, QuantizedWeight
 
 import mlx.core as mx
@@ -131,3 +132,20 @@ def test_values_that_are_not_the_blocks_have_no_codes(qtype):
     shifted = values.copy()
     shifted[1, 5] = np.nextafter(shifted[1, 5], np.float32(np.inf))
     assert quants.row_codes(raw, qtype, shifted) is None
+
+
+@pytest.mark.parametrize("qtype", [T.Q8_0, T.Q4_0, T.Q4_K, T.Q2_K, T.Q6_K], ids=lambda t: t.name)
+def test_quantized_matrices_have_int8_codes_that_give_their_values(qtype):
+    """Real blocks (quantized from normal values, with non-zero scales and minimums) have codes:
+    each group's scale and bias, read from the block's own fields, give back every value."""
+    shape = (3, 512)
+    raw = quantize(np.random.default_rng(4).normal(size=shape).astype(np.float32), qtype)
+    values = quants.dequantize(raw, qtype, shape)
+    found = quants.row_codes(raw, qtype, values)
+    assert found is not None
+    codes, scale, bias = found
+    group = shape[-1] // scale.shape[-1]
+    assert group == {T.Q2_K: 16, T.Q6_K: 16}.get(qtype, 32)
+    rebuilt = np.repeat(scale, group, -1) * codes.astype(np.float32) + np.repeat(bias, group, -1)
+    np.testing.assert_array_equal(rebuilt, values)
+    assert codes.dtype == np.int8 and np.abs(codes).max() > 1
