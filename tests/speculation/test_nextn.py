@@ -362,24 +362,22 @@ def stand_in_target(path: Path, arch: str, *, with_block: bool) -> SimpleNamespa
     return SimpleNamespace(gguf=open_gguf(path), args=SimpleNamespace(num_layers=2))
 
 
-def test_a_file_without_the_block_is_refused_with_what_it_lacks(tmp_path):
-    target = stand_in_target(tmp_path / "plain.gguf", "llama", with_block=False)
+@pytest.mark.parametrize(
+    ("with_block", "refusal"),
+    [
+        (
+            False,
+            "--mtp needs the MTP draft block inside the model, but this llama file has none "
+            "(llama.nextn_predict_layers = 1, no tensor 'blk.2.nextn.eh_proj.weight')",
+        ),
+        (True, "--mtp does not support architecture 'llama'"),
+    ],
+)
+def test_a_file_without_a_block_or_a_drafter_for_it_is_refused(tmp_path, with_block, refusal):
+    path = tmp_path / "other.gguf"
     with pytest.raises(GGUFError) as refused:
-        load_nextn(target)
-    assert str(refused.value) == (
-        f"{tmp_path / 'plain.gguf'}: --mtp needs the MTP draft block inside the model, but this "
-        "llama file has none (llama.nextn_predict_layers = 1, no tensor "
-        "'blk.2.nextn.eh_proj.weight')"
-    )
-
-
-def test_a_block_in_an_architecture_without_a_drafter_is_refused(tmp_path):
-    target = stand_in_target(tmp_path / "other.gguf", "llama", with_block=True)
-    with pytest.raises(GGUFError) as refused:
-        load_nextn(target)
-    assert str(refused.value) == (
-        f"{tmp_path / 'other.gguf'}: --mtp does not support architecture 'llama'"
-    )
+        load_nextn(stand_in_target(path, "llama", with_block=with_block))
+    assert str(refused.value) == f"{path}: {refusal}"
 
 
 def test_a_network_without_a_nextn_block_is_no_drafter():
