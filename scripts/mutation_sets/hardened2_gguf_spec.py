@@ -19,6 +19,7 @@ from mutation_sets.base import (
     NEXTN_PY,
     QUANTS_PY,
     SUPPORT_GGUF_PY,
+    WRITER_PY,
 )
 from mutation_sets.base import in_gguf_folder as _gguf
 from mutation_sets.base import in_speculation_folder as _speculation
@@ -233,6 +234,15 @@ _QUANTS = (
     ),
 )
 
+_WRITER = (
+    _gguf(
+        "writer_empty_typed_array_reaches_gguf_writer",
+        WRITER_PY,
+        "-> _TypedValue:\n    if not items:\n",
+        "-> _TypedValue:\n    if False:\n",
+    ),
+)
+
 _SUPPORT = (
     _speculation(
         "support_last_window_short_of_the_end",
@@ -435,4 +445,4 @@ _DRAFTERS = (
     ),
 )
 
-MUTATIONS = (*_READER, *_QUANTS, *_SUPPORT, *_DRAFTERS)
+MUTATIONS = (*_READER, *_QUANTS, *_WRITER, *_SUPPORT, *_DRAFTERS)

@@ -144,6 +144,7 @@ def test_file_type_and_alignment_can_be_chosen(tmp_path: Path):
         ({"k": MetaValue([1, -1], V.UINT32)}, r"item 1 of metadata key 'k': -1 does not fit"),
         ({"k": [1, "a"]}, r"'k': an array's items must share one type, found STRING, UINT32"),
         ({"k": []}, r"'k': empty arrays cannot be written"),
+        ({"k": MetaValue([], V.UINT32)}, r"'k': empty arrays cannot be written"),
         ({"k": {"a": 1}}, r"'k': cannot store a dict"),
         ({"k": MetaValue([1], V.ARRAY)}, r"'k': give a list's item type, not ARRAY"),
         ({"general.architecture": "x"}, r"'general.architecture' is set by write_gguf's own"),
