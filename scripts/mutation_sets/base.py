@@ -137,3 +137,7 @@ CLI_REPL_PY = "ds4mlx/cli/repl.py"
 # Paths first used by hardened_speculation that earlier sets also name.
 PROBE_PY = "ds4mlx/speculation/probe.py"
 DSPARK_PY = "ds4mlx/speculation/dspark.py"
+
+# Paths first used by hardened2_gguf_spec.
+QUANTS_PY = "ds4mlx/gguf/quants.py"
+MTP_PY = "ds4mlx/speculation/mtp.py"

@@ -3,6 +3,7 @@ replacement (a failed write leaves the previous file, and no temporary one)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from ds4mlx import kernels
@@ -143,6 +144,7 @@ def test_file_type_and_alignment_can_be_chosen(tmp_path: Path):
         ({"k": MetaValue([1, -1], V.UINT32)}, r"item 1 of metadata key 'k': -1 does not fit"),
         ({"k": [1, "a"]}, r"'k': an array's items must share one type, found STRING, UINT32"),
         ({"k": []}, r"'k': empty arrays cannot be written"),
+        ({"k": MetaValue([], V.UINT32)}, r"'k': empty arrays cannot be written"),
         ({"k": {"a": 1}}, r"'k': cannot store a dict"),
         ({"k": MetaValue([1], V.ARRAY)}, r"'k': give a list's item type, not ARRAY"),
         ({"general.architecture": "x"}, r"'general.architecture' is set by write_gguf's own"),
@@ -276,3 +278,23 @@ def test_an_integer_table_must_fit_its_type(tmp_path: Path, values, qtype):
     tensor = TensorToWrite("ids", values, qtype)
     with pytest.raises(ValueError, match=f"'ids': {qtype.name} needs integers that fit"):
         write_gguf(tmp_path / "model.gguf", "deepseek4", {}, [tensor])
+
+
+@pytest.mark.parametrize(
+    "value",
+    [math.inf, -math.inf, float(np.finfo(np.float32).max), -float(np.finfo(np.float32).max)],
+)
+def test_float32_limits_and_infinities_are_written(tmp_path: Path, value: float):
+    """Infinities are FLOAT32 values (a mask's -inf), and so is float32's largest value exactly;
+    only finite values beyond it are refused (see 1e39 above)."""
+    path = tmp_path / "model.gguf"
+    write_gguf(path, "deepseek4", {"k": value}, [])
+    gguf_file = open_gguf(path)
+    assert gguf_file.writer_type("k") == V.FLOAT32
+    assert gguf_file.get("k") == value
+
+
+def test_a_nan_is_written_as_float32(tmp_path: Path):
+    path = tmp_path / "model.gguf"
+    write_gguf(path, "deepseek4", {"k": math.nan}, [])
+    assert math.isnan(open_gguf(path).get("k"))

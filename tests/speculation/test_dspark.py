@@ -317,3 +317,11 @@ def test_drafting_builds_as_a_mac_builds_it(files):
         draft = observed(drafter, target).propose(5)
     assert len(draft.tokens) == 5
     assert {"ds4_hc_site_norm", "ds4_moe_route"} <= {call.name for call in calls}
+
+
+def test_nothing_is_drafted_on_the_device_before_an_observe(files):
+    target, _, paths, _ = files
+    drafter = dspark.load_dspark(paths[dspark_layout.ARCH_DS4], target)
+    assert drafter.propose_on_device(5) is None
+    with pytest.raises(ValueError, match="^nothing observed yet$"):
+        drafter.block()

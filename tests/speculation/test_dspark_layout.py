@@ -401,3 +401,68 @@ def test_the_target_identity_covers_the_end_of_a_large_tensor(tmp_path):
         write_gguf(path, "deepseek4", {}, [TensorToWrite("w.weight", array, T.F32)])
         identities.append(target_fingerprint(open_gguf(path)))
     assert identities[0] != identities[1]
+
+
+def test_converter_keeps_d2t_a_missing_bias_and_the_bonus_anchor(made, tmp_path):
+    """A dflash file with a reduced draft vocabulary (``d2t``), no confidence bias and drafts
+    after row 0 converts to one with the same: the index table as stored integers, no bias
+    made up, and ``dflash.sample_from_anchor`` false."""
+    target, paths, _ = made
+    source = open_gguf(paths[dspark_layout.ARCH_LLAMA])
+    arrays = {
+        name: source.dequantize(name)
+        for name in source.tensor_names()
+        if name != dspark_net.CONF_BIAS
+    }
+    types = {name: source.tensor_type(name) for name in arrays}
+    d2t = np.arange(0, 96, 2, dtype=np.int32)  # 48 draft rows
+    arrays |= {"d2t": d2t, "markov_w2.weight": np.ones((48, CONFIG.markov_rank), np.float32)}
+    values = {
+        key: MetaValue(source.get(key), field.types[-1])
+        for key, field in source.reader.fields.items()
+        if not key.startswith(("GGUF.", "general."))
+    }
+    values["dflash.sample_from_anchor"] = MetaValue(False, BOOL)
+    given, converted = tmp_path / "given.gguf", tmp_path / "converted.gguf"
+    write_support_gguf(given, dspark_layout.ARCH_LLAMA, values, arrays, types=types)
+    config = convert_dspark(
+        given, converted, dspark_layout.ARCH_LLAMA, target.gguf, target.args, context_length=256
+    )
+    assert (config.sample_from_anchor, config.draft_vocab) == (False, 48)
+    assert dspark_net.CONF_BIAS not in config.optional
+    written = open_gguf(converted)
+    assert written.get("dflash.sample_from_anchor") is False
+    assert written.tensor_type("d2t") == T.I32
+    np.testing.assert_array_equal(np.asarray(written.raw("d2t")), d2t)
+    assert not written.has_tensor(dspark_net.CONF_BIAS)
+    assert sorted(written.tensor_names()) == sorted(arrays)
+
+
+@pytest.mark.parametrize("extra", [8, 9])
+def test_unknown_tensors_are_named_up_to_eight(made, extra):
+    target, paths, root = made
+    tensors = {f"x{i}.weight": np.zeros((2, 32), np.float32) for i in range(extra)}
+    path = rewrite(paths[dspark_layout.ARCH_LLAMA], root / "unknown.gguf", tensors=tensors)
+    with pytest.raises(GGUFError) as refused:
+        dspark.load_dspark(path, target)
+    named = ", ".join(f"x{i}.weight" for i in range(8))
+    assert str(refused.value) == (
+        f"{path}: tensors not part of a DeepSeek-V4 DSpark drafter: {named}"
+        + (" ..." if extra > 8 else "")
+    )
+
+
+def test_an_output_length_equal_to_the_embedding_length_loads(made):
+    """Only an ``embedding_length_out`` that differs from the embedding length breaks
+    llama.cpp's confidences; the same length is harmless."""
+    target, paths, root = made
+    width = MetaValue(target.args.hidden_size, U32)
+    path = rewrite(
+        paths[dspark_layout.ARCH_LLAMA],
+        root / "same-width.gguf",
+        meta={"dflash.embedding_length_out": width},
+    )
+    assert (
+        dspark.load_dspark(path, target).config
+        == dspark.load_dspark(paths[dspark_layout.ARCH_LLAMA], target).config
+    )

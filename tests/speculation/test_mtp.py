@@ -278,3 +278,31 @@ def test_shipped_drafter_agrees_with_the_target():
     prompt = target.tokenizer.encode(CODE_PROMPT)
     stats = probe_greedy(target, drafter, prompt, greedy_continuation(target, prompt, 40))
     assert stats.acceptance_rate >= MIN_ACCEPTANCE
+
+
+def test_max_draft_bounds_and_row_counts(files):
+    target, _, _, root = files
+    path = root / "mtp.gguf"
+    assert mtp.load_mtp(target, path, max_draft=mtp.MAX_DRAFT).max_draft == 16
+    with pytest.raises(ValueError, match=r"^max_draft must be in \[1, 16\], got 0$"):
+        mtp.load_mtp(target, path, max_draft=0)
+    drafter = mtp.load_mtp(target, path, max_draft=1)
+    out = target.new_session().feed_hidden(PROMPT[:3])
+    with pytest.raises(ValueError, match=r"^2 tokens but 3 target rows$"):
+        drafter.observe(PROMPT[:2], 7, rows_between(out, 0, 3))
+
+
+def test_the_margin_stops_a_draft_below_it_not_at_it(files):
+    """A first token whose top-1 lead over the second equals the margin is drafted; one the
+    smallest step below it is not."""
+    target, _, _, root = files
+    path = root / "mtp.gguf"
+    free = observed(mtp.load_mtp(target, path, max_draft=1, margin=0.0), target)
+    first = free.propose(1).tokens
+    top2 = np.sort(np.array(free._logits, dtype=np.float32))[-2:]
+    gap = float(mx.max(mx.array(top2)) - mx.min(mx.array(top2)))
+    at_margin = observed(mtp.load_mtp(target, path, max_draft=1, margin=gap), target)
+    assert at_margin.propose(1).tokens == first
+    above = float(np.nextafter(np.float32(gap), np.float32(np.inf)))
+    past_margin = observed(mtp.load_mtp(target, path, max_draft=1, margin=above), target)
+    assert past_margin.propose(1).tokens == []

@@ -11,10 +11,11 @@ import subprocess
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import ds4mlx
 from ds4mlx.generation import generate
-from ds4mlx.gguf import GGUFError, open_gguf
+from ds4mlx.gguf import GGUFError, TensorToWrite, open_gguf, write_gguf
 from ds4mlx.loader import LoadedModel
 from ds4mlx.models.base import DECODE_TILE
 from ds4mlx.models.deepseek4_mtp import block_shapes
@@ -348,3 +349,37 @@ def test_deepseek4_nextn_block_uses_the_legacy_mtp_drafter(tmp_path):
     without = write_target(tmp_path / "ds4.gguf", seed=0)
     with pytest.raises(GGUFError, match="nextn_predict_layers"):
         load_nextn(without)
+
+
+def stand_in_target(path: Path, arch: str, *, with_block: bool) -> SimpleNamespace:
+    """What ``load_nextn`` reads of a loaded target (its file and layer count), for a file
+    whose architecture no loader builds. It claims a NextN layer either way (a file whose block
+    was stripped still says so)."""
+    tensors = [TensorToWrite("token_embd.weight", np.ones((4, 32), np.float32))]
+    if with_block:
+        tensors.append(TensorToWrite("blk.2.nextn.eh_proj.weight", np.ones((4, 32), np.float32)))
+    write_gguf(path, arch, {f"{arch}.nextn_predict_layers": 1}, tensors)
+    return SimpleNamespace(gguf=open_gguf(path), args=SimpleNamespace(num_layers=2))
+
+
+@pytest.mark.parametrize(
+    ("with_block", "refusal"),
+    [
+        (
+            False,
+            "--mtp needs the MTP draft block inside the model, but this llama file has none "
+            "(llama.nextn_predict_layers = 1, no tensor 'blk.2.nextn.eh_proj.weight')",
+        ),
+        (True, "--mtp does not support architecture 'llama'"),
+    ],
+)
+def test_a_file_without_a_block_or_a_drafter_for_it_is_refused(tmp_path, with_block, refusal):
+    path = tmp_path / "other.gguf"
+    with pytest.raises(GGUFError) as refused:
+        load_nextn(stand_in_target(path, "llama", with_block=with_block))
+    assert str(refused.value) == f"{path}: {refusal}"
+
+
+def test_a_network_without_a_nextn_block_is_no_drafter():
+    with pytest.raises(ValueError, match=r"^the model has no NextN \(MTP\) block$"):
+        NextNDrafter(SimpleNamespace(mtp=None))
