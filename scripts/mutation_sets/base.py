@@ -137,3 +137,6 @@ CLI_REPL_PY = "ds4mlx/cli/repl.py"
 # Paths first used by hardened_speculation that earlier sets also name.
 PROBE_PY = "ds4mlx/speculation/probe.py"
 DSPARK_PY = "ds4mlx/speculation/dspark.py"
+
+# Paths first used by hardened2_sv_api.
+SSE_PY = "ds4mlx/server/sse.py"
