@@ -5,11 +5,14 @@ several choices and its error frame), the utility routes (tokenize defaults, det
 count_tokens refusals, every field of /props, the metrics content type), the two error shapes,
 the SSE frames' bytes, request bodies, request limits, the choices' split and merge, and the
 responses and messages adapters' remaining fields (assistant items joined, effort, token limit,
-stop, store and previous id echoed, a cut call's item, tool descriptions, parallel calls).
+stop, store and previous id echoed, a cut call's item, tool descriptions, parallel calls), the
+completions adapter's (token limit, stop, logprob tokens, usage of several choices, chunk index)
+and two access checks (--cors, x-api-key).
 
 Each was applied alone and fails a test of tests/server (checked with the test files that
 guard it: test_chat_adapter_fields, test_utility_route_fields, test_wire_shapes,
-test_choices_split, test_responses_adapter, test_messages_adapter).
+test_choices_split, test_responses_adapter, test_messages_adapter, test_completions_adapter,
+test_access_rules).
 
 Left out as equivalent: the chat stream's ``arguments = ""`` for a call that opens (its block's
 text is still empty, so the piece already says ""); the Messages response's tool_use ``input``
@@ -22,9 +25,11 @@ Responses stream/summary lines.
 from __future__ import annotations
 
 from mutation_sets.base import (
+    ACCESS_PY,
     ANTHROPIC_PY,
     BODY_PY,
     CHOICES_PY,
+    COMPLETIONS_PY,
     ERRORS_PY,
     LIMITS_PY,
     OPENAI_CHAT_PY,
@@ -677,5 +682,101 @@ MUTATIONS: tuple[Mutation, ...] = (
         ANTHROPIC_PY,
         'return [self._frame("content_block_stop", index=index)]',
         'return [self._frame("content_block_stop", index=0)]',
+    ),
+    in_server_folder(
+        "completions_echo_default_on",
+        COMPLETIONS_PY,
+        "echo: bool = False",
+        "echo: bool = True",
+    ),
+    in_server_folder(
+        "completions_logprob_tokens_bytes",
+        COMPLETIONS_PY,
+        '"tokens": [entry.text for entry in entries],',
+        '"tokens": [entry.token_bytes.decode(errors="replace") for entry in entries],',
+    ),
+    in_server_folder(
+        "completions_offsets_dropped",
+        COMPLETIONS_PY,
+        '"text_offset": offsets,',
+        '"text_offset": [],',
+    ),
+    in_server_folder(
+        "completions_token_limit_default",
+        COMPLETIONS_PY,
+        "max_tokens=token_limit(request.max_tokens, defaults),",
+        "max_tokens=token_limit(None, defaults),",
+    ),
+    in_server_folder(
+        "completions_stop_ignored",
+        COMPLETIONS_PY,
+        "stop=stop_strings(request.stop),",
+        "stop=(),",
+    ),
+    in_server_folder(
+        "completions_id_prefix",
+        COMPLETIONS_PY,
+        '"id": new_id("cmpl-"),',
+        '"id": new_id("cmpl"),',
+    ),
+    in_server_folder(
+        "completions_object_name",
+        COMPLETIONS_PY,
+        '"object": "text_completion",\n            "created"',
+        '"object": "completion",\n            "created"',
+    ),
+    in_server_folder(
+        "completions_created_now",
+        COMPLETIONS_PY,
+        '"created": meta.created,',
+        '"created": 0,',
+    ),
+    in_server_folder(
+        "completions_text_of_other_choice",
+        COMPLETIONS_PY,
+        '"text": _text(own),',
+        '"text": _text(events),',
+    ),
+    in_server_folder(
+        "completions_usage_of_first",
+        COMPLETIONS_PY,
+        '"usage": chat_usage(finished),',
+        '"usage": chat_usage(split_choices(events, finished)[0][1]),',
+    ),
+    in_server_folder(
+        "completions_chunk_object",
+        COMPLETIONS_PY,
+        'object_name = "text_completion"',
+        'object_name = "text_completion.chunk"',
+    ),
+    in_server_folder(
+        "completions_chunk_prefix",
+        COMPLETIONS_PY,
+        'id_prefix = "cmpl-"',
+        'id_prefix = "cmpl"',
+    ),
+    in_server_folder(
+        "completions_chunk_offset_from_zero",
+        COMPLETIONS_PY,
+        "found = completion_logprobs(entries, self.sent_characters)",
+        "found = completion_logprobs(entries)",
+    ),
+    in_server_folder(
+        "completions_chunk_index_zero",
+        COMPLETIONS_PY,
+        '"index": self.index,',
+        '"index": 0,',
+    ),
+    in_server_folder(
+        "access_cors_ignored",
+        ACCESS_PY,
+        "if origin is not None and not self.cross_origin and not _same_origin(origin, headers):",
+        "if origin is not None and not _same_origin(origin, headers):",
+    ),
+    in_server_folder(
+        "access_x_api_key_ignored",
+        ACCESS_PY,
+        'return headers.get("x-api-key")',
+        "return None",
     ),
 )
