@@ -6,14 +6,7 @@ from __future__ import annotations
 
 import json
 
-from ds4mlx.engine.chat.events import (
-    ReasoningDelta,
-    TextDelta,
-    ToolCall,
-    ToolCallArguments,
-    ToolCallComplete,
-    ToolCallStart,
-)
+from ds4mlx.engine.chat import events as chat
 from ds4mlx.engine.sampling import SamplingOptions
 from ds4mlx.generation import Finished, TokenLogprobs
 from ds4mlx.server.choices import ChoiceEvent
@@ -124,7 +117,7 @@ def respond(events, finished=DONE, **fields) -> dict:
 
 
 def test_a_text_answer_is_every_field_and_nothing_more():
-    body = respond([TextDelta("Sunny")])
+    body = respond([chat.TextDelta("Sunny")])
     assert body["id"].startswith("chatcmpl-") and len(body["id"]) > len("chatcmpl-")
     del body["id"]
     assert body == {
@@ -139,20 +132,15 @@ def test_a_text_answer_is_every_field_and_nothing_more():
                 "finish_reason": "stop",
             }
         ],
-        "usage": {
-            "prompt_tokens": 5,
-            "completion_tokens": 3,
-            "total_tokens": 8,
-            "prompt_tokens_details": {"cached_tokens": 1},
-            "completion_tokens_details": {"reasoning_tokens": 0},
-        },
+        "usage": body["usage"],  # its fields: test_tool_output
     }
+    assert body["usage"]["total_tokens"] == 8
 
 
 def test_a_call_answer_has_typed_calls_and_its_reasoning():
-    weather = ToolCall("get_weather", {"city": "Paris"})
+    weather = chat.ToolCall("get_weather", {"city": "Paris"})
     finished = Finished("tool_calls", prompt_tokens=5, completion_tokens=3, cached_tokens=0)
-    body = respond([ReasoningDelta("Look."), ToolCallComplete(weather)], finished)
+    body = respond([chat.ReasoningDelta("Look."), chat.ToolCallComplete(weather)], finished)
     choice = body["choices"][0]
     assert choice["finish_reason"] == "tool_calls"
     message = choice["message"]
@@ -165,9 +153,9 @@ def test_a_call_answer_has_typed_calls_and_its_reasoning():
 
 def test_choices_are_numbered_in_order():
     events = [
-        ChoiceEvent(0, TextDelta("a")),
+        ChoiceEvent(0, chat.TextDelta("a")),
         ChoiceEvent(0, DONE),
-        ChoiceEvent(1, TextDelta("b")),
+        ChoiceEvent(1, chat.TextDelta("b")),
         ChoiceEvent(1, Finished("length", 5, 2, 1)),
     ]
     choices = respond(events, n=2)["choices"]
@@ -179,7 +167,7 @@ def test_choices_are_numbered_in_order():
 
 def test_logprobs_false_gives_none_and_true_gives_each_tokens_bytes():
     half = TokenLogprobs("\ufffd", b"\xc3", -0.5, (("\ufffd", b"\xc3", -0.5), ("a", b"a", -2.0)))
-    events = [half, TextDelta("é")]
+    events = [half, chat.TextDelta("é")]
     assert respond(events, logprobs=False)["choices"][0]["logprobs"] is None
     logprobs = respond(events, logprobs=True)["choices"][0]["logprobs"]
     assert logprobs == {
@@ -208,7 +196,7 @@ def stream_for(**fields):
 
 @pytest.mark.parametrize("options", [{}, {"stream_options": {}}])
 def test_a_stream_without_include_usage_sends_no_usage(options):
-    frames = encoded_stream(stream_for(**options), TextDelta("Hi"), DONE)
+    frames = encoded_stream(stream_for(**options), chat.TextDelta("Hi"), DONE)
     payloads = [data(frame) for frame in frames]
     assert payloads[-1] == "[DONE]" and frames[-1] == DONE_FRAME
     chunks = payloads[:-1]
@@ -237,11 +225,11 @@ def test_a_stream_with_usage_ends_with_a_usage_chunk():
 def test_a_streamed_call_opens_with_empty_arguments_then_sends_pieces_by_call_index():
     frames = encoded_stream(
         stream_for(tools=[WEATHER_TOOL]),
-        ToolCallComplete(ToolCall("get_weather", {"city": "Rome"})),
-        ToolCallStart("get_weather"),
-        ToolCallArguments('{"city"'),
-        ToolCallArguments(': "Oslo"}'),
-        ToolCallComplete(ToolCall("get_weather", {"city": "Oslo"})),
+        chat.ToolCallComplete(chat.ToolCall("get_weather", {"city": "Rome"})),
+        chat.ToolCallStart("get_weather"),
+        chat.ToolCallArguments('{"city"'),
+        chat.ToolCallArguments(': "Oslo"}'),
+        chat.ToolCallComplete(chat.ToolCall("get_weather", {"city": "Oslo"})),
         Finished("tool_calls", 5, 9, 0),
     )
     pieces = [
@@ -264,9 +252,9 @@ def test_several_choices_share_one_id_and_carry_their_index():
     second_end = Finished("length", 5, 2, 1)
     frames = encoded_stream(
         stream,
-        ChoiceEvent(0, TextDelta("a")),
+        ChoiceEvent(0, chat.TextDelta("a")),
         ChoiceEvent(0, DONE),
-        ChoiceEvent(1, TextDelta("b")),
+        ChoiceEvent(1, chat.TextDelta("b")),
         ChoiceEvent(1, second_end),
         Finished("stop", 5, 5, 1),
     )
@@ -306,10 +294,12 @@ def test_a_stream_error_is_one_openai_error_frame(n):
 
 
 def test_chunks_without_logprobs_carry_none():
-    frames = encoded_stream(stream_for(logprobs=True), TextDelta("a"), DONE)
+    frames = encoded_stream(stream_for(logprobs=True), chat.TextDelta("a"), DONE)
     assert [data(frame)["choices"][0]["logprobs"] for frame in frames[:-1]] == [None] * 3
     held = TokenLogprobs("a", b"a", -0.25)
-    frames = encoded_stream(stream_for(logprobs=True), held, TextDelta("a"), TextDelta("b"), DONE)
+    frames = encoded_stream(
+        stream_for(logprobs=True), held, chat.TextDelta("a"), chat.TextDelta("b"), DONE
+    )
     logprobs = [data(frame)["choices"][0]["logprobs"] for frame in frames[:-1]]
     assert logprobs[0] is None and logprobs[2:] == [None, None]
     assert logprobs[1]["content"][0]["token"] == "a"

@@ -427,13 +427,8 @@ def test_an_input_item_of_an_unknown_type_is_refused_by_its_type():
 def test_a_call_the_output_ended_inside_is_an_incomplete_item():
     endpoint = ResponsesEndpoint()
     request, _ = request_for(endpoint, input="q", stream=True)
-    sent = stream_of(
-        endpoint,
-        request,
-        ToolCallStart("get_weather"),
-        ToolCallArguments('{"ci'),
-        finished("length"),
-    )
+    cut_call = [ToolCallStart("get_weather"), ToolCallArguments('{"ci')]
+    sent = stream_of(endpoint, request, *cut_call, finished("length"))
     done = [event["item"] for event in sent if event["type"] == "response.output_item.done"]
     assert [(item["type"], item["status"], item["arguments"]) for item in done] == [
         ("function_call", "incomplete", '{"ci')

@@ -27,20 +27,16 @@ from server.harness import ScriptedService
 MODEL_ID = "served-model"
 VOCABULARY = 4096
 PARTIAL_UTF8_ID = 7  # its bytes start a two-byte character
-DEFAULTS = GenerationDefaults(
-    max_tokens=33,
-    sampling=SamplingOptions(
-        temperature=0.7,
-        top_p=0.9,
-        top_k=11,
-        min_p=0.05,
-        repeat_penalty=1.1,
-        frequency_penalty=0.2,
-        presence_penalty=0.3,
-        repeat_last_n=77,
-    ),
-    thinking=True,
-)
+# Each default differs from the others and from SamplingOptions' own.
+FILTERS = {"temperature": 0.7, "top_p": 0.9, "top_k": 11, "min_p": 0.05}
+PENALTIES = {
+    "repeat_penalty": 1.1,
+    "frequency_penalty": 0.2,
+    "presence_penalty": 0.3,
+    "repeat_last_n": 77,
+}
+SAMPLING = SamplingOptions(**FILTERS, **PENALTIES)
+DEFAULTS = GenerationDefaults(max_tokens=33, sampling=SAMPLING, thinking=True)
 
 
 class RecordingTokenizer(NumericTokenizer):
