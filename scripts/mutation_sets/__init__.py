@@ -13,6 +13,7 @@ from mutation_sets import (
     fresh8,
     guards,
     hardened2_gguf_spec,
+    hardened2_sv_api,
     hardened_agent,
     hardened_cli,
     hardened_engine,
@@ -41,6 +42,7 @@ SETS: dict[str, tuple[Mutation, ...]] = {
     "hardened_speculation": hardened_speculation.MUTATIONS,
     "fresh8": fresh8.MUTATIONS,
     "hardened2_gguf_spec": hardened2_gguf_spec.MUTATIONS,
+    "hardened2_sv_api": hardened2_sv_api.MUTATIONS,
 }
 MUTATIONS: tuple[Mutation, ...] = tuple(m for mutations in SETS.values() for m in mutations)
 

@@ -169,3 +169,40 @@ def test_options_the_sampler_refuses_are_a_400_naming_them(options, problem):
         call_for(**options)
     assert refused.value.status == 400
     assert refused.value.message.startswith(f"invalid sampling options: {problem}")
+
+
+def test_the_token_limit_and_stop_strings_reach_the_call():
+    call = call_for(max_tokens=5, stop=["\n", "END"])
+    assert (call.max_tokens, call.stop) == (5, ("\n", "END"))
+    assert call_for().max_tokens == DEFAULTS.max_tokens
+
+
+def test_logprob_tokens_are_their_text_not_their_bytes():
+    # The first two bytes of "€" add no text yet (the detokenizer waits for the third).
+    half = TokenLogprobs("", b"\xe2\x82", -1.5)
+    body = ENDPOINT.response(request_for(logprobs=0), [half], finished(), META)
+    assert body["choices"][0]["logprobs"]["tokens"] == [""]
+
+
+def test_the_usage_of_several_choices_is_the_requests_total():
+    events = [ChoiceEvent(0, finished()), ChoiceEvent(1, finished())]
+    total = Finished("stop", prompt_tokens=3, completion_tokens=4, cached_tokens=1, stats=None)
+    usage = ENDPOINT.response(request_for(n=2), events, total, META)["usage"]
+    assert (usage["completion_tokens"], usage["total_tokens"]) == (4, 7)
+
+
+def test_streamed_choices_carry_their_index():
+    stream = ENDPOINT.stream(request_for(n=2, stream=True), META)
+    events = [
+        ChoiceEvent(0, TextDelta("a")),
+        ChoiceEvent(0, finished()),
+        ChoiceEvent(1, TextDelta("b")),
+        ChoiceEvent(1, finished("length")),
+    ]
+    sent = chunks(stream, events, finished())
+    assert [(c["choices"][0]["index"], c["choices"][0]["text"]) for c in sent] == [
+        (0, "a"),
+        (0, ""),
+        (1, "b"),
+        (1, ""),
+    ]

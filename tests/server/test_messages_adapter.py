@@ -345,3 +345,29 @@ def test_a_stream_error_has_the_anthropic_shape():
         "error",
         {"type": "error", "error": {"type": "request_too_large", "message": "too big"}},
     )
+
+
+def test_a_tool_description_reaches_the_engine_form():
+    call = call_for(messages=USER, tools=[{**TOOL, "description": "Weather by city."}])
+    assert call.tools == [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "description": "Weather by city.",
+                "parameters": SCHEMA,
+            },
+        }
+    ]
+
+
+@pytest.mark.parametrize(
+    ("choice", "parallel"),
+    [
+        ({"type": "auto"}, True),
+        ({"type": "any"}, True),
+        ({"type": "auto", "disable_parallel_tool_use": True}, False),
+    ],
+)
+def test_a_tool_choice_allows_parallel_calls_unless_disabled(choice, parallel):
+    assert call_for(messages=USER, tools=[TOOL], tool_choice=choice).parallel_tool_calls is parallel

@@ -395,3 +395,67 @@ def test_a_streamed_error_names_its_code_and_param():
         "message": "bad",
         "param": "x",
     }
+
+
+def test_assistant_items_in_a_row_join_into_one_turn():
+    _, call = request_for(
+        input=[
+            {"role": "user", "content": "Weather?"},
+            {"type": "reasoning", "content": [{"type": "reasoning_text", "text": "First. "}]},
+            {"type": "reasoning", "content": [{"type": "reasoning_text", "text": "Then."}]},
+            {"role": "assistant", "content": "One."},
+            {"role": "assistant", "content": " Two."},
+            {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
+        ]
+    )
+    assert call.messages[1:] == [
+        {
+            "role": "assistant",
+            "content": "One. Two.",
+            "reasoning_content": "First. Then.",
+            "tool_calls": [{"id": "c1", "function": {"name": "get_weather", "arguments": "{}"}}],
+        }
+    ]
+    assert call.parallel_tool_calls is True
+
+
+def test_an_input_item_of_an_unknown_type_is_refused_by_its_type():
+    error = refusal(input=[{"role": "user", "content": "q"}, {"type": "image_generation_call"}])
+    assert error.param == "input[1].type"
+
+
+def test_a_call_the_output_ended_inside_is_an_incomplete_item():
+    endpoint = ResponsesEndpoint()
+    request, _ = request_for(endpoint, input="q", stream=True)
+    cut_call = [ToolCallStart("get_weather"), ToolCallArguments('{"ci')]
+    sent = stream_of(endpoint, request, *cut_call, finished("length"))
+    done = [event["item"] for event in sent if event["type"] == "response.output_item.done"]
+    assert [(item["type"], item["status"], item["arguments"]) for item in done] == [
+        ("function_call", "incomplete", '{"ci')
+    ]
+    assert [item["status"] for item in sent[-1]["response"]["output"]] == ["incomplete"]
+
+
+def test_an_unstored_continuation_says_so_and_is_not_kept():
+    endpoint = ResponsesEndpoint()
+    first, _ = request_for(endpoint, input="q")
+    stored = endpoint.response(first, [TextDelta("A.")], finished(), META)
+    second, _ = request_for(endpoint, input="more", previous_response_id=stored["id"], store=False)
+    body = endpoint.response(second, [TextDelta("B.")], finished(), META)
+    assert (body["store"], body["previous_response_id"]) == (False, stored["id"])
+    assert endpoint.store.response(body["id"]) is None
+
+
+@pytest.mark.parametrize(
+    ("effort", "thinking", "rendered"), [("high", True, "high"), ("none", False, None)]
+)
+def test_the_reasoning_effort_switches_thinking_and_renders_the_prompt(effort, thinking, rendered):
+    _, call = request_for(input="q", reasoning={"effort": effort})
+    assert (call.thinking, call.reasoning_effort) == (thinking, rendered)
+
+
+def test_the_token_limit_and_stop_strings_reach_the_call():
+    _, call = request_for(input="q", max_output_tokens=7, stop=["END", "STOP"])
+    assert (call.max_tokens, call.stop) == (7, ("END", "STOP"))
+    _, call = request_for(input="q", stop="END")
+    assert (call.max_tokens, call.stop) == (DEFAULTS.max_tokens, ("END",))
