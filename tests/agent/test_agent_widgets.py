@@ -245,9 +245,7 @@ def test_n_opens_the_reason_line_and_says_how_to_send_it():
         assert pilot.app.screen is screen and reason.value == "ya"
         await pilot.press("enter")
 
-    assert show(PermissionScreen(ToolCall("bash", {"command": "ls"})), scenario) == [
-        Decision.DENY
-    ]
+    assert show(PermissionScreen(ToolCall("bash", {"command": "ls"})), scenario) == [Decision.DENY]
 
 
 def test_buttons_answer_only_once_armed(monkeypatch):
