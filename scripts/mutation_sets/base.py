@@ -137,3 +137,7 @@ CLI_REPL_PY = "ds4mlx/cli/repl.py"
 # Paths first used by hardened_speculation that earlier sets also name.
 PROBE_PY = "ds4mlx/speculation/probe.py"
 DSPARK_PY = "ds4mlx/speculation/dspark.py"
+
+# Paths first used by hardened2_ag_ui.
+AGENT_APP_PY = "ds4mlx/agent/app.py"
+AGENT_WIDGETS_PY = "ds4mlx/agent/widgets.py"
