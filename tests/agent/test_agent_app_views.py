@@ -14,13 +14,14 @@ from ds4mlx.agent.loop import (
     CompactionFinished,
     CompactionStarted,
     RunFinished,
+    TurnFinished,
     TurnStarted,
 )
 from ds4mlx.agent.widgets import ToolPanel
-from ds4mlx.generation import PrefillProgress, ReasoningDelta
+from ds4mlx.generation import Finished, PrefillProgress, ReasoningDelta
 
 import pytest
-from scripted_backend import text
+from scripted_backend import call, text
 from test_agent_app import answers, make_app, play, submit, texts, until
 from textual.widgets import Collapsible
 
@@ -47,6 +48,9 @@ def test_the_status_bar_says_each_part_exactly(toolbox, store):
     app, agent = make_app(toolbox, store, yolo=False)
 
     async def scenario(pilot):
+        # Before any prompt: the system prompt and tools already fill part of the context.
+        assert agent.context_tokens() > 0
+        assert status(app).startswith(f"ctx {agent.context_tokens()}/8192 (")
         app._record_stats(turn_finished(2048, 7, 12.345, 2.5))
         assert status(app) == (
             "ctx 2048/8192 (25%) │ 7 tok 12.3 t/s │ τ 2.50 │ think off │ scripted │ ready"
@@ -179,6 +183,9 @@ def test_a_blank_prompt_is_ignored_and_ctrl_c_when_idle_clears_the_prompt(toolbo
         await pilot.pause(0.05)
         assert texts(app, ".user") == [] and not app.pending and not agent.backend.requests
         assert prompt.prompts.entries == []
+        await submit(pilot, "  hello  ")
+        await until(pilot, lambda: answers(app) == ["done"] and not app.busy)
+        assert prompt.prompts.entries == ["hello"]  # Up brings it back, stripped
         prompt.value = "half a thought"
         await pilot.press("ctrl+c")
         assert prompt.value == "" and app.is_running
@@ -222,3 +229,54 @@ def test_no_mention_is_completed_before_the_model_is_loaded(toolbox, store):
     assert app._complete_mention("@sr") is None
     app.agent = app.load_agent()
     assert app._complete_mention("@sr") == "c/"
+
+
+def test_the_conversation_is_saved_after_each_turn_run_and_compaction(toolbox, store):
+    app, agent = make_app(toolbox, store, [[text("Kept.")]])
+    ends = [
+        TurnFinished(Finished("stop", 10, 1, 0), 11),
+        RunFinished("answer", answer="Kept."),
+        CompactionFinished(11, 5),
+    ]
+
+    async def scenario(pilot):
+        await submit(pilot, "keep me")
+        await until(pilot, lambda: answers(app) == ["Kept."] and not app.busy)
+        saved = store.folder / f"{agent.conversation.name}.json"
+        for end in ends:
+            saved.unlink()
+            app._drive(iter([end]))
+            await until(pilot, lambda: not app.busy)
+            assert saved.exists(), end
+
+    play(app, scenario)
+
+
+def test_ctrl_q_saves_the_conversation(toolbox, store):
+    app, agent = make_app(toolbox, store, [[text("Kept.")]])
+
+    async def scenario(pilot):
+        await submit(pilot, "keep me")
+        await until(pilot, lambda: answers(app) == ["Kept."] and not app.busy)
+        saved = store.folder / f"{agent.conversation.name}.json"
+        saved.unlink()
+        await pilot.press("ctrl+q")
+        await until(pilot, lambda: not app.is_running)
+        assert "keep me" in saved.read_text()
+
+    play(app, scenario)
+
+
+def test_a_redrawn_turn_without_text_shows_no_empty_answer(toolbox, store):
+    app, _ = make_app(toolbox, store, [[call("list", path="src")], [text("Three files.")]])
+
+    async def scenario(pilot):
+        await submit(pilot, "what is in src?")
+        await until(pilot, lambda: answers(app) == ["Three files."] and not app.busy)
+        app._redraw_conversation()
+        await pilot.pause()
+        assert answers(app) == ["Three files."]
+        assert texts(app, ".user") == ["what is in src?"]
+        assert [panel.title for panel in app.query(ToolPanel)] == ["✓ list src"]
+
+    play(app, scenario)
