@@ -23,6 +23,8 @@ from mutation_sets.base import (
     AGENT_APP_PY,
     AGENT_WIDGETS_PY,
     CHECKPOINTS_PY,
+    PERMISSIONS_PY,
+    WORKSPACE_PY,
     Mutation,
 )
 from mutation_sets.base import in_agent_folder as _agent
@@ -513,5 +515,83 @@ MUTATIONS: tuple[Mutation, ...] = (
         CHECKPOINTS_PY,
         'done = "; ".join(parts)',
         'done = ", ".join(parts)',
+    ),
+    _agent(
+        "app_prompt_not_kept_in_history",
+        AGENT_APP_PY,
+        "event.input.prompts.add(text)",
+        "pass",
+    ),
+    _agent(
+        "app_ctrl_q_does_not_save",
+        AGENT_APP_PY,
+        '            self.commands.handle("/quit")',
+        "            pass",
+    ),
+    _agent(
+        "app_redraw_shows_empty_answers",
+        AGENT_APP_PY,
+        "                if content:\n                    self._mount(Markdown",
+        "                if True:\n                    self._mount(Markdown",
+    ),
+    _agent(
+        "app_context_unknown_until_a_turn",
+        AGENT_APP_PY,
+        "self.stats.context_tokens = agent.context_tokens()",
+        "pass",
+    ),
+    _agent(
+        "app_turn_not_saved",
+        AGENT_APP_PY,
+        "(TurnFinished, RunFinished, CompactionFinished)",
+        "(RunFinished, CompactionFinished)",
+    ),
+    _agent(
+        "app_busy_and_loading_both_needed_to_queue",
+        AGENT_APP_PY,
+        "if self.busy or self.agent is None:",
+        "if self.busy and self.agent is None:",
+    ),
+    _agent(
+        "app_idle_ctrl_c_stops_the_agent",
+        AGENT_APP_PY,
+        "if self.busy and self.agent is not None:",
+        "if self.agent is not None:",
+    ),
+    _agent(
+        "app_load_failure_phase_not_shown",
+        AGENT_APP_PY,
+        'self.call_from_thread(self._set_phase, "no model")',
+        "pass",
+    ),
+    _agent(
+        "permissions_unsplittable_command_raises",
+        PERMISSIONS_PY,
+        "    except ValueError:\n        return None\n    return words or None",
+        "    except IndexError:\n        return None\n    return words or None",
+    ),
+    _agent(
+        "permissions_prefix_keeps_three_plain_words",
+        PERMISSIONS_PY,
+        "        if plain == _PREFIX_WORDS:\n            break",
+        "        if plain == _PREFIX_WORDS + 1:\n            break",
+    ),
+    _agent(
+        "workspace_gitignore_above_the_root_applies",
+        WORKSPACE_PY,
+        "if folder.is_relative_to(self.root):\n                rules +=",
+        "if True:\n                rules +=",
+    ),
+    _agent(
+        "workspace_walk_of_a_missing_folder_raises",
+        WORKSPACE_PY,
+        "        except OSError:\n            return\n        for entry",
+        "        except FileNotFoundError:\n            raise\n        for entry",
+    ),
+    _agent(
+        "workspace_walk_unsorted",
+        WORKSPACE_PY,
+        "sorted(os.scandir(folder), key=lambda entry: entry.name)",
+        "list(os.scandir(folder))",
     ),
 )
