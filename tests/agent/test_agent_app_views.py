@@ -5,6 +5,7 @@ live output, a worker that fails, a blank prompt, Ctrl+C when idle and leaving o
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 from types import SimpleNamespace
 
 from ds4mlx.agent import app as app_module
@@ -207,14 +208,21 @@ def test_quit_with_words_after_it_asks_about_jobs_like_ctrl_q(toolbox, store):
     assert not agent.backend.requests
 
 
+async def saved_then_removed(pilot, agent, prompt: str, answer: str) -> Path:
+    """Run one prompt to its answer; the conversation's file, removed to see it saved again."""
+    app = pilot.app
+    await submit(pilot, prompt)
+    await until(pilot, lambda: answers(app) == [answer] and not app.busy)
+    saved = app.store.folder / f"{agent.conversation.name}.json"
+    saved.unlink()
+    return saved
+
+
 def test_sigterm_saves_the_conversation_and_exits_with_its_signal(toolbox, store):
     app, agent = make_app(toolbox, store, [[text("Saved?")]])
 
     async def scenario(pilot):
-        await submit(pilot, "remember this")
-        await until(pilot, lambda: answers(app) == ["Saved?"] and not app.busy)
-        saved = store.folder / f"{agent.conversation.name}.json"
-        saved.unlink()
+        saved = await saved_then_removed(pilot, agent, "remember this", "Saved?")
         app.terminate(signal.SIGTERM)
         await until(pilot, lambda: not app.is_running)
         assert saved.exists() and "remember this" in saved.read_text()
@@ -240,14 +248,12 @@ def test_the_conversation_is_saved_after_each_turn_run_and_compaction(toolbox, s
     ]
 
     async def scenario(pilot):
-        await submit(pilot, "keep me")
-        await until(pilot, lambda: answers(app) == ["Kept."] and not app.busy)
-        saved = store.folder / f"{agent.conversation.name}.json"
+        saved = await saved_then_removed(pilot, agent, "keep me", "Kept.")
         for end in ends:
-            saved.unlink()
             app._drive(iter([end]))
             await until(pilot, lambda: not app.busy)
             assert saved.exists(), end
+            saved.unlink()
 
     play(app, scenario)
 
@@ -256,10 +262,7 @@ def test_ctrl_q_saves_the_conversation(toolbox, store):
     app, agent = make_app(toolbox, store, [[text("Kept.")]])
 
     async def scenario(pilot):
-        await submit(pilot, "keep me")
-        await until(pilot, lambda: answers(app) == ["Kept."] and not app.busy)
-        saved = store.folder / f"{agent.conversation.name}.json"
-        saved.unlink()
+        saved = await saved_then_removed(pilot, agent, "keep me", "Kept.")
         await pilot.press("ctrl+q")
         await until(pilot, lambda: not app.is_running)
         assert "keep me" in saved.read_text()
