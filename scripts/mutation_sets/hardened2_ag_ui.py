@@ -594,4 +594,58 @@ MUTATIONS: tuple[Mutation, ...] = (
         "sorted(os.scandir(folder), key=lambda entry: entry.name)",
         "list(os.scandir(folder))",
     ),
+    _agent(
+        "app_switched_conversation_not_redrawn",
+        AGENT_APP_PY,
+        "        if outcome.conversation_changed:\n            self._redraw_conversation()",
+        "        if False:\n            self._redraw_conversation()",
+    ),
+    _agent(
+        "app_footer_ignores_hints",
+        AGENT_APP_PY,
+        "self.query_one(Footer).display = self.commands.hints",
+        "pass",
+    ),
+    _agent(
+        "app_answer_not_sanitized",
+        AGENT_APP_PY,
+        "await self._answer_stream.write(sanitize(event.text))",
+        "await self._answer_stream.write(event.text)",
+    ),
+    _agent(
+        "app_run_done_phase_not_ready",
+        AGENT_APP_PY,
+        '        self._refresh_context()\n        self._set_phase("ready")',
+        '        self._refresh_context()\n        self._set_phase("done")',
+    ),
+    _agent(
+        "app_redraw_keeps_the_old_log",
+        AGENT_APP_PY,
+        "log.remove_children()",
+        "pass",
+    ),
+    _agent(
+        "app_redrawn_failure_shown_as_success",
+        AGENT_APP_PY,
+        'ToolResult(content, is_error=bool(message.get("is_error")))',
+        "ToolResult(content)",
+    ),
+    _agent(
+        "app_context_not_refreshed_after_a_command",
+        AGENT_APP_PY,
+        "self.stats.context_tokens = self.agent.context_tokens()",
+        "pass",
+    ),
+    _agent(
+        "app_model_name_not_taken_from_the_backend",
+        AGENT_APP_PY,
+        "self.model_name = agent.backend.name",
+        "pass",
+    ),
+    _agent(
+        "workspace_walk_calls_every_entry_a_file",
+        WORKSPACE_PY,
+        "            yield path, is_folder\n",
+        "            yield path, False\n",
+    ),
 )
