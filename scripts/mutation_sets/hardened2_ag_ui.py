@@ -7,12 +7,15 @@ permission prompt's keys, buttons, size line and preview room, the quit question
 messages and bounds. Each was applied by hand and run against the test file that now guards it
 (``tests/agent/test_agent_widgets.py``, ``test_agent_app_views.py``,
 ``test_agent_undo_edges.py``, ``test_agent_permission_rules.py``,
-``test_agent_workspace_paths.py``): it fails with the change and passes without. None repeats an
-earlier set's mutation (same file and old line).
+``test_agent_workspace_paths.py``; for the app, also ``test_agent_app.py``,
+``test_agent_app_safety.py`` and ``test_agent_sessions.py``, which already caught 13 of the app's
+mutations): it fails with the change and passes without. None repeats an earlier set's mutation
+(same file and old line).
 
 Left out as equivalent: the quit button compared as ``!= "stay"`` (the dialog has two buttons);
 SIGTERM without ``agent.stop()`` (``on_unmount`` stops it as the app exits); git's return code
-tested as ``> 1`` (every git failure the checkpoints can meet exits 128).
+tested as ``> 1`` (every git failure the checkpoints can meet exits 128); the answer ended at
+``MalformedToolCall`` or at ``TurnFinished`` left out one at a time (each covers the other).
 
 Test selection as in the fresh sets: the whole ``tests/agent`` folder (``base.in_agent_folder``).
 """
