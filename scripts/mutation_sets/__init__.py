@@ -12,6 +12,7 @@ from mutation_sets import (
     fresh7,
     fresh8,
     guards,
+    hardened2_ag_ui,
     hardened2_gguf_spec,
     hardened2_sv_api,
     hardened_agent,
@@ -43,6 +44,7 @@ SETS: dict[str, tuple[Mutation, ...]] = {
     "fresh8": fresh8.MUTATIONS,
     "hardened2_gguf_spec": hardened2_gguf_spec.MUTATIONS,
     "hardened2_sv_api": hardened2_sv_api.MUTATIONS,
+    "hardened2_ag_ui": hardened2_ag_ui.MUTATIONS,
 }
 MUTATIONS: tuple[Mutation, ...] = tuple(m for mutations in SETS.values() for m in mutations)
 

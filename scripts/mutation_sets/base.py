@@ -144,3 +144,7 @@ MTP_PY = "ds4mlx/speculation/mtp.py"
 
 # Paths first used by hardened2_sv_api.
 SSE_PY = "ds4mlx/server/sse.py"
+
+# Paths first used by hardened2_ag_ui.
+AGENT_APP_PY = "ds4mlx/agent/app.py"
+AGENT_WIDGETS_PY = "ds4mlx/agent/widgets.py"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ds4mlx.agent.permissions import Decision, Permissions, Rule, rule_for
+from ds4mlx.agent.permissions import Decision, Permissions, Rule, command_prefix, rule_for
 from ds4mlx.generation import ToolCall
 
 import pytest
@@ -54,3 +54,24 @@ def test_rules_describe_themselves_as_the_user_wrote_them():
     assert Rule("bash", command="ls -l").describe() == "bash(ls -l)"
     assert Rule("bash", prefix="git diff").describe() == "bash(git diff:*)"
     assert Rule("write").describe() == "write"
+
+
+def test_a_command_shlex_cannot_split_gets_no_prefix_and_no_prefix_rule_covers_it():
+    unbalanced = ToolCall("bash", {"command": 'git diff "src'})
+    assert command_prefix('git diff "src') is None
+    assert rule_for(unbalanced, Decision.ALLOW_PREFIX) is None
+    assert not Rule("bash", prefix="git diff").allows(unbalanced)
+
+
+@pytest.mark.parametrize(
+    ("command", "prefix"),
+    [
+        ("ls -l -a", None),  # one plain word and its options: the command is its own prefix
+        ("ls -l -a src", None),  # two plain words and nothing after them
+        ("ls -l -a src docs", "ls -l -a src"),
+        ("make -j8 all install", "make -j8 all"),
+        ("-x a b c", "-x a b"),
+    ],
+)
+def test_a_prefix_keeps_options_up_to_the_second_plain_word(command, prefix):
+    assert command_prefix(command) == prefix

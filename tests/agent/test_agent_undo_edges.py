@@ -13,7 +13,9 @@ import subprocess
 from pathlib import Path
 
 from ds4mlx.agent import checkpoints as checkpoints_module
-from ds4mlx.agent.checkpoints import Checkpoints
+from ds4mlx.agent.checkpoints import CheckpointError, Checkpoints
+
+import pytest
 
 
 def git_work_tree(root: Path) -> Path:
@@ -96,3 +98,82 @@ def test_a_prompt_that_changed_nothing_leaves_nothing_to_undo_in_git(tmp_path):
     said = checkpoints.undo()
     assert "restored 1 file(s)" in said and (root / "tracked.txt").read_text() == "v0\n"
     assert checkpoints.undo().startswith("nothing to undo")
+
+
+def test_a_workspace_inside_a_repository_snapshots_only_itself(tmp_path):
+    root = git_work_tree(tmp_path / "repo")
+    (root / "app").mkdir()
+    (root / "app" / "main.py").write_text("one\n")
+    checkpoints = Checkpoints(root / "app")
+    assert checkpoints.git.top == root and checkpoints.git.prefix == "app"
+    assert Checkpoints(root).git.prefix == "."
+    assert checkpoints.diff() == ""  # nothing changed yet: no session diff
+    checkpoints.begin_prompt()
+    checkpoints.before_tool(bash=True)
+    (root / "app" / "main.py").write_text("two\n")
+    (root / "tracked.txt").write_text("outside the workspace\n")
+    checkpoints.end_prompt()
+    diff = checkpoints.diff()
+    assert "+two" in diff and "tracked.txt" not in diff
+    assert checkpoints.undo() == ("restored 1 file(s) as they were before the last change: main.py")
+    assert (root / "app" / "main.py").read_text() == "one\n"
+    assert (root / "tracked.txt").read_text() == "outside the workspace\n"
+
+
+def test_a_failing_git_command_says_which_and_why(tmp_path):
+    root = git_work_tree(tmp_path / "repo")
+    git = Checkpoints(root).git
+    with pytest.raises(CheckpointError, match=r"^git cat-file: fatal: Not a valid object name"):
+        git.run("cat-file", "-p", "0" * 40)
+    assert git.run("rev-parse", "--is-inside-work-tree") == "true\n"
+
+
+def test_a_file_that_cannot_be_read_is_not_small():
+    assert not checkpoints_module._small(Path("/nonexistent/ds4-agent/file"))
+
+
+def test_nothing_to_undo_names_a_failed_snapshot(tmp_path):
+    checkpoints = Checkpoints(tmp_path)
+    assert checkpoints.undo() == "nothing to undo: no prompt of this session changed files"
+    checkpoints.problem = "git add: disk full"
+    assert checkpoints.undo() == (
+        "nothing to undo: no prompt of this session changed files"
+        " (a snapshot failed: git add: disk full)"
+    )
+
+
+def test_the_manifest_before_bash_is_bounded(tmp_path, monkeypatch):
+    monkeypatch.setattr(checkpoints_module, "MAX_MANIFEST_ENTRIES", 3)
+    for name in "abcd":
+        (tmp_path / name).write_text(name)
+    manifest = Checkpoints(tmp_path)._manifest()
+    assert sorted(path.name for path in manifest) == ["a", "b", "c"]
+    assert manifest[tmp_path / "a"] == (1, (tmp_path / "a").stat().st_mtime_ns)
+
+
+def test_undo_keeps_a_created_folder_that_holds_other_files(tmp_path):
+    (tmp_path / "old.txt").write_text("old\n")
+    checkpoints = Checkpoints(tmp_path)
+    checkpoints.begin_prompt()
+    checkpoints.before_file_change(tmp_path / "old.txt")
+    (tmp_path / "old.txt").write_text("new\n")
+    checkpoints.before_file_change(tmp_path / "new" / "made.txt")
+    (tmp_path / "new").mkdir()
+    (tmp_path / "new" / "made.txt").write_text("by the agent\n")
+    (tmp_path / "new" / "mine.txt").write_text("by the user meanwhile\n")
+    checkpoints.end_prompt()
+    assert checkpoints.undo() == (
+        "restored 1 file(s) as they were before the last change: old.txt; "
+        "removed 1 file(s) it created: new/made.txt"
+    )
+    assert (tmp_path / "new" / "mine.txt").exists()
+
+
+def test_undo_of_a_change_already_reverted_says_so(tmp_path):
+    checkpoints = Checkpoints(tmp_path)
+    checkpoints.begin_prompt()
+    checkpoints.before_tool(bash=True)
+    (tmp_path / "made.txt").write_text("x")
+    checkpoints.end_prompt()
+    checkpoints.stack[-1].originals.clear()  # as if the agent had removed it again itself
+    assert checkpoints.undo() == "the last change left no file to put back"

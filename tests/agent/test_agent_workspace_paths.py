@@ -76,3 +76,30 @@ def test_a_workspace_must_be_a_folder(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(ValueError, match="is not a directory"):
         Workspace(tmp_path / "file")
+
+
+def test_a_gitignore_above_the_workspace_does_not_hide_its_files(tmp_path):
+    (tmp_path / ".gitignore").write_text("*.txt\n")
+    root = tmp_path / "ws"
+    (root / "sub").mkdir(parents=True)
+    (root / "sub" / ".gitignore").write_text("*.log\n")
+    for name in ("a.txt", "sub/b.txt", "sub/c.log", "sub/d.py"):
+        (root / name).write_text(name)
+    workspace = Workspace(root)
+    walked = [(workspace.relative(path), folder) for path, folder in workspace.walk(root)]
+    assert walked == [
+        ("a.txt", False),
+        ("sub", True),
+        ("sub/.gitignore", False),
+        ("sub/b.txt", False),
+        ("sub/d.py", False),
+    ]
+    # From a subfolder too: the rules of the folders between it and the root apply, none above.
+    started = [workspace.relative(path) for path, _ in workspace.walk(root / "sub" / "inner")]
+    assert started == []  # a folder that does not exist lists nothing
+    (root / "sub" / "inner").mkdir()
+    (root / "sub" / "inner" / "e.log").write_text("e")
+    (root / "sub" / "inner" / "f.txt").write_text("f")
+    assert [workspace.relative(p) for p, _ in workspace.walk(root / "sub" / "inner")] == [
+        "sub/inner/f.txt"
+    ]
