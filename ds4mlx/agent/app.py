@@ -118,8 +118,12 @@ class AgentApp(App[None]):
         self._permission: PermissionScreen | None = None
         self._live: Timer | None = None
         self._leave_watchdog: threading.Timer | None = None
+        self._watch_leaving = False
 
     def run(self, *args: Any, **kwargs: Any) -> None:
+        # Only an app run on its own leaves the process when it leaves: one under Textual's
+        # pilot (run_test) shares its process with the tests, which a watchdog must not end.
+        self._watch_leaving = True
         try:
             return super().run(*args, **kwargs)
         finally:
@@ -169,7 +173,7 @@ class AgentApp(App[None]):
         # writing to the dead terminal, and closing the app then waits on its full queue (the
         # agent outlived tmux's kill-server so, deaf to SIGTERM). The conversation is saved by
         # now: should leaving outlast the grace, the process ends.
-        if self._leave_watchdog is None:
+        if self._watch_leaving and self._leave_watchdog is None:
             self._leave_watchdog = threading.Timer(
                 LEAVE_GRACE_SECONDS, self._end_process, (128 + sig,)
             )

@@ -246,8 +246,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     _agent(
         "app_sigterm_does_not_save",
         AGENT_APP_PY,
-        "not None:\n            self.commands.autosave()\n        self.exit(",
-        "None:\n            self.commands.autosave()\n        self.exit(",
+        "not None:\n            self.commands.autosave()\n        # Leaving can hang",
+        "None:\n            self.commands.autosave()\n        # Leaving can hang",
     ),
     _agent(
         "app_blank_prompt_queued",

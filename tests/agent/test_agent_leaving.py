@@ -71,19 +71,18 @@ def test_a_leave_that_hangs_ends_the_process_saved_and_jobs_stopped(
     app, agent = _app(toolbox, tmp_path)
     closed: list[bool] = []
     monkeypatch.setattr(toolbox, "close", lambda: closed.append(True))
+    leave = app.exit
 
-    async def main():
-        async with app.run_test(size=(100, 30)) as pilot:
-            await _until(pilot, lambda: app.agent is not None and not app.busy)
-            await pilot.press(*"hi", "enter")
-            await _until(pilot, lambda: not app.busy and len(agent.conversation.messages) > 2)
-            leave = app.exit
-            app.exit = lambda **_: None  # Textual's shutdown, stuck
-            app.terminate(signal.SIGHUP)
-            await asyncio.to_thread(process_end.called.wait, 5)
-            app.exit = leave
+    async def auto_pilot(pilot):
+        await _until(pilot, lambda: app.agent is not None and not app.busy)
+        await pilot.press(*"hi", "enter")
+        await _until(pilot, lambda: not app.busy and len(agent.conversation.messages) > 2)
+        app.exit = lambda **_: None  # Textual's shutdown, stuck
+        app.terminate(signal.SIGHUP)
+        await asyncio.to_thread(process_end.called.wait, 5)
+        leave()  # with or without the watchdog's end: the test must end
 
-    asyncio.run(main())
+    app.run(headless=True, size=(100, 30), auto_pilot=auto_pilot)
     assert process_end.codes == [128 + signal.SIGHUP]
     assert closed  # the background jobs were stopped before the process ended
     saved = ConversationStore(tmp_path / "conversations").list()
@@ -100,6 +99,21 @@ def test_a_leave_in_time_cancels_the_watchdog(toolbox, tmp_path, process_end):
     app.run(headless=True, size=(100, 30), auto_pilot=auto_pilot)
     assert app.return_code == 128 + signal.SIGTERM
     time.sleep(0.5)  # past the grace: the caller's clean-up may take that long
+    assert process_end.codes == []
+
+
+def test_an_app_under_the_pilot_arms_no_watchdog(toolbox, tmp_path, process_end):
+    """Tests drive the app with Textual's pilot in their own process: a SIGTERM there must
+    not end the test run a grace later."""
+    app, _ = _app(toolbox, tmp_path)
+
+    async def main():
+        async with app.run_test(size=(100, 30)) as pilot:
+            await _until(pilot, lambda: app.agent is not None and not app.busy)
+            app.terminate(signal.SIGTERM)
+
+    asyncio.run(main())
+    time.sleep(0.5)
     assert process_end.codes == []
 
 
