@@ -137,6 +137,10 @@ def test_keep_alives_are_not_the_first_output(engine):
         assert post(url, CHAT, stream=True).status_code == 200
         assert metric(url, "ds4mlx:time_to_first_token_seconds_count") == 1
         assert metric(url, "ds4mlx:time_to_first_token_seconds_sum") >= 0.3
+        # Whole, the keep-alives are skipped: the answer is the events'.
+        whole = post(url, CHAT)
+    assert whole.status_code == 200
+    assert whole.json()["choices"][0]["message"]["content"] == "ok"
 
 
 @pytest.mark.parametrize(("detail", "logged"), [("experts: 3 hits", True), (None, False)])

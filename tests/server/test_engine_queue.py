@@ -287,6 +287,30 @@ def test_a_running_job_cancelled_between_events_delivers_nothing_more(engine, re
     assert settled(engine).cancelled == 1
 
 
+def test_a_started_job_is_counted_as_running_until_it_ends(engine):
+    release = threading.Event()
+
+    def start() -> Iterator[Any]:
+        yield TextDelta("x")
+        assert release.wait(TIMEOUT)
+        yield finished(1)
+
+    async def main() -> tuple[Any, list[Any]]:
+        job = engine.submit(start)
+        items = []
+        async for item in job.events(TIMEOUT):
+            if not items:
+                during = engine.stats()
+                release.set()
+            items.append(item)
+        return during, items
+
+    during, items = asyncio.run(asyncio.wait_for(main(), TIMEOUT))
+    assert items == [TextDelta("x"), finished(1)]
+    assert (during.running, during.queued, during.submitted) == (1, 0, 1)
+    assert (settled(engine).running, settled(engine).completed) == (0, 1)
+
+
 def test_a_cancelled_generation_without_a_finished_reports_nothing(engine, recorder):
     """A stand-in that just ends when stopped: nothing goes to ``on_cancelled``."""
     reported: list[Finished] = []
@@ -352,13 +376,16 @@ def test_failures_are_the_requests_fault_only_before_output(
 
 def test_a_failed_batched_pass_fails_its_jobs_and_the_engine_goes_on(engine, recorder, monkeypatch):
     def broken(sessions: list[str], tokens: list[int]) -> list[str]:
-        raise RuntimeError("out of memory")
+        raise ValueError("a batched step needs sessions of one model")
 
     monkeypatch.setattr(queue_module, "feed_batch", broken)
     engine.max_sessions = 2
     outcomes = serve_together(engine, recorder.decoding("a", 1), recorder.decoding("b", 1))
     for items in outcomes:
-        assert (items[-1].status, items[-1].message) == (500, "generation failed: out of memory")
+        assert (items[-1].status, items[-1].message) == (
+            500,
+            "generation failed: a batched step needs sessions of one model",
+        )
     stats = settled(engine)
     assert recorder.log == [("start", "a"), ("start", "b"), ("end", "a"), ("end", "b")]
     assert (stats.failed, stats.running, stats.batched_steps) == (2, 0, 0)
