@@ -263,7 +263,11 @@ def test_a_chat_call_leaves_out_the_default_effort_and_tool_choice():
 def test_a_completion_call_passes_its_prompt_and_options():
     service = RecordingService()
     call = GenerationCall(
-        max_tokens=3, sampling=DEFAULTS.sampling, stop=("\n",), prompt="Once", output_format=None
+        max_tokens=3,
+        sampling=DEFAULTS.sampling,
+        stop=("\n",),
+        prompt="Once",
+        output_format=JsonFormat(),
     )
     assert call.run(service) == "complete"
     assert service.calls == [
@@ -274,7 +278,7 @@ def test_a_completion_call_passes_its_prompt_and_options():
                 "max_tokens": 3,
                 "sampling": DEFAULTS.sampling,
                 "stop": ("\n",),
-                "output_format": None,
+                "output_format": JsonFormat(),
             },
         )
     ]
