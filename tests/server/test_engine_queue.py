@@ -124,6 +124,27 @@ def settled(engine: GenerationQueue) -> QueueStats:
     return engine.run(engine.stats)
 
 
+def cancelled_at_first_item(
+    engine: GenerationQueue,
+    start: Callable[[], Any],
+    release: threading.Event,
+    on_cancelled: Callable[[Finished], None] | None = None,
+) -> list[Any]:
+    """Submit ``start``, cancel its job as soon as its first item is read, then set
+    ``release`` (which the generation waits on before its next item); the items read."""
+
+    async def main() -> list[Any]:
+        job = engine.submit(start, on_cancelled=on_cancelled)
+        items = []
+        async for item in job.events(TIMEOUT):
+            items.append(item)
+            job.cancel()
+            release.set()
+        return items
+
+    return asyncio.run(asyncio.wait_for(main(), TIMEOUT))
+
+
 def texts(items: list[Any]) -> list[str]:
     return [item.text for item in items if isinstance(item, TextDelta)]
 
@@ -262,27 +283,18 @@ def test_a_job_cancelled_at_its_decode_step_leaves_the_batch_and_reports_its_tok
 
 
 def test_a_running_job_cancelled_between_events_delivers_nothing_more(engine, recorder):
-    cancel_seen = threading.Event()
+    release = threading.Event()
 
     def start() -> Iterator[Any]:
         try:
             yield TextDelta("first")
-            assert cancel_seen.wait(TIMEOUT)
+            assert release.wait(TIMEOUT)
             yield TextDelta("second")
             yield finished(2)
         finally:
             recorder.log.append(("end", "a"))
 
-    async def main() -> list[Any]:
-        job = engine.submit(start)
-        items = []
-        async for item in job.events(TIMEOUT):
-            items.append(item)
-            job.cancel()
-            cancel_seen.set()
-        return items
-
-    assert texts(asyncio.run(asyncio.wait_for(main(), TIMEOUT))) == ["first"]
+    assert texts(cancelled_at_first_item(engine, start, release)) == ["first"]
     assert recorder.log == [("end", "a")]
     assert settled(engine).cancelled == 1
 
@@ -322,16 +334,8 @@ def test_a_cancelled_generation_without_a_finished_reports_nothing(engine, recor
         yield DecodeStep("a", 0)  # type: ignore[arg-type]
         yield finished(1)
 
-    async def main() -> list[Any]:
-        job = engine.submit(start, on_cancelled=reported.append)
-        items = []
-        async for item in job.events(TIMEOUT):
-            items.append(item)
-            job.cancel()
-            release.set()
-        return items
-
-    assert texts(asyncio.run(asyncio.wait_for(main(), TIMEOUT))) == ["x"]
+    items = cancelled_at_first_item(engine, start, release, on_cancelled=reported.append)
+    assert texts(items) == ["x"]
     assert reported == []
     assert settled(engine).cancelled == 1
 
@@ -405,16 +409,7 @@ def test_a_generation_whose_cleanup_fails_still_ends_and_counts(engine, recorder
         finally:
             raise RuntimeError("cleanup failed")
 
-    async def main() -> list[Any]:
-        job = engine.submit(start)
-        items = []
-        async for item in job.events(TIMEOUT):
-            items.append(item)
-            job.cancel()
-            release.set()
-        return items
-
-    assert asyncio.run(asyncio.wait_for(main(), TIMEOUT)) == [TextDelta("x")]
+    assert cancelled_at_first_item(engine, start, release) == [TextDelta("x")]
     assert (settled(engine).cancelled, settled(engine).running) == (1, 0)
     (after,) = serve_together(engine, recorder.decoding("b", 1))
     assert texts(after) == ["b0"]
@@ -487,6 +482,35 @@ def test_a_quiet_job_sends_keep_alives_then_its_events(engine):
     keepalives = [item for item in items if item is KEEP_ALIVE]
     assert keepalives and items[: len(keepalives)] == keepalives
     assert items[len(keepalives) :][-3:] == [TextDelta("late"), TextDelta("and more"), finished(2)]
+
+
+def test_a_job_silent_between_events_sends_keep_alives(engine):
+    """After an event the job has nothing queued: its reader waits (and sends keep-alives)
+    rather than reading an empty queue."""
+    release = threading.Event()
+
+    def start() -> Iterator[Any]:
+        yield TextDelta("early")
+        assert release.wait(TIMEOUT)
+        yield TextDelta("late")
+        yield finished(2)
+
+    async def main() -> list[Any]:
+        job = engine.submit(start)
+        items = []
+        async for item in job.events(0.01):
+            items.append(item)
+            if item is KEEP_ALIVE and TextDelta("early") in items:
+                release.set()
+        return items
+
+    items = asyncio.run(asyncio.wait_for(main(), TIMEOUT))
+    assert [item for item in items if item is not KEEP_ALIVE] == [
+        TextDelta("early"),
+        TextDelta("late"),
+        finished(2),
+    ]
+    assert KEEP_ALIVE in items[items.index(TextDelta("early")) :]
 
 
 def test_a_job_whose_event_loop_is_gone_is_cancelled():
