@@ -461,37 +461,15 @@ def test_run_returns_the_result_or_raises_the_error_on_the_engine_thread(engine)
         engine.run(fail)
 
 
-def test_a_quiet_job_sends_keep_alives_then_its_events(engine):
-    release = threading.Event()
+def test_a_silent_job_sends_keep_alives_before_and_between_its_events(engine):
+    """While the job has nothing queued, before its first event or after one, its reader
+    waits and sends keep-alives (it never reads an empty queue)."""
+    before, between = threading.Event(), threading.Event()
 
     def start() -> Iterator[Any]:
-        assert release.wait(TIMEOUT)
-        yield TextDelta("late")
-        yield TextDelta("and more")
-        yield finished(2)
-
-    async def main() -> list[Any]:
-        job = engine.submit(start)
-        items = []
-        async for item in job.events(0.01):
-            items.append(item)
-            release.set()
-        return items
-
-    items = asyncio.run(asyncio.wait_for(main(), TIMEOUT))
-    keepalives = [item for item in items if item is KEEP_ALIVE]
-    assert keepalives and items[: len(keepalives)] == keepalives
-    assert items[len(keepalives) :][-3:] == [TextDelta("late"), TextDelta("and more"), finished(2)]
-
-
-def test_a_job_silent_between_events_sends_keep_alives(engine):
-    """After an event the job has nothing queued: its reader waits (and sends keep-alives)
-    rather than reading an empty queue."""
-    release = threading.Event()
-
-    def start() -> Iterator[Any]:
+        assert before.wait(TIMEOUT)
         yield TextDelta("early")
-        assert release.wait(TIMEOUT)
+        assert between.wait(TIMEOUT)
         yield TextDelta("late")
         yield finished(2)
 
@@ -500,11 +478,12 @@ def test_a_job_silent_between_events_sends_keep_alives(engine):
         items = []
         async for item in job.events(0.01):
             items.append(item)
-            if item is KEEP_ALIVE and TextDelta("early") in items:
-                release.set()
+            if item is KEEP_ALIVE:
+                (between if TextDelta("early") in items else before).set()
         return items
 
     items = asyncio.run(asyncio.wait_for(main(), TIMEOUT))
+    assert items[0] is KEEP_ALIVE
     assert [item for item in items if item is not KEEP_ALIVE] == [
         TextDelta("early"),
         TextDelta("late"),
