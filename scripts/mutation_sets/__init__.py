@@ -15,6 +15,7 @@ from mutation_sets import (
     hardened2_ag_ui,
     hardened2_gguf_spec,
     hardened2_sv_api,
+    hardened2_sv_turn,
     hardened_agent,
     hardened_cli,
     hardened_engine,
@@ -45,6 +46,7 @@ SETS: dict[str, tuple[Mutation, ...]] = {
     "hardened2_gguf_spec": hardened2_gguf_spec.MUTATIONS,
     "hardened2_sv_api": hardened2_sv_api.MUTATIONS,
     "hardened2_ag_ui": hardened2_ag_ui.MUTATIONS,
+    "hardened2_sv_turn": hardened2_sv_turn.MUTATIONS,
 }
 MUTATIONS: tuple[Mutation, ...] = tuple(m for mutations in SETS.values() for m in mutations)
 
