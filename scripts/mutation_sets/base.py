@@ -137,3 +137,7 @@ CLI_REPL_PY = "ds4mlx/cli/repl.py"
 # Paths first used by hardened_speculation that earlier sets also name.
 PROBE_PY = "ds4mlx/speculation/probe.py"
 DSPARK_PY = "ds4mlx/speculation/dspark.py"
+
+# Paths first used by hardened2_eng (session 18: the CLI's bench and distributed front ends).
+CLI_BENCH_PY = "ds4mlx/cli/bench.py"
+CLI_DISTRIBUTED_PY = "ds4mlx/cli/distributed.py"
