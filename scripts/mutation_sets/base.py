@@ -141,3 +141,4 @@ DSPARK_PY = "ds4mlx/speculation/dspark.py"
 # Paths first used by hardened2_eng (session 18: the CLI's bench and distributed front ends).
 CLI_BENCH_PY = "ds4mlx/cli/bench.py"
 CLI_DISTRIBUTED_PY = "ds4mlx/cli/distributed.py"
+CLI_PERPLEXITY_PY = "ds4mlx/cli/perplexity.py"

@@ -12,7 +12,7 @@ Test selection as in the fresh sets: the whole test folder of the mutated packag
 
 from __future__ import annotations
 
-from mutation_sets.base import CLI_BENCH_PY, CLI_DISTRIBUTED_PY
+from mutation_sets.base import CLI_BENCH_PY, CLI_DISTRIBUTED_PY, CLI_MAIN_PY, CLI_PERPLEXITY_PY
 from mutation_sets.base import in_cli_folder as _cli
 
 MUTATIONS = (
@@ -216,5 +216,133 @@ MUTATIONS = (
         '        log(f"error: {exc}")',
         "    except (GGUFError, TokenizerError, ValueError, DistributedError) as exc:\n"
         '        log(f"error: {exc}")',
+    ),
+    # ds4 -p: the generation's output (tests/cli/test_ds4_run.py)
+    _cli(
+        "main_answer_line_ended_twice",
+        CLI_MAIN_PY,
+        'sys.stdout.write(text if written.endswith("\\n") else text + "\\n")',
+        'sys.stdout.write(text + "\\n")',
+    ),
+    _cli(
+        "main_finishing_piece_forgets_earlier_text",
+        CLI_MAIN_PY,
+        "    written = text or written\n    # The output",
+        "    written = text\n    # The output",
+    ),
+    _cli(
+        "main_stop_tokens_written",
+        CLI_MAIN_PY,
+        "            if event.token in tokenizer.stop_ids:\n                continue\n",
+        "            if event.token in tokenizer.stop_ids:\n                pass\n",
+    ),
+    _cli(
+        "main_system_prompt_without_the_template",
+        CLI_MAIN_PY,
+        "args.chat = args.chat or args.system is not None",
+        "args.chat = args.chat",
+    ),
+    _cli(
+        "main_raw_prompt_without_bos",
+        CLI_MAIN_PY,
+        "prompt = tokenizer.encode(args.prompt, add_special=True)",
+        "prompt = tokenizer.encode(args.prompt, add_special=False)",
+    ),
+    _cli(
+        "main_markup_ban_on_raw_prompts",
+        CLI_MAIN_PY,
+        "constraint=chat_markup_ban(model) if args.chat else None,",
+        "constraint=chat_markup_ban(model),",
+    ),
+    _cli(
+        "main_empty_prompt_generated",
+        CLI_MAIN_PY,
+        "    if not prompt:\n        say.error",
+        "    if prompt is None:\n        say.error",
+    ),
+    _cli(
+        "main_interrupt_exit_status",
+        CLI_MAIN_PY,
+        "        return 130\n",
+        "        return 1\n",
+    ),
+    _cli(
+        "main_closing_line_counts_the_prompt_as_generated",
+        CLI_MAIN_PY,
+        'f"generated {stats.generated_tokens} tokens, decode',
+        'f"generated {stats.prompt_tokens} tokens, decode',
+    ),
+    _cli(
+        "main_acceptance_summary_always_detailed",
+        CLI_MAIN_PY,
+        "say.info(speculation_summary(acceptance, detailed=speculation.timing))",
+        "say.info(speculation_summary(acceptance, detailed=True))",
+    ),
+    _cli(
+        "main_expert_line_without_verbose",
+        CLI_MAIN_PY,
+        "if expert_stats is not None and (options.verbose or speculation.timing):",
+        "if expert_stats is not None:",
+    ),
+    _cli(
+        "main_expert_line_never",
+        CLI_MAIN_PY,
+        "if expert_stats is not None and (options.verbose or speculation.timing):",
+        "if expert_stats is not None and speculation.timing:",
+    ),
+    # ds4 perplexity / logprobs: usage and refusals (tests/cli/test_perplexity.py)
+    _cli(
+        "perplexity_one_chunk_refused",
+        CLI_PERPLEXITY_PY,
+        'if getattr(args, "chunks", None) is not None and args.chunks < 1:',
+        'if getattr(args, "chunks", None) is not None and args.chunks <= 1:',
+    ),
+    _cli(
+        "perplexity_zero_chunks_accepted",
+        CLI_PERPLEXITY_PY,
+        'if getattr(args, "chunks", None) is not None and args.chunks < 1:',
+        'if getattr(args, "chunks", None) is not None and args.chunks < 0:',
+    ),
+    _cli(
+        "logprobs_top_zero_refused",
+        CLI_PERPLEXITY_PY,
+        'if getattr(args, "top", 0) < 0:',
+        'if getattr(args, "top", 0) <= 0:',
+    ),
+    _cli(
+        "logprobs_negative_top_accepted",
+        CLI_PERPLEXITY_PY,
+        'if getattr(args, "top", 0) < 0:',
+        'if getattr(args, "top", 0) < -1:',
+    ),
+    _cli(
+        "scoring_unreadable_model_escapes",
+        CLI_PERPLEXITY_PY,
+        "    except (GGUFError, TokenizerError, OSError, ValueError) as exc:\n",
+        "    except (TokenizerError, OSError, ValueError) as exc:\n",
+    ),
+    _cli(
+        "logprobs_two_tokens_refused",
+        CLI_PERPLEXITY_PY,
+        "    if len(tokens) < 2:\n",
+        "    if len(tokens) <= 2:\n",
+    ),
+    _cli(
+        "logprobs_one_token_accepted",
+        CLI_PERPLEXITY_PY,
+        "    if len(tokens) < 2:\n",
+        "    if len(tokens) < 1:\n",
+    ),
+    _cli(
+        "logprobs_text_filling_the_context_refused",
+        CLI_PERPLEXITY_PY,
+        "    if len(tokens) > args.ctx:\n",
+        "    if len(tokens) >= args.ctx:\n",
+    ),
+    _cli(
+        "logprobs_top_zero_lists_alternatives",
+        CLI_PERPLEXITY_PY,
+        "            if top:\n",
+        "            if top is not None:\n",
     ),
 )
