@@ -3,17 +3,36 @@ one-line mutations of the code the tests of ``tests/engine``, ``tests/experts`` 
 ``tests/cli`` left least checked after session 17: ``ds4 bench``'s flags, usage errors,
 configuration and exit status (``tests/cli/test_bench_command.py``), the distributed front
 ends' shared seed, silenced ranks and following ranks (``tests/cli/test_distributed_start.py``),
-and further engine and experts guards (named with their tests below). Each was applied by hand,
-run against the test meant to catch it, and given a test where none failed; each is caught by
-its folder's tests.
+``ds4 -p``'s output around a chosen token stream (``tests/cli/test_ds4_answer_output.py``),
+``ds4 perplexity``/``logprobs``' usage errors and bounds (``tests/cli/test_perplexity.py``), and
+the chat formats (DeepSeek-V4's and GLM's templates and parsers, the engine files with the
+fewest mutations per line: ``tests/engine/test_chat.py``, ``test_chat_glm.py``). Each was
+applied by hand, run against the test file meant to catch it, and given a test where none
+failed. 53 of the CLI's 53 changed lines that tests/cli never ran before; of the 25 chat-format
+ones, 10 survived the tests before this session (now caught).
+
+Left out as equivalent or not worth pinning: the loop's ``written = text or written`` in
+``cli/main.py`` (a detokenizer piece is never empty after text unless the finish is too); GLM's
+``all(ids)`` (implied by ``set(ids) <= set(call_ids)`` and ``all(call_ids)``); GLM keeping
+reasoning at ``index >= last_user`` (an assistant message is never the last user's index); an
+EOS at the very start of DeepSeek's pending tool-block text (``eos >= 0`` to ``> 0`` only
+delays the block's end to ``finish``, with the same events).
 
 Test selection as in the fresh sets: the whole test folder of the mutated package, with ``-x``.
 """
 
 from __future__ import annotations
 
-from mutation_sets.base import CLI_BENCH_PY, CLI_DISTRIBUTED_PY, CLI_MAIN_PY, CLI_PERPLEXITY_PY
+from mutation_sets.base import (
+    CLI_BENCH_PY,
+    CLI_DISTRIBUTED_PY,
+    CLI_MAIN_PY,
+    CLI_PERPLEXITY_PY,
+    DEEPSEEK4_CHAT_PY,
+    GLM5_CHAT_PY,
+)
 from mutation_sets.base import in_cli_folder as _cli
+from mutation_sets.base import in_engine_folder as _engine
 
 MUTATIONS = (
     # ds4 bench: value types
@@ -217,7 +236,7 @@ MUTATIONS = (
         "    except (GGUFError, TokenizerError, ValueError, DistributedError) as exc:\n"
         '        log(f"error: {exc}")',
     ),
-    # ds4 -p: the generation's output (tests/cli/test_ds4_run.py)
+    # ds4 -p: the generation's output (tests/cli/test_ds4_answer_output.py)
     _cli(
         "main_answer_line_ended_twice",
         CLI_MAIN_PY,
@@ -344,5 +363,156 @@ MUTATIONS = (
         CLI_PERPLEXITY_PY,
         "            if top:\n",
         "            if top is not None:\n",
+    ),
+    # chat formats: DeepSeek-V4's and GLM's templates and parsers (tests/engine/test_chat*.py)
+    _engine(
+        "chat_deepseek4_merge_user_turns_never",
+        DEEPSEEK4_CHAT_PY,
+        '            if turns and turns[-1].role == "user":\n                turns[-1].blocks',
+        '            if turns and turns[-1].role == "assistant":\n                turns[-1].blocks',
+    ),
+    _engine(
+        "chat_deepseek4_tools_on_developer",
+        DEEPSEEK4_CHAT_PY,
+        '        if not turns or turns[0].role != "system":',
+        "        if not turns:",
+    ),
+    _engine(
+        "chat_deepseek4_sort_two_results_not",
+        DEEPSEEK4_CHAT_PY,
+        "            if len(results) > 1:",
+        "            if len(results) > 2:",
+    ),
+    _engine(
+        "chat_deepseek4_first_invoke_newline",
+        DEEPSEEK4_CHAT_PY,
+        'out.template("\\n" if index else "", f\'<{DSML}invoke name="\')',
+        'out.template("\\n", f\'<{DSML}invoke name="\')',
+    ),
+    _engine(
+        "chat_deepseek4_first_param_newline",
+        DEEPSEEK4_CHAT_PY,
+        'out.template("\\n" if position else "", f\'<{DSML}parameter name="\')',
+        'out.template("\\n", f\'<{DSML}parameter name="\')',
+    ),
+    _engine(
+        "chat_deepseek4_effort_high_refused",
+        DEEPSEEK4_CHAT_PY,
+        'if reasoning_effort not in (None, "high", "max"):',
+        'if reasoning_effort not in (None, "max"):',
+    ),
+    _engine(
+        "chat_deepseek4_forced_required_empty",
+        DEEPSEEK4_CHAT_PY,
+        'return _FORCED_BLOCK if tool_choice == "required" else ""',
+        'return _FORCED_BLOCK if tool_choice != "auto" else ""',
+    ),
+    _engine(
+        "chat_deepseek4_parse_tools_none",
+        DEEPSEEK4_CHAT_PY,
+        'parse_tools=tool_choice != "none",',
+        "parse_tools=True,",
+    ),
+    _engine(
+        "chat_deepseek4_block_start_prefix",
+        DEEPSEEK4_CHAT_PY,
+        'if not tail.lstrip("\\n").startswith(("<｜", "<D")):',
+        'if not tail.lstrip("\\n").startswith(("<｜",)):',
+    ),
+    _engine(
+        "chat_deepseek4_duplicate_param",
+        DEEPSEEK4_CHAT_PY,
+        "    if name in arguments:\n",
+        "    if name in arguments and False:\n",
+    ),
+    _engine(
+        "chat_deepseek4_stop_strings",
+        DEEPSEEK4_CHAT_PY,
+        "        return [EOS]",
+        "        return []",
+    ),
+    _engine(
+        "chat_deepseek4_next_is_assistant",
+        DEEPSEEK4_CHAT_PY,
+        'next_is_assistant = not is_last and turns[index + 1].role == "assistant"',
+        "next_is_assistant = not is_last",
+    ),
+    _engine(
+        "chat_deepseek4_skip_ws",
+        DEEPSEEK4_CHAT_PY,
+        "while position < len(text) and text[position].isspace():",
+        'while position < len(text) and text[position] == " ":',
+    ),
+    _engine(
+        "chat_glm5_tool_reference_empty_list",
+        GLM5_CHAT_PY,
+        "        and len(value) > 0\n",
+        "        and len(value) >= 0\n",
+    ),
+    _engine(
+        "chat_glm5_result_id_fallback",
+        GLM5_CHAT_PY,
+        'return str(entry.get("tool_call_id") or entry.get("id") or "")',
+        'return str(entry.get("tool_call_id") or "")',
+    ),
+    _engine(
+        "chat_glm5_output_list_needeepseek4_output",
+        GLM5_CHAT_PY,
+        '        and "output" in content[0]\n',
+        '        and "output" in content\n',
+    ),
+    _engine(
+        "chat_glm5_sort_distinct_ids",
+        GLM5_CHAT_PY,
+        "        and len(set(ids)) == len(ids)\n",
+        "        and len(set(ids)) <= len(ids)\n",
+    ),
+    _engine(
+        "chat_glm5_sort_distinct_call_ids",
+        GLM5_CHAT_PY,
+        "        and len(set(call_ids)) == len(call_ids)\n",
+        "        and len(set(call_ids)) <= len(call_ids)\n",
+    ),
+    _engine(
+        "chat_glm5_reasoning_after_last_think_start",
+        GLM5_CHAT_PY,
+        "split(THINK_START)[-1], after",
+        "split(THINK_START)[0], after",
+    ),
+    _engine(
+        "chat_glm5_effort_default_max",
+        GLM5_CHAT_PY,
+        'effort = reasoning_effort or "max"',
+        'effort = reasoning_effort or "high"',
+    ),
+    _engine(
+        "chat_glm5_deferred_tool_rendered",
+        GLM5_CHAT_PY,
+        'if not _function(tool).get("defer_loading")',
+        'if _function(tool).get("name")',
+    ),
+    _engine(
+        "chat_glm5_forced_required",
+        GLM5_CHAT_PY,
+        'return CALL_START if tool_choice == "required" else ""',
+        'return CALL_START if tool_choice != "auto" else ""',
+    ),
+    _engine(
+        "chat_glm5_partial_tool_prefix",
+        GLM5_CHAT_PY,
+        '        if held < len("<tool"):',
+        '        if held <= len("<tool"):',
+    ),
+    _engine(
+        "chat_glm5_name_with_angle",
+        GLM5_CHAT_PY,
+        '        if not name or "<" in name:\n            return ToolCallError',
+        "        if not name:\n            return ToolCallError",
+    ),
+    _engine(
+        "chat_glm5_string_schema_type",
+        GLM5_CHAT_PY,
+        'if isinstance(schema, Mapping) and schema.get("type") == "string"',
+        "if isinstance(schema, Mapping)",
     ),
 )
