@@ -8,7 +8,8 @@ ends' shared seed, silenced ranks and following ranks (``tests/cli/test_distribu
 the chat formats (DeepSeek-V4's and GLM's templates and parsers, the engine files with the
 fewest mutations per line: ``tests/engine/test_chat.py``, ``test_chat_glm.py``). Each was
 applied by hand, run against the test file meant to catch it, and given a test where none
-failed. 53 of the CLI's 53 changed lines that tests/cli never ran before; of the 25 chat-format
+failed. The 53 CLI ones change lines or branches that tests/cli's in-process tests never ran
+before; of the 25 chat-format
 ones, 10 survived the tests before this session (now caught).
 
 Left out as equivalent or not worth pinning: the loop's ``written = text or written`` in
