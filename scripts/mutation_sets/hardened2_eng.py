@@ -9,8 +9,7 @@ the chat formats (DeepSeek-V4's and GLM's templates and parsers, the engine file
 fewest mutations per line: ``tests/engine/test_chat.py``, ``test_chat_glm.py``). Each was
 applied by hand, run against the test file meant to catch it, and given a test where none
 failed. The 53 CLI ones change lines or branches that tests/cli's in-process tests never ran
-before; of the 25 chat-format
-ones, 10 survived the tests before this session (now caught).
+before; of the 25 chat-format ones, 8 survived the tests before this session (now caught).
 
 Left out as equivalent or not worth pinning: the loop's ``written = text or written`` in
 ``cli/main.py`` (a detokenizer piece is never empty after text unless the finish is too); GLM's
