@@ -456,7 +456,7 @@ MUTATIONS = (
         'return str(entry.get("tool_call_id") or "")',
     ),
     _engine(
-        "chat_glm5_output_list_needeepseek4_output",
+        "chat_glm5_output_list_needs_an_output_key",
         GLM5_CHAT_PY,
         '        and "output" in content[0]\n',
         '        and "output" in content\n',

@@ -146,7 +146,7 @@ def _preprocess(
                 if role == "user"
                 else ("tool_result", content, _text(message, "tool_call_id"))
             )
-            if turns and turns[-1].role == "assistant":
+            if turns and turns[-1].role == "user":
                 turns[-1].blocks.append(block)
             else:
                 turns.append(_Turn("user", blocks=[block]))
