@@ -185,7 +185,7 @@ def _read_baseline(parser: argparse.ArgumentParser, path: Path) -> dict[str, flo
 
 def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Usage errors the parser cannot see on its own."""
-    if args.runs is not None and args.runs <= 1:
+    if args.runs is not None and args.runs < 1:
         parser.error(f"--runs must be at least 1, got {args.runs}")
     if not args.model.is_file():
         parser.error(f"-m {args.model}: no such file")
