@@ -13,6 +13,7 @@ from mutation_sets import (
     fresh8,
     guards,
     hardened2_ag_ui,
+    hardened2_eng,
     hardened2_gguf_spec,
     hardened2_sv_api,
     hardened2_sv_turn,
@@ -47,6 +48,7 @@ SETS: dict[str, tuple[Mutation, ...]] = {
     "hardened2_sv_api": hardened2_sv_api.MUTATIONS,
     "hardened2_ag_ui": hardened2_ag_ui.MUTATIONS,
     "hardened2_sv_turn": hardened2_sv_turn.MUTATIONS,
+    "hardened2_eng": hardened2_eng.MUTATIONS,
 }
 MUTATIONS: tuple[Mutation, ...] = tuple(m for mutations in SETS.values() for m in mutations)
 

@@ -148,3 +148,8 @@ SSE_PY = "ds4mlx/server/sse.py"
 # Paths first used by hardened2_ag_ui.
 AGENT_APP_PY = "ds4mlx/agent/app.py"
 AGENT_WIDGETS_PY = "ds4mlx/agent/widgets.py"
+
+# Paths first used by hardened2_eng (session 18: the CLI's bench and distributed front ends).
+CLI_BENCH_PY = "ds4mlx/cli/bench.py"
+CLI_DISTRIBUTED_PY = "ds4mlx/cli/distributed.py"
+CLI_PERPLEXITY_PY = "ds4mlx/cli/perplexity.py"

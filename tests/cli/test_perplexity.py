@@ -156,3 +156,59 @@ def test_bad_ids_are_refused(tmp_path, capsys):
     ids.write_text("1 2 99999999")
     assert main(["logprobs", "-m", str(ASSETS / "ds4-tiny.gguf"), "-f", str(ids), "--ids"]) == 1
     assert "outside the vocabulary" in capsys.readouterr().err
+
+
+def scoring(command: str, *flags: str) -> list[str]:
+    return [command, "-m", str(ASSETS / "ds4-tiny.gguf"), *flags]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            scoring("perplexity", "-f", "t.txt", "--chunks", "0"),
+            "--chunks must be at least 1, got 0",
+        ),
+        (scoring("logprobs", "-f", "t.txt", "--top", "-1"), "--top must be >= 0, got -1"),
+        # The bounds themselves pass: the next check (the file) is the one that refuses.
+        (scoring("perplexity", "-f", "no-such.txt", "--chunks", "1"), "-f no-such.txt: no such"),
+        (scoring("logprobs", "-f", "no-such.txt", "--top", "0"), "-f no-such.txt: no such file"),
+    ],
+)
+def test_scoring_usage_errors(argv, message, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_model_that_cannot_load_is_one_error_line(tmp_path, capsys):
+    text = tmp_path / "text.txt"
+    text.write_text("hello")
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF" + b"\0" * 12)
+    assert main(["logprobs", "-m", str(broken), "-f", str(text)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("ds4 logprobs: error: ") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("ids", "ctx", "message"),
+    [("5", "8", "fewer than two tokens"), ("1 2 3", "2", "3 tokens, more than the context of 2")],
+)
+def test_logprobs_wants_two_tokens_within_the_context(tmp_path, capsys, ids, ctx, message):
+    path = tmp_path / "ids.txt"
+    path.write_text(ids)
+    assert main(scoring("logprobs", "-f", str(path), "--ids", "-c", ctx)) == 1
+    assert capsys.readouterr().err == f"ds4 logprobs: error: {path}: {message}" + (
+        " (raise --ctx or cut the text)\n" if "context" in message else ", nothing to score\n"
+    )
+
+
+def test_logprobs_of_a_text_filling_the_context_go_to_stdout(tmp_path, capsys):
+    path = tmp_path / "ids.txt"
+    path.write_text("7 8")
+    assert main(scoring("logprobs", "-f", str(path), "--ids", "-c", "2")) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    record = json.loads(line)
+    assert (record["position"], record["token"]) == (1, 8) and "top_logprobs" not in record

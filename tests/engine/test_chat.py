@@ -356,6 +356,27 @@ def test_truncated_block_is_reported_at_finish():
     assert parser.feed("more") == [] and parser.finish() == []
 
 
+@pytest.mark.parametrize("cut", [f"\n\n<{D}tool_ca", "\n\n<DSML｜tool_ca", "<DSML｜t", "<｜DS"])
+def test_a_cut_off_block_opening_is_an_unterminated_call_in_either_spelling(cut):
+    """The output ends inside a tool_calls opening tag, in the real spelling or the
+    first-bar-dropped drift: a cut-off call, not text; a lone "<" stays text."""
+    assert parse_assistant("Hi" + cut) == AssistantTurn(
+        content="Hi", errors=[ToolCallError(cut, "unterminated tool_calls block", True)]
+    )
+    assert parse_assistant("Hi <") == AssistantTurn(content="Hi <")
+
+
+def test_only_a_turn_before_the_assistant_or_the_end_gets_the_assistant_prefix():
+    """A user message followed by a developer one: both are user turns in a row, with one
+    assistant prefix, at the end."""
+    messages = [
+        {"role": "user", "content": "a"},
+        {"role": "developer", "content": "b"},
+        {"role": "user", "content": "c"},
+    ]
+    assert render_chat(messages) == f"{BOS}<｜User｜>a<｜User｜>b<｜User｜>c<｜Assistant｜></think>"
+
+
 def test_eos_inside_a_block_ends_it():
     turn = parse_assistant(f'\n\n<{D}tool_calls>\n<{D}invoke name="f">{EOS}after')
     assert turn == AssistantTurn(

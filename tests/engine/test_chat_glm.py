@@ -10,6 +10,7 @@ from __future__ import annotations
 from ds4mlx.engine.chat import (
     DEEPSEEK_V4,
     GLM5,
+    AssistantTurn,
     ChatFormat,
     ReasoningDelta,
     TextDelta,
@@ -197,6 +198,49 @@ def test_results_keep_their_order_when_they_do_not_all_name_a_call(unmatched):
     )
 
 
+def calls_with_ids(*ids: str) -> list[dict]:
+    return [{"id": i, "function": {"name": f"f{n}", "arguments": {}}} for n, i in enumerate(ids)]
+
+
+@pytest.mark.parametrize(
+    ("call_ids", "results", "expected"),
+    [
+        # Two results naming one call: nothing to sort by, and neither is dropped.
+        (("a", "b"), [("b", "B1"), ("b", "B2")], ["B1", "B2"]),
+        # Two calls of one id: the result is rendered once, not once per call.
+        (("a", "a"), [("a", "A")], ["A"]),
+    ],
+    ids=["repeated result id", "repeated call id"],
+)
+def test_results_are_sorted_only_by_distinct_ids(call_ids, results, expected):
+    messages = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": "", "tool_calls": calls_with_ids(*call_ids)},
+        *({"role": "tool", "tool_call_id": i, "content": text} for i, text in results),
+    ]
+    responses = "".join(f"<tool_response>{text}</tool_response>" for text in expected)
+    assert render(messages).endswith(f"</tool_call><|observation|>{responses}")
+
+
+def test_a_list_of_outputs_is_sorted_by_their_ids():
+    """Responses-style results (``{"id": ..., "output": ...}`` entries) name their calls by
+    ``id``: they follow the calls' order too."""
+    messages = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": "", "tool_calls": calls_with_ids("a", "b")},
+        {"role": "tool", "content": [{"id": "b", "output": "B"}, {"id": "a", "output": "A"}]},
+    ]
+    assert render(messages).endswith(
+        "<|observation|><tool_response>A</tool_response><tool_response>B</tool_response>"
+    )
+
+
+def test_an_empty_result_list_is_an_empty_response():
+    assert render([{"role": "tool", "content": []}]) == (
+        f"{PREFIX}<|observation|><tool_response></tool_response>"
+    )
+
+
 def test_deferred_tools_appear_through_tool_references():
     deferred = {
         "type": "function",
@@ -339,6 +383,22 @@ def test_unterminated_call_is_reported(text):
     assert turn.content == "a" and not turn.tool_calls
     assert [e.reason for e in turn.errors] == ["unterminated tool_call"]
     assert "after" not in turn.errors[0].raw
+
+
+def test_output_ending_in_the_start_of_a_call_tag_is_an_unterminated_call():
+    """ "<tool" or more of ``<tool_call>`` at the end is a cut-off call; less is text."""
+    assert GLM5.parse("a<tool") == AssistantTurn(
+        content="a", errors=[ToolCallError("<tool", "unterminated tool_call", True)]
+    )
+    assert GLM5.parse("a<too") == AssistantTurn(content="a<too")
+
+
+def test_a_function_name_with_markup_in_it_is_no_call():
+    body = "f<x<arg_key>k</arg_key><arg_value>1</arg_value>"
+    turn = GLM5.parse(f"<tool_call>{body}</tool_call>")
+    assert turn.tool_calls == [] and turn.errors == [
+        ToolCallError(f"<tool_call>{body}</tool_call>", "tool_call without a function name")
+    ]
 
 
 def test_role_tokens_end_the_turn():

@@ -153,10 +153,11 @@ def test_prompt_pieces_keep_who_wrote_them_and_count_the_callers_characters():
     prompt.template("<a>", "")
     prompt.caller("hello", "")
     prompt.template("<b>")
-    prompt.caller("ü")
-    assert prompt.pieces == [("<a>", True), ("hello", False), ("<b>", True), ("ü", False)]
-    assert str(prompt) == "<a>hello<b>ü"
-    assert prompt.caller_characters == 6
+    prompt.caller("ü!")
+    assert prompt.pieces == [("<a>", True), ("hello", False), ("<b>", True), ("ü!", False)]
+    assert str(prompt) == "<a>hello<b>ü!"
+    # 7 characters of the caller's, 6 of the template's: only the caller's count.
+    assert prompt.caller_characters == 7
 
 
 def test_a_tokenizer_without_special_tokens_encodes_the_joined_text():

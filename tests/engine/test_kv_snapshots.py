@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -239,6 +240,19 @@ def test_classes_outside_ds4mlx_are_never_imported():
         decode_state(tree, {})
     with pytest.raises(StateFormatError, match="cannot be saved"):
         encode_state(object())
+
+
+def test_a_module_whose_name_only_starts_like_ds4mlx_is_never_imported(tmp_path, monkeypatch):
+    """Trust is the ds4mlx package (``ds4mlx.``), not every module named ``ds4mlx...``: a
+    dataclass in an importable ``ds4mlx_planted`` module is refused by name, never imported."""
+    (tmp_path / "ds4mlx_planted.py").write_text(
+        "import dataclasses\n\n@dataclasses.dataclass\nclass Payload:\n    pass\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "ds4mlx_planted", raising=False)
+    with pytest.raises(StateFormatError, match="outside ds4mlx: ds4mlx_planted:Payload"):
+        decode_state({"class": "ds4mlx_planted:Payload", "fields": {}}, {})
+    assert "ds4mlx_planted" not in sys.modules
 
 
 def test_a_state_dict_keyed_by_numbers_is_refused_not_saved_changed():

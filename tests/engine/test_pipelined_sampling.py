@@ -56,13 +56,16 @@ def run(
     pipeline: int,
     max_tokens: int = 21,
     stop_tokens: tuple[int, ...] = (),
+    max_context: int | None = None,
 ) -> tuple[list[int], Session, str]:
     decoder = Decoder()
     decoder.pipeline = pipeline
     session = model(arch).new_session()
     tokens, reason = [], ""
     for event in run_alone(
-        stepped_generate(session, PROMPT, max_tokens, options, stop_tokens, decoder=decoder)
+        stepped_generate(
+            session, PROMPT, max_tokens, options, stop_tokens, max_context, decoder=decoder
+        )
     ):
         if isinstance(event, TokenEvent):
             tokens.append(event.token)
@@ -100,3 +103,16 @@ def test_a_stop_token_inside_a_queued_run_rolls_the_session_back(arch):
     fresh.feed(session.tokens)
     got_logits, fresh_logits = session.feed([stop]), fresh.feed([stop])
     assert np.abs(got_logits - fresh_logits).max() <= 1e-4 * np.abs(fresh_logits).max()
+
+
+@pytest.mark.parametrize("arch", MODELS)
+def test_the_context_limit_ends_a_queued_run_where_one_step_decoding_ends(arch):
+    """The last queued run fills the context exactly; its tokens are still yielded, one by
+    one, until the context holds ``max_context`` tokens (the queued ones were fed ahead)."""
+    options = OPTIONS["greedy_window"]
+    max_context = len(PROMPT) + 10  # runs of 4, 4 and 2 after the first token
+    expected, one_step, reason = run(arch, options, pipeline=1, max_context=max_context)
+    assert reason == "context" and len(expected) == 11
+    got, pipelined, reason = run(arch, options, pipeline=4, max_context=max_context)
+    assert (got, reason) == (expected, "context")
+    assert pipelined.tokens == one_step.tokens == PROMPT + expected[:-1]

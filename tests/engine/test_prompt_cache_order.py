@@ -245,3 +245,18 @@ def test_a_state_read_from_disk_is_kept_in_memory(tmp_path):
     assert cache.memory.keys() == [A]
     (again,) = cache.candidates([*A, 99], 0)
     assert not again.on_disk  # the next request finds it in memory
+
+
+def test_a_memory_entry_loads_from_memory_when_there_is_a_disk_tier_too(tmp_path):
+    """An entry only in memory (never persisted) is found and loaded as it is: the disk tier,
+    which does not hold it, is not asked; an entry held by both comes from memory too."""
+    cache = PromptCache(4 * ENTRY_BYTES, DiskTier(tmp_path / "kv", 1 << 30, FINGERPRINT))
+    kept = state(A)
+    cache.remember(kept)
+    (candidate,) = cache.candidates([*A, 99], 0)
+    assert not candidate.on_disk and cache.load(candidate) is kept
+    both = state(B)
+    cache.remember(both)
+    cache.persist(both)
+    (candidate,) = cache.candidates([*B, 99], 0)
+    assert cache.load(candidate) is both

@@ -173,3 +173,14 @@ def test_assigning_an_empty_slot_evicts_nothing():
     policy = filled(2, [4])
     assert policy.assign(1, 6) == -1
     assert policy.slot_key.tolist() == [4, 6]
+
+
+def test_seeded_hotness_decays_from_the_moment_it_is_seeded():
+    """A warm start seeds hotness at the current clock: it is the seeded value now, and
+    halves one half-life later (not as if seeded at clock 0)."""
+    policy = SlotPolicy(n_keys=4, capacity=2, half_life=2.0)
+    policy.tick(6.0)
+    policy.set_hotness(np.array([1, 2]), np.array([8.0, 2.0]))
+    assert policy.hotness(np.array([1, 2])).tolist() == [8.0, 2.0]
+    policy.tick(2.0)
+    assert policy.hotness(np.array([1, 2])).tolist() == [4.0, 1.0]
