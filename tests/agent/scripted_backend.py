@@ -70,3 +70,16 @@ class ScriptedBackend:
 
     def expert_hit_rate(self) -> float | None:
         return None
+
+
+class SizedBackend(ScriptedBackend):
+    """A backend whose every prompt counts ``size`` tokens, to place a conversation exactly
+    at the end of the context."""
+
+    def __init__(self, turns=(), *, size: int, context_size: int):
+        super().__init__(turns, context_size=context_size)
+        self.size = size
+
+    def count_tokens(self, messages, tools, *, thinking: bool) -> int:
+        return self.size
+

@@ -10,7 +10,7 @@ from ds4mlx.agent.permissions import Permissions
 from ds4mlx.agent.tool_schemas import SYSTEM_PROMPT
 
 import pytest
-from scripted_backend import ScriptedBackend, call, text
+from scripted_backend import ScriptedBackend, SizedBackend, call, text
 
 CONTEXT = 8192
 
@@ -145,6 +145,25 @@ def test_compaction_that_would_not_shrink_changes_nothing(toolbox):
     events = list(agent.compact())
     assert events[-1].note == "nothing to compact" and not events[-1].compacted
     assert agent.messages == before
+
+
+def test_compaction_that_would_leave_the_size_unchanged_changes_nothing(toolbox):
+    """A compacted conversation of exactly the size it had is no gain: the turns are kept
+    verbatim (fresh8's loop_compaction_of_equal_size_kept)."""
+    backend = SizedBackend(size=500, context_size=CONTEXT)
+    agent = Agent(backend, toolbox, Permissions(yolo=True))
+    for number in range(4):
+        agent.messages.extend(
+            [
+                {"role": "user", "content": f"Question {number}?"},
+                {"role": "assistant", "content": f"Answer {number}."},
+            ]
+        )
+    before = list(agent.messages)
+    backend.turns.append([text("a summary")])
+    events = list(agent.compact())
+    assert events[-1] == CompactionFinished(500, 500, "nothing to compact")
+    assert agent.messages == before and len(before) == 9
 
 
 def test_a_huge_last_tool_result_is_clipped(toolbox):

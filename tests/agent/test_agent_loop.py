@@ -16,13 +16,14 @@ from ds4mlx.agent.loop import (
     ToolFinished,
     ToolStarted,
     TurnFinished,
+    TurnStarted,
 )
 from ds4mlx.agent.permissions import Decision, Permissions
 from ds4mlx.agent.tool_schemas import SYSTEM_PROMPT
 from ds4mlx.agent.tools import describe_call
 from ds4mlx.engine.chat import TextDelta
 
-from scripted_backend import ScriptedBackend, call, malformed, text
+from scripted_backend import ScriptedBackend, SizedBackend, call, malformed, text
 
 
 def make_agent(toolbox, turns, yolo=True, **settings) -> tuple[Agent, ScriptedBackend]:
@@ -267,3 +268,53 @@ def test_a_turn_asks_for_no_more_tokens_than_the_context_has_left(toolbox):
     agent.settings.max_tokens = 64
     list(agent.run("hello again"))
     assert backend.max_tokens[1] == 64
+
+
+def test_a_conversation_one_token_short_of_the_context_starts_no_turn(toolbox):
+    """The prompt plus the one token a turn needs must fit: a prompt of context - 1 tokens
+    leaves no room (fresh8's loop_turn_with_no_room_left_started)."""
+    backend = SizedBackend([[text("never asked")]], size=99, context_size=100)
+    events = list(Agent(backend, toolbox, Permissions(yolo=True)).run("hello"))
+    assert finished(events) == RunFinished(
+        "context_full",
+        "",
+        "the conversation (99 tokens) leaves no room in the context of 100 tokens",
+    )
+    assert backend.requests == [] and not any(isinstance(e, TurnStarted) for e in events)
+
+
+def test_a_conversation_two_tokens_short_of_the_context_gets_a_one_token_turn(toolbox):
+    backend = SizedBackend([[text("y")]], size=98, context_size=100)
+    events = list(Agent(backend, toolbox, Permissions(yolo=True)).run("hello"))
+    assert finished(events) == RunFinished("answer", "y")
+    assert backend.max_tokens == [1]
+
+
+def test_calls_left_unrun_by_a_stop_go_back_as_failed(toolbox, workspace):
+    """A call the user's stop kept from running is reported to the model as a failure, like a
+    denial (fresh8's loop_unrun_call_results_not_errors)."""
+    agent, backend = make_agent(
+        toolbox,
+        [[call("write", path="a.txt", content="a"), call("write", path="b.txt", content="b")]],
+        yolo=False,
+    )
+    for event in agent.run("write both"):
+        if isinstance(event, PermissionRequest):
+            event.answer(Decision.DENY)
+            agent.stop()
+    first, second = [m for m in agent.messages if m["role"] == "tool"]
+    assert first["is_error"] and "did not allow" in first["content"]
+    assert second == {
+        "role": "tool",
+        "tool_call_id": agent.messages[-3]["tool_calls"][1]["id"],
+        "content": "error: not run; the user stopped the agent",
+        "is_error": True,
+    }
+    assert not (workspace / "a.txt").exists() and not (workspace / "b.txt").exists()
+
+
+def test_a_malformed_call_goes_back_as_failed(toolbox):
+    agent, backend = make_agent(toolbox, [[malformed()], [text("fixed")]])
+    list(agent.run("list"))
+    report = backend.requests[1][-1]
+    assert report["is_error"] is True and report["role"] == "tool"
