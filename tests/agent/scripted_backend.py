@@ -82,4 +82,3 @@ class SizedBackend(ScriptedBackend):
 
     def count_tokens(self, messages, tools, *, thinking: bool) -> int:
         return self.size
-
