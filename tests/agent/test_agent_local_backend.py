@@ -1,6 +1,7 @@
 """The local backend over a stand-in service: a conversation's saved state is adopted only when
 the next prompt continues it (the state may be cut back by at most MAX_CUT tokens), a prompt
-that does not fit is a BackendError, and states are kept only with a prompt cache."""
+that does not fit is a BackendError, states are kept only with a prompt cache, and a turn and a
+count use the run's settings."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from types import SimpleNamespace
 from ds4mlx.agent import backend as backend_module
 from ds4mlx.agent.backend import BackendError, LocalBackend
 from ds4mlx.engine.session import Snapshot
-from ds4mlx.generation import MAX_CUT, SnapshotFileError
+from ds4mlx.generation import MAX_CUT, SamplingOptions, SnapshotFileError, TextDelta
 
 import pytest
 
@@ -138,3 +139,44 @@ def test_the_expert_hit_rate_is_shown_only_for_streamed_experts(stats, rate):
     service = Service()
     service.model.expert_stats = lambda: stats
     assert LocalBackend(service).expert_hit_rate() == rate
+
+
+def test_a_turn_asks_the_service_for_progress_with_the_runs_settings():
+    service = Service()
+    asked = []
+
+    def chat(messages, tools, **options):
+        asked.append((messages, tools, options))
+        yield TextDelta("hi")
+
+    service.chat = chat
+    sampling = SamplingOptions(temperature=0.0)
+    tools = [{"type": "function", "function": {"name": "read"}}]
+    events = list(
+        LocalBackend(service, sampling).chat(MESSAGES, tools, max_tokens=7, thinking=True)
+    )
+    assert events == [TextDelta("hi")]
+    assert asked == [
+        (
+            MESSAGES,
+            tools,
+            {"max_tokens": 7, "sampling": sampling, "thinking": True, "report_prefill": True},
+        )
+    ]
+
+
+@pytest.mark.parametrize("thinking", [False, True])
+def test_tokens_are_counted_on_the_prompt_rendered_with_the_runs_thinking(thinking):
+    rendered = []
+
+    class Format:
+        def render(self, messages, tools, *, thinking):
+            rendered.append(thinking)
+            return "<prompt>" * (2 if thinking else 1)
+
+    service = Service(chat_format=Format())
+    service.count_tokens = len
+    assert LocalBackend(service).count_tokens(MESSAGES, [], thinking=thinking) == (
+        16 if thinking else 8
+    )
+    assert rendered == [thinking]
