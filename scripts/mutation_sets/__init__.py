@@ -12,6 +12,7 @@ from mutation_sets import (
     fresh7,
     fresh8,
     guards,
+    hardened2_ag_loop,
     hardened_agent,
     hardened_cli,
     hardened_engine,
@@ -39,6 +40,7 @@ SETS: dict[str, tuple[Mutation, ...]] = {
     "hardened_server": hardened_server.MUTATIONS,
     "hardened_speculation": hardened_speculation.MUTATIONS,
     "fresh8": fresh8.MUTATIONS,
+    "hardened2_ag_loop": hardened2_ag_loop.MUTATIONS,
 }
 MUTATIONS: tuple[Mutation, ...] = tuple(m for mutations in SETS.values() for m in mutations)
 
