@@ -7,9 +7,12 @@ boundary, a member of a literal, a default, one field of a message, an early ret
 ``=``. Each was applied by hand and run against the test file that now guards it: it fails with
 the change and passes without. None repeats an earlier set's mutation (same file and old text).
 
-Left out as equivalent: the local backend's ``stream.close()`` in ``chat`` (``yield from``
+Left out: the local backend's ``stream.close()`` in ``chat`` (equivalent: ``yield from``
 already closes the service's stream when the turn's iterator is closed, and a stream that
-raised is finished).
+raised is finished); the marker variable's name (equivalent: only its consistency matters);
+a foreground command's timeout checked one poll late (only timing tells it); a command given
+the agent's stdin instead of /dev/null (untested: the test runner's own stdin is often
+/dev/null too).
 
 Test selection as in the fresh sets: the whole ``tests/agent`` folder (``base.in_agent_folder``).
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 from mutation_sets.base import (
     AGENT_BACKEND_PY,
     AGENT_LOOP_PY,
+    JOBS_PY,
     Mutation,
 )
 from mutation_sets.base import in_agent_folder as _agent
@@ -411,5 +415,138 @@ MUTATIONS: tuple[Mutation, ...] = (
         AGENT_BACKEND_PY,
         "raw = f\"{call['name']}({call['arguments']})\"",
         "raw = f\"{call['name']} {call['arguments']}\"",
+    ),
+    # jobs: finding marked processes, signalling, starting and stopping commands.
+    _agent(
+        "jobs_marker_matched_inside_another_variable",
+        JOBS_PY,
+        'if needle in environ.read().split(b"\\0"):',
+        "if needle in environ.read():",
+    ),
+    _agent(
+        "jobs_proc_entries_not_filtered",
+        JOBS_PY,
+        (
+            "        if not entry.isdigit():\n"
+            "            continue\n"
+            "        try:\n"
+            "            with open("
+        ),
+        ("        try:\n            with open("),
+    ),
+    _agent(
+        "jobs_unreadable_environment_ends_the_search",
+        JOBS_PY,
+        ("        except OSError:  # gone, or not ours to read\n            continue"),
+        ("        except OSError:  # gone, or not ours to read\n            break"),
+    ),
+    _agent(
+        "jobs_missing_ps_ends_the_search",
+        JOBS_PY,
+        ("        except (OSError, subprocess.TimeoutExpired):\n            continue"),
+        ("        except (OSError, subprocess.TimeoutExpired):\n            return []"),
+    ),
+    _agent(
+        "jobs_failed_ps_listing_read",
+        JOBS_PY,
+        "if listing.returncode == 0:",
+        "if listing.stdout:",
+    ),
+    _agent(
+        "jobs_ps_marker_matched_inside_a_word",
+        JOBS_PY,
+        "if pid.isdigit() and needle in rest.split():",
+        "if pid.isdigit() and needle in rest:",
+    ),
+    _agent(
+        "jobs_ps_procps_spelling_dropped",
+        JOBS_PY,
+        '    ["ps", "-A", "-ww", "-o", "pid=,command=", "e"],\n',
+        "",
+    ),
+    _agent(
+        "jobs_gone_process_group_raises",
+        JOBS_PY,
+        ("        os.killpg(process.pid, sig)\n    except (ProcessLookupError, PermissionError):"),
+        ("        os.killpg(process.pid, sig)\n    except ProcessLookupError:"),
+    ),
+    _agent(
+        "jobs_one_gone_process_spares_the_rest",
+        JOBS_PY,
+        (
+            "            os.kill(pid, sig)\n"
+            "        except (ProcessLookupError, PermissionError):\n"
+            "            continue"
+        ),
+        (
+            "            os.kill(pid, sig)\n"
+            "        except (ProcessLookupError, PermissionError):\n"
+            "            return"
+        ),
+    ),
+    _agent(
+        "jobs_failed_start_leaks_the_pipe",
+        JOBS_PY,
+        (
+            "        except BaseException:\n"
+            "            os.close(read_end)\n"
+            "            raise\n"
+            "        finally:"
+        ),
+        ("        except BaseException:\n            raise\n        finally:"),
+    ),
+    _agent(
+        "jobs_unstarted_reader_leaves_the_command_running",
+        JOBS_PY,
+        ("            os.close(read_end)\n            self.kill()\n            raise"),
+        ("            os.close(read_end)\n            raise"),
+    ),
+    _agent(
+        "jobs_interrupted_run_leaves_the_command_running",
+        JOBS_PY,
+        ("            handle.kill()\n            handle.finish_reading(0)\n            raise"),
+        ("            handle.finish_reading(0)\n            raise"),
+    ),
+    _agent(
+        "jobs_interrupted_run_keeps_showing_its_output",
+        JOBS_PY,
+        ("        finally:\n            self.current = None"),
+        ("        finally:\n            pass"),
+    ),
+    _agent(
+        "jobs_stderr_not_captured",
+        JOBS_PY,
+        "stderr=subprocess.STDOUT,",
+        "stderr=subprocess.DEVNULL,",
+    ),
+    _agent(
+        "jobs_job_state_names_no_command",
+        JOBS_PY,
+        ('return f"job {self.number} running for {elapsed:.0f}s: {self.command}"'),
+        'return f"job {self.number} running for {elapsed:.0f}s"',
+    ),
+    _agent(
+        "jobs_timeout_also_reported_cancelled",
+        JOBS_PY,
+        "cancelled=cancelled and not timed_out,",
+        "cancelled=cancelled,",
+    ),
+    _agent(
+        "jobs_finished_job_with_leftovers_not_stopped_at_close",
+        JOBS_PY,
+        "if job.running or job.handle.reader.is_alive():",
+        "if job.running:",
+    ),
+    _agent(
+        "jobs_foreground_head_smaller",
+        JOBS_PY,
+        "FOREGROUND_HEAD_BYTES = 32 * 1024",
+        "FOREGROUND_HEAD_BYTES = 16 * 1024",
+    ),
+    _agent(
+        "jobs_job_tail_smaller",
+        JOBS_PY,
+        "JOB_TAIL_BYTES = 256 * 1024",
+        "JOB_TAIL_BYTES = 64 * 1024",
     ),
 )
