@@ -12,6 +12,7 @@ from mutation_sets import (
     fresh7,
     fresh8,
     guards,
+    hardened2_ag_loop,
     hardened2_ag_ui,
     hardened2_eng,
     hardened2_gguf_spec,
@@ -49,6 +50,7 @@ SETS: dict[str, tuple[Mutation, ...]] = {
     "hardened2_ag_ui": hardened2_ag_ui.MUTATIONS,
     "hardened2_sv_turn": hardened2_sv_turn.MUTATIONS,
     "hardened2_eng": hardened2_eng.MUTATIONS,
+    "hardened2_ag_loop": hardened2_ag_loop.MUTATIONS,
 }
 MUTATIONS: tuple[Mutation, ...] = tuple(m for mutations in SETS.values() for m in mutations)
 

@@ -42,11 +42,13 @@ class ScriptedBackend:
         self.default_answer = default_answer
         self.requests: list[list[dict]] = []  # the messages of every chat request
         self.max_tokens: list[int] = []  # and the tokens each asked for at most
+        self.thinking: list[bool] = []  # and whether each asked the model to reason
         self.closed = 0  # event streams closed before their end
 
     def chat(self, messages, tools, *, max_tokens: int, thinking: bool) -> Iterator:
         self.requests.append(copy.deepcopy(list(messages)))
         self.max_tokens.append(max_tokens)
+        self.thinking.append(thinking)
         turn = self.turns.popleft() if self.turns else [text(self.default_answer)]
         finished = False
         try:
@@ -70,3 +72,15 @@ class ScriptedBackend:
 
     def expert_hit_rate(self) -> float | None:
         return None
+
+
+class SizedBackend(ScriptedBackend):
+    """A backend whose every prompt counts ``size`` tokens, to place a conversation exactly
+    at the end of the context."""
+
+    def __init__(self, turns=(), *, size: int, context_size: int):
+        super().__init__(turns, context_size=context_size)
+        self.size = size
+
+    def count_tokens(self, messages, tools, *, thinking: bool) -> int:
+        return self.size

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from ds4mlx.agent.backend import OpenAIBackend, _tool_call_event
-from ds4mlx.engine.chat import ToolCall, ToolCallComplete, ToolCallError
+from ds4mlx.agent.backend import BackendError, OpenAIBackend, _tool_call_event, openai_messages
+from ds4mlx.engine.chat import TextDelta, ToolCall, ToolCallComplete, ToolCallError
 from ds4mlx.generation import Finished, SamplingOptions
 
 import pytest
@@ -168,3 +168,52 @@ def test_a_call_assembled_from_pieces(name, arguments, expected):
 def test_arguments_that_are_not_json_name_the_error():
     event = _tool_call_event({"name": "read", "arguments": "{"})
     assert event.raw == "read({)" and event.reason.startswith("arguments are not valid JSON: ")
+
+
+def test_a_stream_broken_mid_way_is_a_backend_error_and_is_closed():
+    import openai
+
+    class Broken(Stream):
+        def __iter__(self):
+            yield chunk(delta("Hel"))
+            raise openai.OpenAIError("connection reset")
+
+    client = Client()
+    client.stream = Broken()
+    events = []
+    with pytest.raises(BackendError, match=r"^http://fake/v1: connection reset$"):
+        for event in backend(client).chat([], [], max_tokens=9, thinking=False):
+            events.append(event)
+    assert events == [TextDelta("Hel")] and client.stream.closed
+
+
+def test_the_model_card_is_asked_once_with_a_short_timeout():
+    import openai
+
+    asked = []
+    client = Client(card=SimpleNamespace(model_extra={"n_ctx": 64}))
+    client.with_options = lambda **options: asked.append(options) or client
+    assert backend(client).server_context_size() == 64
+    assert asked == [{"timeout": 5.0, "max_retries": 0}]
+
+    def unknown(name):
+        raise openai.OpenAIError("no such model")
+
+    client.models.retrieve = unknown
+    assert backend(client).server_context_size() is None
+
+
+def test_a_tool_result_after_a_later_answer_is_sent_as_a_user_message():
+    """A call id is open only until the next assistant message: a result after that answers
+    no call a strict server knows."""
+    call = {"id": "a", "type": "function", "function": {"name": "list", "arguments": {}}}
+    converted = openai_messages(
+        [
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "a", "content": "files"},
+            {"role": "assistant", "content": "done"},
+            {"role": "tool", "tool_call_id": "a", "content": "late"},
+        ]
+    )
+    assert converted[1] == {"role": "tool", "tool_call_id": "a", "content": "files"}
+    assert converted[3] == {"role": "user", "content": "late"}

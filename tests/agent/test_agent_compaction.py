@@ -5,12 +5,13 @@ still answers."""
 from __future__ import annotations
 
 from ds4mlx.agent import compaction
+from ds4mlx.agent.backend import BackendError
 from ds4mlx.agent.loop import Agent, CompactionFinished, CompactionStarted, RunFinished
 from ds4mlx.agent.permissions import Permissions
 from ds4mlx.agent.tool_schemas import SYSTEM_PROMPT
 
 import pytest
-from scripted_backend import ScriptedBackend, call, text
+from scripted_backend import ScriptedBackend, SizedBackend, call, text
 
 CONTEXT = 8192
 
@@ -147,6 +148,25 @@ def test_compaction_that_would_not_shrink_changes_nothing(toolbox):
     assert agent.messages == before
 
 
+def test_compaction_that_would_leave_the_size_unchanged_changes_nothing(toolbox):
+    """A compacted conversation of exactly the size it had is no gain: the turns are kept
+    verbatim (fresh8's loop_compaction_of_equal_size_kept)."""
+    backend = SizedBackend(size=500, context_size=CONTEXT)
+    agent = Agent(backend, toolbox, Permissions(yolo=True))
+    for number in range(4):
+        agent.messages.extend(
+            [
+                {"role": "user", "content": f"Question {number}?"},
+                {"role": "assistant", "content": f"Answer {number}."},
+            ]
+        )
+    before = list(agent.messages)
+    backend.turns.append([text("a summary")])
+    events = list(agent.compact())
+    assert events[-1] == CompactionFinished(500, 500, "nothing to compact")
+    assert agent.messages == before and len(before) == 9
+
+
 def test_a_huge_last_tool_result_is_clipped(toolbox):
     agent, backend = make_agent(toolbox)
     fill(agent, 0.3)
@@ -187,3 +207,102 @@ def test_strip_drops_tool_outputs(toolbox):
 @pytest.mark.parametrize(("tokens", "expected"), [(849, False), (850, True), (1000, True)])
 def test_threshold(tokens, expected):
     assert compaction.should_compact(tokens, 1000) is expected
+
+
+def test_the_turn_after_automatic_compaction_gets_the_room_compaction_made(toolbox):
+    agent, backend = make_agent(toolbox)
+    agent.settings.max_tokens = 100_000
+    fill(agent, 0.88)
+    backend.turns.extend([[text("the summary")], [text("answer")]])
+    events = list(agent.run("go on"))
+    assert next(e for e in events if isinstance(e, CompactionStarted)).reason == (
+        "the context is 85% full"
+    )
+    asked = backend.count_tokens(backend.requests[1], toolbox.schemas, thinking=False)
+    assert asked < 0.5 * CONTEXT and backend.max_tokens[1] == CONTEXT - asked - 1
+
+
+def test_a_stop_while_the_summary_is_written_ends_the_run_unchanged(toolbox):
+    agent, backend = make_agent(toolbox)
+    fill(agent, 0.88)
+    backend.turns.append([text("Modules "), agent.stop, text("1 to 9.")])
+    kept = list(agent.messages)
+    events = list(agent.run("go on"))
+    assert events[-2:] == [
+        CompactionFinished(events[-2].tokens_before, events[-2].tokens_before, "cancelled"),
+        RunFinished("cancelled", ""),
+    ]
+    assert len(backend.requests) == 1 and backend.closed == 1  # the summary stopped there
+    assert agent.messages == [*kept, {"role": "user", "content": "go on"}]
+
+
+def test_a_summary_that_fails_leaves_the_conversation_as_it_was(toolbox):
+    agent, backend = make_agent(toolbox)
+    fill(agent, 0.6)
+    kept = list(agent.messages)
+
+    def fail():
+        raise BackendError("server gone")
+
+    backend.turns.append([text("partial"), fail])
+    events = list(agent.compact())
+    before = events[0].tokens
+    assert events[-1] == CompactionFinished(before, before, "the summary failed: server gone")
+    assert agent.messages == kept
+
+
+class SummaryCounted(ScriptedBackend):
+    """A summary request counts one token a character of its transcript, plus ``extra``:
+    places it exactly at the context's end."""
+
+    extra = 0
+
+    def count_tokens(self, messages, tools, *, thinking: bool) -> int:
+        if is_summary_request(messages):
+            return len(messages[1]["content"]) + self.extra
+        return super().count_tokens(messages, tools, thinking=thinking)
+
+
+def summarised_transcript(agent: Agent, backend: ScriptedBackend) -> str:
+    budgets = compaction.Budgets.for_context(CONTEXT)
+    plan = compaction.plan_compaction(
+        agent.messages, budgets, lambda m: backend.count_tokens([m], (), thinking=False)
+    )
+    return compaction.transcript(plan.older)
+
+
+@pytest.mark.parametrize("over", [0, -1])
+def test_a_summary_request_must_leave_room_for_the_summary(toolbox, over):
+    """The request plus the summary's budget must stay below the context: exactly at it, the
+    oldest fifth of the transcript is cut; one token less, it goes whole."""
+    backend = SummaryCounted(context_size=CONTEXT)
+    agent = Agent(backend, toolbox, Permissions(yolo=True))
+    fill(agent, 0.6)
+    whole = summarised_transcript(agent, backend)
+    summary_budget = compaction.Budgets.for_context(CONTEXT).summary
+    backend.extra = CONTEXT - summary_budget - len(whole) + over
+    backend.turns.append([text("Modules 1 to 9 "), text("set x.")])
+    assert list(agent.compact())[-1].compacted
+    sent = backend.requests[0][1]["content"]
+    assert sent == (whole if over < 0 else whole[len(whole) - int(len(whole) * 0.8) :])
+    assert backend.max_tokens == [summary_budget] and backend.thinking == [False]
+    assert "Modules 1 to 9 set x." in agent.messages[1]["content"]
+
+
+def test_a_short_transcript_is_sent_whole_even_when_it_does_not_fit(toolbox):
+    backend = SummaryCounted(context_size=CONTEXT)
+    backend.extra = CONTEXT  # never fits
+    agent = Agent(backend, toolbox, Permissions(yolo=True))
+    agent.messages.extend(
+        [
+            {"role": "user", "content": "first question " * 5},
+            {"role": "assistant", "content": "first answer " * 5},
+            {"role": "user", "content": "second question"},
+            {"role": "assistant", "content": "a long second answer " * 200},
+        ]
+    )
+    whole = summarised_transcript(agent, backend)
+    assert 100 < len(whole) < 200
+    backend.turns.append([text("summary")])
+    list(agent.compact())
+    assert backend.requests[0][1]["content"] == whole

@@ -10,9 +10,13 @@ from ds4mlx.agent.instructions import (
     ProjectInstructions,
     project_instructions,
 )
+from ds4mlx.agent.loop import Agent
+from ds4mlx.agent.tool_schemas import SYSTEM_PROMPT
+from ds4mlx.agent.tools import ToolBox
 from ds4mlx.agent.workspace import Workspace
 
 import pytest
+from scripted_backend import ScriptedBackend
 
 
 @pytest.fixture
@@ -87,3 +91,20 @@ def test_the_system_section_names_the_file_before_the_text():
     assert ProjectInstructions("AGENTS.md", "Use make.").system_section() == (
         "\n\n# Project instructions (from AGENTS.md in the workspace)\n\nUse make."
     )
+
+
+def test_every_new_conversation_starts_with_the_instructions_read_at_start(root):
+    (root / "AGENTS.md").write_text("Use make.\n")
+    agent = Agent(ScriptedBackend(), ToolBox(Workspace(root)))
+    section = "\n\n# Project instructions (from AGENTS.md in the workspace)\n\nUse make."
+    assert agent.messages == [{"role": "system", "content": SYSTEM_PROMPT + section}]
+    assert agent.conversation.workspace == str(root)
+    (root / "AGENTS.md").write_text("Use ninja.\n")  # read once: later conversations agree
+    assert agent.new_conversation().messages[0]["content"] == SYSTEM_PROMPT + section
+
+
+def test_without_instructions_the_system_prompt_is_the_agents_own(root):
+    (root / "CLAUDE.md").unlink()
+    agent = Agent(ScriptedBackend(), ToolBox(Workspace(root)))
+    assert agent.instructions is None
+    assert agent.messages == [{"role": "system", "content": SYSTEM_PROMPT}]
