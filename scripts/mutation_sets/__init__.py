@@ -11,6 +11,7 @@ from mutation_sets import (
     fresh6,
     fresh7,
     fresh8,
+    fresh9,
     guards,
     hardened_agent,
     hardened_cli,
@@ -39,6 +40,7 @@ SETS: dict[str, tuple[Mutation, ...]] = {
     "hardened_server": hardened_server.MUTATIONS,
     "hardened_speculation": hardened_speculation.MUTATIONS,
     "fresh8": fresh8.MUTATIONS,
+    "fresh9": fresh9.MUTATIONS,
 }
 MUTATIONS: tuple[Mutation, ...] = tuple(m for mutations in SETS.values() for m in mutations)
 
