@@ -11,6 +11,7 @@ from mutation_sets import (
     fresh6,
     fresh7,
     fresh8,
+    fresh9,
     guards,
     hardened2_ag_loop,
     hardened2_ag_ui,
@@ -51,6 +52,7 @@ SETS: dict[str, tuple[Mutation, ...]] = {
     "hardened2_sv_turn": hardened2_sv_turn.MUTATIONS,
     "hardened2_eng": hardened2_eng.MUTATIONS,
     "hardened2_ag_loop": hardened2_ag_loop.MUTATIONS,
+    "fresh9": fresh9.MUTATIONS,
 }
 MUTATIONS: tuple[Mutation, ...] = tuple(m for mutations in SETS.values() for m in mutations)
 
