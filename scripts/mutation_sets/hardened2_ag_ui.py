@@ -18,6 +18,9 @@ tested as ``> 1`` (every git failure the checkpoints can meet exits 128); the an
 ``MalformedToolCall`` or at ``TurnFinished`` left out one at a time (each covers the other).
 
 Test selection as in the fresh sets: the whole ``tests/agent`` folder (``base.in_agent_folder``).
+
+The entry found identical to one of fresh9's (written the same afternoon by the
+blind writer, who never saw this set) was taken out of it: fresh9 keeps it.
 """
 
 from __future__ import annotations
@@ -164,12 +167,6 @@ MUTATIONS: tuple[Mutation, ...] = (
         AGENT_WIDGETS_PY,
         '"a": "always", "n"',
         '"A": "always", "n"',
-    ),
-    _agent(
-        "widgets_p_answers_without_prefix",
-        AGENT_WIDGETS_PY,
-        'if event.key == "p" and self.prefix:',
-        'if event.key == "p":',
     ),
     _agent(
         "widgets_n_denies_without_reason_line",

@@ -19,6 +19,9 @@ EOS at the very start of DeepSeek's pending tool-block text (``eos >= 0`` to ``>
 delays the block's end to ``finish``, with the same events).
 
 Test selection as in the fresh sets: the whole test folder of the mutated package, with ``-x``.
+
+The 3 entries found identical to fresh9's (written the same afternoon by the
+blind writer, who never saw these) were taken out of this set: fresh9 keeps them.
 """
 
 from __future__ import annotations
@@ -37,12 +40,6 @@ from mutation_sets.base import in_engine_folder as _engine
 MUTATIONS = (
     # ds4 bench: value types
     _cli(
-        "bench_no_sections_accepted",
-        CLI_BENCH_PY,
-        "    if unknown or not names:\n",
-        "    if unknown:\n",
-    ),
-    _cli(
         "bench_blank_section_names_kept",
         CLI_BENCH_PY,
         'for name in text.split(",") if name.strip())',
@@ -53,12 +50,6 @@ MUTATIONS = (
         CLI_BENCH_PY,
         "if not values or min(values) < 1:",
         "if not values or min(values) <= 1:",
-    ),
-    _cli(
-        "bench_context_of_zero_accepted",
-        CLI_BENCH_PY,
-        "if not values or min(values) < 1:",
-        "if not values or min(values) < 0:",
     ),
     _cli(
         "bench_empty_drafter_path_not_skipped",
@@ -351,12 +342,6 @@ MUTATIONS = (
         CLI_PERPLEXITY_PY,
         "    if len(tokens) < 2:\n",
         "    if len(tokens) < 1:\n",
-    ),
-    _cli(
-        "logprobs_text_filling_the_context_refused",
-        CLI_PERPLEXITY_PY,
-        "    if len(tokens) > args.ctx:\n",
-        "    if len(tokens) >= args.ctx:\n",
     ),
     _cli(
         "logprobs_top_zero_lists_alternatives",

@@ -7,6 +7,9 @@ blocks turned off).
 
 Test selection as in the fresh sets: the whole ``tests/`` folder of the mutated package, with
 ``-x``.
+
+The 4 entries found identical to fresh9's (written the same afternoon by the
+blind writer, who never saw these) were taken out of this set: fresh9 keeps them.
 """
 
 from __future__ import annotations
@@ -26,12 +29,6 @@ from mutation_sets.base import in_speculation_folder as _speculation
 
 _READER = (
     _gguf(
-        "reader_mapped_tensors_not_counted",
-        GGUF_READER_PY,
-        "            self.mapped_tensors += 1\n",
-        "",
-    ),
-    _gguf(
         "reader_mapped_tensor_not_reported",
         GGUF_READER_PY,
         "            self.mapped_tensors += 1\n            self.mark_loaded(name)\n",
@@ -42,12 +39,6 @@ _READER = (
         GGUF_READER_PY,
         "self.conversion_seconds += time.perf_counter() - start",
         "self.conversion_seconds = time.perf_counter() - start",
-    ),
-    _gguf(
-        "reader_shard_bytes_ignored",
-        GGUF_READER_PY,
-        "self.on_tensor_loaded(name, info.nbytes if nbytes is None else nbytes)",
-        "self.on_tensor_loaded(name, info.nbytes)",
     ),
     _gguf(
         "reader_progress_called_without_a_callback",
@@ -195,12 +186,6 @@ _QUANTS = (
         QUANTS_PY,
         'T.Q8_0: (_q8_0, 8, "affine"),',
         'T.Q8_0: (_q8_0, 4, "affine"),',
-    ),
-    _gguf(
-        "quants_affine_plan_without_biases",
-        QUANTS_PY,
-        "return n * bits // 8 + 2 * 4 * groups",
-        "return n * bits // 8 + 4 * groups",
     ),
     _gguf(
         "quants_empty_matrix_converted",
@@ -363,12 +348,6 @@ _DRAFTERS = (
         '            raise ValueError(f"{len(tokens)} tokens but {rows.n_rows} target rows")\n'
         "        if self._next_pos is not None and rows.pos0 != self._next_pos:\n",
         "        if self._next_pos is not None and rows.pos0 != self._next_pos:\n",
-    ),
-    _speculation(
-        "mtp_margin_reached_stops_the_draft",
-        MTP_PY,
-        "return None if float(gap) < self.margin else int(best)",
-        "return None if float(gap) <= self.margin else int(best)",
     ),
     _speculation(
         "dspark_device_draft_before_an_observe",
