@@ -282,3 +282,36 @@ def test_a_full_context_suggests_compact_in_the_ui(toolbox, store):
         assert not agent.backend.requests
 
     play(app, scenario)
+
+
+def test_a_permission_screen_closed_without_an_answer_denies(toolbox, store, workspace):
+    turns = [[call("write", path="new.txt", content="x")], [text("Not written.")]]
+    app, _ = make_app(toolbox, store, turns, yolo=False)
+
+    async def scenario(pilot):
+        await submit(pilot, "write a file")
+        await until(pilot, lambda: isinstance(app.screen, PermissionScreen))
+        app.screen.dismiss()  # closed some other way than by a key: the answer is None
+        await until(pilot, lambda: answers(app) == ["Not written."] and not app.busy)
+        assert app.query_one(ToolPanel).has_class("failed")
+        assert not (workspace / "new.txt").exists()
+
+    play(app, scenario)
+
+
+def test_a_deleted_conversation_stays_deleted_until_a_later_command(toolbox, store):
+    app, agent = make_app(toolbox, store, [[text("an answer")]])
+
+    async def scenario(pilot):
+        await submit(pilot, "a question")
+        await until(pilot, lambda: answers(app) == ["an answer"] and not app.busy)
+        saved = agent.conversation.name
+        assert [entry.name for entry in store.list()] == [saved]  # the turn autosaved
+        await submit(pilot, f"/del {saved}")
+        await until(pilot, lambda: f"deleted {saved}" in texts(app, ".note"))
+        assert store.list() == []
+        await submit(pilot, "/history")  # any other command saves the conversation again
+        await until(pilot, lambda: "assistant: an answer" in "".join(texts(app, ".note")))
+        assert len(store.list()) == 1 and agent.conversation.name is not None
+
+    play(app, scenario)
