@@ -87,15 +87,20 @@ def test_a_tool_call_shows_a_panel_with_its_result(toolbox, store):
     play(app, scenario)
 
 
-@pytest.mark.parametrize(("keys", "allowed"), [(["y"], True), (["n", "enter"], False)])
-def test_permission_prompt_answered_by_key(toolbox, store, workspace, keys, allowed):
+@pytest.mark.parametrize(
+    ("keys", "allowed"), [(["y"], True), (["n", "enter"], False), (None, False)]
+)
+def test_permission_prompt_answered_by_key_or_closed(toolbox, store, workspace, keys, allowed):
     turns = [[call("edit", path="README.md", old="A demo", new="The demo")], [text("Done.")]]
     app, _ = make_app(toolbox, store, turns, yolo=False)
 
     async def scenario(pilot):
         await submit(pilot, "edit the readme")
         await until(pilot, lambda: isinstance(app.screen, PermissionScreen) and app.screen.armed)
-        await pilot.press(*keys)
+        if keys is None:  # closed some other way than by a key: no answer is a denial
+            app.screen.dismiss()
+        else:
+            await pilot.press(*keys)
         await until(pilot, lambda: answers(app) == ["Done."] and not app.busy)
         panel = app.query_one(ToolPanel)
         readme = (workspace / "README.md").read_text()
@@ -280,5 +285,23 @@ def test_a_full_context_suggests_compact_in_the_ui(toolbox, store):
         assert any("context not compacted" in note for note in texts(app, ".note"))
         assert "/compact or /new frees room" in texts(app, ".error")[-1]
         assert not agent.backend.requests
+
+    play(app, scenario)
+
+
+def test_a_deleted_conversation_stays_deleted_until_a_later_command(toolbox, store):
+    app, agent = make_app(toolbox, store, [[text("an answer")]])
+
+    async def scenario(pilot):
+        await submit(pilot, "a question")
+        await until(pilot, lambda: answers(app) == ["an answer"] and not app.busy)
+        saved = agent.conversation.name
+        assert [entry.name for entry in store.list()] == [saved]  # the turn autosaved
+        await submit(pilot, f"/del {saved}")
+        await until(pilot, lambda: f"deleted {saved}" in texts(app, ".note"))
+        assert store.list() == []
+        await submit(pilot, "/history")  # any other command saves the conversation again
+        await until(pilot, lambda: "assistant: an answer" in "".join(texts(app, ".note")))
+        assert len(store.list()) == 1 and agent.conversation.name is not None
 
     play(app, scenario)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import ds4mlx
 from ds4mlx.cli.main import main
-from ds4mlx.cli.perplexity import FEED_BATCH, bos_for_chunks, perplexity
+from ds4mlx.cli.perplexity import FEED_BATCH, Perplexity, bos_for_chunks, perplexity
 
 import numpy as np
 import pytest
@@ -212,3 +212,11 @@ def test_logprobs_of_a_text_filling_the_context_go_to_stdout(tmp_path, capsys):
     (line,) = capsys.readouterr().out.splitlines()
     record = json.loads(line)
     assert (record["position"], record["token"]) == (1, 8) and "top_logprobs" not in record
+
+
+def test_the_error_is_the_sample_standard_error_of_the_perplexity():
+    scored = Perplexity()
+    scored.add(np.array([-1.0, -2.0]))
+    # Mean NLL 1.5, variance 0.25 over the two tokens: llama.cpp divides by count - 1 = 1.
+    assert scored.value == math.exp(1.5)
+    assert scored.error == 0.5 * math.exp(1.5)
