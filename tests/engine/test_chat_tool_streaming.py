@@ -77,6 +77,18 @@ def test_a_cut_off_call_is_marked_unterminated():
     assert events[0].text == "Sure." and events[-1].unterminated
 
 
+@pytest.mark.parametrize(("size", "announced"), [(1, [ToolCallStart("write")]), (1000, [])])
+def test_a_broken_invoke_streams_no_arguments(size, announced):
+    # Fed piece by piece, its name is announced before the broken parameter is written.
+    invoke = (
+        f'<{D}invoke name="write"><{D}parameter string="true">x</{D}parameter>'
+        f'<{D}parameter name="path" string="true">a</{D}parameter></{D}invoke>'
+    )
+    text = f"<{D}tool_calls>{invoke}</{D}tool_calls>"
+    events = feed_in_pieces(DEEPSEEK_V4.stream_parser(stream_arguments=True), text, size)
+    assert events == [*announced, ToolCallError(invoke, "parameter tag without a name")]
+
+
 GLM_CALL = (
     '<tool_call>write<arg_key>path</arg_key><arg_value>a "b".txt</arg_value>'
     "<arg_key>lines</arg_key><arg_value>[1, 2]</arg_value></tool_call>"
@@ -102,6 +114,23 @@ def test_glm_arguments_stream_argument_by_argument(size):
     assert events[-1] == ToolCallComplete(ToolCall("write", ARGUMENTS))
     whole = feed_in_pieces(GLM5.stream_parser(tools=tools), GLM_CALL, size)
     assert whole == [events[-1]]
+
+
+def test_glm_streams_a_string_argument_that_looks_like_json_as_a_string():
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "write",
+                "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+            },
+        }
+    ]
+    call = GLM_CALL.replace('a "b".txt', "42")
+    events = feed_in_pieces(GLM5.stream_parser(tools=tools, stream_arguments=True), call, 1)
+    pieces = [e.text for e in events if isinstance(e, ToolCallArguments)]
+    assert pieces == ['{"path": "42"', ', "lines": [1, 2]', "}"]
+    assert events[-1] == ToolCallComplete(ToolCall("write", {"path": "42", "lines": [1, 2]}))
 
 
 def test_a_glm_call_cut_inside_its_tag_is_not_text():

@@ -248,3 +248,16 @@ def test_a_file_whose_tokens_changed_since_it_was_indexed_is_refused(tmp_path):
     assert len(warned) == 1 and warned[0].endswith("its tokens changed since it was indexed")
     assert not disk.path_for((1, 2, 3)).exists() and disk.keys() == [(4, 5, 6)]
     assert disk.load((4, 5, 6)).tokens == (4, 5, 6)
+
+
+def test_a_file_corrupt_since_it_was_indexed_leaves_the_index(tmp_path):
+    warned: list[str] = []
+    disk = DiskTier(tmp_path, 1 << 20, "f" * 64, warned.append)
+    assert disk.save(_small((1, 2, 3))) and disk.save(_small((4, 5, 6)))
+    path = disk.path_for((1, 2, 3))
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0x01  # the last array byte: the header still reads fine
+    path.write_bytes(bytes(data))
+    assert disk.load((1, 2, 3)) is None
+    assert len(warned) == 1 and warned[0].endswith("checksum mismatch (the file is corrupt)")
+    assert not path.exists() and disk.keys() == [(4, 5, 6)] and len(disk) == 1

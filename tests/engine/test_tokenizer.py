@@ -407,6 +407,16 @@ def test_a_file_tokenizer_takes_every_stop_token_and_flag_it_names():
     assert tok.encode("ab", add_special=True) == [3, 2]
 
 
+def test_a_file_without_the_bos_and_eos_flags_adds_neither():
+    # llama.cpp reads a missing add_bos_token/add_eos_token as false: a BOS id alone adds nothing.
+    metadata = FakeGGUF(
+        model="gpt2", tokens=HAND_TOKENS, merges=["a b"], bos_token_id=3, eos_token_id=4
+    )
+    tok = Tokenizer.from_gguf(metadata)
+    assert (tok.add_bos, tok.add_eos) == (False, False)
+    assert tok.encode("ab", add_special=True) == [2]
+
+
 @pytest.mark.parametrize("missing", ["tokens", "merges"])
 def test_a_file_without_tokens_or_merges_is_refused(missing):
     values = {"model": "gpt2", "tokens": HAND_TOKENS, "merges": ["a b"]}
