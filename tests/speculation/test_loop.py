@@ -433,16 +433,9 @@ def test_a_confidence_equal_to_the_threshold_keeps_its_token(ds4_model):
         return Draft(tokens, [1.0, 0.5, 0.5, 0.25, 0.25][: len(tokens)])
 
     drafter.propose = at_the_threshold
-    spec, stats = run(
-        generate(
-            ds4_model.new_session(),
-            prompt,
-            n,
-            drafter=drafter,
-            config=SpeculationConfig(confidence=0.5),
-            lease=drafting_lease(),
-        )
-    )
+    config, session = SpeculationConfig(confidence=0.5), ds4_model.new_session()
+    events = generate(session, prompt, n, drafter=drafter, config=config, lease=drafting_lease())
+    spec, stats = run(events)
     assert spec == plain
     # Drafts of three (1.0, 0.5, 0.5 kept), each accepted with the target's token: five of
     # them, then one cut to the two tokens the budget leaves room for (1 + 5 * 4 + 3 = 24).
