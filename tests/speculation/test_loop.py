@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
-from ds4mlx.engine.generate import DoneEvent
+from ds4mlx.engine.generate import DoneEvent, run_alone, stepped_generate
 from ds4mlx.engine.sampling import SamplingOptions
 from ds4mlx.generation import generate
 from ds4mlx.speculation import SpeculationConfig
-from ds4mlx.speculation.scheduler import MIN_TAIL_DRAFT
+from ds4mlx.speculation.drafter import Draft
+from ds4mlx.speculation.loop import (
+    DrafterLease,
+    SpeculationOptions,
+    SpeculativeDecoder,
+    SpeculativeStats,
+)
+from ds4mlx.speculation.scheduler import MIN_TAIL_DRAFT, CostMeter
 
 import mlx.core as mx
 import numpy as np
 import pytest
 
-from .conftest import ScriptedDrafter, measured_lease
+from .conftest import ScriptedDrafter, TickingClock, measured_lease
 
 PROMPTS = [[115, 78, 104, 2, 65, 24], [9, 56, 25, 61, 80, 12, 12, 86], [1, 2, 3]]
 
@@ -308,8 +315,6 @@ def test_cycles_without_a_draft_decode_pipelined_with_the_drafter_following(ds4_
     """A drafter with target rows that proposes nothing (MTP stopped by its margin) costs no
     verify pass of a lone token: each such cycle is a plain pipelined advance, whose rows the
     drafter still sees, and ds4's rule counts it as a cycle without a draft."""
-    from ds4mlx.speculation.drafter import Draft
-
     prompt, n = PROMPTS[0], 24
     plain, _ = run(generate(ds4_model.new_session(), prompt, n))
     drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size)
@@ -392,3 +397,70 @@ def test_the_first_drafted_cycle_of_each_draft_length_is_not_timed(ds4_model):
         timed += stats.drafted_passes - (len(lease.costs.warmed_lengths) - warmed)
         assert lease.costs.drafted.samples == timed
     assert 5 in lease.costs.warmed_lengths and timed > 0
+
+
+def test_a_combined_drafts_acceptance_is_credited_to_the_piece_that_made_each_token():
+    """DSpark's block of three, then the lookup's extension of two: the accepted prefix is
+    split where the pieces meet, the extension credited only with what it reached past the
+    block."""
+    stats = SpeculativeStats()
+    stats.record_draft(5, 4, [("dspark", 3), ("lookup", 2)])
+    assert stats.by_drafter == {"dspark": [1, 3, 3], "lookup": [1, 2, 1]}
+    # Rejected inside the block: none of the extension was kept.
+    stats.record_draft(5, 2, [("dspark", 3), ("lookup", 2)])
+    assert stats.by_drafter == {"dspark": [2, 6, 5], "lookup": [2, 4, 1]}
+
+
+def drafting_lease() -> DrafterLease:
+    """A lease on which plain decoding costs a tick per token (as the ticking clock measures
+    it): any drafted cycle that commits two tokens or more wins, so the cost rule never
+    pauses the drafts a test counts."""
+    costs = CostMeter(clock=TickingClock())
+    costs.plain.add(1.0, 1)
+    return DrafterLease(costs)
+
+
+def test_a_confidence_equal_to_the_threshold_keeps_its_token(ds4_model):
+    """The cut falls at the first token whose confidence is below the threshold: tokens
+    exactly at it are drafted."""
+    prompt, n = PROMPTS[0], 24
+    plain, _ = run(generate(ds4_model.new_session(), prompt, n))
+    drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=0.0)
+    scripted = drafter.propose
+
+    def at_the_threshold(max_tokens):
+        tokens = scripted(max_tokens).tokens
+        return Draft(tokens, [1.0, 0.5, 0.5, 0.25, 0.25][: len(tokens)])
+
+    drafter.propose = at_the_threshold
+    config, session = SpeculationConfig(confidence=0.5), ds4_model.new_session()
+    events = generate(session, prompt, n, drafter=drafter, config=config, lease=drafting_lease())
+    spec, stats = run(events)
+    assert spec == plain
+    # Drafts of three (1.0, 0.5, 0.5 kept), each accepted with the target's token: five of
+    # them, then one cut to the two tokens the budget leaves room for (1 + 5 * 4 + 3 = 24).
+    assert stats.position_drafted == [6, 6, 5]
+    assert stats.accepted_tokens == stats.drafted_tokens
+
+
+def test_a_draft_is_never_longer_than_the_options_allow(ds4_model):
+    """``SpeculationOptions.max_draft`` caps the draft below the drafter's own cap."""
+    prompt, n = PROMPTS[0], 24
+    plain, _ = run(generate(ds4_model.new_session(), prompt, n))
+    drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=0.0)
+    asked: list[int] = []
+    scripted = drafter.propose
+
+    def recorded(max_tokens):
+        asked.append(max_tokens)
+        return scripted(max_tokens)
+
+    drafter.propose = recorded
+    decoder = SpeculativeDecoder(drafter, SpeculationOptions(max_draft=2), drafting_lease())
+    session = ds4_model.new_session()
+    spec, stats = run(run_alone(stepped_generate(session, prompt, n, decoder=decoder)))
+    assert spec == plain
+    # Seven drafts of two, each accepted with the target's token (1 + 7 * 3 = 22): the
+    # budget's last two tokens are too few to draft (MIN_TAIL_DRAFT).
+    assert asked == [2] * 7
+    assert stats.position_drafted == [7, 7]
