@@ -1,7 +1,8 @@
 """The streamed expert store at the edges the fourth fresh mutation run found untested (issue
 37, ``scripts/mutation_sets/fresh4.py``): a cache of exactly the minimum budget, routing
 indices and hot-list entries one past the last expert, a routing step that drops only its own
-layer's hinted reads, and the hot-list's order.
+layer's hinted reads, and the hot-list's order; from fresh9's first pass, the count of hinted
+reads used and a hot-list only read, not saved.
 
 Each test was checked against the mutation it is named after in that set.
 """
@@ -146,15 +147,52 @@ def test_a_hotlist_fills_at_most_the_slots_there_are(routed, tmp_path):
         model.close()
 
 
+def hotlist_of_one_expert(path, routed) -> str:
+    """Writes a hot-list naming the first layer's expert 3 at ``path``; returns its text."""
+    model = streamed(TINY, (routed[1] * routed[2] + 1) / 2**30)
+    first = model.experts.layers[0]
+    write_hotlist(path, [{"layer": first.prefix, "expert": 3, "hotness": 7.0}])
+    model.close()
+    return path.read_text()
+
+
 def test_a_run_that_routed_nothing_leaves_the_hotlist_alone(routed, tmp_path):
     """(streamed_idle_run_overwrites_the_hotlist) A run that failed or did nothing has no
     hotness to save: the hot-list it started from stays as it was."""
     hotlist = tmp_path / "hot.json"
-    model = streamed(TINY, (routed[1] * routed[2] + 1) / 2**30)
-    first = model.experts.layers[0]
-    write_hotlist(hotlist, [{"layer": first.prefix, "expert": 3, "hotness": 7.0}])
-    model.close()
-    before = hotlist.read_text()
+    before = hotlist_of_one_expert(hotlist, routed)
     idle = streamed(TINY, (routed[1] * routed[2] + 1) / 2**30, hotlist=hotlist, save_hotlist=True)
     idle.close()
+    assert hotlist.read_text() == before
+
+
+def test_each_hinted_read_a_routing_step_takes_is_counted(routed):
+    """(fresh9 ``streamed_prefetch_use_not_counted``) Two experts hinted, then routed: two
+    prefetches used."""
+    model = streamed(TINY, routed[0] * 0.9 / 2**30, read_threads=2)
+    try:
+        store = model.experts
+        store.finish_loading()
+        first = store.layers[0]
+        spare = [first.n_experts - 2, first.n_experts - 1]
+        assert first.pool.policy.lookup(np.array(spare) + first.key_base).tolist() == [-1, -1]
+        first.prefetch(mx.array(spare))
+        list(first.batches(mx.array([spare])))
+        stats = model.expert_stats()
+        assert (stats.prefetched, stats.prefetch_used) == (2, 2)
+    finally:
+        model.close()
+
+
+def test_a_hotlist_not_asked_to_be_saved_is_left_as_it_was(routed, tmp_path):
+    """(fresh9 ``streamed_hotlist_written_without_being_asked``) ``--expert-hotlist`` alone
+    reads the file: a run that routed tokens does not rewrite it."""
+    hotlist = tmp_path / "hot.json"
+    before = hotlist_of_one_expert(hotlist, routed)
+    reader = streamed(TINY, (routed[1] * routed[2] + 1) / 2**30, hotlist=hotlist)
+    try:
+        reader.logits([1, 2, 3])
+        assert reader.expert_stats().routing_steps > 0
+    finally:
+        reader.close()
     assert hotlist.read_text() == before

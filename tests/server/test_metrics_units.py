@@ -1,10 +1,12 @@
 """The metrics page's numbers from known inputs: the time-to-first-token quantiles of unsorted
 samples, and which queue count each gauge shows (fresh6's first-pass survivors
-``metrics_ttft_quantile_of_unsorted_times`` and ``metrics_processing_gauge_shows_the_queue``).
+``metrics_ttft_quantile_of_unsorted_times`` and ``metrics_processing_gauge_shows_the_queue``);
+the throughput's units and the cancelled total (fresh9's).
 """
 
 from __future__ import annotations
 
+from ds4mlx.generation import Finished
 from ds4mlx.server.metrics import ServerMetrics
 from ds4mlx.server.queue import QueueStats
 
@@ -36,3 +38,20 @@ def test_the_gauges_show_running_and_waiting_requests_apart():
     values = gauges(page)
     assert values["llamacpp:requests_processing"] == 2
     assert values["llamacpp:requests_deferred"] == 5
+
+
+def test_the_throughput_is_tokens_per_second():
+    """(fresh9 ``metrics_throughput_inverted``) 20 tokens in 2 s are 10 tokens/s."""
+    metrics = ServerMetrics()
+    metrics.finished(
+        Finished("stop", prompt_tokens=5, completion_tokens=20, cached_tokens=0, seconds=2.0)
+    )
+    values = gauges(metrics.prometheus(QueueStats(), slots=1))
+    assert values["llamacpp:predicted_tokens_seconds"] == 10.0
+
+
+def test_cancelled_and_failed_generations_are_counted_apart():
+    """(fresh9 ``metrics_cancelled_total_shows_the_failures``) Each total shows its own count."""
+    values = gauges(ServerMetrics().prometheus(QueueStats(cancelled=3, failed=1), slots=1))
+    assert values["ds4mlx:requests_cancelled_total"] == 3
+    assert values["ds4mlx:requests_failed_total"] == 1
