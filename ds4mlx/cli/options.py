@@ -253,9 +253,9 @@ def add_speculation_flags(parser: argparse.ArgumentParser) -> None:
         type=_non_negative_int,
         default=0,
         metavar="N",
-        help="prompt lookup: draft up to N tokens copied from the context where "
-        "its last tokens occurred before (alone, or in front of --dspark / "
-        "--mtp-draft; 0 = off)",
+        help="prompt lookup: draft up to N tokens (6 at most: longer verify passes would "
+        "not match one-token decoding bit for bit) copied from the context where its "
+        "last tokens occurred before (alone, or in front of --dspark / --mtp-draft; 0 = off)",
     )
     group.add_argument(
         "--lookup-ngram",
