@@ -23,13 +23,15 @@ from ds4mlx.agent import app as app_module
 from ds4mlx.agent.app import AgentApp
 from ds4mlx.agent.conversations import ConversationStore
 from ds4mlx.agent.loop import Agent
-from ds4mlx.agent.permissions import Permissions
 
 import pytest
-from scripted_backend import ScriptedBackend, text
+from scripted_backend import text
 from scripted_server import Server, text_chunks
+from test_agent_app import make_app, ready, until
 
 ROOT = Path(__file__).parents[2]
+# The grace before the watchdog ends the process, and room for a loaded machine.
+LEAVE_WAIT_SECONDS = app_module.LEAVE_GRACE_SECONDS + 25
 
 
 class ProcessEnd:
@@ -53,16 +55,7 @@ def process_end(monkeypatch) -> ProcessEnd:
 
 
 def _app(toolbox, tmp_path) -> tuple[AgentApp, Agent]:
-    agent = Agent(ScriptedBackend([[text("Hello.")]]), toolbox, Permissions(yolo=True))
-    return AgentApp(lambda: agent, ConversationStore(tmp_path / "conversations")), agent
-
-
-async def _until(pilot, condition, timeout: float = 10.0) -> None:
-    for _ in range(int(timeout / 0.02)):
-        if condition():
-            return
-        await pilot.pause(0.02)
-    raise AssertionError("condition not reached")
+    return make_app(toolbox, ConversationStore(tmp_path / "conversations"), [[text("Hello.")]])
 
 
 def test_a_leave_that_hangs_ends_the_process_saved_and_jobs_stopped(
@@ -74,9 +67,9 @@ def test_a_leave_that_hangs_ends_the_process_saved_and_jobs_stopped(
     leave = app.exit
 
     async def auto_pilot(pilot):
-        await _until(pilot, lambda: app.agent is not None and not app.busy)
+        await ready(pilot)
         await pilot.press(*"hi", "enter")
-        await _until(pilot, lambda: not app.busy and len(agent.conversation.messages) > 2)
+        await until(pilot, lambda: not app.busy and len(agent.conversation.messages) > 2)
         app.exit = lambda **_: None  # Textual's shutdown, stuck
         app.terminate(signal.SIGHUP)
         await asyncio.to_thread(process_end.called.wait, 5)
@@ -93,7 +86,7 @@ def test_a_leave_in_time_cancels_the_watchdog(toolbox, tmp_path, process_end):
     app, _ = _app(toolbox, tmp_path)
 
     async def auto_pilot(pilot):
-        await _until(pilot, lambda: app.agent is not None and not app.busy)
+        await ready(pilot)
         app.terminate(signal.SIGTERM)
 
     app.run(headless=True, size=(100, 30), auto_pilot=auto_pilot)
@@ -109,7 +102,7 @@ def test_an_app_under_the_pilot_arms_no_watchdog(toolbox, tmp_path, process_end)
 
     async def main():
         async with app.run_test(size=(100, 30)) as pilot:
-            await _until(pilot, lambda: app.agent is not None and not app.busy)
+            await ready(pilot)
             app.terminate(signal.SIGTERM)
 
     asyncio.run(main())
@@ -160,7 +153,3 @@ def test_a_terminal_hang_up_ends_the_agent(workspace, tmp_path):
                 process.kill()
                 process.wait()
     assert process.returncode == 128 + signal.SIGHUP
-
-
-# The grace before the watchdog ends the process, and room for a loaded machine.
-LEAVE_WAIT_SECONDS = app_module.LEAVE_GRACE_SECONDS + 25
