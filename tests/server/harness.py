@@ -175,6 +175,20 @@ class ScriptedService:
         yield from self.scripts[min(len(self.requests), len(self.scripts)) - 1]
 
 
+class FailingService(ScriptedService):
+    """Every generation yields ``first`` (none: it fails before any output, as a refused prompt
+    or a broken model does), then raises ``error``."""
+
+    def __init__(self, error: Exception, first: list[ServiceEvent] | None = None):
+        super().__init__()
+        self.error, self.first = error, first or []
+
+    def _answer(self, request: dict[str, Any]) -> Generator[ServiceEvent, None, None]:
+        self.requests.append(request)
+        yield from self.first
+        raise self.error
+
+
 def config_with(**changes: Any) -> ServerConfig:
     return replace(DEFAULT_CONFIG, **changes)
 

@@ -21,6 +21,7 @@ from server.harness import (
     MODEL_ID,
     TIMEOUT,
     DelayedService,
+    FailingService,
     ScriptedService,
     config_with,
     serve,
@@ -45,20 +46,6 @@ def metric(url: str, name: str) -> float:
     page = httpx.get(f"{url}/metrics", timeout=TIMEOUT).text
     (line,) = [line for line in page.splitlines() if line.startswith(f"{name} ")]
     return float(line.split()[-1])
-
-
-class RefusingService(ScriptedService):
-    """Refuses every request before it generates, as the service does a prompt it cannot take."""
-
-    def _answer(self, request):
-        raise ValueError("the prompt does not fit")
-        yield
-
-
-class LateFailureService(ScriptedService):
-    def _answer(self, request):
-        yield TextDelta("partial")
-        raise RuntimeError("the cache broke")
 
 
 @pytest.mark.parametrize("api", [CHAT, MESSAGES], ids=["chat", "messages"])
@@ -87,7 +74,11 @@ def test_refusals_are_counted_apart_from_finished_requests(engine):
 
 @pytest.mark.parametrize("api", [CHAT, MESSAGES], ids=["chat", "messages"])
 def test_a_streamed_request_refused_before_its_first_event_gets_its_4xx(engine, api):
-    with serve(RefusingService(), engine, config_with(keepalive_seconds=TIMEOUT)) as url:
+    with serve(
+        FailingService(ValueError("the prompt does not fit")),
+        engine,
+        config_with(keepalive_seconds=TIMEOUT),
+    ) as url:
         response = post(url, api, stream=True)
         assert response.status_code == 400
         assert error_message(response.json()) == "the prompt does not fit"
@@ -95,7 +86,9 @@ def test_a_streamed_request_refused_before_its_first_event_gets_its_4xx(engine, 
 
 
 def test_a_failure_after_the_first_event_is_an_error_in_the_stream(engine):
-    with serve(LateFailureService(), engine) as url:
+    with serve(
+        FailingService(RuntimeError("the cache broke"), [TextDelta("partial")]), engine
+    ) as url:
         response = post(url, CHAT, stream=True)
     assert response.status_code == 200
     payloads = [

@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from server.harness import MODEL_ID, TIMEOUT, ScriptedService, config_with, serve
+from server.harness import MODEL_ID, TIMEOUT, FailingService, ScriptedService, config_with, serve
 
 CHAT = "/v1/chat/completions"
 HI = [{"role": "user", "content": "hi"}]
@@ -147,18 +147,10 @@ def test_anthropic_style_errors(http, body, status, error_type):
     assert_healthy(http)
 
 
-class BrokenModelService(ScriptedService):
-    """Every generation fails the way a bug in the model would, before its first event."""
-
-    def _answer(self, request):
-        raise RuntimeError("the model broke")
-        yield
-
-
 def test_a_failed_generation_is_a_server_error_to_both_clients(engine):
     """A generation that fails is the server's fault, not the request's: 500 with OpenAI's
     ``server_error`` and Anthropic's ``api_error`` types."""
-    with serve(BrokenModelService(), engine) as url:
+    with serve(FailingService(RuntimeError("the model broke")), engine) as url:
         gpt = openai.OpenAI(base_url=f"{url}/v1", api_key="k", timeout=TIMEOUT, max_retries=0)
         with pytest.raises(openai.InternalServerError) as failed:
             gpt.chat.completions.create(model=MODEL_ID, messages=HI)

@@ -13,27 +13,11 @@ from ds4mlx.generation import Finished
 
 import httpx
 
-from server.harness import MODEL_ID, TIMEOUT, ScriptedService, config_with, serve
+from server.harness import MODEL_ID, TIMEOUT, FailingService, ScriptedService, config_with, serve
 
 CHAT = "/v1/chat/completions"
 HI = [{"role": "user", "content": "hi"}]
 ANSWER = [TextDelta("ok"), Finished("stop", prompt_tokens=1, completion_tokens=1, cached_tokens=0)]
-
-
-class MalformedMessageService(ScriptedService):
-    """Refuses the request with a TypeError before it generates (a message of a wrong type)."""
-
-    def _answer(self, request):
-        raise TypeError("content must be a string or a list of parts")
-        yield
-
-
-class LateFailureService(ScriptedService):
-    """Fails with a ValueError after its first output: the request was served in part."""
-
-    def _answer(self, request):
-        yield TextDelta("partial")
-        raise ValueError("the cache went inconsistent")
 
 
 def chat_status(url: str) -> tuple[int, dict]:
@@ -43,7 +27,9 @@ def chat_status(url: str) -> tuple[int, dict]:
 
 def test_a_type_error_before_any_output_is_the_requests_fault(engine):
     """(queue_type_error_before_start_is_a_server_fault)"""
-    with serve(MalformedMessageService(), engine) as url:
+    with serve(
+        FailingService(TypeError("content must be a string or a list of parts")), engine
+    ) as url:
         status, body = chat_status(url)
     assert status == 400 and body["error"]["type"] == "invalid_request_error"
     assert "content must be a string" in body["error"]["message"]
@@ -52,7 +38,9 @@ def test_a_type_error_before_any_output_is_the_requests_fault(engine):
 def test_a_failure_after_output_is_the_servers_fault(engine):
     """(queue_failure_after_output_as_client_error) A ValueError is the request's only
     before the service has produced anything."""
-    with serve(LateFailureService(), engine) as url:
+    with serve(
+        FailingService(ValueError("the cache went inconsistent"), [TextDelta("partial")]), engine
+    ) as url:
         status, body = chat_status(url)
     assert status == 500 and body["error"]["type"] == "server_error"
     assert "generation failed" in body["error"]["message"]
