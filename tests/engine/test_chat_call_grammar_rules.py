@@ -1,13 +1,16 @@
 """The grammars each chat format holds its tool calls to, rule by rule: which values are held to
 their schemas (strict tools and forced choices only), how an enum of strings is written, and
-where a forced call starts. ``test_constraints.py`` runs the grammars against a tokenizer."""
+where a forced call starts; the marker that opens a call and the text that ends reasoning.
+``test_constraints.py`` runs the grammars against a tokenizer."""
 
 from __future__ import annotations
 
-import json
+from pathlib import Path
 
 from ds4mlx.engine.chat import DEEPSEEK_V4, GLM5, NamedTool
-from ds4mlx.engine.chat.call_grammar import JSON_LAYOUT, Parameter, callable_tools, literal
+from ds4mlx.engine.chat.call_grammar import Parameter, callable_tools, literal
+from ds4mlx.engine.tokenizer import Tokenizer
+from ds4mlx.gguf import GGUFFile
 
 import pytest
 
@@ -26,7 +29,11 @@ PICK = {
     },
 }
 OTHER = {"type": "function", "function": {"name": "other", "parameters": {}}}
-LAYOUT = '"x-guidance": ' + json.dumps(JSON_LAYOUT)
+ASSETS = Path(__file__).resolve().parents[2] / "assets"
+# The layout the templates render JSON with (json.dumps' separators), no free whitespace.
+LAYOUT = (
+    '"x-guidance": {"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "}'
+)
 
 
 def rules(chat_format, tool_choice) -> dict[str, str]:
@@ -95,3 +102,22 @@ def test_a_tool_without_a_name_is_refused():
 )
 def test_only_a_plain_string_type_is_a_string(schema, is_string):
     assert Parameter("p", schema, False).is_string is is_string
+
+
+@pytest.mark.parametrize(
+    ("chat_format", "asset"),
+    [(DEEPSEEK_V4, "ds4-tiny.gguf"), (GLM5, "glm-tiny.gguf")],
+    ids=["deepseek4", "glm5"],
+)
+def test_the_call_marker_is_one_token_of_the_model_and_opens_the_grammar(chat_format, asset):
+    tokenizer = Tokenizer.from_gguf(GGUFFile(ASSETS / asset))
+    assert tokenizer.encode(chat_format.call_marker, add_special=False, parse_special=True) == [
+        tokenizer.token_to_id(chat_format.call_marker)
+    ]
+    assert chat_format.call_syntax([PICK]).marker == chat_format.call_marker
+
+
+@pytest.mark.parametrize("chat_format", [DEEPSEEK_V4, GLM5], ids=["deepseek4", "glm5"])
+def test_the_reasoning_end_is_what_the_parser_ends_reasoning_at(chat_format):
+    turn = chat_format.parse(f"r{chat_format.reasoning_end}a", thinking=True)
+    assert (turn.reasoning, turn.content) == ("r", "a")

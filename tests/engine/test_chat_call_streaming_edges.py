@@ -24,6 +24,7 @@ from ds4mlx.engine.chat.deepseek4 import DSML
 import pytest
 
 D = DSML
+EOS_DS = "<｜end▁of▁sentence｜>"
 
 
 def one_char_at_a_time(parser, text: str) -> list:
@@ -151,6 +152,16 @@ def test_a_cut_off_invoke_streams_no_closing_brace():
     ]
 
 
+def test_parameters_stream_as_soon_as_written_though_the_invoke_close_is_cut():
+    head = f'<{D}tool_calls><{D}invoke name="f"><{D}parameter name="a">x</{D}parameter></{D}inv'
+    parser = DEEPSEEK_V4.stream_parser(stream_arguments=True)
+    assert parser.feed(head) == [ToolCallStart("f"), ToolCallArguments('{"a": "x"')]
+    assert parser.feed(f"oke></{D}tool_calls>") == [
+        ToolCallArguments("}"),
+        ToolCallComplete(ToolCall("f", {"a": "x"})),
+    ]
+
+
 def test_a_forced_call_that_gets_no_output_is_still_reported():
     parser = DEEPSEEK_V4.stream_parser(tool_choice=NamedTool("write"), stream_arguments=True)
     assert parser.finish() == [
@@ -178,3 +189,44 @@ def test_streamed_non_ascii_keys_and_values_stay_unescaped(chat_format):
 def test_a_message_call_with_null_arguments_has_none():
     entry = {"id": "c", "function": {"name": "f", "arguments": None}}
     assert tool_call_from_message(entry) == (ToolCall("f", {}), "c")
+
+
+def test_a_turn_from_streamed_events_keeps_the_calls_and_errors_only():
+    text = glm_call("a", ("x", "1")) + "<tool_call>b<arg_key>y</arg_key><arg_value>2"
+    events = one_char_at_a_time(GLM5.stream_parser(stream_arguments=True), text)
+    assert (
+        AssistantTurn.from_events(events)
+        == GLM5.parse(text)
+        == AssistantTurn(
+            tool_calls=[ToolCall("a", {"x": 1})],
+            errors=[
+                ToolCallError(
+                    text[len(glm_call("a", ("x", "1"))) :], "unterminated tool_call", True
+                )
+            ],
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    ("chat_format", "output"),
+    [(DEEPSEEK_V4, f"plan</think>answer{EOS_DS}"), (GLM5, "plan</think>answer<|user|>")],
+    ids=["deepseek4", "glm5"],
+)
+def test_a_parser_says_whether_the_output_so_far_ends_inside_the_reasoning(chat_format, output):
+    parser = chat_format.stream_parser(thinking=True)
+    inside = []
+    for char in output:
+        parser.feed(char)
+        inside.append(parser.reasoning)
+    close = output.index("</think>") + len("</think>")
+    assert inside == [True] * (close - 1) + [False] * (len(output) - close + 1)
+    assert not chat_format.stream_parser().reasoning
+
+
+@pytest.mark.parametrize("choice", ["required", NamedTool("f")])
+def test_a_glm_forced_call_is_parsed_without_reasoning_first(choice):
+    parser = GLM5.stream_parser(thinking=True, tool_choice=choice)
+    head = "" if isinstance(choice, NamedTool) else "f"
+    events = parser.feed(f"{head}<arg_key>a</arg_key><arg_value>1</arg_value></tool_call>ok")
+    assert events + parser.finish() == [ToolCallComplete(ToolCall("f", {"a": 1})), TextDelta("ok")]

@@ -55,6 +55,28 @@ def test_results_follow_the_calls_of_the_last_assistant_turn_that_called():
     )
 
 
+def test_a_result_naming_no_call_is_not_matched_to_a_call_without_an_id():
+    messages = [
+        {"role": "assistant", "content": "", "tool_calls": calls_with_ids("a", "")},
+        {"role": "tool", "content": "X"},
+        {"role": "tool", "tool_call_id": "a", "content": "A"},
+    ]
+    assert render_chat(messages).endswith(
+        "<｜User｜><tool_result>X</tool_result>\n\n<tool_result>A</tool_result>"
+        "<｜Assistant｜></think>"
+    )
+
+
+def test_json_arguments_of_past_calls_keep_non_ascii_text():
+    call = {"function": {"name": "tag", "arguments": {"tags": ["é"], "note": "ü"}}}
+    prompt = render_chat([{"role": "assistant", "content": "", "tool_calls": [call]}])
+    assert prompt.endswith(
+        f'<{D}parameter name="tags" string="false">["é"]</{D}parameter>\n'
+        f'<{D}parameter name="note" string="true">ü</{D}parameter>\n</{D}invoke>\n'
+        f"</{D}tool_calls>{EOS}"
+    )
+
+
 def test_a_message_without_content_renders_as_empty_text():
     messages = [{"role": "user", "content": None}, {"role": "assistant"}]
     assert render_chat(messages) == f"{BOS}<｜User｜><｜Assistant｜></think>{EOS}"
@@ -165,8 +187,9 @@ def test_nothing_is_read_after_the_end_of_sentence_that_follows_a_block():
     assert events == [ToolCallComplete(ToolCall("f", {})), TextDelta("ok")]
 
 
-@pytest.mark.parametrize("cut", [f"\n\n<{D}tool_ca", "<｜DS", "<DSML｜t"])
+@pytest.mark.parametrize("cut", [f"\n\n<{D}tool_ca", "<｜DS", "<DSML｜t", "<｜"])
 def test_with_tool_choice_none_a_cut_off_block_opening_is_text(cut):
+    # "<｜" is held back until the end (it may start the end of sentence), then released.
     parser = DEEPSEEK_V4.stream_parser(tool_choice="none")
     events = parser.feed("Hi" + cut) + parser.finish()
     assert AssistantTurn.from_events(events) == AssistantTurn(content="Hi" + cut)

@@ -73,6 +73,11 @@ def test_a_result_list_of_text_mentioning_output_is_text_not_a_list_of_outputs()
     )
 
 
+def test_list_items_that_are_neither_text_nor_parts_are_left_out():
+    messages = [{"role": "assistant", "content": ["a", 3, None, {"type": "text", "text": "b"}]}]
+    assert render(messages) == f"{PREFIX}<|assistant|><think></think>ab"
+
+
 # --------------------------------------------------------------------------- tool results
 
 
@@ -98,6 +103,17 @@ def test_results_after_a_user_turn_are_not_sorted_by_the_calls_before_it():
     assert render(messages).endswith(
         "<|user|>and?<|observation|><tool_response>B</tool_response><tool_response>A"
         "</tool_response>"
+    )
+
+
+def test_only_an_assistants_calls_order_the_results():
+    messages = [
+        {"role": "user", "content": "go", "tool_calls": calls_with_ids("a", "b")},
+        {"role": "tool", "tool_call_id": "b", "content": "B"},
+        {"role": "tool", "tool_call_id": "a", "content": "A"},
+    ]
+    assert render(messages).endswith(
+        "<|observation|><tool_response>B</tool_response><tool_response>A</tool_response>"
     )
 
 

@@ -174,6 +174,20 @@ def test_a_tokenizer_without_special_tokens_encodes_the_joined_text():
     assert encode_prompt(plain, prompt) == [2]
 
 
+class _WordTokenizer:
+    """A text tokenizer of another kind: one id per word, no vocabulary to read specials from."""
+
+    def encode(self, text: str, add_special: bool = False, parse_special: bool = True) -> list:
+        return [len(word) for word in text.split()]
+
+
+def test_a_tokenizer_of_another_kind_encodes_the_joined_text_as_plain_text():
+    prompt = PromptText()
+    prompt.template("<|user|>ab")
+    prompt.caller("c de")
+    assert encode_prompt(_WordTokenizer(), prompt) == [11, 2]
+
+
 def test_the_longest_special_spelling_wins_where_two_start_together():
     tok = Tokenizer(
         ["a", "<", "|", ">", "<|e|>", "<|e|>x", "x"], [], "gpt-2", token_types=[1, 1, 1, 1, 3, 3, 1]
