@@ -6,20 +6,16 @@ from __future__ import annotations
 
 import json
 
-from ds4mlx.engine.chat import (
-    DEEPSEEK_V4,
-    GLM5,
-    AssistantTurn,
-    NamedTool,
+from ds4mlx.engine.chat import DEEPSEEK_V4, GLM5, AssistantTurn, NamedTool, ToolCall
+from ds4mlx.engine.chat.base import tool_call_from_message
+from ds4mlx.engine.chat.deepseek4 import DSML
+from ds4mlx.engine.chat.events import (
     TextDelta,
-    ToolCall,
     ToolCallArguments,
     ToolCallComplete,
     ToolCallError,
     ToolCallStart,
 )
-from ds4mlx.engine.chat.base import tool_call_from_message
-from ds4mlx.engine.chat.deepseek4 import DSML
 
 import pytest
 

@@ -4,16 +4,9 @@ lenient or broken markup. The golden conversations are in ``test_chat.py``."""
 
 from __future__ import annotations
 
-from ds4mlx.engine.chat import (
-    DEEPSEEK_V4,
-    AssistantTurn,
-    NamedTool,
-    TextDelta,
-    ToolCall,
-    ToolCallComplete,
-    ToolCallError,
-)
+from ds4mlx.engine.chat import DEEPSEEK_V4, AssistantTurn, NamedTool, TextDelta, ToolCall
 from ds4mlx.engine.chat.deepseek4 import DSML, parse_assistant, render_chat
+from ds4mlx.engine.chat.events import ToolCallComplete, ToolCallError
 
 import pytest
 
@@ -28,6 +21,11 @@ def tool(name: str, description: str = "") -> dict:
 
 def calls_with_ids(*ids: str) -> list[dict]:
     return [{"id": i, "function": {"name": f"f{n}", "arguments": {}}} for n, i in enumerate(ids)]
+
+
+def results(*answers: tuple[str | None, str]) -> list[dict]:
+    """Tool messages answering the calls of these ids (None: naming none)."""
+    return [{"role": "tool", "tool_call_id": i, "content": text} for i, text in answers]
 
 
 def block(*invokes: str) -> str:
@@ -46,8 +44,7 @@ def test_results_follow_the_calls_of_the_last_assistant_turn_that_called():
     messages = [
         {"role": "assistant", "content": "", "tool_calls": calls_with_ids("a", "b")},
         {"role": "assistant", "content": "still working"},
-        {"role": "tool", "tool_call_id": "b", "content": "B"},
-        {"role": "tool", "tool_call_id": "a", "content": "A"},
+        *results(("b", "B"), ("a", "A")),
     ]
     assert render_chat(messages).endswith(
         "<｜User｜><tool_result>A</tool_result>\n\n<tool_result>B</tool_result>"
@@ -58,8 +55,7 @@ def test_results_follow_the_calls_of_the_last_assistant_turn_that_called():
 def test_a_result_naming_no_call_is_not_matched_to_a_call_without_an_id():
     messages = [
         {"role": "assistant", "content": "", "tool_calls": calls_with_ids("a", "")},
-        {"role": "tool", "content": "X"},
-        {"role": "tool", "tool_call_id": "a", "content": "A"},
+        *results((None, "X"), ("a", "A")),
     ]
     assert render_chat(messages).endswith(
         "<｜User｜><tool_result>X</tool_result>\n\n<tool_result>A</tool_result>"

@@ -32,12 +32,17 @@ def calls_with_ids(*ids: str) -> list[dict]:
     return [{"id": i, "function": {"name": f"f{n}", "arguments": {}}} for n, i in enumerate(ids)]
 
 
-def results_after(call_ids, results) -> str:
+def results(*answers: tuple[str, str]) -> list[dict]:
+    """Tool messages answering the calls of these ids."""
+    return [{"role": "tool", "tool_call_id": i, "content": text} for i, text in answers]
+
+
+def results_after(call_ids, answers) -> str:
     """The observation turn rendered after an assistant turn calling ``call_ids``."""
     messages = [
         {"role": "user", "content": "go"},
         {"role": "assistant", "content": "", "tool_calls": calls_with_ids(*call_ids)},
-        *({"role": "tool", "tool_call_id": i, "content": text} for i, text in results),
+        *results(*answers),
     ]
     return render(messages).rpartition("<|observation|>")[2]
 
@@ -93,26 +98,19 @@ def test_a_call_without_an_id_leaves_the_results_in_their_order():
     )
 
 
-def test_results_after_a_user_turn_are_not_sorted_by_the_calls_before_it():
-    messages = [
-        {"role": "assistant", "content": "", "tool_calls": calls_with_ids("a", "b")},
-        {"role": "user", "content": "and?"},
-        {"role": "tool", "tool_call_id": "b", "content": "B"},
-        {"role": "tool", "tool_call_id": "a", "content": "A"},
-    ]
-    assert render(messages).endswith(
-        "<|user|>and?<|observation|><tool_response>B</tool_response><tool_response>A"
-        "</tool_response>"
-    )
-
-
-def test_only_an_assistants_calls_order_the_results():
-    messages = [
-        {"role": "user", "content": "go", "tool_calls": calls_with_ids("a", "b")},
-        {"role": "tool", "tool_call_id": "b", "content": "B"},
-        {"role": "tool", "tool_call_id": "a", "content": "A"},
-    ]
-    assert render(messages).endswith(
+@pytest.mark.parametrize(
+    "before",
+    [
+        [
+            {"role": "assistant", "content": "", "tool_calls": calls_with_ids("a", "b")},
+            {"role": "user", "content": "and?"},
+        ],
+        [{"role": "user", "content": "go", "tool_calls": calls_with_ids("a", "b")}],
+    ],
+    ids=["a user turn between", "calls of a user message"],
+)
+def test_only_the_calls_of_the_assistant_turn_just_before_order_the_results(before):
+    assert render([*before, *results(("b", "B"), ("a", "A"))]).endswith(
         "<|observation|><tool_response>B</tool_response><tool_response>A</tool_response>"
     )
 
@@ -120,8 +118,7 @@ def test_only_an_assistants_calls_order_the_results():
 def test_results_opening_the_conversation_keep_their_order():
     # No message before them: nothing names their calls (not the last message, read as -1).
     messages = [
-        {"role": "tool", "tool_call_id": "b", "content": "B"},
-        {"role": "tool", "tool_call_id": "a", "content": "A"},
+        *results(("b", "B"), ("a", "A")),
         {"role": "assistant", "content": "", "tool_calls": calls_with_ids("a", "b")},
     ]
     assert render(messages).startswith(
@@ -137,15 +134,6 @@ def test_a_run_of_results_ending_the_conversation_is_rendered_whole():
 
 
 # --------------------------------------------------------------------------- roles, reasoning
-
-
-def test_a_developer_message_takes_the_system_marker_and_a_user_message_the_user_marker():
-    messages = [
-        {"role": "developer", "content": "d"},
-        {"role": "user", "content": "u"},
-        {"role": "system", "content": "s"},
-    ]
-    assert render(messages) == f"{PREFIX}<|system|>d<|user|>u<|system|>s"
 
 
 def test_inline_reasoning_is_the_last_think_block_and_the_answer_follows_the_last_close():
