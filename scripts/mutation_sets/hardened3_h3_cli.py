@@ -1,0 +1,274 @@
+"""Hardened command line, third pass (issue 37, session 19): hand-made one-line mutations of
+``ds4mlx/cli`` on the lines no earlier set mutates, the least covered files first. ``ds4-agent``'s
+backend loading, ``--print``'s life (signals, Ctrl+C, the closing save, the notes told) and
+``main``'s paths had no test in ``tests/cli`` before this session
+(``tests/cli/test_ds4_agent_runs.py``). Each was applied by hand, run against the test file
+meant to catch it, and given a test where none failed.
+
+Test selection as in the fresh sets: the whole test folder of the mutated package, with ``-x``.
+"""
+
+from __future__ import annotations
+
+from mutation_sets.base import CLI_AGENT_PY
+from mutation_sets.base import in_cli_folder as _cli
+
+MUTATIONS = (
+    # ds4-agent: the backend the flags load
+    _cli(
+        "agent_server_context_replaces_explicit_ctx",
+        CLI_AGENT_PY,
+        "if not args.ctx_given:",
+        "if args.ctx_given:",
+    ),
+    _cli(
+        "agent_server_without_context_gets_none",
+        CLI_AGENT_PY,
+        "backend.server_context_size() or backend.context_size",
+        "backend.server_context_size()",
+    ),
+    _cli(
+        "agent_server_api_key_dropped",
+        CLI_AGENT_PY,
+        "api_key=args.api_key,",
+        'api_key="none",',
+    ),
+    _cli(
+        "agent_server_context_ignores_ctx",
+        CLI_AGENT_PY,
+        "            context_size=options.ctx,\n            sampling=sampling,\n        )",
+        "            sampling=sampling,\n        )",
+    ),
+    _cli(
+        "agent_load_progress_dropped",
+        CLI_AGENT_PY,
+        "        progress=progress,\n        experts=options.experts,",
+        "        progress=None,\n        experts=options.experts,",
+    ),
+    _cli(
+        "agent_load_without_ranks",
+        CLI_AGENT_PY,
+        "        ranks=ranks,\n    )\n    # The backend outlives",
+        "        ranks=None,\n    )\n    # The backend outlives",
+    ),
+    _cli(
+        "agent_model_not_closed_at_exit",
+        CLI_AGENT_PY,
+        "atexit.register(model.close)",
+        "pass",
+    ),
+    _cli(
+        "agent_followers_let_go_without_ranks",
+        CLI_AGENT_PY,
+        "    if ranks is not None:\n        atexit.register(lead(model, ranks).stop)",
+        "    if ranks is None:\n        atexit.register(lead(model, ranks).stop)",
+    ),
+    _cli(
+        "agent_prompt_cache_kept_with_ranks",
+        CLI_AGENT_PY,
+        "prompt_cache = None if ranks is not None else prompt_cache_for(args, model)",
+        "prompt_cache = None if ranks is None else prompt_cache_for(args, model)",
+    ),
+    _cli(
+        "agent_service_without_prompt_cache",
+        CLI_AGENT_PY,
+        "max_context=options.ctx, prompt_cache=prompt_cache",
+        "max_context=options.ctx, prompt_cache=None",
+    ),
+    _cli(
+        "agent_local_backend_default_sampling",
+        CLI_AGENT_PY,
+        "return LocalBackend(service, sampling)",
+        "return LocalBackend(service)",
+    ),
+    # ds4-agent --print: signals
+    _cli(
+        "agent_unwind_exit_code_without_128",
+        CLI_AGENT_PY,
+        "raise SystemExit(128 + received[0])",
+        "raise SystemExit(received[0])",
+    ),
+    _cli(
+        "agent_signal_does_not_stop_the_run",
+        CLI_AGENT_PY,
+        "        agent.stop()\n        signal.signal(signal.SIGALRM, unwind)",
+        "        signal.signal(signal.SIGALRM, unwind)",
+    ),
+    _cli(
+        "agent_signal_grace_longer",
+        CLI_AGENT_PY,
+        "_SIGNAL_GRACE_SECONDS = 3",
+        "_SIGNAL_GRACE_SECONDS = 30",
+    ),
+    _cli(
+        "agent_sighup_not_handled",
+        CLI_AGENT_PY,
+        "for sig in (signal.SIGTERM, signal.SIGHUP):",
+        "for sig in (signal.SIGTERM,):",
+    ),
+    # ds4-agent --print: what is told and saved
+    _cli(
+        "agent_saved_at_the_end_only",
+        CLI_AGENT_PY,
+        "isinstance(event, (TurnFinished, RunFinished))",
+        "isinstance(event, RunFinished)",
+    ),
+    _cli(
+        "agent_notes_not_sanitized",
+        CLI_AGENT_PY,
+        'log(f"ds4-agent: {sanitize(text)}")',
+        'log(f"ds4-agent: {text}")',
+    ),
+    _cli(
+        "agent_tool_call_not_sanitized",
+        CLI_AGENT_PY,
+        'log(f"ds4-agent: > {sanitize(describe_call(event.call))}")',
+        'log(f"ds4-agent: > {describe_call(event.call)}")',
+    ),
+    _cli(
+        "agent_answer_sanitized_for_a_pipe",
+        CLI_AGENT_PY,
+        "sanitize(event.answer) if sys.stdout.isatty() else event.answer",
+        "sanitize(event.answer) if not sys.stdout.isatty() else event.answer",
+    ),
+    _cli(
+        "agent_drafter_checked_with_a_server",
+        CLI_AGENT_PY,
+        "    if not args.api_base:  # a drafter",
+        "    if args.api_base:  # a drafter",
+    ),
+    _cli(
+        "agent_drafter_error_ignored",
+        CLI_AGENT_PY,
+        "            check_drafter(args, speculation)\n        except ValueError as exc:\n"
+        "            parser.error(str(exc))",
+        "            check_drafter(args, speculation)\n        except ValueError:\n"
+        "            pass",
+    ),
+    _cli(
+        "agent_model_context_replaces_explicit_ctx",
+        CLI_AGENT_PY,
+        "if not args.ctx_given and not args.api_base:",
+        "if not args.api_base:",
+    ),
+    _cli(
+        "agent_model_context_asked_of_a_server",
+        CLI_AGENT_PY,
+        "if not args.ctx_given and not args.api_base:",
+        "if not args.ctx_given:",
+    ),
+    # ds4-agent --print: its life
+    _cli(
+        "agent_print_loads_without_progress",
+        CLI_AGENT_PY,
+        "load_backend(args, progress_line, ranks)",
+        "load_backend(args, None, ranks)",
+    ),
+    _cli(
+        "agent_load_error_exit_0",
+        CLI_AGENT_PY,
+        '        log(f"ds4-agent: error: {exc}")\n        return 1\n    if agent.instructions',
+        '        log(f"ds4-agent: error: {exc}")\n        return 0\n    if agent.instructions',
+    ),
+    _cli(
+        "agent_instructions_told_when_resumed",
+        CLI_AGENT_PY,
+        "if agent.instructions is not None and conversation is None:",
+        "if agent.instructions is not None:",
+    ),
+    _cli(
+        "agent_state_restored_for_a_new_conversation",
+        CLI_AGENT_PY,
+        "if conversation is not None and agent.states is not None:",
+        "if agent.states is not None:",
+    ),
+    _cli(
+        "agent_restore_note_always_told",
+        CLI_AGENT_PY,
+        "        note = agent.states.restore(agent)\n        if note:",
+        "        note = agent.states.restore(agent)\n        if True:",
+    ),
+    _cli(
+        "agent_signal_exit_code_lost",
+        CLI_AGENT_PY,
+        "return 128 + received[0] if received else code",
+        "return code",
+    ),
+    _cli(
+        "agent_ctrl_c_exit_1",
+        CLI_AGENT_PY,
+        '        log("ds4-agent: interrupted")\n        return EXIT_INTERRUPTED',
+        '        log("ds4-agent: interrupted")\n        return 1',
+    ),
+    _cli(
+        "agent_grace_alarm_left_armed",
+        CLI_AGENT_PY,
+        "        signal.alarm(0)\n        agent.toolbox.close()",
+        "        agent.toolbox.close()",
+    ),
+    _cli(
+        "agent_print_toolbox_left_open",
+        CLI_AGENT_PY,
+        "        signal.alarm(0)\n        agent.toolbox.close()",
+        "        signal.alarm(0)",
+    ),
+    _cli(
+        "agent_print_state_not_saved_on_leaving",
+        CLI_AGENT_PY,
+        "_save(agent, store, leaving=True)",
+        "_save(agent, store)",
+    ),
+    # ds4-agent: main
+    _cli(
+        "agent_rank_error_exit_0",
+        CLI_AGENT_PY,
+        '    except DistributedError as exc:\n        log(f"ds4-agent: error: {exc}")\n'
+        "        return 1",
+        '    except DistributedError as exc:\n        log(f"ds4-agent: error: {exc}")\n'
+        "        return 0",
+    ),
+    _cli(
+        "agent_rank_0_follows",
+        CLI_AGENT_PY,
+        "if ranks is not None and ranks.rank != 0:",
+        "if ranks is not None and ranks.rank != 1:",
+    ),
+    _cli(
+        "agent_stale_temporaries_kept",
+        CLI_AGENT_PY,
+        "    store.remove_stale_temporaries()\n",
+        "",
+    ),
+    _cli(
+        "agent_unresumable_conversation_exit_0",
+        CLI_AGENT_PY,
+        '    except ConversationError as exc:\n        log(f"ds4-agent: error: {exc}")\n'
+        "        return 1",
+        '    except ConversationError as exc:\n        log(f"ds4-agent: error: {exc}")\n'
+        "        return 0",
+    ),
+    _cli(
+        "agent_empty_print_prompt_opens_the_ui",
+        CLI_AGENT_PY,
+        "if args.print_prompt is not None:",
+        "if args.print_prompt:",
+    ),
+    _cli(
+        "agent_ui_names_the_model_by_its_file_name",
+        CLI_AGENT_PY,
+        "name = args.api_model if args.api_base else Path(args.model).stem",
+        "name = args.api_model if args.api_base else Path(args.model).name",
+    ),
+    _cli(
+        "agent_ui_return_code_dropped",
+        CLI_AGENT_PY,
+        "return app.return_code or 0",
+        "return 0",
+    ),
+    _cli(
+        "agent_ui_toolbox_left_open",
+        CLI_AGENT_PY,
+        "        for agent in agents:\n            agent.toolbox.close()",
+        "        for agent in agents[1:]:\n            agent.toolbox.close()",
+    ),
+)
