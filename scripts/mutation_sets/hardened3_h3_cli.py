@@ -10,7 +10,7 @@ Test selection as in the fresh sets: the whole test folder of the mutated packag
 
 from __future__ import annotations
 
-from mutation_sets.base import CLI_AGENT_PY
+from mutation_sets.base import CLI_AGENT_PY, CLI_SERVER_PY
 from mutation_sets.base import in_cli_folder as _cli
 
 MUTATIONS = (
@@ -270,5 +270,175 @@ MUTATIONS = (
         CLI_AGENT_PY,
         "        for agent in agents:\n            agent.toolbox.close()",
         "        for agent in agents[1:]:\n            agent.toolbox.close()",
+    ),
+)
+MUTATIONS += (
+    # ds4-server: ranks
+    _cli(
+        "server_ranks_never_joined",
+        CLI_SERVER_PY,
+        "ranks = join_ranks(options.distributed)",
+        "ranks = join_ranks(False)",
+    ),
+    _cli(
+        "server_rank_error_exit_0",
+        CLI_SERVER_PY,
+        '        log.error("error: %s", exc)\n        return 1\n    if ranks is not None',
+        '        log.error("error: %s", exc)\n        return 0\n    if ranks is not None',
+    ),
+    _cli(
+        "server_only_rank_1_follows",
+        CLI_SERVER_PY,
+        "if ranks is not None and ranks.rank != 0:",
+        "if ranks is not None and ranks.rank == 1:",
+    ),
+    _cli(
+        "server_follower_exit_code_dropped",
+        CLI_SERVER_PY,
+        '        return follow_rank_0("ds4-server", options, ranks)',
+        '        follow_rank_0("ds4-server", options, ranks)\n        return 0',
+    ),
+    # ds4-server: the socket, the engine, the cache
+    _cli(
+        "server_listens_on_the_default_port",
+        CLI_SERVER_PY,
+        "listener = listen(args.host, args.port)",
+        "listener = listen(args.host, 8000)",
+    ),
+    _cli(
+        "server_engine_loaded_without_ranks",
+        CLI_SERVER_PY,
+        "partial(load_engine, options, speculation, ranks)",
+        "partial(load_engine, options, speculation, None)",
+    ),
+    _cli(
+        "server_rank_lost_while_loading_not_caught",
+        CLI_SERVER_PY,
+        "except (GGUFError, TokenizerError, OSError, ValueError, DistributedError) as exc:",
+        "except (GGUFError, TokenizerError, OSError, ValueError) as exc:",
+    ),
+    _cli(
+        "server_load_error_exit_0",
+        CLI_SERVER_PY,
+        "            return 1\n        if model.chat_format",
+        "            return 0\n        if model.chat_format",
+    ),
+    _cli(
+        "server_disk_warning_without_disk_folder",
+        CLI_SERVER_PY,
+        "if ranks is not None and args.kv_disk_dir is not None:",
+        "if ranks is not None:",
+    ),
+    _cli(
+        "server_prompt_cache_kept_with_ranks",
+        CLI_SERVER_PY,
+        "None if ranks is not None else engine.run(partial(prompt_cache_for, args, model))",
+        "None if ranks is None else engine.run(partial(prompt_cache_for, args, model))",
+    ),
+    _cli(
+        "server_disk_cache_error_exit_0",
+        CLI_SERVER_PY,
+        '            log.error("error: --kv-disk-dir: %s", exc)\n            return 1',
+        '            log.error("error: --kv-disk-dir: %s", exc)\n            return 0',
+    ),
+    _cli(
+        "server_batched_session_error_exit_0",
+        CLI_SERVER_PY,
+        '            log.error("error: --batched-session %d: %s", args.batched_session, exc)\n'
+        "            return 1",
+        '            log.error("error: --batched-session %d: %s", args.batched_session, exc)\n'
+        "            return 0",
+    ),
+    # ds4-server: serving and stopping
+    _cli(
+        "server_ipv4_address_bracketed",
+        CLI_SERVER_PY,
+        'url_host = f"[{args.host}]" if ":" in args.host else args.host',
+        'url_host = f"[{args.host}]" if "." in args.host else args.host',
+    ),
+    _cli(
+        "server_graceful_shutdown_longer",
+        CLI_SERVER_PY,
+        "timeout_graceful_shutdown=5,",
+        "timeout_graceful_shutdown=30,",
+    ),
+    _cli(
+        "server_uvicorn_binds_its_own_socket",
+        CLI_SERVER_PY,
+        "server.run(sockets=[listener])",
+        "server.run()",
+    ),
+    _cli(
+        "server_ctrl_c_not_suppressed",
+        CLI_SERVER_PY,
+        "contextlib.suppress(KeyboardInterrupt)",
+        "contextlib.suppress(SystemExit)",
+    ),
+    _cli(
+        "server_listener_left_open",
+        CLI_SERVER_PY,
+        "        listener.close()\n        engine.close()",
+        "        engine.close()",
+    ),
+    _cli(
+        "server_followers_not_stopped",
+        CLI_SERVER_PY,
+        "        if conductor is not None:\n            conductor.stop()\n    return 0",
+        "    return 0",
+    ),
+    # ds4-server: load_engine
+    _cli(
+        "server_load_without_progress",
+        CLI_SERVER_PY,
+        "progress=progress_line,",
+        "progress=None,",
+    ),
+    _cli(
+        "server_load_model_without_ranks",
+        CLI_SERVER_PY,
+        "        experts=options.experts,\n        ranks=ranks,\n    )",
+        "        experts=options.experts,\n        ranks=None,\n    )",
+    ),
+    _cli(
+        "server_model_not_closed_at_exit",
+        CLI_SERVER_PY,
+        "atexit.register(model.close)",
+        "pass",
+    ),
+    _cli(
+        "server_no_conductor",
+        CLI_SERVER_PY,
+        "conductor = None if ranks is None else lead(model, ranks)",
+        "conductor = None",
+    ),
+    _cli(
+        "server_interrupted_drafter_keeps_followers",
+        CLI_SERVER_PY,
+        "    except BaseException:\n        if conductor is not None:",
+        "    except Exception:\n        if conductor is not None:",
+    ),
+    _cli(
+        "server_failed_drafter_keeps_followers",
+        CLI_SERVER_PY,
+        "        if conductor is not None:\n            conductor.stop()\n        raise",
+        "        raise",
+    ),
+    _cli(
+        "server_weights_told_without_verbose",
+        CLI_SERVER_PY,
+        "    if options.verbose:\n        log.info",
+        "    if not options.verbose:\n        log.info",
+    ),
+    _cli(
+        "server_strict_told_for_a_lenient_drafter",
+        CLI_SERVER_PY,
+        '" (strict: target-only decoding)" if speculation.strict else ""',
+        '" (strict: target-only decoding)" if not speculation.strict else ""',
+    ),
+    _cli(
+        "server_ranks_size_told_wrong",
+        CLI_SERVER_PY,
+        '"rank 0 of %d: the other ranks follow this one\'s model calls", ranks.size',
+        '"rank 0 of %d: the other ranks follow this one\'s model calls", ranks.rank',
     ),
 )
