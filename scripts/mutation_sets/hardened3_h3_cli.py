@@ -10,7 +10,7 @@ Test selection as in the fresh sets: the whole test folder of the mutated packag
 
 from __future__ import annotations
 
-from mutation_sets.base import CLI_AGENT_PY, CLI_SERVER_PY
+from mutation_sets.base import CLI_AGENT_PY, CLI_MAIN_PY, CLI_SERVER_PY
 from mutation_sets.base import in_cli_folder as _cli
 
 MUTATIONS = (
@@ -440,5 +440,131 @@ MUTATIONS += (
         CLI_SERVER_PY,
         '"rank 0 of %d: the other ranks follow this one\'s model calls", ranks.size',
         '"rank 0 of %d: the other ranks follow this one\'s model calls", ranks.rank',
+    ),
+)
+MUTATIONS += (
+    # ds4: subcommands
+    _cli(
+        "ds4_bench_gets_its_own_name",
+        CLI_MAIN_PY,
+        "return bench_main(argv[1:])",
+        "return bench_main(argv)",
+    ),
+    _cli(
+        "ds4_plan_gets_its_own_name",
+        CLI_MAIN_PY,
+        "return plan_main(argv[1:])",
+        "return plan_main(argv)",
+    ),
+    _cli(
+        "ds4_logprobs_not_a_subcommand",
+        CLI_MAIN_PY,
+        'if argv[:1] in (["perplexity"], ["logprobs"]):',
+        'if argv[:1] in (["perplexity"],):',
+    ),
+    _cli(
+        "ds4_scoring_always_perplexity",
+        CLI_MAIN_PY,
+        "return scoring_main(argv[0], argv[1:])",
+        'return scoring_main("perplexity", argv[1:])',
+    ),
+    # ds4: loading
+    _cli(
+        "ds4_other_ranks_speak_as_rank_0",
+        CLI_MAIN_PY,
+        "            say = Messages(ranks.rank)",
+        "            say = Messages()",
+    ),
+    _cli(
+        "ds4_tokenizer_error_not_caught",
+        CLI_MAIN_PY,
+        "except (GGUFError, TokenizerError, OSError, ValueError, DistributedError) as exc:",
+        "except (GGUFError, OSError, ValueError, DistributedError) as exc:",
+    ),
+    _cli(
+        "ds4_load_error_exit_0",
+        CLI_MAIN_PY,
+        "        say.error(str(exc))\n        return 1\n    say.info(",
+        "        say.error(str(exc))\n        return 0\n    say.info(",
+    ),
+    _cli(
+        "ds4_weights_told_without_verbose",
+        CLI_MAIN_PY,
+        "    if options.verbose:\n        say.info",
+        "    if not options.verbose:\n        say.info",
+    ),
+    _cli(
+        "ds4_runtime_error_hidden_without_ranks",
+        CLI_MAIN_PY,
+        "        if ranks is None:\n            raise",
+        "        if ranks is not None:\n            raise",
+    ),
+    _cli(
+        "ds4_dropped_peer_exit_0",
+        CLI_MAIN_PY,
+        '{ranks.rank}: {exc}")\n        return 1',
+        '{ranks.rank}: {exc}")\n        return 0',
+    ),
+    _cli(
+        "ds4_model_not_closed",
+        CLI_MAIN_PY,
+        "        model.close()  # reader threads",
+        "        pass  # reader threads",
+    ),
+    # ds4: the drafter
+    _cli(
+        "ds4_drafter_os_error_not_caught",
+        CLI_MAIN_PY,
+        "    except (GGUFError, OSError, ValueError) as exc:",
+        "    except (GGUFError, ValueError) as exc:",
+    ),
+    _cli(
+        "ds4_drafter_error_exit_0",
+        CLI_MAIN_PY,
+        "        say.error(str(exc))\n        return 1\n    if drafter is not None:",
+        "        say.error(str(exc))\n        return 0\n    if drafter is not None:",
+    ),
+    _cli(
+        "ds4_one_token_drafts_plural",
+        CLI_MAIN_PY,
+        'tokens = "token" if drafter.max_draft == 1 else "tokens"',
+        'tokens = "token" if drafter.max_draft < 1 else "tokens"',
+    ),
+    _cli(
+        "ds4_strict_told_for_a_lenient_drafter",
+        CLI_MAIN_PY,
+        '            if speculation.strict\n            else f"up to',
+        '            if not speculation.strict\n            else f"up to',
+    ),
+    # ds4: the chat opened on a terminal
+    _cli(
+        "ds4_chat_without_its_system_prompt",
+        CLI_MAIN_PY,
+        "system=args.system,",
+        "system=None,",
+    ),
+    _cli(
+        "ds4_chat_without_its_token_limit",
+        CLI_MAIN_PY,
+        "max_tokens=args.n_predict,",
+        "max_tokens=1024,",
+    ),
+    _cli(
+        "ds4_chat_default_context",
+        CLI_MAIN_PY,
+        "            max_context=options.ctx,\n            sampling=sampling,",
+        "            max_context=4096,\n            sampling=sampling,",
+    ),
+    _cli(
+        "ds4_chat_not_verbose",
+        CLI_MAIN_PY,
+        "verbose=options.verbose,",
+        "verbose=False,",
+    ),
+    _cli(
+        "ds4_chat_without_template_exit_0",
+        CLI_MAIN_PY,
+        '(no real tokenizer)")\n            return 1',
+        '(no real tokenizer)")\n            return 0',
     ),
 )
