@@ -10,7 +10,7 @@ Test selection as in the fresh sets: the whole test folder of the mutated packag
 
 from __future__ import annotations
 
-from mutation_sets.base import CLI_AGENT_PY, CLI_MAIN_PY, CLI_SERVER_PY
+from mutation_sets.base import CLI_AGENT_PY, CLI_MAIN_PY, CLI_PERPLEXITY_PY, CLI_SERVER_PY
 from mutation_sets.base import in_cli_folder as _cli
 
 MUTATIONS = (
@@ -566,5 +566,137 @@ MUTATIONS += (
         CLI_MAIN_PY,
         '(no real tokenizer)")\n            return 1',
         '(no real tokenizer)")\n            return 0',
+    ),
+)
+MUTATIONS += (
+    # ds4 perplexity: the measure
+    _cli(
+        "perplexity_squares_not_squared",
+        CLI_PERPLEXITY_PY,
+        "self.nll_squared += float(np.sum(np.square(logprobs)))",
+        "self.nll_squared += float(np.sum(np.abs(logprobs)))",
+    ),
+    _cli(
+        "perplexity_variance_adds_the_mean",
+        CLI_PERPLEXITY_PY,
+        "variance = self.nll_squared / self.count - mean * mean",
+        "variance = self.nll_squared / self.count + mean * mean",
+    ),
+    _cli(
+        "perplexity_no_error_is_one",
+        CLI_PERPLEXITY_PY,
+        "            return 0.0\n        return math.sqrt",
+        "            return 1.0\n        return math.sqrt",
+    ),
+    _cli(
+        "perplexity_piece_past_the_start_yields_nothing",
+        CLI_PERPLEXITY_PY,
+        "        if keep < len(piece):",
+        "        if keep <= len(piece):",
+    ),
+    _cli(
+        "perplexity_bos_without_add_bos",
+        CLI_PERPLEXITY_PY,
+        'if getattr(tokenizer, "add_bos", False) and tokenizer.bos_id is not None:',
+        "if tokenizer.bos_id is not None:",
+    ),
+    _cli(
+        "perplexity_chunks_above_the_text",
+        CLI_PERPLEXITY_PY,
+        "return most if chunks is None else min(chunks, most)",
+        "return most if chunks is None else chunks",
+    ),
+    _cli(
+        "perplexity_bos_not_put_first",
+        CLI_PERPLEXITY_PY,
+        "        if bos is not None:\n            ids[0] = bos",
+        "        if bos is None:\n            ids[0] = bos",
+    ),
+    _cli(
+        "perplexity_last_row_scores_past_the_chunk",
+        CLI_PERPLEXITY_PY,
+        "n = min(len(logits), ctx - 1 - position)",
+        "n = min(len(logits), ctx - position)",
+    ),
+    # ds4 logprobs
+    _cli(
+        "logprobs_top_least_likely",
+        CLI_PERPLEXITY_PY,
+        'best = np.argsort(-row, kind="stable")[:top]',
+        'best = np.argsort(row, kind="stable")[:top]',
+    ),
+    _cli(
+        "logprobs_broken_bytes_dropped",
+        CLI_PERPLEXITY_PY,
+        'return tokenizer.token_bytes(token).decode("utf-8", errors="replace")',
+        'return tokenizer.token_bytes(token).decode("utf-8", errors="ignore")',
+    ),
+    _cli(
+        "logprobs_last_vocabulary_id_refused",
+        CLI_PERPLEXITY_PY,
+        "outside = [t for t in tokens if not 0 <= t < vocab]",
+        "outside = [t for t in tokens if not 0 <= t < vocab - 1]",
+    ),
+    _cli(
+        "logprobs_negative_id_accepted",
+        CLI_PERPLEXITY_PY,
+        "outside = [t for t in tokens if not 0 <= t < vocab]",
+        "outside = [t for t in tokens if not t < vocab]",
+    ),
+    _cli(
+        "logprobs_vocabulary_range_told_wrong",
+        CLI_PERPLEXITY_PY,
+        'is outside the vocabulary (0..{vocab - 1})"',
+        'is outside the vocabulary (0..{vocab})"',
+    ),
+    # ds4 perplexity / logprobs: the command
+    _cli(
+        "scoring_flag_contradiction_ignored",
+        CLI_PERPLEXITY_PY,
+        "        options = model_options(args)\n    except ValueError as exc:\n"
+        "        parser.error(str(exc))",
+        "        options = model_options(args)\n    except ValueError:\n        pass",
+    ),
+    _cli(
+        "scoring_closed_pipe_is_an_error",
+        CLI_PERPLEXITY_PY,
+        "    except BrokenPipeError:\n        raise",
+        "    except EOFError:\n        raise",
+    ),
+    _cli(
+        "scoring_model_not_closed",
+        CLI_PERPLEXITY_PY,
+        "    finally:\n        model.close()",
+        "    finally:\n        pass",
+    ),
+    _cli(
+        "scoring_tokenizer_error_escapes",
+        CLI_PERPLEXITY_PY,
+        "    except (TokenizerError, ValueError, OSError) as exc:",
+        "    except (ValueError, OSError) as exc:",
+    ),
+    _cli(
+        "perplexity_header_scored_count_wrong",
+        CLI_PERPLEXITY_PY,
+        'f"scoring the last {ctx - 1 - ctx // 2} of each"',
+        'f"scoring the last {ctx - ctx // 2} of each"',
+    ),
+    _cli(
+        "perplexity_header_bos_always_told",
+        CLI_PERPLEXITY_PY,
+        '+ (f", BOS {bos} first" if bos is not None else "")',
+        '+ f", BOS {bos} first"',
+    ),
+    _cli(
+        "perplexity_chunks_numbered_from_0",
+        CLI_PERPLEXITY_PY,
+        "enumerate(perplexity(model, tokens, ctx, chunks, bos), start=1)",
+        "enumerate(perplexity(model, tokens, ctx, chunks, bos))",
+    ),
+    _cli(
+        "logprobs_output_file_not_closed",
+        CLI_PERPLEXITY_PY,
+        "        if args.output:\n            out.close()",
+        "        if not args.output:\n            out.close()",
     ),
 )
