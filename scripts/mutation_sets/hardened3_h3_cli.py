@@ -10,7 +10,13 @@ Test selection as in the fresh sets: the whole test folder of the mutated packag
 
 from __future__ import annotations
 
-from mutation_sets.base import CLI_AGENT_PY, CLI_MAIN_PY, CLI_PERPLEXITY_PY, CLI_SERVER_PY
+from mutation_sets.base import (
+    CLI_AGENT_PY,
+    CLI_MAIN_PY,
+    CLI_PERPLEXITY_PY,
+    CLI_PLAN_PY,
+    CLI_SERVER_PY,
+)
 from mutation_sets.base import in_cli_folder as _cli
 
 MUTATIONS = (
@@ -698,5 +704,50 @@ MUTATIONS += (
         CLI_PERPLEXITY_PY,
         "        if args.output:\n            out.close()",
         "        if not args.output:\n            out.close()",
+    ),
+)
+MUTATIONS += (
+    # ds4 plan
+    _cli(
+        "plan_zero_memory_accepted",
+        CLI_PLAN_PY,
+        "if match is None or float(match[1]) <= 0:",
+        "if match is None or float(match[1]) < 0:",
+    ),
+    _cli(
+        "plan_kv_fixed_bytes_dropped",
+        CLI_PLAN_PY,
+        "{format_size(plan.kv_fixed_bytes or 0)} fixed",
+        "{format_size(0)} fixed",
+    ),
+    _cli(
+        "plan_wired_note_at_the_share_exactly",
+        CLI_PLAN_PY,
+        'verdict.kind == "resident" and verdict.needed_bytes > GPU_WIRED_SHARE * memory',
+        'verdict.kind == "resident" and verdict.needed_bytes >= GPU_WIRED_SHARE * memory',
+    ),
+    _cli(
+        "plan_wired_note_for_streamed_plans",
+        CLI_PLAN_PY,
+        'verdict.kind == "resident" and verdict.needed_bytes > GPU_WIRED_SHARE * memory',
+        "verdict.needed_bytes > GPU_WIRED_SHARE * memory",
+    ),
+    _cli(
+        "plan_dense_model_told_one_layers_experts",
+        CLI_PLAN_PY,
+        "            if plan.routed_bytes\n",
+        "            if True\n",
+    ),
+    _cli(
+        "plan_label_keeps_trailing_space",
+        CLI_PLAN_PY,
+        'return f"{format_size(memory)} {source}".rstrip()',
+        'return f"{format_size(memory)} {source}"',
+    ),
+    _cli(
+        "plan_machine_memory_skipped",
+        CLI_PLAN_PY,
+        "        if total is not None:",
+        "        if total is None:",
     ),
 )
