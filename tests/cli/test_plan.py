@@ -289,4 +289,3 @@ def test_the_wired_note_starts_past_the_gpu_share(flash, needed, noted):
     plan = ResidentNeeding(plan_memory(open_gguf(flash), "native"), needed)
     text = plan_module.describe(plan, [(4 * GIB, "4 GiB")])
     assert ("on a Mac the GPU wires about 75% of memory by default" in text) == noted
-
