@@ -13,6 +13,7 @@ from __future__ import annotations
 from mutation_sets.base import (
     CLI_AGENT_PY,
     CLI_MAIN_PY,
+    CLI_OPTIONS_PY,
     CLI_PERPLEXITY_PY,
     CLI_PLAN_PY,
     CLI_SERVER_PY,
@@ -749,5 +750,48 @@ MUTATIONS += (
         CLI_PLAN_PY,
         "        if total is not None:",
         "        if total is None:",
+    ),
+)
+MUTATIONS += (
+    # the shared flags: the lower ends of the ranges
+    _cli(
+        "flags_greedy_temperature_refused",
+        CLI_OPTIONS_PY,
+        "type=_float_in(0.0, 100.0),",
+        "type=_float_in(0.0, 100.0, low_open=True),",
+    ),
+    _cli(
+        "flags_top_p_zero_accepted",
+        CLI_OPTIONS_PY,
+        '"--top-p", type=_float_in(0.0, 1.0, low_open=True)',
+        '"--top-p", type=_float_in(0.0, 1.0)',
+    ),
+    _cli(
+        "flags_presence_penalty_upper_end_refused",
+        CLI_OPTIONS_PY,
+        "        type=_float_in(-2.0, 2.0),\n        default=0.0,\n"
+        '        help="subtract this from the logits',
+        "        type=_float_in(-2.0, 1.0),\n        default=0.0,\n"
+        '        help="subtract this from the logits',
+    ),
+    _cli(
+        "flags_frequency_penalty_lower_end_refused",
+        CLI_OPTIONS_PY,
+        "        type=_float_in(-2.0, 2.0),\n        default=0.0,\n"
+        '        help="subtract this per occurrence',
+        "        type=_float_in(-1.0, 2.0),\n        default=0.0,\n"
+        '        help="subtract this per occurrence',
+    ),
+    _cli(
+        "flags_dspark_confidence_zero_refused",
+        CLI_OPTIONS_PY,
+        '        type=_float_in(0.0, 1.0),\n        metavar="X",',
+        '        type=_float_in(0.0, 1.0, low_open=True),\n        metavar="X",',
+    ),
+    _cli(
+        "flags_mtp_margin_zero_refused",
+        CLI_OPTIONS_PY,
+        "type=_float_in(0.0, 1000.0),",
+        "type=_float_in(0.0, 1000.0, low_open=True),",
     ),
 )
