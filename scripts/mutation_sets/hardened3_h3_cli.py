@@ -2,8 +2,17 @@
 ``ds4mlx/cli`` on the lines no earlier set mutates, the least covered files first. ``ds4-agent``'s
 backend loading, ``--print``'s life (signals, Ctrl+C, the closing save, the notes told) and
 ``main``'s paths had no test in ``tests/cli`` before this session
-(``tests/cli/test_ds4_agent_runs.py``). Each was applied by hand, run against the test file
-meant to catch it, and given a test where none failed.
+(``tests/cli/test_ds4_agent_runs.py``); nor had ``ds4-server``'s rank groups, load errors and
+``load_engine`` (``test_server_cli.py``), nor ``ds4``'s paths around the generation
+(``test_ds4_answer_output.py``). Then ``ds4 perplexity``/``logprobs``' pieces on a stand-in
+model (``test_perplexity.py``: 15 of its 21 survived that file before), ``ds4 plan``'s KV line
+and wired-memory note (2 of 7 survived), and the lower ends of the sampling ranges
+(``test_flag_parsing.py``: 6 of 6 survived). Each was applied by hand, run against the test file
+meant to catch it, and given a test where none failed. Lines an earlier set mutates were left
+out (``plan.py``'s refusal advice, ``options.py``'s ``--min-p``).
+
+Left out as not observable: ``listen``'s ``backlog=2048``; ``ds4 plan``'s ``OSError`` member
+(a missing or unreadable model is reported as a GGUFError before it).
 
 Test selection as in the fresh sets: the whole test folder of the mutated package, with ``-x``.
 """
