@@ -210,7 +210,9 @@ def main(argv: list[str] | None = None) -> int:
             api_keys=api_keys,
             details=partial(expert_details, model) if options.verbose else None,
         )
-        log.info("serving '%s' on http://%s:%d/v1", config.model_id, args.host, args.port)
+        # An IPv6 address is bracketed in a URL (RFC 3986), or its colons read as a port's.
+        url_host = f"[{args.host}]" if ":" in args.host else args.host
+        log.info("serving '%s' on http://%s:%d/v1", config.model_id, url_host, args.port)
         server = uvicorn.Server(
             uvicorn.Config(
                 create_app(service, config, engine),

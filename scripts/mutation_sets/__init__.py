@@ -20,6 +20,7 @@ from mutation_sets import (
     hardened2_sv_api,
     hardened2_sv_turn,
     hardened3_h3_chat,
+    hardened3_h3_cli,
     hardened_agent,
     hardened_cli,
     hardened_engine,
@@ -55,6 +56,7 @@ SETS: dict[str, tuple[Mutation, ...]] = {
     "hardened2_ag_loop": hardened2_ag_loop.MUTATIONS,
     "fresh9": fresh9.MUTATIONS,
     "hardened3_h3_chat": hardened3_h3_chat.MUTATIONS,
+    "hardened3_h3_cli": hardened3_h3_cli.MUTATIONS,
 }
 MUTATIONS: tuple[Mutation, ...] = tuple(m for mutations in SETS.values() for m in mutations)
 

@@ -1,17 +1,19 @@
 """``ds4 -p``'s generation in process, on the shipped tiny model, with the token stream replaced
 by a chosen one where the output must be exact: which prompt reaches the model (raw with BOS, or
 in the chat template), what reaches stdout (stop tokens never; the answer ends its line once),
-and the closing lines on stderr."""
+and the closing lines on stderr; then the paths around it: subcommands, load and drafter errors,
+ranks, the chat opened on a terminal."""
 
 from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
+from types import SimpleNamespace
 
 import ds4mlx
 from ds4mlx.cli import main as ds4
 from ds4mlx.engine.generate import GenerationStats, TokenEvent
-from ds4mlx.generation import Done
+from ds4mlx.generation import Done, GGUFError, TokenizerError
 from ds4mlx.speculation.loop import SpeculativeStats
 
 import pytest
@@ -171,3 +173,156 @@ def test_a_generation_error_is_one_line_and_exit_1(monkeypatch, capsys):
     assert ds4.main(["-m", TINY, "-p", "hi"]) == 1
     err = capsys.readouterr().err.rstrip()
     assert err.endswith("ds4: error: prompt of 9 tokens does not fit the context of 8")
+
+
+@pytest.mark.parametrize(
+    ("module", "words", "given"),
+    [
+        ("bench", ["bench", "--ctx", "64"], (["--ctx", "64"],)),
+        ("plan", ["plan", "-m", "x"], (["-m", "x"],)),
+        ("perplexity", ["perplexity", "-f", "t"], ("perplexity", ["-f", "t"])),
+        ("perplexity", ["logprobs", "-f", "t"], ("logprobs", ["-f", "t"])),
+    ],
+)
+def test_subcommands_get_the_words_after_their_name(monkeypatch, module, words, given):
+    calls = []
+    monkeypatch.setattr(f"ds4mlx.cli.{module}.main", lambda *args: calls.append(args) or 4)
+    assert ds4.main(words) == 4
+    assert calls == [given]
+
+
+def test_the_load_and_weights_lines(monkeypatch, capsys):
+    assert ds4_with(monkeypatch, Stream([]), "-p", "hi", "-v") == 0
+    err = capsys.readouterr().err
+    assert f"ds4: loaded {TINY} ({tiny().args_summary()}) in " in err
+    assert f"ds4: weights: {tiny().load_summary()}\n" in err
+    assert ds4_with(monkeypatch, Stream([]), "-p", "hi") == 0
+    assert "ds4: weights:" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "error",
+    [GGUFError("bad tensor"), TokenizerError("no vocab"), OSError("gone"), ValueError("odd")],
+)
+def test_a_model_that_cannot_load_is_one_line_and_exit_1(monkeypatch, capsys, error):
+    def failing(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr("ds4mlx.loader.load_model", failing)
+    assert ds4.main(["-m", TINY, "-p", "hi"]) == 1
+    assert capsys.readouterr().err == f"ds4: error: {error}\n"
+
+
+@pytest.fixture
+def closes(monkeypatch):
+    """How many times the model was closed."""
+    closed = []
+    monkeypatch.setattr(tiny(), "close", lambda: closed.append(True))
+    return closed
+
+
+@pytest.fixture
+def rank(monkeypatch):
+    """``ds4 --distributed`` as rank ``rank.number`` (set it before running)."""
+    state = SimpleNamespace(number=0)
+
+    def start_ranks(distributed, sampling):
+        assert distributed
+        return SimpleNamespace(rank=state.number), sampling
+
+    monkeypatch.setattr("ds4mlx.cli.distributed.start_ranks", start_ranks)
+    return state
+
+
+def test_other_ranks_say_only_their_errors(monkeypatch, capsys, rank, closes):
+    rank.number = 1
+    assert ds4_with(monkeypatch, Stream(text_tokens("ab")), "-p", "hi", "--distributed") == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and closes == [True]
+    assert captured.out == "ab\n"  # (join_ranks sends a follower's stdout to /dev/null)
+
+
+@pytest.mark.parametrize("number", [0, 2])
+def test_a_dropped_peer_stops_a_distributed_run(monkeypatch, capsys, rank, closes, number):
+    rank.number = number
+
+    def dropped(*args, **kwargs):
+        raise RuntimeError("peer closed the connection")
+        yield
+
+    monkeypatch.setattr(ds4, "generate", dropped)
+    assert ds4.main(["-m", TINY, "-p", "hi", "--distributed"]) == 1
+    assert capsys.readouterr().err.endswith(
+        f"ds4: error: distributed run stopped on rank {number}: peer closed the connection\n"
+    )
+    assert closes == [True]
+
+
+def test_a_runtime_error_of_one_process_is_not_hidden(monkeypatch, closes):
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug")
+        yield
+
+    monkeypatch.setattr(ds4, "generate", broken)
+    with pytest.raises(RuntimeError, match="a bug"):
+        ds4.main(["-m", TINY, "-p", "hi"])
+    assert closes == [True]
+
+
+@pytest.mark.parametrize("error", [GGUFError("no block"), OSError("gone"), ValueError("odd")])
+def test_a_drafter_that_cannot_load_is_one_line_and_exit_1(monkeypatch, capsys, error):
+    def failing(speculation, model):
+        raise error
+
+    monkeypatch.setattr(ds4, "load_drafter", failing)
+    stream = Stream([])
+    assert ds4_with(monkeypatch, stream, "-p", "hi") == 1
+    assert capsys.readouterr().err.endswith(f"ds4: error: {error}\n")
+    assert stream.calls == []
+
+
+@pytest.mark.parametrize(
+    ("max_draft", "flags", "line"),
+    [
+        (1, [], "ds4: drafter mtp (up to 1 token a draft)"),
+        (3, [], "ds4: drafter mtp (up to 3 tokens a draft)"),
+        (3, ["--quality"], "ds4: drafter mtp (strict: target-only decoding)"),
+    ],
+)
+def test_the_drafter_line(monkeypatch, capsys, max_draft, flags, line):
+    drafter = SimpleNamespace(name="mtp", max_draft=max_draft)
+    monkeypatch.setattr(ds4, "load_drafter", lambda speculation, model: drafter)
+    stream = Stream([])
+    assert ds4_with(monkeypatch, stream, "-p", "hi", *flags) == 0
+    assert f"\n{line}\n" in capsys.readouterr().err
+    assert stream.calls[0][0] and len(stream.calls) == 1
+
+
+def test_a_terminal_without_a_prompt_opens_the_chat(monkeypatch, closes):
+    calls = []
+
+    def run_repl(model, **kwargs):
+        calls.append((model, kwargs))
+        return 6
+
+    monkeypatch.setattr("ds4mlx.cli.repl.run_repl", run_repl)
+    monkeypatch.setattr(ds4.sys.stdin, "isatty", lambda: True)
+    monkeypatch.setattr(ds4.sys.stdout, "isatty", lambda: True)
+    argv = ["-m", TINY, "--system", "Be brief.", "-n", "9", "-c", "300", "--temp", "0.5", "-v"]
+    assert ds4.main(argv) == 6
+    ((model, kwargs),) = calls
+    assert model is tiny() and closes == [True]
+    assert (kwargs["system"], kwargs["max_tokens"], kwargs["max_context"]) == ("Be brief.", 9, 300)
+    assert kwargs["sampling"].temperature == 0.5 and kwargs["verbose"]
+    assert (kwargs["drafter"], kwargs["speculation"].kind.name) == (None, "NONE")
+    assert kwargs["info"].__self__.rank == 0  # rank 0's messages
+
+
+def test_a_model_without_a_chat_template_cannot_chat(monkeypatch, capsys):
+    monkeypatch.setattr(tiny(), "chat_format", None)
+    stream = Stream([])
+    assert ds4_with(monkeypatch, stream, "-p", "hi", "--chat") == 1
+    err = capsys.readouterr().err
+    assert err.endswith("ds4: error: ds4-tiny.gguf has no chat template (no real tokenizer)\n")
+    assert stream.calls == []
+    assert ds4_with(monkeypatch, stream, "-p", "hi") == 0  # a raw prompt needs none

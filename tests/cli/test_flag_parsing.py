@@ -152,6 +152,15 @@ def test_defaults():
         ["--mtp-margin", "1000"],
         ["--dspark-confidence", "1"],
         ["--top-p", "1"],
+        # the lower ends
+        ["--temp", "0"],
+        ["--min-p", "0"],
+        ["--presence-penalty", "2"],
+        ["--frequency-penalty", "-2"],
+        ["--mtp-margin", "0"],
+        ["--dspark-confidence", "0"],
+        ["--top-p", "0.001"],
+        ["--repeat-penalty", "0.01"],
     ],
 )
 def test_sampling_values_at_the_end_of_their_range_are_taken(flags):
@@ -172,6 +181,13 @@ def test_sampling_values_at_the_end_of_their_range_are_taken(flags):
         ["--ctx", "0"],
         ["--repeat-last-n", "0"],
         ["--lookup", "-1"],
+        ["--top-p", "0"],
+        ["--top-p", "1.01"],
+        ["--temp", "-0.1"],
+        ["--min-p", "-0.1"],
+        ["--presence-penalty", "2.5"],
+        ["--frequency-penalty", "-2.5"],
+        ["--dspark-confidence", "-0.1"],
     ],
 )
 def test_sampling_values_past_their_range_are_refused(flags):

@@ -7,10 +7,13 @@ import json
 import math
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import ds4mlx
+from ds4mlx.cli import perplexity as scoring_module
 from ds4mlx.cli.main import main
 from ds4mlx.cli.perplexity import FEED_BATCH, Perplexity, bos_for_chunks, perplexity
+from ds4mlx.generation import TokenizerError
 
 import numpy as np
 import pytest
@@ -220,3 +223,151 @@ def test_the_error_is_the_sample_standard_error_of_the_perplexity():
     # Mean NLL 1.5, variance 0.25 over the two tokens: llama.cpp divides by count - 1 = 1.
     assert scored.value == math.exp(1.5)
     assert scored.error == 0.5 * math.exp(1.5)
+
+
+class StandInTokenizer:
+    """Token ``t`` is the byte ``t`` (ids 0xe2 and 0x82 are halves of a UTF-8 character)."""
+
+    def __init__(self, add_bos=True, bos_id=1):
+        self.add_bos, self.bos_id = add_bos, bos_id
+
+    def token_bytes(self, token: int) -> bytes:
+        return bytes([token])
+
+    def encode(self, text: str, add_special: bool) -> list[int]:
+        bos = [self.bos_id] if add_special and self.add_bos else []
+        return [*bos, *text.encode()]
+
+
+class StandInModel:
+    """A model whose logits favour, at each position, the token ``(id + 1) % VOCAB``; counts
+    what it was fed and whether it was closed."""
+
+    VOCAB = 256
+
+    def __init__(self, tokenizer=None):
+        self.tokenizer = tokenizer or StandInTokenizer()
+        self.args = SimpleNamespace(vocab_size=self.VOCAB)
+        self.closed = 0
+
+    def new_session(self):
+        def feed(piece):
+            logits = np.zeros((len(piece), self.VOCAB), dtype=np.float32)
+            logits[np.arange(len(piece)), (np.array(piece) + 1) % self.VOCAB] = 3.0
+            return logits
+
+        return SimpleNamespace(feed=feed)
+
+    def close(self):
+        self.closed += 1
+
+
+def test_one_token_or_equal_ones_have_no_error():
+    one = Perplexity()
+    one.add(np.array([-0.5]))
+    assert (one.value, one.error) == (math.exp(0.5), 0.0)
+    equal = Perplexity()
+    equal.add(np.array([-0.5, -0.5, -0.5]))
+    assert equal.error == 0.0
+
+
+@pytest.mark.parametrize(
+    ("first", "starts", "rows"), [(0, [0, 4], [4, 4]), (4, [4], [4]), (5, [5], [3])]
+)
+def test_pieces_start_at_the_first_position_asked(monkeypatch, first, starts, rows):
+    monkeypatch.setattr(scoring_module, "FEED_BATCH", 4)
+    pieces = list(scoring_module.logit_pieces(StandInModel(), list(range(8)), first))
+    assert [start for start, _, _ in pieces] == starts
+    assert [len(logits) for _, logits, _ in pieces] == rows
+    assert all(len(norms) == len(logits) for _, logits, norms in pieces)
+
+
+@pytest.mark.parametrize(
+    ("add_bos", "bos_id", "bos"), [(True, 5, 5), (False, 5, None), (True, None, None)]
+)
+def test_chunks_start_with_bos_only_where_the_file_asks(add_bos, bos_id, bos):
+    model = StandInModel(StandInTokenizer(add_bos, bos_id))
+    assert bos_for_chunks(model) == bos
+
+
+@pytest.mark.parametrize(("chunks", "count"), [(None, 3), (2, 2), (3, 3), (5, 3)])
+def test_chunks_asked_for_are_at_most_those_the_text_holds(chunks, count):
+    assert scoring_module.chunk_count(399, 100, chunks) == count
+
+
+def test_a_broken_character_is_shown_replaced():
+    model = StandInModel()
+    records = list(scoring_module.token_logprobs(model, [0x41, 0xE2, 0x82], top=1))
+    assert [record["text"] for record in records] == ["\ufffd", "\ufffd"]
+    assert records[0]["top_logprobs"][0]["text"] == "B"  # 0x41 + 1
+
+
+@pytest.mark.parametrize("ids", ["-1", "256", "3 -7"])
+def test_ids_outside_the_vocabulary_are_refused(tmp_path, ids):
+    path = tmp_path / "ids.txt"
+    path.write_text(ids)
+    outside = next(word for word in ids.split() if not 0 <= int(word) < 256)
+    with pytest.raises(ValueError) as refused:
+        scoring_module.read_tokens(StandInModel(), path, ids=True)
+    assert str(refused.value) == f"{path}: token id {outside} is outside the vocabulary (0..255)"
+    path.write_text("0 255")
+    assert scoring_module.read_tokens(StandInModel(), path, ids=True) == [0, 255]
+
+
+@pytest.fixture
+def stand_in(monkeypatch, tmp_path):
+    """``ds4 perplexity``/``logprobs`` over a StandInModel, on a text file of 16 letters."""
+    model = StandInModel()
+    monkeypatch.setattr("ds4mlx.loader.load_model", lambda *args, **kwargs: model)
+    text = tmp_path / "text.txt"
+    text.write_text("abcdefghijklmnop")
+    model.argv = ["-m", "stand-in.gguf", "-f", str(text)]
+    return model
+
+
+@pytest.mark.parametrize(("add_bos", "told"), [(True, ", BOS 1 first"), (False, "")])
+def test_the_perplexity_header_tells_what_is_scored(stand_in, capsys, add_bos, told):
+    stand_in.tokenizer.add_bos = add_bos
+    assert scoring_module.main("perplexity", [*stand_in.argv, "-c", "8"]) == 0
+    tokens = 17 if add_bos else 16
+    assert capsys.readouterr().err == (
+        f"ds4 perplexity: {tokens} tokens, 2 chunks of 8, scoring the last 3 of each{told}\n"
+    )
+    assert stand_in.closed == 1
+
+
+def test_a_flag_contradiction_is_a_usage_error(stand_in, capsys):
+    with pytest.raises(SystemExit) as refused:
+        scoring_module.main("perplexity", [*stand_in.argv, "--expert-cache", "4"])
+    assert refused.value.code == 2
+    assert "--expert-cache and --expert-hotlist apply to --ssd-stream only" in (
+        capsys.readouterr().err
+    )
+
+
+def test_a_closed_pipe_is_left_to_ds4_to_end_quietly(stand_in, monkeypatch):
+    def closed(*args):
+        raise BrokenPipeError
+
+    monkeypatch.setattr(scoring_module, "_print_perplexity", closed)
+    with pytest.raises(BrokenPipeError):
+        scoring_module.main("perplexity", [*stand_in.argv])
+    assert stand_in.closed == 1
+
+
+def test_a_text_the_tokenizer_refuses_is_one_error_line(stand_in, monkeypatch, capsys):
+    def refuse(text, add_special):
+        raise TokenizerError("no merges for this text")
+
+    monkeypatch.setattr(stand_in.tokenizer, "encode", refuse)
+    assert scoring_module.main("logprobs", [*stand_in.argv]) == 1
+    assert capsys.readouterr().err == "ds4 logprobs: error: no merges for this text\n"
+    assert stand_in.closed == 1
+
+
+def test_logprobs_written_to_a_file_are_complete(stand_in, tmp_path, capsys):
+    out = tmp_path / "out.jsonl"
+    assert scoring_module.main("logprobs", [*stand_in.argv, "-o", str(out)]) == 0
+    assert capsys.readouterr().out == ""
+    lines = out.read_text().splitlines()
+    assert len(lines) == 16 and json.loads(lines[-1])["text"] == "p"

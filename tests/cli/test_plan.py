@@ -257,3 +257,35 @@ def test_ds4_plan_without_memory_plans_for_this_machine(
     assert ds4_main.main(["plan", "-m", str(flash), "--ctx", "1"]) == 0
     lines = [line.split(":")[0].strip() for line in capsys.readouterr().out.splitlines()[5:]]
     assert [line for line in lines if not line.startswith("on a Mac")] == labels
+
+
+def test_the_kv_line_gives_its_growth_fixed_part_and_total(flash):
+    plan = plan_memory(open_gguf(flash), "native", ctx=2048)
+    size = plan_module.format_size
+    expected = (
+        f"  KV cache        {size(plan.kv_bytes_per_1k)} per 1k tokens + "
+        f"{size(plan.kv_fixed_bytes)} fixed ({size(plan.kv_bytes)} at 2048 tokens)"
+    )
+    assert plan.kv_fixed_bytes > 0
+    assert expected in plan_module.describe(plan, []).splitlines()
+
+
+class ResidentNeeding:
+    """A plan (delegating to ``plan``) whose verdict is resident, needing ``needed`` bytes."""
+
+    def __init__(self, plan, needed):
+        self.plan, self.needed = plan, needed
+
+    def __getattr__(self, name):
+        return getattr(self.plan, name)
+
+    def verdict(self, memory):
+        return SimpleNamespace(kind="resident", needed_bytes=self.needed)
+
+
+@pytest.mark.parametrize(("needed", "noted"), [(3 * GIB, False), (3 * GIB + 1, True)])
+def test_the_wired_note_starts_past_the_gpu_share(flash, needed, noted):
+    assert plan_module.GPU_WIRED_SHARE * 4 * GIB == 3 * GIB
+    plan = ResidentNeeding(plan_memory(open_gguf(flash), "native"), needed)
+    text = plan_module.describe(plan, [(4 * GIB, "4 GiB")])
+    assert ("on a Mac the GPU wires about 75% of memory by default" in text) == noted
