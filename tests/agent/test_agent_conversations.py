@@ -6,6 +6,7 @@ import json
 import os
 import time
 
+from ds4mlx.agent.checkpoints import CheckpointError
 from ds4mlx.agent.commands import HELP, SlashCommands
 from ds4mlx.agent.conversations import Conversation, ConversationError, ConversationStore
 from ds4mlx.agent.loop import Agent, CompactionStarted
@@ -249,3 +250,40 @@ def test_history_of_no_count_shows_the_last_twenty(commands):
     for default in ("/history", "/history 0", "/history -3"):
         shown = commands.handle(default).text.splitlines()
         assert len(shown) == 20 and shown[-1] == "assistant: a12", default
+
+
+@pytest.mark.parametrize("failure", [CheckpointError("git stash: locked"), OSError("disk full")])
+def test_undo_and_diff_report_their_failure(commands, monkeypatch, failure):
+    """A failed undo or diff is one line naming the error; the UI goes on."""
+
+    def fail() -> str:
+        raise failure
+
+    monkeypatch.setattr(commands.agent.checkpoints, "undo", fail)
+    monkeypatch.setattr(commands.agent.checkpoints, "diff", fail)
+    assert commands.handle("/undo").text == f"error: undo failed: {failure}"
+    assert commands.handle("/diff").text == f"error: {failure}"
+
+
+def test_hints_refuses_a_word_it_does_not_know(commands):
+    assert commands.handle("/hints maybe").text == "usage: /hints on|off"
+    assert commands.hints  # unchanged
+
+
+def test_a_save_that_fails_midway_leaves_no_temporary(store):
+    """Whatever stops a save (here a message JSON cannot hold), the temporary file goes."""
+    with pytest.raises(TypeError):
+        store.save(Conversation([{"role": "user", "content": object()}]), "broken")
+    assert list(store.folder.iterdir()) == []
+
+
+def test_a_temporary_gone_before_its_age_is_read_is_passed_over(tmp_path):
+    """Another process may remove a temporary between the listing and its stat (here a link
+    to nothing stands for it): the stale ones are still removed."""
+    store = ConversationStore(tmp_path)
+    (tmp_path / ".a.vanished.tmp").symlink_to(tmp_path / "nowhere")
+    stale = tmp_path / ".b.stale.tmp"
+    stale.write_text("{")
+    os.utime(stale, (time.time() - 3600, time.time() - 3600))
+    assert store.remove_stale_temporaries() == 1
+    assert not stale.exists()
