@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from types import SimpleNamespace
 
 from ds4mlx.agent.checkpoints import CheckpointError
 from ds4mlx.agent.commands import HELP, SlashCommands
@@ -287,3 +288,30 @@ def test_a_temporary_gone_before_its_age_is_read_is_passed_over(tmp_path):
     os.utime(stale, (time.time() - 3600, time.time() - 3600))
     assert store.remove_stale_temporaries() == 1
     assert not stale.exists()
+
+
+def test_a_model_state_is_kept_only_with_a_saved_conversation(commands):
+    """An empty conversation is not saved on leaving, so neither is its model state."""
+    kept = []
+    commands.agent.states = SimpleNamespace(
+        save=lambda agent: kept.append(agent.conversation.name) or "kept the model state (9 tokens)"
+    )
+    commands.handle("/save empty")
+    assert commands.handle("/new").text == "new conversation"
+    assert kept == []
+    chat(commands, "hello", "hi")
+    commands.handle("/save full")
+    assert commands.handle("/new").text == (
+        "new conversation (saved as full; kept the model state (9 tokens))"
+    )
+    assert kept == ["full"]
+
+
+def test_strip_gives_the_context_before_and_after(commands):
+    chat(commands, "list it", "done")
+    commands.agent.messages.append({"role": "tool", "content": "x" * 4000})
+    before = commands.agent.context_tokens()
+    text = commands.handle("/strip").text
+    after = commands.agent.context_tokens()
+    assert before > after + 900
+    assert text == f"dropped 1 tool outputs: context {before} -> {after} tokens"

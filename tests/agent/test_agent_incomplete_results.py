@@ -91,3 +91,14 @@ def test_the_size_of_a_file_gone_mid_walk_is_zero(tmp_path):
     assert tools._size(tmp_path / "gone.txt") == 0
     (tmp_path / "here.txt").write_text("12345")
     assert tools._size(tmp_path / "here.txt") == 5
+
+
+def test_a_search_stopped_by_the_user_says_so(tmp_path):
+    """Ctrl+C lands while one slow line is still being matched: the result says the search
+    was stopped, whatever that line's match does later."""
+    (tmp_path / "slow.txt").write_text("a" * 40 + "b\n")
+    toolbox = ToolBox(Workspace(tmp_path))
+    cancelled = threading.Event()
+    cancelled.set()
+    result = toolbox.run(ToolCall("search", {"pattern": "(a+)+$"}), cancelled)
+    assert result.output == USER_STOP and not result.is_error

@@ -57,14 +57,19 @@ def test_a_write_preview_shows_the_new_content(box, tmp_path):
     assert box.preview(call) == "--- a/n.txt\n+++ b/n.txt\n@@ -1 +1 @@\n-old\n+new"
 
 
-def test_a_call_that_would_fail_on_a_system_error_gives_its_reason(box, tmp_path, monkeypatch):
-    """The reason, not Python's spelling of the exception ("[Errno 13] ...: 'path'")."""
+@pytest.fixture
+def unreadable(tmp_path, monkeypatch) -> None:
+    """n.txt exists, and reading any file fails as a file without read permission does."""
     (tmp_path / "n.txt").write_text("old\n")
 
     def refuse(*_args) -> bytes:
         raise PermissionError(errno.EACCES, "Permission denied", "n.txt")
 
     monkeypatch.setattr(tools, "read_regular", refuse)
+
+
+def test_a_call_that_would_fail_on_a_system_error_gives_its_reason(box, unreadable):
+    """The reason, not Python's spelling of the exception ("[Errno 13] ...: 'path'")."""
     call = ToolCall("edit", {"path": "n.txt", "old": "old", "new": "new"})
     assert box.would_fail(call) == tools.ToolResult("error: Permission denied", is_error=True)
     assert box.preview(call) == "(this call would fail: Permission denied)"
@@ -109,3 +114,18 @@ def test_an_edit_diff_shows_two_lines_of_context(box, tmp_path):
     (tmp_path / "f.txt").write_text("".join(f"{n}\n" for n in range(1, 10)))
     result = box.run(ToolCall("edit", {"path": "f.txt", "old": "5\n", "new": "five\n"}))
     assert result.diff == "--- a/f.txt\n+++ b/f.txt\n@@ -3,5 +3,5 @@\n 3\n 4\n-5\n+five\n 6\n 7"
+
+
+def test_a_system_error_is_given_by_its_reason(box, unreadable):
+    result = box.run(ToolCall("read", {"path": "n.txt"}))
+    assert result == tools.ToolResult("error: Permission denied", is_error=True)
+
+
+def test_status_of_job_zero_is_no_job_and_each_job_is_its_own_paragraph(box):
+    box.run(ToolCall("bash", {"command": "echo a &"}))
+    box.run(ToolCall("bash", {"command": "echo b &"}))
+    wait_for(lambda: not any(job.running for job in box.jobs.jobs.values()), "the jobs' end")
+    assert box.run(ToolCall("status", {"job": 0})).output == "error: there is no job 0"
+    assert box.run(ToolCall("status", {})).output == (
+        "job 1 exited with code 0: echo a\na\n\njob 2 exited with code 0: echo b\nb"
+    )
