@@ -11,7 +11,10 @@ left out, so the entries land where the blind writer lands next.
 Left out as equivalent: the missing-file hint without its ``path != path.strip()`` test (the
 stripped path of a name without spaces is the name, which does not exist either); ``edit``
 replacing every occurrence instead of one (an edit whose old text occurs more than once is
-refused before it is made).
+refused before it is made); the markup filter preferring the shorter of two openers found at one
+place (no two of its openers can start at the same place) and taking a closing tag found at 0
+(the search starts after the opening tag); C's ``field_identifier`` at the end of a declarator
+chain (only struct members end there, and they are no definitions).
 
 Test selection as in the fresh sets: the whole ``tests/agent`` folder (``base.in_agent_folder``).
 """
@@ -447,6 +450,18 @@ MUTATIONS: tuple[Mutation, ...] = (
         ".get(argument.lower())",
         ".get(argument)",
     ),
+    _agent(
+        "commands_handle_unstripped_line",
+        COMMANDS_PY,
+        'name, _, argument = line.strip().partition(" ")',
+        'name, _, argument = line.partition(" ")',
+    ),
+    _agent(
+        "commands_list_time_without_minutes",
+        COMMANDS_PY,
+        'when = time.strftime("%Y-%m-%d %H:%M", time.localtime(entry.saved))',
+        'when = time.strftime("%Y-%m-%d", time.localtime(entry.saved))',
+    ),
     # conversations.py: saving, loading, listing, cleaning up.
     _agent(
         "conversations_workspace_not_saved",
@@ -521,6 +536,12 @@ MUTATIONS: tuple[Mutation, ...] = (
         CONVERSATIONS_PY,
         'messages = data.get("messages") if isinstance(data, dict) else None',
         'messages = data.get("messages")',
+    ),
+    _agent(
+        "conversations_list_globs_every_file",
+        CONVERSATIONS_PY,
+        'for path in self.folder.glob("*.json") if self.folder.is_dir() else ():',
+        'for path in self.folder.glob("*") if self.folder.is_dir() else ():',
     ),
     # compaction.py: budgets, the plan, the transcript, the summary.
     _agent(
@@ -762,24 +783,12 @@ MUTATIONS: tuple[Mutation, ...] = (
         "yield from _definitions(child, language, depth + 1, cancelled)",
     ),
     _agent(
-        "symbols_c_field_identifier",
-        AGENT_SYMBOLS_PY,
-        '        "field_identifier",\n',
-        "",
-    ),
-    _agent(
         "symbols_c_type_identifier",
         AGENT_SYMBOLS_PY,
         '        "type_identifier",\n',
         "",
     ),
     # markup.py: tool-call markup in the answer text.
-    _agent(
-        "markup_earliest_prefers_shorter",
-        MARKUP_PY,
-        "key=lambda hit: (hit[0], -len(hit[1]))",
-        "key=lambda hit: (hit[0], len(hit[1]))",
-    ),
     _agent(
         "markup_cut_off_block_shown",
         MARKUP_PY,
@@ -794,12 +803,6 @@ MUTATIONS: tuple[Mutation, ...] = (
         MARKUP_PY,
         "        elif self._pending:\n            out.append(TextDelta(self._pending))",
         "        elif self._pending:\n            pass",
-    ),
-    _agent(
-        "markup_enclosing_closing_any_spelling",
-        MARKUP_PY,
-        'found = [(at, at + len(f"</{dsml}{name}>")) for at in found if at >= 0]',
-        'found = [(at, at + len(f"</{dsml}{name}>")) for at in found if at > 0]',
     ),
     _agent(
         "markup_enclosing_latest_close",

@@ -9,7 +9,12 @@ from types import SimpleNamespace
 
 from ds4mlx.agent.checkpoints import CheckpointError
 from ds4mlx.agent.commands import HELP, SlashCommands
-from ds4mlx.agent.conversations import Conversation, ConversationError, ConversationStore
+from ds4mlx.agent.conversations import (
+    STATE_SUFFIX,
+    Conversation,
+    ConversationError,
+    ConversationStore,
+)
 from ds4mlx.agent.loop import Agent, CompactionStarted
 from ds4mlx.agent.permissions import Permissions, Rule
 
@@ -315,3 +320,23 @@ def test_strip_gives_the_context_before_and_after(commands):
     after = commands.agent.context_tokens()
     assert before > after + 900
     assert text == f"dropped 1 tool outputs: context {before} -> {after} tokens"
+
+
+def test_a_command_after_spaces_is_still_that_command(commands):
+    assert commands.handle("  /think on ").text == "thinking on"
+
+
+def test_list_gives_each_conversations_time_to_the_minute(commands, store):
+    chat(commands, "hello", "hi")
+    commands.handle("/save timed")
+    (saved,) = store.list()
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(saved.saved))
+    assert commands.handle("/list").text == f"* timed  {when}  3 messages"
+
+
+def test_only_conversation_files_are_listed(store):
+    """A model state kept beside a conversation (NAME.kv.safetensors) is no conversation."""
+    store.save(Conversation([{"role": "user", "content": "a"}]), "kept")
+    (store.folder / f"kept{STATE_SUFFIX}").write_bytes(b"state")
+    (store.folder / "notes.txt").write_text("not mine")
+    assert [(entry.name, entry.problem) for entry in store.list()] == [("kept", "")]

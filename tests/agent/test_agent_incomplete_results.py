@@ -102,3 +102,12 @@ def test_a_search_stopped_by_the_user_says_so(tmp_path):
     cancelled.set()
     result = toolbox.run(ToolCall("search", {"pattern": "(a+)+$"}), cancelled)
     assert result.output == USER_STOP and not result.is_error
+
+
+def test_a_stopped_walk_ends_there_and_keeps_its_reason(box, monkeypatch):
+    """A walk the user stopped reads no further entry, so it never also meets the entry limit
+    (whose message would then hide the user's stop)."""
+    monkeypatch.setattr(tools, "MAX_WALK_ENTRIES", 2)
+    cancelled = threading.Event()
+    cancelled.set()
+    assert box.run(ToolCall("list", {"path": "."}), cancelled).output == USER_STOP

@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 
 from ds4mlx.agent import tools
-from ds4mlx.agent.jobs import CommandOutcome
+from ds4mlx.agent.jobs import BackgroundJob, CommandOutcome
 from ds4mlx.agent.tools import ToolBox
 from ds4mlx.agent.workspace import Workspace
 from ds4mlx.engine.chat import ToolCall
@@ -18,6 +18,11 @@ import pytest
 from test_agent_jobs import wait_for
 
 SOURCE = "def found():\n    return 1\n"
+
+
+def finished(job: BackgroundJob) -> bool:
+    """The job exited and all it printed was read (the reader outlives the process)."""
+    return not job.running and not job.handle.reader.is_alive()
 
 
 @pytest.fixture
@@ -76,8 +81,8 @@ def test_a_call_that_would_fail_on_a_system_error_gives_its_reason(box, unreadab
 
 
 def test_leftovers_are_reported_after_a_command_that_succeeded(box, monkeypatch):
-    finished = CommandOutcome("done\n", 0, stopped_leftovers=True)
-    monkeypatch.setattr(box.jobs, "run", lambda *_args: finished)
+    outcome = CommandOutcome("done\n", 0, stopped_leftovers=True)
+    monkeypatch.setattr(box.jobs, "run", lambda *_args: outcome)
     result = box.run(ToolCall("bash", {"command": "serve"}))
     assert result.output == (
         "done\n(processes it left running held its output open and were stopped; "
@@ -93,7 +98,7 @@ def test_status_leaves_room_for_the_state_line_within_the_result_limit(tmp_path)
     try:
         box.run(ToolCall("bash", {"command": "seq 1 2000 &"}))
         job = box.jobs.jobs[1]
-        wait_for(lambda: not job.running, "the job's end")
+        wait_for(lambda: finished(job), "the job's end")
         output = box.run(ToolCall("status", {})).output
     finally:
         box.close()
@@ -124,7 +129,7 @@ def test_a_system_error_is_given_by_its_reason(box, unreadable):
 def test_status_of_job_zero_is_no_job_and_each_job_is_its_own_paragraph(box):
     box.run(ToolCall("bash", {"command": "echo a &"}))
     box.run(ToolCall("bash", {"command": "echo b &"}))
-    wait_for(lambda: not any(job.running for job in box.jobs.jobs.values()), "the jobs' end")
+    wait_for(lambda: all(map(finished, box.jobs.jobs.values())), "the jobs' end")
     assert box.run(ToolCall("status", {"job": 0})).output == "error: there is no job 0"
     assert box.run(ToolCall("status", {})).output == (
         "job 1 exited with code 0: echo a\na\n\njob 2 exited with code 0: echo b\nb"
