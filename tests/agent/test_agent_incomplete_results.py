@@ -96,7 +96,7 @@ def test_the_size_of_a_file_gone_mid_walk_is_zero(tmp_path):
 def test_a_search_stopped_by_the_user_says_so(tmp_path):
     """Ctrl+C lands while one slow line is still being matched: the result says the search
     was stopped, whatever that line's match does later."""
-    (tmp_path / "slow.txt").write_text("a" * 40 + "b\n")
+    (tmp_path / "slow.txt").write_text("a" * 5000 + "!\n")  # (a+)+$ backtracks on it
     toolbox = ToolBox(Workspace(tmp_path))
     cancelled = threading.Event()
     cancelled.set()
@@ -111,3 +111,10 @@ def test_a_stopped_walk_ends_there_and_keeps_its_reason(box, monkeypatch):
     cancelled = threading.Event()
     cancelled.set()
     assert box.run(ToolCall("list", {"path": "."}), cancelled).output == USER_STOP
+
+
+def test_a_list_past_its_cap_counts_every_entry_left_out(box, monkeypatch):
+    monkeypatch.setattr(tools, "MAX_LIST_ENTRIES", 1)
+    assert box.run(ToolCall("list", {"path": "."})).output == (
+        "       7  a.txt\n... 2 more entries; list a subfolder to see them"
+    )

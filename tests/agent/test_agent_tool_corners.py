@@ -5,6 +5,7 @@ what bash, status and stop add to a command's output, and the context an edit's 
 from __future__ import annotations
 
 import errno
+import os
 import threading
 from pathlib import Path
 
@@ -134,3 +135,12 @@ def test_status_of_job_zero_is_no_job_and_each_job_is_its_own_paragraph(box):
     assert box.run(ToolCall("status", {})).output == (
         "job 1 exited with code 0: echo a\na\n\njob 2 exited with code 0: echo b\nb"
     )
+
+
+def test_a_name_search_passes_over_a_fifo(box, tmp_path):
+    """A FIFO named like source is no file to outline: the search passes over it instead of
+    failing on it."""
+    os.mkfifo(tmp_path / "pipe.py")
+    (tmp_path / "m.py").write_text(SOURCE)
+    output = box.run(ToolCall("symbols", {"path": ".", "name": "found"})).output
+    assert output == "m.py:1-2: function found"
