@@ -19,6 +19,7 @@ from mutation_sets import (
     hardened2_gguf_spec,
     hardened2_sv_api,
     hardened2_sv_turn,
+    hardened3_h3_agent,
     hardened3_h3_chat,
     hardened3_h3_cli,
     hardened_agent,
@@ -57,6 +58,7 @@ SETS: dict[str, tuple[Mutation, ...]] = {
     "fresh9": fresh9.MUTATIONS,
     "hardened3_h3_chat": hardened3_h3_chat.MUTATIONS,
     "hardened3_h3_cli": hardened3_h3_cli.MUTATIONS,
+    "hardened3_h3_agent": hardened3_h3_agent.MUTATIONS,
 }
 MUTATIONS: tuple[Mutation, ...] = tuple(m for mutations in SETS.values() for m in mutations)
 

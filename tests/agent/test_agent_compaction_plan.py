@@ -5,6 +5,7 @@ from __future__ import annotations
 from ds4mlx.agent.compaction import (
     SUMMARY_HEADER,
     Budgets,
+    assemble,
     plan_compaction,
     summary_message,
     transcript,
@@ -131,3 +132,12 @@ def test_kept_tool_results_use_half_the_tail_budget_and_the_task_its_own():
     # Messages other than tool results are never clipped in the tail.
     plan = plan_compaction([msg("user", "u" * 900)], Budgets(32, 100, 40), sized({}))
     assert plan.tail == [msg("user", "u" * 900)]
+
+
+def test_the_compacted_conversation_reads_system_summary_task_then_the_tail():
+    """The task the model must go on with comes before the recent turns, as it came first."""
+    body = [msg("user", "u1"), msg("assistant", "a1"), msg("user", "u2"), msg("assistant", "big")]
+    system = msg("system", "rules")
+    plan = plan_compaction([system, *body], Budgets(32, 25, 32), sized({"big": 100}))
+    summary = summary_message("done so far", plan.older, "")
+    assert assemble(plan, summary) == [system, summary, body[2], body[3]]

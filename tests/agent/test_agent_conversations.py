@@ -5,9 +5,16 @@ from __future__ import annotations
 import json
 import os
 import time
+from types import SimpleNamespace
 
+from ds4mlx.agent.checkpoints import CheckpointError
 from ds4mlx.agent.commands import HELP, SlashCommands
-from ds4mlx.agent.conversations import Conversation, ConversationError, ConversationStore
+from ds4mlx.agent.conversations import (
+    STATE_SUFFIX,
+    Conversation,
+    ConversationError,
+    ConversationStore,
+)
 from ds4mlx.agent.loop import Agent, CompactionStarted
 from ds4mlx.agent.permissions import Permissions, Rule
 
@@ -249,3 +256,87 @@ def test_history_of_no_count_shows_the_last_twenty(commands):
     for default in ("/history", "/history 0", "/history -3"):
         shown = commands.handle(default).text.splitlines()
         assert len(shown) == 20 and shown[-1] == "assistant: a12", default
+
+
+@pytest.mark.parametrize("failure", [CheckpointError("git stash: locked"), OSError("disk full")])
+def test_undo_and_diff_report_their_failure(commands, monkeypatch, failure):
+    """A failed undo or diff is one line naming the error; the UI goes on."""
+
+    def fail() -> str:
+        raise failure
+
+    monkeypatch.setattr(commands.agent.checkpoints, "undo", fail)
+    monkeypatch.setattr(commands.agent.checkpoints, "diff", fail)
+    assert commands.handle("/undo").text == f"error: undo failed: {failure}"
+    assert commands.handle("/diff").text == f"error: {failure}"
+
+
+def test_hints_refuses_a_word_it_does_not_know(commands):
+    assert commands.handle("/hints maybe").text == "usage: /hints on|off"
+    assert commands.hints  # unchanged
+
+
+def test_a_save_that_fails_midway_leaves_no_temporary(store):
+    """Whatever stops a save (here a message JSON cannot hold), the temporary file goes."""
+    with pytest.raises(TypeError):
+        store.save(Conversation([{"role": "user", "content": object()}]), "broken")
+    assert list(store.folder.iterdir()) == []
+
+
+def test_a_temporary_gone_before_its_age_is_read_is_passed_over(tmp_path):
+    """Another process may remove a temporary between the listing and its stat (here a link
+    to nothing stands for it): the stale ones are still removed."""
+    store = ConversationStore(tmp_path)
+    (tmp_path / ".a.vanished.tmp").symlink_to(tmp_path / "nowhere")
+    stale = tmp_path / ".b.stale.tmp"
+    stale.write_text("{")
+    os.utime(stale, (time.time() - 3600, time.time() - 3600))
+    assert store.remove_stale_temporaries() == 1
+    assert not stale.exists()
+
+
+def test_a_model_state_is_kept_only_with_a_saved_conversation(commands):
+    """An empty conversation is not saved on leaving, so neither is its model state."""
+    kept = []
+    commands.agent.states = SimpleNamespace(
+        save=lambda agent: kept.append(agent.conversation.name) or "kept the model state (9 tokens)"
+    )
+    commands.handle("/save empty")
+    assert commands.handle("/new").text == "new conversation"
+    assert kept == []
+    chat(commands, "hello", "hi")
+    commands.handle("/save full")
+    assert commands.handle("/new").text == (
+        "new conversation (saved as full; kept the model state (9 tokens))"
+    )
+    assert kept == ["full"]
+
+
+def test_strip_gives_the_context_before_and_after(commands):
+    chat(commands, "list it", "done")
+    commands.agent.messages.append({"role": "tool", "content": "x" * 4000})
+    before = commands.agent.context_tokens()
+    text = commands.handle("/strip").text
+    after = commands.agent.context_tokens()
+    assert before > after + 900
+    assert text == f"dropped 1 tool outputs: context {before} -> {after} tokens"
+
+
+def test_a_command_after_spaces_is_still_that_command(commands):
+    assert commands.handle("  /think on ").text == "thinking on"
+
+
+def test_list_gives_each_conversations_time_to_the_minute(commands, store):
+    chat(commands, "hello", "hi")
+    commands.handle("/save timed")
+    (saved,) = store.list()
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(saved.saved))
+    assert commands.handle("/list").text == f"* timed  {when}  3 messages"
+
+
+def test_only_conversation_files_are_listed(store):
+    """A model state kept beside a conversation (NAME.kv.safetensors) is no conversation."""
+    store.save(Conversation([{"role": "user", "content": "a"}]), "kept")
+    (store.folder / f"kept{STATE_SUFFIX}").write_bytes(b"state")
+    (store.folder / "notes.txt").write_text("not mine")
+    assert [(entry.name, entry.problem) for entry in store.list()] == [("kept", "")]

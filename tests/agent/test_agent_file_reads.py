@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import socket
+import stat
 
+from ds4mlx.agent import files
 from ds4mlx.agent.files import is_regular, read_regular, write_atomically
 from ds4mlx.agent.workspace import ToolError
 
@@ -76,3 +78,28 @@ def test_an_atomic_write_keeps_the_mode_and_leaves_no_temporary(tmp_path):
     assert target.read_bytes() == b"new" and (target.stat().st_mode & 0o777) == 0o750
     write_atomically(tmp_path / "fresh.txt", b"made")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fresh.txt", "run.sh"]
+
+
+def test_a_file_without_any_permission_keeps_none_when_rewritten(tmp_path):
+    """Mode 0 is a mode to keep, not a missing one (a new file would get 0o666 less the
+    umask)."""
+    path = tmp_path / "locked.txt"
+    path.write_text("old")
+    path.chmod(0)
+    write_atomically(path, b"new")
+    assert stat.S_IMODE(path.stat().st_mode) == 0
+    assert path.read_bytes() == b"new"
+
+
+@pytest.mark.parametrize(
+    ("kind", "words"),
+    [
+        (stat.S_IFIFO, "a FIFO"),
+        (stat.S_IFCHR, "a character device"),
+        (stat.S_IFBLK, "a block device"),
+        (stat.S_IFSOCK, "a socket"),
+        (stat.S_IFLNK, "not a regular file"),
+    ],
+)
+def test_each_kind_of_file_that_is_not_read_is_named(kind, words):
+    assert files._kind(kind | 0o644) == words

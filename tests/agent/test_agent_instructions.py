@@ -108,3 +108,7 @@ def test_without_instructions_the_system_prompt_is_the_agents_own(root):
     agent = Agent(ScriptedBackend(), ToolBox(Workspace(root)))
     assert agent.instructions is None
     assert agent.messages == [{"role": "system", "content": SYSTEM_PROMPT}]
+
+
+def test_without_an_agents_md_claude_md_is_used(root):
+    assert found(root) == ProjectInstructions("CLAUDE.md", "fallback")

@@ -143,3 +143,11 @@ def test_a_block_cut_off_inside_its_tag_is_reported_whole():
     assert [(e.raw, e.reason) for e in errors] == [
         (f"<{DSML}tool_ca", "cut-off tool call: the answer ended inside tool-call markup")
     ]
+
+
+def test_a_block_ends_at_its_first_closing_tag_in_either_spelling():
+    """The text between a block's closing tag and a later closing tag in the other spelling
+    (a stray one, only dropped) is answer text."""
+    block = f"<{DSML}tool_calls>x</{DSML}tool_calls>"
+    shown, errors = filtered([f"a {block} between ‹/{DSML}tool_calls> after"])
+    assert shown == "a  between  after" and [e.raw for e in errors] == [block]

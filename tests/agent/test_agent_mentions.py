@@ -102,6 +102,7 @@ def names(root: Path) -> Workspace:
         ("read @s", "rc/"),  # a folder gets its slash
         ("read @src/alpha.py", None),  # nothing left to add
         ("read @src/z", None),  # no match
+        ("read @src/eta", None),  # a name's middle is no match
         ("read @nowhere/a", None),  # no such folder
         ("mail a@src/b", None),  # not a mention
         ("read src/b", None),  # no @ at all

@@ -148,3 +148,17 @@ def test_a_history_without_a_file_or_in_a_read_only_place_still_works(tmp_path):
     history = PromptHistory(blocked / "history.jsonl")  # its folder cannot be made
     history.add("x")
     assert history.entries == ["x"] and not (blocked / "history.jsonl").exists()
+
+
+def test_a_submitted_prompt_names_its_input_as_the_control():
+    """Textual matches ``@on(PromptInput.Submitted, "#id")`` handlers by the message's
+    control: it must be the input that sent it."""
+    prompt = PromptInput(id="prompt")
+    message = PromptInput.Submitted(prompt, "hi")
+    assert message.control is prompt and message.value == "hi"
+
+
+def test_a_damaged_line_does_not_hide_the_prompts_after_it(tmp_path):
+    path = tmp_path / "history.jsonl"
+    path.write_text('"a"\n{"half a line\n"b"\n')
+    assert PromptHistory(path).entries == ["a", "b"]

@@ -203,6 +203,7 @@ def test_a_catastrophic_regex_returns_within_its_budget(toolbox, workspace):
     # search's wall-clock budget, which says "stopped after".
     assert result.is_error and "backtracks catastrophically" in result.output
     assert f"more than {SEARCH_LINE_SECONDS:g}s of CPU" in result.output
+    assert "on long.txt:1 (5001 characters) and the search was stopped" in result.output
 
 
 def test_ctrl_c_stops_a_search_at_once(toolbox, workspace, monkeypatch):
