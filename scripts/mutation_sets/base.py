@@ -153,3 +153,8 @@ AGENT_WIDGETS_PY = "ds4mlx/agent/widgets.py"
 CLI_BENCH_PY = "ds4mlx/cli/bench.py"
 CLI_DISTRIBUTED_PY = "ds4mlx/cli/distributed.py"
 CLI_PERPLEXITY_PY = "ds4mlx/cli/perplexity.py"
+
+# Paths first named in base.py by hardened3_h3_spec (earlier sets kept them to themselves).
+SPECULATION_LOOP_PY = "ds4mlx/speculation/loop.py"
+DRAFTER_PY = "ds4mlx/speculation/drafter.py"
+SPECULATION_INIT_PY = "ds4mlx/speculation/__init__.py"
