@@ -12,7 +12,10 @@ the cycle drafts); ``_padded``'s ``rows <= 0`` (zero rows of padding concatenate
 ``_add_keys``' ``n <= self.max_draft + 1`` (both paths compute the same keys); MTP's
 ``margin <= 0`` to ``< 0`` (no gap is below a zero margin). Left out as untested: the plain
 advance computing the target's rows for a drafter that will never read them
-(``_advance_plain``'s ``and not unread``: the same tokens and drafts, only slower).
+(``_advance_plain``'s ``and not unread``: the same tokens and drafts, only slower), and the
+last token a context or budget has room for taken as one of ds4's pause cycles (``and room >
+0`` to ``>= 0``: the same tokens; only a running ds4 pause's count, or a lookup drafter's plain
+cost sample, differs).
 
 Test selection as in the fresh sets: the whole ``tests/speculation`` folder, with ``-x``.
 """
@@ -23,6 +26,7 @@ from mutation_sets.base import (
     DRAFTER_PY,
     DSPARK_PY,
     MTP_PY,
+    NEXTN_PY,
     PROBE_PY,
     SPECULATION_INIT_PY,
     SPECULATION_LOOP_PY,
@@ -95,12 +99,6 @@ MUTATIONS = (
         SPECULATION_LOOP_PY,
         "cycle = self.scheduler.next_cycle(left) if room > 0 else Cycle.PAUSE",
         "cycle = self.scheduler.next_cycle(left) if room >= 0 else Cycle.PAUSE",
-    ),
-    _speculation(
-        "no_room_cycle_taken_as_a_pause",  # new
-        SPECULATION_LOOP_PY,
-        "if cycle in (Cycle.PLAIN, Cycle.PAUSE) and room > 0:",
-        "if cycle in (Cycle.PLAIN, Cycle.PAUSE) and room >= 0:",
     ),
     _speculation(
         "cost_pause_cycle_drafts",
@@ -298,6 +296,12 @@ MUTATIONS = (
         MTP_PY,
         "        if self._logits is None:\n            return Draft()",
         "        if self._logits is None and self._pending:\n            return Draft()",
+    ),
+    _speculation(
+        "deepseek_nextn_block_cut_by_a_margin",
+        NEXTN_PY,
+        "return load_mtp(target, None, max_draft=1, margin=0.0)",
+        "return load_mtp(target, None, max_draft=1)",
     ),
     # DSpark.
     _speculation(

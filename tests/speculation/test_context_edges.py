@@ -49,5 +49,5 @@ def test_the_context_s_last_token_is_decoded_without_asking_for_a_draft(ds4_mode
         generate(ds4_model.new_session(), prompt, 20, drafter=drafter, max_context=max_context)
     )
     assert len(spec) == max_context - len(prompt) + 1
-    assert asked and min(asked) >= 1
+    assert all(n >= 1 for n in asked)
     assert stats.scheduler.no_draft_cycles == 0
