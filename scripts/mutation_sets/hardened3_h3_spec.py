@@ -1,16 +1,18 @@
 """Hardened speculation, third pass (issue 37, session 19): hand-made one-line mutations of the
 speculation files with the fewest mutations per line (the loop, the probe, DSpark's and MTP's
-drafters, ``TargetRows``, ``load_drafter``/``check_drafter_files``), on lines no earlier set
-changes. Each was applied by hand and run against the test file meant to catch it; where none
+drafters, ``TargetRows``, ``load_drafter``/``check_drafter_files``), then the scheduler's cost
+rule, on lines no earlier set changes. Each was applied by hand and run against the test file meant to catch it; where none
 failed a test was written (in ``tests/speculation``), checked to fail with the change and pass
 without it.
 
-Before this session's tests, 22 of these 55 survived the test files that should catch them
+Before this session's tests, 26 of these 76 survived the test files that should catch them
 (each marked ``# new``); all are caught now. Left out as equivalent: the loop's
 ``if drafting: self.scheduler.record(...)`` without its condition (a draft exists only when
 the cycle drafts); ``_padded``'s ``rows <= 0`` (zero rows of padding concatenate to nothing);
 ``_add_keys``' ``n <= self.max_draft + 1`` (both paths compute the same keys); MTP's
-``margin <= 0`` to ``< 0`` (no gap is below a zero margin). Left out as untested: the plain
+``margin <= 0`` to ``< 0`` (no gap is below a zero margin); the scheduler's
+``MIN_PLAIN_SAMPLES - plain.samples`` without the subtraction (reached only with no sample) and
+``_cannot_pay``'s ``cycle.samples > 0 and`` (no sample reads 0 s per cycle, never above). Left out as untested: the plain
 advance computing the target's rows for a drafter that will never read them
 (``_advance_plain``'s ``and not unread``: the same tokens and drafts, only slower), and the
 last token a context or budget has room for taken as one of ds4's pause cycles (``and room >
@@ -28,6 +30,7 @@ from mutation_sets.base import (
     MTP_PY,
     NEXTN_PY,
     PROBE_PY,
+    SCHEDULER_PY,
     SPECULATION_INIT_PY,
     SPECULATION_LOOP_PY,
 )
@@ -379,5 +382,132 @@ MUTATIONS = (
         DSPARK_PY,
         "scores = None if rows.confidences is None else rows.confidences[first:]",
         "scores = None if rows.confidences is None else rows.confidences",
+    ),
+    # The scheduler.
+    _speculation(
+        "scheduler_token_sums_never_decay",
+        SCHEDULER_PY,
+        "self.tokens = self.tokens * COST_DECAY + tokens",
+        "self.tokens = self.tokens + tokens",
+    ),
+    _speculation(
+        "scheduler_time_without_tokens_divides_by_zero",  # new
+        SCHEDULER_PY,
+        "return self.seconds / self.tokens if self.tokens else 0.0",
+        "return self.seconds / self.tokens if self.seconds else 0.0",
+    ),
+    _speculation(
+        "scheduler_restart_keeps_the_sample_count",
+        SCHEDULER_PY,
+        "self.seconds, self.tokens, self.weight, self.samples = 0.0, 0.0, 0.0, 0",
+        "self.seconds, self.tokens, self.weight = 0.0, 0.0, 0.0",
+    ),
+    _speculation(
+        "scheduler_new_request_keeps_the_shortest_pause",
+        SCHEDULER_PY,
+        "self.costs.pause_left = min(self.costs.pause_left, MAX_COST_PAUSE)",
+        "self.costs.pause_left = min(self.costs.pause_left, COST_PAUSE)",
+    ),
+    _speculation(
+        "scheduler_cannot_pay_pause_cut_for_a_new_request",
+        SCHEDULER_PY,
+        "        if not self.costs.cannot_pay:\n",
+        "        if True:\n",
+    ),
+    _speculation(
+        "scheduler_sampled_request_keeps_an_earlier_pause",
+        SCHEDULER_PY,
+        "if self._measure_left > 0 or (self.weighs_cost and self.costs.pause_left > 0):",
+        "if self._measure_left > 0 or self.costs.pause_left > 0:",
+    ),
+    _speculation(
+        "scheduler_every_plain_advance_counted_as_a_cost_pause",
+        SCHEDULER_PY,
+        "                if not self.stats.cycles:\n",
+        "                if True:\n",
+    ),
+    _speculation(
+        "scheduler_sampled_request_counts_an_earlier_pause_ahead",  # new
+        SCHEDULER_PY,
+        "return self._measure_left + (self.costs.pause_left if self.weighs_cost else 0)",
+        "return self._measure_left + self.costs.pause_left",
+    ),
+    _speculation(
+        "scheduler_cycle_of_no_tokens_timed",
+        SCHEDULER_PY,
+        "        if tokens <= 0:\n            return\n",
+        "        if tokens < 0:\n            return\n",
+    ),
+    _speculation(
+        "scheduler_draftless_cycle_timed_as_a_verified_one",
+        SCHEDULER_PY,
+        "        if draft_length:\n            self.costs.cycle.add(seconds, 1)",
+        "        if True:\n            self.costs.cycle.add(seconds, 1)",
+    ),
+    _speculation(
+        "scheduler_quick_judgement_one_cycle_late",
+        SCHEDULER_PY,
+        "if drafted.samples < QUICK_SAMPLES:",
+        "if drafted.samples <= QUICK_SAMPLES:",
+    ),
+    _speculation(
+        "scheduler_nothing_drafted_not_clearly_dearer",
+        SCHEDULER_PY,
+        "clearly_dearer = nothing_drafted or drafted.per_token > plain.per_token * CLEAR_LOSS",
+        "clearly_dearer = drafted.per_token > plain.per_token * CLEAR_LOSS",
+    ),
+    _speculation(
+        "scheduler_close_judgement_one_cycle_late",
+        SCHEDULER_PY,
+        "if drafted.samples < MIN_DRAFTED_SAMPLES and not clearly_dearer:",
+        "if drafted.samples <= MIN_DRAFTED_SAMPLES and not clearly_dearer:",
+    ),
+    _speculation(
+        "scheduler_free_proposals_can_be_condemned",
+        SCHEDULER_PY,
+        "costs.cannot_pay = not self.free_proposals and self._cannot_pay()",
+        "costs.cannot_pay = self._cannot_pay()",
+    ),
+    _speculation(
+        "scheduler_cost_pause_leaves_ds4_pause_running",
+        SCHEDULER_PY,
+        "costs.pause_left, self._pause_left = pause, 0",
+        "costs.pause_left = pause",
+    ),
+    _speculation(
+        "scheduler_probe_remembers_verified_drafts",  # new
+        SCHEDULER_PY,
+        "        drafted.restart()\n        costs.verified_cycles = 0\n",
+        "        drafted.restart()\n",
+    ),
+    _speculation(
+        "scheduler_cannot_pay_forgets_the_target_token",
+        SCHEDULER_PY,
+        "most = (self.max_draft + 1) * (1 + CANNOT_PAY_MARGIN)",
+        "most = self.max_draft * (1 + CANNOT_PAY_MARGIN)",
+    ),
+    _speculation(
+        "scheduler_loss_pause_rounded_down",  # new
+        SCHEDULER_PY,
+        "return math.ceil(lost / (PROBE_SHARE * advance)) if advance > 0 else 0",
+        "return int(lost / (PROBE_SHARE * advance)) if advance > 0 else 0",
+    ),
+    _speculation(
+        "scheduler_window_judged_a_cycle_early",
+        SCHEDULER_PY,
+        "if len(self._window_accepted) == WINDOW_CYCLES:",
+        "if len(self._window_accepted) == WINDOW_CYCLES - 1:",
+    ),
+    _speculation(
+        "scheduler_loss_counts_plain_seconds_not_tokens",
+        SCHEDULER_PY,
+        "lost = drafted.seconds - plain.per_token * drafted.tokens",
+        "lost = drafted.seconds - plain.seconds",
+    ),
+    _speculation(
+        "scheduler_plain_advance_averaged_over_raw_samples",
+        SCHEDULER_PY,
+        "advance = plain.seconds / plain.weight",
+        "advance = plain.seconds / plain.samples",
     ),
 )
