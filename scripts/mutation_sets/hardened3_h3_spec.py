@@ -1,23 +1,24 @@
 """Hardened speculation, third pass (issue 37, session 19): hand-made one-line mutations of the
 speculation files with the fewest mutations per line (the loop, the probe, DSpark's and MTP's
 drafters, ``TargetRows``, ``load_drafter``/``check_drafter_files``), then the scheduler's cost
-rule, on lines no earlier set changes. Each was applied by hand and run against the test file meant to catch it; where none
-failed a test was written (in ``tests/speculation``), checked to fail with the change and pass
-without it.
+rule, on lines no earlier set changes. Each was applied by hand and run against the test file
+meant to catch it; where none failed a test was written (in ``tests/speculation``), checked to
+fail with the change and pass without it.
 
-Before this session's tests, 26 of these 76 survived the test files that should catch them
-(each marked ``# new``); all are caught now. Left out as equivalent: the loop's
-``if drafting: self.scheduler.record(...)`` without its condition (a draft exists only when
-the cycle drafts); ``_padded``'s ``rows <= 0`` (zero rows of padding concatenate to nothing);
-``_add_keys``' ``n <= self.max_draft + 1`` (both paths compute the same keys); MTP's
-``margin <= 0`` to ``< 0`` (no gap is below a zero margin); the scheduler's
-``MIN_PLAIN_SAMPLES - plain.samples`` without the subtraction (reached only with no sample) and
-``_cannot_pay``'s ``cycle.samples > 0 and`` (no sample reads 0 s per cycle, never above). Left out as untested: the plain
-advance computing the target's rows for a drafter that will never read them
-(``_advance_plain``'s ``and not unread``: the same tokens and drafts, only slower), and the
-last token a context or budget has room for taken as one of ds4's pause cycles (``and room >
-0`` to ``>= 0``: the same tokens; only a running ds4 pause's count, or a lookup drafter's plain
-cost sample, differs).
+Before this session's tests, 26 of these 76 survived (each marked ``# new``; 16 run against the
+test files that should catch them, 10 judged by reading: no test there asserted what they change,
+or the run came after the new test); all are caught now. Left out as equivalent: the loop's ``if
+drafting: self.scheduler.record(...)`` without its condition (a draft exists only when the cycle
+drafts); ``_padded``'s ``rows <= 0`` (zero rows of padding concatenate to nothing);
+``_add_keys``' ``n <= self.max_draft + 1`` (both paths compute the same keys); MTP's ``margin <=
+0`` to ``< 0`` (no gap is below a zero margin); the scheduler's ``MIN_PLAIN_SAMPLES -
+plain.samples`` without the subtraction (reached only with no sample) and ``_cannot_pay``'s
+``cycle.samples > 0 and`` (no sample reads 0 s per cycle, never above). Left out as untested:
+the plain advance computing the target's rows for a drafter that will never read them
+(``_advance_plain``'s ``and not unread``: the same tokens and drafts, only slower), and the last
+token a context or budget has room for taken as one of ds4's pause cycles (``and room > 0`` to
+``>= 0``: the same tokens; only a running ds4 pause's count, or a lookup drafter's plain cost
+sample, differs).
 
 Test selection as in the fresh sets: the whole ``tests/speculation`` folder, with ``-x``.
 """
