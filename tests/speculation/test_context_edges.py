@@ -11,7 +11,7 @@ from ds4mlx.generation import generate
 
 import pytest
 
-from .conftest import ScriptedDrafter
+from .conftest import ScriptedDrafter, record_asks
 from .test_loop import PROMPTS, run
 
 
@@ -37,14 +37,7 @@ def test_the_context_s_last_token_is_decoded_without_asking_for_a_draft(ds4_mode
     prompt = PROMPTS[2]
     plain, _ = run(generate(ds4_model.new_session(), prompt, 20))
     drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=0.0)
-    asked: list[int] = []
-    scripted = drafter.propose
-
-    def recorded(max_tokens):
-        asked.append(max_tokens)
-        return scripted(max_tokens)
-
-    drafter.propose = recorded
+    asked = record_asks(drafter)
     spec, stats = run(
         generate(ds4_model.new_session(), prompt, 20, drafter=drafter, max_context=max_context)
     )

@@ -21,7 +21,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from .conftest import ScriptedDrafter, TickingClock, measured_lease
+from .conftest import ScriptedDrafter, TickingClock, measured_lease, record_asks
 
 PROMPTS = [[115, 78, 104, 2, 65, 24], [9, 56, 25, 61, 80, 12, 12, 86], [1, 2, 3]]
 
@@ -411,17 +411,13 @@ def test_a_combined_drafts_acceptance_is_credited_to_the_piece_that_made_each_to
     # Rejected inside the block: none of the extension was kept.
     stats.record_draft(5, 2, [("dspark", 3), ("lookup", 2)])
     assert stats.by_drafter == {"dspark": [2, 6, 5], "lookup": [2, 4, 1]}
-
-
-def test_a_draft_cut_after_its_pieces_were_named_credits_only_the_tokens_verified():
-    """The pieces name what the drafter proposed; a confidence cut or a constraint may shorten
-    the draft after that. A piece is credited with its tokens inside the verified draft alone,
-    and a piece cut away entirely is no draft of its drafter."""
-    stats = SpeculativeStats()
+    # The pieces name what the drafter proposed; a confidence cut or a constraint may shorten
+    # the draft after that. A piece is credited with its tokens inside the verified draft
+    # alone, and a piece cut away entirely is no draft of its drafter.
     stats.record_draft(4, 4, [("dspark", 3), ("lookup", 3)])
-    assert stats.by_drafter == {"dspark": [1, 3, 3], "lookup": [1, 1, 1]}
+    assert stats.by_drafter == {"dspark": [3, 9, 8], "lookup": [3, 5, 2]}
     stats.record_draft(3, 3, [("dspark", 3), ("lookup", 2)])
-    assert stats.by_drafter == {"dspark": [2, 6, 6], "lookup": [1, 1, 1]}
+    assert stats.by_drafter == {"dspark": [4, 12, 11], "lookup": [3, 5, 2]}
 
 
 def test_three_pieces_are_each_credited_from_where_the_one_before_ended():
@@ -493,14 +489,7 @@ def test_a_draft_is_never_longer_than_the_options_allow(ds4_model):
     prompt, n = PROMPTS[0], 24
     plain, _ = run(generate(ds4_model.new_session(), prompt, n))
     drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=0.0)
-    asked: list[int] = []
-    scripted = drafter.propose
-
-    def recorded(max_tokens):
-        asked.append(max_tokens)
-        return scripted(max_tokens)
-
-    drafter.propose = recorded
+    asked = record_asks(drafter)
     decoder = SpeculativeDecoder(drafter, SpeculationOptions(max_draft=2), drafting_lease())
     session = ds4_model.new_session()
     spec, stats = run(run_alone(stepped_generate(session, prompt, n, decoder=decoder)))
@@ -517,14 +506,7 @@ def test_drafts_fit_a_verify_pass_that_one_token_decode_matches_bit_for_bit(ds4_
     prompt, n = PROMPTS[0], 24
     plain, _ = run(generate(ds4_model.new_session(), prompt, n))
     drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, max_draft=8, error_rate=0.0)
-    asked: list[int] = []
-    scripted = drafter.propose
-
-    def recorded(max_tokens):
-        asked.append(max_tokens)
-        return scripted(max_tokens)
-
-    drafter.propose = recorded
+    asked = record_asks(drafter)
     decoder = SpeculativeDecoder(drafter, SpeculationOptions(), drafting_lease())
     spec, _ = run(run_alone(stepped_generate(ds4_model.new_session(), prompt, n, decoder=decoder)))
     assert spec == plain
