@@ -1,18 +1,18 @@
 """Hardened speculation, third pass (issue 37, session 19): hand-made one-line mutations of the
 speculation files with the fewest mutations per line (the loop, the probe, DSpark's and MTP's
 drafters, ``TargetRows``, ``load_drafter``/``check_drafter_files``), then the scheduler's cost
-rule, on lines no earlier set changes. Each was applied by hand and run against the test file
-meant to catch it; where none failed a test was written (in ``tests/speculation``), checked to
-fail with the change and pass without it.
+rule and prompt lookup, on lines no earlier set changes. Each was applied by hand and run
+against the test file meant to catch it; where none failed a test was written (in
+``tests/speculation``), checked to fail with the change and pass without it.
 
-Before this session's tests, 26 of these 76 survived (each marked ``# new``; 16 run against the
-test files that should catch them, 10 judged by reading: no test there asserted what they change,
-or the run came after the new test); all are caught now. Left out as equivalent: the loop's ``if
-drafting: self.scheduler.record(...)`` without its condition (a draft exists only when the cycle
-drafts); ``_padded``'s ``rows <= 0`` (zero rows of padding concatenate to nothing);
-``_add_keys``' ``n <= self.max_draft + 1`` (both paths compute the same keys); MTP's ``margin <=
-0`` to ``< 0`` (no gap is below a zero margin); the scheduler's ``MIN_PLAIN_SAMPLES -
-plain.samples`` without the subtraction (reached only with no sample) and ``_cannot_pay``'s
+Before this session's tests, 31 of these 83 survived (each marked ``# new``; 21 run against the
+test files that should catch them, 10 judged by reading: no test there asserted what they
+change, or the run came after the new test); all are caught now. Left out as equivalent: the
+loop's ``if drafting: self.scheduler.record(...)`` without its condition (a draft exists only
+when the cycle drafts); ``_padded``'s ``rows <= 0`` (zero rows of padding concatenate to
+nothing); ``_add_keys``' ``n <= self.max_draft + 1`` (both paths compute the same keys); MTP's
+``margin <= 0`` to ``< 0`` (no gap is below a zero margin); the scheduler's ``MIN_PLAIN_SAMPLES
+- plain.samples`` without the subtraction (reached only with no sample) and ``_cannot_pay``'s
 ``cycle.samples > 0 and`` (no sample reads 0 s per cycle, never above). Left out as untested:
 the plain advance computing the target's rows for a drafter that will never read them
 (``_advance_plain``'s ``and not unread``: the same tokens and drafts, only slower), and the last
@@ -28,6 +28,7 @@ from __future__ import annotations
 from mutation_sets.base import (
     DRAFTER_PY,
     DSPARK_PY,
+    LOOKUP_PY,
     MTP_PY,
     NEXTN_PY,
     PROBE_PY,
@@ -510,5 +511,48 @@ MUTATIONS = (
         SCHEDULER_PY,
         "advance = plain.seconds / plain.weight",
         "advance = plain.seconds / plain.samples",
+    ),
+    # Prompt lookup.
+    _speculation(
+        "lookup_empty_proposal_keeps_the_last_match",  # new
+        LOOKUP_PY,
+        "            self.last_match = 0\n            return Draft()",
+        "            return Draft()",
+    ),
+    _speculation(
+        "lookup_extension_captures_no_layers",
+        LOOKUP_PY,
+        "self.capture_layers = tuple(learned.capture_layers)",
+        "self.capture_layers = ()",
+    ),
+    _speculation(
+        "lookup_extension_has_no_window",
+        LOOKUP_PY,
+        'return getattr(self.learned, "window", None)',
+        "return None",
+    ),
+    _speculation(
+        "lookup_extension_confidence_of_the_first_token",  # new
+        LOOKUP_PY,
+        "else [*draft.confidences, *[draft.confidences[-1]] * len(extension)]",
+        "else [*draft.confidences, *[draft.confidences[0]] * len(extension)]",
+    ),
+    _speculation(
+        "lookup_copy_of_two_tokens_replaces_the_block",  # new
+        LOOKUP_PY,
+        "COPY_MIN_MATCH = 3",
+        "COPY_MIN_MATCH = 2",
+    ),
+    _speculation(
+        "lookup_default_ngram_stops_at_three",  # new
+        LOOKUP_PY,
+        "DEFAULT_NGRAM = (2, 4)",
+        "DEFAULT_NGRAM = (2, 3)",
+    ),
+    _speculation(
+        "lookup_extension_named_as_the_learned_drafter",  # new
+        LOOKUP_PY,
+        'self.name = f"{learned.name}+lookup"',
+        "self.name = learned.name",
     ),
 )

@@ -162,6 +162,12 @@ def test_mtp_is_loaded_with_the_configured_draft_length_and_margin(ds4_tiny):
     assert (drafter.name, drafter.max_draft, drafter.margin) == ("mtp", 3, 1.5)
 
 
+def test_a_lookup_behind_dspark_drafts_a_copy_of_three_tokens_in_its_place(ds4_tiny):
+    config = SpeculationConfig(DrafterKind.DSPARK, DSPARK, lookup=4)
+    drafter = ds4mlx.speculation.load_drafter(config, ds4_tiny)
+    assert (drafter.name, drafter.min_match, drafter.max_draft) == ("dspark+lookup", 3, 5)
+
+
 def test_target_rows_take_the_first_rows_of_every_field():
     rows = TargetRows(
         3,
