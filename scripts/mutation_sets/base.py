@@ -156,3 +156,8 @@ CLI_PERPLEXITY_PY = "ds4mlx/cli/perplexity.py"
 
 # Paths first used by hardened3_h3_chat (session 19: the chat formats).
 CHAT_EVENTS_PY = "ds4mlx/engine/chat/events.py"
+
+# Paths first named in base.py by hardened3_h3_spec (earlier sets kept them to themselves).
+SPECULATION_LOOP_PY = "ds4mlx/speculation/loop.py"
+DRAFTER_PY = "ds4mlx/speculation/drafter.py"
+SPECULATION_INIT_PY = "ds4mlx/speculation/__init__.py"

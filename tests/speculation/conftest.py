@@ -62,6 +62,19 @@ class ScriptedDrafter:
         return Draft(tokens, confidences)
 
 
+def record_asks(drafter: ScriptedDrafter) -> list[int]:
+    """The ``max_tokens`` of each ``propose`` call to ``drafter`` from now on, in order."""
+    asked: list[int] = []
+    scripted = drafter.propose
+
+    def recorded(max_tokens: int) -> Draft:
+        asked.append(max_tokens)
+        return scripted(max_tokens)
+
+    drafter.propose = recorded
+    return asked
+
+
 @pytest.fixture(scope="module")
 def ds4_model(ds4_fixture_path):
     return ds4mlx.load_model(ds4_fixture_path)

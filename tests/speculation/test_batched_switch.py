@@ -71,3 +71,26 @@ def test_speculation_alone_then_batched_steps(ds4_model):
     assert a.tokens == reference_a and b.tokens == reference_b
     assert a.stats.drafted_passes == 2
     assert drafter.observed_rows == [len(PROMPT_B)]  # nobody drafted after the join
+
+
+def test_a_generation_whose_drafter_another_took_over_decodes_without_drafts(ds4_model):
+    """Never batched with it, A still must not draft once B's prefill took the shared drafter
+    over: the drafter's state follows B's sequence."""
+    reference_a = plain(ds4_model, PROMPT_A)
+    drafter = ScriptedDrafter(PROMPT_A, reference_a, ds4_model.args.vocab_size, error_rate=0.0)
+    config, lease = SpeculationConfig(), DrafterLease()
+    a = Driver(
+        stepped(ds4_model.new_session(), PROMPT_A, N, drafter=drafter, config=config, lease=lease)
+    )
+    a.advance(None)  # one drafted cycle, alone
+    b = Driver(
+        stepped(ds4_model.new_session(), PROMPT_B, N, drafter=drafter, config=config, lease=lease)
+    )
+    try:
+        while a.step is not None:
+            a.advance(None)
+    finally:
+        b.events.close()
+    assert a.tokens == reference_a
+    assert a.stats.drafted_passes == 1
+    assert drafter.observed_rows == [len(PROMPT_B)]

@@ -11,7 +11,7 @@ from ds4mlx.generation import generate
 
 import pytest
 
-from .conftest import ScriptedDrafter
+from .conftest import ScriptedDrafter, record_asks
 from .test_loop import PROMPTS, run
 
 
@@ -28,3 +28,19 @@ def test_a_draft_never_takes_the_session_past_the_context(ds4_model, max_context
     # The context holds the prompt and every generated token but the last, never fed.
     assert len(limited) == max_context - len(prompt) + 1
     assert spec == limited
+
+
+@pytest.mark.parametrize("max_context", [4, 10])
+def test_the_context_s_last_token_is_decoded_without_asking_for_a_draft(ds4_model, max_context):
+    """Once the context has room for the next token alone, no draft can fit: the drafter is not
+    asked for one, and the scheduler counts no cycle without a draft."""
+    prompt = PROMPTS[2]
+    plain, _ = run(generate(ds4_model.new_session(), prompt, 20))
+    drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=0.0)
+    asked = record_asks(drafter)
+    spec, stats = run(
+        generate(ds4_model.new_session(), prompt, 20, drafter=drafter, max_context=max_context)
+    )
+    assert len(spec) == max_context - len(prompt) + 1
+    assert all(n >= 1 for n in asked)
+    assert stats.scheduler.no_draft_cycles == 0

@@ -13,7 +13,7 @@ from ds4mlx.speculation.drafter import Draft, TargetRows
 from ds4mlx.speculation.lookup import LookupDrafter, LookupExtension, NgramIndex
 from ds4mlx.speculation.loop import SpeculativeStats
 from ds4mlx.speculation.nextn import NextNDrafter
-from ds4mlx.speculation.probe import ProbeStats, probe_greedy, rows_between
+from ds4mlx.speculation.probe import ProbeStats, greedy_continuation, probe_greedy, rows_between
 from ds4mlx.speculation.support_gguf import FULL_HASH_BYTES, HASH_WINDOW_BYTES, _windows
 
 import mlx.core as mx
@@ -94,13 +94,33 @@ def test_a_support_file_without_a_path_is_refused_naming_its_flag():
         check_drafter_files(config, TARGET)
 
 
+def test_a_folder_given_as_the_support_file_is_no_such_file(tmp_path):
+    config = SpeculationConfig(DrafterKind.DSPARK, tmp_path)
+    with pytest.raises(GGUFError, match=r"--mtp-model .*: no such file"):
+        check_drafter_files(config, TARGET)
+
+
 @pytest.mark.parametrize(
-    ("kind", "flag"), [(DrafterKind.DSPARK, "--dspark"), (DrafterKind.MTP, "--mtp-draft 1")]
+    ("kind", "flag", "expected"),
+    [
+        (
+            DrafterKind.DSPARK,
+            "--dspark",
+            "ds4's DSpark support file ('deepseek4-dspark'), llama.cpp's DSpark drafter ('dflash')",
+        ),
+        (
+            DrafterKind.MTP,
+            "--mtp-draft 1",
+            "ds4's MTP support file ('deepseek4-mtp'), ds4's MTP support file ('deepseek4')",
+        ),
+    ],
 )
-def test_a_model_file_given_as_the_drafter_is_refused(kind, flag):
+def test_a_model_file_given_as_the_drafter_is_refused(kind, flag, expected):
     with pytest.raises(GGUFError) as refused:
         check_drafter_files(SpeculationConfig(kind, GLM), TARGET)
-    assert f"is a 'glm5-next' file, not a drafter for {flag}" in str(refused.value)
+    assert f"is a 'glm5-next' file, not a drafter for {flag}: expected {expected}" in str(
+        refused.value
+    )
 
 
 @pytest.mark.parametrize(
@@ -134,6 +154,35 @@ def test_rows_and_tokens_of_different_lengths_are_refused(ds4_tiny, kind):
     rows = _rows(ds4_tiny, [5, 6, 7], drafter.capture_layers)
     with pytest.raises(ValueError, match="2 tokens but 3 target rows"):
         drafter.observe([5, 6], 8, rows)
+
+
+def test_mtp_is_loaded_with_the_configured_draft_length_and_margin(ds4_tiny):
+    config = SpeculationConfig(DrafterKind.MTP, MTP, mtp_draft=3, mtp_margin=1.5)
+    drafter = ds4mlx.speculation.load_drafter(config, ds4_tiny)
+    assert (drafter.name, drafter.max_draft, drafter.margin) == ("mtp", 3, 1.5)
+
+
+def test_a_lookup_behind_dspark_drafts_a_copy_of_three_tokens_in_its_place(ds4_tiny):
+    config = SpeculationConfig(DrafterKind.DSPARK, DSPARK, lookup=4)
+    drafter = ds4mlx.speculation.load_drafter(config, ds4_tiny)
+    assert (drafter.name, drafter.min_match, drafter.max_draft) == ("dspark+lookup", 3, 5)
+
+
+def test_target_rows_take_the_first_rows_of_every_field():
+    rows = TargetRows(
+        3,
+        {0: mx.arange(8).reshape(4, 2), 2: mx.arange(8, 16).reshape(4, 2)},
+        mx.arange(16).reshape(4, 2, 2),
+        mx.arange(4).reshape(4, 1),
+    )
+    first = rows.take(2)
+    assert first.pos0 == 3 and first.n_rows == 2
+    assert {i: h.tolist() for i, h in first.layers.items()} == {
+        0: [[0, 1], [2, 3]],
+        2: [[8, 9], [10, 11]],
+    }
+    assert first.head_input.tolist() == [[[0, 1], [2, 3]], [[4, 5], [6, 7]]]
+    assert first.final_hidden.tolist() == [[0], [1]]
 
 
 def test_dspark_drafts_nothing_before_it_observes(ds4_tiny):
@@ -271,6 +320,65 @@ def test_the_probe_counts_no_cycle_for_a_draft_of_nothing(ds4_tiny):
     drafter = ScriptedDrafter(prompt, continuation, vocab=100, max_draft=0, error_rate=0.0)
     stats = probe_greedy(ds4_tiny, drafter, prompt, continuation)
     assert (stats.cycles, stats.drafted, stats.accepted) == (0, 0, 0)
+
+
+def test_a_probe_confidence_equal_to_the_threshold_keeps_its_token(ds4_tiny):
+    prompt, continuation = [5, 17, 33, 2], [8, 90, 12, 12, 71, 3, 40, 61, 5, 9, 2, 7]
+    drafter = ScriptedDrafter(prompt, continuation, vocab=100, error_rate=0.0, confidences=True)
+    # The third token's confidence, computed as the drafter computes it: kept, the fourth cut.
+    threshold = 1.0 - 0.15 * 2
+    stats = probe_greedy(ds4_tiny, drafter, prompt, continuation, confidence_threshold=threshold)
+    assert (stats.cycles, stats.drafted, stats.accepted) == (3, 9, 9)
+
+
+class RecordingDrafter(ScriptedDrafter):
+    """Records what the probe asks for and what it commits."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.asked: list[int] = []
+        self.seen: list[tuple[int, list[int], int]] = []
+
+    def observe(self, tokens, next_token, rows):
+        self.seen.append((rows.pos0, list(tokens), next_token))
+        super().observe(tokens, next_token, rows)
+
+    def propose(self, max_tokens):
+        self.asked.append(max_tokens)
+        return super().propose(max_tokens)
+
+
+def test_the_probe_asks_for_what_the_continuation_has_left_and_commits_as_the_loop(ds4_tiny):
+    """Each draft may reach the continuation's last token, not past it; the probe then commits
+    the accepted prefix plus the target's token, as the loop does: the drafter sees each row
+    once, in order, with the token that follows."""
+    prompt, continuation = [5, 17, 33], [8, 90, 12, 12, 71, 3]
+    drafter = RecordingDrafter(prompt, continuation, vocab=100, max_draft=2, error_rate=0.0)
+    stats = probe_greedy(ds4_tiny, drafter, prompt, continuation)
+    assert drafter.asked == [5, 2]
+    assert drafter.seen == [(0, [5, 17, 33], 8), (3, [8, 90, 12], 12)]
+    assert (stats.cycles, stats.drafted, stats.accepted) == (2, 4, 4)
+
+
+def test_a_rejected_probe_draft_commits_the_target_token_alone(ds4_tiny):
+    prompt, continuation = [5, 17, 33], [8, 90, 12, 12]
+    drafter = RecordingDrafter(prompt, continuation, vocab=100, max_draft=2, error_rate=1.0)
+    stats = probe_greedy(ds4_tiny, drafter, prompt, continuation)
+    assert drafter.asked == [3, 2, 1]
+    assert drafter.seen == [(0, [5, 17, 33], 8), (3, [8], 90), (4, [90], 12), (5, [12], 12)]
+    assert (stats.cycles, stats.drafted, stats.accepted) == (3, 5, 0)
+
+
+def test_the_probe_s_continuation_is_plain_greedy_decoding(ds4_tiny):
+    prompt = [5, 17, 33, 2]
+    session = ds4_tiny.new_session()
+    logits = session.feed(prompt)
+    plain = []
+    for _ in range(10):
+        plain.append(int(logits[-1].argmax()))
+        logits = session.feed([plain[-1]])
+    assert greedy_continuation(ds4_tiny, prompt, 10) == plain
+    assert greedy_continuation(ds4_tiny, prompt, 10, exact=False) == plain
 
 
 def test_dspark_refuses_rows_that_skip_positions(ds4_tiny):

@@ -325,3 +325,14 @@ def test_nothing_is_drafted_on_the_device_before_an_observe(files):
     assert drafter.propose_on_device(5) is None
     with pytest.raises(ValueError, match="^nothing observed yet$"):
         drafter.block()
+
+
+def test_weights_load_in_the_asked_type_else_the_target_s(files):
+    """``weights_dtype`` overrides the target's type for the drafter's matrices: the float32
+    target's drafter holds float32 matrices, or packed ones when asked for the stored type."""
+    target, _, paths, _ = files
+    path = paths[dspark_layout.ARCH_DS4]
+    assert target.weights_dtype == "f32"
+    assert dspark.load_dspark(path, target).net.main_proj.dtype == mx.float32
+    packed = dspark.load_dspark(path, target, weights_dtype="native").net.main_proj
+    assert not isinstance(packed, mx.array)

@@ -151,6 +151,32 @@ def test_a_long_match_drafts_the_copy_in_place_of_the_learned_block():
     assert combined.last_sources == [("fixed", 5), ("lookup", 0)]
 
 
+def test_the_copy_past_the_block_carries_the_block_s_last_confidence():
+    learned = FixedDrafter()
+    learned.propose = lambda max_tokens: Draft([7, 7], [0.9, 0.6])
+    combined = LookupExtension(learned, LookupDrafter(7, (2, 4)))
+    combined.observe([1, 2, 7, 7, 8, 9, 1], 2, NO_ROWS)  # "1 2": a copy of 7 7 8 9 1
+    draft = combined.propose(5)
+    assert draft.tokens == [7, 7, 8, 9, 1]
+    assert draft.confidences == [0.9, 0.6, 0.6, 0.6, 0.6]
+
+
+def test_a_proposal_of_nothing_reports_no_match():
+    drafter = LookupDrafter(4)
+    drafter.observe_tokens([1, 2, 3, 1, 2], 3)  # "1 2 3" occurred
+    assert drafter.propose(4).tokens == [1, 2, 3, 1] and drafter.last_match == 3
+    assert drafter.propose(0).tokens == [] and drafter.last_match == 0
+
+
+def test_by_default_four_token_matches_are_tried_first():
+    """``--lookup`` alone matches 2..4 tokens, the longest first: the copy after "1 2 3 4",
+    not after the more recent "2 3 4"."""
+    drafter = LookupDrafter(4)
+    drafter.observe_tokens([1, 2, 3, 4, 9, 7, 2, 3, 4, 8, 1, 2, 3], 4)
+    assert drafter.propose(4).tokens == [9, 7, 2, 3] and drafter.last_match == 4
+    assert SpeculationConfig().lookup_ngram == (2, 4)
+
+
 @pytest.fixture(scope="module")
 def tiny():
     return ds4mlx.load_model(REPO / "assets" / "ds4-tiny.gguf")

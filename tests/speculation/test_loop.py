@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ds4mlx.engine.generate import DoneEvent, run_alone, stepped_generate
-from ds4mlx.engine.sampling import SamplingOptions
+from ds4mlx.engine.sampling import Sampler, SamplingOptions
 from ds4mlx.generation import generate
 from ds4mlx.speculation import SpeculationConfig
 from ds4mlx.speculation.drafter import Draft
@@ -12,6 +12,8 @@ from ds4mlx.speculation.loop import (
     SpeculationOptions,
     SpeculativeDecoder,
     SpeculativeStats,
+    _cut_by_confidence,
+    _weighs_cost,
 )
 from ds4mlx.speculation.scheduler import MIN_TAIL_DRAFT, CostMeter
 
@@ -19,7 +21,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from .conftest import ScriptedDrafter, TickingClock, measured_lease
+from .conftest import ScriptedDrafter, TickingClock, measured_lease, record_asks
 
 PROMPTS = [[115, 78, 104, 2, 65, 24], [9, 56, 25, 61, 80, 12, 12, 86], [1, 2, 3]]
 
@@ -409,6 +411,45 @@ def test_a_combined_drafts_acceptance_is_credited_to_the_piece_that_made_each_to
     # Rejected inside the block: none of the extension was kept.
     stats.record_draft(5, 2, [("dspark", 3), ("lookup", 2)])
     assert stats.by_drafter == {"dspark": [2, 6, 5], "lookup": [2, 4, 1]}
+    # The pieces name what the drafter proposed; a confidence cut or a constraint may shorten
+    # the draft after that. A piece is credited with its tokens inside the verified draft
+    # alone, and a piece cut away entirely is no draft of its drafter.
+    stats.record_draft(4, 4, [("dspark", 3), ("lookup", 3)])
+    assert stats.by_drafter == {"dspark": [3, 9, 8], "lookup": [3, 5, 2]}
+    stats.record_draft(3, 3, [("dspark", 3), ("lookup", 2)])
+    assert stats.by_drafter == {"dspark": [4, 12, 11], "lookup": [3, 5, 2]}
+
+
+def test_three_pieces_are_each_credited_from_where_the_one_before_ended():
+    stats = SpeculativeStats()
+    stats.record_draft(6, 5, [("a", 2), ("b", 2), ("c", 2)])
+    assert stats.by_drafter == {"a": [1, 2, 2], "b": [1, 2, 2], "c": [1, 2, 1]}
+    assert stats.position_drafted == [1] * 6
+    assert stats.position_accepted == [1, 1, 1, 1, 1, 0]
+
+
+def test_a_verify_pass_without_a_draft_is_no_drafted_pass():
+    stats = SpeculativeStats()
+    stats.record_draft(0, 0)
+    assert (stats.drafted_passes, stats.drafted_tokens, stats.accepted_tokens) == (0, 0, 0)
+    assert stats.position_drafted == [] and stats.by_drafter == {}
+    stats.record_draft(2, 1)
+    stats.record_draft(1, 1)
+    assert (stats.drafted_passes, stats.drafted_tokens, stats.accepted_tokens) == (2, 3, 2)
+    assert stats.position_acceptance == [1.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    ("threshold", "confidences", "kept"),
+    [
+        (0.0, [0.9, 0.1, 0.0], [1, 2, 3]),  # no threshold: every token
+        (0.5, None, [1, 2, 3]),  # a drafter without confidences is never cut
+        (0.5, [0.9, 0.5, 0.49], [1, 2]),  # at the threshold kept, below it cut
+        (0.5, [0.4, 0.9, 0.9], []),  # the cut is at the first low one, whatever follows
+    ],
+)
+def test_the_confidence_cut(threshold, confidences, kept):
+    assert _cut_by_confidence(Draft([1, 2, 3], confidences), threshold) == kept
 
 
 def drafting_lease() -> DrafterLease:
@@ -448,14 +489,7 @@ def test_a_draft_is_never_longer_than_the_options_allow(ds4_model):
     prompt, n = PROMPTS[0], 24
     plain, _ = run(generate(ds4_model.new_session(), prompt, n))
     drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=0.0)
-    asked: list[int] = []
-    scripted = drafter.propose
-
-    def recorded(max_tokens):
-        asked.append(max_tokens)
-        return scripted(max_tokens)
-
-    drafter.propose = recorded
+    asked = record_asks(drafter)
     decoder = SpeculativeDecoder(drafter, SpeculationOptions(max_draft=2), drafting_lease())
     session = ds4_model.new_session()
     spec, stats = run(run_alone(stepped_generate(session, prompt, n, decoder=decoder)))
@@ -464,3 +498,82 @@ def test_a_draft_is_never_longer_than_the_options_allow(ds4_model):
     # budget's last two tokens are too few to draft (MIN_TAIL_DRAFT).
     assert asked == [2] * 7
     assert stats.position_drafted == [7, 7]
+
+
+def test_drafts_fit_a_verify_pass_that_one_token_decode_matches_bit_for_bit(ds4_model):
+    """A verify pass of the last token and its draft stays within ``max_invariant_rows`` rows,
+    whatever the drafter and the options would allow."""
+    prompt, n = PROMPTS[0], 24
+    plain, _ = run(generate(ds4_model.new_session(), prompt, n))
+    drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, max_draft=8, error_rate=0.0)
+    asked = record_asks(drafter)
+    decoder = SpeculativeDecoder(drafter, SpeculationOptions(), drafting_lease())
+    spec, _ = run(run_alone(stepped_generate(ds4_model.new_session(), prompt, n, decoder=decoder)))
+    assert spec == plain
+    assert ds4_model.network.max_invariant_rows == 7
+    assert asked[:3] == [6, 6, 6] and max(asked) == 6
+
+
+def test_a_confidence_cut_drafts_on_the_host_even_where_device_drafts_are_possible(ds4_model):
+    """Device drafts carry no confidences: with a threshold the draft is made on the host and
+    cut there, though the drafter could leave it on the device."""
+    prompt, n = PROMPTS[0], 24
+    plain, _ = run(generate(ds4_model.new_session(), prompt, n))
+    drafter = ScriptedDrafter(
+        prompt, plain, ds4_model.args.vocab_size, error_rate=0.0, confidences=True
+    )
+    drafter.propose_on_device = lambda max_tokens: mx.array(
+        drafter.propose(max_tokens).tokens, dtype=mx.int32
+    )
+    config = SpeculationConfig(confidence=0.6)  # of 1.0, 0.85, 0.7, 0.55, 0.4: three kept
+    events = generate(
+        ds4_model.new_session(), prompt, n, drafter=drafter, config=config, lease=drafting_lease()
+    )
+    spec, stats = run(events)
+    assert spec == plain
+    assert len(stats.position_drafted) == 3 and stats.drafted_passes > 0
+
+
+@pytest.mark.parametrize(("temperature", "weighed"), [(0.0, True), (0.01, False), (0.5, False)])
+def test_only_greedy_decoding_weighs_the_cost_of_drafts(temperature, weighed):
+    assert _weighs_cost(Sampler(SamplingOptions(temperature=temperature))) is weighed
+
+
+class HistoryDrafter:
+    """Records what the loop tells it at a prefill."""
+
+    name = "history"
+    capture_layers = (0,)
+    max_draft = 4
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def reset(self) -> None:
+        self.calls.append(("reset",))
+
+    def recall(self, tokens) -> None:
+        self.calls.append(("recall", list(tokens)))
+
+    def observe(self, tokens, next_token, rows) -> None:
+        self.calls.append(("observe", list(tokens), rows.pos0, rows.n_rows))
+
+    def propose(self, max_tokens) -> Draft:
+        return Draft()
+
+
+def test_a_prefill_after_an_earlier_turn_recalls_that_turn_alone(ds4_model):
+    """A drafter of the token history (prompt lookup) is handed the session's earlier tokens,
+    then the new prompt's rows once: never the prompt twice, and no history on a fresh session."""
+    history, prompt = [9, 56, 25, 61], PROMPTS[2]
+    drafter = HistoryDrafter()
+    decoder = SpeculativeDecoder(drafter)
+    session = ds4_model.new_session()
+    session.feed(history)
+    decoder.prefill(session, prompt, Sampler(SamplingOptions()), decoder.new_stats(len(prompt)))
+    assert drafter.calls == [("reset",), ("recall", history), ("observe", prompt, 4, 3)]
+    drafter.calls.clear()
+    decoder.prefill(
+        ds4_model.new_session(), prompt, Sampler(SamplingOptions()), decoder.new_stats(3)
+    )
+    assert drafter.calls == [("reset",), ("observe", prompt, 0, 3)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import ds4mlx
 from ds4mlx.gguf import GGUFError
@@ -306,3 +307,23 @@ def test_the_margin_stops_a_draft_below_it_not_at_it(files):
     above = float(np.nextafter(np.float32(gap), np.float32(np.inf)))
     past_margin = observed(mtp.load_mtp(target, path, max_draft=1, margin=above), target)
     assert past_margin.propose(1).tokens == []
+
+
+def test_weights_load_in_the_asked_type_else_the_target_s(files):
+    target, _, _, root = files
+    assert target.weights_dtype == "f32"
+    assert mtp.load_mtp(target, root / "mtp.gguf", max_draft=2).net.e_proj.dtype == mx.float32
+    packed = mtp.load_mtp(target, root / "mtp.gguf", max_draft=2, weights_dtype="native")
+    assert not isinstance(packed.net.e_proj, mx.array)
+
+
+@pytest.mark.parametrize(("ratio", "window"), [(0, 128), (4, None)])
+def test_only_a_block_without_compressed_rows_reads_a_window_of_rows(ratio, window):
+    """A block that also keeps compressed rows of everything before reads every row: no window,
+    so the loop never leaves rows out for it."""
+    attention = SimpleNamespace(ratio=ratio, window=128)
+    drafter = mtp.MTPDrafter(SimpleNamespace(block=SimpleNamespace(attn=attention)), 2)
+    assert drafter.window == window
+    if window is None:
+        with pytest.raises(ValueError, match="only after a first observe, within a window"):
+            drafter.observe_tokens([1, 2], 3)

@@ -341,7 +341,8 @@ def test_deepseek4_nextn_block_uses_the_legacy_mtp_drafter(tmp_path):
         extra=random_arrays(shapes, np.random.default_rng(2)),
     )
     drafter = load_drafter(SpeculationConfig(kind=DrafterKind.NEXTN), target)
-    assert isinstance(drafter, MTPDrafter) and drafter.max_draft == 1
+    # One draft token every cycle, as with GLM's block: no margin cuts it.
+    assert isinstance(drafter, MTPDrafter) and (drafter.max_draft, drafter.margin) == (1, 0.0)
     prompt = [t % TINY.vocab_size for t in PROMPTS[2]]  # PROMPTS are for the GLM variants
     plain, _ = run(generate(target.new_session(), prompt, 24))
     spec, stats = run(generate(target.new_session(), prompt, 24, drafter=drafter))

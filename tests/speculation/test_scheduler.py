@@ -288,6 +288,7 @@ def test_a_later_pause_is_long_enough_that_its_probe_cost_a_small_share_of_it():
     drive_costs(scheduler, [5.0] * QUICK_SAMPLES)
     lost_advances = (5.0 * 1.8 - 2.0 * 1.8) / 4.0
     assert scheduler.costs.pause_left == pytest.approx(lost_advances / PROBE_SHARE, abs=1)
+    assert scheduler.costs.pause_left == 68  # 67.5 advances, rounded up: never shorter
     assert MAX_COST_PAUSE < scheduler.costs.pause_left < MAX_LOSS_PAUSE
     # The doubling goes on from the learned pause, not from the long one.
     assert scheduler.costs.next_pause == 4 * COST_PAUSE
@@ -339,6 +340,17 @@ def test_cycles_that_proposed_nothing_pause_whatever_the_clock_says():
     drive_costs(scheduler, [1.0], draft_length=1)
     drive_costs(scheduler, [1.0] * (2 * MIN_DRAFTED_SAMPLES), draft_length=0)
     assert scheduler.stats.cost_pauses == 0
+
+
+def test_a_probe_that_proposes_nothing_pauses_again_after_drafts_that_verified():
+    """The drafts verified before a cost pause say nothing of its probe: a probe whose cycles
+    propose nothing loses however cheap the clock reads them, as on a fresh meter."""
+    scheduler = judged(max_draft=3)
+    drive_costs(scheduler, [LOSING] * MIN_DRAFTED_SAMPLES, draft_length=1)
+    assert scheduler.stats.cost_pauses == 1
+    trace = drive_costs(scheduler, [1.0] * QUICK_SAMPLES, draft_length=0)
+    assert trace == [*[P] * COST_PAUSE, *[D] * QUICK_SAMPLES]
+    assert scheduler.stats.cost_pauses == 2
 
 
 def test_a_new_request_keeps_only_a_short_pause_unless_the_drafter_cannot_pay():
@@ -486,6 +498,10 @@ def test_a_sampled_request_ignores_a_pause_an_earlier_one_left():
     sampled = DraftScheduler(max_draft=1, costs=costs, weighs_cost=False)
     assert sampled.next_cycle(BUDGET) is D and sampled.stats.cost_pauses == 0
     assert costs.pause_left == COST_PAUSE  # left for the next greedy request
+    # Nor are its advances counted as plain ones ahead (the loop would leave rows out).
+    assert sampled.plain_advances_ahead() == 0
+    greedy = DraftScheduler(max_draft=1, costs=CostMeter(pause_left=COST_PAUSE))
+    assert greedy.plain_advances_ahead() == COST_PAUSE
 
 
 def test_a_plain_advance_covers_as_many_cycles_of_ds4s_pause_as_it_decodes():

@@ -51,3 +51,7 @@ def test_no_tokens_cost_nothing_per_token():
     cost = DecayingCost()
     cost.add(3.0, 2)
     assert cost.per_token == 1.5
+    # Time without a token (a caller that skipped record_cost's guard) is no division by zero.
+    idle = DecayingCost()
+    idle.add(3.0, 0)
+    assert idle.per_token == 0.0
