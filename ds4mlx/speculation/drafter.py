@@ -82,7 +82,9 @@ class Drafter(Protocol):
 # reads the rows of the last ``window`` committed tokens) and ``observe_tokens(tokens,
 # next_token)`` is not shown the rows of a plain advance that at least ``window`` more
 # committed tokens follow before the next draft (a long cost pause): the target skips
-# computing what the drafter would never read.
+# computing what the drafter would never read. One with ``settle_followed()`` (DSpark) computes
+# then what the rows followed since its last draft need, all but one cycle's worth, so that the
+# loop can time the first drafted cycle after the prompt or a pause as a steady one.
 
 
 class DeviceDrafter(Drafter, Protocol):

@@ -127,6 +127,24 @@ class DSparkDrafter:
         self._rings, self._pending = [], []
         self._next_pos, self._next_token = self._next_pos + len(tokens), int(next_token)
 
+    def settle_followed(self) -> None:
+        """Compute and evaluate the context keys of the observed rows now, all but the last
+        cycle's worth (at most ``max_draft + 1``, the next block computes those as it computes
+        a drafted cycle's committed rows): the speculative loop calls it before timing the
+        first drafted cycle after the prompt or a pause, so that the cycle costs what a steady
+        one does."""
+        if not self._pending:
+            return
+        keep = min(self._pending[-1][0].shape[0], self.max_draft + 1)
+        taps = mx.concatenate([t for t, _ in self._pending])
+        pos0, settled = self._pending[0][1], taps.shape[0] - keep
+        if settled <= 0:
+            return
+        self._pending = [(taps[:settled], pos0)]
+        self._catch_up()
+        mx.eval(self._rings)
+        self._pending = [(taps[settled:], pos0 + settled)]
+
     def _catch_up(self) -> None:
         if self._pending:
             # The pending rows follow one another: their keys in one pass (after a cost pause,
