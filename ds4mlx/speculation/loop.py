@@ -156,7 +156,7 @@ class SpeculativeDecoder(Decoder):
         #: While a plain advance collects the target rows for the drafter: each step's rows.
         self._followed: list[TargetRows] | None = None
         #: Whether the drafter was shown rows (the prompt's, a plain advance's) since it last
-        #: drafted: the next drafted cycle settles them first (``_settle_followed``).
+        #: drafted: the next drafted cycle settles them first (``_cycle_start``).
         self._followed_since_draft = False
 
     def new_stats(self, prompt_tokens: int) -> SpeculativeStats:
@@ -236,10 +236,11 @@ class SpeculativeDecoder(Decoder):
         """The clock's reading that starts a cycle's timing. Before the first drafted cycle
         after the prompt or plain advances, the drafter first computes what the rows it
         followed need (``settle_followed``: DSpark's context keys of up to a window of rows,
-        ~20% of a cycle on the tiny model), outside the cycle's clock: that is the pause's
-        deferred cost, paid once per resumption, and timed with the cycle it made the first
-        cycle of every probe and of every request look dearer than drafting is, enough to
-        pause a drafter that wins by a few percent (issue 36, item 9)."""
+        ~20% of a cycle on the tiny model; the MTP and NextN blocks' passes over them),
+        outside the cycle's clock: that is the pause's deferred cost, paid once per
+        resumption, and timed with the cycle it made the first cycle of every probe and of
+        every request look dearer than drafting is, enough to pause a drafter that wins by a
+        few percent (issue 36, item 9)."""
         settle = getattr(self.drafter, "settle_followed", None)
         if drafting and self._followed_since_draft and settle is not None:
             tick = time.perf_counter()

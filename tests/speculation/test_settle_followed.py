@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from ds4mlx.generation import generate
 from ds4mlx.speculation import dspark, dspark_layout
+from ds4mlx.speculation.drafter import rows_to_settle
 from ds4mlx.speculation.lookup import LookupDrafter, LookupExtension
 from ds4mlx.speculation.loop import DrafterLease
 from ds4mlx.speculation.probe import rows_between
 from ds4mlx.speculation.scheduler import CostMeter
 
 import numpy as np
+import pytest
 
 from .conftest import ScriptedDrafter, TickingClock
 from .test_dspark import PROMPT, files, observed  # noqa: F401  (files: a fixture)
@@ -127,3 +129,18 @@ def test_lookup_with_a_learned_drafter_settles_the_learned_one():
     del Learned.settle_followed
     LookupExtension(Learned(), LookupDrafter(3)).settle_followed()
     assert settled == ["learned"]
+
+
+@pytest.mark.parametrize(
+    ("observed_rows", "max_draft", "settled"),
+    [
+        ([], 5, 0),
+        ([20], 5, 14),  # the prompt alone: a cycle's most rows (6) left
+        ([3], 5, 0),
+        ([20, 4, 4], 5, 24),  # the last plain advance's four left
+        ([20, 4, 4], 1, 26),  # a one-token drafter's cycle commits two rows at most
+        ([4, 2], 5, 4),
+    ],
+)
+def test_rows_to_settle_leave_the_last_cycles_worth(observed_rows, max_draft, settled):
+    assert rows_to_settle(observed_rows, max_draft) == settled
