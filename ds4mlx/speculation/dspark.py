@@ -27,7 +27,7 @@ from ds4mlx.models.deepseek4_dspark import (
 from ds4mlx.models.deepseek4_mtp import TargetHead, stage_args
 from ds4mlx.models.tiles import CompiledTiles
 from ds4mlx.models.weights import GGUFWeights, RenamedWeights
-from ds4mlx.speculation.drafter import Draft, TargetRows
+from ds4mlx.speculation.drafter import Draft, TargetRows, rows_to_settle
 from ds4mlx.speculation.dspark_layout import (
     ARCH_LLAMA,
     ds4_name,
@@ -126,6 +126,20 @@ class DSparkDrafter:
             raise ValueError("nothing observed yet")
         self._rings, self._pending = [], []
         self._next_pos, self._next_token = self._next_pos + len(tokens), int(next_token)
+
+    def settle_followed(self) -> None:
+        """Compute and evaluate the context keys of the observed rows now, but the last
+        cycle's worth (``rows_to_settle``): the speculative loop calls it before timing the
+        first drafted cycle after the prompt or a pause, so that the cycle costs what a steady
+        one does."""
+        settled = rows_to_settle([t.shape[0] for t, _ in self._pending], self.max_draft)
+        if not settled:
+            return
+        taps, pos0 = mx.concatenate([t for t, _ in self._pending]), self._pending[0][1]
+        self._pending = [(taps[:settled], pos0)]
+        self._catch_up()
+        mx.eval(self._rings)
+        self._pending = [(taps[settled:], pos0 + settled)]
 
     def _catch_up(self) -> None:
         if self._pending:

@@ -161,6 +161,13 @@ class LookupExtension:
         self.learned.observe_tokens(tokens, next_token)
         self.lookup.observe_tokens(tokens, next_token)
 
+    def settle_followed(self) -> None:
+        """The learned drafter's (``DSparkDrafter.settle_followed``); the lookup has nothing
+        to settle."""
+        settle = getattr(self.learned, "settle_followed", None)
+        if settle is not None:
+            settle()
+
     def _record(self, block: int, extension: int) -> None:
         self.last_sources = [(self.learned.name, block), (self.lookup.name, extension)]
 

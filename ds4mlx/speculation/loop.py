@@ -155,6 +155,9 @@ class SpeculativeDecoder(Decoder):
         )
         #: While a plain advance collects the target rows for the drafter: each step's rows.
         self._followed: list[TargetRows] | None = None
+        #: Whether the drafter was shown rows (the prompt's, a plain advance's) since it last
+        #: drafted: the next drafted cycle settles them first (``_cycle_start``).
+        self._followed_since_draft = False
 
     def new_stats(self, prompt_tokens: int) -> SpeculativeStats:
         self.stats.prompt_tokens = prompt_tokens
@@ -176,6 +179,7 @@ class SpeculativeDecoder(Decoder):
             # Drafters of the token history alone (prompt lookup) also copy from earlier turns.
             recall(session.tokens[:pos0])
         self.drafter.observe(prompt, current, _rows(out, pos0))
+        self._followed_since_draft = True
         return current
 
     def batched(self) -> None:
@@ -225,7 +229,26 @@ class SpeculativeDecoder(Decoder):
         else:
             rows = TargetRows(pos, {}, mx.zeros((len(fed), 0, 0)), mx.zeros((len(fed), 0)))
         self.drafter.observe(fed, tokens[-1], rows)
+        self._followed_since_draft = True
         return tokens
+
+    def _cycle_start(self, drafting: bool) -> float:
+        """The clock's reading that starts a cycle's timing. Before the first drafted cycle
+        after the prompt or plain advances, the drafter first computes what the rows it
+        followed need (``settle_followed``: DSpark's context keys of up to a window of rows,
+        ~20% of a cycle on the tiny model; the MTP and NextN blocks' passes over them),
+        outside the cycle's clock: that is the pause's deferred cost, paid once per
+        resumption, and timed with the cycle it made the first cycle of every probe and of
+        every request look dearer than drafting is, enough to pause a drafter that wins by a
+        few percent (issue 36, item 9)."""
+        settle = getattr(self.drafter, "settle_followed", None)
+        if drafting and self._followed_since_draft and settle is not None:
+            tick = time.perf_counter()
+            settle()
+            self.stats.draft_seconds += time.perf_counter() - tick
+        if drafting:
+            self._followed_since_draft = False
+        return self.lease.costs.clock()
 
     def _rows_never_read(self) -> bool:
         """Whether the drafter will never read the rows of the plain advance about to run:
@@ -336,7 +359,7 @@ class SpeculativeDecoder(Decoder):
         drafting = cycle is Cycle.DRAFT
         if cycle in (Cycle.PLAIN, Cycle.PAUSE) and room > 0:
             return self._pause(cycle, session, token, sampler, stats, limits)
-        started = self.lease.costs.clock()
+        started = self._cycle_start(drafting)
         if self.scheduler.drafting_over(left):
             # No more drafts before the budget ends (too short to pay): the rest decodes as plain
             # decoding does, pipelined, where the drafter can follow or need not (drafter.py).

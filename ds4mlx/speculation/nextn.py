@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from ds4mlx.gguf import GGUFError
 from ds4mlx.models import glm5_next
-from ds4mlx.speculation.drafter import Draft, Drafter, TargetRows
+from ds4mlx.speculation.drafter import Draft, Drafter, TargetRows, rows_to_settle
 
 import mlx.core as mx
 
@@ -82,6 +82,21 @@ class NextNDrafter:
         )
         self._draft = mx.argmax(logits[0], keepdims=True).astype(mx.int32)
         mx.async_eval(self._draft, *self.mtp_state.arrays())
+
+    def settle_followed(self) -> None:
+        """Run the block now on the observed rows but the last cycle's worth
+        (``rows_to_settle``), evaluated (``DSparkDrafter.settle_followed``): after a long cost
+        pause that is every row of it, a prefill's worth that would otherwise be timed as the
+        probe's first cycle and condemn a drafter that pays."""
+        settled = rows_to_settle([len(tokens) for _, tokens in self._pending], self.max_draft)
+        if not settled:
+            return
+        hidden = mx.concatenate([rows for rows, _ in self._pending])
+        following = [t for _, tokens in self._pending for t in tokens]
+        self._pending = [(hidden[:settled], following[:settled])]
+        self.catch_up()
+        mx.eval(*self.mtp_state.arrays())
+        self._pending = [(hidden[settled:], following[settled:])]
 
     def propose(self, max_tokens: int) -> Draft:
         draft = self.propose_on_device(max_tokens)
