@@ -311,8 +311,10 @@ def test_numeric_tokens_stream_as_ids():
 
 def test_detokenizer_reset_starts_a_new_stream(deepseek_tokenizer):
     detok = StreamingDetokenizer(deepseek_tokenizer)
-    for token_id in deepseek_tokenizer.encode("🦒")[:-1]:
+    held = deepseek_tokenizer.encode("🦒")[:-1]
+    for token_id in held:
         detok.add(token_id)
+    assert detok.tokens == held
     detok.reset()
     assert detok.tokens == [] and detok.add(deepseek_tokenizer.encode("a")[0]) == "a"
 
