@@ -1,0 +1,449 @@
+"""Hardened engine, third pass (issue 37, session 19): hand-made one-line mutations of
+``ds4mlx/engine`` outside ``chat/`` on lines no earlier set mutates: the prompt cache's tiers,
+the snapshot files and the model fingerprint that keys them, the state codec, the generation
+loop, the session, the detokenizer, the tokenizer, the sampler and the constraints. Each was
+applied by hand and run against the test files meant to catch it; the ones none caught got a
+test (``tests/engine/test_model_fingerprint.py``, ``test_prompt_cache_disk_files.py``, and
+additions to ``test_kv_snapshots.py``, ``test_generation_loop.py``, ``test_sampler_filters.py``,
+``test_tokenizer.py``).
+
+Left out as equivalent: a queued run's stop looked for before its last token only (the last
+token is never fed, so the cut changes nothing); ``MemoryTier.get`` returning the ``None`` it
+found; ``Session.feed`` without its float32 cast (the models' logits are float32 already);
+``common_prefix``'s early return for empty lists (numpy gives the same 0).
+
+Test selection as in the fresh sets: the whole test folder of the mutated package, with ``-x``.
+"""
+
+from __future__ import annotations
+
+from mutation_sets.base import (
+    DETOKENIZER_PY,
+    GENERATE_PY,
+    PROMPT_CACHE_PY,
+    SESSION_PY,
+    SNAPSHOT_FILE_PY,
+    STATE_CODEC_PY,
+)
+from mutation_sets.base import in_engine_folder as _engine
+
+MUTATIONS = (
+    # prompt cache: memory and disk tiers
+    _engine(
+        "kvcache_rollback_length_adds_the_share",
+        PROMPT_CACHE_PY,
+        "return len(self.tokens) - self.share",
+        "return len(self.tokens) + self.share",
+    ),
+    _engine(
+        "kvcache_memory_eviction_keeps_counting_the_evicted",
+        PROMPT_CACHE_PY,
+        "            self.used -= evicted\n",
+        "",
+    ),
+    _engine(
+        "kvcache_memory_use_set_to_the_last_entry",
+        PROMPT_CACHE_PY,
+        "        self.used += size\n",
+        "        self.used = size\n",
+    ),
+    _engine(
+        "kvcache_rollback_of_four_tokens_refused",
+        PROMPT_CACHE_PY,
+        "MAX_CUT = 4",
+        "MAX_CUT = 3",
+    ),
+    _engine(
+        "kvcache_file_name_of_16_bits",
+        PROMPT_CACHE_PY,
+        "digest.hexdigest()[:40]",
+        "digest.hexdigest()[:4]",
+    ),
+    _engine(
+        "kvcache_folder_named_like_a_snapshot_read_as_one",
+        PROMPT_CACHE_PY,
+        "if p.is_file()]",
+        "]",
+    ),
+    _engine(
+        "kvcache_stale_temporary_file_kept",
+        PROMPT_CACHE_PY,
+        "                    temporary.unlink()\n",
+        "                    pass\n",
+    ),
+    _engine(
+        "kvcache_temporary_files_kept_ten_times_longer",
+        PROMPT_CACHE_PY,
+        "_STALE_TEMPORARY_SECONDS = 600.0",
+        "_STALE_TEMPORARY_SECONDS = 6000.0",
+    ),
+    _engine(
+        "kvcache_unreadable_file_at_start_not_removed",
+        PROMPT_CACHE_PY,
+        "                self._refuse(path, str(exc))\n                continue\n",
+        "                continue\n",
+    ),
+    _engine(
+        "kvcache_unreadable_file_refused_only_when_gone",
+        PROMPT_CACHE_PY,
+        "            if path.exists():\n                self._refuse(path, str(exc))\n",
+        "            if not path.exists():\n                self._refuse(path, str(exc))\n",
+    ),
+    _engine(
+        "kvcache_file_with_changed_tokens_kept",
+        PROMPT_CACHE_PY,
+        '            self._refuse(path, f"{path}: its tokens changed since it was indexed")\n',
+        "",
+    ),
+    _engine(
+        "kvcache_usage_counts_the_last_file_only",
+        PROMPT_CACHE_PY,
+        "total += path.stat().st_size",
+        "total = path.stat().st_size",
+    ),
+    _engine(
+        "kvcache_estimate_without_header_slack",
+        PROMPT_CACHE_PY,
+        "+ 16 * len(snapshot.tokens) + 65536",
+        "+ 16 * len(snapshot.tokens)",
+    ),
+    _engine(
+        "kvcache_snapshot_of_the_whole_budget_refused",
+        PROMPT_CACHE_PY,
+        "        if size > self.budget:\n            self.warn(",
+        "        if size >= self.budget:\n            self.warn(",
+    ),
+    _engine(
+        "kvcache_failing_disk_warns_on_every_write",
+        PROMPT_CACHE_PY,
+        "            if not self._write_failing:\n",
+        "            if True:\n",
+    ),
+    _engine(
+        "kvcache_file_evicted_by_its_own_size_reported_saved",
+        PROMPT_CACHE_PY,
+        "        return path.exists()\n",
+        "        return True\n",
+    ),
+    _engine(
+        "kvcache_eviction_never_counts_down",
+        PROMPT_CACHE_PY,
+        "            total -= size\n",
+        "",
+    ),
+    _engine(
+        "kvcache_one_token_state_kept_in_memory",
+        PROMPT_CACHE_PY,
+        "        if self._usable(snapshot):\n            self._guarded(self.memory.put",
+        "        if True:\n            self._guarded(self.memory.put",
+    ),
+    _engine(
+        "kvcache_unusable_state_written_to_disk",
+        PROMPT_CACHE_PY,
+        "if self.disk is not None and self._usable(snapshot):",
+        "if self.disk is not None:",
+    ),
+    _engine(
+        "kvcache_snapshot_over_the_budget_written",
+        PROMPT_CACHE_PY,
+        "            return False\n        self._evict(self.budget - size)",
+        "        self._evict(self.budget - size)",
+    ),
+    _engine(
+        "kvcache_turned_off_silently",
+        PROMPT_CACHE_PY,
+        '            self.warn(f"kv cache: turned off: {exc}")\n',
+        "",
+    ),
+    # snapshot files, the model fingerprint, the state codec
+    _engine(
+        "fingerprint_ignores_the_file_size",
+        SNAPSHOT_FILE_PY,
+        "    digest.update(str(size).encode())\n",
+        "",
+    ),
+    _engine(
+        "fingerprint_ignores_the_last_mib",
+        SNAPSHOT_FILE_PY,
+        (
+            "        file.seek(max(0, size - _EDGE_BYTES))\n"
+            "        digest.update(file.read(_EDGE_BYTES))\n"
+        ),
+        "",
+    ),
+    _engine(
+        "fingerprint_ignores_the_first_mib",
+        SNAPSHOT_FILE_PY,
+        "        digest.update(file.read(_EDGE_BYTES))\n        file.seek",
+        "        file.seek",
+    ),
+    _engine(
+        "fingerprint_sample_reads_past_a_small_tensor",
+        SNAPSHOT_FILE_PY,
+        "file.read(min(info.nbytes, _SAMPLE_BYTES))",
+        "file.read(_SAMPLE_BYTES)",
+    ),
+    _engine(
+        "fingerprint_ignores_tensor_bytes",
+        SNAPSHOT_FILE_PY,
+        "            digest.update(file.read(min(info.nbytes, _SAMPLE_BYTES)))\n",
+        "",
+    ),
+    _engine(
+        "fingerprint_ignores_tensor_types_and_shapes",
+        SNAPSHOT_FILE_PY,
+        'f"{info.name} {int(info.qtype)} {info.ggml_dims} {info.nbytes}\\n"',
+        'f"{info.name} {info.nbytes}\\n"',
+    ),
+    _engine(
+        "fingerprint_ignores_the_network_sources",
+        SNAPSHOT_FILE_PY,
+        '            digest.update(module.name.encode() + b"\\0" + module.read_bytes())\n',
+        "            pass\n",
+    ),
+    _engine(
+        "fingerprint_reads_source_names_not_contents",
+        SNAPSHOT_FILE_PY,
+        'module.name.encode() + b"\\0" + module.read_bytes()',
+        "module.name.encode()",
+    ),
+    _engine(
+        "fingerprint_ignores_the_network_module",
+        SNAPSHOT_FILE_PY,
+        'f"{network.__module__}.{network.__qualname__}\\n"',
+        'f"{network.__qualname__}\\n"',
+    ),
+    _engine(
+        "snapshot_seven_bytes_read_as_a_header_length",
+        SNAPSHOT_FILE_PY,
+        "if len(prefix) < 8:",
+        "if len(prefix) < 7:",
+    ),
+    _engine(
+        "snapshot_header_filling_the_file_refused",
+        SNAPSHOT_FILE_PY,
+        "if length > min(size - 8, _MAX_HEADER_BYTES):",
+        "if length >= min(size - 8, _MAX_HEADER_BYTES):",
+    ),
+    _engine(
+        "snapshot_header_limit_of_one_kib",
+        SNAPSHOT_FILE_PY,
+        "_MAX_HEADER_BYTES = 1 << 30",
+        "_MAX_HEADER_BYTES = 1 << 10",
+    ),
+    _engine(
+        "snapshot_version_written_as_a_number",
+        SNAPSHOT_FILE_PY,
+        '"version": str(FORMAT_VERSION),',
+        '"version": FORMAT_VERSION,',
+    ),
+    _engine(
+        "snapshot_temporary_name_without_the_suffix",
+        SNAPSHOT_FILE_PY,
+        'path.with_name(f".{path.name[: -len(SUFFIX)]}.{uuid.uuid4().hex}.tmp{SUFFIX}")',
+        'path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")',
+    ),
+    _engine(
+        "snapshot_failed_write_leaves_its_temporary",
+        SNAPSHOT_FILE_PY,
+        "        temporary.unlink(missing_ok=True)\n        raise\n",
+        "        raise\n",
+    ),
+    _engine(
+        "snapshot_checksum_ignores_array_shapes",
+        SNAPSHOT_FILE_PY,
+        'digest.update(f"{name} {array.dtype} {array.shape}\\n".encode())',
+        'digest.update(f"{name}\\n".encode())',
+    ),
+    _engine(
+        "snapshot_unloadable_array_type_escapes",
+        SNAPSHOT_FILE_PY,
+        (
+            "    except (RuntimeError, ValueError, OSError) as exc:\n"
+            '        raise SnapshotFileError(f"{path}: cannot be read: {exc}") from exc\n'
+            "    assert"
+        ),
+        (
+            "    except (OSError,) as exc:\n"
+            '        raise SnapshotFileError(f"{path}: cannot be read: {exc}") from exc\n'
+            "    assert"
+        ),
+    ),
+    _engine(
+        "state_codec_strings_refused",
+        STATE_CODEC_PY,
+        "if obj is None or isinstance(obj, (bool, str)):",
+        "if obj is None or isinstance(obj, bool):",
+    ),
+    _engine(
+        "state_codec_floats_refused",
+        STATE_CODEC_PY,
+        "        if isinstance(obj, (int, float)):\n            return obj\n",
+        "        if isinstance(obj, int):\n            return obj\n",
+    ),
+    _engine(
+        "state_codec_list_comes_back_a_tuple",
+        STATE_CODEC_PY,
+        'return {"list": [walk(item) for item in obj]}',
+        'return {"tuple": [walk(item) for item in obj]}',
+    ),
+    _engine(
+        "state_codec_arrays_share_one_name",
+        STATE_CODEC_PY,
+        'name = f"a{len(arrays)}"',
+        'name = "a"',
+    ),
+    _engine(
+        "state_codec_numpy_array_comes_back_mlx",
+        STATE_CODEC_PY,
+        'return np.array(array(node["ndarray"]))',
+        'return array(node["ndarray"])',
+    ),
+    _engine(
+        "state_codec_dict_comes_back_a_list",
+        STATE_CODEC_PY,
+        'return {key: walk(value) for key, value in node["dict"].items()}',
+        'return [walk(value) for value in node["dict"].values()]',
+    ),
+    _engine(
+        "state_codec_derived_field_passed_to_the_constructor",
+        STATE_CODEC_PY,
+        "obj = cls(**{name: values[name] for name, f in fields.items() if f.init})",
+        "obj = cls(**{name: values[name] for name, f in fields.items()})",
+    ),
+    _engine(
+        "state_codec_nested_class_not_found",
+        STATE_CODEC_PY,
+        '        for part in qualname.split("."):\n            cls = getattr(cls, part)\n',
+        "        cls = getattr(cls, qualname)\n",
+    ),
+    _engine(
+        "state_codec_fields_left_encoded",
+        STATE_CODEC_PY,
+        'return _rebuild(node["class"], {k: walk(v) for k, v in node["fields"].items()})',
+        'return _rebuild(node["class"], dict(node["fields"]))',
+    ),
+    _engine(
+        "state_codec_class_object_walked_as_an_instance",
+        STATE_CODEC_PY,
+        "if dataclasses.is_dataclass(obj) and not isinstance(obj, type):",
+        "if dataclasses.is_dataclass(obj):",
+    ),
+    # generation loop, session, detokenizer
+    _engine(
+        "generate_empty_prompt_reaches_the_model",
+        GENERATE_PY,
+        '    if not prompt:\n        raise ValueError("the prompt is empty")\n',
+        "",
+    ),
+    _engine(
+        "generate_stop_token_ignored",
+        GENERATE_PY,
+        '    if token in stop_tokens:\n        return "stop"\n',
+        "",
+    ),
+    _engine(
+        "generate_run_room_adds_the_generated",
+        GENERATE_PY,
+        "room = limits.max_tokens - stats.generated_tokens",
+        "room = limits.max_tokens + stats.generated_tokens",
+    ),
+    _engine(
+        "generate_run_room_ignores_the_context",
+        GENERATE_PY,
+        "        if limits.max_context is not None:\n",
+        "        if limits.max_context is None:\n",
+    ),
+    _engine(
+        "generate_logprobs_kept_past_a_stop",
+        GENERATE_PY,
+        "        sampler.keep_logprobs(logprobs, tokens)\n",
+        "        sampler.keep_logprobs(logprobs, [int(t) for t in sampled_tokens.tolist()])\n",
+    ),
+    _engine(
+        "generate_logit_bias_ids_unchecked",
+        GENERATE_PY,
+        "    if sampler.options.logit_bias:\n",
+        "    if not sampler.options.logit_bias:\n",
+    ),
+    _engine(
+        "generate_logit_bias_error_unnamed",
+        GENERATE_PY,
+        'raise ValueError(f"logit_bias: {exc}") from None',
+        "raise",
+    ),
+    _engine(
+        "generate_prefill_not_timed",
+        GENERATE_PY,
+        "    stats.prefill_seconds = time.perf_counter() - start  # sampling",
+        "    stats.prefill_seconds = 0.0  # sampling",
+    ),
+    _engine(
+        "generate_decode_not_timed",
+        GENERATE_PY,
+        "    stats.decode_seconds = time.perf_counter() - start\n",
+        "",
+    ),
+    _engine(
+        "generate_alone_yields_decode_steps",
+        GENERATE_PY,
+        "            if not isinstance(event, DecodeStep):\n                yield event",
+        "            yield event",
+    ),
+    _engine(
+        "generate_run_queues_one_step_too_many",
+        GENERATE_PY,
+        "        if step == steps - 1:\n",
+        "        if step == steps:\n",
+    ),
+    _engine(
+        "generate_batched_step_not_told",
+        GENERATE_PY,
+        "            decoder.batched()\n",
+        "",
+    ),
+    _engine(
+        "session_empty_feed_accepted",
+        SESSION_PY,
+        "        if len(tokens) == 0:\n",
+        "        if len(tokens) < 0:\n",
+    ),
+    _engine(
+        "session_vocabulary_range_misnamed",
+        SESSION_PY,
+        'f"(0..{vocab_size - 1})"',
+        'f"(0..{vocab_size})"',
+    ),
+    _engine(
+        "session_float_token_ids_accepted",
+        SESSION_PY,
+        '            raise ValueError(f"token ids must be integers, got {ids.dtype} values")\n',
+        "            pass\n",
+    ),
+    _engine(
+        "session_confirmed_tokens_dropped",
+        SESSION_PY,
+        "        self.tokens.extend(int(t) for t in tokens)\n\n    def feed_hidden(",
+        "        pass\n\n    def feed_hidden(",
+    ),
+    _engine(
+        "session_batch_without_batched_decode",
+        SESSION_PY,
+        "    if not supports_batched_decode(model):\n",
+        "    if False:\n",
+    ),
+    _engine(
+        "detokenizer_tokens_not_listed",
+        DETOKENIZER_PY,
+        "        self.tokens.append(token_id)\n",
+        "",
+    ),
+    _engine(
+        "detokenizer_skip_special_ignored",
+        DETOKENIZER_PY,
+        "        self._skip_special = skip_special\n",
+        "        self._skip_special = False\n",
+    ),
+    # tokenizer
+    # sampling and constraints
+)
