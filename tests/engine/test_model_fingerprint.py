@@ -81,9 +81,7 @@ def test_the_same_file_and_code_give_the_same_fingerprint(tmp_path, network):
     ids=["head", "head-end", "large", "large-sample-end", "small-end", "tail-start", "tail-end"],
 )
 def test_a_byte_changed_where_the_fingerprint_reads_changes_it(tmp_path, network, offset):
-    assert fingerprint_of(tmp_path, network, edits={offset: 1}) != fingerprint_of(
-        tmp_path, network
-    )
+    assert fingerprint_of(tmp_path, network, edits={offset: 1}) != fingerprint_of(tmp_path, network)
 
 
 @pytest.mark.parametrize(
@@ -93,9 +91,7 @@ def test_a_byte_changed_where_the_fingerprint_reads_changes_it(tmp_path, network
 )
 def test_bytes_past_the_samples_and_edges_are_not_read(tmp_path, network, offset):
     # Reading samples, not tensors: a 150 GB file is fingerprinted in a moment.
-    assert fingerprint_of(tmp_path, network, edits={offset: 1}) == fingerprint_of(
-        tmp_path, network
-    )
+    assert fingerprint_of(tmp_path, network, edits={offset: 1}) == fingerprint_of(tmp_path, network)
 
 
 def test_a_longer_file_with_the_same_samples_has_another_fingerprint(tmp_path, network):
