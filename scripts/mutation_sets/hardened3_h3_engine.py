@@ -1,16 +1,22 @@
 """Hardened engine, third pass (issue 37, session 19): hand-made one-line mutations of
 ``ds4mlx/engine`` outside ``chat/`` on lines no earlier set mutates: the prompt cache's tiers,
 the snapshot files and the model fingerprint that keys them, the state codec, the generation
-loop, the session, the detokenizer, the tokenizer, the sampler and the constraints. Each was
+loop, the session, the detokenizer, the tokenizer and the sampler. Each was
 applied by hand and run against the test files meant to catch it; the ones none caught got a
 test (``tests/engine/test_model_fingerprint.py``, ``test_prompt_cache_disk_files.py``, and
 additions to ``test_kv_snapshots.py``, ``test_generation_loop.py``, ``test_sampler_filters.py``,
-``test_tokenizer.py``).
+``test_tokenizer.py``). Not yet checked: the constraints' ``CallConstraint`` phases and the
+llguidance tokenizer view (their subset of the folder's tests missed four mutations there; the
+whole folder was not run on them).
 
 Left out as equivalent: a queued run's stop looked for before its last token only (the last
 token is never fed, so the cut changes nothing); ``MemoryTier.get`` returning the ``None`` it
 found; ``Session.feed`` without its float32 cast (the models' logits are float32 already);
-``common_prefix``'s early return for empty lists (numpy gives the same 0).
+``common_prefix``'s early return for empty lists (numpy gives the same 0); top-p applied at 1.0;
+the penalties run over an empty window; ``top is None`` for ``not top`` in ``logprob_arrays``;
+an unknown token type read as NORMAL rather than UNDEFINED (both decode byte-level); added
+tokens marked normalized (the tokenizer has no normalizer); the token-bytes cache not stored;
+the converter's round trip of non-normalized added tokens (it gives their text back).
 
 Test selection as in the fresh sets: the whole test folder of the mutated package, with ``-x``.
 """
@@ -21,9 +27,11 @@ from mutation_sets.base import (
     DETOKENIZER_PY,
     GENERATE_PY,
     PROMPT_CACHE_PY,
+    SAMPLING_PY,
     SESSION_PY,
     SNAPSHOT_FILE_PY,
     STATE_CODEC_PY,
+    TOKENIZER_PY,
 )
 from mutation_sets.base import in_engine_folder as _engine
 
@@ -146,8 +154,12 @@ MUTATIONS = (
     _engine(
         "kvcache_snapshot_over_the_budget_written",
         PROMPT_CACHE_PY,
-        "            return False\n        self._evict(self.budget - size)",
-        "        self._evict(self.budget - size)",
+        (
+            '                f"({self.budget / 2**20:.1f} MiB); not saved"\n'
+            "            )\n"
+            "            return False\n"
+        ),
+        '                f"({self.budget / 2**20:.1f} MiB); not saved"\n            )\n',
     ),
     _engine(
         "kvcache_turned_off_silently",
@@ -445,5 +457,185 @@ MUTATIONS = (
         "        self._skip_special = False\n",
     ),
     # tokenizer
+    _engine(
+        "tokenizer_deepseek_v3_splits_unknown",
+        TOKENIZER_PY,
+        '    "deepseek-v3": _DEEPSEEK3,\n',
+        "",
+    ),
+    _engine(
+        "tokenizer_gpt2_splits_misnamed",
+        TOKENIZER_PY,
+        '    "gpt-2": _GPT2,\n',
+        '    "gpt2": _GPT2,\n',
+    ),
+    _engine(
+        "tokenizer_glm4_applies_merges_to_whole_words",
+        TOKENIZER_PY,
+        '"glm4": PreTokenizerSpec((_CHATGLM4_REGEX,), ignore_merges=True),',
+        '"glm4": PreTokenizerSpec((_CHATGLM4_REGEX,)),',
+    ),
+    _engine(
+        "tokenizer_chatglm_bpe_splits_unknown",
+        TOKENIZER_PY,
+        '    "chatglm-bpe": PreTokenizerSpec((_CHATGLM4_REGEX,)),\n',
+        "",
+    ),
+    _engine(
+        "tokenizer_split_pieces_removed",
+        TOKENIZER_PY,
+        'behavior="isolated"',
+        'behavior="removed"',
+    ),
+    _engine(
+        "tokenizer_prefix_space_added",
+        TOKENIZER_PY,
+        "ByteLevel(add_prefix_space=False, use_regex=False)",
+        "ByteLevel(add_prefix_space=True, use_regex=False)",
+    ),
+    _engine(
+        "tokenizer_unknown_pre_error_lists_nothing",
+        TOKENIZER_PY,
+        'known = ", ".join(sorted(PRE_TOKENIZERS))',
+        'known = ""',
+    ),
+    _engine(
+        "tokenizer_byte_alphabet_misses_the_tilde",
+        TOKENIZER_PY,
+        '*range(ord("!"), ord("~") + 1),',
+        '*range(ord("!"), ord("~")),',
+    ),
+    _engine(
+        "tokenizer_unprintable_bytes_share_one_character",
+        TOKENIZER_PY,
+        "            shifted += 1\n",
+        "",
+    ),
+    _engine(
+        "tokenizer_character_outside_the_alphabet_dropped",
+        TOKENIZER_PY,
+        'out.extend(char.encode("utf-8") if byte is None else (byte,))',
+        'out.extend(b"" if byte is None else (byte,))',
+    ),
+    _engine(
+        "tokenizer_any_named_model_read_as_bpe",
+        TOKENIZER_PY,
+        '        if model != "gpt2":\n',
+        "        if model is None:\n",
+    ),
+    _engine(
+        "tokenizer_missing_add_eos_read_as_true",
+        TOKENIZER_PY,
+        'add_eos=bool(gguf_file.get("tokenizer.ggml.add_eos_token", False)),',
+        'add_eos=bool(gguf_file.get("tokenizer.ggml.add_eos_token", True)),',
+    ),
+    _engine(
+        "tokenizer_user_defined_tokens_made_special",
+        TOKENIZER_PY,
+        "AddedToken(text, special=self._types[token_id] in _SPECIAL_TYPES, normalized=False)",
+        "AddedToken(text, special=True, normalized=False)",
+    ),
+    _engine(
+        "tokenizer_control_text_always_parsed",
+        TOKENIZER_PY,
+        "self._hf.encode_special_tokens = not parse_special",
+        "self._hf.encode_special_tokens = False",
+    ),
+    _engine(
+        "tokenizer_added_token_decoded_as_byte_level",
+        TOKENIZER_PY,
+        '                cached = text.encode("utf-8")\n',
+        "                cached = _byte_level_bytes(text)\n",
+    ),
+    _engine(
+        "tokenizer_test_vocabulary_hashes_four_bytes",
+        TOKENIZER_PY,
+        "_CHUNK_BYTES = 5",
+        "_CHUNK_BYTES = 4",
+    ),
+    _engine(
+        "token_id_list_skips_unparsed_text",
+        TOKENIZER_PY,
+        "        if piece.start() != position:\n            break\n",
+        "",
+    ),
+    _engine(
+        "token_id_list_trailing_text_accepted",
+        TOKENIZER_PY,
+        "    if position != len(text):\n",
+        "    if position > len(text):\n",
+    ),
+    _engine(
+        "tokenizer_writer_counts_ids_not_the_largest",
+        TOKENIZER_PY,
+        "n_tokens = max(id_to_text) + 1",
+        "n_tokens = len(id_to_text)",
+    ),
+    _engine(
+        "tokenizer_writer_pads_with_one_name",
+        TOKENIZER_PY,
+        'tokens.append(f"[PAD{token_id}]")',
+        'tokens.append("[PAD]")',
+    ),
+    _engine(
+        "tokenizer_writer_keeps_the_word_boundary_mark",
+        TOKENIZER_PY,
+        'text = text.replace("\\u2581", " ")',
+        "text = text",
+    ),
+    _engine(
+        "tokenizer_writer_drops_the_pad_id",
+        TOKENIZER_PY,
+        "        (pad_token, writer.add_pad_token_id),\n",
+        "",
+    ),
+    _engine(
+        "tokenizer_writer_drops_the_chat_template",
+        TOKENIZER_PY,
+        "    if chat_template is not None:\n        writer.add_chat_template(chat_template)\n",
+        "",
+    ),
+    _engine(
+        "tokenizer_writer_splits_string_merges_again",
+        TOKENIZER_PY,
+        "    if merges and isinstance(merges[0], str):\n        return list(merges)\n",
+        "",
+    ),
+    _engine(
+        "numeric_tokenizer_bytes_without_brackets",
+        TOKENIZER_PY,
+        'return f"<{token_id}>".encode()',
+        'return f"{token_id}".encode()',
+    ),
     # sampling and constraints
+    _engine(
+        "sampling_default_window_of_32_tokens",
+        SAMPLING_PY,
+        "    repeat_last_n: int = 64\n",
+        "    repeat_last_n: int = 32\n",
+    ),
+    _engine(
+        "sampling_repeat_penalty_below_one_ignored",
+        SAMPLING_PY,
+        "            self.repeat_penalty != 1.0\n",
+        "            self.repeat_penalty > 1.0\n",
+    ),
+    _engine(
+        "top_p_counts_a_token_in_the_mass_before_it",
+        SAMPLING_PY,
+        "before = mx.cumsum(probs, axis=-1) - probs",
+        "before = mx.cumsum(probs, axis=-1)",
+    ),
+    _engine(
+        "min_p_threshold_above_the_best_token",
+        SAMPLING_PY,
+        "logprobs.max(axis=-1, keepdims=True) + log_min_p",
+        "logprobs.max(axis=-1, keepdims=True) - log_min_p",
+    ),
+    _engine(
+        "sampling_commit_leaves_the_constraint_behind",
+        SAMPLING_PY,
+        "        if self.constraint is not None:\n            self.constraint.advance(token)\n",
+        "",
+    ),
 )
