@@ -130,12 +130,13 @@ def test_a_corrupt_file_is_refused(saved, fingerprint):
         read_snapshot(path, fingerprint)
 
 
-def _rewrite_metadata(path: Path, change) -> None:
-    """Rewrite a snapshot's header (keeping its arrays' bytes)."""
+def _rewrite_metadata(path: Path, change, entry: str = "__metadata__") -> None:
+    """Rewrite one entry of a snapshot's header, its metadata by default (keeping its arrays'
+    bytes)."""
     data = path.read_bytes()
     length = int.from_bytes(data[:8], "little")
     header = json.loads(data[8 : 8 + length])
-    change(header["__metadata__"])
+    change(header[entry])
     encoded = json.dumps(header).encode()
     path.write_bytes(len(encoded).to_bytes(8, "little") + encoded + data[8 + length :])
 
@@ -416,21 +417,11 @@ def test_a_node_the_codec_did_not_write_is_refused(node):
         decode_state(node, {"a0": mx.zeros(1)})
 
 
-def _rewrite_array_entry(path: Path, change) -> None:
-    """Rewrite the header's entry for array ``a0`` (keeping the arrays' bytes)."""
-    data = path.read_bytes()
-    length = int.from_bytes(data[:8], "little")
-    header = json.loads(data[8 : 8 + length])
-    change(header["a0"])
-    encoded = json.dumps(header).encode()
-    path.write_bytes(len(encoded).to_bytes(8, "little") + encoded + data[8 + length :])
-
-
 def test_a_header_that_reshapes_an_array_fails_the_checksum(tmp_path):
     # The same bytes as 2 x 3: the checksum covers each array's shape, not only its bytes.
     path = tmp_path / "x.safetensors"
     write_snapshot(path, _small_snapshot(), "f" * 64)
-    _rewrite_array_entry(path, lambda entry: entry.update(shape=[2, 3]))
+    _rewrite_metadata(path, lambda entry: entry.update(shape=[2, 3]), "a0")
     assert read_header(path)["format"] == "ds4mlx-kv"  # the header itself still reads
     with pytest.raises(SnapshotFileError, match="checksum mismatch"):
         read_snapshot(path, "f" * 64)
@@ -439,7 +430,7 @@ def test_a_header_that_reshapes_an_array_fails_the_checksum(tmp_path):
 def test_an_array_type_mlx_cannot_load_is_a_snapshot_error(tmp_path):
     path = tmp_path / "x.safetensors"
     write_snapshot(path, _small_snapshot(), "f" * 64)
-    _rewrite_array_entry(path, lambda entry: entry.update(dtype="Q9"))
+    _rewrite_metadata(path, lambda entry: entry.update(dtype="Q9"), "a0")
     with pytest.raises(SnapshotFileError, match=r"x\.safetensors: cannot be read: .*Q9"):
         read_snapshot(path, "f" * 64)
 
