@@ -12,13 +12,14 @@ from ds4mlx.engine.generate import (
     DecodeStep,
     DoneEvent,
     GenerationStats,
+    Limits,
     TokenEvent,
     check_prompt_fits,
     run_alone,
     stepped_generate,
     stop_reason,
 )
-from ds4mlx.engine.sampling import SamplingOptions
+from ds4mlx.engine.sampling import Sampler, SamplingOptions
 from ds4mlx.engine.session import Session
 
 import pytest
@@ -146,3 +147,50 @@ def test_a_session_without_lazy_feeds_decodes_one_step_at_a_time(model):
     session = _HostOnlySession(model.network)
     tokens, _ = _generate(session, max_tokens=6)
     assert tokens == expected
+
+
+def test_a_generation_alone_yields_tokens_and_its_stats_only(model):
+    events = list(run_alone(stepped_generate(model.new_session(), PROMPT, 5)))
+    assert [type(event) for event in events] == [TokenEvent] * 5 + [DoneEvent]
+    stats = events[-1].stats
+    assert (stats.prompt_tokens, stats.generated_tokens, stats.stop_reason) == (6, 5, "length")
+    # Both phases are timed (the rates divide by them).
+    assert stats.prefill_seconds > 0 and stats.decode_seconds > 0
+
+
+def test_a_queued_run_cut_by_a_stop_notes_the_logprobs_of_the_tokens_it_keeps(model):
+    def first_run(stop_tokens: frozenset[int]) -> tuple[list[int], Sampler]:
+        session, sampler = model.new_session(), Sampler(SamplingOptions(logprobs=2))
+        decoder, stats = Decoder(), GenerationStats()
+        first = decoder.prefill(session, PROMPT, sampler, stats)
+        assert sampler.take_logprob().token == first
+        return decoder.advance(session, first, sampler, stats, Limits(9, stop_tokens)), sampler
+
+    queued, sampler = first_run(frozenset())
+    assert len(queued) == Decoder.pipeline
+    assert [noted.token for noted in sampler.logprobs] == queued
+    cut, sampler = first_run(frozenset({queued[1]}))
+    assert cut == queued[: queued.index(queued[1]) + 1]
+    # Only the kept tokens' log-probabilities wait to be taken, in their order.
+    assert [noted.token for noted in sampler.logprobs] == cut
+
+
+class _CountingDecoder(Decoder):
+    def __init__(self) -> None:
+        self.batched_steps = 0
+
+    def batched(self) -> None:
+        self.batched_steps += 1
+
+
+def test_the_decoder_is_told_of_each_step_a_batch_took_for_it(model):
+    session, decoder = model.new_session(), _CountingDecoder()
+    events = stepped_generate(session, PROMPT, 4, decoder=decoder)
+    event, steps = next(events), 0
+    while not isinstance(event, DoneEvent):
+        answer = None
+        if isinstance(event, DecodeStep):
+            steps += 1
+            answer = session.feed_mx([event.token])[-1]
+        event = events.send(answer)
+    assert steps == 3 and decoder.batched_steps == 3

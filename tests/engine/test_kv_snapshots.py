@@ -130,12 +130,13 @@ def test_a_corrupt_file_is_refused(saved, fingerprint):
         read_snapshot(path, fingerprint)
 
 
-def _rewrite_metadata(path: Path, change) -> None:
-    """Rewrite a snapshot's header (keeping its arrays' bytes)."""
+def _rewrite_metadata(path: Path, change, entry: str = "__metadata__") -> None:
+    """Rewrite one entry of a snapshot's header, its metadata by default (keeping its arrays'
+    bytes)."""
     data = path.read_bytes()
     length = int.from_bytes(data[:8], "little")
     header = json.loads(data[8 : 8 + length])
-    change(header["__metadata__"])
+    change(header[entry])
     encoded = json.dumps(header).encode()
     path.write_bytes(len(encoded).to_bytes(8, "little") + encoded + data[8 + length :])
 
@@ -414,3 +415,56 @@ def test_a_state_naming_something_that_is_not_a_ds4mlx_dataclass_is_refused(qual
 def test_a_node_the_codec_did_not_write_is_refused(node):
     with pytest.raises(StateFormatError, match="unexpected node|missing array"):
         decode_state(node, {"a0": mx.zeros(1)})
+
+
+def test_a_header_that_reshapes_an_array_fails_the_checksum(tmp_path):
+    # The same bytes as 2 x 3: the checksum covers each array's shape, not only its bytes.
+    path = tmp_path / "x.safetensors"
+    write_snapshot(path, _small_snapshot(), "f" * 64)
+    _rewrite_metadata(path, lambda entry: entry.update(shape=[2, 3]), "a0")
+    assert read_header(path)["format"] == "ds4mlx-kv"  # the header itself still reads
+    with pytest.raises(SnapshotFileError, match="checksum mismatch"):
+        read_snapshot(path, "f" * 64)
+
+
+def test_an_array_type_mlx_cannot_load_is_a_snapshot_error(tmp_path):
+    path = tmp_path / "x.safetensors"
+    write_snapshot(path, _small_snapshot(), "f" * 64)
+    _rewrite_metadata(path, lambda entry: entry.update(dtype="Q9"), "a0")
+    with pytest.raises(SnapshotFileError, match=r"x\.safetensors: cannot be read: .*Q9"):
+        read_snapshot(path, "f" * 64)
+
+
+@pytest.mark.parametrize("size", [0, 1, 7])
+def test_a_file_shorter_than_the_header_length_is_truncated(tmp_path, size):
+    path = tmp_path / "x.safetensors"
+    path.write_bytes(b"\x01" * size)
+    with pytest.raises(SnapshotFileError, match=rf"x\.safetensors: truncated \({size} bytes\)$"):
+        read_header(path)
+
+
+def test_eight_bytes_of_header_length_alone_name_their_missing_header(tmp_path):
+    path = tmp_path / "x.safetensors"
+    path.write_bytes((2).to_bytes(8, "little"))
+    with pytest.raises(SnapshotFileError, match=r"header of 2 bytes in a file of 8\)$"):
+        read_header(path)
+
+
+class _Outer:
+    @dataclass
+    class Inner:
+        """A cache class nested in another: its qualified name has a dot."""
+
+        width: int
+
+
+def test_a_nested_dataclass_comes_back(monkeypatch):
+    tree, arrays = encode_state([_Outer.Inner(5)])
+    assert tree["list"][0]["class"].endswith(":_Outer.Inner")
+    monkeypatch.setattr("ds4mlx.engine.kvcache.state_codec._TRUSTED_PREFIX", "")
+    assert decode_state(json.loads(json.dumps(tree)), arrays) == [_Outer.Inner(5)]
+
+
+def test_a_dataclass_itself_in_a_state_is_refused_not_walked():
+    with pytest.raises(StateFormatError, match="^a session state holding type cannot be saved$"):
+        encode_state({"kind": _Derived})

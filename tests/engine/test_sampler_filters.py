@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 from ds4mlx.engine.constraints import Constraint
 from ds4mlx.engine.sampling import Sampler, SamplingOptions
@@ -366,3 +366,54 @@ def test_seed_zero_is_a_seed():
         draws.append([sampler.draw(logits) for _ in range(4)])
     assert draws[0] == draws[1]
     assert len(set(draws[0])) > 1  # a sequence, not one token repeated
+
+
+def test_the_default_options_are_greedy_unfiltered_and_unpenalized():
+    defaults = SamplingOptions()
+    assert asdict(defaults) == {
+        "temperature": 0.0,
+        "top_p": 1.0,
+        "top_k": 0,
+        "min_p": 0.0,
+        "seed": None,
+        "repeat_penalty": 1.0,
+        "frequency_penalty": 0.0,
+        "presence_penalty": 0.0,
+        "repeat_last_n": 64,  # llama.cpp's look-back
+        "logit_bias": (),
+        "logprobs": None,
+    }
+    assert defaults.greedy and not defaults.penalizes
+    # OpenAI's top_logprobs: at most 20 alternatives.
+    assert SamplingOptions(logprobs=20).logprobs == 20
+    with pytest.raises(ValueError, match=r"^logprobs must be in \[0, 20\], got 21$"):
+        SamplingOptions(logprobs=21)
+
+
+def test_a_repeat_penalty_below_one_alone_favours_the_seen_tokens():
+    options = SamplingOptions(repeat_penalty=0.5)
+    assert options.penalizes
+    sampler = Sampler(options)
+    sampler.record([1, 2])
+    row = sampler.penalized(mx.array([[1.0, 2.0, -2.0, 3.0]]))[0]
+    # Seen tokens: a positive logit divided by 0.5, a negative one multiplied by it.
+    assert row.tolist() == [1.0, 4.0, -1.0, 3.0]
+
+
+class _Following(_AllowsAll):
+    """Records the tokens it is moved past."""
+
+    def __init__(self) -> None:
+        self.advanced: list[int] = []
+
+    def advance(self, token: int) -> None:
+        self.advanced.append(token)
+
+
+def test_a_committed_token_moves_the_constraint_and_the_penalty_window():
+    constraint = _Following()
+    sampler = Sampler(SamplingOptions(presence_penalty=1.0), constraint)
+    sampler.commit(3)
+    sampler.commit(1)
+    assert constraint.advanced == [3, 1]
+    assert sampler.recent_tokens().tolist() == [3, 1]

@@ -22,8 +22,8 @@ from ds4mlx.gguf import open_gguf
 import gguf
 import numpy as np
 import pytest
+from tokenizers import AddedToken, decoders, models, pre_tokenizers, trainers
 from tokenizers import Tokenizer as HFTokenizer
-from tokenizers import decoders, models, pre_tokenizers, trainers
 
 BOS, EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
 CONTROL_TOKENS = [BOS, EOS, "<｜User｜>", "<｜Assistant｜>"]
@@ -211,8 +211,12 @@ def test_end_of_turn_tokens_also_stop_generation():
 
 def test_unknown_pre_tokenizer_is_refused():
     fake = FakeGGUF(model="gpt2", pre="no-such-pre", tokens=["a", "b"], merges=[])
-    with pytest.raises(UnsupportedTokenizerError, match="no-such-pre"):
+    supported = "chatglm-bpe, deepseek-v3, default, glm4, glm5, gpt-2, joyai-llm"
+    with pytest.raises(UnsupportedTokenizerError) as refused:
         Tokenizer.from_gguf(fake)
+    assert str(refused.value) == (
+        f"unsupported tokenizer.ggml.pre 'no-such-pre' (supported: {supported})"
+    )
     with pytest.raises(UnsupportedTokenizerError):
         write_tokenizer_metadata(None, train_tokenizer("gpt-2"), pre="no-such-pre")
 
@@ -311,8 +315,10 @@ def test_numeric_tokens_stream_as_ids():
 
 def test_detokenizer_reset_starts_a_new_stream(deepseek_tokenizer):
     detok = StreamingDetokenizer(deepseek_tokenizer)
-    for token_id in deepseek_tokenizer.encode("🦒")[:-1]:
+    held = deepseek_tokenizer.encode("🦒")[:-1]
+    for token_id in held:
         detok.add(token_id)
+    assert detok.tokens == held
     detok.reset()
     assert detok.tokens == [] and detok.add(deepseek_tokenizer.encode("a")[0]) == "a"
 
@@ -498,3 +504,34 @@ def test_deepseek_and_glm_file_names_pick_their_splits():
     assert PRE_TOKENIZERS["glm5"].ignore_merges and PRE_TOKENIZERS["glm4"].ignore_merges
     assert not PRE_TOKENIZERS["chatglm-bpe"].ignore_merges
     assert PRE_TOKENIZERS["glm5"].regexes == PRE_TOKENIZERS["chatglm-bpe"].regexes
+
+
+def test_a_character_outside_the_byte_alphabet_keeps_its_utf8():
+    # Only a hand-edited vocabulary holds one; its bytes are kept, not dropped.
+    tok = Tokenizer(["a", "x中y", "Ġ€"], [], "gpt-2")
+    assert tok.token_bytes(1) == "x中y".encode()
+    assert tok.decode([2, 0]) == " €a"
+
+
+def test_added_tokens_decode_as_their_own_text_not_as_byte_level():
+    # "é" and "Ġ" are byte-level spellings (of 0xE9 and a space) in a NORMAL token only.
+    tok = Tokenizer(["a", "Ġé", "<é>", "<|Ġ|>"], [], "gpt-2", token_types=[1, 1, 4, 3])
+    assert tok.token_bytes(1) == b" \xe9"
+    assert tok.decode([2, 3]) == "<é><|Ġ|>"
+    assert tok.decode([2, 3], skip_special=True) == "<é>"
+
+
+def test_the_metadata_writer_pads_gaps_and_spaces_user_defined_tokens(tmp_path):
+    # An id the tokenizer skips becomes an UNUSED [PAD<id>]; the ids after it stay in place.
+    gap = HFTokenizer(models.BPE(vocab={"a": 0, "b": 1, "ab": 3}, merges=[("a", "b")]))
+    written = open_gguf(write_gguf(tmp_path / "gap.gguf", gap, "gpt-2", pad_token="b"))
+    assert written.get("tokenizer.ggml.tokens") == ["a", "b", "[PAD2]", "ab"]
+    assert list(written.get("tokenizer.ggml.token_type")) == [1, 1, 5, 1]
+    assert written.get("tokenizer.ggml.padding_token_id") == 1
+    # A user-defined token's U+2581 is written as the space it stands for (llama.cpp's converter).
+    words = HFTokenizer(models.BPE(vocab={"a": 0, "b": 1, "ab": 2}, merges=[("a", "b")]))
+    words.decoder = decoders.ByteLevel()
+    words.add_tokens([AddedToken("\u2581hi", special=False, normalized=False)])
+    written = open_gguf(write_gguf(tmp_path / "user.gguf", words, "gpt-2"))
+    assert written.get("tokenizer.ggml.tokens")[3] == " hi"
+    assert list(written.get("tokenizer.ggml.token_type"))[3] == 4
