@@ -7,6 +7,7 @@ Each was applied alone and fails a test of tests/server.
 from __future__ import annotations
 
 from mutation_sets.base import (
+    APP_PY,
     METRICS_PY,
     Mutation,
     in_server_folder,
@@ -142,5 +143,103 @@ MUTATIONS: tuple[Mutation, ...] = (
         METRICS_PY,
         'f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", f"{name} {value}"',
         'f"# HELP {name} {help_text}", f"{name} {value}"',
+    ),
+    in_server_folder(
+        "app_sse_cached_by_proxies",
+        APP_PY,
+        '_SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}',
+        '_SSE_HEADERS = {"Cache-Control": "no-cache"}',
+    ),
+    in_server_folder(
+        "app_sse_cache_control_private",
+        APP_PY,
+        '{"Cache-Control": "no-cache",',
+        '{"Cache-Control": "private",',
+    ),
+    in_server_folder(
+        "app_cors_on_by_default",
+        APP_PY,
+        "cors: bool = False",
+        "cors: bool = True",
+    ),
+    in_server_folder(
+        "app_model_created_is_zero",
+        APP_PY,
+        '"created": self.started,',
+        '"created": 0,',
+    ),
+    in_server_folder(
+        "app_model_names_without_slash",
+        APP_PY,
+        'Route("/v1/models/{name:path}"',
+        'Route("/v1/models/{name}"',
+    ),
+    in_server_folder(
+        "app_engine_refusal_is_422",
+        APP_PY,
+        "raise APIError(400, str(exc)) from None",
+        "raise APIError(422, str(exc)) from None",
+    ),
+    in_server_folder(
+        "app_disconnect_watch_inverted",
+        APP_PY,
+        '["type"] != "http.disconnect":',
+        '["type"] == "http.disconnect":',
+    ),
+    in_server_folder(
+        "app_ttft_negative",
+        APP_PY,
+        "first_output = time.perf_counter() - arrived",
+        "first_output = arrived - time.perf_counter()",
+    ),
+    in_server_folder(
+        "app_ttft_counts_every_event",
+        APP_PY,
+        "if first_output is None and not isinstance(item, KeepAlive):",
+        "if not isinstance(item, KeepAlive):",
+    ),
+    in_server_folder(
+        "app_wrong_method_without_allow",
+        APP_PY,
+        "status_code=exc.status_code, headers=exc.headers",
+        "status_code=exc.status_code",
+    ),
+    in_server_folder(
+        "app_http_error_message_without_method",
+        APP_PY,
+        'f"{request.method} {request.url.path}: {exc.detail}"',
+        'f"{request.url.path}: {exc.detail}"',
+    ),
+    in_server_folder(
+        "app_speculation_log_without_percent",
+        APP_PY,
+        "100 * acceptance.acceptance_rate,",
+        "acceptance.acceptance_rate,",
+    ),
+    in_server_folder(
+        "app_speculation_logged_without_drafts",
+        APP_PY,
+        "if acceptance is not None and acceptance.drafted_tokens:",
+        "if acceptance is not None:",
+    ),
+    in_server_folder(
+        "app_finished_log_cached_is_prompt",
+        APP_PY,
+        "        finished.cached_tokens,\n        finished.completion_tokens,\n",
+        "        finished.prompt_tokens,\n        finished.completion_tokens,\n",
+    ),
+    in_server_folder(
+        "app_cors_headers_limited",
+        APP_PY,
+        'allow_methods=["*"], allow_headers=["*"]',
+        'allow_methods=["*"], allow_headers=[]',
+    ),
+    in_server_folder(
+        "app_stream_cancelled_is_500",
+        APP_PY,
+        'return _error_response(APIError(503, "the generation was cancelled"), endpoint)\n'
+        "        return _JobStreamingResponse",
+        'return _error_response(APIError(500, "the generation was cancelled"), endpoint)\n'
+        "        return _JobStreamingResponse",
     ),
 )
