@@ -7,8 +7,11 @@ Each was applied alone and fails a test of tests/server.
 from __future__ import annotations
 
 from mutation_sets.base import (
+    ACCESS_PY,
     APP_PY,
+    COMPLETIONS_PY,
     METRICS_PY,
+    UTILITY_PY,
     Mutation,
     in_server_folder,
 )
@@ -241,5 +244,77 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        return _JobStreamingResponse",
         'return _error_response(APIError(500, "the generation was cancelled"), endpoint)\n'
         "        return _JobStreamingResponse",
+    ),
+    in_server_folder(
+        "completions_logprob_offsets_start_at_one",
+        COMPLETIONS_PY,
+        "entries: Sequence[TokenLogprobs], offset: int = 0)",
+        "entries: Sequence[TokenLogprobs], offset: int = 1)",
+    ),
+    in_server_folder(
+        "completions_stream_offsets_not_advanced",
+        COMPLETIONS_PY,
+        "self.sent_characters += sum(len(entry.text) for entry in entries)",
+        "self.sent_characters = sum(len(entry.text) for entry in entries)",
+    ),
+    in_server_folder(
+        "util_tokenize_pieces_by_default",
+        UTILITY_PY,
+        "with_pieces: bool = False",
+        "with_pieces: bool = True",
+    ),
+    in_server_folder(
+        "util_slots_fail_when_any_is_busy",
+        UTILITY_PY,
+        'in ("1", "true") and all(',
+        'in ("1", "true") and any(',
+    ),
+    in_server_folder(
+        "util_count_tokens_unknown_model_400",
+        UTILITY_PY,
+        "                    404,\n",
+        "                    400,\n",
+    ),
+    in_server_folder(
+        "util_detokenize_bad_id_422",
+        UTILITY_PY,
+        "                    400,\n",
+        "                    422,\n",
+    ),
+    in_server_folder(
+        "util_props_total_slots_one",
+        UTILITY_PY,
+        '"total_slots": self.engine.max_sessions,',
+        '"total_slots": 1,',
+    ),
+    in_server_folder(
+        "util_props_top_k_shows_top_p",
+        UTILITY_PY,
+        '"top_k": sampling.top_k,',
+        '"top_k": sampling.top_p,',
+    ),
+    in_server_folder(
+        "util_slots_context_is_the_slots",
+        UTILITY_PY,
+        '{"id": index, "n_ctx": self.service.max_context,',
+        '{"id": index, "n_ctx": self.engine.max_sessions,',
+    ),
+    in_server_folder(
+        "access_cross_origin_is_401",
+        ACCESS_PY,
+        "                403,\n",
+        "                401,\n",
+    ),
+    in_server_folder(
+        "access_wrong_key_code",
+        ACCESS_PY,
+        '"the API key is not valid for this server", code="invalid_api_key")',
+        '"the API key is not valid for this server", code="wrong_api_key")',
+    ),
+    in_server_folder(
+        "access_only_http_checked_inverted",
+        ACCESS_PY,
+        'if scope["type"] == "http":',
+        'if scope["type"] == "https":',
     ),
 )
