@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from mutation_sets.base import (
     ACCESS_PY,
+    ANTHROPIC_PY,
     APP_PY,
+    BODY_PY,
     COMPLETIONS_PY,
+    LIMITS_PY,
     METRICS_PY,
     UTILITY_PY,
     Mutation,
@@ -316,5 +319,93 @@ MUTATIONS: tuple[Mutation, ...] = (
         ACCESS_PY,
         'if scope["type"] == "http":',
         'if scope["type"] == "https":',
+    ),
+    in_server_folder(
+        "messages_stream_start_stop_sequence_empty",
+        ANTHROPIC_PY,
+        '            "stop_sequence": None,\n            "usage": {"input_tokens"',
+        '            "stop_sequence": "",\n            "usage": {"input_tokens"',
+    ),
+    in_server_folder(
+        "messages_stream_start_role_user",
+        ANTHROPIC_PY,
+        '            "type": "message",\n            "role": "assistant",\n            "model": self',
+        '            "type": "message",\n            "role": "user",\n            "model": self',
+    ),
+    in_server_folder(
+        "messages_stream_id_prefix",
+        ANTHROPIC_PY,
+        'self.id = new_id("msg_")',
+        'self.id = new_id("message_")',
+    ),
+    in_server_folder(
+        "messages_stream_call_ids_openai_prefixed",
+        ANTHROPIC_PY,
+        "super().__init__(CALL_ID_PREFIX)",
+        'super().__init__("call_")',
+    ),
+    in_server_folder(
+        "messages_content_param_without_content",
+        ANTHROPIC_PY,
+        'param = f"messages[{index}].content"',
+        'param = f"messages[{index}]"',
+    ),
+    in_server_folder(
+        "messages_thinking_history_refused",
+        ANTHROPIC_PY,
+        'if block.type == "thinking":',
+        'if block.type == "reasoning":',
+    ),
+    in_server_folder(
+        "messages_tool_choice_name_message",
+        ANTHROPIC_PY,
+        "\"'tool_choice.name' is required for tool_choice of type 'tool'\",",
+        "\"'tool_choice.name' is required\",",
+    ),
+    in_server_folder(
+        "messages_tool_name_required_message",
+        ANTHROPIC_PY,
+        "f\"'{param}[{index}].name' is required for tool_use\",",
+        "f\"'{param}[{index}]' is required for tool_use\",",
+    ),
+    in_server_folder(
+        "limits_logit_bias_range_to_vocab_size",
+        LIMITS_PY,
+        "(0..{self.vocab_size - 1})",
+        "(0..{self.vocab_size})",
+    ),
+    in_server_folder(
+        "limits_context_code_on_tokens",
+        LIMITS_PY,
+        'f"the prompt has {count} tokens; the context is {self.max_context} tokens",\n'
+        "                param=param,\n"
+        '                code="context_length_exceeded",',
+        'f"the prompt has {count} tokens; the context is {self.max_context} tokens",\n'
+        "                param=param,\n"
+        '                code="context_too_long",',
+    ),
+    in_server_folder(
+        "limits_text_refusal_param",
+        LIMITS_PY,
+        'f"is {self.max_context} tokens",\n                param=param,',
+        'f"is {self.max_context} tokens",\n                param=None,',
+    ),
+    in_server_folder(
+        "limits_render_error_param",
+        LIMITS_PY,
+        'f"the conversation cannot be rendered: {exc}", param=param',
+        'f"the conversation cannot be rendered: {exc}"',
+    ),
+    in_server_folder(
+        "body_default_cap_32_mib",
+        BODY_PY,
+        "MAX_BODY_BYTES = 64 * 2**20",
+        "MAX_BODY_BYTES = 32 * 2**20",
+    ),
+    in_server_folder(
+        "body_too_large_code",
+        BODY_PY,
+        'code="request_too_large")',
+        'code="body_too_large")',
     ),
 )
