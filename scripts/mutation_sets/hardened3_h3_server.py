@@ -1,7 +1,18 @@
 """Mutations checked by hand while hardening tests/server line by line a third time (issue 37,
-session 19), on lines no earlier set changes.
+session 19), on lines no earlier set changes: every row of the /metrics page (name, type, value,
+the quantiles, the final newline) and the TTFT window; the app's SSE headers, model dates, a
+model name with a slash, a 405's Allow header and message, the finished and speculation log
+lines; the completions' logprob offsets; the utility routes' defaults and /props fields; access
+refusals; the Messages stream's ids and message_start; the request limits' refusals; the body
+cap; each sampling field's bounds, the whole-context window and the call arguments' JSON.
 
-Each was applied alone and fails a test of tests/server.
+Each was applied alone and fails a test of tests/server (checked with the test files that
+guard it, and two through ``mutation_run.py --only``).
+
+Left out as equivalent: the detail line logged when ``details()`` returns "" (it returns None
+or a line); count_tokens' error ``code`` (Anthropic's error shape has no code). Left out as on a
+line an earlier set changes (their tests were written anyway when they survived): /slots'
+``fail_on_no_slot`` with one busy slot of three (``all`` -> ``any``).
 """
 
 from __future__ import annotations
@@ -182,12 +193,6 @@ MUTATIONS: tuple[Mutation, ...] = (
         'Route("/v1/models/{name}"',
     ),
     in_server_folder(
-        "app_engine_refusal_is_422",
-        APP_PY,
-        "raise APIError(400, str(exc)) from None",
-        "raise APIError(422, str(exc)) from None",
-    ),
-    in_server_folder(
         "app_disconnect_watch_inverted",
         APP_PY,
         '["type"] != "http.disconnect":',
@@ -198,12 +203,6 @@ MUTATIONS: tuple[Mutation, ...] = (
         APP_PY,
         "first_output = time.perf_counter() - arrived",
         "first_output = arrived - time.perf_counter()",
-    ),
-    in_server_folder(
-        "app_ttft_counts_every_event",
-        APP_PY,
-        "if first_output is None and not isinstance(item, KeepAlive):",
-        "if not isinstance(item, KeepAlive):",
     ),
     in_server_folder(
         "app_wrong_method_without_allow",
@@ -242,36 +241,16 @@ MUTATIONS: tuple[Mutation, ...] = (
         'allow_methods=["*"], allow_headers=[]',
     ),
     in_server_folder(
-        "app_stream_cancelled_is_500",
-        APP_PY,
-        'return _error_response(APIError(503, "the generation was cancelled"), endpoint)\n'
-        "        return _JobStreamingResponse",
-        'return _error_response(APIError(500, "the generation was cancelled"), endpoint)\n'
-        "        return _JobStreamingResponse",
-    ),
-    in_server_folder(
         "completions_logprob_offsets_start_at_one",
         COMPLETIONS_PY,
         "entries: Sequence[TokenLogprobs], offset: int = 0)",
         "entries: Sequence[TokenLogprobs], offset: int = 1)",
     ),
     in_server_folder(
-        "completions_stream_offsets_not_advanced",
-        COMPLETIONS_PY,
-        "self.sent_characters += sum(len(entry.text) for entry in entries)",
-        "self.sent_characters = sum(len(entry.text) for entry in entries)",
-    ),
-    in_server_folder(
         "util_tokenize_pieces_by_default",
         UTILITY_PY,
         "with_pieces: bool = False",
         "with_pieces: bool = True",
-    ),
-    in_server_folder(
-        "util_slots_fail_when_any_is_busy",
-        UTILITY_PY,
-        'in ("1", "true") and all(',
-        'in ("1", "true") and any(',
     ),
     in_server_folder(
         "util_count_tokens_unknown_model_400",
@@ -296,12 +275,6 @@ MUTATIONS: tuple[Mutation, ...] = (
         UTILITY_PY,
         '"top_k": sampling.top_k,',
         '"top_k": sampling.top_p,',
-    ),
-    in_server_folder(
-        "util_slots_context_is_the_slots",
-        UTILITY_PY,
-        '{"id": index, "n_ctx": self.service.max_context,',
-        '{"id": index, "n_ctx": self.engine.max_sessions,',
     ),
     in_server_folder(
         "access_cross_origin_is_401",
