@@ -23,6 +23,7 @@ from mutation_sets import (
     hardened3_h3_chat,
     hardened3_h3_cli,
     hardened3_h3_engine,
+    hardened3_h3_server,
     hardened3_h3_spec,
     hardened_agent,
     hardened_cli,
@@ -63,6 +64,7 @@ SETS: dict[str, tuple[Mutation, ...]] = {
     "hardened3_h3_agent": hardened3_h3_agent.MUTATIONS,
     "hardened3_h3_spec": hardened3_h3_spec.MUTATIONS,
     "hardened3_h3_engine": hardened3_h3_engine.MUTATIONS,
+    "hardened3_h3_server": hardened3_h3_server.MUTATIONS,
 }
 MUTATIONS: tuple[Mutation, ...] = tuple(m for mutations in SETS.values() for m in mutations)
 

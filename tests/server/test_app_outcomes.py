@@ -12,7 +12,9 @@ from typing import Any
 
 from ds4mlx.engine.chat import TextDelta
 from ds4mlx.generation import Finished
+from ds4mlx.server.app import _log_finished
 from ds4mlx.server.openai_chat import ChatCompletionsEndpoint
+from ds4mlx.speculation.loop import SpeculativeStats
 
 import httpx
 import pytest
@@ -145,3 +147,29 @@ def test_the_engine_detail_line_is_logged_after_each_request(engine, caplog, det
     lines = [r.getMessage() for r in caplog.records if r.name == "ds4mlx.server"]
     assert ("/v1/chat/completions: experts: 3 hits" in lines) is logged
     assert any(line.startswith("/v1/chat/completions: prompt 1 tokens") for line in lines)
+
+
+def test_a_finished_request_is_logged_with_each_count_and_its_speculation(caplog):
+    """The log line of a finished request names each count once, and the speculation line (a
+    drafter took part and drafted) gives the acceptance in percent; a drafter that drafted
+    nothing adds no line."""
+    drafted = SpeculativeStats(drafted_passes=2, drafted_tokens=8, accepted_tokens=6)
+    idle = SpeculativeStats()
+    with caplog.at_level(logging.INFO, logger="ds4mlx.server"):
+        for stats in (drafted, idle):
+            finished = Finished(
+                "length",
+                prompt_tokens=30,
+                completion_tokens=9,
+                cached_tokens=12,
+                stats=stats,
+                seconds=1.5,
+            )
+            _log_finished("/v1/completions", finished, first_output=0.25)
+    assert [r.getMessage() for r in caplog.records if r.name == "ds4mlx.server"] == [
+        "/v1/completions: prompt 30 tokens (12 cached), generated 9, length, 1.50s; "
+        "first output 0.25s after arrival",
+        "/v1/completions: speculation: 8 drafted, 6 accepted (75%), tau 4.00",
+        "/v1/completions: prompt 30 tokens (12 cached), generated 9, length, 1.50s; "
+        "first output 0.25s after arrival",
+    ]

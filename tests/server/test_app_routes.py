@@ -4,6 +4,7 @@ response names, the model list, and stored responses fetched and deleted."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 from ds4mlx.generation import Finished, TextDelta
@@ -94,3 +95,34 @@ def test_a_stored_response_is_fetched_then_deleted_once(url):
     for again in (httpx.get(where, timeout=TIMEOUT), httpx.delete(where, timeout=TIMEOUT)):
         assert again.status_code == 404
         assert again.json()["error"]["code"] == "not_found"
+
+
+def test_a_stream_tells_proxies_neither_to_cache_nor_to_buffer_it(url):
+    streamed = post(url, "/v1/chat/completions", model=MODEL_ID, stream=True, messages=HI)
+    assert streamed.headers["content-type"].startswith("text/event-stream")
+    assert streamed.headers["cache-control"] == "no-cache"
+    assert streamed.headers["x-accel-buffering"] == "no"
+
+
+def test_models_are_dated_when_the_server_started(url):
+    listed = httpx.get(f"{url}/v1/models", timeout=TIMEOUT).json()["data"]
+    one = httpx.get(f"{url}/v1/models/{MODEL_ID}", timeout=TIMEOUT).json()
+    created = {m["created"] for m in listed} | {one["created"]}
+    assert len(created) == 1
+    # This module's server started within the hour before now (seconds since the epoch).
+    assert time.time() - 3600 <= created.pop() <= time.time()
+
+
+def test_a_model_name_with_a_slash_is_found(engine):
+    """Served names such as "org/model" (a Hugging Face id) hold a slash; the route takes the
+    rest of the path as the name."""
+    with serve(ScriptedService(ANSWER), engine, config_with(aliases=("org/model",))) as base:
+        found = httpx.get(f"{base}/v1/models/org/model", timeout=TIMEOUT)
+    assert (found.status_code, found.json()["id"]) == (200, "org/model")
+
+
+def test_a_wrong_method_names_itself_and_the_allowed_one(url):
+    refused = httpx.get(f"{url}/v1/chat/completions", timeout=TIMEOUT)
+    assert refused.status_code == 405
+    assert refused.headers["allow"] == "POST"
+    assert refused.json()["error"]["message"] == ("GET /v1/chat/completions: Method Not Allowed")

@@ -4,6 +4,8 @@ fields, and the ChatService call a request becomes."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 from typing import Any
 
 from ds4mlx.generation import JsonFormat, NamedTool, SamplingOptions
@@ -15,6 +17,7 @@ from ds4mlx.server.generation import (
     SamplingFields,
     ThinkingControl,
     joined_text,
+    json_arguments,
     output_format,
     parse_request,
     resolve_thinking,
@@ -24,9 +27,12 @@ from ds4mlx.server.generation import (
     tool_choice_for,
     unsupported_content,
 )
+from ds4mlx.server.limits import RequestLimits
 from ds4mlx.server.openai_chat import ChatCompletionRequest
 
 import pytest
+
+from server.harness import ScriptedService
 
 TOOLS = [{"type": "function", "function": {"name": "a"}}]
 DEFAULTS = GenerationDefaults(max_tokens=16, sampling=SamplingOptions(temperature=0.5))
@@ -296,3 +302,53 @@ def test_the_text_every_prompt_contains():
     call = GenerationCall(max_tokens=1, sampling=DEFAULTS.sampling, messages=messages)
     assert call.text_characters == 7
     assert GenerationCall(max_tokens=1, sampling=DEFAULTS.sampling).text_characters == 0
+
+
+# Each sampling field's bounds, both sides: the value at the bound is taken, one step past it
+# refused by name (llama.cpp's top_k 0 and repeat_last_n -1 mean "off" and "the whole context").
+@pytest.mark.parametrize(
+    ("field", "taken", "refused"),
+    [
+        ("top_k", 0, -1),
+        ("frequency_penalty", 2.0, 2.01),
+        ("frequency_penalty", -2.0, -2.01),
+        ("presence_penalty", 2.0, 2.01),
+        ("presence_penalty", -2.0, -2.01),
+        ("repeat_penalty", 10.0, 10.01),
+        ("repeat_last_n", -1, -2),
+    ],
+)
+def test_a_sampling_bound_is_taken_and_one_step_past_it_refused(field, taken, refused):
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    parsed = parse_request(ChatCompletionRequest, json.dumps({**body, field: taken}).encode())
+    assert getattr(parsed, field) == taken
+    error = refusal(
+        parse_request, ChatCompletionRequest, json.dumps({**body, field: refused}).encode()
+    )
+    assert error.param == field
+
+
+@pytest.mark.parametrize(("bias", "taken"), [(100.0, True), (-100.0, True), (100.5, False)])
+def test_a_logit_bias_is_at_most_100_either_way(bias, taken):
+    hi = [{"role": "user", "content": "hi"}]
+    body = json.dumps({"model": "m", "messages": hi, "logit_bias": {"5": bias}})
+    if taken:
+        assert parse_request(ChatCompletionRequest, body.encode()).logit_bias == {"5": bias}
+    else:
+        assert refusal(parse_request, ChatCompletionRequest, body.encode()).param == "logit_bias.5"
+
+
+def test_a_whole_context_penalty_window_covers_a_million_token_context():
+    """repeat_last_n -1 stands for any context: a 1M-token model's window is all of it."""
+    service = ScriptedService([], max_context=1_000_000)
+    call = GenerationCall(
+        prompt="a", max_tokens=1, sampling=SamplingFields(repeat_last_n=-1).sampling(DEFAULTS)
+    )
+    checked = asyncio.run(RequestLimits(service).tokenized(call, service))
+    assert checked.sampling.repeat_last_n == 1_000_000
+
+
+def test_call_arguments_keep_their_characters_in_json():
+    assert json_arguments({"city": "Zürich", "note": "東京"}) == (
+        '{"city": "Zürich", "note": "東京"}'
+    )

@@ -332,6 +332,8 @@ def test_a_whole_call_streams_as_one_block_with_its_json():
         "content_block_stop",
     ]
     assert frames[0][1]["content_block"]["input"] == {}
+    # Its id is Anthropic's kind, as in a whole response.
+    assert frames[0][1]["content_block"]["id"].startswith("toolu_")
     assert frames[1][1]["delta"] == {
         "type": "input_json_delta",
         "partial_json": '{"city": "Paris"}',

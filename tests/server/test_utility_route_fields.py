@@ -221,6 +221,14 @@ def test_slots_are_busy_for_the_running_requests_only(running, busy):
     assert {slot["n_ctx"] for slot in slots} == {512}
 
 
+@pytest.mark.parametrize(("running", "status"), [(2, 200), (3, 503)])
+def test_slots_fail_on_no_slot_only_when_every_slot_is_busy(running, status):
+    utility = routes(engine=Engine(running=running))
+    for flag in ("1", "true"):
+        assert answer(utility.slots, query=f"fail_on_no_slot={flag}")[0] == status
+    assert answer(utility.slots, query="fail_on_no_slot=0")[0] == 200
+
+
 def test_metrics_page_is_prometheus_text_format():
     response = asyncio.run(routes().prometheus(http()))
     assert response.media_type == "text/plain; version=0.0.4"

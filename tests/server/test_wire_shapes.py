@@ -10,7 +10,7 @@ from typing import Any
 
 from ds4mlx.engine.sampling import SamplingOptions
 from ds4mlx.engine.tokenizer import TokenizerError
-from ds4mlx.server.body import read_body
+from ds4mlx.server.body import MAX_BODY_BYTES, read_body
 from ds4mlx.server.errors import APIError, anthropic_error_body, openai_error_body
 from ds4mlx.server.generation import GenerationCall
 from ds4mlx.server.limits import RequestLimits
@@ -110,6 +110,16 @@ def test_a_body_in_pieces_is_read_whole_up_to_the_limit():
     assert refused.value.status == 413 and refused.value.code == "request_too_large"
 
 
+def test_the_default_cap_is_64_mib():
+    """By its declared length: exactly 64 MiB is read, one byte more refused unread."""
+    request = arriving(piece(b"{}", more=False), content_length=str(64 * 2**20))
+    assert asyncio.run(read_body(request, MAX_BODY_BYTES)) == b"{}"
+    with pytest.raises(APIError) as refused:
+        too_long = arriving(piece(b"{}", more=False), content_length=str(64 * 2**20 + 1))
+        asyncio.run(read_body(too_long, MAX_BODY_BYTES))
+    assert refused.value.message == "the request body is larger than 67108864 bytes"
+
+
 def test_a_length_that_is_not_a_number_is_not_trusted():
     request = arriving(piece(b"abc", more=False), content_length="12x")
     assert asyncio.run(read_body(request, limit=6)) == b"abc"
@@ -143,6 +153,33 @@ def test_text_of_any_length_passes_when_no_token_length_is_known():
     limits.check_text(10_000, "prompt")  # no refusal: only the tokens can tell
     with pytest.raises(APIError):
         limits.check_tokens(8, "prompt")
+
+
+def test_a_prompt_reaching_the_context_is_refused_with_its_count():
+    limits = RequestLimits(ScriptedService([], model=OpaqueModel(), max_context=8))
+    limits.check_tokens(7, "messages")
+    with pytest.raises(APIError) as refused:
+        limits.check_tokens(8, "messages")
+    error = refused.value
+    assert (error.status, error.param, error.code) == (400, "messages", "context_length_exceeded")
+    assert error.message == "the prompt has 8 tokens; the context is 8 tokens"
+
+
+def test_a_logit_bias_past_the_vocabulary_names_its_range():
+    service = ScriptedService([], model=OpaqueModel(), max_context=8)
+
+    def checked(token_id: int) -> GenerationCall:
+        sampling = SamplingOptions(logit_bias=((token_id, 1.0),))
+        call = GenerationCall(prompt="a", max_tokens=1, sampling=sampling)
+        return asyncio.run(RequestLimits(service).tokenized(call, service))
+
+    assert checked(99).sampling.logit_bias == ((99, 1.0),)
+    with pytest.raises(APIError) as refused:
+        checked(100)
+    assert (refused.value.status, refused.value.param) == (400, "logit_bias")
+    assert refused.value.message == (
+        "invalid 'logit_bias': token id 100 is outside the vocabulary (0..99)"
+    )
 
 
 class Unrenderable(ScriptedService):
