@@ -19,6 +19,7 @@ from mutation_sets import (
     hardened2_gguf_spec,
     hardened2_sv_api,
     hardened2_sv_turn,
+    hardened3_h3_expgguf,
     hardened_agent,
     hardened_cli,
     hardened_engine,
@@ -53,6 +54,7 @@ SETS: dict[str, tuple[Mutation, ...]] = {
     "hardened2_eng": hardened2_eng.MUTATIONS,
     "hardened2_ag_loop": hardened2_ag_loop.MUTATIONS,
     "fresh9": fresh9.MUTATIONS,
+    "hardened3_h3_expgguf": hardened3_h3_expgguf.MUTATIONS,
 }
 MUTATIONS: tuple[Mutation, ...] = tuple(m for mutations in SETS.values() for m in mutations)
 
