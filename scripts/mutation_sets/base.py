@@ -153,3 +153,6 @@ AGENT_WIDGETS_PY = "ds4mlx/agent/widgets.py"
 CLI_BENCH_PY = "ds4mlx/cli/bench.py"
 CLI_DISTRIBUTED_PY = "ds4mlx/cli/distributed.py"
 CLI_PERPLEXITY_PY = "ds4mlx/cli/perplexity.py"
+
+# Paths first used by hardened3_h3_expgguf.
+QUANTIZE_PY = "ds4mlx/gguf/quantize.py"

@@ -1,13 +1,28 @@
-"""Hardened experts and GGUF quantization, third pass (issue 37, session 19): hand-made one-line
-mutations of the lines no earlier set mutated in ``ds4mlx/experts/`` and ``ds4mlx/gguf/``.
+"""Hardened experts and GGUF writing, third pass (issue 37, session 19): hand-made one-line
+mutations of lines no earlier set mutated, in ``ds4mlx/experts/streamed.py`` and ``store.py``
+(the slab's sizing when every expert fits or layers route different numbers of experts, the
+batches of a routing step and the slots their pairs name, demand reads in flight, the counters
+and their snapshot, the hot-list file's errors, the summary line: ``tests/experts/
+test_streamed_bookkeeping.py``, ``test_hotlist_file.py``, ``test_store_guards5b.py``), in
+``ds4mlx/gguf/quantize.py`` (refusals of one bad value among good ones, and the scale searches,
+whose accuracy ``tests/gguf/test_quantize.py`` now pins to 1e-4 of the measured value on four
+kinds of rows: before, only 10% of ggml's was asked) and ``writer.py`` (alignment 0, four
+dimensions, integer tables' types, file-type names: ``tests/gguf/test_writer.py``). Each was
+applied by hand, run against the test file meant to catch it, and given a test where none failed.
+
+Left out as equivalent on every input tried: Q6_K's last stretch candidate (+0.9 levels) and
+IQ2_XXS's ``scale > 0`` (both leave the bytes of Gaussian, Laplace, positive and stepped rows
+unchanged); an empty routing's ``flat.size`` guard is tested but not listed (fresh4 mutates
+that line).
 
 Test selection as in the fresh sets: the whole test folder of the mutated package, with ``-x``.
 """
 
 from __future__ import annotations
 
-from mutation_sets.base import STORE_PY, STREAMED_PY
+from mutation_sets.base import QUANTIZE_PY, STORE_PY, STREAMED_PY, WRITER_PY
 from mutation_sets.base import in_experts_folder as _experts
+from mutation_sets.base import in_gguf_folder as _gguf
 
 MUTATIONS = (
     # the streamed store: a read in flight
@@ -132,12 +147,6 @@ MUTATIONS = (
         STREAMED_PY,
         "if not read.cancel():",
         "if read.cancel():",
-    ),
-    _experts(
-        "streamed_empty_routing_refused",
-        STREAMED_PY,
-        "if flat.size and (",
-        "if (",
     ),
     # hot-list
     _experts(
@@ -267,5 +276,172 @@ MUTATIONS = (
         STORE_PY,
         "self.layer.prefetch(self.route(x, tokens))",
         "self.layer.prefetch(self.route(x, None))",
+    ),
+    # GGUF quantization: refusals
+    _gguf(
+        "quantize_one_nan_among_finite_values_accepted",
+        QUANTIZE_PY,
+        "if not np.isfinite(values).all():",
+        "if not np.isfinite(values).any():",
+    ),
+    _gguf(
+        "quantize_gguf_type_partial_overflow_accepted",
+        QUANTIZE_PY,
+        "fits = np.isfinite(gguf_quants.dequantize(encoded, qtype)).all()",
+        "fits = np.isfinite(gguf_quants.dequantize(encoded, qtype)).any()",
+    ),
+    _gguf(
+        "quantize_one_block_scale_overflow_accepted",
+        QUANTIZE_PY,
+        "if not np.isfinite(half).all():",
+        "if not np.isfinite(half).any():",
+    ),
+    _gguf(
+        "quantize_overflow_names_the_smallest_value",
+        QUANTIZE_PY,
+        "{np.abs(values).max():.3g}",
+        "{np.abs(values).min():.3g}",
+    ),
+    # GGUF quantization: Q2_K and Q4_K's affine search
+    _gguf(
+        "quantize_affine_range_from_the_row_minimum",
+        QUANTIZE_PY,
+        "low = np.minimum(x.min(axis=1), 0)",
+        "low = x.min(axis=1)",
+    ),
+    _gguf(
+        "quantize_affine_last_candidate_skipped",
+        QUANTIZE_PY,
+        "for step in range(nstep + 1):",
+        "for step in range(nstep):",
+    ),
+    _gguf(
+        "quantize_affine_singular_fit_kept",
+        QUANTIZE_PY,
+        "better = (det > 0) & (error < best_error)",
+        "better = (det >= 0) & (error < best_error)",
+    ),
+    _gguf(
+        "quantize_q4_k_search_halved",
+        QUANTIZE_PY,
+        "(-1.0, 0.1, 20)",
+        "(-1.0, 0.1, 10)",
+    ),
+    _gguf(
+        "quantize_q4_k_weights_without_the_rms",
+        QUANTIZE_PY,
+        "np.sqrt((sub * sub).mean(axis=-1, keepdims=True)) + np.abs(sub)",
+        "(sub * sub).mean(axis=-1, keepdims=True) + np.abs(sub)",
+    ),
+    _gguf(
+        "quantize_q2_k_unweighted",
+        QUANTIZE_PY,
+        "(x, 16, np.abs(x), 3, 15, (-0.5, 0.1, 15))",
+        "(x, 16, np.ones_like(x), 3, 15, (-0.5, 0.1, 15))",
+    ),
+    _gguf(
+        "quantize_affine_fallback_scale_off_by_one_level",
+        QUANTIZE_PY,
+        "best_scale = span / nmax",
+        "best_scale = span / (nmax + 1)",
+    ),
+    _gguf(
+        "quantize_affine_offset_not_requantized",
+        QUANTIZE_PY,
+        "shift = (dmin[:, None] * m)[..., None]",
+        "shift = (dmin[:, None] * 0)[..., None]",
+    ),
+    _gguf(
+        "quantize_super_block_scale_truncated",
+        QUANTIZE_PY,
+        "q = np.clip(np.rint(_ratio(values, d[:, None])), 0, levels)",
+        "q = np.clip(np.floor(_ratio(values, d[:, None])), 0, levels)",
+    ),
+    # GGUF quantization: Q6_K's symmetric search
+    _gguf(
+        "quantize_symmetric_stretch_of_a_whole_level",
+        QUANTIZE_PY,
+        "iscale = _ratio(np.float32(-(nmax + 0.1 * step)), peak)",
+        "iscale = _ratio(np.float32(-(nmax + 1.0 * step)), peak)",
+    ),
+    _gguf(
+        "quantize_symmetric_positive_level_of_nmax",
+        QUANTIZE_PY,
+        "q = np.clip(np.rint(x * iscale[:, None]), -nmax, nmax - 1)",
+        "q = np.clip(np.rint(x * iscale[:, None]), -nmax, nmax)",
+    ),
+    _gguf(
+        "quantize_q6_k_largest_scale_positive",
+        QUANTIZE_PY,
+        "d = _f16(np.where(peak != 0, -peak / 128, 0))",
+        "d = _f16(np.where(peak != 0, peak / 128, 0))",
+    ),
+    # GGUF quantization: IQ2_XXS
+    _gguf(
+        "quantize_iq2_xxs_scale_candidates_dropped",
+        QUANTIZE_PY,
+        "IQ2_XXS_SCALE_FRACTIONS = (0.65, 0.8, 0.95, 1.1)",
+        "IQ2_XXS_SCALE_FRACTIONS = (0.8, 0.95, 1.1)",
+    ),
+    _gguf(
+        "quantize_iq2_xxs_largest_scale_ls_14",
+        QUANTIZE_PY,
+        "np.float32(8 / 31)",
+        "np.float32(8 / 29)",
+    ),
+    _gguf(
+        "quantize_iq2_xxs_upper_ls_not_tried",
+        QUANTIZE_PY,
+        "for ls in (np.clip(lower_ls, 0, 15), np.clip(lower_ls + 1, 0, 15)):",
+        "for ls in (np.clip(lower_ls, 0, 15),):",
+    ),
+    _gguf(
+        "quantize_iq2_xxs_ls_rounded_down_twice",
+        QUANTIZE_PY,
+        "lower_ls = np.floor(_ratio(4 * best_scale, d[:, None]) - 0.5)",
+        "lower_ls = np.floor(_ratio(4 * best_scale, d[:, None]) - 1.5)",
+    ),
+    # GGUF writing
+    _gguf(
+        "writer_alignment_of_zero_accepted",
+        WRITER_PY,
+        "if alignment <= 0 or",
+        "if alignment < 0 or",
+    ),
+    _gguf(
+        "writer_four_dimensions_refused",
+        WRITER_PY,
+        "if not 1 <= len(shape) <= MAX_TENSOR_DIMS:",
+        "if not 1 <= len(shape) < MAX_TENSOR_DIMS:",
+    ),
+    _gguf(
+        "writer_i16_table_written_as_int32",
+        WRITER_PY,
+        "T.I16: np.int16",
+        "T.I16: np.int32",
+    ),
+    _gguf(
+        "writer_i8_table_unsigned",
+        WRITER_PY,
+        "T.I8: np.int8",
+        "T.I8: np.uint8",
+    ),
+    _gguf(
+        "writer_q6_k_file_named_q5_k_m",
+        WRITER_PY,
+        "T.Q6_K: LlamaFileType.MOSTLY_Q6_K,",
+        "T.Q6_K: LlamaFileType.MOSTLY_Q5_K_M,",
+    ),
+    _gguf(
+        "writer_bf16_file_named_f16",
+        WRITER_PY,
+        "T.BF16: LlamaFileType.MOSTLY_BF16,",
+        "T.BF16: LlamaFileType.MOSTLY_F16,",
+    ),
+    _gguf(
+        "writer_iq2_xxs_file_named_iq2_xs",
+        WRITER_PY,
+        "T.IQ2_XXS: LlamaFileType.MOSTLY_IQ2_XXS,",
+        "T.IQ2_XXS: LlamaFileType.MOSTLY_IQ2_XS,",
     ),
 )

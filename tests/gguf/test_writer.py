@@ -298,3 +298,57 @@ def test_a_nan_is_written_as_float32(tmp_path: Path):
     path = tmp_path / "model.gguf"
     write_gguf(path, "deepseek4", {"k": math.nan}, [])
     assert math.isnan(open_gguf(path).get("k"))
+
+
+def test_a_tensor_of_four_dimensions_is_written(tmp_path: Path):
+    path = tmp_path / "model.gguf"
+    values = np.arange(2 * 3 * 2 * 32, dtype=np.float32).reshape(2, 3, 2, 32)
+    write_gguf(path, "deepseek4", {}, [TensorToWrite("w", values)])
+    assert open_gguf(path).layout.tensors["w"].ggml_dims == (32, 2, 3, 2)
+
+
+@pytest.mark.parametrize("alignment", [0, -64])
+def test_an_alignment_of_zero_or_below_is_refused(tmp_path: Path, alignment: int):
+    with pytest.raises(ValueError, match=f"alignment {alignment} is not a non-zero power of two"):
+        write_gguf(tmp_path / "model.gguf", "deepseek4", {}, [], alignment=alignment)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("qtype", "dtype"), [(T.I8, np.int8), (T.I16, np.int16), (T.I32, np.int32), (T.I64, np.int64)]
+)
+def test_integer_tables_hold_their_types_extremes_and_nothing_past(tmp_path, qtype, dtype):
+    path = tmp_path / "model.gguf"
+    limits = np.iinfo(dtype)
+    table = np.array([limits.min, -1, 0, limits.max], np.int64)
+    write_gguf(path, "deepseek4", {}, [TensorToWrite("ids", table, qtype)])
+    written = open_gguf(path)
+    assert written.tensor_type("ids") == qtype
+    stored = np.asarray(written.raw("ids"))
+    assert stored.dtype == dtype
+    np.testing.assert_array_equal(stored, table)
+    if dtype is not np.int64:
+        past = np.array([0, int(limits.max) + 1], np.int64)
+        with pytest.raises(ValueError, match=f"{qtype.name} needs integers that fit"):
+            write_gguf(path, "deepseek4", {}, [TensorToWrite("ids", past, qtype)])
+
+
+# llama-quantize's names for its mixes, by the type holding most of the weights.
+LLAMA_FILE_TYPES = {
+    T.F32: LlamaFileType.ALL_F32,
+    T.F16: LlamaFileType.MOSTLY_F16,
+    T.BF16: LlamaFileType.MOSTLY_BF16,
+    T.Q8_0: LlamaFileType.MOSTLY_Q8_0,
+    T.Q4_0: LlamaFileType.MOSTLY_Q4_0,
+    T.MXFP4: LlamaFileType.MOSTLY_MXFP4_MOE,
+    T.Q2_K: LlamaFileType.MOSTLY_Q2_K,
+    T.Q4_K: LlamaFileType.MOSTLY_Q4_K_M,
+    T.Q6_K: LlamaFileType.MOSTLY_Q6_K,
+    T.IQ2_XXS: LlamaFileType.MOSTLY_IQ2_XXS,
+}
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+def test_each_type_names_its_file_type(tmp_path: Path, qtype: GGMLQuantizationType):
+    weights = TensorToWrite("w", np.ones((2, 256), np.float32), qtype)
+    assert file_type_of(tmp_path, [weights]) == LLAMA_FILE_TYPES[qtype]
