@@ -344,5 +344,6 @@ NAMED_MIXES = {
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
 def test_each_type_names_its_file_type(tmp_path: Path, qtype: GGMLQuantizationType):
     weights = TensorToWrite("w", np.ones((2, 256), np.float32), qtype)
-    expected = NAMED_MIXES.get(qtype) or LlamaFileType[f"MOSTLY_{qtype.name}"]
+    # not ``.get(qtype) or``: ALL_F32 is 0
+    expected = NAMED_MIXES[qtype] if qtype in NAMED_MIXES else LlamaFileType[f"MOSTLY_{qtype.name}"]
     assert file_type_of(tmp_path, [weights]) == expected
