@@ -44,6 +44,12 @@ MUTATIONS = (
         "self.store.newest_result = result",
         "self.store.newest_result = None",
     ),
+    _experts(
+        "streamed_bf16_expert_converted_not_reinterpreted",
+        STREAMED_PY,
+        "arrays[j][slot] = mx.view(mx.array(part), mx.bfloat16)",
+        "arrays[j][slot] = mx.array(part).astype(mx.bfloat16)",
+    ),
     # sizing
     _experts(
         "streamed_minimum_of_the_smallest_top_k",

@@ -9,12 +9,14 @@ from types import SimpleNamespace
 
 from ds4mlx.experts import ExpertOptions
 from ds4mlx.experts import streamed as streamed_module
-from ds4mlx.experts.streamed import MLX_CACHE_SLOTS, _ExpertRead
+from ds4mlx.experts.streamed import MLX_CACHE_SLOTS, _ExpertRead, _Slab
+from ds4mlx.gguf.quants import HostWeight
 
 import mlx.core as mx
 import numpy as np
 import pytest
 from expert_helpers import TINY_EXPERTS, TINY_MOE_LAYERS, expert_names, make_store
+from gguf import GGMLQuantizationType as T
 
 ALL_EXPERTS = TINY_EXPERTS * TINY_MOE_LAYERS
 
@@ -269,3 +271,17 @@ def test_metal_kernels_compute_packed_experts_from_the_whole_slab(monkeypatch):
     packed = (SimpleNamespace(kind="packed"),) * 3
     layer = SimpleNamespace(tensors=[SimpleNamespace(expert_shape=(256, 1024))] * 3)
     assert streamed_module._decode_batch(packed, layer) is None
+
+
+def test_bfloat16_experts_are_written_bit_for_bit_into_their_slot():
+    """numpy has no bfloat16: such experts travel as uint16 bits, which MLX writes in place."""
+    bits = np.arange(3 * 2 * 4, dtype=np.uint16).reshape(3, 2, 4) * 257
+    template = tuple(HostWeight("bf16", (np.zeros((2, 4), np.uint16),), T.BF16) for _ in bits)
+    slab = _Slab(template, capacity=3)
+    slab.write(1, tuple(HostWeight("bf16", (b,), T.BF16) for b in bits))
+    for arrays, written in zip(slab.parts, bits, strict=True):
+        (array,) = arrays
+        assert array.dtype == mx.bfloat16
+        stored = np.array(array.view(mx.uint16))
+        assert stored[1].tolist() == written.tolist()
+        assert not stored[0].any() and not stored[2].any()
