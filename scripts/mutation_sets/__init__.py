@@ -23,6 +23,7 @@ from mutation_sets import (
     hardened3_h3_chat,
     hardened3_h3_cli,
     hardened3_h3_engine,
+    hardened3_h3_expgguf,
     hardened3_h3_server,
     hardened3_h3_spec,
     hardened_agent,
@@ -65,6 +66,7 @@ SETS: dict[str, tuple[Mutation, ...]] = {
     "hardened3_h3_spec": hardened3_h3_spec.MUTATIONS,
     "hardened3_h3_engine": hardened3_h3_engine.MUTATIONS,
     "hardened3_h3_server": hardened3_h3_server.MUTATIONS,
+    "hardened3_h3_expgguf": hardened3_h3_expgguf.MUTATIONS,
 }
 MUTATIONS: tuple[Mutation, ...] = tuple(m for mutations in SETS.values() for m in mutations)
 

@@ -161,3 +161,6 @@ CHAT_EVENTS_PY = "ds4mlx/engine/chat/events.py"
 SPECULATION_LOOP_PY = "ds4mlx/speculation/loop.py"
 DRAFTER_PY = "ds4mlx/speculation/drafter.py"
 SPECULATION_INIT_PY = "ds4mlx/speculation/__init__.py"
+
+# Paths first used by hardened3_h3_expgguf.
+QUANTIZE_PY = "ds4mlx/gguf/quantize.py"

@@ -7,7 +7,8 @@ import os
 from pathlib import Path
 
 import ds4mlx
-from ds4mlx.experts import ExpertOptions
+from ds4mlx.experts import ExpertOptions, StreamedStore
+from ds4mlx.gguf import open_gguf
 
 import numpy as np
 
@@ -59,3 +60,28 @@ def feed_patterns(model, tokens: list[int]) -> list[np.ndarray]:
         out.append(session.feed([t]))
     out.append(session.feed(tokens[half + 4 : half + 7]))
     return out
+
+
+# The tiny model's MoE layers: 6, of 8 experts each, all of one format.
+TINY_MOE_LAYERS = 6
+TINY_EXPERTS = 8
+
+
+def expert_names(layer: int) -> tuple[str, str, str]:
+    return tuple(f"blk.{layer}.ffn_{p}_exps.weight" for p in ("gate", "up", "down"))
+
+
+def make_store(
+    slots: float | None = None, layers: int = TINY_MOE_LAYERS, n_used: int = 2, **options
+) -> StreamedStore:
+    """A streamed store of the tiny model's layers, built by hand (no model loaded), each
+    layer routing ``n_used`` experts a token; ``slots``: a budget of that many experts' bytes."""
+    options = {"read_threads": 2, **options}
+    store = StreamedStore(open_gguf(TINY), "native", ExpertOptions(stream=True, **options))
+    for i in range(layers):
+        store.layer(expert_names(i), None, n_used=n_used)
+    if slots is not None:
+        slot_bytes = sum(store.reader.read_tensor(t, 0).nbytes for t in store.layers[0].tensors)
+        budget = ExpertOptions(stream=True, cache_gib=slots * slot_bytes / 2**30, **options)
+        store.options = budget
+    return store

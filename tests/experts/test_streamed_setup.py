@@ -8,34 +8,13 @@ import json
 from dataclasses import replace
 from types import SimpleNamespace
 
-from ds4mlx.experts import ExpertOptions, StreamedStore
 from ds4mlx.experts import streamed as streamed_module
 from ds4mlx.experts.streamed import HALF_LIFE_STEPS, HOTLIST_FORMAT, TWIN_BATCH_BYTES, _Pool
-from ds4mlx.gguf import GGUFError, open_gguf
+from ds4mlx.gguf import GGUFError
 
 import mlx.core as mx
 import pytest
-from expert_helpers import TINY
-
-N_LAYERS = 6  # the tiny model's MoE layers, 8 experts each, one format
-N_EXPERTS = 8
-
-
-def names(layer: int) -> tuple[str, str, str]:
-    return tuple(f"blk.{layer}.ffn_{p}_exps.weight" for p in ("gate", "up", "down"))
-
-
-def make_store(slots: float | None = None, layers: int = N_LAYERS, **options) -> StreamedStore:
-    """A store of the tiny model's layers; ``slots``: a budget of that many experts' bytes."""
-    options = {"read_threads": 2, **options}
-    store = StreamedStore(open_gguf(TINY), "native", ExpertOptions(stream=True, **options))
-    for i in range(layers):
-        store.layer(names(i), None, n_used=2)
-    if slots is not None:
-        slot_bytes = sum(store.reader.read_tensor(t, 0).nbytes for t in store.layers[0].tensors)
-        budget = ExpertOptions(stream=True, cache_gib=slots * slot_bytes / 2**30, **options)
-        store.options = budget
-    return store
+from expert_helpers import TINY, TINY_EXPERTS, TINY_MOE_LAYERS, expert_names, make_store
 
 
 @pytest.fixture
@@ -46,29 +25,31 @@ def store():
 
 
 def test_layers_get_their_prefix_and_consecutive_keys(store):
-    assert [layer.prefix for layer in store.layers] == [f"blk.{i}" for i in range(N_LAYERS)]
-    assert [layer.key_base for layer in store.layers] == [N_EXPERTS * i for i in range(N_LAYERS)]
-    assert store.n_keys == N_EXPERTS * N_LAYERS
+    assert [layer.prefix for layer in store.layers] == [f"blk.{i}" for i in range(TINY_MOE_LAYERS)]
+    assert [layer.key_base for layer in store.layers] == [
+        TINY_EXPERTS * i for i in range(TINY_MOE_LAYERS)
+    ]
+    assert store.n_keys == TINY_EXPERTS * TINY_MOE_LAYERS
 
 
 def test_a_layer_named_after_the_first_use_is_refused(store):
     store.finish_loading()
     with pytest.raises(RuntimeError, match="registered before the first use"):
-        store.layer(names(0), None, n_used=2)
+        store.layer(expert_names(0), None, n_used=2)
 
 
-@pytest.mark.parametrize("n_used", [0, -1, N_EXPERTS + 1])
+@pytest.mark.parametrize("n_used", [0, -1, TINY_EXPERTS + 1])
 def test_a_layer_using_no_experts_or_more_than_it_has_is_refused(n_used):
     store = make_store(layers=0)
-    with pytest.raises(ValueError, match=f"blk.0: {n_used} experts used of {N_EXPERTS}"):
-        store.layer(names(0), None, n_used=n_used)
+    with pytest.raises(ValueError, match=f"blk.0: {n_used} experts used of {TINY_EXPERTS}"):
+        store.layer(expert_names(0), None, n_used=n_used)
     store.close()
 
 
 @pytest.mark.parametrize("missing", [0, 2])
 def test_a_missing_expert_tensor_is_a_clear_error(missing):
     store = make_store(layers=0)
-    wanted = list(names(0))
+    wanted = list(expert_names(0))
     wanted[missing] = "blk.0.ffn_none_exps.weight"
     with pytest.raises(GGUFError, match="missing tensor 'blk.0.ffn_none_exps.weight'"):
         store.layer(tuple(wanted), None, n_used=2)
@@ -78,11 +59,11 @@ def test_a_missing_expert_tensor_is_a_clear_error(missing):
 def test_expert_tensors_that_disagree_on_the_number_of_experts_are_refused():
     store = make_store(layers=0)
     tensors = dict(store.gguf.layout.tensors)
-    down = tensors[names(0)[2]]
+    down = tensors[expert_names(0)[2]]
     tensors[down.name] = replace(down, ggml_dims=(256, 256, 4), nbytes=down.nbytes // 2)
     store.gguf = SimpleNamespace(path=store.gguf.path, layout=SimpleNamespace(tensors=tensors))
     with pytest.raises(GGUFError, match="disagree on the number of experts"):
-        store.layer(names(0), None, n_used=2)
+        store.layer(expert_names(0), None, n_used=2)
     store.close()
 
 
@@ -106,7 +87,7 @@ def test_a_budget_of_40_experts_is_split_into_slots_reads_and_staging(prefetch, 
     (pool,) = store.pools
     assert (pool.capacity, pool.staging, pool.window, pool.reserved) == (capacity, staging, 2, 7)
     assert store.stats().capacity_bytes == 40 * pool.slab.slot_bytes
-    assert pool.policy.half_life == HALF_LIFE_STEPS * N_LAYERS
+    assert pool.policy.half_life == HALF_LIFE_STEPS * TINY_MOE_LAYERS
     assert store.layers[0].prefetches is prefetch
     store.layers[0].prefetch(mx.array([[5, 6]]))
     assert store.stats().prefetched == (2 if prefetch else 0)
@@ -124,7 +105,7 @@ def test_resident_bytes_count_every_filled_slot_key_zero_included(store):
 def test_the_saved_hotlist_names_the_model_format_version_and_rounded_hotness(store, tmp_path):
     list(store.layers[0].batches(mx.array([[0, 1], [0, 3]])))
     store.pools[0].policy.tick()  # one step later: hotness decayed off round numbers
-    decay = 2 ** (-1 / (HALF_LIFE_STEPS * N_LAYERS))
+    decay = 2 ** (-1 / (HALF_LIFE_STEPS * TINY_MOE_LAYERS))
     path = tmp_path / "hot.json"
     assert store.save_hotlist(path) == 3
     assert json.loads(path.read_text()) == {

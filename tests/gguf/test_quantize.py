@@ -139,3 +139,52 @@ def test_does_not_alias_its_input():
     encoded = quantize(x, T.F32)
     x[:] = 0
     assert encoded.view(np.float32).any()
+
+
+@pytest.mark.parametrize("qtype", FLOAT16_SCALED, ids=lambda t: t.name)
+def test_one_value_beyond_float16_scales_among_ordinary_ones_is_refused(qtype):
+    """The overflow is in one block of one row: the others encode fine, the call still fails,
+    naming the largest value."""
+    x = gaussian((2, 512))
+    x[1, 300] = 1e9
+    with pytest.raises(
+        ValueError, match=rf"^cannot quantize to {qtype.name}: values up to 1e\+09 "
+    ):
+        quantize(x, qtype)
+
+
+# The search's accuracy when this file last checked it against ggml's (relative RMS error, as
+# ``relative_rms``), on four kinds of rows: Gaussian and Laplace weights, all-positive ones,
+# and blocks of 16 equal values. Two-sided and tight (1e-4, far above the rounding differences
+# between platforms): a change to a scale search must show here, and a deliberate one updates
+# these numbers.
+SEARCH_RMS = {
+    (T.Q2_K, "gaussian"): 0.28717750310897827,
+    (T.Q2_K, "laplace"): 0.32758113741874695,
+    (T.Q2_K, "positive"): 0.1301788091659546,
+    (T.Q2_K, "steps"): 0.17042578756809235,
+    (T.Q4_K, "gaussian"): 0.07195668667554855,
+    (T.Q4_K, "laplace"): 0.08403578400611877,
+    (T.Q4_K, "positive"): 0.027692172676324844,
+    (T.Q4_K, "steps"): 0.010107739828526974,
+    (T.Q6_K, "gaussian"): 0.017779286950826645,
+    (T.Q6_K, "laplace"): 0.02165277488529682,
+    (T.Q6_K, "positive"): 0.012409541755914688,
+    (T.Q6_K, "steps"): 0.0034343686420470476,
+    (T.IQ2_XXS, "gaussian"): 0.32833993434906006,
+    (T.IQ2_XXS, "laplace"): 0.35382798314094543,
+    (T.IQ2_XXS, "positive"): 0.29084402322769165,
+    (T.IQ2_XXS, "steps"): 0.35341566801071167,
+}
+SEARCH_INPUTS = {
+    "gaussian": lambda: np.random.default_rng(0).standard_normal((64, 1024)),
+    "laplace": lambda: np.random.default_rng(5).laplace(size=(64, 1024)),
+    "positive": lambda: np.random.default_rng(6).uniform(0.1, 1.0, size=(64, 1024)),
+    "steps": lambda: np.repeat(np.random.default_rng(7).uniform(-2, 2, size=(64, 64)), 16, axis=1),
+}
+
+
+@pytest.mark.parametrize(("qtype", "kind"), list(SEARCH_RMS), ids=lambda v: getattr(v, "name", v))
+def test_the_scale_search_keeps_its_measured_accuracy(qtype, kind):
+    x = SEARCH_INPUTS[kind]().astype(np.float32)
+    assert relative_rms(round_trip(x, qtype), x) == pytest.approx(SEARCH_RMS[qtype, kind], rel=1e-4)

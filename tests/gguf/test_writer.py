@@ -298,3 +298,52 @@ def test_a_nan_is_written_as_float32(tmp_path: Path):
     path = tmp_path / "model.gguf"
     write_gguf(path, "deepseek4", {"k": math.nan}, [])
     assert math.isnan(open_gguf(path).get("k"))
+
+
+def test_a_tensor_of_four_dimensions_is_written(tmp_path: Path):
+    path = tmp_path / "model.gguf"
+    values = np.arange(2 * 3 * 2 * 32, dtype=np.float32).reshape(2, 3, 2, 32)
+    write_gguf(path, "deepseek4", {}, [TensorToWrite("w", values)])
+    assert open_gguf(path).layout.tensors["w"].ggml_dims == (32, 2, 3, 2)
+
+
+@pytest.mark.parametrize("alignment", [0, -64])
+def test_an_alignment_of_zero_or_below_is_refused(tmp_path: Path, alignment: int):
+    with pytest.raises(ValueError, match=f"alignment {alignment} is not a non-zero power of two"):
+        write_gguf(tmp_path / "model.gguf", "deepseek4", {}, [], alignment=alignment)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("qtype", "dtype"), [(T.I8, np.int8), (T.I16, np.int16), (T.I32, np.int32), (T.I64, np.int64)]
+)
+def test_integer_tables_hold_their_types_extremes_and_nothing_past(tmp_path, qtype, dtype):
+    path = tmp_path / "model.gguf"
+    limits = np.iinfo(dtype)
+    table = np.array([limits.min, -1, 0, limits.max], np.int64)
+    write_gguf(path, "deepseek4", {}, [TensorToWrite("ids", table, qtype)])
+    written = open_gguf(path)
+    assert written.tensor_type("ids") == qtype
+    stored = np.asarray(written.raw("ids"))
+    assert stored.dtype == dtype
+    np.testing.assert_array_equal(stored, table)
+    if dtype is not np.int64:
+        past = np.array([0, int(limits.max) + 1], np.int64)
+        with pytest.raises(ValueError, match=f"{qtype.name} needs integers that fit"):
+            write_gguf(path, "deepseek4", {}, [TensorToWrite("ids", past, qtype)])
+
+
+# llama-quantize names its mixes MOSTLY_<type of most weights>, but for these.
+NAMED_MIXES = {
+    T.F32: LlamaFileType.ALL_F32,
+    T.MXFP4: LlamaFileType.MOSTLY_MXFP4_MOE,
+    T.Q4_K: LlamaFileType.MOSTLY_Q4_K_M,
+}
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+def test_each_type_names_its_file_type(tmp_path: Path, qtype: GGMLQuantizationType):
+    weights = TensorToWrite("w", np.ones((2, 256), np.float32), qtype)
+    # not ``.get(qtype) or``: ALL_F32 is 0
+    expected = NAMED_MIXES[qtype] if qtype in NAMED_MIXES else LlamaFileType[f"MOSTLY_{qtype.name}"]
+    assert file_type_of(tmp_path, [weights]) == expected
