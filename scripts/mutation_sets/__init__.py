@@ -12,6 +12,7 @@ from mutation_sets import (
     fresh7,
     fresh8,
     fresh9,
+    fresh10,
     guards,
     hardened2_ag_loop,
     hardened2_ag_ui,
@@ -53,6 +54,7 @@ SETS: dict[str, tuple[Mutation, ...]] = {
     "hardened2_eng": hardened2_eng.MUTATIONS,
     "hardened2_ag_loop": hardened2_ag_loop.MUTATIONS,
     "fresh9": fresh9.MUTATIONS,
+    "fresh10": fresh10.MUTATIONS,
 }
 MUTATIONS: tuple[Mutation, ...] = tuple(m for mutations in SETS.values() for m in mutations)
 
