@@ -10,12 +10,11 @@ from mutation_sets.base import (
     APP_PY,
     CHAT_BASE_PY,
     CHECKPOINTS_PY,
+    CLI_AGENT_PY,
     CLI_PERPLEXITY_PY,
     CLI_PLAN_PY,
-    CLI_REPL_PY,
     COMMANDS_PY,
     COMPACTION_PY,
-    COMPLETIONS_PY,
     CONSTRAINTS_PY,
     CONVERSATIONS_PY,
     DEEPSEEK4_CHAT_PY,
@@ -264,10 +263,10 @@ _SERVER = (
         "room = 0 if closing else self.max_sessions",
     ),
     _server(
-        "completions_suffix_ignored",
-        COMPLETIONS_PY,
-        "        if request.suffix:\n"
-        '            raise unsupported("suffix", "fill-in-the-middle")\n',
+        "request_non_object_body_blamed_on_no_field",
+        GENERATION_PY,
+        '    if not errors[0]["loc"]:\n'
+        "        raise APIError(400, f\"the body must be a JSON object: {errors[0]['msg']}\")\n",
         "",
     ),
 )
@@ -593,10 +592,10 @@ _CLI = (
         "verdict.needed_bytes > memory:",
     ),
     _cli(
-        "repl_clear_drops_the_system_prompt",
-        CLI_REPL_PY,
-        "                messages = list(opening)\n",
-        "                messages = []\n",
+        "agent_cli_max_steps_default_halved",
+        CLI_AGENT_PY,
+        '"--max-steps", type=int, default=20,',
+        '"--max-steps", type=int, default=10,',
     ),
 )
 
