@@ -202,10 +202,10 @@ _SERVER = (
         '                "top_p",\n',
     ),
     _server(
-        "request_union_list_member_named_in_param",
-        GENERATION_PY,
-        '_UNION_MEMBER_TAGS = {"str", "int", "float", "bool", "dict", "list", "none"}',
-        '_UNION_MEMBER_TAGS = {"str", "int", "float", "bool", "dict", "none"}',
+        "responses_each_assistant_item_starts_a_message",
+        RESPONSES_PY,
+        "        if is_assistant_side and assistant is None:\n",
+        "        if is_assistant_side:\n",
     ),
     _server(
         "tool_choice_unoffered_named_function_accepted",
