@@ -74,10 +74,10 @@ Left out while writing, of the candidates read off the code:
   notes' warning flags, the perplexity error's ``count < 2``.
 
 The 86 written: agent 17, server 17, engine 21, speculation 9, experts 9, GGUF 7, CLI 6. Each
-applies (``--list``). 72 were run with and without the change (a copy of the package with the
-mutation applied, a few lines each: fakes for a tokenizer, an agent, an OpenAI client and a
-model session, a Textual pilot, small GGUF files written with ``write_gguf``); each behaved
-differently, e.g.:
+applies (``--list``). 78 were run with and without the change (a copy of the package with the
+mutation applied, a few lines each: fakes for a tokenizer, an agent, an OpenAI client, a
+service and a model session, a Textual pilot, Starlette's TestClient, small GGUF files
+written with ``write_gguf``); each behaved differently, e.g.:
 - ``files_socket_open_error_escapes_as_os_error``: OSError (ENXIO) for a Unix socket, not a
   ToolError;
 - ``mentions_refused_mention_changes_the_prompt``: "look @missing.txt" becomes
@@ -97,6 +97,10 @@ differently, e.g.:
 - ``tool_choice_unoffered_named_function_accepted``: NamedTool("x") with only "a" offered;
 - ``request_non_object_body_blamed_on_no_field``: "invalid '': ..." for a JSON array body;
 - ``request_top_k_ignored``: ``top_k`` 3 sampled with 0;
+- ``utility_tokenize_piece_id_under_the_wrong_key``: ``{"token": 322, ...}`` pieces, not
+  ``{"id": 322, ...}``; ``utility_props_min_p_shows_top_p``: ``min_p`` 0.9 for 0.05;
+- ``chat_stream_text_and_reasoning_keys_swapped``: a text chunk's delta under
+  ``reasoning_content``; ``responses_incomplete_reason_misnamed``: "max_tokens";
 - ``responses_each_assistant_item_starts_a_message``: reasoning and its function call become
   two assistant messages;
 - ``metrics_ttft_sum_keeps_the_last``: a TTFT sum of 2.0 for 1.0 and 2.0;
@@ -117,6 +121,9 @@ differently, e.g.:
 - ``scheduler_cost_pause_applies_to_sampled_requests``: a PLAIN cycle, not DRAFT, for a
   sampled request on a paused meter; ``scheduler_cannot_pay_bound_without_the_target_token``:
   5.5 plain tokens' time a cycle with 4 drafted judged unable to pay;
+- ``speculation_lookup_replaces_the_learned_drafter``: a LookupDrafter, not a LookupExtension,
+  for ``--lookup`` with a learned drafter; ``tokenizer_add_eos_read_from_add_bos``: a file
+  with only ``add_bos_token`` appends EOS;
 - ``check_drafter_nextn_model_asked_for_a_support_file``: a GLM file with its nextn block
   refused for ``--mtp`` ("needs its drafter file");
 - ``streamed_hits_count_every_expert``: 10 hits for 7; ``streamed_hotlist_saved_coldest_first``:
@@ -127,21 +134,16 @@ differently, e.g.:
 - ``writer_q4_k_file_type_small``: ``general.file_type`` 14 for 15;
 - ``perplexity_chunks_beyond_the_text``: 20 chunks of 10 in 100 tokens;
   ``logprobs_top_lists_the_least_likely``: the top token 0 (logit 0), not 1 (logit 3).
-The other 14 were reasoned out on the code: ``utility_tokenize_piece_id_under_the_wrong_key``,
-``utility_props_min_p_shows_top_p``, ``app_unknown_model_generates`` (a request naming another
-model generates instead of a 404), ``chat_stream_text_and_reasoning_keys_swapped`` (text
-chunks under ``reasoning_content``), ``responses_incomplete_reason_misnamed``,
-``queue_admits_past_the_session_count`` (the room ignores the jobs running),
-``tokenizer_add_eos_read_from_add_bos`` (a file with ``add_bos_token`` and no
-``add_eos_token`` appends EOS), ``generate_batched_step_leaves_the_drafter_attached`` (a
+The other 8 were reasoned out on the code: ``app_unknown_model_generates`` (a request naming
+another model generates instead of a 404), ``queue_admits_past_the_session_count`` (the room
+ignores the jobs running), ``generate_batched_step_leaves_the_drafter_attached`` (a
 speculative decoder keeps drafting after a batched step its drafter never saw),
 ``spec_loop_drafter_told_one_row_short`` (the drafter gets one row fewer than tokens: MTP's
 ``observe`` raises), ``spec_loop_parity_bound_one_row_long`` (a draft one row past the model's
 bit-exact verify rows), ``mtp_rowless_observe_one_position_short`` (the next ``observe`` fails
 its position check), ``mtp_draft_positions_one_early`` (draft tokens at the committed token's
-position), ``speculation_lookup_replaces_the_learned_drafter`` (``--lookup`` with DSpark or MTP
-drafts with the lookup alone) and ``plan_wired_limit_hint_only_past_all_memory`` (a resident
-verdict needs at most 85 % of the memory, so the hint, shown above 75 %, never is).
+position) and ``plan_wired_limit_hint_only_past_all_memory`` (a resident verdict needs at most
+85 % of the memory, so the hint, shown above 75 %, never is).
 The set itself was not run here.
 
 Test selection as in fresh5 to fresh9, mechanical: ``base.in_*_folder``, each mutated package's
