@@ -12,6 +12,7 @@ from mutation_sets import (
     fresh7,
     fresh8,
     fresh9,
+    fresh10,
     guards,
     hardened2_ag_loop,
     hardened2_ag_ui,
@@ -67,6 +68,7 @@ SETS: dict[str, tuple[Mutation, ...]] = {
     "hardened3_h3_engine": hardened3_h3_engine.MUTATIONS,
     "hardened3_h3_server": hardened3_h3_server.MUTATIONS,
     "hardened3_h3_expgguf": hardened3_h3_expgguf.MUTATIONS,
+    "fresh10": fresh10.MUTATIONS,
 }
 MUTATIONS: tuple[Mutation, ...] = tuple(m for mutations in SETS.values() for m in mutations)
 
