@@ -20,6 +20,9 @@ non-ASCII (the same JSON to llguidance). Left out as hangs, not catches: GLM's t
 loop forever).
 
 Test selection as in the fresh sets: the whole test folder of the mutated package, with ``-x``.
+
+The 3 entries found identical to fresh10's (written the same evening by the blind writer, who
+never saw this set) were taken out of this set: fresh10 keeps them.
 """
 
 from __future__ import annotations
@@ -172,12 +175,6 @@ MUTATIONS = (
         'if role in ("user", "system"):',
     ),
     _engine(
-        "glm_developer_message_takes_the_user_marker",
-        GLM5_CHAT_PY,
-        'out.template(USER if role == "user" else SYSTEM)',
-        'out.template(USER if role != "system" else SYSTEM)',
-    ),
-    _engine(
         "glm_cleared_reasoning_written",
         GLM5_CHAT_PY,
         'out.caller(reasoning if keep and reasoning else "")',
@@ -276,12 +273,6 @@ MUTATIONS = (
         GLM5_CHAT_PY,
         "if isinstance(choices, list) and all(isinstance(choice, str) for choice in choices):",
         "if isinstance(choices, list):",
-    ),
-    _engine(
-        "glm_enum_held_without_a_forced_choice",
-        GLM5_CHAT_PY,
-        'choices = parameter.schema.get("enum") if schema_bound else None',
-        'choices = parameter.schema.get("enum")',
     ),
     _engine(
         "glm_json_value_held_to_its_schema_when_auto",
@@ -632,12 +623,6 @@ MUTATIONS = (
         DEEPSEEK4_CHAT_PY,
         "return DEEPSEEK_V4.parse(text, thinking=thinking)",
         "return DEEPSEEK_V4.parse(text)",
-    ),
-    _engine(
-        "dsml_block_without_blank_line_is_text",
-        DEEPSEEK4_CHAT_PY,
-        'for start in (f"\\n\\n<{dsml}tool_calls>", f"<{dsml}tool_calls>")',
-        'for start in (f"\\n\\n<{dsml}tool_calls>",)',
     ),
     _engine(
         "dsml_attributes_without_whitespace_accepted",

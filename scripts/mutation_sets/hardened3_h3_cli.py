@@ -15,6 +15,9 @@ Left out as not observable: ``listen``'s ``backlog=2048``; ``ds4 plan``'s ``OSEr
 (a missing or unreadable model is reported as a GGUFError before it).
 
 Test selection as in the fresh sets: the whole test folder of the mutated package, with ``-x``.
+
+The 4 entries found identical to fresh10's (written the same evening by the blind writer, who
+never saw this set) were taken out of this set: fresh10 keeps them.
 """
 
 from __future__ import annotations
@@ -611,18 +614,6 @@ MUTATIONS += (
         "        if keep <= len(piece):",
     ),
     _cli(
-        "perplexity_bos_without_add_bos",
-        CLI_PERPLEXITY_PY,
-        'if getattr(tokenizer, "add_bos", False) and tokenizer.bos_id is not None:',
-        "if tokenizer.bos_id is not None:",
-    ),
-    _cli(
-        "perplexity_chunks_above_the_text",
-        CLI_PERPLEXITY_PY,
-        "return most if chunks is None else min(chunks, most)",
-        "return most if chunks is None else chunks",
-    ),
-    _cli(
         "perplexity_bos_not_put_first",
         CLI_PERPLEXITY_PY,
         "        if bos is not None:\n            ids[0] = bos",
@@ -635,12 +626,6 @@ MUTATIONS += (
         "n = min(len(logits), ctx - position)",
     ),
     # ds4 logprobs
-    _cli(
-        "logprobs_top_least_likely",
-        CLI_PERPLEXITY_PY,
-        'best = np.argsort(-row, kind="stable")[:top]',
-        'best = np.argsort(row, kind="stable")[:top]',
-    ),
     _cli(
         "logprobs_broken_bytes_dropped",
         CLI_PERPLEXITY_PY,
@@ -718,12 +703,6 @@ MUTATIONS += (
 )
 MUTATIONS += (
     # ds4 plan
-    _cli(
-        "plan_zero_memory_accepted",
-        CLI_PLAN_PY,
-        "if match is None or float(match[1]) <= 0:",
-        "if match is None or float(match[1]) < 0:",
-    ),
     _cli(
         "plan_kv_fixed_bytes_dropped",
         CLI_PLAN_PY,

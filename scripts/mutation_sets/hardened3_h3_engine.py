@@ -19,6 +19,9 @@ tokens marked normalized (the tokenizer has no normalizer); the token-bytes cach
 the converter's round trip of non-normalized added tokens (it gives their text back).
 
 Test selection as in the fresh sets: the whole test folder of the mutated package, with ``-x``.
+
+The 2 entries found identical to fresh10's (written the same evening by the blind writer, who
+never saw this set) were taken out of this set: fresh10 keeps them.
 """
 
 from __future__ import annotations
@@ -400,12 +403,6 @@ MUTATIONS = (
         "        if step == steps:\n",
     ),
     _engine(
-        "generate_batched_step_not_told",
-        paths.GENERATE_PY,
-        "            decoder.batched()\n",
-        "",
-    ),
-    _engine(
         "session_empty_feed_accepted",
         paths.SESSION_PY,
         "        if len(tokens) == 0:\n",
@@ -543,12 +540,6 @@ MUTATIONS = (
         paths.TOKENIZER_PY,
         "_CHUNK_BYTES = 5",
         "_CHUNK_BYTES = 4",
-    ),
-    _engine(
-        "token_id_list_skips_unparsed_text",
-        paths.TOKENIZER_PY,
-        "        if piece.start() != position:\n            break\n",
-        "",
     ),
     _engine(
         "token_id_list_trailing_text_accepted",

@@ -21,6 +21,9 @@ token a context or budget has room for taken as one of ds4's pause cycles (``and
 sample, differs).
 
 Test selection as in the fresh sets: the whole ``tests/speculation`` folder, with ``-x``.
+
+The 3 entries found identical to fresh10's (written the same evening by the blind writer, who
+never saw this set) were taken out of this set: fresh10 keeps them.
 """
 
 from __future__ import annotations
@@ -399,12 +402,6 @@ MUTATIONS = (
         "return self.seconds / self.tokens if self.seconds else 0.0",
     ),
     _speculation(
-        "scheduler_restart_keeps_the_sample_count",
-        SCHEDULER_PY,
-        "self.seconds, self.tokens, self.weight, self.samples = 0.0, 0.0, 0.0, 0",
-        "self.seconds, self.tokens, self.weight = 0.0, 0.0, 0.0",
-    ),
-    _speculation(
         "scheduler_new_request_keeps_the_shortest_pause",
         SCHEDULER_PY,
         "self.costs.pause_left = min(self.costs.pause_left, MAX_COST_PAUSE)",
@@ -415,12 +412,6 @@ MUTATIONS = (
         SCHEDULER_PY,
         "        if not self.costs.cannot_pay:\n",
         "        if True:\n",
-    ),
-    _speculation(
-        "scheduler_sampled_request_keeps_an_earlier_pause",
-        SCHEDULER_PY,
-        "if self._measure_left > 0 or (self.weighs_cost and self.costs.pause_left > 0):",
-        "if self._measure_left > 0 or self.costs.pause_left > 0:",
     ),
     _speculation(
         "scheduler_every_plain_advance_counted_as_a_cost_pause",
@@ -481,12 +472,6 @@ MUTATIONS = (
         SCHEDULER_PY,
         "        drafted.restart()\n        costs.verified_cycles = 0\n",
         "        drafted.restart()\n",
-    ),
-    _speculation(
-        "scheduler_cannot_pay_forgets_the_target_token",
-        SCHEDULER_PY,
-        "most = (self.max_draft + 1) * (1 + CANNOT_PAY_MARGIN)",
-        "most = self.max_draft * (1 + CANNOT_PAY_MARGIN)",
     ),
     _speculation(
         "scheduler_loss_pause_rounded_down",  # new
