@@ -237,10 +237,10 @@ class SpeculativeDecoder(Decoder):
         after the prompt or plain advances, the drafter first computes what the rows it
         followed need (``settle_followed``: DSpark's context keys of up to a window of rows,
         ~20% of a cycle on the tiny model; the MTP and NextN blocks' passes over them),
-        outside the cycle's clock: that is the pause's deferred cost, paid once per
-        resumption, and timed with the cycle it made the first cycle of every probe and of
-        every request look dearer than drafting is, enough to pause a drafter that wins by a
-        few percent (issue 36, item 9)."""
+        outside the cycle's clock. That is the pause's deferred cost, paid once per
+        resumption; timed with the cycle, it weighed 3-5% in a four-cycle probe's decayed
+        average, beyond the cost rule's margin (``COST_MARGIN``), against every probe and
+        every request's first judgement (issue 36, item 9)."""
         settle = getattr(self.drafter, "settle_followed", None)
         if drafting and self._followed_since_draft and settle is not None:
             tick = time.perf_counter()
