@@ -226,3 +226,13 @@ def test_a_glm_forced_call_is_parsed_without_reasoning_first(choice):
     head = "" if isinstance(choice, NamedTool) else "f"
     events = parser.feed(f"{head}<arg_key>a</arg_key><arg_value>1</arg_value></tool_call>ok")
     assert events + parser.finish() == [ToolCallComplete(ToolCall("f", {"a": 1})), TextDelta("ok")]
+
+
+@pytest.mark.parametrize("chat_format", [DEEPSEEK_V4, GLM5])
+def test_a_finished_parser_takes_no_more_text(chat_format):
+    """``finish`` ends the answer: text fed after it (a late chunk of a cancelled stream) is
+    neither parsed nor reported, and a second ``finish`` reports nothing."""
+    parser = chat_format.stream_parser()
+    assert parser.feed("Hello") + parser.finish() == [TextDelta("Hello")]
+    assert parser.feed(" again") == []
+    assert parser.finish() == []

@@ -245,3 +245,13 @@ def test_rolling_back_a_stop_token_leaves_the_grammar_where_it_was():
     constraint.advance(tokenizer.stop_ids[0])
     constraint.rollback(1)
     np.testing.assert_array_equal(np.array(constraint.mask()), before)
+
+
+def test_json_without_a_schema_is_an_object():
+    """``response_format: json_object`` (no schema) holds the output to a JSON object: a bare
+    number, string or array cannot start it."""
+    tokenizer = model("deepseek4").tokenizer
+    allowed = np.array(JsonConstraint(tokenizer, None).mask())
+    for text in ("{", "5", '"', "["):
+        first = tokenizer.encode(text, parse_special=False)[0]
+        assert allowed[first] == (text == "{"), text

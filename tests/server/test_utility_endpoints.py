@@ -67,6 +67,10 @@ def test_tokenize_and_detokenize_round_trip(base_url, chat_model):
         f"{base_url}/tokenize", timeout=TIMEOUT, json={"content": "Hello", "with_pieces": True}
     ).json()["tokens"]
     assert "".join(piece["piece"] for piece in pieces) == "Hello"
+    # llama-server's shape: each token's id under "id", beside its piece.
+    assert [piece["id"] for piece in pieces] == chat_model.tokenizer.encode(
+        "Hello", parse_special=False
+    )
     back = httpx.post(f"{base_url}/detokenize", timeout=TIMEOUT, json={"tokens": plain})
     assert back.json() == {"content": text}
     bad = httpx.post(f"{base_url}/detokenize", timeout=TIMEOUT, json={"tokens": [1, -5]})
