@@ -620,4 +620,10 @@ MUTATIONS = (
         "        if self.constraint is not None:\n            self.constraint.advance(token)\n",
         "",
     ),
+    _engine(
+        "grammar_view_without_special_tokens",
+        paths.CONSTRAINTS_PY,
+        "self.special_token_ids = [token for token in range(size) if is_special(token)]",
+        "self.special_token_ids = []",
+    ),
 )

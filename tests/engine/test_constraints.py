@@ -255,3 +255,20 @@ def test_json_without_a_schema_is_an_object():
     for text in ("{", "5", '"', "["):
         first = tokenizer.encode(text, parse_special=False)[0]
         assert allowed[first] == (text == "{"), text
+
+
+@pytest.mark.parametrize("arch", ["deepseek4", "glm5"])
+def test_json_after_reasoning_takes_free_reasoning_then_the_object(arch):
+    """With thinking on, the JSON constraint lets the reasoning run as free text up to the
+    format's end-of-reasoning marker, and holds what follows to the object."""
+    chat_format = DEEPSEEK_V4 if arch == "deepseek4" else GLM5
+    tokenizer = model(arch).tokenizer
+    constraint = JsonConstraint(tokenizer, None, reasoning_end=chat_format.reasoning_end)
+    text = f"Let me think: 2 + 2.{chat_format.reasoning_end}" + '{"a": 4}'
+    for token in tokenizer.encode(text, parse_special=True):
+        assert np.array(constraint.mask())[token], tokenizer.decode([token])
+        constraint.advance(token)
+    assert np.array(constraint.mask())[tokenizer.stop_ids[0]]
+    # Without thinking, free text cannot start the answer.
+    plain = np.array(JsonConstraint(tokenizer, None).mask())
+    assert not plain[tokenizer.encode("Let", parse_special=False)[0]]
