@@ -241,12 +241,12 @@ class SpeculativeDecoder(Decoder):
         resumption; timed with the cycle, it weighed 3-5% in a four-cycle probe's decayed
         average, beyond the cost rule's margin (``COST_MARGIN``), against every probe and
         every request's first judgement (issue 36, item 9)."""
-        settle = getattr(self.drafter, "settle_followed", None)
-        if drafting and self._followed_since_draft and settle is not None:
-            tick = time.perf_counter()
-            settle()
-            self.stats.draft_seconds += time.perf_counter() - tick
         if drafting:
+            settle = getattr(self.drafter, "settle_followed", None)
+            if self._followed_since_draft and settle is not None:
+                tick = time.perf_counter()
+                settle()
+                self.stats.draft_seconds += time.perf_counter() - tick
             self._followed_since_draft = False
         return self.lease.costs.clock()
 

@@ -117,22 +117,21 @@ class MTPDrafter:
         """Run the block now on the observed rows but the last cycle's worth
         (``rows_to_settle``), evaluated (``DSparkDrafter.settle_followed``)."""
         settled = rows_to_settle([len(tokens) for tokens, _, _ in self._pending], self.max_draft)
-        if not settled:
-            return
-        following = [t for tokens, _, _ in self._pending for t in tokens]
-        head_input = mx.concatenate([rows for _, rows, _ in self._pending])
-        pos0 = self._pending[0][2]
-        self._pending = [(following[:settled], head_input[:settled], pos0)]
-        self._catch_up()
-        self._pending = [(following[settled:], head_input[settled:], pos0 + settled)]
+        if settled:
+            self._catch_up(settled)
 
-    def _catch_up(self) -> None:
+    def _catch_up(self, rows: int | None = None) -> None:
+        """Run the block on the pending rows (the first ``rows`` of them, the rest left
+        pending; all by default, as a draft needs), evaluated."""
         if not self._pending:
             return
         following = [t for tokens, _, _ in self._pending for t in tokens]
         head_input = mx.concatenate([rows for _, rows, _ in self._pending])
         pos0 = self._pending[0][2]
         self._pending = []
+        if rows is not None:
+            self._pending = [(following[rows:], head_input[rows:], pos0 + rows)]
+            following, head_input = following[:rows], head_input[:rows]
         cache = self._cache
         if self._window is not None and len(following) > self._window:
             # Only the last ``window`` rows matter: the block attends over a sliding window

@@ -70,15 +70,24 @@ class NextNDrafter:
         self._pending.append((rows.final_hidden, [*tokens[1:], next_token]))
         self._next_pos += rows.n_rows
 
-    def catch_up(self) -> None:
-        """Run the block on the observed rows it has not seen (``propose`` does it first)."""
+    def catch_up(self, rows: int | None = None) -> None:
+        """Run the block on the observed rows it has not seen (``propose`` does it first),
+        or on the first ``rows`` of them, the rest left pending."""
         if not self._pending:
             return
         hidden = mx.concatenate([rows for rows, _ in self._pending])
-        following = mx.array([t for _, tokens in self._pending for t in tokens], dtype=mx.int32)
+        following = [t for _, tokens in self._pending for t in tokens]
         self._pending = []
+        if rows is not None:
+            self._pending = [(hidden[rows:], following[rows:])]
+            hidden, following = hidden[:rows], following[:rows]
         logits = self.network.mtp_logits(
-            hidden, following, self.mtp_state, last_only=True, evaluate=False, tiled=True
+            hidden,
+            mx.array(following, dtype=mx.int32),
+            self.mtp_state,
+            last_only=True,
+            evaluate=False,
+            tiled=True,
         )
         self._draft = mx.argmax(logits[0], keepdims=True).astype(mx.int32)
         mx.async_eval(self._draft, *self.mtp_state.arrays())
@@ -89,14 +98,9 @@ class NextNDrafter:
         pause that is every row of it, a prefill's worth that would otherwise be timed as the
         probe's first cycle and condemn a drafter that pays."""
         settled = rows_to_settle([len(tokens) for _, tokens in self._pending], self.max_draft)
-        if not settled:
-            return
-        hidden = mx.concatenate([rows for rows, _ in self._pending])
-        following = [t for _, tokens in self._pending for t in tokens]
-        self._pending = [(hidden[:settled], following[:settled])]
-        self.catch_up()
-        mx.eval(*self.mtp_state.arrays())
-        self._pending = [(hidden[settled:], following[settled:])]
+        if settled:
+            self.catch_up(settled)
+            mx.eval(*self.mtp_state.arrays())
 
     def propose(self, max_tokens: int) -> Draft:
         draft = self.propose_on_device(max_tokens)

@@ -333,8 +333,8 @@ MUTATIONS = (
     _speculation(
         "dspark_catch_up_at_the_last_piece_s_position",
         DSPARK_PY,
-        "else taps[0], self._pending[0][1])",
-        "else taps[0], self._pending[-1][1])",
+        "parts, pos0 = [t for t, _ in self._pending], self._pending[0][1]",
+        "parts, pos0 = [t for t, _ in self._pending], self._pending[-1][1]",
     ),
     _speculation(
         "dspark_ring_start_from_the_window",
