@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ds4mlx.agent.conversations import ConversationStore
 from ds4mlx.agent.tools import ToolBox
 from ds4mlx.agent.workspace import Workspace
 
@@ -78,3 +79,9 @@ def toolbox(workspace: Path):
     box = ToolBox(Workspace(workspace), bash_timeout=5.0)
     yield box
     box.close()
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> ConversationStore:
+    """An empty conversation store in the test's own folder."""
+    return ConversationStore(tmp_path / "conversations")

@@ -8,18 +8,12 @@ import threading
 from collections.abc import Callable
 
 from ds4mlx.agent.app import AgentApp, PermissionScreen, ToolPanel
-from ds4mlx.agent.conversations import ConversationStore
 from ds4mlx.agent.loop import Agent
 from ds4mlx.agent.permissions import Permissions
 
 import pytest
 from scripted_backend import ScriptedBackend, call, text
 from textual.widgets import Footer, Markdown, Static
-
-
-@pytest.fixture
-def store(tmp_path) -> ConversationStore:
-    return ConversationStore(tmp_path / "conversations")
 
 
 def make_app(toolbox, store, turns=(), yolo=True) -> tuple[AgentApp, Agent]:

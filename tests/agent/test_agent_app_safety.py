@@ -16,7 +16,6 @@ from ds4mlx.agent.loop import Agent
 from ds4mlx.agent.permissions import Permissions
 from ds4mlx.agent.widgets import PermissionScreen, ToolPanel
 
-import pytest
 from scripted_backend import ScriptedBackend, call, text
 from test_agent_app import answers, ready, submit, texts, until
 
@@ -51,13 +50,6 @@ def screen_text(app: AgentApp) -> str:
             line = line.ljust(round(x / 12.2)) + run  # 12.2 units a cell
         lines.append(line.replace("\xa0", " "))
     return "\n".join(lines)
-
-
-@pytest.fixture
-def store(tmp_path):
-    from ds4mlx.agent.conversations import ConversationStore
-
-    return ConversationStore(tmp_path / "conversations")
 
 
 async def prompt_open(pilot, answered: PermissionScreen | None = None) -> PermissionScreen:

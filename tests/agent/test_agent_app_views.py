@@ -10,7 +10,6 @@ from types import SimpleNamespace
 
 from ds4mlx.agent import app as app_module
 from ds4mlx.agent.app import AgentApp
-from ds4mlx.agent.conversations import ConversationStore
 from ds4mlx.agent.loop import (
     CompactionFinished,
     CompactionStarted,
@@ -25,11 +24,6 @@ import pytest
 from scripted_backend import call, text
 from test_agent_app import answers, make_app, play, submit, texts, until
 from textual.widgets import Collapsible
-
-
-@pytest.fixture
-def store(tmp_path) -> ConversationStore:
-    return ConversationStore(tmp_path / "conversations")
 
 
 def status(app: AgentApp) -> str:

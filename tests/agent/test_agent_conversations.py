@@ -23,11 +23,6 @@ from scripted_backend import ScriptedBackend, text
 
 
 @pytest.fixture
-def store(tmp_path) -> ConversationStore:
-    return ConversationStore(tmp_path / "conversations")
-
-
-@pytest.fixture
 def commands(toolbox, store) -> SlashCommands:
     agent = Agent(ScriptedBackend(), toolbox, Permissions(yolo=True))
     return SlashCommands(agent, store)

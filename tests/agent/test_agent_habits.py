@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 
 from ds4mlx.agent.app import AgentApp
-from ds4mlx.agent.conversations import ConversationStore
 from ds4mlx.agent.instructions import MAX_INSTRUCTION_CHARS
 from ds4mlx.agent.loop import Agent
 from ds4mlx.agent.mentions import MAX_ATTACHED_CHARS, attach_mentions, mentioned_paths
@@ -22,11 +21,6 @@ from processes import processes_with, sleeper
 from scripted_backend import ScriptedBackend, call, text
 from test_agent_app import until
 from textual.widgets import Static
-
-
-@pytest.fixture
-def store(tmp_path) -> ConversationStore:
-    return ConversationStore(tmp_path / "conversations")
 
 
 def notes(app: AgentApp, kind: str = ".note") -> list[str]:

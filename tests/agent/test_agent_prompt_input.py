@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 
 from ds4mlx.agent.app import HISTORY_FILE, AgentApp
-from ds4mlx.agent.conversations import ConversationStore
 from ds4mlx.agent.loop import Agent
 from ds4mlx.agent.permissions import Permissions
 from ds4mlx.agent.prompt_input import PromptHistory, PromptInput
@@ -16,11 +15,6 @@ import pytest
 from scripted_backend import ScriptedBackend
 from test_agent_app import until
 from textual import events
-
-
-@pytest.fixture
-def store(tmp_path) -> ConversationStore:
-    return ConversationStore(tmp_path / "conversations")
 
 
 def run(app: AgentApp, scenario) -> None:
