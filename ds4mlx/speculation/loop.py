@@ -236,7 +236,7 @@ class SpeculativeDecoder(Decoder):
         """The clock's reading that starts a cycle's timing. Before the first drafted cycle
         after the prompt or plain advances, the drafter first computes what the rows it
         followed need (``settle_followed``: DSpark's context keys of up to a window of rows,
-        ~20% of a cycle on the tiny model; the MTP and NextN blocks' passes over them),
+        ~20% of a cycle on the tiny model),
         outside the cycle's clock. That is the pause's deferred cost, paid once per
         resumption; timed with the cycle, it weighed 3-5% in a four-cycle probe's decayed
         average, beyond the cost rule's margin (``COST_MARGIN``), against every probe and

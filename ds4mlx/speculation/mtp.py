@@ -33,7 +33,7 @@ from ds4mlx.models.deepseek4_mtp import (
 )
 from ds4mlx.models.weights import GGUFWeights
 from ds4mlx.speculation.config import DEFAULT_MTP_MARGIN
-from ds4mlx.speculation.drafter import Draft, TargetRows, rows_to_settle
+from ds4mlx.speculation.drafter import Draft, TargetRows
 from ds4mlx.speculation.dspark import target_head
 from ds4mlx.speculation.support_gguf import (
     check_target,
@@ -113,31 +113,19 @@ class MTPDrafter:
         self._streams = self._logits = None
         self._next_pos += len(tokens)
 
-    def settle_followed(self) -> None:
-        """Run the block now on the observed rows but the last cycle's worth
-        (``rows_to_settle``), evaluated (``DSparkDrafter.settle_followed``)."""
-        settled = rows_to_settle([len(tokens) for tokens, _, _ in self._pending], self.max_draft)
-        if settled:
-            self._catch_up(settled)
-
-    def _catch_up(self, rows: int | None = None) -> None:
-        """Run the block on the pending rows (the first ``rows`` of them, the rest left
-        pending; all by default, as a draft needs), evaluated."""
+    def _catch_up(self) -> None:
         if not self._pending:
             return
         following = [t for tokens, _, _ in self._pending for t in tokens]
         head_input = mx.concatenate([rows for _, rows, _ in self._pending])
         pos0 = self._pending[0][2]
         self._pending = []
-        if rows is not None:
-            self._pending = [(following[rows:], head_input[rows:], pos0 + rows)]
-            following, head_input = following[:rows], head_input[:rows]
         cache = self._cache
         if self._window is not None and len(following) > self._window:
             # Only the last ``window`` rows matter: the block attends over a sliding window
             # alone, and a row's key depends on that row only. After a long scheduler pause
-            # the catch-up (before the probe's first cycle) stays that of one window, however
-            # long the pause; the cache starts over from them, as if it had run on every row.
+            # the catch-up (the probe's cost) stays that of one window, however long the
+            # pause; the cache starts over from them, as if it had run on every row.
             cut = len(following) - self._window
             following, head_input, pos0 = following[cut:], head_input[cut:], pos0 + cut
             cache = LayerCache()

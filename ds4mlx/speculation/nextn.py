@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from ds4mlx.gguf import GGUFError
 from ds4mlx.models import glm5_next
-from ds4mlx.speculation.drafter import Draft, Drafter, TargetRows, rows_to_settle
+from ds4mlx.speculation.drafter import Draft, Drafter, TargetRows
 
 import mlx.core as mx
 
@@ -70,37 +70,18 @@ class NextNDrafter:
         self._pending.append((rows.final_hidden, [*tokens[1:], next_token]))
         self._next_pos += rows.n_rows
 
-    def catch_up(self, rows: int | None = None) -> None:
-        """Run the block on the observed rows it has not seen (``propose`` does it first),
-        or on the first ``rows`` of them, the rest left pending."""
+    def catch_up(self) -> None:
+        """Run the block on the observed rows it has not seen (``propose`` does it first)."""
         if not self._pending:
             return
         hidden = mx.concatenate([rows for rows, _ in self._pending])
-        following = [t for _, tokens in self._pending for t in tokens]
+        following = mx.array([t for _, tokens in self._pending for t in tokens], dtype=mx.int32)
         self._pending = []
-        if rows is not None:
-            self._pending = [(hidden[rows:], following[rows:])]
-            hidden, following = hidden[:rows], following[:rows]
         logits = self.network.mtp_logits(
-            hidden,
-            mx.array(following, dtype=mx.int32),
-            self.mtp_state,
-            last_only=True,
-            evaluate=False,
-            tiled=True,
+            hidden, following, self.mtp_state, last_only=True, evaluate=False, tiled=True
         )
         self._draft = mx.argmax(logits[0], keepdims=True).astype(mx.int32)
         mx.async_eval(self._draft, *self.mtp_state.arrays())
-
-    def settle_followed(self) -> None:
-        """Run the block now on the observed rows but the last cycle's worth
-        (``rows_to_settle``), evaluated (``DSparkDrafter.settle_followed``): after a long cost
-        pause that is every row of it, a prefill's worth that would otherwise be timed as the
-        probe's first cycle and condemn a drafter that pays."""
-        settled = rows_to_settle([len(tokens) for _, tokens in self._pending], self.max_draft)
-        if settled:
-            self.catch_up(settled)
-            mx.eval(*self.mtp_state.arrays())
 
     def propose(self, max_tokens: int) -> Draft:
         draft = self.propose_on_device(max_tokens)
