@@ -25,6 +25,15 @@ ASSETS = data_dir("assets")
 SECTIONS = ("decode", "speculation", "experts", "quality")
 
 
+#: Rounds of the quick bench's speculation section. Its rows must tell a drafter at 0.97x from
+#: one at 1.0x, and one round's ratio is left to a few milliseconds of another process or of a
+#: scheduler's probe: a drafter that never drafts (prompt lookup on a chat answer) reads each
+#: round at 1.0 with a spread of 4%, and the median of six such rounds fell to 0.96 one time in
+#: six (36 rounds, 2026-12-05). Sixteen narrow that spread by 40% for ~25 s more on the tiny
+#: model (each round decodes 40 tokens six times).
+QUICK_SPECULATION_ROUNDS = 16
+
+
 @dataclass
 class BenchConfig:
     model: Path = ASSETS / "ds4-tiny.gguf"
@@ -63,17 +72,15 @@ class BenchConfig:
 
     @classmethod
     def quick(cls, **overrides: Any) -> BenchConfig:
-        """Fewer runs, tokens and prompts, so the whole bench takes about a minute on 2 quiet
-        cores (docs/performance.md): one timed run after the warm-up (six rounds of 40
-        tokens in the speculation section, whose rows must tell a drafter at 0.97x from one
-        at 1.0x: one round's ratio is left to a few milliseconds of another process or of a
-        scheduler's probe, so the median must outvote two of them), prefill at 128 and 512
-        tokens, three prompts (a chat answer, a chat answer in code, prose), the
-        dflash-layout file (the same drafter as DSpark in llama.cpp's layout) and the
+        """Fewer runs, tokens and prompts, so the whole bench takes about a minute and a half
+        on 2 quiet cores (docs/performance.md): one timed run after the warm-up
+        (``QUICK_SPECULATION_ROUNDS`` rounds of 40 tokens in the speculation section), prefill
+        at 128 and 512 tokens, three prompts (a chat answer, a chat answer in code, prose),
+        the dflash-layout file (the same drafter as DSpark in llama.cpp's layout) and the
         held-out code prompts left out, warm page cache only."""
         values: dict[str, Any] = dict(
             runs=1,
-            speculation_runs=overrides.get("runs", 6),
+            speculation_runs=overrides.get("runs", QUICK_SPECULATION_ROUNDS),
             max_tokens=40,
             n_decode=32,
             contexts=(128, 512),

@@ -12,20 +12,24 @@ does on a CPU. So the scheduler also weighs time (ours, not ds4's): the loop rep
 drafted cycle and each plain (pipelined, undrafted) advance took and how many tokens it committed,
 and the scheduler keeps a decaying average of seconds per committed token of each. Drafting pauses
 for ``COST_PAUSE`` plain advances once drafted cycles cost more than plain ones by more than
-``COST_MARGIN`` over ``MIN_DRAFTED_SAMPLES`` cycles, or by more than ``CLEAR_LOSS`` over
-``QUICK_SAMPLES`` (a drafter that plainly loses need not lose for four cycles to show it, and
-cycles that all proposed nothing lose whatever the clock reads: each is a plain advance plus the
-proposal); then a probe of fresh drafted cycles judges again, and each probe that loses doubles the
-pause (up to ``MAX_COST_PAUSE``; a pause is also long enough that what the probe lost is a small
-share of it, ``PROBE_SHARE``, up to ``MAX_LOSS_PAUSE``), while each judgement that drafting pays
-halves it (down to ``COST_PAUSE``): on a shared machine one probe can win by chance, which should
-not undo what many lost probes learned, while a drafter that really pays is back to the shortest
-pause within a few cycles. A drafter that loses thus costs at most about ``PROBE_SHARE`` of plain
-decoding's speed once its pauses have grown; one whose cycles cost more than any cycle can commit,
-every draft accepted (``CANNOT_PAY_MARGIN``), loses on any text and pauses for ``MAX_LOSS_PAUSE``
-at once. The first drafted cycle of each draft length on a meter is not timed: it compiles the
-verify pass for that many rows (and, the very first, the drafter's own graphs), a cost that does
-not come back and that would make a drafter that pays look as if it lost.
+``COST_MARGIN`` over ``MIN_DRAFTED_SAMPLES`` cycles, and by more than the noise of that average:
+the loss must hold with the drafted cost lowered by ``LOSS_DEVIATIONS`` standard errors. A cycle
+commits one to six tokens on chat answers, so five cycles' average spreads by ±30% around a
+drafter that breaks even, and a rule that judged the bare average paused DSpark there 14-22 times
+in six answers, at 0.94-1.06x where drafting every cycle ran 1.06-1.09x (issue 36, item 9). A
+drafter that cannot pay on any text (below), or whose cycles all proposed nothing, loses whatever
+the clock reads and is judged after ``QUICK_SAMPLES``. Then a probe of fresh drafted cycles judges
+again, and each probe that loses doubles the pause (up to ``MAX_COST_PAUSE``; a pause is also
+long enough that what the probe lost is a small share of it, ``PROBE_SHARE``, up to
+``MAX_LOSS_PAUSE``), while each judgement that drafting pays halves it (down to ``COST_PAUSE``):
+on a shared machine one probe can win by chance, which should not undo what many lost probes
+learned, while a drafter that really pays is back to the shortest pause within a few cycles. A
+drafter that loses thus costs at most about ``PROBE_SHARE`` of plain decoding's speed once its
+pauses have grown; one whose cycles cost more than any cycle can commit, every draft accepted
+(``CANNOT_PAY_MARGIN``), loses on any text and pauses for ``MAX_LOSS_PAUSE`` at once. The first
+drafted cycle of each draft length on a meter is not timed: it compiles the verify pass for that
+many rows (and, the very first, the drafter's own graphs), a cost that does not come back and that
+would make a drafter that pays look as if it lost.
 
 What drafting costs is a property of the drafter, the model and the machine more than of one
 request, and most requests are too short to learn it (a 32-token answer is eight plain advances).
@@ -35,10 +39,11 @@ most ``MAX_COST_PAUSE`` advances unless it cannot pay: the new text may be one i
 judging at its first cycle if enough drafted cycles are known. Plain cost is measured with
 ``MIN_PLAIN_SAMPLES`` plain advances once drafted cycles start to be judged, and a request that
 would pause drafting on an earlier request's measurement measures it again first (the load of a
-shared machine changes). The load changes for a drafter that keeps drafting too: plain cost
-measured more than ``PLAIN_MAX_AGE`` drafted cycles ago is measured again before the next
-judgement, so that a drafter judged against one slow plain sample (another process took the core)
-does not draft at a loss for good, however much cheaper that sample made it look."""
+shared machine changes), judging as soon as that measurement ends. The load changes for a drafter
+that keeps drafting too: plain cost measured more than ``PLAIN_MAX_AGE`` drafted cycles ago is
+measured again before the next judgement, so that a drafter judged against one slow plain sample
+(another process took the core) does not draft at a loss for good, however much cheaper that
+sample made it look."""
 
 from __future__ import annotations
 
@@ -87,11 +92,17 @@ MIN_PLAIN_SAMPLES = 1
 #: times its usual cost (seen with GLM nextn at load 5) made a losing drafter look twice as
 #: fast as plain decoding, and it drafted at a loss for the rest of the run.
 PLAIN_MAX_AGE = 16
-#: Drafted cycles that judge a drafter whose cycles cost more than ``CLEAR_LOSS`` times plain
-#: decoding's per committed token: far beyond the noise (a draft rejected outright commits one
-#: token for a verify pass and a draft), and plain measurement starts after them.
+#: Drafted cycles that judge a drafter that loses whatever its drafts' acceptance (it cannot pay,
+#: or its cycles proposed nothing), and after which plain measurement starts. A drafter that
+#: loses by rejected drafts waits for ``MIN_DRAFTED_SAMPLES``: two DSpark cycles on a chat answer
+#: both commit one token about one time in six, a loss of 2.7x on their clock, which a judgement
+#: of two cycles read as a clear loss at the start of that many probes.
 QUICK_SAMPLES = 2
-CLEAR_LOSS = 1.5
+#: Standard errors of the drafted cost per token (``DecayingCost.relative_error``) by which a
+#: loss must exceed ``COST_MARGIN`` to pause drafting. Judged after every drafted cycle, so
+#: each judgement must rarely err alone: at two, a drafter that breaks even on the chat answers
+#: paused 0-7 times in 24 of them instead of 24-39 (docs/performance.md, "Session 20").
+LOSS_DEVIATIONS = 2.0
 #: Drafting pauses when its seconds per committed token exceed plain decoding's by this share:
 #: below it the difference is within the noise of a shared machine. Small: a drafter kept at
 #: a loss within the margin loses all of it, while one paused for nothing loses only what its
@@ -139,28 +150,57 @@ class Cycle(Enum):
 @dataclass
 class DecayingCost:
     """Seconds per token over decaying sums of both (not an average of per-cycle ratios: a
-    cycle that commits six tokens weighs six times one that commits one)."""
+    cycle that commits six tokens weighs six times one that commits one), and the decayed
+    second moments that tell how far that ratio may be from the drafter's own."""
 
     seconds: float = 0.0
     tokens: float = 0.0
-    #: The decayed count of samples (each sample weighs 1 when it comes).
+    #: The decayed count of samples (each sample weighs 1 when it comes), and of its squares.
     weight: float = 0.0
+    weight_squares: float = 0.0
+    #: Decayed sums of seconds², tokens² and seconds × tokens.
+    seconds_squares: float = 0.0
+    tokens_squares: float = 0.0
+    products: float = 0.0
     samples: int = 0
 
     def add(self, seconds: float, tokens: int) -> None:
         if self.weight:
             seconds = min(seconds, COST_OUTLIER * self.seconds / self.weight)
-        self.seconds = self.seconds * COST_DECAY + seconds
-        self.tokens = self.tokens * COST_DECAY + tokens
-        self.weight = self.weight * COST_DECAY + 1.0
+        decay = COST_DECAY
+        self.seconds = self.seconds * decay + seconds
+        self.tokens = self.tokens * decay + tokens
+        self.weight = self.weight * decay + 1.0
+        self.weight_squares = self.weight_squares * decay * decay + 1.0
+        self.seconds_squares = self.seconds_squares * decay + seconds * seconds
+        self.tokens_squares = self.tokens_squares * decay + tokens * tokens
+        self.products = self.products * decay + seconds * tokens
         self.samples += 1
 
     @property
     def per_token(self) -> float:
         return self.seconds / self.tokens if self.tokens else 0.0
 
+    def relative_error(self) -> float:
+        """The standard error of ``per_token`` as a share of it: the spread of the samples'
+        seconds around ``per_token`` times their tokens, over the decayed weights' effective
+        count (a ratio estimator's error). 0 before two samples."""
+        if self.samples < 2 or not self.seconds:
+            return 0.0
+        effective = self.weight * self.weight / self.weight_squares
+        rate = self.per_token
+        # The weighted mean of (seconds - rate * tokens)², with Bessel's correction.
+        spread = (
+            self.seconds_squares - 2 * rate * self.products + rate * rate * self.tokens_squares
+        ) / self.weight
+        variance = max(spread, 0.0) * effective / (effective - 1)
+        # The weighted mean's variance is the samples' over the effective count; per token.
+        return math.sqrt(variance / effective) / (self.tokens / self.weight) / rate
+
     def restart(self) -> None:
-        self.seconds, self.tokens, self.weight, self.samples = 0.0, 0.0, 0.0, 0
+        self.seconds = self.tokens = self.weight = self.weight_squares = 0.0
+        self.seconds_squares = self.tokens_squares = self.products = 0.0
+        self.samples = 0
 
 
 @dataclass
@@ -234,6 +274,8 @@ class DraftScheduler:
     _measure_left: int = 0
     #: Whether this request has measured plain decoding (see ``_judge_cost``).
     _plain_measured: bool = False
+    #: Whether a judgement waits for the measurement of plain decoding under way.
+    _judge_after_plain: bool = False
     _window_accepted: list[int] = field(default_factory=list)
     _window_no_draft: int = 0
     _pause_left: int = 0
@@ -299,6 +341,11 @@ class DraftScheduler:
             self.costs.plain.add(seconds, tokens)
             self.costs.drafted_since_plain = 0
             self._plain_measured = True
+            if self._judge_after_plain and self._measure_left == 0:
+                # The drafted cycles already timed judge now, not one more drafted cycle later
+                # (a loss, most often: that cycle would lose too).
+                self._judge_after_plain = False
+                self._judge_cost()
             return
         self.costs.drafted.add(seconds, tokens)
         if draft_length:
@@ -314,6 +361,7 @@ class DraftScheduler:
             return
         if plain.samples < MIN_PLAIN_SAMPLES:
             self._measure_left = MIN_PLAIN_SAMPLES - plain.samples
+            self._judge_after_plain = True
             return
         # Noise only adds time, so an old plain sample can only overstate plain cost, by any
         # factor on a loaded machine: measure it again.
@@ -321,14 +369,18 @@ class DraftScheduler:
             self._measure_plain_again()
             return
         nothing_drafted = costs.verified_cycles == 0
-        clearly_dearer = nothing_drafted or drafted.per_token > plain.per_token * CLEAR_LOSS
-        if drafted.samples < MIN_DRAFTED_SAMPLES and not clearly_dearer:
+        cannot_pay = not self.free_proposals and self._cannot_pay()
+        if drafted.samples < MIN_DRAFTED_SAMPLES and not (nothing_drafted or cannot_pay):
             return
         self.stats.drafted_cost, self.stats.plain_cost = drafted.per_token, plain.per_token
-        if not nothing_drafted and drafted.per_token <= plain.per_token * (1 + COST_MARGIN):
+        most = plain.per_token * (1 + COST_MARGIN)
+        if not nothing_drafted and drafted.per_token <= most:
             costs.next_pause = max(COST_PAUSE, costs.next_pause // 2)
             costs.cannot_pay = False
             return
+        within_noise = drafted.per_token <= most * (1 + LOSS_DEVIATIONS * drafted.relative_error())
+        if not (nothing_drafted or cannot_pay) and within_noise:
+            return  # dearer, but not beyond what its acceptance's spread could make it
         if not self._plain_measured:
             # Plain cost from an earlier request may date from a quieter moment of a shared
             # machine: measure it again now, and judge with that alone, before pausing.
@@ -336,8 +388,8 @@ class DraftScheduler:
             return
         # The cost pause covers any pause of ds4's rule, and its probe starts from fresh samples.
         pause = costs.next_pause
-        costs.cannot_pay = not self.free_proposals and self._cannot_pay()
-        if costs.cannot_pay:
+        costs.cannot_pay = cannot_pay
+        if cannot_pay:
             pause = MAX_LOSS_PAUSE
         elif not self.free_proposals:
             pause = max(pause, min(MAX_LOSS_PAUSE, self._pause_for_loss()))
@@ -364,9 +416,10 @@ class DraftScheduler:
         return math.ceil(lost / (PROBE_SHARE * advance)) if advance > 0 else 0
 
     def _measure_plain_again(self) -> None:
-        """The next advances measure plain decoding from scratch; judging waits for them."""
+        """The next advances measure plain decoding from scratch; the judgement follows them."""
         self.costs.plain.restart()
         self._measure_left = MIN_PLAIN_SAMPLES
+        self._judge_after_plain = True
 
     def record(self, drafted: int, accepted: int) -> None:
         """The outcome of a cycle that was allowed to draft."""

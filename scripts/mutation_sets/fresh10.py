@@ -573,8 +573,8 @@ _SPECULATION = (
     _speculation(
         "scheduler_cost_restart_keeps_the_sample_count",
         SCHEDULER_PY,
-        "self.seconds, self.tokens, self.weight, self.samples = 0.0, 0.0, 0.0, 0",
-        "self.seconds, self.tokens, self.weight = 0.0, 0.0, 0.0",
+        "self.products = 0.0\n        self.samples = 0",
+        "self.products = 0.0",
     ),
     _speculation(
         "scheduler_cannot_pay_bound_without_the_target_token",

@@ -389,8 +389,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         SCHEDULER,
         "scheduler_cost_margin_subtracted",
         SCHEDULER_PY,
-        "drafted.per_token <= plain.per_token * (1 + COST_MARGIN):",
-        "drafted.per_token <= plain.per_token * (1 - COST_MARGIN):",
+        "most = plain.per_token * (1 + COST_MARGIN)",
+        "most = plain.per_token * (1 - COST_MARGIN)",
     ),
     _fresh(
         SCHEDULER,

@@ -392,7 +392,7 @@ MUTATIONS = (
     _speculation(
         "scheduler_token_sums_never_decay",
         SCHEDULER_PY,
-        "self.tokens = self.tokens * COST_DECAY + tokens",
+        "self.tokens = self.tokens * decay + tokens",
         "self.tokens = self.tokens + tokens",
     ),
     _speculation(
@@ -444,22 +444,22 @@ MUTATIONS = (
         "if drafted.samples <= QUICK_SAMPLES:",
     ),
     _speculation(
-        "scheduler_nothing_drafted_not_clearly_dearer",
+        "scheduler_nothing_drafted_waits_for_the_full_probe",
         SCHEDULER_PY,
-        "clearly_dearer = nothing_drafted or drafted.per_token > plain.per_token * CLEAR_LOSS",
-        "clearly_dearer = drafted.per_token > plain.per_token * CLEAR_LOSS",
+        "if drafted.samples < MIN_DRAFTED_SAMPLES and not (nothing_drafted or cannot_pay):",
+        "if drafted.samples < MIN_DRAFTED_SAMPLES and not cannot_pay:",
     ),
     _speculation(
         "scheduler_close_judgement_one_cycle_late",
         SCHEDULER_PY,
-        "if drafted.samples < MIN_DRAFTED_SAMPLES and not clearly_dearer:",
-        "if drafted.samples <= MIN_DRAFTED_SAMPLES and not clearly_dearer:",
+        "drafted.samples < MIN_DRAFTED_SAMPLES and not (nothing_drafted or cannot_pay)",
+        "drafted.samples <= MIN_DRAFTED_SAMPLES and not (nothing_drafted or cannot_pay)",
     ),
     _speculation(
         "scheduler_free_proposals_can_be_condemned",
         SCHEDULER_PY,
-        "costs.cannot_pay = not self.free_proposals and self._cannot_pay()",
-        "costs.cannot_pay = self._cannot_pay()",
+        "cannot_pay = not self.free_proposals and self._cannot_pay()",
+        "cannot_pay = self._cannot_pay()",
     ),
     _speculation(
         "scheduler_cost_pause_leaves_ds4_pause_running",
@@ -539,5 +539,42 @@ MUTATIONS = (
         LOOKUP_PY,
         'self.name = f"{learned.name}+lookup"',
         "self.name = learned.name",
+    ),
+    # Session 20 (issue 36, item 9): the cost rule's noise bound.
+    _speculation(
+        "scheduler_loss_within_the_noise_pauses",
+        SCHEDULER_PY,
+        "within_noise = drafted.per_token <= most * (1 + LOSS_DEVIATIONS * drafted.relative_er",
+        "within_noise = drafted.per_token <= most * (1 + 0 * drafted.relative_er",
+    ),
+    _speculation(
+        "scheduler_noise_bound_spares_cycles_that_proposed_nothing",
+        SCHEDULER_PY,
+        "if not (nothing_drafted or cannot_pay) and within_noise:",
+        "if within_noise:",
+    ),
+    _speculation(
+        "scheduler_spread_without_bessels_correction",
+        SCHEDULER_PY,
+        "variance = max(spread, 0.0) * effective / (effective - 1)",
+        "variance = max(spread, 0.0)",
+    ),
+    _speculation(
+        "scheduler_effective_count_is_the_decayed_weight",
+        SCHEDULER_PY,
+        "effective = self.weight * self.weight / self.weight_squares",
+        "effective = self.weight",
+    ),
+    _speculation(
+        "scheduler_restart_keeps_the_spread",
+        SCHEDULER_PY,
+        "self.seconds_squares = self.tokens_squares = self.products = 0.0",
+        "self.seconds_squares = self.tokens_squares = 0.0",
+    ),
+    _speculation(
+        "scheduler_judgement_waits_a_drafted_cycle_after_plain",
+        SCHEDULER_PY,
+        "self._judge_after_plain = False\n                self._judge_cost()",
+        "self._judge_after_plain = False",
     ),
 )

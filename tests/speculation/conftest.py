@@ -109,6 +109,12 @@ class FreePlainCost(DecayingCost):
         return 0.0
 
 
+def paying_lease() -> DrafterLease:
+    """A lease on a clock that never moves: every cycle costs nothing, so the cost rule never
+    pauses a drafter that proposes (tests of what drafts do, not of when they are made)."""
+    return DrafterLease(CostMeter(clock=lambda: 0.0))
+
+
 def losing_lease() -> DrafterLease:
     """A lease on which every drafter loses to plain decoding: the cost rule pauses it after
     each probe."""

@@ -33,6 +33,7 @@ import numpy as np
 import pytest
 from models.test_glm5_next_oracle import VARIANTS, D, nextn_variant, oracle_dir, write_variant
 
+from .conftest import paying_lease
 from .test_loop import assert_verify_rows_equal_decode, run
 from .tiny_targets import LAYERS, TINY, write_target
 
@@ -196,7 +197,11 @@ def spec_runs(request, models) -> tuple[str, list[SpecRun]]:
     for prompt in PROMPTS:
         drafter = RecordingDrafter(model.network)
         session = model.new_session()
-        tokens, stats = run(generate(session, prompt, N_TOKENS, drafter=drafter))
+        # The cost rule would pause a NextN that cannot pay on this machine after a few cycles,
+        # before both outcomes of a cycle show: on a paying lease every cycle drafts.
+        tokens, stats = run(
+            generate(session, prompt, N_TOKENS, drafter=drafter, lease=paying_lease())
+        )
         runs.append(SpecRun(prompt, tokens, stats, drafter, list(session.tokens)))
     return request.param, runs
 
