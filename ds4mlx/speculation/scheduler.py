@@ -14,36 +14,36 @@ and the scheduler keeps a decaying average of seconds per committed token of eac
 for ``COST_PAUSE`` plain advances once drafted cycles cost more than plain ones by more than
 ``COST_MARGIN`` over ``MIN_DRAFTED_SAMPLES`` cycles, and by more than the noise of that average:
 the loss must hold with the drafted cost lowered by ``LOSS_DEVIATIONS`` standard errors. A cycle
-commits one to six tokens on chat answers, so five cycles' average spreads by ±30% around a
-drafter that breaks even, and a rule that judged the bare average paused DSpark there 14-22 times
-in six answers, at 0.94-1.06x where drafting every cycle ran 1.06-1.09x (issue 36, item 9). A
-drafter that cannot pay on any text (below), or whose cycles all proposed nothing, loses whatever
-the clock reads and is judged after ``QUICK_SAMPLES``. Then a probe of fresh drafted cycles judges
-again, and each probe that loses doubles the pause (up to ``MAX_COST_PAUSE``; a pause is also
-long enough that what the probe lost is a small share of it, ``PROBE_SHARE``, up to
-``MAX_LOSS_PAUSE``), while each judgement that drafting pays halves it (down to ``COST_PAUSE``):
-on a shared machine one probe can win by chance, which should not undo what many lost probes
-learned, while a drafter that really pays is back to the shortest pause within a few cycles. A
-drafter that loses thus costs at most about ``PROBE_SHARE`` of plain decoding's speed once its
-pauses have grown; one whose cycles cost more than any cycle can commit, every draft accepted
-(``CANNOT_PAY_MARGIN``), loses on any text and pauses for ``MAX_LOSS_PAUSE`` at once. The first
-drafted cycle of each draft length on a meter is not timed: it compiles the verify pass for that
-many rows (and, the very first, the drafter's own graphs), a cost that does not come back and that
-would make a drafter that pays look as if it lost.
+commits one to six tokens on chat answers, so five cycles' average spreads by ±30% around a drafter
+that breaks even, and a rule that judged the bare average paused DSpark there 6-7 times in 17
+answers, at 0.97-1.01x of plain decoding's speed, where drafting every cycle ran 1.10-1.17x (issue
+36, item 9). A drafter that cannot pay on any text (below), or whose cycles all proposed nothing,
+loses whatever the clock reads and is judged after ``QUICK_SAMPLES``. Then a probe of fresh drafted
+cycles judges again, and each probe that loses doubles the pause (up to ``MAX_COST_PAUSE``, or
+``MAX_SILENT_PAUSE`` after a probe that proposed nothing; a pause is also long enough that what the
+probe lost is a small share of it, ``PROBE_SHARE``, up to ``MAX_LOSS_PAUSE``), while each judgement
+that drafting pays halves it (down to ``COST_PAUSE``): on a shared machine one probe can win by
+chance, which should not undo what many lost probes learned, while a drafter that really pays is
+back to the shortest pause within a few cycles. A drafter that loses thus costs at most about
+``PROBE_SHARE`` of plain decoding's speed once its pauses have grown; one whose cycles cost more
+than any cycle can commit, every draft accepted (``CANNOT_PAY_MARGIN``), loses on any text and
+pauses for ``MAX_LOSS_PAUSE`` at once. The first drafted cycle of each draft length on a meter is
+not timed: it compiles the verify pass for that many rows (and, the very first, the drafter's own
+graphs), a cost that does not come back and that would make a drafter that pays look as if it lost.
 
 What drafting costs is a property of the drafter, the model and the machine more than of one
 request, and most requests are too short to learn it (a 32-token answer is eight plain advances).
 So both averages and the pause live in a ``CostMeter`` that the drafter's lease shares across
 requests: a request starts where the last one left off, paused if the drafter was losing (for at
-most ``MAX_COST_PAUSE`` advances unless it cannot pay: the new text may be one it drafts well),
-judging at its first cycle if enough drafted cycles are known. Plain cost is measured with
-``MIN_PLAIN_SAMPLES`` plain advances once drafted cycles start to be judged, and a request that
-would pause drafting on an earlier request's measurement measures it again first (the load of a
-shared machine changes), judging as soon as that measurement ends. The load changes for a drafter
-that keeps drafting too: plain cost measured more than ``PLAIN_MAX_AGE`` drafted cycles ago is
-measured again before the next judgement, so that a drafter judged against one slow plain sample
-(another process took the core) does not draft at a loss for good, however much cheaper that
-sample made it look."""
+most ``MAX_COST_PAUSE`` advances, ``MAX_SILENT_PAUSE`` after a probe that proposed nothing, unless
+it cannot pay: the new text may be one it drafts well), judging at its first cycle if enough
+drafted cycles are known. Plain cost is measured with ``MIN_PLAIN_SAMPLES`` plain advances once
+drafted cycles start to be judged, and a request that would pause drafting on an earlier request's
+measurement measures it again first (the load of a shared machine changes), judging as soon as that
+measurement ends. The load changes for a drafter that keeps drafting too: plain cost measured more
+than ``PLAIN_MAX_AGE`` drafted cycles ago is measured again before the next judgement, so that a
+drafter judged against one slow plain sample (another process took the core) does not draft at a
+loss for good, however much cheaper that sample made it look."""
 
 from __future__ import annotations
 
@@ -100,8 +100,8 @@ PLAIN_MAX_AGE = 16
 QUICK_SAMPLES = 2
 #: Standard errors of the drafted cost per token (``DecayingCost.relative_error``) by which a
 #: loss must exceed ``COST_MARGIN`` to pause drafting. Judged after every drafted cycle, so
-#: each judgement must rarely err alone: at two, a drafter that breaks even on the chat answers
-#: paused 0-7 times in 24 of them instead of 24-39 (docs/performance.md, "Session 20").
+#: each judgement must rarely err alone: at two, DSpark paused on the chat answers 0-1 times in
+#: 17 instead of 6-7 (docs/performance.md, "Session 20").
 LOSS_DEVIATIONS = 2.0
 #: Drafting pauses when its seconds per committed token exceed plain decoding's by this share:
 #: below it the difference is within the noise of a shared machine. Small: a drafter kept at
@@ -112,6 +112,12 @@ COST_MARGIN = 0.02
 #: Plain advances of a cost pause (about four tokens each), doubling after each losing probe.
 COST_PAUSE = 8
 MAX_COST_PAUSE = 32
+#: The longest pause, and the most of it a new request keeps, when the last probe's cycles all
+#: proposed nothing (legacy MTP held back by its margin on prose and code). Such a probe costs
+#: the drafter's catch-up over its window with no draft to show for it (half a plain advance
+#: on the tiny model), so at ``MAX_COST_PAUSE`` legacy MTP read 0.979-0.986x on prose against
+#: 0.996-0.999x never drafting, and 1.003-1.006x at this (48 rounds each, pinned).
+MAX_SILENT_PAUSE = 64
 #: A cost pause is also long enough that the time its probe lost against plain decoding is at
 #: most this share of the pause's plain decoding, up to ``MAX_LOSS_PAUSE``: a drafter that
 #: loses by far (a legacy MTP block on a CPU) pauses long at once, one that loses by little no
@@ -221,8 +227,10 @@ class CostMeter:
     #: Plain advances left of the current cost pause, and the next pause's length.
     pause_left: int = 0
     next_pause: int = COST_PAUSE
-    #: Whether the last cost pause found that the drafter cannot pay (``CANNOT_PAY_MARGIN``).
+    #: Whether the last cost pause found that the drafter cannot pay (``CANNOT_PAY_MARGIN``),
+    #: and whether its probe's cycles all proposed nothing (``MAX_SILENT_PAUSE``).
     cannot_pay: bool = False
+    silent: bool = False
     #: Drafted cycles timed since the last plain advance was (``PLAIN_MAX_AGE``).
     drafted_since_plain: int = 0
     #: Draft lengths whose first drafted cycle has run (``warm_up``).
@@ -284,7 +292,8 @@ class DraftScheduler:
     def __post_init__(self) -> None:
         if not self.costs.cannot_pay:
             # An earlier request's text paused the drafter; this one's may draft well.
-            self.costs.pause_left = min(self.costs.pause_left, MAX_COST_PAUSE)
+            kept = MAX_SILENT_PAUSE if self.costs.silent else MAX_COST_PAUSE
+            self.costs.pause_left = min(self.costs.pause_left, kept)
 
     def drafting_over(self, remaining_budget: int) -> bool:
         """Whether no cycle drafts any more before the token budget runs out: a cycle commits
@@ -394,7 +403,9 @@ class DraftScheduler:
         elif not self.free_proposals:
             pause = max(pause, min(MAX_LOSS_PAUSE, self._pause_for_loss()))
         costs.pause_left, self._pause_left = pause, 0
-        costs.next_pause = min(2 * costs.next_pause, MAX_COST_PAUSE)
+        costs.silent = nothing_drafted
+        longest = MAX_SILENT_PAUSE if nothing_drafted else MAX_COST_PAUSE
+        costs.next_pause = min(2 * costs.next_pause, longest)
         drafted.restart()
         costs.verified_cycles = 0
         self.stats.cost_pauses += 1

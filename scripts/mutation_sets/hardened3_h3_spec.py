@@ -404,7 +404,7 @@ MUTATIONS = (
     _speculation(
         "scheduler_new_request_keeps_the_shortest_pause",
         SCHEDULER_PY,
-        "self.costs.pause_left = min(self.costs.pause_left, MAX_COST_PAUSE)",
+        "self.costs.pause_left = min(self.costs.pause_left, kept)",
         "self.costs.pause_left = min(self.costs.pause_left, COST_PAUSE)",
     ),
     _speculation(
@@ -576,5 +576,23 @@ MUTATIONS = (
         SCHEDULER_PY,
         "self._judge_after_plain = False\n                self._judge_cost()",
         "self._judge_after_plain = False",
+    ),
+    _speculation(
+        "scheduler_silent_pause_stops_at_the_usual_cap",
+        SCHEDULER_PY,
+        "longest = MAX_SILENT_PAUSE if nothing_drafted else MAX_COST_PAUSE",
+        "longest = MAX_COST_PAUSE",
+    ),
+    _speculation(
+        "scheduler_new_request_cuts_a_silent_pause_to_the_usual_cap",
+        SCHEDULER_PY,
+        "kept = MAX_SILENT_PAUSE if self.costs.silent else MAX_COST_PAUSE",
+        "kept = MAX_COST_PAUSE",
+    ),
+    _speculation(
+        "scheduler_silent_never_cleared",
+        SCHEDULER_PY,
+        "costs.silent = nothing_drafted",
+        "costs.silent = costs.silent or nothing_drafted",
     ),
 )

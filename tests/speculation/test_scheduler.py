@@ -10,6 +10,7 @@ from ds4mlx.speculation.scheduler import (
     LOW_ACCEPTANCE_PAUSE,
     MAX_COST_PAUSE,
     MAX_LOSS_PAUSE,
+    MAX_SILENT_PAUSE,
     MIN_DRAFTED_SAMPLES,
     MIN_PLAIN_SAMPLES,
     MIN_TAIL_DRAFT,
@@ -605,3 +606,24 @@ def test_the_spread_is_the_standard_error_of_the_seconds_per_token():
     cost.add(4.0, 4)
     cost.add(4.0, 4)
     assert cost.relative_error() == 0.0
+
+
+def test_a_probe_that_proposed_nothing_pauses_up_to_the_silent_pause_and_it_carries():
+    """Cycles that proposed nothing (legacy MTP held back by its margin) double their pause up
+    to MAX_SILENT_PAUSE, and a new request keeps that much of it; a probe whose drafts were
+    verified stops at MAX_COST_PAUSE, and a new request keeps no more than that."""
+    scheduler = judged(max_draft=3)
+    pauses = plain_runs(drive_costs(scheduler, [LOSING] * (8 * QUICK_SAMPLES), draft_length=0))
+    assert pauses[:4] == [COST_PAUSE, 2 * COST_PAUSE, 4 * COST_PAUSE, MAX_SILENT_PAUSE]
+    assert max(pauses) == MAX_SILENT_PAUSE and scheduler.costs.silent
+    costs = CostMeter(pause_left=MAX_LOSS_PAUSE, silent=True)
+    DraftScheduler(max_draft=3, costs=costs)
+    assert costs.pause_left == MAX_SILENT_PAUSE
+    # Once a probe's drafts verify again, the longest pause is the usual one.
+    scheduler = judged(max_draft=3)
+    drive_costs(scheduler, [LOSING] * (8 * QUICK_SAMPLES), draft_length=0)
+    pauses = plain_runs(drive_costs(scheduler, [LOSING] * (6 * MIN_DRAFTED_SAMPLES)))
+    assert pauses[-1] == MAX_COST_PAUSE and not scheduler.costs.silent
+    costs = CostMeter(pause_left=MAX_LOSS_PAUSE)
+    DraftScheduler(max_draft=3, costs=costs)
+    assert costs.pause_left == MAX_COST_PAUSE

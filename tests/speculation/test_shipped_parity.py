@@ -84,6 +84,7 @@ def test_cost_pauses_keep_greedy_output_and_the_drafter_in_step(case, monkeypatc
     accepted, and the output stays plain greedy's. (Pauses are held to the shortest, so that
     one request holds several: against free plain decoding every probe loses by far.)"""
     monkeypatch.setattr(scheduler, "MAX_COST_PAUSE", COST_PAUSE)
+    monkeypatch.setattr(scheduler, "MAX_SILENT_PAUSE", COST_PAUSE)
     monkeypatch.setattr(scheduler, "MAX_LOSS_PAUSE", COST_PAUSE)
     target_file, config = CASES[case]
     files = [ASSETS / target_file] + ([config.support_path] if config.support_path else [])
@@ -104,7 +105,7 @@ def test_cost_pauses_keep_greedy_output_and_the_drafter_in_step(case, monkeypatc
         stats = events[-1].stats
         assert [e.token for e in events if isinstance(e, TokenEvent)] == plain, prompt.name
         assert stats.scheduler.cost_pauses >= 2 and stats.scheduler.plain_advances > 0
-        # More drafts accepted than the first probe can hold (a clear loss is judged after
-        # QUICK_SAMPLES cycles): drafting resumed in step.
+        # More drafts accepted than the first probe can hold (against free plain decoding no
+        # drafter can pay, judged after QUICK_SAMPLES cycles): drafting resumed in step.
         accepted_after_a_pause += stats.accepted_tokens > QUICK_SAMPLES * drafter.max_draft
     assert accepted_after_a_pause > 0
