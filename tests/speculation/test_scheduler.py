@@ -601,11 +601,14 @@ def test_the_spread_is_the_standard_error_of_the_seconds_per_token():
     single = DecayingCost()
     single.add(4.0, 1)
     assert single.relative_error() == 0.0
-    # A restart forgets the spread with the samples.
+    # A restart forgets the spread with the samples: afterwards it reads as a fresh one.
     cost.restart()
-    cost.add(4.0, 4)
-    cost.add(4.0, 4)
-    assert cost.relative_error() == 0.0
+    fresh = DecayingCost()
+    for seconds, tokens in samples[:3]:
+        cost.add(seconds, tokens)
+        fresh.add(seconds, tokens)
+    assert fresh.relative_error() > 0
+    assert cost.relative_error() == pytest.approx(fresh.relative_error())
 
 
 def test_a_probe_that_proposed_nothing_pauses_up_to_the_silent_pause_and_it_carries():
