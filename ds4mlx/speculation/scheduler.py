@@ -17,14 +17,14 @@ the loss must hold with the drafted cost lowered by ``LOSS_DEVIATIONS`` standard
 commits one to six tokens on chat answers, so five cycles' average spreads by ±30% around a drafter
 that breaks even, and a rule that judged the bare average paused DSpark there 6-7 times in 17
 answers, at 0.97-1.01x of plain decoding's speed, where drafting every cycle ran 1.10-1.17x (issue
-36, item 9). A drafter that cannot pay on any text (below), or whose cycles all proposed nothing,
-loses whatever the clock reads and is judged after ``QUICK_SAMPLES``. Then a probe of fresh drafted
-cycles judges again, and each probe that loses doubles the pause (up to ``MAX_COST_PAUSE``, or
-``MAX_SILENT_PAUSE`` after a probe that proposed nothing; a pause is also long enough that what the
-probe lost is a small share of it, ``PROBE_SHARE``, up to ``MAX_LOSS_PAUSE``), while each judgement
-that drafting pays halves it (down to ``COST_PAUSE``): on a shared machine one probe can win by
-chance, which should not undo what many lost probes learned, while a drafter that really pays is
-back to the shortest pause within a few cycles. A drafter that loses thus costs at most about
+36, item 9). A drafter that cannot pay on any text (below) is judged after ``QUICK_SAMPLES``; one
+whose cycles all proposed nothing loses whatever the clock reads, and pauses for
+``MAX_SILENT_PAUSE``. Then a probe of fresh drafted cycles judges again, and each probe that loses
+doubles the pause (up to ``MAX_COST_PAUSE``; a pause is also long enough that what the probe lost
+is a small share of it, ``PROBE_SHARE``, up to ``MAX_LOSS_PAUSE``), while each judgement that
+drafting pays halves it (down to ``COST_PAUSE``): on a shared machine one probe can win by chance,
+which should not undo what many lost probes learned, while a drafter that really pays is back to
+the shortest pause within a few cycles. A drafter that loses thus costs at most about
 ``PROBE_SHARE`` of plain decoding's speed once its pauses have grown; one whose cycles cost more
 than any cycle can commit, every draft accepted (``CANNOT_PAY_MARGIN``), loses on any text and
 pauses for ``MAX_LOSS_PAUSE`` at once. The first drafted cycle of each draft length on a meter is
@@ -92,11 +92,11 @@ MIN_PLAIN_SAMPLES = 1
 #: times its usual cost (seen with GLM nextn at load 5) made a losing drafter look twice as
 #: fast as plain decoding, and it drafted at a loss for the rest of the run.
 PLAIN_MAX_AGE = 16
-#: Drafted cycles that judge a drafter that loses whatever its drafts' acceptance (it cannot pay,
-#: or its cycles proposed nothing), and after which plain measurement starts. A drafter that
-#: loses by rejected drafts waits for ``MIN_DRAFTED_SAMPLES``: two DSpark cycles on a chat answer
-#: both commit one token about one time in six, a loss of 2.7x on their clock, which a judgement
-#: of two cycles read as a clear loss at the start of that many probes.
+#: Drafted cycles that judge a drafter that cannot pay on any text (``CANNOT_PAY_MARGIN``), and
+#: after which plain measurement starts. Any other loss waits for ``MIN_DRAFTED_SAMPLES``: two
+#: DSpark cycles on a chat answer both commit one token about one time in six (2.7x plain
+#: cost on their clock), and legacy MTP proposes nothing in about 45% of its cycles on the chat
+#: answers it speeds up by 1.1x, so two such cycles in a row start one probe in five.
 QUICK_SAMPLES = 2
 #: Standard errors of the drafted cost per token (``DecayingCost.relative_error``) by which a
 #: loss must exceed ``COST_MARGIN`` to pause drafting. Judged after every drafted cycle, so
@@ -112,11 +112,11 @@ COST_MARGIN = 0.02
 #: Plain advances of a cost pause (about four tokens each), doubling after each losing probe.
 COST_PAUSE = 8
 MAX_COST_PAUSE = 32
-#: The longest pause, and the most of it a new request keeps, when the last probe's cycles all
-#: proposed nothing (legacy MTP held back by its margin on prose and code). Such a probe costs
-#: the drafter's catch-up over its window with no draft to show for it (half a plain advance
-#: on the tiny model), so at ``MAX_COST_PAUSE`` legacy MTP read 0.979-0.986x on prose against
-#: 0.996-0.999x never drafting, and 1.003-1.006x at this (48 rounds each, pinned).
+#: The pause after a probe whose cycles all proposed nothing (legacy MTP held back by its margin
+#: on prose and code), and the most of it a new request keeps. Such a probe costs the drafter's
+#: catch-up over its window with no draft to show for it (about half a plain advance on the tiny
+#: model); pauses doubling from ``COST_PAUSE`` probed legacy MTP four times in the quick bench's
+#: 17 prose answers, which read 0.94-0.98x there against 1.00-1.01x never drafting.
 MAX_SILENT_PAUSE = 64
 #: A cost pause is also long enough that the time its probe lost against plain decoding is at
 #: most this share of the pause's plain decoding, up to ``MAX_LOSS_PAUSE``: a drafter that
@@ -379,7 +379,7 @@ class DraftScheduler:
             return
         nothing_drafted = costs.verified_cycles == 0
         cannot_pay = not self.free_proposals and self._cannot_pay()
-        if drafted.samples < MIN_DRAFTED_SAMPLES and not (nothing_drafted or cannot_pay):
+        if drafted.samples < MIN_DRAFTED_SAMPLES and not cannot_pay:
             return
         self.stats.drafted_cost, self.stats.plain_cost = drafted.per_token, plain.per_token
         most = plain.per_token * (1 + COST_MARGIN)
@@ -400,12 +400,13 @@ class DraftScheduler:
         costs.cannot_pay = cannot_pay
         if cannot_pay:
             pause = MAX_LOSS_PAUSE
+        elif nothing_drafted:
+            pause = MAX_SILENT_PAUSE
         elif not self.free_proposals:
             pause = max(pause, min(MAX_LOSS_PAUSE, self._pause_for_loss()))
         costs.pause_left, self._pause_left = pause, 0
         costs.silent = nothing_drafted
-        longest = MAX_SILENT_PAUSE if nothing_drafted else MAX_COST_PAUSE
-        costs.next_pause = min(2 * costs.next_pause, longest)
+        costs.next_pause = min(2 * costs.next_pause, MAX_COST_PAUSE)
         drafted.restart()
         costs.verified_cycles = 0
         self.stats.cost_pauses += 1

@@ -382,8 +382,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         SCHEDULER,
         "scheduler_cost_pause_never_grows",
         SCHEDULER_PY,
-        "costs.next_pause = min(2 * costs.next_pause, longest)",
-        "costs.next_pause = min(costs.next_pause, longest)",
+        "costs.next_pause = min(2 * costs.next_pause, MAX_COST_PAUSE)",
+        "costs.next_pause = min(costs.next_pause, MAX_COST_PAUSE)",
     ),
     _fresh(
         SCHEDULER,

@@ -490,7 +490,7 @@ _SPECULATION = (
     _speculation(
         "scheduler_cost_pause_grows_without_cap",
         SCHEDULER_PY,
-        "costs.next_pause = min(2 * costs.next_pause, longest)",
+        "costs.next_pause = min(2 * costs.next_pause, MAX_COST_PAUSE)",
         "costs.next_pause = 2 * costs.next_pause",
     ),
     _speculation(

@@ -444,16 +444,16 @@ MUTATIONS = (
         "if drafted.samples <= QUICK_SAMPLES:",
     ),
     _speculation(
-        "scheduler_nothing_drafted_waits_for_the_full_probe",
+        "scheduler_nothing_drafted_judged_after_two_cycles",
         SCHEDULER_PY,
-        "if drafted.samples < MIN_DRAFTED_SAMPLES and not (nothing_drafted or cannot_pay):",
-        "if drafted.samples < MIN_DRAFTED_SAMPLES and not cannot_pay:",
+        "MIN_DRAFTED_SAMPLES and not cannot_pay:",
+        "MIN_DRAFTED_SAMPLES and not (cannot_pay or not costs.verified_cycles):",
     ),
     _speculation(
         "scheduler_close_judgement_one_cycle_late",
         SCHEDULER_PY,
-        "drafted.samples < MIN_DRAFTED_SAMPLES and not (nothing_drafted or cannot_pay)",
-        "drafted.samples <= MIN_DRAFTED_SAMPLES and not (nothing_drafted or cannot_pay)",
+        "drafted.samples < MIN_DRAFTED_SAMPLES and not cannot_pay",
+        "drafted.samples <= MIN_DRAFTED_SAMPLES and not cannot_pay",
     ),
     _speculation(
         "scheduler_free_proposals_can_be_condemned",
@@ -578,10 +578,10 @@ MUTATIONS = (
         "self._judge_after_plain = False",
     ),
     _speculation(
-        "scheduler_silent_pause_stops_at_the_usual_cap",
+        "scheduler_silent_pause_is_the_usual_one",
         SCHEDULER_PY,
-        "longest = MAX_SILENT_PAUSE if nothing_drafted else MAX_COST_PAUSE",
-        "longest = MAX_COST_PAUSE",
+        "pause = MAX_SILENT_PAUSE",
+        "pause = costs.next_pause",
     ),
     _speculation(
         "scheduler_new_request_cuts_a_silent_pause_to_the_usual_cap",
