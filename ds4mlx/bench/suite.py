@@ -29,9 +29,10 @@ SECTIONS = ("decode", "speculation", "experts", "quality")
 #: one at 1.0x, and one round's ratio is left to a few milliseconds of another process or of a
 #: scheduler's probe: a drafter that never drafts (prompt lookup on a chat answer) reads each
 #: round at 1.0 with a spread of 4%, and the median of six such rounds fell to 0.96 one time in
-#: six (36 rounds, 2026-12-05). Sixteen narrow that spread by 40% for ~25 s more on the tiny
-#: model (each round decodes 40 tokens six times).
-QUICK_SPECULATION_ROUNDS = 16
+#: six (36 rounds, 2026-12-05). The median of n rounds spreads by about 1.25 x 4% / sqrt(n):
+#: 24 rounds hold it to 1%, three of them between 0.97 and 1.0, for ~30 s more on the tiny
+#: model than six (each round decodes 40 tokens six times).
+QUICK_SPECULATION_ROUNDS = 24
 
 
 @dataclass
@@ -72,8 +73,8 @@ class BenchConfig:
 
     @classmethod
     def quick(cls, **overrides: Any) -> BenchConfig:
-        """Fewer runs, tokens and prompts, so the whole bench takes about a minute and a half
-        on 2 quiet cores (docs/performance.md): one timed run after the warm-up
+        """Fewer runs, tokens and prompts, so the whole bench takes about a minute on 2 quiet
+        cores (docs/performance.md): one timed run after the warm-up
         (``QUICK_SPECULATION_ROUNDS`` rounds of 40 tokens in the speculation section), prefill
         at 128 and 512 tokens, three prompts (a chat answer, a chat answer in code, prose),
         the dflash-layout file (the same drafter as DSpark in llama.cpp's layout) and the

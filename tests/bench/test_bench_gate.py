@@ -73,13 +73,13 @@ def test_metrics_on_one_side_only_never_fail_the_gate():
 
 
 def test_the_heading_counts_the_runs_each_selected_section_times():
-    # --quick: one timed run per measurement, but sixteen rounds in the speculation section.
+    # --quick: one timed run per measurement, but 24 rounds in the speculation section.
     quick = suite.BenchConfig.quick()
     assert quick.runs_description() == (
-        "warm-up, then 1 timed run; speculation: 16 rounds of runs decoded in turns"
+        "warm-up, then 1 timed run; speculation: 24 rounds of runs decoded in turns"
     )
     only_speculation = suite.BenchConfig.quick(sections=("speculation",))
-    assert only_speculation.runs_description() == "speculation: 16 rounds of runs decoded in turns"
+    assert only_speculation.runs_description() == "speculation: 24 rounds of runs decoded in turns"
     full = suite.BenchConfig(sections=("decode", "speculation"))
     assert full.runs_description() == (
         "warm-up, then median (min..max) of 3 timed runs; speculation: 3 rounds of runs "

@@ -140,14 +140,27 @@ def drive_costs(
     (one second a token by default). ``draft_length``: the drafted tokens each cycle reports
     it verified (0: the drafter proposed nothing). Returns what each cycle
     did."""
-    trace, queue = [], list(drafted_seconds)
+    cycles = [(seconds, 2) for seconds in drafted_seconds]
+    return drive_commits(scheduler, cycles, plain_seconds, draft_length)
+
+
+def drive_commits(
+    scheduler: DraftScheduler,
+    cycles: list[tuple[float, int]],
+    plain_seconds: float = 4.0,
+    draft_length: int = 5,
+) -> list[Cycle]:
+    """``drive_costs`` with each drafted cycle's seconds and committed tokens given, every
+    committed draft token accepted (ds4's rule never pauses here)."""
+    trace, queue = [], list(cycles)
     while queue:
         assert len(trace) < 10_000, "the scheduler stopped drafting for good"
         cycle = scheduler.next_cycle(BUDGET)
         trace.append(cycle)
         if cycle is Cycle.DRAFT:
-            scheduler.record(1, 1)  # every draft accepted: ds4's rule never pauses here
-            scheduler.record_cost(Cycle.DRAFT, queue.pop(0), 2, draft_length)
+            seconds, tokens = queue.pop(0)
+            scheduler.record(max(draft_length, 1), tokens - 1)
+            scheduler.record_cost(Cycle.DRAFT, seconds, tokens, draft_length)
         elif cycle is Cycle.PLAIN:
             scheduler.record_cost(Cycle.PLAIN, plain_seconds, 4)
     return trace
@@ -544,23 +557,6 @@ def test_one_winning_probe_halves_the_pause_and_winning_cycles_shorten_it_to_the
     # A drafter that keeps paying is back to the first pause within a few cycles.
     drive_costs(scheduler, [1.0] * 8)
     assert scheduler.costs.next_pause == COST_PAUSE
-
-
-def drive_commits(scheduler: DraftScheduler, cycles: list[tuple[float, int]]) -> list[Cycle]:
-    """``drive_costs`` with each drafted cycle's seconds and committed tokens given (a
-    five-token draft verified each time); plain advances commit four tokens in 4 s."""
-    trace, queue = [], list(cycles)
-    while queue:
-        assert len(trace) < 10_000, "the scheduler stopped drafting for good"
-        cycle = scheduler.next_cycle(BUDGET)
-        trace.append(cycle)
-        if cycle is Cycle.DRAFT:
-            seconds, tokens = queue.pop(0)
-            scheduler.record(5, tokens - 1)
-            scheduler.record_cost(Cycle.DRAFT, seconds, tokens, 5)
-        elif cycle is Cycle.PLAIN:
-            scheduler.record_cost(Cycle.PLAIN, 4.0, 4)
-    return trace
 
 
 def test_a_loss_within_the_spread_of_the_commits_keeps_drafting():
