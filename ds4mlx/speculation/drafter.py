@@ -83,21 +83,12 @@ class Drafter(Protocol):
 # next_token)`` is not shown the rows of a plain advance that at least ``window`` more
 # committed tokens follow before the next draft (a long cost pause): the target skips
 # computing what the drafter would never read. One with ``settle_followed()`` (DSpark) runs
-# then on the rows followed since its last draft, all but one cycle's worth (``rows_to_settle``),
-# so that the loop can time the first drafted cycle after the prompt or a pause as a steady one.
+# then on the rows followed since its last draft, all but one cycle's worth
+# (``dspark.rows_to_settle``), so that the loop can time the first drafted cycle after the
+# prompt or a pause as a steady one.
 # Legacy MTP and GLM's NextN have none: settled so, their catch-ups ran as two block passes
 # instead of one, and NextN's probes kept it drafting on prose at a loss (0.964x against 1.018x,
 # MTP prose 0.95-0.97x against 0.98-0.99x; four interleaved quick benches).
-
-
-def rows_to_settle(observed_rows: Sequence[int], max_draft: int) -> int:
-    """How many of the rows observed since a drafter's last draft (``observed_rows``: per
-    ``observe``, in order) its ``settle_followed`` runs on now: all but the last observation's,
-    of which at most a drafted cycle's most (``max_draft + 1``) are left, to be caught up with
-    the next draft as a drafted cycle's committed rows are."""
-    if not observed_rows:
-        return 0
-    return max(0, sum(observed_rows) - min(observed_rows[-1], max_draft + 1))
 
 
 class DeviceDrafter(Drafter, Protocol):

@@ -27,7 +27,7 @@ from ds4mlx.models.deepseek4_dspark import (
 from ds4mlx.models.deepseek4_mtp import TargetHead, stage_args
 from ds4mlx.models.tiles import CompiledTiles
 from ds4mlx.models.weights import GGUFWeights, RenamedWeights
-from ds4mlx.speculation.drafter import Draft, TargetRows, rows_to_settle
+from ds4mlx.speculation.drafter import Draft, TargetRows
 from ds4mlx.speculation.dspark_layout import (
     ARCH_LLAMA,
     ds4_name,
@@ -54,6 +54,16 @@ def _padded(ring: mx.array, rows: int) -> mx.array:
     return (
         ring if rows <= 0 else mx.concatenate([mx.zeros((rows, ring.shape[1]), ring.dtype), ring])
     )
+
+
+def rows_to_settle(observed_rows: Sequence[int], max_draft: int) -> int:
+    """How many of the rows observed since a drafter's last draft (``observed_rows``: per
+    ``observe``, in order) its ``settle_followed`` runs on now: all but the last observation's,
+    of which at most a drafted cycle's most (``max_draft + 1``) are left, to be caught up with
+    the next draft as a drafted cycle's committed rows are."""
+    if not observed_rows:
+        return 0
+    return max(0, sum(observed_rows) - min(observed_rows[-1], max_draft + 1))
 
 
 class DSparkDrafter:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ds4mlx.generation import generate
 from ds4mlx.speculation import dspark, dspark_layout
-from ds4mlx.speculation.drafter import rows_to_settle
+from ds4mlx.speculation.dspark import rows_to_settle
 from ds4mlx.speculation.lookup import LookupDrafter, LookupExtension
 from ds4mlx.speculation.loop import DrafterLease
 from ds4mlx.speculation.probe import rows_between
