@@ -371,6 +371,7 @@ class SpeculativeDecoder(Decoder):
         if drafting:
             tick = time.perf_counter()
             n = min(room, drafter.max_draft, options.max_draft, max_draft_for_parity)
+            n = self.scheduler.draft_length(n)
             if self._drafts_on_device(session, sampler):
                 queued = drafter.propose_on_device(n)
             else:

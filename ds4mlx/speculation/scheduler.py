@@ -1,10 +1,10 @@
 """When to draft: back off while drafting does not pay (ds4's scheduler defaults).
 
-Drafted cycles are judged in windows. A window whose mean accepted length is too short, or in
-which too many cycles produced no draft at all, pauses drafting for a few cycles; pauses caused by
-missing drafts grow when they repeat. Near the end of the token budget a draft is cut to what the
-budget can still take, and drafting stops once that is too short to pay for its verify pass. One
-scheduler serves one request.
+ds4's rule judges drafted cycles in windows. A window whose mean accepted length is too short,
+or in which too many cycles produced no draft at all, pauses drafting for a few cycles; pauses
+caused by missing drafts grow when they repeat. Near the end of the token budget a draft is cut to
+what the budget can still take, and drafting stops once that is too short to pay for its verify
+pass. One scheduler serves one request.
 
 Acceptance is not cost: a drafter whose drafts are mostly accepted can still lose time when its
 verify pass (and its own network) costs more than the tokens it saves, as GLM's one-token NextN
@@ -30,6 +30,14 @@ than any cycle can commit, every draft accepted (``CANNOT_PAY_MARGIN``), loses o
 pauses for ``MAX_LOSS_PAUSE`` at once. The first drafted cycle of each draft length on a meter is
 not timed: it compiles the verify pass for that many rows (and, the very first, the drafter's own
 graphs), a cost that does not come back and that would make a drafter that pays look as if it lost.
+
+The cost rule judges greedy requests, and ds4's windows only sampled ones (whose output must not
+depend on the clock, ``speculation.loop._weighs_cost``): acceptance stands in for cost there, and
+where cost is measured the stand-in only errs. Four-token DSpark drafts on the tiny model's chat
+answers pay (1.05-1.08x), yet windows of four cycles averaging below ``MIN_MEAN_ACCEPTED`` paused
+them often enough to give the gain back. A greedy request also leaves out of its drafts the
+positions accepted too rarely to pay for their verify rows (``MIN_POSITION_ACCEPTANCE``), measured
+over the lease's drafts (``DraftPositions``), probing the full length now and then.
 
 What drafting costs is a property of the drafter, the model and the machine more than of one
 request, and most requests are too short to learn it (a 32-token answer is eight plain advances).
@@ -139,6 +147,29 @@ MAX_LOSS_PAUSE = 256
 #: well (pauses sized by losses on chat answers, where DSpark loses, covered whole prose prompts
 #: it doubles the speed of).
 CANNOT_PAY_MARGIN = 0.1
+#: A draft ends before the first position accepted in fewer of the drafts that reach it than
+#: this (``DraftScheduler.draft_length``). One more position adds its acceptance to a cycle's
+#: tokens and a row to its verify pass (and to the drafter's own network, if it has one),
+#: which on a CPU costs the tiny model about a sixth of a drafted token: DSpark's fifth
+#: position, accepted in about one chat draft in sixteen (prose: seven in eight), lost more
+#: than it won, and the fourth (one in five) won more. Drafting every cycle, four-token drafts
+#: ran the chat prompts 2-4% faster than five and three-token ones 3-6% slower (the cost
+#: rule's measurements then gained 4-8%: docs/performance.md, "Session 21"). On a GPU a MoE's
+#: verify row is not free either: each row reads its own experts; ds4 cuts DSpark's drafts
+#: before a token its confidence head gives less than 0.7.
+MIN_POSITION_ACCEPTANCE = 0.1
+#: Drafts that must have reached a position (decayed count) before its acceptance can cut one:
+#: the first few drafts of a request can all be rejected early on text the drafter drafts well.
+MIN_POSITION_DRAFTS = 8.0
+#: Draft positions: each verified draft that reaches a position weighs 1 there, the older ones
+#: decay by this factor, so a position's acceptance is that of its last forty or so drafts (a
+#: share of 0.2 then spreads by about ±0.06, and one of 0.06 by ±0.04).
+POSITION_DECAY = 0.95
+#: One draft in this many that its positions' acceptance would cut short
+#: (``DraftScheduler.draft_length``) is drafted in full, so that the positions past the cut are
+#: measured again: text the drafter drafts far (prose after a chat answer) lengthens the drafts
+#: after one such probe, at the cost of the cut rows in one cycle in this many meanwhile.
+FULL_DRAFT_EVERY = 16
 
 
 class Cycle(Enum):
@@ -210,6 +241,31 @@ class DecayingCost:
 
 
 @dataclass
+class DraftPositions:
+    """Per draft position k (0-based): decayed counts of the verified drafts that reached it and
+    of those whose first k + 1 tokens were all accepted (``POSITION_DECAY``)."""
+
+    reached: list[float] = field(default_factory=list)
+    kept: list[float] = field(default_factory=list)
+
+    def add(self, drafted: int, accepted: int) -> None:
+        grow = drafted - len(self.reached)
+        if grow > 0:
+            self.reached += [0.0] * grow
+            self.kept += [0.0] * grow
+        for k in range(drafted):
+            self.reached[k] = self.reached[k] * POSITION_DECAY + 1.0
+            self.kept[k] = self.kept[k] * POSITION_DECAY + (k < accepted)
+
+    def acceptance(self, k: int) -> float | None:
+        """The share of drafts reaching position ``k`` that had it accepted; None before
+        ``MIN_POSITION_DRAFTS``."""
+        if k >= len(self.reached) or self.reached[k] < MIN_POSITION_DRAFTS:
+            return None
+        return self.kept[k] / self.reached[k]
+
+
+@dataclass
 class CostMeter:
     """What drafting and plain decoding cost with one drafter, and the cost rule's pause: shared
     by the requests of that drafter (``DrafterLease``), so that each starts with what the
@@ -235,6 +291,10 @@ class CostMeter:
     drafted_since_plain: int = 0
     #: Draft lengths whose first drafted cycle has run (``warm_up``).
     warmed_lengths: set[int] = field(default_factory=set)
+    #: How often each draft position is accepted (``DraftScheduler.draft_length``), and the
+    #: drafts cut by it since the last one drafted in full instead (``FULL_DRAFT_EVERY``).
+    positions: DraftPositions = field(default_factory=DraftPositions)
+    cut_cycles: int = 0
 
     def warm_up(self, draft_length: int) -> bool:
         """Whether a drafted cycle with a draft of ``draft_length`` tokens (0: the drafter
@@ -341,6 +401,29 @@ class DraftScheduler:
         self.stats.paused_cycles += more
         return 1 + more
 
+    def draft_length(self, longest: int) -> int:
+        """How many tokens the next draft has, of the ``longest`` it may have: it ends before
+        the first position whose tokens are accepted in fewer than ``MIN_POSITION_ACCEPTANCE``
+        of the drafts that reach it. Greedy requests only, as the cost rule (a sampled
+        request's draws depend on its drafts' lengths). The first position always stays
+        (whether drafting pays at all is the cost rule's judgement), and one cut draft in
+        ``FULL_DRAFT_EVERY`` is drafted in full."""
+        if not self.weighs_cost:
+            return longest
+        costs = self.costs
+        length = 1
+        while length < longest:
+            acceptance = costs.positions.acceptance(length)
+            if acceptance is not None and acceptance < MIN_POSITION_ACCEPTANCE:
+                break
+            length += 1
+        if length < longest:
+            costs.cut_cycles += 1
+            if costs.cut_cycles >= FULL_DRAFT_EVERY:
+                costs.cut_cycles = 0
+                return longest
+        return length
+
     def record_cost(self, cycle: Cycle, seconds: float, tokens: int, draft_length: int = 0) -> None:
         """How long a drafted cycle (``Cycle.DRAFT``, which verified ``draft_length`` drafted
         tokens) or a plain advance (``Cycle.PLAIN``) took, and how many tokens it committed."""
@@ -441,6 +524,9 @@ class DraftScheduler:
             self._window_no_draft += 1
         else:
             self.stats.drafted_cycles += 1
+            self.costs.positions.add(drafted, accepted)
+        if self.weighs_cost:
+            return  # the cost rule alone pauses a greedy request (module docstring)
         self._window_accepted.append(accepted)
         if len(self._window_accepted) == WINDOW_CYCLES:
             self._judge_window()

@@ -500,6 +500,29 @@ def test_a_draft_is_never_longer_than_the_options_allow(ds4_model):
     assert stats.position_drafted == [7, 7]
 
 
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+def test_drafts_leave_out_positions_accepted_too_rarely_when_greedy(ds4_model, temperature):
+    """The lease's drafts had their fifth token rejected every time: a greedy request asks the
+    drafter for four tokens (``DraftScheduler.draft_length``), a sampled one for all five."""
+    prompt, n = PROMPTS[0], 24
+    sampling = SamplingOptions(temperature=temperature, seed=3)
+    plain, _ = run(generate(ds4_model.new_session(), prompt, n, sampling=sampling))
+    drafter = ScriptedDrafter(prompt, plain, ds4_model.args.vocab_size, error_rate=0.0)
+    asked = record_asks(drafter)
+    lease = drafting_lease()
+    for _ in range(30):
+        lease.costs.positions.add(5, 4)
+    decoder = SpeculativeDecoder(drafter, SpeculationOptions(), lease)
+    session = ds4_model.new_session()
+    events = stepped_generate(session, prompt, n, decoder=decoder, sampling=sampling)
+    spec, _ = run(run_alone(events))
+    if temperature == 0:
+        assert spec == plain
+        assert asked[:4] == [4] * 4
+    else:  # the sampled speculative text departs from the plain one: only the asks count here
+        assert asked[:2] == [5] * 2
+
+
 def test_drafts_fit_a_verify_pass_that_one_token_decode_matches_bit_for_bit(ds4_model):
     """A verify pass of the last token and its draft stays within ``max_invariant_rows`` rows,
     whatever the drafter and the options would allow."""

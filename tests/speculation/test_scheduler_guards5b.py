@@ -14,8 +14,9 @@ BUDGET = 1000
 
 
 def paused_scheduler() -> DraftScheduler:
-    """A scheduler whose window drafted nothing: a pause of NO_DRAFT_PAUSES[0] cycles."""
-    scheduler = DraftScheduler()
+    """A sampled request's scheduler whose window drafted nothing: a pause of
+    NO_DRAFT_PAUSES[0] cycles."""
+    scheduler = DraftScheduler(weighs_cost=False)
     for _ in range(WINDOW_CYCLES):
         assert scheduler.next_cycle(BUDGET) is Cycle.DRAFT
         scheduler.record(0, 0)
