@@ -31,13 +31,15 @@ pauses for ``MAX_LOSS_PAUSE`` at once. The first drafted cycle of each draft len
 not timed: it compiles the verify pass for that many rows (and, the very first, the drafter's own
 graphs), a cost that does not come back and that would make a drafter that pays look as if it lost.
 
-The cost rule judges greedy requests, and ds4's windows only sampled ones (whose output must not
-depend on the clock, ``speculation.loop._weighs_cost``): acceptance stands in for cost there, and
-where cost is measured the stand-in only errs. Four-token DSpark drafts on the tiny model's chat
-answers pay (1.05-1.08x), yet windows of four cycles averaging below ``MIN_MEAN_ACCEPTED`` paused
-them often enough to give the gain back. A greedy request also leaves out of its drafts the
-positions accepted too rarely to pay for their verify rows (``MIN_POSITION_ACCEPTANCE``), measured
-over the lease's drafts (``DraftPositions``), probing the full length now and then.
+The cost rule judges greedy requests, and ds4's windows of poor acceptance only sampled ones
+(whose output must not depend on the clock, ``speculation.loop._weighs_cost``): acceptance stands
+in for cost there, and where cost is measured the stand-in only errs. Four-token DSpark drafts on
+the tiny model's chat answers pay (1.05-1.08x), yet windows of four cycles averaging below
+``MIN_MEAN_ACCEPTED`` paused them often enough to give the gain back. Windows without drafts pause
+either kind: the proposal's cost bought nothing there. A greedy request also leaves out of its
+drafts the positions accepted too rarely to pay for their verify rows
+(``MIN_POSITION_ACCEPTANCE``), measured over the lease's drafts (``DraftPositions``), probing the
+full length now and then.
 
 What drafting costs is a property of the drafter, the model and the machine more than of one
 request, and most requests are too short to learn it (a 32-token answer is eight plain advances).
@@ -525,8 +527,6 @@ class DraftScheduler:
         else:
             self.stats.drafted_cycles += 1
             self.costs.positions.add(drafted, accepted)
-        if self.weighs_cost:
-            return  # the cost rule alone pauses a greedy request (module docstring)
         self._window_accepted.append(accepted)
         if len(self._window_accepted) == WINDOW_CYCLES:
             self._judge_window()
@@ -541,6 +541,8 @@ class DraftScheduler:
             self.stats.no_draft_pauses += 1
             return
         self._no_draft_streak = 0
+        if self.weighs_cost:
+            return  # the cost rule judges what accepted drafts are worth (module docstring)
         threshold = min(MIN_MEAN_ACCEPTED, MIN_ACCEPTED_SHARE * self.max_draft)
         if sum(window) / len(window) < threshold:
             self._pause_left = LOW_ACCEPTANCE_PAUSE
