@@ -269,9 +269,10 @@ class DraftPositions:
 
 @dataclass
 class CostMeter:
-    """What drafting and plain decoding cost with one drafter, and the cost rule's pause: shared
-    by the requests of that drafter (``DrafterLease``), so that each starts with what the
-    earlier ones learned. Also the clock both costs are read from (tests give a scripted one)."""
+    """What drafting and plain decoding cost with one drafter, the cost rule's pause and how
+    often each draft position is accepted: shared by the requests of that drafter
+    (``DrafterLease``), so that each starts with what the earlier ones learned. Also the clock
+    both costs are read from (tests give a scripted one)."""
 
     clock: Callable[[], float] = time.perf_counter
     plain: DecayingCost = field(default_factory=DecayingCost)

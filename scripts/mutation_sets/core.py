@@ -214,8 +214,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "scheduler_no_draft_streak_never_reset",
         SCHEDULER_PY,
-        "        self._no_draft_streak = 0\n        threshold",
-        "        threshold",
+        "        self._no_draft_streak = 0\n        if self.weighs_cost:",
+        "        if self.weighs_cost:",
         SCHEDULER,
     ),
     Mutation(

@@ -595,4 +595,60 @@ MUTATIONS = (
         "costs.silent = nothing_drafted",
         "costs.silent = costs.silent or nothing_drafted",
     ),
+    # Session 21 (issue 36, item 9): draft lengths by position, ds4's windows of poor
+    # acceptance for sampled requests only.
+    _speculation(
+        "scheduler_poor_windows_pause_greedy_requests",
+        SCHEDULER_PY,
+        "            return  # the cost rule judges what accepted drafts are worth",
+        "            pass  # the cost rule judges what accepted drafts are worth",
+    ),
+    _speculation(
+        "scheduler_sampled_drafts_cut_by_position",
+        SCHEDULER_PY,
+        "        if not self.weighs_cost:\n            return longest",
+        "        if False:\n            return longest",
+    ),
+    _speculation(
+        "scheduler_position_at_the_bound_cut",
+        SCHEDULER_PY,
+        "if acceptance is not None and acceptance < MIN_POSITION_ACCEPTANCE:",
+        "if acceptance is not None and acceptance <= MIN_POSITION_ACCEPTANCE + 0.05:",
+    ),
+    _speculation(
+        "scheduler_cut_drafts_never_probed",
+        SCHEDULER_PY,
+        "            if costs.cut_cycles >= FULL_DRAFT_EVERY:",
+        "            if costs.cut_cycles > 1 << 30:",
+    ),
+    _speculation(
+        "scheduler_tail_drafts_count_towards_a_probe",
+        SCHEDULER_PY,
+        "        if length < longest:\n            costs.cut_cycles += 1",
+        "        if True:\n            costs.cut_cycles += 1",
+    ),
+    _speculation(
+        "scheduler_positions_judged_from_the_first_draft",
+        SCHEDULER_PY,
+        "if k >= len(self.reached) or self.reached[k] < MIN_POSITION_DRAFTS:",
+        "if k >= len(self.reached) or not self.reached[k]:",
+    ),
+    _speculation(
+        "scheduler_position_kept_one_past_the_accepted",
+        SCHEDULER_PY,
+        "self.kept[k] = self.kept[k] * POSITION_DECAY + (k < accepted)",
+        "self.kept[k] = self.kept[k] * POSITION_DECAY + (k <= accepted)",
+    ),
+    _speculation(
+        "scheduler_positions_never_decay",
+        SCHEDULER_PY,
+        "self.reached[k] = self.reached[k] * POSITION_DECAY + 1.0",
+        "self.reached[k] = self.reached[k] + 1.0",
+    ),
+    _speculation(
+        "spec_loop_draft_length_ignored",
+        SPECULATION_LOOP_PY,
+        "            n = self.scheduler.draft_length(n)\n",
+        "",
+    ),
 )
