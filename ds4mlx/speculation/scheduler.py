@@ -155,10 +155,10 @@ CANNOT_PAY_MARGIN = 0.1
 #: which on a CPU costs the tiny model about a sixth of a drafted token: DSpark's fifth
 #: position, accepted in about one chat draft in sixteen (prose: seven in eight), lost more
 #: than it won, and the fourth (one in five) won more. Drafting every cycle, four-token drafts
-#: ran the chat prompts 2-4% faster than five and three-token ones 3-6% slower (the cost
-#: rule's measurements then gained 4-8%: docs/performance.md, "Session 21"). On a GPU a MoE's
-#: verify row is not free either: each row reads its own experts; ds4 cuts DSpark's drafts
-#: before a token its confidence head gives less than 0.7.
+#: ran the chat prompts 2-4% faster than five, and three-token ones 5-7% slower than four; with
+#: the cost rule, four against five gained 5-9% (docs/performance.md, "Session 21"). On a GPU
+#: a MoE's verify row is not free either: each row reads its own experts; ds4 cuts DSpark's
+#: drafts before a token its confidence head gives less than 0.7.
 MIN_POSITION_ACCEPTANCE = 0.1
 #: Drafts that must have reached a position (decayed count) before its acceptance can cut one:
 #: the first few drafts of a request can all be rejected early on text the drafter drafts well.
@@ -170,7 +170,7 @@ POSITION_DECAY = 0.95
 #: One draft in this many that its positions' acceptance would cut short
 #: (``DraftScheduler.draft_length``) is drafted in full, so that the positions past the cut are
 #: measured again: text the drafter drafts far (prose after a chat answer) lengthens the drafts
-#: after one such probe, at the cost of the cut rows in one cycle in this many meanwhile.
+#: after a probe or two, at the cost of the cut rows in one cycle in this many meanwhile.
 FULL_DRAFT_EVERY = 16
 
 

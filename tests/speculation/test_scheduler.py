@@ -662,8 +662,8 @@ def positions_seen(scheduler: DraftScheduler, accepted: list[int], drafted: int 
 
 
 def test_a_draft_ends_before_the_first_position_accepted_too_rarely():
-    """DSpark on chat answers: the fifth token of a draft is accepted in one draft in twenty,
-    below MIN_POSITION_ACCEPTANCE; the fourth in one in five, above it."""
+    """Drafts whose fifth token was accepted once, long ago (below MIN_POSITION_ACCEPTANCE),
+    and their fourth in about four of ten: four-token drafts."""
     scheduler = DraftScheduler()
     positions_seen(scheduler, [5, 3, 3, 3, 0] + [1, 0, 2, 1, 0] * 3 + [4, 4, 4, 0, 1] * 4)
     acceptance = [scheduler.costs.positions.acceptance(k) for k in range(5)]
@@ -711,7 +711,7 @@ def test_no_cut_before_enough_drafts_reached_a_position():
 
 def test_a_cut_draft_is_drafted_in_full_once_in_full_draft_every():
     """Probes keep the positions past the cut measured: prose after chat answers lengthens
-    the drafts again after one probe whose tokens were all accepted."""
+    the drafts again after a probe or two whose tokens were all accepted."""
     scheduler = DraftScheduler()
     positions_seen(scheduler, [4] * 30)
     lengths = [scheduler.draft_length(5) for _ in range(2 * FULL_DRAFT_EVERY)]
