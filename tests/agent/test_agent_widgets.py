@@ -55,6 +55,20 @@ async def armed(pilot, screen: PermissionScreen) -> None:
     await until(pilot, lambda: screen.armed)
 
 
+def unarmed_until_told(monkeypatch) -> None:
+    """The screens shown from now on stay unarmed until ``arm_now``: a timer of half a second
+    armed the dialog before a loaded machine had shown it to the test (a full run under load
+    saw the buttons enabled at the first look)."""
+    monkeypatch.setattr(widgets, "ARM_SECONDS", 3600.0)
+
+
+async def arm_now(pilot, screen: PermissionScreen) -> None:
+    """What the arming timer does when it fires, now."""
+    screen._arm_timer.stop()
+    screen._arm()
+    await armed(pilot, screen)
+
+
 def labels(screen) -> dict[str, str]:
     return {button.id: str(button.label) for button in screen.query(Button)}
 
@@ -159,7 +173,7 @@ def test_only_a_bash_call_has_a_prefix():
 
 
 def test_a_prefix_is_offered_and_p_answers_with_it(monkeypatch):
-    monkeypatch.setattr(widgets, "ARM_SECONDS", 0.5)  # time to see the buttons disabled
+    unarmed_until_told(monkeypatch)  # time to see the buttons disabled
 
     async def scenario(pilot, screen):
         assert content(screen, "#permission-title") == "Allow this bash command?"
@@ -170,7 +184,7 @@ def test_a_prefix_is_offered_and_p_answers_with_it(monkeypatch):
             "deny": "Deny (n)",
         }
         assert all(button.disabled for button in screen.query(Button))
-        await armed(pilot, screen)
+        await arm_now(pilot, screen)
         assert not any(button.disabled for button in screen.query(Button))
         assert content(screen, "#permission-hint") == (
             "y allow once · a always · p prefix · n deny (then a reason) · Esc deny"
@@ -249,14 +263,14 @@ def test_n_opens_the_reason_line_and_says_how_to_send_it():
 
 
 def test_buttons_answer_only_once_armed(monkeypatch):
-    monkeypatch.setattr(widgets, "ARM_SECONDS", 0.5)
+    unarmed_until_told(monkeypatch)
 
     async def scenario(pilot, screen):
         always = screen.query_one("#always", Button)
         screen.on_button_pressed(Button.Pressed(always))
         await pilot.pause(0.01)
         assert pilot.app.screen is screen and not pilot.app.answers
-        await armed(pilot, screen)
+        await arm_now(pilot, screen)
         await pilot.click("#always")
 
     assert show(PermissionScreen(ToolCall("bash", {"command": "ls"})), scenario) == [
