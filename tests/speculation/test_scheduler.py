@@ -655,17 +655,14 @@ def test_a_greedy_request_is_never_paused_by_its_acceptance():
 # Draft lengths: positions accepted too rarely to pay for their rows are left out.
 
 
-def positions_seen(scheduler: DraftScheduler, accepted: list[int], drafted: int = 5) -> None:
-    """Record one verified draft of ``drafted`` tokens per entry of ``accepted``."""
-    for kept in accepted:
-        scheduler.record(drafted, kept)
-
-
 def test_a_draft_ends_before_the_first_position_accepted_too_rarely():
     """Drafts whose fifth token was accepted once, long ago (below MIN_POSITION_ACCEPTANCE),
     and their fourth in about four of ten: four-token drafts."""
     scheduler = DraftScheduler()
-    positions_seen(scheduler, [5, 3, 3, 3, 0] + [1, 0, 2, 1, 0] * 3 + [4, 4, 4, 0, 1] * 4)
+    drive(
+        scheduler,
+        [(5, kept) for kept in [5, 3, 3, 3, 0] + [1, 0, 2, 1, 0] * 3 + [4, 4, 4, 0, 1] * 4],
+    )
     acceptance = [scheduler.costs.positions.acceptance(k) for k in range(5)]
     assert acceptance[4] < MIN_POSITION_ACCEPTANCE <= acceptance[3]
     assert scheduler.draft_length(5) == 4
@@ -703,9 +700,9 @@ def test_no_cut_before_enough_drafts_reached_a_position():
         for n in range(1, 100)
         if (1 - POSITION_DECAY**n) / (1 - POSITION_DECAY) >= MIN_POSITION_DRAFTS
     )
-    positions_seen(scheduler, [0] * (needed - 1))
+    drive(scheduler, [(5, 0)] * (needed - 1))
     assert scheduler.draft_length(5) == 5
-    positions_seen(scheduler, [0])
+    drive(scheduler, [(5, 0)])
     assert scheduler.draft_length(5) == 1  # the first position always stays
 
 
@@ -713,7 +710,7 @@ def test_a_cut_draft_is_drafted_in_full_once_in_full_draft_every():
     """Probes keep the positions past the cut measured: prose after chat answers lengthens
     the drafts again after a probe or two whose tokens were all accepted."""
     scheduler = DraftScheduler()
-    positions_seen(scheduler, [4] * 30)
+    drive(scheduler, [(5, 4)] * 30)
     lengths = [scheduler.draft_length(5) for _ in range(2 * FULL_DRAFT_EVERY)]
     assert lengths.count(5) == 2 and lengths[FULL_DRAFT_EVERY - 1] == 5
     assert set(lengths) == {4, 5}
@@ -723,7 +720,7 @@ def test_a_cut_draft_is_drafted_in_full_once_in_full_draft_every():
     lengths = [scheduler.draft_length(5) for _ in range(FULL_DRAFT_EVERY)]
     assert lengths == [4] * (FULL_DRAFT_EVERY - 1) + [5]
     # A probe on prose, every token accepted, makes full drafts pay again.
-    positions_seen(scheduler, [5] * 2)
+    drive(scheduler, [(5, 5)] * 2)
     assert scheduler.draft_length(5) == 5
 
 
@@ -731,6 +728,6 @@ def test_a_sampled_request_drafts_in_full():
     """A sampled request's draws depend on its drafts' lengths: never cut (as the cost rule)."""
     costs = CostMeter()
     greedy = DraftScheduler(costs=costs)
-    positions_seen(greedy, [0] * 20)
+    drive(greedy, [(5, 0)] * 20)
     assert greedy.draft_length(5) == 1
     assert DraftScheduler(costs=costs, weighs_cost=False).draft_length(5) == 5
