@@ -118,105 +118,12 @@ struct Product {
   int n;
 };
 
-// Rows [r0, r0 + kGroup) x columns [j0, j0 + kColumns) of x @ w (see rows_times_in_out), the
-// accumulators held in registers across the whole k loop.
-template <int kGroup, int kColumns>
-void rows_times_in_out_block(const Product& p, int r0, int j0) {
-  float acc[kGroup][kColumns] = {};
-  for (int k = 0; k < p.k; k++) {
-    const float* __restrict wk = p.w + static_cast<size_t>(k) * p.n + j0;
-    for (int r = 0; r < kGroup; r++) {
-      const float xv = p.x[(r0 + r) * p.x_stride + k];
-      for (int j = 0; j < kColumns; j++) acc[r][j] = madd(xv, wk[j], acc[r][j]);
-    }
-  }
-  for (int r = 0; r < kGroup; r++) std::copy(acc[r], acc[r] + kColumns, p.y + (r0 + r) * p.y_stride + j0);
-}
-
-// The columns past the last whole block, one at a time, with the same chain per element.
-inline void rows_times_in_out_tail(const Product& p, int rows, int j0) {
-  for (int r = 0; r < rows; r++) {
-    for (int j = j0; j < p.n; j++) {
-      float acc = 0.0f;
-      for (int k = 0; k < p.k; k++) {
-        acc = madd(p.x[r * p.x_stride + k], p.w[static_cast<size_t>(k) * p.n + j], acc);
-      }
-      p.y[r * p.y_stride + j] = acc;
-    }
-  }
-}
-
-// Rows [r0, r0 + kGroup) of x @ w over columns [j_begin, n): whole blocks of kColumns, then
-// what is left in blocks half as wide, down to 8, then one column at a time (narrow matrices,
-// e.g. a router's eight columns, stay vectorised).
-template <int kGroup, int kColumns>
-void rows_times_in_out_group(const Product& p, int r0, int j_begin = 0) {
-  const int whole = j_begin + (p.n - j_begin) / kColumns * kColumns;
-  for (int j0 = j_begin; j0 < whole; j0 += kColumns) {
-    rows_times_in_out_block<kGroup, kColumns>(p, r0, j0);
-  }
-  if (whole == p.n) return;
-  if constexpr (kColumns > 8) {
-    rows_times_in_out_group<kGroup, kColumns / 2>(p, r0, whole);
-  } else {
-    Product rest = p;
-    rest.x += r0 * p.x_stride;
-    rest.y += r0 * p.y_stride;
-    rows_times_in_out_tail(rest, kGroup, whole);
-  }
-}
-
-// y[r, :] = x[r, :] @ w for rows r < rows of x with w [K, N] stored [in, out], and y[r, :] = 0
-// for the rest of the tokens. Each output element is one chain of multiply-adds over k in
-// order, whatever the row count or the block it falls in: a row's bits never depend on the
-// other rows of the call. (A BLAS GEMM changes kernel and blocking with the row count, which
-// is why decode tiles had a fixed number of rows; and it computed every padding row of a
-// one-token tile.) Rows go up to six at a time (a verify pass's six rows read each weight
-// once) through blocks of columns whose sums stay in registers: rows x columns / 16 of about
-// 16-24 vector registers, the widest blocks measured fastest here (6x64 columns: 3x the
-// speed of 4x32 + 2x64 for a verify pass's head).
-inline void rows_times_in_out(const Product& p, int tokens, int rows) {
-  for (int r = rows; r < tokens; r++) std::fill(p.y + r * p.y_stride, p.y + r * p.y_stride + p.n, 0.0f);
-  int r0 = 0;
-  for (; r0 + 6 <= rows; r0 += 6) rows_times_in_out_group<6, 64>(p, r0);
-  switch (rows - r0) {
-    case 5: rows_times_in_out_group<5, 64>(p, r0); break;
-    case 4: rows_times_in_out_group<4, 64>(p, r0); break;
-    case 3: rows_times_in_out_group<3, 128>(p, r0); break;
-    case 2: rows_times_in_out_group<2, 128>(p, r0); break;
-    case 1: rows_times_in_out_group<1, 256>(p, r0); break;
-    default: break;
-  }
-}
-
 // Rows of a decode or verify tile (kernels.ROWS_LINEAR_MAX): up to these, a product takes one
 // chain of multiply-adds per value, so a row's bits never depend on the other rows.
 constexpr int kTileRows = 8;
 
 // The columns of a coded or float16 matrix are stored in panels this wide (``Coded``).
 constexpr int kPanel = 64;
-
-// A matrix [K, N] (stored [in, out]) whose values are scale * code + bias (a GGUF quant's
-// blocks, re-laid out at load: kernels.RowCodes): codes [N / kPanel, K, kPanel] int8 and scale
-// and bias [N / kPanel, K / group, kPanel], a scale and a bias per ``group`` consecutive k (the
-// quant's sub-block). A quarter of float32's bytes, and each column panel is read front to back
-// (a float32 [K, N] column block is read in short runs a row apart, one page each on a wide
-// matrix): decode and verify tiles are bound by these reads.
-struct Coded {
-  const int8_t* codes;
-  const float* scale;
-  const float* bias;
-  int group;
-
-  // Row k (of K) of column panel ``panel``: its kPanel values into w.
-  void decode(size_t panel, int k, int k_dim, float* __restrict w) const {
-    const int8_t* __restrict q = codes + (panel * k_dim + k) * kPanel;
-    const size_t at = (panel * (k_dim / group) + k / group) * kPanel;
-    const float* __restrict s = scale + at;
-    const float* __restrict o = bias + at;
-    for (int j = 0; j < kPanel; j++) w[j] = s[j] * static_cast<float>(q[j]) + o[j];
-  }
-};
 
 // An IEEE half's bits as float32 (exact: every half is a float).
 inline float half_to_float(uint16_t h) {
@@ -258,61 +165,259 @@ inline void halves_to_floats(const uint16_t* __restrict h, float* __restrict out
   for (; i < n; i++) out[i] = half_to_float(h[i]);
 }
 
-// A matrix [K, N] (stored [in, out]) of float16 values (a GGUF F16 tensor) in panels of kPanel
-// columns: [N / kPanel, K, kPanel] (the same layout as Coded's codes, at half float32's bytes),
-// decoded exactly.
-struct HalfPanels {
-  const uint16_t* halves;
+// One vector register of float lanes, for the products' register blocks: kLanes floats, of
+// which the CPU has kVectorRegisters. A block's sums must all stay in registers across the
+// k loop: blocks sized for AVX-512's 32 registers of 16 floats (6 rows x 64 columns) need 48 of
+// AVX2's 16 registers of 8, and the spills made a verify pass's extra rows cost 3-4x what they
+// do in registers. Every lane operation is madd's (fused where the CPU fuses), so a value's
+// bits do not depend on the vector width nor on the block it falls in.
+#if defined(__AVX512F__)
+using FloatVec = __m512;
+constexpr int kLanes = 16;
+constexpr int kVectorRegisters = 32;
+inline FloatVec vec_zero() { return _mm512_setzero_ps(); }
+inline FloatVec vec_load(const float* a) { return _mm512_loadu_ps(a); }
+inline FloatVec vec_splat(float a) { return _mm512_set1_ps(a); }
+inline FloatVec vec_madd(FloatVec a, FloatVec b, FloatVec c) { return _mm512_fmadd_ps(a, b, c); }
+inline void vec_store(float* out, FloatVec v) { _mm512_storeu_ps(out, v); }
+// scale * code + bias per lane, the multiply and the add rounded apart (as the load-time check
+// computed the values), for kLanes codes.
+inline FloatVec vec_coded(const int8_t* codes, FloatVec scale, FloatVec bias) {
+  const __m512 q = _mm512_cvtepi32_ps(
+      _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes))));
+  return _mm512_add_ps(_mm512_mul_ps(scale, q), bias);
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+using FloatVec = __m256;
+constexpr int kLanes = 8;
+constexpr int kVectorRegisters = 16;
+inline FloatVec vec_zero() { return _mm256_setzero_ps(); }
+inline FloatVec vec_load(const float* a) { return _mm256_loadu_ps(a); }
+inline FloatVec vec_splat(float a) { return _mm256_set1_ps(a); }
+inline FloatVec vec_madd(FloatVec a, FloatVec b, FloatVec c) { return _mm256_fmadd_ps(a, b, c); }
+inline void vec_store(float* out, FloatVec v) { _mm256_storeu_ps(out, v); }
+inline FloatVec vec_coded(const int8_t* codes, FloatVec scale, FloatVec bias) {
+  const __m256 q = _mm256_cvtepi32_ps(
+      _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes))));
+  return _mm256_add_ps(_mm256_mul_ps(scale, q), bias);
+}
+#elif defined(__ARM_NEON) && defined(__ARM_FEATURE_FMA)
+using FloatVec = float32x4_t;
+constexpr int kLanes = 4;
+constexpr int kVectorRegisters = 32;
+inline FloatVec vec_zero() { return vdupq_n_f32(0.0f); }
+inline FloatVec vec_load(const float* a) { return vld1q_f32(a); }
+inline FloatVec vec_splat(float a) { return vdupq_n_f32(a); }
+inline FloatVec vec_madd(FloatVec a, FloatVec b, FloatVec c) { return vfmaq_f32(c, a, b); }
+inline void vec_store(float* out, FloatVec v) { vst1q_f32(out, v); }
+inline FloatVec vec_coded(const int8_t* codes, FloatVec scale, FloatVec bias) {
+  int32_t four;  // this vector's four codes, as the low half of eight
+  std::memcpy(&four, codes, sizeof four);
+  const int8x8_t eight = vreinterpret_s8_s32(vdup_n_s32(four));
+  const int32x4_t q = vmovl_s16(vget_low_s16(vmovl_s8(eight)));
+  return vaddq_f32(vmulq_f32(scale, vcvtq_f32_s32(q)), bias);
+}
+#else
+struct FloatVec {
+  float lane[8];
+};
+constexpr int kLanes = 8;
+constexpr int kVectorRegisters = 16;
+inline FloatVec vec_zero() { return {}; }
+inline FloatVec vec_load(const float* a) {
+  FloatVec v;
+  std::copy(a, a + kLanes, v.lane);
+  return v;
+}
+inline FloatVec vec_splat(float a) {
+  FloatVec v;
+  std::fill(v.lane, v.lane + kLanes, a);
+  return v;
+}
+inline FloatVec vec_madd(FloatVec a, FloatVec b, FloatVec c) {
+  for (int l = 0; l < kLanes; l++) c.lane[l] = madd(a.lane[l], b.lane[l], c.lane[l]);
+  return c;
+}
+inline void vec_store(float* out, FloatVec v) { std::copy(v.lane, v.lane + kLanes, out); }
+inline FloatVec vec_coded(const int8_t* codes, FloatVec scale, FloatVec bias) {
+  FloatVec v;
+  for (int l = 0; l < kLanes; l++) {
+    v.lane[l] = scale.lane[l] * static_cast<float>(codes[l]) + bias.lane[l];
+  }
+  return v;
+}
+#endif
 
-  void decode(size_t panel, int k, int k_dim, float* __restrict w) const {
-    halves_to_floats(halves + (panel * k_dim + k) * kPanel, w, kPanel);
+inline FloatVec vec_halves(const uint16_t* halves) {
+  float values[kLanes];
+  halves_to_floats(halves, values, kLanes);
+  return vec_load(values);
+}
+
+// The columns of a matrix [K, N] (stored [in, out]) as a product reads them, row k after row k:
+// ``rows()`` is a cursor at row 0 whose ``load(j)`` is the vector of the row's values at columns
+// [j, j + kLanes) and ``next()`` moves it to the next row (no division per row: a coded
+// matrix's scale row changes every ``group`` rows). ``padded``: N is stored rounded up to whole
+// panels, so a vector past the last column reads stored padding (computed, never written);
+// otherwise the columns past the last whole vector take the scalar tail (``value``).
+
+// float32 values.
+struct DenseColumns {
+  static constexpr bool padded = false;
+  const float* w;
+  int n;
+
+  struct Rows {
+    const float* row;
+    size_t n;
+    FloatVec load(int j) const { return vec_load(row + j); }
+    void next() { row += n; }
+  };
+  Rows rows() const { return {w, static_cast<size_t>(n)}; }
+  float value(int k, int j) const { return w[static_cast<size_t>(k) * n + j]; }
+};
+
+// Values scale * code + bias (a GGUF quant's blocks, re-laid out at load: kernels.RowCodes):
+// codes [N / kPanel, K, kPanel] int8 and scale and bias [N / kPanel, K / group, kPanel], a scale
+// and a bias per ``group`` consecutive k (the quant's sub-block). A quarter of float32's bytes,
+// and each column panel is read front to back (a float32 [K, N] column block is read in short
+// runs a row apart, one page each on a wide matrix): decode and verify tiles are bound by these
+// reads.
+struct Coded {
+  static constexpr bool padded = true;
+  const int8_t* codes;
+  const float* scale;
+  const float* bias;
+  int group;
+  int k_dim;
+
+  struct Rows {
+    const int8_t* codes;
+    const float* scale;
+    const float* bias;
+    size_t codes_panel, scales_panel;  // the strides from one column panel to the next
+    int group, in_group = 0;
+    FloatVec load(int j) const {
+      const size_t panel = j / kPanel, lane = j % kPanel;
+      const size_t at = panel * scales_panel + lane;
+      return vec_coded(codes + panel * codes_panel + lane, vec_load(scale + at),
+                       vec_load(bias + at));
+    }
+    void next() {
+      codes += kPanel;
+      if (++in_group == group) {
+        in_group = 0;
+        scale += kPanel;
+        bias += kPanel;
+      }
+    }
+  };
+  Rows rows() const {
+    return {codes, scale, bias, static_cast<size_t>(k_dim) * kPanel,
+            static_cast<size_t>(k_dim / group) * kPanel, group};
   }
 };
 
-// panels_times_in_out's rows [r0, r0 + kGroup) x columns [j0, j0 + kColumns) (whole panels):
-// each k's values are decoded once for the rows, then every element takes the same multiply-add
-// chain as rows_times_in_out_block's (the values are the float32 matrix's, so the same bits).
-// The last panel of a matrix whose width is not a whole number of panels is stored padded: its
-// columns past p.n are computed and not written.
-template <int kGroup, int kColumns, typename Panels>
-void panels_block(const Product& p, const Panels& m, int r0, int j0) {
-  static_assert(kColumns % kPanel == 0);
-  float acc[kGroup][kColumns] = {};
-  float w[kColumns];
-  for (int k = 0; k < p.k; k++) {
-    for (int pp = 0; pp < kColumns / kPanel; pp++) m.decode(j0 / kPanel + pp, k, p.k, w + pp * kPanel);
+// float16 values (a GGUF F16 tensor) in the panels of Coded's codes, at half float32's bytes,
+// decoded exactly.
+struct HalfPanels {
+  static constexpr bool padded = true;
+  const uint16_t* halves;
+  int k_dim;
+
+  struct Rows {
+    const uint16_t* row;
+    size_t panel_stride;
+    FloatVec load(int j) const { return vec_halves(row + j / kPanel * panel_stride + j % kPanel); }
+    void next() { row += kPanel; }
+  };
+  Rows rows() const { return {halves, static_cast<size_t>(k_dim) * kPanel}; }
+};
+
+// Rows [r0, r0 + kGroup) x columns [j0, j0 + kVecs * kLanes) of x @ w: each k's vectors are
+// loaded (decoded) once for the rows, and the sums stay in registers across the whole k loop,
+// each element one chain of madd over k in order from zero. Columns from ``written`` on are
+// computed and not stored (a padded panel's).
+template <int kGroup, int kVecs, typename Columns>
+void product_block(const Product& p, const Columns& w, int r0, int j0, int written) {
+  FloatVec acc[kGroup][kVecs];
+  for (int r = 0; r < kGroup; r++) {
+    for (int v = 0; v < kVecs; v++) acc[r][v] = vec_zero();
+  }
+  auto rows = w.rows();
+  for (int k = 0; k < p.k; k++, rows.next()) {
+    FloatVec wk[kVecs];
+    for (int v = 0; v < kVecs; v++) wk[v] = rows.load(j0 + v * kLanes);
     for (int r = 0; r < kGroup; r++) {
-      const float xv = p.x[(r0 + r) * p.x_stride + k];
-      for (int j = 0; j < kColumns; j++) acc[r][j] = madd(xv, w[j], acc[r][j]);
+      const FloatVec xv = vec_splat(p.x[(r0 + r) * p.x_stride + k]);
+      for (int v = 0; v < kVecs; v++) acc[r][v] = vec_madd(xv, wk[v], acc[r][v]);
     }
   }
-  const int written = std::min(kColumns, p.n - j0);
-  for (int r = 0; r < kGroup; r++) std::copy(acc[r], acc[r] + written, p.y + (r0 + r) * p.y_stride + j0);
+  for (int r = 0; r < kGroup; r++) {
+    float* y = p.y + (r0 + r) * p.y_stride + j0;
+    for (int v = 0; v < kVecs; v++) {
+      if ((v + 1) * kLanes <= written) {
+        vec_store(y + v * kLanes, acc[r][v]);
+      } else if (v * kLanes < written) {
+        float lanes[kLanes];
+        vec_store(lanes, acc[r][v]);
+        std::copy(lanes, lanes + (written - v * kLanes), y + v * kLanes);
+      }
+    }
+  }
 }
 
-template <int kGroup, int kColumns, typename Panels>
-void panels_group(const Product& p, const Panels& m, int r0) {
-  const int whole = p.n / kColumns * kColumns;
-  for (int j0 = 0; j0 < whole; j0 += kColumns) panels_block<kGroup, kColumns>(p, m, r0, j0);
-  for (int j0 = whole; j0 < p.n; j0 += kPanel) panels_block<kGroup, kPanel>(p, m, r0, j0);
+// Vectors per block for kGroup rows: as many as leave the sums of kGroup rows and a few
+// registers for the loaded values in registers, at most 8.
+template <int kGroup>
+constexpr int kBlockVecs = std::max(1, std::min(8, (kVectorRegisters - 4) / kGroup));
+
+// Rows [r0, r0 + kGroup) of x @ w over all columns: whole blocks, then single vectors, then
+// (unpadded columns) one column at a time with the same chain per element.
+template <int kGroup, typename Columns>
+void product_group(const Product& p, const Columns& w, int r0) {
+  constexpr int kWidth = kBlockVecs<kGroup> * kLanes;
+  int j0 = 0;
+  for (; j0 + kWidth <= p.n; j0 += kWidth) product_block<kGroup, kBlockVecs<kGroup>>(p, w, r0, j0, kWidth);
+  for (; j0 + kLanes <= p.n; j0 += kLanes) product_block<kGroup, 1>(p, w, r0, j0, kLanes);
+  if (j0 == p.n) return;
+  if constexpr (Columns::padded) {
+    product_block<kGroup, 1>(p, w, r0, j0, p.n - j0);
+  } else {
+    for (int r = r0; r < r0 + kGroup; r++) {
+      for (int j = j0; j < p.n; j++) {
+        float acc = 0.0f;
+        for (int k = 0; k < p.k; k++) acc = madd(p.x[r * p.x_stride + k], w.value(k, j), acc);
+        p.y[r * p.y_stride + j] = acc;
+      }
+    }
+  }
 }
 
-// rows_times_in_out on a matrix in column panels (``Coded`` or ``HalfPanels``; p.n columns of
-// panels padded to a whole one): the same results, bit for bit, from a quarter or a half of
-// the bytes.
-template <typename Panels>
-void panels_times_in_out(const Product& p, const Panels& m, int tokens, int rows) {
+// y[r, :] = x[r, :] @ w for rows r < rows of x, and y[r, :] = 0 for the rest of the tokens.
+// Each output element is one chain of multiply-adds over k in order, whatever the row count or
+// the block it falls in: a row's bits never depend on the other rows of the call. (A BLAS GEMM
+// changes kernel and blocking with the row count, which is why decode tiles had a fixed number
+// of rows; and it computed every padding row of a one-token tile.) Rows go up to six at a time
+// (a verify pass's six rows read each weight once).
+template <typename Columns>
+void product_rows(const Product& p, const Columns& w, int tokens, int rows) {
   for (int r = rows; r < tokens; r++) std::fill(p.y + r * p.y_stride, p.y + r * p.y_stride + p.n, 0.0f);
   int r0 = 0;
-  for (; r0 + 6 <= rows; r0 += 6) panels_group<6, 64>(p, m, r0);
+  for (; r0 + 6 <= rows; r0 += 6) product_group<6>(p, w, r0);
   switch (rows - r0) {
-    case 5: panels_group<5, 64>(p, m, r0); break;
-    case 4: panels_group<4, 64>(p, m, r0); break;
-    case 3: panels_group<3, 128>(p, m, r0); break;
-    case 2: panels_group<2, 128>(p, m, r0); break;
-    case 1: panels_group<1, 128>(p, m, r0); break;
+    case 5: product_group<5>(p, w, r0); break;
+    case 4: product_group<4>(p, w, r0); break;
+    case 3: product_group<3>(p, w, r0); break;
+    case 2: product_group<2>(p, w, r0); break;
+    case 1: product_group<1>(p, w, r0); break;
     default: break;
   }
+}
+
+// product_rows with w [K, N] float32 (p.w).
+inline void rows_times_in_out(const Product& p, int tokens, int rows) {
+  product_rows(p, DenseColumns{p.w, p.n}, tokens, rows);
 }
 
 // Sixteen partial sums, lane l accumulating madd(a[l], b[l], lane) for blocks of 16 floats: one
@@ -456,6 +561,19 @@ struct CodedRows {
     const size_t at = row * (k_dim / group) + i / group;
     lanes.madd_coded_block(codes + row * k_dim + i, scale[at], bias[at], x);
   }
+
+  // Row ``row``'s K values into out, as madd_coded_block computes them.
+  void decode(size_t row, int k_dim, float* __restrict out) const {
+    const int8_t* __restrict q = codes + row * k_dim;
+    const float* __restrict s = scale + row * (k_dim / group);
+    const float* __restrict o = bias + row * (k_dim / group);
+    for (int g = 0; g < k_dim / group; g++) {
+      const FloatVec group_scale = vec_splat(s[g]), group_bias = vec_splat(o[g]);
+      for (int i = g * group; i < (g + 1) * group; i += kLanes) {
+        vec_store(out + i, vec_coded(q + i, group_scale, group_bias));
+      }
+    }
+  }
 };
 
 // A stack of float16 matrices [E, N, K] (GGUF F16 experts; K a multiple of 16), decoded exactly.
@@ -464,6 +582,10 @@ struct HalfRows {
 
   void madd(Lanes16& lanes, size_t row, int i, int k_dim, const float* __restrict x) const {
     lanes.madd_half_block(halves + row * k_dim + i, x);
+  }
+
+  void decode(size_t row, int k_dim, float* __restrict out) const {
+    halves_to_floats(halves + row * k_dim, out, k_dim);
   }
 };
 
@@ -480,14 +602,25 @@ void stack_dots(const Rows& m, size_t row0, int k_dim, const float* __restrict x
 }
 
 // out_in_times_rows on matrix ``e`` of a coded or float16 stack: the same dot sums of the same
-// values, so the same bits, reading a quarter or a half of the bytes.
+// values, so the same bits, reading a quarter or a half of the bytes. One input row decodes in
+// its dot products; several (verify rows that chose the same expert) share each four weight
+// rows decoded once into float32 (``Rows::decode``, L1-resident), as a float32 stack's rows
+// are read: decoding costs more than the multiply-adds it feeds.
 template <typename Rows>
 void stack_times_rows(const Rows& m, size_t e, const float* const* x, float* const* y, int count,
                       int n, int k_dim) {
   const size_t first = e * n;
   int j = 0;
-  for (; j + 4 <= n; j += 4) {
-    for (int r = 0; r < count; r++) stack_dots<4>(m, first + j, k_dim, x[r], y[r] + j);
+  if (count == 1) {
+    for (; j + 4 <= n; j += 4) stack_dots<4>(m, first + j, k_dim, x[0], y[0] + j);
+  } else {
+    std::vector<float> decoded(static_cast<size_t>(4) * k_dim);
+    const float* block[4];
+    for (int b = 0; b < 4; b++) block[b] = decoded.data() + static_cast<size_t>(b) * k_dim;
+    for (; j + 4 <= n; j += 4) {
+      for (int b = 0; b < 4; b++) m.decode(first + j + b, k_dim, decoded.data() + static_cast<size_t>(b) * k_dim);
+      for (int r = 0; r < count; r++) dot4(block, x[r], k_dim, y[r] + j);
+    }
   }
   for (; j < n; j++) {
     for (int r = 0; r < count; r++) stack_dots<1>(m, first + j, k_dim, x[r], y[r] + j);
@@ -587,10 +720,10 @@ class MatrixInput : WeightInput {
       p.w = values_->data();
       rows_times_in_out(p, tokens, rows);
     } else if (halves_) {
-      panels_times_in_out(p, HalfPanels{halves_->data()}, tokens, rows);
+      product_rows(p, HalfPanels{halves_->data(), p.k}, tokens, rows);
     } else {
-      panels_times_in_out(p, Coded{codes_->data(), scale_->data(), bias_->data(), group_},
-                          tokens, rows);
+      product_rows(p, Coded{codes_->data(), scale_->data(), bias_->data(), group_, p.k}, tokens,
+                   rows);
     }
   }
 };
