@@ -233,9 +233,10 @@ def add_speculation_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--mtp-margin",
         type=_float_in(0.0, 1000.0),
-        default=DEFAULT_MTP_MARGIN,
-        help="legacy MTP: stop drafting when the top-1 logit margin is smaller "
-        f"(default {DEFAULT_MTP_MARGIN})",
+        default=None,
+        help="legacy MTP: stop drafting when the top-1 logit margin is smaller (default: "
+        f"{DEFAULT_MTP_MARGIN}, as ds4, when sampling; none when greedy, where the drafts are "
+        "cut by their measured acceptance and cost)",
     )
     group.add_argument(
         "--mtp",

@@ -31,7 +31,9 @@ class SpeculationConfig:
     #: Load the drafter but decode with the target alone (--dspark-strict / --quality).
     strict: bool = False
     mtp_draft: int = 1
-    mtp_margin: float = DEFAULT_MTP_MARGIN
+    #: Legacy MTP's top-1 logit margin (``MTPDrafter.margin``); None: ds4's
+    #: ``DEFAULT_MTP_MARGIN`` for sampled requests, none for greedy ones.
+    mtp_margin: float | None = None
     exact_sampling: bool = False
     timing: bool = False
     #: Prompt lookup: the longest lookup draft (0: off), alone or in front of the drafter above.

@@ -85,7 +85,9 @@ class Drafter(Protocol):
 # computing what the drafter would never read. One with ``settle_followed()`` (DSpark) runs
 # then on the rows followed since its last draft, all but one cycle's worth
 # (``dspark.rows_to_settle``), so that the loop can time the first drafted cycle after the
-# prompt or a pause as a steady one.
+# prompt or a pause as a steady one. One with ``for_request(greedy)`` (legacy MTP: its margin)
+# is told at each prefill whether the request decodes greedily, which the scheduler judges by
+# measured cost, or samples, which ds4's rules alone judge.
 # Legacy MTP and GLM's NextN have none: settled so, their catch-ups ran as two block passes
 # instead of one, and NextN's probes kept it drafting on prose at a loss (0.964x against 1.018x,
 # MTP prose 0.95-0.97x against 0.98-0.99x; four interleaved quick benches).

@@ -170,6 +170,12 @@ class LookupExtension:
         if settle is not None:
             settle()
 
+    def for_request(self, greedy: bool) -> None:
+        """The learned drafter's (``MTPDrafter.for_request``)."""
+        for_request = getattr(self.learned, "for_request", None)
+        if for_request is not None:
+            for_request(greedy)
+
     def _record(self, block: int, extension: int) -> None:
         self.last_sources = [(self.learned.name, block), (self.lookup.name, extension)]
 

@@ -168,6 +168,9 @@ class SpeculativeDecoder(Decoder):
     ) -> int:
         pos0 = session.n_tokens
         self.scheduler.weighs_cost = _weighs_cost(sampler)
+        for_request = getattr(self.drafter, "for_request", None)
+        if for_request is not None:  # the drafter's own rules for this kind of request
+            for_request(self.scheduler.weighs_cost)
         # Drafters read the prompt's hidden states, never its logits: the head (129k rows at
         # DS4-Flash's width) runs for the last token only.
         out = session.feed_hidden(prompt, self.capture, all_logits=False)

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from ds4mlx.cli import options
-from ds4mlx.generation import DEFAULT_MTP_MARGIN, DEFAULT_NGRAM, DrafterKind, GGUFError
+from ds4mlx.generation import DEFAULT_NGRAM, DrafterKind, GGUFError
 
 import pytest
 
@@ -134,7 +134,7 @@ def test_defaults():
     assert (args.quality, args.mtp_draft, args.mtp_margin, args.mtp, args.mtp_timing) == (
         False,
         1,
-        DEFAULT_MTP_MARGIN,
+        None,
         False,
         False,
     )

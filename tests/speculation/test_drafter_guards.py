@@ -7,8 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import ds4mlx
+from ds4mlx.generation import SamplingOptions, TokenEvent, generate
 from ds4mlx.gguf import GGUFError
 from ds4mlx.speculation import DrafterKind, SpeculationConfig, check_drafter_files
+from ds4mlx.speculation.config import DEFAULT_MTP_MARGIN
 from ds4mlx.speculation.drafter import Draft, TargetRows
 from ds4mlx.speculation.lookup import LookupDrafter, LookupExtension, NgramIndex
 from ds4mlx.speculation.loop import SpeculativeStats
@@ -160,6 +162,24 @@ def test_mtp_is_loaded_with_the_configured_draft_length_and_margin(ds4_tiny):
     config = SpeculationConfig(DrafterKind.MTP, MTP, mtp_draft=3, mtp_margin=1.5)
     drafter = ds4mlx.speculation.load_drafter(config, ds4_tiny)
     assert (drafter.name, drafter.max_draft, drafter.margin) == ("mtp", 3, 1.5)
+
+
+@pytest.mark.parametrize("lookup", [0, 3])
+def test_each_request_tells_mtp_whether_it_is_greedy(ds4_tiny, lookup):
+    """The loop's prefill tells the drafter (behind a lookup too) whether the request decodes
+    greedily: without a margin given, MTP then drafts without one, and a sampled request
+    takes ds4's."""
+    config = SpeculationConfig(DrafterKind.MTP, MTP, mtp_draft=3, lookup=lookup)
+    drafter = ds4mlx.speculation.load_drafter(config, ds4_tiny)
+    mtp_drafter = drafter.learned if lookup else drafter
+    prompt = ds4_tiny.tokenizer.encode("def add(a, b):")
+    for temperature, margin in ((0.0, 0.0), (0.8, DEFAULT_MTP_MARGIN), (0.0, 0.0)):
+        sampling = SamplingOptions(temperature=temperature, seed=1)
+        events = generate(
+            ds4_tiny.new_session(), prompt, 4, sampling, drafter=drafter, config=config
+        )
+        assert len([e for e in events if isinstance(e, TokenEvent)]) == 4
+        assert mtp_drafter._request_margin == margin
 
 
 def test_a_lookup_behind_dspark_drafts_a_copy_of_three_tokens_in_its_place(ds4_tiny):

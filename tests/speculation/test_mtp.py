@@ -309,6 +309,28 @@ def test_the_margin_stops_a_draft_below_it_not_at_it(files):
     assert past_margin.propose(1).tokens == []
 
 
+def test_without_a_margin_given_greedy_requests_draft_without_one_and_sampled_ones_take_ds4s(
+    files, monkeypatch
+):
+    """No margin given: a greedy request drafts the token a sampled one stops before (ds4's
+    margin, set here just above the token's lead); a margin given holds for both."""
+    target, _, _, root = files
+    path = root / "mtp.gguf"
+    free = observed(mtp.load_mtp(target, path, max_draft=1, margin=0.0), target)
+    first = free.propose(1).tokens
+    top2 = mx.topk(free._logits, 2)
+    above = float(np.nextafter(np.float32(mx.max(top2) - mx.min(top2)), np.float32(np.inf)))
+    monkeypatch.setattr(mtp, "DEFAULT_MTP_MARGIN", above)
+    by_request = observed(mtp.load_mtp(target, path, max_draft=1), target)
+    for greedy, drafted in ((True, first), (False, []), (True, first)):
+        by_request.for_request(greedy)
+        assert by_request.propose(1).tokens == drafted
+    given = observed(mtp.load_mtp(target, path, max_draft=1, margin=above), target)
+    for greedy in (True, False):
+        given.for_request(greedy)
+        assert given.propose(1).tokens == []
+
+
 def test_weights_load_in_the_asked_type_else_the_target_s(files):
     target, _, _, root = files
     assert target.weights_dtype == "f32"
