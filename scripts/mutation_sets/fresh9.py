@@ -572,8 +572,8 @@ _SPECULATION = (
     _speculation(
         "mtp_gap_equal_to_the_margin_stops_the_draft",
         MTP_PY,
-        "return None if float(gap) < self.margin else int(best)",
-        "return None if float(gap) <= self.margin else int(best)",
+        "return None if float(gap) < margin else int(best)",
+        "return None if float(gap) <= margin else int(best)",
     ),
 )
 

@@ -651,4 +651,29 @@ MUTATIONS = (
         "            n = self.scheduler.draft_length(n)\n",
         "",
     ),
+    # Session 22 (issue 36, item 9): legacy MTP's margin by request when none is given.
+    _speculation(
+        "mtp_greedy_requests_keep_ds4s_margin",
+        MTP_PY,
+        "self._request_margin = 0.0 if greedy else DEFAULT_MTP_MARGIN",
+        "self._request_margin = DEFAULT_MTP_MARGIN",
+    ),
+    _speculation(
+        "mtp_given_margin_overridden_by_the_request",
+        MTP_PY,
+        "margin = self._request_margin if self.margin is None else self.margin",
+        "margin = self._request_margin",
+    ),
+    _speculation(
+        "spec_loop_drafter_never_told_the_request",
+        SPECULATION_LOOP_PY,
+        "            for_request(self.scheduler.weighs_cost)",
+        "            pass",
+    ),
+    _speculation(
+        "lookup_extension_keeps_the_request_from_mtp",
+        LOOKUP_PY,
+        "            for_request(greedy)",
+        "            pass",
+    ),
 )
