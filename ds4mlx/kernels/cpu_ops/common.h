@@ -367,10 +367,11 @@ void product_block(const Product& p, const Columns& w, int r0, int j0, int writt
   }
 }
 
-// Vectors per block for kGroup rows: as many as leave the sums of kGroup rows and a few
-// registers for the loaded values in registers, at most 8.
+// Vectors per block for kGroup rows: as many as keep the block's sums, its loaded (decoded)
+// vectors and a row's x in registers, at most 8 (AVX2: 7, 5, 3, 3, 2, 2 for 1-6 rows; AVX-512:
+// 8, 8, 7, 6, 5, 4). One more spilled a sum to memory, reloaded and stored at every k.
 template <int kGroup>
-constexpr int kBlockVecs = std::max(1, std::min(8, (kVectorRegisters - 4) / kGroup));
+constexpr int kBlockVecs = std::max(1, std::min(8, (kVectorRegisters - 1) / (kGroup + 1)));
 
 // Rows [r0, r0 + kGroup) of x @ w over all columns: whole blocks, then single vectors, then
 // (unpadded columns) one column at a time with the same chain per element.
