@@ -421,89 +421,52 @@ inline void rows_times_in_out(const Product& p, int tokens, int rows) {
   product_rows(p, DenseColumns{p.w, p.n}, tokens, rows);
 }
 
-// Sixteen partial sums, lane l accumulating madd(a[l], b[l], lane) for blocks of 16 floats: one
-// AVX-512 register, two AVX2 or four NEON ones, else an array (the same fused multiply-adds as
-// madd in every case, so the same bits). Written with intrinsics because the compiler's own
-// vectorisation of such loops is not reliable: in dot4 it left one of the four sums scalar.
+// Sixteen partial sums, lane l accumulating madd(a[l], b[l], lane) for blocks of 16 floats:
+// 16 / kLanes FloatVecs (one AVX-512 register, two AVX2 or four NEON ones, else arrays), so the
+// same fused multiply-adds as madd in every case and the same bits. In vector registers
+// because the compiler's own vectorisation of such loops is not reliable: in dot4 it left one
+// of the four sums scalar.
 class Lanes16 {
  public:
+  Lanes16() {
+    for (auto& v : v_) v = vec_zero();
+  }
+
   void madd_block(const float* __restrict a, const float* __restrict b) {
-#if defined(__AVX512F__)
-    v_ = _mm512_fmadd_ps(_mm512_loadu_ps(a), _mm512_loadu_ps(b), v_);
-#elif defined(__AVX2__) && defined(__FMA__)
-    lo_ = _mm256_fmadd_ps(_mm256_loadu_ps(a), _mm256_loadu_ps(b), lo_);
-    hi_ = _mm256_fmadd_ps(_mm256_loadu_ps(a + 8), _mm256_loadu_ps(b + 8), hi_);
-#elif defined(__ARM_NEON) && defined(__ARM_FEATURE_FMA)
-    for (int q = 0; q < 4; q++) v_[q] = vfmaq_f32(v_[q], vld1q_f32(a + 4 * q), vld1q_f32(b + 4 * q));
-#else
-    for (int l = 0; l < 16; l++) v_[l] = madd(a[l], b[l], v_[l]);
-#endif
+    for (int v = 0; v < kVecs; v++) {
+      v_[v] = vec_madd(vec_load(a + v * kLanes), vec_load(b + v * kLanes), v_[v]);
+    }
   }
 
   // madd_block with a = scale * code + bias for 16 int8 codes (a coded row's values: the
   // multiply and the add rounded apart, as the load-time check computed them).
   void madd_coded_block(const int8_t* __restrict codes, float scale, float bias,
                         const float* __restrict b) {
-#if defined(__AVX512F__)
-    const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
-        reinterpret_cast<const __m128i*>(codes))));
-    const __m512 a = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(scale), q), _mm512_set1_ps(bias));
-    v_ = _mm512_fmadd_ps(a, _mm512_loadu_ps(b), v_);
-#elif defined(__AVX2__) && defined(__FMA__)
-    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes));
-    const __m256 q_lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
-    const __m256 q_hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(bytes, 8)));
-    const __m256 s = _mm256_set1_ps(scale), o = _mm256_set1_ps(bias);
-    lo_ = _mm256_fmadd_ps(_mm256_add_ps(_mm256_mul_ps(s, q_lo), o), _mm256_loadu_ps(b), lo_);
-    hi_ = _mm256_fmadd_ps(_mm256_add_ps(_mm256_mul_ps(s, q_hi), o), _mm256_loadu_ps(b + 8), hi_);
-#else
-    float a[16];
-    for (int l = 0; l < 16; l++) a[l] = scale * static_cast<float>(codes[l]) + bias;
-    madd_block(a, b);
-#endif
+    const FloatVec s = vec_splat(scale), o = vec_splat(bias);
+    for (int v = 0; v < kVecs; v++) {
+      v_[v] = vec_madd(vec_coded(codes + v * kLanes, s, o), vec_load(b + v * kLanes), v_[v]);
+    }
   }
 
   // madd_block with a = the floats of 16 half values (exact).
   void madd_half_block(const uint16_t* __restrict halves, const float* __restrict b) {
-#if defined(__AVX512F__)
-    const __m512 a = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(halves)));
-    v_ = _mm512_fmadd_ps(a, _mm512_loadu_ps(b), v_);
-#else
-    float a[16];
-    halves_to_floats(halves, a, 16);
-    madd_block(a, b);
-#endif
+    for (int v = 0; v < kVecs; v++) {
+      v_[v] = vec_madd(vec_halves(halves + v * kLanes), vec_load(b + v * kLanes), v_[v]);
+    }
   }
 
   // The lanes added in order, from zero.
   float sum() const {
     float lanes[16];
-#if defined(__AVX512F__)
-    _mm512_storeu_ps(lanes, v_);
-#elif defined(__AVX2__) && defined(__FMA__)
-    _mm256_storeu_ps(lanes, lo_);
-    _mm256_storeu_ps(lanes + 8, hi_);
-#elif defined(__ARM_NEON) && defined(__ARM_FEATURE_FMA)
-    for (int q = 0; q < 4; q++) vst1q_f32(lanes + 4 * q, v_[q]);
-#else
-    std::copy(v_, v_ + 16, lanes);
-#endif
+    for (int v = 0; v < kVecs; v++) vec_store(lanes + v * kLanes, v_[v]);
     float total = 0.0f;
     for (int l = 0; l < 16; l++) total += lanes[l];
     return total;
   }
 
  private:
-#if defined(__AVX512F__)
-  __m512 v_ = _mm512_setzero_ps();
-#elif defined(__AVX2__) && defined(__FMA__)
-  __m256 lo_ = _mm256_setzero_ps(), hi_ = _mm256_setzero_ps();
-#elif defined(__ARM_NEON) && defined(__ARM_FEATURE_FMA)
-  float32x4_t v_[4] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f),
-                       vdupq_n_f32(0.0f)};
-#else
-  float v_[16] = {};
-#endif
+  static constexpr int kVecs = 16 / kLanes;
+  FloatVec v_[kVecs];
 };
 
 // a . b over n floats: sixteen interleaved partial sums (Lanes16) added in a fixed order, then the
